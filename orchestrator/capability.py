@@ -1,0 +1,64 @@
+"""Compute capabilities and the contracts kernels state over them.
+
+A capability is always written "major.minor" ("7.5", "9.0"). "9" and "sm_90" are
+refused rather than guessed at: 9 could mean 9.0 or "any 9.x", and sm_90 is a
+compilation target, not a device property (sm_90a runs only on 9.0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+
+_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@total_ordering
+@dataclass(frozen=True)
+class ComputeCapability:
+    major: int
+    minor: int
+
+    @classmethod
+    def parse(cls, text: str) -> ComputeCapability:
+        """Parse "major.minor"; raise ValueError naming the accepted form."""
+        match = _CC_RE.match(text.strip()) if isinstance(text, str) else None
+        if not match:
+            raise ValueError(
+                f"{text!r} is not a compute capability; write it as major.minor, "
+                'quoted, e.g. "7.5" or "9.0" (not "9" or "sm_90")'
+            )
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def __lt__(self, other: ComputeCapability) -> bool:
+        return (self.major, self.minor) < (other.major, other.minor)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+
+@dataclass(frozen=True)
+class CapabilityContract:
+    """Which devices a build must serve; every other device it must refuse."""
+
+    exactly: ComputeCapability | None = None
+    minimum: ComputeCapability | None = None
+    maximum: ComputeCapability | None = None
+
+    def admits(self, cc: ComputeCapability) -> bool:
+        if self.exactly is not None:
+            return cc == self.exactly
+        if self.minimum is not None and cc < self.minimum:
+            return False
+        return not (self.maximum is not None and cc > self.maximum)
+
+    def __str__(self) -> str:
+        if self.exactly is not None:
+            return f"CC == {self.exactly}"
+        parts = []
+        if self.minimum is not None:
+            parts.append(f">= {self.minimum}")
+        if self.maximum is not None:
+            parts.append(f"<= {self.maximum}")
+        return "CC " + " and ".join(parts) if parts else "any CC"

@@ -1,0 +1,357 @@
+"""Loading farm.yaml and jobs/*.yaml into validated, frozen objects.
+
+Everything that can be wrong with the configuration is found here, before any
+connection or database is opened, and reported as ConfigErrors naming the file,
+the key path, what was found and what was expected (with a did-you-mean for
+unknown keys). Loading has no side effects.
+
+Precedence for the settings a user may override: CLI flag > environment
+(FARM_CONFIG, FARM_DATABASE) > farm.yaml > default. The CLI applies the first
+two and passes overrides in; this module knows only the file and the defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from . import dependencies
+from .errors import ConfigError, ConfigErrors
+from .schema import NAME_EXPECTED, NAME_RE, FarmSpec, JobSpec, NodeSpec, template_fields
+
+# Fields a template may name; each dependency a job declares adds its own name.
+BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
+RUN_FIELDS = frozenset({"binary"})
+INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
+
+
+@dataclass(frozen=True)
+class Job:
+    """A kernel's job file, validated, with its sources resolved on disk."""
+
+    spec: JobSpec
+    file: Path
+    source_paths: tuple[Path, ...]  # absolute, in the order the job lists them
+    source_sha256: dict[str, str] = field(default_factory=dict)  # listed path -> sha256
+
+    @property
+    def kernel(self) -> str:
+        return self.spec.kernel
+
+
+@dataclass(frozen=True)
+class Farm:
+    """The whole configuration: where it came from, the fleet and the jobs."""
+
+    file: Path
+    spec: FarmSpec
+    jobs: dict[str, Job]
+    database_url: str
+
+    @property
+    def root(self) -> Path:
+        return self.file.parent
+
+    @property
+    def nodes(self) -> dict[str, NodeSpec]:
+        return self.spec.nodes
+
+    @property
+    def enabled_nodes(self) -> dict[str, NodeSpec]:
+        return {name: node for name, node in self.spec.nodes.items() if node.enabled}
+
+    @property
+    def reports_dir(self) -> Path:
+        return (self.root / self.spec.reports).resolve()
+
+
+# ---------------------------------------------------------------- YAML reading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys instead of keeping the last."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise _DuplicateKey(str(key), seen[key], line)
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str, first: int, second: int) -> None:
+        self.key, self.first, self.second = key, first, second
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """Parse one YAML file, turning every failure into a ConfigError on that file."""
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file", f"{what} (a YAML file)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(str(path), "", f"an unreadable file ({err})", "UTF-8 YAML") from err
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as dup:
+        raise ConfigError(
+            str(path),
+            dup.key,
+            f"the key {dup.key!r} twice (lines {dup.first} and {dup.second})",
+            "each key once",
+        ) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(
+            str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML"
+        ) from None
+
+
+# ------------------------------------------------------- validation messages
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk a model class along an error location to the model that holds the key."""
+    current: Any = model
+    for item in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(item))
+            if info is None:
+                return None
+            current = info.annotation
+        else:
+            args = getattr(current, "__args__", ())
+            # dict[str, X] -> X; list[X] -> X; X | None -> X
+            candidates = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            if candidates:
+                current = candidates[-1]
+            elif args:
+                current = args[-1]
+            else:
+                return None
+            if isinstance(current, type) and issubclass(current, BaseModel):
+                # the dict key / list index consumed this step
+                continue
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    args = getattr(current, "__args__", ())
+    for arg in args:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> ConfigErrors:
+    """pydantic's errors, reworded as file / key / found / expected."""
+    errors: list[ConfigError] = []
+    for item in err.errors():
+        loc = tuple(item["loc"])
+        key = _key_path(loc)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            holder = _model_at(model, loc[:-1])
+            allowed = sorted(holder.model_fields) if holder else []
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else ""
+            errors.append(
+                ConfigError(
+                    str(file),
+                    key,
+                    f"an unknown key {loc[-1]!r}",
+                    "one of " + ", ".join(allowed) if allowed else "no such key",
+                    hint,
+                )
+            )
+        elif kind == "missing":
+            errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
+        else:
+            message = item["msg"]
+            for prefix in ("Value error, ", "Input should be "):
+                if message.startswith(prefix):
+                    message = message[len(prefix) :]
+            found = _describe(item.get("input"))
+            errors.append(ConfigError(str(file), key, found, message))
+    return ConfigErrors(errors)
+
+
+def _validate(model: type[BaseModel], raw: Any, file: Path, what: str) -> Any:
+    if raw is None:
+        raise ConfigError(str(file), "", "an empty file", what)
+    if not isinstance(raw, dict):
+        raise ConfigError(str(file), "", _describe(raw), f"a mapping ({what})")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise translate(err, file, model) from None
+
+
+def _check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigError]:
+    errors = []
+    mapping = raw.get(section)
+    if isinstance(mapping, dict):
+        for name in mapping:
+            if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
+                errors.append(
+                    ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED)
+                )
+    return errors
+
+
+# ------------------------------------------------------------------- loading
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
+    errors = []
+    dep_fields = set(job.dependencies)
+    for vname, variant in job.variants.items():
+        for key, template, allowed in (
+            ("build", variant.build, BUILD_FIELDS | dep_fields),
+            ("run", variant.run, RUN_FIELDS),
+            ("inspect", variant.inspect, INSPECT_FIELDS),
+        ):
+            try:
+                names = template_fields(template)
+            except ValueError as err:
+                errors.append(
+                    ConfigError(str(file), f"variants.{vname}.{key}", f"{template!r} ({err})",
+                                "a command template with balanced {braces}")
+                )
+                continue
+            for name in names:
+                if name not in allowed:
+                    close = difflib.get_close_matches(name, sorted(allowed), n=1)
+                    errors.append(
+                        ConfigError(
+                            str(file),
+                            f"variants.{vname}.{key}",
+                            f"the unknown template field {{{name}}}",
+                            "one of " + ", ".join("{" + a + "}" for a in sorted(allowed)),
+                            f"Did you mean {{{close[0]}}}?" if close else "",
+                        )
+                    )
+    return errors
+
+
+def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
+    raw = read_yaml(file, "a job file")
+    errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
+    spec: JobSpec = _validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
+    errors += _check_templates(spec, file)
+    if spec.kernel != file.stem:
+        errors.append(
+            ConfigError(str(file), "kernel", repr(spec.kernel),
+                        f"the file's own name, {file.stem!r}, so each kernel has one job file")
+        )
+    paths = []
+    for index, source in enumerate(spec.sources):
+        path = (root / source).resolve()
+        if not path.is_file():
+            errors.append(ConfigError(str(file), f"sources[{index}]", f"{source!r}, which does not exist",
+                                      f"a source file, relative to {root}"))
+        elif not path.is_relative_to(root.resolve()):
+            errors.append(ConfigError(str(file), f"sources[{index}]", repr(source),
+                                      f"a path inside {root}"))
+        paths.append(path)
+    for index, dep in enumerate(spec.dependencies):
+        if dep not in dependencies.KNOWN:
+            errors.append(ConfigError(str(file), f"dependencies[{index}]", repr(dep),
+                                      "one of " + ", ".join(sorted(dependencies.KNOWN))))
+            continue
+        needs_local = [n for n, node in nodes.items() if node.enabled and dep not in node.dependencies]
+        if needs_local and dependencies.local_path(dep) is None:
+            errors.append(
+                ConfigError(str(file), f"dependencies[{index}]",
+                            f"{dep!r}, which is not installed on this machine",
+                            f"it installed ({dependencies.install_hint(dep)}) or named by every "
+                            f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})")
+            )
+    if errors:
+        raise ConfigErrors(errors)
+    shas = {src: _sha256(path) for src, path in zip(spec.sources, paths, strict=True)}
+    return Job(spec=spec, file=file, source_paths=tuple(paths), source_sha256=shas)
+
+
+def _resolve_database(url: str, root: Path) -> str:
+    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us.
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
+        return prefix + str((root / url[len(prefix) :]).resolve())
+    return url
+
+
+def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
+    """Load and validate farm.yaml and every job it points at."""
+    file = Path(file).resolve()
+    raw = read_yaml(file, "the farm's configuration (farm.yaml)")
+    errors = _check_names(raw, "nodes", file) if isinstance(raw, dict) else []
+    if isinstance(raw, dict) and not raw.get("nodes"):
+        raise ConfigError(str(file), "nodes", "no nodes", "at least one node under `nodes:`")
+    if errors:
+        raise ConfigErrors(errors)
+    spec: FarmSpec = _validate(FarmSpec, raw, file, "the farm: nodes, database, jobs, reports")
+    root = file.parent
+    jobs_dir = (root / spec.jobs).resolve()
+    if not jobs_dir.is_dir():
+        raise ConfigError(str(file), "jobs", f"{spec.jobs!r}, which is not a folder",
+                          "a folder of job files (one YAML per kernel)")
+    job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
+    if not job_files:
+        raise ConfigError(str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel")
+    jobs: dict[str, Job] = {}
+    errors = []
+    for job_file in job_files:
+        try:
+            job = load_job(job_file, root, spec.nodes)
+        except ConfigErrors as many:
+            errors.extend(many.errors)
+            continue
+        except ConfigError as one:
+            errors.append(one)
+            continue
+        if job.kernel in jobs:
+            errors.append(ConfigError(str(job_file), "kernel", repr(job.kernel),
+                                      f"a kernel name not already used by {jobs[job.kernel].file}"))
+        jobs[job.kernel] = job
+    if errors:
+        raise ConfigErrors(errors)
+    url = _resolve_database(database or spec.database, root)
+    return Farm(file=file, spec=spec, jobs=jobs, database_url=url)

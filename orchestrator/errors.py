@@ -1,0 +1,99 @@
+"""Every error the farm raises on purpose, and the exit code each one maps to.
+
+    FarmError                      base; carries the CLI exit code
+    ├── ConfigError                farm.yaml or a job file is wrong (exit 3)
+    ├── StoreError                 the results database cannot be used (exit 5)
+    ├── LockError                  another run holds the farm's lock (exit 6)
+    └── InfraError                 a node could not be used; never a kernel verdict
+        ├── ConnectError           refused, unreachable, banner/auth failure
+        ├── HostKeyError           unknown or changed host key (strict checking)
+        └── CommandTimeout         a command outlived its channel timeout
+
+The branches follow who must act: a ConfigError is the user's to fix, an
+InfraError is the node admin's, and a kernel failure is not an error at all but
+an outcome (see outcomes.py). Library exceptions (paramiko, invoke, SQLAlchemy)
+are translated into these once, at the boundary where they are raised, with
+``raise ... from`` so the cause stays visible in tracebacks.
+"""
+
+from __future__ import annotations
+
+# Exit codes of `farm`; README.md documents them and tests assert them.
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1  # at least one cell is not as expected (a kernel verdict)
+EXIT_USAGE = 2  # click's own code for a malformed command line
+EXIT_CONFIG = 3
+EXIT_INFRA = 4  # every kernel verdict as expected, but some cells could not run
+EXIT_STORE = 5
+EXIT_LOCKED = 6
+
+
+class FarmError(Exception):
+    exit_code = EXIT_UNEXPECTED
+
+
+class ConfigError(FarmError):
+    """A configuration problem, always naming the file, the key path, what was
+    found and what was expected, so the message alone is enough to fix it."""
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(
+        self,
+        file: str,
+        key: str,
+        found: str,
+        expected: str,
+        hint: str = "",
+    ) -> None:
+        self.file = file
+        self.key = key
+        self.found = found
+        self.expected = expected
+        self.hint = hint
+        where = f"{file}: {key}" if key else file
+        text = f"{where}: found {found}; expected {expected}."
+        if hint:
+            text += f" {hint}"
+        super().__init__(text)
+
+
+class ConfigErrors(ConfigError):
+    """Several ConfigErrors from one load, reported together so a user fixes
+    them in one pass rather than one run at a time."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.file, first.key, first.found, first.expected, first.hint)
+        self.args = ("\n".join(str(e) for e in errors),)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class StoreError(FarmError):
+    exit_code = EXIT_STORE
+
+
+class LockError(FarmError):
+    exit_code = EXIT_LOCKED
+
+
+class InfraError(FarmError):
+    """The node, not the kernel, is at fault. Cells that hit one are recorded
+    as infra-error and never count as a kernel verdict."""
+
+    exit_code = EXIT_INFRA
+
+
+class ConnectError(InfraError):
+    pass
+
+
+class HostKeyError(ConnectError):
+    pass
+
+
+class CommandTimeout(InfraError):
+    pass

@@ -1,0 +1,372 @@
+"""Running a plan: nodes in parallel, cells stored as they finish.
+
+The execution policy lives here, apart from the stages. Each node gets a
+setup thread (probe, then stage the bundles its cells need) and then up to
+`build_jobs` worker threads, each with its own transport (connections are
+never shared between threads), that build and inspect in parallel while the
+node's GPU slots admit one run per GPU at a time. SSH handshakes across the
+whole farm are bounded by `max_connections`, so 64 nodes behind one sshd do not
+trip its MaxStartups.
+
+Progress goes out through a Listener; the terminal display and the plain log
+are listeners, the store is written directly so nothing depends on a display.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from . import __version__, bundle, dependencies
+from .classify import Evidence, Verdict
+from .config import Farm, Job
+from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError
+from .outcomes import Outcome, is_as_expected, is_infra
+from .plan import Cell, Expectation, expect
+from .probe import NodeSnapshot, probe
+from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
+from .store import Store
+from .transport import Transport, transport_for
+
+
+class Listener(Protocol):
+    def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
+    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None: ...
+    def run_finished(self, summary: RunSummary) -> None: ...
+
+
+class NullListener:
+    def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
+    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None: ...
+    def run_finished(self, summary: RunSummary) -> None: ...
+
+
+@dataclass
+class RunSummary:
+    run_id: int
+    outcomes: Counter[str] = field(default_factory=Counter)
+    results: list[tuple[Cell, CellResult, int]] = field(default_factory=list)
+    stage_seconds: Counter[str] = field(default_factory=Counter)
+    wall_seconds: float = 0.0
+    bytes_shipped: int = 0
+
+    @property
+    def unexpected(self) -> int:
+        return sum(n for o, n in self.outcomes.items() if not is_as_expected(o) and not is_infra(o))
+
+    @property
+    def infra(self) -> int:
+        return sum(n for o, n in self.outcomes.items() if is_infra(o))
+
+    @property
+    def as_expected(self) -> int:
+        return sum(n for o, n in self.outcomes.items() if is_as_expected(o))
+
+    @property
+    def exit_code(self) -> int:
+        if self.unexpected:
+            return EXIT_UNEXPECTED
+        if self.infra:
+            return EXIT_INFRA
+        return EXIT_OK
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "farm" / "archives"
+
+
+def farm_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
+    """What farm.yaml says of a node, for cells whose node could not be probed."""
+    node = farm.nodes[name]
+    return NodeSnapshot(
+        node=name, workdir="", hostname="", os="", gpu_name=node.gpu, cc=node.declared_cc,
+        driver=None, memory=None, gpu_count=0, nvcc_path=node.nvcc, nvcc_version=None,
+        smi_output="", declared_gpu=node.gpu, declared_cc=node.declared_cc,
+    )
+
+
+class FarmRun:
+    """One `farm verify`: plan in, stored results out."""
+
+    def __init__(
+        self,
+        farm: Farm,
+        store: Store,
+        listener: Listener | None = None,
+        trigger: str = "manual",
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.farm = farm
+        self.store = store
+        self.listener = listener or NullListener()
+        self.trigger = trigger
+        self.cache_dir = cache_dir or default_cache_dir()
+        self._handshakes = threading.BoundedSemaphore(farm.spec.max_connections)
+        self._summary_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------
+    def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
+        clock = time.monotonic()
+        run_id = self.store.begin_run(
+            trigger=self.trigger,
+            farm_commit=farm_commit(self.farm.root),
+            farm_version=__version__,
+            host=socket.gethostname(),
+            config_file=str(self.farm.file),
+            selection=selection,
+        )
+        self.summary = RunSummary(run_id=run_id)
+        self.listener.run_started(run_id, cells)
+        by_node: dict[str, list[Cell]] = {}
+        for cell in cells:
+            by_node.setdefault(cell.node, []).append(cell)
+        status = "aborted"
+        try:
+            if by_node:
+                with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
+                    for future in [pool.submit(self._node, n, c) for n, c in by_node.items()]:
+                        future.result()
+            status = "finished"
+        finally:
+            self.summary.wall_seconds = time.monotonic() - clock
+            self.store.finish_run(run_id, status, self.summary.exit_code)
+        self.listener.run_finished(self.summary)
+        return self.summary
+
+    # per node ------------------------------------------------------------------
+    def _open(self, transport: Transport) -> None:
+        with self._handshakes:
+            transport.open()
+
+    def _node(self, name: str, cells: list[Cell]) -> None:
+        node = self.farm.nodes[name]
+        setup = transport_for(name, node)
+        snapshot: NodeSnapshot | None = None
+        stage_records: list[StageRecord] = []
+        try:
+            probe_start = datetime.now(UTC)
+            clock = time.monotonic()
+            try:
+                self._open(setup)
+                snapshot = probe(setup)
+                if snapshot.nvcc_version is None:
+                    raise InfraError(f"node {name!r}: no working nvcc at {node.nvcc!r}")
+                if not snapshot.workdir:
+                    raise InfraError(f"node {name!r}: cannot create its work folder {node.workdir!r}")
+            except InfraError as err:
+                stage_records.append(StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err)))
+                self._node_failed(name, cells, snapshot, "probe", str(err), stage_records)
+                return
+            probe_seconds = time.monotonic() - clock
+            stage_records.append(StageRecord("probe", "ok", probe_start, probe_seconds))
+            stage_start = datetime.now(UTC)
+            clock = time.monotonic()
+            try:
+                placed, shipped = self._stage_bundles(setup, snapshot, cells)
+            except InfraError as err:
+                stage_records.append(StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err)))
+                self._node_failed(name, cells, snapshot, "stage", str(err), stage_records)
+                return
+            stage_seconds = time.monotonic() - clock
+            stage_records.append(
+                StageRecord("stage", "ok", stage_start, stage_seconds, f"{shipped} bytes shipped")
+            )
+            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, shipped)
+            self.listener.node_ready(name, snapshot, None)
+            self._cells(name, cells, snapshot, snapshot_id, placed, setup, stage_records)
+        finally:
+            setup.close()
+
+    def _node_failed(
+        self, name: str, cells: list[Cell], snapshot: NodeSnapshot | None,
+        stage: str, error: str, records: list[StageRecord],
+    ) -> None:
+        snapshot_id = self._store_snapshot(name, snapshot, error, None, None, 0)
+        self.listener.node_ready(name, snapshot, error)
+        basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)
+        for cell in cells:
+            job = self.farm.jobs[cell.kernel]
+            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis))
+            result.stages = list(records)
+            result.evidence = Evidence(infra_stage=stage, infra_detail=error)
+            result.verdict = Verdict(Outcome.INFRA_ERROR, stage, error)
+            result.ended_at = datetime.now(UTC)
+            self._finish(cell, job, result, snapshot_id)
+
+    def _stage_bundles(
+        self, transport: Transport, snapshot: NodeSnapshot, cells: list[Cell]
+    ) -> tuple[dict[str, str], int]:
+        """Ship what the node's cells need; returns bundle key -> folder on the node."""
+        node = transport.node
+        placed: dict[str, str] = {}
+        shipped = 0
+        for kernel in dict.fromkeys(c.kernel for c in cells):
+            job = self.farm.jobs[kernel]
+            files = [(src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)]
+            sources = bundle.Bundle.of_files(f"sources:{kernel}", files)
+            shipped += bundle.ensure(transport, snapshot.workdir, sources, self.cache_dir)
+            placed[f"sources:{kernel}"] = bundle.remote_dir(snapshot.workdir, sources)
+            for dep in job.spec.dependencies:
+                key = f"dep:{dep}"
+                if key in placed:
+                    continue
+                if dep in node.dependencies:
+                    placed[key] = node.dependencies[dep]
+                    placed[key + ":digest"] = f"node:{node.dependencies[dep]}"
+                    continue
+                folder = dependencies.local_path(dep)
+                if folder is None:  # checked at load; a user may have uninstalled it since
+                    raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
+                dep_bundle = bundle.Bundle.of_folder(key, folder)
+                shipped += bundle.ensure(transport, snapshot.workdir, dep_bundle, self.cache_dir)
+                placed[key] = bundle.remote_dir(snapshot.workdir, dep_bundle)
+                placed[key + ":digest"] = dep_bundle.digest
+        return placed, shipped
+
+    def _cells(
+        self, name: str, cells: list[Cell], snapshot: NodeSnapshot, snapshot_id: int,
+        placed: dict[str, str], setup: Transport, node_records: list[StageRecord],
+    ) -> None:
+        node = self.farm.nodes[name]
+        pending = list(cells)
+        lock = threading.Lock()
+        slots = GpuSlots(snapshot.gpu_count)
+        cuobjdump = node.cuobjdump or "cuobjdump"
+
+        def next_cell() -> Cell | None:
+            with lock:
+                return pending.pop(0) if pending else None
+
+        def worker(transport: Transport) -> None:
+            try:
+                while (cell := next_cell()) is not None:
+                    self._cell(transport, cell, snapshot, snapshot_id, placed, slots, cuobjdump, node_records)
+            finally:
+                transport.close()
+
+        workers = min(node.build_jobs, len(cells))
+        transports = [setup] + [transport_for(name, node) for _ in range(workers - 1)]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-cell") as pool:
+            for future in [pool.submit(worker, t) for t in transports]:
+                future.result()
+
+    def _cell(
+        self, transport: Transport, cell: Cell, snapshot: NodeSnapshot, snapshot_id: int,
+        placed: dict[str, str], slots: GpuSlots, cuobjdump: str, node_records: list[StageRecord],
+    ) -> None:
+        job = self.farm.jobs[cell.kernel]
+        variant = job.spec.variants[cell.variant]
+        result = CellResult(cell=cell, expectation=expect(job, variant, snapshot))
+        self.listener.cell_started(cell)
+        deps = {d: placed[f"dep:{d}"] for d in job.spec.dependencies}
+        digests = {d: placed[f"dep:{d}:digest"] for d in job.spec.dependencies}
+        paths = cell_paths(snapshot, job, variant, cell, self.summary.run_id,
+                           placed[f"sources:{cell.kernel}"], deps, digests)
+        try:
+            self._open(transport)
+        except InfraError as err:
+            result.stages.append(StageRecord("build", "infra", datetime.now(UTC), 0.0, str(err)))
+            result.evidence.infra_stage = "build"
+            result.evidence.infra_detail = str(err)
+            result.verdict = Verdict(Outcome.INFRA_ERROR, "build", str(err))
+            result.ended_at = datetime.now(UTC)
+            self._finish(cell, job, result, snapshot_id)
+            return
+        CellPipeline(transport, job, variant, snapshot, paths, result, slots,
+                     self.farm.spec.output_cap, cuobjdump).execute()
+        if result.evidence.infra_stage is not None:
+            transport.close()  # a broken session is reopened for the next cell
+        self._finish(cell, job, result, snapshot_id)
+
+    # storing -------------------------------------------------------------------
+    def _store_snapshot(
+        self, name: str, snapshot: NodeSnapshot | None, error: str | None,
+        probe_seconds: float | None, stage_seconds: float | None, shipped: int,
+    ) -> int:
+        node = self.farm.nodes[name]
+        address = "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
+        with self._summary_lock:
+            self.summary.bytes_shipped += shipped
+            if probe_seconds:
+                self.summary.stage_seconds["probe"] += probe_seconds
+            if stage_seconds:
+                self.summary.stage_seconds["stage"] += stage_seconds
+        s = snapshot
+        return self.store.add_snapshot(
+            run_id=self.summary.run_id, node=name, transport=node.transport, address=address,
+            hostname=s.hostname if s else None, os=s.os if s else None,
+            gpu_name=s.gpu_name if s else None, cc=str(s.cc) if s and s.cc else None,
+            driver=s.driver if s else None, memory=s.memory if s else None,
+            gpu_count=s.gpu_count if s else 0, nvcc_path=node.nvcc,
+            nvcc_version=s.nvcc_version if s else None,
+            declared_gpu=node.gpu, declared_cc=node.cc,
+            cc_mismatch=bool(s and s.cc_mismatch), probe_error=error,
+            probe_seconds=probe_seconds, stage_seconds=stage_seconds, bytes_shipped=shipped,
+            smi_output=s.smi_output if s else None,
+        )
+
+    def _finish(self, cell: Cell, job: Job, result: CellResult, snapshot_id: int) -> None:
+        variant = job.spec.variants[cell.variant]
+        verdict = result.verdict
+        assert verdict is not None
+        exp: Expectation = result.expectation
+        result_id = self.store.add_result(
+            run_id=self.summary.run_id, snapshot_id=snapshot_id,
+            kernel=cell.kernel, variant=cell.variant, node=cell.node,
+            contract=str(variant.cc.contract()),
+            expected=exp.label, expected_reason=exp.reason,
+            known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
+            outcome=verdict.outcome.value, failed_stage=verdict.failed_stage, reason=verdict.reason,
+            exit_code=result.evidence.run_exit,
+            stage_seconds=result.stage_seconds,
+            stage_details={s.name: {"status": s.status, "detail": s.detail} for s in result.stages},
+            build_command=result.build_command, build_cached=result.build_cached,
+            build_log=result.build_log, stdout=result.evidence.stdout, stderr=result.evidence.stderr,
+            stdout_size=result.stdout_size, stderr_size=result.stderr_size,
+            source_sha256=next(iter(job.source_sha256.values())), sources=dict(job.source_sha256),
+            binary_sha256=result.binary_sha256,
+            instruction_counts=result.instruction_counts,
+            required_instructions=dict(variant.instructions),
+            elf_targets=result.elf_targets, ptx_targets=result.ptx_targets,
+            code_path=result.code_path,
+            started_at=result.started_at, ended_at=result.ended_at,
+        )
+        with self._summary_lock:
+            self.summary.outcomes[verdict.outcome.value] += 1
+            self.summary.results.append((cell, result, result_id))
+            for record in result.stages:
+                if record.name in ("build", "inspect", "run"):
+                    self.summary.stage_seconds[record.name] += record.seconds
+        self.listener.cell_finished(cell, result, result_id)
+
+
+def run_cells(farm: Farm, store: Store, cells: Iterable[Cell], **kwargs) -> RunSummary:  # noqa: ANN003
+    listener = kwargs.pop("listener", None)
+    selection = kwargs.pop("selection", "--all")
+    return FarmRun(farm, store, listener=listener, **kwargs).execute(list(cells), selection)

@@ -1,0 +1,49 @@
+"""The words a cell can end with, and which of them a reviewer may trust.
+
+An outcome is a verdict about the kernel only when the node worked: infra-error
+is the node's fault and never counts for or against a kernel. Expected outcomes
+(what the plan derives from a contract) use the same vocabulary.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    PASS = "pass"  # ran on a card it must serve and printed its pass marker
+    EXPECTED_REFUSAL = "expected-refusal"  # refused, with its gate's text, a card it must refuse
+    FAIL = "fail"  # ran where it must run and did not pass (wrong numbers, crash)
+    UNEXPECTED_REFUSAL = "unexpected-refusal"  # refused a card its contract says it serves
+    MISSING_REFUSAL = "missing-refusal"  # must refuse, but ran, crashed or gave no refusal text
+    BUILD_FAIL = "build-fail"
+    INSPECT_FAIL = "inspect-fail"  # machine code lacks a required instruction, or no dump
+    TIMEOUT = "timeout"  # the run outlived its timeout and was killed on the node
+    INFRA_ERROR = "infra-error"  # node unreachable, dropped session: not a kernel verdict
+    COMPILE_ONLY = "compile-only"  # built and inspected; the node has no GPU to run on
+    KNOWN_FAILURE = "known-failure"  # failed exactly as a job's known_failures declares
+    FIXED = "fixed"  # a declared known failure that now behaves as the contract says
+    NOT_RUN = "not-run"  # the run ended (killed, aborted) before this cell finished
+
+
+# Outcomes that leave a run green: the cell behaved as its plan said it would.
+AS_EXPECTED = frozenset(
+    {
+        Outcome.PASS,
+        Outcome.EXPECTED_REFUSAL,
+        Outcome.COMPILE_ONLY,
+        Outcome.KNOWN_FAILURE,
+        Outcome.FIXED,
+    }
+)
+
+# Outcomes that are the infrastructure's, not the kernel's.
+INFRA = frozenset({Outcome.INFRA_ERROR, Outcome.NOT_RUN})
+
+
+def is_as_expected(outcome: Outcome | str) -> bool:
+    return Outcome(outcome) in AS_EXPECTED
+
+
+def is_infra(outcome: Outcome | str) -> bool:
+    return Outcome(outcome) in INFRA

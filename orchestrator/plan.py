@@ -1,0 +1,112 @@
+"""Cells (kernel variant x node) and what each is expected to do.
+
+The expected outcome is derived from the variant's capability contract and the
+node's *probed* capability, never listed per node: a node whose CC admits the
+contract must pass, any other GPU must be refused by the kernel's gate, and a
+node without a GPU can only build and inspect. A declared known failure that
+applies to the node's toolchain or card is attached to the expectation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .config import Farm, Job
+from .outcomes import Outcome
+from .probe import NodeSnapshot
+from .schema import KnownFailureSpec, VariantSpec
+
+
+@dataclass(frozen=True)
+class Cell:
+    kernel: str
+    variant: str
+    node: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.kernel}:{self.variant}@{self.node}"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    outcome: Outcome  # PASS, EXPECTED_REFUSAL or COMPILE_ONLY
+    reason: str
+    known_failure: KnownFailureSpec | None = None
+
+    @property
+    def label(self) -> str:
+        return Outcome.KNOWN_FAILURE.value if self.known_failure else self.outcome.value
+
+
+class SelectionError(ValueError):
+    pass
+
+
+def plan_cells(
+    farm: Farm,
+    selectors: list[str] | None = None,
+    node_names: list[str] | None = None,
+) -> list[Cell]:
+    """Cells for `KERNEL[:VARIANT]` selectors (all when None) on the named nodes
+    (every enabled node when None), in a stable order."""
+    if node_names:
+        unknown = [n for n in node_names if n not in farm.nodes]
+        if unknown:
+            raise SelectionError(
+                f"no node named {', '.join(unknown)} in {farm.file}; "
+                f"nodes: {', '.join(farm.nodes)}"
+            )
+        nodes = list(node_names)
+    else:
+        nodes = list(farm.enabled_nodes)
+    chosen: list[tuple[str, str]] = []
+    for selector in selectors or [f"{k}" for k in farm.jobs]:
+        kernel, _, variant = selector.partition(":")
+        job = farm.jobs.get(kernel)
+        if job is None:
+            raise SelectionError(
+                f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))}"
+            )
+        if variant and variant not in job.spec.variants:
+            raise SelectionError(
+                f"kernel {kernel!r} has no variant {variant!r}; "
+                f"variants: {', '.join(job.spec.variants)}"
+            )
+        for name in [variant] if variant else list(job.spec.variants):
+            if (kernel, name) not in chosen:
+                chosen.append((kernel, name))
+    return [Cell(k, v, n) for n in nodes for k, v in chosen]
+
+
+def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot) -> bool:
+    when = spec.when
+    if when.nvcc is not None:
+        if snapshot.nvcc_version is None:
+            return False
+        try:
+            if Version(snapshot.nvcc_version) not in SpecifierSet(when.nvcc):
+                return False
+        except InvalidVersion:
+            return False
+    if when.cc is not None:
+        if snapshot.cc is None or not when.cc.contract().admits(snapshot.cc):
+            return False
+    return True
+
+
+def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot) -> Expectation:
+    contract = variant.cc.contract()
+    known = next(
+        (kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot)), None
+    )
+    if snapshot.cc is None:
+        return Expectation(Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known)
+    if contract.admits(snapshot.cc):
+        return Expectation(Outcome.PASS, f"CC {snapshot.cc} satisfies {contract}", known)
+    return Expectation(
+        Outcome.EXPECTED_REFUSAL, f"CC {snapshot.cc} is outside {contract}: the gate must refuse", known
+    )

@@ -1,0 +1,205 @@
+"""The shapes of farm.yaml and of a job file, as frozen pydantic models.
+
+Models only describe and validate; they never open a connection, a file beyond
+what validation needs, or a database. config.py loads YAML into them and turns
+pydantic's errors into ConfigErrors that name file, key, found and expected.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Annotated, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from .capability import CapabilityContract, ComputeCapability
+from .outcomes import Outcome
+
+# Names end up in paths and remote command lines; keep them to a safe alphabet
+# so that quoting is a second line of defence, not the only one.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
+
+
+def _check_name(value: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value) or ".." in value:
+        raise ValueError(f"expected {NAME_EXPECTED}")
+    return value
+
+
+def _cc_text(value: object) -> object:
+    # YAML reads an unquoted 7.5 as a float; accept it, but never an int such as 9.
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _check_cc(value: str) -> str:
+    ComputeCapability.parse(value)
+    return value
+
+
+CCText = Annotated[str, BeforeValidator(_cc_text)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ContractSpec(_Strict):
+    """A compute-capability range: `exactly`, or `min` and/or `max`."""
+
+    exactly: CCText | None = None
+    min: CCText | None = None
+    max: CCText | None = None
+
+    @field_validator("exactly", "min", "max")
+    @classmethod
+    def _valid_cc(cls, value: str | None) -> str | None:
+        return None if value is None else _check_cc(value)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ContractSpec:
+        if self.exactly is not None and (self.min is not None or self.max is not None):
+            raise ValueError("use either `exactly` or `min`/`max`, not both")
+        if self.exactly is None and self.min is None and self.max is None:
+            raise ValueError("give `exactly`, `min` or `max`")
+        return self
+
+    def contract(self) -> CapabilityContract:
+        def cc(text: str | None) -> ComputeCapability | None:
+            return None if text is None else ComputeCapability.parse(text)
+
+        return CapabilityContract(cc(self.exactly), cc(self.min), cc(self.max))
+
+
+class KnownFailureWhen(_Strict):
+    """Where a known failure applies: an nvcc version range (PEP 440 specifier,
+    e.g. ">=13.0,<13.4") and/or a compute-capability range. Both must hold."""
+
+    nvcc: str | None = None
+    cc: ContractSpec | None = None
+
+    @field_validator("nvcc")
+    @classmethod
+    def _valid_specifier(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier:
+                raise ValueError('expected a version range such as ">=13.0,<13.4"') from None
+        return value
+
+
+class KnownFailureSpec(_Strict):
+    when: KnownFailureWhen
+    outcome: Outcome
+    reason: str = Field(min_length=1)
+
+    @field_validator("outcome")
+    @classmethod
+    def _not_a_good_outcome(cls, value: Outcome) -> Outcome:
+        if value in (Outcome.PASS, Outcome.KNOWN_FAILURE, Outcome.FIXED, Outcome.NOT_RUN):
+            raise ValueError(f"{value} cannot be declared as a known failure")
+        return value
+
+
+class VariantSpec(_Strict):
+    build: str
+    run: str = "{binary}"
+    inspect: str = "{cuobjdump} --dump-sass {binary}"
+    cc: ContractSpec
+    instructions: dict[str, int] = {}
+    timeout: float | None = Field(default=None, gt=0)
+    known_failures: list[KnownFailureSpec] = []
+    description: str = ""
+
+
+class JobSpec(_Strict):
+    kernel: str
+    description: str = ""
+    sources: list[str] = Field(min_length=1)
+    dependencies: list[str] = []
+    pass_marker: str
+    refusal_marker: str
+    timeout: float = Field(default=120, gt=0)
+    build_timeout: float = Field(default=900, gt=0)
+    variants: dict[str, VariantSpec] = Field(min_length=1)
+
+    @field_validator("kernel")
+    @classmethod
+    def _kernel_name(cls, value: str) -> str:
+        return _check_name(value)
+
+    @field_validator("pass_marker", "refusal_marker")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"expected a regular expression ({err})") from None
+        return value
+
+
+class NodeSpec(_Strict):
+    """One machine of the fleet, as declared. Passive: transports act on it."""
+
+    transport: Literal["ssh", "local"] = "ssh"
+    host: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    key_file: str | None = None
+    jump: str | None = None  # "[user@]host[:port]", reached with the same key and known_hosts
+    known_hosts: str = "~/.ssh/known_hosts"
+    gpu: str | None = None  # declared; the probe's reading wins
+    cc: CCText | None = None
+    nvcc: str = "nvcc"
+    cuobjdump: str | None = None  # default: "cuobjdump" on the node, the farm's own locally
+    dependencies: dict[str, str] = {}  # dependency name -> path on the node (not shipped)
+    workdir: str = ".cache/farm"  # relative paths are under the login's home
+    env: dict[str, str] = {}
+    tags: list[str] = []
+    enabled: bool = True
+    connect_timeout: float = Field(default=10, gt=0)
+    build_jobs: int = Field(default=2, ge=1, le=64)
+
+    @field_validator("cc")
+    @classmethod
+    def _valid_cc(cls, value: str | None) -> str | None:
+        return None if value is None else _check_cc(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> NodeSpec:
+        if self.transport == "ssh" and not self.host:
+            raise ValueError("an ssh node needs `host`")
+        return self
+
+    @property
+    def declared_cc(self) -> ComputeCapability | None:
+        return None if self.cc is None else ComputeCapability.parse(self.cc)
+
+
+class FarmSpec(_Strict):
+    database: str = "sqlite:///results.db"
+    reports: str = "reports"
+    jobs: str = "jobs"
+    max_connections: int = Field(default=16, ge=1, le=256)
+    output_cap: int = Field(default=1 << 20, ge=1024)  # bytes of stdout/stderr/log kept per cell
+    nodes: dict[str, NodeSpec] = Field(min_length=1)
+
+
+def template_fields(template: str) -> list[str]:
+    """The {fields} a command template names (format-spec parts ignored)."""
+    return [field for _, field, _, _ in string.Formatter().parse(template) if field]

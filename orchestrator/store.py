@@ -1,0 +1,240 @@
+"""The results database, through SQLAlchemy: runs, node snapshots, cell results.
+
+Each cell's result is committed the moment it finishes, so a run killed half-way
+keeps every finished cell. One writer at a time (a lock in this process; the
+farm's run lock across processes); SQLite runs in WAL mode so a report rendered
+during a run reads committed cells without blocking the writer.
+
+Sizes: stdout, stderr and build logs are stored as raw bytes (never decoded, so
+nothing a kernel prints is lost or altered), each capped at farm.yaml's
+`output_cap` (default 1 MiB); the full size is stored beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+from .errors import StoreError
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    __tablename__ = "farm_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # running | finished | aborted
+    trigger: Mapped[str] = mapped_column(String(32))
+    farm_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    farm_version: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(255))
+    config_file: Mapped[str] = mapped_column(Text)
+    selection: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    snapshots: Mapped[list[NodeSnapshotRow]] = relationship(back_populates="run")
+    results: Mapped[list[ResultRow]] = relationship(back_populates="run")
+
+
+class NodeSnapshotRow(Base):
+    __tablename__ = "node_snapshots"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    node: Mapped[str] = mapped_column(String(64))
+    transport: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(255))
+    hostname: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    os: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    cc: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    driver: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    memory: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    nvcc_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    nvcc_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    declared_gpu: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    declared_cc: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    cc_mismatch: Mapped[bool] = mapped_column(Boolean, default=False)
+    probe_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    probe_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stage_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
+    smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run: Mapped[Run] = relationship(back_populates="snapshots")
+
+
+class ResultRow(Base):
+    __tablename__ = "results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("node_snapshots.id"), nullable=True)
+    kernel: Mapped[str] = mapped_column(String(64), index=True)
+    variant: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(64), index=True)
+    contract: Mapped[str] = mapped_column(String(64))
+    expected: Mapped[str] = mapped_column(String(32))
+    expected_reason: Mapped[str] = mapped_column(Text)
+    known_failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(32), index=True)
+    failed_stage: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stage_seconds: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stage_details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    build_command: Mapped[str] = mapped_column(Text)
+    build_cached: Mapped[bool] = mapped_column(Boolean, default=False)
+    build_log: Mapped[bytes] = mapped_column(LargeBinary)
+    stdout: Mapped[bytes] = mapped_column(LargeBinary)
+    stderr: Mapped[bytes] = mapped_column(LargeBinary)
+    stdout_size: Mapped[int] = mapped_column(Integer, default=0)
+    stderr_size: Mapped[int] = mapped_column(Integer, default=0)
+    source_sha256: Mapped[str] = mapped_column(String(64))  # the job's first source
+    sources: Mapped[dict[str, Any]] = mapped_column(JSON)  # every source: path -> sha256
+    binary_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    instruction_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    required_instructions: Mapped[dict[str, Any]] = mapped_column(JSON)
+    elf_targets: Mapped[list[Any]] = mapped_column(JSON)
+    ptx_targets: Mapped[list[Any]] = mapped_column(JSON)
+    code_path: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    run: Mapped[Run] = relationship(back_populates="results")
+    snapshot: Mapped[NodeSnapshotRow | None] = relationship()
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _redact(url: str) -> str:
+    # never echo a password from a database URL
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+class Store:
+    """Opens (and creates) the database; every write commits at once."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._write_lock = threading.Lock()
+        try:
+            self.engine = create_engine(url)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            Base.metadata.create_all(self.engine)
+            self._check_version()
+        except SQLAlchemyError as err:
+            raise StoreError(
+                f"cannot open the results database {_redact(url)}: {err.__class__.__name__}: "
+                f"{str(err).splitlines()[0]}"
+            ) from err
+
+    def _check_version(self) -> None:
+        with Session(self.engine) as session:
+            row = session.get(Meta, "schema_version")
+            if row is None:
+                session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+                session.commit()
+                return
+            found = int(row.value)
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"the results database {_redact(self.url)} has schema version {found}, written by "
+                f"a newer farm; this farm reads version {SCHEMA_VERSION} at most. Upgrade the farm."
+            )
+
+    def session(self) -> Session:
+        return Session(self.engine, expire_on_commit=False)
+
+    def _add(self, row: Base) -> int:
+        with self._write_lock, self.session() as session:
+            session.add(row)
+            session.commit()
+            return row.id  # type: ignore[attr-defined]
+
+    # writes ------------------------------------------------------------------
+    def begin_run(self, **fields: Any) -> int:
+        return self._add(Run(started_at=datetime.now(UTC), status="running", **fields))
+
+    def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
+        with self._write_lock, self.session() as session:
+            run = session.get(Run, run_id)
+            assert run is not None
+            run.status = status
+            run.exit_code = exit_code
+            run.ended_at = datetime.now(UTC)
+            session.commit()
+
+    def add_snapshot(self, **fields: Any) -> int:
+        return self._add(NodeSnapshotRow(**fields))
+
+    def add_result(self, **fields: Any) -> int:
+        return self._add(ResultRow(**fields))
+
+    # reads -------------------------------------------------------------------
+    def latest_run(self) -> Run | None:
+        with self.session() as session:
+            return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+
+    def run(self, run_id: int) -> Run | None:
+        with self.session() as session:
+            return session.get(Run, run_id)
+
+    def runs(self, limit: int = 50) -> list[Run]:
+        with self.session() as session:
+            return list(session.scalars(select(Run).order_by(Run.id.desc()).limit(limit)))
+
+    def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
+        with self.session() as session:
+            query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)
+            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
+
+    def results(self, run_id: int) -> list[ResultRow]:
+        with self.session() as session:
+            query = select(ResultRow).where(ResultRow.run_id == run_id)
+            return list(session.scalars(query.order_by(ResultRow.id)))
+
+    def result(self, result_id: int) -> ResultRow | None:
+        with self.session() as session:
+            return session.get(ResultRow, result_id)
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,84 @@
+"""The farm's own machine as a node, reached without SSH.
+
+Commands run under `sh -c` in the user's home directory, as they would after
+an SSH login, in their own process group so a timeout kills the whole tree.
+CUDA's tools that the farm installs from PyPI (cuobjdump, nvdisasm) are put at
+the end of PATH, so a system-wide CUDA still wins.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..errors import CommandTimeout
+from .base import CommandResult, Transport
+
+
+def bundled_cuda_bin() -> Path | None:
+    """site-packages/nvidia/cu13/bin from nvidia-cuda-cuobjdump, if installed."""
+    try:
+        import nvidia  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    for base in getattr(nvidia, "__path__", []):
+        for candidate in sorted(Path(base).glob("cu*/bin"), reverse=True):
+            if (candidate / "cuobjdump").exists():
+                return candidate
+    return None
+
+
+class LocalTransport(Transport):
+    def _connect(self) -> None:
+        self._home = Path.home()
+        self._env = dict(os.environ)
+        extra = bundled_cuda_bin()
+        if extra is not None:
+            self._env["PATH"] = self._env.get("PATH", "") + os.pathsep + str(extra)
+
+    def _disconnect(self) -> None:
+        pass
+
+    def _path(self, remote: str) -> Path:
+        path = Path(remote).expanduser()
+        return path if path.is_absolute() else self._home / path
+
+    def _run(self, command: str, timeout: float) -> CommandResult:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            cwd=self._home,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise CommandTimeout(
+                f"node {self.name!r}: command still running after {timeout:.0f} s; killed"
+            ) from None
+        return CommandResult(
+            command=command,
+            exit_code=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            seconds=time.monotonic() - start,
+        )
+
+    def _put(self, local: Path, remote: str) -> None:
+        target = self._path(remote)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, target)
+
+    def _read(self, remote: str, limit: int) -> bytes:
+        with open(self._path(remote), "rb") as handle:
+            return handle.read(limit)

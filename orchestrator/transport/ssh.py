@@ -1,0 +1,187 @@
+"""A node over OpenSSH, through Fabric, with the pitfalls of
+../shared/research/fabric-ssh-pitfalls.md designed out:
+
+- Strict host keys. Fabric always installs AutoAddPolicy; we load the node's
+  known_hosts and replace the policy with one that refuses an unknown host and
+  says its fingerprint and the exact line to add.
+- No ~/.ssh/config surprises: SSH config files are not loaded; farm.yaml alone
+  says how to reach a node (Fabric would silently ignore StrictHostKeyChecking
+  from it anyway).
+- Timeouts everywhere: connect, banner and auth timeouts on the handshake;
+  invoke's command timeout; and a watchdog that closes the client when even
+  that does not return (channel setup is not covered by invoke's timer, and a
+  SIGSTOPped sshd blocks it forever).
+- One connection per transport, a transport per worker thread, never shared.
+- No pty (it merges stderr into stdout), no stdin, output hidden; large output
+  is written to files on the node and fetched with read(), never streamed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut, UnexpectedExit
+
+from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError
+from .base import CommandResult, Transport
+
+# Seconds beyond a command's own timeout before the watchdog drops the connection.
+WATCHDOG_GRACE = 15.0
+
+
+class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
+    def __init__(self, known_hosts: str) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001
+        digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+        raise HostKeyError(
+            f"host {hostname} is not in {self.known_hosts} (strict host-key checking). "
+            f"It offered the {key.get_name()} key SHA256:{digest}. If that is the node's key, "
+            f"add this line to {self.known_hosts}: {hostname} {key.get_name()} {key.get_base64()}"
+        )
+
+
+def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, int]:
+    user = default_user
+    hostport = jump
+    if "@" in jump:
+        user, hostport = jump.split("@", 1)
+    host, _, port = hostport.partition(":")
+    return user, host, int(port or 22)
+
+
+class SSHTransport(Transport):
+    def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:  # noqa: ANN001
+        node = self.node
+        key_file = str(Path(node.key_file).expanduser()) if node.key_file else None
+        config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
+        connect_kwargs = {
+            "banner_timeout": node.connect_timeout,
+            "auth_timeout": node.connect_timeout,
+            "channel_timeout": node.connect_timeout,
+            "look_for_keys": False,
+            "allow_agent": key_file is None,
+        }
+        if key_file:
+            connect_kwargs["key_filename"] = key_file
+        conn = Connection(
+            host,
+            user=user,
+            port=port,
+            config=config,
+            gateway=gateway,
+            connect_timeout=node.connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
+        known_hosts = str(Path(node.known_hosts).expanduser())
+        conn.client.get_host_keys().clear()
+        try:
+            conn.client.load_host_keys(known_hosts)
+        except FileNotFoundError:
+            pass  # every host is then unknown, and refused with the line to add
+        conn.client.set_missing_host_key_policy(_RefuseUnknownHost(known_hosts))
+        return conn
+
+    def _connect(self) -> None:
+        node = self.node
+        gateway = None
+        if node.jump:
+            juser, jhost, jport = _parse_jump(node.jump, node.user)
+            gateway = self._connection(jhost, jport, juser)
+        self._conn = self._connection(node.host or "", node.port, node.user, gateway)
+        self._sftp = None
+        try:
+            self._conn.open()
+            self._conn.transport.set_keepalive(30)
+        except HostKeyError:
+            self._conn.close()
+            raise
+        except paramiko.BadHostKeyException as err:
+            self._conn.close()
+            raise HostKeyError(
+                f"node {self.name!r}: host key of {err.hostname} does not match "
+                f"{node.known_hosts} (possible man-in-the-middle, or the host was reinstalled)"
+            ) from err
+        except paramiko.AuthenticationException as err:
+            self._conn.close()
+            raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
+        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as err:
+            self._conn.close()
+            raise ConnectError(
+                f"node {self.name!r}: cannot connect to {node.host}:{node.port} "
+                f"({type(err).__name__}: {err})"
+            ) from err
+
+    def _disconnect(self) -> None:
+        try:
+            if self._sftp is not None:
+                self._sftp.close()
+        except Exception:  # noqa: BLE001 - closing a broken session must not raise
+            pass
+        self._conn.close()
+
+    def _run(self, command: str, timeout: float) -> CommandResult:
+        start = time.monotonic()
+        watchdog = threading.Timer(timeout + WATCHDOG_GRACE, self._conn.client.close)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            result = self._conn.run(
+                command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout
+            )
+        except CommandTimedOut:
+            raise CommandTimeout(
+                f"node {self.name!r}: command still running after {timeout:.0f} s"
+            ) from None
+        except UnexpectedExit as err:  # only without warn=True; kept for safety
+            result = err.result
+        except (paramiko.SSHException, OSError, EOFError) as err:
+            if not watchdog.is_alive() and time.monotonic() - start >= timeout:
+                raise CommandTimeout(
+                    f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
+                ) from err
+            raise InfraError(
+                f"node {self.name!r}: session failed ({type(err).__name__}: {err})"
+            ) from err
+        finally:
+            watchdog.cancel()
+        if not watchdog.is_alive() and time.monotonic() - start >= timeout + WATCHDOG_GRACE:
+            raise CommandTimeout(f"node {self.name!r}: no answer within {timeout:.0f} s")
+        return CommandResult(
+            command=command,
+            exit_code=result.exited if result.exited is not None else 255,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            seconds=time.monotonic() - start,
+        )
+
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self._conn.sftp()
+        return self._sftp
+
+    def _put(self, local: Path, remote: str) -> None:
+        try:
+            self._sftp_client().put(str(local), remote)
+        except (paramiko.SSHException, OSError, EOFError) as err:
+            raise InfraError(f"node {self.name!r}: upload of {local.name} failed ({err})") from err
+
+    def _read(self, remote: str, limit: int) -> bytes:
+        try:
+            with self._sftp_client().open(remote, "rb") as handle:
+                size = handle.stat().st_size or 0
+                if size:
+                    handle.prefetch(min(size, limit))
+                return handle.read(limit)
+        except FileNotFoundError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as err:
+            raise InfraError(f"node {self.name!r}: download of {remote} failed ({err})") from err
