@@ -62,7 +62,10 @@ class Bundle:
             return target
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".part")
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar:
+        with (
+            os.fdopen(fd, "wb") as raw,
+            tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar,
+        ):
             for arcname, path in self.files:
                 data = path.read_bytes()
                 info = tarfile.TarInfo(arcname)
@@ -92,13 +95,16 @@ def ensure(transport: Transport, workdir: str, bundle: Bundle, cache_dir: Path) 
     script = (
         f"set -e; rm -rf {shlex.quote(final)}.part.*; mkdir -p {tmp}; "
         f"tar -xzf {shlex.quote(remote_archive)} -C {tmp}; touch {tmp}/{COMPLETE}; "
-        f"if [ -e {shlex.quote(final)} ]; then rm -rf {tmp}; else mv {tmp} {shlex.quote(final)}; fi; "
+        f"if [ -e {shlex.quote(final)} ]; then rm -rf {tmp}; "
+        f"else mv {tmp} {shlex.quote(final)}; fi; "
         f"rm -f {shlex.quote(remote_archive)}"
     )
     result = transport.run(script, timeout=STAGE_TIMEOUT)
     if not result.ok:
-        raise StagingFailed(f"extracting {bundle.name} on {transport.name} failed: "
-                            f"{(result.stderr or result.stdout).strip()[-500:]}")
+        raise StagingFailed(
+            f"extracting {bundle.name} on {transport.name} failed: "
+            f"{(result.stderr or result.stdout).strip()[-500:]}"
+        )
     return archive.stat().st_size
 
 

@@ -26,7 +26,9 @@ class Evidence:
     infra_detail: str = ""
     build_exit: int | None = None
     inspect_exit: int | None = None
-    missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
+    missing_instructions: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # name -> (found, needed)
     run_exit: int | None = None
     run_timed_out: bool = False
     stdout: bytes = b""
@@ -46,7 +48,8 @@ def _search(pattern: str, data: bytes) -> bool:
 
 def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: str) -> Verdict:
     if ev.infra_stage is not None:
-        return Verdict(Outcome.INFRA_ERROR, ev.infra_stage, ev.infra_detail)
+        detail = ev.infra_detail or f"the node failed during {ev.infra_stage}"
+        return Verdict(Outcome.INFRA_ERROR, ev.infra_stage, detail)
     if ev.build_exit is None:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
@@ -54,9 +57,13 @@ def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marke
     if ev.inspect_exit is None:
         return Verdict(Outcome.NOT_RUN, "inspect", "inspection never finished")
     if ev.inspect_exit != 0:
-        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler exited {ev.inspect_exit}")
+        return Verdict(
+            Outcome.INSPECT_FAIL, "inspect", f"the disassembler exited {ev.inspect_exit}"
+        )
     if ev.missing_instructions:
-        missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
+        missing = ", ".join(
+            f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items())
+        )
         return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}")
     if exp.outcome is Outcome.COMPILE_ONLY:
         return Verdict(Outcome.COMPILE_ONLY, None, "built and inspected; no GPU to run on")
@@ -70,8 +77,11 @@ def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marke
         if passed:
             return Verdict(Outcome.PASS, None, "exit 0 and the pass marker on stdout")
         if refused:
-            return Verdict(Outcome.UNEXPECTED_REFUSAL, "run",
-                           f"refused a card its contract serves ({exp.reason})")
+            return Verdict(
+                Outcome.UNEXPECTED_REFUSAL,
+                "run",
+                f"refused a card its contract serves ({exp.reason})",
+            )
         if ev.run_exit == 0:
             return Verdict(Outcome.FAIL, "run", "exit 0 but no pass marker on stdout")
         return Verdict(Outcome.FAIL, "run", f"exit {ev.run_exit} without the pass marker")
@@ -79,10 +89,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marke
     if refused:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0:
-        return Verdict(Outcome.MISSING_REFUSAL, "run",
-                       f"ran on a card it must refuse ({exp.reason})")
-    return Verdict(Outcome.MISSING_REFUSAL, "run",
-                   f"exit {ev.run_exit} without the refusal text on stderr")
+        return Verdict(
+            Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})"
+        )
+    return Verdict(
+        Outcome.MISSING_REFUSAL, "run", f"exit {ev.run_exit} without the refusal text on stderr"
+    )
 
 
 def classify(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: str) -> Verdict:
@@ -91,9 +103,14 @@ def classify(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: s
     if known is None or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict
     if verdict.outcome is known.outcome:
-        return Verdict(Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}")
+        return Verdict(
+            Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}"
+        )
     if verdict.outcome is exp.outcome:
-        return Verdict(Outcome.FIXED, None,
-                       f"behaves as its contract says although a known failure is declared "
-                       f"({known.reason}); remove the declaration")
+        return Verdict(
+            Outcome.FIXED,
+            None,
+            f"behaves as its contract says although a known failure is declared "
+            f"({known.reason}); remove the declaration",
+        )
     return verdict

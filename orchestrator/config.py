@@ -89,9 +89,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 class _DuplicateKey(Exception):
@@ -108,7 +106,7 @@ def read_yaml(path: Path, what: str) -> Any:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(str(path), "", f"an unreadable file ({err})", "UTF-8 YAML") from err
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except _DuplicateKey as dup:
         raise ConfigError(
             str(path),
@@ -252,8 +250,12 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
                 names = template_fields(template)
             except ValueError as err:
                 errors.append(
-                    ConfigError(str(file), f"variants.{vname}.{key}", f"{template!r} ({err})",
-                                "a command template with balanced {braces}")
+                    ConfigError(
+                        str(file),
+                        f"variants.{vname}.{key}",
+                        f"{template!r} ({err})",
+                        "a command template with balanced {braces}",
+                    )
                 )
                 continue
             for name in names:
@@ -274,35 +276,60 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
 def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
     raw = read_yaml(file, "a job file")
     errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
-    spec: JobSpec = _validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
+    try:
+        spec: JobSpec = _validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
+    except ConfigErrors as many:
+        raise ConfigErrors(errors + many.errors) from None
     errors += _check_templates(spec, file)
     if spec.kernel != file.stem:
         errors.append(
-            ConfigError(str(file), "kernel", repr(spec.kernel),
-                        f"the file's own name, {file.stem!r}, so each kernel has one job file")
+            ConfigError(
+                str(file),
+                "kernel",
+                repr(spec.kernel),
+                f"the file's own name, {file.stem!r}, so each kernel has one job file",
+            )
         )
     paths = []
     for index, source in enumerate(spec.sources):
         path = (root / source).resolve()
         if not path.is_file():
-            errors.append(ConfigError(str(file), f"sources[{index}]", f"{source!r}, which does not exist",
-                                      f"a source file, relative to {root}"))
+            errors.append(
+                ConfigError(
+                    str(file),
+                    f"sources[{index}]",
+                    f"{source!r}, which does not exist",
+                    f"a source file, relative to {root}",
+                )
+            )
         elif not path.is_relative_to(root.resolve()):
-            errors.append(ConfigError(str(file), f"sources[{index}]", repr(source),
-                                      f"a path inside {root}"))
+            errors.append(
+                ConfigError(str(file), f"sources[{index}]", repr(source), f"a path inside {root}")
+            )
         paths.append(path)
     for index, dep in enumerate(spec.dependencies):
         if dep not in dependencies.KNOWN:
-            errors.append(ConfigError(str(file), f"dependencies[{index}]", repr(dep),
-                                      "one of " + ", ".join(sorted(dependencies.KNOWN))))
+            errors.append(
+                ConfigError(
+                    str(file),
+                    f"dependencies[{index}]",
+                    repr(dep),
+                    "one of " + ", ".join(sorted(dependencies.KNOWN)),
+                )
+            )
             continue
-        needs_local = [n for n, node in nodes.items() if node.enabled and dep not in node.dependencies]
+        needs_local = [
+            n for n, node in nodes.items() if node.enabled and dep not in node.dependencies
+        ]
         if needs_local and dependencies.local_path(dep) is None:
             errors.append(
-                ConfigError(str(file), f"dependencies[{index}]",
-                            f"{dep!r}, which is not installed on this machine",
-                            f"it installed ({dependencies.install_hint(dep)}) or named by every "
-                            f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})")
+                ConfigError(
+                    str(file),
+                    f"dependencies[{index}]",
+                    f"{dep!r}, which is not installed on this machine",
+                    f"it installed ({dependencies.install_hint(dep)}) or named by every "
+                    f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})",
+                )
             )
     if errors:
         raise ConfigErrors(errors)
@@ -325,17 +352,26 @@ def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
     errors = _check_names(raw, "nodes", file) if isinstance(raw, dict) else []
     if isinstance(raw, dict) and not raw.get("nodes"):
         raise ConfigError(str(file), "nodes", "no nodes", "at least one node under `nodes:`")
+    try:
+        spec: FarmSpec = _validate(FarmSpec, raw, file, "the farm: nodes, database, jobs, reports")
+    except ConfigErrors as many:
+        raise ConfigErrors(errors + many.errors) from None
     if errors:
         raise ConfigErrors(errors)
-    spec: FarmSpec = _validate(FarmSpec, raw, file, "the farm: nodes, database, jobs, reports")
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     if not jobs_dir.is_dir():
-        raise ConfigError(str(file), "jobs", f"{spec.jobs!r}, which is not a folder",
-                          "a folder of job files (one YAML per kernel)")
+        raise ConfigError(
+            str(file),
+            "jobs",
+            f"{spec.jobs!r}, which is not a folder",
+            "a folder of job files (one YAML per kernel)",
+        )
     job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
     if not job_files:
-        raise ConfigError(str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel")
+        raise ConfigError(
+            str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel"
+        )
     jobs: dict[str, Job] = {}
     errors = []
     for job_file in job_files:
@@ -348,8 +384,14 @@ def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
             errors.append(one)
             continue
         if job.kernel in jobs:
-            errors.append(ConfigError(str(job_file), "kernel", repr(job.kernel),
-                                      f"a kernel name not already used by {jobs[job.kernel].file}"))
+            errors.append(
+                ConfigError(
+                    str(job_file),
+                    "kernel",
+                    repr(job.kernel),
+                    f"a kernel name not already used by {jobs[job.kernel].file}",
+                )
+            )
         jobs[job.kernel] = job
     if errors:
         raise ConfigErrors(errors)

@@ -94,7 +94,10 @@ def farm_commit(root: Path) -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -105,9 +108,20 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
     """What farm.yaml says of a node, for cells whose node could not be probed."""
     node = farm.nodes[name]
     return NodeSnapshot(
-        node=name, workdir="", hostname="", os="", gpu_name=node.gpu, cc=node.declared_cc,
-        driver=None, memory=None, gpu_count=0, nvcc_path=node.nvcc, nvcc_version=None,
-        smi_output="", declared_gpu=node.gpu, declared_cc=node.declared_cc,
+        node=name,
+        workdir="",
+        hostname="",
+        os="",
+        gpu_name=node.gpu,
+        cc=node.declared_cc,
+        driver=None,
+        memory=None,
+        gpu_count=0,
+        nvcc_path=node.nvcc,
+        nvcc_version=None,
+        smi_output="",
+        declared_gpu=node.gpu,
+        declared_cc=node.declared_cc,
     )
 
 
@@ -149,7 +163,9 @@ class FarmRun:
         status = "aborted"
         try:
             if by_node:
-                with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
+                with ThreadPoolExecutor(
+                    max_workers=len(by_node), thread_name_prefix="node"
+                ) as pool:
                     for future in [pool.submit(self._node, n, c) for n, c in by_node.items()]:
                         future.result()
             status = "finished"
@@ -178,9 +194,13 @@ class FarmRun:
                 if snapshot.nvcc_version is None:
                     raise InfraError(f"node {name!r}: no working nvcc at {node.nvcc!r}")
                 if not snapshot.workdir:
-                    raise InfraError(f"node {name!r}: cannot create its work folder {node.workdir!r}")
+                    raise InfraError(
+                        f"node {name!r}: cannot create its work folder {node.workdir!r}"
+                    )
             except InfraError as err:
-                stage_records.append(StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err)))
+                stage_records.append(
+                    StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err))
+                )
                 self._node_failed(name, cells, snapshot, "probe", str(err), stage_records)
                 return
             probe_seconds = time.monotonic() - clock
@@ -190,29 +210,44 @@ class FarmRun:
             try:
                 placed, shipped = self._stage_bundles(setup, snapshot, cells)
             except InfraError as err:
-                stage_records.append(StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err)))
+                stage_records.append(
+                    StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err))
+                )
                 self._node_failed(name, cells, snapshot, "stage", str(err), stage_records)
                 return
             stage_seconds = time.monotonic() - clock
             stage_records.append(
                 StageRecord("stage", "ok", stage_start, stage_seconds, f"{shipped} bytes shipped")
             )
-            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, shipped)
+            snapshot_id = self._store_snapshot(
+                name, snapshot, None, probe_seconds, stage_seconds, shipped
+            )
             self.listener.node_ready(name, snapshot, None)
             self._cells(name, cells, snapshot, snapshot_id, placed, setup, stage_records)
         finally:
             setup.close()
 
     def _node_failed(
-        self, name: str, cells: list[Cell], snapshot: NodeSnapshot | None,
-        stage: str, error: str, records: list[StageRecord],
+        self,
+        name: str,
+        cells: list[Cell],
+        snapshot: NodeSnapshot | None,
+        stage: str,
+        error: str,
+        records: list[StageRecord],
     ) -> None:
         snapshot_id = self._store_snapshot(name, snapshot, error, None, None, 0)
         self.listener.node_ready(name, snapshot, error)
-        basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)
+        basis = (
+            snapshot
+            if snapshot is not None and snapshot.workdir
+            else declared_snapshot(name, self.farm)
+        )
         for cell in cells:
             job = self.farm.jobs[cell.kernel]
-            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis))
+            result = CellResult(
+                cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis)
+            )
             result.stages = list(records)
             result.evidence = Evidence(infra_stage=stage, infra_detail=error)
             result.verdict = Verdict(Outcome.INFRA_ERROR, stage, error)
@@ -228,7 +263,9 @@ class FarmRun:
         shipped = 0
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]
-            files = [(src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)]
+            files = [
+                (src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)
+            ]
             sources = bundle.Bundle.of_files(f"sources:{kernel}", files)
             shipped += bundle.ensure(transport, snapshot.workdir, sources, self.cache_dir)
             placed[f"sources:{kernel}"] = bundle.remote_dir(snapshot.workdir, sources)
@@ -242,7 +279,9 @@ class FarmRun:
                     continue
                 folder = dependencies.local_path(dep)
                 if folder is None:  # checked at load; a user may have uninstalled it since
-                    raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
+                    raise InfraError(
+                        f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}"
+                    )
                 dep_bundle = bundle.Bundle.of_folder(key, folder)
                 shipped += bundle.ensure(transport, snapshot.workdir, dep_bundle, self.cache_dir)
                 placed[key] = bundle.remote_dir(snapshot.workdir, dep_bundle)
@@ -250,8 +289,14 @@ class FarmRun:
         return placed, shipped
 
     def _cells(
-        self, name: str, cells: list[Cell], snapshot: NodeSnapshot, snapshot_id: int,
-        placed: dict[str, str], setup: Transport, node_records: list[StageRecord],
+        self,
+        name: str,
+        cells: list[Cell],
+        snapshot: NodeSnapshot,
+        snapshot_id: int,
+        placed: dict[str, str],
+        setup: Transport,
+        node_records: list[StageRecord],
     ) -> None:
         node = self.farm.nodes[name]
         pending = list(cells)
@@ -266,7 +311,16 @@ class FarmRun:
         def worker(transport: Transport) -> None:
             try:
                 while (cell := next_cell()) is not None:
-                    self._cell(transport, cell, snapshot, snapshot_id, placed, slots, cuobjdump, node_records)
+                    self._cell(
+                        transport,
+                        cell,
+                        snapshot,
+                        snapshot_id,
+                        placed,
+                        slots,
+                        cuobjdump,
+                        node_records,
+                    )
             finally:
                 transport.close()
 
@@ -277,8 +331,15 @@ class FarmRun:
                 future.result()
 
     def _cell(
-        self, transport: Transport, cell: Cell, snapshot: NodeSnapshot, snapshot_id: int,
-        placed: dict[str, str], slots: GpuSlots, cuobjdump: str, node_records: list[StageRecord],
+        self,
+        transport: Transport,
+        cell: Cell,
+        snapshot: NodeSnapshot,
+        snapshot_id: int,
+        placed: dict[str, str],
+        slots: GpuSlots,
+        cuobjdump: str,
+        node_records: list[StageRecord],
     ) -> None:
         job = self.farm.jobs[cell.kernel]
         variant = job.spec.variants[cell.variant]
@@ -286,8 +347,16 @@ class FarmRun:
         self.listener.cell_started(cell)
         deps = {d: placed[f"dep:{d}"] for d in job.spec.dependencies}
         digests = {d: placed[f"dep:{d}:digest"] for d in job.spec.dependencies}
-        paths = cell_paths(snapshot, job, variant, cell, self.summary.run_id,
-                           placed[f"sources:{cell.kernel}"], deps, digests)
+        paths = cell_paths(
+            snapshot,
+            job,
+            variant,
+            cell,
+            self.summary.run_id,
+            placed[f"sources:{cell.kernel}"],
+            deps,
+            digests,
+        )
         try:
             self._open(transport)
         except InfraError as err:
@@ -298,19 +367,35 @@ class FarmRun:
             result.ended_at = datetime.now(UTC)
             self._finish(cell, job, result, snapshot_id)
             return
-        CellPipeline(transport, job, variant, snapshot, paths, result, slots,
-                     self.farm.spec.output_cap, cuobjdump).execute()
+        CellPipeline(
+            transport,
+            job,
+            variant,
+            snapshot,
+            paths,
+            result,
+            slots,
+            self.farm.spec.output_cap,
+            cuobjdump,
+        ).execute()
         if result.evidence.infra_stage is not None:
             transport.close()  # a broken session is reopened for the next cell
         self._finish(cell, job, result, snapshot_id)
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(
-        self, name: str, snapshot: NodeSnapshot | None, error: str | None,
-        probe_seconds: float | None, stage_seconds: float | None, shipped: int,
+        self,
+        name: str,
+        snapshot: NodeSnapshot | None,
+        error: str | None,
+        probe_seconds: float | None,
+        stage_seconds: float | None,
+        shipped: int,
     ) -> int:
         node = self.farm.nodes[name]
-        address = "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
+        address = (
+            "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
+        )
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
             if probe_seconds:
@@ -319,15 +404,26 @@ class FarmRun:
                 self.summary.stage_seconds["stage"] += stage_seconds
         s = snapshot
         return self.store.add_snapshot(
-            run_id=self.summary.run_id, node=name, transport=node.transport, address=address,
-            hostname=s.hostname if s else None, os=s.os if s else None,
-            gpu_name=s.gpu_name if s else None, cc=str(s.cc) if s and s.cc else None,
-            driver=s.driver if s else None, memory=s.memory if s else None,
-            gpu_count=s.gpu_count if s else 0, nvcc_path=node.nvcc,
+            run_id=self.summary.run_id,
+            node=name,
+            transport=node.transport,
+            address=address,
+            hostname=s.hostname if s else None,
+            os=s.os if s else None,
+            gpu_name=s.gpu_name if s else None,
+            cc=str(s.cc) if s and s.cc else None,
+            driver=s.driver if s else None,
+            memory=s.memory if s else None,
+            gpu_count=s.gpu_count if s else 0,
+            nvcc_path=node.nvcc,
             nvcc_version=s.nvcc_version if s else None,
-            declared_gpu=node.gpu, declared_cc=node.cc,
-            cc_mismatch=bool(s and s.cc_mismatch), probe_error=error,
-            probe_seconds=probe_seconds, stage_seconds=stage_seconds, bytes_shipped=shipped,
+            declared_gpu=node.gpu,
+            declared_cc=node.cc,
+            cc_mismatch=bool(s and s.cc_mismatch),
+            probe_error=error,
+            probe_seconds=probe_seconds,
+            stage_seconds=stage_seconds,
+            bytes_shipped=shipped,
             smi_output=s.smi_output if s else None,
         )
 
@@ -337,25 +433,38 @@ class FarmRun:
         assert verdict is not None
         exp: Expectation = result.expectation
         result_id = self.store.add_result(
-            run_id=self.summary.run_id, snapshot_id=snapshot_id,
-            kernel=cell.kernel, variant=cell.variant, node=cell.node,
+            run_id=self.summary.run_id,
+            snapshot_id=snapshot_id,
+            kernel=cell.kernel,
+            variant=cell.variant,
+            node=cell.node,
             contract=str(variant.cc.contract()),
-            expected=exp.label, expected_reason=exp.reason,
+            expected=exp.label,
+            expected_reason=exp.reason,
             known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
-            outcome=verdict.outcome.value, failed_stage=verdict.failed_stage, reason=verdict.reason,
+            outcome=verdict.outcome.value,
+            failed_stage=verdict.failed_stage,
+            reason=verdict.reason,
             exit_code=result.evidence.run_exit,
             stage_seconds=result.stage_seconds,
             stage_details={s.name: {"status": s.status, "detail": s.detail} for s in result.stages},
-            build_command=result.build_command, build_cached=result.build_cached,
-            build_log=result.build_log, stdout=result.evidence.stdout, stderr=result.evidence.stderr,
-            stdout_size=result.stdout_size, stderr_size=result.stderr_size,
-            source_sha256=next(iter(job.source_sha256.values())), sources=dict(job.source_sha256),
+            build_command=result.build_command,
+            build_cached=result.build_cached,
+            build_log=result.build_log,
+            stdout=result.evidence.stdout,
+            stderr=result.evidence.stderr,
+            stdout_size=result.stdout_size,
+            stderr_size=result.stderr_size,
+            source_sha256=next(iter(job.source_sha256.values())),
+            sources=dict(job.source_sha256),
             binary_sha256=result.binary_sha256,
             instruction_counts=result.instruction_counts,
             required_instructions=dict(variant.instructions),
-            elf_targets=result.elf_targets, ptx_targets=result.ptx_targets,
+            elf_targets=result.elf_targets,
+            ptx_targets=result.ptx_targets,
             code_path=result.code_path,
-            started_at=result.started_at, ended_at=result.ended_at,
+            started_at=result.started_at,
+            ended_at=result.ended_at,
         )
         with self._summary_lock:
             self.summary.outcomes[verdict.outcome.value] += 1
@@ -366,7 +475,7 @@ class FarmRun:
         self.listener.cell_finished(cell, result, result_id)
 
 
-def run_cells(farm: Farm, store: Store, cells: Iterable[Cell], **kwargs) -> RunSummary:  # noqa: ANN003
+def run_cells(farm: Farm, store: Store, cells: Iterable[Cell], **kwargs) -> RunSummary:
     listener = kwargs.pop("listener", None)
     selection = kwargs.pop("selection", "--all")
     return FarmRun(farm, store, listener=listener, **kwargs).execute(list(cells), selection)

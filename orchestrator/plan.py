@@ -57,8 +57,7 @@ def plan_cells(
         unknown = [n for n in node_names if n not in farm.nodes]
         if unknown:
             raise SelectionError(
-                f"no node named {', '.join(unknown)} in {farm.file}; "
-                f"nodes: {', '.join(farm.nodes)}"
+                f"no node named {', '.join(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}"
             )
         nodes = list(node_names)
     else:
@@ -92,10 +91,7 @@ def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot) -> bo
                 return False
         except InvalidVersion:
             return False
-    if when.cc is not None:
-        if snapshot.cc is None or not when.cc.contract().admits(snapshot.cc):
-            return False
-    return True
+    return when.cc is None or (snapshot.cc is not None and when.cc.contract().admits(snapshot.cc))
 
 
 def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot) -> Expectation:
@@ -104,9 +100,13 @@ def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot) -> Expectatio
         (kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot)), None
     )
     if snapshot.cc is None:
-        return Expectation(Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known)
+        return Expectation(
+            Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known
+        )
     if contract.admits(snapshot.cc):
         return Expectation(Outcome.PASS, f"CC {snapshot.cc} satisfies {contract}", known)
     return Expectation(
-        Outcome.EXPECTED_REFUSAL, f"CC {snapshot.cc} is outside {contract}: the gate must refuse", known
+        Outcome.EXPECTED_REFUSAL,
+        f"CC {snapshot.cc} is outside {contract}: the gate must refuse",
+        known,
     )

@@ -45,9 +45,7 @@ class NodeSnapshot:
     @property
     def cc_mismatch(self) -> bool:
         """The card differs from what farm.yaml declares (probe drift)."""
-        return (
-            self.declared_cc is not None and self.cc is not None and self.declared_cc != self.cc
-        )
+        return self.declared_cc is not None and self.cc is not None and self.declared_cc != self.cc
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -77,9 +75,9 @@ def probe_command(node: NodeSpec) -> str:
             "echo '@@farm host'",
             "hostname; uname -sm",
             "echo '@@farm smi'",
-            f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; echo \"rc=$?\"",
+            f'nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; echo "rc=$?"',
             "echo '@@farm nvcc'",
-            f"{nvcc} --version 2>&1; echo \"rc=$?\"",
+            f'{nvcc} --version 2>&1; echo "rc=$?"',
         ]
     )
 
@@ -94,7 +92,9 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
             fields = [f.strip() for f in line.split(",")]
             if len(fields) == 4:
                 try:
-                    gpus.append((fields[0], ComputeCapability.parse(fields[1]), fields[2], fields[3]))
+                    gpus.append(
+                        (fields[0], ComputeCapability.parse(fields[1]), fields[2], fields[3])
+                    )
                 except ValueError:
                     continue
     nvcc = sec.get("nvcc", [])

@@ -142,8 +142,7 @@ def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: 
 def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
     """Occurrences of each mnemonic as a whole word ("HMMA" counts HMMA.16816.F32)."""
     return {
-        name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly))
-        for name in names
+        name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly)) for name in names
     }
 
 
@@ -211,10 +210,12 @@ class CellPipeline:
 
     def execute(self) -> CellResult:
         ev = self.result.evidence
-        if self._stage("build", self._build) and ev.build_exit == 0:
-            if self._stage("inspect", self._inspect) and self._inspect_passed():
-                if self.snapshot.has_gpu:
-                    self._stage("run", self._run)
+        # each stage runs only if the one before it succeeded; a node without a
+        # GPU stops after inspect (compile-only)
+        built = self._stage("build", self._build) and ev.build_exit == 0
+        inspected = built and self._stage("inspect", self._inspect) and self._inspect_passed()
+        if inspected and self.snapshot.has_gpu:
+            self._stage("run", self._run)
         self.result.verdict = classify(
             ev, self.result.expectation, self.job.spec.pass_marker, self.job.spec.refusal_marker
         )
@@ -241,7 +242,9 @@ class CellPipeline:
         self.result.build_cached = outcome.stdout.strip() == "cached"
         self.result.evidence.build_exit = outcome.exit_code
         try:
-            self.result.build_log = self.t.read(f"{self.paths.build_dir}/build.log", self.output_cap)
+            self.result.build_log = self.t.read(
+                f"{self.paths.build_dir}/build.log", self.output_cap
+            )
         except FileNotFoundError:
             self.result.build_log = (outcome.stdout + outcome.stderr).encode()
         if outcome.exit_code in (124, 137):
@@ -253,9 +256,7 @@ class CellPipeline:
     # inspect --------------------------------------------------------------
     def _inspect(self) -> str:
         binary = shlex.quote(self.paths.binary)
-        command = self.variant.inspect.format(
-            cuobjdump=shlex.quote(self.cuobjdump), binary=binary
-        )
+        command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
         bdir = shlex.quote(self.paths.build_dir)
         cuda = "{cuobjdump}" in self.variant.inspect
         lists = (
@@ -265,8 +266,9 @@ class CellPipeline:
             else ""
         )
         script = (
-            f"cd {bdir} && timeout -k {KILL_GRACE} {int(INSPECT_TIMEOUT)} sh -c {shlex.quote(command)} "
-            f"> inspect.txt 2> inspect.err; rc=$?; echo \"@@farm rc=$rc\"; "
+            f"cd {bdir} && timeout -k {KILL_GRACE} {int(INSPECT_TIMEOUT)} "
+            f"sh -c {shlex.quote(command)} "
+            f'> inspect.txt 2> inspect.err; rc=$?; echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum {binary} | cut -d' ' -f1; {lists}exit 0"
         )
         outcome = self.t.run(script, timeout=INSPECT_TIMEOUT + CHANNEL_MARGIN)
@@ -286,7 +288,9 @@ class CellPipeline:
             )
         if ev.inspect_exit != 0:
             return "failed"
-        dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
+        dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode(
+            "utf-8", "replace"
+        )
         counts = count_instructions(dump, list(self.variant.instructions))
         self.result.instruction_counts = counts
         ev.missing_instructions = {
@@ -307,7 +311,7 @@ class CellPipeline:
                 f"mkdir -p {rdir} && cd {rdir} && {{ CUDA_VISIBLE_DEVICES={slot} "
                 f"timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} "
                 f"> stdout 2> stderr < /dev/null; rc=$?; "
-                f"echo \"@@farm $rc $(wc -c < stdout) $(wc -c < stderr)\"; }}"
+                f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
             )
             clock = time.monotonic()
             outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)

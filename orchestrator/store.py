@@ -131,7 +131,7 @@ class ResultRow(Base):
     snapshot: Mapped[NodeSnapshotRow | None] = relationship()
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")

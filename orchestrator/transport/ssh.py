@@ -19,8 +19,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
-import socket
 import threading
 import time
 from pathlib import Path
@@ -40,7 +40,7 @@ class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
     def __init__(self, known_hosts: str) -> None:
         self.known_hosts = known_hosts
 
-    def missing_host_key(self, client, hostname, key) -> None:  # noqa: ANN001
+    def missing_host_key(self, client, hostname, key) -> None:
         digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
         raise HostKeyError(
             f"host {hostname} is not in {self.known_hosts} (strict host-key checking). "
@@ -59,7 +59,7 @@ def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, i
 
 
 class SSHTransport(Transport):
-    def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:  # noqa: ANN001
+    def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:
         node = self.node
         key_file = str(Path(node.key_file).expanduser()) if node.key_file else None
         config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
@@ -83,10 +83,9 @@ class SSHTransport(Transport):
         )
         known_hosts = str(Path(node.known_hosts).expanduser())
         conn.client.get_host_keys().clear()
-        try:
+        # without the file every host is unknown, and refused with the line to add
+        with contextlib.suppress(FileNotFoundError):
             conn.client.load_host_keys(known_hosts)
-        except FileNotFoundError:
-            pass  # every host is then unknown, and refused with the line to add
         conn.client.set_missing_host_key_policy(_RefuseUnknownHost(known_hosts))
         return conn
 
@@ -113,7 +112,7 @@ class SSHTransport(Transport):
         except paramiko.AuthenticationException as err:
             self._conn.close()
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
-        except (paramiko.SSHException, OSError, EOFError, socket.timeout) as err:
+        except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
             self._conn.close()
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} "
@@ -124,7 +123,7 @@ class SSHTransport(Transport):
         try:
             if self._sftp is not None:
                 self._sftp.close()
-        except Exception:  # noqa: BLE001 - closing a broken session must not raise
+        except Exception:
             pass
         self._conn.close()
 

@@ -1,0 +1,276 @@
+"""`farm`: a thin command line over the library.
+
+Each command loads the configuration, calls one library function and prints.
+A FarmError becomes one "Error: ..." line on stderr and its documented exit
+code (errors.py); README.md's "Exit codes" section lists them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import report as report_mod
+from .config import Farm, load_farm
+from .errors import EXIT_CONFIG, EXIT_OK, FarmError
+from .executor import FarmRun, RunSummary
+from .plan import SelectionError, plan_cells
+from .probe import probe
+from .progress import LiveListener, PlainListener, describe_node
+from .store import Store
+from .transport import transport_for
+
+EXIT_MEANING = {
+    0: "every cell as expected",
+    1: "at least one cell not as expected (a kernel or job problem)",
+    3: "configuration error",
+    4: "every verdict as expected, but some cells could not run (infra)",
+    5: "results database error",
+    6: "another farm run holds the lock",
+}
+
+
+def farm_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--config and --database, identical on every command."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        envvar="FARM_CONFIG",
+        default="farm.yaml",
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The farm's configuration (env FARM_CONFIG).",
+    )
+    @click.option(
+        "--database",
+        envvar="FARM_DATABASE",
+        default=None,
+        help="Database URL, overriding farm.yaml's (env FARM_DATABASE).",
+    )
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _fail(err: FarmError) -> None:
+    click.echo(f"Error: {err}", err=True)
+    sys.exit(err.exit_code)
+
+
+def _load(config_path: Path, database: str | None) -> Farm:
+    return load_farm(config_path, database=database)
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except FarmError as err:
+            _fail(err)
+        except SelectionError as err:
+            click.echo(f"Error: {err}", err=True)
+            sys.exit(EXIT_CONFIG)
+
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="farm")
+def main() -> None:
+    """A multi-architecture GPU test farm: build, inspect and run every kernel
+    variant on every node, classify each cell, store it, render the matrix.
+
+    Example: farm verify --all
+    """
+
+
+def _matrix_text(summary: RunSummary) -> str:
+    nodes = sorted({cell.node for cell, _, _ in summary.results})
+    rows = sorted({(cell.kernel, cell.variant) for cell, _, _ in summary.results})
+    by_key = {(c.kernel, c.variant, c.node): r for c, r, _ in summary.results}
+    first = max([len(f"{k}:{v}") for k, v in rows] + [14])
+    widths = {n: max(len(n), 18) for n in nodes}
+    lines = ["kernel:variant".ljust(first) + "  " + "  ".join(n.ljust(widths[n]) for n in nodes)]
+    for kernel, variant in rows:
+        cells = []
+        for node in nodes:
+            result = by_key.get((kernel, variant, node))
+            text = result.verdict.outcome.value if result and result.verdict else "-"
+            cells.append(text.ljust(widths[node]))
+        lines.append(f"{kernel}:{variant}".ljust(first) + "  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("selectors", nargs=-1, metavar="[KERNEL[:VARIANT]]...")
+@click.option("--all", "all_", is_flag=True, help="Every variant of every kernel.")
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    metavar="NAME",
+    help="Only this node (repeatable); default every enabled node.",
+)
+@click.option(
+    "--trigger",
+    default="manual",
+    show_default=True,
+    envvar="FARM_TRIGGER",
+    help="Recorded with the run: manual, cron, ci...",
+)
+@click.option("--no-report", is_flag=True, help="Do not render reports/ after the run.")
+@click.option("--quiet", is_flag=True, help="Print only cells not as expected and the verdict.")
+@farm_options
+@handle_errors
+def verify(
+    selectors: tuple[str, ...],
+    all_: bool,
+    nodes: tuple[str, ...],
+    trigger: str,
+    no_report: bool,
+    quiet: bool,
+    config_path: Path,
+    database: str | None,
+) -> None:
+    """Build, inspect and run kernels on nodes; store and report every cell.
+
+    Exit 0 when every cell is as expected, 1 when one is not, 4 when only
+    infrastructure failed (see README, "Exit codes").
+
+    Examples: farm verify --all;  farm verify wgmma_gemm:gencode --node h100
+    """
+    if not all_ and not selectors:
+        raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
+    farm = _load(config_path, database)
+    cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
+    store = Store(farm.database_url)
+    listener = PlainListener(quiet=quiet) if quiet or not sys.stdout.isatty() else LiveListener()
+    selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
+    summary = FarmRun(farm, store, listener=listener, trigger=trigger).execute(
+        cells, selection.strip()
+    )
+    if not quiet:
+        click.echo("")
+        click.echo(_matrix_text(summary))
+        stages = ", ".join(
+            f"{name} {summary.stage_seconds.get(name, 0.0):.1f} s"
+            for name in ("probe", "stage", "build", "inspect", "run")
+        )
+        click.echo(
+            f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
+            f"{summary.bytes_shipped} bytes shipped"
+        )
+    click.echo(
+        f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
+        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
+    )
+    if not no_report:
+        index = report_mod.render(store, farm.reports_dir, summary.run_id)
+        if not quiet:
+            click.echo(f"report: {index}")
+    sys.exit(summary.exit_code)
+
+
+@main.command()
+@farm_options
+@handle_errors
+def nodes(config_path: Path, database: str | None) -> None:
+    """Probe every node and print what it really is (GPU, CC, driver, nvcc).
+
+    Example: farm nodes --config farms/hopper.yaml
+    """
+    farm = _load(config_path, database)
+    header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} notes"
+    click.echo(header)
+    worst = EXIT_OK
+    for name, node in farm.nodes.items():
+        if not node.enabled:
+            click.echo(
+                f"{name:<12} {'no':<7} {'(declared) ' + (node.gpu or '-'):<28} {node.cc or '-':<5}"
+            )
+            continue
+        try:
+            with transport_for(name, node) as transport:
+                snap = probe(transport)
+        except FarmError as err:
+            click.echo(f"{name:<12} {'yes':<7} unreachable: {err}")
+            worst = 4
+            continue
+        notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
+        click.echo(
+            f"{name:<12} {'yes':<7} {snap.gpu_name or 'no GPU':<28} {snap.cc or '-'!s:<5} "
+            f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {notes}"
+        )
+    sys.exit(worst)
+
+
+@main.command()
+@click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder (default: farm.yaml's `reports`).",
+)
+@farm_options
+@handle_errors
+def report(run_id: int | None, out: Path | None, config_path: Path, database: str | None) -> None:
+    """Render the HTML capability matrix from the database alone.
+
+    Example: farm report --run 3
+    """
+    farm = _load(config_path, database)
+    store = Store(farm.database_url)
+    index = report_mod.render(store, out or farm.reports_dir, run_id)
+    click.echo(str(index))
+
+
+@main.command()
+@click.argument("result_id", type=int)
+@farm_options
+@handle_errors
+def show(result_id: int, config_path: Path, database: str | None) -> None:
+    """Print one stored cell result: verdict, provenance, output and logs.
+
+    Example: farm show 12
+    """
+    farm = _load(config_path, database)
+    store = Store(farm.database_url)
+    r = store.result(result_id)
+    if r is None:
+        raise FarmError(f"no result {result_id} in {farm.database_url}")
+    text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
+    click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}")
+    click.echo(
+        f"outcome   {r.outcome}"
+        + (f" at {r.failed_stage}" if r.failed_stage else "")
+        + f": {r.reason}"
+    )
+    click.echo(f"expected  {r.expected}: {r.expected_reason}")
+    click.echo(f"contract  {r.contract}")
+    for path, sha in r.sources.items():
+        click.echo(f"source    {path} sha256 {sha}")
+    click.echo(
+        f"binary    sha256 {r.binary_sha256 or '-'}; cubins {r.elf_targets}; ptx {r.ptx_targets}; "
+        f"code path {r.code_path or '-'}"
+    )
+    click.echo(f"build     {r.build_command}" + (" (reused)" if r.build_cached else ""))
+    click.echo(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
+    click.echo(f"stages    {r.stage_seconds}")
+    click.echo(f"exit code {r.exit_code}")
+    click.echo(f"--- stdout ({r.stdout_size} bytes)\n{text(r.stdout)}")
+    click.echo(f"--- stderr ({r.stderr_size} bytes)\n{text(r.stderr)}")
+    click.echo(f"--- build log\n{text(r.build_log)}")
+
+
+if __name__ == "__main__":
+    main()

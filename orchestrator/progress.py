@@ -1,0 +1,124 @@
+"""Progress for people: a live display on a terminal, plain lines elsewhere.
+
+Both are executor Listeners. Plain lines (one per node, one per cell) are what
+a cron mail or a CI log should hold; the live display adds a progress bar.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from datetime import datetime
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .executor import RunSummary
+from .outcomes import is_as_expected, is_infra
+from .plan import Cell
+from .probe import NodeSnapshot
+from .stages import CellResult
+
+
+def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -> str:
+    if error:
+        return f"node {node}: unreachable or unusable: {error}"
+    assert snapshot is not None
+    gpu = (
+        f"{snapshot.gpu_name}, CC {snapshot.cc}, driver {snapshot.driver}"
+        if snapshot.has_gpu
+        else "no GPU (compile-only)"
+    )
+    drift = f" [farm.yaml declares CC {snapshot.declared_cc}]" if snapshot.cc_mismatch else ""
+    return f"node {node}: {gpu}; nvcc {snapshot.nvcc_version}{drift}"
+
+
+def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
+    verdict = result.verdict
+    assert verdict is not None
+    mark = (
+        "ok  "
+        if is_as_expected(verdict.outcome)
+        else ("INFR" if is_infra(verdict.outcome) else "BAD ")
+    )
+    stages = ", ".join(
+        f"{s.name} {s.seconds:.1f}s" + (" (cached)" if s.status == "cached" else "")
+        for s in result.stages
+        if s.name in ("build", "inspect", "run")
+    )
+    expected = (
+        ""
+        if verdict.outcome.value == result.expectation.label
+        else f" (expected {result.expectation.label})"
+    )
+    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"
+
+
+class PlainListener:
+    """Timestamped lines, safe to interleave from worker threads."""
+
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
+        self.stream = stream or sys.stdout
+        self.quiet = quiet
+        self._lock = threading.Lock()
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            print(f"[{datetime.now():%H:%M:%S}] {text}", file=self.stream, flush=True)
+
+    def run_started(self, run_id: int, cells: list[Cell]) -> None:
+        if not self.quiet:
+            self._line(f"run {run_id}: {len(cells)} cells on {len({c.node for c in cells})} nodes")
+
+    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None:
+        if not self.quiet or error:
+            self._line(describe_node(node, snapshot, error))
+
+    def cell_started(self, cell: Cell) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
+        assert result.verdict is not None
+        if not self.quiet or not is_as_expected(result.verdict.outcome):
+            self._line(describe_cell(cell, result, result_id))
+
+    def run_finished(self, summary: RunSummary) -> None:
+        pass
+
+
+class LiveListener(PlainListener):
+    """A rich progress bar, with the plain lines printed above it."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        super().__init__()
+        self.console = console or Console(stderr=False)
+        self.progress = Progress(
+            TextColumn("[bold]farm"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=self.console,
+            transient=True,
+        )
+        self.task = None
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            self.console.print(text, markup=False, highlight=False)
+
+    def run_started(self, run_id: int, cells: list[Cell]) -> None:
+        super().run_started(run_id, cells)
+        self.progress.start()
+        self.task = self.progress.add_task("", total=len(cells))
+
+    def cell_started(self, cell: Cell) -> None:
+        self.progress.update(self.task, description=cell.label)
+
+    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
+        super().cell_finished(cell, result, result_id)
+        self.progress.advance(self.task)
+
+    def run_finished(self, summary: RunSummary) -> None:
+        self.progress.stop()

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what the farm needs on this machine, idempotently.
+#
+#   scripts/setup.sh          the farm: a virtual environment in .venv with the
+#                             farm and its Python dependencies (CUTLASS headers,
+#                             cuobjdump, nvdisasm from PyPI), and nvcc 13.0 from
+#                             PyPI when none is on PATH
+#   scripts/setup.sh --test   also what the tests use: OpenSSH's sshd (Debian)
+#                             and the test requirements
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_tests=no
+[ "${1:-}" = "--test" ] && want_tests=yes
+
+apt_install() {
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: needs Debian packages ${missing[*]}; run as root or install them" >&2
+        exit 1
+    fi
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+if [ "$want_tests" = yes ]; then
+    .venv/bin/python -m pip install -q -e '.[test]'
+else
+    .venv/bin/python -m pip install -q -e .
+fi
+
+# nvcc: the machine's own if it has one, else NVIDIA's 13.0 wheels in the venv.
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x .venv/bin/nvcc ]; then
+    .venv/bin/python -m pip install -q "nvidia-cuda-nvcc==13.0.88" "nvidia-cuda-crt==13.0.88" \
+        "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cccl==13.0.85" "nvidia-nvvm==13.0.88"
+    cu13=$(.venv/bin/python -c 'import nvidia, pathlib; print(pathlib.Path(list(nvidia.__path__)[0]) / "cu13")')
+    printf '#!/bin/sh\nexec %s/bin/nvcc "$@"\n' "$cu13" > .venv/bin/nvcc
+    chmod +x .venv/bin/nvcc
+fi
+
+if [ "$want_tests" = yes ]; then
+    apt_install openssh-server openssh-client binutils g++ procps
+    mkdir -p /run/sshd 2>/dev/null || true
+fi
+echo "setup: ok ($(.venv/bin/farm --version))"

@@ -1,0 +1,370 @@
+"""Real OpenSSH test nodes on loopback, each with a stand-in GPU.
+
+Every node is its own `/usr/sbin/sshd -D -e -f CFG` on a free port of
+127.0.0.1, with a fresh ed25519 host key, a fresh client key, and a
+known_hosts line for `[127.0.0.1]:PORT`, so the farm connects with strict
+host-key checking exactly as it would to a real machine. sshd's `SetEnv PATH`
+gives each node its own PATH, whose first folder holds the node's `nvidia-smi`
+stand-in (or nothing, for a node without a GPU). Everything else (sh, g++,
+objdump, timeout, the real nvcc in /usr/local/bin) is the machine's own.
+
+See shared/research/fabric-ssh-pitfalls.md, section 3.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+LOOPBACK = "127.0.0.1"
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Card:
+    """What a node's `nvidia-smi` stand-in reports."""
+
+    name: str
+    cc: str
+    driver: str = "550.54.15"
+    memory: str = "15360 MiB"
+
+    @property
+    def csv(self) -> str:
+        return f"{self.name}, {self.cc}, {self.driver}, {self.memory}"
+
+
+CARDS = {
+    "t4": Card("Tesla T4", "7.5", memory="15360 MiB"),
+    "a100": Card("NVIDIA A100-SXM4-40GB", "8.0", memory="40960 MiB"),
+    "h100": Card("NVIDIA H100 80GB HBM3", "9.0", memory="81559 MiB"),
+}
+
+
+def nvidia_smi_script(card: Card) -> str:
+    """A POSIX sh stand-in answering the two queries the farm and the stand-in
+    kernels make; anything else is refused loudly, so a new query is noticed."""
+    full = "--query-gpu=name,compute_cap,driver_version,memory.total"
+    return f"""#!/bin/sh
+# nvidia-smi stand-in for the farm's tests: {card.name}
+query=""
+format=""
+for arg in "$@"; do
+  case "$arg" in
+    --query-gpu=*) query="$arg" ;;
+    --format=*) format="$arg" ;;
+  esac
+done
+if [ "$format" != "--format=csv,noheader" ]; then
+  echo "nvidia-smi stand-in: unsupported arguments: $*" >&2
+  exit 2
+fi
+case "$query" in
+  {full}) echo '{card.csv}' ;;
+  --query-gpu=compute_cap) echo '{card.cc}' ;;
+  *) echo "nvidia-smi stand-in: unsupported query: $query" >&2; exit 2 ;;
+esac
+"""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+
+
+def fingerprint(public_key_line: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a public key line ("ssh-ed25519 AAAA...")."""
+    blob = base64.b64decode(public_key_line.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+class SshNode:
+    """One sshd on loopback; `start()` it, `stop()` it, point farm.yaml at it."""
+
+    def __init__(self, name: str, root: Path, card: Card | None) -> None:
+        self.name = name
+        self.root = root
+        self.card = card
+        self.port = 0
+        self.user = getpass.getuser()
+        self.node_bin = root / "bin"
+        self.host_key = root / "host_ed25519"
+        self.client_key = root / "client_ed25519"
+        self.authorized_keys = root / "authorized_keys"
+        self.known_hosts = root / "known_hosts"
+        self.config = root / "sshd_config"
+        self.pid_file = root / "sshd.pid"
+        self.log = root / "sshd.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_handle = None
+
+    # set-up ------------------------------------------------------------
+    def prepare(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.node_bin.mkdir(exist_ok=True)
+        if self.card is not None:
+            smi = self.node_bin / "nvidia-smi"
+            smi.write_text(nvidia_smi_script(self.card))
+            smi.chmod(0o755)
+        _keygen(self.host_key, f"farm-test-host-{self.name}")
+        _keygen(self.client_key, f"farm-test-client-{self.name}")
+        self.authorized_keys.write_text(self.client_key.with_suffix(".pub").read_text())
+        self.authorized_keys.chmod(0o600)
+        self.port = free_port()
+        self.config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    f"ListenAddress {LOOPBACK}",
+                    f"HostKey {self.host_key}",
+                    f"PidFile {self.pid_file}",
+                    f"AuthorizedKeysFile {self.authorized_keys}",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "PermitRootLogin prohibit-password",
+                    "Subsystem sftp internal-sftp",
+                    "MaxStartups 64:30:128",
+                    "MaxSessions 64",
+                    "LogLevel INFO",
+                    f"SetEnv PATH={self.node_bin}:{BASE_PATH}",
+                    "",
+                ]
+            )
+        )
+        self.known_hosts.write_text(self.known_hosts_line() + "\n")
+
+    @property
+    def host_public_key(self) -> str:
+        """ "ssh-ed25519 AAAA..." without the comment."""
+        parts = self.host_key.with_suffix(".pub").read_text().split()
+        return f"{parts[0]} {parts[1]}"
+
+    @property
+    def host_fingerprint(self) -> str:
+        return fingerprint(self.host_public_key)
+
+    @property
+    def known_hosts_name(self) -> str:
+        return f"[{LOOPBACK}]:{self.port}"
+
+    def known_hosts_line(self, public_key: str | None = None) -> str:
+        return f"{self.known_hosts_name} {public_key or self.host_public_key}"
+
+    # life --------------------------------------------------------------
+    def start(self, timeout: float = 15.0) -> None:
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation
+        self._log_handle = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"sshd for test node {self.name!r} exited {self.proc.returncode}: "
+                    f"{self.log.read_text(errors='replace')[-2000:]}"
+                )
+            try:
+                with socket.create_connection((LOOPBACK, self.port), timeout=1.0) as sock:
+                    banner = sock.recv(256)
+                if banner.startswith(b"SSH-2.0-"):
+                    return
+                last_error = RuntimeError(f"unexpected banner {banner!r}")
+            except OSError as err:
+                last_error = err
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sshd for test node {self.name!r} never served a banner ({last_error})")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=10)
+            self.proc = None
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def accepts(self) -> bool:
+        """Whether anything listens on the node's port now."""
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1.0):
+                return True
+        except OSError:
+            return False
+
+    def farm_entry(self, workdir: Path, **overrides: object) -> dict[str, object]:
+        """This node as a farm.yaml `nodes:` entry (ssh, strict host keys)."""
+        entry: dict[str, object] = {
+            "transport": "ssh",
+            "host": LOOPBACK,
+            "port": self.port,
+            "user": self.user,
+            "key_file": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "nvcc": "/usr/local/bin/nvcc",
+            "workdir": str(workdir),
+            "connect_timeout": 10,
+        }
+        if self.card is not None:
+            entry["gpu"] = self.card.name
+            entry["cc"] = self.card.cc
+        entry.update(overrides)
+        return entry
+
+
+def missing_tools() -> list[str]:
+    """What this machine lacks to run the loopback fleet (empty when nothing)."""
+    missing = []
+    for tool in (SSHD, SSH_KEYGEN, "g++", "objdump", "timeout", "/usr/local/bin/nvcc"):
+        found = os.access(tool, os.X_OK) if os.path.isabs(tool) else shutil.which(tool)
+        if not found:
+            missing.append(tool)
+    return missing
+
+
+class Fleet:
+    """Several SshNodes started together, stopped together."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.nodes: dict[str, SshNode] = {}
+
+    def add(self, name: str, card: Card | None, *, start: bool = True) -> SshNode:
+        node = SshNode(name, self.root / name, card)
+        node.prepare()
+        self.nodes[name] = node
+        if start:
+            node.start()
+        return node
+
+    def __getitem__(self, name: str) -> SshNode:
+        return self.nodes[name]
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            node.stop()
+
+
+def processes_matching(needle: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose command line contains
+    `needle`; read from /proc, so the search itself never matches."""
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        cmdline = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        if needle in cmdline:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+# ----------------------------------------------------------------- farm files
+
+STANDIN_SOURCE = Path(__file__).resolve().parent / "standin" / "standin.cpp"
+PASS_MARKER = r"standin: PASS"
+REFUSAL_MARKER = r"standin needs CC \d+\.\d+ and this device is"
+
+
+def standin_variant(
+    mode: str, contract: dict[str, str], gate: str | None = None, **extra: object
+) -> dict[str, object]:
+    """A job variant that builds tests/standin/standin.cpp with g++ on the node.
+
+    `mode` is a MODE_ macro without its prefix ("PASS", "HANG", ...), `gate` a
+    gate macro ("MIN_CC=75", "EXACT_CC=90"), `contract` the variant's `cc:`.
+    Inspection is objdump's x86 disassembly, which always holds a `call`.
+    """
+    flags = f"-DMODE_{mode}" + (f" -D{gate}" if gate else "")
+    variant: dict[str, object] = {
+        "build": f"g++ -O1 {flags} -o {{binary}} {{sources}}",
+        "inspect": "objdump -d {binary}",
+        "instructions": {"call": 1},
+        "cc": contract,
+    }
+    variant.update(extra)
+    return variant
+
+
+def standin_job(kernel: str, variants: dict[str, dict[str, object]], **extra: object) -> dict:
+    job: dict[str, object] = {
+        "kernel": kernel,
+        "description": "g++-built stand-ins for gated GPU kernels",
+        "sources": [f"kernels/{STANDIN_SOURCE.name}"],
+        "pass_marker": PASS_MARKER,
+        "refusal_marker": REFUSAL_MARKER,
+        "timeout": 30,
+        "build_timeout": 120,
+        "variants": variants,
+    }
+    job.update(extra)
+    return job
+
+
+def write_farm(
+    root: Path,
+    nodes: dict[str, dict[str, object]],
+    jobs: list[dict],
+    **farm_keys: object,
+) -> Path:
+    """A farm folder at `root`: farm.yaml (database results.db beside it), one
+    jobs/KERNEL.yaml per job, kernels/ with the stand-in source. Returns the
+    path of farm.yaml."""
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "kernels").mkdir(exist_ok=True)
+    shutil.copyfile(STANDIN_SOURCE, root / "kernels" / STANDIN_SOURCE.name)
+    (root / "jobs").mkdir(exist_ok=True)
+    for job in jobs:
+        (root / "jobs" / f"{job['kernel']}.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
+    farm = {
+        "database": "sqlite:///results.db",
+        "reports": "reports",
+        "jobs": "jobs",
+        "nodes": nodes,
+        **farm_keys,
+    }
+    path = root / "farm.yaml"
+    path.write_text(yaml.safe_dump(farm, sort_keys=False))
+    return path

@@ -1,0 +1,99 @@
+// A stand-in for a gated GPU kernel, built by the node with g++ so that the
+// farm's pipeline can be tested end to end on machines without a GPU.
+//
+// Like the real kernels it learns the card's compute capability first (from
+// `nvidia-smi --query-gpu=compute_cap`, the node's stand-in), refuses a card
+// outside its gate with a fixed text on stderr and exit 1, and prints a pass
+// marker on stdout when it "computes" correctly.
+//
+// Gate, chosen at compile time:    -DMIN_CC=75 (CC >= 7.5) or -DEXACT_CC=90
+// Behaviour, chosen at compile time:
+//   MODE_PASS       gate, then "standin: PASS"
+//   MODE_FAILNUM    gate, then a numeric mismatch on stderr, exit 1
+//   MODE_HANG       gate, then a child process and itself sleep forever
+//   MODE_CRASH      gate, then abort() (SIGABRT, no core file)
+//   MODE_NOGATE     never refuses: "standin: PASS" on any card
+//   MODE_WRONGGATE  an off-by-one gate (> instead of >=): refuses MIN_CC itself
+//   MODE_BROKEN     does not compile
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#if defined(MODE_BROKEN)
+#error "MODE_BROKEN: this stand-in is built to fail its build"
+#elif !defined(MODE_PASS) && !defined(MODE_FAILNUM) && !defined(MODE_HANG) && \
+    !defined(MODE_CRASH) && !defined(MODE_NOGATE) && !defined(MODE_WRONGGATE)
+#error "choose a behaviour: -DMODE_PASS, -DMODE_FAILNUM, -DMODE_HANG, ..."
+#endif
+
+#if !defined(MIN_CC) && !defined(EXACT_CC)
+#define MIN_CC 0
+#endif
+
+// The device's CC as an integer (7.5 -> 75), or -1 when it cannot be read.
+static int device_cc(void) {
+    FILE *pipe = popen("nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null", "r");
+    if (pipe == NULL) return -1;
+    char line[64] = {0};
+    char *got = fgets(line, sizeof line, pipe);
+    int status = pclose(pipe);
+    if (got == NULL || status != 0) return -1;
+    int major = 0, minor = 0;
+    if (sscanf(line, "%d.%d", &major, &minor) != 2) return -1;
+    return major * 10 + minor;
+}
+
+static bool gate_admits(int cc) {
+#if defined(MODE_NOGATE)
+    (void)cc;
+    return true;
+#elif defined(EXACT_CC)
+    return cc == EXACT_CC;
+#elif defined(MODE_WRONGGATE)
+    return cc > MIN_CC;  // the bug: MIN_CC itself is refused
+#else
+    return cc >= MIN_CC;
+#endif
+}
+
+static int needed_cc(void) {
+#if defined(EXACT_CC)
+    return EXACT_CC;
+#else
+    return MIN_CC;
+#endif
+}
+
+int main(void) {
+    int cc = device_cc();
+    if (cc < 0) {
+        fprintf(stderr, "standin: cannot read the device's compute capability (no nvidia-smi?)\n");
+        return 1;
+    }
+    if (!gate_admits(cc)) {
+        fprintf(stderr, "standin needs CC %d.%d and this device is %d.%d\n", needed_cc() / 10,
+                needed_cc() % 10, cc / 10, cc % 10);
+        return 1;
+    }
+    printf("standin: device CC %d.%d\n", cc / 10, cc % 10);
+    fflush(stdout);
+#if defined(MODE_FAILNUM)
+    fprintf(stderr, "standin: mismatch at element 17: got 3.5, expected 4.25\n");
+    return 1;
+#elif defined(MODE_HANG)
+    if (fork() == 0) {
+        for (;;) pause();  // a child of the kernel, to check the whole group is killed
+    }
+    for (;;) pause();
+#elif defined(MODE_CRASH)
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    abort();
+#else
+    printf("standin: PASS\n");
+    return 0;
+#endif
+}

@@ -1,0 +1,160 @@
+"""classify.py as a table: evidence + expectation -> outcome and failing stage."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.classify import Evidence, classify
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import Expectation
+from orchestrator.schema import KnownFailureSpec
+
+PASS_RE = r"PASS"
+REFUSE_RE = r"needs CC 9\.0"
+
+MUST_RUN = Expectation(Outcome.PASS, "CC 9.0 satisfies CC == 9.0")
+MUST_REFUSE = Expectation(Outcome.EXPECTED_REFUSAL, "CC 7.5 is outside CC == 9.0")
+NO_GPU = Expectation(Outcome.COMPILE_ONLY, "no GPU")
+KF_BUILD = KnownFailureSpec.model_validate(
+    {"when": {"nvcc": ">=13.0,<13.1"}, "outcome": "build-fail", "reason": "ptxas sm_90 pass"}
+)
+
+
+def built(**kw) -> Evidence:
+    base = {"build_exit": 0, "inspect_exit": 0}
+    base.update(kw)
+    return Evidence(**base)
+
+
+TABLE = [
+    # (name, evidence, expectation, outcome, failed stage)
+    ("pass", built(run_exit=0, stdout=b"x PASS y"), MUST_RUN, Outcome.PASS, None),
+    ("exit0-no-marker", built(run_exit=0, stdout=b"done"), MUST_RUN, Outcome.FAIL, "run"),
+    ("numerical-fail", built(run_exit=1, stderr=b"FAIL at [3]"), MUST_RUN, Outcome.FAIL, "run"),
+    ("crash", built(run_exit=139), MUST_RUN, Outcome.FAIL, "run"),
+    ("marker-but-nonzero", built(run_exit=1, stdout=b"PASS"), MUST_RUN, Outcome.FAIL, "run"),
+    (
+        "unexpected-refusal",
+        built(run_exit=1, stderr=b"X needs CC 9.0 ..."),
+        MUST_RUN,
+        Outcome.UNEXPECTED_REFUSAL,
+        "run",
+    ),
+    (
+        "expected-refusal",
+        built(run_exit=1, stderr=b"T4 needs CC 9.0 (Hopper)"),
+        MUST_REFUSE,
+        Outcome.EXPECTED_REFUSAL,
+        None,
+    ),
+    (
+        "ran-where-must-refuse",
+        built(run_exit=0, stdout=b"PASS"),
+        MUST_REFUSE,
+        Outcome.MISSING_REFUSAL,
+        "run",
+    ),
+    (
+        "crashed-where-must-refuse",
+        built(run_exit=134, stderr=b"Aborted"),
+        MUST_REFUSE,
+        Outcome.MISSING_REFUSAL,
+        "run",
+    ),
+    (
+        "refusal-text-but-exit0",
+        built(run_exit=0, stderr=b"needs CC 9.0"),
+        MUST_REFUSE,
+        Outcome.MISSING_REFUSAL,
+        "run",
+    ),
+    ("build-fail", Evidence(build_exit=1), MUST_RUN, Outcome.BUILD_FAIL, "build"),
+    (
+        "inspect-tool-fail",
+        Evidence(build_exit=0, inspect_exit=255),
+        MUST_RUN,
+        Outcome.INSPECT_FAIL,
+        "inspect",
+    ),
+    (
+        "instruction-missing",
+        built(missing_instructions={"HGMMA": (0, 1)}),
+        MUST_RUN,
+        Outcome.INSPECT_FAIL,
+        "inspect",
+    ),
+    ("timeout", built(run_exit=124, run_timed_out=True), MUST_RUN, Outcome.TIMEOUT, "run"),
+    (
+        "timeout-even-if-must-refuse",
+        built(run_exit=137, run_timed_out=True),
+        MUST_REFUSE,
+        Outcome.TIMEOUT,
+        "run",
+    ),
+    (
+        "infra-wins",
+        Evidence(
+            infra_stage="run",
+            infra_detail="dropped",
+            build_exit=0,
+            inspect_exit=0,
+            run_exit=0,
+            stdout=b"PASS",
+        ),
+        MUST_RUN,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
+    ("compile-only", built(), NO_GPU, Outcome.COMPILE_ONLY, None),
+    ("no-gpu-build-fail", Evidence(build_exit=2), NO_GPU, Outcome.BUILD_FAIL, "build"),
+    (
+        "known-failure",
+        Evidence(build_exit=1),
+        Expectation(Outcome.PASS, "r", KF_BUILD),
+        Outcome.KNOWN_FAILURE,
+        "build",
+    ),
+    (
+        "known-failure-fixed",
+        built(run_exit=0, stdout=b"PASS"),
+        Expectation(Outcome.PASS, "r", KF_BUILD),
+        Outcome.FIXED,
+        None,
+    ),
+    (
+        "known-failure-other-failure",
+        built(run_exit=1),
+        Expectation(Outcome.PASS, "r", KF_BUILD),
+        Outcome.FAIL,
+        "run",
+    ),
+    (
+        "known-failure-no-gpu-fixed",
+        built(),
+        Expectation(Outcome.COMPILE_ONLY, "r", KF_BUILD),
+        Outcome.FIXED,
+        None,
+    ),
+    (
+        "known-failure-infra-stays-infra",
+        Evidence(infra_stage="probe"),
+        Expectation(Outcome.PASS, "r", KF_BUILD),
+        Outcome.INFRA_ERROR,
+        "probe",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "evidence", "expectation", "outcome", "stage"), TABLE, ids=[row[0] for row in TABLE]
+)
+def test_classify_table(name, evidence, expectation, outcome, stage):
+    verdict = classify(evidence, expectation, PASS_RE, REFUSE_RE)
+    assert verdict.outcome is outcome, verdict.reason
+    assert verdict.failed_stage == stage
+    assert verdict.reason
+
+
+def test_undecodable_output_is_still_classified():
+    ev = built(run_exit=0, stdout=b"\xff\xfe PASS \xc3")
+    assert classify(ev, MUST_RUN, PASS_RE, REFUSE_RE).outcome is Outcome.PASS

@@ -1,0 +1,232 @@
+"""Bad input: each mistake is refused at load with file, key, found and expected,
+before any connection or database is opened."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator import dependencies
+from orchestrator.config import load_farm
+from orchestrator.errors import ConfigError, StoreError
+from orchestrator.store import SCHEMA_VERSION, Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+GOOD_FARM = """\
+database: sqlite:///results.db
+nodes:
+  local:
+    transport: local
+  t4:
+    host: 127.0.0.1
+    port: 2222
+    cc: "7.5"
+"""
+
+GOOD_JOB = """\
+kernel: k
+sources: [kernels/k.cu]
+pass_marker: PASS
+refusal_marker: needs CC
+variants:
+  v1:
+    build: '{nvcc} -o {binary} {sources}'
+    cc: {min: "7.5"}
+"""
+
+
+def make_farm(
+    tmp_path: Path, farm: str = GOOD_FARM, job: str | None = GOOD_JOB, job_name: str = "k.yaml"
+) -> Path:
+    (tmp_path / "kernels").mkdir(exist_ok=True)
+    (tmp_path / "kernels" / "k.cu").write_text("int main() { return 0; }\n")
+    (tmp_path / "jobs").mkdir(exist_ok=True)
+    if job is not None:
+        (tmp_path / "jobs" / job_name).write_text(textwrap.dedent(job))
+    path = tmp_path / "farm.yaml"
+    path.write_text(textwrap.dedent(farm))
+    return path
+
+
+def load_error(path: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    return info.value
+
+
+def test_good_config_loads(tmp_path):
+    farm = load_farm(make_farm(tmp_path))
+    assert set(farm.nodes) == {"local", "t4"}
+    assert farm.jobs["k"].spec.variants["v1"].cc.contract().minimum is not None
+    # a relative SQLite path is relative to farm.yaml, not the working directory
+    assert farm.database_url == f"sqlite:///{tmp_path / 'results.db'}"
+
+
+def test_shipped_farm_and_jobs_load():
+    farm = load_farm(REPO / "farm.yaml")
+    assert set(farm.jobs) == {"wgmma_gemm", "cutlass_gemm"}
+    assert set(farm.jobs["wgmma_gemm"].spec.variants) == {"documented", "gencode"}
+    assert set(farm.jobs["cutlass_gemm"].spec.variants) == {"sm75", "sm80"}
+    assert {"t4", "a100", "h100", "local"} <= set(farm.nodes)
+
+
+def test_malformed_yaml(tmp_path):
+    err = load_error(make_farm(tmp_path, farm="nodes:\n  t4: {host: [1, 2\n"))
+    assert err.file.endswith("farm.yaml")
+    assert "malformed YAML at line" in str(err)
+
+
+def test_unknown_key_has_did_you_mean(tmp_path):
+    farm = GOOD_FARM.replace("host: 127.0.0.1", "hots: 127.0.0.1")
+    err = load_error(make_farm(tmp_path, farm=farm))
+    text = str(err)
+    assert "farm.yaml: nodes.t4.hots" in text
+    assert "unknown key 'hots'" in text
+    assert "Did you mean 'host'?" in text
+
+
+def test_unknown_key_in_job_variant(tmp_path):
+    job = GOOD_JOB.replace("    cc: {min", "    timout: 5\n    cc: {min")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "k.yaml: variants.v1.timout" in text and "Did you mean 'timeout'?" in text
+
+
+def test_wrong_type(tmp_path):
+    err = load_error(make_farm(tmp_path, farm=GOOD_FARM.replace("port: 2222", "port: twenty")))
+    assert "nodes.t4.port" in str(err)
+    assert "'twenty' (str)" in str(err)
+    assert "integer" in str(err)
+
+
+def test_missing_jobs_folder_and_missing_source(tmp_path):
+    path = make_farm(tmp_path)
+    shutil.rmtree(tmp_path / "jobs")
+    assert "jobs" in load_error(path).key
+    path = make_farm(tmp_path)
+    (tmp_path / "kernels" / "k.cu").unlink()
+    err = load_error(path)
+    assert "k.yaml: sources[0]" in str(err) and "does not exist" in str(err)
+
+
+def test_missing_farm_file(tmp_path):
+    err = load_error(tmp_path / "nope.yaml")
+    assert "nope.yaml" in str(err) and "no such file" in str(err)
+
+
+def test_duplicate_node_name(tmp_path):
+    farm = GOOD_FARM + "  t4:\n    host: 127.0.0.2\n"
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert "the key 't4' twice" in str(err)
+
+
+def test_duplicate_variant_name(tmp_path):
+    job = GOOD_JOB + '  v1:\n    build: x\n    cc: {min: "8.0"}\n'
+    assert "the key 'v1' twice" in str(load_error(make_farm(tmp_path, job=job)))
+
+
+@pytest.mark.parametrize("name", ["t4; rm -rf ~", "my node", "a/b", "../up", "$(id)"])
+def test_unsafe_node_names(tmp_path, name):
+    farm = GOOD_FARM.replace("  t4:", f"  {name!r}:".replace("'", '"'))
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert f"nodes.{name}" in str(err)
+    assert "letters, digits" in str(err)
+
+
+def test_unsafe_variant_name(tmp_path):
+    job = GOOD_JOB.replace("  v1:", '  "v 1;ls":')
+    assert "variants.v 1;ls" in str(load_error(make_farm(tmp_path, job=job)))
+
+
+def test_unknown_template_field(tmp_path):
+    job = GOOD_JOB.replace("{nvcc} -o", "{nvc} -o")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "variants.v1.build" in text and "{nvc}" in text and "Did you mean {nvcc}?" in text
+
+
+@pytest.mark.parametrize("cc", ["9", "sm_90", '"9"', "nine"])
+def test_bad_compute_capability(tmp_path, cc):
+    job = GOOD_JOB.replace('{min: "7.5"}', f"{{exactly: {cc}}}")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "variants.v1.cc.exactly" in text
+    assert "major.minor" in text
+
+
+def test_bad_declared_cc_on_node(tmp_path):
+    text = str(load_error(make_farm(tmp_path, farm=GOOD_FARM.replace('cc: "7.5"', "cc: sm_75"))))
+    assert "nodes.t4.cc" in text and "major.minor" in text
+
+
+def test_unknown_outcome_in_known_failure(tmp_path):
+    job = GOOD_JOB + (
+        "    known_failures:\n"
+        "      - when: {nvcc: '>=13.0'}\n"
+        "        outcome: build-failed\n"
+        "        reason: ptxas\n"
+    )
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "variants.v1.known_failures[0].outcome" in text
+    assert "'build-fail'" in text  # the list of valid outcomes
+
+
+def test_empty_farm(tmp_path):
+    assert "empty file" in str(load_error(make_farm(tmp_path, farm="")))
+    err = load_error(make_farm(tmp_path, farm="nodes: {}\n"))
+    assert err.key == "nodes" and "at least one node" in str(err)
+
+
+def test_no_job_files(tmp_path):
+    err = load_error(make_farm(tmp_path, job=None))
+    assert err.key == "jobs" and "no *.yaml" in str(err)
+
+
+def test_password_is_not_a_key(tmp_path):
+    farm = GOOD_FARM.replace("port: 2222", "port: 2222\n    password: hunter2")
+    text = str(load_error(make_farm(tmp_path, farm=farm)))
+    assert "unknown key 'password'" in text
+
+
+def test_dependency_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setitem(dependencies.KNOWN, "fakelib", (lambda: None, "pip install fakelib"))
+    job = GOOD_JOB.replace("pass_marker", "dependencies: [fakelib]\npass_marker")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "dependencies[0]" in text and "not installed" in text and "pip install fakelib" in text
+
+
+def test_unknown_dependency(tmp_path):
+    job = GOOD_JOB.replace("pass_marker", "dependencies: [cutlas]\npass_marker")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "dependencies[0]" in text and "cutlass" in text
+
+
+def test_kernel_name_must_match_file(tmp_path):
+    err = load_error(make_farm(tmp_path, job_name="other.yaml"))
+    assert "other.yaml: kernel" in str(err)
+
+
+def test_several_errors_reported_together(tmp_path):
+    farm = GOOD_FARM.replace("port: 2222", "port: x\n    tagz: []")
+    text = str(load_error(make_farm(tmp_path, farm=farm)))
+    assert "nodes.t4.port" in text and "nodes.t4.tagz" in text
+
+
+def test_database_that_cannot_be_opened(tmp_path):
+    with pytest.raises(StoreError) as info:
+        Store(f"sqlite:///{tmp_path}/no/such/dir/results.db")
+    assert "cannot open the results database" in str(info.value)
+
+
+def test_database_from_a_newer_farm(tmp_path):
+    url = f"sqlite:///{tmp_path}/results.db"
+    Store(url).close()
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute(
+            "UPDATE farm_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),)
+        )
+    with pytest.raises(StoreError) as info:
+        Store(url)
+    assert "newer farm" in str(info.value)
