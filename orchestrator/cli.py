@@ -152,6 +152,9 @@ def verify(
         raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
     farm = _load(config_path, database)
     cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
+    disabled = [name for name, node in farm.nodes.items() if not node.enabled]
+    if disabled and not nodes and not quiet:
+        click.echo(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
     store = Store(farm.database_url)
     listener = PlainListener(quiet=quiet) if quiet or not sys.stdout.isatty() else LiveListener()
     selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)

@@ -1,0 +1,154 @@
+"""The `farm` command line: exit codes, messages, and the commands' help."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import EXIT_MEANING, main
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOY = """\
+#include <cstdio>
+int main() { std::printf("toy: PASS\\n"); return 0; }
+"""
+
+
+def toy_farm(tmp_path: Path, extra_job: str = "") -> Path:
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "toy.cpp").write_text(TOY)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "toy.yaml").write_text(
+        "kernel: toy\n"
+        "sources: [kernels/toy.cpp]\n"
+        "pass_marker: 'toy: PASS'\n"
+        "refusal_marker: 'needs CC'\n"
+        "variants:\n"
+        "  plain:\n"
+        "    build: 'g++ -O1 -o {binary} {sources}'\n"
+        "    inspect: 'objdump -d {binary}'\n"
+        "    instructions: {ret: 1}\n"
+        "    cc: {min: '7.5'}\n" + extra_job
+    )
+    path = tmp_path / "farm.yaml"
+    path.write_text(
+        "database: sqlite:///results.db\n"
+        "reports: reports\n"
+        "nodes:\n"
+        "  here:\n"
+        "    transport: local\n"
+        f"    workdir: {tmp_path / 'node'}\n"
+        # the local machine in CI has no GPU: the toy cell is compile-only
+    )
+    return path
+
+
+def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=300, check=False,
+    )
+
+
+def test_verify_report_show_round_trip(tmp_path):
+    config = toy_farm(tmp_path)
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compile-only" in done.stdout
+    assert "toy:plain" in done.stdout
+    assert "exit 0 (every cell as expected)" in done.stdout
+    index = tmp_path / "reports" / "index.html"
+    assert index.is_file() and "toy" in index.read_text()
+    result_id = re.search(r"#(\d+)", done.stdout).group(1)
+    shown = farm("show", result_id, "--config", str(config))
+    assert shown.returncode == 0
+    assert "outcome   compile-only" in shown.stdout
+    assert "g++ -O1" in shown.stdout
+    rendered = farm("report", "--config", str(config), "--out", str(tmp_path / "r2"))
+    assert rendered.returncode == 0 and (tmp_path / "r2" / "index.html").is_file()
+
+
+def test_selectors_and_nodes(tmp_path):
+    config = toy_farm(tmp_path)
+    done = farm("verify", "toy:plain", "--node", "here", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    bad = farm("verify", "toy:nope", "--config", str(config))
+    assert bad.returncode == 3
+    assert bad.stderr.startswith("Error: kernel 'toy' has no variant 'nope'")
+    bad = farm("verify", "--all", "--node", "mars", "--config", str(config))
+    assert bad.returncode == 3 and "no node named mars" in bad.stderr
+
+
+def test_verify_needs_a_selection(tmp_path):
+    done = farm("verify", "--config", str(toy_farm(tmp_path)))
+    assert done.returncode == 2
+    assert "--all" in done.stderr
+
+
+def test_config_error_exit_code_and_message(tmp_path):
+    config = toy_farm(tmp_path)
+    config.write_text(config.read_text().replace("transport: local", "transprot: local"))
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 3
+    assert done.stderr.startswith(f"Error: {config}: nodes.here.transprot: found an unknown key")
+    assert "Did you mean 'transport'?" in done.stderr
+    assert not (tmp_path / "results.db").exists()  # nothing opened, nothing half-written
+
+
+def test_unexpected_outcome_exits_1(tmp_path):
+    config = toy_farm(tmp_path)
+    (tmp_path / "jobs" / "toy.yaml").write_text(
+        (tmp_path / "jobs" / "toy.yaml").read_text().replace("{ret: 1}", "{HGMMA: 1}")
+    )
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 1
+    assert "inspect-fail" in done.stdout
+
+
+def test_store_error_exit_code(tmp_path):
+    config = toy_farm(tmp_path)
+    done = farm("report", "--config", str(config))  # no run stored yet
+    assert done.returncode == 5
+    assert "run `farm verify` first" in done.stderr
+    done = farm("show", "1", "--config", str(config), "--database",
+                f"sqlite:///{tmp_path}/missing/dir/x.db")
+    assert done.returncode == 5 and "cannot open the results database" in done.stderr
+
+
+def test_environment_overrides_farm_yaml(tmp_path, monkeypatch):
+    config = toy_farm(tmp_path)
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**__import__("os").environ, "FARM_CONFIG": str(config), "FARM_DATABASE": url},
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "other.db").exists() and not (tmp_path / "results.db").exists()
+
+
+def test_nodes_probe_table(tmp_path):
+    done = farm("nodes", "--config", str(toy_farm(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^here\s+yes\s+no GPU", done.stdout, re.M)
+
+
+@pytest.mark.parametrize("command", sorted(main.commands))
+def test_every_command_has_help_with_an_example(command):
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output
+
+
+def test_readme_documents_every_command_and_exit_code():
+    readme = (REPO / "README.md").read_text()
+    for command in main.commands:
+        assert f"farm {command}" in readme, command
+    for code in EXIT_MEANING:
+        assert re.search(rf"^\|\s*{code}\s*\|", readme, re.M), f"exit code {code}"
