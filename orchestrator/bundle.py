@@ -91,7 +91,7 @@ def ensure(transport: Transport, workdir: str, bundle: Bundle, cache_dir: Path) 
     transport.run(f"mkdir -p {shlex.quote(incoming)}", timeout=STAGE_TIMEOUT)
     remote_archive = f"{incoming}/{bundle.digest}.tar.gz"
     transport.put(archive, remote_archive)
-    tmp = f"{final}.part.$$"
+    tmp = shlex.quote(final + ".part.") + "$$"
     script = (
         f"set -e; rm -rf {shlex.quote(final)}.part.*; mkdir -p {tmp}; "
         f"tar -xzf {shlex.quote(remote_archive)} -C {tmp}; touch {tmp}/{COMPLETE}; "

@@ -376,7 +376,8 @@ def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
     errors = []
     for job_file in job_files:
         try:
-            job = load_job(job_file, root, spec.nodes)
+            # sources are relative to the project folder that holds jobs/ (and kernels/)
+            job = load_job(job_file, jobs_dir.parent, spec.nodes)
         except ConfigErrors as many:
             errors.extend(many.errors)
             continue

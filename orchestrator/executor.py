@@ -91,17 +91,31 @@ def default_cache_dir() -> Path:
 
 
 def farm_commit(root: Path) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    """The farm's git commit, "+dirty" when tracked files differ from it.
+
+    FARM_COMMIT overrides it, for a copy of the tree without .git (the lent
+    GPU machine gets the working tree only)."""
+    if os.environ.get("FARM_COMMIT"):
+        return os.environ["FARM_COMMIT"]
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(root), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "--verify", "HEAD")
+    if head is None or head.returncode != 0:
         return None
-    return out.stdout.strip() or None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    dirty = status is not None and status.returncode == 0 and status.stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
@@ -420,6 +434,8 @@ class FarmRun:
             declared_gpu=node.gpu,
             declared_cc=node.cc,
             cc_mismatch=bool(s and s.cc_mismatch),
+            real_gpu=bool(s and s.real_gpu),
+            driver_evidence=s.driver_evidence if s else None,
             probe_error=error,
             probe_seconds=probe_seconds,
             stage_seconds=stage_seconds,

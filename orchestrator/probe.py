@@ -37,6 +37,18 @@ class NodeSnapshot:
     smi_output: str
     declared_gpu: str | None
     declared_cc: ComputeCapability | None
+    driver_evidence: str = ""  # the kernel driver's version line and /dev/nvidiactl, if present
+
+    @property
+    def real_gpu(self) -> bool:
+        """The probe saw real hardware: nvidia-smi answered, and the NVIDIA
+        kernel driver is loaded with its control device present. Only such a
+        node can certify a kernel."""
+        return (
+            self.has_gpu
+            and "NVRM version" in self.driver_evidence
+            and "/dev/nvidiactl" in self.driver_evidence
+        )
 
     @property
     def has_gpu(self) -> bool:
@@ -76,6 +88,10 @@ def probe_command(node: NodeSpec) -> str:
             "hostname; uname -sm",
             "echo '@@farm smi'",
             f'nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; echo "rc=$?"',
+            "echo '@@farm driver'",
+            # a real GPU has a loaded kernel driver and its control device; an
+            # nvidia-smi stand-in on PATH has neither
+            "head -n 1 /proc/driver/nvidia/version 2>/dev/null; ls /dev/nvidiactl 2>/dev/null",
             "echo '@@farm nvcc'",
             f'{nvcc} --version 2>&1; echo "rc=$?"',
         ]
@@ -120,6 +136,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         smi_output="\n".join(smi),
         declared_gpu=node.gpu,
         declared_cc=node.declared_cc,
+        driver_evidence="\n".join(sec.get("driver", [])).strip(),
     )
 
 

@@ -119,7 +119,8 @@ def cell_paths(
         snapshot.nvcc_version or "",
     ]
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:20]
-    build_dir = f"{snapshot.workdir}/builds/{cell.kernel}-{cell.variant}-{key}"
+    # per farm node: two entries naming one machine never build in one folder
+    build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key}"
     return CellPaths(
         sources_dir=sources_dir,
         dependency_dirs=dependency_dirs,

@@ -6,12 +6,14 @@ host key, client key, known_hosts and PATH (see tests/nodes.py):
     t4, a100, h100   an nvidia-smi stand-in for that card on PATH
     nogpu            no nvidia-smi at all (compile-only)
     down             prepared, started, then stopped: nothing listens on its port
+    frozen           started, then SIGSTOPped: it accepts TCP but never says a word
 
 `make_farm` writes a farm folder (farm.yaml, jobs/, kernels/) for them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,6 +32,7 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             fleet.add(name, CARDS[name])
         fleet.add("nogpu", None)
         fleet.add("down", CARDS["a100"]).stop()
+        fleet.add("frozen", CARDS["a100"]).freeze()
         yield fleet
     finally:
         fleet.stop()
@@ -39,3 +42,14 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 def make_farm() -> Callable[..., Path]:
     """write_farm(root, nodes, jobs, **farm_keys) -> path of farm.yaml."""
     return write_farm
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """In CI only tests marked `gpu` may skip: any other skip fails the run,
+    so a missing sshd (say) can never turn into a silently green CI."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and item.get_closest_marker("gpu") is None:
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where only tests marked gpu may skip: {report.longrepr}"

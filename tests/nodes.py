@@ -18,6 +18,7 @@ import getpass
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -202,8 +203,19 @@ class SshNode:
         self.stop()
         raise RuntimeError(f"sshd for test node {self.name!r} never served a banner ({last_error})")
 
+    def freeze(self) -> None:
+        """SIGSTOP the listening sshd: connections are accepted by the kernel,
+        but no banner ever comes (a hung machine)."""
+        assert self.proc is not None and self.proc.poll() is None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None:
+            self.thaw()
             if self.proc.poll() is None:
                 self.proc.terminate()
                 try:

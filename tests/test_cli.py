@@ -52,7 +52,11 @@ def toy_farm(tmp_path: Path, extra_job: str = "") -> Path:
 def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True, text=True, cwd=cwd, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        check=False,
     )
 
 
@@ -116,8 +120,9 @@ def test_store_error_exit_code(tmp_path):
     done = farm("report", "--config", str(config))  # no run stored yet
     assert done.returncode == 5
     assert "run `farm verify` first" in done.stderr
-    done = farm("show", "1", "--config", str(config), "--database",
-                f"sqlite:///{tmp_path}/missing/dir/x.db")
+    done = farm(
+        "show", "1", "--config", str(config), "--database", f"sqlite:///{tmp_path}/missing/dir/x.db"
+    )
     assert done.returncode == 5 and "cannot open the results database" in done.stderr
 
 
@@ -126,7 +131,10 @@ def test_environment_overrides_farm_yaml(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'other.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report"],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env={**__import__("os").environ, "FARM_CONFIG": str(config), "FARM_DATABASE": url},
     )
     assert done.returncode == 0, done.stderr

@@ -31,7 +31,10 @@ def real_gpu_cc() -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -76,14 +79,19 @@ def test_kernels_are_byte_exact_course_sources():
         if shared.exists():
             assert (REPO / "kernels" / name).read_bytes() == shared.read_bytes()
     # the certificate is about these bytes: the header's claim must still be there
-    assert b"UNVERIFIED: not yet run on real hardware" in (REPO / "kernels" / "wgmma_gemm.cu").read_bytes()
+    assert (
+        b"UNVERIFIED: not yet run on real hardware"
+        in (REPO / "kernels" / "wgmma_gemm.cu").read_bytes()
+    )
 
 
 def test_every_variant_of_every_kernel_is_planned(course_run):
     _, rows, _, _ = course_run
     assert set(rows) == {
-        ("wgmma_gemm", "documented"), ("wgmma_gemm", "gencode"),
-        ("cutlass_gemm", "sm75"), ("cutlass_gemm", "sm80"),
+        ("wgmma_gemm", "documented"),
+        ("wgmma_gemm", "gencode"),
+        ("cutlass_gemm", "sm75"),
+        ("cutlass_gemm", "sm80"),
     }
 
 
@@ -107,8 +115,11 @@ def test_gencode_wgmma_has_hgmma_and_only_sm90a_code(course_run):
     assert row.elf_targets == ["sm_90a"]
     assert row.ptx_targets == []
     assert len(row.binary_sha256) == 64
-    expected = Outcome.COMPILE_ONLY if GPU_CC is None else (
-        Outcome.PASS if GPU_CC == "9.0" else Outcome.EXPECTED_REFUSAL)
+    expected = (
+        Outcome.COMPILE_ONLY
+        if GPU_CC is None
+        else (Outcome.PASS if GPU_CC == "9.0" else Outcome.EXPECTED_REFUSAL)
+    )
     assert row.outcome == expected
 
 
@@ -161,8 +172,10 @@ def test_gpu_every_cell_as_expected(course_run):
     summary, rows, snapshot, _ = course_run
     assert snapshot.cc == GPU_CC
     for row in rows.values():
-        print(f"{row.kernel}:{row.variant} -> {row.outcome} ({row.reason}); "
-              f"code path {row.code_path}; stdout {row.stdout.decode(errors='replace').strip()!r}")
+        print(
+            f"{row.kernel}:{row.variant} -> {row.outcome} ({row.reason}); "
+            f"code path {row.code_path}; stdout {row.stdout.decode(errors='replace').strip()!r}"
+        )
     assert summary.exit_code == 0, {k: r.outcome for k, r in rows.items()}
     assert all(r.outcome != "compile-only" for r in rows.values())
 

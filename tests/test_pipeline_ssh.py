@@ -1,7 +1,7 @@
 """The whole pipeline over real OpenSSH, with strict host keys; only the GPU is
 a stand-in.
 
-One farm run (module-scoped) sends 28 cells to seven farm nodes served by the
+One farm run (module-scoped) sends 30 cells to eleven farm nodes served by the
 loopback sshd fleet of conftest.py, and every outcome the farm can give a cell
 (all but not-run) is asserted in the results database it wrote. A warm rerun
 then checks that nothing is shipped and unchanged cells are not rebuilt.
@@ -11,16 +11,21 @@ Nodes of the farm (several may share one sshd):
     t4, a100, h100, nogpu   their own sshd, stand-in card (or none)
     drift     t4's sshd, but farm.yaml declares CC 8.0 (an A100): probe drift
     down      a port where sshd was stopped
+    frozen    an sshd that is SIGSTOPped: TCP connects, no banner ever comes
     stranger  a100's sshd with a known_hosts that lacks a100's key
     impostor  h100's sshd with a known_hosts holding another key for it
+    nonvcc    a100's sshd, with an nvcc path that does not exist
+    spaced    h100's sshd, with a work folder whose path has a space
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +98,12 @@ TABLE: dict[tuple[str, str], tuple[str, str]] = {
     ("down", "min75"): ("pass", "infra-error"),
     ("stranger", "min75"): ("pass", "infra-error"),
     ("impostor", "min75"): ("pass", "infra-error"),
+    ("frozen", "min75"): ("pass", "infra-error"),
+    ("nonvcc", "min75"): ("pass", "infra-error"),
+}
+# Cells of the first run that test one thing each, outside the table.
+EXTRA: dict[tuple[str, str], str] = {
+    ("spaced", "min75"): "pass",
 }
 
 
@@ -110,6 +121,10 @@ class FarmRunResult:
 
     def workdir(self, node: str) -> Path:
         return self.root / f"work-{node}"
+
+    def port(self, node: str) -> int:
+        host = {"drift": "t4", "stranger": "a100", "impostor": "h100", "nonvcc": "a100"}
+        return self.fleet[host.get(node, node)].port
 
 
 def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
@@ -130,7 +145,8 @@ def result_row(run: FarmRunResult, node: str, variant: str) -> sqlite3.Row:
         KERNEL,
         variant,
     )
-    assert len(rows) == 1, f"{KERNEL}:{variant}@{node}: {len(rows)} rows in run {run.summary.run_id}"
+    label = f"{KERNEL}:{variant}@{node}"
+    assert len(rows) == 1, f"{label}: {len(rows)} rows in run {run.summary.run_id}"
     return rows[0]
 
 
@@ -166,7 +182,9 @@ def run_farm(root: Path, farm: Farm, cells: list) -> tuple[RunSummary, float]:
 
 
 @pytest.fixture(scope="module")
-def first_run(ssh_fleet: Fleet, make_farm, tmp_path_factory) -> FarmRunResult:  # noqa: ANN001
+def first_run(
+    ssh_fleet: Fleet, make_farm: Callable[..., Path], tmp_path_factory: pytest.TempPathFactory
+) -> FarmRunResult:
     root = tmp_path_factory.mktemp("farm")
     fleet = ssh_fleet
     assert not fleet["down"].accepts(), "the stopped node's port must have no sshd"
@@ -192,11 +210,14 @@ def first_run(ssh_fleet: Fleet, make_farm, tmp_path_factory) -> FarmRunResult:  
         "down": fleet["down"].farm_entry(wd("down"), connect_timeout=5),
         "stranger": fleet["a100"].farm_entry(wd("stranger"), known_hosts=str(stranger_hosts)),
         "impostor": fleet["h100"].farm_entry(wd("impostor"), known_hosts=str(impostor_hosts)),
+        "frozen": fleet["frozen"].farm_entry(wd("frozen"), connect_timeout=2),
+        "nonvcc": fleet["a100"].farm_entry(wd("nonvcc"), nvcc="/usr/local/bin/no-such-nvcc"),
+        "spaced": fleet["h100"].farm_entry(root / "work spaced"),
     }
     farm = load_farm(make_farm(root, nodes, [standin_job(KERNEL, VARIANTS)]))
     assert farm.database_url == f"sqlite:///{root / 'results.db'}"
-    cells = cells_for(farm, TABLE)
-    assert len(cells) == len(TABLE)
+    cells = cells_for(farm, {**TABLE, **EXTRA})
+    assert len(cells) == len(TABLE) + len(EXTRA)
     summary, seconds = run_farm(root, farm, cells)
     return FarmRunResult(root, farm, fleet, summary, seconds)
 
@@ -216,16 +237,22 @@ def test_cell_outcome_in_database(first_run: FarmRunResult, node: str, variant: 
 
 
 def test_every_outcome_but_not_run_is_produced(first_run: FarmRunResult) -> None:
-    rows = query(first_run.db, "SELECT DISTINCT outcome FROM results WHERE run_id = ?",
-                 first_run.summary.run_id)
+    rows = query(
+        first_run.db,
+        "SELECT DISTINCT outcome FROM results WHERE run_id = ?",
+        first_run.summary.run_id,
+    )
     produced = {r["outcome"] for r in rows}
     assert produced == {o.value for o in Outcome} - {Outcome.NOT_RUN.value}
 
 
 def test_summary_matches_database_and_exits_unexpected(first_run: FarmRunResult) -> None:
     s = first_run.summary
-    rows = query(first_run.db, "SELECT outcome, COUNT(*) AS n FROM results WHERE run_id = ? "
-                 "GROUP BY outcome", s.run_id)
+    rows = query(
+        first_run.db,
+        "SELECT outcome, COUNT(*) AS n FROM results WHERE run_id = ? GROUP BY outcome",
+        s.run_id,
+    )
     assert dict(s.outcomes) == {r["outcome"]: r["n"] for r in rows}
     assert s.exit_code == EXIT_UNEXPECTED == 1
     (run,) = query(first_run.db, "SELECT * FROM runs WHERE id = ?", s.run_id)
@@ -240,15 +267,15 @@ def test_first_run_ships_sources_and_builds(first_run: FarmRunResult) -> None:
         assert snap["bytes_shipped"] > 0, node
         assert snap["probe_error"] is None, (node, snap["probe_error"])
         assert snap["nvcc_version"] == "13.0.88", node
-        assert snap["address"] == f"{snap['address'].split('@')[0]}@127.0.0.1:" + str(
-            first_run.fleet[node if node != "drift" else "t4"].port
-        )
+        user = first_run.fleet["t4"].user
+        assert snap["address"] == f"{user}@127.0.0.1:{first_run.port(node)}", node
     row = result_row(first_run, "t4", "min75")
     assert not row["build_cached"]
     assert json.loads(row["stage_details"])["build"]["status"] == "ok"
     # the bundle and the build are on the node, under its own work folder
     assert any(first_run.workdir("t4").glob(f"bundles/*/kernels/{KERNEL}.cpp"))
-    assert (Path(row["build_command"].split(" -o ")[1].split()[0].strip("'"))).is_file()
+    command = shlex.split(row["build_command"])
+    assert Path(command[command.index("-o") + 1]).is_file()
 
 
 def test_pass_cell_evidence(first_run: FarmRunResult) -> None:
@@ -332,7 +359,7 @@ def test_timeout_kills_the_kernel_on_the_node(first_run: FarmRunResult) -> None:
     run_seconds = json.loads(row["stage_seconds"])["run"]
     assert HANG_TIMEOUT <= run_seconds < HANG_TIMEOUT + 15
     # The stand-in and the child it forked must both be gone from the machine.
-    binary = f"{first_run.workdir('t4')}/builds/{KERNEL}-hang-"
+    binary = f"{first_run.workdir('t4')}/builds/t4/{KERNEL}-hang-"
     assert binary in row["build_command"]
     left = processes_matching(binary)
     assert not left, f"timed-out stand-in processes left running: {left}"
@@ -412,6 +439,42 @@ def test_unknown_host_key_is_refused(first_run: FarmRunResult) -> None:
         assert a100.known_hosts_line() in text, "the exact line to add"
     # nothing was run there: the node's work folder was never created
     assert not first_run.workdir("stranger").exists()
+
+
+def test_frozen_node_is_infra_error_within_its_connect_timeout(first_run: FarmRunResult) -> None:
+    row = result_row(first_run, "frozen", "min75")
+    assert row["failed_stage"] == "probe"
+    # The wording is racy ("Error reading SSH protocol banner" or "No existing session"):
+    # paramiko's handshake wait and banner_timeout are both connect_timeout (ssh.py).
+    assert "cannot connect" in row["reason"], row["reason"]
+    probe = json.loads(row["stage_seconds"])["probe"]
+    assert probe < 2 + 5, f"the probe of a hung sshd took {probe} s (connect_timeout is 2)"
+    assert first_run.fleet["frozen"].running
+
+
+def test_node_without_nvcc_is_infra_error(first_run: FarmRunResult) -> None:
+    row = result_row(first_run, "nonvcc", "min75")
+    assert row["failed_stage"] == "probe"
+    assert "no working nvcc" in row["reason"] and "no-such-nvcc" in row["reason"], row["reason"]
+    snap = snapshot_row(first_run, "nonvcc")
+    # the probe itself answered: the card is known, the expectation judged on it
+    assert (snap["gpu_name"], snap["cc"], snap["nvcc_version"]) == (
+        "NVIDIA A100-SXM4-40GB",
+        "8.0",
+        None,
+    )
+    assert "CC 8.0 satisfies" in row["expected_reason"]
+
+
+def test_work_folder_with_a_space(first_run: FarmRunResult) -> None:
+    row = result_row(first_run, "spaced", "min75")
+    assert row["outcome"] == "pass", (
+        "BUG in orchestrator/bundle.py ensure(): the temporary folder `tmp = "
+        'f"{final}.part.$$"` is used unquoted in the extraction script, so a work '
+        "folder whose path has a space fails staging as infra-error. "
+        f"Stored: {row['outcome']} at {row['failed_stage']}: {row['reason']!r}"
+    )
+    assert b"standin: PASS" in bytes(row["stdout"])
 
 
 def test_changed_host_key_is_refused(first_run: FarmRunResult) -> None:
