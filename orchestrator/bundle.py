@@ -102,8 +102,7 @@ def ensure(transport: Transport, workdir: str, bundle: Bundle, cache_dir: Path) 
     result = transport.run(script, timeout=STAGE_TIMEOUT)
     if not result.ok:
         raise StagingFailed(
-            f"extracting {bundle.name} on {transport.name} failed: "
-            f"{(result.stderr or result.stdout).strip()[-500:]}"
+            f"extracting {bundle.name} on {transport.name} failed: {(result.stderr or result.stdout).strip()[-500:]}"
         )
     return archive.stat().st_size
 

@@ -26,8 +26,7 @@ class ComputeCapability:
         match = _CC_RE.match(text.strip()) if isinstance(text, str) else None
         if not match:
             raise ValueError(
-                'a compute capability written major.minor, quoted, e.g. "7.5" or "9.0" '
-                '(not "9" or "sm_90")'
+                'a compute capability written major.minor, quoted, e.g. "7.5" or "9.0" (not "9" or "sm_90")'
             )
         return cls(int(match.group(1)), int(match.group(2)))
 

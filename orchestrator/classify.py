@@ -26,9 +26,7 @@ class Evidence:
     infra_detail: str = ""
     build_exit: int | None = None
     inspect_exit: int | None = None
-    missing_instructions: dict[str, tuple[int, int]] = field(
-        default_factory=dict
-    )  # name -> (found, needed)
+    missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
     run_timed_out: bool = False
     stdout: bytes = b""
@@ -57,13 +55,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marke
     if ev.inspect_exit is None:
         return Verdict(Outcome.NOT_RUN, "inspect", "inspection never finished")
     if ev.inspect_exit != 0:
-        return Verdict(
-            Outcome.INSPECT_FAIL, "inspect", f"the disassembler exited {ev.inspect_exit}"
-        )
+        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler exited {ev.inspect_exit}")
     if ev.missing_instructions:
-        missing = ", ".join(
-            f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items())
-        )
+        missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
         return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}")
     if exp.outcome is Outcome.COMPILE_ONLY:
         return Verdict(Outcome.COMPILE_ONLY, None, "built and inspected; no GPU to run on")
@@ -89,12 +83,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marke
     if refused:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0:
-        return Verdict(
-            Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})"
-        )
-    return Verdict(
-        Outcome.MISSING_REFUSAL, "run", f"exit {ev.run_exit} without the refusal text on stderr"
-    )
+        return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
+    return Verdict(Outcome.MISSING_REFUSAL, "run", f"exit {ev.run_exit} without the refusal text on stderr")
 
 
 def classify(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: str) -> Verdict:
@@ -103,9 +93,7 @@ def classify(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: s
     if known is None or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict
     if verdict.outcome is known.outcome:
-        return Verdict(
-            Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}"
-        )
+        return Verdict(Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}")
     if verdict.outcome is exp.outcome:
         return Verdict(
             Outcome.FIXED,

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from . import export
 from . import report as report_mod
 from .config import Farm, load_farm
 from .errors import EXIT_CONFIG, EXIT_OK, FarmError
@@ -22,6 +23,7 @@ from .executor import FarmRun, RunSummary
 from .plan import SelectionError, plan_cells
 from .probe import probe
 from .progress import LiveListener, PlainListener, describe_node
+from .reportdata import collect
 from .store import Store
 from .transport import transport_for
 
@@ -158,9 +160,7 @@ def verify(
     store = Store(farm.database_url)
     listener = PlainListener(quiet=quiet) if quiet or not sys.stdout.isatty() else LiveListener()
     selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
-    summary = FarmRun(farm, store, listener=listener, trigger=trigger).execute(
-        cells, selection.strip()
-    )
+    summary = FarmRun(farm, store, listener=listener, trigger=trigger).execute(cells, selection.strip())
     if not quiet:
         click.echo("")
         click.echo(_matrix_text(summary))
@@ -169,15 +169,14 @@ def verify(
             for name in ("probe", "stage", "build", "inspect", "run")
         )
         click.echo(
-            f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
-            f"{summary.bytes_shipped} bytes shipped"
+            f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; {summary.bytes_shipped} bytes shipped"
         )
     click.echo(
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
         f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
     )
     if not no_report:
-        index = report_mod.render(store, farm.reports_dir, summary.run_id)
+        index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
         if not quiet:
             click.echo(f"report: {index}")
     sys.exit(summary.exit_code)
@@ -197,9 +196,7 @@ def nodes(config_path: Path, database: str | None) -> None:
     worst = EXIT_OK
     for name, node in farm.nodes.items():
         if not node.enabled:
-            click.echo(
-                f"{name:<12} {'no':<7} {'(declared) ' + (node.gpu or '-'):<28} {node.cc or '-':<5}"
-            )
+            click.echo(f"{name:<12} {'no':<7} {'(declared) ' + (node.gpu or '-'):<28} {node.cc or '-':<5}")
             continue
         try:
             with transport_for(name, node) as transport:
@@ -222,19 +219,31 @@ def nodes(config_path: Path, database: str | None) -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Output folder (default: farm.yaml's `reports`).",
+    help="Output folder for html (default: farm.yaml's `reports`).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["html", "junit", "json"]),
+    default="html",
+    show_default=True,
+    help="html: the site in reports/; junit, json: to stdout.",
 )
 @farm_options
 @handle_errors
-def report(run_id: int | None, out: Path | None, config_path: Path, database: str | None) -> None:
-    """Render the HTML capability matrix from the database alone.
+def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, database: str | None) -> None:
+    """Render the reviewers' site, or export a run as JUnit XML or JSON,
+    from the database alone.
 
-    Example: farm report --run 3
+    Examples: farm report;  farm report --format junit --run 3 > farm-junit.xml
     """
     farm = _load(config_path, database)
     store = Store(farm.database_url)
-    index = report_mod.render(store, out or farm.reports_dir, run_id)
-    click.echo(str(index))
+    if fmt == "html":
+        click.echo(str(report_mod.render(store, out or farm.reports_dir, run_id, farm=farm)))
+        return
+    model = collect(store, run_id, farm)
+    click.echo(export.junit(model) if fmt == "junit" else export.as_json(model), nl=False)
 
 
 @main.command()
@@ -253,11 +262,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         raise FarmError(f"no result {result_id} in {farm.database_url}")
     text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
     click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}")
-    click.echo(
-        f"outcome   {r.outcome}"
-        + (f" at {r.failed_stage}" if r.failed_stage else "")
-        + f": {r.reason}"
-    )
+    click.echo(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
     click.echo(f"expected  {r.expected}: {r.expected_reason}")
     click.echo(f"contract  {r.contract}")
     for path, sha in r.sources.items():

@@ -118,9 +118,7 @@ def read_yaml(path: Path, what: str) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(
-            str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML"
-        ) from None
+        raise ConfigError(str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML") from None
 
 
 # ------------------------------------------------------- validation messages
@@ -224,9 +222,7 @@ def _check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigEr
     if isinstance(mapping, dict):
         for name in mapping:
             if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
-                errors.append(
-                    ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED)
-                )
+                errors.append(ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED))
     return errors
 
 
@@ -303,9 +299,7 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
                 )
             )
         elif not path.is_relative_to(root.resolve()):
-            errors.append(
-                ConfigError(str(file), f"sources[{index}]", repr(source), f"a path inside {root}")
-            )
+            errors.append(ConfigError(str(file), f"sources[{index}]", repr(source), f"a path inside {root}"))
         paths.append(path)
     for index, dep in enumerate(spec.dependencies):
         if dep not in dependencies.KNOWN:
@@ -318,9 +312,7 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
                 )
             )
             continue
-        needs_local = [
-            n for n, node in nodes.items() if node.enabled and dep not in node.dependencies
-        ]
+        needs_local = [n for n, node in nodes.items() if node.enabled and dep not in node.dependencies]
         if needs_local and dependencies.local_path(dep) is None:
             errors.append(
                 ConfigError(
@@ -369,9 +361,7 @@ def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
         )
     job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
     if not job_files:
-        raise ConfigError(
-            str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel"
-        )
+        raise ConfigError(str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel")
     jobs: dict[str, Job] = {}
     errors = []
     for job_file in job_files:

@@ -170,6 +170,10 @@ class FarmRun:
             selection=selection,
         )
         self.summary = RunSummary(run_id=run_id)
+        for kernel in dict.fromkeys(c.kernel for c in cells):
+            job = self.farm.jobs[kernel]
+            for (listed, sha), path in zip(job.source_sha256.items(), job.source_paths, strict=True):
+                self.store.add_source(sha, listed, path.read_bytes())
         self.listener.run_started(run_id, cells)
         by_node: dict[str, list[Cell]] = {}
         for cell in cells:
@@ -177,9 +181,7 @@ class FarmRun:
         status = "aborted"
         try:
             if by_node:
-                with ThreadPoolExecutor(
-                    max_workers=len(by_node), thread_name_prefix="node"
-                ) as pool:
+                with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
                     for future in [pool.submit(self._node, n, c) for n, c in by_node.items()]:
                         future.result()
             status = "finished"
@@ -208,13 +210,9 @@ class FarmRun:
                 if snapshot.nvcc_version is None:
                     raise InfraError(f"node {name!r}: no working nvcc at {node.nvcc!r}")
                 if not snapshot.workdir:
-                    raise InfraError(
-                        f"node {name!r}: cannot create its work folder {node.workdir!r}"
-                    )
+                    raise InfraError(f"node {name!r}: cannot create its work folder {node.workdir!r}")
             except InfraError as err:
-                stage_records.append(
-                    StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err))
-                )
+                stage_records.append(StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err)))
                 self._node_failed(name, cells, snapshot, "probe", str(err), stage_records)
                 return
             probe_seconds = time.monotonic() - clock
@@ -224,18 +222,12 @@ class FarmRun:
             try:
                 placed, shipped = self._stage_bundles(setup, snapshot, cells)
             except InfraError as err:
-                stage_records.append(
-                    StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err))
-                )
+                stage_records.append(StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err)))
                 self._node_failed(name, cells, snapshot, "stage", str(err), stage_records)
                 return
             stage_seconds = time.monotonic() - clock
-            stage_records.append(
-                StageRecord("stage", "ok", stage_start, stage_seconds, f"{shipped} bytes shipped")
-            )
-            snapshot_id = self._store_snapshot(
-                name, snapshot, None, probe_seconds, stage_seconds, shipped
-            )
+            stage_records.append(StageRecord("stage", "ok", stage_start, stage_seconds, f"{shipped} bytes shipped"))
+            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, shipped)
             self.listener.node_ready(name, snapshot, None)
             self._cells(name, cells, snapshot, snapshot_id, placed, setup, stage_records)
         finally:
@@ -252,16 +244,10 @@ class FarmRun:
     ) -> None:
         snapshot_id = self._store_snapshot(name, snapshot, error, None, None, 0)
         self.listener.node_ready(name, snapshot, error)
-        basis = (
-            snapshot
-            if snapshot is not None and snapshot.workdir
-            else declared_snapshot(name, self.farm)
-        )
+        basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)
         for cell in cells:
             job = self.farm.jobs[cell.kernel]
-            result = CellResult(
-                cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis)
-            )
+            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis))
             result.stages = list(records)
             result.evidence = Evidence(infra_stage=stage, infra_detail=error)
             result.verdict = Verdict(Outcome.INFRA_ERROR, stage, error)
@@ -277,9 +263,7 @@ class FarmRun:
         shipped = 0
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]
-            files = [
-                (src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)
-            ]
+            files = [(src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)]
             sources = bundle.Bundle.of_files(f"sources:{kernel}", files)
             shipped += bundle.ensure(transport, snapshot.workdir, sources, self.cache_dir)
             placed[f"sources:{kernel}"] = bundle.remote_dir(snapshot.workdir, sources)
@@ -293,9 +277,7 @@ class FarmRun:
                     continue
                 folder = dependencies.local_path(dep)
                 if folder is None:  # checked at load; a user may have uninstalled it since
-                    raise InfraError(
-                        f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}"
-                    )
+                    raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
                 dep_bundle = bundle.Bundle.of_folder(key, folder)
                 shipped += bundle.ensure(transport, snapshot.workdir, dep_bundle, self.cache_dir)
                 placed[key] = bundle.remote_dir(snapshot.workdir, dep_bundle)
@@ -407,9 +389,7 @@ class FarmRun:
         shipped: int,
     ) -> int:
         node = self.farm.nodes[name]
-        address = (
-            "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
-        )
+        address = "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
             if probe_seconds:
@@ -456,6 +436,7 @@ class FarmRun:
             node=cell.node,
             contract=str(variant.cc.contract()),
             expected=exp.label,
+            contract_expected=exp.outcome.value,
             expected_reason=exp.reason,
             known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
             outcome=verdict.outcome.value,

@@ -56,9 +56,7 @@ def plan_cells(
     if node_names:
         unknown = [n for n in node_names if n not in farm.nodes]
         if unknown:
-            raise SelectionError(
-                f"no node named {', '.join(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}"
-            )
+            raise SelectionError(f"no node named {', '.join(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}")
         nodes = list(node_names)
     else:
         nodes = list(farm.enabled_nodes)
@@ -67,13 +65,10 @@ def plan_cells(
         kernel, _, variant = selector.partition(":")
         job = farm.jobs.get(kernel)
         if job is None:
-            raise SelectionError(
-                f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))}"
-            )
+            raise SelectionError(f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))}")
         if variant and variant not in job.spec.variants:
             raise SelectionError(
-                f"kernel {kernel!r} has no variant {variant!r}; "
-                f"variants: {', '.join(job.spec.variants)}"
+                f"kernel {kernel!r} has no variant {variant!r}; variants: {', '.join(job.spec.variants)}"
             )
         for name in [variant] if variant else list(job.spec.variants):
             if (kernel, name) not in chosen:
@@ -96,13 +91,9 @@ def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot) -> bo
 
 def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot) -> Expectation:
     contract = variant.cc.contract()
-    known = next(
-        (kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot)), None
-    )
+    known = next((kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot)), None)
     if snapshot.cc is None:
-        return Expectation(
-            Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known
-        )
+        return Expectation(Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known)
     if contract.admits(snapshot.cc):
         return Expectation(Outcome.PASS, f"CC {snapshot.cc} satisfies {contract}", known)
     return Expectation(

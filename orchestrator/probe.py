@@ -44,11 +44,7 @@ class NodeSnapshot:
         """The probe saw real hardware: nvidia-smi answered, and the NVIDIA
         kernel driver is loaded with its control device present. Only such a
         node can certify a kernel."""
-        return (
-            self.has_gpu
-            and "NVRM version" in self.driver_evidence
-            and "/dev/nvidiactl" in self.driver_evidence
-        )
+        return self.has_gpu and "NVRM version" in self.driver_evidence and "/dev/nvidiactl" in self.driver_evidence
 
     @property
     def has_gpu(self) -> bool:
@@ -75,10 +71,7 @@ def _sections(text: str) -> dict[str, list[str]]:
 def probe_command(node: NodeSpec) -> str:
     workdir = node.workdir
     # "~" must expand on the node, so it may not be quoted.
-    if workdir.startswith("~/"):
-        target = '"$HOME"/' + shlex.quote(workdir[2:])
-    else:
-        target = shlex.quote(workdir)
+    target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
     nvcc = shlex.quote(node.nvcc)
     return "; ".join(
         [
@@ -108,9 +101,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
             fields = [f.strip() for f in line.split(",")]
             if len(fields) == 4:
                 try:
-                    gpus.append(
-                        (fields[0], ComputeCapability.parse(fields[1]), fields[2], fields[3])
-                    )
+                    gpus.append((fields[0], ComputeCapability.parse(fields[1]), fields[2], fields[3]))
                 except ValueError:
                     continue
     nvcc = sec.get("nvcc", [])

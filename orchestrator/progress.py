@@ -37,21 +37,13 @@ def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -
 def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     verdict = result.verdict
     assert verdict is not None
-    mark = (
-        "ok  "
-        if is_as_expected(verdict.outcome)
-        else ("INFR" if is_infra(verdict.outcome) else "BAD ")
-    )
+    mark = "ok  " if is_as_expected(verdict.outcome) else ("INFR" if is_infra(verdict.outcome) else "BAD ")
     stages = ", ".join(
         f"{s.name} {s.seconds:.1f}s" + (" (cached)" if s.status == "cached" else "")
         for s in result.stages
         if s.name in ("build", "inspect", "run")
     )
-    expected = (
-        ""
-        if verdict.outcome.value == result.expectation.label
-        else f" (expected {result.expectation.label})"
-    )
+    expected = "" if verdict.outcome.value == result.expectation.label else f" (expected {result.expectation.label})"
     return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"
 
 

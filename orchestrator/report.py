@@ -1,23 +1,30 @@
-"""The HTML capability matrix, rendered from the store alone (never from live nodes).
+"""The reviewers' site in reports/, rendered from the store alone (never from nodes).
 
-reports/index.html is the latest run's matrix; reports/cells/RESULT_ID.html holds
-each cell's provenance and logs. Pages are static, self-contained (inline CSS,
-no scripts, no fonts or CDNs) and open from disk. Everything a kernel or node
-printed is untrusted: Jinja2's autoescaping renders it as text.
+    index.html            what changed since the last run, the capability matrix,
+                          the certification ledger's verdicts, a legend
+    cells/ID.html         one cell: provenance, build log, SASS counts, output
+    kernels/KERNEL.html   certification per architecture, with the evidence; history
+    nodes/NODE.html       the node's probe history (GPU, driver, nvcc over time)
+    history.html          the last runs as a grid, each linked to its own matrix
+    runs/ID.html          an earlier run's matrix
+
+Pages are static and self-contained (inline CSS, no scripts, fonts or CDNs), so
+they open from disk and read without JavaScript. Everything nodes and kernels
+printed is untrusted and autoescaped by Jinja2. Each page is written to a
+temporary file and renamed, so a reader never sees half a page.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from .errors import StoreError
-from .outcomes import is_as_expected, is_infra
-from .store import NodeSnapshotRow, ResultRow, Run, Store
+from .config import Farm
+from .reportdata import HISTORY_RUNS, category, collect
+from .store import Store
 
 
 def _env() -> Environment:
@@ -28,26 +35,12 @@ def _env() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["text"] = lambda data: (data or b"").decode("utf-8", "replace")
-    env.filters["seconds"] = lambda s: "" if s is None else f"{s:.1f} s"
+    env.filters["when"] = lambda dt: dt.strftime("%Y-%m-%d %H:%M") if dt else "–"
+    env.globals["category"] = category
     return env
 
 
-@dataclass
-class MatrixRow:
-    kernel: str
-    variant: str
-    contract: str
-    cells: dict[str, ResultRow]
-
-
-def _category(result: ResultRow) -> str:
-    if is_infra(result.outcome):
-        return "infra"
-    return "good" if is_as_expected(result.outcome) else "bad"
-
-
 def _write(path: Path, text: str) -> None:
-    # write-then-rename: a reader never sees a half-written page
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -55,36 +48,86 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def render(store: Store, out_dir: Path, run_id: int | None = None) -> Path:
-    """Render the matrix of one run (default: the latest); returns index.html."""
-    run: Run | None = store.run(run_id) if run_id is not None else store.latest_run()
-    if run is None:
-        which = f"run {run_id}" if run_id is not None else "run"
-        raise StoreError(f"no {which} in {store.url}: run `farm verify` first")
-    results = store.results(run.id)
-    snapshots: list[NodeSnapshotRow] = store.snapshots(run.id)
+def render(
+    store: Store,
+    out_dir: Path,
+    run_id: int | None = None,
+    farm: Farm | None = None,
+    history_runs: int = HISTORY_RUNS,
+) -> Path:
+    """Render the site for one run (default: the latest); returns index.html."""
+    model = collect(store, run_id, farm, history_runs)
     env = _env()
-    nodes = sorted(snapshots, key=lambda s: (s.cc is None, s.cc or "", s.node))
-    rows: dict[tuple[str, str], MatrixRow] = {}
-    for result in results:
-        key = (result.kernel, result.variant)
-        row = rows.setdefault(key, MatrixRow(result.kernel, result.variant, result.contract, {}))
-        row.cells[result.node] = result
-    counts = {"good": 0, "bad": 0, "infra": 0}
-    for result in results:
-        counts[_category(result)] += 1
-    cell_template = env.get_template("cell.html.j2")
-    snapshot_by_id = {s.id: s for s in snapshots}
-    for result in results:
+    out_dir = Path(out_dir)
+    run = model.run
+    snap_by_id = {s.id: s for s in model.snapshots}
+    nodes = sorted(model.snapshots, key=lambda s: (s.cc is None, s.cc or "", s.node))
+    rows: dict[tuple[str, str], dict] = {}
+    for r in model.results:
+        row = rows.setdefault(
+            (r.kernel, r.variant),
+            {"kernel": r.kernel, "variant": r.variant, "contract": r.contract, "cells": {}},
+        )
+        row["cells"][r.node] = r
+
+    cell_page = env.get_template("cell.html.j2")
+    for r in model.results:
         _write(
-            out_dir / "cells" / f"{result.id}.html",
-            cell_template.render(
+            out_dir / "cells" / f"{r.id}.html",
+            cell_page.render(
                 run=run,
-                r=result,
-                snapshot=snapshot_by_id.get(result.snapshot_id),
-                category=_category(result),
+                r=r,
+                snapshot=snap_by_id.get(r.snapshot_id),
+                change=model.changes.get((r.kernel, r.variant, r.node)),
+                history=model.cell_history.get((r.kernel, r.variant, r.node), []),
             ),
         )
+
+    kernel_page = env.get_template("kernel.html.j2")
+    for entry in model.ledgers:
+        cells = sorted(k for k in model.cell_history if k[0] == entry.kernel)
+        _write(
+            out_dir / "kernels" / f"{entry.kernel}.html",
+            kernel_page.render(
+                run=run,
+                entry=entry,
+                cells=cells,
+                cell_history=model.cell_history,
+                runs=model.runs,
+            ),
+        )
+
+    node_page = env.get_template("node.html.j2")
+    for node, snaps in model.node_history.items():
+        _write(out_dir / "nodes" / f"{node}.html", node_page.render(run=run, node=node, snaps=snaps))
+
+    run_page = env.get_template("run.html.j2")
+    for past in model.runs:
+        if past.id == run.id:
+            continue
+        target = out_dir / "runs" / f"{past.id}.html"
+        if target.exists() and past.status != "running":
+            continue  # a finished run's page never changes
+        cells = model.run_cells.get(past.id, {})
+        _write(
+            target,
+            run_page.render(
+                run=past,
+                cells=cells,
+                counts=model.run_counts.get(past.id, {}),
+                rows=sorted({(k, v) for (k, v, _n) in cells}),
+                nodes=sorted({n for (_k, _v, n) in cells}),
+            ),
+        )
+
+    _write(
+        out_dir / "history.html",
+        env.get_template("history.html.j2").render(
+            run=run,
+            runs=model.runs,
+            counts=model.run_counts,
+        ),
+    )
     index = out_dir / "index.html"
     _write(
         index,
@@ -92,9 +135,11 @@ def render(store: Store, out_dir: Path, run_id: int | None = None) -> Path:
             run=run,
             nodes=nodes,
             rows=[rows[k] for k in sorted(rows)],
-            counts=counts,
-            category=_category,
-            total=len(results),
+            counts=model.counts,
+            total=len(model.results),
+            changes=model.listed_changes,
+            ledgers=model.ledgers,
+            cell_ids={(r.kernel, r.variant, r.node): r.id for r in model.results},
         ),
     )
     return index

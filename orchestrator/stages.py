@@ -142,9 +142,7 @@ def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: 
 
 def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
     """Occurrences of each mnemonic as a whole word ("HMMA" counts HMMA.16816.F32)."""
-    return {
-        name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly)) for name in names
-    }
+    return {name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly)) for name in names}
 
 
 _ELF_RE = re.compile(r"\bsm_(\d+)([a-z]?)\.cubin")
@@ -204,9 +202,7 @@ class CellPipeline:
             detail = str(err)
             self.result.evidence.infra_stage = name
             self.result.evidence.infra_detail = detail
-        self.result.stages.append(
-            StageRecord(name, status, started, time.monotonic() - clock, detail)
-        )
+        self.result.stages.append(StageRecord(name, status, started, time.monotonic() - clock, detail))
         return status in ("ok", "cached")
 
     def execute(self) -> CellResult:
@@ -243,9 +239,7 @@ class CellPipeline:
         self.result.build_cached = outcome.stdout.strip() == "cached"
         self.result.evidence.build_exit = outcome.exit_code
         try:
-            self.result.build_log = self.t.read(
-                f"{self.paths.build_dir}/build.log", self.output_cap
-            )
+            self.result.build_log = self.t.read(f"{self.paths.build_dir}/build.log", self.output_cap)
         except FileNotFoundError:
             self.result.build_log = (outcome.stdout + outcome.stderr).encode()
         if outcome.exit_code in (124, 137):
@@ -284,20 +278,14 @@ class CellPipeline:
             ptx_part = text.split("@@farm ptx", 1)[-1]
             self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in _ELF_RE.findall(elf_part)})
             self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in _PTX_RE.findall(ptx_part)})
-            self.result.code_path = code_path_for(
-                self.snapshot.cc, self.result.elf_targets, self.result.ptx_targets
-            )
+            self.result.code_path = code_path_for(self.snapshot.cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
-        dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode(
-            "utf-8", "replace"
-        )
+        dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
         counts = count_instructions(dump, list(self.variant.instructions))
         self.result.instruction_counts = counts
         ev.missing_instructions = {
-            name: (counts[name], needed)
-            for name, needed in self.variant.instructions.items()
-            if counts[name] < needed
+            name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
         }
         return "failed" if ev.missing_instructions else "ok"
 

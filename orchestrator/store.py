@@ -48,6 +48,17 @@ class Meta(Base):
     value: Mapped[str] = mapped_column(Text)
 
 
+class SourceFile(Base):
+    """A kernel source's exact bytes, once per sha256: certificates are about bytes,
+    so the ledger can read a certified source's header even after it changed."""
+
+    __tablename__ = "source_files"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Run(Base):
     __tablename__ = "runs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -103,7 +114,8 @@ class ResultRow(Base):
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64), index=True)
     contract: Mapped[str] = mapped_column(String(64))
-    expected: Mapped[str] = mapped_column(String(32))
+    expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
+    contract_expected: Mapped[str] = mapped_column(String(32))  # what the contract alone says
     expected_reason: Mapped[str] = mapped_column(Text)
     known_failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     outcome: Mapped[str] = mapped_column(String(32), index=True)
@@ -165,8 +177,7 @@ class Store:
             self._check_version()
         except SQLAlchemyError as err:
             raise StoreError(
-                f"cannot open the results database {_redact(url)}: {err.__class__.__name__}: "
-                f"{str(err).splitlines()[0]}"
+                f"cannot open the results database {_redact(url)}: {err.__class__.__name__}: {str(err).splitlines()[0]}"
             ) from err
 
     def _check_version(self) -> None:
@@ -211,6 +222,12 @@ class Store:
     def add_result(self, **fields: Any) -> int:
         return self._add(ResultRow(**fields))
 
+    def add_source(self, sha256: str, path: str, content: bytes) -> None:
+        with self._write_lock, self.session() as session:
+            if session.get(SourceFile, sha256) is None:
+                session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
+                session.commit()
+
     # reads -------------------------------------------------------------------
     def latest_run(self) -> Run | None:
         with self.session() as session:
@@ -220,9 +237,13 @@ class Store:
         with self.session() as session:
             return session.get(Run, run_id)
 
-    def runs(self, limit: int = 50) -> list[Run]:
+    def runs(self, limit: int = 50, upto: int | None = None) -> list[Run]:
+        """The newest runs first, optionally none newer than run `upto`."""
+        query = select(Run)
+        if upto is not None:
+            query = query.where(Run.id <= upto)
         with self.session() as session:
-            return list(session.scalars(select(Run).order_by(Run.id.desc()).limit(limit)))
+            return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
 
     def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
         with self.session() as session:
@@ -233,6 +254,53 @@ class Store:
         with self.session() as session:
             query = select(ResultRow).where(ResultRow.run_id == run_id)
             return list(session.scalars(query.order_by(ResultRow.id)))
+
+    def source(self, sha256: str) -> SourceFile | None:
+        with self.session() as session:
+            return session.get(SourceFile, sha256)
+
+    def result_summaries(self, run_ids: list[int]) -> list[Any]:
+        """Light rows (no logs) of many runs, for history and the ledger."""
+        if not run_ids:
+            return []
+        columns = [
+            ResultRow.id,
+            ResultRow.run_id,
+            ResultRow.kernel,
+            ResultRow.variant,
+            ResultRow.node,
+            ResultRow.expected,
+            ResultRow.outcome,
+            ResultRow.failed_stage,
+            ResultRow.source_sha256,
+            ResultRow.snapshot_id,
+            ResultRow.started_at,
+            ResultRow.ended_at,
+        ]
+        query = select(*columns).where(ResultRow.run_id.in_(run_ids)).order_by(ResultRow.id)
+        with self.session() as session:
+            return list(session.execute(query))
+
+    def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
+        if not run_ids:
+            return []
+        query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id.in_(run_ids))
+        with self.session() as session:
+            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
+
+    def certifying_results(self) -> list[Any]:
+        """Every pass on a node whose probe saw real hardware, with its node snapshot."""
+        query = (
+            select(ResultRow, NodeSnapshotRow)
+            .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
+            .where(ResultRow.outcome.in_(["pass", "fixed"]))
+            .where(ResultRow.contract_expected == "pass")
+            .where(NodeSnapshotRow.real_gpu.is_(True))
+            .where(NodeSnapshotRow.cc.is_not(None))
+            .order_by(ResultRow.id)
+        )
+        with self.session() as session:
+            return list(session.execute(query))
 
     def result(self, result_id: int) -> ResultRow | None:
         with self.session() as session:

@@ -63,9 +63,7 @@ class Transport(ABC):
 
     def _require_open(self, method: str) -> None:
         if not self._open:
-            raise InfraError(
-                f"{type(self).__name__}.{method}() on node {self.name!r}: the transport is closed"
-            )
+            raise InfraError(f"{type(self).__name__}.{method}() on node {self.name!r}: the transport is closed")
 
     # actions ----------------------------------------------------------
     def run(self, command: str, *, timeout: float) -> CommandResult:

@@ -63,9 +63,7 @@ class LocalTransport(Transport):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise CommandTimeout(
-                f"node {self.name!r}: command still running after {timeout:.0f} s; killed"
-            ) from None
+            raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed") from None
         return CommandResult(
             command=command,
             exit_code=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,

@@ -115,8 +115,7 @@ class SSHTransport(Transport):
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
             self._conn.close()
             raise ConnectError(
-                f"node {self.name!r}: cannot connect to {node.host}:{node.port} "
-                f"({type(err).__name__}: {err})"
+                f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"
             ) from err
 
     def _disconnect(self) -> None:
@@ -133,13 +132,9 @@ class SSHTransport(Transport):
         watchdog.daemon = True
         watchdog.start()
         try:
-            result = self._conn.run(
-                command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout
-            )
+            result = self._conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
         except CommandTimedOut:
-            raise CommandTimeout(
-                f"node {self.name!r}: command still running after {timeout:.0f} s"
-            ) from None
+            raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s") from None
         except UnexpectedExit as err:  # only without warn=True; kept for safety
             result = err.result
         except (paramiko.SSHException, OSError, EOFError) as err:
@@ -147,9 +142,7 @@ class SSHTransport(Transport):
                 raise CommandTimeout(
                     f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
                 ) from err
-            raise InfraError(
-                f"node {self.name!r}: session failed ({type(err).__name__}: {err})"
-            ) from err
+            raise InfraError(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         finally:
             watchdog.cancel()
         if not watchdog.is_alive() and time.monotonic() - start >= timeout + WATCHDOG_GRACE:

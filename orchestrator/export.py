@@ -1,0 +1,143 @@
+"""Exports of a stored run for CI systems: JUnit XML and JSON, on stdout.
+
+JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
+name NODE). A cell not as expected is a <failure> whose message is the outcome
+and the stage that decided it; infra outcomes are <error>s (the node, not the
+kernel); known failures are <skipped> with their declared reason.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from .outcomes import Outcome, is_as_expected, is_infra
+from .reportdata import ReportModel, result_record, utc_iso
+
+OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
+
+
+def _text(data: bytes | None) -> str:
+    text = (data or b"").decode("utf-8", "replace")
+    # XML 1.0 cannot carry most control characters; keep tab, newline, return
+    text = "".join(ch if ch in "\t\n\r" or ord(ch) >= 32 else "\ufffd" for ch in text)
+    return text[:OUTPUT_LIMIT]
+
+
+def junit(model: ReportModel) -> str:
+    run = model.run
+    results = model.results
+    failures = sum(1 for r in results if not is_as_expected(r.outcome) and not is_infra(r.outcome))
+    errors = sum(1 for r in results if is_infra(r.outcome))
+    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE)
+    seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
+    counts = {
+        "tests": str(len(results)),
+        "failures": str(failures),
+        "errors": str(errors),
+        "skipped": str(skipped),
+        "time": f"{seconds:.3f}",
+    }
+    suites = ET.Element("testsuites", name="farm", **counts)
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"farm run {run.id}",
+        id=str(run.id),
+        timestamp=run.started_at.strftime("%Y-%m-%dT%H:%M:%S"),
+        hostname=run.host,
+        **counts,
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in (
+        ("trigger", run.trigger),
+        ("farm_commit", run.farm_commit or ""),
+        ("farm_version", run.farm_version),
+        ("status", run.status),
+    ):
+        ET.SubElement(props, "property", name=key, value=value)
+    snaps = {s.id: s for s in model.snapshots}
+    for r in results:
+        elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"{r.kernel}.{r.variant}",
+            name=r.node,
+            time=f"{elapsed:.3f}",
+        )
+        stage = f" at {r.failed_stage}" if r.failed_stage else ""
+        snap = snaps.get(r.snapshot_id)
+        where = f"{snap.gpu_name or 'no GPU'}, CC {snap.cc or '-'}" if snap else r.node
+        if r.outcome == Outcome.KNOWN_FAILURE:
+            ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
+        elif is_infra(r.outcome):
+            node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
+            node.text = r.reason
+        elif not is_as_expected(r.outcome):
+            node = ET.SubElement(case, "failure", message=f"{r.outcome}{stage}", type=r.outcome)
+            node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
+        ET.SubElement(case, "system-out").text = _text(r.stdout)
+        ET.SubElement(case, "system-err").text = _text(r.stderr)
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def as_json(model: ReportModel) -> str:
+    run = model.run
+    snaps = {s.id: s for s in model.snapshots}
+    document: dict[str, Any] = {
+        "run": {
+            "id": run.id,
+            "start": utc_iso(run.started_at),
+            "end": utc_iso(run.ended_at),
+            "trigger": run.trigger,
+            "status": run.status,
+            "farm_commit": run.farm_commit,
+            "farm_version": run.farm_version,
+            "host": run.host,
+            "exit_code": run.exit_code,
+        },
+        "summary": model.counts,
+        "cells": [
+            {
+                **result_record(r, snaps.get(r.snapshot_id)),
+                "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node))) else None),
+            }
+            for r in model.results
+        ],
+        "ledger": [
+            {
+                "kernel": e.kernel,
+                "path": e.path,
+                "sha256": e.sha256,
+                "header_claims": [{"status": c.status, "date": c.date, "text": c.text} for c in e.claims],
+                "capabilities": {
+                    cc: {
+                        "state": s.state,
+                        "certificates": [
+                            {
+                                "result_id": c.result_id,
+                                "run_id": c.run_id,
+                                "date": utc_iso(c.when),
+                                "node": c.node,
+                                "gpu": c.gpu,
+                                "driver": c.driver,
+                                "nvcc": c.nvcc,
+                                "variant": c.variant,
+                                "build_command": c.build_command,
+                                "code_path": c.code_path,
+                                "output": c.output,
+                            }
+                            for c in s.current
+                        ],
+                    }
+                    for cc, s in e.capabilities.items()
+                },
+                "flags": [{"kind": kind, "text": text} for kind, text in e.flags],
+            }
+            for e in model.ledgers
+        ],
+    }
+    return json.dumps(document, indent=2) + "\n"

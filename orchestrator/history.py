@@ -1,0 +1,85 @@
+"""What changed since the last run, cell by cell (after KernelCI's tree-compare).
+
+A cell is a (kernel, variant, node). Against its latest earlier *verdict*
+(infra results carry none and are passed over), each cell of a run is:
+
+    regression      was as expected, now is not
+    fixed           was not as expected, now is
+    still-failing   was not, still is not
+    new             no earlier verdict, as expected now
+    new-failure     no earlier verdict, not as expected now
+    unstable        its verdict flipped more than once in the last 10 runs
+    changed         as expected both times, but a different outcome (compile-only -> pass)
+    unchanged       the same outcome
+    infra           no verdict this run (the node failed)
+
+A morning reader needs the first six; `unchanged` cells are not listed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .outcomes import is_as_expected, is_infra
+
+WINDOW = 10
+LISTED = ("regression", "new-failure", "unstable", "fixed", "still-failing", "new", "changed")
+
+CellKey = tuple[str, str, str]  # kernel, variant, node
+
+
+@dataclass(frozen=True)
+class Change:
+    key: CellKey
+    change: str
+    outcome: str
+    previous: str | None  # the earlier verdict compared against
+    previous_run: int | None
+    flips: int
+
+    @property
+    def label(self) -> str:
+        kernel, variant, node = self.key
+        return f"{kernel}:{variant}@{node}"
+
+
+def _flips(verdicts: list[bool]) -> int:
+    return sum(1 for a, b in itertools.pairwise(verdicts) if a != b)
+
+
+def changes(
+    current: Iterable[tuple[CellKey, str]],
+    earlier: dict[CellKey, list[tuple[int, str]]],
+) -> dict[CellKey, Change]:
+    """current: (cell, outcome) of the run; earlier: cell -> [(run_id, outcome)],
+    oldest first, from runs before it."""
+    result: dict[CellKey, Change] = {}
+    for key, outcome in current:
+        verdicts = [(run, o) for run, o in earlier.get(key, []) if not is_infra(o)]
+        if is_infra(outcome):
+            previous = verdicts[-1] if verdicts else (None, None)
+            result[key] = Change(key, "infra", outcome, previous[1], previous[0], 0)
+            continue
+        good = is_as_expected(outcome)
+        window = [*[is_as_expected(o) for _, o in verdicts][-(WINDOW - 1) :], good]
+        flips = _flips(window)
+        if not verdicts:
+            change = "new" if good else "new-failure"
+            result[key] = Change(key, change, outcome, None, None, 0)
+            continue
+        prev_run, prev = verdicts[-1]
+        was_good = is_as_expected(prev)
+        if flips > 1:
+            change = "unstable"
+        elif was_good and not good:
+            change = "regression"
+        elif not was_good and good:
+            change = "fixed"
+        elif not good:
+            change = "still-failing"
+        else:
+            change = "unchanged" if prev == outcome else "changed"
+        result[key] = Change(key, change, outcome, prev, prev_run, flips)
+    return result

@@ -1,0 +1,149 @@
+"""The certification ledger: which exact bytes passed on which real hardware.
+
+For each kernel source, by sha256 and per compute capability: VERIFIED when a
+pass of a variant whose contract required it to run is on record from a node
+whose probe saw real hardware (probe.py: NodeSnapshot.real_gpu). Compile-only
+nodes and nvidia-smi stand-ins certify nothing.
+
+The course writes its own claim into each source's header ("UNVERIFIED: ..."
+or "VERIFIED 2026-09-02: ..."). The ledger compares that claim with the record
+and flags each disagreement:
+
+    header-outdated   the header says UNVERIFIED, but a certifying run of these bytes exists
+    claim-unrecorded  the header claims VERIFIED on a date with no certifying run then
+    stale             a certificate exists only for older bytes: the source changed since
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+_CLAIM_RE = re.compile(r"^\s*(?://|\*|#)?\s*(UNVERIFIED|VERIFIED)(?:\s+(\d{4}-\d{2}-\d{2}))?\s*:(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class HeaderClaim:
+    status: str  # VERIFIED | UNVERIFIED
+    date: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One certifying pass: the evidence a reviewer checks."""
+
+    result_id: int
+    run_id: int
+    when: datetime
+    source_sha256: str
+    variant: str
+    node: str
+    gpu: str
+    cc: str
+    driver: str | None
+    nvcc: str | None
+    build_command: str
+    code_path: str | None
+    output: str  # the run's stdout: the kernel's own words
+
+    @property
+    def date(self) -> str:
+        return self.when.strftime("%Y-%m-%d")
+
+
+@dataclass
+class CapabilityState:
+    cc: str
+    current: list[Certificate] = field(default_factory=list)  # for the current bytes
+    older: list[Certificate] = field(default_factory=list)  # for earlier bytes only
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.current)
+
+    @property
+    def stale(self) -> bool:
+        return not self.current and bool(self.older)
+
+    @property
+    def state(self) -> str:
+        return "VERIFIED" if self.verified else ("stale" if self.stale else "unverified")
+
+
+@dataclass
+class KernelLedger:
+    kernel: str
+    path: str
+    sha256: str
+    claims: list[HeaderClaim]
+    capabilities: dict[str, CapabilityState]
+    flags: list[tuple[str, str]] = field(default_factory=list)  # (kind, sentence)
+
+    @property
+    def verified_ccs(self) -> list[str]:
+        return [cc for cc, state in self.capabilities.items() if state.verified]
+
+
+def header_claims(source: bytes) -> list[HeaderClaim]:
+    """The VERIFIED/UNVERIFIED lines of a source's leading comment block."""
+    head = source[:16384].decode("utf-8", "replace")
+    return [HeaderClaim(m.group(1), m.group(2), m.group(3).strip()) for m in _CLAIM_RE.finditer(head)]
+
+
+def _cc_key(cc: str) -> tuple[int, int]:
+    major, _, minor = cc.partition(".")
+    return int(major), int(minor or 0)
+
+
+def build(
+    kernel: str,
+    path: str,
+    sha256: str,
+    source: bytes,
+    certificates: list[Certificate],
+    planned_ccs: list[str],
+) -> KernelLedger:
+    """The ledger of one kernel source. `certificates` are every certifying pass
+    of this kernel (any bytes); `planned_ccs` are the capabilities its contracts
+    name, listed even when nothing has run there yet."""
+    states: dict[str, CapabilityState] = {cc: CapabilityState(cc) for cc in planned_ccs}
+    for cert in certificates:
+        state = states.setdefault(cert.cc, CapabilityState(cert.cc))
+        (state.current if cert.source_sha256 == sha256 else state.older).append(cert)
+    ordered = {cc: states[cc] for cc in sorted(states, key=_cc_key)}
+    ledger = KernelLedger(kernel, path, sha256, header_claims(source), ordered)
+    current = [c for s in ordered.values() for c in s.current]
+    for claim in ledger.claims:
+        if claim.status == "UNVERIFIED" and current:
+            first = min(current, key=lambda c: c.when)
+            ledger.flags.append(
+                (
+                    "header-outdated",
+                    f"The header says UNVERIFIED, but these exact bytes passed on real hardware: "
+                    f"CC {', '.join(ledger.verified_ccs)} (first on {first.date}, {first.gpu} on node "
+                    f"{first.node}, result {first.result_id}). The header's status line is out of date.",
+                )
+            )
+        if claim.status == "VERIFIED" and not any(c.date == claim.date for c in current):
+            on_record = ", ".join(f"CC {c.cc} on {c.date}" for c in current) or "none"
+            ledger.flags.append(
+                (
+                    "claim-unrecorded",
+                    f"The header claims VERIFIED {claim.date or '(no date)'}, but no certifying run "
+                    f"of these bytes from that date is on record (certifying runs on record: {on_record}).",
+                )
+            )
+    for state in ordered.values():
+        if state.stale:
+            last = max(state.older, key=lambda c: c.when)
+            ledger.flags.append(
+                (
+                    "stale",
+                    f"CC {state.cc}: the certificate of {last.date} (result {last.result_id}) is for "
+                    f"bytes {last.source_sha256[:12]}; the source is now {sha256[:12]}. It changed "
+                    f"after its certifying run: stale until it passes again.",
+                )
+            )
+    return ledger

@@ -1,0 +1,281 @@
+"""The reviewers' report: certification ledger, nightly changes, exports, escaping.
+
+Runs real farms (the local node, and the loopback sshd fleet's stand-in H100)
+and reads what the store and the rendered pages say.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+from nodes import standin_job, standin_variant
+
+from orchestrator import ledger
+from orchestrator.config import load_farm
+from orchestrator.executor import run_cells
+from orchestrator.plan import plan_cells
+from orchestrator.report import render
+from orchestrator.reportdata import collect
+from orchestrator.store import Store
+
+TOY = """\
+// SPDX-License-Identifier: MIT
+//
+// UNVERIFIED: not yet run on real hardware.
+#include <cstdio>
+int main() { std::printf("toy: PASS <script>alert(1)</script></td></tr>\\n"); return 0; }
+"""
+
+
+def toy_farm(root: Path, extra_variants: str = "") -> Path:
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "toy.cpp").write_text(TOY)
+    (root / "jobs").mkdir()
+    (root / "jobs" / "toy.yaml").write_text(
+        "kernel: toy\nsources: [kernels/toy.cpp]\npass_marker: 'toy: PASS'\nrefusal_marker: 'needs CC'\n"
+        "variants:\n"
+        "  plain:\n"
+        "    build: 'g++ -O1 -o {binary} {sources}'\n"
+        "    inspect: 'objdump -d {binary}'\n"
+        "    instructions: {ret: 1}\n"
+        "    cc: {exactly: '9.0'}\n"
+        "  broken:\n"
+        "    build: 'g++ -DNOPE -o {binary} {sources} -lno_such_library'\n"
+        "    inspect: 'objdump -d {binary}'\n"
+        "    cc: {exactly: '9.0'}\n"
+        "    known_failures:\n"
+        "      - when: {nvcc: '>=1'}\n"
+        "        outcome: build-fail\n"
+        "        reason: links a library that does not exist (declared for the test)\n" + extra_variants
+    )
+    path = root / "farm.yaml"
+    path.write_text(f"nodes:\n  here:\n    transport: local\n    workdir: {root / 'node'}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toyreport")
+    farm = load_farm(toy_farm(root))
+    store = Store(farm.database_url)
+    summary = run_cells(farm, store, plan_cells(farm))
+    return root, farm, store, summary
+
+
+def certify(store: Store, run_id: int, sha: str, *, real: bool, cc: str = "9.0") -> int:
+    """Record a pass of toy:plain on a node with the given realness (as if probed)."""
+    snapshot = store.add_snapshot(
+        run_id=run_id,
+        node="hopper",
+        transport="ssh",
+        address="farm@hopper:22",
+        gpu_name="NVIDIA H100",
+        cc=cc,
+        driver="580.1",
+        gpu_count=1,
+        nvcc_path="nvcc",
+        nvcc_version="13.0.88",
+        real_gpu=real,
+        driver_evidence="NVRM version: ...\n/dev/nvidiactl" if real else "",
+    )
+    now = datetime.now(UTC)
+    return store.add_result(
+        run_id=run_id,
+        snapshot_id=snapshot,
+        kernel="toy",
+        variant="plain",
+        node="hopper",
+        contract="CC == 9.0",
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="r",
+        outcome="pass",
+        reason="exit 0 and the pass marker",
+        exit_code=0,
+        stage_seconds={},
+        stage_details={},
+        build_command="g++ -O1 ...",
+        build_log=b"",
+        stdout=b"toy: PASS",
+        stderr=b"",
+        source_sha256=sha,
+        sources={"kernels/toy.cpp": sha},
+        instruction_counts={},
+        required_instructions={},
+        elf_targets=[],
+        ptx_targets=[],
+        code_path="native",
+        started_at=now,
+        ended_at=now,
+    )
+
+
+# ------------------------------------------------------------------ ledger
+
+
+def test_header_claims_are_parsed():
+    source = b"// x\n// VERIFIED 2026-09-02: passed on a T4.\n// UNVERIFIED: never on Hopper.\nint x;\n"
+    claims = ledger.header_claims(source)
+    assert [(c.status, c.date) for c in claims] == [("VERIFIED", "2026-09-02"), ("UNVERIFIED", None)]
+    course = (Path(__file__).parents[1] / "kernels" / "wgmma_gemm.cu").read_bytes()
+    assert [c.status for c in ledger.header_claims(course)] == ["UNVERIFIED"]
+
+
+def test_compile_only_and_stand_in_runs_certify_nothing(toy_run):
+    _, farm, store, summary = toy_run
+    model = collect(store, summary.run_id, farm)
+    entry = model.ledgers[0]
+    assert entry.capabilities["9.0"].state == "unverified"
+    assert not entry.flags  # UNVERIFIED header, nothing on record: they agree
+
+
+def test_pass_on_a_stand_in_gpu_node_does_not_certify(ssh_fleet, make_farm, tmp_path):
+    nodes = {"h100": ssh_fleet["h100"].farm_entry(tmp_path / "work")}
+    job = standin_job("standin", {"hopper": standin_variant("PASS", {"exactly": "9.0"}, "EXACT_CC=90")})
+    farm = load_farm(make_farm(tmp_path / "farm", nodes, [job]))
+    store = Store(farm.database_url)
+    summary = run_cells(farm, store, plan_cells(farm))
+    assert summary.outcomes == {"pass": 1}
+    snapshot = store.snapshots(summary.run_id)[0]
+    assert snapshot.cc == "9.0" and not snapshot.real_gpu  # nvidia-smi answered, no kernel driver
+    entry = collect(store, summary.run_id, farm).ledgers[0]
+    assert entry.capabilities["9.0"].state == "unverified"
+
+
+def test_real_hardware_pass_certifies_and_flags_the_outdated_header(toy_run):
+    _, farm, store, summary = toy_run
+    sha = farm.jobs["toy"].source_sha256["kernels/toy.cpp"]
+    run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
+    certify(store, run_id, sha, real=False)  # a stand-in pass: ignored
+    result_id = certify(store, run_id, sha, real=True)
+    store.finish_run(run_id, "finished", 0)
+    entry = collect(store, run_id, farm).ledgers[0]
+    state = entry.capabilities["9.0"]
+    assert state.state == "VERIFIED"
+    assert [c.result_id for c in state.current] == [result_id]
+    assert state.current[0].gpu == "NVIDIA H100" and state.current[0].output == "toy: PASS"
+    assert [kind for kind, _ in entry.flags] == ["header-outdated"]
+    assert "out of date" in entry.flags[0][1]
+
+
+def test_a_flipped_byte_makes_the_certificate_stale(toy_run):
+    root, _, store, _ = toy_run
+    source = root / "kernels" / "toy.cpp"
+    original = source.read_bytes()
+    try:
+        source.write_bytes(original.replace(b"alert(1)", b"alert(2)"))
+        farm = load_farm(root / "farm.yaml")  # the source on disk now differs
+        entry = collect(store, None, farm).ledgers[0]
+        state = entry.capabilities["9.0"]
+        assert state.state == "stale" and not state.current and state.older
+        assert "stale" in [kind for kind, _ in entry.flags]
+    finally:
+        source.write_bytes(original)
+
+
+def test_header_claiming_verified_without_a_record_is_flagged():
+    entry = ledger.build("k", "k.cu", "a" * 64, b"// VERIFIED 2026-09-02: on a T4\n", [], ["7.5"])
+    assert entry.capabilities["7.5"].state == "unverified"
+    assert [kind for kind, _ in entry.flags] == ["claim-unrecorded"]
+
+
+# ---------------------------------------------------------------- exports
+
+
+def farm_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_junit_export_parses_and_matches_the_database(toy_run):
+    root, _, _, summary = toy_run
+    done = farm_cli("report", "--format", "junit", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"))
+    assert done.returncode == 0, done.stderr
+    path = root / "junit.xml"
+    path.write_text(done.stdout)
+    xml = JUnitXml.fromfile(str(path))
+    suites = list(xml)
+    assert len(suites) == 1
+    with sqlite3.connect(root / "results.db") as db:
+        outcomes = [o for (o,) in db.execute("select outcome from results where run_id=?", (summary.run_id,))]
+    suite = suites[0]
+    assert suite.tests == len(outcomes)
+    assert suite.skipped == outcomes.count("known-failure") == 1
+    assert suite.failures == 0 and suite.errors == 0
+    cases = {(c.classname, c.name): c for c in suite}
+    assert set(cases) == {("toy.plain", "here"), ("toy.broken", "here")}
+    skipped = cases[("toy.broken", "here")].result[0]
+    assert "links a library that does not exist" in skipped.message
+
+
+def test_json_export_has_the_cells_and_the_ledger(toy_run):
+    root, _, _, summary = toy_run
+    done = farm_cli("report", "--format", "json", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["run"]["id"] == summary.run_id and document["run"]["trigger"] == "manual"
+    assert document["run"]["start"].endswith("+00:00")
+    cell = next(c for c in document["cells"] if c["variant"] == "plain")
+    for key in (
+        "kernel",
+        "variant",
+        "node",
+        "gpu",
+        "cc",
+        "driver",
+        "nvcc",
+        "expected",
+        "outcome",
+        "exit_code",
+        "source_sha256",
+        "binary_sha256",
+        "instruction_counts",
+        "stage_seconds",
+    ):
+        assert key in cell, key
+    assert cell["outcome"] == "compile-only" and cell["instruction_counts"]["ret"] >= 1
+    assert document["ledger"][0]["kernel"] == "toy"
+    assert document["ledger"][0]["header_claims"][0]["status"] == "UNVERIFIED"
+
+
+# ------------------------------------------------------------- rendering
+
+
+def test_untrusted_output_is_escaped(toy_run, tmp_path):
+    _, farm, store, summary = toy_run
+    # a run whose stdout is hostile HTML, stored as a node would have printed it
+    run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
+    result_id = certify(store, run_id, "b" * 64, real=False)
+    with sqlite3.connect(store.url.removeprefix("sqlite:///")) as db:
+        db.execute(
+            "update results set stdout=?, stderr=? where id=?",
+            (b"<script>alert(1)</script></td></tr></table>", b"\xff\xfe<b>x</b>", result_id),
+        )
+    store.finish_run(run_id, "finished", 1)
+    index = render(store, tmp_path, run_id, farm=farm)
+    page = (tmp_path / "cells" / f"{result_id}.html").read_text()
+    assert "<script" not in page and "</td></tr></table>" not in page.split('<pre id="stdout">')[1]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "\ufffd" in page  # undecodable bytes shown, not dropped
+    assert "<script" not in index.read_text()
+
+
+def test_site_pages_exist_and_link(toy_run, tmp_path):
+    _, farm, store, summary = toy_run
+    index = render(store, tmp_path, summary.run_id, farm=farm)
+    html = index.read_text()
+    assert html.index('id="changes"') < html.index('id="matrix"')
+    for link in set(re.findall(r'href="([^"#]+)"', html)):
+        assert (tmp_path / link).is_file(), link
+    assert (tmp_path / "kernels" / "toy.html").is_file()
+    assert (tmp_path / "nodes" / "here.html").is_file()
+    assert "http" not in re.sub(r"<!--.*?-->", "", html).split("<body>")[0]  # nothing fetched from outside
