@@ -151,7 +151,7 @@ def test_pass_on_a_stand_in_gpu_node_does_not_certify(ssh_fleet, make_farm, tmp_
 
 
 def test_real_hardware_pass_certifies_and_flags_the_outdated_header(toy_run):
-    _, farm, store, summary = toy_run
+    _, farm, store, _ = toy_run
     sha = farm.jobs["toy"].source_sha256["kernels/toy.cpp"]
     run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
     certify(store, run_id, sha, real=False)  # a stand-in pass: ignored
@@ -167,9 +167,12 @@ def test_real_hardware_pass_certifies_and_flags_the_outdated_header(toy_run):
 
 
 def test_a_flipped_byte_makes_the_certificate_stale(toy_run):
-    root, _, store, _ = toy_run
+    root, farm, store, _ = toy_run
     source = root / "kernels" / "toy.cpp"
     original = source.read_bytes()
+    run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
+    certify(store, run_id, farm.jobs["toy"].source_sha256["kernels/toy.cpp"], real=True)
+    store.finish_run(run_id, "finished", 0)
     try:
         source.write_bytes(original.replace(b"alert(1)", b"alert(2)"))
         farm = load_farm(root / "farm.yaml")  # the source on disk now differs
@@ -251,7 +254,7 @@ def test_json_export_has_the_cells_and_the_ledger(toy_run):
 
 
 def test_untrusted_output_is_escaped(toy_run, tmp_path):
-    _, farm, store, summary = toy_run
+    _, farm, store, _ = toy_run
     # a run whose stdout is hostile HTML, stored as a node would have printed it
     run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
     result_id = certify(store, run_id, "b" * 64, real=False)
