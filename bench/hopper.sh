@@ -20,6 +20,7 @@ log "machine"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
 nvcc --version | tail -2
 nproc
+head -n 1 /proc/driver/nvidia/version; ls -l /dev/nvidiactl
 
 log "farm nodes"
 farm nodes --config $CFG

@@ -191,7 +191,7 @@ def nodes(config_path: Path, database: str | None) -> None:
     Example: farm nodes --config farms/hopper.yaml
     """
     farm = _load(config_path, database)
-    header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} notes"
+    header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} {'real':<5} notes"
     click.echo(header)
     worst = EXIT_OK
     for name, node in farm.nodes.items():
@@ -206,9 +206,12 @@ def nodes(config_path: Path, database: str | None) -> None:
             worst = 4
             continue
         notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
+        if snap.has_gpu and not snap.real_gpu:
+            notes += " nvidia-smi answered but no NVIDIA kernel driver: a stand-in, certifies nothing"
         click.echo(
             f"{name:<12} {'yes':<7} {snap.gpu_name or 'no GPU':<28} {snap.cc or '-'!s:<5} "
-            f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {notes}"
+            f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if snap.real_gpu else 'no':<5} "
+            f"{notes.strip()}"
         )
     sys.exit(worst)
 
