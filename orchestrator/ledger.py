@@ -127,7 +127,7 @@ def build(
                 )
             )
         if claim.status == "VERIFIED" and not any(c.date == claim.date for c in current):
-            on_record = ", ".join(f"CC {c.cc} on {c.date}" for c in current) or "none"
+            on_record = ", ".join(sorted({f"CC {c.cc} on {c.date}" for c in current})) or "none"
             ledger.flags.append(
                 (
                     "claim-unrecorded",

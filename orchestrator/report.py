@@ -71,14 +71,20 @@ def render(
         row["cells"][r.node] = r
 
     cell_page = env.get_template("cell.html.j2")
-    for r in model.results:
+    # the run's cells, and every certificate's evidence (from whichever run it came)
+    shown = {r.id for r in model.results}
+    certifying = [c.result_id for e in model.ledgers for s in e.capabilities.values() for c in s.current + s.older]
+    extra = [store.result(rid) for rid in sorted(set(certifying) - shown)]
+    extra_snaps = {s.id: s for s in store.snapshots_of(sorted({r.run_id for r in extra if r}))}
+    snap_by_id = {**extra_snaps, **snap_by_id}
+    for r in [*model.results, *(r for r in extra if r is not None)]:
         _write(
             out_dir / "cells" / f"{r.id}.html",
             cell_page.render(
                 run=run,
                 r=r,
                 snapshot=snap_by_id.get(r.snapshot_id),
-                change=model.changes.get((r.kernel, r.variant, r.node)),
+                change=model.changes.get((r.kernel, r.variant, r.node)) if r.run_id == run.id else None,
                 history=model.cell_history.get((r.kernel, r.variant, r.node), []),
             ),
         )
