@@ -88,8 +88,21 @@ class KernelLedger:
 
 def header_claims(source: bytes) -> list[HeaderClaim]:
     """The VERIFIED/UNVERIFIED lines of a source's leading comment block."""
-    head = source[:16384].decode("utf-8", "replace")
-    return [HeaderClaim(m.group(1), m.group(2), m.group(3).strip()) for m in _CLAIM_RE.finditer(head)]
+    lines = source[:16384].decode("utf-8", "replace").splitlines()
+    claims = []
+    for index, line in enumerate(lines):
+        match = _CLAIM_RE.match(line)
+        if not match:
+            continue
+        words = [match.group(3).strip()]
+        # the claim goes on over the comment lines that follow, up to a blank one
+        for following in lines[index + 1 :]:
+            text = following.strip().lstrip("/*#").strip()
+            if not text or _CLAIM_RE.match(following) or not following.strip().startswith(("//", "*", "#")):
+                break
+            words.append(text)
+        claims.append(HeaderClaim(match.group(1), match.group(2), " ".join(w for w in words if w)))
+    return claims
 
 
 def _cc_key(cc: str) -> tuple[int, int]:

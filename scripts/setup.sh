@@ -44,6 +44,9 @@ fi
 
 if [ "$want_tests" = yes ]; then
     apt_install openssh-server openssh-client binutils g++ procps
+    # the report's browser tests: Debian's Chromium, driven by playwright (from
+    # the test extra); Playwright's own browser download is never used
+    apt_install chromium
     mkdir -p /run/sshd 2>/dev/null || true
 fi
 echo "setup: ok ($(.venv/bin/farm --version))"

@@ -318,9 +318,7 @@ PASS_MARKER = r"standin: PASS"
 REFUSAL_MARKER = r"standin needs CC \d+\.\d+ and this device is"
 
 
-def standin_variant(
-    mode: str, contract: dict[str, str], gate: str | None = None, **extra: object
-) -> dict[str, object]:
+def standin_variant(mode: str, contract: dict[str, str], gate: str | None = None, **extra: object) -> dict[str, object]:
     """A job variant that builds tests/standin/standin.cpp with g++ on the node.
 
     `mode` is a MODE_ macro without its prefix ("PASS", "HANG", ...), `gate` a

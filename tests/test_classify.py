@@ -145,9 +145,7 @@ TABLE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "evidence", "expectation", "outcome", "stage"), TABLE, ids=[row[0] for row in TABLE]
-)
+@pytest.mark.parametrize(("name", "evidence", "expectation", "outcome", "stage"), TABLE, ids=[row[0] for row in TABLE])
 def test_classify_table(name, evidence, expectation, outcome, stage):
     verdict = classify(evidence, expectation, PASS_RE, REFUSE_RE)
     assert verdict.outcome is outcome, verdict.reason

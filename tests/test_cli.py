@@ -120,9 +120,7 @@ def test_store_error_exit_code(tmp_path):
     done = farm("report", "--config", str(config))  # no run stored yet
     assert done.returncode == 5
     assert "run `farm verify` first" in done.stderr
-    done = farm(
-        "show", "1", "--config", str(config), "--database", f"sqlite:///{tmp_path}/missing/dir/x.db"
-    )
+    done = farm("show", "1", "--config", str(config), "--database", f"sqlite:///{tmp_path}/missing/dir/x.db")
     assert done.returncode == 5 and "cannot open the results database" in done.stderr
 
 

@@ -40,9 +40,7 @@ variants:
 """
 
 
-def make_farm(
-    tmp_path: Path, farm: str = GOOD_FARM, job: str | None = GOOD_JOB, job_name: str = "k.yaml"
-) -> Path:
+def make_farm(tmp_path: Path, farm: str = GOOD_FARM, job: str | None = GOOD_JOB, job_name: str = "k.yaml") -> Path:
     (tmp_path / "kernels").mkdir(exist_ok=True)
     (tmp_path / "kernels" / "k.cu").write_text("int main() { return 0; }\n")
     (tmp_path / "jobs").mkdir(exist_ok=True)
@@ -163,10 +161,7 @@ def test_bad_declared_cc_on_node(tmp_path):
 
 def test_unknown_outcome_in_known_failure(tmp_path):
     job = GOOD_JOB + (
-        "    known_failures:\n"
-        "      - when: {nvcc: '>=13.0'}\n"
-        "        outcome: build-failed\n"
-        "        reason: ptxas\n"
+        "    known_failures:\n      - when: {nvcc: '>=13.0'}\n        outcome: build-failed\n        reason: ptxas\n"
     )
     text = str(load_error(make_farm(tmp_path, job=job)))
     assert "variants.v1.known_failures[0].outcome" in text
@@ -224,9 +219,7 @@ def test_database_from_a_newer_farm(tmp_path):
     url = f"sqlite:///{tmp_path}/results.db"
     Store(url).close()
     with sqlite3.connect(tmp_path / "results.db") as db:
-        db.execute(
-            "UPDATE farm_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),)
-        )
+        db.execute("UPDATE farm_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
     with pytest.raises(StoreError) as info:
         Store(url)
     assert "newer farm" in str(info.value)

@@ -53,11 +53,7 @@ def local_farm(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "kernels", tmp_path / "kernels")
     path = tmp_path / "farm.yaml"
     path.write_text(
-        "database: sqlite:///results.db\n"
-        "nodes:\n"
-        "  local:\n"
-        "    transport: local\n"
-        f"    workdir: {tmp_path / 'node'}\n"
+        f"database: sqlite:///results.db\nnodes:\n  local:\n    transport: local\n    workdir: {tmp_path / 'node'}\n"
     )
     return path
 
@@ -79,10 +75,7 @@ def test_kernels_are_byte_exact_course_sources():
         if shared.exists():
             assert (REPO / "kernels" / name).read_bytes() == shared.read_bytes()
     # the certificate is about these bytes: the header's claim must still be there
-    assert (
-        b"UNVERIFIED: not yet run on real hardware"
-        in (REPO / "kernels" / "wgmma_gemm.cu").read_bytes()
-    )
+    assert b"UNVERIFIED: not yet run on real hardware" in (REPO / "kernels" / "wgmma_gemm.cu").read_bytes()
 
 
 def test_every_variant_of_every_kernel_is_planned(course_run):
@@ -116,9 +109,7 @@ def test_gencode_wgmma_has_hgmma_and_only_sm90a_code(course_run):
     assert row.ptx_targets == []
     assert len(row.binary_sha256) == 64
     expected = (
-        Outcome.COMPILE_ONLY
-        if GPU_CC is None
-        else (Outcome.PASS if GPU_CC == "9.0" else Outcome.EXPECTED_REFUSAL)
+        Outcome.COMPILE_ONLY if GPU_CC is None else (Outcome.PASS if GPU_CC == "9.0" else Outcome.EXPECTED_REFUSAL)
     )
     assert row.outcome == expected
 

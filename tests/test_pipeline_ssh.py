@@ -191,9 +191,7 @@ def first_run(
 
     # A known_hosts with other nodes' keys, but not a100's.
     stranger_hosts = root / "stranger_known_hosts"
-    stranger_hosts.write_text(
-        f"{fleet['t4'].known_hosts_line()}\n{fleet['h100'].known_hosts_line()}\n"
-    )
+    stranger_hosts.write_text(f"{fleet['t4'].known_hosts_line()}\n{fleet['h100'].known_hosts_line()}\n")
     # h100's address, listed with t4's host key: a changed key.
     impostor_hosts = root / "impostor_known_hosts"
     impostor_hosts.write_text(fleet["h100"].known_hosts_line(fleet["t4"].host_public_key) + "\n")
