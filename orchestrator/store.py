@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -28,14 +33,17 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    inspect,
     select,
 )
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from .errors import StoreError
 
-SCHEMA_VERSION = 1
+MIGRATIONS = Path(__file__).parent / "migrations"
+FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
 
 
 class Base(DeclarativeBase):
@@ -163,6 +171,27 @@ def _redact(url: str) -> str:
     return url
 
 
+def migrate(engine: Engine, url: str) -> None:
+    """Bring the database to this farm's schema: create it when empty, upgrade it
+    in place when an earlier farm wrote it, refuse it when a newer one did."""
+    with engine.begin() as connection:
+        config = AlembicConfig()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = connection
+        known = {script.revision for script in ScriptDirectory.from_config(config).walk_revisions()}
+        current = MigrationContext.configure(connection).get_current_revision()
+        if current is None and "runs" in inspect(connection).get_table_names():
+            command.stamp(config, FIRST_SCHEMA)
+            current = FIRST_SCHEMA
+        if current is not None and current not in known:
+            raise StoreError(
+                f"the results database {_redact(url)} has schema revision {current}, written by a newer "
+                f"farm; this farm knows revisions up to {ScriptDirectory.from_config(config).get_current_head()}. "
+                "Upgrade the farm."
+            )
+        command.upgrade(config, "head")
+
+
 class Store:
     """Opens (and creates) the database; every write commits at once."""
 
@@ -173,26 +202,11 @@ class Store:
             self.engine = create_engine(url)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            Base.metadata.create_all(self.engine)
-            self._check_version()
+            migrate(self.engine, url)
         except SQLAlchemyError as err:
             raise StoreError(
                 f"cannot open the results database {_redact(url)}: {err.__class__.__name__}: {str(err).splitlines()[0]}"
             ) from err
-
-    def _check_version(self) -> None:
-        with Session(self.engine) as session:
-            row = session.get(Meta, "schema_version")
-            if row is None:
-                session.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-                session.commit()
-                return
-            found = int(row.value)
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"the results database {_redact(self.url)} has schema version {found}, written by "
-                f"a newer farm; this farm reads version {SCHEMA_VERSION} at most. Upgrade the farm."
-            )
 
     def session(self) -> Session:
         return Session(self.engine, expire_on_commit=False)

@@ -13,7 +13,7 @@ import pytest
 from orchestrator import dependencies
 from orchestrator.config import load_farm
 from orchestrator.errors import ConfigError, StoreError
-from orchestrator.store import SCHEMA_VERSION, Store
+from orchestrator.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -219,7 +219,7 @@ def test_database_from_a_newer_farm(tmp_path):
     url = f"sqlite:///{tmp_path}/results.db"
     Store(url).close()
     with sqlite3.connect(tmp_path / "results.db") as db:
-        db.execute("UPDATE farm_meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+        db.execute("UPDATE alembic_version SET version_num='9999'")
     with pytest.raises(StoreError) as info:
         Store(url)
-    assert "newer farm" in str(info.value)
+    assert "schema revision 9999, written by a newer farm" in str(info.value)
