@@ -7,6 +7,7 @@ code (errors.py); README.md's "Exit codes" section lists them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Callable
@@ -20,9 +21,10 @@ from . import report as report_mod
 from .config import Farm, load_farm
 from .errors import EXIT_CONFIG, EXIT_OK, FarmError
 from .executor import FarmRun, RunSummary
+from .lock import RunLock, lock_path
 from .plan import SelectionError, plan_cells
 from .probe import probe
-from .progress import LiveListener, PlainListener, describe_node
+from .progress import Listeners, LiveListener, PlainListener, describe_node
 from .reportdata import collect
 from .store import Store
 from .transport import transport_for
@@ -95,6 +97,13 @@ def main() -> None:
     """
 
 
+def verdict_line(summary: RunSummary) -> str:
+    return (
+        f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
+        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
+    )
+
+
 def _matrix_text(summary: RunSummary) -> str:
     nodes = sorted({cell.node for cell, _, _ in summary.results})
     rows = sorted({(cell.kernel, cell.variant) for cell, _, _ in summary.results})
@@ -130,7 +139,26 @@ def _matrix_text(summary: RunSummary) -> str:
     help="Recorded with the run: manual, cron, ci...",
 )
 @click.option("--no-report", is_flag=True, help="Do not render reports/ after the run.")
-@click.option("--quiet", is_flag=True, help="Print only cells not as expected and the verdict.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print only what changed since the last run and the exit code's meaning (for cron mail).",
+)
+@click.option(
+    "--log",
+    "log_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also append plain progress lines to this file.",
+)
+@click.option(
+    "--wait",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="If another run holds the lock, wait this long before giving up (exit 6).",
+)
 @farm_options
 @handle_errors
 def verify(
@@ -140,15 +168,19 @@ def verify(
     trigger: str,
     no_report: bool,
     quiet: bool,
+    log_file: Path | None,
+    wait: float,
     config_path: Path,
     database: str | None,
 ) -> None:
     """Build, inspect and run kernels on nodes; store and report every cell.
 
-    Exit 0 when every cell is as expected, 1 when one is not, 4 when only
-    infrastructure failed (see README, "Exit codes").
+    One run at a time per database (a lock beside it). Exit 0 when every cell
+    is as expected, 1 when one is not, 4 when only infrastructure failed, 6
+    when another run holds the lock (see README, "Exit codes").
 
-    Examples: farm verify --all;  farm verify wgmma_gemm:gencode --node h100
+    Examples: farm verify --all;  farm verify wgmma_gemm:gencode --node h100;
+    farm verify --all --quiet --trigger cron --log /var/log/farm.log --wait 600
     """
     if not all_ and not selectors:
         raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
@@ -157,28 +189,43 @@ def verify(
     disabled = [name for name, node in farm.nodes.items() if not node.enabled]
     if disabled and not nodes and not quiet:
         click.echo(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-    store = Store(farm.database_url)
-    listener = PlainListener(quiet=quiet) if quiet or not sys.stdout.isatty() else LiveListener()
-    selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
-    summary = FarmRun(farm, store, listener=listener, trigger=trigger).execute(cells, selection.strip())
-    if not quiet:
-        click.echo("")
-        click.echo(_matrix_text(summary))
-        stages = ", ".join(
-            f"{name} {summary.stage_seconds.get(name, 0.0):.1f} s"
-            for name in ("probe", "stage", "build", "inspect", "run")
-        )
-        click.echo(
-            f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; {summary.bytes_shipped} bytes shipped"
-        )
-    click.echo(
-        f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
-    )
-    if not no_report:
-        index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+    with RunLock(lock_path(farm.database_url, farm.root), wait), contextlib.ExitStack() as stack:
+        store = Store(farm.database_url)
+        for run_id, not_run in store.abort_unfinished_runs():
+            click.echo(
+                f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
+                f"{not_run} unfinished cells recorded as not-run"
+            )
+        listeners: list = []
         if not quiet:
-            click.echo(f"report: {index}")
+            listeners.append(LiveListener() if sys.stdout.isatty() else PlainListener())
+        if log_file is not None:
+            stream = stack.enter_context(open(log_file, "a", encoding="utf-8"))
+            listeners.append(PlainListener(stream=stream, verdict=True))
+        selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
+        run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
+        summary = run.execute(cells, selection.strip())
+        if quiet:
+            for change in collect(store, summary.run_id, farm).listed_changes:
+                if change.change not in ("new", "changed"):
+                    was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
+                    click.echo(f"{change.change}: {change.label}: {was}{change.outcome}")
+        else:
+            click.echo("")
+            click.echo(_matrix_text(summary))
+            stages = ", ".join(
+                f"{name} {summary.stage_seconds.get(name, 0.0):.1f} s"
+                for name in ("probe", "stage", "build", "inspect", "run")
+            )
+            click.echo(
+                f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
+                f"{summary.bytes_shipped} bytes shipped"
+            )
+        click.echo(verdict_line(summary))
+        if not no_report:
+            index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+            if not quiet:
+                click.echo(f"report: {index}")
     sys.exit(summary.exit_code)
 
 

@@ -6,7 +6,8 @@
     ├── LockError                  another run holds the farm's lock (exit 6)
     └── InfraError                 a node could not be used; never a kernel verdict
         ├── ConnectError           refused, unreachable, banner/auth failure
-        ├── HostKeyError           unknown or changed host key (strict checking)
+        │   └── HostKeyError       unknown or changed host key (strict checking; never retried)
+        ├── NodeUnusable           reachable, but no nvcc or no work folder (never retried)
         └── CommandTimeout         a command outlived its channel timeout
 
 The branches follow who must act: a ConfigError is the user's to fix, an
@@ -85,6 +86,7 @@ class InfraError(FarmError):
     as infra-error and never count as a kernel verdict."""
 
     exit_code = EXIT_INFRA
+    retryable = True  # a passing fault may clear; health.py retries it a bounded number of times
 
 
 class ConnectError(InfraError):
@@ -92,7 +94,11 @@ class ConnectError(InfraError):
 
 
 class HostKeyError(ConnectError):
-    pass
+    retryable = False  # the same key is refused every time, and retrying a possible MITM helps no one
+
+
+class NodeUnusable(InfraError):
+    retryable = False  # a missing nvcc does not appear between two attempts
 
 
 class CommandTimeout(InfraError):

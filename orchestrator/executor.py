@@ -30,7 +30,8 @@ from typing import Protocol
 from . import __version__, bundle, dependencies
 from .classify import Evidence, Verdict
 from .config import Farm, Job
-from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError
+from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError, NodeUnusable
+from .health import NodeHealth
 from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, Expectation, expect
 from .probe import NodeSnapshot, probe
@@ -139,6 +140,18 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
     )
 
 
+@dataclass(frozen=True)
+class NodeContext:
+    """What a node's cells share once it is probed and staged."""
+
+    snapshot: NodeSnapshot
+    snapshot_id: int
+    placed: dict[str, str]
+    slots: GpuSlots
+    cuobjdump: str
+    health: NodeHealth
+
+
 class FarmRun:
     """One `farm verify`: plan in, stored results out."""
 
@@ -170,6 +183,7 @@ class FarmRun:
             selection=selection,
         )
         self.summary = RunSummary(run_id=run_id)
+        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node) for c in cells])
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]
             for (listed, sha), path in zip(job.source_sha256.items(), job.source_paths, strict=True):
@@ -197,41 +211,67 @@ class FarmRun:
             transport.open()
 
     def _node(self, name: str, cells: list[Cell]) -> None:
+        """Probe and stage (retrying infra failures), then run the node's cells."""
         node = self.farm.nodes[name]
-        setup = transport_for(name, node)
-        snapshot: NodeSnapshot | None = None
-        stage_records: list[StageRecord] = []
+        spec = self.farm.spec
+        health = NodeHealth(spec.retries, spec.retry_backoff, spec.unhealthy_after)
+        attempt = 0
+        while True:
+            attempt += 1
+            setup = transport_for(name, node)
+            records: list[StageRecord] = []
+            partial: list[NodeSnapshot] = []
+            try:
+                placed, shipped = self._setup(setup, cells, records, partial)
+            except InfraError as err:
+                setup.close()
+                stage = records[-1].name if records else "probe"
+                self._attempt(name, None, attempt, "infra", stage, str(err))
+                health.failed(str(err))
+                if err.retryable and attempt <= health.retries and not health.unhealthy:
+                    health.pause(attempt + 1)
+                    continue
+                self._node_failed(name, cells, partial[0] if partial else None, stage, str(err), records)
+                return
+            break
+        self._attempt(name, None, attempt, "ok", None, None)
+        health.succeeded()
+        snapshot = partial[0]
         try:
-            probe_start = datetime.now(UTC)
-            clock = time.monotonic()
-            try:
-                self._open(setup)
-                snapshot = probe(setup)
-                if snapshot.nvcc_version is None:
-                    raise InfraError(f"node {name!r}: no working nvcc at {node.nvcc!r}")
-                if not snapshot.workdir:
-                    raise InfraError(f"node {name!r}: cannot create its work folder {node.workdir!r}")
-            except InfraError as err:
-                stage_records.append(StageRecord("probe", "infra", probe_start, time.monotonic() - clock, str(err)))
-                self._node_failed(name, cells, snapshot, "probe", str(err), stage_records)
-                return
-            probe_seconds = time.monotonic() - clock
-            stage_records.append(StageRecord("probe", "ok", probe_start, probe_seconds))
-            stage_start = datetime.now(UTC)
-            clock = time.monotonic()
-            try:
-                placed, shipped = self._stage_bundles(setup, snapshot, cells)
-            except InfraError as err:
-                stage_records.append(StageRecord("stage", "infra", stage_start, time.monotonic() - clock, str(err)))
-                self._node_failed(name, cells, snapshot, "stage", str(err), stage_records)
-                return
-            stage_seconds = time.monotonic() - clock
-            stage_records.append(StageRecord("stage", "ok", stage_start, stage_seconds, f"{shipped} bytes shipped"))
+            probe_seconds = records[0].seconds
+            stage_seconds = records[1].seconds
             snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, shipped)
             self.listener.node_ready(name, snapshot, None)
-            self._cells(name, cells, snapshot, snapshot_id, placed, setup, stage_records)
+            self._cells(name, cells, snapshot, snapshot_id, placed, setup, records, health)
         finally:
             setup.close()
+
+    def _setup(
+        self, setup: Transport, cells: list[Cell], records: list[StageRecord], partial: list[NodeSnapshot]
+    ) -> tuple[dict[str, str], int]:
+        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`."""
+        node = setup.node
+        for stage in ("probe", "stage"):
+            started = datetime.now(UTC)
+            clock = time.monotonic()
+            try:
+                if stage == "probe":
+                    self._open(setup)
+                    snapshot = probe(setup)
+                    partial.append(snapshot)
+                    if snapshot.nvcc_version is None:
+                        raise NodeUnusable(f"node {setup.name!r}: no working nvcc at {node.nvcc!r}")
+                    if not snapshot.workdir:
+                        raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
+                    detail = ""
+                else:
+                    placed, shipped = self._stage_bundles(setup, partial[0], cells)
+                    detail = f"{shipped} bytes shipped"
+            except InfraError as err:
+                records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
+                raise
+            records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
+        return placed, shipped
 
     def _node_failed(
         self,
@@ -293,12 +333,19 @@ class FarmRun:
         placed: dict[str, str],
         setup: Transport,
         node_records: list[StageRecord],
+        health: NodeHealth,
     ) -> None:
         node = self.farm.nodes[name]
         pending = list(cells)
         lock = threading.Lock()
-        slots = GpuSlots(snapshot.gpu_count)
-        cuobjdump = node.cuobjdump or "cuobjdump"
+        context = NodeContext(
+            snapshot=snapshot,
+            snapshot_id=snapshot_id,
+            placed=placed,
+            slots=GpuSlots(snapshot.gpu_count),
+            cuobjdump=node.cuobjdump or "cuobjdump",
+            health=health,
+        )
 
         def next_cell() -> Cell | None:
             with lock:
@@ -307,16 +354,7 @@ class FarmRun:
         def worker(transport: Transport) -> None:
             try:
                 while (cell := next_cell()) is not None:
-                    self._cell(
-                        transport,
-                        cell,
-                        snapshot,
-                        snapshot_id,
-                        placed,
-                        slots,
-                        cuobjdump,
-                        node_records,
-                    )
+                    self._cell(transport, cell, context)
             finally:
                 transport.close()
 
@@ -326,57 +364,75 @@ class FarmRun:
             for future in [pool.submit(worker, t) for t in transports]:
                 future.result()
 
-    def _cell(
-        self,
-        transport: Transport,
-        cell: Cell,
-        snapshot: NodeSnapshot,
-        snapshot_id: int,
-        placed: dict[str, str],
-        slots: GpuSlots,
-        cuobjdump: str,
-        node_records: list[StageRecord],
-    ) -> None:
+    def _cell(self, transport: Transport, cell: Cell, ctx: NodeContext) -> None:
+        """One cell, retried while it fails for infra reasons and the node is healthy."""
         job = self.farm.jobs[cell.kernel]
         variant = job.spec.variants[cell.variant]
-        result = CellResult(cell=cell, expectation=expect(job, variant, snapshot))
         self.listener.cell_started(cell)
-        deps = {d: placed[f"dep:{d}"] for d in job.spec.dependencies}
-        digests = {d: placed[f"dep:{d}:digest"] for d in job.spec.dependencies}
+        deps = {d: ctx.placed[f"dep:{d}"] for d in job.spec.dependencies}
+        digests = {d: ctx.placed[f"dep:{d}:digest"] for d in job.spec.dependencies}
         paths = cell_paths(
-            snapshot,
-            job,
-            variant,
-            cell,
-            self.summary.run_id,
-            placed[f"sources:{cell.kernel}"],
-            deps,
-            digests,
+            ctx.snapshot, job, variant, cell, self.summary.run_id, ctx.placed[f"sources:{cell.kernel}"], deps, digests
         )
-        try:
-            self._open(transport)
-        except InfraError as err:
-            result.stages.append(StageRecord("build", "infra", datetime.now(UTC), 0.0, str(err)))
-            result.evidence.infra_stage = "build"
-            result.evidence.infra_detail = str(err)
-            result.verdict = Verdict(Outcome.INFRA_ERROR, "build", str(err))
-            result.ended_at = datetime.now(UTC)
-            self._finish(cell, job, result, snapshot_id)
-            return
-        CellPipeline(
-            transport,
-            job,
-            variant,
-            snapshot,
-            paths,
-            result,
-            slots,
-            self.farm.spec.output_cap,
-            cuobjdump,
-        ).execute()
-        if result.evidence.infra_stage is not None:
-            transport.close()  # a broken session is reopened for the next cell
-        self._finish(cell, job, result, snapshot_id)
+        attempt = 0
+        while True:
+            attempt += 1
+            result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot))
+            if ctx.health.unhealthy:
+                reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
+                self._attempt(cell.node, cell, attempt, "skipped", None, reason)
+                self._infra(result, "build", reason)
+                break
+            try:
+                self._open(transport)
+            except InfraError as err:
+                self._infra(result, "build", str(err))
+            else:
+                CellPipeline(
+                    transport,
+                    job,
+                    variant,
+                    ctx.snapshot,
+                    paths,
+                    result,
+                    ctx.slots,
+                    self.farm.spec.output_cap,
+                    ctx.cuobjdump,
+                ).execute()
+            infra = result.evidence.infra_stage
+            self._attempt(
+                cell.node, cell, attempt, "infra" if infra else "ok", infra, result.evidence.infra_detail or None
+            )
+            if infra is None:
+                ctx.health.succeeded()
+                break
+            ctx.health.failed(result.evidence.infra_detail)
+            transport.close()  # a broken session is reopened for the next try
+            if attempt > ctx.health.retries or ctx.health.unhealthy:
+                break
+            ctx.health.pause(attempt + 1)
+        self._finish(cell, job, result, ctx.snapshot_id)
+
+    def _infra(self, result: CellResult, stage: str, reason: str) -> None:
+        result.stages.append(StageRecord(stage, "infra", datetime.now(UTC), 0.0, reason))
+        result.evidence.infra_stage = stage
+        result.evidence.infra_detail = reason
+        result.verdict = Verdict(Outcome.INFRA_ERROR, stage, reason)
+        result.ended_at = datetime.now(UTC)
+
+    def _attempt(
+        self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
+    ) -> None:
+        self.store.add_attempt(
+            run_id=self.summary.run_id,
+            node=node,
+            kernel=cell.kernel if cell else None,
+            variant=cell.variant if cell else None,
+            attempt=attempt,
+            status=status,
+            stage=stage,
+            error=error,
+        )
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(

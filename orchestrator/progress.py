@@ -50,9 +50,10 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
 class PlainListener:
     """Timestamped lines, safe to interleave from worker threads."""
 
-    def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, quiet: bool = False, verdict: bool = False) -> None:
         self.stream = stream or sys.stdout
         self.quiet = quiet
+        self.verdict = verdict  # end with the run's verdict line (for a log file)
         self._lock = threading.Lock()
 
     def _line(self, text: str) -> None:
@@ -76,7 +77,11 @@ class PlainListener:
             self._line(describe_cell(cell, result, result_id))
 
     def run_finished(self, summary: RunSummary) -> None:
-        pass
+        if self.verdict:
+            self._line(
+                f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
+                f"{summary.infra} infra; exit {summary.exit_code}"
+            )
 
 
 class LiveListener(PlainListener):
@@ -114,3 +119,17 @@ class LiveListener(PlainListener):
 
     def run_finished(self, summary: RunSummary) -> None:
         self.progress.stop()
+
+
+class Listeners:
+    """Several listeners as one (the terminal and a log file, say)."""
+
+    def __init__(self, listeners: list) -> None:
+        self.listeners = listeners
+
+    def __getattr__(self, event: str):
+        def fan_out(*args: object) -> None:
+            for listener in self.listeners:
+                getattr(listener, event)(*args)
+
+        return fan_out

@@ -197,6 +197,9 @@ class FarmSpec(_Strict):
     jobs: str = "jobs"
     max_connections: int = Field(default=16, ge=1, le=256)
     output_cap: int = Field(default=1 << 20, ge=1024)  # bytes of stdout/stderr/log kept per cell
+    retries: int = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
+    retry_backoff: float = Field(default=2.0, ge=0)  # seconds before the first retry, doubling
+    unhealthy_after: int = Field(default=3, ge=1)  # infra failures in a row that retire a node
     nodes: dict[str, NodeSpec] = Field(min_length=1)
 
 

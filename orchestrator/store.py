@@ -153,6 +153,35 @@ class ResultRow(Base):
     snapshot: Mapped[NodeSnapshotRow | None] = relationship()
 
 
+class PlannedCell(Base):
+    """The cells a run set out to do, so a run killed half-way can later report
+    the ones it never finished as not-run."""
+
+    __tablename__ = "planned_cells"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    kernel: Mapped[str] = mapped_column(String(64))
+    variant: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(64))
+
+
+class Attempt(Base):
+    """Every try at a node or a cell, with its node: infra retries stay visible
+    (and a flaky node can be blamed) even when a later try succeeded."""
+
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    node: Mapped[str] = mapped_column(String(64))
+    kernel: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: node setup
+    variant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))  # ok | infra | skipped
+    stage: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -235,6 +264,66 @@ class Store:
 
     def add_result(self, **fields: Any) -> int:
         return self._add(ResultRow(**fields))
+
+    def add_planned(self, run_id: int, cells: list[tuple[str, str, str]]) -> None:
+        with self._write_lock, self.session() as session:
+            session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n) for k, v, n in cells)
+            session.commit()
+
+    def add_attempt(self, **fields: Any) -> None:
+        self._add(Attempt(at=datetime.now(UTC), **fields))
+
+    def attempts(self, run_id: int) -> list[Attempt]:
+        with self.session() as session:
+            query = select(Attempt).where(Attempt.run_id == run_id).order_by(Attempt.id)
+            return list(session.scalars(query))
+
+    def abort_unfinished_runs(self) -> list[tuple[int, int]]:
+        """Runs still marked running belong to a farm that died (the caller holds
+        the run lock, so none is alive): mark them aborted, and record each cell
+        they planned but never finished as not-run. Returns (run id, not-run count)."""
+        aborted = []
+        now = datetime.now(UTC)
+        with self._write_lock, self.session() as session:
+            for run in session.scalars(select(Run).where(Run.status == "running")):
+                done = {(r.kernel, r.variant, r.node) for r in run.results}
+                planned = session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id))
+                missing = [p for p in planned if (p.kernel, p.variant, p.node) not in done]
+                for cell in missing:
+                    session.add(
+                        ResultRow(
+                            run_id=run.id,
+                            kernel=cell.kernel,
+                            variant=cell.variant,
+                            node=cell.node,
+                            contract="",
+                            expected="unknown",
+                            contract_expected="unknown",
+                            expected_reason="",
+                            outcome="not-run",
+                            failed_stage=None,
+                            reason="the farm was stopped before this cell finished (found at the next start)",
+                            stage_seconds={},
+                            stage_details={},
+                            build_command="",
+                            build_log=b"",
+                            stdout=b"",
+                            stderr=b"",
+                            source_sha256="",
+                            sources={},
+                            instruction_counts={},
+                            required_instructions={},
+                            elf_targets=[],
+                            ptx_targets=[],
+                            started_at=now,
+                            ended_at=now,
+                        )
+                    )
+                run.status = "aborted"
+                run.ended_at = run.ended_at or now
+                aborted.append((run.id, len(missing)))
+            session.commit()
+        return aborted
 
     def add_source(self, sha256: str, path: str, content: bytes) -> None:
         with self._write_lock, self.session() as session:
