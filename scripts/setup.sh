@@ -49,4 +49,5 @@ if [ "$want_tests" = yes ]; then
     apt_install chromium
     mkdir -p /run/sshd 2>/dev/null || true
 fi
-echo "setup: ok ($(.venv/bin/farm --version))"
+version=$(.venv/bin/farm --version)
+echo "setup: ok ($version)"
