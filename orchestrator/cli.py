@@ -26,7 +26,7 @@ from .plan import SelectionError, plan_cells
 from .probe import probe
 from .progress import Listeners, LiveListener, PlainListener, describe_node
 from .reportdata import collect
-from .store import Store
+from .store import Store, redact_url
 from .transport import transport_for
 
 EXIT_MEANING = {
@@ -97,6 +97,12 @@ def main() -> None:
     """
 
 
+def _check_trigger(value: str) -> str:
+    if not 1 <= len(value) <= 32:
+        raise click.BadParameter(f"{value!r} is {len(value)} characters; give 1 to 32")
+    return value
+
+
 def verdict_line(summary: RunSummary) -> str:
     return (
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
@@ -136,7 +142,8 @@ def _matrix_text(summary: RunSummary) -> str:
     default="manual",
     show_default=True,
     envvar="FARM_TRIGGER",
-    help="Recorded with the run: manual, cron, ci...",
+    callback=lambda _ctx, _param, value: _check_trigger(value),
+    help="Recorded with the run: manual, cron, ci... (at most 32 characters).",
 )
 @click.option("--no-report", is_flag=True, help="Do not render reports/ after the run.")
 @click.option(
@@ -206,7 +213,9 @@ def verify(
         run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
         summary = run.execute(cells, selection.strip())
         if quiet:
-            for change in collect(store, summary.run_id, farm).listed_changes:
+            with store.reading():
+                changes = collect(store, summary.run_id, farm).listed_changes
+            for change in changes:
                 if change.change not in ("new", "changed"):
                     was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
                     click.echo(f"{change.change}: {change.label}: {was}{change.outcome}")
@@ -292,7 +301,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     if fmt == "html":
         click.echo(str(report_mod.render(store, out or farm.reports_dir, run_id, farm=farm)))
         return
-    model = collect(store, run_id, farm)
+    with store.reading():
+        model = collect(store, run_id, farm)
     click.echo(export.junit(model) if fmt == "junit" else export.as_json(model), nl=False)
 
 
@@ -309,7 +319,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     store = Store(farm.database_url)
     r = store.result(result_id)
     if r is None:
-        raise FarmError(f"no result {result_id} in {farm.database_url}")
+        raise FarmError(f"no result {result_id} in {redact_url(farm.database_url)}")
     text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
     click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}")
     click.echo(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")

@@ -56,7 +56,13 @@ def render(
     history_runs: int = HISTORY_RUNS,
 ) -> Path:
     """Render the site for one run (default: the latest); returns index.html."""
-    model = collect(store, run_id, farm, history_runs)
+    with store.reading():  # one snapshot, even while a run is writing
+        model = collect(store, run_id, farm, history_runs)
+        # every certificate's evidence gets a page too, from whichever run it came
+        shown = {r.id for r in model.results}
+        certifying = {c.result_id for e in model.ledgers for s in e.capabilities.values() for c in s.current + s.older}
+        extra = [r for rid in sorted(certifying - shown) if (r := store.result(rid)) is not None]
+        extra_snaps = {s.id: s for s in store.snapshots_of(sorted({r.run_id for r in extra}))}
     env = _env()
     out_dir = Path(out_dir)
     run = model.run
@@ -71,13 +77,8 @@ def render(
         row["cells"][r.node] = r
 
     cell_page = env.get_template("cell.html.j2")
-    # the run's cells, and every certificate's evidence (from whichever run it came)
-    shown = {r.id for r in model.results}
-    certifying = [c.result_id for e in model.ledgers for s in e.capabilities.values() for c in s.current + s.older]
-    extra = [store.result(rid) for rid in sorted(set(certifying) - shown)]
-    extra_snaps = {s.id: s for s in store.snapshots_of(sorted({r.run_id for r in extra if r}))}
     snap_by_id = {**extra_snaps, **snap_by_id}
-    for r in [*model.results, *(r for r in extra if r is not None)]:
+    for r in [*model.results, *extra]:
         _write(
             out_dir / "cells" / f"{r.id}.html",
             cell_page.render(

@@ -99,7 +99,7 @@ def collect(
     run = store.run(run_id) if run_id is not None else store.latest_run()
     if run is None:
         which = f"run {run_id}" if run_id is not None else "run"
-        raise StoreError(f"no {which} in {store.url}: run `farm verify` first")
+        raise StoreError(f"no {which} in {store.redacted_url}: run `farm verify` first")
     runs = store.runs(limit=history_runs, upto=run.id)
     run_ids = [r.id for r in runs]
     results = store.results(run.id)

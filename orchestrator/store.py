@@ -2,8 +2,16 @@
 
 Each cell's result is committed the moment it finishes, so a run killed half-way
 keeps every finished cell. One writer at a time (a lock in this process; the
-farm's run lock across processes); SQLite runs in WAL mode so a report rendered
-during a run reads committed cells without blocking the writer.
+farm's run lock across processes). Readers never block the writer and only ever
+see committed rows, whole: SQLite runs in WAL mode, PostgreSQL is MVCC. Reads
+inside `with store.reading():` all see one snapshot of the database, so a report
+rendered during a run shows the run as it was at one moment.
+
+Backends: SQLite (`sqlite:///results.db`, the default) and PostgreSQL
+(`postgresql+psycopg://user:password@host:5432/db`, psycopg 3). PostgreSQL
+sessions run in UTC (times read back as SQLite's do), connect with a 10 s
+timeout, and check a pooled connection before use (a restarted server is
+reconnected to). Passwords never appear in error messages.
 
 Sizes: stdout, stderr and build logs are stored as raw bytes (never decoded, so
 nothing a kernel prints is lost or altered), each capped at farm.yaml's
@@ -12,7 +20,10 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +45,9 @@ from sqlalchemy import (
     create_engine,
     event,
     inspect,
+    make_url,
     select,
+    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -44,6 +57,8 @@ from .errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
+CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
+MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
 
 
 class Base(DeclarativeBase):
@@ -184,26 +199,68 @@ class Attempt(Base):
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")  # first: the pragmas below may wait for a lock
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
 
 
-def _redact(url: str) -> str:
-    # never echo a password from a database URL
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}"
-    return url
+# an unparsable URL's credentials: scheme//user: (1), then the password up to the last @ (2)
+_CREDENTIALS = re.compile(r"^(.*?//[^:/@]*:)(.*)(@[^@]*)$", re.DOTALL)
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password (if any) shown as ***: never echo a password."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # unparsable: mask whatever sits between user: and the last @
+        return _CREDENTIALS.sub(r"\1***\3", url)
+    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
+
+
+_redact = redact_url  # the name this module used first
+
+
+def _scrub(message: str, url: str) -> str:
+    """An error message with the URL's password masked, wherever a driver echoed it."""
+    try:
+        password = make_url(url).password
+    except Exception:
+        match = _CREDENTIALS.match(url)
+        password = match.group(2) if match else None
+    message = message.replace(url, redact_url(url))
+    return message.replace(password, "***") if password and len(password) >= 4 else message
+
+
+def _first_line(err: BaseException, url: str) -> str:
+    lines = str(err).strip().splitlines()
+    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url)
+
+
+def _engine(url: str) -> Engine:
+    """An engine with each backend's settings (see the module's docstring)."""
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    connect_args: dict[str, Any] = {}
+    if backend == "postgresql":
+        query = make_url(url).query
+        if "connect_timeout" not in query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT
+        if "options" not in query:
+            connect_args["options"] = "-c timezone=UTC"
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
 def migrate(engine: Engine, url: str) -> None:
     """Bring the database to this farm's schema: create it when empty, upgrade it
     in place when an earlier farm wrote it, refuse it when a newer one did."""
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # two farms opening one new server database at once: one migrates, the other then finds it done
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         config = AlembicConfig()
         config.set_main_option("script_location", str(MIGRATIONS))
         config.attributes["connection"] = connection
@@ -214,11 +271,19 @@ def migrate(engine: Engine, url: str) -> None:
             current = FIRST_SCHEMA
         if current is not None and current not in known:
             raise StoreError(
-                f"the results database {_redact(url)} has schema revision {current}, written by a newer "
+                f"the results database {redact_url(url)} has schema revision {current}, written by a newer "
                 f"farm; this farm knows revisions up to {ScriptDirectory.from_config(config).get_current_head()}. "
                 "Upgrade the farm."
             )
         command.upgrade(config, "head")
+
+
+def _no_nul(row: Base) -> None:
+    # PostgreSQL's text cannot hold NUL (SQLite's can): show it as U+FFFD rather than lose the row
+    for column in row.__table__.columns:
+        value = getattr(row, column.key, None)
+        if isinstance(value, str) and "\x00" in value:
+            setattr(row, column.key, value.replace("\x00", "\ufffd"))
 
 
 class Store:
@@ -226,22 +291,79 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.redacted_url = redact_url(url)  # for messages
         self._write_lock = threading.Lock()
+        self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         try:
-            self.engine = create_engine(url)
-            if self.engine.dialect.name == "sqlite":
-                event.listen(self.engine, "connect", _sqlite_pragmas)
+            self.engine = _engine(url)
+        except ImportError as err:
+            raise StoreError(
+                f"cannot open the results database {self.redacted_url}: its driver is not installed "
+                f"({_first_line(err, url)}); PostgreSQL's is psycopg: pip install 'psycopg[binary]'"
+            ) from err
+        except (SQLAlchemyError, ValueError) as err:
+            raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
+        try:
             migrate(self.engine, url)
         except SQLAlchemyError as err:
-            raise StoreError(
-                f"cannot open the results database {_redact(url)}: {err.__class__.__name__}: {str(err).splitlines()[0]}"
-            ) from err
+            self.engine.dispose()
+            raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
 
     def session(self) -> Session:
         return Session(self.engine, expire_on_commit=False)
 
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        # a database failure mid-run (server gone, disk full) is a StoreError, password masked
+        try:
+            yield
+        except SQLAlchemyError as err:
+            raise StoreError(
+                f"the results database {self.redacted_url} failed {doing}: {_first_line(err, self.url)}"
+            ) from err
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        with self._guard("writing"), self._write_lock, self.session() as session:
+            yield session
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        pinned = getattr(self._pinned, "session", None)
+        if pinned is not None:
+            yield pinned
+            return
+        with self._guard("reading"), self.session() as session:
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Store]:
+        """Every read in this block (this thread) sees one snapshot of the database,
+        as it was at the block's first read: a report rendered during a run is of one
+        moment, never some cells of it from before a commit and some from after.
+        Never blocks the writer (SQLite: one WAL read transaction; PostgreSQL: one
+        REPEATABLE READ, READ ONLY transaction)."""
+        if getattr(self._pinned, "session", None) is not None:
+            yield self
+            return
+        with self._guard("reading"), self.session() as session:
+            if self.engine.dialect.name == "sqlite":
+                # pysqlite opens no transaction for SELECTs: open one, so they share a snapshot
+                session.connection().exec_driver_sql("BEGIN")
+            elif self.engine.dialect.name == "postgresql":
+                session.connection(
+                    execution_options={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+                )
+            self._pinned.session = session
+            try:
+                yield self
+            finally:  # closing ends the transaction; what was read stays loaded (no expiry)
+                self._pinned.session = None
+
     def _add(self, row: Base) -> int:
-        with self._write_lock, self.session() as session:
+        if self.engine.dialect.name == "postgresql":
+            _no_nul(row)
+        with self._writing() as session:
             session.add(row)
             session.commit()
             return row.id  # type: ignore[attr-defined]
@@ -251,7 +373,7 @@ class Store:
         return self._add(Run(started_at=datetime.now(UTC), status="running", **fields))
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
-        with self._write_lock, self.session() as session:
+        with self._writing() as session:
             run = session.get(Run, run_id)
             assert run is not None
             run.status = status
@@ -266,7 +388,7 @@ class Store:
         return self._add(ResultRow(**fields))
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str]]) -> None:
-        with self._write_lock, self.session() as session:
+        with self._writing() as session:
             session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n) for k, v, n in cells)
             session.commit()
 
@@ -274,7 +396,7 @@ class Store:
         self._add(Attempt(at=datetime.now(UTC), **fields))
 
     def attempts(self, run_id: int) -> list[Attempt]:
-        with self.session() as session:
+        with self._reading() as session:
             query = select(Attempt).where(Attempt.run_id == run_id).order_by(Attempt.id)
             return list(session.scalars(query))
 
@@ -284,8 +406,8 @@ class Store:
         they planned but never finished as not-run. Returns (run id, not-run count)."""
         aborted = []
         now = datetime.now(UTC)
-        with self._write_lock, self.session() as session:
-            for run in session.scalars(select(Run).where(Run.status == "running")):
+        with self._writing() as session:
+            for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
                 done = {(r.kernel, r.variant, r.node) for r in run.results}
                 planned = session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id))
                 missing = [p for p in planned if (p.kernel, p.variant, p.node) not in done]
@@ -326,18 +448,18 @@ class Store:
         return aborted
 
     def add_source(self, sha256: str, path: str, content: bytes) -> None:
-        with self._write_lock, self.session() as session:
+        with self._writing() as session:
             if session.get(SourceFile, sha256) is None:
                 session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
                 session.commit()
 
     # reads -------------------------------------------------------------------
     def latest_run(self) -> Run | None:
-        with self.session() as session:
+        with self._reading() as session:
             return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
 
     def run(self, run_id: int) -> Run | None:
-        with self.session() as session:
+        with self._reading() as session:
             return session.get(Run, run_id)
 
     def runs(self, limit: int = 50, upto: int | None = None) -> list[Run]:
@@ -345,21 +467,21 @@ class Store:
         query = select(Run)
         if upto is not None:
             query = query.where(Run.id <= upto)
-        with self.session() as session:
+        with self._reading() as session:
             return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
 
     def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
-        with self.session() as session:
+        with self._reading() as session:
             query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
     def results(self, run_id: int) -> list[ResultRow]:
-        with self.session() as session:
+        with self._reading() as session:
             query = select(ResultRow).where(ResultRow.run_id == run_id)
             return list(session.scalars(query.order_by(ResultRow.id)))
 
     def source(self, sha256: str) -> SourceFile | None:
-        with self.session() as session:
+        with self._reading() as session:
             return session.get(SourceFile, sha256)
 
     def result_summaries(self, run_ids: list[int]) -> list[Any]:
@@ -381,14 +503,14 @@ class Store:
             ResultRow.ended_at,
         ]
         query = select(*columns).where(ResultRow.run_id.in_(run_ids)).order_by(ResultRow.id)
-        with self.session() as session:
+        with self._reading() as session:
             return list(session.execute(query))
 
     def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
         if not run_ids:
             return []
         query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id.in_(run_ids))
-        with self.session() as session:
+        with self._reading() as session:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
     def certifying_results(self) -> list[Any]:
@@ -402,11 +524,11 @@ class Store:
             .where(NodeSnapshotRow.cc.is_not(None))
             .order_by(ResultRow.id)
         )
-        with self.session() as session:
+        with self._reading() as session:
             return list(session.execute(query))
 
     def result(self, result_id: int) -> ResultRow | None:
-        with self.session() as session:
+        with self._reading() as session:
             return session.get(ResultRow, result_id)
 
     def close(self) -> None:
