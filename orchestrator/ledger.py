@@ -53,11 +53,21 @@ class Certificate:
         return self.when.strftime("%Y-%m-%d")
 
 
+@dataclass(frozen=True)
+class CertificateRecord:
+    """What is on record beyond the certificates shown: per (kernel, sha256, cc),
+    how many certifying passes and on which dates (UTC, YYYY-MM-DD)."""
+
+    counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    dates: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
+
+
 @dataclass
 class CapabilityState:
     cc: str
-    current: list[Certificate] = field(default_factory=list)  # for the current bytes
+    current: list[Certificate] = field(default_factory=list)  # for the current bytes: first and latest
     older: list[Certificate] = field(default_factory=list)  # for earlier bytes only
+    passes: int = 0  # certifying passes of the current bytes on record
 
     @property
     def verified(self) -> bool:
@@ -117,14 +127,25 @@ def build(
     source: bytes,
     certificates: list[Certificate],
     planned_ccs: list[str],
+    record: CertificateRecord | None = None,
 ) -> KernelLedger:
-    """The ledger of one kernel source. `certificates` are every certifying pass
-    of this kernel (any bytes); `planned_ccs` are the capabilities its contracts
-    name, listed even when nothing has run there yet."""
+    """The ledger of one kernel source. `certificates` are the certifying passes
+    to show (any bytes; at least the first and latest per bytes and CC);
+    `planned_ccs` are the capabilities its contracts name, listed even when
+    nothing has run there yet; `record` counts and dates every pass on record
+    (default: just the certificates given)."""
     states: dict[str, CapabilityState] = {cc: CapabilityState(cc) for cc in planned_ccs}
     for cert in certificates:
         state = states.setdefault(cert.cc, CapabilityState(cert.cc))
         (state.current if cert.source_sha256 == sha256 else state.older).append(cert)
+    if record is None:
+        record = CertificateRecord(
+            counts={(kernel, sha256, cc): len(s.current) for cc, s in states.items()},
+            dates={(kernel, sha256, cc): {c.date for c in s.current} for cc, s in states.items()},
+        )
+    for cc, state in states.items():
+        state.passes = record.counts.get((kernel, sha256, cc), 0)
+    recorded_dates = {d for (k, sha, _cc), ds in record.dates.items() if k == kernel and sha == sha256 for d in ds}
     ordered = {cc: states[cc] for cc in sorted(states, key=_cc_key)}
     ledger = KernelLedger(kernel, path, sha256, header_claims(source), ordered)
     current = [c for s in ordered.values() for c in s.current]
@@ -139,7 +160,7 @@ def build(
                     f"{first.node}, result {first.result_id}). The header's status line is out of date.",
                 )
             )
-        if claim.status == "VERIFIED" and not any(c.date == claim.date for c in current):
+        if claim.status == "VERIFIED" and claim.date not in recorded_dates:
             on_record = ", ".join(sorted({f"CC {c.cc} on {c.date}" for c in current})) or "none"
             ledger.flags.append(
                 (

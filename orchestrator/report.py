@@ -45,6 +45,7 @@ def _write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server reading reports/ is often another user
     os.replace(tmp, path)
 
 

@@ -34,6 +34,10 @@ def utc_iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
+def utc_date(moment: datetime) -> str:
+    return (utc_iso(moment) or "")[:10]
+
+
 def category(outcome: str) -> str:
     if is_infra(outcome):
         return "infra"
@@ -130,8 +134,20 @@ def collect(
     contracts: dict[str, set[str]] = defaultdict(set)
     for row in results:
         contracts[row.kernel].add(row.contract)
+    # A ledger shows, per source bytes and CC, the first and the latest certificate
+    # with their evidence, and how many there are: light rows for all, full rows
+    # (logs included) for those shown only.
+    passes = store.certifying_passes()
+    groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for row in passes:
+        groups[(row.kernel, row.source_sha256, row.cc)].append(row)
+    shown_ids = sorted({rows[i].id for rows in groups.values() for i in (0, -1)})
+    records = ledger.CertificateRecord(
+        counts={key: len(rows) for key, rows in groups.items()},
+        dates={key: {utc_date(r.started_at) for r in rows} for key, rows in groups.items()},
+    )
     certs: dict[str, list[ledger.Certificate]] = defaultdict(list)
-    for result, snap in store.certifying_results():
+    for result, snap in store.results_with_snapshots(shown_ids):
         certs[result.kernel].append(
             ledger.Certificate(
                 result_id=result.id,
@@ -150,7 +166,7 @@ def collect(
             )
         )
     ledgers = [
-        ledger.build(kernel, path, sha, data, certs.get(kernel, []), _planned_ccs(contracts[kernel]))
+        ledger.build(kernel, path, sha, data, certs.get(kernel, []), _planned_ccs(contracts[kernel]), records)
         for kernel, (path, sha, data) in sorted(sources.items())
     ]
     counts = {"good": 0, "bad": 0, "infra": 0}

@@ -145,10 +145,13 @@ class JobSpec(_Strict):
         return value
 
 
+SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "slurm_options")
+
+
 class NodeSpec(_Strict):
     """One machine of the fleet, as declared. Passive: transports act on it."""
 
-    transport: Literal["ssh", "local"] = "ssh"
+    transport: Literal["ssh", "local", "slurm"] = "ssh"
     host: str | None = None
     port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
@@ -166,6 +169,15 @@ class NodeSpec(_Strict):
     enabled: bool = True
     connect_timeout: float = Field(default=10, gt=0)
     build_jobs: int = Field(default=2, ge=1, le=64)
+    # transport: slurm -- a partition reached through a login node: the SSH fields
+    # above when `host` is set, the farm's own machine when it is not. Every
+    # command is a Slurm job (srun) on a compute node; see transport/slurm.py.
+    partition: str | None = None
+    gres: str | None = None  # a GPU request for each job, e.g. "gpu:1" or "gpu:a100:1"
+    constraint: str | None = None  # node features, e.g. "a100&nvlink"
+    time_limit: int | None = Field(default=None, ge=1)  # minutes per job; default: its timeout, rounded up, +1
+    pending_limit: int = Field(default=300, ge=1)  # seconds a job may wait for its allocation
+    slurm_options: list[str] = []  # more srun options, one argument each: ["--account=proj", "--qos=debug"]
 
     @field_validator("cc")
     @classmethod
@@ -184,6 +196,20 @@ class NodeSpec(_Strict):
     def _ssh_needs_host(self) -> NodeSpec:
         if self.transport == "ssh" and not self.host:
             raise ValueError("an ssh node needs `host`")
+        return self
+
+    @model_validator(mode="after")
+    def _slurm_fields(self) -> NodeSpec:
+        if self.transport == "slurm":
+            if not self.partition:
+                raise ValueError("a slurm node needs `partition`")
+            for option in self.slurm_options:
+                if not option.startswith("-"):
+                    raise ValueError(f"slurm_options: {option!r} is not an srun option (expected e.g. --account=NAME)")
+            return self
+        given = [key for key in SLURM_ONLY if key in self.model_fields_set]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for `transport: slurm` (this node is {self.transport})")
         return self
 
     @property

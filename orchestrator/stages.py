@@ -156,7 +156,15 @@ def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) 
     if cc is None:
         return None
     target = cc.major * 10 + cc.minor
-    if any(int(re.sub(r"\D", "", arch)) == target for arch in elf):
+
+    def number(arch: str) -> int:
+        return int(re.sub(r"\D", "", arch))
+
+    # a cubin for sm_XY runs on X.Z for Z >= Y (same major); an arch-specific one (sm_90a) on X.Y only
+    if any(
+        number(arch) == target or (not arch.endswith("a") and number(arch) // 10 == cc.major and number(arch) <= target)
+        for arch in elf
+    ):
         return "native"
     # arch-specific PTX (sm_90a) is not forward compatible; plain PTX is.
     if any(int(re.sub(r"\D", "", arch)) <= target and not arch.endswith("a") for arch in ptx):

@@ -513,15 +513,29 @@ class Store:
         with self._reading() as session:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
-    def certifying_results(self) -> list[Any]:
-        """Every pass on a node whose probe saw real hardware, with its node snapshot."""
+    def certifying_passes(self) -> list[Any]:
+        """Every pass, where the contract required one, on a node whose probe saw real
+        hardware: light rows (id, kernel, source_sha256, cc, started_at), oldest first."""
         query = (
-            select(ResultRow, NodeSnapshotRow)
+            select(ResultRow.id, ResultRow.kernel, ResultRow.source_sha256, NodeSnapshotRow.cc, ResultRow.started_at)
             .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
             .where(ResultRow.outcome.in_(["pass", "fixed"]))
             .where(ResultRow.contract_expected == "pass")
             .where(NodeSnapshotRow.real_gpu.is_(True))
             .where(NodeSnapshotRow.cc.is_not(None))
+            .order_by(ResultRow.id)
+        )
+        with self._reading() as session:
+            return list(session.execute(query))
+
+    def results_with_snapshots(self, result_ids: list[int]) -> list[Any]:
+        """Full rows of these results, each with its node snapshot."""
+        if not result_ids:
+            return []
+        query = (
+            select(ResultRow, NodeSnapshotRow)
+            .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
+            .where(ResultRow.id.in_(result_ids))
             .order_by(ResultRow.id)
         )
         with self._reading() as session:

@@ -1,8 +1,8 @@
 """How the farm reaches a node: one interface (base.Transport), three ways.
 
-local.py runs on the farm's own machine, ssh.py over OpenSSH through Fabric;
-a Slurm transport (issue 5) will submit through a login node. Stages only ever
-see the base interface.
+local.py runs on the farm's own machine, ssh.py over OpenSSH through Fabric,
+slurm.py runs each command as a Slurm job submitted through a login node (one
+of the other two). Stages only ever see the base interface.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ def transport_for(name: str, node: NodeSpec) -> Transport:
         from .local import LocalTransport
 
         return LocalTransport(name, node)
+    if node.transport == "slurm":
+        from .slurm import SlurmTransport
+
+        return SlurmTransport(name, node)
     from .ssh import SSHTransport
 
     return SSHTransport(name, node)

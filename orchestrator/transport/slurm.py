@@ -1,0 +1,337 @@
+"""A Slurm partition as a node: every command is a job, submitted from a login node.
+
+The login node is reached the way any node is: over SSH with the node's own
+`host`, `port`, `user`, `key_file`, `known_hosts` and `jump`, or, when `host`
+is absent, on the farm's own machine. put() and read() act on the login node,
+so the node's `workdir` must be on a filesystem the compute nodes share (home
+or a cluster filesystem; the probe creates it from a compute node).
+
+Every run(command) is one Slurm job, started from the login node as
+
+    export ENV...; srun --partition=P --nodes=1 --ntasks=1 --time=MIN
+        --immediate=PENDING_LIMIT --job-name=farm-NODE-TOKEN --input=none
+        --export=ALL [--gres=G] [--constraint=C] [slurm_options...]
+        sh -c 'printf "@@slurm-start-TOKEN %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; COMMAND'
+    rc=$?; printf '\\n@@slurm-end-TOKEN %s\\n' $rc; (the job's record from squeue, else sacct)
+
+in one round trip. Everything is a job (the probe, staging, build, inspect,
+run, clean-up): each command a stage sends then runs where the probed GPU,
+driver and nvcc are, and the transport needs no knowledge of what a command
+is for. The node's `env` is exported on the login node and travels into the
+job with --export=ALL (so SLURM_CONF in `env` also picks the cluster).
+
+Outcomes come from Slurm's record of the job, not from srun's exit status (an
+srun whose node failed under it exits 0): COMPLETED and FAILED are the
+command's own result, its exit code unchanged; a job withdrawn at its pending
+limit, refused at submission, CANCELLED, NODE_FAIL, BOOT_FAIL, PREEMPTED,
+DEADLINE or TIMEOUT is an InfraError, never a kernel verdict. srun's and
+slurmstepd's own lines are taken out of stderr (kept in `last_job.messages`).
+
+After each run() `last_job` (and `last_job_id`, `last_compute_node`) say
+which job it was and which compute node ran it; `jobs` lists every job the
+transport submitted, in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CommandTimeout, InfraError
+from ..schema import NodeSpec
+from .base import CommandResult, Transport
+
+# Seconds the login node's side may take beyond the job's own wait and run:
+# srun's start-up, the job's completion, the state query.
+SUBMIT_MARGIN = 45.0
+# How long the state query waits for a finished job to leave COMPLETING (0.25 s steps).
+SETTLE_POLLS = 80
+SCANCEL_TIMEOUT = 30.0
+
+# Slurm's job states (squeue %T; sacct State, first word).
+RESULT_STATES = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
+INFRA_STATES = frozenset(
+    {"CANCELLED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
+)
+STATE_WORDS = {
+    "CANCELLED": "was cancelled",
+    "NODE_FAIL": "lost its compute node (NODE_FAIL)",
+    "BOOT_FAIL": "could not boot its compute node (BOOT_FAIL)",
+    "DEADLINE": "passed its deadline (DEADLINE)",
+    "PREEMPTED": "was preempted by another job (PREEMPTED)",
+    "REVOKED": "was revoked by a sibling cluster (REVOKED)",
+    "SPECIAL_EXIT": "ended in SPECIAL_EXIT",
+    "TIMEOUT": "reached its Slurm time limit (TIMEOUT)",
+}
+# States in which a job whose srun has returned is still finishing.
+_UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
+
+_SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
+# what srun and slurmstepd print as a job ends, at the very end of stderr
+_SLURM_ENDING = re.compile(
+    r"(?:srun: error: \S+: tasks? [\d,-]+: |slurmstepd(?:-[^:\s]*)?: error: \*\*\* |(?:(?<=\n)|\A)srun: )[^\n]*\n?\Z"
+)
+# srun's or slurmstepd's words for an ending that is Slurm's doing (a command's
+# own "task 0: Exited with exit code 1" or "task 0: Segmentation fault" is not)
+_SLURM_TROUBLE = re.compile(r"CANCELLED|Node failure|TIME LIMIT|Force Terminated|revoked|PREEMPT|Unable to allocate")
+
+
+@dataclass
+class SlurmJob:
+    """One job this transport submitted, as Slurm and srun told of it."""
+
+    name: str  # the unique --job-name
+    job_id: str | None = None  # None when Slurm refused it at submission
+    compute_node: str | None = None  # None when it never started
+    state: str | None = None  # Slurm's final state, e.g. COMPLETED, CANCELLED, NODE_FAIL
+    reason: str | None = None  # Slurm's reason for the state, e.g. why it pended
+    started: bool = False  # its shell ran on a compute node
+    messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
+
+
+class SlurmJobError(InfraError):
+    """Slurm ended the job, or never started it: the cluster's doing, not the kernel's."""
+
+    def __init__(self, message: str, job: SlurmJob) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class SlurmRejected(SlurmJobError):
+    """Refused at submission (unknown partition, a GPU request no node can meet):
+    the same request is refused every time."""
+
+    retryable = False
+
+
+class SlurmPendingLimit(SlurmJobError):
+    """Waited for its allocation past the node's pending_limit; withdrawn."""
+
+
+class SlurmTimeLimit(SlurmJobError, CommandTimeout):
+    """Killed by Slurm at the job's time limit (state TIMEOUT)."""
+
+
+def _minutes(seconds: float) -> int:
+    return max(1, math.ceil(seconds / 60) + 1)
+
+
+class SlurmTransport(Transport):
+    """A partition reached through a login node; one Slurm job per command."""
+
+    def __init__(self, name: str, node: NodeSpec) -> None:
+        super().__init__(name, node)
+        # The login node: the node's SSH fields, or the farm's own machine. Its
+        # copy of the node carries no env: the env is exported in front of srun.
+        if node.host:
+            from .ssh import SSHTransport
+
+            self._login: Transport = SSHTransport(name, node.model_copy(update={"transport": "ssh", "env": {}}))
+        else:
+            from .local import LocalTransport
+
+            self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
+        self.jobs: list[SlurmJob] = []
+        self.last_job: SlurmJob | None = None
+
+    @property
+    def allocates_gpus(self) -> bool:
+        """Slurm, not the farm, picks the job's GPU (and sets CUDA_VISIBLE_DEVICES) when it is asked for one."""
+        return bool(self.node.gres)
+
+    @property
+    def last_job_id(self) -> str | None:
+        return self.last_job.job_id if self.last_job else None
+
+    @property
+    def last_compute_node(self) -> str | None:
+        return self.last_job.compute_node if self.last_job else None
+
+    # lifecycle ------------------------------------------------------------
+    def _connect(self) -> None:
+        self._login.open()
+
+    def _disconnect(self) -> None:
+        self._login.close()
+
+    def _put(self, local: Path, remote: str) -> None:
+        self._login.put(local, remote)
+
+    def _read(self, remote: str, limit: int) -> bytes:
+        return self._login.read(remote, limit)
+
+    # commands -------------------------------------------------------------
+    def _with_env(self, command: str) -> str:
+        return command  # exported on the login node by _submission, and carried into the job
+
+    def _exports(self) -> str:
+        if not self.node.env:
+            return ""
+        return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.node.env.items())) + "; "
+
+    def srun_arguments(self, job_name: str, timeout: float) -> list[str]:
+        node = self.node
+        minutes = node.time_limit or _minutes(timeout)
+        args = [
+            "srun",
+            f"--partition={node.partition}",
+            "--nodes=1",
+            "--ntasks=1",
+            f"--time={minutes}",
+            f"--immediate={node.pending_limit}",
+            f"--job-name={job_name}",
+            "--input=none",
+            "--export=ALL",
+        ]
+        if node.gres:
+            args.append(f"--gres={node.gres}")
+        if node.constraint:
+            args.append(f"--constraint={node.constraint}")
+        return args + list(node.slurm_options)
+
+    def _submission(self, command: str, token: str, job_name: str, timeout: float) -> str:
+        start = f'printf "@@slurm-start-{token} %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; '
+        srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
+        name = shlex.quote(job_name)
+        unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
+        query = (
+            f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r' 2>/dev/null); "
+            f'case "$s" in {unsettled}) [ $n -lt {SETTLE_POLLS} ] || break; n=$((n+1)); sleep 0.25;; '
+            "*) break;; esac; done; "
+            f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason 2>/dev/null); '
+            f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'"
+        )
+        return f"{self._exports()}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+
+    def _run(self, command: str, timeout: float) -> CommandResult:
+        token = secrets.token_hex(6)
+        job = SlurmJob(name=f"farm-{self.name}-{token}")
+        self.last_job = job
+        self.jobs.append(job)
+        script = self._submission(command, token, job.name, timeout)
+        clock = time.monotonic()
+        try:
+            outcome = self._login.run(script, timeout=timeout + self.node.pending_limit + SUBMIT_MARGIN)
+        except CommandTimeout as err:
+            self._cancel(job)
+            raise SlurmTimeLimit(
+                f"node {self.name!r}: Slurm job {job.name} still running after "
+                f"{timeout:.0f} s (+{self.node.pending_limit} s pending limit); cancelled ({err})",
+                job,
+            ) from err
+        seconds = time.monotonic() - clock
+        stdout, rc = self._parse(job, token, outcome.stdout)
+        stderr = self._split_stderr(job, outcome.stderr)
+        self._judge(job, rc, seconds)
+        return CommandResult(command=command, exit_code=rc, stdout=stdout, stderr=stderr, seconds=seconds)
+
+    # reading what came back -------------------------------------------------
+    def _parse(self, job: SlurmJob, token: str, text: str) -> tuple[str, int]:
+        end = f"\n@@slurm-end-{token} "
+        cut = text.rfind(end)
+        if cut < 0:
+            raise SlurmJobError(
+                f"node {self.name!r}: the submission of Slurm job {job.name} on the login node "
+                f"ended without a status ({text.strip()[-300:]!r})",
+                job,
+            )
+        body, tail = text[:cut], text[cut + len(end) :]
+        rc_text, _, records = tail.partition("\n")
+        rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
+        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*)\n", body)
+        if start:
+            job.started = True
+            job.job_id = start.group(1) or None
+            job.compute_node = start.group(2) or None
+            body = body[start.end() :]
+        for line in records.splitlines():
+            if not line.startswith(f"@@slurm-job-{token} "):
+                continue
+            fields = line.split(" ", 1)[1].split("|")
+            if len(fields) < 2 or not fields[0]:
+                continue
+            job.job_id = job.job_id or fields[0]
+            job.state = fields[1].split()[0] if fields[1].split() else None  # sacct: "CANCELLED by 0"
+            if len(fields) > 2 and fields[2] and fields[2] != "None assigned":
+                job.compute_node = job.compute_node or fields[2]
+            if len(fields) > 3 and fields[3] not in ("", "None"):
+                job.reason = fields[3]
+        return body, rc
+
+    def _split_stderr(self, job: SlurmJob, text: str) -> str:
+        """The command's stderr without srun's and slurmstepd's lines. Their last
+        words may follow a last line the command left unterminated."""
+        ending: list[str] = []
+        while match := _SLURM_ENDING.search(text):
+            ending.insert(0, match.group(0).rstrip("\n"))
+            text = text[: match.start()]
+        kept = []
+        for line in text.splitlines(keepends=True):
+            if _SLURM_LINE.match(line):
+                job.messages.append(line.rstrip("\n"))
+            else:
+                kept.append(line)
+        job.messages.extend(ending)
+        return "".join(kept)
+
+    def _judge(self, job: SlurmJob, rc: int, seconds: float) -> None:
+        """Raise for every ending that is Slurm's doing; return for the command's own."""
+        node = self.node
+        said = "; ".join(m for m in job.messages if "error" in m or "CANCELLED" in m) or "; ".join(job.messages)
+        srun = f" ({said[-400:]})" if said else ""
+        ident = f"Slurm job {job.job_id}" if job.job_id else f"Slurm job {job.name}"
+        where = f" on {job.compute_node}" if job.compute_node else ""
+        why = f"; Slurm's reason: {job.reason}" if job.reason else ""
+        if not job.started:
+            if job.job_id is None or job.state == "FAILED":
+                raise SlurmRejected(
+                    f"node {self.name!r}: Slurm refused {ident} for partition {node.partition!r}{why}{srun}", job
+                )
+            if job.state in ("CANCELLED", None) and seconds >= node.pending_limit * 0.9:
+                raise SlurmPendingLimit(
+                    f"node {self.name!r}: {ident} waited past its pending limit of {node.pending_limit} s "
+                    f"in partition {node.partition!r} and was withdrawn{why}{srun}",
+                    job,
+                )
+            if job.state in INFRA_STATES:
+                raise SlurmJobError(
+                    f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} before its command started{why}"
+                    f"{srun}",
+                    job,
+                )
+            raise SlurmJobError(
+                f"node {self.name!r}: {ident} ended before its command started (state {job.state or 'unknown'}{why})"
+                f"{srun}",
+                job,
+            )
+        if job.state in RESULT_STATES:
+            return
+        if job.state in INFRA_STATES:
+            kind = SlurmTimeLimit if job.state == "TIMEOUT" else SlurmJobError
+            raise kind(
+                f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} while it ran{why}; "
+                f"not a verdict on the command{srun}",
+                job,
+            )
+        if job.state is None:
+            # Slurm no longer knows the job (a short MinJobAge, no accounting): only srun's word is left.
+            trouble = [m for m in job.messages if _SLURM_TROUBLE.search(m)]
+            if trouble:
+                raise SlurmJobError(
+                    f"node {self.name!r}: {ident}{where} ended abnormally (Slurm keeps no record of it): "
+                    f"{'; '.join(trouble)[-400:]}",
+                    job,
+                )
+            return
+        raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+
+    def _cancel(self, job: SlurmJob) -> None:
+        """Best effort: a job whose srun was killed keeps running otherwise."""
+        with contextlib.suppress(InfraError):
+            self._login.run(f"{self._exports()}scancel --name={shlex.quote(job.name)}", timeout=SCANCEL_TIMEOUT)
