@@ -17,7 +17,6 @@ temporary file and renamed, so a reader never sees half a page.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -25,6 +24,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from .config import Farm
 from .reportdata import HISTORY_RUNS, category, collect
 from .store import Store
+
+KERNEL_HISTORY_RUNS = 10  # columns of a kernel page's history grid (history.html has all)
 
 
 def _env() -> Environment:
@@ -41,11 +42,12 @@ def _env() -> Environment:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; a web server reading reports/ is often another user
+    # one renderer at a time (the run lock, or a lone `farm report`), so a fixed
+    # temporary name per page is enough; the rename makes each page appear whole
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -101,7 +103,7 @@ def render(
                 entry=entry,
                 cells=cells,
                 cell_history=model.cell_history,
-                runs=model.runs,
+                runs=model.runs[:KERNEL_HISTORY_RUNS],
             ),
         )
 

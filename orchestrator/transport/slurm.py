@@ -111,11 +111,24 @@ class SlurmRejected(SlurmJobError):
 
 
 class SlurmPendingLimit(SlurmJobError):
-    """Waited for its allocation past the node's pending_limit; withdrawn."""
+    """Waited for its allocation past the node's pending_limit; withdrawn. Not
+    retried: a retry is only a longer wait, and the limit says how long is enough."""
+
+    retryable = False
+
+
+class SlurmCancelled(SlurmJobError):
+    """Cancelled (scancel) by a person or a policy: a resubmission would defy it."""
+
+    retryable = False
 
 
 class SlurmTimeLimit(SlurmJobError, CommandTimeout):
     """Killed by Slurm at the job's time limit (state TIMEOUT)."""
+
+
+def _error_for(state: str) -> type[SlurmJobError]:
+    return {"TIMEOUT": SlurmTimeLimit, "CANCELLED": SlurmCancelled}.get(state, SlurmJobError)
 
 
 def _minutes(seconds: float) -> int:
@@ -300,7 +313,7 @@ class SlurmTransport(Transport):
                     job,
                 )
             if job.state in INFRA_STATES:
-                raise SlurmJobError(
+                raise _error_for(job.state)(
                     f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} before its command started{why}"
                     f"{srun}",
                     job,
@@ -313,8 +326,7 @@ class SlurmTransport(Transport):
         if job.state in RESULT_STATES:
             return
         if job.state in INFRA_STATES:
-            kind = SlurmTimeLimit if job.state == "TIMEOUT" else SlurmJobError
-            raise kind(
+            raise _error_for(job.state)(
                 f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} while it ran{why}; "
                 f"not a verdict on the command{srun}",
                 job,
