@@ -381,12 +381,12 @@ class FarmRun:
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
                 self._attempt(cell.node, cell, attempt, "skipped", None, reason)
-                self._infra(result, "build", reason)
+                self._infra(result, "skipped", reason)
                 break
             try:
                 self._open(transport)
             except InfraError as err:
-                self._infra(result, "build", str(err))
+                self._infra(result, "connect", str(err))
             else:
                 CellPipeline(
                     transport,

@@ -221,7 +221,7 @@ class FarmSpec(_Strict):
     database: str = "sqlite:///results.db"
     reports: str = "reports"
     jobs: str = "jobs"
-    max_connections: int = Field(default=16, ge=1, le=256)
+    max_connections: int = Field(default=8, ge=1, le=256)  # under sshd's default MaxStartups (10)
     output_cap: int = Field(default=1 << 20, ge=1024)  # bytes of stdout/stderr/log kept per cell
     retries: int = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
     retry_backoff: float = Field(default=2.0, ge=0)  # seconds before the first retry, doubling

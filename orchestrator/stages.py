@@ -130,6 +130,20 @@ def cell_paths(
     )
 
 
+def guarded(command: str, limit: int, redirects: str) -> str:
+    """A shell fragment running `command` under `timeout -k`, leaving its exit
+    status in $rc, and then killing whatever is left of its process group.
+
+    `timeout` leads its own process group; but when the command's first process
+    dies of the TERM and a child that ignores TERM lives on, timeout exits at
+    once and never sends the KILL. The group kill afterwards catches that child.
+    """
+    return (
+        f"timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
+        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null"
+    )
+
+
 def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: CellPaths) -> str:
     fields = {
         "nvcc": shlex.quote(snapshot.nvcc_path),
@@ -240,8 +254,8 @@ class CellPipeline:
         script = (
             f"if [ -f {bdir}/.farm-built ]; then echo cached; exit 0; fi; "
             f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} > build.log 2>&1; "
-            f"rc=$?; if [ $rc -eq 0 ]; then touch .farm-built; fi; echo built; exit $rc; }}"
+            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null')}; "
+            f"if [ $rc -eq 0 ]; then touch .farm-built; fi; echo built; exit $rc; }}"
         )
         outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
         self.result.build_cached = outcome.stdout.strip() == "cached"
@@ -269,9 +283,8 @@ class CellPipeline:
             else ""
         )
         script = (
-            f"cd {bdir} && timeout -k {KILL_GRACE} {int(INSPECT_TIMEOUT)} "
-            f"sh -c {shlex.quote(command)} "
-            f'> inspect.txt 2> inspect.err; rc=$?; echo "@@farm rc=$rc"; '
+            f"cd {bdir} && {guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null')}; "
+            f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum {binary} | cut -d' ' -f1; {lists}exit 0"
         )
         outcome = self.t.run(script, timeout=INSPECT_TIMEOUT + CHANNEL_MARGIN)
@@ -305,9 +318,8 @@ class CellPipeline:
         slot = self.gpu_slots.acquire()
         try:
             script = (
-                f"mkdir -p {rdir} && cd {rdir} && {{ CUDA_VISIBLE_DEVICES={slot} "
-                f"timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} "
-                f"> stdout 2> stderr < /dev/null; rc=$?; "
+                f"mkdir -p {rdir} && cd {rdir} && {{ export CUDA_VISIBLE_DEVICES={slot}; "
+                f"{guarded(command, limit, '> stdout 2> stderr < /dev/null')}; "
                 f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
             )
             clock = time.monotonic()

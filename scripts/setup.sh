@@ -43,11 +43,33 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x .venv/bin/nvcc ]; then
 fi
 
 if [ "$want_tests" = yes ]; then
-    apt_install openssh-server openssh-client binutils g++ procps
+    apt_install openssh-server openssh-client binutils g++ procps iproute2
     # the report's browser tests: Debian's Chromium, driven by playwright (from
     # the test extra); Playwright's own browser download is never used
     apt_install chromium
     mkdir -p /run/sshd 2>/dev/null || true
+
+    # Slurm, for tests/test_slurm.py: Debian's munge, slurmctld, slurmd and the
+    # client commands (srun, sinfo, squeue, scontrol, scancel). Installed only:
+    # the tests' fixture (tests/slurm.py) starts its own munged, slurmctld and
+    # one slurmd per partition, with its own key, slurm.conf and ports, as root,
+    # and stops them; nothing here starts a daemon or writes /etc/slurm.
+    apt_install munge slurmctld slurmd slurm-client
+
+    # the store's PostgreSQL tests (tests/test_store_backends.py): Debian's server,
+    # its cluster started with pg_ctlcluster (no systemd needed), role farm/farm and
+    # database farm_test: FARM_TEST_POSTGRES_URL's default, 127.0.0.1:5432
+    apt_install postgresql
+    if [ "$(id -u)" -eq 0 ]; then
+        pg=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+        pg_lsclusters -h | grep -q "^$pg main " || pg_createcluster "$pg" main >/dev/null
+        pg_ctlcluster "$pg" main status >/dev/null 2>&1 || pg_ctlcluster "$pg" main start
+        pg_sql() { (cd / && runuser -u postgres -- psql -qtAX -v ON_ERROR_STOP=1 -c "$1"); }
+        [ "$(pg_sql "SELECT 1 FROM pg_roles WHERE rolname = 'farm'")" = 1 ] || pg_sql "CREATE ROLE farm"
+        pg_sql "ALTER ROLE farm LOGIN CREATEDB PASSWORD 'farm'"
+        [ "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = 'farm_test'")" = 1 ] ||
+            pg_sql "CREATE DATABASE farm_test OWNER farm"
+    fi
 fi
 version=$(.venv/bin/farm --version)
 echo "setup: ok ($version)"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,11 @@ from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError
 from .base import CommandResult, Transport
+
+# paramiko logs handshake failures with tracebacks to an unconfigured logger, which
+# Python prints on stderr: noise in a cron mail for what is already an infra-error.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
 
 # Seconds beyond a command's own timeout before the watchdog drops the connection.
 WATCHDOG_GRACE = 15.0
@@ -112,6 +118,10 @@ class SSHTransport(Transport):
         except paramiko.AuthenticationException as err:
             self._conn.close()
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
+        except paramiko.ssh_exception.NoValidConnectionsError as err:
+            self._conn.close()
+            causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
+            raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
             self._conn.close()
             raise ConnectError(

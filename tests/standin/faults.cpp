@@ -1,0 +1,78 @@
+// Stand-in kernels for the fault-injection tests (tests/test_faults.py), built
+// by the node with g++ like standin.cpp. None reads the card: each prints the
+// pass marker of tests/nodes.py ("standin: PASS") when it gets that far.
+//
+// Behaviour, chosen at compile time:
+//   MODE_SLOWPASS   "standin: started", sleeps SLEEP_S seconds, then passes
+//   MODE_STUBBORN   ignores SIGTERM, forks a child that ignores it too, and
+//                   both sleep forever: only `timeout -k`'s KILL ends them
+//   MODE_FLOOD      passes first, then prints FLOOD_MIB MiB more on stdout
+//   MODE_BADUTF8    passes, then 200,000 x U+20AC (3 bytes each) written in
+//                   7-byte pieces (characters split across writes), then bytes
+//                   that are not UTF-8; a little of both on stderr too
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if !defined(MODE_SLOWPASS) && !defined(MODE_STUBBORN) && !defined(MODE_FLOOD) && !defined(MODE_BADUTF8)
+#error "choose a behaviour: -DMODE_SLOWPASS, -DMODE_STUBBORN, -DMODE_FLOOD or -DMODE_BADUTF8"
+#endif
+#ifndef SLEEP_S
+#define SLEEP_S 3
+#endif
+#ifndef FLOOD_MIB
+#define FLOOD_MIB 100
+#endif
+
+static void write_all(int fd, const char *data, size_t size) {
+    while (size > 0) {
+        ssize_t done = write(fd, data, size);
+        if (done <= 0) exit(3);
+        data += done;
+        size -= (size_t)done;
+    }
+}
+
+static void say(int fd, const char *text) { write_all(fd, text, strlen(text)); }
+
+int main(void) {
+#if defined(MODE_SLOWPASS)
+    say(1, "standin: started\n");
+    sleep(SLEEP_S);
+    say(1, "standin: PASS\n");
+    return 0;
+#elif defined(MODE_STUBBORN)
+    signal(SIGTERM, SIG_IGN);
+    say(1, "standin: ignoring SIGTERM\n");
+    if (fork() == 0) {
+        for (;;) pause();
+    }
+    for (;;) pause();
+#elif defined(MODE_FLOOD)
+    say(1, "standin: PASS\n");
+    // 1 MiB of 64-byte lines, FLOOD_MIB times
+    static char block[1 << 20];
+    for (size_t i = 0; i < sizeof block; i += 64) {
+        memset(block + i, 'x', 63);
+        block[i + 63] = '\n';
+    }
+    for (int i = 0; i < FLOOD_MIB; ++i) write_all(1, block, sizeof block);
+    say(2, "standin: flooded stdout\n");
+    return 0;
+#elif defined(MODE_BADUTF8)
+    say(1, "standin: PASS\n");
+    static char euros[200000 * 3];
+    for (size_t i = 0; i < sizeof euros; i += 3) memcpy(euros + i, "\xe2\x82\xac", 3);
+    for (size_t i = 0; i < sizeof euros; i += 7) {
+        write_all(1, euros + i, sizeof euros - i < 7 ? sizeof euros - i : 7);
+    }
+    // a lone continuation byte, two bytes never valid in UTF-8, a truncated sequence
+    static const char tail[] = "\n\x80|\xff\xfe|\xe2\x82\n";
+    write_all(1, tail, sizeof tail - 1);
+    static const char err[] = "stderr \xe2\x82\xac \xc3\x28 end\n";
+    write_all(2, err, sizeof err - 1);
+    return 0;
+#endif
+}
