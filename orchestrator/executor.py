@@ -408,7 +408,7 @@ class FarmRun:
                 break
             ctx.health.failed(result.evidence.infra_detail)
             transport.close()  # a broken session is reopened for the next try
-            if attempt > ctx.health.retries or ctx.health.unhealthy:
+            if attempt > ctx.health.retries or ctx.health.unhealthy or not result.evidence.infra_retryable:
                 break
             ctx.health.pause(attempt + 1)
         self._finish(cell, job, result, ctx.snapshot_id)
@@ -445,7 +445,8 @@ class FarmRun:
         shipped: int,
     ) -> int:
         node = self.farm.nodes[name]
-        address = "local" if node.transport == "local" else f"{node.user or ''}@{node.host}:{node.port}"
+        login = "local" if node.transport == "local" or not node.host else f"{node.user or ''}@{node.host}:{node.port}"
+        address = f"slurm:{node.partition} via {login}" if node.transport == "slurm" else login
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
             if probe_seconds:
@@ -516,6 +517,8 @@ class FarmRun:
             elf_targets=result.elf_targets,
             ptx_targets=result.ptx_targets,
             code_path=result.code_path,
+            slurm_job_id=result.slurm_job_id,
+            compute_node=result.compute_node,
             started_at=result.started_at,
             ended_at=result.ended_at,
         )

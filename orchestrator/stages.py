@@ -65,6 +65,8 @@ class CellResult:
     elf_targets: list[str] = field(default_factory=list)
     ptx_targets: list[str] = field(default_factory=list)
     code_path: str | None = None  # native | ptx-jit | no-code, for the node's CC
+    slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
+    compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ended_at: datetime | None = None
 
@@ -222,8 +224,12 @@ class CellPipeline:
         except InfraError as err:
             status = "infra"
             detail = str(err)
+            job = getattr(err, "job", None)  # a Slurm job that Slurm ended or never started
+            if job is not None:
+                self.result.slurm_job_id, self.result.compute_node = job.job_id, job.compute_node
             self.result.evidence.infra_stage = name
             self.result.evidence.infra_detail = detail
+            self.result.evidence.infra_retryable = err.retryable
         self.result.stages.append(StageRecord(name, status, started, time.monotonic() - clock, detail))
         return status in ("ok", "cached")
 
@@ -240,6 +246,12 @@ class CellPipeline:
         )
         self.result.ended_at = datetime.now(UTC)
         return self.result
+
+    def _note_job(self) -> None:
+        """The Slurm job and compute node of the command just run (other transports have none)."""
+        if hasattr(self.t, "last_job_id"):
+            self.result.slurm_job_id = self.t.last_job_id
+            self.result.compute_node = self.t.last_compute_node
 
     def _inspect_passed(self) -> bool:
         ev = self.result.evidence
@@ -258,6 +270,7 @@ class CellPipeline:
             f"if [ $rc -eq 0 ]; then touch .farm-built; fi; echo built; exit $rc; }}"
         )
         outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
+        self._note_job()
         self.result.build_cached = outcome.stdout.strip() == "cached"
         self.result.evidence.build_exit = outcome.exit_code
         try:
@@ -288,6 +301,7 @@ class CellPipeline:
             f"echo '@@farm sha'; sha256sum {binary} | cut -d' ' -f1; {lists}exit 0"
         )
         outcome = self.t.run(script, timeout=INSPECT_TIMEOUT + CHANNEL_MARGIN)
+        self._note_job()
         ev = self.result.evidence
         text = outcome.stdout
         rc = re.search(r"@@farm rc=(\d+)", text)
@@ -316,15 +330,18 @@ class CellPipeline:
         command = self.variant.run.format(binary=shlex.quote(self.paths.binary))
         rdir = shlex.quote(self.paths.run_dir)
         slot = self.gpu_slots.acquire()
+        # a Slurm job asked for a GPU runs on the one Slurm gave it (its CUDA_VISIBLE_DEVICES)
+        pin = "" if getattr(self.t, "allocates_gpus", False) else f"export CUDA_VISIBLE_DEVICES={slot}; "
         try:
             script = (
-                f"mkdir -p {rdir} && cd {rdir} && {{ export CUDA_VISIBLE_DEVICES={slot}; "
+                f"mkdir -p {rdir} && cd {rdir} && {{ {pin}"
                 f"{guarded(command, limit, '> stdout 2> stderr < /dev/null')}; "
                 f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
             )
             clock = time.monotonic()
             outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
             elapsed = time.monotonic() - clock
+            self._note_job()  # the kernel's job, before the clean-up job below
         finally:
             self.gpu_slots.release(slot)
         match = re.search(r"@@farm (\d+) (\d+) (\d+)", outcome.stdout)

@@ -162,6 +162,8 @@ class ResultRow(Base):
     elf_targets: Mapped[list[Any]] = mapped_column(JSON)
     ptx_targets: Mapped[list[Any]] = mapped_column(JSON)
     code_path: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    slurm_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # Slurm nodes: the kernel's job
+    compute_node: Mapped[str | None] = mapped_column(String(255), nullable=True)  # Slurm nodes: where it ran
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     run: Mapped[Run] = relationship(back_populates="results")
