@@ -20,7 +20,8 @@ from . import history, ledger
 from .config import Farm
 from .errors import StoreError
 from .outcomes import is_as_expected, is_infra
-from .store import NodeSnapshotRow, ResultRow, Run, Store
+from .store import Store
+from .tables import NodeSnapshotRow, ResultRow, Run
 
 HISTORY_RUNS = 30
 

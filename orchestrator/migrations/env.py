@@ -13,7 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from orchestrator.store import Base
+from orchestrator.tables import Base
 
 target_metadata = Base.metadata
 config = context.config

@@ -1,0 +1,152 @@
+"""The results database's tables, as SQLAlchemy ORM models.
+
+Changing a table means a new Alembic revision in orchestrator/migrations/versions/
+(`alembic -c orchestrator/migrations/alembic.ini revision --autogenerate`):
+databases already written are upgraded in place when the store opens them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Meta(Base):
+    __tablename__ = "farm_meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class SourceFile(Base):
+    """A kernel source's exact bytes, once per sha256: certificates are about bytes,
+    so the ledger can read a certified source's header even after it changed."""
+
+    __tablename__ = "source_files"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    first_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))  # running | finished | aborted
+    trigger: Mapped[str] = mapped_column(String(32))
+    farm_commit: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    farm_version: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(255))
+    config_file: Mapped[str] = mapped_column(Text)
+    selection: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    snapshots: Mapped[list[NodeSnapshotRow]] = relationship(back_populates="run")
+    results: Mapped[list[ResultRow]] = relationship(back_populates="run")
+
+
+class NodeSnapshotRow(Base):
+    __tablename__ = "node_snapshots"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    node: Mapped[str] = mapped_column(String(64))
+    transport: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(255))
+    hostname: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    os: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    cc: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    driver: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    memory: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    nvcc_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    nvcc_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    declared_gpu: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    declared_cc: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    cc_mismatch: Mapped[bool] = mapped_column(Boolean, default=False)
+    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # can certify (see probe.py)
+    driver_evidence: Mapped[str | None] = mapped_column(Text, nullable=True)
+    probe_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    probe_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stage_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
+    smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    run: Mapped[Run] = relationship(back_populates="snapshots")
+
+
+class ResultRow(Base):
+    __tablename__ = "results"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("node_snapshots.id"), nullable=True)
+    kernel: Mapped[str] = mapped_column(String(64), index=True)
+    variant: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(64), index=True)
+    contract: Mapped[str] = mapped_column(String(64))
+    expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
+    contract_expected: Mapped[str] = mapped_column(String(32))  # what the contract alone says
+    expected_reason: Mapped[str] = mapped_column(Text)
+    known_failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(32), index=True)
+    failed_stage: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stage_seconds: Mapped[dict[str, Any]] = mapped_column(JSON)
+    stage_details: Mapped[dict[str, Any]] = mapped_column(JSON)
+    build_command: Mapped[str] = mapped_column(Text)
+    build_cached: Mapped[bool] = mapped_column(Boolean, default=False)
+    build_log: Mapped[bytes] = mapped_column(LargeBinary)
+    stdout: Mapped[bytes] = mapped_column(LargeBinary)
+    stderr: Mapped[bytes] = mapped_column(LargeBinary)
+    stdout_size: Mapped[int] = mapped_column(Integer, default=0)
+    stderr_size: Mapped[int] = mapped_column(Integer, default=0)
+    source_sha256: Mapped[str] = mapped_column(String(64))  # the job's first source
+    sources: Mapped[dict[str, Any]] = mapped_column(JSON)  # every source: path -> sha256
+    binary_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    instruction_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
+    required_instructions: Mapped[dict[str, Any]] = mapped_column(JSON)
+    elf_targets: Mapped[list[Any]] = mapped_column(JSON)
+    ptx_targets: Mapped[list[Any]] = mapped_column(JSON)
+    code_path: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    slurm_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # Slurm nodes: the kernel's job
+    compute_node: Mapped[str | None] = mapped_column(String(255), nullable=True)  # Slurm nodes: where it ran
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    run: Mapped[Run] = relationship(back_populates="results")
+    snapshot: Mapped[NodeSnapshotRow | None] = relationship()
+
+
+class PlannedCell(Base):
+    """The cells a run set out to do, so a run killed half-way can later report
+    the ones it never finished as not-run."""
+
+    __tablename__ = "planned_cells"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    kernel: Mapped[str] = mapped_column(String(64))
+    variant: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(64))
+
+
+class Attempt(Base):
+    """Every try at a node or a cell, with its node: infra retries stay visible
+    (and a flaky node can be blamed) even when a later try succeeded."""
+
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    node: Mapped[str] = mapped_column(String(64))
+    kernel: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: node setup
+    variant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))  # ok | infra | skipped
+    stage: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
