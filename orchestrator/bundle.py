@@ -21,6 +21,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import dependencies
+from .config import Job
 from .errors import InfraError
 from .transport import Transport
 
@@ -109,3 +111,34 @@ def ensure(transport: Transport, workdir: str, bundle: Bundle, cache_dir: Path) 
 
 class StagingFailed(InfraError):
     """The node could not take the bundle (disk full, permissions): the node's fault."""
+
+
+def stage_jobs(transport: Transport, workdir: str, jobs: list[Job], cache_dir: Path) -> tuple[dict[str, str], int]:
+    """Ship what these jobs need to the node: each job's sources, and each
+    dependency once (or the node's own copy, named in farm.yaml). Returns
+    {"sources:KERNEL" | "dep:NAME": folder on the node, "dep:NAME:digest": ...}
+    and the bytes shipped."""
+    node = transport.node
+    placed: dict[str, str] = {}
+    shipped = 0
+    for job in jobs:
+        files = list(zip(job.spec.sources, job.source_paths, strict=True))
+        sources = Bundle.of_files(f"sources:{job.kernel}", files)
+        shipped += ensure(transport, workdir, sources, cache_dir)
+        placed[f"sources:{job.kernel}"] = remote_dir(workdir, sources)
+        for dep in job.spec.dependencies:
+            key = f"dep:{dep}"
+            if key in placed:
+                continue
+            if dep in node.dependencies:
+                placed[key] = node.dependencies[dep]
+                placed[key + ":digest"] = f"node:{node.dependencies[dep]}"
+                continue
+            folder = dependencies.local_path(dep)
+            if folder is None:  # checked at load; a user may have uninstalled it since
+                raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
+            dep_bundle = Bundle.of_folder(key, folder)
+            shipped += ensure(transport, workdir, dep_bundle, cache_dir)
+            placed[key] = remote_dir(workdir, dep_bundle)
+            placed[key + ":digest"] = dep_bundle.digest
+    return placed, shipped

@@ -27,14 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from . import __version__, bundle, dependencies
+from . import __version__, bundle
 from .classify import Evidence, Verdict
 from .config import Farm, Job
 from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError, NodeUnusable
 from .health import NodeHealth
 from .outcomes import Outcome, is_as_expected, is_infra
-from .plan import Cell, Expectation, expect
+from .plan import Cell, expect
 from .probe import NodeSnapshot, probe
+from .records import result_fields, snapshot_fields
 from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from .store import Store
 from .transport import Transport, transport_for
@@ -297,32 +298,8 @@ class FarmRun:
     def _stage_bundles(
         self, transport: Transport, snapshot: NodeSnapshot, cells: list[Cell]
     ) -> tuple[dict[str, str], int]:
-        """Ship what the node's cells need; returns bundle key -> folder on the node."""
-        node = transport.node
-        placed: dict[str, str] = {}
-        shipped = 0
-        for kernel in dict.fromkeys(c.kernel for c in cells):
-            job = self.farm.jobs[kernel]
-            files = [(src, path) for src, path in zip(job.spec.sources, job.source_paths, strict=True)]
-            sources = bundle.Bundle.of_files(f"sources:{kernel}", files)
-            shipped += bundle.ensure(transport, snapshot.workdir, sources, self.cache_dir)
-            placed[f"sources:{kernel}"] = bundle.remote_dir(snapshot.workdir, sources)
-            for dep in job.spec.dependencies:
-                key = f"dep:{dep}"
-                if key in placed:
-                    continue
-                if dep in node.dependencies:
-                    placed[key] = node.dependencies[dep]
-                    placed[key + ":digest"] = f"node:{node.dependencies[dep]}"
-                    continue
-                folder = dependencies.local_path(dep)
-                if folder is None:  # checked at load; a user may have uninstalled it since
-                    raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
-                dep_bundle = bundle.Bundle.of_folder(key, folder)
-                shipped += bundle.ensure(transport, snapshot.workdir, dep_bundle, self.cache_dir)
-                placed[key] = bundle.remote_dir(snapshot.workdir, dep_bundle)
-                placed[key + ":digest"] = dep_bundle.digest
-        return placed, shipped
+        jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
+        return bundle.stage_jobs(transport, snapshot.workdir, jobs, self.cache_dir)
 
     def _cells(
         self,
@@ -444,86 +421,22 @@ class FarmRun:
         stage_seconds: float | None,
         shipped: int,
     ) -> int:
-        node = self.farm.nodes[name]
-        login = "local" if node.transport == "local" or not node.host else f"{node.user or ''}@{node.host}:{node.port}"
-        address = f"slurm:{node.partition} via {login}" if node.transport == "slurm" else login
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
             if probe_seconds:
                 self.summary.stage_seconds["probe"] += probe_seconds
             if stage_seconds:
                 self.summary.stage_seconds["stage"] += stage_seconds
-        s = snapshot
-        return self.store.add_snapshot(
-            run_id=self.summary.run_id,
-            node=name,
-            transport=node.transport,
-            address=address,
-            hostname=s.hostname if s else None,
-            os=s.os if s else None,
-            gpu_name=s.gpu_name if s else None,
-            cc=str(s.cc) if s and s.cc else None,
-            driver=s.driver if s else None,
-            memory=s.memory if s else None,
-            gpu_count=s.gpu_count if s else 0,
-            nvcc_path=node.nvcc,
-            nvcc_version=s.nvcc_version if s else None,
-            declared_gpu=node.gpu,
-            declared_cc=node.cc,
-            cc_mismatch=bool(s and s.cc_mismatch),
-            real_gpu=bool(s and s.real_gpu),
-            driver_evidence=s.driver_evidence if s else None,
-            probe_error=error,
-            probe_seconds=probe_seconds,
-            stage_seconds=stage_seconds,
-            bytes_shipped=shipped,
-            smi_output=s.smi_output if s else None,
-        )
+        fields = snapshot_fields(name, self.farm.nodes[name], snapshot, error, probe_seconds, stage_seconds, shipped)
+        return self.store.add_snapshot(run_id=self.summary.run_id, **fields)
 
     def _finish(self, cell: Cell, job: Job, result: CellResult, snapshot_id: int) -> None:
-        variant = job.spec.variants[cell.variant]
-        verdict = result.verdict
-        assert verdict is not None
-        exp: Expectation = result.expectation
         result_id = self.store.add_result(
-            run_id=self.summary.run_id,
-            snapshot_id=snapshot_id,
-            kernel=cell.kernel,
-            variant=cell.variant,
-            node=cell.node,
-            contract=str(variant.cc.contract()),
-            expected=exp.label,
-            contract_expected=exp.outcome.value,
-            expected_reason=exp.reason,
-            known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
-            outcome=verdict.outcome.value,
-            failed_stage=verdict.failed_stage,
-            reason=verdict.reason,
-            exit_code=result.evidence.run_exit,
-            stage_seconds=result.stage_seconds,
-            stage_details={s.name: {"status": s.status, "detail": s.detail} for s in result.stages},
-            build_command=result.build_command,
-            build_cached=result.build_cached,
-            build_log=result.build_log,
-            stdout=result.evidence.stdout,
-            stderr=result.evidence.stderr,
-            stdout_size=result.stdout_size,
-            stderr_size=result.stderr_size,
-            source_sha256=next(iter(job.source_sha256.values())),
-            sources=dict(job.source_sha256),
-            binary_sha256=result.binary_sha256,
-            instruction_counts=result.instruction_counts,
-            required_instructions=dict(variant.instructions),
-            elf_targets=result.elf_targets,
-            ptx_targets=result.ptx_targets,
-            code_path=result.code_path,
-            slurm_job_id=result.slurm_job_id,
-            compute_node=result.compute_node,
-            started_at=result.started_at,
-            ended_at=result.ended_at,
+            run_id=self.summary.run_id, snapshot_id=snapshot_id, **result_fields(cell, job, result)
         )
+        assert result.verdict is not None
         with self._summary_lock:
-            self.summary.outcomes[verdict.outcome.value] += 1
+            self.summary.outcomes[result.verdict.outcome.value] += 1
             self.summary.results.append((cell, result, result_id))
             for record in result.stages:
                 if record.name in ("build", "inspect", "run"):

@@ -1,0 +1,434 @@
+"""A simulated fleet (issue 5): real sshd nodes on loopback, sleep-based jobs.
+
+Every node is its own `/usr/sbin/sshd` on 127.0.0.1 with its own host key,
+client key and known_hosts, and an nvidia-smi stand-in (a Tesla T4) on its PATH
+(tests/nodes.py). Each node gets K jobs (variants of one kernel) whose build is
+`sleep B && cp /bin/true {binary}` and whose run is `sleep R && {binary} && echo
+PASS`, so with `build_jobs` build slots and one GPU per node the critical path
+is known: when R >= B and build_jobs >= 2 the GPU is never idle after the first
+build, so a node needs B + K*R, and the nodes run side by side.
+
+Side by side in one run it measures:
+
+1. the farm's wall time over the critical path for N = 1, 8, 32, 64 nodes;
+2. orchestration time per cell beyond the commands' own time;
+3. a plain serial OpenSSH loop doing the same build+run per node and job;
+4. ReFrame's ssh scheduler against the same nodes and commands;
+5. a warm rerun (nothing changed): build seconds and bytes shipped;
+6. the orchestrator's peak RSS at 64 nodes x 50 variants (`farm verify --all`).
+
+    PYTHONPATH=. python3 bench/fleet.py            # everything, a few minutes on 2 cores
+    PYTHONPATH=. python3 bench/fleet.py --sizes 1,8 --no-reframe --no-memory
+
+ReFrame is run from its own virtual environment (--reframe, default
+/tmp/rfm-venv/bin/reframe; `python3 -m venv /tmp/rfm-venv &&
+/tmp/rfm-venv/bin/pip install reframe-hpc`), so it does not touch the farm's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import getpass
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from nodes import CARDS, Fleet, SshNode  # noqa: E402
+
+from orchestrator.config import load_farm  # noqa: E402
+from orchestrator.executor import RunSummary, run_cells  # noqa: E402
+from orchestrator.plan import plan_cells  # noqa: E402
+from orchestrator.store import Store  # noqa: E402
+
+KERNEL = "fleet"
+PASS = "fleet: PASS"
+TARGETS = {8: 1.05, 64: 1.10}
+OVERHEAD_TARGET_MS = 50.0
+MEMORY_TARGET_MB = 300.0
+
+
+# ------------------------------------------------------------------ farm files
+
+
+def write_farm(root: Path, nodes: list[SshNode], variants: int, build: str, run: str, build_jobs: int) -> Path:
+    """farm.yaml + jobs/fleet.yaml + kernels/fleet.txt under `root`."""
+    (root / "jobs").mkdir(parents=True, exist_ok=True)
+    (root / "kernels").mkdir(exist_ok=True)
+    (root / "kernels" / "fleet.txt").write_text("a stand-in source; the build sleeps and copies /bin/true\n")
+    job = {
+        "kernel": KERNEL,
+        "description": "sleep-based build and run of known durations",
+        "sources": ["kernels/fleet.txt"],
+        "pass_marker": PASS,
+        "refusal_marker": "fleet: REFUSED",
+        "timeout": 60,
+        "build_timeout": 60,
+        "variants": {
+            f"j{i:02d}": {
+                "build": build,
+                "run": run,
+                "inspect": "cat {binary} > /dev/null",
+                "instructions": {},
+                "cc": {"min": "7.5"},
+            }
+            for i in range(variants)
+        },
+    }
+    (root / "jobs" / f"{KERNEL}.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
+    farm = {
+        "database": "sqlite:///results.db",
+        "reports": "reports",
+        "jobs": "jobs",
+        "nodes": {
+            node.name: node.farm_entry(root / f"work-{node.name}", build_jobs=build_jobs) for node in nodes
+        },
+    }
+    path = root / "farm.yaml"
+    path.write_text(yaml.safe_dump(farm, sort_keys=False))
+    return path
+
+
+def farm_run(farm_file: Path, cache: Path) -> RunSummary:
+    farm = load_farm(farm_file)
+    cells = plan_cells(farm, None, None)
+    store = Store(farm.database_url)
+    try:
+        return run_cells(farm, store, cells, cache_dir=cache, trigger="bench")
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------ baselines
+
+
+def serial_loop(nodes: list[SshNode], jobs: int, b: float, r: float, root: Path) -> float:
+    """What a user would script: one ssh per (node, job), build then run, one after another."""
+    clock = time.monotonic()
+    for node in nodes:
+        work = root / f"serial-{node.name}"
+        for j in range(jobs):
+            remote = (
+                f"mkdir -p {work} && cd {work} && sleep {b} && cp /bin/true ./j{j:02d} && "
+                f"sleep {r} && ./j{j:02d} && echo '{PASS}'"
+            )
+            out = subprocess.run(
+                [
+                    "ssh",
+                    "-i",
+                    str(node.client_key),
+                    "-o",
+                    f"UserKnownHostsFile={node.known_hosts}",
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-o",
+                    "BatchMode=yes",
+                    "-p",
+                    str(node.port),
+                    f"{node.user}@127.0.0.1",
+                    remote,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if PASS not in out.stdout:
+                raise RuntimeError(f"serial loop: {node.name} j{j}: rc={out.returncode} {out.stderr[-300:]}")
+    return time.monotonic() - clock
+
+
+REFRAME_TEST = '''
+import os
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+from reframe.core.builtins import parameter, sanity_function
+
+
+@rfm.simple_test
+class FleetJob(rfm.RunOnlyRegressionTest):
+    jobno = parameter(range(int(os.environ["FLEET_JOBS"])))
+    valid_systems = ["fleet"]
+    valid_prog_environs = ["builtin"]
+    executable = "sh"
+
+    def __init__(self):
+        b, r = os.environ["FLEET_BUILD"], os.environ["FLEET_RUN"]
+        script = f"sleep {b} && cp /bin/true ./bin && sleep {r} && ./bin && echo 'fleet: PASS'"
+        self.executable_opts = ["-c", '"' + script + '"']
+
+    @sanity_function
+    def validate(self):
+        return sn.assert_found(r"fleet: PASS", self.stdout)
+'''
+
+
+def reframe_run(
+    reframe: str, nodes: list[SshNode], jobs: int, b: float, r: float, root: Path
+) -> tuple[float, int, str]:
+    """ReFrame's ssh scheduler: one partition per node (max_jobs 1: one GPU), one test per job.
+
+    Returns (wall seconds, tests passed, tail of the output)."""
+    root.mkdir(parents=True, exist_ok=True)
+    ssh_config = root / "ssh_config"
+    ssh_config.write_text(
+        "".join(
+            f"Host fleet-{n.name}\n  HostName 127.0.0.1\n  Port {n.port}\n  User {n.user}\n"
+            f"  IdentityFile {n.client_key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {n.known_hosts}\n"
+            f"  StrictHostKeyChecking yes\n  BatchMode yes\n"
+            for n in nodes
+        )
+    )
+    partitions = [
+        {
+            "name": n.name.replace("-", "_"),
+            "scheduler": "ssh",
+            "launcher": "local",
+            "environs": ["builtin"],
+            "access": [f"-F {ssh_config}"],
+            "max_jobs": 1,
+            "sched_options": {"ssh_hosts": [f"fleet-{n.name}"]},
+        }
+        for n in nodes
+    ]
+    config = {
+        "systems": [{"name": "fleet", "descr": "loopback sshd fleet", "hostnames": [".*"], "partitions": partitions}],
+        "environments": [{"name": "builtin", "cc": "cc", "cxx": "c++", "ftn": ""}],
+    }
+    (root / "config.py").write_text(f"site_configuration = {config!r}\n")
+    (root / "fleet_check.py").write_text(REFRAME_TEST)
+    env = dict(os.environ, FLEET_JOBS=str(jobs), FLEET_BUILD=str(b), FLEET_RUN=str(r))
+    env.pop("PYTHONPATH", None)
+    command = [
+        reframe,
+        "-C",
+        str(root / "config.py"),
+        "-c",
+        str(root / "fleet_check.py"),
+        "--system",
+        "fleet",
+        "--prefix",
+        str(root / "rfm"),
+        "-r",
+    ]
+    clock = time.monotonic()
+    out = subprocess.run(command, capture_output=True, text=True, env=env, check=False, cwd=root)
+    wall = time.monotonic() - clock
+    text = out.stdout + out.stderr
+    passed = text.count("[       OK ]")
+    return wall, passed, text[-3000:]
+
+
+def peak_rss_of_verify(farm_file: Path, cache: Path) -> tuple[float, float, int]:
+    """(peak RSS MiB, wall s, exit code) of `farm verify --all --no-report` as a child."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache), PYTHONPATH=str(REPO))
+    clock = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(farm_file), "--no-report"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=REPO,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_maxrss / 1024, time.monotonic() - clock, proc.returncode
+
+
+# ------------------------------------------------------------------ main
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="1,8,32,64", help="node counts for the farm's cold runs")
+    ap.add_argument("--jobs", type=int, default=6, help="jobs (variants) per node")
+    ap.add_argument("--build", type=float, default=0.5, help="seconds each build sleeps")
+    ap.add_argument("--run", type=float, default=1.0, help="seconds each run sleeps")
+    ap.add_argument("--build-jobs", type=int, default=2, help="build_jobs of every node")
+    ap.add_argument("--baseline-nodes", type=int, default=8, help="nodes for the serial loop and ReFrame")
+    ap.add_argument("--reframe", default="/tmp/rfm-venv/bin/reframe")
+    ap.add_argument("--no-reframe", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--mem-nodes", type=int, default=64)
+    ap.add_argument("--mem-variants", type=int, default=50)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    k, b, r = args.jobs, args.build, args.run
+    if r < b or args.build_jobs < 2:
+        print("note: with run < build or build_jobs < 2 the GPU idles; the critical path below is a lower bound")
+    crit = b + k * r  # per node; nodes are independent
+    fleet_size = max([*sizes, args.baseline_nodes, 0 if args.no_memory else args.mem_nodes])
+    build = f"sleep {b} && cp /bin/true {{binary}}"
+    run = f"sleep {r} && {{binary}} && echo '{PASS}'"
+
+    tmp = Path(tempfile.mkdtemp(prefix="farm-fleet-"))
+    fleet = Fleet(tmp / "nodes")
+    before_rfm = set(Path("/tmp").glob("rfm.*"))
+    rows: list[tuple[str, str, str, str]] = []
+    try:
+        clock = time.monotonic()
+        for i in range(fleet_size):
+            fleet.add(f"n{i:02d}", CARDS["t4"])
+        nodes = list(fleet.nodes.values())
+        print(f"{fleet_size} sshd nodes started in {time.monotonic() - clock:.1f} s (one sshd each)")
+
+        # 1 + 2: cold farm runs
+        overhead_at = {}
+        last_root = None
+        for n in sizes:
+            root = tmp / f"farm-{n}"
+            farm_file = write_farm(root, nodes[:n], k, build, run, args.build_jobs)
+            s = farm_run(farm_file, root / "archives")
+            cells = n * k
+            bad = {o: c for o, c in s.outcomes.items() if o != "pass"}
+            ratio = s.wall_seconds / crit
+            per_cell = (s.wall_seconds - crit) / cells * 1000
+            bi = s.stage_seconds["build"] + s.stage_seconds["inspect"] - cells * b
+            runx = s.stage_seconds["run"] - cells * r
+            overhead_at[n] = per_cell
+            print(
+                f"N={n:3d}: {cells} cells, wall {s.wall_seconds:.2f} s, critical path {crit:.2f} s, ratio {ratio:.3f}, "
+                f"(wall-cp)/cells {per_cell:.1f} ms; stage sums - sleeps per cell: build+inspect "
+                f"{bi / cells * 1000:.1f} ms, run (incl. GPU-slot wait) {runx / cells * 1000:.1f} ms; "
+                f"probe {s.stage_seconds['probe']:.1f} s, stage {s.stage_seconds['stage']:.1f} s (node sums)"
+                + (f"; NOT PASS: {bad}" if bad else "")
+            )
+            target = TARGETS.get(n)
+            rows.append(
+                (
+                    f"farm wall / critical path, N={n} ({cells} cells)",
+                    f"{s.wall_seconds:.2f} s / {crit:.2f} s = {ratio:.3f}",
+                    f"<= {target:.2f}" if target else "",
+                    ("met" if ratio <= target else f"missed by {ratio - target:.3f}") if target else "",
+                )
+            )
+            rows.append(
+                (
+                    f"orchestration per cell, N={n}: (wall - cp) / cells; stage sums - sleeps (b+i / run)",
+                    f"{per_cell:.1f} ms; {bi / cells * 1000:.1f} / {runx / cells * 1000:.1f} ms",
+                    f"<= {OVERHEAD_TARGET_MS:.0f} ms",
+                    f"{per_cell / OVERHEAD_TARGET_MS:.2f}x of target",
+                )
+            )
+            last_root = (root, farm_file, n)
+
+        # 5: warm rerun of the largest farm
+        if last_root is not None:
+            root, farm_file, n = last_root
+            w = farm_run(farm_file, root / "archives")
+            cached = sum(1 for _, res, _ in w.results if res.build_cached)
+            print(
+                f"warm N={n}: wall {w.wall_seconds:.2f} s, build stage {w.stage_seconds['build']:.2f} s summed over "
+                f"{n * k} cells ({cached} cached), bytes shipped {w.bytes_shipped}, outcomes {dict(w.outcomes)}"
+            )
+            rows.append(
+                (
+                    f"warm rerun N={n}: build seconds summed ({cached}/{n * k} cached)",
+                    f"{w.stage_seconds['build']:.2f} s (cold: {n * k * b:.0f} s of sleeps)",
+                    "~0",
+                    "",
+                )
+            )
+            rows.append((f"warm rerun N={n}: bytes shipped", f"{w.bytes_shipped}", "0", "met" if not w.bytes_shipped else "missed"))
+            rows.append((f"warm rerun N={n}: wall (runs still run: {crit - b:.1f} s)", f"{w.wall_seconds:.2f} s", "", ""))
+
+        # 3: serial ssh loop
+        nb = args.baseline_nodes
+        serial = serial_loop(nodes[:nb], k, b, r, tmp / "serial")
+        sleeps = nb * k * (b + r)
+        print(f"serial ssh loop, {nb} nodes x {k} jobs: {serial:.2f} s (sleeps {sleeps:.1f} s)")
+        rows.append(
+            (
+                f"serial OpenSSH loop, N={nb} ({nb * k} build+run)",
+                f"{serial:.2f} s (sleeps {sleeps:.0f} s; {(serial - sleeps) / (nb * k) * 1000:.0f} ms/job over)",
+                "",
+                "",
+            )
+        )
+        if nb in overhead_at:
+            farm_wall = crit + overhead_at[nb] * nb * k / 1000
+            rows.append((f"serial loop / farm wall, N={nb}", f"{serial / farm_wall:.1f}x", "", ""))
+
+        # 4: ReFrame
+        if not args.no_reframe:
+            # TODO if ReFrame is absent: install it into its own venv (see the docstring)
+            rcrit = k * (b + r)  # max_jobs 1 per partition: build and run of a test cannot overlap
+            wall, passed, tail = reframe_run(args.reframe, nodes[:nb], k, b, r, tmp / "reframe")
+            tests = nb * k
+            rover = (wall - rcrit) / tests * 1000
+            print(f"ReFrame ssh scheduler, {nb} partitions x {k} tests: {wall:.2f} s, {passed}/{tests} passed")
+            if passed != tests:
+                print(tail)
+            rows.append(
+                (
+                    f"ReFrame ssh scheduler, N={nb} ({passed}/{tests} passed)",
+                    f"{wall:.2f} s (its own critical path {rcrit:.1f} s: max_jobs 1)",
+                    "",
+                    "",
+                )
+            )
+            if nb in overhead_at:
+                ratio = rover / max(overhead_at[nb], 0.1)
+                rows.append(
+                    (
+                        f"overhead per test, ReFrame / farm, N={nb}",
+                        f"{rover:.0f} ms / {overhead_at[nb]:.1f} ms = {ratio:.1f}x",
+                        ">= 3x",
+                        "met" if ratio >= 3 else "missed",
+                    )
+                )
+
+        # 6: peak memory
+        if not args.no_memory:
+            mn, mv = args.mem_nodes, args.mem_variants
+            root = tmp / "memory"
+            farm_file = write_farm(root, nodes[:mn], mv, "cp /bin/true {binary}", f"{{binary}} && echo '{PASS}'", 2)
+            rss, wall, rc = peak_rss_of_verify(farm_file, root / "cache")
+            print(f"memory: farm verify --all, {mn} nodes x {mv} variants: peak RSS {rss:.0f} MiB, {wall:.1f} s, exit {rc}")
+            rows.append(
+                (
+                    f"peak RSS of `farm verify --all`, {mn} nodes x {mv} variants (exit {rc}, {wall:.0f} s)",
+                    f"{rss:.0f} MiB",
+                    f"<= {MEMORY_TARGET_MB:.0f} MB",
+                    f"{rss / MEMORY_TARGET_MB:.2f}x of target",
+                )
+            )
+    finally:
+        fleet.stop()
+        for path in set(Path("/tmp").glob("rfm.*")) - before_rfm:  # ReFrame's remote stage folders
+            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print()
+    print(f"{datetime.date.today()}, {os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}")
+    print(f"command: {' '.join(shlex.quote(a) for a in sys.argv)}; user {getpass.getuser()}")
+    print(f"jobs per node {k}, build {b} s, run {r} s, build_jobs {args.build_jobs}, 1 GPU per node")
+    print()
+    print("| measure | value | target | ratio |")
+    print("| --- | --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
