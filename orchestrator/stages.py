@@ -240,7 +240,12 @@ class CellPipeline:
         built = self._stage("build", self._build) and ev.build_exit == 0
         inspected = built and self._stage("inspect", self._inspect) and self._inspect_passed()
         if inspected and self.snapshot.has_gpu:
-            self._stage("run", self._run)
+            # wait for the GPU outside the stage, so the run's seconds are the kernel's
+            slot = self.gpu_slots.acquire()
+            try:
+                self._stage("run", lambda: self._run(slot))
+            finally:
+                self.gpu_slots.release(slot)
         self.result.verdict = classify(
             ev, self.result.expectation, self.job.spec.pass_marker, self.job.spec.refusal_marker
         )
@@ -325,25 +330,21 @@ class CellPipeline:
         return "failed" if ev.missing_instructions else "ok"
 
     # run ------------------------------------------------------------------
-    def _run(self) -> str:
+    def _run(self, slot: int) -> str:
         limit = int(self.variant.timeout or self.job.spec.timeout)
         command = self.variant.run.format(binary=shlex.quote(self.paths.binary))
         rdir = shlex.quote(self.paths.run_dir)
-        slot = self.gpu_slots.acquire()
         # a Slurm job asked for a GPU runs on the one Slurm gave it (its CUDA_VISIBLE_DEVICES)
         pin = "" if getattr(self.t, "allocates_gpus", False) else f"export CUDA_VISIBLE_DEVICES={slot}; "
-        try:
-            script = (
-                f"mkdir -p {rdir} && cd {rdir} && {{ {pin}"
-                f"{guarded(command, limit, '> stdout 2> stderr < /dev/null')}; "
-                f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
-            )
-            clock = time.monotonic()
-            outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
-            elapsed = time.monotonic() - clock
-            self._note_job()  # the kernel's job, before the clean-up job below
-        finally:
-            self.gpu_slots.release(slot)
+        script = (
+            f"mkdir -p {rdir} && cd {rdir} && {{ {pin}"
+            f"{guarded(command, limit, '> stdout 2> stderr < /dev/null')}; "
+            f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
+        )
+        clock = time.monotonic()
+        outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
+        elapsed = time.monotonic() - clock
+        self._note_job()  # the kernel's job, before the clean-up job below
         match = re.search(r"@@farm (\d+) (\d+) (\d+)", outcome.stdout)
         if not match:
             raise InfraError(
