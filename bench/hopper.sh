@@ -3,7 +3,9 @@
 # tool): make the machine a real SSH node on its loopback, run the farm against
 # it over SSH, and measure the farm against the same commands run directly.
 #
-#   bench/hopper.sh            needs .kit/ from ../shared/gpu-node/make-kit.sh
+#   bench/hopper.sh            needs .kit/, made here (a machine with PyPI) with
+#       ../shared/gpu-node/make-kit.sh .kit fabric sqlalchemy pydantic alembic filelock
+#       cp ../shared/gpu-node/*.sh .kit/        (and `echo /.kit/ >> .git/info/exclude`)
 #
 # Writes results.db (the real runs) and logs under $OUT.
 set -uo pipefail
