@@ -74,9 +74,6 @@ def redact_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
 
 
-_redact = redact_url  # the name this module used first
-
-
 def _scrub(message: str, url: str) -> str:
     """An error message with the URL's password masked, wherever a driver echoed it."""
     try:

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -61,15 +60,6 @@ def write_fault_farm(
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     return path
-
-
-def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.05) -> object:

@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from dataclasses import dataclass
@@ -378,3 +379,13 @@ def write_farm(
     path = root / "farm.yaml"
     path.write_text(yaml.safe_dump(farm, sort_keys=False))
     return path
+
+
+def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
+    """Rows of a results database, by column name (tests assert on what the farm stored)."""
+    con = sqlite3.connect(db)
+    con.row_factory = sqlite3.Row
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()

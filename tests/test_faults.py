@@ -43,13 +43,12 @@ from faults import (
     faults_job,
     faults_variant,
     netns_works,
-    query,
     signal_pids,
     sshd_tree,
     wait_for,
 )
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, Fleet, SshNode, processes_matching, standin_job, standin_variant
+from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant
 
 from orchestrator import report
 from orchestrator.config import load_farm

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from nodes import Fleet, processes_matching, standin_job, standin_variant
+from nodes import Fleet, processes_matching, query, standin_job, standin_variant
 
 from orchestrator.config import Farm, load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
@@ -125,15 +125,6 @@ class FarmRunResult:
     def port(self, node: str) -> int:
         host = {"drift": "t4", "stranger": "a100", "impostor": "h100", "nonvcc": "a100"}
         return self.fleet[host.get(node, node)].port
-
-
-def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
 
 
 def result_row(run: FarmRunResult, node: str, variant: str) -> sqlite3.Row:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from nodes import processes_matching, standin_job, standin_variant, write_farm
+from nodes import processes_matching, query, standin_job, standin_variant, write_farm
 from slurm import PARKED, SlurmCluster, missing_tools, node_name
 
 from orchestrator.config import Farm, load_farm
@@ -75,15 +75,6 @@ def cluster() -> Iterator[SlurmCluster]:
         yield c
     finally:
         c.stop()
-
-
-def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
-    con = sqlite3.connect(db)
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
 
 
 def make_farm(root: Path, cluster: SlurmCluster, nodes: dict[str, dict], **farm_keys: object) -> Farm:
