@@ -9,7 +9,7 @@ expected behaviour becomes fixed.
 
 from __future__ import annotations
 
-import re
+import signal
 from dataclasses import dataclass, field
 
 from .outcomes import Outcome
@@ -20,7 +20,10 @@ STAGES = ("probe", "stage", "build", "inspect", "run")
 
 @dataclass
 class Evidence:
-    """What the stages of one cell observed. Missing parts mean "not reached"."""
+    """What the stages of one cell observed. Missing parts mean "not reached".
+
+    Markers were matched by the run stage over the whole of stdout and stderr
+    (streams.py); classify only reads where they were found."""
 
     infra_stage: str | None = None  # stage that hit an InfraError
     infra_detail: str = ""
@@ -30,8 +33,9 @@ class Evidence:
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
     run_timed_out: bool = False
-    stdout: bytes = b""
-    stderr: bytes = b""
+    pass_line: int | None = None  # stdout line of the first pass-marker match
+    refusal_line: int | None = None  # stderr line of the first refusal-marker match
+    stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
 
 
 @dataclass(frozen=True)
@@ -41,55 +45,73 @@ class Verdict:
     reason: str
 
 
-def _search(pattern: str, data: bytes) -> bool:
-    return re.search(pattern, data.decode("utf-8", "replace")) is not None
+def exit_words(code: int) -> str:
+    """ "exit 3", or "killed by SIGSEGV (exit 139)" for a shell's 128+N."""
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            return f"exit {code}"
+        return f"killed by {name} (exit {code})"
+    return f"exit {code}"
 
 
-def _raw_verdict(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: str) -> Verdict:
+def _with_stderr(reason: str, ev: Evidence) -> str:
+    return f'{reason}; last stderr line: "{ev.stderr_last_line}"' if ev.stderr_last_line else reason
+
+
+def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.infra_stage is not None:
         detail = ev.infra_detail or f"the node failed during {ev.infra_stage}"
         return Verdict(Outcome.INFRA_ERROR, ev.infra_stage, detail)
     if ev.build_exit is None:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
-        return Verdict(Outcome.BUILD_FAIL, "build", f"the build exited {ev.build_exit}")
+        return Verdict(Outcome.BUILD_FAIL, "build", f"the build {exit_words(ev.build_exit)}")
     if ev.inspect_exit is None:
         return Verdict(Outcome.NOT_RUN, "inspect", "inspection never finished")
     if ev.inspect_exit != 0:
-        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler exited {ev.inspect_exit}")
+        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler {exit_words(ev.inspect_exit)}")
     if ev.missing_instructions:
         missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
         return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}")
     if exp.outcome is Outcome.COMPILE_ONLY:
         return Verdict(Outcome.COMPILE_ONLY, None, "built and inspected; no GPU to run on")
     if ev.run_timed_out:
-        return Verdict(Outcome.TIMEOUT, "run", "killed at its timeout")
+        return Verdict(Outcome.TIMEOUT, "run", _with_stderr("killed at its timeout", ev))
     if ev.run_exit is None:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
-    passed = ev.run_exit == 0 and _search(pass_marker, ev.stdout)
-    refused = ev.run_exit != 0 and _search(refusal_marker, ev.stderr)
+    ended = exit_words(ev.run_exit)
+    passed = ev.run_exit == 0 and ev.pass_line is not None
+    refused = ev.run_exit != 0 and ev.refusal_line is not None
     if exp.outcome is Outcome.PASS:
         if passed:
-            return Verdict(Outcome.PASS, None, "exit 0 and the pass marker on stdout")
+            return Verdict(Outcome.PASS, None, f"exit 0 and the pass marker on stdout (line {ev.pass_line})")
         if refused:
             return Verdict(
                 Outcome.UNEXPECTED_REFUSAL,
                 "run",
-                f"refused a card its contract serves ({exp.reason})",
+                _with_stderr(f"refused a card its contract serves ({exp.reason})", ev),
             )
         if ev.run_exit == 0:
-            return Verdict(Outcome.FAIL, "run", "exit 0 but no pass marker on stdout")
-        return Verdict(Outcome.FAIL, "run", f"exit {ev.run_exit} without the pass marker")
+            return Verdict(Outcome.FAIL, "run", _with_stderr("exit 0 but no pass marker on stdout", ev))
+        if ev.pass_line is not None:
+            return Verdict(
+                Outcome.FAIL,
+                "run",
+                _with_stderr(f"the pass marker was printed (stdout line {ev.pass_line}), but {ended}", ev),
+            )
+        return Verdict(Outcome.FAIL, "run", _with_stderr(f"{ended} without the pass marker", ev))
     # the contract says this card must be refused
     if refused:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0:
         return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
-    return Verdict(Outcome.MISSING_REFUSAL, "run", f"exit {ev.run_exit} without the refusal text on stderr")
+    return Verdict(Outcome.MISSING_REFUSAL, "run", _with_stderr(f"{ended} without the refusal text on stderr", ev))
 
 
-def classify(ev: Evidence, exp: Expectation, pass_marker: str, refusal_marker: str) -> Verdict:
-    verdict = _raw_verdict(ev, exp, pass_marker, refusal_marker)
+def classify(ev: Evidence, exp: Expectation) -> Verdict:
+    verdict = _raw_verdict(ev, exp)
     known = exp.known_failure
     if known is None or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict

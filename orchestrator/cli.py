@@ -69,8 +69,9 @@ def _fail(err: FarmError) -> None:
     sys.exit(err.exit_code)
 
 
-def _load(config_path: Path, database: str | None) -> Farm:
-    return load_farm(config_path, database=database)
+def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
+    # show and report only read the database: they need no CUTLASS installed
+    return load_farm(config_path, database=database, check_dependencies=not read_only)
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,18 +112,19 @@ def verdict_line(summary: RunSummary) -> str:
 
 
 def _matrix_text(summary: RunSummary) -> str:
-    nodes = sorted({cell.node for cell, _, _ in summary.results})
+    columns = sorted({(cell.node, cell.device, cell.several) for cell, _, _ in summary.results})
     rows = sorted({(cell.kernel, cell.variant) for cell, _, _ in summary.results})
-    by_key = {(c.kernel, c.variant, c.node): r for c, r, _ in summary.results}
+    by_key = {(c.kernel, c.variant, c.node, c.device): r for c, r, _ in summary.results}
     first = max([len(f"{k}:{v}") for k, v in rows] + [14])
-    widths = {n: max(len(n), 18) for n in nodes}
-    lines = ["kernel:variant".ljust(first) + "  " + "  ".join(n.ljust(widths[n]) for n in nodes)]
+    names = {(n, d): f"{n}[{d}]" if several else n for n, d, several in columns}
+    widths = {key: max(len(name), 18) for key, name in names.items()}
+    lines = ["kernel:variant".ljust(first) + "  " + "  ".join(names[k].ljust(widths[k]) for k in names)]
     for kernel, variant in rows:
         cells = []
-        for node in nodes:
-            result = by_key.get((kernel, variant, node))
+        for node, device in names:
+            result = by_key.get((kernel, variant, node, device))
             text = result.verdict.outcome.value if result and result.verdict else "-"
-            cells.append(text.ljust(widths[node]))
+            cells.append(text.ljust(widths[(node, device)]))
         lines.append(f"{kernel}:{variant}".ljust(first) + "  " + "  ".join(cells))
     return "\n".join(lines)
 
@@ -262,13 +264,19 @@ def nodes(config_path: Path, database: str | None) -> None:
             worst = 4
             continue
         notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
-        if snap.has_gpu and not snap.real_gpu:
-            notes += " nvidia-smi answered but no NVIDIA kernel driver: a stand-in, certifies nothing"
-        click.echo(
-            f"{name:<12} {'yes':<7} {snap.gpu_name or 'no GPU':<28} {snap.cc or '-'!s:<5} "
-            f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if snap.real_gpu else 'no':<5} "
-            f"{notes.strip()}"
-        )
+        if not snap.gpus:
+            click.echo(
+                f"{name:<12} {'yes':<7} {'no GPU':<28} {'-':<5} {'-':<14} {snap.nvcc_version or 'none':<10} "
+                f"{'no':<5} {notes.strip()}"
+            )
+        for gpu in snap.gpus:
+            why = "" if gpu.verified else f" {gpu.check}: certifies nothing"
+            label = f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name
+            click.echo(
+                f"{name:<12} {'yes':<7} {label:<28} {gpu.cc!s:<5} "
+                f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
+                f"{(notes + why).strip()}"
+            )
     sys.exit(worst)
 
 
@@ -296,7 +304,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
 
     Examples: farm report;  farm report --format junit --run 3 > farm-junit.xml
     """
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, read_only=True)
     store = Store(farm.database_url)
     if fmt == "html":
         click.echo(str(report_mod.render(store, out or farm.reports_dir, run_id, farm=farm)))
@@ -315,18 +323,22 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
 
     Example: farm show 12
     """
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, read_only=True)
     store = Store(farm.database_url)
     r = store.result(result_id)
     if r is None:
         raise FarmError(f"no result {result_id} in {redact_url(farm.database_url)}")
     text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
-    click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}")
+    card = f" ({r.device}, CC {r.cc}" + (f", GPU {r.gpu_index} {r.gpu_uuid}" if r.gpu_uuid else "") + ")"
+    click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     click.echo(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
     click.echo(f"expected  {r.expected}: {r.expected_reason}")
     click.echo(f"contract  {r.contract}")
+    click.echo(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
     for path, sha in r.sources.items():
         click.echo(f"source    {path} sha256 {sha}")
+    for dep, d in (r.dependencies or {}).items():
+        click.echo(f"dep       {dep} {d.get('version') or ''} digest {d.get('digest')}")
     click.echo(
         f"binary    sha256 {r.binary_sha256 or '-'}; cubins {r.elf_targets}; ptx {r.ptx_targets}; "
         f"code path {r.code_path or '-'}"
@@ -335,8 +347,13 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     click.echo(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
     click.echo(f"stages    {r.stage_seconds}")
     click.echo(f"exit code {r.exit_code}")
-    click.echo(f"--- stdout ({r.stdout_size} bytes)\n{text(r.stdout)}")
-    click.echo(f"--- stderr ({r.stderr_size} bytes)\n{text(r.stderr)}")
+    for name, data, size, sha in (
+        ("stdout", r.stdout, r.stdout_size, r.stdout_sha256),
+        ("stderr", r.stderr, r.stderr_size, r.stderr_sha256),
+    ):
+        cut = (r.output_cuts or {}).get(name)
+        kept = f"; bytes {cut[0]} to {cut[1]} left out" if cut else ""
+        click.echo(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})\n{text(data)}")
     click.echo(f"--- build log\n{text(r.build_log)}")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +34,27 @@ INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
 
 @dataclass(frozen=True)
 class Job:
-    """A kernel's job file, validated, with its sources resolved on disk."""
+    """A kernel's job file, validated, with its inputs resolved on disk.
+
+    `files` is everything shipped in the kernel's sources bundle: the
+    translation units (`sources`, passed to nvcc) and every file of `headers`
+    (shipped and hashed, never passed to nvcc), by path relative to the
+    project folder. Their sha256 values, with the dependencies' digests, make
+    the certificate identity (inputs.py)."""
 
     spec: JobSpec
     file: Path
-    source_paths: tuple[Path, ...]  # absolute, in the order the job lists them
-    source_sha256: dict[str, str] = field(default_factory=dict)  # listed path -> sha256
+    files: dict[str, Path]  # relative path -> absolute path, sorted by path
+    file_sha256: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
 
     @property
     def kernel(self) -> str:
         return self.spec.kernel
+
+    @property
+    def main_source(self) -> str:
+        """The first translation unit: the file whose header holds the course's claims."""
+        return self.spec.sources[0]
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ def _check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigEr
     mapping = raw.get(section)
     if isinstance(mapping, dict):
         for name in mapping:
-            if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
+            if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
                 errors.append(ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED))
     return errors
 
@@ -250,7 +262,7 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
                         str(file),
                         f"variants.{vname}.{key}",
                         f"{template!r} ({err})",
-                        "a command template with balanced {braces}",
+                        "a command template of plain {name} fields with balanced braces",
                     )
                 )
                 continue
@@ -269,7 +281,7 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
     return errors
 
 
-def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
+def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec], *, check_dependencies: bool = True) -> Job:
     raw = read_yaml(file, "a job file")
     errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
     try:
@@ -286,21 +298,24 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
                 f"the file's own name, {file.stem!r}, so each kernel has one job file",
             )
         )
-    paths = []
-    for index, source in enumerate(spec.sources):
-        path = (root / source).resolve()
-        if not path.is_file():
-            errors.append(
-                ConfigError(
-                    str(file),
-                    f"sources[{index}]",
-                    f"{source!r}, which does not exist",
-                    f"a source file, relative to {root}",
-                )
-            )
-        elif not path.is_relative_to(root.resolve()):
-            errors.append(ConfigError(str(file), f"sources[{index}]", repr(source), f"a path inside {root}"))
-        paths.append(path)
+    files: dict[str, Path] = {}
+    for key, listed in [("sources", spec.sources), ("headers", spec.headers)]:
+        for index, entry in enumerate(listed):
+            found, expected = _input_files(entry, root, folder_ok=key == "headers")
+            if found:
+                errors.append(ConfigError(str(file), f"{key}[{index}]", found, expected))
+                continue
+            for rel, path in found_files(entry, root):
+                if rel in files:
+                    errors.append(
+                        ConfigError(
+                            str(file),
+                            f"{key}[{index}]",
+                            f"{rel!r} a second time",
+                            "each source and header once (a file listed twice would be compiled twice)",
+                        )
+                    )
+                files[rel] = path
     for index, dep in enumerate(spec.dependencies):
         if dep not in dependencies.KNOWN:
             errors.append(
@@ -313,7 +328,7 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
             )
             continue
         needs_local = [n for n, node in nodes.items() if node.enabled and dep not in node.dependencies]
-        if needs_local and dependencies.local_path(dep) is None:
+        if check_dependencies and needs_local and dependencies.local_path(dep) is None:
             errors.append(
                 ConfigError(
                     str(file),
@@ -325,8 +340,41 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec]) -> Job:
             )
     if errors:
         raise ConfigErrors(errors)
-    shas = {src: _sha256(path) for src, path in zip(spec.sources, paths, strict=True)}
-    return Job(spec=spec, file=file, source_paths=tuple(paths), source_sha256=shas)
+    ordered = dict(sorted(files.items()))
+    return Job(spec=spec, file=file, files=ordered, file_sha256={rel: _sha256(p) for rel, p in ordered.items()})
+
+
+# a path inside the project, in plain words: no "..", no leading "/", no odd characters
+_INPUT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+_INPUT_EXPECTED = "a path relative to the project folder of letters, digits, '_', '.', '+', '-' and '/' (no '..')"
+
+
+def _input_files(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
+    """("", "") when `entry` names an existing input, else (found, expected)."""
+    if not _INPUT_RE.fullmatch(entry) or ".." in entry.split("/"):
+        return repr(entry), _INPUT_EXPECTED
+    path = root / entry
+    if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
+        return f"{entry!r}, which leads outside {root}", f"a file inside {root}"
+    if path.is_file():
+        return "", ""
+    if folder_ok and path.is_dir():
+        bad = [p for p in path.rglob("*") if p.is_symlink() or not _INPUT_RE.fullmatch(str(p.relative_to(root)))]
+        if bad:
+            return (
+                f"{entry!r}, holding {str(bad[0].relative_to(root))!r}",
+                f"a folder of plain files: {_INPUT_EXPECTED}",
+            )
+        return "", ""
+    what = "a file or folder" if folder_ok else "a source file"
+    return f"{entry!r}, which does not exist", f"{what}, relative to {root}"
+
+
+def found_files(entry: str, root: Path) -> list[tuple[str, Path]]:
+    path = root / entry
+    if path.is_dir():
+        return sorted((str(p.relative_to(root)), p) for p in path.rglob("*") if p.is_file())
+    return [(entry, path)]
 
 
 def _resolve_database(url: str, root: Path) -> str:
@@ -337,8 +385,11 @@ def _resolve_database(url: str, root: Path) -> str:
     return url
 
 
-def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
-    """Load and validate farm.yaml and every job it points at."""
+def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
+    """Load and validate farm.yaml and every job it points at.
+
+    `check_dependencies=False` is for commands that only read the database
+    (show, report): they need no CUTLASS installed to print a stored cell."""
     file = Path(file).resolve()
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
     errors = _check_names(raw, "nodes", file) if isinstance(raw, dict) else []
@@ -367,7 +418,7 @@ def load_farm(file: Path | str, *, database: str | None = None) -> Farm:
     for job_file in job_files:
         try:
             # sources are relative to the project folder that holds jobs/ (and kernels/)
-            job = load_job(job_file, jobs_dir.parent, spec.nodes)
+            job = load_job(job_file, jobs_dir.parent, spec.nodes, check_dependencies=check_dependencies)
         except ConfigErrors as many:
             errors.extend(many.errors)
             continue

@@ -8,6 +8,7 @@ in them is built.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 
@@ -21,17 +22,25 @@ def _cutlass_include() -> Path | None:
     return include if (include / "cutlass" / "cutlass.h").is_file() else None
 
 
-# name -> (how to find it here, how a user installs it)
-KNOWN: dict[str, tuple[object, str]] = {
-    "cutlass": (_cutlass_include, "pip install nvidia-cutlass (it ships CUTLASS's headers)"),
+# name -> (how to find it here, how a user installs it, the distribution whose version it is)
+KNOWN: dict[str, tuple[object, str, str]] = {
+    "cutlass": (_cutlass_include, "pip install nvidia-cutlass (it ships CUTLASS's headers)", "nvidia-cutlass"),
 }
 
 
 def local_path(name: str) -> Path | None:
     """The dependency's folder on the farm's own machine, or None if absent."""
-    finder, _ = KNOWN[name]
+    finder = KNOWN[name][0]
     return finder()  # type: ignore[operator]
 
 
 def install_hint(name: str) -> str:
     return KNOWN[name][1]
+
+
+def local_version(name: str) -> str | None:
+    """The installed version of the dependency here (its PyPI distribution's)."""
+    try:
+        return importlib.metadata.version(KNOWN[name][2])
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Protocol
 
 from . import __version__, bundle
+from .bundle import Placed, Staging
 from .classify import Evidence, Verdict
 from .config import Farm, Job
 from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError, NodeUnusable
 from .health import NodeHealth
 from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, expect
-from .probe import NodeSnapshot, probe
+from .probe import Gpu, NodeSnapshot, probe
 from .records import result_fields, snapshot_fields
 from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from .store import Store
@@ -141,16 +142,36 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
     )
 
 
-@dataclass(frozen=True)
+@dataclass
 class NodeContext:
     """What a node's cells share once it is probed and staged."""
 
     snapshot: NodeSnapshot
     snapshot_id: int
-    placed: dict[str, str]
-    slots: GpuSlots
+    staging: Staging
+    devices: dict[str, list[Gpu]]  # card model -> its GPUs ({"": []} without a GPU)
+    slots: dict[str, GpuSlots]  # card model -> its free GPUs
     cuobjdump: str
     health: NodeHealth
+    setup: Transport
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
+
+    def build_lock(self, build_dir: str) -> threading.Lock:
+        with self.lock:
+            return self.build_locks.setdefault(build_dir, threading.Lock())
+
+
+def node_devices(transport: Transport, snapshot: NodeSnapshot) -> tuple[dict[str, list[Gpu]], dict[str, GpuSlots]]:
+    """The node's card models and a slot pool for each. A transport that picks the
+    GPU itself (Slurm asked for one) gets anonymous slots: the farm pins nothing."""
+    if not snapshot.has_gpu:
+        return {"": []}, {"": GpuSlots(anonymous=1)}
+    if getattr(transport, "allocates_gpus", False) or transport.node.transport == "slurm":
+        name = snapshot.gpu_name or ""
+        return {name: list(snapshot.gpus)}, {name: GpuSlots(anonymous=max(snapshot.gpu_count, 1))}
+    devices = snapshot.devices()
+    return devices, {name: GpuSlots(gpus) for name, gpus in devices.items()}
 
 
 class FarmRun:
@@ -184,11 +205,11 @@ class FarmRun:
             selection=selection,
         )
         self.summary = RunSummary(run_id=run_id)
-        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node) for c in cells])
+        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]
-            for (listed, sha), path in zip(job.source_sha256.items(), job.source_paths, strict=True):
-                self.store.add_source(sha, listed, path.read_bytes())
+            for listed, path in job.files.items():
+                self.store.add_source(job.file_sha256[listed], listed, path.read_bytes())
         self.listener.run_started(run_id, cells)
         by_node: dict[str, list[Cell]] = {}
         for cell in cells:
@@ -223,7 +244,7 @@ class FarmRun:
             records: list[StageRecord] = []
             partial: list[NodeSnapshot] = []
             try:
-                placed, shipped = self._setup(setup, cells, records, partial)
+                staging = self._setup(setup, cells, records, partial)
             except InfraError as err:
                 setup.close()
                 stage = records[-1].name if records else "probe"
@@ -241,15 +262,30 @@ class FarmRun:
         try:
             probe_seconds = records[0].seconds
             stage_seconds = records[1].seconds
-            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, shipped)
+            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, staging.shipped)
             self.listener.node_ready(name, snapshot, None)
-            self._cells(name, cells, snapshot, snapshot_id, placed, setup, records, health)
+            devices, slots = node_devices(setup, snapshot)
+            context = NodeContext(
+                snapshot=snapshot,
+                snapshot_id=snapshot_id,
+                staging=staging,
+                devices=devices,
+                slots=slots,
+                cuobjdump=node.cuobjdump or "cuobjdump",
+                health=health,
+                setup=setup,
+            )
+            several = len(devices) > 1
+            on_cards = [cell.on(device, several) for cell in cells for device in devices]
+            if several:
+                self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
+            self._cells(name, on_cards, context)
         finally:
             setup.close()
 
     def _setup(
         self, setup: Transport, cells: list[Cell], records: list[StageRecord], partial: list[NodeSnapshot]
-    ) -> tuple[dict[str, str], int]:
+    ) -> Staging:
         """probe, then stage; each stage stamped into `records`, the snapshot into `partial`."""
         node = setup.node
         for stage in ("probe", "stage"):
@@ -266,13 +302,13 @@ class FarmRun:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     detail = ""
                 else:
-                    placed, shipped = self._stage_bundles(setup, partial[0], cells)
-                    detail = f"{shipped} bytes shipped"
+                    staging = self._stage_bundles(setup, partial[0], cells)
+                    detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes])
             except InfraError as err:
                 records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
-        return placed, shipped
+        return staging
 
     def _node_failed(
         self,
@@ -288,41 +324,22 @@ class FarmRun:
         basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)
         for cell in cells:
             job = self.farm.jobs[cell.kernel]
-            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis))
+            cell = cell.on(basis.gpu_name or "", False)
+            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
             result.stages = list(records)
             result.evidence = Evidence(infra_stage=stage, infra_detail=error)
             result.verdict = Verdict(Outcome.INFRA_ERROR, stage, error)
             result.ended_at = datetime.now(UTC)
-            self._finish(cell, job, result, snapshot_id)
+            self._finish(cell, job, result, snapshot_id, None)
 
-    def _stage_bundles(
-        self, transport: Transport, snapshot: NodeSnapshot, cells: list[Cell]
-    ) -> tuple[dict[str, str], int]:
+    def _stage_bundles(self, transport: Transport, snapshot: NodeSnapshot, cells: list[Cell]) -> Staging:
         jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
         return bundle.stage_jobs(transport, snapshot.workdir, jobs, self.cache_dir)
 
-    def _cells(
-        self,
-        name: str,
-        cells: list[Cell],
-        snapshot: NodeSnapshot,
-        snapshot_id: int,
-        placed: dict[str, str],
-        setup: Transport,
-        node_records: list[StageRecord],
-        health: NodeHealth,
-    ) -> None:
+    def _cells(self, name: str, cells: list[Cell], ctx: NodeContext) -> None:
         node = self.farm.nodes[name]
         pending = list(cells)
         lock = threading.Lock()
-        context = NodeContext(
-            snapshot=snapshot,
-            snapshot_id=snapshot_id,
-            placed=placed,
-            slots=GpuSlots(snapshot.gpu_count),
-            cuobjdump=node.cuobjdump or "cuobjdump",
-            health=health,
-        )
 
         def next_cell() -> Cell | None:
             with lock:
@@ -331,30 +348,44 @@ class FarmRun:
         def worker(transport: Transport) -> None:
             try:
                 while (cell := next_cell()) is not None:
-                    self._cell(transport, cell, context)
+                    self._cell(transport, cell, ctx)
             finally:
                 transport.close()
 
         workers = min(node.build_jobs, len(cells))
-        transports = [setup] + [transport_for(name, node) for _ in range(workers - 1)]
+        transports = [ctx.setup] + [transport_for(name, node) for _ in range(workers - 1)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-cell") as pool:
             for future in [pool.submit(worker, t) for t in transports]:
                 future.result()
+
+    def _recorded_binary(self, node: str, build_key: str) -> str | None:
+        return self.store.recorded_binary(node, build_key)
+
+    def _restage(self, ctx: NodeContext, transport: Transport, placed: Placed) -> str:
+        """Ship an altered bundle again (a kernel of an earlier cell changed it)."""
+        shipped_bundle = ctx.staging.bundles.get(placed.digest)
+        if shipped_bundle is None:  # the node's own dependency copy: nothing to ship
+            raise NodeUnusable(f"node {transport.name!r}: its own folder {placed.folder} changed during the run")
+        with ctx.lock:
+            shipped, note = bundle.ensure(transport, ctx.snapshot.workdir, shipped_bundle, self.cache_dir)
+        with self._summary_lock:
+            self.summary.bytes_shipped += shipped
+        return note
 
     def _cell(self, transport: Transport, cell: Cell, ctx: NodeContext) -> None:
         """One cell, retried while it fails for infra reasons and the node is healthy."""
         job = self.farm.jobs[cell.kernel]
         variant = job.spec.variants[cell.variant]
         self.listener.cell_started(cell)
-        deps = {d: ctx.placed[f"dep:{d}"] for d in job.spec.dependencies}
-        digests = {d: ctx.placed[f"dep:{d}:digest"] for d in job.spec.dependencies}
-        paths = cell_paths(
-            ctx.snapshot, job, variant, cell, self.summary.run_id, ctx.placed[f"sources:{cell.kernel}"], deps, digests
-        )
+        staging = ctx.staging
+        deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
+        paths = cell_paths(ctx.snapshot, variant, cell, self.summary.run_id, staging.sources[cell.kernel], deps)
+        gpus = ctx.devices.get(cell.device, [])
+        card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
         attempt = 0
         while True:
             attempt += 1
-            result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot))
+            result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot, card_cc))
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
                 self._attempt(cell.node, cell, attempt, "skipped", None, reason)
@@ -372,9 +403,12 @@ class FarmRun:
                     ctx.snapshot,
                     paths,
                     result,
-                    ctx.slots,
+                    ctx.slots[cell.device],
                     self.farm.spec.output_cap,
                     ctx.cuobjdump,
+                    recorded_binary=lambda key: self._recorded_binary(cell.node, key),
+                    restage=lambda placed: self._restage(ctx, transport, placed),
+                    build_lock=ctx.build_lock(paths.build_dir),
                 ).execute()
             infra = result.evidence.infra_stage
             self._attempt(
@@ -388,7 +422,7 @@ class FarmRun:
             if attempt > ctx.health.retries or ctx.health.unhealthy or not result.evidence.infra_retryable:
                 break
             ctx.health.pause(attempt + 1)
-        self._finish(cell, job, result, ctx.snapshot_id)
+        self._finish(cell, job, result, ctx.snapshot_id, ctx)
 
     def _infra(self, result: CellResult, stage: str, reason: str) -> None:
         result.stages.append(StageRecord(stage, "infra", datetime.now(UTC), 0.0, reason))
@@ -430,10 +464,15 @@ class FarmRun:
         fields = snapshot_fields(name, self.farm.nodes[name], snapshot, error, probe_seconds, stage_seconds, shipped)
         return self.store.add_snapshot(run_id=self.summary.run_id, **fields)
 
-    def _finish(self, cell: Cell, job: Job, result: CellResult, snapshot_id: int) -> None:
-        result_id = self.store.add_result(
-            run_id=self.summary.run_id, snapshot_id=snapshot_id, **result_fields(cell, job, result)
+    def _finish(self, cell: Cell, job: Job, result: CellResult, snapshot_id: int, ctx: NodeContext | None) -> None:
+        fields = result_fields(
+            cell,
+            job,
+            result,
+            ctx.staging if ctx else None,
+            ctx.devices.get(cell.device, []) if ctx else [],
         )
+        result_id = self.store.add_result(run_id=self.summary.run_id, snapshot_id=snapshot_id, **fields)
         assert result.verdict is not None
         with self._summary_lock:
             self.summary.outcomes[result.verdict.outcome.value] += 1

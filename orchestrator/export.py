@@ -25,6 +25,10 @@ def _text(data: bytes | None) -> str:
     return text[:OUTPUT_LIMIT]
 
 
+def _text_line(text: str) -> str:
+    return _text(text.encode("utf-8"))[:1024]
+
+
 def junit(model: ReportModel) -> str:
     run = model.run
     results = model.results
@@ -57,26 +61,25 @@ def junit(model: ReportModel) -> str:
         ("status", run.status),
     ):
         ET.SubElement(props, "property", name=key, value=value)
-    snaps = {s.id: s for s in model.snapshots}
     for r in results:
         elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
         case = ET.SubElement(
             suite,
             "testcase",
             classname=f"{r.kernel}.{r.variant}",
-            name=r.node,
+            name=r.node + (f"[{r.device}]" if r.node in model.several and r.device else ""),
             time=f"{elapsed:.3f}",
         )
         stage = f" at {r.failed_stage}" if r.failed_stage else ""
-        snap = snaps.get(r.snapshot_id)
-        where = f"{snap.gpu_name or 'no GPU'}, CC {snap.cc or '-'}" if snap else r.node
+        where = f"{r.device or 'no GPU'}, CC {r.cc or '-'}"
         if r.outcome == Outcome.KNOWN_FAILURE:
             ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
         elif not is_as_expected(r.outcome):
-            node = ET.SubElement(case, "failure", message=f"{r.outcome}{stage}", type=r.outcome)
+            said = f": {r.last_stderr_line}" if r.last_stderr_line else ""
+            node = ET.SubElement(case, "failure", message=_text_line(f"{r.outcome}{stage}{said}"), type=r.outcome)
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
         ET.SubElement(case, "system-out").text = _text(r.stdout)
         ET.SubElement(case, "system-err").text = _text(r.stderr)
@@ -103,7 +106,7 @@ def as_json(model: ReportModel) -> str:
         "cells": [
             {
                 **result_record(r, snaps.get(r.snapshot_id)),
-                "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node))) else None),
+                "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }
             for r in model.results
         ],
@@ -112,6 +115,11 @@ def as_json(model: ReportModel) -> str:
                 "kernel": e.kernel,
                 "path": e.path,
                 "sha256": e.sha256,
+                "files": [{"path": path, "sha256": sha} for path, sha in e.files.items()],
+                "dependencies": [
+                    {"name": name, "version": d.get("version"), "sha256": d.get("digest")}
+                    for name, d in e.dependencies.items()
+                ],
                 "header_claims": [{"status": c.status, "date": c.date, "text": c.text} for c in e.claims],
                 "capabilities": {
                     cc: {
@@ -123,6 +131,8 @@ def as_json(model: ReportModel) -> str:
                                 "date": utc_iso(c.when),
                                 "node": c.node,
                                 "gpu": c.gpu,
+                                "gpu_uuid": c.gpu_uuid,
+                                "identity": c.identity,
                                 "driver": c.driver,
                                 "nvcc": c.nvcc,
                                 "variant": c.variant,

@@ -1,6 +1,6 @@
 """What changed since the last run, cell by cell (after KernelCI's tree-compare).
 
-A cell is a (kernel, variant, node). Against its latest earlier *verdict*
+A cell is a (kernel, variant, node, card model). Against its latest earlier *verdict*
 (infra results carry none and are passed over), each cell of a run is:
 
     regression      was as expected, now is not
@@ -27,7 +27,7 @@ from .outcomes import is_as_expected, is_infra
 WINDOW = 10
 LISTED = ("regression", "new-failure", "unstable", "fixed", "still-failing", "new", "changed")
 
-CellKey = tuple[str, str, str]  # kernel, variant, node
+CellKey = tuple[str, str, str, str]  # kernel, variant, node, device (the card model, "" without a GPU)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Change:
 
     @property
     def label(self) -> str:
-        kernel, variant, node = self.key
+        kernel, variant, node, _device = self.key
         return f"{kernel}:{variant}@{node}"
 
 

@@ -1,9 +1,12 @@
-"""The certification ledger: which exact bytes passed on which real hardware.
+"""The certification ledger: which exact inputs passed on which real hardware.
 
-For each kernel source, by sha256 and per compute capability: VERIFIED when a
-pass of a variant whose contract required it to run is on record from a node
-whose probe saw real hardware (probe.py: NodeSnapshot.real_gpu). Compile-only
-nodes and nvidia-smi stand-ins certify nothing.
+For each kernel, by its identity (inputs.py: one sha256 over every source,
+header and dependency) and per compute capability: VERIFIED when a pass of a
+variant whose contract required it to run is on record on a GPU the driver
+confirmed (probe.py). Compile-only nodes, nvidia-smi stand-ins and results
+stored before every input was identified certify nothing. A change to any one
+input (a second translation unit, a header, other CUTLASS bytes) gives another
+identity, and the certificate turns stale.
 
 The course writes its own claim into each source's header ("UNVERIFIED: ..."
 or "VERIFIED 2026-09-02: ..."). The ledger compares that claim with the record
@@ -11,7 +14,7 @@ and flags each disagreement:
 
     header-outdated   the header says UNVERIFIED, but a certifying run of these bytes exists
     claim-unrecorded  the header claims VERIFIED on a date with no certifying run then
-    stale             a certificate exists only for older bytes: the source changed since
+    stale             a certificate exists only for other inputs: one of them changed since
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class Certificate:
     result_id: int
     run_id: int
     when: datetime
-    source_sha256: str
+    identity: str
     variant: str
     node: str
     gpu: str
@@ -47,6 +50,9 @@ class Certificate:
     build_command: str
     code_path: str | None
     output: str  # the run's stdout: the kernel's own words
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every source and header
+    dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
+    gpu_uuid: str | None = None
 
     @property
     def date(self) -> str:
@@ -55,7 +61,7 @@ class Certificate:
 
 @dataclass(frozen=True)
 class CertificateRecord:
-    """What is on record beyond the certificates shown: per (kernel, sha256, cc),
+    """What is on record beyond the certificates shown: per (kernel, identity, cc),
     how many certifying passes and on which dates (UTC, YYYY-MM-DD)."""
 
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -65,9 +71,9 @@ class CertificateRecord:
 @dataclass
 class CapabilityState:
     cc: str
-    current: list[Certificate] = field(default_factory=list)  # for the current bytes: first and latest
-    older: list[Certificate] = field(default_factory=list)  # for earlier bytes only
-    passes: int = 0  # certifying passes of the current bytes on record
+    current: list[Certificate] = field(default_factory=list)  # for the current identity: first and latest
+    older: list[Certificate] = field(default_factory=list)  # for other identities only
+    passes: int = 0  # certifying passes of the current identity on record
 
     @property
     def verified(self) -> bool:
@@ -85,11 +91,13 @@ class CapabilityState:
 @dataclass
 class KernelLedger:
     kernel: str
-    path: str
-    sha256: str
+    path: str  # the main source, whose header holds the course's claims
+    sha256: str  # the identity: one sha256 over every input (inputs.py)
     claims: list[HeaderClaim]
     capabilities: dict[str, CapabilityState]
     flags: list[tuple[str, str]] = field(default_factory=list)  # (kind, sentence)
+    files: dict[str, str] = field(default_factory=dict)  # path -> sha256, every source and header
+    dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
 
     @property
     def verified_ccs(self) -> list[str]:
@@ -120,6 +128,17 @@ def _cc_key(cc: str) -> tuple[int, int]:
     return int(major), int(minor or 0)
 
 
+def changed_inputs(cert: Certificate, files: dict[str, str], deps: dict[str, dict]) -> list[str]:
+    """The inputs whose bytes differ between a certificate and the current ones."""
+    names = sorted(p for p in set(files) | set(cert.files) if files.get(p) != cert.files.get(p))
+    names += sorted(
+        n
+        for n in set(deps) | set(cert.dependencies)
+        if (deps.get(n) or {}).get("digest") != (cert.dependencies.get(n) or {}).get("digest")
+    )
+    return names
+
+
 def build(
     kernel: str,
     path: str,
@@ -128,16 +147,22 @@ def build(
     certificates: list[Certificate],
     planned_ccs: list[str],
     record: CertificateRecord | None = None,
+    files: dict[str, str] | None = None,
+    dependencies: dict[str, dict] | None = None,
 ) -> KernelLedger:
-    """The ledger of one kernel source. `certificates` are the certifying passes
-    to show (any bytes; at least the first and latest per bytes and CC);
+    """The ledger of one kernel. `sha256` is its current identity, `files` and
+    `dependencies` what it is made of; `source` the main source's bytes (its
+    header claims). `certificates` are the certifying passes to show (any
+    identity; at least the first and latest per identity and CC);
     `planned_ccs` are the capabilities its contracts name, listed even when
     nothing has run there yet; `record` counts and dates every pass on record
     (default: just the certificates given)."""
+    files = files or {}
+    dependencies = dependencies or {}
     states: dict[str, CapabilityState] = {cc: CapabilityState(cc) for cc in planned_ccs}
     for cert in certificates:
         state = states.setdefault(cert.cc, CapabilityState(cert.cc))
-        (state.current if cert.source_sha256 == sha256 else state.older).append(cert)
+        (state.current if cert.identity == sha256 else state.older).append(cert)
     if record is None:
         record = CertificateRecord(
             counts={(kernel, sha256, cc): len(s.current) for cc, s in states.items()},
@@ -147,7 +172,7 @@ def build(
         state.passes = record.counts.get((kernel, sha256, cc), 0)
     recorded_dates = {d for (k, sha, _cc), ds in record.dates.items() if k == kernel and sha == sha256 for d in ds}
     ordered = {cc: states[cc] for cc in sorted(states, key=_cc_key)}
-    ledger = KernelLedger(kernel, path, sha256, header_claims(source), ordered)
+    ledger = KernelLedger(kernel, path, sha256, header_claims(source), ordered, [], files, dependencies)
     current = [c for s in ordered.values() for c in s.current]
     for claim in ledger.claims:
         if claim.status == "UNVERIFIED" and current:
@@ -155,7 +180,7 @@ def build(
             ledger.flags.append(
                 (
                     "header-outdated",
-                    f"The header says UNVERIFIED, but these exact bytes passed on real hardware: "
+                    f"The header says UNVERIFIED, but these exact inputs passed on real hardware: "
                     f"CC {', '.join(ledger.verified_ccs)} (first on {first.date}, {first.gpu} on node "
                     f"{first.node}, result {first.result_id}). The header's status line is out of date.",
                 )
@@ -166,18 +191,20 @@ def build(
                 (
                     "claim-unrecorded",
                     f"The header claims VERIFIED {claim.date or '(no date)'}, but no certifying run "
-                    f"of these bytes from that date is on record (certifying runs on record: {on_record}).",
+                    f"of these inputs from that date is on record (certifying runs on record: {on_record}).",
                 )
             )
     for state in ordered.values():
         if state.stale:
             last = max(state.older, key=lambda c: c.when)
+            changed = changed_inputs(last, files, dependencies)
+            what = f" Changed since: {', '.join(changed)}." if changed else ""
             ledger.flags.append(
                 (
                     "stale",
                     f"CC {state.cc}: the certificate of {last.date} (result {last.result_id}) is for "
-                    f"bytes {last.source_sha256[:12]}; the source is now {sha256[:12]}. It changed "
-                    f"after its certifying run: stale until it passes again.",
+                    f"identity {last.identity[:12]}; the inputs are now {sha256[:12]}.{what} "
+                    f"Stale until it passes again.",
                 )
             )
     return ledger

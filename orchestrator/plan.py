@@ -9,11 +9,13 @@ applies to the node's toolchain or card is attached to the expectation.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from .capability import ComputeCapability
 from .config import Farm, Job
 from .outcomes import Outcome
 from .probe import NodeSnapshot
@@ -22,13 +24,27 @@ from .schema import KnownFailureSpec, VariantSpec
 
 @dataclass(frozen=True)
 class Cell:
+    """A kernel variant on a node, and on a node with GPUs, on one card model
+    (`device`, nvidia-smi's name): a node holding a T4 and an H100 has two
+    cells per variant, each judged against its own card."""
+
     kernel: str
     variant: str
     node: str
+    device: str = ""  # the card model; "" before the probe, or on a node without a GPU
+    several: bool = False  # the node holds several card models (the label names the card)
 
     @property
     def label(self) -> str:
-        return f"{self.kernel}:{self.variant}@{self.node}"
+        card = f"[{self.device}]" if self.several and self.device else ""
+        return f"{self.kernel}:{self.variant}@{self.node}{card}"
+
+    @property
+    def device_slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9]+", "-", self.device).strip("-")[:40] or "gpu"
+
+    def on(self, device: str, several: bool) -> Cell:
+        return Cell(self.kernel, self.variant, self.node, device, several)
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,7 @@ class Expectation:
     outcome: Outcome  # PASS, EXPECTED_REFUSAL or COMPILE_ONLY
     reason: str
     known_failure: KnownFailureSpec | None = None
+    cc: ComputeCapability | None = None  # the card's CC the cell is judged against
 
     @property
     def label(self) -> str:
@@ -76,7 +93,7 @@ def plan_cells(
     return [Cell(k, v, n) for n in nodes for k, v in chosen]
 
 
-def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot) -> bool:
+def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot, cc: ComputeCapability | None) -> bool:
     when = spec.when
     if when.nvcc is not None:
         if snapshot.nvcc_version is None:
@@ -86,18 +103,15 @@ def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot) -> bo
                 return False
         except InvalidVersion:
             return False
-    return when.cc is None or (snapshot.cc is not None and when.cc.contract().admits(snapshot.cc))
+    return when.cc is None or (cc is not None and when.cc.contract().admits(cc))
 
 
-def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot) -> Expectation:
+def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCapability | None) -> Expectation:
+    """What the cell must do on a card of this CC (None: the node has no GPU)."""
     contract = variant.cc.contract()
-    known = next((kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot)), None)
-    if snapshot.cc is None:
+    known = next((kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot, cc)), None)
+    if cc is None:
         return Expectation(Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known)
-    if contract.admits(snapshot.cc):
-        return Expectation(Outcome.PASS, f"CC {snapshot.cc} satisfies {contract}", known)
-    return Expectation(
-        Outcome.EXPECTED_REFUSAL,
-        f"CC {snapshot.cc} is outside {contract}: the gate must refuse",
-        known,
-    )
+    if contract.admits(cc):
+        return Expectation(Outcome.PASS, f"CC {cc} satisfies {contract}", known, cc)
+    return Expectation(Outcome.EXPECTED_REFUSAL, f"CC {cc} is outside {contract}: the gate must refuse", known, cc)

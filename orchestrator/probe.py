@@ -1,14 +1,24 @@
-"""Reading what a node really is: GPU, compute capability, driver, nvcc.
+"""Reading what a node really is: every GPU, the driver, nvcc, and whether to believe it.
 
-Expectations are derived from the probed capability, never from farm.yaml's
-declaration: a node whose card was swapped is flagged (cc_mismatch), and its
-cells are judged against the card it has. One round trip does the whole probe.
+Expectations are derived from the probed cards, never from farm.yaml's
+declaration: a node whose card was swapped is flagged (cc_mismatch), and each
+cell is judged against the card it ran on. One round trip does the whole probe.
+
+Every GPU nvidia-smi lists (index, UUID, name, CC, memory) is a slot of its own.
+nvidia-smi is only a program on PATH, so its word is checked against the
+driver's own view before any GPU may certify a kernel: the CUDA driver's device
+query (libcuda through python3's ctypes: name, CC and UUID of each device) and
+/proc/driver/nvidia/gpus/*/information (model and UUID). A GPU is `verified`
+only when the NVIDIA kernel driver is loaded, /dev/nvidiactl exists, and the
+CUDA driver knows a device with that UUID, name and CC. A stand-in nvidia-smi,
+or one that misreports a card, is then never taken for real hardware.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .capability import ComputeCapability
@@ -16,7 +26,49 @@ from .schema import NodeSpec
 from .transport import Transport
 
 PROBE_TIMEOUT = 60.0
-GPU_QUERY = "name,compute_cap,driver_version,memory.total"
+GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
+
+# Asks the CUDA driver itself (not nvidia-smi) for each device: UUID, CC, name.
+# CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR are 75 and 76.
+CUDA_QUERY = r"""
+import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+except OSError as err:
+    print("error cannot load libcuda.so.1 (%s)" % err); sys.exit()
+rc = cu.cuInit(0)
+if rc:
+    print("error cuInit returned %d" % rc); sys.exit()
+count = ctypes.c_int()
+cu.cuDeviceGetCount(ctypes.byref(count))
+for ordinal in range(count.value):
+    dev = ctypes.c_int(); cu.cuDeviceGet(ctypes.byref(dev), ordinal)
+    name = ctypes.create_string_buffer(256); cu.cuDeviceGetName(name, 256, dev)
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
+    cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
+    raw = (ctypes.c_ubyte * 16)(); cu.cuDeviceGetUuid(raw, dev)
+    h = bytes(raw).hex()
+    uuid = "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+    print("gpu|%s|%d.%d|%s" % (uuid, major.value, minor.value, name.value.decode("utf-8", "replace")))
+"""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One card as nvidia-smi lists it, and whether the driver confirms it."""
+
+    index: int
+    uuid: str
+    name: str
+    cc: ComputeCapability
+    memory: str
+    verified: bool = False  # the CUDA driver knows this UUID with this name and CC
+    check: str = ""  # in words: what confirmed it, or what did not match
+
+    @property
+    def label(self) -> str:
+        return f"GPU {self.index} ({self.name}, CC {self.cc}, {self.uuid})"
 
 
 @dataclass(frozen=True)
@@ -27,7 +79,7 @@ class NodeSnapshot:
     workdir: str  # absolute path of the farm's folder on the node
     hostname: str
     os: str
-    gpu_name: str | None
+    gpu_name: str | None  # the first usable GPU's, for one-line summaries
     cc: ComputeCapability | None
     driver: str | None
     memory: str | None
@@ -38,13 +90,14 @@ class NodeSnapshot:
     declared_gpu: str | None
     declared_cc: ComputeCapability | None
     driver_evidence: str = ""  # the kernel driver's version line and /dev/nvidiactl, if present
+    gpus: tuple[Gpu, ...] = ()  # the GPUs the farm may use (farm.yaml `gpus:` applied)
+    driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
 
     @property
     def real_gpu(self) -> bool:
-        """The probe saw real hardware: nvidia-smi answered, and the NVIDIA
-        kernel driver is loaded with its control device present. Only such a
-        node can certify a kernel."""
-        return self.has_gpu and "NVRM version" in self.driver_evidence and "/dev/nvidiactl" in self.driver_evidence
+        """Some GPU of the node is confirmed by the driver (see the module's
+        docstring). Only results on a verified GPU can certify a kernel."""
+        return any(g.verified for g in self.gpus)
 
     @property
     def has_gpu(self) -> bool:
@@ -52,8 +105,18 @@ class NodeSnapshot:
 
     @property
     def cc_mismatch(self) -> bool:
-        """The card differs from what farm.yaml declares (probe drift)."""
-        return self.declared_cc is not None and self.cc is not None and self.declared_cc != self.cc
+        """A card differs from what farm.yaml declares (probe drift)."""
+        if self.declared_cc is None or not self.gpus:
+            return self.declared_cc is not None and self.cc is not None and self.declared_cc != self.cc
+        return any(g.cc != self.declared_cc for g in self.gpus)
+
+    def devices(self) -> dict[str, list[Gpu]]:
+        """The node's GPUs grouped by card model, in index order: each model is
+        one column of the matrix, and any GPU of a model may run its cells."""
+        groups: dict[str, list[Gpu]] = {}
+        for gpu in self.gpus:
+            groups.setdefault(gpu.name, []).append(gpu)
+        return groups
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -85,25 +148,108 @@ def probe_command(node: NodeSpec) -> str:
             # a real GPU has a loaded kernel driver and its control device; an
             # nvidia-smi stand-in on PATH has neither
             "head -n 1 /proc/driver/nvidia/version 2>/dev/null; ls /dev/nvidiactl 2>/dev/null",
+            "echo '@@farm procgpus'",
+            'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
+            "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
+            "echo '@@farm cuda'",
+            "if command -v python3 >/dev/null 2>&1; then "
+            f"env -u CUDA_VISIBLE_DEVICES python3 -c {shlex.quote(CUDA_QUERY)} 2>&1 | head -n 64; "
+            "else echo 'error no python3 on the node to query the CUDA driver'; fi",
             "echo '@@farm nvcc'",
             f'{nvcc} --version 2>&1; echo "rc=$?"',
         ]
     )
 
 
+def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
+    """(index, uuid, name, cc, driver, memory) of each row nvidia-smi printed."""
+    rows = []
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 6 or not fields[0].isdigit():
+            continue
+        try:
+            rows.append(
+                (int(fields[0]), fields[1], fields[2], ComputeCapability.parse(fields[3]), fields[4], fields[5])
+            )
+        except ValueError:
+            continue
+    return rows
+
+
+def _cuda_devices(lines: list[str]) -> tuple[dict[str, tuple[str, str]], str]:
+    """{uuid: (cc, name)} from the CUDA driver query, and its error if it failed."""
+    devices: dict[str, tuple[str, str]] = {}
+    error = ""
+    for line in lines:
+        if line.startswith("gpu|"):
+            parts = line.split("|", 3)
+            if len(parts) == 4:
+                devices[parts[1]] = (parts[2], parts[3].strip())
+        elif line.startswith("error "):
+            error = line[len("error ") :].strip()
+        elif line.strip() and not devices and not error:
+            error = line.strip()[:200]
+    return devices, error
+
+
+def _proc_models(lines: list[str]) -> dict[str, str]:
+    """{uuid: model} from /proc/driver/nvidia/gpus/*/information."""
+    models: dict[str, str] = {}
+    model = ""
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "Model":
+            model = value.strip()
+        elif key.strip() == "GPU UUID":
+            models[value.strip()] = model
+    return models
+
+
+def cross_check(
+    smi: Iterable[tuple[int, str, str, ComputeCapability, str, str]],
+    driver_evidence: str,
+    cuda: dict[str, tuple[str, str]],
+    cuda_error: str,
+    proc: dict[str, str],
+) -> list[Gpu]:
+    """Each nvidia-smi GPU, verified against the driver's own view or not, with why."""
+    kernel_driver = "NVRM version" in driver_evidence and "/dev/nvidiactl" in driver_evidence
+    gpus = []
+    for index, uuid, name, cc, _driver, memory in smi:
+        problems = []
+        if not kernel_driver:
+            problems.append("no NVIDIA kernel driver (/proc/driver/nvidia/version, /dev/nvidiactl)")
+        if cuda_error:
+            problems.append(f"the CUDA driver could not be asked ({cuda_error})")
+        elif uuid not in cuda:
+            known = "; ".join(f"{n}, CC {c}, {u}" for u, (c, n) in sorted(cuda.items())) or "no device"
+            problems.append(f"the CUDA driver knows no device {uuid} (it reports: {known})")
+        else:
+            driver_cc, driver_name = cuda[uuid]
+            if driver_cc != str(cc):
+                problems.append(f"the CUDA driver says CC {driver_cc}, nvidia-smi says {cc}")
+            if driver_name != name:
+                problems.append(f"the CUDA driver names it {driver_name!r}, nvidia-smi {name!r}")
+        if proc and uuid in proc and proc[uuid] != name:
+            problems.append(f"/proc/driver/nvidia names it {proc[uuid]!r}")
+        if problems:
+            check = f"nvidia-smi's GPU {index} ({name}, CC {cc}) is not confirmed: " + "; ".join(problems)
+        else:
+            check = f"confirmed by the CUDA driver: {name}, CC {cc}, {uuid}"
+        gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check))
+    return gpus
+
+
 def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
     sec = _sections(text)
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
-    gpus = []
-    if smi_ok:
-        for line in smi[:-1]:
-            fields = [f.strip() for f in line.split(",")]
-            if len(fields) == 4:
-                try:
-                    gpus.append((fields[0], ComputeCapability.parse(fields[1]), fields[2], fields[3]))
-                except ValueError:
-                    continue
+    rows = _smi_gpus(smi[:-1]) if smi_ok else []
+    driver_evidence = "\n".join(sec.get("driver", [])).strip()
+    cuda, cuda_error = _cuda_devices(sec.get("cuda", []))
+    every = cross_check(rows, driver_evidence, cuda, cuda_error, _proc_models(sec.get("procgpus", [])))
+    usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])
     nvcc_version = None
     if nvcc and nvcc[-1].strip() == "rc=0":
@@ -111,23 +257,30 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         if match:
             nvcc_version = match.group(1)
     host = sec.get("host", [])
-    first = gpus[0] if gpus else None
+    first = usable[0] if usable else None
+    driver = next((row[4] for row in rows), None)
+    skipped = [g.index for g in every if g not in usable]
+    checks = [g.check for g in usable]
+    if skipped:
+        checks.append(f"GPUs {', '.join(map(str, skipped))} left out by farm.yaml's `gpus`")
     return NodeSnapshot(
         node=name,
         workdir=(sec.get("workdir") or [""])[0].strip(),
         hostname=host[0].strip() if host else "",
         os=host[1].strip() if len(host) > 1 else "",
-        gpu_name=first[0] if first else None,
-        cc=first[1] if first else None,
-        driver=first[2] if first else None,
-        memory=first[3] if first else None,
-        gpu_count=len(gpus),
+        gpu_name=first.name if first else None,
+        cc=first.cc if first else None,
+        driver=driver if first else None,
+        memory=first.memory if first else None,
+        gpu_count=len(usable),
         nvcc_path=node.nvcc,
         nvcc_version=nvcc_version,
         smi_output="\n".join(smi),
         declared_gpu=node.gpu,
         declared_cc=node.declared_cc,
-        driver_evidence="\n".join(sec.get("driver", [])).strip(),
+        driver_evidence=driver_evidence,
+        gpus=usable,
+        driver_check="\n".join(checks),
     )
 
 

@@ -25,13 +25,19 @@ def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -
     if error:
         return f"node {node}: unreachable or unusable: {error}"
     assert snapshot is not None
-    gpu = (
-        f"{snapshot.gpu_name}, CC {snapshot.cc}, driver {snapshot.driver}"
-        if snapshot.has_gpu
-        else "no GPU (compile-only)"
-    )
+    if len(snapshot.gpus) > 1:
+        cards = ", ".join(f"{g.index}: {g.name} CC {g.cc}" for g in snapshot.gpus)
+        gpu = f"{len(snapshot.gpus)} GPUs ({cards}), driver {snapshot.driver}"
+    elif snapshot.has_gpu:
+        gpu = f"{snapshot.gpu_name}, CC {snapshot.cc}, driver {snapshot.driver}"
+    else:
+        gpu = "no GPU (compile-only)"
     drift = f" [farm.yaml declares CC {snapshot.declared_cc}]" if snapshot.cc_mismatch else ""
-    return f"node {node}: {gpu}; nvcc {snapshot.nvcc_version}{drift}"
+    unconfirmed = [g for g in snapshot.gpus if not g.verified]
+    stand_in = (
+        f" [not confirmed by the NVIDIA driver: {len(unconfirmed)} card(s) certify nothing]" if unconfirmed else ""
+    )
+    return f"node {node}: {gpu}; nvcc {snapshot.nvcc_version}{drift}{stand_in}"
 
 
 def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import inputs
+from .bundle import Staging
 from .config import Job
 from .plan import Cell
-from .probe import NodeSnapshot
+from .probe import Gpu, NodeSnapshot
 from .schema import NodeSpec
 from .stages import CellResult
 
@@ -50,18 +52,55 @@ def snapshot_fields(
         "stage_seconds": stage_seconds,
         "bytes_shipped": shipped,
         "smi_output": s.smi_output if s else None,
+        "gpus": [
+            {
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "cc": str(g.cc),
+                "memory": g.memory,
+                "verified": g.verified,
+                "check": g.check,
+            }
+            for g in (s.gpus if s else ())
+        ],
+        "driver_check": s.driver_check if s else None,
     }
 
 
-def result_fields(cell: Cell, job: Job, result: CellResult) -> dict[str, Any]:
+def result_fields(
+    cell: Cell, job: Job, result: CellResult, staging: Staging | None, device_gpus: list[Gpu]
+) -> dict[str, Any]:
+    """The row of one finished cell. `staging` is None when the node could not
+    be set up (nothing reached it, so no identity); `device_gpus` are the GPUs
+    of the cell's card model."""
     variant = job.spec.variants[cell.variant]
     verdict = result.verdict
     assert verdict is not None
     exp = result.expectation
+    deps = (
+        {
+            name: staging.dependencies[name].as_input(name)
+            for name in job.spec.dependencies
+            if name in staging.dependencies
+        }
+        if staging is not None
+        else {}
+    )
+    complete = staging is not None and len(deps) == len(job.spec.dependencies)
+    gpu = result.gpu
+    # the card it ran on; where a transport picked the GPU itself, the model's (all of its GPUs confirmed)
+    real = gpu.verified if gpu is not None else bool(device_gpus) and all(g.verified for g in device_gpus)
+    cuts = {name: list(scan.cut) for name, scan in (("stdout", result.stdout), ("stderr", result.stderr)) if scan.cut}
     return {
         "kernel": cell.kernel,
         "variant": cell.variant,
         "node": cell.node,
+        "device": cell.device,
+        "gpu_index": gpu.index if gpu else None,
+        "gpu_uuid": gpu.uuid if gpu else None,
+        "cc": str(exp.cc) if exp.cc else None,
+        "real_gpu": real,
         "contract": str(variant.cc.contract()),
         "expected": exp.label,
         "contract_expected": exp.outcome.value,
@@ -73,15 +112,25 @@ def result_fields(cell: Cell, job: Job, result: CellResult) -> dict[str, Any]:
         "exit_code": result.evidence.run_exit,
         "stage_seconds": result.stage_seconds,
         "stage_details": {s.name: {"status": s.status, "detail": s.detail} for s in result.stages},
+        "build_key": result.build_key,
         "build_command": result.build_command,
         "build_cached": result.build_cached,
         "build_log": result.build_log,
-        "stdout": result.evidence.stdout,
-        "stderr": result.evidence.stderr,
-        "stdout_size": result.stdout_size,
-        "stderr_size": result.stderr_size,
-        "source_sha256": next(iter(job.source_sha256.values())),
-        "sources": dict(job.source_sha256),
+        "stdout": result.stdout.kept,
+        "stderr": result.stderr.kept,
+        "stdout_size": result.stdout.size,
+        "stderr_size": result.stderr.size,
+        "stdout_sha256": result.stdout.sha256 or None,
+        "stderr_sha256": result.stderr.sha256 or None,
+        "output_cuts": cuts,
+        "markers": {"pass": result.evidence.pass_line, "refusal": result.evidence.refusal_line},
+        "last_stderr_line": result.evidence.stderr_last_line or None,
+        "source_sha256": job.file_sha256[job.main_source],
+        "sources": dict(job.file_sha256),
+        "dependencies": {
+            name: {"digest": d.digest, "version": d.version, "origin": d.origin} for name, d in deps.items()
+        },
+        "identity": inputs.identity(job.file_sha256, {n: d.digest for n, d in deps.items()}) if complete else None,
         "binary_sha256": result.binary_sha256,
         "instruction_counts": result.instruction_counts,
         "required_instructions": dict(variant.instructions),

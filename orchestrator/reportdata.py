@@ -8,15 +8,13 @@ Only light columns are read for history (never logs), so a database of
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from . import history, ledger
+from . import dependencies, history, inputs, ledger
 from .config import Farm
 from .errors import StoreError
 from .outcomes import is_as_expected, is_infra
@@ -45,6 +43,49 @@ def category(outcome: str) -> str:
     return "good" if is_as_expected(outcome) else "bad"
 
 
+def cc_key(cc: str | None) -> tuple[int, int, int]:
+    """Sort key of a CC written "major.minor": as numbers (7.5 < 10.0), None last."""
+    if not cc:
+        return (1, 0, 0)
+    major, _, minor = cc.partition(".")
+    try:
+        return (0, int(major), int(minor or 0))
+    except ValueError:
+        return (1, 0, 0)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the matrix: a node, and on a node with several card models, one card."""
+
+    node: str
+    device: str
+    several: bool  # the node holds several card models: name the card
+    cc: str | None
+    snapshot: NodeSnapshotRow | None  # the node's latest probe up to the rendered run
+    real_gpu: bool  # the card confirmed by the driver (latest result's)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.node, self.device)
+
+
+@dataclass(frozen=True)
+class StandingCell:
+    """What the matrix shows for a cell: its latest verdict from any run, and
+    the latest attempt when that was infra (the node could not be used)."""
+
+    result: Any  # light row: id, run_id, outcome, expected, reason, last_stderr_line, times, code_path
+    age_days: float  # before the rendered run's start
+    stale: bool
+    infra_since: Any | None  # a later infra result, if any
+
+
+def cell_label(key: history.CellKey, several: bool) -> str:
+    kernel, variant, node, device = key
+    return f"{kernel}:{variant}@{node}" + (f"[{device}]" if several and device else "")
+
+
 @dataclass
 class ReportModel:
     run: Run
@@ -58,41 +99,91 @@ class ReportModel:
     node_history: dict[str, list[NodeSnapshotRow]]  # node -> snapshots, oldest first
     ledgers: list[ledger.KernelLedger]
     counts: dict[str, int] = field(default_factory=dict)
+    columns: list[Column] = field(default_factory=list)  # the fleet's standing: every node and card on record
+    rows: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel, variant, contract)
+    standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
+    stale_after_days: float = 30.0
+
+    @property
+    def several(self) -> set[str]:
+        """Nodes with several card models: their labels name the card."""
+        seen: dict[str, set[str]] = defaultdict(set)
+        for column in self.columns:
+            seen[column.node].add(column.device)
+        for r in self.results:
+            seen[r.node].add(r.device)
+        return {node for node, devices in seen.items() if len(devices) > 1}
+
+    def label(self, key: history.CellKey) -> str:
+        return cell_label(key, key[2] in self.several)
 
     @property
     def listed_changes(self) -> list[history.Change]:
         order = {name: i for i, name in enumerate(history.LISTED)}
         picked = [c for c in self.changes.values() if c.change in order]
-        return sorted(picked, key=lambda c: (order[c.change], c.label))
+        return sorted(picked, key=lambda c: (order[c.change], self.label(c.key)))
 
     @property
     def ledger_flags(self) -> list[tuple[str, str, str]]:
         return [(entry.kernel, kind, text) for entry in self.ledgers for kind, text in entry.flags]
 
 
+def _planned_ccs(contracts: set[str]) -> list[str]:
+    return sorted({cc for c in contracts for cc in _CONTRACT_CC.findall(c)}, key=cc_key)
+
+
 _CONTRACT_CC = re.compile(r"(\d+\.\d+)")
 
 
-def _planned_ccs(contracts: set[str]) -> list[str]:
-    return sorted({cc for c in contracts for cc in _CONTRACT_CC.findall(c)})
+@dataclass(frozen=True)
+class KernelInputs:
+    path: str  # main source
+    identity: str
+    source: bytes  # the main source's bytes (its header claims)
+    files: dict[str, str]
+    dependencies: dict[str, dict]
 
 
-def current_sources(store: Store, farm: Farm | None, results: list[ResultRow]) -> dict[str, tuple[str, str, bytes]]:
-    """kernel -> (path, sha256, bytes) of the source as it is now: on disk when the
-    farm's configuration is at hand (so an edit shows as a stale certificate at
-    once), else as the rendered run recorded it."""
-    sources: dict[str, tuple[str, str, bytes]] = {}
+def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]) -> dict[str, KernelInputs]:
+    """kernel -> its inputs as they are now: on disk when the farm's configuration
+    is at hand and every dependency is installed here (so an edit shows as a stale
+    certificate at once), else as the kernel's latest result recorded them."""
+    found: dict[str, KernelInputs] = {}
     if farm is not None:
         for kernel, job in farm.jobs.items():
-            listed = job.spec.sources[0]
-            data = Path(job.source_paths[0]).read_bytes()
-            sources[kernel] = (listed, hashlib.sha256(data).hexdigest(), data)
-    for row in results:
-        if row.kernel not in sources:
-            stored = store.source(row.source_sha256)
-            path = next(iter(row.sources), row.kernel)
-            sources[row.kernel] = (path, row.source_sha256, stored.content if stored else b"")
-    return sources
+            deps: dict[str, dict] = {}
+            for name in job.spec.dependencies:
+                folder = dependencies.local_path(name)
+                if folder is None:
+                    break
+                sums = {rel: inputs.file_sha256(path) for rel, path in inputs.folder_files(folder).items()}
+                deps[name] = {"digest": inputs.files_digest(sums), "version": dependencies.local_version(name)}
+            else:
+                main = job.main_source
+                found[kernel] = KernelInputs(
+                    main,
+                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}),
+                    job.files[main].read_bytes(),
+                    dict(job.file_sha256),
+                    deps,
+                )
+    for kernel, row in latest.items():
+        if kernel in found or not row.identity:
+            continue
+        stored = store.source(row.source_sha256)
+        main = next((p for p, sha in row.sources.items() if sha == row.source_sha256), row.kernel)
+        found[kernel] = KernelInputs(
+            main, row.identity, stored.content if stored else b"", dict(row.sources), dict(row.dependencies or {})
+        )
+    return found
+
+
+def _days(later: datetime, earlier: datetime | None) -> float:
+    if earlier is None:
+        return 0.0
+    a = later if later.tzinfo else later.replace(tzinfo=UTC)
+    b = earlier if earlier.tzinfo else earlier.replace(tzinfo=UTC)
+    return max((a - b).total_seconds() / 86400, 0.0)
 
 
 def collect(
@@ -115,37 +206,74 @@ def collect(
     run_counts: dict[int, dict[str, int]] = {rid: {"good": 0, "bad": 0, "infra": 0} for rid in run_ids}
     run_cells: dict[int, dict[history.CellKey, tuple[str, int]]] = defaultdict(dict)
     for row in light:
-        key = (row.kernel, row.variant, row.node)
+        key = (row.kernel, row.variant, row.node, row.device)
         cell_history[key].append((row.run_id, row.outcome, row.id))
         run_counts[row.run_id][category(row.outcome)] += 1
         run_cells[row.run_id][key] = (row.outcome, row.id)
     for entries in cell_history.values():
         entries.sort()
+    # "what changed" compares each cell with its previous result, whichever run it came from
     earlier = {
-        key: [(rid, outcome) for rid, outcome, _ in entries if rid < run.id] for key, entries in cell_history.items()
+        key: [(rid, outcome) for rid, outcome in prior] for key, prior in store.previous_verdicts(run.id).items()
     }
-    current = [((r.kernel, r.variant, r.node), r.outcome) for r in results]
+    current = [((r.kernel, r.variant, r.node, r.device), r.outcome) for r in results]
     changes = history.changes(current, earlier)
 
     node_history: dict[str, list[NodeSnapshotRow]] = defaultdict(list)
     for snap in store.snapshots_of(run_ids):
         node_history[snap.node].append(snap)
 
-    sources = current_sources(store, farm, results)
+    # the fleet's standing: the latest verdict of every cell on record, from any run
+    stale_after = farm.spec.stale_after_days if farm is not None else 30.0
+    standing: dict[history.CellKey, StandingCell] = {}
+    latest_verdicts, latest_any = store.standing(run.id)
+    for key, row in latest_verdicts.items():
+        later = latest_any.get(key)
+        infra = later if later is not None and later.id != row.id else None
+        age = _days(run.started_at, row.started_at)
+        standing[key] = StandingCell(row, age, age > stale_after, infra)
+    for key, row in latest_any.items():
+        if key not in standing:  # never a verdict: show what there is
+            age = _days(run.started_at, row.started_at)
+            standing[key] = StandingCell(row, age, age > stale_after, None)
+    latest_snaps = {s.node: s for s in store.latest_snapshots(run.id)}
+    devices: dict[str, set[str]] = defaultdict(set)
+    for _k, _v, node, device in standing:
+        devices[node].add(device)
+    columns = []
+    for node, names in devices.items():
+        for device in names:
+            cells = [c for (k, v, n, d), c in standing.items() if n == node and d == device]
+            newest = max(cells, key=lambda c: c.result.id).result
+            columns.append(
+                Column(node, device, len(names) > 1, newest.cc, latest_snaps.get(node), bool(newest.real_gpu))
+            )
+    columns.sort(key=lambda c: (cc_key(c.cc), c.node, c.device))
+    contracts_by_row: dict[tuple[str, str], str] = {}
+    for (kernel, variant, _n, _d), cell in sorted(standing.items(), key=lambda item: item[1].result.id):
+        contracts_by_row[(kernel, variant)] = cell.result.contract or contracts_by_row.get((kernel, variant), "")
+    rows = [(k, v, contracts_by_row[(k, v)]) for k, v in sorted(contracts_by_row)]
+
+    latest_by_kernel: dict[str, ResultRow] = {}
+    for r in store.latest_identified(run.id):
+        latest_by_kernel[r.kernel] = r
+    now_inputs = current_inputs(store, farm, latest_by_kernel)
     contracts: dict[str, set[str]] = defaultdict(set)
-    for row in results:
-        contracts[row.kernel].add(row.contract)
-    # A ledger shows, per source bytes and CC, the first and the latest certificate
+    for kernel, _variant, contract in rows:
+        contracts[kernel].add(contract)
+        # on record, but no result identifies its inputs and no configuration is at hand
+        now_inputs.setdefault(kernel, KernelInputs(kernel, "", b"", {}, {}))
+    # A ledger shows, per identity and CC, the first and the latest certificate
     # with their evidence, and how many there are: light rows for all, full rows
     # (logs included) for those shown only.
     passes = store.certifying_passes()
     groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for row in passes:
-        groups[(row.kernel, row.source_sha256, row.cc)].append(row)
-    shown_ids = sorted({rows[i].id for rows in groups.values() for i in (0, -1)})
+        groups[(row.kernel, row.identity, row.cc)].append(row)
+    shown_ids = sorted({rows_[i].id for rows_ in groups.values() for i in (0, -1)})
     records = ledger.CertificateRecord(
-        counts={key: len(rows) for key, rows in groups.items()},
-        dates={key: {utc_date(r.started_at) for r in rows} for key, rows in groups.items()},
+        counts={key: len(rows_) for key, rows_ in groups.items()},
+        dates={key: {utc_date(r.started_at) for r in rows_} for key, rows_ in groups.items()},
     )
     certs: dict[str, list[ledger.Certificate]] = defaultdict(list)
     for result, snap in store.results_with_snapshots(shown_ids):
@@ -154,21 +282,34 @@ def collect(
                 result_id=result.id,
                 run_id=result.run_id,
                 when=result.started_at,
-                source_sha256=result.source_sha256,
+                identity=result.identity or "",
                 variant=result.variant,
                 node=result.node,
-                gpu=snap.gpu_name or "",
-                cc=snap.cc or "",
+                gpu=result.device or snap.gpu_name or "",
+                cc=result.cc or "",
                 driver=snap.driver,
                 nvcc=snap.nvcc_version,
                 build_command=result.build_command,
                 code_path=result.code_path,
                 output=(result.stdout or b"").decode("utf-8", "replace"),
+                files=dict(result.sources or {}),
+                dependencies=dict(result.dependencies or {}),
+                gpu_uuid=result.gpu_uuid,
             )
         )
     ledgers = [
-        ledger.build(kernel, path, sha, data, certs.get(kernel, []), _planned_ccs(contracts[kernel]), records)
-        for kernel, (path, sha, data) in sorted(sources.items())
+        ledger.build(
+            kernel,
+            found.path,
+            found.identity,
+            found.source,
+            certs.get(kernel, []),
+            _planned_ccs(contracts[kernel]),
+            records,
+            found.files,
+            found.dependencies,
+        )
+        for kernel, found in sorted(now_inputs.items())
     ]
     counts = {"good": 0, "bad": 0, "infra": 0}
     for row in results:
@@ -185,6 +326,10 @@ def collect(
         node_history=dict(node_history),
         ledgers=ledgers,
         counts=counts,
+        columns=columns,
+        rows=rows,
+        standing=standing,
+        stale_after_days=stale_after,
     )
 
 
@@ -195,11 +340,14 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "kernel": row.kernel,
         "variant": row.variant,
         "node": row.node,
-        "gpu": snap.gpu_name if snap else None,
-        "cc": snap.cc if snap else None,
+        "device": row.device,
+        "gpu": row.device or (snap.gpu_name if snap else None),
+        "gpu_index": row.gpu_index,
+        "gpu_uuid": row.gpu_uuid,
+        "cc": row.cc,
         "driver": snap.driver if snap else None,
         "nvcc": snap.nvcc_version if snap else None,
-        "real_gpu": bool(snap and snap.real_gpu),
+        "real_gpu": bool(row.real_gpu),
         "contract": row.contract,
         "expected": row.expected,
         "outcome": row.outcome,
@@ -209,6 +357,14 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "known_failure_reason": row.known_failure_reason,
         "source_sha256": row.source_sha256,
         "sources": row.sources,
+        "dependencies": row.dependencies or {},
+        "identity": row.identity,
+        "last_stderr_line": row.last_stderr_line,
+        "stdout_size": row.stdout_size,
+        "stdout_sha256": row.stdout_sha256,
+        "stderr_size": row.stderr_size,
+        "stderr_sha256": row.stderr_sha256,
+        "output_cuts": row.output_cuts or {},
         "binary_sha256": row.binary_sha256,
         "build_command": row.build_command,
         "build_cached": row.build_cached,

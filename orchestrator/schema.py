@@ -16,15 +16,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from .capability import CapabilityContract, ComputeCapability
 from .outcomes import Outcome
+from .streams import compile_marker
 
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always fullmatch: "$" admits a trailing newline
 NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
 
 
 def _check_name(value: str) -> str:
-    if not isinstance(value, str) or not NAME_RE.match(value) or ".." in value:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
         raise ValueError(f"expected {NAME_EXPECTED}")
     return value
 
@@ -68,6 +69,10 @@ class ContractSpec(_Strict):
             raise ValueError("use either `exactly` or `min`/`max`, not both")
         if self.exactly is None and self.min is None and self.max is None:
             raise ValueError("give `exactly`, `min` or `max`")
+        low, high = self.min, self.max
+        if low is not None and high is not None and ComputeCapability.parse(low) > ComputeCapability.parse(high):
+            # an empty range admits no card: every run would count as an expected refusal
+            raise ValueError(f"a range that admits some card (min {low} is above max {high})")
         return self
 
     def contract(self) -> CapabilityContract:
@@ -122,7 +127,8 @@ class VariantSpec(_Strict):
 class JobSpec(_Strict):
     kernel: str
     description: str = ""
-    sources: list[str] = Field(min_length=1)
+    sources: list[str] = Field(min_length=1)  # translation units, passed to nvcc as {sources}
+    headers: list[str] = []  # files or folders shipped and hashed with the sources, never passed to nvcc
     dependencies: list[str] = []
     pass_marker: str
     refusal_marker: str
@@ -138,10 +144,15 @@ class JobSpec(_Strict):
     @field_validator("pass_marker", "refusal_marker")
     @classmethod
     def _regex(cls, value: str) -> str:
+        if not value.strip():
+            # an empty marker matches every output: a kernel printing nothing would pass
+            raise ValueError("a regular expression that matches only the kernel's own words (not empty)")
         try:
-            re.compile(value)
-        except re.error as err:
-            raise ValueError(f"expected a regular expression ({err})") from None
+            compile_marker(value)
+        except ValueError as err:
+            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
+        if compile_marker(value).search(b"") is not None:
+            raise ValueError("a regular expression that does not match an empty line")
         return value
 
 
@@ -169,6 +180,7 @@ class NodeSpec(_Strict):
     enabled: bool = True
     connect_timeout: float = Field(default=10, gt=0)
     build_jobs: int = Field(default=2, ge=1, le=64)
+    gpus: list[int] | None = None  # the GPU indexes (nvidia-smi's) the farm may use; default all
     # transport: slurm -- a partition reached through a login node: the SSH fields
     # above when `host` is set, the farm's own machine when it is not. Every
     # command is a Slurm job (srun) on a compute node; see transport/slurm.py.
@@ -184,11 +196,18 @@ class NodeSpec(_Strict):
     def _valid_cc(cls, value: str | None) -> str | None:
         return None if value is None else _check_cc(value)
 
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indexes(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or len(set(value)) != len(value) or min(value) < 0):
+            raise ValueError("a list of distinct GPU indexes as nvidia-smi numbers them, e.g. [0, 1]")
+        return value
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"{key!r} is not an environment variable name")
         return value
 
@@ -226,9 +245,20 @@ class FarmSpec(_Strict):
     retries: int = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
     retry_backoff: float = Field(default=2.0, ge=0)  # seconds before the first retry, doubling
     unhealthy_after: int = Field(default=3, ge=1)  # infra failures in a row that retire a node
+    stale_after_days: float = Field(default=30, gt=0)  # a matrix cell older than this is marked stale
     nodes: dict[str, NodeSpec] = Field(min_length=1)
 
 
 def template_fields(template: str) -> list[str]:
-    """The {fields} a command template names (format-spec parts ignored)."""
-    return [field for _, field, _, _ in string.Formatter().parse(template) if field]
+    """The {fields} a command template names. Only plain `{name}` fields are
+    allowed: a conversion (`{sources!r}`) would undo the farm's shell quoting
+    and a format spec could pad a field to gigabytes; both raise ValueError."""
+    fields = []
+    for _, field, spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if conversion or spec or not field.isidentifier():
+            shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"the field {shown}: only plain {{name}} fields are allowed")
+        fields.append(field)
+    return fields

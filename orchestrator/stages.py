@@ -6,6 +6,21 @@ and status, and turns an InfraError into "this stage failed for infra reasons":
 later stages are then not run. A kernel failing is not an exception: it is
 evidence, handed to classify.py, which alone decides the outcome.
 
+Nothing on the node is reused on trust. A kernel runs as the same user as the
+farm's own files, so it could rewrite another cell's cached binary or the
+staged sources. Therefore:
+
+- build: the staged sources and dependencies are verified against their
+  digests right before nvcc and again after it (altered before: shipped again;
+  altered during: infra-error); the binary's sha256 is taken at once.
+- a cached build is reused only when its binary's sha256 is the one the store
+  recorded for that build key; otherwise it is rebuilt, and the cell says so.
+- inspect checks the binary is still the one built; run copies it into the
+  cell's own scratch folder, checks the copy, and runs the copy there, pinned
+  to its GPU with CUDA_VISIBLE_DEVICES (by UUID).
+- stdout and stderr are read whole and scanned as they stream (streams.py):
+  markers are matched over everything printed, the copy kept is bounded.
+
 Every command the node runs is built here from quoted parts. Each runs under a
 remote `timeout -k`, so a kernel that never ends is killed on the node itself
 (with its whole process group), not only its SSH channel.
@@ -17,23 +32,28 @@ import hashlib
 import queue
 import re
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from .bundle import Placed
 from .capability import ComputeCapability
 from .classify import Evidence, Verdict, classify
 from .config import Job
 from .errors import InfraError
+from .inputs import FOLDER_DIGEST_SH
 from .plan import Cell, Expectation
-from .probe import NodeSnapshot
+from .probe import Gpu, NodeSnapshot
 from .schema import VariantSpec
+from .streams import ScanResult, StreamScan
 from .transport import Transport
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
 INSPECT_TIMEOUT = 300.0
+VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 
 
@@ -55,16 +75,18 @@ class CellResult:
     verdict: Verdict | None = None
     stages: list[StageRecord] = field(default_factory=list)
     evidence: Evidence = field(default_factory=Evidence)
+    build_key: str | None = None
     build_command: str = ""
     build_log: bytes = b""
     build_cached: bool = False
-    stdout_size: int = 0
-    stderr_size: int = 0
+    stdout: ScanResult = field(default_factory=ScanResult)
+    stderr: ScanResult = field(default_factory=ScanResult)
     binary_sha256: str | None = None
     instruction_counts: dict[str, int] = field(default_factory=dict)
     elf_targets: list[str] = field(default_factory=list)
     ptx_targets: list[str] = field(default_factory=list)
-    code_path: str | None = None  # native | ptx-jit | no-code, for the node's CC
+    code_path: str | None = None  # native | ptx-jit | no-code, for the GPU's CC
+    gpu: Gpu | None = None  # the GPU the kernel ran on (its slot)
     slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
     compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -76,59 +98,67 @@ class CellResult:
 
 
 class GpuSlots:
-    """One GPU job at a time per GPU: a pool of device indices."""
+    """One GPU job at a time per GPU: a pool of the GPUs of one card model
+    (or one anonymous slot, for a transport that allocates GPUs itself)."""
 
-    def __init__(self, count: int) -> None:
-        self._free: queue.Queue[int] = queue.Queue()
-        for index in range(max(count, 1)):
-            self._free.put(index)
+    def __init__(self, gpus: list[Gpu] | None = None, anonymous: int = 0) -> None:
+        self._free: queue.Queue[Gpu | None] = queue.Queue()
+        for gpu in gpus or []:
+            self._free.put(gpu)
+        for _ in range(anonymous if not gpus else 0):
+            self._free.put(None)
 
-    def acquire(self) -> int:
+    def acquire(self) -> Gpu | None:
         return self._free.get()
 
-    def release(self, index: int) -> None:
-        self._free.put(index)
+    def release(self, gpu: Gpu | None) -> None:
+        self._free.put(gpu)
 
 
 @dataclass(frozen=True)
 class CellPaths:
-    """Where a cell's bundle, build and run live on its node."""
+    """Where a cell's inputs, build and run live on its node."""
 
-    sources_dir: str
-    dependency_dirs: dict[str, str]
+    sources: Placed
+    dependencies: dict[str, Placed]
+    build_key: str
     build_dir: str
     binary: str
     run_dir: str
 
+    @property
+    def binary_name(self) -> str:
+        return self.binary.rsplit("/", 1)[-1]
+
 
 def cell_paths(
     snapshot: NodeSnapshot,
-    job: Job,
     variant: VariantSpec,
     cell: Cell,
     run_id: int,
-    sources_dir: str,
-    dependency_dirs: dict[str, str],
-    dependency_digests: dict[str, str],
+    sources: Placed,
+    dependencies: dict[str, Placed],
 ) -> CellPaths:
-    # The build folder is named by everything that determines the binary, so an
-    # unchanged cell reuses it on the next run and nvcc is not invoked at all.
+    # The build folder is named by everything that determines the binary (the
+    # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
     key_parts = [
-        sources_dir,
-        *(f"{k}={v}" for k, v in sorted(dependency_digests.items())),
+        sources.digest,
+        *(f"{name}={placed.digest}" for name, placed in sorted(dependencies.items())),
         variant.build,
         snapshot.nvcc_path,
         snapshot.nvcc_version or "",
     ]
-    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:20]
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder
-    build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key}"
+    build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
+    slot = f"-{cell.device_slug}" if cell.device else ""
     return CellPaths(
-        sources_dir=sources_dir,
-        dependency_dirs=dependency_dirs,
+        sources=sources,
+        dependencies=dependencies,
+        build_key=key,
         build_dir=build_dir,
         binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
-        run_dir=f"{snapshot.workdir}/cells/{run_id}-{cell.kernel}-{cell.variant}",
+        run_dir=f"{snapshot.workdir}/cells/{run_id}-{cell.kernel}-{cell.variant}{slot}",
     )
 
 
@@ -150,10 +180,24 @@ def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: 
     fields = {
         "nvcc": shlex.quote(snapshot.nvcc_path),
         "binary": shlex.quote(paths.binary),
-        "sources": " ".join(shlex.quote(f"{paths.sources_dir}/{s}") for s in job.spec.sources),
-        **{name: shlex.quote(path) for name, path in paths.dependency_dirs.items()},
+        "sources": " ".join(shlex.quote(f"{paths.sources.folder}/{s}") for s in job.spec.sources),
+        **{name: shlex.quote(placed.folder) for name, placed in paths.dependencies.items()},
     }
     return variant.build.format(**fields)
+
+
+def verify_inputs_script(paths: CellPaths, tag: str) -> str:
+    """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
+    digest is not the expected one (nothing when all are intact)."""
+    checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
+    parts = []
+    for name, placed in checks:
+        folder = shlex.quote(placed.folder)
+        parts.append(
+            f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
+            f'[ "$d" = {placed.digest} ] || echo "@@farm {tag} {name} ${{d:-missing}}"'
+        )
+    return "; ".join(parts)
 
 
 def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
@@ -202,6 +246,9 @@ class CellPipeline:
         gpu_slots: GpuSlots,
         output_cap: int,
         cuobjdump: str,
+        recorded_binary: Callable[[str], str | None] = lambda _key: None,
+        restage: Callable[[Placed], str] | None = None,
+        build_lock: threading.Lock | None = None,
     ) -> None:
         self.t = transport
         self.job = job
@@ -212,45 +259,56 @@ class CellPipeline:
         self.gpu_slots = gpu_slots
         self.output_cap = output_cap
         self.cuobjdump = cuobjdump
+        self.recorded_binary = recorded_binary  # build key -> the binary sha256 the store recorded for it
+        self.restage = restage  # ships an altered bundle again; returns a note
+        self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
+        self._built_sha: str | None = None
 
     # one wrapper for every stage -----------------------------------------
     def _stage(self, name: str, action: Callable[[], str]) -> bool:
         started = datetime.now(UTC)
         clock = time.monotonic()
         status = "ok"
-        detail = ""
+        self._detail: list[str] = []
         try:
             status = action()
         except InfraError as err:
             status = "infra"
-            detail = str(err)
+            self._detail.append(str(err))
             job = getattr(err, "job", None)  # a Slurm job that Slurm ended or never started
             if job is not None:
                 self.result.slurm_job_id, self.result.compute_node = job.job_id, job.compute_node
             self.result.evidence.infra_stage = name
-            self.result.evidence.infra_detail = detail
+            self.result.evidence.infra_detail = str(err)
             self.result.evidence.infra_retryable = err.retryable
+        detail = "; ".join(self._detail)
         self.result.stages.append(StageRecord(name, status, started, time.monotonic() - clock, detail))
         return status in ("ok", "cached")
 
     def execute(self) -> CellResult:
         ev = self.result.evidence
+        self.result.build_key = self.paths.build_key
         # each stage runs only if the one before it succeeded; a node without a
         # GPU stops after inspect (compile-only)
-        built = self._stage("build", self._build) and ev.build_exit == 0
+        with self.build_lock:
+            built = self._stage("build", self._build) and ev.build_exit == 0
         inspected = built and self._stage("inspect", self._inspect) and self._inspect_passed()
-        if inspected and self.snapshot.has_gpu:
+        if inspected and self.result.expectation.outcome.value != "compile-only":
             # wait for the GPU outside the stage, so the run's seconds are the kernel's
-            slot = self.gpu_slots.acquire()
+            gpu = self.gpu_slots.acquire()
+            self.result.gpu = gpu
+            self._slot: list[Gpu | None] = [gpu]
             try:
-                self._stage("run", lambda: self._run(slot))
+                self._stage("run", self._run)
             finally:
-                self.gpu_slots.release(slot)
-        self.result.verdict = classify(
-            ev, self.result.expectation, self.job.spec.pass_marker, self.job.spec.refusal_marker
-        )
+                self._release()
+        self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
+
+    def _release(self) -> None:
+        if self._slot:
+            self.gpu_slots.release(self._slot.pop())
 
     def _note_job(self) -> None:
         """The Slurm job and compute node of the command just run (other transports have none)."""
@@ -263,30 +321,96 @@ class CellPipeline:
         return ev.inspect_exit == 0 and not ev.missing_instructions
 
     # build ----------------------------------------------------------------
+    def _build_script(self, command: str, reuse: bool) -> str:
+        bdir = shlex.quote(self.paths.build_dir)
+        binary = shlex.quote(self.paths.binary)
+        limit = int(self.job.spec.build_timeout)
+        cached = (
+            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then "
+            f'echo "@@farm cached $(sha256sum < {binary} | cut -c1-64)"; exit 0; fi; '
+            if reuse
+            else ""
+        )
+        return (
+            f"{cached}"
+            f"{verify_inputs_script(self.paths, 'altered')}; "
+            f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
+            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null')}; "
+            f"{verify_inputs_script(self.paths, 'altered-during')}; "
+            f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; fi; '
+            f'echo "@@farm rc=$rc"; }}'
+        )
+
     def _build(self) -> str:
         command = render_build(self.job, self.variant, self.snapshot, self.paths)
         self.result.build_command = command
-        bdir = shlex.quote(self.paths.build_dir)
         limit = int(self.job.spec.build_timeout)
-        script = (
-            f"if [ -f {bdir}/.farm-built ]; then echo cached; exit 0; fi; "
-            f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null')}; "
-            f"if [ $rc -eq 0 ]; then touch .farm-built; fi; echo built; exit $rc; }}"
-        )
-        outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
-        self._note_job()
-        self.result.build_cached = outcome.stdout.strip() == "cached"
-        self.result.evidence.build_exit = outcome.exit_code
-        try:
-            self.result.build_log = self.t.read(f"{self.paths.build_dir}/build.log", self.output_cap)
-        except FileNotFoundError:
-            self.result.build_log = (outcome.stdout + outcome.stderr).encode()
-        if outcome.exit_code in (124, 137):
+        timeout = limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT
+        reuse, restaged = True, False
+        while True:
+            outcome = self.t.run(self._build_script(command, reuse), timeout=timeout)
+            self._note_job()
+            text = outcome.stdout
+            cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
+            if cached:
+                recorded = self.recorded_binary(self.paths.build_key)
+                if recorded == cached.group(1):
+                    self.result.build_cached = True
+                    self._built_sha = recorded
+                    self.result.binary_sha256 = recorded
+                    self.result.evidence.build_exit = 0
+                    self.result.build_log = self._read_log()
+                    return "cached"
+                self._detail.append(
+                    "cached build altered on the node (its binary is not the one recorded): rebuilt"
+                    if recorded
+                    else "a cached build with no record of its binary in the results database: rebuilt"
+                )
+                reuse = False
+                continue
+            altered = re.findall(r"^@@farm altered (\S+) (\S+)$", text, re.M)
+            if altered:
+                names = ", ".join(name for name, _ in altered)
+                if restaged or self.restage is None:
+                    raise InfraError(f"node {self.t.name!r}: staged inputs altered on the node ({names}) again")
+                for name, _ in altered:
+                    placed = self.paths.sources if name == "sources" else self.paths.dependencies[name.split(":", 1)[1]]
+                    self._detail.append(self.restage(placed) or f"{name} altered on the node: shipped again")
+                restaged = True
+                continue
+            break
+        during = re.findall(r"^@@farm altered-during (\S+) (\S+)$", text, re.M)
+        if during:
+            names = ", ".join(name for name, _ in during)
+            raise InfraError(
+                f"node {self.t.name!r}: inputs changed on the node while nvcc ran ({names}); "
+                "the binary cannot be trusted"
+            )
+        rc = re.search(r"^@@farm rc=(\d+)$", text, re.M)
+        if rc is None:
+            raise InfraError(
+                f"node {self.t.name!r}: the build wrapper printed no status "
+                f"({(outcome.stderr or outcome.stdout).strip()[-300:]!r})"
+            )
+        exit_code = int(rc.group(1))
+        built = re.search(r"^@@farm built ([0-9a-f]{64})$", text, re.M)
+        self._built_sha = built.group(1) if built else None
+        self.result.binary_sha256 = self._built_sha
+        self.result.evidence.build_exit = exit_code
+        self.result.build_log = self._read_log()
+        if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
-        if outcome.exit_code != 0:
+        if exit_code != 0:
             return "failed"
-        return "cached" if self.result.build_cached else "ok"
+        # only a build whose inputs stayed intact is marked reusable
+        self.t.run(f"touch {shlex.quote(self.paths.build_dir)}/.farm-built", timeout=60)
+        return "ok"
+
+    def _read_log(self) -> bytes:
+        try:
+            return self.t.read(f"{self.paths.build_dir}/build.log", self.output_cap)
+        except FileNotFoundError:
+            return b""
 
     # inspect --------------------------------------------------------------
     def _inspect(self) -> str:
@@ -303,7 +427,7 @@ class CellPipeline:
         script = (
             f"cd {bdir} && {guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null')}; "
             f'echo "@@farm rc=$rc"; '
-            f"echo '@@farm sha'; sha256sum {binary} | cut -d' ' -f1; {lists}exit 0"
+            f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
         outcome = self.t.run(script, timeout=INSPECT_TIMEOUT + CHANNEL_MARGIN)
         self._note_job()
@@ -312,13 +436,18 @@ class CellPipeline:
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
-        self.result.binary_sha256 = sha.group(1) if sha else None
+        if sha is None or sha.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the binary changed on the node between build and inspect "
+                f"(sha256 {sha.group(1)[:12] if sha else 'unreadable'}, built {str(self._built_sha)[:12]})"
+            )
         if cuda:
             elf_part = text.split("@@farm elf", 1)[-1].split("@@farm ptx", 1)[0]
             ptx_part = text.split("@@farm ptx", 1)[-1]
             self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in _ELF_RE.findall(elf_part)})
             self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in _PTX_RE.findall(ptx_part)})
-            self.result.code_path = code_path_for(self.snapshot.cc, self.result.elf_targets, self.result.ptx_targets)
+            cc = self.result.expectation.cc
+            self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
         dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
@@ -330,22 +459,38 @@ class CellPipeline:
         return "failed" if ev.missing_instructions else "ok"
 
     # run ------------------------------------------------------------------
-    def _run(self, slot: int) -> str:
+    def _run(self) -> str:
         limit = int(self.variant.timeout or self.job.spec.timeout)
-        command = self.variant.run.format(binary=shlex.quote(self.paths.binary))
-        rdir = shlex.quote(self.paths.run_dir)
-        # a Slurm job asked for a GPU runs on the one Slurm gave it (its CUDA_VISIBLE_DEVICES)
-        pin = "" if getattr(self.t, "allocates_gpus", False) else f"export CUDA_VISIBLE_DEVICES={slot}; "
+        rdir = self.paths.run_dir
+        work = f"{rdir}/work"
+        copy = f"{work}/{self.paths.binary_name}"
+        command = self.variant.run.format(binary=shlex.quote(copy))
+        gpu = self.result.gpu
+        # pinned by UUID: CUDA's device order need not be nvidia-smi's
+        pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
+        q = shlex.quote
         script = (
-            f"mkdir -p {rdir} && cd {rdir} && {{ {pin}"
-            f"{guarded(command, limit, '> stdout 2> stderr < /dev/null')}; "
-            f'echo "@@farm $rc $(wc -c < stdout) $(wc -c < stderr)"; }}'
+            f"rm -rf {q(rdir)} && mkdir -p {q(work)} && cp {q(self.paths.binary)} {q(copy)} && "
+            f'got=$(sha256sum < {q(copy)} | cut -c1-64) && if [ "$got" != {self._built_sha} ]; then '
+            f'echo "@@farm binary-altered $got"; exit 0; fi; '
+            f"cd {q(work)} && {{ {pin}"
+            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null')}; "
+            f'echo "@@farm $rc"; }}'
         )
         clock = time.monotonic()
-        outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
+        try:
+            outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
+        finally:
+            self._release()  # the GPU is free once the kernel is gone; reading its output needs none
         elapsed = time.monotonic() - clock
-        self._note_job()  # the kernel's job, before the clean-up job below
-        match = re.search(r"@@farm (\d+) (\d+) (\d+)", outcome.stdout)
+        self._note_job()  # the kernel's job, before the reading and clean-up below
+        altered = re.search(r"@@farm binary-altered (\S+)", outcome.stdout)
+        if altered:
+            raise InfraError(
+                f"node {self.t.name!r}: the cached binary changed on the node after inspection "
+                f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
+            )
+        match = re.search(r"@@farm (\d+)\s*$", outcome.stdout)
         if not match:
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status "
@@ -353,10 +498,18 @@ class CellPipeline:
             )
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
-        self.result.stdout_size = int(match.group(2))
-        self.result.stderr_size = int(match.group(3))
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
-        ev.stdout = self.t.read(f"{self.paths.run_dir}/stdout", self.output_cap)
-        ev.stderr = self.t.read(f"{self.paths.run_dir}/stderr", self.output_cap)
-        self.t.run(f"rm -rf {rdir}", timeout=60)
+        spec = self.job.spec
+        self.result.stdout = self._scan(f"{rdir}/stdout", {"pass": spec.pass_marker})
+        self.result.stderr = self._scan(f"{rdir}/stderr", {"refusal": spec.refusal_marker})
+        ev.pass_line = self.result.stdout.matches.get("pass")
+        ev.refusal_line = self.result.stderr.matches.get("refusal")
+        ev.stderr_last_line = self.result.stderr.last_line
+        self.t.run(f"rm -rf {q(rdir)}", timeout=60)
         return "ok" if ev.run_exit == 0 else "failed"
+
+    def _scan(self, remote: str, markers: dict[str, str]) -> ScanResult:
+        scanner = StreamScan(markers, self.output_cap)
+        for chunk in self.t.stream(remote):
+            scanner.feed(chunk)
+        return scanner.finish()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -35,16 +36,19 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import (
     create_engine,
     event,
+    func,
     inspect,
     make_url,
     select,
     text,
+    tuple_,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from .errors import StoreError
+from .outcomes import Outcome
 from .tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -240,10 +244,25 @@ class Store:
     def add_result(self, **fields: Any) -> int:
         return self._add(ResultRow(**fields))
 
-    def add_planned(self, run_id: int, cells: list[tuple[str, str, str]]) -> None:
+    def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
+        """(kernel, variant, node, device) of cells a run sets out to do; a node's
+        cells are planned again per card model once its probe found several."""
         with self._writing() as session:
-            session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n) for k, v, n in cells)
+            session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n, device=d) for k, v, n, d in cells)
             session.commit()
+
+    def recorded_binary(self, node: str, build_key: str) -> str | None:
+        """The binary sha256 the latest result with this build key on this node
+        recorded: what a cached build on the node must still hash to."""
+        query = (
+            select(ResultRow.binary_sha256)
+            .where(ResultRow.node == node, ResultRow.build_key == build_key)
+            .where(ResultRow.binary_sha256.is_not(None))
+            .order_by(ResultRow.id.desc())
+            .limit(1)
+        )
+        with self._reading() as session:
+            return session.scalars(query).first()
 
     def add_attempt(self, **fields: Any) -> None:
         self._add(Attempt(at=datetime.now(UTC), **fields))
@@ -262,8 +281,16 @@ class Store:
         with self._writing() as session:
             for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
                 done = {(r.kernel, r.variant, r.node) for r in run.results}
-                planned = session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id))
-                missing = [p for p in planned if (p.kernel, p.variant, p.node) not in done]
+                done_on_cards = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
+                planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
+                # a node with several card models planned its cells again per card
+                per_card = {(p.kernel, p.variant, p.node) for p in planned if p.device}
+                missing = [
+                    p
+                    for p in planned
+                    if (p.device and (p.kernel, p.variant, p.node, p.device) not in done_on_cards)
+                    or (not p.device and (p.kernel, p.variant, p.node) not in done | per_card)
+                ]
                 for cell in missing:
                     session.add(
                         ResultRow(
@@ -271,6 +298,7 @@ class Store:
                             kernel=cell.kernel,
                             variant=cell.variant,
                             node=cell.node,
+                            device=cell.device,
                             contract="",
                             expected="unknown",
                             contract_expected="unknown",
@@ -286,6 +314,9 @@ class Store:
                             stderr=b"",
                             source_sha256="",
                             sources={},
+                            dependencies={},
+                            output_cuts={},
+                            markers={},
                             instruction_counts={},
                             required_instructions={},
                             elf_targets=[],
@@ -347,6 +378,7 @@ class Store:
             ResultRow.kernel,
             ResultRow.variant,
             ResultRow.node,
+            ResultRow.device,
             ResultRow.expected,
             ResultRow.outcome,
             ResultRow.failed_stage,
@@ -359,6 +391,97 @@ class Store:
         with self._reading() as session:
             return list(session.execute(query))
 
+    _KEY = (ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
+    _STANDING = (
+        ResultRow.id,
+        ResultRow.run_id,
+        ResultRow.kernel,
+        ResultRow.variant,
+        ResultRow.node,
+        ResultRow.device,
+        ResultRow.contract,
+        ResultRow.expected,
+        ResultRow.outcome,
+        ResultRow.failed_stage,
+        ResultRow.reason,
+        ResultRow.last_stderr_line,
+        ResultRow.cc,
+        ResultRow.real_gpu,
+        ResultRow.code_path,
+        ResultRow.started_at,
+        ResultRow.ended_at,
+    )
+
+    def standing(self, upto: int) -> tuple[dict[tuple, Any], dict[tuple, Any]]:
+        """The fleet's standing as of run `upto`: per (kernel, variant, node, device),
+        the latest result with a verdict and the latest result of any kind (light rows)."""
+        verdicts = (
+            select(func.max(ResultRow.id))
+            .where(ResultRow.run_id <= upto)
+            .where(ResultRow.outcome.not_in([Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value]))
+            .group_by(*self._KEY)
+        )
+        anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto).group_by(*self._KEY)
+        with self._reading() as session:
+            ids_verdict = set(session.scalars(verdicts))
+            ids_any = set(session.scalars(anything))
+            rows = session.execute(select(*self._STANDING).where(ResultRow.id.in_(ids_verdict | ids_any))).all()
+        by_id = {row.id: row for row in rows}
+        key = lambda row: (row.kernel, row.variant, row.node, row.device)  # noqa: E731
+        return (
+            {key(by_id[i]): by_id[i] for i in sorted(ids_verdict)},
+            {key(by_id[i]): by_id[i] for i in sorted(ids_any)},
+        )
+
+    def previous_verdicts(self, run_id: int, per_cell: int = 10) -> dict[tuple, list[tuple[int, str]]]:
+        """For each cell of run `run_id`, the outcomes of its last `per_cell` results
+        from earlier runs, oldest first: [(run id, outcome)]."""
+        ranked = (
+            select(
+                *self._KEY,
+                ResultRow.run_id,
+                ResultRow.outcome,
+                ResultRow.id,
+                func.row_number().over(partition_by=self._KEY, order_by=ResultRow.id.desc()).label("rank"),
+            )
+            .where(ResultRow.run_id < run_id)
+            .where(tuple_(*self._KEY).in_(select(*self._KEY).where(ResultRow.run_id == run_id)))
+            .subquery()
+        )
+        query = select(ranked).where(ranked.c.rank <= per_cell).order_by(ranked.c.id)
+        found: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
+        with self._reading() as session:
+            for row in session.execute(query):
+                found[(row.kernel, row.variant, row.node, row.device)].append((row.run_id, row.outcome))
+        return dict(found)
+
+    def latest_snapshots(self, upto: int) -> list[NodeSnapshotRow]:
+        """Each node's latest snapshot up to run `upto` that probed it (else its latest)."""
+        probed = (
+            select(func.max(NodeSnapshotRow.id))
+            .where(NodeSnapshotRow.run_id <= upto, NodeSnapshotRow.probe_error.is_(None))
+            .group_by(NodeSnapshotRow.node)
+        )
+        anything = (
+            select(func.max(NodeSnapshotRow.id)).where(NodeSnapshotRow.run_id <= upto).group_by(NodeSnapshotRow.node)
+        )
+        with self._reading() as session:
+            ids = set(session.scalars(probed))
+            rows = {s.node: s for s in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(ids)))}
+            for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(anything))):
+                rows.setdefault(snap.node, snap)
+        return [rows[node] for node in sorted(rows)]
+
+    def latest_identified(self, upto: int) -> list[ResultRow]:
+        """Each kernel's latest result (up to run `upto`) whose inputs are all identified."""
+        latest = (
+            select(func.max(ResultRow.id))
+            .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+            .group_by(ResultRow.kernel)
+        )
+        with self._reading() as session:
+            return list(session.scalars(select(ResultRow).where(ResultRow.id.in_(latest)).order_by(ResultRow.id)))
+
     def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
         if not run_ids:
             return []
@@ -367,15 +490,16 @@ class Store:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
     def certifying_passes(self) -> list[Any]:
-        """Every pass, where the contract required one, on a node whose probe saw real
-        hardware: light rows (id, kernel, source_sha256, cc, started_at), oldest first."""
+        """Every pass, where the contract required one, on a GPU the driver confirmed,
+        of a result whose every input is identified: light rows (id, kernel,
+        identity, cc, started_at), oldest first. The rule lives here and nowhere else."""
         query = (
-            select(ResultRow.id, ResultRow.kernel, ResultRow.source_sha256, NodeSnapshotRow.cc, ResultRow.started_at)
-            .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
-            .where(ResultRow.outcome.in_(["pass", "fixed"]))
-            .where(ResultRow.contract_expected == "pass")
-            .where(NodeSnapshotRow.real_gpu.is_(True))
-            .where(NodeSnapshotRow.cc.is_not(None))
+            select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
+            .where(ResultRow.outcome.in_([Outcome.PASS.value, Outcome.FIXED.value]))
+            .where(ResultRow.contract_expected == Outcome.PASS.value)
+            .where(ResultRow.real_gpu.is_(True))
+            .where(ResultRow.cc.is_not(None))
+            .where(ResultRow.identity.is_not(None))
             .order_by(ResultRow.id)
         )
         with self._reading() as session:

@@ -25,8 +25,8 @@ class Meta(Base):
 
 
 class SourceFile(Base):
-    """A kernel source's exact bytes, once per sha256: certificates are about bytes,
-    so the ledger can read a certified source's header even after it changed."""
+    """A kernel source's or header's exact bytes, once per sha256: certificates are
+    about bytes, so the ledger can read a certified source's header even after it changed."""
 
     __tablename__ = "source_files"
     sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -78,6 +78,9 @@ class NodeSnapshotRow(Base):
     stage_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
     smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # every usable GPU: [{index, uuid, name, cc, memory, verified, check}] (0004)
+    gpus: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    driver_check: Mapped[str | None] = mapped_column(Text, nullable=True)  # nvidia-smi vs the driver, in words
     run: Mapped[Run] = relationship(back_populates="snapshots")
 
 
@@ -89,6 +92,11 @@ class ResultRow(Base):
     kernel: Mapped[str] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64), index=True)
+    device: Mapped[str] = mapped_column(String(255), default="")  # the card model ("" without a GPU) (0004)
+    gpu_index: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the GPU it ran on
+    gpu_uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    cc: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the card's CC it was judged against
+    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # that card confirmed by the driver
     contract: Mapped[str] = mapped_column(String(64))
     expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
     contract_expected: Mapped[str] = mapped_column(String(32))  # what the contract alone says
@@ -107,8 +115,21 @@ class ResultRow(Base):
     stderr: Mapped[bytes] = mapped_column(LargeBinary)
     stdout_size: Mapped[int] = mapped_column(Integer, default=0)
     stderr_size: Mapped[int] = mapped_column(Integer, default=0)
-    source_sha256: Mapped[str] = mapped_column(String(64))  # the job's first source
-    sources: Mapped[dict[str, Any]] = mapped_column(JSON)  # every source: path -> sha256
+    # the whole streams' sha256, where the kept copies were cut ({stream: [start, end]}), and
+    # the stdout/stderr lines where the markers were found ({"pass": n, "refusal": n}) (0004)
+    stdout_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    stderr_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    output_cuts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    markers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    last_stderr_line: Mapped[str | None] = mapped_column(Text, nullable=True)  # the kernel's own last words
+    source_sha256: Mapped[str] = mapped_column(String(64))  # the job's first source (its claims' file)
+    sources: Mapped[dict[str, Any]] = mapped_column(JSON)  # every source and header shipped: path -> sha256
+    # every dependency: name -> {digest, version, origin} (0004)
+    dependencies: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # the certificate identity: one sha256 over sources, headers and dependencies (inputs.py); None
+    # for results stored before the farm hashed every input (0004)
+    identity: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    build_key: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the build folder's key
     binary_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     instruction_counts: Mapped[dict[str, Any]] = mapped_column(JSON)
     required_instructions: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -133,6 +154,7 @@ class PlannedCell(Base):
     kernel: Mapped[str] = mapped_column(String(64))
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str] = mapped_column(String(255), default="")  # (0004)
 
 
 class Attempt(Base):

@@ -34,16 +34,19 @@ BASE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 @dataclass(frozen=True)
 class Card:
-    """What a node's `nvidia-smi` stand-in reports."""
+    """What a node's `nvidia-smi` stand-in reports for one GPU."""
 
     name: str
     cc: str
     driver: str = "550.54.15"
     memory: str = "15360 MiB"
 
-    @property
-    def csv(self) -> str:
-        return f"{self.name}, {self.cc}, {self.driver}, {self.memory}"
+    def uuid(self, index: int) -> str:
+        digest = hashlib.sha256(f"{self.name}/{index}".encode()).hexdigest()
+        return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+    def csv(self, index: int) -> str:
+        return f"{index}, {self.uuid(index)}, {self.name}, {self.cc}, {self.driver}, {self.memory}"
 
 
 CARDS = {
@@ -53,29 +56,45 @@ CARDS = {
 }
 
 
-def nvidia_smi_script(card: Card) -> str:
-    """A POSIX sh stand-in answering the two queries the farm and the stand-in
-    kernels make; anything else is refused loudly, so a new query is noticed."""
-    full = "--query-gpu=name,compute_cap,driver_version,memory.total"
+def nvidia_smi_script(cards: Card | list[Card]) -> str:
+    """A POSIX sh stand-in answering the queries the farm and the stand-in
+    kernels make, for one card or several (GPU 0, 1, ...); `-i INDEX|UUID`
+    selects one, as the real one does. Anything else is refused loudly, so a
+    new query is noticed."""
+    cards = [cards] if isinstance(cards, Card) else cards
+    full = "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total"
+    per_gpu = "\n".join(
+        f"""if [ -z "$only" ] || [ "$only" = {i} ] || [ "$only" = {card.uuid(i)} ]; then
+  found=yes
+  if [ "$query" = {full} ]; then echo '{card.csv(i)}'; else echo '{card.cc}'; fi
+fi"""
+        for i, card in enumerate(cards)
+    )
     return f"""#!/bin/sh
-# nvidia-smi stand-in for the farm's tests: {card.name}
+# nvidia-smi stand-in for the farm's tests: {", ".join(c.name for c in cards)}
 query=""
 format=""
-for arg in "$@"; do
-  case "$arg" in
-    --query-gpu=*) query="$arg" ;;
-    --format=*) format="$arg" ;;
+only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --query-gpu=*) query="$1" ;;
+    --format=*) format="$1" ;;
+    -i) shift; only="$1" ;;
+    --id=*) only="${{1#--id=}}" ;;
   esac
+  shift
 done
 if [ "$format" != "--format=csv,noheader" ]; then
-  echo "nvidia-smi stand-in: unsupported arguments: $*" >&2
+  echo "nvidia-smi stand-in: unsupported arguments" >&2
   exit 2
 fi
 case "$query" in
-  {full}) echo '{card.csv}' ;;
-  --query-gpu=compute_cap) echo '{card.cc}' ;;
+  {full}|--query-gpu=compute_cap) ;;
   *) echo "nvidia-smi stand-in: unsupported query: $query" >&2; exit 2 ;;
 esac
+found=no
+{per_gpu}
+[ "$found" = yes ] || {{ echo "No devices were found" >&2; exit 6; }}
 """
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.classify import Evidence, classify
+from orchestrator.classify import Evidence, classify, exit_words
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.schema import KnownFailureSpec
+from orchestrator.streams import scan_bytes
 
 PASS_RE = r"PASS"
 REFUSE_RE = r"needs CC 9\.0"
@@ -20,10 +21,22 @@ KF_BUILD = KnownFailureSpec.model_validate(
 )
 
 
+def observed(stdout: bytes = b"", stderr: bytes = b"", **kw) -> Evidence:
+    """Evidence as the run stage gives it: markers scanned over the streams."""
+    out = scan_bytes(stdout, {"pass": PASS_RE})
+    err = scan_bytes(stderr, {"refusal": REFUSE_RE})
+    return Evidence(
+        pass_line=out.matches.get("pass"),
+        refusal_line=err.matches.get("refusal"),
+        stderr_last_line=err.last_line,
+        **kw,
+    )
+
+
 def built(**kw) -> Evidence:
     base = {"build_exit": 0, "inspect_exit": 0}
     base.update(kw)
-    return Evidence(**base)
+    return observed(**base)
 
 
 TABLE = [
@@ -93,7 +106,7 @@ TABLE = [
     ),
     (
         "infra-wins",
-        Evidence(
+        observed(
             infra_stage="run",
             infra_detail="dropped",
             build_exit=0,
@@ -147,7 +160,7 @@ TABLE = [
 
 @pytest.mark.parametrize(("name", "evidence", "expectation", "outcome", "stage"), TABLE, ids=[row[0] for row in TABLE])
 def test_classify_table(name, evidence, expectation, outcome, stage):
-    verdict = classify(evidence, expectation, PASS_RE, REFUSE_RE)
+    verdict = classify(evidence, expectation)
     assert verdict.outcome is outcome, verdict.reason
     assert verdict.failed_stage == stage
     assert verdict.reason
@@ -155,4 +168,38 @@ def test_classify_table(name, evidence, expectation, outcome, stage):
 
 def test_undecodable_output_is_still_classified():
     ev = built(run_exit=0, stdout=b"\xff\xfe PASS \xc3")
-    assert classify(ev, MUST_RUN, PASS_RE, REFUSE_RE).outcome is Outcome.PASS
+    assert classify(ev, MUST_RUN).outcome is Outcome.PASS
+
+
+def test_reasons_name_the_signal_the_marker_and_the_kernels_last_words():
+    """Issue 9, case 7: a reason a reviewer can act on."""
+    segv = classify(built(run_exit=139, stderr=b"an illegal memory access was encountered\n\n"), MUST_RUN)
+    assert segv.outcome is Outcome.FAIL
+    assert "killed by SIGSEGV (exit 139)" in segv.reason
+    assert 'last stderr line: "an illegal memory access was encountered"' in segv.reason
+    late = classify(built(run_exit=3, stdout=b"x\ny PASS\n", stderr=b"racySum: FAIL, got 9, want 1048576\n"), MUST_RUN)
+    assert late.outcome is Outcome.FAIL
+    assert "the pass marker was printed (stdout line 2), but exit 3" in late.reason
+    assert "racySum: FAIL, got 9, want 1048576" in late.reason
+    assert exit_words(134) == "killed by SIGABRT (exit 134)"
+    assert exit_words(3) == "exit 3"
+
+
+def test_a_marker_is_matched_line_by_line_over_the_whole_stream():
+    """Issue 9, case 1 (the matching part): a marker after megabytes of output counts."""
+    noise = b"debug: " + b"x" * 120 + b"\n"
+    stdout = noise * 20000 + b"final: PASS\n"  # 2.5 MB, the marker on the last line
+    scanned = scan_bytes(stdout, {"pass": PASS_RE}, cap=1 << 20)
+    assert scanned.matches == {"pass": 20001}
+    assert scanned.size == len(stdout) and scanned.cut is not None
+    assert scanned.kept.endswith(b"final: PASS\n") and len(scanned.kept) < (1 << 20) + 200
+
+
+def test_a_backtracking_marker_cannot_hang_on_hostile_output():
+    """Issue 9, case 8: RE2 is linear; Python's re would take ages here."""
+    import time
+
+    clock = time.monotonic()
+    scanned = scan_bytes(b"a" * 200_000 + b"!\n", {"pass": "(a+)+$"})
+    assert time.monotonic() - clock < 5
+    assert scanned.matches == {}

@@ -19,6 +19,7 @@ Each test's docstring states the figure it establishes.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -146,16 +147,18 @@ def assert_planned_all_stored(db: Path, run_id: int) -> None:
 
 
 def kernel_needle(workdir: Path, node: str, variant: str, kernel: str = FAULTS_KERNEL) -> str:
-    """A command-line fragment only the cell's build, its binary and their wrappers carry."""
-    return f"{workdir}/builds/{node}/{kernel}-{variant}-"
+    """A command-line fragment only the cell's binary (its copy in the cell's
+    scratch folder, where it runs) and its wrappers carry."""
+    return f"{workdir}/cells/"
 
 
 def kernel_running(workdir: Path, node: str, variant: str, kernel: str = FAULTS_KERNEL) -> list[int]:
-    """Pids of the cell's binary itself, running (not its build: g++ names the path too)."""
+    """Pids of the cell's binary itself, running."""
     return [
         pid
         for pid, cmdline in processes_matching(kernel_needle(workdir, node, variant, kernel))
-        if " " not in cmdline and cmdline.endswith(f"/{kernel}-{variant}")
+        if " " not in cmdline
+        and re.search(rf"/cells/\d+-{kernel}-{variant}(-[A-Za-z0-9-]+)?/work/{kernel}-{variant}$", cmdline)
     ]
 
 
@@ -601,11 +604,13 @@ def test_kernel_printing_100_mb(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Fault 6, a kernel printing 100 MiB on stdout, run by `farm verify` in a
     subprocess.
 
-    Stored capped at output_cap (1 MiB, byte-exact prefix) with the full size
-    beside it, the cell and the next one pass, the farm's peak RSS stays under
-    300 MiB, and the 100 MiB file does not stay on the node.
-    Figure: 104,857,614 bytes printed; 1,048,576 stored; 2/2 cells pass; farm
-    peak RSS 96 MiB here."""
+    Its pass marker is its last line, after 100 MiB (issue 9, case 1: judged
+    `fail` when markers were searched in the kept prefix only): the cell
+    passes. Stored: the first and last output_cap / 2 bytes with one elision
+    line, the full size and the whole stream's sha256 beside them; the next
+    cell passes too, the farm's peak RSS stays under 300 MiB, and the 100 MiB
+    file does not stay on the node.
+    Figure: 104,857,614 bytes printed; 1,048,576 kept; 2/2 cells pass."""
     workdir = tmp_path / "work-t4"
     variants = {
         "flood": faults_variant("FLOOD", MIN75, f"FLOOD_MIB={FLOOD_MIB}"),
@@ -629,9 +634,15 @@ def test_kernel_printing_100_mb(ssh_fleet: Fleet, tmp_path: Path) -> None:
     flood = rows[("t4", "flood")]
     full = len(b"standin: PASS\n") + FLOOD_MIB * (1 << 20)
     assert flood["outcome"] == "pass", flood["reason"]
-    assert (len(bytes(flood["stdout"])), flood["stdout_size"]) == (OUTPUT_CAP, full)
     line = b"x" * 63 + b"\n"
-    assert bytes(flood["stdout"]) == (b"standin: PASS\n" + line * (OUTPUT_CAP // 64 + 1))[:OUTPUT_CAP]
+    whole = line * (FLOOD_MIB * (1 << 20) // 64) + b"standin: PASS\n"
+    assert (flood["stdout_size"], flood["stdout_sha256"]) == (full, hashlib.sha256(whole).hexdigest())
+    half = OUTPUT_CAP // 2
+    assert json.loads(flood["output_cuts"]) == {"stdout": [half, full - half]}
+    kept = bytes(flood["stdout"])
+    assert kept.startswith(whole[:half]) and kept.endswith(whole[-half:])
+    assert b"bytes left out here" in kept[half : len(kept) - half]
+    assert json.loads(flood["markers"])["pass"] == FLOOD_MIB * (1 << 20) // 64 + 1
     assert bytes(flood["stderr"]) == b"standin: flooded stdout\n"
     assert rows[("t4", "after")]["outcome"] == "pass"
     assert peak_mib < RSS_LIMIT_MIB, f"the farm's peak RSS was {peak_mib:.0f} MiB for a {FLOOD_MIB} MiB output"
@@ -868,7 +879,7 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path) -> None:
     full = rows[("full", "pass")]
     assert (full["outcome"], full["failed_stage"]) == ("infra-error", "stage"), full["reason"]
     assert "No space left on device" in full["reason"], full["reason"]
-    assert "extracting sources:standin" in full["reason"], full["reason"]
+    assert "extracting sources of standin" in full["reason"], full["reason"]
     setup = attempts(db, summary.run_id, "full", None)
     assert [(a["status"], a["stage"]) for a in setup] == [("infra", "stage")] * 3
     assert rows[("roomy", "pass")]["outcome"] == "pass", rows[("roomy", "pass")]["reason"]

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.history import changes
 
-KEY = ("k", "v", "n")
+KEY = ("k", "v", "n", "")
 
 TABLE = [
     # (earlier outcomes oldest first, now, change)
@@ -48,6 +48,6 @@ def test_previous_run_is_the_latest_verdict():
 
 
 def test_cells_are_independent():
-    other = ("k", "v", "m")
+    other = ("k", "v", "m", "")
     result = changes([(KEY, "fail"), (other, "pass")], {KEY: [(1, "pass")], other: [(1, "pass")]})
     assert result[KEY].change == "regression" and result[other].change == "unchanged"

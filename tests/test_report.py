@@ -18,7 +18,7 @@ import pytest
 from junitparser import JUnitXml
 from nodes import standin_job, standin_variant
 
-from orchestrator import ledger
+from orchestrator import inputs, ledger
 from orchestrator.config import load_farm
 from orchestrator.executor import run_cells
 from orchestrator.plan import plan_cells
@@ -70,8 +70,12 @@ def toy_run(tmp_path_factory):
     return root, farm, store, summary
 
 
-def certify(store: Store, run_id: int, sha: str, *, real: bool, cc: str = "9.0") -> int:
-    """Record a pass of toy:plain on a node with the given realness (as if probed)."""
+def toy_identity(farm) -> str:
+    return inputs.identity(farm.jobs["toy"].file_sha256, {})
+
+
+def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0") -> int:
+    """Record a pass of toy:plain on a card with the given realness (as if probed)."""
     snapshot = store.add_snapshot(
         run_id=run_id,
         node="hopper",
@@ -93,6 +97,11 @@ def certify(store: Store, run_id: int, sha: str, *, real: bool, cc: str = "9.0")
         kernel="toy",
         variant="plain",
         node="hopper",
+        device="NVIDIA H100",
+        cc=cc,
+        real_gpu=real,
+        gpu_index=0,
+        gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
         contract="CC == 9.0",
         expected="pass",
         contract_expected="pass",
@@ -106,8 +115,9 @@ def certify(store: Store, run_id: int, sha: str, *, real: bool, cc: str = "9.0")
         build_log=b"",
         stdout=b"toy: PASS",
         stderr=b"",
-        source_sha256=sha,
-        sources={"kernels/toy.cpp": sha},
+        source_sha256=store_sha(identity),
+        sources={"kernels/toy.cpp": store_sha(identity)},
+        identity=identity,
         instruction_counts={},
         required_instructions={},
         elf_targets=[],
@@ -116,6 +126,14 @@ def certify(store: Store, run_id: int, sha: str, *, real: bool, cc: str = "9.0")
         started_at=now,
         ended_at=now,
     )
+
+
+def store_sha(identity: str) -> str:
+    """The toy's one source's sha256 (its identity covers just that file)."""
+    return TOY_SHA
+
+
+TOY_SHA = __import__("hashlib").sha256(TOY.encode()).hexdigest()
 
 
 # ------------------------------------------------------------------ ledger
@@ -152,7 +170,7 @@ def test_pass_on_a_stand_in_gpu_node_does_not_certify(ssh_fleet, make_farm, tmp_
 
 def test_real_hardware_pass_certifies_and_flags_the_outdated_header(toy_run):
     _, farm, store, _ = toy_run
-    sha = farm.jobs["toy"].source_sha256["kernels/toy.cpp"]
+    sha = toy_identity(farm)
     run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
     certify(store, run_id, sha, real=False)  # a stand-in pass: ignored
     result_id = certify(store, run_id, sha, real=True)
@@ -171,7 +189,7 @@ def test_a_flipped_byte_makes_the_certificate_stale(toy_run):
     source = root / "kernels" / "toy.cpp"
     original = source.read_bytes()
     run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
-    certify(store, run_id, farm.jobs["toy"].source_sha256["kernels/toy.cpp"], real=True)
+    certify(store, run_id, toy_identity(farm), real=True)
     store.finish_run(run_id, "finished", 0)
     try:
         source.write_bytes(original.replace(b"alert(1)", b"alert(2)"))

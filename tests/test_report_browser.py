@@ -128,9 +128,33 @@ class Rendered:
         assert len(found) == 1, f"{kernel}:{variant}@{node}: {len(found)} rows in run {self.run_id}"
         return found[0]
 
+    def standing(self) -> dict[str, str]:
+        """What the matrix must show: per cell, its latest verdict from any run up
+        to this one (infra results carry none), else its latest result."""
+        con = sqlite3.connect(self.db)
+        try:
+            rows = con.execute(
+                "SELECT kernel, variant, node, outcome FROM results WHERE run_id <= ? ORDER BY id", (self.run_id,)
+            ).fetchall()
+        finally:
+            con.close()
+        cells: dict[str, str] = {}
+        for kernel, variant, node, outcome in rows:
+            label = f"{kernel}:{variant}@{node}"
+            if outcome not in ("infra-error", "not-run") or cells.get(label, "infra-error") in (
+                "infra-error",
+                "not-run",
+            ):
+                cells[label] = outcome
+        return cells
+
     @property
     def url(self) -> str:
         return self.index.as_uri()
+
+    @property
+    def run_page(self) -> str:
+        return (self.index.parent / "runs" / f"{self.run_id}.html").as_uri()
 
 
 @dataclass
@@ -267,11 +291,44 @@ def test_matrix_reads_every_verdict_without_javascript(runs: Runs, page) -> None
     for rendered in (runs.first, runs.second):
         page.goto(rendered.url)
         assert page.title(), f"{rendered.index}: the page has no title"
-        expected = database_cells(rendered)
+        expected = rendered.standing()
         assert len(expected) >= 8, expected
         shown = matrix_cells(page)
-        assert shown == expected, f"run {rendered.run_id}: matrix {shown} is not the results table {expected}"
+        assert shown == expected, f"run {rendered.run_id}: matrix {shown} is not the fleet's standing {expected}"
         assert_summary(page, rendered)
+        # each cell's colour class is its outcome's category (issue 9, case 10: the cell page too)
+        for td in page.locator("table#matrix td[data-node][data-cell]").all():
+            outcome = td.locator("a.outcome").inner_text().strip()
+            want = "infra" if is_infra(outcome) else ("good" if is_as_expected(outcome) else "bad")
+            assert want in (td.get_attribute("class") or "").split(), (outcome, td.get_attribute("class"))
+
+
+def test_the_matrix_is_the_fleets_standing_and_each_run_keeps_its_own(runs: Runs, page) -> None:
+    """Issue 9, case 6: the second run left the hostile kernel out; its cells stay
+    in the matrix with the run they came from, and runs/ID.html is the run's own."""
+    hostile = f"{HOSTILE}:{HOSTILE_VARIANT}@t4"
+    assert hostile not in database_cells(runs.second)
+    page.goto(runs.second.url)
+    cell = page.locator(f'table#matrix td[data-node="t4"][data-cell="{HOSTILE}:{HOSTILE_VARIANT}"]')
+    assert cell.count() == 1
+    assert cell.get_attribute("data-run") == str(runs.first.run_id)
+    assert f"run {runs.first.run_id}" in cell.inner_text()
+    page.goto(runs.second.run_page)
+    own = {
+        f"{td.get_attribute('data-cell')}@{td.get_attribute('data-node')}": td.inner_text().strip()
+        for td in page.locator("table#matrix td[data-cell]").all()
+    }
+    assert own == database_cells(runs.second)
+
+
+def test_cell_pages_carry_their_outcomes_colour(runs: Runs, page) -> None:
+    """Issue 9, case 10: the cell page's outcome has its category's class, not a function's repr."""
+    for row in runs.second.rows():
+        page.goto((runs.second.index.parent / "cells" / f"{row['id']}.html").as_uri())
+        outcome = page.locator("td#outcome")
+        want = "infra" if is_infra(row["outcome"]) else ("good" if is_as_expected(row["outcome"]) else "bad")
+        assert outcome.get_attribute("class") == want, row["outcome"]
+        assert "function" not in page.content()
 
 
 def test_runs_have_the_outcomes_planned(runs: Runs) -> None:

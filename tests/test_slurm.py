@@ -222,7 +222,7 @@ def test_farm_nodes_shows_each_partitions_card(matrix: MatrixRun) -> None:
 
 def test_cancelled_job_is_infra_not_a_verdict(cluster: SlurmCluster, tmp_path: Path) -> None:
     farm = make_farm(tmp_path, cluster, {"t4": ("t4", {})})  # retries: 2, but a cancelled job is not resubmitted
-    binary_prefix = f"{tmp_path / 'work-t4'}/builds/t4/{KERNEL}-hang-"
+    binary_prefix = f"{tmp_path / 'work-t4'}/cells/"
     cancelled: list[str] = []
 
     def kernels() -> list[tuple[int, str]]:

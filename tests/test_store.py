@@ -23,10 +23,16 @@ def test_first_schema_database_upgrades_in_place(tmp_path):
         after = db.execute("select id, kernel, variant, outcome from results order by id").fetchall()
         (revision,) = db.execute("select version_num from alembic_version").fetchone()
     assert after == before and len(before) == 8
-    assert revision != ""
-    # and the upgraded database still renders, with its certificate
-    index = render(store, tmp_path / "reports")
-    assert "CC 9.0: VERIFIED" in index.read_text()
+    assert revision == "0004"
+    with sqlite3.connect(path) as db:
+        cards = db.execute("select distinct device, cc, real_gpu, identity from results").fetchall()
+    # filled from each result's node snapshot; no identity: the dependencies' bytes were never recorded
+    assert cards == [("NVIDIA H200", "9.0", 1, None)]
+    # the upgraded database still renders: its cells stand in the matrix, but a result whose
+    # inputs were not all identified certifies nothing (issue 9, case 4)
+    index = render(store, tmp_path / "reports").read_text()
+    assert index.count('data-node="h200"') >= 4
+    assert "CC 9.0: VERIFIED" not in index and "CC 9.0: unverified" in index
 
 
 def test_fresh_database_is_created_at_head(tmp_path):

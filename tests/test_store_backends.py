@@ -377,7 +377,7 @@ def test_abort_unfinished_runs(store):
     finished = store.begin_run(**RUN_FIELDS)
     store.finish_run(finished, "finished", 0)
     killed = store.begin_run(**RUN_FIELDS)
-    store.add_planned(killed, [("k", "v0", "n"), ("k", "v1", "n"), ("k", "v2", "n")])
+    store.add_planned(killed, [("k", "v0", "n", ""), ("k", "v1", "n", ""), ("k", "v2", "n", "")])
     snapshot = add_snapshot(store, killed)
     store.add_result(**result_fields(killed, snapshot, 0))
 
@@ -440,7 +440,7 @@ def test_readers_during_a_run_never_block_the_writer_nor_see_half_a_cell(store, 
     cells = 120
     run_id = store.begin_run(**RUN_FIELDS)
     snapshot = add_snapshot(store, run_id)
-    store.add_planned(run_id, [("k", f"v{i}", "n") for i in range(cells)])
+    store.add_planned(run_id, [("k", f"v{i}", "n", "") for i in range(cells)])
     store.add_result(**result_fields(run_id, snapshot, 0))
     writes: list[float] = []
     errors: list[BaseException] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,12 @@ class Transport(ABC):
         self._require_open("read")
         return self._read(remote, limit)
 
+    def stream(self, remote: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """A file on the node, whole, in chunks as they arrive (memory stays
+        bounded whatever its size). A missing file is an empty stream."""
+        self._require_open("stream")
+        return self._stream(remote, chunk)
+
     def _with_env(self, command: str) -> str:
         if not self.node.env:
             return command
@@ -105,3 +112,6 @@ class Transport(ABC):
 
     @abstractmethod
     def _read(self, remote: str, limit: int) -> bytes: ...
+
+    @abstractmethod
+    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]: ...

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import CommandTimeout
@@ -80,3 +81,12 @@ class LocalTransport(Transport):
     def _read(self, remote: str, limit: int) -> bytes:
         with open(self._path(remote), "rb") as handle:
             return handle.read(limit)
+
+    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]:
+        try:
+            handle = open(self._path(remote), "rb")  # noqa: SIM115 - closed below, in the generator
+        except FileNotFoundError:
+            return
+        with handle:
+            while block := handle.read(chunk):
+                yield block

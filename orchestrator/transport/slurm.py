@@ -40,6 +40,7 @@ import re
 import secrets
 import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +179,9 @@ class SlurmTransport(Transport):
 
     def _read(self, remote: str, limit: int) -> bytes:
         return self._login.read(remote, limit)
+
+    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]:
+        return self._login.stream(remote, chunk)
 
     # commands -------------------------------------------------------------
     def _with_env(self, command: str) -> str:

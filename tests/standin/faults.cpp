@@ -6,7 +6,7 @@
 //   MODE_SLOWPASS   "standin: started", sleeps SLEEP_S seconds, then passes
 //   MODE_STUBBORN   ignores SIGTERM, forks a child that ignores it too, and
 //                   both sleep forever: only `timeout -k`'s KILL ends them
-//   MODE_FLOOD      passes first, then prints FLOOD_MIB MiB more on stdout
+//   MODE_FLOOD      prints FLOOD_MIB MiB on stdout, then its pass marker as the last line
 //   MODE_BADUTF8    passes, then 200,000 x U+20AC (3 bytes each) written in
 //                   7-byte pieces (characters split across writes), then bytes
 //                   that are not UTF-8; a little of both on stderr too
@@ -51,7 +51,6 @@ int main(void) {
     }
     for (;;) pause();
 #elif defined(MODE_FLOOD)
-    say(1, "standin: PASS\n");
     // 1 MiB of 64-byte lines, FLOOD_MIB times
     static char block[1 << 20];
     for (size_t i = 0; i < sizeof block; i += 64) {
@@ -59,6 +58,7 @@ int main(void) {
         block[i + 63] = '\n';
     }
     for (int i = 0; i < FLOOD_MIB; ++i) write_all(1, block, sizeof block);
+    say(1, "standin: PASS\n");  // after FLOOD_MIB MiB: the marker is found only in the whole stream
     say(2, "standin: flooded stdout\n");
     return 0;
 #elif defined(MODE_BADUTF8)

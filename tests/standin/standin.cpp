@@ -33,9 +33,21 @@
 #define MIN_CC 0
 #endif
 
-// The device's CC as an integer (7.5 -> 75), or -1 when it cannot be read.
+// The device's CC as an integer (7.5 -> 75), or -1 when it cannot be read. Like
+// a CUDA program, it sees the GPU CUDA_VISIBLE_DEVICES names (the first one).
 static int device_cc(void) {
-    FILE *pipe = popen("nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null", "r");
+    char command[512] = "nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null";
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != NULL && visible[0] != '\0') {
+        char first[128] = {0};
+        sscanf(visible, "%127[^,]", first);
+        for (const char *c = first; *c; c++) {
+            if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || *c == '-'))
+                return -1;
+        }
+        snprintf(command, sizeof command, "nvidia-smi -i %s --query-gpu=compute_cap --format=csv,noheader 2>/dev/null", first);
+    }
+    FILE *pipe = popen(command, "r");
     if (pipe == NULL) return -1;
     char line[64] = {0};
     char *got = fgets(line, sizeof line, pipe);

@@ -1,0 +1,148 @@
+"""A kernel's stdout or stderr, read once, whole: markers, hash, and a bounded copy.
+
+A verbose kernel may print its pass marker after megabytes of debug output, so
+markers are matched over the *whole* stream as it is read, never only over the
+copy that is kept. Markers are user regexes and the output is untrusted, so
+they run on RE2 (google-re2), whose matching time is linear in the input:
+no pattern can make a hostile line hang the farm.
+
+Markers are matched line by line (`^` and `$` anchor at each line; a line is
+at most MAX_LINE bytes, longer ones are matched in MAX_LINE pieces). The kept
+copy is the stream's first and last `cap / 2` bytes with one elision line
+between them; the full size and the full stream's sha256 are recorded, and
+where the cut was, so a page can say which bytes it does not show.
+
+Memory is bounded by `cap` + MAX_LINE + one chunk, whatever the stream's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import re2
+
+MAX_LINE = 64 * 1024
+LAST_LINE_CHARS = 240  # of the last non-empty line, for reasons
+
+
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print parse errors on stderr itself
+    return options
+
+
+def compile_marker(pattern: str) -> re2._Regexp:
+    """A marker as RE2 compiles it, for bytes, with `^`/`$` at line ends; raises
+    ValueError naming what RE2 rejects (look-arounds, back-references...)."""
+    try:
+        return re2.compile(("(?m)" + pattern).encode("utf-8"), _options())
+    except re2.error as err:
+        reason = err.args[0].decode() if err.args and isinstance(err.args[0], bytes) else str(err)
+        raise ValueError(reason) from None
+
+
+@dataclass
+class ScanResult:
+    """What one read of a stream saw."""
+
+    size: int = 0
+    sha256: str = ""
+    kept: bytes = b""  # head + elision line + tail, or the whole stream when it fits
+    cut: tuple[int, int] | None = None  # [start, end) byte offsets left out of `kept`
+    lines: int = 0
+    matches: dict[str, int] = field(default_factory=dict)  # marker name -> first matching line (1-based)
+    last_line: str = ""  # the last non-empty line, decoded, at most LAST_LINE_CHARS
+
+
+class StreamScan:
+    """Feed a stream's bytes in chunks; `finish()` returns what it saw."""
+
+    def __init__(self, markers: dict[str, str], cap: int) -> None:
+        self._markers = {name: compile_marker(p) for name, p in markers.items() if p}
+        self._half = max(cap // 2, 1)
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._partial = bytearray()
+        self._lines = 0
+        self._matches: dict[str, int] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self._hash.update(chunk)
+        self._size += len(chunk)
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+        self._tail += chunk
+        if len(self._tail) > self._half:
+            del self._tail[: len(self._tail) - self._half]
+        self._partial += chunk
+        cut = self._partial.rfind(b"\n")
+        if cut >= 0:
+            self._block(bytes(self._partial[: cut + 1]))
+            del self._partial[: cut + 1]
+        while len(self._partial) >= MAX_LINE:  # a line without end: matched in pieces
+            self._block(bytes(self._partial[:MAX_LINE]) + b"\n")
+            del self._partial[:MAX_LINE]
+
+    def _block(self, block: bytes) -> None:
+        """Whole lines, each ending in a newline. A marker is searched in the
+        block at once (fast); only a hit is confirmed line by line, so a match
+        that spans lines never counts."""
+        for name, marker in self._markers.items():
+            if name in self._matches or marker.search(block) is None:
+                continue
+            number = self._lines
+            for line in block.split(b"\n")[:-1]:
+                number += 1
+                if marker.search(line) is not None:
+                    self._matches[name] = number
+                    break
+        self._lines += block.count(b"\n")
+
+    def finish(self) -> ScanResult:
+        if self._partial:
+            self._block(bytes(self._partial) + b"\n")
+            self._partial.clear()
+        if self._size <= 2 * self._half:
+            kept = bytes(self._head) + bytes(self._tail[len(self._tail) - (self._size - len(self._head)) :])
+            cut = None
+        else:
+            start, end = len(self._head), self._size - len(self._tail)
+            note = f"\n[farm: {end - start} bytes left out here (bytes {start} to {end} of {self._size})]\n"
+            kept = bytes(self._head) + note.encode() + bytes(self._tail)
+            cut = (start, end)
+        return ScanResult(
+            size=self._size,
+            sha256=self._hash.hexdigest(),
+            kept=kept,
+            cut=cut,
+            lines=self._lines,
+            matches=dict(self._matches),
+            last_line=last_line(bytes(self._tail)),
+        )
+
+
+def last_line(data: bytes) -> str:
+    """The last non-empty line of `data`, decoded and bounded, for a reason."""
+    for line in reversed(data.splitlines()):
+        text = line.decode("utf-8", "replace").strip()
+        if text:
+            return text if len(text) <= LAST_LINE_CHARS else text[: LAST_LINE_CHARS - 1] + "…"
+    return ""
+
+
+def scan(chunks: Iterable[bytes], markers: dict[str, str], cap: int) -> ScanResult:
+    scanner = StreamScan(markers, cap)
+    for chunk in chunks:
+        scanner.feed(chunk)
+    return scanner.finish()
+
+
+def scan_bytes(data: bytes, markers: dict[str, str], cap: int = 1 << 20) -> ScanResult:
+    return scan([data], markers, cap)
