@@ -4,8 +4,11 @@
 # it over SSH, and measure the farm against the same commands run directly.
 #
 #   bench/hopper.sh            needs .kit/, made here (a machine with PyPI) with
-#       ../shared/gpu-node/make-kit.sh .kit fabric sqlalchemy pydantic alembic filelock
+#       ../shared/gpu-node/make-kit.sh .kit fabric sqlalchemy pydantic alembic filelock google-re2 packaging
+#       pip download --no-deps (cp312, manylinux) -d .kit/wheels nvidia-cutlass==4.2.0.0
 #       cp ../shared/gpu-node/*.sh .kit/        (and `echo /.kit/ >> .git/info/exclude`)
+#   On a machine with several GPUs (nvidia-h200-x2) the node has one slot per card:
+#   the cells' runs go to both, and each result names the GPU (index, UUID) it ran on.
 #
 # Writes results.db (the real runs) and logs under $OUT.
 set -uo pipefail
@@ -19,7 +22,7 @@ farm() { python3 -m orchestrator.cli "$@"; }
 CFG=farms/hopper.yaml
 
 log "machine"
-nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+nvidia-smi --query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader
 nvcc --version | tail -2
 nproc
 head -n 1 /proc/driver/nvidia/version; ls -l /dev/nvidiactl
@@ -67,16 +70,16 @@ print(f"farm cold wall {cold:.1f} s; raw commands one after another {raw:.1f} s;
       f"ratio farm/raw {cold / raw:.2f}; farm warm wall {warm:.1f} s")
 db = sqlite3.connect("results.db")
 for run_id, trigger in db.execute("select id, trigger from runs order by id"):
-    rows = db.execute("select kernel, variant, outcome, build_cached, stage_seconds, code_path from results where run_id=?", (run_id,)).fetchall()
+    rows = db.execute("select kernel, variant, outcome, build_cached, stage_seconds, code_path, gpu_index, gpu_uuid, real_gpu, identity from results where run_id=?", (run_id,)).fetchall()
     shipped = db.execute("select sum(bytes_shipped) from node_snapshots where run_id=?", (run_id,)).fetchone()[0]
-    nvcc = [f"{k}:{v}" for k, v, _, cached, _, _ in rows if not cached]
+    nvcc = [f"{k}:{v}" for k, v, _, cached, *_ in rows if not cached]
     print(f"run {run_id} ({trigger}): bytes shipped {shipped}; builds that invoked nvcc: {nvcc}")
-    for k, v, o, cached, stages, code in rows:
-        print(f"   {k}:{v:<11} {o:<15} code {code}  build cached {bool(cached)}  stages {stages}")
+    for k, v, o, cached, stages, code, gpu, uuid, real, ident in rows:
+        print(f"   {k}:{v:<11} {o:<15} code {code}  GPU {gpu} {uuid} real {bool(real)}  identity {(ident or '-')[:12]}  cached {bool(cached)}  stages {stages}")
 PY
 echo "cold rc=$cold_rc warm rc=$warm_rc"
 
 log "gpu-marked tests"
-python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_course_kernels.py 2>&1 | tail -40
+python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_course_kernels.py 2>&1 | tail -60
 
 cp results.db "$OUT/results.db"

@@ -92,7 +92,7 @@ class Staging:
     dependencies: dict[str, Placed] = field(default_factory=dict)  # dependency name -> folder
     bundles: dict[str, Bundle] = field(default_factory=dict)  # digest -> bundle, to ship it again
     shipped: int = 0  # bytes sent
-    notes: list[str] = field(default_factory=list)  # what was found altered and shipped again
+    notes: dict[str, str] = field(default_factory=dict)  # digest -> what was found altered and shipped again
 
 
 def remote_dir(workdir: str, bundle: Bundle) -> str:
@@ -161,7 +161,8 @@ def stage_jobs(transport: Transport, workdir: str, jobs: list[Job], cache_dir: P
         sources = sources_bundle(job)
         shipped, note = ensure(transport, workdir, sources, cache_dir)
         staging.shipped += shipped
-        staging.notes += [note] if note else []
+        if note:
+            staging.notes[sources.digest] = note
         staging.sources[job.kernel] = Placed(remote_dir(workdir, sources), sources.digest)
         staging.bundles[sources.digest] = sources
         for dep in job.spec.dependencies:
@@ -180,7 +181,8 @@ def stage_jobs(transport: Transport, workdir: str, jobs: list[Job], cache_dir: P
             dep_bundle = Bundle.of_folder(f"dependency {dep}", folder)
             shipped, note = ensure(transport, workdir, dep_bundle, cache_dir)
             staging.shipped += shipped
-            staging.notes += [note] if note else []
+            if note:
+                staging.notes[dep_bundle.digest] = note
             staging.dependencies[dep] = Placed(
                 remote_dir(workdir, dep_bundle), dep_bundle.digest, dependencies.local_version(dep)
             )

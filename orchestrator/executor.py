@@ -146,6 +146,7 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
 class NodeContext:
     """What a node's cells share once it is probed and staged."""
 
+    stage_record: StageRecord  # the node's staging, shown on each cell with what concerned it
     snapshot: NodeSnapshot
     snapshot_id: int
     staging: Staging
@@ -156,6 +157,7 @@ class NodeContext:
     setup: Transport
     lock: threading.Lock = field(default_factory=threading.Lock)
     build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
+    built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -266,6 +268,7 @@ class FarmRun:
             self.listener.node_ready(name, snapshot, None)
             devices, slots = node_devices(setup, snapshot)
             context = NodeContext(
+                stage_record=records[1],
                 snapshot=snapshot,
                 snapshot_id=snapshot_id,
                 staging=staging,
@@ -303,7 +306,7 @@ class FarmRun:
                     detail = ""
                 else:
                     staging = self._stage_bundles(setup, partial[0], cells)
-                    detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes])
+                    detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
             except InfraError as err:
                 records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
                 raise
@@ -358,8 +361,17 @@ class FarmRun:
             for future in [pool.submit(worker, t) for t in transports]:
                 future.result()
 
-    def _recorded_binary(self, node: str, build_key: str) -> str | None:
+    def _recorded_binary(self, ctx: NodeContext, node: str, build_key: str) -> str | None:
+        """What a cached build must hash to: built earlier in this run, else as the store recorded it."""
+        with ctx.lock:
+            if build_key in ctx.built:
+                return ctx.built[build_key]
         return self.store.recorded_binary(node, build_key)
+
+    @staticmethod
+    def _remember_binary(ctx: NodeContext, build_key: str, sha: str) -> None:
+        with ctx.lock:
+            ctx.built[build_key] = sha
 
     def _restage(self, ctx: NodeContext, transport: Transport, placed: Placed) -> str:
         """Ship an altered bundle again (a kernel of an earlier cell changed it)."""
@@ -382,10 +394,17 @@ class FarmRun:
         paths = cell_paths(ctx.snapshot, variant, cell, self.summary.run_id, staging.sources[cell.kernel], deps)
         gpus = ctx.devices.get(cell.device, [])
         card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
+        # the node's staging is shown on a cell only when it concerned it: an input found altered there
+        digests = [paths.sources.digest, *(d.digest for d in deps.values())]
+        notes = "; ".join(staging.notes[d] for d in digests if d in staging.notes)
+        node_stage = ctx.stage_record
+        staged = (
+            [StageRecord("stage", node_stage.status, node_stage.started_at, node_stage.seconds, notes)] if notes else []
+        )
         attempt = 0
         while True:
             attempt += 1
-            result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot, card_cc))
+            result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot, card_cc), stages=list(staged))
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
                 self._attempt(cell.node, cell, attempt, "skipped", None, reason)
@@ -406,7 +425,8 @@ class FarmRun:
                     ctx.slots[cell.device],
                     self.farm.spec.output_cap,
                     ctx.cuobjdump,
-                    recorded_binary=lambda key: self._recorded_binary(cell.node, key),
+                    recorded_binary=lambda key: self._recorded_binary(ctx, cell.node, key),
+                    remember_binary=lambda key, sha: self._remember_binary(ctx, key, sha),
                     restage=lambda placed: self._restage(ctx, transport, placed),
                     build_lock=ctx.build_lock(paths.build_dir),
                 ).execute()

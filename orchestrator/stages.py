@@ -28,6 +28,7 @@ remote `timeout -k`, so a kernel that never ends is killed on the node itself
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import re
@@ -130,6 +131,12 @@ class CellPaths:
     def binary_name(self) -> str:
         return self.binary.rsplit("/", 1)[-1]
 
+    @property
+    def private_binary(self) -> str:
+        """The cell's own copy of the binary, in its own folder: inspected and run
+        there, so a rebuild of the shared cache or another kernel cannot swap it."""
+        return f"{self.run_dir}/work/{self.binary_name}"
+
 
 def cell_paths(
     snapshot: NodeSnapshot,
@@ -188,14 +195,14 @@ def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: 
 
 def verify_inputs_script(paths: CellPaths, tag: str) -> str:
     """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
-    digest is not the expected one (nothing when all are intact)."""
+    digest is not the expected one, and then sets `bad=1`."""
     checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
-    parts = []
+    parts = ["bad="]
     for name, placed in checks:
         folder = shlex.quote(placed.folder)
         parts.append(
             f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
-            f'[ "$d" = {placed.digest} ] || echo "@@farm {tag} {name} ${{d:-missing}}"'
+            f'[ "$d" = {placed.digest} ] || {{ echo "@@farm {tag} {name} ${{d:-missing}}"; bad=1; }}'
         )
     return "; ".join(parts)
 
@@ -247,6 +254,7 @@ class CellPipeline:
         output_cap: int,
         cuobjdump: str,
         recorded_binary: Callable[[str], str | None] = lambda _key: None,
+        remember_binary: Callable[[str, str], None] = lambda _key, _sha: None,
         restage: Callable[[Placed], str] | None = None,
         build_lock: threading.Lock | None = None,
     ) -> None:
@@ -259,7 +267,8 @@ class CellPipeline:
         self.gpu_slots = gpu_slots
         self.output_cap = output_cap
         self.cuobjdump = cuobjdump
-        self.recorded_binary = recorded_binary  # build key -> the binary sha256 the store recorded for it
+        self.recorded_binary = recorded_binary  # build key -> the binary sha256 recorded for it
+        self.remember_binary = remember_binary  # a fresh build's sha256, for the run's later cells
         self.restage = restage  # ships an altered bundle again; returns a note
         self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
         self._built_sha: str | None = None
@@ -302,9 +311,16 @@ class CellPipeline:
                 self._stage("run", self._run)
             finally:
                 self._release()
+        self._clean_up()
         self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
+
+    def _clean_up(self) -> None:
+        if self.result.evidence.infra_stage is not None:
+            return  # the session may be gone; the next run's copy starts with rm -rf
+        with contextlib.suppress(InfraError):
+            self.t.run(f"rm -rf {shlex.quote(self.paths.run_dir)}", timeout=60)
 
     def _release(self) -> None:
         if self._slot:
@@ -322,22 +338,30 @@ class CellPipeline:
 
     # build ----------------------------------------------------------------
     def _build_script(self, command: str, reuse: bool) -> str:
-        bdir = shlex.quote(self.paths.build_dir)
-        binary = shlex.quote(self.paths.binary)
+        """One round trip: reuse a cached build (copying it into the cell's own
+        folder and hashing the copy), or verify the inputs, build, verify them
+        again, hash the binary, mark the build reusable and take the copy."""
+        q = shlex.quote
+        bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
+        rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
+        copy = f"rm -rf {rdir} && mkdir -p {rdir}/work && cp {binary} {private}"
         cached = (
-            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then "
-            f'echo "@@farm cached $(sha256sum < {binary} | cut -c1-64)"; exit 0; fi; '
+            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
+            f'echo "@@farm cached $(sha256sum < {private} | cut -c1-64)"; exit 0; fi; '
             if reuse
             else ""
         )
         return (
             f"{cached}"
-            f"{verify_inputs_script(self.paths, 'altered')}; "
+            f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
             f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null')}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
-            f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; fi; '
+            f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
+            # only a build whose inputs stayed intact is marked reusable
+            f'if [ -z "$bad" ]; then touch .farm-built && {copy} && '
+            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; fi; '
             f'echo "@@farm rc=$rc"; }}'
         )
 
@@ -402,8 +426,14 @@ class CellPipeline:
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
             return "failed"
-        # only a build whose inputs stayed intact is marked reusable
-        self.t.run(f"touch {shlex.quote(self.paths.build_dir)}/.farm-built", timeout=60)
+        copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
+        if copy is None or copy.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the binary changed while it was copied into the cell's folder "
+                f"(built {str(self._built_sha)[:12]}, copy {copy.group(1)[:12] if copy else 'missing'})"
+            )
+        if self._built_sha:
+            self.remember_binary(self.paths.build_key, self._built_sha)
         return "ok"
 
     def _read_log(self) -> bytes:
@@ -414,9 +444,9 @@ class CellPipeline:
 
     # inspect --------------------------------------------------------------
     def _inspect(self) -> str:
-        binary = shlex.quote(self.paths.binary)
+        binary = shlex.quote(self.paths.private_binary)
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
-        bdir = shlex.quote(self.paths.build_dir)
+        bdir = shlex.quote(self.paths.run_dir)
         cuda = "{cuobjdump}" in self.variant.inspect
         lists = (
             f"echo '@@farm elf'; {shlex.quote(self.cuobjdump)} --list-elf {binary} 2>&1; "
@@ -438,7 +468,7 @@ class CellPipeline:
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
         if sha is None or sha.group(1) != self._built_sha:
             raise InfraError(
-                f"node {self.t.name!r}: the binary changed on the node between build and inspect "
+                f"node {self.t.name!r}: the cell's copy of the binary changed on the node before inspection "
                 f"(sha256 {sha.group(1)[:12] if sha else 'unreadable'}, built {str(self._built_sha)[:12]})"
             )
         if cuda:
@@ -450,7 +480,7 @@ class CellPipeline:
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
-        dump = self.t.read(f"{self.paths.build_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
+        dump = self.t.read(f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
         counts = count_instructions(dump, list(self.variant.instructions))
         self.result.instruction_counts = counts
         ev.missing_instructions = {
@@ -463,16 +493,15 @@ class CellPipeline:
         limit = int(self.variant.timeout or self.job.spec.timeout)
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
-        copy = f"{work}/{self.paths.binary_name}"
+        copy = self.paths.private_binary
         command = self.variant.run.format(binary=shlex.quote(copy))
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
         script = (
-            f"rm -rf {q(rdir)} && mkdir -p {q(work)} && cp {q(self.paths.binary)} {q(copy)} && "
-            f'got=$(sha256sum < {q(copy)} | cut -c1-64) && if [ "$got" != {self._built_sha} ]; then '
-            f'echo "@@farm binary-altered $got"; exit 0; fi; '
+            f'got=$(sha256sum < {q(copy)} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
+            f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
             f"cd {q(work)} && {{ {pin}"
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null')}; "
             f'echo "@@farm $rc"; }}'
@@ -487,7 +516,7 @@ class CellPipeline:
         altered = re.search(r"@@farm binary-altered (\S+)", outcome.stdout)
         if altered:
             raise InfraError(
-                f"node {self.t.name!r}: the cached binary changed on the node after inspection "
+                f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
                 f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
             )
         match = re.search(r"@@farm (\d+)\s*$", outcome.stdout)
@@ -505,7 +534,6 @@ class CellPipeline:
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
-        self.t.run(f"rm -rf {q(rdir)}", timeout=60)
         return "ok" if ev.run_exit == 0 else "failed"
 
     def _scan(self, remote: str, markers: dict[str, str]) -> ScanResult:

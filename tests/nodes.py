@@ -121,10 +121,12 @@ def fingerprint(public_key_line: str) -> str:
 class SshNode:
     """One sshd on loopback; `start()` it, `stop()` it, point farm.yaml at it."""
 
-    def __init__(self, name: str, root: Path, card: Card | None) -> None:
+    def __init__(self, name: str, root: Path, card: Card | list[Card] | None) -> None:
         self.name = name
         self.root = root
-        self.card = card
+        # one card, several (GPU 0, 1, ... of one node), or none
+        self.cards = [] if card is None else ([card] if isinstance(card, Card) else list(card))
+        self.card = self.cards[0] if self.cards else None
         self.port = 0
         self.user = getpass.getuser()
         self.node_bin = root / "bin"
@@ -144,7 +146,7 @@ class SshNode:
         self.node_bin.mkdir(exist_ok=True)
         if self.card is not None:
             smi = self.node_bin / "nvidia-smi"
-            smi.write_text(nvidia_smi_script(self.card))
+            smi.write_text(nvidia_smi_script(self.cards))
             smi.chmod(0o755)
         _keygen(self.host_key, f"farm-test-host-{self.name}")
         _keygen(self.client_key, f"farm-test-client-{self.name}")
@@ -297,7 +299,7 @@ class Fleet:
         self.root = root
         self.nodes: dict[str, SshNode] = {}
 
-    def add(self, name: str, card: Card | None, *, start: bool = True) -> SshNode:
+    def add(self, name: str, card: Card | list[Card] | None, *, start: bool = True) -> SshNode:
         node = SshNode(name, self.root / name, card)
         node.prepare()
         self.nodes[name] = node

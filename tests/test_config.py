@@ -223,3 +223,85 @@ def test_database_from_a_newer_farm(tmp_path):
     with pytest.raises(StoreError) as info:
         Store(url)
     assert "schema revision 9999, written by a newer farm" in str(info.value)
+
+
+# ------------------------------------------------- contracts that can fail (issue 9, case 8)
+
+
+@pytest.mark.parametrize("marker", ["''", "'   '", "'.*'", "'^'", "'x*'"])
+@pytest.mark.parametrize("key", ["pass_marker", "refusal_marker"])
+def test_a_marker_that_matches_anything_is_refused(tmp_path, key, marker):
+    job = GOOD_JOB.replace("pass_marker: PASS", "pass_marker: PASS").replace(
+        f"{key}: {'PASS' if key == 'pass_marker' else 'needs CC'}", f"{key}: {marker}"
+    )
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == key, str(err)
+    assert "jobs/k.yaml" in err.file and ("not empty" in str(err) or "empty line" in str(err)), str(err)
+
+
+def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
+    job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == "pass_marker" and "RE2" in str(err) and "look-arounds" in str(err)
+
+
+def test_an_inverted_cc_range_is_refused(tmp_path):
+    job = GOOD_JOB.replace('{min: "7.5"}', '{min: "9.0", max: "7.5"}')
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == "variants.v1.cc" and "min 9.0 is above max 7.5" in str(err)
+
+
+@pytest.mark.parametrize("field", ["{sources!r}", "{}", "{sources:>100000000}", "{0}", "{sources.x}"])
+def test_template_fields_are_plain_names_only(tmp_path, field):
+    job = GOOD_JOB.replace("{sources}'", f"{field}'")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == "variants.v1.build" and "plain {name} fields" in str(err), str(err)
+
+
+# ------------------------------------------------------------- headers (issue 9, case 5)
+
+
+def test_headers_are_shipped_and_hashed_but_not_sources(tmp_path):
+    (tmp_path / "kernels" / "common").mkdir(parents=True)
+    (tmp_path / "kernels" / "common" / "util.cuh").write_text("#pragma once\n")
+    (tmp_path / "kernels" / "k.cuh").write_text("#pragma once\n")
+    job = GOOD_JOB.replace(
+        "sources: [kernels/k.cu]", "sources: [kernels/k.cu]\nheaders: [kernels/k.cuh, kernels/common]"
+    )
+    farm = load_farm(make_farm(tmp_path, job=job))
+    found = farm.jobs["k"]
+    assert found.spec.sources == ["kernels/k.cu"]
+    assert list(found.files) == ["kernels/common/util.cuh", "kernels/k.cu", "kernels/k.cuh"]
+    assert set(found.file_sha256) == set(found.files)
+
+
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ("../outside.cuh", "no '..'"),
+        ("kernels/missing.cuh", "does not exist"),
+        ("kernels/k.cu", "a second time"),
+        ("/etc/passwd", "no '..'"),
+    ],
+)
+def test_bad_headers_are_refused(tmp_path, entry, says):
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", f"sources: [kernels/k.cu]\nheaders: ['{entry}']")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert "headers[0]" in str(err) and says in str(err), str(err)
+
+
+def test_a_source_listed_twice_is_refused(tmp_path):
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", "sources: [kernels/k.cu, kernels/k.cu]")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert "sources[1]" in str(err) and "a second time" in str(err)
+
+
+def test_read_only_loading_needs_no_dependency_installed(tmp_path, monkeypatch):
+    """Issue 9, case 11: `farm show` and `farm report` read the database only."""
+    from orchestrator.config import load_farm as load
+
+    monkeypatch.setitem(dependencies.KNOWN, "fakelib", (lambda: None, "pip install fakelib", "fakelib"))
+    job = GOOD_JOB.replace("pass_marker", "dependencies: [fakelib]\npass_marker")
+    path = make_farm(tmp_path, job=job)
+    assert "not installed" in str(load_error(path))
+    assert load(path, check_dependencies=False).jobs["k"].spec.dependencies == ["fakelib"]

@@ -185,3 +185,53 @@ def test_gpu_hopper_wgmma_passes_natively(course_run):
         cutlass = rows[("cutlass_gemm", variant)]
         assert cutlass.outcome == "pass"
         assert cutlass.code_path == "ptx-jit"  # no CC 9.0 machine code in either build
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_every_card_is_confirmed_and_each_result_names_its_card(course_run):
+    """Issue 9, cases 3 and 9: the probe lists every GPU and the CUDA driver
+    confirms each; each cell ran on one card, by UUID, and says which; with
+    several cards, the runs went to more than one of them."""
+    _, rows, snapshot, _ = course_run
+    gpus = snapshot.gpus
+    print(f"cards: {gpus}")
+    assert gpus and all(g["verified"] for g in gpus), gpus
+    uuids = {g["uuid"]: g["index"] for g in gpus}
+    ran = [r for r in rows.values() if r.exit_code is not None]
+    for row in ran:
+        assert row.gpu_uuid in uuids and row.gpu_index == uuids[row.gpu_uuid], row.gpu_uuid
+        assert row.real_gpu and row.cc == GPU_CC and row.identity
+        print(f"{row.kernel}:{row.variant} ran on GPU {row.gpu_index} {row.gpu_uuid}")
+    if len(gpus) > 1:
+        assert len({r.gpu_uuid for r in ran}) > 1, "several cards, but every run went to one"
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_gpu_a_stand_in_nvidia_smi_on_real_hardware_is_not_believed(tmp_path):
+    """Issue 9, case 9: on a real GPU machine, an nvidia-smi on PATH that
+    reports a Tesla T4 is contradicted by the CUDA driver: nothing it runs certifies."""
+    import os
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from nodes import CARDS, nvidia_smi_script
+
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(nvidia_smi_script(CARDS["t4"]))
+    (fake / "nvidia-smi").chmod(0o755)
+    config = local_farm(tmp_path)
+    text = config.read_text() + f"    env: {{PATH: '{fake}:{os.environ['PATH']}'}}\n"
+    config.write_text(text)
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    summary = run_cells(farm, store, plan_cells(farm, ["wgmma_gemm:gencode"]))
+    snapshot = store.snapshots(summary.run_id)[0]
+    (row,) = store.results(summary.run_id)
+    print(f"probe: {snapshot.gpus}; driver check: {snapshot.driver_check}")
+    print(f"cell: {row.outcome} ({row.reason}); real_gpu {row.real_gpu}")
+    assert snapshot.gpu_name == "Tesla T4" and not snapshot.real_gpu
+    assert "not confirmed" in snapshot.driver_check and "CUDA driver" in snapshot.driver_check
+    assert not row.real_gpu and row.cc == "7.5"

@@ -1,0 +1,273 @@
+"""Verdicts a reviewer can sign (issue 9): each case that once gave an
+authoritative-looking wrong verdict, on real sshd nodes with stand-in cards.
+
+    forged cache      a kernel rewrites another cell's cached binary and the staged
+                      sources: the next run rebuilds and re-ships, and says so
+    two cards         a node with a Tesla T4 and an H100: each cell is judged on its own card
+    identity          a header's bytes are part of the certificate: editing it makes it stale
+    headers           shipped and hashed, never passed to nvcc
+    reasons           the signal's name and the kernel's own last stderr line
+    order             CC columns as numbers (7.5 before 10.0)
+    deterministic     rendering the same database twice writes the same bytes
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, Card, Fleet, query, standin_job, standin_variant
+
+from orchestrator import inputs
+from orchestrator.config import load_farm
+from orchestrator.executor import run_cells
+from orchestrator.plan import plan_cells
+from orchestrator.report import render
+from orchestrator.reportdata import cc_key, collect
+from orchestrator.store import Store
+
+MIN75 = {"min": "7.5"}
+EXACT90 = {"exactly": "9.0"}
+B200 = Card("NVIDIA B200", "10.0", memory="183359 MiB")
+
+
+def run(config: Path, selectors: list[str] | None = None):
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, selectors), cache_dir=config.parent / "archives")
+    finally:
+        store.close()
+    return farm, summary
+
+
+def rows(db: Path, run_id: int) -> dict[tuple[str, str], sqlite3.Row]:
+    return {(r["variant"], r["device"]): r for r in query(db, "SELECT * FROM results WHERE run_id = ?", run_id)}
+
+
+# ------------------------------------------------------------------ case 2
+
+
+FORGER_RUN = (
+    "for v in ../../../builds/*/standin-victim-*/standin-victim; do "
+    'cp ../../../builds/*/standin-passer-*/standin-passer "$v"; done; '
+    "for s in ../../../bundles/*/kernels/standin.cpp; do echo '// forged' >> \"$s\"; done; {binary}"
+)
+
+
+def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """At 0f1e6ec the victim, which really fails, was judged `pass` ("fixed") on
+    the second run: its cached binary was the forger's copy of a passing one."""
+    variants = {
+        "victim": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+        "passer": standin_variant("PASS", MIN75, "MIN_CC=75"),
+        "forger": standin_variant("PASS", MIN75, "MIN_CC=75", run=FORGER_RUN),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4", build_jobs=1)}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, first = run(config)
+    db = tmp_path / "results.db"
+    one = rows(db, first.run_id)
+    assert [one[(v, "Tesla T4")]["outcome"] for v in variants] == ["fail", "pass", "pass"]
+    forged = list((tmp_path / "work-t4" / "builds" / "t4").glob("standin-victim-*/standin-victim"))
+    passer = list((tmp_path / "work-t4" / "builds" / "t4").glob("standin-passer-*/standin-passer"))
+    assert forged and forged[0].read_bytes() == passer[0].read_bytes(), "the forger did not rewrite the cache"
+
+    farm, second = run(config)
+    two = rows(db, second.run_id)
+    victim = two[("victim", "Tesla T4")]
+    assert victim["outcome"] == "fail", victim["reason"]
+    build = json.loads(victim["stage_details"])["build"]
+    assert "cached build altered on the node" in build["detail"] and "rebuilt" in build["detail"]
+    assert not victim["build_cached"]
+    assert victim["binary_sha256"] == one[("victim", "Tesla T4")]["binary_sha256"]
+    # the staged sources were altered too: shipped again, and the result hashes what was compiled
+    snapshot = query(db, "SELECT * FROM node_snapshots WHERE run_id = ?", second.run_id)[0]
+    assert snapshot["bytes_shipped"] > 0
+    attempts = query(db, "SELECT * FROM results WHERE run_id = ?", second.run_id)
+    assert all(json.loads(r["sources"]) == farm.jobs["standin"].file_sha256 for r in attempts)
+    stage = json.loads(victim["stage_details"])["stage"]
+    assert "altered" in stage["detail"] and "shipped again" in stage["detail"], stage
+
+
+# ------------------------------------------------------------------ case 3
+
+
+def test_each_cell_is_judged_on_its_own_card(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
+    """A node holding a Tesla T4 (GPU 0) and an H100 (GPU 1). At 0f1e6ec every
+    cell was judged against GPU 0 while running on either: 3 of 6 wrong."""
+    node = fleet_extra["duo"]
+    variants = {
+        "min75": standin_variant("PASS", MIN75, "MIN_CC=75"),
+        "hopper": standin_variant("PASS", EXACT90, "EXACT_CC=90"),
+        "ampere": standin_variant("PASS", {"min": "8.0"}, "MIN_CC=80"),
+    }
+    entry = node.farm_entry(tmp_path / "work-duo")
+    entry.pop("gpu"), entry.pop("cc")
+    config = make_farm(tmp_path, {"duo": entry}, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    t4, h100 = CARDS["t4"], CARDS["h100"]
+    want = {
+        ("min75", t4.name): "pass",
+        ("min75", h100.name): "pass",
+        ("hopper", t4.name): "expected-refusal",
+        ("hopper", h100.name): "pass",
+        ("ampere", t4.name): "expected-refusal",
+        ("ampere", h100.name): "pass",
+    }
+    assert {k: r["outcome"] for k, r in got.items()} == want
+    for (_, device), row in got.items():
+        card, index = (t4, 0) if device == t4.name else (h100, 1)
+        assert (row["gpu_index"], row["gpu_uuid"], row["cc"]) == (index, card.uuid(index), card.cc)
+    assert summary.exit_code == 0
+    # the matrix has a column per card, and the labels name the card
+    index_html = render(Store(f"sqlite:///{tmp_path / 'results.db'}"), tmp_path / "reports").read_text()
+    assert index_html.count('<th data-node="duo"') == 2
+    assert 'data-device="Tesla T4"' in index_html and f'data-device="{h100.name}"' in index_html
+
+
+def test_gpus_restricts_the_cards_used(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
+    entry = fleet_extra["duo"].farm_entry(tmp_path / "work-duo", gpus=[1])
+    entry.pop("gpu"), entry.pop("cc")
+    variants = {"min75": standin_variant("PASS", MIN75, "MIN_CC=75")}
+    config = make_farm(tmp_path, {"duo": entry}, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    assert list(got) == [("min75", CARDS["h100"].name)] and got[("min75", CARDS["h100"].name)]["gpu_index"] == 1
+
+
+# ------------------------------------------------------------ cases 4 and 5
+
+HEADERED = """\
+#include <stdio.h>
+#include "headered.h"
+int main(void) { printf("%s\\n", PASS_TEXT); return 0; }
+"""
+
+
+def test_headers_are_compiled_against_and_named_by_the_certificate(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    job = standin_job(
+        "headered",
+        {"plain": {"build": "g++ -O1 -o {binary} {sources}", "inspect": "objdump -d {binary}", "cc": MIN75}},
+        sources=["kernels/headered.cpp"],
+        headers=["kernels/headered.h"],
+    )
+    config = make_farm(tmp_path, nodes, [job])
+    (tmp_path / "kernels" / "headered.cpp").write_text(HEADERED)
+    header = tmp_path / "kernels" / "headered.h"
+    header.write_text('#define PASS_TEXT "standin: PASS"\n')
+    farm, summary = run(config)
+    (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    assert row["outcome"] == "pass", row["reason"]
+    assert "headered.cpp" in row["build_command"] and "headered.h" not in row["build_command"]
+    files = json.loads(row["sources"])
+    assert set(files) == {"kernels/headered.cpp", "kernels/headered.h"}
+    assert row["identity"] == inputs.identity(files, {})
+
+    # as if that card were real hardware: the pass certifies these inputs...
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE results SET real_gpu = 1 WHERE id = ?", (row["id"],))
+    store = Store(farm.database_url)
+    entry = collect(store, summary.run_id, farm).ledgers[0]
+    assert entry.sha256 == row["identity"] and entry.capabilities["7.5"].state == "VERIFIED"
+    assert set(entry.files) == set(files)
+    # ...and editing only the header (never passed to nvcc) makes it stale
+    header.write_text('#define PASS_TEXT "standin: PASS" /* edited */\n')
+    entry = collect(store, summary.run_id, load_farm(config)).ledgers[0]
+    assert entry.capabilities["7.5"].state == "stale"
+    (flag,) = [text for kind, text in entry.flags if kind == "stale"]
+    assert "Changed since: kernels/headered.h" in flag
+
+
+def test_the_cutlass_dependency_is_part_of_the_identity(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    farm = load_farm(repo / "farm.yaml")
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    model_inputs = __import__("orchestrator.reportdata", fromlist=["current_inputs"]).current_inputs(store, farm, {})
+    cutlass = model_inputs["cutlass_gemm"]
+    assert cutlass.dependencies["cutlass"]["version"] == "4.2.0.0"
+    digest = cutlass.dependencies["cutlass"]["digest"]
+    assert cutlass.identity == inputs.identity(farm.jobs["cutlass_gemm"].file_sha256, {"cutlass": digest})
+    assert cutlass.identity != inputs.identity(farm.jobs["cutlass_gemm"].file_sha256, {})
+
+
+# ------------------------------------------------------------------ case 7
+
+
+def test_reasons_name_the_signal_and_the_kernels_last_words(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    variants = {
+        "crash": standin_variant("CRASH", MIN75, "MIN_CC=75"),
+        "failnum": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    crash, failnum = got[("crash", "Tesla T4")], got[("failnum", "Tesla T4")]
+    assert "killed by SIGABRT (exit 134)" in crash["reason"], crash["reason"]
+    said = "standin: mismatch at element 17: got 3.5, expected 4.25"
+    assert said in failnum["reason"] and failnum["last_stderr_line"] == said
+    html = render(Store(f"sqlite:///{tmp_path / 'results.db'}"), tmp_path / "reports").read_text()
+    assert said in html  # in the matrix cell, escaped
+
+
+# ------------------------------------------------------------ cases 10, 11
+
+
+def test_cc_columns_are_ordered_as_numbers(fleet_extra: dict, ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    assert sorted(["10.0", "7.5", "9.0", None, "12.0"], key=cc_key) == ["7.5", "9.0", "10.0", "12.0", None]
+    nodes = {
+        "b200": fleet_extra["b200"].farm_entry(tmp_path / "work-b200"),
+        "t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4"),
+    }
+    config = make_farm(
+        tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75, "MIN_CC=75")})]
+    )
+    run(config)
+    html = render(Store(f"sqlite:///{tmp_path / 'results.db'}"), tmp_path / "reports").read_text()
+    assert html.index('<th data-node="t4"') < html.index('<th data-node="b200"')
+
+
+def test_rendering_is_deterministic(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    variants = {
+        "min75": standin_variant("PASS", MIN75, "MIN_CC=75"),
+        "crash": standin_variant("CRASH", MIN75, "MIN_CC=75"),
+    }
+    nodes = {
+        "t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4"),
+        "nogpu": ssh_fleet["nogpu"].farm_entry(tmp_path / "w"),
+    }
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    farm, _ = run(config)
+    run(config)
+    store = Store(farm.database_url)
+    first, second = tmp_path / "a", tmp_path / "b"
+    render(store, first, farm=farm)
+    stamps = {p: p.stat().st_mtime_ns for p in first.rglob("*.html")}
+    render(store, first, farm=farm)
+    render(store, second, farm=farm)
+    files = sorted(p.relative_to(first) for p in first.rglob("*.html"))
+    assert files == sorted(p.relative_to(second) for p in second.rglob("*.html"))
+    for rel in files:
+        assert (first / rel).read_bytes() == (second / rel).read_bytes(), rel
+    assert {p: p.stat().st_mtime_ns for p in first.rglob("*.html")} == stamps, "an unchanged page was rewritten"
+    assert "<function" not in "".join((first / rel).read_text() for rel in files)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def fleet_extra(tmp_path_factory: pytest.TempPathFactory):
+    """Nodes this module needs beyond the session fleet: two cards in one node, a CC 10.0 card."""
+    fleet = Fleet(tmp_path_factory.mktemp("extra"))
+    try:
+        fleet.add("duo", [CARDS["t4"], CARDS["h100"]])
+        fleet.add("b200", B200)
+        yield fleet.nodes
+    finally:
+        fleet.stop()
