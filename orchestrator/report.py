@@ -151,6 +151,7 @@ def render(
                 rows=sorted({(k, v) for (k, v, _n, _d) in cells}),
                 columns=columns,
                 several={n for n, _d in columns if sum(1 for m, _ in columns if m == n) > 1},
+                linked=past.id == run.id,  # cell pages are written for the rendered run (and the matrix)
             ),
         )
 
