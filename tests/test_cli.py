@@ -158,3 +158,35 @@ def test_readme_documents_every_command_and_exit_code():
         assert f"farm {command}" in readme, command
     for code in EXIT_MEANING:
         assert re.search(rf"^\|\s*{code}\s*\|", readme, re.M), f"exit code {code}"
+
+
+def test_show_and_report_read_the_database_without_cutlass_installed(tmp_path):
+    """Issue 9, case 11: on a reviewer's machine without CUTLASS, the commands
+    that only read the database still work; verify (which ships it) refuses."""
+    import shutil
+
+    shutil.copytree(REPO / "jobs", tmp_path / "jobs")
+    shutil.copytree(REPO / "kernels", tmp_path / "kernels")
+    shutil.copyfile(REPO / "results.db", tmp_path / "results.db")
+    (tmp_path / "farm.yaml").write_text("nodes:\n  local:\n    transport: local\n")
+    # a cutlass_library without CUTLASS's headers: dependencies.local_path finds nothing
+    shadow = tmp_path / "shadow" / "cutlass_library"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path / 'shadow'}:{REPO}"}
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "orchestrator.cli", *args, "--config", str(tmp_path / "farm.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    refused = run("verify", "--all", "--no-report")
+    assert refused.returncode == 3 and "not installed" in refused.stderr, refused.stderr
+    shown = run("show", "10")
+    assert shown.returncode == 0, shown.stderr
+    assert "wgmma GEMM 256x256x256: PASS" in shown.stdout and "identity  0df830a6457c" in shown.stdout
+    reported = run("report", "--format", "json")
+    assert reported.returncode == 0, reported.stderr
+    assert '"state": "VERIFIED"' in reported.stdout

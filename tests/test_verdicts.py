@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from nodes import CARDS, Card, Fleet, query, standin_job, standin_variant
 
-from orchestrator import inputs
+from orchestrator import export, inputs
 from orchestrator.config import load_farm
 from orchestrator.executor import run_cells
 from orchestrator.plan import plan_cells
@@ -211,8 +211,12 @@ def test_reasons_name_the_signal_and_the_kernels_last_words(ssh_fleet: Fleet, ma
     assert "killed by SIGABRT (exit 134)" in crash["reason"], crash["reason"]
     said = "standin: mismatch at element 17: got 3.5, expected 4.25"
     assert said in failnum["reason"] and failnum["last_stderr_line"] == said
-    html = render(Store(f"sqlite:///{tmp_path / 'results.db'}"), tmp_path / "reports").read_text()
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    html = render(store, tmp_path / "reports").read_text()
     assert said in html  # in the matrix cell, escaped
+    with store.reading():
+        xml = export.junit(collect(store, summary.run_id))
+    assert f'message="fail at run: {said}"' in xml
 
 
 # ------------------------------------------------------------ cases 10, 11

@@ -1,0 +1,65 @@
+"""What the probe believes: nvidia-smi's word checked against the driver's own (issue 9, cases 3 and 9).
+
+The texts below are what `probe_command` prints, as captured on the lent
+two-H200 machine, with its nvidia-smi swapped for a stand-in where the case needs it.
+"""
+
+from __future__ import annotations
+
+from orchestrator.probe import parse_probe
+from orchestrator.schema import NodeSpec
+
+H200_0 = "GPU-5dce72a8-3e24-b3db-85ad-337cf81b4a37"
+H200_1 = "GPU-b2dc882a-fef7-d974-22b3-8bf1943f1ae7"
+DRIVER = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n/dev/nvidiactl"
+CUDA = f"gpu|{H200_0}|9.0|NVIDIA H200\ngpu|{H200_1}|9.0|NVIDIA H200"
+PROC = f"Model: \t\t NVIDIA H200\nGPU UUID: \t {H200_0}\nModel: \t\t NVIDIA H200\nGPU UUID: \t {H200_1}"
+NVCC = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nrc=0"
+
+
+def probe_text(smi: str, driver: str = DRIVER, cuda: str = CUDA, proc: str = PROC) -> str:
+    return (
+        f"@@farm workdir\n/root/.cache/farm\n@@farm host\nvm\nLinux x86_64\n@@farm smi\n{smi}\nrc=0\n"
+        f"@@farm driver\n{driver}\n@@farm procgpus\n{proc}\n@@farm cuda\n{cuda}\n@@farm nvcc\n{NVCC}\n"
+    )
+
+
+REAL_SMI = (
+    f"0, {H200_0}, NVIDIA H200, 9.0, 580.159.04, 143771 MiB\n1, {H200_1}, NVIDIA H200, 9.0, 580.159.04, 143771 MiB"
+)
+NODE = NodeSpec(transport="local")
+
+
+def test_every_real_card_is_listed_and_confirmed():
+    snap = parse_probe("h200", NODE, probe_text(REAL_SMI))
+    assert [(g.index, g.uuid, str(g.cc)) for g in snap.gpus] == [(0, H200_0, "9.0"), (1, H200_1, "9.0")]
+    assert all(g.verified for g in snap.gpus) and snap.real_gpu
+    assert list(snap.devices()) == ["NVIDIA H200"] and len(snap.devices()["NVIDIA H200"]) == 2
+
+
+def test_a_stand_in_t4_on_an_h200_machine_is_not_real_hardware():
+    """At 0f1e6ec this node was real=yes: the kernel driver and /dev/nvidiactl exist."""
+    smi = "0, GPU-954fd5c3-da7d-317d-571e-5b15f3a93a46, Tesla T4, 7.5, 550.54.15, 15360 MiB"
+    snap = parse_probe("fake", NODE, probe_text(smi))
+    assert snap.gpu_name == "Tesla T4" and not snap.real_gpu
+    assert "the CUDA driver knows no device" in snap.driver_check and "NVIDIA H200, CC 9.0" in snap.driver_check
+
+
+def test_a_card_whose_cc_is_misreported_is_not_confirmed():
+    smi = f"0, {H200_0}, NVIDIA H200, 7.5, 580.159.04, 143771 MiB"
+    snap = parse_probe("liar", NODE, probe_text(smi))
+    assert not snap.gpus[0].verified and "the CUDA driver says CC 9.0, nvidia-smi says 7.5" in snap.gpus[0].check
+
+
+def test_no_driver_query_means_no_confirmation():
+    snap = parse_probe(
+        "nopython", NODE, probe_text(REAL_SMI, cuda="error no python3 on the node to query the CUDA driver")
+    )
+    assert not snap.real_gpu and "could not be asked" in snap.driver_check
+    standin = parse_probe("standin", NODE, probe_text(REAL_SMI, driver="", cuda="error cannot load libcuda.so.1"))
+    assert not standin.real_gpu and "no NVIDIA kernel driver" in standin.driver_check
+
+
+def test_gpus_key_restricts_the_cards():
+    snap = parse_probe("h200", NodeSpec(transport="local", gpus=[1]), probe_text(REAL_SMI))
+    assert [g.index for g in snap.gpus] == [1] and "left out" in snap.driver_check
