@@ -36,6 +36,8 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
+    stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
+    stopped_stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ def _with_stderr(reason: str, ev: Evidence) -> str:
 
 
 def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
+    if ev.stopped is not None:  # a stop may have killed its commands: whatever they left is no evidence
+        return Verdict(
+            Outcome.NOT_RUN, ev.stopped_stage, f"the run was stopped ({ev.stopped}) before this cell finished"
+        )
     if ev.infra_stage is not None:
         detail = ev.infra_detail or f"the node failed during {ev.infra_stage}"
         return Verdict(Outcome.INFRA_ERROR, ev.infra_stage, detail)

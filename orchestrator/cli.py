@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -213,6 +216,7 @@ def verify(
             listeners.append(PlainListener(stream=stream, verdict=True))
         selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
         run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
+        stack.enter_context(_stopping_on_signals(run))
         summary = run.execute(cells, selection.strip())
         if quiet:
             with store.reading():
@@ -232,12 +236,38 @@ def verify(
                 f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
                 f"{summary.bytes_shipped} bytes shipped"
             )
+        if summary.stopped:
+            click.echo(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
         click.echo(verdict_line(summary))
         if not no_report:
             index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
             if not quiet:
                 click.echo(f"report: {index}")
     sys.exit(summary.exit_code)
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(run: FarmRun):
+    """SIGTERM (systemctl stop, a killed cron job) and a first Ctrl-C stop the run
+    cleanly: no new cells, the running ones killed on every node, the unfinished
+    ones recorded not-run, the run stored aborted with the exit code the process
+    returns. A second Ctrl-C exits at once (the next run marks this one aborted)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if run.stopping is not None:
+            if signum == signal.SIGINT:
+                os._exit(130)
+            return
+        click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
+        threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @main.command()

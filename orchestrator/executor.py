@@ -14,7 +14,10 @@ are listeners, the store is written directly so nothing depends on a display.
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import secrets
 import socket
 import subprocess
 import threading
@@ -29,15 +32,15 @@ from typing import Protocol
 
 from . import __version__, bundle
 from .bundle import Placed, Staging
-from .classify import Evidence, Verdict
+from .classify import Evidence, Verdict, classify
 from .config import Farm, Job
-from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, InfraError, NodeUnusable
+from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable
 from .health import NodeHealth
 from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, expect
 from .probe import Gpu, NodeSnapshot, probe
 from .records import result_fields, snapshot_fields
-from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
+from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths, reap
 from .store import Store
 from .transport import Transport, transport_for
 
@@ -66,6 +69,7 @@ class RunSummary:
     stage_seconds: Counter[str] = field(default_factory=Counter)
     wall_seconds: float = 0.0
     bytes_shipped: int = 0
+    stopped: str | None = None  # the signal that stopped the run before it finished
 
     @property
     def unexpected(self) -> int:
@@ -194,6 +198,53 @@ class FarmRun:
         self.cache_dir = cache_dir or default_cache_dir()
         self._handshakes = threading.BoundedSemaphore(farm.spec.max_connections)
         self._summary_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stop_reason: str | None = None
+        self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
+        self._cell_count = itertools.count(1)
+
+    # stopping --------------------------------------------------------------
+    @property
+    def stopping(self) -> str | None:
+        """Why the run is being stopped (e.g. "SIGTERM"), or None."""
+        return self._stop_reason if self._stop.is_set() else None
+
+    def stop(self, reason: str, grace: float = 10.0) -> int:
+        """Stop the run: start no more cells, and kill every process it started on
+        every node (found by its FARM_RUN marker, through a connection of its own,
+        all nodes at once). Cells cut short are recorded not-run. Returns the
+        number of processes killed; waits at most `grace` seconds for the nodes."""
+        if self._stop.is_set():
+            return 0
+        self._stop_reason = reason
+        self._stop.set()
+        killed: list[int] = []
+
+        def kill_on(name: str) -> None:
+            node = self.farm.nodes[name]
+            if node.transport == "slurm":
+                return  # jobs on compute nodes: their srun ends with the farm's connection
+            transport = transport_for(name, node)
+            try:
+                transport.open()
+                out = transport.run(reap("FARM_RUN", self.token), timeout=grace).stdout
+                match = re.search(r"@@farm leftover (\d+)", out)
+                killed.append(int(match.group(1)) if match else 0)
+            except FarmError:
+                pass
+            finally:
+                transport.close()
+
+        threads = [threading.Thread(target=kill_on, args=(n,), daemon=True) for n in self._nodes_started]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+        return sum(killed)
+
+    def _cell_marker(self) -> str:
+        return f"FARM_RUN={self.token} FARM_CELL={self.token}.{next(self._cell_count)} "
 
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
@@ -207,6 +258,7 @@ class FarmRun:
             selection=selection,
         )
         self.summary = RunSummary(run_id=run_id)
+        self._nodes_started: list[str] = []
         self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]
@@ -219,10 +271,12 @@ class FarmRun:
         status = "aborted"
         try:
             if by_node:
+                self._nodes_started = list(by_node)
                 with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
                     for future in [pool.submit(self._node, n, c) for n, c in by_node.items()]:
                         future.result()
-            status = "finished"
+            status = "aborted" if self._stop.is_set() else "finished"
+            self.summary.stopped = self.stopping
         finally:
             self.summary.wall_seconds = time.monotonic() - clock
             self.store.finish_run(run_id, status, self.summary.exit_code)
@@ -242,6 +296,9 @@ class FarmRun:
         attempt = 0
         while True:
             attempt += 1
+            if self.stopping:
+                self._node_stopped(name, cells)
+                return
             setup = transport_for(name, node)
             records: list[StageRecord] = []
             partial: list[NodeSnapshot] = []
@@ -312,6 +369,21 @@ class FarmRun:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staging
+
+    def _node_stopped(self, name: str, cells: list[Cell]) -> None:
+        basis = declared_snapshot(name, self.farm)
+        snapshot_id = self._store_snapshot(name, None, f"the run was stopped ({self.stopping})", None, None, 0)
+        for cell in cells:
+            job = self.farm.jobs[cell.kernel]
+            cell = cell.on(basis.gpu_name or "", False)
+            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
+            self._not_run(result)
+            self._finish(cell, job, result, snapshot_id, None)
+
+    def _not_run(self, result: CellResult, stage: str | None = None) -> None:
+        result.evidence = Evidence(stopped=self.stopping, stopped_stage=stage)
+        result.verdict = classify(result.evidence, result.expectation)
+        result.ended_at = datetime.now(UTC)
 
     def _node_failed(
         self,
@@ -405,6 +477,9 @@ class FarmRun:
         while True:
             attempt += 1
             result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot, card_cc), stages=list(staged))
+            if self.stopping:
+                self._not_run(result)
+                break
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
                 self._attempt(cell.node, cell, attempt, "skipped", None, reason)
@@ -429,7 +504,11 @@ class FarmRun:
                     remember_binary=lambda key, sha: self._remember_binary(ctx, key, sha),
                     restage=lambda placed: self._restage(ctx, transport, placed),
                     build_lock=ctx.build_lock(paths.build_dir),
+                    marker=self._cell_marker(),
+                    stopping=lambda: self.stopping,
                 ).execute()
+            if result.evidence.stopped:
+                break
             infra = result.evidence.infra_stage
             self._attempt(
                 cell.node, cell, attempt, "infra" if infra else "ok", infra, result.evidence.infra_detail or None

@@ -88,6 +88,7 @@ class CellResult:
     ptx_targets: list[str] = field(default_factory=list)
     code_path: str | None = None  # native | ptx-jit | no-code, for the GPU's CC
     gpu: Gpu | None = None  # the GPU the kernel ran on (its slot)
+    leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
     slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
     compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -169,17 +170,31 @@ def cell_paths(
     )
 
 
-def guarded(command: str, limit: int, redirects: str) -> str:
+def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     """A shell fragment running `command` under `timeout -k`, leaving its exit
     status in $rc, and then killing whatever is left of its process group.
 
     `timeout` leads its own process group; but when the command's first process
     dies of the TERM and a child that ignores TERM lives on, timeout exits at
     once and never sends the KILL. The group kill afterwards catches that child.
+    `marker` ("FARM_RUN=... FARM_CELL=...") goes into the environment of the
+    command and everything it starts, so `reap` finds even those that left
+    the group (a daemon's double fork and setsid keep their environment).
     """
     return (
-        f"timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
+        f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
         f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null"
+    )
+
+
+def reap(variable: str, value: str) -> str:
+    """Shell that SIGKILLs every process of this login whose environment holds
+    VARIABLE=VALUE and prints `@@farm leftover N`. One grep reads every
+    /proc/PID/environ it may; the scanning shell itself carries no marker."""
+    pattern = shlex.quote(f"{variable}={value}")
+    return (
+        f"n=0; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
+        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm leftover $n"'
     )
 
 
@@ -257,6 +272,8 @@ class CellPipeline:
         remember_binary: Callable[[str, str], None] = lambda _key, _sha: None,
         restage: Callable[[Placed], str] | None = None,
         build_lock: threading.Lock | None = None,
+        marker: str = "",
+        stopping: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.t = transport
         self.job = job
@@ -271,6 +288,8 @@ class CellPipeline:
         self.remember_binary = remember_binary  # a fresh build's sha256, for the run's later cells
         self.restage = restage  # ships an altered bundle again; returns a note
         self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
+        self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> ": the cell's processes carry it
+        self.stopping = stopping  # why the run is being stopped (a signal), or None
         self._built_sha: str | None = None
 
     # one wrapper for every stage -----------------------------------------
@@ -279,9 +298,14 @@ class CellPipeline:
         clock = time.monotonic()
         status = "ok"
         self._detail: list[str] = []
+        if self._stopped(name):
+            return False
         try:
             status = action()
         except InfraError as err:
+            if self._stopped(name):  # the stop killed its command: not the node's fault
+                self.result.stages.append(StageRecord(name, "stopped", started, time.monotonic() - clock, str(err)))
+                return False
             status = "infra"
             self._detail.append(str(err))
             job = getattr(err, "job", None)  # a Slurm job that Slurm ended or never started
@@ -291,8 +315,19 @@ class CellPipeline:
             self.result.evidence.infra_detail = str(err)
             self.result.evidence.infra_retryable = err.retryable
         detail = "; ".join(self._detail)
+        if self._stopped(name):  # its command may have been killed by the stop: no verdict from it
+            status = "stopped"
         self.result.stages.append(StageRecord(name, status, started, time.monotonic() - clock, detail))
         return status in ("ok", "cached")
+
+    def _stopped(self, stage: str) -> bool:
+        why = self.stopping()
+        if why is None:
+            return False
+        ev = self.result.evidence
+        if ev.stopped is None:
+            ev.stopped, ev.stopped_stage = why, stage
+        return True
 
     def execute(self) -> CellResult:
         ev = self.result.evidence
@@ -317,7 +352,7 @@ class CellPipeline:
         return self.result
 
     def _clean_up(self) -> None:
-        if self.result.evidence.infra_stage is not None:
+        if self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
             return  # the session may be gone; the next run's copy starts with rm -rf
         with contextlib.suppress(InfraError):
             self.t.run(f"rm -rf {shlex.quote(self.paths.run_dir)}", timeout=60)
@@ -356,7 +391,7 @@ class CellPipeline:
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null')}; "
+            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null', self.marker)}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
@@ -455,7 +490,8 @@ class CellPipeline:
             else ""
         )
         script = (
-            f"cd {bdir} && {guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null')}; "
+            f"cd {bdir} && "
+            f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
             f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
@@ -503,8 +539,8 @@ class CellPipeline:
             f'got=$(sha256sum < {q(copy)} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
             f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
             f"cd {q(work)} && {{ {pin}"
-            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null')}; "
-            f'echo "@@farm $rc"; }}'
+            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null', self.marker)}; "
+            f'{self._reap_cell()}; echo "@@farm $rc"; }}'
         )
         clock = time.monotonic()
         try:
@@ -528,6 +564,10 @@ class CellPipeline:
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
+        leftover = re.search(r"@@farm leftover (\d+)", outcome.stdout)
+        self.result.leftover = int(leftover.group(1)) if leftover else 0
+        if self.result.leftover:
+            self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         spec = self.job.spec
         self.result.stdout = self._scan(f"{rdir}/stdout", {"pass": spec.pass_marker})
         self.result.stderr = self._scan(f"{rdir}/stderr", {"refusal": spec.refusal_marker})
@@ -535,6 +575,11 @@ class CellPipeline:
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
         return "ok" if ev.run_exit == 0 else "failed"
+
+    def _reap_cell(self) -> str:
+        """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
+        cell = next((part for part in self.marker.split() if part.startswith("FARM_CELL=")), None)
+        return reap("FARM_CELL", cell.split("=", 1)[1]) if cell else "true"
 
     def _scan(self, remote: str, markers: dict[str, str]) -> ScanResult:
         scanner = StreamScan(markers, self.output_cap)

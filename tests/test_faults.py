@@ -886,3 +886,84 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path) -> None:
     (archive,) = (tmp_path / "archives").glob("*.tar.gz")
     assert archive.stat().st_size < 32 << 10, "the archive itself must fit: the extraction is what fills the disk"
     assert summary.exit_code == EXIT_INFRA
+
+
+# ------------------------------------------- issue 10: stop, restart, leave nothing
+
+
+def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 10, case 3: a kernel that double-forks into a session of its own
+    escapes the group kill; the cell's environment marker finds it.
+    Figure: 1 daemon left by the kernel, 1 killed, none alive after the cell."""
+    workdir = tmp_path / "work-t4"
+    config = write_farm(
+        tmp_path,
+        {"t4": ssh_fleet["t4"].farm_entry(workdir)},
+        [faults_job({"daemon": faults_variant("DAEMON", MIN75)})],
+    )
+    summary, _ = run_farm(config)
+    row = results(tmp_path / "results.db", summary.run_id)[("t4", "daemon")]
+    assert row["outcome"] == "pass", row["reason"]
+    detail = json.loads(row["stage_details"])["run"]["detail"]
+    assert "1 leftover processes killed" in detail, detail
+    left = [cmd for _, cmd in processes_matching(f"{workdir}/cells/") if cmd.endswith("/faults-daemon")]
+    assert left == [], left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_the_run_cleanly(ssh_fleet: Fleet, tmp_path: Path, signum: int) -> None:
+    """Issue 10, cases 1 and 2: SIGTERM (systemctl stop) and a first Ctrl-C
+    stop starting cells, kill the running kernel on the node at once, record
+    the unfinished cells not-run, store the run aborted with the exit code the
+    process returns, and print the verdict line.
+    Figure: a 60 s kernel stopped; the farm exits within 15 s; 2 cells not-run."""
+    workdir = tmp_path / "work-t4"
+    variants = {
+        "quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+        "slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=60", timeout=120),
+        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+    }
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
+    db = tmp_path / "results.db"
+    log = tmp_path / "farm.log"
+    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    try:
+        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
+        assert farm.poll() is None, log.read_text()
+        farm.send_signal(signum)
+        stopped_at = time.monotonic()
+        code = farm.wait(timeout=10 + KILL_GRACE + 5)
+        took = time.monotonic() - stopped_at
+    finally:
+        if farm.poll() is None:
+            farm.kill()
+            farm.wait()
+    text = log.read_text()
+    name = signal.Signals(signum).name
+    assert f"run 1 was stopped by {name}" in text and "run 1: 1 as expected, 0 not, 2 infra; exit 4" in text, text
+    assert code == EXIT_INFRA, text
+    (run,) = query(db, "SELECT * FROM runs")
+    assert (run["status"], run["exit_code"]) == ("aborted", code)
+    rows = results(db, 1)
+    assert {v: r["outcome"] for (_, v), r in rows.items()} == {"quick": "pass", "slow": "not-run", "after": "not-run"}
+    assert f"stopped ({name})" in rows[("t4", "slow")]["reason"]
+    assert not kernel_running(workdir, "t4", "slow"), "the stopped kernel still runs on the node"
+    print(f"{name}: farm exited {code} {took:.1f} s after the signal")
+
+
+def test_a_second_ctrl_c_exits_at_once(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    workdir = tmp_path / "work-t4"
+    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=60", timeout=120)}
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir)}, [faults_job(variants)])
+    log = tmp_path / "farm.log"
+    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    try:
+        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
+        farm.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        farm.send_signal(signal.SIGINT)
+        assert farm.wait(timeout=5) == 130, log.read_text()
+    finally:
+        if farm.poll() is None:
+            farm.kill()
+            farm.wait()

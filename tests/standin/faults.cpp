@@ -7,6 +7,8 @@
 //   MODE_STUBBORN   ignores SIGTERM, forks a child that ignores it too, and
 //                   both sleep forever: only `timeout -k`'s KILL ends them
 //   MODE_FLOOD      prints FLOOD_MIB MiB on stdout, then its pass marker as the last line
+//   MODE_DAEMON     double-forks a grandchild into a session of its own (setsid),
+//                   which sleeps forever out of the kernel's process group, then passes
 //   MODE_BADUTF8    passes, then 200,000 x U+20AC (3 bytes each) written in
 //                   7-byte pieces (characters split across writes), then bytes
 //                   that are not UTF-8; a little of both on stderr too
@@ -16,8 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#if !defined(MODE_SLOWPASS) && !defined(MODE_STUBBORN) && !defined(MODE_FLOOD) && !defined(MODE_BADUTF8)
-#error "choose a behaviour: -DMODE_SLOWPASS, -DMODE_STUBBORN, -DMODE_FLOOD or -DMODE_BADUTF8"
+#if !defined(MODE_SLOWPASS) && !defined(MODE_STUBBORN) && !defined(MODE_FLOOD) && !defined(MODE_BADUTF8) && \
+    !defined(MODE_DAEMON)
+#error "choose a behaviour: -DMODE_SLOWPASS, -DMODE_STUBBORN, -DMODE_FLOOD, -DMODE_BADUTF8 or -DMODE_DAEMON"
 #endif
 #ifndef SLEEP_S
 #define SLEEP_S 3
@@ -41,6 +44,17 @@ int main(void) {
 #if defined(MODE_SLOWPASS)
     say(1, "standin: started\n");
     sleep(SLEEP_S);
+    say(1, "standin: PASS\n");
+    return 0;
+#elif defined(MODE_DAEMON)
+    if (fork() == 0) {
+        setsid();
+        if (fork() == 0) {
+            close(0), close(1), close(2);
+            for (;;) pause();
+        }
+        _exit(0);
+    }
     say(1, "standin: PASS\n");
     return 0;
 #elif defined(MODE_STUBBORN)
