@@ -22,7 +22,7 @@ import click
 from . import export
 from . import report as report_mod
 from .config import Farm, load_farm
-from .errors import EXIT_CONFIG, EXIT_OK, FarmError
+from .errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
 from .executor import FarmRun, RunSummary
 from .lock import RunLock, lock_path
 from .plan import SelectionError, plan_cells
@@ -30,6 +30,7 @@ from .probe import probe
 from .progress import Listeners, LiveListener, PlainListener, describe_node
 from .reportdata import collect
 from .store import Store, redact_url
+from .terminal import printable
 from .transport import transport_for
 
 EXIT_MEANING = {
@@ -39,6 +40,7 @@ EXIT_MEANING = {
     4: "every verdict as expected, but some cells could not run (infra)",
     5: "results database error",
     6: "another farm run holds the lock",
+    70: "internal error: a bug in farm, not a verdict",
 }
 
 
@@ -68,7 +70,7 @@ def farm_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _fail(err: FarmError) -> None:
-    click.echo(f"Error: {err}", err=True)
+    click.echo(f"Error: {printable(str(err))}", err=True)
     sys.exit(err.exit_code)
 
 
@@ -78,6 +80,10 @@ def _load(config_path: Path, database: str | None, *, read_only: bool = False) -
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Every failure becomes one "Error: ..." line and its documented exit code;
+    an exception nobody expected is the farm's own bug (70), never exit 1,
+    which says a kernel failed."""
+
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -85,8 +91,17 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except FarmError as err:
             _fail(err)
         except SelectionError as err:
-            click.echo(f"Error: {err}", err=True)
+            click.echo(f"Error: {printable(str(err))}", err=True)
             sys.exit(EXIT_CONFIG)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as err:  # the last line of defence
+            click.echo(
+                f"Error: internal error ({type(err).__name__}: {printable(str(err), keep_newlines=False)}); "
+                "this is a bug in farm, not a verdict",
+                err=True,
+            )
+            sys.exit(EXIT_INTERNAL)
 
     return wrapper
 
@@ -103,7 +118,9 @@ def main() -> None:
 
 def _check_trigger(value: str) -> str:
     if not 1 <= len(value) <= 32:
-        raise click.BadParameter(f"{value!r} is {len(value)} characters; give 1 to 32")
+        raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} is {len(value)} characters; give 1 to 32")
+    if printable(value, keep_newlines=False) != value:
+        raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} holds control characters")
     return value
 
 
@@ -212,7 +229,7 @@ def verify(
         if not quiet:
             listeners.append(LiveListener() if sys.stdout.isatty() else PlainListener())
         if log_file is not None:
-            stream = stack.enter_context(open(log_file, "a", encoding="utf-8"))
+            stream = stack.enter_context(_open_log(log_file))
             listeners.append(PlainListener(stream=stream, verdict=True))
         selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
         run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
@@ -244,6 +261,17 @@ def verify(
             if not quiet:
                 click.echo(f"report: {index}")
     sys.exit(summary.exit_code)
+
+
+def _open_log(path: Path):
+    """The --log file, its folder made if missing (the README's cron line names /var/log/farm)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a", encoding="utf-8")  # closed by the caller's ExitStack
+    except OSError as err:
+        raise ConfigError(
+            "--log", str(path), f"a file that cannot be written ({err.strerror or err})", "a writable file"
+        ) from err
 
 
 @contextlib.contextmanager
@@ -290,7 +318,7 @@ def nodes(config_path: Path, database: str | None) -> None:
             with transport_for(name, node) as transport:
                 snap = probe(transport)
         except FarmError as err:
-            click.echo(f"{name:<12} {'yes':<7} unreachable: {err}")
+            click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(str(err), keep_newlines=False)}")
             worst = 4
             continue
         notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
@@ -300,8 +328,8 @@ def nodes(config_path: Path, database: str | None) -> None:
                 f"{'no':<5} {notes.strip()}"
             )
         for gpu in snap.gpus:
-            why = "" if gpu.verified else f" {gpu.check}: certifies nothing"
-            label = f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name
+            why = "" if gpu.verified else f" {printable(gpu.check, keep_newlines=False)}: certifies nothing"
+            label = printable(f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name, keep_newlines=False)
             click.echo(
                 f"{name:<12} {'yes':<7} {label:<28} {gpu.cc!s:<5} "
                 f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
@@ -335,9 +363,16 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     Examples: farm report;  farm report --format junit --run 3 > farm-junit.xml
     """
     farm = _load(config_path, database, read_only=True)
-    store = Store(farm.database_url)
+    store = Store(farm.database_url, create=False)
     if fmt == "html":
-        click.echo(str(report_mod.render(store, out or farm.reports_dir, run_id, farm=farm)))
+        target = out or farm.reports_dir
+        try:
+            index = report_mod.render(store, target, run_id, farm=farm)
+        except OSError as err:
+            raise ConfigError(
+                "--out", str(target), f"a folder that cannot be written ({err.strerror or err})", "a writable folder"
+            ) from err
+        click.echo(str(index))
         return
     with store.reading():
         model = collect(store, run_id, farm)
@@ -354,11 +389,11 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     Example: farm show 12
     """
     farm = _load(config_path, database, read_only=True)
-    store = Store(farm.database_url)
-    r = store.result(result_id)
+    store = Store(farm.database_url, create=False)
+    r = store.result(result_id) if 1 <= result_id < 2**63 else None
     if r is None:
-        raise FarmError(f"no result {result_id} in {redact_url(farm.database_url)}")
-    text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
+        raise StoreError(f"no result {result_id} in {redact_url(farm.database_url)}")
+    text = lambda data: printable((data or b"").decode("utf-8", "replace").rstrip())  # noqa: E731
     card = f" ({r.device}, CC {r.cc}" + (f", GPU {r.gpu_index} {r.gpu_uuid}" if r.gpu_uuid else "") + ")"
     click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     click.echo(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")

@@ -27,6 +27,7 @@ EXIT_CONFIG = 3
 EXIT_INFRA = 4  # every kernel verdict as expected, but some cells could not run
 EXIT_STORE = 5
 EXIT_LOCKED = 6
+EXIT_INTERNAL = 70  # a bug in the farm itself (sysexits' EX_SOFTWARE): never a verdict
 
 
 class FarmError(Exception):

@@ -14,6 +14,7 @@ are listeners, the store is written directly so nothing depends on a display.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -34,7 +35,7 @@ from . import __version__, bundle
 from .bundle import Placed, Staging
 from .classify import Evidence, Verdict, classify
 from .config import Farm, Job
-from .errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable
+from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable
 from .health import NodeHealth
 from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, expect
@@ -269,6 +270,7 @@ class FarmRun:
         for cell in cells:
             by_node.setdefault(cell.node, []).append(cell)
         status = "aborted"
+        exit_code: int | None = None
         try:
             if by_node:
                 self._nodes_started = list(by_node)
@@ -277,9 +279,17 @@ class FarmRun:
                         future.result()
             status = "aborted" if self._stop.is_set() else "finished"
             self.summary.stopped = self.stopping
+        except FarmError as err:  # the store or a node broke the run itself: the CLI exits with its code
+            exit_code = err.exit_code
+            raise
+        except BaseException:
+            exit_code = EXIT_INTERNAL
+            raise
         finally:
             self.summary.wall_seconds = time.monotonic() - clock
-            self.store.finish_run(run_id, status, self.summary.exit_code)
+            stored = self.summary.exit_code if exit_code is None else exit_code
+            with contextlib.suppress(FarmError):  # the database itself may be what failed
+                self.store.finish_run(run_id, status, stored)
         self.listener.run_finished(self.summary)
         return self.summary
 

@@ -34,10 +34,12 @@ def junit(model: ReportModel) -> str:
     results = model.results
     failures = sum(1 for r in results if not is_as_expected(r.outcome) and not is_infra(r.outcome))
     errors = sum(1 for r in results if is_infra(r.outcome))
+    incomplete = run.status != "finished"
+    errors += 1 if incomplete else 0  # the run itself, as a failing testcase below
     skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
-        "tests": str(len(results)),
+        "tests": str(len(results) + (1 if incomplete else 0)),
         "failures": str(failures),
         "errors": str(errors),
         "skipped": str(skipped),
@@ -55,12 +57,17 @@ def junit(model: ReportModel) -> str:
     )
     props = ET.SubElement(suite, "properties")
     for key, value in (
+        ("complete", "true" if run.status == "finished" else "false"),
         ("trigger", run.trigger),
         ("farm_commit", run.farm_commit or ""),
         ("farm_version", run.farm_version),
         ("status", run.status),
     ):
         ET.SubElement(props, "property", name=key, value=value)
+    if incomplete:
+        case = ET.SubElement(suite, "testcase", classname="farm.run", name=f"run {run.id}", time="0.000")
+        node = ET.SubElement(case, "error", message=f"the run did not finish: {run.status}", type="incomplete-run")
+        node.text = f"run {run.id} is {run.status}; its cells that did not finish are not-run, no verdict"
     for r in results:
         elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
         case = ET.SubElement(
@@ -102,7 +109,9 @@ def as_json(model: ReportModel) -> str:
             "host": run.host,
             "exit_code": run.exit_code,
         },
-        "summary": model.counts,
+        # a run that did not finish must never read as green, whatever its counts
+        "complete": run.status == "finished",
+        "summary": {**model.counts, "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN)},
         "cells": [
             {
                 **result_record(r, snaps.get(r.snapshot_id)),

@@ -10,6 +10,7 @@ waits up to --wait seconds, then exits with a message naming the holder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,20 +41,23 @@ class RunLock:
     def __enter__(self) -> RunLock:
         try:
             self._lock.acquire(timeout=self.wait)
+        except OSError as err:  # a directory in its place, a read-only or missing folder
+            raise LockError(f"cannot take the run lock {self.path}: {err.strerror or err}") from err
         except Timeout:
             raise LockError(
                 f"another farm run holds {self.path} ({self._holder()}); waited {self.wait:.0f} s. "
                 "Let it finish, or pass --wait SECONDS to queue behind it."
             ) from None
-        self._info.write_text(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "since": datetime.now(UTC).isoformat(timespec="seconds"),
-                }
+        with contextlib.suppress(OSError):  # who holds it is a courtesy for the next run's message
+            self._info.write_text(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "since": datetime.now(UTC).isoformat(timespec="seconds"),
+                    }
+                )
             )
-        )
         return self
 
     def __exit__(self, *exc: object) -> None:

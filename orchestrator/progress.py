@@ -19,6 +19,7 @@ from .outcomes import is_as_expected, is_infra
 from .plan import Cell
 from .probe import NodeSnapshot
 from .stages import CellResult
+from .terminal import printable
 
 
 def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -> str:
@@ -64,7 +65,7 @@ class PlainListener:
 
     def _line(self, text: str) -> None:
         with self._lock:
-            print(f"[{datetime.now():%H:%M:%S}] {text}", file=self.stream, flush=True)
+            print(f"[{datetime.now():%H:%M:%S}] {printable(text, keep_newlines=False)}", file=self.stream, flush=True)
 
     def run_started(self, run_id: int, cells: list[Cell]) -> None:
         if not self.quiet:
@@ -109,7 +110,7 @@ class LiveListener(PlainListener):
 
     def _line(self, text: str) -> None:
         with self._lock:
-            self.console.print(text, markup=False, highlight=False)
+            self.console.print(printable(text, keep_newlines=False), markup=False, highlight=False)
 
     def run_started(self, run_id: int, cells: list[Cell]) -> None:
         super().run_started(run_id, cells)

@@ -146,11 +146,17 @@ def _no_nul(row: Base) -> None:
 class Store:
     """Opens (and creates) the database; every write commits at once."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
+        """`create=False` for commands that only read: a missing SQLite file is
+        an error, never an empty database made as a side effect."""
         self.url = url
         self.redacted_url = redact_url(url)  # for messages
         self._write_lock = threading.Lock()
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
+        if not create and make_url(url).get_backend_name() == "sqlite":
+            path = make_url(url).database
+            if path and path != ":memory:" and not Path(path).is_file():
+                raise StoreError(f"no results database at {path}: run `farm verify` first")
         try:
             self.engine = _engine(url)
         except ImportError as err:
@@ -162,7 +168,7 @@ class Store:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
         try:
             migrate(self.engine, url)
-        except SQLAlchemyError as err:
+        except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
 

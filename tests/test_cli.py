@@ -117,11 +117,12 @@ def test_unexpected_outcome_exits_1(tmp_path):
 
 def test_store_error_exit_code(tmp_path):
     config = toy_farm(tmp_path)
-    done = farm("report", "--config", str(config))  # no run stored yet
+    done = farm("report", "--config", str(config))  # no database yet: report never makes one
     assert done.returncode == 5
     assert "run `farm verify` first" in done.stderr
+    assert not (tmp_path / "results.db").exists()
     done = farm("show", "1", "--config", str(config), "--database", f"sqlite:///{tmp_path}/missing/dir/x.db")
-    assert done.returncode == 5 and "cannot open the results database" in done.stderr
+    assert done.returncode == 5 and "no results database at" in done.stderr
 
 
 def test_environment_overrides_farm_yaml(tmp_path, monkeypatch):
@@ -190,3 +191,54 @@ def test_show_and_report_read_the_database_without_cutlass_installed(tmp_path):
     reported = run("report", "--format", "json")
     assert reported.returncode == 0, reported.stderr
     assert '"state": "VERIFIED"' in reported.stdout
+
+
+def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
+    """Issue 10, case 14: no tracebacks, no exit 1 (which says a kernel failed)."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    cases = [
+        (["show", "99999999999999999999999"], 5, "no result"),
+        (["show", "999999"], 5, "no result 999999"),
+        (["report", "--run", "999999"], 5, "no run 999999"),
+        (["report", "--out", "/proc/farm-cannot-write-here"], 3, "cannot be written"),
+    ]
+    blocker = tmp_path / "results.db.lock"
+    for args, code, says in cases:
+        done = farm(*args, "--config", str(config))
+        assert done.returncode == code, (args, done.stdout, done.stderr)
+        assert done.stderr.startswith("Error: ") and says in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    blocker.unlink(missing_ok=True)
+    blocker.mkdir()  # a directory where the lock file goes
+    done = farm("verify", "--all", "--config", str(config), "--no-report")
+    assert done.returncode == 6 and "cannot take the run lock" in done.stderr and "Traceback" not in done.stderr
+    blocker.rmdir()
+
+
+def test_log_folder_is_made_and_control_characters_never_reach_the_terminal(tmp_path):
+    config = toy_farm(tmp_path)
+    log = tmp_path / "var" / "log" / "farm" / "verify.log"  # like the README's cron line, folder missing
+    done = farm("verify", "--all", "--config", str(config), "--no-report", "--log", str(log))
+    assert done.returncode == 0, done.stderr
+    assert "run 1: 1 as expected" in log.read_text()
+    done = farm("verify", "--all", "--config", str(config), "--trigger", "cron\x1b[2J")
+    assert done.returncode == 2 and "\x1b" not in done.stderr and "control characters" in done.stderr
+
+
+def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
+    """Issue 10, case 5: a run that did not finish is incomplete in JSON,
+    an error in JUnit, and flagged on its page."""
+    import json
+    import sqlite3
+
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE runs SET status = 'aborted', exit_code = 4")
+    document = json.loads(farm("report", "--format", "json", "--config", str(config)).stdout)
+    assert document["complete"] is False and document["summary"]["not_run"] == 0
+    junit = farm("report", "--format", "junit", "--config", str(config)).stdout
+    assert 'type="incomplete-run"' in junit and 'errors="1"' in junit
+    assert farm("report", "--config", str(config)).returncode == 0
+    assert 'id="incomplete"' in (tmp_path / "reports" / "index.html").read_text()
