@@ -226,7 +226,9 @@ def verify(
                 f"{not_run} unfinished cells recorded as not-run"
             )
         listeners: list = []
-        if not quiet:
+        if quiet:
+            listeners.append(PlainListener(quiet=True))  # each node's infra cause, once
+        else:
             listeners.append(LiveListener() if sys.stdout.isatty() else PlainListener())
         if log_file is not None:
             stream = stack.enter_context(_open_log(log_file))

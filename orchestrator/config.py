@@ -86,7 +86,11 @@ class Farm:
 # ---------------------------------------------------------------- YAML reading
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+# libyaml's C parser where PyYAML was built with it (10x faster), else the pure-Python one
+_SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
     """SafeLoader that refuses duplicate mapping keys instead of keeping the last."""
 
 
@@ -109,16 +113,87 @@ class _DuplicateKey(Exception):
         self.key, self.first, self.second = key, first, second
 
 
+# A configuration is small: these bounds refuse what would otherwise crash or
+# exhaust the farm while loading (500 nested "[" is a RecursionError in the
+# parser; a 589-byte alias bomb expands to billions of nodes).
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
+
+_OPEN = (
+    yaml.FlowSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.BlockMappingStartToken,
+)
+_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Nodes of the document with every alias expanded, counted without expanding
+    (each node's size once, memoised; aliases share their node)."""
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack, seen = [root], set()
+    while stack:  # children before parents, iteratively: no recursion on deep input
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(item for pair in node.value for item in pair)
+    for node in reversed(order):
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [item for pair in node.value for item in pair]
+        else:
+            children = []
+        sizes[id(node)] = min(1 + sum(sizes.get(id(c), 1) for c in children), MAX_YAML_NODES + 1)
+    return sizes[id(root)]
+
+
 def read_yaml(path: Path, what: str) -> Any:
     """Parse one YAML file, turning every failure into a ConfigError on that file."""
     if not path.is_file():
         raise ConfigError(str(path), "", "no such file", f"{what} (a YAML file)")
     try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(str(path), "", f"a file of {size} bytes", f"{what} of at most {MAX_YAML_BYTES} bytes")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(str(path), "", f"an unreadable file ({err})", "UTF-8 YAML") from err
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        depth = 0
+        for token in yaml.scan(text, Loader=_SafeBase):
+            if isinstance(token, _OPEN):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    line = token.start_mark.line + 1
+                    raise ConfigError(
+                        str(path), "", f"nesting deeper than {MAX_YAML_DEPTH} levels (line {line})", f"{what}"
+                    )
+            elif isinstance(token, _CLOSE):
+                depth -= 1
+        loader = _UniqueKeyLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            if _expanded_size(node) > MAX_YAML_NODES:
+                raise ConfigError(
+                    str(path),
+                    "",
+                    f"a document of more than {MAX_YAML_NODES} values once its aliases are expanded",
+                    f"{what} (aliases that do not multiply)",
+                )
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
     except _DuplicateKey as dup:
         raise ConfigError(
             str(path),
@@ -131,6 +206,8 @@ def read_yaml(path: Path, what: str) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(err, "problem", None) or str(err)
         raise ConfigError(str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML") from None
+    except RecursionError:
+        raise ConfigError(str(path), "", "nesting too deep to read", what) from None
 
 
 # ------------------------------------------------------- validation messages

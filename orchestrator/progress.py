@@ -59,9 +59,10 @@ class PlainListener:
 
     def __init__(self, stream: TextIO | None = None, quiet: bool = False, verdict: bool = False) -> None:
         self.stream = stream or sys.stdout
-        self.quiet = quiet
+        self.quiet = quiet  # the cron mail: only why nodes could not be used, each cause once
         self.verdict = verdict  # end with the run's verdict line (for a log file)
         self._lock = threading.Lock()
+        self._causes: set[tuple[str, str]] = set()
 
     def _line(self, text: str) -> None:
         with self._lock:
@@ -74,14 +75,20 @@ class PlainListener:
     def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None:
         if not self.quiet or error:
             self._line(describe_node(node, snapshot, error))
+        if error:
+            self._causes.add((node, error))
 
     def cell_started(self, cell: Cell) -> None:
         pass
 
     def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
-        assert result.verdict is not None
-        if not self.quiet or not is_as_expected(result.verdict.outcome):
+        verdict = result.verdict
+        assert verdict is not None
+        if not self.quiet:
             self._line(describe_cell(cell, result, result_id))
+        elif is_infra(verdict.outcome) and (cell.node, verdict.reason) not in self._causes:
+            self._causes.add((cell.node, verdict.reason))
+            self._line(f"node {cell.node}: {verdict.outcome} at {verdict.failed_stage}: {verdict.reason}")
 
     def run_finished(self, summary: RunSummary) -> None:
         if self.verdict:

@@ -12,7 +12,7 @@ import string
 from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
 
 from .capability import CapabilityContract, ComputeCapability
 from .outcomes import Outcome
@@ -45,6 +45,12 @@ def _check_cc(value: str) -> str:
 
 
 CCText = Annotated[str, BeforeValidator(_cc_text)]
+
+# Numbers are finite, of the right type (`port: true` is not port 1) and within
+# bounds a run can honour: a timeout of 0.4 s would become `timeout 0`, i.e. none.
+WEEK = 7 * 24 * 3600
+Seconds = Annotated[float, Strict(), Field(ge=1, le=WEEK, allow_inf_nan=False)]
+Count = Annotated[int, Strict()]
 
 
 class _Strict(BaseModel):
@@ -119,7 +125,7 @@ class VariantSpec(_Strict):
     inspect: str = "{cuobjdump} --dump-sass {binary}"
     cc: ContractSpec
     instructions: dict[str, int] = {}
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""
 
@@ -132,8 +138,8 @@ class JobSpec(_Strict):
     dependencies: list[str] = []
     pass_marker: str
     refusal_marker: str
-    timeout: float = Field(default=120, gt=0)
-    build_timeout: float = Field(default=900, gt=0)
+    timeout: Seconds = 120.0
+    build_timeout: Seconds = 900.0
     variants: dict[str, VariantSpec] = Field(min_length=1)
 
     @field_validator("kernel")
@@ -164,7 +170,7 @@ class NodeSpec(_Strict):
 
     transport: Literal["ssh", "local", "slurm"] = "ssh"
     host: str | None = None
-    port: int = Field(default=22, ge=1, le=65535)
+    port: Count = Field(default=22, ge=1, le=65535)
     user: str | None = None
     key_file: str | None = None
     jump: str | None = None  # "[user@]host[:port]", reached with the same key and known_hosts
@@ -178,8 +184,8 @@ class NodeSpec(_Strict):
     env: dict[str, str] = {}
     tags: list[str] = []
     enabled: bool = True
-    connect_timeout: float = Field(default=10, gt=0)
-    build_jobs: int = Field(default=2, ge=1, le=64)
+    connect_timeout: Annotated[float, Strict(), Field(ge=1, le=600, allow_inf_nan=False)] = 10.0
+    build_jobs: Count = Field(default=2, ge=1, le=64)
     gpus: list[int] | None = None  # the GPU indexes (nvidia-smi's) the farm may use; default all
     # transport: slurm -- a partition reached through a login node: the SSH fields
     # above when `host` is set, the farm's own machine when it is not. Every
@@ -187,14 +193,23 @@ class NodeSpec(_Strict):
     partition: str | None = None
     gres: str | None = None  # a GPU request for each job, e.g. "gpu:1" or "gpu:a100:1"
     constraint: str | None = None  # node features, e.g. "a100&nvlink"
-    time_limit: int | None = Field(default=None, ge=1)  # minutes per job; default: its timeout, rounded up, +1
-    pending_limit: int = Field(default=300, ge=1)  # seconds a job may wait for its allocation
+    time_limit: Count | None = Field(default=None, ge=1, le=WEEK // 60)  # minutes per job; default: timeout + 1
+    pending_limit: Count = Field(default=300, ge=1, le=WEEK)  # seconds a job may wait for its allocation
     slurm_options: list[str] = []  # more srun options, one argument each: ["--account=proj", "--qos=debug"]
 
     @field_validator("cc")
     @classmethod
     def _valid_cc(cls, value: str | None) -> str | None:
         return None if value is None else _check_cc(value)
+
+    @field_validator("jump")
+    @classmethod
+    def _jump_form(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+(?::\d{1,5})?", value):
+            raise ValueError("[user@]host[:port], e.g. farm@bastion.example.org:22")
+        if value is not None and ":" in value and not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
+            raise ValueError("a port from 1 to 65535 after the ':'")
+        return value
 
     @field_validator("gpus")
     @classmethod
@@ -240,12 +255,14 @@ class FarmSpec(_Strict):
     database: str = "sqlite:///results.db"
     reports: str = "reports"
     jobs: str = "jobs"
-    max_connections: int = Field(default=8, ge=1, le=256)  # under sshd's default MaxStartups (10)
-    output_cap: int = Field(default=1 << 20, ge=1024)  # bytes of stdout/stderr/log kept per cell
-    retries: int = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
-    retry_backoff: float = Field(default=2.0, ge=0)  # seconds before the first retry, doubling
-    unhealthy_after: int = Field(default=3, ge=1)  # infra failures in a row that retire a node
-    stale_after_days: float = Field(default=30, gt=0)  # a matrix cell older than this is marked stale
+    max_connections: Count = Field(default=8, ge=1, le=256)  # under sshd's default MaxStartups (10)
+    output_cap: Count = Field(default=1 << 20, ge=1024, le=1 << 30)  # bytes of stdout/stderr/log kept per cell
+    retries: Count = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
+    # seconds before the first retry, doubling
+    retry_backoff: Annotated[float, Strict(), Field(ge=0, le=3600, allow_inf_nan=False)] = 2.0
+    unhealthy_after: Count = Field(default=3, ge=1, le=1000)  # infra failures in a row that retire a node
+    # a matrix cell older than this is marked stale
+    stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)
 
 

@@ -65,28 +65,41 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-# an unparsable URL's credentials: scheme//user: (1), then the password up to the last @ (2)
-_CREDENTIALS = re.compile(r"^(.*?//[^:/@]*:)(.*)(@[^@]*)$", re.DOTALL)
+# secrets a database URL may hold: the password between user: and the last @
+# (it may itself hold @ or /), and any query parameter named like a password
+_QUERY_SECRET = re.compile(r"([?&][^=&#]*password[^=&#]*=)([^&#]*)", re.IGNORECASE)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.DOTALL)
+
+
+def _secrets(url: str) -> list[str]:
+    found = [m.group(2) for m in _QUERY_SECRET.finditer(url) if m.group(2)]
+    scheme = _SCHEME.match(_QUERY_SECRET.sub(r"\1", url))
+    if scheme and "@" in scheme.group(2):
+        credentials = scheme.group(2).rsplit("@", 1)[0]
+        if ":" in credentials and credentials.split(":", 1)[1]:
+            found.append(credentials.split(":", 1)[1])
+    return found
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password (if any) shown as ***: never echo a password."""
-    try:
-        parsed = make_url(url)
-    except Exception:  # unparsable: mask whatever sits between user: and the last @
-        return _CREDENTIALS.sub(r"\1***\3", url)
-    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
+    """The URL with every password shown as ***: never echo a password."""
+    text = _QUERY_SECRET.sub(r"\1***", url)
+    scheme = _SCHEME.match(text)
+    if scheme and "@" in scheme.group(2):
+        credentials, host = scheme.group(2).rsplit("@", 1)
+        if ":" in credentials:
+            credentials = credentials.split(":", 1)[0] + ":***"
+        text = f"{scheme.group(1)}{credentials}@{host}"
+    return text
 
 
 def _scrub(message: str, url: str) -> str:
-    """An error message with the URL's password masked, wherever a driver echoed it."""
-    try:
-        password = make_url(url).password
-    except Exception:
-        match = _CREDENTIALS.match(url)
-        password = match.group(2) if match else None
+    """An error message with the URL's passwords masked, wherever a driver echoed them."""
     message = message.replace(url, redact_url(url))
-    return message.replace(password, "***") if password and len(password) >= 4 else message
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        if len(secret) >= 4:
+            message = message.replace(secret, "***")
+    return message
 
 
 def _first_line(err: BaseException, url: str) -> str:

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
 import shlex
@@ -44,6 +43,10 @@ logging.getLogger("paramiko").propagate = False
 WATCHDOG_GRACE = 15.0
 # Seconds a streamed file may stall before the read is given up (infra-error).
 STREAM_IDLE = 60.0
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
@@ -94,8 +97,15 @@ class SSHTransport(Transport):
         known_hosts = str(Path(node.known_hosts).expanduser())
         conn.client.get_host_keys().clear()
         # without the file every host is unknown, and refused with the line to add
-        with contextlib.suppress(FileNotFoundError):
+        try:
             conn.client.load_host_keys(known_hosts)
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError, paramiko.SSHException, ValueError) as err:
+            raise HostKeyError(
+                f"node {self.name!r}: cannot read its known_hosts {known_hosts} ({type(err).__name__}: {err}); "
+                "it must be an OpenSSH known_hosts file"
+            ) from err
         conn.client.set_missing_host_key_policy(_RefuseUnknownHost(known_hosts))
         return conn
 
@@ -115,9 +125,14 @@ class SSHTransport(Transport):
             raise
         except paramiko.BadHostKeyException as err:
             self._conn.close()
+            name = node.host if node.port == 22 else f"[{node.host}]:{node.port}"
+            known = str(Path(node.known_hosts).expanduser())
             raise HostKeyError(
-                f"node {self.name!r}: host key of {err.hostname} does not match "
-                f"{node.known_hosts} (possible man-in-the-middle, or the host was reinstalled)"
+                f"node {self.name!r}: {node.host}:{node.port} offered the {err.key.get_name()} key "
+                f"{_fingerprint(err.key)}, but {known} holds {_fingerprint(err.expected_key)} for it "
+                f"(a man-in-the-middle, or the host was reinstalled). Nothing was run. If the host was "
+                f"reinstalled and you trust the new key: ssh-keygen -R '{name}' -f {known}, then add "
+                f"this line: {name} {err.key.get_name()} {err.key.get_base64()}"
             ) from err
         except paramiko.AuthenticationException as err:
             self._conn.close()
