@@ -305,3 +305,51 @@ def test_read_only_loading_needs_no_dependency_installed(tmp_path, monkeypatch):
     path = make_farm(tmp_path, job=job)
     assert "not installed" in str(load_error(path))
     assert load(path, check_dependencies=False).jobs["k"].spec.dependencies == ["fakelib"]
+
+
+# --------------------------------------------------- input hardening (issue 10, cases 8 to 13)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ("port: 2222", "port: true", "nodes.t4.port"),
+        ("port: 2222", "port: 2222\n    connect_timeout: .inf", "nodes.t4.connect_timeout"),
+        ("port: 2222", "port: 2222\n    connect_timeout: 1e309", "nodes.t4.connect_timeout"),
+        ("port: 2222", "port: 2222\n    jump: 'bastion:abc'", "nodes.t4.jump"),
+        ("port: 2222", 'port: 2222\n    env: {"A\\n": x}', "nodes.t4.env"),
+        ("database:", "retry_backoff: .nan\ndatabase:", "retry_backoff"),
+        ("database:", "output_cap: 99999999999999\ndatabase:", "output_cap"),
+    ],
+)
+def test_numbers_and_fields_that_would_crash_or_lie_at_run_time(tmp_path, old, new, key):
+    err = load_error(make_farm(tmp_path, farm=GOOD_FARM.replace(old, new)))
+    assert err.key == key, str(err)
+
+
+@pytest.mark.parametrize("timeout", ["0.4", ".inf", "-1", "1e309"])
+def test_a_timeout_under_a_second_or_infinite_is_refused(tmp_path, timeout):
+    err = load_error(make_farm(tmp_path, job=GOOD_JOB.replace("variants:", f"timeout: {timeout}\nvariants:")))
+    assert err.key == "timeout", str(err)
+
+
+def test_a_node_name_with_a_trailing_newline_is_refused(tmp_path):
+    farm = GOOD_FARM.replace("  local:\n", '  "local\\n":\n')
+    assert "nodes.local" in str(load_error(make_farm(tmp_path, farm=farm)))
+
+
+def test_yaml_that_would_exhaust_the_loader_is_refused(tmp_path):
+    deep = "nodes: " + "[" * 500 + "]" * 500 + "\n"
+    assert "nesting deeper than 64" in str(load_error(make_farm(tmp_path, farm=deep)))
+    rows = ["a: &a [" + ",".join(['"lol"'] * 9) + "]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        rows.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb = "\n".join(rows) + "\nnodes: {x: {transport: local}}\n"
+    assert len(bomb) < 700
+    import time
+
+    clock = time.monotonic()
+    assert "aliases are expanded" in str(load_error(make_farm(tmp_path, farm=bomb)))
+    assert time.monotonic() - clock < 2
+    (tmp_path / "farm.yaml").write_text("# " + "x" * (2 << 20))
+    assert "bytes" in str(load_error(tmp_path / "farm.yaml"))

@@ -967,3 +967,28 @@ def test_a_second_ctrl_c_exits_at_once(ssh_fleet: Fleet, tmp_path: Path) -> None
         if farm.poll() is None:
             farm.kill()
             farm.wait()
+
+
+def test_an_unreadable_known_hosts_is_that_nodes_infra_error(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 10, case 12: a known_hosts that is a folder, or not UTF-8, once
+    aborted the whole run with a traceback; now it is that node's infra-error
+    with the cause, and the other node's cell passes."""
+    folder = tmp_path / "kh-folder"
+    folder.mkdir()
+    garbage = tmp_path / "kh-garbage"
+    garbage.write_bytes(b"\xff\xfe\x00 not a known_hosts file \xc3\x28\n")
+    nodes = {
+        "folder": ssh_fleet["t4"].farm_entry(tmp_path / "w1", known_hosts=str(folder)),
+        "garbage": ssh_fleet["t4"].farm_entry(tmp_path / "w2", known_hosts=str(garbage)),
+        "fine": ssh_fleet["t4"].farm_entry(tmp_path / "w3"),
+    }
+    config = write_farm(tmp_path, nodes, [faults_job({"quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0")})])
+    done = farm_cli(tmp_path, "verify", "--all", "--config", str(config), "--no-report")
+    assert done.returncode == EXIT_INFRA, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    rows = results(tmp_path / "results.db", 1)
+    assert rows[("fine", "quick")]["outcome"] == "pass"
+    for name in ("folder", "garbage"):
+        row = rows[(name, "quick")]
+        assert (row["outcome"], row["failed_stage"]) == ("infra-error", "probe"), row["reason"]
+        assert "cannot read its known_hosts" in row["reason"], row["reason"]

@@ -467,9 +467,14 @@ def test_work_folder_with_a_space(first_run: FarmRunResult) -> None:
 
 
 def test_changed_host_key_is_refused(first_run: FarmRunResult) -> None:
+    """Issue 10, case 7: the message names host:port, both fingerprints and what to do."""
     row = result_row(first_run, "impostor", "min75")
     assert row["failed_stage"] == "probe"
-    assert "does not match" in row["reason"], row["reason"]
+    fleet = first_run.fleet
+    reason = row["reason"]
+    assert f"127.0.0.1:{fleet['h100'].port} offered the ssh-ed25519 key {fleet['h100'].host_fingerprint}" in reason
+    assert f"holds {fleet['t4'].host_fingerprint} for it" in reason, reason
+    assert f"ssh-keygen -R '[127.0.0.1]:{fleet['h100'].port}'" in reason and "man-in-the-middle" in reason
     assert not first_run.workdir("impostor").exists()
 
 
