@@ -435,6 +435,11 @@ def result_rows(
                     "stderr_size": len(stderr),
                     "source_sha256": src_sha,
                     "sources": {path: src_sha},
+                    # the card it ran on, and the certificate identity (one source, no dependency)
+                    "device": snap["gpu_name"] or node["family"][1] or "",
+                    "cc": snap["cc"],
+                    "real_gpu": bool(snap.get("real_gpu")) and snap["cc"] is not None,
+                    "identity": sha(f"file {src_sha} {path}"),
                     "binary_sha256": sha(f"{src_sha}{v['flags']}") if built else None,
                     "instruction_counts": ({k: rng.randrange(1, 512) for k in v["instructions"]} if built else {}),
                     "required_instructions": dict(v["instructions"]),

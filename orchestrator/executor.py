@@ -367,7 +367,15 @@ class FarmRun:
                     snapshot = probe(setup)
                     partial.append(snapshot)
                     if snapshot.nvcc_version is None:
-                        raise NodeUnusable(f"node {setup.name!r}: no working nvcc at {node.nvcc!r}")
+                        said = snapshot.nvcc_output.strip().splitlines()
+                        error = NodeUnusable(
+                            f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({' / '.join(said[-3:])[-300:]})"
+                        )
+                        # missing is missing; anything else (a fork failing under load) may pass
+                        error.retryable = not re.search(
+                            r"not found|No such file|Permission denied", snapshot.nvcc_output
+                        )
+                        raise error
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     detail = ""

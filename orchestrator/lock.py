@@ -41,13 +41,13 @@ class RunLock:
     def __enter__(self) -> RunLock:
         try:
             self._lock.acquire(timeout=self.wait)
-        except OSError as err:  # a directory in its place, a read-only or missing folder
-            raise LockError(f"cannot take the run lock {self.path}: {err.strerror or err}") from err
         except Timeout:
             raise LockError(
                 f"another farm run holds {self.path} ({self._holder()}); waited {self.wait:.0f} s. "
                 "Let it finish, or pass --wait SECONDS to queue behind it."
             ) from None
+        except OSError as err:  # a directory in its place, a read-only or missing folder (Timeout is one too)
+            raise LockError(f"cannot take the run lock {self.path}: {err.strerror or err}") from err
         with contextlib.suppress(OSError):  # who holds it is a courtesy for the next run's message
             self._info.write_text(
                 json.dumps(

@@ -91,6 +91,7 @@ class NodeSnapshot:
     declared_cc: ComputeCapability | None
     driver_evidence: str = ""  # the kernel driver's version line and /dev/nvidiactl, if present
     gpus: tuple[Gpu, ...] = ()  # the GPUs the farm may use (farm.yaml `gpus:` applied)
+    nvcc_output: str = ""  # what `nvcc --version` printed, for a message when it failed
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
 
     @property
@@ -143,7 +144,7 @@ def probe_command(node: NodeSpec) -> str:
             "echo '@@farm host'",
             "hostname; uname -sm",
             "echo '@@farm smi'",
-            f'nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; echo "rc=$?"',
+            f'nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; smi=$?; echo "rc=$smi"',
             "echo '@@farm driver'",
             # a real GPU has a loaded kernel driver and its control device; an
             # nvidia-smi stand-in on PATH has neither
@@ -152,7 +153,9 @@ def probe_command(node: NodeSpec) -> str:
             'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
             "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
             "echo '@@farm cuda'",
-            "if command -v python3 >/dev/null 2>&1; then "
+            # only where nvidia-smi listed a GPU: a node without one starts no python3
+            "if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
+            "elif command -v python3 >/dev/null 2>&1; then "
             f"env -u CUDA_VISIBLE_DEVICES python3 -c {shlex.quote(CUDA_QUERY)} 2>&1 | head -n 64; "
             "else echo 'error no python3 on the node to query the CUDA driver'; fi",
             "echo '@@farm nvcc'",
@@ -281,6 +284,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         driver_evidence=driver_evidence,
         gpus=usable,
         driver_check="\n".join(checks),
+        nvcc_output="\n".join(nvcc),
     )
 
 

@@ -68,7 +68,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 # secrets a database URL may hold: the password between user: and the last @
 # (it may itself hold @ or /), and any query parameter named like a password
 _QUERY_SECRET = re.compile(r"([?&][^=&#]*password[^=&#]*=)([^&#]*)", re.IGNORECASE)
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.DOTALL)
+_SCHEME = re.compile(r"^(.*?//)(.*)$", re.DOTALL)  # lenient: a URL the driver cannot parse holds secrets too
 
 
 def _secrets(url: str) -> list[str]:

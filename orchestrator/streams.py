@@ -6,8 +6,9 @@ copy that is kept. Markers are user regexes and the output is untrusted, so
 they run on RE2 (google-re2), whose matching time is linear in the input:
 no pattern can make a hostile line hang the farm.
 
-Markers are matched line by line (`^` and `$` anchor at each line; a line is
-at most MAX_LINE bytes, longer ones are matched in MAX_LINE pieces). The kept
+Markers are matched line by line (`^` and `$` anchor at each line). A line
+longer than MAX_LINE bytes is never matched: it is too long to be a marker,
+and matching it in pieces would let `$` match where a piece was cut. The kept
 copy is the stream's first and last `cap / 2` bytes with one elision line
 between them; the full size and the full stream's sha256 are recorded, and
 where the cut was, so a page can say which bytes it does not show.
@@ -67,6 +68,7 @@ class StreamScan:
         self._head = bytearray()
         self._tail = bytearray()
         self._partial = bytearray()
+        self._skipping = False  # inside a line already longer than MAX_LINE: dropped up to its newline
         self._lines = 0
         self._matches: dict[str, int] = {}
 
@@ -82,13 +84,21 @@ class StreamScan:
         if len(self._tail) > self._half:
             del self._tail[: len(self._tail) - self._half]
         self._partial += chunk
+        if self._skipping:
+            end = self._partial.find(b"\n")
+            if end < 0:
+                self._partial.clear()
+                return
+            del self._partial[: end + 1]
+            self._lines += 1
+            self._skipping = False
         cut = self._partial.rfind(b"\n")
         if cut >= 0:
             self._block(bytes(self._partial[: cut + 1]))
             del self._partial[: cut + 1]
-        while len(self._partial) >= MAX_LINE:  # a line without end: matched in pieces
-            self._block(bytes(self._partial[:MAX_LINE]) + b"\n")
-            del self._partial[:MAX_LINE]
+        if len(self._partial) > MAX_LINE:  # a line too long to be a marker: memory stays bounded
+            self._partial.clear()
+            self._skipping = True
 
     def _block(self, block: bytes) -> None:
         """Whole lines, each ending in a newline. A marker is searched in the
@@ -100,15 +110,17 @@ class StreamScan:
             number = self._lines
             for line in block.split(b"\n")[:-1]:
                 number += 1
-                if marker.search(line) is not None:
+                if len(line) <= MAX_LINE and marker.search(line) is not None:
                     self._matches[name] = number
                     break
         self._lines += block.count(b"\n")
 
     def finish(self) -> ScanResult:
-        if self._partial:
+        if self._skipping:
+            self._lines += 1
+        elif self._partial:
             self._block(bytes(self._partial) + b"\n")
-            self._partial.clear()
+        self._partial.clear()
         if self._size <= 2 * self._half:
             kept = bytes(self._head) + bytes(self._tail[len(self._tail) - (self._size - len(self._head)) :])
             cut = None

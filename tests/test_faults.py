@@ -484,7 +484,8 @@ def test_frozen_host_at_start_keeps_quiet_output_quiet(ssh_fleet: Fleet, tmp_pat
     accepts, no banner ever comes) under `farm verify --quiet`, as cron runs it.
 
     Its cell is infra-error at probe after 2 setup attempts of at most
-    connect_timeout (1 s) each, exit 4, and the output is the verdict line alone,
+    connect_timeout (1 s) each, exit 4, and the output is the node's cause,
+    once (issue 10, case 7: the cron mail must say why), and the verdict line,
     with nothing on stderr.
     Figure: injected 1 frozen host; 1/1 cell infra-error in about 3 s; FAILS
     today: paramiko's banner traceback (~20 lines) reaches stderr."""
@@ -509,7 +510,9 @@ def test_frozen_host_at_start_keeps_quiet_output_quiet(ssh_fleet: Fleet, tmp_pat
     verdict = (
         "run 1: 0 as expected, 0 not, 1 infra; exit 4 (every verdict as expected, but some cells could not run (infra))"
     )
-    assert done.stdout == verdict + "\n", done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[-1] == verdict and len(lines) == 2, done.stdout
+    assert lines[0].endswith(f"node frozen: unreachable or unusable: {row['reason']}"), done.stdout
     assert done.stderr == "", (
         "BUG in orchestrator/transport/ssh.py: paramiko's transport thread logs 'Exception (client): Error "
         "reading SSH protocol banner' and its traceback through the `paramiko` logger, which has no handler, "

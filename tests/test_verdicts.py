@@ -275,3 +275,24 @@ def fleet_extra(tmp_path_factory: pytest.TempPathFactory):
         yield fleet.nodes
     finally:
         fleet.stop()
+
+
+# ------------------------------------------------------------------ case 8
+
+
+def test_a_backtracking_marker_on_hostile_output_cannot_hang_the_farm(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """`pass_marker: '(a+)+$'` against a 100,000-character line of a's ending
+    in '!': Python's re backtracks for ages (the farm hung at 0f1e6ec); RE2 is linear."""
+    hostile = "printf 'a%.0s' $(seq 100000); echo '!'; {binary}"
+    variants = {"hostile": standin_variant("PASS", MIN75, "MIN_CC=75", run=hostile)}
+    job = standin_job("standin", variants, pass_marker="(a+)+$")
+    config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}, [job])
+    clock = __import__("time").monotonic()
+    _, summary = run(config)
+    took = __import__("time").monotonic() - clock
+    (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    assert row["outcome"] == "fail" and "no pass marker" in row["reason"], row["reason"]
+    assert row["stdout_size"] > 100_000
+    assert took < 60, f"{took:.0f} s"
