@@ -381,6 +381,23 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     click.echo(export.junit(model) if fmt == "junit" else export.as_json(model), nl=False)
 
 
+@main.command("import")
+@click.argument("journal_file", metavar="JOURNAL", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@farm_options
+@handle_errors
+def import_(journal_file: Path, config_path: Path, database: str | None) -> None:
+    """Rebuild a run in the database from its journal (every run writes one
+    beside the database: results.db.journal/TOKEN.jsonl), after results.db was
+    lost, replaced or could not be written. A run already there is refused.
+
+    Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl
+    """
+    farm = _load(config_path, database, read_only=True)
+    store = Store(farm.database_url)
+    run_id, status, results = store.import_journal(journal_file)
+    click.echo(f"imported {journal_file} as run {run_id} ({status}, {results} results)")
+
+
 @main.command()
 @click.argument("result_id", type=int)
 @farm_options

@@ -35,8 +35,9 @@ from . import __version__, bundle
 from .bundle import Placed, Staging
 from .classify import Evidence, Verdict, classify
 from .config import Farm, Job
-from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable
+from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable, StoreError
 from .health import NodeHealth
+from .journal import Journal, journal_folder
 from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, expect
 from .probe import Gpu, NodeSnapshot, probe
@@ -250,7 +251,9 @@ class FarmRun:
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
         clock = time.monotonic()
+        self.store.journal = Journal(journal_folder(self.farm.database_url, self.farm.root), self.token)
         run_id = self.store.begin_run(
+            token=self.token,
             trigger=self.trigger,
             farm_commit=farm_commit(self.farm.root),
             farm_version=__version__,
@@ -275,7 +278,7 @@ class FarmRun:
             if by_node:
                 self._nodes_started = list(by_node)
                 with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
-                    for future in [pool.submit(self._node, n, c) for n, c in by_node.items()]:
+                    for future in [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]:
                         future.result()
             status = "aborted" if self._stop.is_set() else "finished"
             self.summary.stopped = self.stopping
@@ -290,10 +293,19 @@ class FarmRun:
             stored = self.summary.exit_code if exit_code is None else exit_code
             with contextlib.suppress(FarmError):  # the database itself may be what failed
                 self.store.finish_run(run_id, status, stored)
+            self.store.journal.close()
         self.listener.run_finished(self.summary)
         return self.summary
 
     # per node ------------------------------------------------------------------
+    def _node_guarded(self, name: str, cells: list[Cell]) -> None:
+        try:
+            self._node(name, cells)
+        except StoreError:
+            # nothing more can be stored: stop the other nodes too, at once
+            threading.Thread(target=self.stop, args=("the results database failed",), daemon=True).start()
+            raise
+
     def _open(self, transport: Transport) -> None:
         with self._handshakes:
             transport.open()
@@ -492,6 +504,7 @@ class FarmRun:
             [StageRecord("stage", node_stage.status, node_stage.started_at, node_stage.seconds, notes)] if notes else []
         )
         attempt = 0
+        tries: list[tuple] = []  # stored after the result: if the database fails, the result is journaled
         while True:
             attempt += 1
             result = CellResult(cell=cell, expectation=expect(job, variant, ctx.snapshot, card_cc), stages=list(staged))
@@ -500,7 +513,7 @@ class FarmRun:
                 break
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
-                self._attempt(cell.node, cell, attempt, "skipped", None, reason)
+                tries.append((cell.node, cell, attempt, "skipped", None, reason))
                 self._infra(result, "skipped", reason)
                 break
             try:
@@ -528,8 +541,8 @@ class FarmRun:
             if result.evidence.stopped:
                 break
             infra = result.evidence.infra_stage
-            self._attempt(
-                cell.node, cell, attempt, "infra" if infra else "ok", infra, result.evidence.infra_detail or None
+            tries.append(
+                (cell.node, cell, attempt, "infra" if infra else "ok", infra, result.evidence.infra_detail or None)
             )
             if infra is None:
                 ctx.health.succeeded()
@@ -540,6 +553,8 @@ class FarmRun:
                 break
             ctx.health.pause(attempt + 1)
         self._finish(cell, job, result, ctx.snapshot_id, ctx)
+        for one in tries:
+            self._attempt(*one)
 
     def _infra(self, result: CellResult, stage: str, reason: str) -> None:
         result.stages.append(StageRecord(stage, "infra", datetime.now(UTC), 0.0, reason))

@@ -20,6 +20,7 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import defaultdict
@@ -47,7 +48,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from . import journal
 from .errors import StoreError
+from .journal import Journal
 from .outcomes import Outcome
 from .tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
@@ -156,6 +159,40 @@ def _no_nul(row: Base) -> None:
             setattr(row, column.key, value.replace("\x00", "\ufffd"))
 
 
+def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
+    return ResultRow(
+        run_id=run_id,
+        kernel=cell.kernel,
+        variant=cell.variant,
+        node=cell.node,
+        device=cell.device,
+        contract="",
+        expected="unknown",
+        contract_expected="unknown",
+        expected_reason="",
+        outcome=Outcome.NOT_RUN.value,
+        failed_stage=None,
+        reason=reason,
+        stage_seconds={},
+        stage_details={},
+        build_command="",
+        build_log=b"",
+        stdout=b"",
+        stderr=b"",
+        source_sha256="",
+        sources={},
+        dependencies={},
+        output_cuts={},
+        markers={},
+        instruction_counts={},
+        required_instructions={},
+        elf_targets=[],
+        ptx_targets=[],
+        started_at=now,
+        ended_at=now,
+    )
+
+
 class Store:
     """Opens (and creates) the database; every write commits at once."""
 
@@ -166,6 +203,8 @@ class Store:
         self.redacted_url = redact_url(url)  # for messages
         self._write_lock = threading.Lock()
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
+        self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
+        self._snapshot_refs: dict[int, int] = {}
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -184,6 +223,42 @@ class Store:
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
+        self._file = self._sqlite_file()
+        self._identity = self._file_identity()
+
+    def _sqlite_file(self) -> Path | None:
+        parsed = make_url(self.url)
+        if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+            return None
+        return Path(parsed.database)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._file is None:
+            return None
+        try:
+            found = os.stat(self._file)
+        except OSError:
+            return None
+        return (found.st_dev, found.st_ino)
+
+    def _check_file(self) -> None:
+        """SQLite keeps writing to a file that was deleted or replaced under it, and
+        the results would be lost without a word: check before every commit."""
+        if self._identity is None:
+            return
+        now = self._file_identity()
+        if now != self._identity:
+            what = "deleted" if now is None else "replaced by another file"
+            raise StoreError(f"the results database {self._file} was {what} during the run{self._journal_hint()}")
+
+    def _journal_hint(self) -> str:
+        if self.journal is None:
+            return ""
+        return f"; this run's records are in its journal: farm import {self.journal.path}"
+
+    def _journal(self, kind: str, fields: dict[str, Any]) -> None:
+        if self.journal is not None:
+            self.journal.write(kind, fields)
 
     def session(self) -> Session:
         return Session(self.engine, expire_on_commit=False)
@@ -193,14 +268,16 @@ class Store:
         # a database failure mid-run (server gone, disk full) is a StoreError, password masked
         try:
             yield
-        except SQLAlchemyError as err:
+        except (SQLAlchemyError, OSError) as err:
             raise StoreError(
                 f"the results database {self.redacted_url} failed {doing}: {_first_line(err, self.url)}"
+                f"{self._journal_hint() if doing == 'writing' else ''}"
             ) from err
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
         with self._guard("writing"), self._write_lock, self.session() as session:
+            self._check_file()
             yield session
 
     @contextmanager
@@ -246,9 +323,12 @@ class Store:
 
     # writes ------------------------------------------------------------------
     def begin_run(self, **fields: Any) -> int:
-        return self._add(Run(started_at=datetime.now(UTC), status="running", **fields))
+        started = datetime.now(UTC)
+        self._journal("run", {"started_at": started, **fields})
+        return self._add(Run(started_at=started, status="running", **fields))
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
+        self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
         with self._writing() as session:
             run = session.get(Run, run_id)
             assert run is not None
@@ -258,14 +338,23 @@ class Store:
             session.commit()
 
     def add_snapshot(self, **fields: Any) -> int:
-        return self._add(NodeSnapshotRow(**fields))
+        ref = len(self._snapshot_refs) + 1
+        self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
+        snapshot_id = self._add(NodeSnapshotRow(**fields))
+        self._snapshot_refs[snapshot_id] = ref
+        return snapshot_id
 
     def add_result(self, **fields: Any) -> int:
+        ref = self._snapshot_refs.get(fields.get("snapshot_id") or 0)
+        self._journal(
+            "result", {"snapshot_ref": ref, **{k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}}
+        )
         return self._add(ResultRow(**fields))
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
         cells are planned again per card model once its probe found several."""
+        self._journal("planned", {"cells": [list(cell) for cell in cells]})
         with self._writing() as session:
             session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n, device=d) for k, v, n, d in cells)
             session.commit()
@@ -284,7 +373,9 @@ class Store:
             return session.scalars(query).first()
 
     def add_attempt(self, **fields: Any) -> None:
-        self._add(Attempt(at=datetime.now(UTC), **fields))
+        at = datetime.now(UTC)
+        self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
+        self._add(Attempt(at=at, **fields))
 
     def attempts(self, run_id: int) -> list[Attempt]:
         with self._reading() as session:
@@ -312,36 +403,11 @@ class Store:
                 ]
                 for cell in missing:
                     session.add(
-                        ResultRow(
-                            run_id=run.id,
-                            kernel=cell.kernel,
-                            variant=cell.variant,
-                            node=cell.node,
-                            device=cell.device,
-                            contract="",
-                            expected="unknown",
-                            contract_expected="unknown",
-                            expected_reason="",
-                            outcome="not-run",
-                            failed_stage=None,
-                            reason="the farm was stopped before this cell finished (found at the next start)",
-                            stage_seconds={},
-                            stage_details={},
-                            build_command="",
-                            build_log=b"",
-                            stdout=b"",
-                            stderr=b"",
-                            source_sha256="",
-                            sources={},
-                            dependencies={},
-                            output_cuts={},
-                            markers={},
-                            instruction_counts={},
-                            required_instructions={},
-                            elf_targets=[],
-                            ptx_targets=[],
-                            started_at=now,
-                            ended_at=now,
+                        _not_run_row(
+                            run.id,
+                            cell,
+                            now,
+                            "the farm was stopped before this cell finished (found at the next start)",
                         )
                     )
                 run.status = "aborted"
@@ -351,6 +417,7 @@ class Store:
         return aborted
 
     def add_source(self, sha256: str, path: str, content: bytes) -> None:
+        self._journal("source", {"sha256": sha256, "path": path, "content": content})
         with self._writing() as session:
             if session.get(SourceFile, sha256) is None:
                 session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
@@ -541,5 +608,70 @@ class Store:
         with self._reading() as session:
             return session.get(ResultRow, result_id)
 
+    def import_journal(self, path: Path) -> tuple[int, str, int]:
+        """Rebuild a run from its journal (journal.py) as a new run of this database.
+        Returns (run id, status, results). A run already here is refused."""
+        records = list(journal.read(path))
+        if not records or records[0][0] != "run":
+            raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
+        run_fields = dict(records[0][1])
+        token = run_fields.get("token")
+        with self._guard("importing"), self._write_lock, self.session() as session:
+            if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
+                raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}")
+            end = next((fields for kind, fields in records if kind == "finish"), None)
+            run = Run(
+                status=end["status"] if end else "aborted",
+                exit_code=end["exit_code"] if end else None,
+                ended_at=end["ended_at"] if end else run_fields["started_at"],
+                **run_fields,
+            )
+            session.add(run)
+            session.flush()
+            snapshots: dict[int, int] = {}
+            results = 0
+            done: set[tuple[str, str, str, str]] = set()
+            planned: list[PlannedCell] = []
+            for kind, fields in records[1:]:
+                if kind == "snapshot":
+                    ref = fields.pop("ref")
+                    row = NodeSnapshotRow(run_id=run.id, **fields)
+                    session.add(row)
+                    session.flush()
+                    snapshots[ref] = row.id
+                elif kind == "result":
+                    ref = fields.pop("snapshot_ref")
+                    session.add(ResultRow(run_id=run.id, snapshot_id=snapshots.get(ref), **fields))
+                    done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
+                    results += 1
+                elif kind == "attempt":
+                    session.add(Attempt(run_id=run.id, **fields))
+                elif kind == "planned":
+                    cells = [
+                        PlannedCell(run_id=run.id, kernel=k, variant=v, node=n, device=d)
+                        for k, v, n, d in fields["cells"]
+                    ]
+                    session.add_all(cells)
+                    planned += cells
+                elif kind == "source" and session.get(SourceFile, fields["sha256"]) is None:
+                    session.add(SourceFile(first_seen=run.started_at, **fields))
+            # what the run planned but never finished: not-run, as abort_unfinished_runs records it
+            finished = {(k, v, n) for k, v, n, _d in done}
+            per_card = {(p.kernel, p.variant, p.node) for p in planned if p.device}
+            for cell in planned:
+                key = (cell.kernel, cell.variant, cell.node)
+                if (cell.device and (*key, cell.device) not in done) or (
+                    not cell.device and key not in finished | per_card
+                ):
+                    session.add(
+                        _not_run_row(
+                            run.id, cell, run.ended_at, "the run stopped before this cell finished (from its journal)"
+                        )
+                    )
+            session.commit()
+            return run.id, run.status, results
+
     def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
         self.engine.dispose()

@@ -48,6 +48,8 @@ class Run(Base):
     config_file: Mapped[str] = mapped_column(Text)
     selection: Mapped[str] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # FARM_RUN on the nodes, and the journal's name (0005); None for runs before it
+    token: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     snapshots: Mapped[list[NodeSnapshotRow]] = relationship(back_populates="run")
     results: Mapped[list[ResultRow]] = relationship(back_populates="run")
 

@@ -995,3 +995,44 @@ def test_an_unreadable_known_hosts_is_that_nodes_infra_error(ssh_fleet: Fleet, t
         row = rows[(name, "quick")]
         assert (row["outcome"], row["failed_stage"]) == ("infra-error", "probe"), row["reason"]
         assert "cannot read its known_hosts" in row["reason"], row["reason"]
+
+
+def test_a_deleted_database_stops_the_run_and_its_journal_rebuilds_it(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 10, case 6: results.db deleted during a run. SQLite would go on
+    writing into the unlinked file and the farm would print a normal verdict;
+    now the next commit notices, the run stops with exit 5 naming its journal,
+    and `farm import` rebuilds the run, every finished cell included.
+    Figure: 1 database deleted mid-run; exit 5; 1 run with 2 cells imported."""
+    workdir = tmp_path / "work-t4"
+    variants = {
+        "quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+        "slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60),
+        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+    }
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
+    db = tmp_path / "results.db"
+    log = tmp_path / "farm.log"
+    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    try:
+        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
+        db.unlink()
+        code = farm.wait(timeout=60)
+    finally:
+        if farm.poll() is None:
+            farm.kill()
+            farm.wait()
+    text = log.read_text()
+    assert code == 5, text
+    (journal,) = (tmp_path / "results.db.journal").glob("*.jsonl")
+    assert "was deleted during the run" in text and f"farm import {journal}" in text, text
+    assert "Traceback" not in text
+    imported = farm_cli(tmp_path, "import", str(journal), "--config", str(config))
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "as run 1 (" in imported.stdout
+    rows = results(db, 1)
+    assert rows[("t4", "quick")]["outcome"] == "pass"
+    assert bytes(rows[("t4", "quick")]["stdout"]).endswith(b"standin: PASS\n")
+    assert rows[("t4", "slow")]["outcome"] == "pass", "the cell whose commit failed is in the journal"
+    assert rows[("t4", "after")]["outcome"] == "not-run"
+    again = farm_cli(tmp_path, "import", str(journal), "--config", str(config))
+    assert again.returncode == 5 and "already in" in again.stderr
