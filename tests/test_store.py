@@ -23,7 +23,7 @@ def test_first_schema_database_upgrades_in_place(tmp_path):
         after = db.execute("select id, kernel, variant, outcome from results order by id").fetchall()
         (revision,) = db.execute("select version_num from alembic_version").fetchone()
     assert after == before and len(before) == 8
-    assert revision == "0004"
+    assert revision == "0005"
     with sqlite3.connect(path) as db:
         cards = db.execute("select distinct device, cc, real_gpu, identity from results").fetchall()
     # filled from each result's node snapshot; no identity: the dependencies' bytes were never recorded
