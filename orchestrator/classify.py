@@ -28,6 +28,7 @@ class Evidence:
     infra_stage: str | None = None  # stage that hit an InfraError
     infra_detail: str = ""
     infra_retryable: bool = True  # False: another attempt would fail the same way (InfraError.retryable)
+    infra_unreachable: bool = False  # the node could not be reached at all (InfraError.unreachable)
     build_exit: int | None = None
     inspect_exit: int | None = None
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)

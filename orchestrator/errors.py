@@ -6,7 +6,8 @@
     ├── LockError                  another run holds the farm's lock (exit 6)
     └── InfraError                 a node could not be used; never a kernel verdict
         ├── ConnectError           refused, unreachable, banner/auth failure
-        │   └── HostKeyError       unknown or changed host key (strict checking; never retried)
+        │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
+        │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
         ├── NodeUnusable           reachable, but no nvcc or no work folder (never retried)
         └── CommandTimeout         a command outlived its channel timeout
 
@@ -88,9 +89,14 @@ class InfraError(FarmError):
 
     exit_code = EXIT_INFRA
     retryable = True  # a passing fault may clear; health.py retries it a bounded number of times
+    unreachable = False  # the node cannot be reached at all (see ConnectError)
 
 
 class ConnectError(InfraError):
+    unreachable = True  # the node itself is gone: worth waiting for (farm.yaml reconnect_window)
+
+
+class SessionLost(ConnectError):
     pass
 
 
@@ -103,4 +109,4 @@ class NodeUnusable(InfraError):
 
 
 class CommandTimeout(InfraError):
-    pass
+    unreachable = True  # every command runs under a remote timeout: outliving it means the peer is gone

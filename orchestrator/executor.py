@@ -164,6 +164,7 @@ class NodeContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
     built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
+    down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -475,6 +476,34 @@ class FarmRun:
         with ctx.lock:
             ctx.built[build_key] = sha
 
+    def _await_node(self, ctx: NodeContext, name: str) -> bool:
+        """Wait (backing off from 1 s to 30 s) until the node answers again, within
+        reconnect_window of when it was first found unreachable. True when it is back."""
+        window = self.farm.spec.reconnect_window
+        with ctx.lock:
+            if ctx.down_since is None:
+                ctx.down_since = time.monotonic()
+            deadline = ctx.down_since + window
+        delay = 1.0
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 30.0)
+            probe_transport = transport_for(name, self.farm.nodes[name])
+            try:
+                self._open(probe_transport)
+                if probe_transport.run("true", timeout=30).ok:
+                    with ctx.lock:
+                        ctx.down_since = None
+                    return True
+            except InfraError:
+                continue
+            finally:
+                probe_transport.close()
+        return False
+
     def _restage(self, ctx: NodeContext, transport: Transport, placed: Placed) -> str:
         """Ship an altered bundle again (a kernel of an earlier cell changed it)."""
         shipped_bundle = ctx.staging.bundles.get(placed.digest)
@@ -503,7 +532,7 @@ class FarmRun:
         staged = (
             [StageRecord("stage", node_stage.status, node_stage.started_at, node_stage.seconds, notes)] if notes else []
         )
-        attempt = 0
+        attempt = reconnects = 0
         tries: list[tuple] = []  # stored after the result: if the database fails, the result is journaled
         while True:
             attempt += 1
@@ -520,6 +549,8 @@ class FarmRun:
                 self._open(transport)
             except InfraError as err:
                 self._infra(result, "connect", str(err))
+                result.evidence.infra_retryable = err.retryable
+                result.evidence.infra_unreachable = err.unreachable
             else:
                 CellPipeline(
                     transport,
@@ -547,8 +578,19 @@ class FarmRun:
             if infra is None:
                 ctx.health.succeeded()
                 break
-            ctx.health.failed(result.evidence.infra_detail)
             transport.close()  # a broken session is reopened for the next try
+            if result.evidence.infra_unreachable and self.farm.spec.reconnect_window > 0 and reconnects < 5:
+                # a node that was reached this run and now is not: rebooting? wait for it, within the window
+                reconnects += 1
+                if self._await_node(ctx, cell.node):
+                    continue
+                result.evidence.infra_detail += (
+                    f"; unreachable for the whole reconnect window ({self.farm.spec.reconnect_window:g} s)"
+                )
+                result.verdict = classify(result.evidence, result.expectation)
+                ctx.health.failed(result.evidence.infra_detail)
+                break
+            ctx.health.failed(result.evidence.infra_detail)
             if attempt > ctx.health.retries or ctx.health.unhealthy or not result.evidence.infra_retryable:
                 break
             ctx.health.pause(attempt + 1)

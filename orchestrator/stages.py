@@ -314,6 +314,7 @@ class CellPipeline:
             self.result.evidence.infra_stage = name
             self.result.evidence.infra_detail = str(err)
             self.result.evidence.infra_retryable = err.retryable
+            self.result.evidence.infra_unreachable = err.unreachable
         detail = "; ".join(self._detail)
         if self._stopped(name):  # its command may have been killed by the stop: no verdict from it
             status = "stopped"

@@ -31,7 +31,7 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
-from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError
+from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
 from .base import CommandResult, Transport
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
@@ -171,11 +171,14 @@ class SSHTransport(Transport):
                 raise CommandTimeout(
                     f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
                 ) from err
-            raise InfraError(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
+            raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         finally:
             watchdog.cancel()
         if not watchdog.is_alive() and time.monotonic() - start >= timeout + WATCHDOG_GRACE:
             raise CommandTimeout(f"node {self.name!r}: no answer within {timeout:.0f} s")
+        if result.exited is None or result.exited < 0:
+            # the channel closed without an exit status: the session, not the command, ended
+            raise SessionLost(f"node {self.name!r}: the session ended before the command's exit status came")
         return CommandResult(
             command=command,
             exit_code=result.exited if result.exited is not None else 255,
