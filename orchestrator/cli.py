@@ -24,7 +24,7 @@ from . import report as report_mod
 from .config import Farm, load_farm
 from .errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
 from .executor import FarmRun, RunSummary
-from .lock import RunLock, lock_path
+from .lock import run_lock
 from .plan import SelectionError, plan_cells
 from .probe import probe
 from .progress import Listeners, LiveListener, PlainListener, describe_node
@@ -116,6 +116,12 @@ def main() -> None:
     """
 
 
+def _finite(value: float) -> float:
+    if value != value:  # NaN passes every range check
+        raise click.BadParameter("nan is not a number of seconds")
+    return value
+
+
 def _check_trigger(value: str) -> str:
     if not 1 <= len(value) <= 32:
         raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} is {len(value)} characters; give 1 to 32")
@@ -182,7 +188,8 @@ def _matrix_text(summary: RunSummary) -> str:
 )
 @click.option(
     "--wait",
-    type=float,
+    type=click.FloatRange(0, 86400),
+    callback=lambda _ctx, _param, value: _finite(value),
     default=0.0,
     show_default=True,
     metavar="SECONDS",
@@ -218,7 +225,7 @@ def verify(
     disabled = [name for name, node in farm.nodes.items() if not node.enabled]
     if disabled and not nodes and not quiet:
         click.echo(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-    with RunLock(lock_path(farm.database_url, farm.root), wait), contextlib.ExitStack() as stack:
+    with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
         store = Store(farm.database_url)
         for run_id, not_run in store.abort_unfinished_runs():
             click.echo(

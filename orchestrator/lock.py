@@ -69,3 +69,91 @@ class RunLock:
             return f"pid {info['pid']} on {info['host']} since {info['since']}"
         except (OSError, ValueError, KeyError):
             return "holder unknown"
+
+
+# "farm run" as a number: the PostgreSQL advisory lock every farm run of a database takes
+ADVISORY_KEY = 0x6661726D_72756E
+
+
+class DatabaseLock:
+    """One run per *server* database, whichever host the farm runs on: a
+    PostgreSQL session-level advisory lock, held on a connection of its own for
+    the whole run (released by the server when that connection ends, even if
+    the farm is killed). Two farm hosts sharing one database no longer both
+    write it. For SQLite the file lock beside the database is enough."""
+
+    def __init__(self, url: str, wait: float = 0.0) -> None:
+        self.url = url
+        self.wait = wait
+        self._connection = None
+        self._engine = None
+
+    def __enter__(self) -> DatabaseLock:
+        import time
+
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.exc import SQLAlchemyError
+        from sqlalchemy.pool import NullPool
+
+        from .errors import StoreError
+        from .store import redact_url
+
+        me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]
+        try:
+            self._engine = create_engine(
+                self.url, connect_args={"application_name": me, "connect_timeout": 10}, poolclass=NullPool
+            )
+            self._connection = self._engine.connect()
+            deadline = time.monotonic() + self.wait
+            while True:
+                taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+                self._connection.commit()
+                if taken:
+                    return self
+                if time.monotonic() >= deadline:
+                    holder = self._connection.execute(
+                        text(
+                            "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
+                            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                            "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = :k"
+                        ),
+                        {"k": ADVISORY_KEY},
+                    ).first()
+                    self._release()
+                    who = (
+                        f"{holder[0] or 'a farm'} from {holder[1] or 'local'} since {holder[2]:%Y-%m-%d %H:%M}"
+                        if holder
+                        else "holder unknown"
+                    )
+                    raise LockError(
+                        f"another farm run holds the advisory lock of {redact_url(self.url)} ({who}); "
+                        f"waited {self.wait:.0f} s. Let it finish, or pass --wait SECONDS to queue behind it."
+                    )
+                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
+        except SQLAlchemyError as err:
+            self._release()
+            raise StoreError(f"cannot take the run lock of {redact_url(self.url)}: {type(err).__name__}") from err
+
+    def _release(self) -> None:
+        # NullPool: closing the connection ends the server session, and with it the lock
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                self._connection.close()
+            self._connection = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def __exit__(self, *exc: object) -> None:
+        self._release()  # closing the session releases its advisory locks
+
+
+@contextlib.contextmanager
+def run_lock(database_url: str, farm_root: Path, wait: float):
+    """The file lock for this farm host, and for PostgreSQL the database's advisory lock."""
+    with RunLock(lock_path(database_url, farm_root), wait):
+        if database_url.startswith(("postgresql", "postgres")):
+            with DatabaseLock(database_url, wait):
+                yield
+        else:
+            yield

@@ -487,3 +487,41 @@ def test_readers_during_a_run_never_block_the_writer_nor_see_half_a_cell(store, 
     assert reads >= 3
     assert max(writes) < 1.0, f"the writer was blocked {max(writes):.2f} s by readers"
     assert len(collect(store, run_id).results) == cells
+
+
+def test_two_farm_hosts_sharing_a_postgresql_database_take_turns(postgres_admin, tmp_path):
+    """Issue 10, case 7: the run lock is also the database's: a farm on
+    another host (here: another folder, so another lock file) is refused
+    while a run holds the PostgreSQL advisory lock, and runs once it is free."""
+    import subprocess
+    import sys
+
+    from orchestrator.lock import DatabaseLock
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "toy.cpp").write_text("int main() { return 0; }\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "toy.yaml").write_text(
+        "kernel: toy\nsources: [kernels/toy.cpp]\npass_marker: 'toy: PASS'\nrefusal_marker: 'needs CC'\n"
+        "variants:\n  plain:\n    build: 'g++ -o {binary} {sources}'\n    inspect: 'objdump -d {binary}'\n"
+        "    cc: {min: '7.5'}\n"
+    )
+    (tmp_path / "farm.yaml").write_text(f"nodes:\n  here:\n    transport: local\n    workdir: {tmp_path / 'w'}\n")
+    env = {**os.environ, "FARM_DATABASE": POSTGRES_URL}
+    verify = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "verify",
+        "--all",
+        "--no-report",
+        "--config",
+        str(tmp_path / "farm.yaml"),
+    ]
+    with DatabaseLock(POSTGRES_URL):
+        held = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert held.returncode == 6, held.stdout + held.stderr
+    assert "holds the advisory lock" in held.stderr and "farm pid" in held.stderr
+    assert "farm:farm@" not in held.stderr  # the password is never printed
+    free = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert free.returncode == 0, free.stdout + free.stderr
