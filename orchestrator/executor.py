@@ -584,6 +584,9 @@ class FarmRun:
                 reconnects += 1
                 if self._await_node(ctx, cell.node):
                     continue
+                if self.stopping:  # stopped while waiting for the node: no verdict either way
+                    self._not_run(result)
+                    break
                 result.evidence.infra_detail += (
                     f"; unreachable for the whole reconnect window ({self.farm.spec.reconnect_window:g} s)"
                 )

@@ -8,6 +8,7 @@ Only light columns are read for history (never logs), so a database of
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,7 +38,9 @@ def utc_date(moment: datetime) -> str:
     return (utc_iso(moment) or "")[:10]
 
 
+@functools.cache
 def category(outcome: str) -> str:
+    """good, bad or infra: the colour of an outcome (cached: a report asks ~10^5 times)."""
     if is_infra(outcome):
         return "infra"
     return "good" if is_as_expected(outcome) else "bad"
@@ -104,9 +107,9 @@ class ReportModel:
     standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
     stale_after_days: float = 30.0
 
-    @property
+    @functools.cached_property
     def several(self) -> set[str]:
-        """Nodes with several card models: their labels name the card."""
+        """Nodes with several card models: their labels name the card (computed once)."""
         seen: dict[str, set[str]] = defaultdict(set)
         for column in self.columns:
             seen[column.node].add(column.device)
