@@ -419,33 +419,34 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     r = store.result(result_id) if 1 <= result_id < 2**63 else None
     if r is None:
         raise StoreError(f"no result {result_id} in {redact_url(farm.database_url)}")
-    text = lambda data: printable((data or b"").decode("utf-8", "replace").rstrip())  # noqa: E731
+    text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
+    say = lambda line: click.echo(printable(line))  # noqa: E731 - everything shown is stored input
     card = f" ({r.device}, CC {r.cc}" + (f", GPU {r.gpu_index} {r.gpu_uuid}" if r.gpu_uuid else "") + ")"
-    click.echo(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
-    click.echo(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
-    click.echo(f"expected  {r.expected}: {r.expected_reason}")
-    click.echo(f"contract  {r.contract}")
-    click.echo(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
+    say(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
+    say(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
+    say(f"expected  {r.expected}: {r.expected_reason}")
+    say(f"contract  {r.contract}")
+    say(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
     for path, sha in r.sources.items():
-        click.echo(f"source    {path} sha256 {sha}")
+        say(f"source    {path} sha256 {sha}")
     for dep, d in (r.dependencies or {}).items():
-        click.echo(f"dep       {dep} {d.get('version') or ''} digest {d.get('digest')}")
-    click.echo(
+        say(f"dep       {dep} {d.get('version') or ''} digest {d.get('digest')}")
+    say(
         f"binary    sha256 {r.binary_sha256 or '-'}; cubins {r.elf_targets}; ptx {r.ptx_targets}; "
         f"code path {r.code_path or '-'}"
     )
-    click.echo(f"build     {r.build_command}" + (" (reused)" if r.build_cached else ""))
-    click.echo(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
-    click.echo(f"stages    {r.stage_seconds}")
-    click.echo(f"exit code {r.exit_code}")
+    say(f"build     {r.build_command}" + (" (reused)" if r.build_cached else ""))
+    say(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
+    say(f"stages    {r.stage_seconds}")
+    say(f"exit code {r.exit_code}")
     for name, data, size, sha in (
         ("stdout", r.stdout, r.stdout_size, r.stdout_sha256),
         ("stderr", r.stderr, r.stderr_size, r.stderr_sha256),
     ):
         cut = (r.output_cuts or {}).get(name)
         kept = f"; bytes {cut[0]} to {cut[1]} left out" if cut else ""
-        click.echo(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})\n{text(data)}")
-    click.echo(f"--- build log\n{text(r.build_log)}")
+        say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})\n{text(data)}")
+    say(f"--- build log\n{text(r.build_log)}")
 
 
 if __name__ == "__main__":

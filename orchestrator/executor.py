@@ -252,7 +252,8 @@ class FarmRun:
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
         clock = time.monotonic()
-        self.store.journal = Journal(journal_folder(self.farm.database_url, self.farm.root), self.token)
+        folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
+        self.store.journal = Journal(folder, self.token)
         run_id = self.store.begin_run(
             token=self.token,
             trigger=self.trigger,

@@ -27,7 +27,10 @@ from .errors import StoreError
 KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
 
 
-def journal_folder(database_url: str, farm_root: Path) -> Path:
+def journal_folder(database_url: str, farm_root: Path, configured: str | None = None) -> Path:
+    """farm.yaml's `journal` folder (relative to farm.yaml), else beside the database."""
+    if configured:
+        return (farm_root / Path(configured).expanduser()).resolve()
     prefix = "sqlite:///"
     if database_url.startswith(prefix) and database_url != prefix + ":memory:":
         return Path(database_url[len(prefix) :] + ".journal")

@@ -242,3 +242,25 @@ def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
     assert 'type="incomplete-run"' in junit and 'errors="1"' in junit
     assert farm("report", "--config", str(config)).returncode == 0
     assert 'id="incomplete"' in (tmp_path / "reports" / "index.html").read_text()
+
+
+def test_text_from_the_database_never_chooses_a_path_or_reaches_the_terminal_raw(tmp_path):
+    """Issue 10, case 13: a database is input too. A node named "../../x" in it
+    writes no page outside --out, and ESC/BEL bytes a kernel printed are
+    escaped by `farm show`."""
+    import sqlite3
+
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE results SET node = '../../x', stdout = ?", (b"\x1b]0;owned\x07\x1b[2Jtoy: PASS\n",))
+        db.execute("UPDATE node_snapshots SET node = '../../x'")
+    out = tmp_path / "deep" / "out"
+    done = farm("report", "--config", str(config), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    written = {p.resolve() for p in tmp_path.rglob("*.html")}
+    assert written and all(p.is_relative_to(out.resolve()) for p in written), sorted(map(str, written))
+    shown = farm("show", "1", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "\\x1b]0;owned\\x07" in shown.stdout

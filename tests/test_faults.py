@@ -1075,3 +1075,36 @@ def test_a_node_that_reboots_is_waited_for_and_its_cell_rerun(own_nodes: list[Ss
     tries = attempts(tmp_path / "results.db", summary.run_id, "reboots", "slow")
     assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
     assert summary.exit_code == EXIT_OK
+
+
+def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 10, case 5: results.db on a 700 KiB tmpfs, the journal on another
+    disk (farm.yaml `journal:`), a kernel whose kept output (1 MiB) cannot fit.
+    The commit fails: exit 5 with one Error line naming the journal; the
+    journal holds the cell, and `farm import` rebuilds the run elsewhere.
+    Figure: 1 full disk; exit 5; 1/1 cell (its 1 MiB of output) recovered."""
+    disk = Tmpfs(tmp_path / "small", "700k")
+    try:
+        workdir = tmp_path / "work-t4"
+        variants = {"flood": faults_variant("FLOOD", MIN75, "FLOOD_MIB=2")}
+        config = write_farm(
+            tmp_path,
+            {"t4": ssh_fleet["t4"].farm_entry(workdir)},
+            [faults_job(variants)],
+            database=f"sqlite:///{disk.path / 'results.db'}",
+            journal="journals",
+        )
+        done = farm_cli(tmp_path, "verify", "--all", "--config", str(config), "--no-report")
+    finally:
+        disk.unmount()
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert done.stderr.startswith("Error: ") and "Traceback" not in done.stderr, done.stderr
+    assert "full" in done.stderr, done.stderr  # SQLite: "database or disk is full"
+    print(done.stderr.strip())
+    (journal,) = (tmp_path / "journals").glob("*.jsonl")
+    assert f"farm import {journal}" in done.stderr, done.stderr
+    elsewhere = f"sqlite:///{tmp_path / 'recovered.db'}"
+    imported = farm_cli(tmp_path, "import", str(journal), "--config", str(config), "--database", elsewhere)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    (row,) = query(tmp_path / "recovered.db", "SELECT * FROM results")
+    assert row["outcome"] == "pass" and row["stdout_size"] > 2 << 20, row["reason"]
