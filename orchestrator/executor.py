@@ -42,6 +42,7 @@ from .outcomes import Outcome, is_as_expected, is_infra
 from .plan import Cell, expect
 from .probe import Gpu, NodeSnapshot, probe
 from .records import result_fields, snapshot_fields
+from .schema import NodeSpec
 from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths, reap
 from .store import Store
 from .transport import Transport, transport_for
@@ -392,6 +393,7 @@ class FarmRun:
                         raise error
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
+                    self._check_cards(setup.name, node, snapshot)
                     detail = ""
                 else:
                     staging = self._stage_bundles(setup, partial[0], cells)
@@ -401,6 +403,24 @@ class FarmRun:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staging
+
+    @staticmethod
+    def _check_cards(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
+        """A node farm.yaml says has a GPU, whose probe finds none (a broken driver,
+        a wrong `gpus:` index), must not turn into a green row of compile-only
+        cells: it is unusable, and says why."""
+        missing = sorted(set(node.gpus or []) - snapshot.gpu_indexes)
+        if missing:
+            raise NodeUnusable(
+                f"node {name!r}: farm.yaml's gpus lists {missing}, which nvidia-smi does not list "
+                f"(it lists {sorted(snapshot.gpu_indexes) or 'no GPU'})"
+            )
+        if node.cc is not None and not snapshot.has_gpu:
+            said = snapshot.smi_output.strip().splitlines()
+            raise NodeUnusable(
+                f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
+                f"({' / '.join(said[-2:])[-200:] or 'no output'}): not run as a compile-only node"
+            )
 
     def _node_stopped(self, name: str, cells: list[Cell]) -> None:
         basis = declared_snapshot(name, self.farm)

@@ -92,6 +92,7 @@ class NodeSnapshot:
     driver_evidence: str = ""  # the kernel driver's version line and /dev/nvidiactl, if present
     gpus: tuple[Gpu, ...] = ()  # the GPUs the farm may use (farm.yaml `gpus:` applied)
     nvcc_output: str = ""  # what `nvcc --version` printed, for a message when it failed
+    gpu_indexes: frozenset[int] = frozenset()  # every index nvidia-smi listed, before `gpus:` applied
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
 
     @property
@@ -285,6 +286,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         gpus=usable,
         driver_check="\n".join(checks),
         nvcc_output="\n".join(nvcc),
+        gpu_indexes=frozenset(g.index for g in every),
     )
 
 

@@ -296,3 +296,28 @@ def test_a_backtracking_marker_on_hostile_output_cannot_hang_the_farm(
     assert row["outcome"] == "fail" and "no pass marker" in row["reason"], row["reason"]
     assert row["stdout_size"] > 100_000
     assert took < 60, f"{took:.0f} s"
+
+
+def test_a_gpu_node_whose_probe_finds_no_card_is_not_a_green_compile_only_row(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A node farm.yaml says holds a CC 7.5 card, whose nvidia-smi lists none (a
+    broken driver), and a `gpus:` index the node does not have: at 0f1e6ec both
+    ran compile-only and the run was green (exit 0). Now: infra-error, exit 4."""
+    nodes = {
+        "broken": ssh_fleet["nogpu"].farm_entry(tmp_path / "w1", cc="7.5", gpu="Tesla T4"),
+        "typo": ssh_fleet["t4"].farm_entry(tmp_path / "w2", gpus=[5]),
+    }
+    config = make_farm(
+        tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75, "MIN_CC=75")})]
+    )
+    _, summary = run(config)
+    got = {
+        r["node"]: r for r in query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    }
+    assert (
+        got["broken"]["outcome"] == "infra-error"
+        and "declares a CC 7.5 GPU, but nvidia-smi lists none" in got["broken"]["reason"]
+    )
+    assert got["typo"]["outcome"] == "infra-error" and "gpus lists [5]" in got["typo"]["reason"]
+    assert summary.exit_code == 4
