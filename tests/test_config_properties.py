@@ -161,6 +161,12 @@ def mutate(document: dict, paths: list[tuple[str, ...]], draw_choice, value) -> 
     return doc
 
 
+def mutated(document: dict, paths: list[tuple[str, ...]], choice: int, value, second=None) -> dict:
+    """One mutation, or two when a second value is drawn."""
+    doc = mutate(document, paths, choice, value)
+    return doc if second is None else mutate(doc, paths, choice // 7 + 1, second)
+
+
 FAKE_SNAPSHOT = NodeSnapshot(
     node="n",
     workdir="/w",
@@ -226,10 +232,7 @@ PROPERTY_SETTINGS = settings(
 @PROPERTY_SETTINGS
 @given(choice=st.integers(min_value=0, max_value=10**6), value=VALUES, twice=st.booleans(), other=VALUES)
 def test_mutated_farm_files_load_or_are_refused_with_a_located_error(project, choice, value, twice, other):
-    farm = mutate(FARM, FARM_PATHS, choice, value)
-    if twice:
-        farm = mutate(farm, FARM_PATHS, choice // 7 + 1, other)
-    write(project, farm, JOB)
+    write(project, mutated(FARM, FARM_PATHS, choice, value, other if twice else None), JOB)
     load_or_refuse(project)
 
 
@@ -237,8 +240,5 @@ def test_mutated_farm_files_load_or_are_refused_with_a_located_error(project, ch
 @PROPERTY_SETTINGS
 @given(choice=st.integers(min_value=0, max_value=10**6), value=VALUES, twice=st.booleans(), other=VALUES)
 def test_mutated_job_files_load_or_are_refused_with_a_located_error(project, choice, value, twice, other):
-    job = mutate(JOB, JOB_PATHS, choice, value)
-    if twice:
-        job = mutate(job, JOB_PATHS, choice // 7 + 1, other)
-    write(project, FARM, job)
+    write(project, FARM, mutated(JOB, JOB_PATHS, choice, value, other if twice else None))
     load_or_refuse(project)

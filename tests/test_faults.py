@@ -914,25 +914,37 @@ def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: P
     assert left == [], left
 
 
+def start_slow_run(ssh_fleet: Fleet, tmp_path: Path, slow_s: int):
+    """`farm verify` in a subprocess on t4 with cells quick, slow (sleeps
+    `slow_s`), after, one at a time; returns once the slow kernel runs:
+    (workdir, config, db, log, the farm's Popen)."""
+    workdir = tmp_path / "work-t4"
+    variants = {
+        "quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+        "slow": faults_variant("SLOWPASS", MIN75, f"SLEEP_S={slow_s}", timeout=slow_s + 60),
+        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+    }
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
+    log = tmp_path / "farm.log"
+    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    try:
+        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
+    except BaseException:
+        farm.kill()
+        farm.wait()
+        raise
+    return workdir, config, tmp_path / "results.db", log, farm
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_stops_the_run_cleanly(ssh_fleet: Fleet, tmp_path: Path, signum: int) -> None:
     """Issue 10, cases 1 and 2: SIGTERM (systemctl stop) and a first Ctrl-C
     stop starting cells, kill the running kernel on the node at once, record
     the unfinished cells not-run, store the run aborted with the exit code the
     process returns, and print the verdict line.
-    Figure: a 60 s kernel stopped; the farm exits within 15 s; 2 cells not-run."""
-    workdir = tmp_path / "work-t4"
-    variants = {
-        "quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
-        "slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=60", timeout=120),
-        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
-    }
-    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
-    db = tmp_path / "results.db"
-    log = tmp_path / "farm.log"
-    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    Figure: a 60 s kernel stopped; the farm exits within 20 s (asserted); 2 cells not-run."""
+    workdir, _, db, log, farm = start_slow_run(ssh_fleet, tmp_path, 60)
     try:
-        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
         assert farm.poll() is None, log.read_text()
         farm.send_signal(signum)
         stopped_at = time.monotonic()
@@ -1004,18 +1016,8 @@ def test_a_deleted_database_stops_the_run_and_its_journal_rebuilds_it(ssh_fleet:
     now the next commit notices, the run stops with exit 5 naming its journal,
     and `farm import` rebuilds the run, every finished cell included.
     Figure: 1 database deleted mid-run; exit 5; 1 run with 2 cells imported."""
-    workdir = tmp_path / "work-t4"
-    variants = {
-        "quick": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
-        "slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60),
-        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
-    }
-    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
-    db = tmp_path / "results.db"
-    log = tmp_path / "farm.log"
-    farm = farm_popen(tmp_path, "verify", "--all", "--config", str(config), "--no-report", log=log)
+    _, config, db, log, farm = start_slow_run(ssh_fleet, tmp_path, 4)
     try:
-        wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
         db.unlink()
         code = farm.wait(timeout=60)
     finally:
