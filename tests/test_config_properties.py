@@ -12,6 +12,7 @@ then plan and render every command of every cell without an exception.
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 from pathlib import Path
 
@@ -215,13 +216,20 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+_WRITTEN: dict[Path, object] = {}
+
+
 def write(root: Path, farm: object, job: object) -> None:
-    (root / "farm.yaml").write_text(yaml.dump(farm, Dumper=DUMPER, allow_unicode=True))
-    (root / "jobs" / "k.yaml").write_text(yaml.dump(job, Dumper=DUMPER, allow_unicode=True))
+    """The two files, each written only when its document is not the one already
+    there (one of the two never changes within a test)."""
+    for path, document in ((root / "farm.yaml", farm), (root / "jobs" / "k.yaml", job)):
+        if _WRITTEN.get(path) is not document:
+            path.write_text(yaml.dump(document, Dumper=DUMPER, allow_unicode=True))
+            _WRITTEN[path] = document
 
 
 PROPERTY_SETTINGS = settings(
-    max_examples=5200,
+    max_examples=int(os.environ.get("FARM_PROPERTY_EXAMPLES", "5050")),  # two tests: 10,100 documents
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
