@@ -4,9 +4,10 @@ The execution policy lives here, apart from the stages. Each node gets a
 setup thread (probe, then stage the bundles its cells need) and then up to
 `build_jobs` worker threads, each with its own transport (connections are
 never shared between threads), that build and inspect in parallel while the
-node's GPU slots admit one run per GPU at a time. SSH handshakes across the
-whole farm are bounded by `max_connections`, so 64 nodes behind one sshd do not
-trip its MaxStartups.
+node's GPU slots admit one run per GPU at a time. SSH handshakes are bounded
+by `max_connections` per sshd (per host and port, or per jump host, which sees
+every handshake through it), so 64 nodes behind one sshd do not trip its
+MaxStartups, while 64 machines each with its own sshd connect at once.
 
 Progress goes out through a Listener; the terminal display and the plain log
 are listeners, the store is written directly so nothing depends on a display.
@@ -43,7 +44,7 @@ from .plan import Cell, expect
 from .probe import Gpu, NodeSnapshot, probe
 from .records import result_fields, snapshot_fields
 from .schema import NodeSpec
-from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths, reap
+from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from .store import Store
 from .transport import Transport, transport_for
 
@@ -177,7 +178,7 @@ def node_devices(transport: Transport, snapshot: NodeSnapshot) -> tuple[dict[str
     GPU itself (Slurm asked for one) gets anonymous slots: the farm pins nothing."""
     if not snapshot.has_gpu:
         return {"": []}, {"": GpuSlots(anonymous=1)}
-    if getattr(transport, "allocates_gpus", False) or transport.node.transport == "slurm":
+    if transport.allocates_gpus or transport.node.transport == "slurm":
         name = snapshot.gpu_name or ""
         return {name: list(snapshot.gpus)}, {name: GpuSlots(anonymous=max(snapshot.gpu_count, 1))}
     devices = snapshot.devices()
@@ -200,7 +201,7 @@ class FarmRun:
         self.listener = listener or NullListener()
         self.trigger = trigger
         self.cache_dir = cache_dir or default_cache_dir()
-        self._handshakes = threading.BoundedSemaphore(farm.spec.max_connections)
+        self._handshakes: dict[str, threading.BoundedSemaphore] = {}  # sshd -> its handshakes in flight
         self._summary_lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason: str | None = None
@@ -225,15 +226,10 @@ class FarmRun:
         killed: list[int] = []
 
         def kill_on(name: str) -> None:
-            node = self.farm.nodes[name]
-            if node.transport == "slurm":
-                return  # jobs on compute nodes: their srun ends with the farm's connection
-            transport = transport_for(name, node)
+            transport = self._transport(name)
             try:
                 transport.open()
-                out = transport.run(reap("FARM_RUN", self.token), timeout=grace).stdout
-                match = re.search(r"@@farm leftover (\d+)", out)
-                killed.append(int(match.group(1)) if match else 0)
+                killed.append(transport.stop_run(self.token, grace))  # Slurm: scancel of the run's jobs
             except FarmError:
                 pass
             finally:
@@ -246,6 +242,9 @@ class FarmRun:
         for thread in threads:
             thread.join(max(deadline - time.monotonic(), 0))
         return sum(killed)
+
+    def _transport(self, name: str) -> Transport:
+        return transport_for(name, self.farm.nodes[name], self.token)
 
     def _cell_marker(self) -> str:
         return f"FARM_RUN={self.token} FARM_CELL={self.token}.{next(self._cell_count)} "
@@ -310,7 +309,14 @@ class FarmRun:
             raise
 
     def _open(self, transport: Transport) -> None:
-        with self._handshakes:
+        node = transport.node
+        if not node.host:  # nothing to shake hands with
+            transport.open()
+            return
+        sshd = node.jump or f"{node.host}:{node.port}"
+        with self._summary_lock:
+            gate = self._handshakes.setdefault(sshd, threading.BoundedSemaphore(self.farm.spec.max_connections))
+        with gate:
             transport.open()
 
     def _node(self, name: str, cells: list[Cell]) -> None:
@@ -324,7 +330,7 @@ class FarmRun:
             if self.stopping:
                 self._node_stopped(name, cells)
                 return
-            setup = transport_for(name, node)
+            setup = self._transport(name)
             records: list[StageRecord] = []
             partial: list[NodeSnapshot] = []
             try:
@@ -480,7 +486,7 @@ class FarmRun:
                 transport.close()
 
         workers = min(node.build_jobs, len(cells))
-        transports = [ctx.setup] + [transport_for(name, node) for _ in range(workers - 1)]
+        transports = [ctx.setup] + [self._transport(name) for _ in range(workers - 1)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-cell") as pool:
             for future in [pool.submit(worker, t) for t in transports]:
                 future.result()
@@ -512,7 +518,7 @@ class FarmRun:
                 return False
             time.sleep(min(delay, left))
             delay = min(delay * 2, 30.0)
-            probe_transport = transport_for(name, self.farm.nodes[name])
+            probe_transport = self._transport(name)
             try:
                 self._open(probe_transport)
                 if probe_transport.run("true", timeout=30).ok:

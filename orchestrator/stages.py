@@ -21,6 +21,12 @@ staged sources. Therefore:
 - stdout and stderr are read whole and scanned as they stream (streams.py):
   markers are matched over everything printed, the copy kept is bounded.
 
+Each stage is one round trip: its script also sends back the files the farm
+needs (build log, disassembly, the kernel's stdout and stderr) inside its own
+output (frames.py), and the run stage removes the cell's folder as it ends.
+A transport that cannot stream a command's output (Slurm) reads those files
+in round trips of their own.
+
 Every command the node runs is built here from quoted parts. Each runs under a
 remote `timeout -k`, so a kernel that never ends is killed on the node itself
 (with its whole process group), not only its SSH channel.
@@ -44,12 +50,14 @@ from .capability import ComputeCapability
 from .classify import Evidence, Verdict, classify
 from .config import Job
 from .errors import InfraError
+from .frames import FrameReader, emit, new_token
 from .inputs import FOLDER_DIGEST_SH
 from .plan import Cell, Expectation
 from .probe import Gpu, NodeSnapshot
 from .schema import VariantSpec
 from .streams import ScanResult, StreamScan
-from .transport import Transport
+from .transport import CommandResult, Transport
+from .transport.base import reap
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
@@ -187,17 +195,6 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
-def reap(variable: str, value: str) -> str:
-    """Shell that SIGKILLs every process of this login whose environment holds
-    VARIABLE=VALUE and prints `@@farm leftover N`. One grep reads every
-    /proc/PID/environ it may; the scanning shell itself carries no marker."""
-    pattern = shlex.quote(f"{variable}={value}")
-    return (
-        f"n=0; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
-        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm leftover $n"'
-    )
-
-
 def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: CellPaths) -> str:
     fields = {
         "nvcc": shlex.quote(snapshot.nvcc_path),
@@ -291,6 +288,52 @@ class CellPipeline:
         self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> ": the cell's processes carry it
         self.stopping = stopping  # why the run is being stopped (a signal), or None
         self._built_sha: str | None = None
+        self._cleaned = False  # the cell's folder on the node is gone
+        self._slot: list[Gpu | None] = []
+
+    # one round trip per stage ---------------------------------------------
+    def _round_trip(
+        self,
+        script: str,
+        timeout: float,
+        files: list[tuple[str, str, int, Callable[[bytes], None]]],
+        clean_up: bool = False,
+        on_output: Callable[[], None] | None = None,
+    ) -> tuple[CommandResult, str]:
+        """Run a stage's script (in a subshell, so its `exit` still lets the files
+        go out) and return its result and control text. `files` are (tag, path on
+        the node, byte limit, sink): sent back framed in the same round trip where
+        the transport streams, else read after it. `clean_up` removes the cell's
+        folder once they are read; `on_output` is called when the script's own
+        part has ended and its files start to come (the GPU is free by then)."""
+        body = f"( {script} )"
+        if self.t.streams_output:
+            token = new_token()
+            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in files]
+            tail = [f"rm -rf {shlex.quote(self.paths.run_dir)}"] if clean_up else []
+            reader = FrameReader(token, {tag: sink for tag, _, _, sink in files}, self.t.name, on_output)
+            outcome = self.t.run_streamed("; ".join([body, *sends, *tail]), timeout=timeout, sink=reader.feed)
+            control = reader.finish()
+            missing = [tag for tag, *_ in files if tag not in reader.frames]
+            if missing:
+                raise InfraError(
+                    f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
+                    f"({outcome.stderr.strip()[-300:]!r})"
+                )
+            self._cleaned = self._cleaned or clean_up
+            return outcome, control
+        outcome = self.t.run(body, timeout=timeout)
+        if on_output is not None:
+            on_output()
+        self._note_job()
+        for _, path, limit, sink in files:
+            got = 0
+            for chunk in self.t.stream(path):
+                sink(chunk[: max(limit - got, 0)])
+                got += len(chunk)
+        if clean_up:
+            self._clean_up()
+        return outcome, outcome.stdout
 
     # one wrapper for every stage -----------------------------------------
     def _stage(self, name: str, action: Callable[[], str]) -> bool:
@@ -342,7 +385,7 @@ class CellPipeline:
             # wait for the GPU outside the stage, so the run's seconds are the kernel's
             gpu = self.gpu_slots.acquire()
             self.result.gpu = gpu
-            self._slot: list[Gpu | None] = [gpu]
+            self._slot = [gpu]
             try:
                 self._stage("run", self._run)
             finally:
@@ -353,8 +396,9 @@ class CellPipeline:
         return self.result
 
     def _clean_up(self) -> None:
-        if self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
-            return  # the session may be gone; the next run's copy starts with rm -rf
+        if self._cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
+            return  # done already, or the session may be gone (the next run's copy starts with rm -rf)
+        self._cleaned = True
         with contextlib.suppress(InfraError):
             self.t.run(f"rm -rf {shlex.quote(self.paths.run_dir)}", timeout=60)
 
@@ -363,8 +407,8 @@ class CellPipeline:
             self.gpu_slots.release(self._slot.pop())
 
     def _note_job(self) -> None:
-        """The Slurm job and compute node of the command just run (other transports have none)."""
-        if hasattr(self.t, "last_job_id"):
+        """The batch job and compute node of the command just run (where the transport has them)."""
+        if self.t.last_job_id is not None:
             self.result.slurm_job_id = self.t.last_job_id
             self.result.compute_node = self.t.last_compute_node
 
@@ -374,9 +418,9 @@ class CellPipeline:
 
     # build ----------------------------------------------------------------
     def _build_script(self, command: str, reuse: bool) -> str:
-        """One round trip: reuse a cached build (copying it into the cell's own
-        folder and hashing the copy), or verify the inputs, build, verify them
-        again, hash the binary, mark the build reusable and take the copy."""
+        """Reuse a cached build (copying it into the cell's own folder and hashing
+        the copy), or verify the inputs, build, verify them again, hash the
+        binary, mark the build reusable and take the copy."""
         q = shlex.quote
         bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
@@ -397,7 +441,7 @@ class CellPipeline:
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
             f'if [ -z "$bad" ]; then touch .farm-built && {copy} && '
-            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; fi; '
+            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; else rm -rf {rdir}; fi; '
             f'echo "@@farm rc=$rc"; }}'
         )
 
@@ -408,9 +452,12 @@ class CellPipeline:
         timeout = limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT
         reuse, restaged = True, False
         while True:
-            outcome = self.t.run(self._build_script(command, reuse), timeout=timeout)
-            self._note_job()
-            text = outcome.stdout
+            log = bytearray()
+            outcome, text = self._round_trip(
+                self._build_script(command, reuse),
+                timeout,
+                [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
+            )
             cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
             if cached:
                 recorded = self.recorded_binary(self.paths.build_key)
@@ -419,7 +466,7 @@ class CellPipeline:
                     self._built_sha = recorded
                     self.result.binary_sha256 = recorded
                     self.result.evidence.build_exit = 0
-                    self.result.build_log = self._read_log()
+                    self.result.build_log = bytes(log)
                     return "cached"
                 self._detail.append(
                     "cached build altered on the node (its binary is not the one recorded): rebuilt"
@@ -450,17 +497,18 @@ class CellPipeline:
         if rc is None:
             raise InfraError(
                 f"node {self.t.name!r}: the build wrapper printed no status "
-                f"({(outcome.stderr or outcome.stdout).strip()[-300:]!r})"
+                f"({(outcome.stderr or text).strip()[-300:]!r})"
             )
         exit_code = int(rc.group(1))
         built = re.search(r"^@@farm built ([0-9a-f]{64})$", text, re.M)
         self._built_sha = built.group(1) if built else None
         self.result.binary_sha256 = self._built_sha
         self.result.evidence.build_exit = exit_code
-        self.result.build_log = self._read_log()
+        self.result.build_log = bytes(log)
         if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
+            self._cleaned = True  # the script removed the cell's folder: nothing runs from it
             return "failed"
         copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
         if copy is None or copy.group(1) != self._built_sha:
@@ -471,12 +519,6 @@ class CellPipeline:
         if self._built_sha:
             self.remember_binary(self.paths.build_key, self._built_sha)
         return "ok"
-
-    def _read_log(self) -> bytes:
-        try:
-            return self.t.read(f"{self.paths.build_dir}/build.log", self.output_cap)
-        except FileNotFoundError:
-            return b""
 
     # inspect --------------------------------------------------------------
     def _inspect(self) -> str:
@@ -496,10 +538,15 @@ class CellPipeline:
             f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
-        outcome = self.t.run(script, timeout=INSPECT_TIMEOUT + CHANNEL_MARGIN)
-        self._note_job()
+        dump = bytearray()
+        _, text = self._round_trip(
+            script,
+            INSPECT_TIMEOUT + CHANNEL_MARGIN,
+            [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)],
+            # a compile-only cell ends here: its folder goes in the same round trip
+            clean_up=self.result.expectation.outcome.value == "compile-only",
+        )
         ev = self.result.evidence
-        text = outcome.stdout
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
@@ -517,8 +564,7 @@ class CellPipeline:
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
-        dump = self.t.read(f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT).decode("utf-8", "replace")
-        counts = count_instructions(dump, list(self.variant.instructions))
+        counts = count_instructions(dump.decode("utf-8", "replace"), list(self.variant.instructions))
         self.result.instruction_counts = counts
         ev.missing_instructions = {
             name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
@@ -539,39 +585,49 @@ class CellPipeline:
         script = (
             f'got=$(sha256sum < {q(copy)} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
             f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
-            f"cd {q(work)} && {{ {pin}"
+            f"cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null', self.marker)}; "
-            f'{self._reap_cell()}; echo "@@farm $rc"; }}'
+            f'echo "@@farm ns $t0 $(date +%s%N)"; {self._reap_cell()}; echo "@@farm $rc"; }}'
         )
+        spec = self.job.spec
+        stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
+        stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
+        whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
         clock = time.monotonic()
         try:
-            outcome = self.t.run(script, timeout=limit + KILL_GRACE + CHANNEL_MARGIN)
+            outcome, text = self._round_trip(
+                script,
+                limit + KILL_GRACE + CHANNEL_MARGIN,
+                [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
+                clean_up=True,
+                on_output=self._release,  # the GPU is free once the kernel is gone; its output needs none
+            )
         finally:
-            self._release()  # the GPU is free once the kernel is gone; reading its output needs none
+            self._release()
         elapsed = time.monotonic() - clock
-        self._note_job()  # the kernel's job, before the reading and clean-up below
-        altered = re.search(r"@@farm binary-altered (\S+)", outcome.stdout)
+        altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)
         if altered:
             raise InfraError(
                 f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
                 f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
             )
-        match = re.search(r"@@farm (\d+)\s*$", outcome.stdout)
+        match = re.search(r"^@@farm (\d+)$", text, re.M)
         if not match:
             raise InfraError(
-                f"node {self.t.name!r}: the run wrapper printed no status "
-                f"({(outcome.stderr or outcome.stdout).strip()[-300:]!r})"
+                f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
             )
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
+        clocks = re.search(r"^@@farm ns (\d+) (\d+)$", text, re.M)
+        if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
+            elapsed = (int(clocks.group(2)) - int(clocks.group(1))) / 1e9
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
-        leftover = re.search(r"@@farm leftover (\d+)", outcome.stdout)
+        leftover = re.search(r"^@@farm leftover (\d+)$", text, re.M)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
-        spec = self.job.spec
-        self.result.stdout = self._scan(f"{rdir}/stdout", {"pass": spec.pass_marker})
-        self.result.stderr = self._scan(f"{rdir}/stderr", {"refusal": spec.refusal_marker})
+        self.result.stdout = stdout.finish()
+        self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
@@ -581,9 +637,3 @@ class CellPipeline:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
         cell = next((part for part in self.marker.split() if part.startswith("FARM_CELL=")), None)
         return reap("FARM_CELL", cell.split("=", 1)[1]) if cell else "true"
-
-    def _scan(self, remote: str, markers: dict[str, str]) -> ScanResult:
-        scanner = StreamScan(markers, self.output_cap)
-        for chunk in self.t.stream(remote):
-            scanner.feed(chunk)
-        return scanner.finish()

@@ -26,7 +26,7 @@ from slurm import PARKED, SlurmCluster, missing_tools, node_name
 
 from orchestrator.config import Farm, load_farm
 from orchestrator.errors import CommandTimeout, ConfigError, InfraError
-from orchestrator.executor import RunSummary, run_cells
+from orchestrator.executor import FarmRun, RunSummary, run_cells
 from orchestrator.plan import plan_cells
 from orchestrator.schema import NodeSpec
 from orchestrator.store import Store
@@ -259,6 +259,48 @@ def test_cancelled_job_is_infra_not_a_verdict(cluster: SlurmCluster, tmp_path: P
     while kernels() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not kernels(), "Slurm killed the kernel and its child"
+
+
+def test_stopping_a_run_cancels_its_jobs(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 10: a stopped run (SIGTERM, a first Ctrl-C) scancels its own Slurm
+    jobs, whichever compute node runs them: every job name carries the run's
+    token. The hanging kernel's job is gone within seconds, the cell is not-run
+    (never a verdict), and the cell after it is never started."""
+    farm = make_farm(tmp_path, cluster, {"t4": ("t4", {"build_jobs": 1})})
+    cells = plan_cells(farm, [f"{KERNEL}:hang", f"{KERNEL}:min75"], ["t4"])
+    store = Store(farm.database_url)
+    farm_run = FarmRun(farm, store, cache_dir=tmp_path / "archives", trigger="test")
+    done: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: done.append(farm_run.execute(cells)), daemon=True)
+    thread.start()
+    try:
+        ours = f"-{farm_run.token}-"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            running = [j for j in cluster.jobs(states="RUNNING", partition="t4") if ours in j["name"]]
+            if running and processes_matching(f"{tmp_path / 'work-t4'}/cells/"):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the hanging kernel's job never ran")
+        clock = time.monotonic()
+        cancelled = farm_run.stop("SIGTERM")
+        assert cancelled >= 1
+        active = "PENDING,RUNNING,COMPLETING,CONFIGURING"
+        while [j for j in cluster.jobs(states=active) if ours in j["name"]] and time.monotonic() - clock < 20:
+            time.sleep(0.2)
+        assert not [j for j in cluster.jobs(states=active) if ours in j["name"]], "the run's jobs outlived its stop"
+        thread.join(60)
+        assert done, "the run did not end after its stop"
+    finally:
+        store.close()
+    rows = {r["variant"]: r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    assert {v: r["outcome"] for v, r in rows.items()} == {"hang": "not-run", "min75": "not-run"}, {
+        v: r["reason"] for v, r in rows.items()
+    }
+    (run_row,) = query(tmp_path / "results.db", "SELECT * FROM runs")
+    assert run_row["status"] == "aborted"
+    print(f"stop: {cancelled} job(s) cancelled, all gone {time.monotonic() - clock:.1f} s after the stop")
 
 
 def test_job_id_and_compute_node_are_stored_with_each_result(matrix: MatrixRun, cluster: SlurmCluster) -> None:

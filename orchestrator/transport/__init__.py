@@ -11,19 +11,20 @@ from ..schema import NodeSpec
 from .base import CommandResult, Transport
 
 
-def transport_for(name: str, node: NodeSpec) -> Transport:
-    """A closed transport for a node; the network opens on first use."""
+def transport_for(name: str, node: NodeSpec, run_token: str | None = None) -> Transport:
+    """A closed transport for a node; the network opens on first use. `run_token`
+    names the farm run it works for (Slurm puts it in its job names)."""
     if node.transport == "local":
         from .local import LocalTransport
 
-        return LocalTransport(name, node)
+        return LocalTransport(name, node, run_token)
     if node.transport == "slurm":
         from .slurm import SlurmTransport
 
-        return SlurmTransport(name, node)
+        return SlurmTransport(name, node, run_token)
     from .ssh import SSHTransport
 
-    return SSHTransport(name, node)
+    return SSHTransport(name, node, run_token)
 
 
 __all__ = ["CommandResult", "Transport", "transport_for"]

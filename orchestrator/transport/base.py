@@ -13,9 +13,10 @@ AcceptEnv (which silently drops names it does not list).
 
 from __future__ import annotations
 
+import re
 import shlex
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +37,34 @@ class CommandResult:
         return self.exit_code == 0
 
 
-class Transport(ABC):
-    """Acts on one node. Not thread-safe: each worker thread opens its own."""
+def reap(variable: str, value: str) -> str:
+    """Shell that SIGKILLs every process of this login whose environment holds
+    VARIABLE=VALUE and prints `@@farm leftover N`. One grep reads every
+    /proc/PID/environ it may; the scanning shell itself carries no marker. The
+    farm puts FARM_RUN=<run> FARM_CELL=<cell> into every kernel's environment,
+    which a daemon's double fork and setsid keep."""
+    pattern = shlex.quote(f"{variable}={value}")
+    return (
+        f"n=0; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
+        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm leftover $n"'
+    )
 
-    def __init__(self, name: str, node: NodeSpec) -> None:
+
+class Transport(ABC):
+    """Acts on one node. Not thread-safe: each worker thread opens its own.
+
+    What a transport can do is stated here, not probed by its users:
+    `streams_output` (a command's stdout arrives as it is printed, so files can
+    come back inside it: frames.py), `allocates_gpus` (the scheduler, not the
+    farm, picks a command's GPU), and `last_job_id` / `last_compute_node` (the
+    batch job that ran the last command, where there is one)."""
+
+    streams_output = False
+
+    def __init__(self, name: str, node: NodeSpec, run_token: str | None = None) -> None:
         self.name = name
         self.node = node
+        self.run_token = run_token  # the farm run this transport acts for (stop_run finds its work by it)
         self._open = False
 
     # lifecycle --------------------------------------------------------
@@ -66,6 +89,19 @@ class Transport(ABC):
         if not self._open:
             raise InfraError(f"{type(self).__name__}.{method}() on node {self.name!r}: the transport is closed")
 
+    # capabilities -----------------------------------------------------
+    @property
+    def allocates_gpus(self) -> bool:
+        return False
+
+    @property
+    def last_job_id(self) -> str | None:
+        return None
+
+    @property
+    def last_compute_node(self) -> str | None:
+        return None
+
     # actions ----------------------------------------------------------
     def run(self, command: str, *, timeout: float) -> CommandResult:
         """Run a shell command; a non-zero exit is a result, not an error.
@@ -75,6 +111,22 @@ class Transport(ABC):
         """
         self._require_open("run")
         return self._run(self._with_env(command), timeout)
+
+    def run_streamed(self, command: str, *, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+        """Like run(), but stdout goes to `sink` in chunks as it arrives (the
+        result's stdout is empty). Only where `streams_output`."""
+        self._require_open("run_streamed")
+        if not self.streams_output:
+            raise TypeError(f"{type(self).__name__} cannot stream a command's output")
+        return self._run_streamed(self._with_env(command), timeout, sink)
+
+    def stop_run(self, token: str, timeout: float) -> int:
+        """Kill everything the farm run `token` started on this node, whatever
+        process group or session it moved to; returns how many processes."""
+        self._require_open("stop_run")
+        out = self.run(reap("FARM_RUN", token), timeout=timeout).stdout
+        match = re.search(r"@@farm leftover (\d+)", out)
+        return int(match.group(1)) if match else 0
 
     def put(self, local: Path, remote: str) -> None:
         self._require_open("put")
@@ -106,6 +158,9 @@ class Transport(ABC):
 
     @abstractmethod
     def _run(self, command: str, timeout: float) -> CommandResult: ...
+
+    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+        raise TypeError(f"{type(self).__name__} cannot stream a command's output")
 
     @abstractmethod
     def _put(self, local: Path, remote: str) -> None: ...

@@ -9,11 +9,13 @@ the end of PATH, so a system-wide CUDA still wins.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import CommandTimeout
@@ -34,6 +36,8 @@ def bundled_cuda_bin() -> Path | None:
 
 
 class LocalTransport(Transport):
+    streams_output = True
+
     def _connect(self) -> None:
         self._home = Path.home()
         self._env = dict(os.environ)
@@ -70,6 +74,53 @@ class LocalTransport(Transport):
             exit_code=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
             stdout=out.decode("utf-8", "replace"),
             stderr=err.decode("utf-8", "replace"),
+            seconds=time.monotonic() - start,
+        )
+
+    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+        start = time.monotonic()
+        deadline = start + timeout
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                ["sh", "-c", command],
+                cwd=self._home,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
+            assert proc.stdout is not None
+            with proc.stdout:
+                fd = proc.stdout.fileno()
+                while True:
+                    left = deadline - time.monotonic()
+                    ready = select.select([fd], [], [], max(min(left, 1.0), 0))[0] if left > 0 else []
+                    if left <= 0:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed")
+                    if not ready:
+                        continue
+                    block = os.read(fd, 1 << 20)
+                    if not block:
+                        break
+                    sink(block)
+            try:
+                code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code = None
+            if code is None:
+                raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed")
+            err.seek(0)
+            stderr = err.read(1 << 16)
+        return CommandResult(
+            command=command,
+            exit_code=code if code >= 0 else 128 - code,
+            stdout="",
+            stderr=stderr.decode("utf-8", "replace"),
             seconds=time.monotonic() - start,
         )
 

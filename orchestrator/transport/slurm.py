@@ -139,8 +139,8 @@ def _minutes(seconds: float) -> int:
 class SlurmTransport(Transport):
     """A partition reached through a login node; one Slurm job per command."""
 
-    def __init__(self, name: str, node: NodeSpec) -> None:
-        super().__init__(name, node)
+    def __init__(self, name: str, node: NodeSpec, run_token: str | None = None) -> None:
+        super().__init__(name, node, run_token)
         # The login node: the node's SSH fields, or the farm's own machine. Its
         # copy of the node carries no env: the env is exported in front of srun.
         if node.host:
@@ -153,6 +153,8 @@ class SlurmTransport(Transport):
             self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
         self.jobs: list[SlurmJob] = []
         self.last_job: SlurmJob | None = None
+
+    streams_output = False  # a job's output comes back through srun as text: files are read separately
 
     @property
     def allocates_gpus(self) -> bool:
@@ -228,7 +230,8 @@ class SlurmTransport(Transport):
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         token = secrets.token_hex(6)
-        job = SlurmJob(name=f"farm-{self.name}-{token}")
+        run = f"{self.run_token}-" if self.run_token else ""
+        job = SlurmJob(name=f"farm-{self.name}-{run}{token}")
         self.last_job = job
         self.jobs.append(job)
         script = self._submission(command, token, job.name, timeout)
@@ -247,6 +250,22 @@ class SlurmTransport(Transport):
         stderr = self._split_stderr(job, outcome.stderr)
         self._judge(job, rc, seconds)
         return CommandResult(command=command, exit_code=rc, stdout=stdout, stderr=stderr, seconds=seconds)
+
+    def stop_run(self, token: str, timeout: float) -> int:
+        """scancel every job of the run `token` (its jobs' names carry it), pending
+        or running, on any compute node; returns how many jobs."""
+        self._require_open("stop_run")
+        if not re.fullmatch(r"[0-9a-f]+", token):  # a glob in a case pattern: it must be unquoted
+            raise ValueError(f"run token {token!r} is not hex")
+        pattern = f"farm-*-{token}-*"
+        script = (
+            "ids=; for line in $(squeue -h -u \"$(id -un)\" -o '%i|%j' 2>/dev/null); do "
+            f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '
+            '[ -z "$ids" ] || scancel $ids; set -- $ids; echo "@@farm cancelled $#"'
+        )
+        out = self._login.run(self._exports() + script, timeout=timeout).stdout
+        match = re.search(r"@@farm cancelled (\d+)", out)
+        return int(match.group(1)) if match else 0
 
     # reading what came back -------------------------------------------------
     def _parse(self, job: SlurmJob, token: str, text: str) -> tuple[str, int]:

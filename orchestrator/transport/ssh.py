@@ -24,7 +24,7 @@ import logging
 import shlex
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -43,6 +43,8 @@ logging.getLogger("paramiko").propagate = False
 WATCHDOG_GRACE = 15.0
 # Seconds a streamed file may stall before the read is given up (infra-error).
 STREAM_IDLE = 60.0
+# Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
+STDERR_KEEP = 1 << 16
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -72,6 +74,8 @@ def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, i
 
 
 class SSHTransport(Transport):
+    streams_output = True
+
     def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:
         node = self.node
         key_file = str(Path(node.key_file).expanduser()) if node.key_file else None
@@ -184,6 +188,49 @@ class SSHTransport(Transport):
             exit_code=result.exited if result.exited is not None else 255,
             stdout=result.stdout,
             stderr=result.stderr,
+            seconds=time.monotonic() - start,
+        )
+
+    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+        # A channel of its own, read as it arrives: SSH's window is the flow
+        # control, so a command printing 100 MB streams with one chunk in memory.
+        start = time.monotonic()
+        deadline = start + timeout
+        stderr = bytearray()
+        try:
+            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            try:
+                channel.exec_command(command)
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s")
+                    channel.settimeout(min(left, 1.0))
+                    while channel.recv_stderr_ready():  # drained as it comes: it shares stdout's window
+                        stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
+                    try:
+                        block = channel.recv(1 << 20)
+                    except TimeoutError:
+                        continue
+                    if not block:
+                        break
+                    sink(block)
+                if not channel.status_event.wait(max(deadline - time.monotonic(), 0.1)):
+                    raise CommandTimeout(f"node {self.name!r}: no exit status within {timeout:.0f} s")
+                while channel.recv_stderr_ready():
+                    stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
+                status = channel.exit_status
+            finally:
+                channel.close()
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
+            raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
+        if status < 0:
+            raise SessionLost(f"node {self.name!r}: the session ended before the command's exit status came")
+        return CommandResult(
+            command=command,
+            exit_code=status,
+            stdout="",
+            stderr=stderr.decode("utf-8", "replace"),
             seconds=time.monotonic() - start,
         )
 

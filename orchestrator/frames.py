@@ -1,0 +1,148 @@
+"""Files carried back inside a command's own stdout: one round trip, not one per file.
+
+A stage's script ends by emitting the files the farm needs (a build log, a
+disassembly, the kernel's stdout and stderr) as frames:
+
+    @@farm-frame TOKEN TAG SIZE\\n<exactly SIZE bytes>\\n@@farm-frame-end TOKEN TAG\\n
+
+Everything outside frames is the script's own control text (status lines the
+farm printed itself). The kernel's bytes can never be read as control text:
+a frame is read by its length, not by looking for a delimiter, and the body is
+padded or cut to exactly SIZE bytes on the node (a file that shrinks while it
+is read cannot shift the stream), then the end line, with the command's random
+token, is checked. Frames go to sinks as chunks, so a 100 MB stdout is scanned
+(streams.py) with bounded memory.
+
+Transports that cannot stream a command's output (Slurm: it comes back through
+srun and the login node as text) do not use frames; the stages read those
+files in round trips of their own.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from collections.abc import Callable
+
+from .errors import InfraError
+
+CONTROL_LIMIT = 1 << 20  # bytes of control text kept: the farm's own lines, never this much
+
+_HEADER = re.compile(rb"@@farm-frame ([0-9a-f]{12}) ([a-z-]+) (\d+)\n")
+
+
+def new_token() -> str:
+    return secrets.token_hex(6)
+
+
+def emit(token: str, tag: str, path: str, limit: int) -> str:
+    """Shell that prints the first `limit` bytes of `path` as one frame (an
+    empty frame for a missing file)."""
+    q = shlex.quote(path)
+    return (
+        f"s=$(stat -c %s {q} 2>/dev/null || echo 0); [ $s -le {limit} ] || s={limit}; "
+        f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $s; "
+        f"{{ head -c $s {q} 2>/dev/null; head -c $s /dev/zero; }} | head -c $s; "
+        f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"
+    )
+
+
+class FrameReader:
+    """Splits a command's streamed stdout into control text and frames.
+
+    `sinks` maps a frame tag to a callable fed the frame's bytes in chunks; a
+    frame is recognized only with this command's token. `frames` lists the tags
+    read whole, with their sizes."""
+
+    def __init__(
+        self,
+        token: str,
+        sinks: dict[str, Callable[[bytes], None]],
+        node: str,
+        on_first_frame: Callable[[], None] | None = None,
+    ) -> None:
+        self._on_first_frame = on_first_frame  # the script's own part is over once a frame starts
+        self._opening = b"\n@@farm-frame " + token.encode() + b" "
+        self._token = token
+        self.sinks = sinks
+        self.node = node
+        self.frames: dict[str, int] = {}
+        self._control = bytearray()
+        self._buf = bytearray()
+        self._frame: tuple[str, int] | None = None  # (tag, body bytes still to come)
+        self._trailer = b""  # the end line expected right after a body
+
+    def feed(self, chunk: bytes) -> None:
+        if self._frame is not None and not self._buf:
+            chunk = self._body(chunk)
+        self._buf += chunk
+        self._process()
+
+    def _body(self, data: bytes) -> bytes:
+        """Feeds the current frame from `data`; returns what is left after its body."""
+        assert self._frame is not None
+        tag, left = self._frame
+        body, rest = data[:left], data[left:]
+        if body:
+            self.sinks[tag](bytes(body))
+        left -= len(body)
+        if left:
+            self._frame = (tag, left)
+        else:
+            self._frame = None
+            self._trailer = f"\n@@farm-frame-end {self._token} {tag}\n".encode()
+        return rest
+
+    def _process(self) -> None:
+        while self._buf:
+            if self._frame is not None:
+                rest = self._body(bytes(self._buf))
+                self._buf = bytearray(rest)
+                continue
+            if self._trailer:
+                if len(self._buf) < len(self._trailer):
+                    return
+                if not self._buf.startswith(self._trailer):
+                    raise InfraError(f"node {self.node!r}: a file sent back by the node did not end where it said")
+                del self._buf[: len(self._trailer)]
+                self._trailer = b""
+                continue
+            at = self._buf.find(self._opening)
+            if at < 0:
+                # keep what could be the start of a header cut by the chunk boundary
+                keep = len(self._opening) - 1
+                self._to_control(self._buf[: max(len(self._buf) - keep, 0)])
+                del self._buf[: max(len(self._buf) - keep, 0)]
+                return
+            self._to_control(self._buf[:at])
+            del self._buf[:at]
+            end = self._buf.find(b"\n", 1)
+            if end < 0:
+                if len(self._buf) > 200:
+                    raise InfraError(f"node {self.node!r}: a malformed frame header in the command's output")
+                return
+            header = _HEADER.fullmatch(bytes(self._buf[1 : end + 1]))
+            if header is None or header.group(2).decode() not in self.sinks:
+                raise InfraError(f"node {self.node!r}: a malformed frame header in the command's output")
+            tag, size = header.group(2).decode(), int(header.group(3))
+            del self._buf[: end + 1]
+            if not self.frames and self._on_first_frame is not None:
+                self._on_first_frame()
+            self.frames[tag] = size
+            self._frame = (tag, size)
+            if size == 0:
+                self._body(b"")
+
+    def _to_control(self, data: bytes | bytearray) -> None:
+        room = CONTROL_LIMIT - len(self._control)
+        if room > 0:
+            self._control += data[:room]
+
+    def finish(self) -> str:
+        """The control text; an error when the output ended inside a frame."""
+        if self._frame is not None or self._trailer:
+            raise InfraError(f"node {self.node!r}: the command's output ended inside a file it was sending back")
+        self._to_control(self._buf)
+        self._buf.clear()
+        return self._control.decode("utf-8", "replace")
