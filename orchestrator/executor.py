@@ -182,7 +182,7 @@ def node_devices(transport: Transport, snapshot: NodeSnapshot) -> tuple[dict[str
         name = snapshot.gpu_name or ""
         return {name: list(snapshot.gpus)}, {name: GpuSlots(anonymous=max(snapshot.gpu_count, 1))}
     devices = snapshot.devices()
-    return devices, {name: GpuSlots(gpus) for name, gpus in devices.items()}
+    return devices, {name: GpuSlots(gpus, on_node=snapshot.flock) for name, gpus in devices.items()}
 
 
 class FarmRun:

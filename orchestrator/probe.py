@@ -94,6 +94,7 @@ class NodeSnapshot:
     nvcc_output: str = ""  # what `nvcc --version` printed, for a message when it failed
     gpu_indexes: frozenset[int] = frozenset()  # every index nvidia-smi listed, before `gpus:` applied
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
+    flock: bool = False  # util-linux's flock is there: runs queue on the node itself (stages.GpuSlots)
 
     @property
     def real_gpu(self) -> bool:
@@ -161,6 +162,8 @@ def probe_command(node: NodeSpec) -> str:
             "else echo 'error no python3 on the node to query the CUDA driver'; fi",
             "echo '@@farm nvcc'",
             f'{nvcc} --version 2>&1; echo "rc=$?"',
+            "echo '@@farm flock'",
+            "command -v flock || true",
         ]
     )
 
@@ -286,6 +289,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         gpus=usable,
         driver_check="\n".join(checks),
         nvcc_output="\n".join(nvcc),
+        flock=bool("".join(sec.get("flock") or []).strip()),
         gpu_indexes=frozenset(g.index for g in every),
     )
 

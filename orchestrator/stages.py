@@ -64,6 +64,7 @@ CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
 INSPECT_TIMEOUT = 300.0
 VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
+QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
 
 
 @dataclass
@@ -108,21 +109,46 @@ class CellResult:
 
 
 class GpuSlots:
-    """One GPU job at a time per GPU: a pool of the GPUs of one card model
-    (or one anonymous slot, for a transport that allocates GPUs itself)."""
+    """One kernel at a time per GPU.
 
-    def __init__(self, gpus: list[Gpu] | None = None, anonymous: int = 0) -> None:
+    Where the node has flock, the node itself keeps the order: each GPU has a
+    lock file, a run waits on it there, and the farm sends a cell's run as soon
+    as the cell is ready, to the GPU with the least work queued. The next run
+    starts the moment the last one ends, with no round trip between them. The
+    farm only counts what it has queued per GPU (to bound how long a run may
+    wait). Elsewhere the farm holds a pool: a run is sent when its GPU is free
+    (or one anonymous slot per GPU, for a transport that allocates GPUs itself).
+    """
+
+    def __init__(self, gpus: list[Gpu] | None = None, anonymous: int = 0, on_node: bool = False) -> None:
+        self.on_node = on_node and bool(gpus)
         self._free: queue.Queue[Gpu | None] = queue.Queue()
-        for gpu in gpus or []:
+        self._queued: dict[str, list[float]] = {gpu.uuid: [] for gpu in gpus or []}  # uuid -> limits in flight
+        self._gpus = list(gpus or [])
+        self._lock = threading.Lock()
+        for gpu in self._gpus:
             self._free.put(gpu)
         for _ in range(anonymous if not gpus else 0):
             self._free.put(None)
 
-    def acquire(self) -> Gpu | None:
-        return self._free.get()
+    def acquire(self, limit: float = 0.0) -> tuple[Gpu | None, float]:
+        """A GPU for a run of at most `limit` seconds, and the longest it may wait
+        on the node for the runs queued before it (0 for the farm's own pool)."""
+        if not self.on_node:
+            return self._free.get(), 0.0
+        with self._lock:
+            gpu = min(self._gpus, key=lambda g: (sum(self._queued[g.uuid]), g.index))
+            ahead = sum(self._queued[gpu.uuid])
+            self._queued[gpu.uuid].append(limit)
+            return gpu, ahead
 
-    def release(self, gpu: Gpu | None) -> None:
-        self._free.put(gpu)
+    def release(self, gpu: Gpu | None, limit: float = 0.0) -> None:
+        if not self.on_node:
+            self._free.put(gpu)
+            return
+        with self._lock:
+            assert gpu is not None
+            self._queued[gpu.uuid].remove(limit)
 
 
 @dataclass(frozen=True)
@@ -289,7 +315,8 @@ class CellPipeline:
         self.stopping = stopping  # why the run is being stopped (a signal), or None
         self._built_sha: str | None = None
         self._cleaned = False  # the cell's folder on the node is gone
-        self._slot: list[Gpu | None] = []
+        self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
+        self._ahead = 0.0  # seconds of runs queued on the node before this cell's
 
     # one round trip per stage ---------------------------------------------
     def _round_trip(
@@ -383,9 +410,10 @@ class CellPipeline:
         inspected = built and self._stage("inspect", self._inspect) and self._inspect_passed()
         if inspected and self.result.expectation.outcome.value != "compile-only":
             # wait for the GPU outside the stage, so the run's seconds are the kernel's
-            gpu = self.gpu_slots.acquire()
+            limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
+            gpu, self._ahead = self.gpu_slots.acquire(limit)
             self.result.gpu = gpu
-            self._slot = [gpu]
+            self._slot = [(gpu, limit)]
             try:
                 self._stage("run", self._run)
             finally:
@@ -404,7 +432,7 @@ class CellPipeline:
 
     def _release(self) -> None:
         if self._slot:
-            self.gpu_slots.release(self._slot.pop())
+            self.gpu_slots.release(*self._slot.pop())
 
     def _note_job(self) -> None:
         """The batch job and compute node of the command just run (where the transport has them)."""
@@ -582,12 +610,25 @@ class CellPipeline:
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
+        wait = 0
+        queue_on_node = ""
+        if self.gpu_slots.on_node and gpu is not None:
+            # the GPU's lock, held by this subshell until the kernel and its leftovers are gone;
+            # the wait carries the run's marker, so a stop kills a queued run before it starts
+            # the runs ahead are bounded by their own limits; a lock held past them is another
+            # farm's or a stuck kernel's, and waiting longer would only stretch a dead node's timeout
+            wait = int(self._ahead) + QUEUE_SLACK
+            lock = q(f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock")
+            queue_on_node = (
+                f"q0=$(date +%s%N); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
+                f'{{ echo "@@farm gpu-wait-failed $q0 $(date +%s%N)"; exit 0; }}; '
+            )
         script = (
             f'got=$(sha256sum < {q(copy)} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
             f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
-            f"cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
-            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null', self.marker)}; "
-            f'echo "@@farm ns $t0 $(date +%s%N)"; {self._reap_cell()}; echo "@@farm $rc"; }}'
+            f"{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
+            f'echo "@@farm ns ${{q0:-$t0}} $t0 $(date +%s%N)"; {self._reap_cell()}; echo "@@farm $rc"; }}'
         )
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
@@ -597,7 +638,7 @@ class CellPipeline:
         try:
             outcome, text = self._round_trip(
                 script,
-                limit + KILL_GRACE + CHANNEL_MARGIN,
+                wait + limit + KILL_GRACE + CHANNEL_MARGIN,
                 [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
                 clean_up=True,
                 on_output=self._release,  # the GPU is free once the kernel is gone; its output needs none
@@ -611,6 +652,11 @@ class CellPipeline:
                 f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
                 f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
             )
+        if re.search(r"^@@farm gpu-wait-failed", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
+                "(another farm run on this node, or a stuck kernel): not run"
+            )
         match = re.search(r"^@@farm (\d+)$", text, re.M)
         if not match:
             raise InfraError(
@@ -618,9 +664,12 @@ class CellPipeline:
             )
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
-        clocks = re.search(r"^@@farm ns (\d+) (\d+)$", text, re.M)
+        clocks = re.search(r"^@@farm ns (\d+) (\d+) (\d+)$", text, re.M)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
-            elapsed = (int(clocks.group(2)) - int(clocks.group(1))) / 1e9
+            queued, started, ended = (int(c) for c in clocks.groups())
+            elapsed = (ended - started) / 1e9
+            if started - queued > 1e9:
+                self._detail.append(f"waited {(started - queued) / 1e9:.1f} s on the node for the GPU")
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
         leftover = re.search(r"^@@farm leftover (\d+)$", text, re.M)
         self.result.leftover = int(leftover.group(1)) if leftover else 0

@@ -525,9 +525,12 @@ def test_warm_rerun_reuses_unchanged_builds(rerun: FarmRunResult) -> None:
 
 def test_warm_rerun_is_green(rerun: FarmRunResult) -> None:
     assert rerun.summary.exit_code == EXIT_OK
-    assert rerun.summary.run_id != 0
-    (run,) = query(rerun.db, "SELECT exit_code FROM runs WHERE id = ?", rerun.summary.run_id)
-    assert run["exit_code"] == EXIT_OK
+    # the rerun is a run of its own, after the cold one, stored finished and green
+    (latest,) = query(rerun.db, "SELECT MAX(id) AS id FROM runs")
+    assert rerun.summary.run_id == latest["id"] > 1
+    (run,) = query(rerun.db, "SELECT status, exit_code FROM runs WHERE id = ?", rerun.summary.run_id)
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_OK)
+    assert rerun.summary.outcomes and set(rerun.summary.outcomes) <= {"pass", "expected-refusal", "compile-only"}
 
 
 def test_infra_errors_alone_exit_infra(rerun: FarmRunResult) -> None:

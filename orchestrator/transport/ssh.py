@@ -197,6 +197,11 @@ class SSHTransport(Transport):
         start = time.monotonic()
         deadline = start + timeout
         stderr = bytearray()
+        # paramiko waits for a channel request's reply without a timeout: a frozen peer
+        # would hold exec_command forever, so the watchdog closes the connection
+        watchdog = threading.Timer(timeout + WATCHDOG_GRACE, self._conn.client.close)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
@@ -223,7 +228,13 @@ class SSHTransport(Transport):
             finally:
                 channel.close()
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
+            if not watchdog.is_alive() and time.monotonic() - start >= timeout:
+                raise CommandTimeout(
+                    f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
+                ) from err
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
+        finally:
+            watchdog.cancel()
         if status < 0:
             raise SessionLost(f"node {self.name!r}: the session ended before the command's exit status came")
         return CommandResult(
