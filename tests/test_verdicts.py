@@ -13,6 +13,7 @@ authoritative-looking wrong verdict, on real sshd nodes with stand-in cards.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -137,6 +138,41 @@ def test_gpus_restricts_the_cards_used(fleet_extra: dict, make_farm, tmp_path: P
     _, summary = run(config)
     got = rows(tmp_path / "results.db", summary.run_id)
     assert list(got) == [("min75", CARDS["h100"].name)] and got[("min75", CARDS["h100"].name)]["gpu_index"] == 1
+
+
+def test_one_kernel_at_a_time_on_each_gpu(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
+    """Runs queue on the node, one lock file per GPU (flock): with 4 build slots
+    and 8 cells on a node with two T4s, each GPU runs one kernel at a time, and
+    both GPUs are used. Each kernel logs its start and end (node clock, ns) and
+    its CUDA_VISIBLE_DEVICES; no two intervals on one GPU overlap."""
+    log = tmp_path / "gpu.log"
+    run_line = (
+        f'echo "start $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; sleep 0.4; {{binary}}; rc=$?; '
+        f'echo "end $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; exit $rc'
+    )
+    variants = {f"v{i}": standin_variant("PASS", MIN75, "MIN_CC=75", run=run_line) for i in range(8)}
+    entry = fleet_extra["pair"].farm_entry(tmp_path / "work-pair", build_jobs=4)
+    config = make_farm(tmp_path, {"pair": entry}, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    assert {k[0]: r["outcome"] for k, r in got.items()} == {v: "pass" for v in variants}
+    spans: dict[str, list[list[int]]] = {}
+    for line in log.read_text().splitlines():
+        word, clock, gpu = line.split()
+        if word == "start":
+            spans.setdefault(gpu, []).append([int(clock), 0])
+        else:
+            open_span = [span for span in spans[gpu] if span[1] == 0]
+            assert len(open_span) == 1, f"two kernels at once on {gpu}: {spans[gpu]}"
+            open_span[0][1] = int(clock)
+    t4 = CARDS["t4"]
+    assert set(spans) == {t4.uuid(0), t4.uuid(1)}, "both GPUs run kernels"
+    assert sum(len(v) for v in spans.values()) == 8
+    for gpu, intervals in spans.items():
+        intervals.sort()
+        for (_, end), (start, _) in itertools.pairwise(intervals):
+            assert start >= end, f"kernels overlapped on {gpu}"
+    assert {r["gpu_uuid"] for r in got.values()} == set(spans)
 
 
 # ------------------------------------------------------------ cases 4 and 5
@@ -271,6 +307,7 @@ def fleet_extra(tmp_path_factory: pytest.TempPathFactory):
     fleet = Fleet(tmp_path_factory.mktemp("extra"))
     try:
         fleet.add("duo", [CARDS["t4"], CARDS["h100"]])
+        fleet.add("pair", [CARDS["t4"], CARDS["t4"]])
         fleet.add("b200", B200)
         yield fleet.nodes
     finally:
