@@ -9,17 +9,25 @@ then unreachable), mostly as-expected outcomes with a few percent fail /
 infra-error / timeout, flaky cells that flip from run to run and broken cells
 that fail from a regression to its fix, kernels whose source changed (two
 sha256 for one kernel), logs of real sizes. Then renders the latest run's
-report several times, each in a fresh Python process into an empty folder (so
-peak RSS is the render's own), and prints a table against the targets: 2 s per
-render, 1 MB for index.html.
+report, each time in a fresh Python process (so peak RSS is the render's own),
+two ways:
+
+    cold  into an empty folder (the first render of a site), --repeat times;
+    warm  into a copy of a cold render's folder after one more run was written
+          to the database (what `farm verify` does at the end of every run:
+          render into its kept reports/), --repeat times;
+
+and prints both side by side against the targets: 2 s per render, 1 MB for
+index.html, with the ratios to them. A render that fails stops the bench
+before any ratio is printed.
 
     PYTHONPATH=. python3 bench/report_render.py [--nodes 64 --variants 50 --runs 30]
                                                 [--repeat 3] [--profile] [--keep DIR]
 
---profile adds two untimed renders: one with timers on its seams (each Store
-query, each template, each page write: exclusive times, no profiler
-distortion), one under cProfile (grouped by package, top functions); then says
-what index.html is made of.
+--profile adds three untimed renders: a cold and a warm one with timers on
+their seams (each Store query, each template, each page write: exclusive
+times, no profiler distortion), a warm one under cProfile (grouped by package,
+top functions); then says what index.html is made of.
 
 The database is written with SQLAlchemy Core bulk inserts (one transaction per
 run), through Store(url) so the schema is the farm's own. Rows are filled column
@@ -609,6 +617,8 @@ _KEEP_OUT = object()  # a column with its own default: left to SQLAlchemy / the 
 
 
 def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: int) -> dict:
+    """Writes `runs` runs; the run after them is generated too (same farm, same random
+    stream) and returned as "next_run" for insert_run: the warm render's new run."""
     from sqlalchemy import insert
 
     from orchestrator import store as store_mod
@@ -626,6 +636,8 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
         if table in fillers and generated:
             conn.execute(insert(models[table].__table__), fillers[table].rows(generated))
 
+    next_run: dict[str, list[dict[str, Any]]] = {}
+
     engine = store.engine
     with engine.begin() as conn:
         put(
@@ -640,7 +652,7 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
     n_results = 0
     snapshot_id = 1
     result_id = 1
-    for r in range(runs):
+    for r in range(runs + 1):
         run_id = r + 1
         started = farm.base_time + timedelta(days=r)
         run = {
@@ -664,12 +676,19 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
             {"run_id": run_id, "kernel": x["kernel"], "variant": x["variant"], "node": x["node"]} for x in results
         ]
         attempts = attempt_rows(run_id, list(snaps.values()), results, started)
+        tables = {
+            "runs": [run],
+            "planned_cells": planned,
+            "node_snapshots": list(snaps.values()),
+            "results": results,
+            "attempts": attempts,
+        }
+        if r == runs:  # the warm render's new run: written later, by insert_run
+            next_run = {name: fillers[name].rows(rows) for name, rows in tables.items() if name in fillers}
+            break
         with engine.begin() as conn:
-            put(conn, "runs", [run])
-            put(conn, "planned_cells", planned)
-            put(conn, "node_snapshots", list(snaps.values()))
-            put(conn, "results", results)
-            put(conn, "attempts", attempts)
+            for name, rows in tables.items():
+                put(conn, name, rows)
         snapshot_id += len(snaps)
         result_id += len(results)
         n_results += len(results)
@@ -693,7 +712,25 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
         "db_bytes": db_path.stat().st_size,
         "flaky_cells": len(farm.flaky),
         "changed_sources": sorted(k for k, c in farm.source_change.items() if c is not None),
+        "next_run": next_run,
     }
+
+
+def insert_run(db_path: Path, tables: dict[str, list[dict[str, Any]]]) -> float:
+    """Writes one more run (build_database's "next_run"), as a farm run would have; returns seconds."""
+    from sqlalchemy import insert
+
+    from orchestrator import store as store_mod
+
+    clock = time.perf_counter()
+    store = store_mod.Store(f"sqlite:///{db_path}")
+    models = {m.local_table.name: m.class_ for m in store_mod.Base.registry.mappers}
+    with store.engine.begin() as conn:
+        for name in ("runs", "planned_cells", "node_snapshots", "results", "attempts"):
+            if tables.get(name):
+                conn.execute(insert(models[name].__table__), tables[name])
+    store.close()
+    return time.perf_counter() - clock
 
 
 # ---------------------------------------------------------------------------
@@ -795,10 +832,22 @@ def child_render(db: str, out: str, mode: str | None, profile: str | None) -> No
     print(CHILD_MARK + json.dumps(info), flush=True)
 
 
-def render_once(db: Path, out: Path, mode: str = "plain", profile: Path | None = None) -> dict:
+def render_once(
+    db: Path, out: Path, mode: str = "plain", profile: Path | None = None, kept: Path | None = None
+) -> dict:
+    """One render in a child process into `out`: empty (cold), or a copy of the folder
+    `kept` that an earlier render wrote (warm: as `farm verify` renders into reports/)."""
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    if kept is not None:
+        shutil.copytree(kept, out)  # copy2 keeps the mtimes: what the render writes is newer
+    else:
+        out.mkdir(parents=True)
+    # the copy (and the database's new run) flushed to disk first, as a day-old reports/
+    # folder would be: otherwise their writeback competes with the render's own writes
+    os.sync()
+    time.sleep(0.01)  # past the copies' mtimes on a coarse clock
+    since = time.time_ns()
     load = os.getloadavg()[0]
     command = [sys.executable, __file__, "--child-render", str(db), str(out), mode]
     if profile:
@@ -814,6 +863,7 @@ def render_once(db: Path, out: Path, mode: str = "plain", profile: Path | None =
     info["load_before"] = load
     files = [p for p in out.rglob("*") if p.is_file()]
     info["files"] = len(files)
+    info["written"] = sum(1 for p in files if p.stat().st_mtime_ns >= since)
     info["bytes"] = sum(p.stat().st_size for p in files)
     index = Path(info["index"])
     info["index_bytes"] = index.stat().st_size if index.exists() else 0
@@ -954,9 +1004,70 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({model}), Python {sys.version.split()[0]}"
 
 
-def table(rows: list[tuple[str, str]]) -> str:
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"| {k.ljust(width)} | {v} |" for k, v in rows)
+def report_render(label: str, info: dict) -> None:
+    print(
+        f"{label}: {info['seconds']:.2f} s wall, {info['cpu_seconds']:.2f} s CPU "
+        f"(load before {info['load_before']:.1f}), index.html {info['index_bytes']:,} B, "
+        f"{info['written']:,} files written ({info['files']:,} in the folder), peak RSS "
+        f"{info['rss_peak_kb'] / 1024:.0f} MiB (before render {info['rss_before_kb'] / 1024:.0f} MiB)"
+    )
+
+
+def summary(renders: list[dict]) -> dict[str, str]:
+    """One column of the results table: min / median of the renders, the last one's files."""
+    times = [r["seconds"] for r in renders]
+    t_min, t_med = min(times), statistics.median(times)
+    last = renders[-1]
+    peak = max(r["rss_peak_kb"] for r in renders)
+    before = min(r["rss_before_kb"] for r in renders)
+    return {
+        "time": f"{t_min:.2f} s / {t_med:.2f} s (each: {', '.join(f'{t:.2f}' for t in times)})",
+        "cpu": f"{min(r['cpu_seconds'] for r in renders):.2f} s",
+        "ratio": f"{t_min / TARGET_SECONDS:.2f}x, {t_med / TARGET_SECONDS:.2f}x",
+        "index": f"{last['index_bytes']:,} B ({fmt_bytes(last['index_bytes'])})",
+        "index_ratio": f"{last['index_bytes'] / TARGET_INDEX_BYTES:.2f}x",
+        "written": f"{last['written']:,}",
+        "files": f"{last['files']:,} (" + ", ".join(f"{d}/: {n:,}" for d, n in sorted(last["by_dir"].items())) + ")",
+        "bytes": f"{last['bytes']:,} B ({fmt_bytes(last['bytes'])})",
+        "largest": ", ".join(f"{p} {fmt_bytes(n)}" for n, p in last["largest"]),
+        "rss": f"{peak / 1024:.0f} MiB ({(peak - before) / 1024:.0f} MiB above the {before / 1024:.0f} MiB before)",
+    }
+
+
+def print_phases(name: str, info: dict) -> None:
+    wall = info["seconds"]
+    print()
+    print(
+        f"phases of one {name} render (timers on the seams, no profiler: {wall:.2f} s wall, "
+        f"{info['cpu_seconds']:.2f} s CPU)"
+    )
+    timers = info["timers"] or {}
+    for label, (calls, secs, nbytes) in sorted(timers.items(), key=lambda x: -x[1][1]):
+        out = f", {fmt_bytes(nbytes)} out" if nbytes else ""
+        print(f"  {secs:7.2f} s {100 * secs / wall:5.1f} %  {label} ({calls:,} calls{out})")
+    queries = sum(v[1] for k, v in timers.items() if k.startswith("query:"))
+    model = sum(v[1] for k, v in timers.items() if k.startswith("model:"))
+    templates = sum(v[1] for k, v in timers.items() if k.startswith("template:"))
+    writes = sum(v[1] for k, v in timers.items() if k.startswith("write:"))
+    rest = wall - queries - model - templates - writes
+    for label, secs in (
+        ("queries (SQL, row loading)", queries),
+        ("building the report model (collect), queries excluded", model),
+        ("template rendering", templates),
+        ("file writing", writes),
+        ("the rest (report.py's own code: cell pages, stamps, loops)", rest),
+    ):
+        print(f"  => {secs:7.2f} s {100 * secs / wall:5.1f} %  {label}")
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """A Markdown table, every column but the last padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("| " + " | ".join([*cells, row[-1]]) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -995,109 +1106,72 @@ def main(argv: list[str] | None = None) -> int:
             f"({fmt_bytes(built['db_bytes'])}; {built['flaky_cells']} flaky cells; "
             f"sources changed: {', '.join(built['changed_sources'])})"
         )
-        renders = []
+        # cold: the first render of a site, into an empty folder; warm: `farm verify`'s
+        # render into its kept reports/ after one more run (a copy of a cold render's
+        # folder, then the run written into the database). Each in a fresh process.
+        colds: list[dict] = []
         for i in range(args.repeat):
-            info = render_once(db, work / f"render-{i + 1}")
-            renders.append(info)
-            print(
-                f"render {i + 1}: {info['seconds']:.2f} s wall, {info['cpu_seconds']:.2f} s CPU "
-                f"(load before {info['load_before']:.1f}), index.html {info['index_bytes']:,} B, "
-                f"{info['files']:,} files, {info['bytes']:,} B, peak RSS "
-                f"{info['rss_peak_kb'] / 1024:.0f} MiB (before render {info['rss_before_kb'] / 1024:.0f} MiB)"
-            )
-            if not args.keep and i < args.repeat - 1:
-                shutil.rmtree(work / f"render-{i + 1}")
-        times = [r["seconds"] for r in renders]
-        cpus = [r["cpu_seconds"] for r in renders]
-        last = renders[-1]
-        t_min, t_med = min(times), statistics.median(times)
-        peak = max(r["rss_peak_kb"] for r in renders)
-        before = min(r["rss_before_kb"] for r in renders)
+            colds.append(render_once(db, work / f"cold-{i + 1}"))
+            report_render(f"cold {i + 1}", colds[-1])
+            if i > 0 and not args.keep:
+                shutil.rmtree(work / f"cold-{i + 1}")
+        kept = work / "cold-1"
+        added = insert_run(db, built["next_run"])
+        print(f"added run {built['runs'] + 1} ({len(built['next_run'].get('results', [])):,} results) in {added:.1f} s")
+        warms: list[dict] = []
+        for i in range(args.repeat):
+            warms.append(render_once(db, work / f"warm-{i + 1}", kept=kept))
+            report_render(f"warm {i + 1}", warms[-1])
+            if not args.keep:
+                shutil.rmtree(work / f"warm-{i + 1}")
         print()
         print(f"machine: {machine()}")
         print(f"date: {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}")
+        cold, warm = summary(colds), summary(warms)
         rows = [
-            ("measure", "value"),
-            ("---", "---"),
+            ("measure", "cold (empty folder)", "warm (kept folder, one more run)"),
+            ("---", "---", "---"),
             (
                 "rows / nodes / variants / runs",
                 f"{built['results']:,} / {built['nodes']} / {built['variants']} "
                 f"({built['kernels']} kernels) / {built['runs']}",
+                f"+ {len(built['next_run'].get('results', [])):,} / run {built['runs'] + 1}",
             ),
-            ("DB build time", f"{built['seconds']:.1f} s ({fmt_bytes(built['db_bytes'])} file)"),
-            (
-                f"render time, min / median of {len(times)}",
-                f"{t_min:.2f} s / {t_med:.2f} s (each: {', '.join(f'{t:.2f}' for t in times)})",
-            ),
-            ("render CPU time (user+sys), min", f"{min(cpus):.2f} s"),
-            (
-                "render time / 2 s target",
-                f"{t_min / TARGET_SECONDS:.1f}x (min), {t_med / TARGET_SECONDS:.1f}x (median)",
-            ),
-            ("index.html size", f"{last['index_bytes']:,} B ({fmt_bytes(last['index_bytes'])})"),
-            ("index.html / 1 MB target", f"{last['index_bytes'] / TARGET_INDEX_BYTES:.2f}x"),
-            (
-                "files written",
-                f"{last['files']:,} (" + ", ".join(f"{d}/: {n:,}" for d, n in sorted(last["by_dir"].items())) + ")",
-            ),
-            (
-                "total bytes written",
-                f"{last['bytes']:,} B ({fmt_bytes(last['bytes'])}: "
-                + ", ".join(f"{d}/ {fmt_bytes(n)}" for d, n in sorted(last["bytes_by_dir"].items()))
-                + ")",
-            ),
-            (
-                "largest files",
-                ", ".join(f"{p} {fmt_bytes(n)}" for n, p in last["largest"]),
-            ),
-            (
-                "peak RSS of the render process",
-                f"{peak / 1024:.0f} MiB ({(peak - before) / 1024:.0f} MiB above the "
-                f"{before / 1024:.0f} MiB before render)",
-            ),
+            ("DB build time", f"{built['seconds']:.1f} s ({fmt_bytes(built['db_bytes'])} file)", f"{added:.1f} s"),
+            (f"render time, min / median of {args.repeat}", cold["time"], warm["time"]),
+            ("render CPU time (user+sys), min", cold["cpu"], warm["cpu"]),
+            ("render time / 2 s target (min, median)", cold["ratio"], warm["ratio"]),
+            ("index.html size", cold["index"], warm["index"]),
+            ("index.html / 1 MB target", cold["index_ratio"], warm["index_ratio"]),
+            ("files written (new or changed)", cold["written"], warm["written"]),
+            ("files in the folder", cold["files"], warm["files"]),
+            ("total bytes in the folder", cold["bytes"], warm["bytes"]),
+            ("largest files", cold["largest"], warm["largest"]),
+            ("peak RSS of the render process", cold["rss"], warm["rss"]),
         ]
         print(table(rows))
         verdict = []
-        if t_med > TARGET_SECONDS:
-            verdict.append(f"render misses the 2 s target ({t_med:.2f} s median)")
-        if last["index_bytes"] > TARGET_INDEX_BYTES:
-            verdict.append(f"index.html misses the 1 MB target ({last['index_bytes']:,} B)")
-        print("targets: " + ("; ".join(verdict) if verdict else "both met"))
+        for name, runs_ in (("cold", colds), ("warm", warms)):
+            median = statistics.median(r["seconds"] for r in runs_)
+            if median > TARGET_SECONDS:
+                verdict.append(f"the {name} render misses the 2 s target ({median:.2f} s median)")
+            index_bytes = runs_[-1]["index_bytes"]
+            if index_bytes > TARGET_INDEX_BYTES:
+                verdict.append(f"the {name} index.html misses the 1 MB target ({index_bytes:,} B)")
+        print("targets: " + ("; ".join(verdict) if verdict else "all met"))
 
         if args.profile:
-            info = render_once(db, work / "render-phases", "phases")
-            wall = info["seconds"]
-            print()
-            print(
-                f"phases of one render (timers on the seams, no profiler: {wall:.2f} s wall, "
-                f"{info['cpu_seconds']:.2f} s CPU)"
-            )
-            timers = info["timers"] or {}
-            for label, (calls, secs, nbytes) in sorted(timers.items(), key=lambda x: -x[1][1]):
-                out = f", {fmt_bytes(nbytes)} out" if nbytes else ""
-                print(f"  {secs:7.2f} s {100 * secs / wall:5.1f} %  {label} ({calls:,} calls{out})")
-            queries = sum(v[1] for k, v in timers.items() if k.startswith("query:"))
-            model = sum(v[1] for k, v in timers.items() if k.startswith("model:"))
-            templates = sum(v[1] for k, v in timers.items() if k.startswith("template:"))
-            writes = sum(v[1] for k, v in timers.items() if k.startswith("write:"))
-            rest = wall - queries - model - templates - writes
-            for label, secs in (
-                ("queries (SQL + ORM loading)", queries),
-                ("building the report model (collect), queries excluded", model),
-                ("template rendering", templates),
-                ("file writing", writes),
-                ("the rest (report.py's own loops)", rest),
-            ):
-                print(f"  => {secs:7.2f} s {100 * secs / wall:5.1f} %  {label}")
-            if not args.keep:
-                shutil.rmtree(work / "render-phases")
+            for name, phases_kept in (("cold", None), ("warm", kept)):
+                print_phases(name, render_once(db, work / f"{name}-phases", "phases", kept=phases_kept))
+                if not args.keep:
+                    shutil.rmtree(work / f"{name}-phases")
 
             prof = work / "render.pstats"
-            info = render_once(db, work / "render-profile", "profile", prof)
+            info = render_once(db, work / "render-profile", "profile", prof, kept=kept)
             total, cats, stats = profile_breakdown(prof)
             print()
             print(
-                f"cProfile of one render ({info['seconds']:.2f} s wall under the profiler, which inflates "
+                f"cProfile of one warm render ({info['seconds']:.2f} s wall under the profiler, which inflates "
                 f"Python-heavy code; {total:.2f} s profiled)"
             )
             for name, secs in cats:

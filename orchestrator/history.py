@@ -18,11 +18,17 @@ A morning reader needs the first six; `unchanged` cells are not listed.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .outcomes import is_as_expected, is_infra
+from . import outcomes
+
+# cached: a report compares thousands of cells against ten results each, and each
+# check otherwise builds an Outcome from its text
+is_as_expected = functools.cache(outcomes.is_as_expected)
+is_infra = functools.cache(outcomes.is_infra)
 
 WINDOW = 10
 LISTED = ("regression", "new-failure", "unstable", "fixed", "still-failing", "new", "changed")

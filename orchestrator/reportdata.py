@@ -2,8 +2,13 @@
 queries: a run's cells, what changed against earlier runs, node probe history
 and the certification ledger. Pages and exports only format this model.
 
-Only light columns are read for history (never logs), so a database of
-64 nodes x 50 variants x 30 runs gathers in well under a second.
+What is read is bounded by the rendered run, not by the history on record:
+its own cells, each cell's last few earlier results, the last GRID_RUNS runs'
+outcomes (the kernel pages' grids) and the last HISTORY_RUNS runs' counts.
+The fleet's standing (each cell's latest verdict from any run) and the
+ledger's counts of certifying passes are over all history by definition; both
+are aggregated in the database from indexes (store.py), so they cost little
+per row on record. Logs are read only for the cells shown in full.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from .outcomes import is_as_expected, is_infra
 from .store import Store
 from .tables import NodeSnapshotRow, ResultRow, Run
 
-HISTORY_RUNS = 30
+HISTORY_RUNS = 30  # runs in history.html, each with its own page
+GRID_RUNS = 10  # runs (columns) in a kernel page's history grid
 
 
 def utc_iso(moment: datetime | None) -> str | None:
@@ -83,6 +89,10 @@ class StandingCell:
     stale: bool
     infra_since: Any | None  # a later infra result, if any
 
+    @property
+    def category(self) -> str:
+        return category(self.result.outcome)
+
 
 def cell_label(key: history.CellKey, several: bool) -> str:
     kernel, variant, node, device = key
@@ -93,12 +103,13 @@ def cell_label(key: history.CellKey, several: bool) -> str:
 class ReportModel:
     run: Run
     runs: list[Run]  # newest first, at most HISTORY_RUNS, including `run`
-    results: list[ResultRow]  # the run's cells, full rows
+    results: list[Any]  # the run's cells: full rows, or light ones (collect(full=False))
     snapshots: list[NodeSnapshotRow]  # the run's node snapshots
     changes: dict[history.CellKey, history.Change]
-    cell_history: dict[history.CellKey, list[tuple[int, str, int]]]  # (run, outcome, result id), oldest first
+    # cell -> (run, outcome, result id) in the last GRID_RUNS runs, oldest first
+    cell_history: dict[history.CellKey, list[tuple[int, str, int]]]
     run_counts: dict[int, dict[str, int]]  # run -> good/bad/infra counts
-    run_cells: dict[int, dict[history.CellKey, tuple[str, int]]]  # run -> cell -> (outcome, result id)
+    run_cells: dict[int, dict[history.CellKey, tuple[str, int]]]  # the run's cell -> (outcome, result id)
     node_history: dict[str, list[NodeSnapshotRow]]  # node -> snapshots, oldest first
     ledgers: list[ledger.KernelLedger]
     counts: dict[str, int] = field(default_factory=dict)
@@ -106,6 +117,8 @@ class ReportModel:
     rows: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel, variant, contract)
     standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
     stale_after_days: float = 30.0
+    # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
+    previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
 
     @functools.cached_property
     def several(self) -> set[str]:
@@ -194,32 +207,61 @@ def collect(
     run_id: int | None = None,
     farm: Farm | None = None,
     history_runs: int = HISTORY_RUNS,
+    full: bool = True,
 ) -> ReportModel:
+    """The model of one run's report (default: the latest run). `full=False`
+    gives the run's results as light rows (id, run_id, kernel, variant, node,
+    device, outcome): the site reads whole rows only for the pages it writes."""
     run = store.run(run_id) if run_id is not None else store.latest_run()
     if run is None:
         which = f"run {run_id}" if run_id is not None else "run"
         raise StoreError(f"no {which} in {store.redacted_url}: run `farm verify` first")
     runs = store.runs(limit=history_runs, upto=run.id)
     run_ids = [r.id for r in runs]
-    results = store.results(run.id)
+    # The last runs' outcomes, read once from the index: the run's own cells, the
+    # kernel pages' grids (GRID_RUNS runs) and each cell's earlier results (one run
+    # more than history.WINDOW, so a cell that ran every time has them all here).
+    recent = store.run_matrix(run_ids[: max(GRID_RUNS, history.WINDOW + 1)])
+    light = [row for row in recent if row.run_id == run.id]
+    results: list[Any] = store.results(run.id) if full else light
     snapshots = store.snapshots(run.id)
 
-    light = store.result_summaries(run_ids)
-    cell_history: dict[history.CellKey, list[tuple[int, str, int]]] = defaultdict(list)
-    run_counts: dict[int, dict[str, int]] = {rid: {"good": 0, "bad": 0, "infra": 0} for rid in run_ids}
-    run_cells: dict[int, dict[history.CellKey, tuple[str, int]]] = defaultdict(dict)
-    for row in light:
-        key = (row.kernel, row.variant, row.node, row.device)
-        cell_history[key].append((row.run_id, row.outcome, row.id))
-        run_counts[row.run_id][category(row.outcome)] += 1
-        run_cells[row.run_id][key] = (row.outcome, row.id)
-    for entries in cell_history.values():
-        entries.sort()
-    # "what changed" compares each cell with its previous result, whichever run it came from
-    earlier = {
-        key: [(rid, outcome) for rid, outcome in prior] for key, prior in store.previous_verdicts(run.id).items()
+    run_counts: dict[int, dict[str, int]] = {}
+    for rid, outcomes in store.run_outcome_counts(run_ids).items():
+        run_counts[rid] = {"good": 0, "bad": 0, "infra": 0}
+        for outcome, n in outcomes.items():
+            run_counts[rid][category(outcome)] += n
+    run_cells = {run.id: {(r.kernel, r.variant, r.node, r.device): (r.outcome, r.id) for r in light}}
+    by_cell: dict[history.CellKey, list[tuple[int, str, int]]] = defaultdict(list)
+    # in id order: oldest first; unpacked as tuples (a Row's attributes cost more, times 10^4)
+    for rid, past, kernel, variant, node, device, outcome in recent:
+        by_cell[(kernel, variant, node, device)].append((past, outcome, rid))
+    grid_runs = set(run_ids[:GRID_RUNS])
+    cell_history = {
+        key: shown for key, entries in by_cell.items() if (shown := [e for e in entries if e[0] in grid_runs])
     }
-    current = [((r.kernel, r.variant, r.node, r.device), r.outcome) for r in results]
+    # "what changed" compares each cell with its previous results, whichever runs they came from:
+    # the last history.WINDOW before the run, in run order. Every result before the runs read
+    # above is older than those read, so a cell with that many among them has them all; the
+    # others (new cells, cells left out of some runs) are looked up alone.
+    previous: dict[int, list[tuple[int, str, int]]] = {}
+    missing = []
+    for r in light:
+        earlier_results = sorted(
+            (e for e in by_cell[(r.kernel, r.variant, r.node, r.device)] if e[0] < run.id),
+            key=lambda e: (e[0], e[2]),
+        )
+        if len(earlier_results) >= history.WINDOW:
+            previous[r.id] = earlier_results[-history.WINDOW :]
+        else:
+            missing.append(r.id)
+    previous.update(store.previous_results(result_ids=missing, per_cell=history.WINDOW) if missing else {})
+    current = [((r.kernel, r.variant, r.node, r.device), r.outcome) for r in light]
+    earlier = {
+        (r.kernel, r.variant, r.node, r.device): [(rid, outcome) for rid, outcome, _id in previous[r.id]]
+        for r in light
+        if r.id in previous
+    }
     changes = history.changes(current, earlier)
 
     node_history: dict[str, list[NodeSnapshotRow]] = defaultdict(list)
@@ -240,17 +282,18 @@ def collect(
             age = _days(run.started_at, row.started_at)
             standing[key] = StandingCell(row, age, age > stale_after, None)
     latest_snaps = {s.node: s for s in store.latest_snapshots(run.id)}
-    devices: dict[str, set[str]] = defaultdict(set)
-    for _k, _v, node, device in standing:
-        devices[node].add(device)
+    by_column: dict[tuple[str, str], list[StandingCell]] = defaultdict(list)
+    for (_k, _v, node, device), cell in standing.items():
+        by_column[(node, device)].append(cell)
+    devices: dict[str, int] = defaultdict(int)
+    for node, _device in by_column:
+        devices[node] += 1
     columns = []
-    for node, names in devices.items():
-        for device in names:
-            cells = [c for (k, v, n, d), c in standing.items() if n == node and d == device]
-            newest = max(cells, key=lambda c: c.result.id).result
-            columns.append(
-                Column(node, device, len(names) > 1, newest.cc, latest_snaps.get(node), bool(newest.real_gpu))
-            )
+    for (node, device), cells in by_column.items():
+        newest = max(cells, key=lambda c: c.result.id).result
+        columns.append(
+            Column(node, device, devices[node] > 1, newest.cc, latest_snaps.get(node), bool(newest.real_gpu))
+        )
     columns.sort(key=lambda c: (cc_key(c.cc), c.node, c.device))
     contracts_by_row: dict[tuple[str, str], str] = {}
     for (kernel, variant, _n, _d), cell in sorted(standing.items(), key=lambda item: item[1].result.id):
@@ -258,7 +301,7 @@ def collect(
     rows = [(k, v, contracts_by_row[(k, v)]) for k, v in sorted(contracts_by_row)]
 
     latest_by_kernel: dict[str, ResultRow] = {}
-    for r in store.latest_identified(run.id):
+    for r in store.latest_identified(run.id, sorted({kernel for kernel, _v, _n, _d in standing})):
         latest_by_kernel[r.kernel] = r
     now_inputs = current_inputs(store, farm, latest_by_kernel)
     contracts: dict[str, set[str]] = defaultdict(set)
@@ -267,16 +310,22 @@ def collect(
         # on record, but no result identifies its inputs and no configuration is at hand
         now_inputs.setdefault(kernel, KernelInputs(kernel, "", b"", {}, {}))
     # A ledger shows, per identity and CC, the first and the latest certificate
-    # with their evidence, and how many there are: light rows for all, full rows
-    # (logs included) for those shown only.
-    passes = store.certifying_passes()
-    groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
-    for row in passes:
-        groups[(row.kernel, row.identity, row.cc)].append(row)
-    shown_ids = sorted({rows_[i].id for rows_ in groups.values() for i in (0, -1)})
+    # with their evidence, and how many there are: counted in the database, full
+    # rows (logs included) for those shown only.
+    # the days passes ran on matter only where a header claims VERIFIED on a date (ledger.build)
+    claimed = [
+        (kernel, found.identity)
+        for kernel, found in now_inputs.items()
+        if any(claim.status == "VERIFIED" for claim in ledger.header_claims(found.source))
+    ]
+    groups, days = store.certifying_groups(claimed)
+    shown_ids = sorted({i for g in groups for i in (g.first_id, g.last_id)})
+    dates: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for kernel, identity, cc, day in days:
+        dates[(kernel, identity, cc)].add(day)
     records = ledger.CertificateRecord(
-        counts={key: len(rows_) for key, rows_ in groups.items()},
-        dates={key: {utc_date(r.started_at) for r in rows_} for key, rows_ in groups.items()},
+        counts={(g.kernel, g.identity, g.cc): g.passes for g in groups},
+        dates=dict(dates),
     )
     certs: dict[str, list[ledger.Certificate]] = defaultdict(list)
     for result, snap in store.results_with_snapshots(shown_ids):
@@ -315,7 +364,7 @@ def collect(
         for kernel, found in sorted(now_inputs.items())
     ]
     counts = {"good": 0, "bad": 0, "infra": 0}
-    for row in results:
+    for row in light:
         counts[category(row.outcome)] += 1
     return ReportModel(
         run=run,
@@ -323,9 +372,9 @@ def collect(
         results=results,
         snapshots=snapshots,
         changes=changes,
-        cell_history=dict(cell_history),
+        cell_history=cell_history,
         run_counts=run_counts,
-        run_cells=dict(run_cells),
+        run_cells=run_cells,
         node_history=dict(node_history),
         ledgers=ledgers,
         counts=counts,
@@ -333,6 +382,7 @@ def collect(
         rows=rows,
         standing=standing,
         stale_after_days=stale_after,
+        previous=previous,
     )
 
 

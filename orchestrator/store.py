@@ -24,17 +24,20 @@ import os
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import (
+    Date,
+    and_,
+    cast,
     create_engine,
     event,
     func,
@@ -42,11 +45,11 @@ from sqlalchemy import (
     make_url,
     select,
     text,
-    tuple_,
+    union,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from . import journal
 from .errors import StoreError
@@ -58,6 +61,30 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
 CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
 MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
+CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
+_CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value)  # see Store._certifying
+_NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
+
+
+class CertifyingGroup(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    passes: int
+    first_id: int
+    last_id: int
+
+
+class CertifyingDay(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    day: str
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -344,12 +371,25 @@ class Store:
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
-    def add_result(self, **fields: Any) -> int:
+    def add_result(self, attempts: Sequence[dict[str, Any]] = (), **fields: Any) -> int:
+        """A cell's result, and the attempts that led to it, in one transaction
+        (and one journal write)."""
         ref = self._snapshot_refs.get(fields.get("snapshot_id") or 0)
-        self._journal(
-            "result", {"snapshot_ref": ref, **{k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}}
-        )
-        return self._add(ResultRow(**fields))
+        at = datetime.now(UTC)
+        records: list[tuple[str, dict[str, Any]]] = [
+            ("result", {"snapshot_ref": ref, **{k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}})
+        ]
+        records += [("attempt", {"at": at, **{k: v for k, v in a.items() if k != "run_id"}}) for a in attempts]
+        if self.journal is not None:
+            self.journal.write_many(records)
+        row = ResultRow(**fields)
+        if self.engine.dialect.name == "postgresql":
+            _no_nul(row)
+        with self._writing() as session:
+            session.add(row)
+            session.add_all(Attempt(at=at, **a) for a in attempts)
+            session.commit()
+            return row.id
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -500,46 +540,144 @@ class Store:
 
     def standing(self, upto: int) -> tuple[dict[tuple, Any], dict[tuple, Any]]:
         """The fleet's standing as of run `upto`: per (kernel, variant, node, device),
-        the latest result with a verdict and the latest result of any kind (light rows)."""
+        the latest result with a verdict and the latest result of any kind (light rows).
+
+        Both are taken per cell from the ix_results_cell index alone (the table's
+        wide rows are read only for the at most two results per cell returned)."""
         verdicts = (
             select(func.max(ResultRow.id))
             .where(ResultRow.run_id <= upto)
-            .where(ResultRow.outcome.not_in([Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value]))
+            .where(ResultRow.outcome.not_in(_NO_VERDICT))
             .group_by(*self._KEY)
         )
         anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto).group_by(*self._KEY)
+        # a subquery, not a list of ids: a big farm's cells would pass the drivers' bound-parameter limits
+        query = select(*self._STANDING).where(ResultRow.id.in_(union(verdicts, anything))).order_by(ResultRow.id)
         with self._reading() as session:
-            ids_verdict = set(session.scalars(verdicts))
-            ids_any = set(session.scalars(anything))
-            rows = session.execute(select(*self._STANDING).where(ResultRow.id.in_(ids_verdict | ids_any))).all()
-        by_id = {row.id: row for row in rows}
-        key = lambda row: (row.kernel, row.variant, row.node, row.device)  # noqa: E731
-        return (
-            {key(by_id[i]): by_id[i] for i in sorted(ids_verdict)},
-            {key(by_id[i]): by_id[i] for i in sorted(ids_any)},
-        )
+            rows = session.execute(query).all()
+        latest_verdict: dict[tuple, Any] = {}
+        latest_any: dict[tuple, Any] = {}
+        for row in rows:  # in id order: the last one written per cell wins
+            key = (row.kernel, row.variant, row.node, row.device)
+            latest_any[key] = row
+            if row.outcome not in _NO_VERDICT:
+                latest_verdict[key] = row
+        return latest_verdict, latest_any
 
     def previous_verdicts(self, run_id: int, per_cell: int = 10) -> dict[tuple, list[tuple[int, str]]]:
         """For each cell of run `run_id`, the outcomes of its last `per_cell` results
         from earlier runs, oldest first: [(run id, outcome)]."""
-        ranked = (
-            select(
-                *self._KEY,
-                ResultRow.run_id,
-                ResultRow.outcome,
-                ResultRow.id,
-                func.row_number().over(partition_by=self._KEY, order_by=ResultRow.id.desc()).label("rank"),
-            )
-            .where(ResultRow.run_id < run_id)
-            .where(tuple_(*self._KEY).in_(select(*self._KEY).where(ResultRow.run_id == run_id)))
-            .subquery()
+        cells = {row.id: (row.kernel, row.variant, row.node, row.device) for row in self.run_matrix([run_id])}
+        return {
+            cells[this_id]: [(rid, outcome) for rid, outcome, _id in prior]
+            for this_id, prior in self.previous_results(run_id=run_id, per_cell=per_cell).items()
+        }
+
+    def previous_results(
+        self, *, run_id: int | None = None, result_ids: list[int] | None = None, per_cell: int = 10
+    ) -> dict[int, list[tuple[int, str, int]]]:
+        """For each result of run `run_id` (or each of `result_ids`), its cell's last
+        `per_cell` results from runs before that result's run, oldest first:
+        result id -> [(run id, outcome, result id)]; a result with none is left out.
+
+        Bounded by `per_cell` per result, whatever the history's length: read from
+        the ix_results_cell index alone, from the result's run back. "Last" is in
+        run order, then id order; ids grow with runs, so that is the order the
+        results were written in."""
+        if (run_id is None) == (result_ids is None):
+            raise ValueError("previous_results: give run_id or result_ids")
+        this = aliased(ResultRow, name="this")
+        earlier = aliased(ResultRow, name="earlier")
+        same_cell = [getattr(earlier, c.key) == getattr(this, c.key) for c in self._KEY]
+        # the run of the cell's per_cell-th result back: every one of the last per_cell lies in it or
+        # after, so the join below reads index entries only, and at most per_cell (more only when a
+        # cell has several results in one run, trimmed below)
+        oldest = (
+            select(earlier.run_id)
+            .where(*same_cell, earlier.run_id < this.run_id)
+            .order_by(earlier.run_id.desc())
+            .offset(per_cell - 1)
+            .limit(1)
+            .correlate(this)
+            .scalar_subquery()
         )
-        query = select(ranked).where(ranked.c.rank <= per_cell).order_by(ranked.c.id)
-        found: dict[tuple, list[tuple[int, str]]] = defaultdict(list)
+        earlier_rows = (
+            select(this.id.label("this_id"), earlier.run_id, earlier.outcome, earlier.id)
+            .join(
+                earlier,
+                and_(*same_cell, earlier.run_id < this.run_id, earlier.run_id >= func.coalesce(oldest, -1)),
+            )
+            .order_by(this.id, earlier.run_id, earlier.id)
+        )
         with self._reading() as session:
-            for row in session.execute(query):
-                found[(row.kernel, row.variant, row.node, row.device)].append((row.run_id, row.outcome))
-        return dict(found)
+            if run_id is not None:
+                rows = list(session.execute(earlier_rows.where(this.run_id == run_id)))
+            else:
+                rows = []
+                for chunk in _chunks(sorted(set(result_ids or []))):
+                    rows += session.execute(earlier_rows.where(this.id.in_(chunk)))
+        found: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        for this_id, rid, outcome, res in rows:
+            found[this_id].append((rid, outcome, res))
+        return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
+
+    def run_starts(self, run_ids: list[int]) -> dict[int, datetime]:
+        """run id -> when it started."""
+        found: dict[int, datetime] = {}
+        with self._reading() as session:
+            for chunk in _chunks(sorted(set(run_ids))):
+                found.update(
+                    (rid, started)
+                    for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id.in_(chunk)))
+                )
+        return found
+
+    def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
+        """run -> outcome -> number of results, counted in the database (ix_results_run_cell)."""
+        counts: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
+        if not run_ids:
+            return counts
+        query = (
+            select(ResultRow.run_id, ResultRow.outcome, func.count())
+            .where(ResultRow.run_id.in_(run_ids))
+            .group_by(ResultRow.run_id, ResultRow.outcome)
+        )
+        with self._reading() as session:
+            for rid, outcome, n in session.execute(query):
+                counts[rid][outcome] = n
+        return counts
+
+    def run_matrix(self, run_ids: list[int]) -> list[Any]:
+        """Light rows (id, run_id, kernel, variant, node, device, outcome) of these
+        runs' results, read from the ix_results_run_cell index, in id order."""
+        if not run_ids:
+            return []
+        query = (
+            select(ResultRow.id, ResultRow.run_id, *self._KEY, ResultRow.outcome)
+            .where(ResultRow.run_id.in_(run_ids))
+            .order_by(ResultRow.id)
+        )
+        with self._reading() as session:
+            return list(session.execute(query))
+
+    def result_rows(self, result_ids: list[int]) -> list[Any]:
+        """Whole results (logs included) as plain rows, not ORM objects: what a cell
+        page shows, read in chunks of ids, in id order."""
+        columns = list(ResultRow.__table__.columns)
+        rows: list[Any] = []
+        with self._reading() as session:
+            for chunk in _chunks(sorted(set(result_ids))):
+                rows += session.execute(select(*columns).where(ResultRow.id.in_(chunk)).order_by(ResultRow.id))
+        return rows
+
+    def snapshot_rows(self, snapshot_ids: list[int]) -> dict[int, Any]:
+        """Node snapshots as plain rows, by id."""
+        found: dict[int, Any] = {}
+        with self._reading() as session:
+            for chunk in _chunks(sorted(set(snapshot_ids))):
+                query = select(*NodeSnapshotRow.__table__.columns).where(NodeSnapshotRow.id.in_(chunk))
+                found.update((row.id, row) for row in session.execute(query))
+        return found
 
     def latest_snapshots(self, upto: int) -> list[NodeSnapshotRow]:
         """Each node's latest snapshot up to run `upto` that probed it (else its latest)."""
@@ -558,15 +696,29 @@ class Store:
                 rows.setdefault(snap.node, snap)
         return [rows[node] for node in sorted(rows)]
 
-    def latest_identified(self, upto: int) -> list[ResultRow]:
-        """Each kernel's latest result (up to run `upto`) whose inputs are all identified."""
-        latest = (
-            select(func.max(ResultRow.id))
-            .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
-            .group_by(ResultRow.kernel)
-        )
+    def latest_identified(self, upto: int, kernels: list[str] | None = None) -> list[ResultRow]:
+        """Each kernel's latest result (up to run `upto`) whose inputs are all identified.
+        Given the kernels, each is looked up alone, newest first (ix_results_kernel),
+        rather than by grouping every result on record."""
+        if kernels is None:
+            latest = (
+                select(func.max(ResultRow.id))
+                .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                .group_by(ResultRow.kernel)
+            )
+            with self._reading() as session:
+                return list(session.scalars(select(ResultRow).where(ResultRow.id.in_(latest)).order_by(ResultRow.id)))
+        found: list[ResultRow] = []
         with self._reading() as session:
-            return list(session.scalars(select(ResultRow).where(ResultRow.id.in_(latest)).order_by(ResultRow.id)))
+            for kernel in sorted(set(kernels)):
+                query = (
+                    select(ResultRow)
+                    .where(ResultRow.kernel == kernel, ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                    .order_by(ResultRow.id.desc())
+                    .limit(1)
+                )
+                found += session.scalars(query)
+        return sorted(found, key=lambda row: row.id)
 
     def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
         if not run_ids:
@@ -575,21 +727,66 @@ class Store:
         with self._reading() as session:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
+    @staticmethod
+    def _certifying(outcomes: tuple[str, ...] = _CERTIFYING_OUTCOMES) -> list[Any]:
+        """What certifies: a pass, where the contract required one, on a GPU the
+        driver confirmed, of a result whose every input is identified. The rule
+        lives here and nowhere else (`outcomes`: some of its outcomes only)."""
+        return [
+            ResultRow.outcome.in_([o for o in outcomes if o in _CERTIFYING_OUTCOMES]),
+            ResultRow.contract_expected == Outcome.PASS.value,
+            ResultRow.real_gpu.is_(True),
+            ResultRow.cc.is_not(None),
+            ResultRow.identity.is_not(None),
+        ]
+
     def certifying_passes(self) -> list[Any]:
-        """Every pass, where the contract required one, on a GPU the driver confirmed,
-        of a result whose every input is identified: light rows (id, kernel,
-        identity, cc, started_at), oldest first. The rule lives here and nowhere else."""
+        """Every certifying pass (see _certifying): light rows (id, kernel,
+        identity, cc, started_at), oldest first."""
         query = (
             select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
-            .where(ResultRow.outcome.in_([Outcome.PASS.value, Outcome.FIXED.value]))
-            .where(ResultRow.contract_expected == Outcome.PASS.value)
-            .where(ResultRow.real_gpu.is_(True))
-            .where(ResultRow.cc.is_not(None))
-            .where(ResultRow.identity.is_not(None))
+            .where(*self._certifying())
             .order_by(ResultRow.id)
         )
         with self._reading() as session:
             return list(session.execute(query))
+
+    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
+        """The certifying passes (see _certifying) per (kernel, identity, cc), counted
+        in the database from the ix_results_certifying index alone: rows (kernel,
+        identity, cc, passes, first_id, last_id); and for the (kernel, identity)
+        pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
+        passes ran on ("YYYY-MM-DD")."""
+        group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        dates: list[CertifyingDay] = []
+        with self._reading() as session:
+            # one outcome at a time: each is one range of the index, in (kernel, identity, cc) order,
+            # so the database counts it in one pass without sorting
+            for outcome in _CERTIFYING_OUTCOMES:
+                query = (
+                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
+                    .where(*self._certifying((outcome,)))
+                    .group_by(*group)
+                )
+                for kernel, identity, cc, n, first_id, last_id in session.execute(query):
+                    found = groups.setdefault((kernel, identity, cc), [0, first_id, last_id])
+                    found[0] += n
+                    found[1] = min(found[1], first_id)
+                    found[2] = max(found[2], last_id)
+            if self.engine.dialect.name == "postgresql":  # a timestamptz's day in UTC, whatever the session's zone
+                day: Any = cast(func.timezone("UTC", ResultRow.started_at), Date)
+            else:  # SQLite holds UTC times as text without a zone
+                day = func.date(ResultRow.started_at)
+            for kernel, identity in sorted(set(dated or [])):
+                query = (
+                    select(ResultRow.cc, day)
+                    .where(*self._certifying(), ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .distinct()
+                )
+                for cc, on in session.execute(query):
+                    dates.append(CertifyingDay(kernel, identity, cc, on if isinstance(on, str) else on.isoformat()))
+        return [CertifyingGroup(*key, *found) for key, found in sorted(groups.items())], dates
 
     def results_with_snapshots(self, result_ids: list[int]) -> list[Any]:
         """Full rows of these results, each with its node snapshot."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -88,6 +88,24 @@ class NodeSnapshotRow(Base):
 
 class ResultRow(Base):
     __tablename__ = "results"
+    # The report's reads (0006), each answered from an index alone, never from the
+    # wide rows (logs are stored inline): a cell's results in run order (the
+    # fleet's standing, a result's previous ones), a run's cells (its matrix,
+    # counts), and the certifying passes per kernel, identity and CC (the ledger).
+    __table_args__ = (
+        Index("ix_results_cell", "kernel", "variant", "node", "device", "run_id", "outcome"),
+        Index("ix_results_run_cell", "run_id", "kernel", "variant", "node", "device", "outcome"),
+        Index(
+            "ix_results_certifying",
+            "outcome",
+            "contract_expected",
+            "real_gpu",
+            "kernel",
+            "identity",
+            "cc",
+            "started_at",
+        ),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("node_snapshots.id"), nullable=True)
