@@ -3,50 +3,19 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
+from toyfarm import toy_farm
 
 from orchestrator.cli import EXIT_MEANING, main
 
 REPO = Path(__file__).resolve().parents[1]
-
-TOY = """\
-#include <cstdio>
-int main() { std::printf("toy: PASS\\n"); return 0; }
-"""
-
-
-def toy_farm(tmp_path: Path, extra_job: str = "") -> Path:
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "toy.cpp").write_text(TOY)
-    (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "toy.yaml").write_text(
-        "kernel: toy\n"
-        "sources: [kernels/toy.cpp]\n"
-        "pass_marker: 'toy: PASS'\n"
-        "refusal_marker: 'needs CC'\n"
-        "variants:\n"
-        "  plain:\n"
-        "    build: 'g++ -O1 -o {binary} {sources}'\n"
-        "    inspect: 'objdump -d {binary}'\n"
-        "    instructions: {ret: 1}\n"
-        "    cc: {min: '7.5'}\n" + extra_job
-    )
-    path = tmp_path / "farm.yaml"
-    path.write_text(
-        "database: sqlite:///results.db\n"
-        "reports: reports\n"
-        "nodes:\n"
-        "  here:\n"
-        "    transport: local\n"
-        f"    workdir: {tmp_path / 'node'}\n"
-        # the local machine in CI has no GPU: the toy cell is compile-only
-    )
-    return path
 
 
 def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -146,17 +115,48 @@ def test_nodes_probe_table(tmp_path):
     assert re.search(r"^here\s+yes\s+no GPU", done.stdout, re.M)
 
 
-@pytest.mark.parametrize("command", sorted(main.commands))
-def test_every_command_has_help_with_an_example(command):
-    result = CliRunner().invoke(main, [command, "--help"])
-    assert result.exit_code == 0
-    assert "Example" in result.output
+def help_examples(command: str | None) -> list[str]:
+    """The example lines of `farm COMMAND --help` (`farm --help` for None): its
+    one "Example:" or "Examples:" paragraph, unwrapped, split at ";"."""
+    result = CliRunner().invoke(main, [command, "--help"] if command else ["--help"])
+    assert result.exit_code == 0, result.output
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", result.output)]
+    found = [p for p in paragraphs if re.match(r"Examples?: ", p)]
+    assert len(found) == 1, f"`farm {command or ''} --help` has {len(found)} Example paragraphs:\n{result.output}"
+    return [line.strip() for line in found[0].split(":", 1)[1].split(";") if line.strip()]
+
+
+@pytest.mark.parametrize("command", [None, *sorted(main.commands)], ids=["farm", *sorted(main.commands)])
+def test_every_command_has_help_with_an_example(command, tmp_path, monkeypatch):
+    """Each example is a `farm` command line of that command that the CLI
+    accepts as written: known options, the right arguments, valid values
+    (parsed by click, not run: they name kernels and nodes of the real farm)."""
+    monkeypatch.chdir(tmp_path)
+    examples = help_examples(command)
+    assert examples
+    for example in examples:
+        argv = shlex.split(example)
+        if ">" in argv:  # a shell redirection, not an argument
+            at = argv.index(">")
+            argv = argv[:at] + argv[at + 2 :]
+        assert argv[0] == "farm" and len(argv) > 1, example
+        assert argv[1] in main.commands and argv[1] == (command or argv[1]), example
+        for word in argv[2:]:
+            # a relative file the example names exists, as where it is meant (import's JOURNAL must)
+            if re.fullmatch(r"[\w.-]+(/[\w.-]+)+", word):
+                (tmp_path / word).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / word).touch()
+        try:
+            main.commands[argv[1]].make_context(f"farm {argv[1]}", argv[2:])
+        except click.ClickException as err:
+            pytest.fail(f"`farm {command or ''} --help` example `{example}` is refused: {err.format_message()}")
 
 
 def test_readme_documents_every_command_and_exit_code():
     readme = (REPO / "README.md").read_text()
-    for command in main.commands:
-        assert f"farm {command}" in readme, command
+    table = readme.split("\n## Commands\n", 1)[1].split("\n#", 1)[0]
+    documented = set(re.findall(r"^\|\s*`farm ([\w-]+)", table, re.M))
+    assert documented == set(main.commands), "README.md's Commands table and `farm --help` list different commands"
     for code in EXIT_MEANING:
         assert re.search(rf"^\|\s*{code}\s*\|", readme, re.M), f"exit code {code}"
 

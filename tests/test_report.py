@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 from nodes import standin_job, standin_variant
+from toyfarm import toy_farm
 
 from orchestrator import inputs, ledger
 from orchestrator.config import load_farm
@@ -35,36 +36,10 @@ int main() { std::printf("toy: PASS <script>alert(1)</script></td></tr>\\n"); re
 """
 
 
-def toy_farm(root: Path, extra_variants: str = "") -> Path:
-    (root / "kernels").mkdir(parents=True)
-    (root / "kernels" / "toy.cpp").write_text(TOY)
-    (root / "jobs").mkdir()
-    (root / "jobs" / "toy.yaml").write_text(
-        "kernel: toy\nsources: [kernels/toy.cpp]\npass_marker: 'toy: PASS'\nrefusal_marker: 'needs CC'\n"
-        "variants:\n"
-        "  plain:\n"
-        "    build: 'g++ -O1 -o {binary} {sources}'\n"
-        "    inspect: 'objdump -d {binary}'\n"
-        "    instructions: {ret: 1}\n"
-        "    cc: {exactly: '9.0'}\n"
-        "  broken:\n"
-        "    build: 'g++ -DNOPE -o {binary} {sources} -lno_such_library'\n"
-        "    inspect: 'objdump -d {binary}'\n"
-        "    cc: {exactly: '9.0'}\n"
-        "    known_failures:\n"
-        "      - when: {nvcc: '>=1'}\n"
-        "        outcome: build-fail\n"
-        "        reason: links a library that does not exist (declared for the test)\n" + extra_variants
-    )
-    path = root / "farm.yaml"
-    path.write_text(f"nodes:\n  here:\n    transport: local\n    workdir: {root / 'node'}\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("toyreport")
-    farm = load_farm(toy_farm(root))
+    farm = load_farm(toy_farm(root, source=TOY, cc="{exactly: '9.0'}", broken="known-failure"))
     store = Store(farm.database_url)
     summary = run_cells(farm, store, plan_cells(farm))
     return root, farm, store, summary

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
+from alembic.config import Config as AlembicConfig
+from alembic.script import ScriptDirectory
+from toyfarm import toy_farm
+
+from orchestrator.config import load_farm
+from orchestrator.executor import farm_commit, run_cells
+from orchestrator.plan import plan_cells
 from orchestrator.report import render
-from orchestrator.store import Store
+from orchestrator.store import MIGRATIONS, Store
 
 FIRST_SCHEMA_DB = Path(__file__).parent / "data" / "first-schema.db"  # written by farm 0.1.0 on the H200
+
+
+def migrations_head() -> str:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return ScriptDirectory.from_config(config).get_current_head()
 
 
 def test_first_schema_database_upgrades_in_place(tmp_path):
@@ -23,7 +38,8 @@ def test_first_schema_database_upgrades_in_place(tmp_path):
         after = db.execute("select id, kernel, variant, outcome from results order by id").fetchall()
         (revision,) = db.execute("select version_num from alembic_version").fetchone()
     assert after == before and len(before) == 8
-    assert revision == "0005"
+    # upgraded through every migration, to the newest one the farm ships
+    assert revision == migrations_head() == max(p.name[:4] for p in (MIGRATIONS / "versions").glob("[0-9]*.py"))
     with sqlite3.connect(path) as db:
         cards = db.execute("select distinct device, cc, real_gpu, identity from results").fetchall()
     # filled from each result's node snapshot; no identity: the dependencies' bytes were never recorded
@@ -41,3 +57,57 @@ def test_fresh_database_is_created_at_head(tmp_path):
     with sqlite3.connect(tmp_path / "new.db") as db:
         tables = {t for (t,) in db.execute("select name from sqlite_master where type='table'")}
     assert {"runs", "results", "node_snapshots", "source_files", "alembic_version"} <= tables
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=farm test", "-c", "user.email=farm@test", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_each_run_records_the_git_commit_of_the_farm_it_ran_from(tmp_path, monkeypatch):
+    """runs.farm_commit is `git rev-parse HEAD` of the farm folder's repository,
+    "+dirty" when a tracked file differs from it; FARM_COMMIT overrides it (a
+    copy of the tree without .git); no repository, no commit."""
+    monkeypatch.delenv("FARM_COMMIT", raising=False)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above tmp_path counts
+    config = toy_farm(tmp_path / "farm")
+    root = config.parent
+    git(root, "init", "-q")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "the toy farm")
+
+    def stored_commit() -> str | None:
+        farm = load_farm(config)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm))
+            assert summary.exit_code == 0
+            (run,) = [r for r in store.runs() if r.id == summary.run_id]
+            return run.farm_commit
+        finally:
+            store.close()
+
+    first = git(root, "rev-parse", "HEAD")
+    assert re.fullmatch(r"[0-9a-f]{40}", first)
+    assert stored_commit() == first  # results.db and the node's folder are untracked: still clean
+    job = root / "jobs" / "toy.yaml"
+    job.write_text(job.read_text() + "# edited, not committed\n")
+    assert stored_commit() == f"{first}+dirty"
+    git(root, "commit", "-q", "-am", "the edit")
+    second = git(root, "rev-parse", "HEAD")
+    assert second != first and stored_commit() == second
+    store = Store(load_farm(config).database_url)
+    assert [r.farm_commit for r in store.runs()] == [second, f"{first}+dirty", first]  # newest first
+    store.close()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert farm_commit(elsewhere) is None  # not in a repository
+    monkeypatch.setenv("FARM_COMMIT", "0123abc")
+    assert farm_commit(root) == "0123abc"

@@ -26,6 +26,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 from nodes import CARDS, nvidia_smi_script
 from sqlalchemy import Engine, create_engine, inspect, make_url, text
+from toyfarm import toy_farm
 
 from orchestrator.config import load_farm
 from orchestrator.errors import StoreError
@@ -250,30 +251,6 @@ int main() {
 TOY_STDOUT = b"toy: PASS\n\xff\xfe\x80 caf\xe9 nul:\x00:end\n"
 
 
-def toy_farm(root: Path) -> Path:
-    """The toy job on the local node, which (with a stand-in H100 nvidia-smi on
-    PATH) runs the binary, so its stdout is stored."""
-    (root / "kernels").mkdir(parents=True)
-    (root / "kernels" / "toy.cpp").write_text(TOY)
-    (root / "jobs").mkdir()
-    (root / "jobs" / "toy.yaml").write_text(
-        "kernel: toy\nsources: [kernels/toy.cpp]\npass_marker: 'toy: PASS'\nrefusal_marker: 'needs CC'\n"
-        "variants:\n"
-        "  plain:\n"
-        "    build: 'g++ -O1 -o {binary} {sources}'\n"
-        "    inspect: 'objdump -d {binary}'\n"
-        "    instructions: {ret: 1}\n"
-        "    cc: {min: '7.5'}\n"
-        "  broken:\n"
-        "    build: 'g++ -o {binary} {sources} -lno_such_library'\n"
-        "    inspect: 'objdump -d {binary}'\n"
-        "    cc: {min: '7.5'}\n"
-    )
-    path = root / "farm.yaml"
-    path.write_text(f"nodes:\n  here:\n    transport: local\n    workdir: {root / 'node'}\n")
-    return path
-
-
 @pytest.fixture
 def standin_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "standin-bin"
@@ -285,7 +262,10 @@ def standin_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def farm_run(root: Path, url: str) -> tuple[Store, int]:
-    farm = load_farm(toy_farm(root), database=url)
+    """The toy farm on the local node, which (with a stand-in H100 nvidia-smi on
+    PATH) runs the binary, so its stdout is stored; its `broken` variant is an
+    undeclared build-fail."""
+    farm = load_farm(toy_farm(root, source=TOY, broken="fails"), database=url)
     store = Store(farm.database_url)
     summary = run_cells(farm, store, plan_cells(farm), cache_dir=root / "cache")
     return store, summary.run_id
@@ -498,15 +478,7 @@ def test_two_farm_hosts_sharing_a_postgresql_database_take_turns(postgres_admin,
 
     from orchestrator.lock import DatabaseLock
 
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "toy.cpp").write_text("int main() { return 0; }\n")
-    (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "toy.yaml").write_text(
-        "kernel: toy\nsources: [kernels/toy.cpp]\npass_marker: 'toy: PASS'\nrefusal_marker: 'needs CC'\n"
-        "variants:\n  plain:\n    build: 'g++ -o {binary} {sources}'\n    inspect: 'objdump -d {binary}'\n"
-        "    cc: {min: '7.5'}\n"
-    )
-    (tmp_path / "farm.yaml").write_text(f"nodes:\n  here:\n    transport: local\n    workdir: {tmp_path / 'w'}\n")
+    config = toy_farm(tmp_path)
     env = {**os.environ, "FARM_DATABASE": POSTGRES_URL}
     verify = [
         sys.executable,
@@ -516,7 +488,7 @@ def test_two_farm_hosts_sharing_a_postgresql_database_take_turns(postgres_admin,
         "--all",
         "--no-report",
         "--config",
-        str(tmp_path / "farm.yaml"),
+        str(config),
     ]
     with DatabaseLock(POSTGRES_URL):
         held = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=120, check=False)
