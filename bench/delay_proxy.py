@@ -1,12 +1,14 @@
 """A TCP proxy that delays every byte by a fixed time each way: a network's latency
 in front of a loopback sshd, where the kernel has no netem qdisc.
 
-    python3 bench/delay_proxy.py --delay-ms 25 LISTEN_PORT:TARGET_PORT [...]
+    python3 bench/delay_proxy.py --delay-ms 25 TARGET_PORT [...]
 
 Each chunk read from one side is written to the other `delay` seconds after it
 arrived, in order (latency, not bandwidth: chunks are not spaced out). A round
 trip therefore costs 2 x delay. It runs as a process of its own so the farm's
-GIL does not stretch or shrink the delay; it prints "ready" once it listens.
+GIL does not stretch or shrink the delay. It listens on ports the kernel picks
+(one per target, so none can be taken between choosing and binding) and prints
+"ready PORT..." in the targets' order once it listens.
 """
 
 from __future__ import annotations
@@ -63,21 +65,19 @@ def handler(target: int, delay: float):
     return handle
 
 
-async def main(pairs: list[tuple[int, int]], delay: float) -> None:
-    servers = [
-        await asyncio.start_server(handler(target, delay), LOOPBACK, listen, backlog=256) for listen, target in pairs
-    ]
-    print("ready", flush=True)
+async def main(targets: list[int], delay: float) -> None:
+    servers = [await asyncio.start_server(handler(target, delay), LOOPBACK, 0, backlog=256) for target in targets]
+    ports = [server.sockets[0].getsockname()[1] for server in servers]
+    print("ready", *ports, flush=True)
     await asyncio.gather(*(server.serve_forever() for server in servers))
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--delay-ms", type=float, required=True, help="one-way delay in milliseconds")
-    ap.add_argument("pairs", nargs="+", help="LISTEN_PORT:TARGET_PORT")
+    ap.add_argument("targets", nargs="+", type=int, help="TARGET_PORT: a port on 127.0.0.1 to put the delay before")
     args = ap.parse_args()
-    pairs = [(int(a), int(b)) for a, b in (p.split(":") for p in args.pairs)]
     try:
-        asyncio.run(main(pairs, args.delay_ms / 1000))
+        asyncio.run(main(args.targets, args.delay_ms / 1000))
     except KeyboardInterrupt:
         sys.exit(0)

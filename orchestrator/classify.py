@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from .outcomes import Outcome
 from .plan import Expectation
 
-STAGES = ("probe", "stage", "build", "inspect", "run")
-
 
 @dataclass
 class Evidence:

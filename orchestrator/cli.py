@@ -25,6 +25,7 @@ from .config import Farm, load_farm
 from .errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
 from .executor import FarmRun, RunSummary
 from .lock import run_lock
+from .outcomes import STAGES
 from .plan import SelectionError, plan_cells
 from .probe import probe
 from .progress import Listeners, LiveListener, PlainListener, describe_node
@@ -254,10 +255,7 @@ def verify(
         else:
             click.echo("")
             click.echo(_matrix_text(summary))
-            stages = ", ".join(
-                f"{name} {summary.stage_seconds.get(name, 0.0):.1f} s"
-                for name in ("probe", "stage", "build", "inspect", "run")
-            )
+            stages = ", ".join(f"{name} {summary.stage_seconds.get(name, 0.0):.1f} s" for name in STAGES)
             click.echo(
                 f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
                 f"{summary.bytes_shipped} bytes shipped"
@@ -377,10 +375,10 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         target = out or farm.reports_dir
         try:
             index = report_mod.render(store, target, run_id, farm=farm)
-        except OSError as err:
-            raise ConfigError(
-                "--out", str(target), f"a folder that cannot be written ({err.strerror or err})", "a writable folder"
-            ) from err
+        except (OSError, report_mod.PageWriteError) as err:
+            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
+            found = f"a folder that cannot be written ({cause.strerror or cause})"
+            raise ConfigError("--out", str(target), found, "a writable folder") from err
         click.echo(str(index))
         return
     with store.reading():

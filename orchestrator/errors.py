@@ -2,14 +2,26 @@
 
     FarmError                      base; carries the CLI exit code
     ├── ConfigError                farm.yaml or a job file is wrong (exit 3)
+    │   └── ConfigErrors           several at once, from one load
     ├── StoreError                 the results database cannot be used (exit 5)
     ├── LockError                  another run holds the farm's lock (exit 6)
-    └── InfraError                 a node could not be used; never a kernel verdict
+    ├── TransportClosed            a closed transport was used: a bug in the farm (exit 70; never retried)
+    └── InfraError                 a node could not be used; never a kernel verdict (exit 4)
         ├── ConnectError           refused, unreachable, banner/auth failure
         │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
         │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
         ├── NodeUnusable           reachable, but no nvcc or no work folder (never retried)
-        └── CommandTimeout         a command outlived its channel timeout
+        ├── StagingFailed          the node could not take a bundle (bundle.py: disk full, permissions)
+        ├── CommandTimeout         a command outlived its channel timeout
+        └── SlurmJobError          Slurm ended the job or never started it (transport/slurm.py)
+            ├── SlurmRejected      refused at submission (never retried)
+            ├── SlurmPendingLimit  waited past the node's pending_limit (never retried)
+            ├── SlurmCancelled     scancel by a person or a policy (never retried)
+            └── SlurmTimeLimit     Slurm's time limit (also a CommandTimeout)
+
+Any other exception inside a node's thread is a bug in the farm: it stays with
+that node (its cells are infra-error, "internal error"), the other nodes go on,
+and the run exits 70.
 
 The branches follow who must act: a ConfigError is the user's to fix, an
 InfraError is the node admin's, and a kernel failure is not an error at all but
@@ -73,6 +85,13 @@ class ConfigErrors(ConfigError):
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+class TransportClosed(FarmError):
+    """A transport was used after it was closed: the farm's bug, not the node's,
+    so it is never retried as an infra failure."""
+
+    exit_code = EXIT_INTERNAL
 
 
 class StoreError(FarmError):

@@ -22,8 +22,10 @@ import re
 import secrets
 import socket
 import subprocess
+import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,12 +36,12 @@ from typing import Protocol
 
 from . import __version__, bundle
 from .bundle import Placed, Staging
-from .classify import Evidence, Verdict, classify
+from .classify import Evidence, classify
 from .config import Farm, Job
 from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable, StoreError
 from .health import NodeHealth
 from .journal import Journal, journal_folder
-from .outcomes import Outcome, is_as_expected, is_infra
+from .outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
 from .plan import Cell, expect
 from .probe import Gpu, NodeSnapshot, probe
 from .records import result_fields, snapshot_fields
@@ -74,6 +76,7 @@ class RunSummary:
     wall_seconds: float = 0.0
     bytes_shipped: int = 0
     stopped: str | None = None  # the signal that stopped the run before it finished
+    internal: list[str] = field(default_factory=list)  # the farm's own errors, per node (exit 70)
 
     @property
     def unexpected(self) -> int:
@@ -89,6 +92,8 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
+        if self.internal:
+            return EXIT_INTERNAL
         if self.unexpected:
             return EXIT_UNEXPECTED
         if self.infra:
@@ -307,6 +312,22 @@ class FarmRun:
             # nothing more can be stored: stop the other nodes too, at once
             threading.Thread(target=self.stop, args=("the results database failed",), daemon=True).start()
             raise
+        except Exception as err:  # a bug in the farm: it stays with this node, the others go on
+            self._node_broke(name, cells, err)
+
+    def _node_broke(self, name: str, cells: list[Cell], err: Exception) -> None:
+        """A node's thread raised what no stage expects: print the traceback (it is
+        the farm's bug, to be reported), record the node's unfinished cells as
+        infra-error with the cause, and make the run exit 70."""
+        detail = f"internal error in the farm ({type(err).__name__}: {err}); not a verdict: please report it"
+        print(f"farm: internal error on node {name!r}:", file=sys.stderr)
+        traceback.print_exception(err, file=sys.stderr)
+        with self._summary_lock:
+            self.summary.internal.append(f"node {name!r}: {type(err).__name__}: {err}")
+            done = {(c.kernel, c.variant) for c, _, _ in self.summary.results if c.node == name}
+        left = [cell for cell in cells if (cell.kernel, cell.variant) not in done]
+        if left:
+            self._node_failed(name, left, None, "internal", detail, [])
 
     def _open(self, transport: Transport) -> None:
         node = transport.node
@@ -379,7 +400,7 @@ class FarmRun:
     ) -> Staging:
         """probe, then stage; each stage stamped into `records`, the snapshot into `partial`."""
         node = setup.node
-        for stage in ("probe", "stage"):
+        for stage in NODE_STAGES:
             started = datetime.now(UTC)
             clock = time.monotonic()
             try:
@@ -461,7 +482,7 @@ class FarmRun:
             result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
             result.stages = list(records)
             result.evidence = Evidence(infra_stage=stage, infra_detail=error)
-            result.verdict = Verdict(Outcome.INFRA_ERROR, stage, error)
+            result.verdict = classify(result.evidence, result.expectation)
             result.ended_at = datetime.now(UTC)
             self._finish(cell, job, result, snapshot_id, None)
 
@@ -486,7 +507,8 @@ class FarmRun:
                 transport.close()
 
         workers = min(node.build_jobs, len(cells))
-        transports = [ctx.setup] + [self._transport(name) for _ in range(workers - 1)]
+        # the workers share the setup's connection where the transport can (one handshake per node)
+        transports = [ctx.setup] + [ctx.setup.sibling() for _ in range(workers - 1)]
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-cell") as pool:
             for future in [pool.submit(worker, t) for t in transports]:
                 future.result()
@@ -624,30 +646,33 @@ class FarmRun:
             if attempt > ctx.health.retries or ctx.health.unhealthy or not result.evidence.infra_retryable:
                 break
             ctx.health.pause(attempt + 1)
-        self._finish(cell, job, result, ctx.snapshot_id, ctx)
-        for one in tries:
-            self._attempt(*one)
+        self._finish(cell, job, result, ctx.snapshot_id, ctx, [self._attempt_fields(*one) for one in tries])
 
     def _infra(self, result: CellResult, stage: str, reason: str) -> None:
         result.stages.append(StageRecord(stage, "infra", datetime.now(UTC), 0.0, reason))
         result.evidence.infra_stage = stage
         result.evidence.infra_detail = reason
-        result.verdict = Verdict(Outcome.INFRA_ERROR, stage, reason)
+        result.verdict = classify(result.evidence, result.expectation)
         result.ended_at = datetime.now(UTC)
 
     def _attempt(
         self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
     ) -> None:
-        self.store.add_attempt(
-            run_id=self.summary.run_id,
-            node=node,
-            kernel=cell.kernel if cell else None,
-            variant=cell.variant if cell else None,
-            attempt=attempt,
-            status=status,
-            stage=stage,
-            error=error,
-        )
+        self.store.add_attempt(**self._attempt_fields(node, cell, attempt, status, stage, error))
+
+    def _attempt_fields(
+        self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
+    ) -> dict[str, object]:
+        return {
+            "run_id": self.summary.run_id,
+            "node": node,
+            "kernel": cell.kernel if cell else None,
+            "variant": cell.variant if cell else None,
+            "attempt": attempt,
+            "status": status,
+            "stage": stage,
+            "error": error,
+        }
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(
@@ -668,7 +693,15 @@ class FarmRun:
         fields = snapshot_fields(name, self.farm.nodes[name], snapshot, error, probe_seconds, stage_seconds, shipped)
         return self.store.add_snapshot(run_id=self.summary.run_id, **fields)
 
-    def _finish(self, cell: Cell, job: Job, result: CellResult, snapshot_id: int, ctx: NodeContext | None) -> None:
+    def _finish(
+        self,
+        cell: Cell,
+        job: Job,
+        result: CellResult,
+        snapshot_id: int,
+        ctx: NodeContext | None,
+        attempts: list[dict[str, object]] | None = None,
+    ) -> None:
         fields = result_fields(
             cell,
             job,
@@ -676,13 +709,13 @@ class FarmRun:
             ctx.staging if ctx else None,
             ctx.devices.get(cell.device, []) if ctx else [],
         )
-        result_id = self.store.add_result(run_id=self.summary.run_id, snapshot_id=snapshot_id, **fields)
+        result_id = self.store.add_result(attempts or [], run_id=self.summary.run_id, snapshot_id=snapshot_id, **fields)
         assert result.verdict is not None
         with self._summary_lock:
             self.summary.outcomes[result.verdict.outcome.value] += 1
             self.summary.results.append((cell, result, result_id))
             for record in result.stages:
-                if record.name in ("build", "inspect", "run"):
+                if record.name in CELL_STAGES:
                     self.summary.stage_seconds[record.name] += record.seconds
         self.listener.cell_finished(cell, result, result_id)
 

@@ -71,7 +71,13 @@ class Journal:
         self.folder = folder
 
     def write(self, kind: str, fields: dict[str, Any]) -> None:
-        line = json.dumps({"kind": kind, **_encode(fields)}, separators=(",", ":")) + "\n"
+        self.write_many([(kind, fields)])
+
+    def write_many(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Several records, flushed to disk together (one fsync)."""
+        line = "".join(
+            json.dumps({"kind": kind, **_encode(fields)}, separators=(",", ":")) + "\n" for kind, fields in records
+        )
         with self._lock:
             try:
                 if self._handle is None:

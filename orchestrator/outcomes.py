@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The stages, in pipeline order: the first two once per node (executor.py), the
+# rest per cell (stages.py). Progress, the CLI, the store and the report read
+# these names from here.
+STAGES = ("probe", "stage", "build", "inspect", "run")
+NODE_STAGES = STAGES[:2]
+CELL_STAGES = STAGES[2:]
+
 
 class Outcome(StrEnum):
     PASS = "pass"  # ran on a card it must serve and printed its pass marker

@@ -139,8 +139,12 @@ def probe_command(node: NodeSpec) -> str:
     # "~" must expand on the node, so it may not be quoted.
     target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
     nvcc = shlex.quote(node.nvcc)
-    return "; ".join(
+    # nvcc --version and the CUDA driver query are the slow parts (a compiler's and a
+    # python3's start-up): they run side by side, into files printed at the end
+    steps = "; ".join(
         [
+            'd=$(mktemp -d 2>/dev/null || echo "/tmp/farm-probe-$$"); mkdir -p "$d"',
+            f'{{ {nvcc} --version; echo "rc=$?"; }} > "$d/nvcc" 2>&1 &',
             "echo '@@farm workdir'",
             f"mkdir -p {target} && cd {target} && pwd",
             "echo '@@farm host'",
@@ -154,18 +158,21 @@ def probe_command(node: NodeSpec) -> str:
             "echo '@@farm procgpus'",
             'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
             "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
-            "echo '@@farm cuda'",
             # only where nvidia-smi listed a GPU: a node without one starts no python3
-            "if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
+            "{ if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
             "elif command -v python3 >/dev/null 2>&1; then "
             f"env -u CUDA_VISIBLE_DEVICES python3 -c {shlex.quote(CUDA_QUERY)} 2>&1 | head -n 64; "
-            "else echo 'error no python3 on the node to query the CUDA driver'; fi",
-            "echo '@@farm nvcc'",
-            f'{nvcc} --version 2>&1; echo "rc=$?"',
+            "else echo 'error no python3 on the node to query the CUDA driver'; fi; } > \"$d/cuda\" 2>&1 &",
             "echo '@@farm flock'",
             "command -v flock || true",
+            "wait",
+            "echo '@@farm cuda'",
+            'cat "$d/cuda"',
+            "echo '@@farm nvcc'",
+            'cat "$d/nvcc"; rm -rf "$d"',
         ]
     )
+    return steps.replace(" &; ", " & ")  # a job sent to the background takes no ";"
 
 
 def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:

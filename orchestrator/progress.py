@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .executor import RunSummary
-from .outcomes import is_as_expected, is_infra
+from .outcomes import CELL_STAGES, is_as_expected, is_infra
 from .plan import Cell
 from .probe import NodeSnapshot
 from .stages import CellResult
@@ -48,7 +48,7 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     stages = ", ".join(
         f"{s.name} {s.seconds:.1f}s" + (" (cached)" if s.status == "cached" else "")
         for s in result.stages
-        if s.name in ("build", "inspect", "run")
+        if s.name in CELL_STAGES
     )
     expected = "" if verdict.outcome.value == result.expectation.label else f" (expected {result.expectation.label})"
     return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"

@@ -37,3 +37,45 @@ def test_instruction_counting_is_by_whole_mnemonic():
         "LDGSTS": 1,
         "IMMA": 0,
     }
+
+
+def test_a_bug_on_one_node_stays_with_that_node(tmp_path, monkeypatch, capsys):
+    """An exception no stage expects (a bug in the farm) once aborted the whole
+    run; now it stays with its node: that node's cells are infra-error naming the
+    internal error, the other node's cells finish, and the run exits 70."""
+    from nodes import query, standin_job, standin_variant, write_farm
+
+    from orchestrator.config import load_farm
+    from orchestrator.errors import EXIT_INTERNAL
+    from orchestrator.executor import run_cells
+    from orchestrator.plan import plan_cells
+    from orchestrator.stages import CellPipeline
+    from orchestrator.store import Store
+
+    nodes = {
+        name: {"transport": "local", "workdir": str(tmp_path / f"work-{name}"), "nvcc": "/usr/local/bin/nvcc"}
+        for name in ("good", "buggy")
+    }
+    config = write_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", {"min": "7.5"})})])
+    real_inspect = CellPipeline._inspect
+
+    def inspect(self):
+        if self.t.name == "buggy":
+            raise TypeError("a bug planted by the test")
+        return real_inspect(self)
+
+    monkeypatch.setattr(CellPipeline, "_inspect", inspect)
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None), cache_dir=tmp_path / "archives")
+    finally:
+        store.close()
+    assert summary.exit_code == EXIT_INTERNAL
+    rows = {r["node"]: r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    assert rows["good"]["outcome"] == "compile-only", rows["good"]["reason"]
+    assert rows["buggy"]["outcome"] == "infra-error"
+    assert "internal error in the farm (TypeError: a bug planted by the test)" in rows["buggy"]["reason"]
+    (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
+    assert "TypeError: a bug planted by the test" in capsys.readouterr().err

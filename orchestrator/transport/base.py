@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InfraError
+from ..errors import TransportClosed
 from ..schema import NodeSpec
 
 
@@ -51,7 +51,8 @@ def reap(variable: str, value: str) -> str:
 
 
 class Transport(ABC):
-    """Acts on one node. Not thread-safe: each worker thread opens its own.
+    """Acts on one node. Not thread-safe: each worker thread has its own (sibling()
+    shares the connection where the transport can).
 
     What a transport can do is stated here, not probed by its users:
     `streams_output` (a command's stdout arrives as it is printed, so files can
@@ -87,7 +88,13 @@ class Transport(ABC):
 
     def _require_open(self, method: str) -> None:
         if not self._open:
-            raise InfraError(f"{type(self).__name__}.{method}() on node {self.name!r}: the transport is closed")
+            raise TransportClosed(f"{type(self).__name__}.{method}() on node {self.name!r}: the transport is closed")
+
+    def sibling(self) -> Transport:
+        """A transport of its own for another thread, on the same node. Where the
+        transport can, it shares this one's connection (one handshake per node,
+        not per thread); by default it is a fresh one, opened on first use."""
+        return type(self)(self.name, self.node, self.run_token)
 
     # capabilities -----------------------------------------------------
     @property

@@ -8,12 +8,17 @@
   says how to reach a node (Fabric would silently ignore StrictHostKeyChecking
   from it anyway).
 - Timeouts everywhere: connect, banner and auth timeouts on the handshake;
-  invoke's command timeout; and a watchdog that closes the client when even
-  that does not return (channel setup is not covered by invoke's timer, and a
-  SIGSTOPped sshd blocks it forever).
-- One connection per transport, a transport per worker thread, never shared.
-- No pty (it merges stderr into stdout), no stdin, output hidden; large output
-  is written to files on the node and fetched with read(), never streamed.
+  each command's own deadline; and a watchdog that closes the client when even
+  that does not return (paramiko waits for a channel request's reply without a
+  timeout, and a SIGSTOPped sshd blocks it forever).
+- Commands run on raw paramiko channels, read as they arrive: Fabric's runner
+  starts three threads per command, which at fleet scale is the farm's main
+  CPU cost.
+- One connection per node: a transport per worker thread, the workers' transports
+  sharing one SSH connection (sibling()), each with its own channels and SFTP.
+- No pty (it merges stderr into stdout), no stdin; large output is written to
+  files on the node and comes back framed in a command's stdout (frames.py) or
+  through read().
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut, UnexpectedExit
 
 from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
 from .base import CommandResult, Transport
@@ -73,8 +77,31 @@ def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, i
     return user, host, int(port or 22)
 
 
+class _Shared:
+    """One SSH connection used by several transports, one per thread (paramiko
+    opens channels from any thread); the last transport to close it closes it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.users = 1
+        self.lock = threading.Lock()
+
+
 class SSHTransport(Transport):
     streams_output = True
+
+    def sibling(self) -> Transport:
+        """Shares this transport's open connection: a node's worker threads need one
+        handshake, not one each. A sibling that is closed (after a broken session)
+        and opened again connects on its own."""
+        if not self._open:
+            return super().sibling()
+        twin = SSHTransport(self.name, self.node, self.run_token)
+        twin._conn, twin._sftp, twin._share = self._conn, None, self._share
+        with self._share.lock:
+            self._share.users += 1
+        twin._open = True
+        return twin
 
     def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:
         node = self.node
@@ -121,6 +148,7 @@ class SSHTransport(Transport):
             gateway = self._connection(jhost, jport, juser)
         self._conn = self._connection(node.host or "", node.port, node.user, gateway)
         self._sftp = None
+        self._share = _Shared(self._conn)
         try:
             self._conn.open()
             self._conn.transport.set_keepalive(30)
@@ -157,38 +185,23 @@ class SSHTransport(Transport):
                 self._sftp.close()
         except Exception:
             pass
-        self._conn.close()
+        with self._share.lock:
+            self._share.users -= 1
+            last = self._share.users <= 0
+        if last:
+            self._conn.close()
 
     def _run(self, command: str, timeout: float) -> CommandResult:
-        start = time.monotonic()
-        watchdog = threading.Timer(timeout + WATCHDOG_GRACE, self._conn.client.close)
-        watchdog.daemon = True
-        watchdog.start()
-        try:
-            result = self._conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
-        except CommandTimedOut:
-            raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s") from None
-        except UnexpectedExit as err:  # only without warn=True; kept for safety
-            result = err.result
-        except (paramiko.SSHException, OSError, EOFError) as err:
-            if not watchdog.is_alive() and time.monotonic() - start >= timeout:
-                raise CommandTimeout(
-                    f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
-                ) from err
-            raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
-        finally:
-            watchdog.cancel()
-        if not watchdog.is_alive() and time.monotonic() - start >= timeout + WATCHDOG_GRACE:
-            raise CommandTimeout(f"node {self.name!r}: no answer within {timeout:.0f} s")
-        if result.exited is None or result.exited < 0:
-            # the channel closed without an exit status: the session, not the command, ended
-            raise SessionLost(f"node {self.name!r}: the session ended before the command's exit status came")
+        # on a raw channel, like _run_streamed: Fabric's runner would start three
+        # threads per command (stdout, stderr, stdin), the farm's main CPU cost per cell
+        stdout = bytearray()
+        result = self._run_streamed(command, timeout, stdout.extend)
         return CommandResult(
             command=command,
-            exit_code=result.exited if result.exited is not None else 255,
-            stdout=result.stdout,
+            exit_code=result.exit_code,
+            stdout=stdout.decode("utf-8", "replace"),
             stderr=result.stderr,
-            seconds=time.monotonic() - start,
+            seconds=result.seconds,
         )
 
     def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
