@@ -49,10 +49,10 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from nodes import CARDS, Fleet, SshNode  # noqa: E402
 
-from orchestrator.config import load_farm  # noqa: E402
-from orchestrator.executor import RunSummary, run_cells  # noqa: E402
+from orchestrator.config.farm import load_farm  # noqa: E402
 from orchestrator.plan import plan_cells  # noqa: E402
-from orchestrator.store import Store  # noqa: E402
+from orchestrator.run.scheduler import RunSummary, run_cells  # noqa: E402
+from orchestrator.store.database import Store  # noqa: E402
 
 # The probe needs a working nvcc; the GPU machine keeps it in CUDA's own bin folder.
 NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark (not a test): how long `orchestrator.report.render` takes on a big store.
+"""Benchmark (not a test): how long `orchestrator.report.site.render` takes on a big store.
 
 Builds a synthetic results database -- by default 64 nodes x 50 variants
 (10 kernels x 5 variants) x 30 runs = 96,000 result rows -- in a SQLite file
@@ -621,7 +621,7 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
     stream) and returned as "next_run" for insert_run: the warm render's new run."""
     from sqlalchemy import insert
 
-    from orchestrator import store as store_mod
+    from orchestrator.store import database as store_mod
 
     clock = time.perf_counter()
     store = store_mod.Store(f"sqlite:///{db_path}")
@@ -720,7 +720,7 @@ def insert_run(db_path: Path, tables: dict[str, list[dict[str, Any]]]) -> float:
     """Writes one more run (build_database's "next_run"), as a farm run would have; returns seconds."""
     from sqlalchemy import insert
 
-    from orchestrator import store as store_mod
+    from orchestrator.store import database as store_mod
 
     clock = time.perf_counter()
     store = store_mod.Store(f"sqlite:///{db_path}")
@@ -755,7 +755,8 @@ def _instrument() -> dict[str, list]:
     thousand calls), so unlike cProfile it does not distort the split."""
     import jinja2
 
-    from orchestrator import report, store
+    from orchestrator.report import site as report
+    from orchestrator.store import database as store
 
     timers: dict[str, list] = {}  # label -> [calls, exclusive seconds, bytes out]
     stack: list[float] = []  # time spent in timed callees, per open frame
@@ -802,8 +803,8 @@ def _instrument() -> dict[str, list]:
 
 def child_render(db: str, out: str, mode: str | None, profile: str | None) -> None:
     timers = _instrument() if mode == "phases" else None
-    from orchestrator.report import render
-    from orchestrator.store import Store
+    from orchestrator.report.site import render
+    from orchestrator.store.database import Store
 
     store = Store(f"sqlite:///{db}")
     rss_before = _rss_kb()

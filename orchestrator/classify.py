@@ -12,8 +12,8 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
-from .outcomes import Outcome
-from .plan import Expectation
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import Expectation
 
 
 @dataclass

@@ -19,20 +19,20 @@ from typing import Any
 
 import click
 
-from . import export
-from . import report as report_mod
-from .config import Farm, load_farm
-from .errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
-from .executor import FarmRun, RunSummary
-from .lock import run_lock
-from .outcomes import STAGES
-from .plan import SelectionError, plan_cells
-from .probe import probe
-from .progress import Listeners, LiveListener, PlainListener, describe_node
-from .reportdata import collect
-from .store import Store, redact_url
-from .terminal import printable
-from .transport import transport_for
+from orchestrator.config.farm import Farm, load_farm
+from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
+from orchestrator.outcomes import STAGES
+from orchestrator.plan import SelectionError, plan_cells
+from orchestrator.progress import Listeners, LiveListener, PlainListener, describe_node
+from orchestrator.report import export
+from orchestrator.report import site as report_mod
+from orchestrator.report.model import collect
+from orchestrator.run.probe import probe
+from orchestrator.run.scheduler import FarmRun, RunSummary
+from orchestrator.store.database import Store, redact_url
+from orchestrator.store.lock import run_lock
+from orchestrator.terminal import printable
+from orchestrator.transport import transport_for
 
 EXIT_MEANING = {
     0: "every cell as expected",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-# The stages, in pipeline order: the first two once per node (executor.py), the
+# The stages, in pipeline order: the first two once per node (run/scheduler.py), the
 # rest per cell (stages.py). Progress, the CLI, the store and the report read
 # these names from here.
 STAGES = ("probe", "stage", "build", "inspect", "run")

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from .capability import ComputeCapability
-from .config import Farm, Job
-from .outcomes import Outcome
-from .probe import NodeSnapshot
-from .schema import KnownFailureSpec, VariantSpec
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import Farm, Job
+from orchestrator.config.schema import KnownFailureSpec, VariantSpec
+from orchestrator.outcomes import Outcome
+from orchestrator.run.probe import NodeSnapshot
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Progress for people: a live display on a terminal, plain lines elsewhere.
 
-Both are executor Listeners. Plain lines (one per node, one per cell) are what
+Both are scheduler Listeners. Plain lines (one per node, one per cell) are what
 a cron mail or a CI log should hold; the live display adds a progress bar.
 """
 
@@ -14,12 +14,12 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .executor import RunSummary
-from .outcomes import CELL_STAGES, is_as_expected, is_infra
-from .plan import Cell
-from .probe import NodeSnapshot
-from .stages import CellResult
-from .terminal import printable
+from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
+from orchestrator.plan import Cell
+from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.scheduler import RunSummary
+from orchestrator.run.stages import CellResult
+from orchestrator.terminal import printable
 
 
 def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -> str:

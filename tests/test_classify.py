@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.classify import Evidence, classify, exit_words
+from orchestrator.config.schema import KnownFailureSpec
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
-from orchestrator.schema import KnownFailureSpec
-from orchestrator.streams import scan_bytes
+from orchestrator.run.streams import scan_bytes
 
 PASS_RE = r"PASS"
 REFUSE_RE = r"needs CC 9\.0"
@@ -209,7 +209,7 @@ def test_a_backtracking_marker_cannot_hang_on_hostile_output():
 def test_a_line_too_long_to_be_a_marker_never_matches_however_it_arrives(chunk):
     """Matching a 100,000-byte line in 64 KiB pieces once let `$` match where a
     piece was cut: '(a+)+$' matched "aaaa...a!". A line over 64 KiB is never a marker."""
-    from orchestrator.streams import scan
+    from orchestrator.run.streams import scan
 
     data = b"a" * 100_000 + b"!\n" + b"standin: PASS\n"
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)]

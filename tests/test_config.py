@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import dependencies
-from orchestrator.config import load_farm
+from orchestrator.config import dependencies
+from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError, StoreError
-from orchestrator.store import Store
+from orchestrator.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -298,7 +298,7 @@ def test_a_source_listed_twice_is_refused(tmp_path):
 
 def test_read_only_loading_needs_no_dependency_installed(tmp_path, monkeypatch):
     """Issue 9, case 11: `farm show` and `farm report` read the database only."""
-    from orchestrator.config import load_farm as load
+    from orchestrator.config.farm import load_farm as load
 
     monkeypatch.setitem(dependencies.KNOWN, "fakelib", (lambda: None, "pip install fakelib", "fakelib"))
     job = GOOD_JOB.replace("pass_marker", "dependencies: [fakelib]\npass_marker")

@@ -21,13 +21,13 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from orchestrator.bundle import Placed
-from orchestrator.capability import ComputeCapability
-from orchestrator.config import load_farm
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError
 from orchestrator.plan import expect, plan_cells
-from orchestrator.probe import NodeSnapshot
-from orchestrator.stages import cell_paths, render_build
+from orchestrator.run.bundle import Placed
+from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.stages import cell_paths, render_build
 
 FARM = {
     "database": "sqlite:///results.db",

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import load_farm
-from orchestrator.executor import run_cells
+from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import plan_cells
-from orchestrator.store import Store
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
 
 REPO = Path(__file__).resolve().parents[1]
 

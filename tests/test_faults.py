@@ -51,13 +51,13 @@ from faults import (
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant
 
-from orchestrator import report
-from orchestrator.config import load_farm
+from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTED
-from orchestrator.executor import RunSummary, run_cells
 from orchestrator.plan import plan_cells
-from orchestrator.stages import CHANNEL_MARGIN, KILL_GRACE
-from orchestrator.store import Store
+from orchestrator.report import site as report
+from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE
+from orchestrator.store.database import Store
 from orchestrator.transport.ssh import WATCHDOG_GRACE
 
 MIN75 = {"min": "7.5"}

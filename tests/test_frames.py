@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InfraError
-from orchestrator.frames import FrameReader, emit, new_token
+from orchestrator.run.frames import FrameReader, emit, new_token
 
 
 def _shell(script: str) -> bytes:

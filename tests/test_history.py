@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.history import changes
+from orchestrator.report.history import changes
 
 KEY = ("k", "v", "n", "")
 

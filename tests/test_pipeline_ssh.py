@@ -33,12 +33,12 @@ import pytest
 import yaml
 from nodes import Fleet, processes_matching, query, standin_job, standin_variant
 
-from orchestrator.config import Farm, load_farm
+from orchestrator.config.farm import Farm, load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
-from orchestrator.executor import RunSummary, run_cells
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import plan_cells
-from orchestrator.store import Store
+from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.store.database import Store
 
 KERNEL = "standin"
 HANG_TIMEOUT = 3

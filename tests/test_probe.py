@@ -6,8 +6,8 @@ two-H200 machine, with its nvidia-smi swapped for a stand-in where the case need
 
 from __future__ import annotations
 
-from orchestrator.probe import parse_probe
-from orchestrator.schema import NodeSpec
+from orchestrator.config.schema import NodeSpec
+from orchestrator.run.probe import parse_probe
 
 H200_0 = "GPU-5dce72a8-3e24-b3db-85ad-337cf81b4a37"
 H200_1 = "GPU-b2dc882a-fef7-d974-22b3-8bf1943f1ae7"

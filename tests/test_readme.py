@@ -43,7 +43,7 @@ import pytest
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
-from orchestrator.config import load_farm
+from orchestrator.config.farm import load_farm
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

@@ -19,13 +19,14 @@ from junitparser import JUnitXml
 from nodes import standin_job, standin_variant
 from toyfarm import toy_farm
 
-from orchestrator import inputs, ledger
-from orchestrator.config import load_farm
-from orchestrator.executor import run_cells
+from orchestrator.config import inputs
+from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import render
-from orchestrator.reportdata import collect
-from orchestrator.store import Store
+from orchestrator.report import ledger
+from orchestrator.report.model import collect
+from orchestrator.report.site import render
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
 
 TOY = """\
 // SPDX-License-Identifier: MIT

@@ -8,7 +8,7 @@ gate comes first) and has nothing to run on nogpu, so exactly one cell,
 standin:hopper@h100, goes from pass to fail. A variant added between the runs
 (`ampere`) gives the second run cells with no history: new, not regressions.
 
-After each run the report is rendered with orchestrator.report.render and read
+After each run the report is rendered with orchestrator.report.site.render and read
 the way a reviewer reads it: from disk, in Chromium, without JavaScript. Every
 verdict in the matrix is compared with the results table; a cell link leads to
 the cell's logs and back; the second run's page lists the regression first;
@@ -34,12 +34,12 @@ import pytest
 import yaml
 from nodes import Fleet, standin_job, standin_variant
 
-from orchestrator.config import load_farm
-from orchestrator.executor import run_cells
+from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import plan_cells
-from orchestrator.report import render
-from orchestrator.store import Store
+from orchestrator.report.site import render
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

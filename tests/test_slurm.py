@@ -24,12 +24,12 @@ import pytest
 from nodes import processes_matching, query, standin_job, standin_variant, write_farm
 from slurm import PARKED, SlurmCluster, missing_tools, node_name
 
-from orchestrator.config import Farm, load_farm
+from orchestrator.config.farm import Farm, load_farm
+from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import CommandTimeout, ConfigError, InfraError
-from orchestrator.executor import FarmRun, RunSummary, run_cells
 from orchestrator.plan import plan_cells
-from orchestrator.schema import NodeSpec
-from orchestrator.store import Store
+from orchestrator.run.scheduler import FarmRun, RunSummary, run_cells
+from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
 from orchestrator.transport.slurm import (
     SlurmJob,

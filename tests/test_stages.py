@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.capability import ComputeCapability
-from orchestrator.stages import code_path_for, count_instructions
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.run.stages import code_path_for, count_instructions
 
 
 @pytest.mark.parametrize(
@@ -45,12 +45,12 @@ def test_a_bug_on_one_node_stays_with_that_node(tmp_path, monkeypatch, capsys):
     internal error, the other node's cells finish, and the run exits 70."""
     from nodes import query, standin_job, standin_variant, write_farm
 
-    from orchestrator.config import load_farm
+    from orchestrator.config.farm import load_farm
     from orchestrator.errors import EXIT_INTERNAL
-    from orchestrator.executor import run_cells
     from orchestrator.plan import plan_cells
-    from orchestrator.stages import CellPipeline
-    from orchestrator.store import Store
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.run.stages import CellPipeline
+    from orchestrator.store.database import Store
 
     nodes = {
         name: {"transport": "local", "workdir": str(tmp_path / f"work-{name}"), "nvcc": "/usr/local/bin/nvcc"}

@@ -12,11 +12,11 @@ from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 from toyfarm import toy_farm
 
-from orchestrator.config import load_farm
-from orchestrator.executor import farm_commit, run_cells
+from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import render
-from orchestrator.store import MIGRATIONS, Store
+from orchestrator.report.site import render
+from orchestrator.run.scheduler import farm_commit, run_cells
+from orchestrator.store.database import MIGRATIONS, Store
 
 FIRST_SCHEMA_DB = Path(__file__).parent / "data" / "first-schema.db"  # written by farm 0.1.0 on the H200
 

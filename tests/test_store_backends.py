@@ -28,13 +28,13 @@ from nodes import CARDS, nvidia_smi_script
 from sqlalchemy import Engine, create_engine, inspect, make_url, text
 from toyfarm import toy_farm
 
-from orchestrator.config import load_farm
+from orchestrator.config.farm import load_farm
 from orchestrator.errors import StoreError
-from orchestrator.executor import run_cells
 from orchestrator.plan import plan_cells
-from orchestrator.report import render
-from orchestrator.reportdata import collect
-from orchestrator.store import MIGRATIONS, Base, Store, redact_url
+from orchestrator.report.model import collect
+from orchestrator.report.site import render
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import MIGRATIONS, Base, Store, redact_url
 
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
 BACKENDS = ["sqlite", "postgresql"]
@@ -476,7 +476,7 @@ def test_two_farm_hosts_sharing_a_postgresql_database_take_turns(postgres_admin,
     import subprocess
     import sys
 
-    from orchestrator.lock import DatabaseLock
+    from orchestrator.store.lock import DatabaseLock
 
     config = toy_farm(tmp_path)
     env = {**os.environ, "FARM_DATABASE": POSTGRES_URL}

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 from nodes import CARDS, Card, Fleet, query, standin_job, standin_variant
 
-from orchestrator import export, inputs
-from orchestrator.config import load_farm
-from orchestrator.executor import run_cells
+from orchestrator.config import inputs
+from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import render
-from orchestrator.reportdata import cc_key, collect
-from orchestrator.store import Store
+from orchestrator.report import export
+from orchestrator.report.model import cc_key, collect
+from orchestrator.report.site import render
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}
 EXACT90 = {"exactly": "9.0"}
@@ -223,7 +224,7 @@ def test_the_cutlass_dependency_is_part_of_the_identity(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     farm = load_farm(repo / "farm.yaml")
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
-    model_inputs = __import__("orchestrator.reportdata", fromlist=["current_inputs"]).current_inputs(store, farm, {})
+    model_inputs = __import__("orchestrator.report.model", fromlist=["current_inputs"]).current_inputs(store, farm, {})
     cutlass = model_inputs["cutlass_gemm"]
     assert cutlass.dependencies["cutlass"]["version"] == "4.2.0.0"
     digest = cutlass.dependencies["cutlass"]["digest"]

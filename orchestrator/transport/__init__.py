@@ -7,22 +7,22 @@ of the other two). Stages only ever see the base interface.
 
 from __future__ import annotations
 
-from ..schema import NodeSpec
-from .base import CommandResult, Transport
+from orchestrator.config.schema import NodeSpec
+from orchestrator.transport.base import CommandResult, Transport
 
 
 def transport_for(name: str, node: NodeSpec, run_token: str | None = None) -> Transport:
     """A closed transport for a node; the network opens on first use. `run_token`
     names the farm run it works for (Slurm puts it in its job names)."""
     if node.transport == "local":
-        from .local import LocalTransport
+        from orchestrator.transport.local import LocalTransport
 
         return LocalTransport(name, node, run_token)
     if node.transport == "slurm":
-        from .slurm import SlurmTransport
+        from orchestrator.transport.slurm import SlurmTransport
 
         return SlurmTransport(name, node, run_token)
-    from .ssh import SSHTransport
+    from orchestrator.transport.ssh import SSHTransport
 
     return SSHTransport(name, node, run_token)
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TransportClosed
-from ..schema import NodeSpec
+from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import TransportClosed
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..errors import CommandTimeout
-from .base import CommandResult, Transport
+from orchestrator.errors import CommandTimeout
+from orchestrator.transport.base import CommandResult, Transport
 
 
 def bundled_cuda_bin() -> Path | None:

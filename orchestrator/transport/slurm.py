@@ -44,9 +44,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CommandTimeout, InfraError
-from ..schema import NodeSpec
-from .base import CommandResult, Transport
+from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import CommandTimeout, InfraError
+from orchestrator.transport.base import CommandResult, Transport
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -144,11 +144,11 @@ class SlurmTransport(Transport):
         # The login node: the node's SSH fields, or the farm's own machine. Its
         # copy of the node carries no env: the env is exported in front of srun.
         if node.host:
-            from .ssh import SSHTransport
+            from orchestrator.transport.ssh import SSHTransport
 
             self._login: Transport = SSHTransport(name, node.model_copy(update={"transport": "ssh", "env": {}}))
         else:
-            from .local import LocalTransport
+            from orchestrator.transport.local import LocalTransport
 
             self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
         self.jobs: list[SlurmJob] = []

@@ -35,8 +35,8 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 
-from ..errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
-from .base import CommandResult, Transport
+from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
+from orchestrator.transport.base import CommandResult, Transport
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
 # Python prints on stderr: noise in a cron mail for what is already an infra-error.

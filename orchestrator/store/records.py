@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import inputs
-from .bundle import Staging
-from .config import Job
-from .plan import Cell
-from .probe import Gpu, NodeSnapshot
-from .schema import NodeSpec
-from .stages import CellResult
+from orchestrator.config import inputs
+from orchestrator.config.farm import Job
+from orchestrator.config.schema import NodeSpec
+from orchestrator.plan import Cell
+from orchestrator.run.bundle import Staging
+from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.stages import CellResult
 
 
 def node_address(node: NodeSpec) -> str:

@@ -12,8 +12,8 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from .outcomes import Outcome, is_as_expected, is_infra
-from .reportdata import ReportModel, result_record, utc_iso
+from orchestrator.outcomes import Outcome, is_as_expected, is_infra
+from orchestrator.report.model import ReportModel, result_record, utc_iso
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 

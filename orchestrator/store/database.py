@@ -51,11 +51,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
-from . import journal
-from .errors import StoreError
-from .journal import Journal
-from .outcomes import Outcome
-from .tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
+from orchestrator.errors import StoreError
+from orchestrator.outcomes import Outcome
+from orchestrator.store import journal
+from orchestrator.store.journal import Journal
+from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema

@@ -34,21 +34,31 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from . import __version__, bundle
-from .bundle import Placed, Staging
-from .classify import Evidence, classify
-from .config import Farm, Job
-from .errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED, FarmError, InfraError, NodeUnusable, StoreError
-from .health import NodeHealth
-from .journal import Journal, journal_folder
-from .outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
-from .plan import Cell, expect
-from .probe import Gpu, NodeSnapshot, probe
-from .records import result_fields, snapshot_fields
-from .schema import NodeSpec
-from .stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
-from .store import Store
-from .transport import Transport, transport_for
+from orchestrator import __version__
+from orchestrator.classify import Evidence, classify
+from orchestrator.config.farm import Farm, Job
+from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import (
+    EXIT_INFRA,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_UNEXPECTED,
+    FarmError,
+    InfraError,
+    NodeUnusable,
+    StoreError,
+)
+from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
+from orchestrator.plan import Cell, expect
+from orchestrator.run import bundle
+from orchestrator.run.bundle import Placed, Staging
+from orchestrator.run.health import NodeHealth
+from orchestrator.run.probe import Gpu, NodeSnapshot, probe
+from orchestrator.run.stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
+from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal, journal_folder
+from orchestrator.store.records import result_fields, snapshot_fields
+from orchestrator.transport import Transport, transport_for
 
 
 class Listener(Protocol):

@@ -2,7 +2,7 @@
 
 The farm runs migrations itself when it opens a database (store.py), handing
 its open connection in through config.attributes["connection"]; a developer
-can also run `alembic -c orchestrator/migrations/alembic.ini ...` with
+can also run `alembic -c orchestrator/store/migrations/alembic.ini ...` with
 FARM_DATABASE set.
 """
 
@@ -13,7 +13,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine
 
-from orchestrator.tables import Base
+from orchestrator.store.tables import Base
 
 target_metadata = Base.metadata
 config = context.config

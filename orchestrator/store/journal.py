@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreError
+from orchestrator.errors import StoreError
 
 KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
 

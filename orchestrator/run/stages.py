@@ -1,6 +1,6 @@
 """The per-cell stages, build -> inspect -> run, each stamped by one wrapper.
 
-(probe and stage run once per node, in executor.py; their records are shared
+(probe and stage run once per node, in scheduler.py; their records are shared
 by the node's cells.) The wrapper records each stage's name, start, duration
 and status, and turns an InfraError into "this stage failed for infra reasons":
 later stages are then not run. A kernel failing is not an exception: it is
@@ -45,19 +45,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from .bundle import Placed
-from .capability import ComputeCapability
-from .classify import Evidence, Verdict, classify
-from .config import Job
-from .errors import InfraError
-from .frames import FrameReader, emit, new_token
-from .inputs import FOLDER_DIGEST_SH
-from .plan import Cell, Expectation
-from .probe import Gpu, NodeSnapshot
-from .schema import VariantSpec
-from .streams import ScanResult, StreamScan
-from .transport import CommandResult, Transport
-from .transport.base import reap
+from orchestrator.classify import Evidence, Verdict, classify
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import Job
+from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.schema import VariantSpec
+from orchestrator.errors import InfraError
+from orchestrator.plan import Cell, Expectation
+from orchestrator.run.bundle import Placed
+from orchestrator.run.frames import FrameReader, emit, new_token
+from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.streams import ScanResult, StreamScan
+from orchestrator.transport import CommandResult, Transport
+from orchestrator.transport.base import reap
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout

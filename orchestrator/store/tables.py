@@ -1,7 +1,7 @@
 """The results database's tables, as SQLAlchemy ORM models.
 
-Changing a table means a new Alembic revision in orchestrator/migrations/versions/
-(`alembic -c orchestrator/migrations/alembic.ini revision --autogenerate`):
+Changing a table means a new Alembic revision in orchestrator/store/migrations/versions/
+(`alembic -c orchestrator/store/migrations/alembic.ini revision --autogenerate`):
 databases already written are upgraded in place when the store opens them.
 """
 

@@ -25,7 +25,7 @@ import secrets
 import shlex
 from collections.abc import Callable
 
-from .errors import InfraError
+from orchestrator.errors import InfraError
 
 CONTROL_LIMIT = 1 << 20  # bytes of control text kept: the farm's own lines, never this much
 

@@ -25,10 +25,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import dependencies, inputs
-from .config import Job
-from .errors import InfraError, NodeUnusable
-from .transport import Transport
+from orchestrator.config import dependencies, inputs
+from orchestrator.config.farm import Job
+from orchestrator.errors import InfraError, NodeUnusable
+from orchestrator.transport import Transport
 
 STAGE_TIMEOUT = 600.0
 

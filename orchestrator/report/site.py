@@ -41,21 +41,21 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
-from . import history
-from .config import Farm
-from .errors import EXIT_CONFIG, FarmError
-from .reportdata import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
-from .store import Store
+from orchestrator.config.farm import Farm
+from orchestrator.errors import EXIT_CONFIG, FarmError
+from orchestrator.report import history
+from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
+from orchestrator.store.database import Store
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
 # what decides a page's bytes besides the database: a change to any of these renders every page again
-PAGE_SOURCES = ("report.py", "reportdata.py", "history.py", "outcomes.py")
+PAGE_SOURCES = ("site.py", "model.py", "history.py", "../outcomes.py")
 
 
 def _env() -> Environment:
     env = Environment(
-        loader=PackageLoader("orchestrator", "templates"),
+        loader=PackageLoader("orchestrator.report", "templates"),
         autoescape=select_autoescape(["html", "j2"], default=True),
         auto_reload=False,  # one render, one version of the templates: no stat of base.html.j2 per page
         trim_blocks=True,

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
 
-from .capability import CapabilityContract, ComputeCapability
-from .outcomes import Outcome
-from .streams import compile_marker
+from orchestrator.config.capability import CapabilityContract, ComputeCapability
+from orchestrator.outcomes import Outcome
+from orchestrator.run.streams import compile_marker
 
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.

@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from . import dependencies
-from .errors import ConfigError, ConfigErrors
-from .schema import NAME_EXPECTED, NAME_RE, FarmSpec, JobSpec, NodeSpec, template_fields
+from orchestrator.config import dependencies
+from orchestrator.config.schema import NAME_EXPECTED, NAME_RE, FarmSpec, JobSpec, NodeSpec, template_fields
+from orchestrator.errors import ConfigError, ConfigErrors
 
 # Fields a template may name; each dependency a job declares adds its own name.
 BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import dependencies, history, inputs, ledger
-from .config import Farm
-from .errors import StoreError
-from .outcomes import is_as_expected, is_infra
-from .store import Store
-from .tables import NodeSnapshotRow, ResultRow, Run
+from orchestrator.config import dependencies, inputs
+from orchestrator.config.farm import Farm
+from orchestrator.errors import StoreError
+from orchestrator.outcomes import is_as_expected, is_infra
+from orchestrator.report import history, ledger
+from orchestrator.store.database import Store
+from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
 HISTORY_RUNS = 30  # runs in history.html, each with its own page
 GRID_RUNS = 10  # runs (columns) in a kernel page's history grid

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import LockError
+from orchestrator.errors import LockError
 
 
 def lock_path(database_url: str, farm_root: Path) -> Path:
@@ -95,8 +95,8 @@ class DatabaseLock:
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
 
-        from .errors import StoreError
-        from .store import redact_url
+        from orchestrator.errors import StoreError
+        from orchestrator.store.database import redact_url
 
         me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]
         try:

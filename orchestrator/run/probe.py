@@ -21,9 +21,9 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .capability import ComputeCapability
-from .schema import NodeSpec
-from .transport import Transport
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.schema import NodeSpec
+from orchestrator.transport import Transport
 
 PROBE_TIMEOUT = 60.0
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"

@@ -23,7 +23,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import outcomes
+from orchestrator import outcomes
 
 # cached: a report compares thousands of cells against ten results each, and each
 # check otherwise builds an Outcome from its text

@@ -1,0 +1,1 @@
+"""farm.yaml and jobs/ in, validated and frozen: the farm's configuration."""

@@ -1,0 +1,1 @@
+"""The results database: its tables, migrations, records, the journal beside it and the run lock."""
