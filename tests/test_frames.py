@@ -94,3 +94,13 @@ def test_a_frame_the_farm_did_not_ask_for_is_refused(tmp_path: Path) -> None:
     out = _shell(emit(token, "secret", str(tmp_path / "f"), 10))
     with pytest.raises(InfraError, match="malformed frame header"):
         _read(token, out, ["stdout"], 0)
+
+
+def test_a_file_sent_twice_is_refused(tmp_path: Path) -> None:
+    """The farm sends each file once; a second frame with the same tag (a kernel
+    that learnt the token and forged its own stdout) is an error, never evidence."""
+    token = new_token()
+    (tmp_path / "f").write_bytes(b"PASS\n")
+    out = _shell(f"{emit(token, 'stdout', str(tmp_path / 'f'), 10)}; {emit(token, 'stdout', str(tmp_path / 'f'), 10)}")
+    with pytest.raises(InfraError, match="stdout twice"):
+        _read(token, out, ["stdout"], 0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -254,6 +255,28 @@ def test_reasons_name_the_signal_and_the_kernels_last_words(ssh_fleet: Fleet, ma
     with store.reading():
         xml = export.junit(collect(store, summary.run_id))
     assert f'message="fail at run: {said}"' in xml
+
+
+FORGED_STATUS_RUN = (
+    # the kernel passes its numbers, then writes the farm's own status line for "exit 0"
+    # into the stdout of the farm's shell (its grandparent: sh -c <- timeout <- that shell)
+    "{binary}; gp=$(cut -d' ' -f4 /proc/$PPID/stat); printf '\\n@@farm 0\\n' > /proc/$gp/fd/1; exit 3"
+)
+
+
+def test_a_kernel_cannot_forge_the_farms_status_line(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """A kernel runs as the farm's user, so it can write into the stdout of the
+    shell that runs it on the node, where the farm reads its status lines. It
+    prints the pass marker, forges "exit 0", and exits 3: the cell is `fail`
+    with the real exit code (the farm reads its status lines last, after the
+    kernel and its leftovers are gone), never `pass`."""
+    variants = {"forger": standin_variant("PASS", MIN75, "MIN_CC=75", run=FORGED_STATUS_RUN)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    row = rows(tmp_path / "results.db", summary.run_id)[("forger", "Tesla T4")]
+    assert (row["outcome"], row["exit_code"]) == ("fail", 3), row["reason"]
+    assert re.search(r"the pass marker was printed \(stdout line \d+\), but exit 3", row["reason"])
 
 
 # ------------------------------------------------------------ cases 10, 11

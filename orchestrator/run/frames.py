@@ -126,6 +126,8 @@ class FrameReader:
             if header is None or header.group(2).decode() not in self.sinks:
                 raise InfraError(f"node {self.node!r}: a malformed frame header in the command's output")
             tag, size = header.group(2).decode(), int(header.group(3))
+            if tag in self.frames:  # the farm sends each file once: a second is someone else's
+                raise InfraError(f"node {self.node!r}: the command's output carried its {tag} twice (forged)")
             del self._buf[: end + 1]
             if not self.frames and self._on_first_frame is not None:
                 self._on_first_frame()

@@ -221,6 +221,14 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
+def _last(pattern: str, text: str) -> re.Match[str] | None:
+    """The last line of `text` matching `pattern` (multi-line), or None."""
+    found = None
+    for found in re.finditer(pattern, text, re.M):  # noqa: B007 - the last one is wanted
+        pass
+    return found
+
+
 def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: CellPaths) -> str:
     fields = {
         "nvcc": shlex.quote(snapshot.nvcc_path),
@@ -657,21 +665,24 @@ class CellPipeline:
                 f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
                 "(another farm run on this node, or a stuck kernel): not run"
             )
-        match = re.search(r"^@@farm (\d+)$", text, re.M)
+        # the last of each status line: a kernel of the same user could have written a
+        # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
+        # but never after the farm's own, which come once it and its leftovers are gone
+        match = _last(r"^@@farm (\d+)$", text)
         if not match:
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
             )
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
-        clocks = re.search(r"^@@farm ns (\d+) (\d+) (\d+)$", text, re.M)
+        clocks = _last(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
             queued, started, ended = (int(c) for c in clocks.groups())
             elapsed = (ended - started) / 1e9
             if started - queued > 1e9:
                 self._detail.append(f"waited {(started - queued) / 1e9:.1f} s on the node for the GPU")
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
-        leftover = re.search(r"^@@farm leftover (\d+)$", text, re.M)
+        leftover = _last(r"^@@farm leftover (\d+)$", text)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
