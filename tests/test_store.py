@@ -111,3 +111,33 @@ def test_each_run_records_the_git_commit_of_the_farm_it_ran_from(tmp_path, monke
     assert farm_commit(elsewhere) is None  # not in a repository
     monkeypatch.setenv("FARM_COMMIT", "0123abc")
     assert farm_commit(root) == "0123abc"
+
+
+def test_the_ccs_a_contract_names_are_stored_as_values(tmp_path: Path) -> None:
+    """The ledger plans a column for every CC a kernel's contracts name; those
+    were once re-parsed from the contract text by a regex in the report. Results
+    now store them (`contract_ccs`); a database written before (the shipped
+    results.db, with the H200 evidence, was at revision 0006) gets them from its
+    contract text once, in migration 0007, and the ledger reads the values."""
+    db = tmp_path / "results.db"
+    shutil.copyfile(Path(__file__).resolve().parent.parent / "results.db", db)
+    store = Store(f"sqlite:///{db}")
+    try:
+        named = {(r.kernel, r.variant): (r.contract, r.contract_ccs) for r in store.results(store.runs()[0].id)}
+    finally:
+        store.close()
+    assert named[("wgmma_gemm", "gencode")] == ("CC == 9.0", ["9.0"])
+    assert named[("cutlass_gemm", "sm75")] == ("CC >= 7.5", ["7.5"])
+    assert named[("cutlass_gemm", "sm80")] == ("CC >= 8.0", ["8.0"])
+    # and a fresh run stores them from the variant's contract itself
+    config = toy_farm(tmp_path / "toy")
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None), cache_dir=tmp_path / "archives")
+        rows = store.results(summary.run_id)
+    finally:
+        store.close()
+    assert rows and all(r.contract_ccs == ["7.5"] and r.contract == "CC >= 7.5" for r in rows), [
+        (r.contract, r.contract_ccs) for r in rows
+    ]

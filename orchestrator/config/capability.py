@@ -52,6 +52,10 @@ class CapabilityContract:
             return False
         return not (self.maximum is not None and cc > self.maximum)
 
+    def named(self) -> list[str]:
+        """The capabilities the contract names, in order ("9.0"; "7.5", "8.9")."""
+        return [str(cc) for cc in (self.exactly, self.minimum, self.maximum) if cc is not None]
+
     def __str__(self) -> str:
         if self.exactly is not None:
             return f"CC == {self.exactly}"

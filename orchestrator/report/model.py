@@ -14,7 +14,6 @@ per row on record. Logs are read only for the cells shown in full.
 from __future__ import annotations
 
 import functools
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,11 +144,8 @@ class ReportModel:
         return [(entry.kernel, kind, text) for entry in self.ledgers for kind, text in entry.flags]
 
 
-def _planned_ccs(contracts: set[str]) -> list[str]:
-    return sorted({cc for c in contracts for cc in _CONTRACT_CC.findall(c)}, key=cc_key)
-
-
-_CONTRACT_CC = re.compile(r"(\d+\.\d+)")
+def _planned_ccs(named: set[str]) -> list[str]:
+    return sorted(named, key=cc_key)
 
 
 @dataclass(frozen=True)
@@ -297,17 +293,19 @@ def collect(
         )
     columns.sort(key=lambda c: (cc_key(c.cc), c.node, c.device))
     contracts_by_row: dict[tuple[str, str], str] = {}
+    named_by_row: dict[tuple[str, str], list[str]] = {}
     for (kernel, variant, _n, _d), cell in sorted(standing.items(), key=lambda item: item[1].result.id):
         contracts_by_row[(kernel, variant)] = cell.result.contract or contracts_by_row.get((kernel, variant), "")
+        named_by_row[(kernel, variant)] = cell.result.contract_ccs or named_by_row.get((kernel, variant), [])
     rows = [(k, v, contracts_by_row[(k, v)]) for k, v in sorted(contracts_by_row)]
 
     latest_by_kernel: dict[str, ResultRow] = {}
     for r in store.latest_identified(run.id, sorted({kernel for kernel, _v, _n, _d in standing})):
         latest_by_kernel[r.kernel] = r
     now_inputs = current_inputs(store, farm, latest_by_kernel)
-    contracts: dict[str, set[str]] = defaultdict(set)
-    for kernel, _variant, contract in rows:
-        contracts[kernel].add(contract)
+    contracts: dict[str, set[str]] = defaultdict(set)  # kernel -> the CCs its contracts name
+    for kernel, variant, _contract in rows:
+        contracts[kernel].update(named_by_row[(kernel, variant)])
         # on record, but no result identifies its inputs and no configuration is at hand
         now_inputs.setdefault(kernel, KernelInputs(kernel, "", b"", {}, {}))
     # A ledger shows, per identity and CC, the first and the latest certificate

@@ -526,6 +526,7 @@ class Store:
         ResultRow.node,
         ResultRow.device,
         ResultRow.contract,
+        ResultRow.contract_ccs,
         ResultRow.expected,
         ResultRow.outcome,
         ResultRow.failed_stage,

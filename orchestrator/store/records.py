@@ -102,6 +102,7 @@ def result_fields(
         "cc": str(exp.cc) if exp.cc else None,
         "real_gpu": real,
         "contract": str(variant.cc.contract()),
+        "contract_ccs": variant.cc.contract().named(),
         "expected": exp.label,
         "contract_expected": exp.outcome.value,
         "expected_reason": exp.reason,

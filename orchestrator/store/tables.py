@@ -118,6 +118,7 @@ class ResultRow(Base):
     cc: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the card's CC it was judged against
     real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # that card confirmed by the driver
     contract: Mapped[str] = mapped_column(String(64))
+    contract_ccs: Mapped[list | None] = mapped_column(JSON, nullable=True)  # the CCs it names, e.g. ["7.5"]
     expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
     contract_expected: Mapped[str] = mapped_column(String(32))  # what the contract alone says
     expected_reason: Mapped[str] = mapped_column(Text)
