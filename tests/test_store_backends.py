@@ -412,7 +412,7 @@ def test_reading_sees_one_snapshot_and_never_blocks_the_writer(store):
         store.add_result(**result_fields(run_id, snapshot, 1))
         assert time.monotonic() - clock < 1.0
         assert len(store.results(run_id)) == 1  # the block's snapshot
-        assert len(store.result_summaries([run_id])) == 1
+        assert len(store.run_matrix([run_id])) == 1
     assert len(store.results(run_id)) == 2
 
 

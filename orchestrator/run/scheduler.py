@@ -189,11 +189,11 @@ class NodeContext:
 
 
 def node_devices(transport: Transport, snapshot: NodeSnapshot) -> tuple[dict[str, list[Gpu]], dict[str, GpuSlots]]:
-    """The node's card models and a slot pool for each. A transport that picks the
-    GPU itself (Slurm asked for one) gets anonymous slots: the farm pins nothing."""
+    """The node's card models and a slot pool for each. A transport that does not
+    let the farm pin a GPU (Slurm places its jobs) gets anonymous slots."""
     if not snapshot.has_gpu:
         return {"": []}, {"": GpuSlots(anonymous=1)}
-    if transport.allocates_gpus or transport.node.transport == "slurm":
+    if not transport.pins_gpus:
         name = snapshot.gpu_name or ""
         return {name: list(snapshot.gpus)}, {name: GpuSlots(anonymous=max(snapshot.gpu_count, 1))}
     devices = snapshot.devices()

@@ -494,37 +494,11 @@ class Store:
         with self._reading() as session:
             return session.get(SourceFile, sha256)
 
-    def result_summaries(self, run_ids: list[int]) -> list[Any]:
-        """Light rows (no logs) of many runs, for history and the ledger."""
-        if not run_ids:
-            return []
-        columns = [
-            ResultRow.id,
-            ResultRow.run_id,
-            ResultRow.kernel,
-            ResultRow.variant,
-            ResultRow.node,
-            ResultRow.device,
-            ResultRow.expected,
-            ResultRow.outcome,
-            ResultRow.failed_stage,
-            ResultRow.source_sha256,
-            ResultRow.snapshot_id,
-            ResultRow.started_at,
-            ResultRow.ended_at,
-        ]
-        query = select(*columns).where(ResultRow.run_id.in_(run_ids)).order_by(ResultRow.id)
-        with self._reading() as session:
-            return list(session.execute(query))
-
     _KEY = (ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
     _STANDING = (
         ResultRow.id,
         ResultRow.run_id,
-        ResultRow.kernel,
-        ResultRow.variant,
-        ResultRow.node,
-        ResultRow.device,
+        *_KEY,
         ResultRow.contract,
         ResultRow.contract_ccs,
         ResultRow.expected,

@@ -56,9 +56,10 @@ class Transport(ABC):
 
     What a transport can do is stated here, not probed by its users:
     `streams_output` (a command's stdout arrives as it is printed, so files can
-    come back inside it: frames.py), `allocates_gpus` (the scheduler, not the
-    farm, picks a command's GPU), and `last_job_id` / `last_compute_node` (the
-    batch job that ran the last command, where there is one)."""
+    come back inside it: frames.py), `pins_gpus` (the farm chooses the GPU a
+    command runs on, by CUDA_VISIBLE_DEVICES; not where a scheduler places the
+    command), and `last_job_id` / `last_compute_node` (the batch job that ran
+    the last command, where there is one)."""
 
     streams_output = False
 
@@ -97,9 +98,7 @@ class Transport(ABC):
         return type(self)(self.name, self.node, self.run_token)
 
     # capabilities -----------------------------------------------------
-    @property
-    def allocates_gpus(self) -> bool:
-        return False
+    pins_gpus = True
 
     @property
     def last_job_id(self) -> str | None:

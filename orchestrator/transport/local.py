@@ -53,28 +53,14 @@ class LocalTransport(Transport):
         return path if path.is_absolute() else self._home / path
 
     def _run(self, command: str, timeout: float) -> CommandResult:
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            ["sh", "-c", command],
-            cwd=self._home,
-            env=self._env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed") from None
+        stdout = bytearray()
+        result = self._run_streamed(command, timeout, stdout.extend)
         return CommandResult(
             command=command,
-            exit_code=proc.returncode if proc.returncode >= 0 else 128 - proc.returncode,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            seconds=time.monotonic() - start,
+            exit_code=result.exit_code,
+            stdout=stdout.decode("utf-8", "replace"),
+            stderr=result.stderr,
+            seconds=result.seconds,
         )
 
     def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:

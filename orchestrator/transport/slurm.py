@@ -155,11 +155,7 @@ class SlurmTransport(Transport):
         self.last_job: SlurmJob | None = None
 
     streams_output = False  # a job's output comes back through srun as text: files are read separately
-
-    @property
-    def allocates_gpus(self) -> bool:
-        """Slurm, not the farm, picks the job's GPU (and sets CUDA_VISIBLE_DEVICES) when it is asked for one."""
-        return bool(self.node.gres)
+    pins_gpus = False  # Slurm places each job on a compute node (and, asked for one with gres, picks its GPU)
 
     @property
     def last_job_id(self) -> str | None:
