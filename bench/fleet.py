@@ -547,6 +547,8 @@ def main() -> int:
             print(f"ReFrame ssh scheduler, {nb} partitions x {k} tests: {wall:.2f} s, {passed}/{tests} passed")
             if passed != tests:
                 print(tail)
+                print(f"ReFrame: NOT ALL PASS ({passed}/{tests}); no ratio")
+                failed.append("ReFrame")
             rows.append(
                 (
                     f"ReFrame ssh scheduler, N={nb} ({passed}/{tests} passed)",
@@ -555,7 +557,7 @@ def main() -> int:
                     "",
                 )
             )
-            if nb in overhead_at:
+            if nb in overhead_at and passed == tests:
                 ratio = rover / max(overhead_at[nb], 0.1)
                 rows.append(
                     (
