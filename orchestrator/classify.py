@@ -3,8 +3,10 @@
 Order matters and mirrors the pipeline: an infra failure anywhere wins (the node
 is at fault, not the kernel); then build, inspect; a node without a GPU stops
 there (compile-only); then the run, judged against the expectation. A declared
-known failure is applied last: the same failure becomes known-failure, and the
-expected behaviour becomes fixed.
+known failure is applied next: the same failure becomes known-failure, and the
+expected behaviour becomes fixed. Speed comes last: only a cell that is `pass`
+by then becomes perf-regression, when one of its metrics regressed against its
+own recent median (metrics.py); a cell that failed is judged on that failure.
 """
 
 from __future__ import annotations
@@ -12,8 +14,24 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass, field
 
+from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
+
+
+@dataclass(frozen=True)
+class SanitizerReport:
+    """What one compute-sanitizer tool said of the binary's run under it (run/sanitize.py)."""
+
+    tool: str  # memcheck, racecheck, synccheck, initcheck
+    exit_code: int  # the sanitizer's: SANITIZER_EXIT when it found errors, else the program's own
+    errors: int  # from its summary line
+    findings: str = ""  # its first reported errors, bounded
+    timed_out: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return not self.timed_out and self.errors == 0 and self.exit_code == 0
 
 
 @dataclass
@@ -37,6 +55,8 @@ class Evidence:
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
     stopped_stage: str | None = None
+    metrics: tuple[Measured, ...] = ()  # the job's metrics, each with the cell's earlier values
+    sanitizer: tuple[SanitizerReport, ...] = ()  # the variant's `sanitize` tools, run after a pass
 
 
 @dataclass(frozen=True)
@@ -91,7 +111,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     refused = ev.run_exit != 0 and ev.refusal_line is not None
     if exp.outcome is Outcome.PASS:
         if passed:
-            return Verdict(Outcome.PASS, None, f"exit 0 and the pass marker on stdout (line {ev.pass_line})")
+            return _sanitized(ev) or Verdict(
+                Outcome.PASS, None, f"exit 0 and the pass marker on stdout (line {ev.pass_line})"
+            )
         if refused:
             return Verdict(
                 Outcome.UNEXPECTED_REFUSAL,
@@ -115,8 +137,39 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     return Verdict(Outcome.MISSING_REFUSAL, "run", _with_stderr(f"{ended} without the refusal text on stderr", ev))
 
 
+def _sanitized(ev: Evidence) -> Verdict | None:
+    """A cell that passed its numbers, judged by the sanitizer runs it was asked for:
+    the numbers can come out right over a race or an out-of-bounds write."""
+    for report in ev.sanitizer:
+        if report.timed_out:
+            return Verdict(
+                Outcome.TIMEOUT,
+                "sanitize",
+                f"killed at its sanitize_timeout under compute-sanitizer --tool {report.tool}",
+            )
+    dirty = [r for r in ev.sanitizer if not r.clean]
+    if not dirty:
+        return None
+    words = []
+    for r in dirty:
+        said = f"{r.errors} error{'s' if r.errors != 1 else ''}"
+        if r.errors == 0:  # no error reported, but the program failed under the tool
+            said = f"the program {exit_words(r.exit_code)} under it"
+        first = r.findings.strip().splitlines()[0] if r.findings.strip() else ""
+        words.append(f"{r.tool}: {said}" + (f" ({first})" if first else ""))
+    return Verdict(Outcome.SANITIZER_ERROR, "sanitize", "compute-sanitizer: " + "; ".join(words))
+
+
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    verdict = _raw_verdict(ev, exp)
+    verdict = _known_failure(_raw_verdict(ev, exp), exp)
+    slower = [m for m in ev.metrics if m.regressed]
+    if verdict.outcome is Outcome.PASS and slower:
+        words = "; ".join(m.words() for m in slower)
+        return Verdict(Outcome.PERF_REGRESSION, "run", f"{words}; its numbers passed ({verdict.reason})")
+    return verdict
+
+
+def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
     known = exp.known_failure
     if known is None or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict

@@ -19,7 +19,9 @@ from typing import Any
 
 import click
 
+from orchestrator.bisect import Bisector, Ending
 from orchestrator.config.farm import Farm, load_farm
+from orchestrator.config.header import job_yaml
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.plan import SelectionError, plan_cells
@@ -346,6 +348,25 @@ def nodes(config_path: Path, database: str | None) -> None:
 
 
 @main.command()
+@click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
+@farm_options
+@handle_errors
+def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> None:
+    """Print each kernel's job as the farm reads it, as YAML, with where each
+    field came from: its job file, its source's header, or a default.
+    Reads the configuration only (no database, no node).
+
+    Examples: farm jobs;  farm jobs cutlass_gemm wgmma_gemm
+    """
+    farm = _load(config_path, database)
+    unknown = [k for k in kernels if k not in farm.jobs]
+    if unknown:
+        raise SelectionError(f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}")
+    documents = [job_yaml(k, farm.jobs[k].spec, farm.jobs[k].provenance) for k in kernels or farm.jobs]
+    click.echo(printable("---\n".join(documents)), nl=False)
+
+
+@main.command()
 @click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest).")
 @click.option(
     "--out",
@@ -436,6 +457,11 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     say(f"build     {r.build_command}" + (" (reused)" if r.build_cached else ""))
     say(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
     say(f"stages    {r.stage_seconds}")
+    for one in r.sanitizer or []:
+        found = "timed out" if one.get("timed_out") else f"{one.get('errors')} errors"
+        say(f"sanitize  {one.get('tool')}: {found}, exit {one.get('exit_code')}")
+        for line in str(one.get("findings") or "").splitlines()[:10]:
+            say(f"          {line}")
     say(f"exit code {r.exit_code}")
     for name, data, size, sha in (
         ("stdout", r.stdout, r.stdout_size, r.stdout_sha256),
@@ -445,6 +471,84 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         kept = f"; bytes {cut[0]} to {cut[1]} left out" if cut else ""
         say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})\n{text(data)}")
     say(f"--- build log\n{text(r.build_log)}")
+
+
+@main.command("bisect")
+@click.argument("selector", metavar="KERNEL[:VARIANT]")
+@click.option("--node", required=True, metavar="NAME", help="The node the cell runs on (farm.yaml as it is now).")
+@click.option("--good", required=True, metavar="REV", help="A commit where the cell was as expected.")
+@click.option("--bad", required=True, metavar="REV", help="A later commit where it is not.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the report is rendered (default: farm.yaml's `reports`).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 86400),
+    callback=lambda _ctx, _param, value: _finite(value),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="If another run holds the lock, wait this long before giving up (exit 6).",
+)
+@farm_options
+@handle_errors
+def bisect_(
+    selector: str,
+    node: str,
+    good: str,
+    bad: str,
+    out: Path | None,
+    wait: float,
+    config_path: Path,
+    database: str | None,
+) -> None:
+    """Find the first commit at which a cell stops being as expected.
+
+    Runs the cell at the commits between --good and --bad that touched the
+    kernel's job file, sources or headers (each an ordinary stored run, trigger
+    "bisect"; a build of the same inputs is reused), and prints the first bad
+    commit, its parent's verdict and the cell's page. Exit 0 when it is found,
+    1 when the revisions do not bracket a regression, 3 for a bad selection or
+    revision, 4 when the node failed (no verdict is guessed).
+
+    Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
+    """
+    farm = _load(config_path, database)
+    bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
+    with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
+        found = bisector.run()
+    click.echo("")
+    first, parent = found.first_bad, found.last_good
+    if found.ending is Ending.FOUND and first is not None and parent is not None and found.parent is not None:
+        commit = first.commit
+        click.echo(printable(f"first bad commit: {commit.sha} ({commit.date}) {commit.subject}", keep_newlines=False))
+        click.echo(printable(f"  there:      {first.reason} (run {first.run_id}, result {first.result_id})"))
+        same = "" if parent.commit == found.parent else f", the same inputs as {parent.commit.short}"
+        said = f"  its parent: {found.parent.short} {parent.reason} (result {parent.result_id}{same})"
+        click.echo(printable(said))
+    else:
+        click.echo(printable(found.message))
+    shown = found.shown
+    if shown is not None and shown.run_id is not None:
+        target = out or farm.reports_dir
+        try:
+            report_mod.render(Store(farm.database_url), target, shown.run_id, farm=farm)
+        except (OSError, report_mod.PageWriteError) as err:
+            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
+            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
+            raise ConfigError("--out", str(target), found_text, "a writable folder") from err
+        click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
+    skipped = sum(1 for t in found.tested if t.run_id is None)
+    click.echo(
+        f"runs: {len(found.runs)} ({found.builds_reused} with a build reused: no compiler run); untestable: {skipped}; "
+        f"commits after --good: {found.commits_in_range}, of which {found.candidates} touched the kernel's inputs"
+    )
+    meaning = {0: "first bad commit found", 1: "no first bad commit", 4: "stopped: no verdict guessed"}
+    click.echo(f"bisect: exit {found.exit_code} ({meaning.get(found.exit_code, EXIT_MEANING.get(found.exit_code))})")
+    sys.exit(found.exit_code)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 # The stages, in pipeline order: the first two once per node (run/scheduler.py), the
-# rest per cell (stages.py). Progress, the CLI, the store and the report read
-# these names from here.
-STAGES = ("probe", "stage", "build", "inspect", "run")
+# rest per cell (stages.py); `sanitize` only for variants that ask for it. Progress,
+# the CLI, the store and the report read these names from here.
+STAGES = ("probe", "stage", "build", "inspect", "run", "sanitize")
 NODE_STAGES = STAGES[:2]
 CELL_STAGES = STAGES[2:]
 
@@ -31,9 +31,15 @@ class Outcome(StrEnum):
     KNOWN_FAILURE = "known-failure"  # failed exactly as a job's known_failures declares
     FIXED = "fixed"  # a declared known failure that now behaves as the contract says
     NOT_RUN = "not-run"  # the run ended (killed, aborted) before this cell finished
+    # passed its numbers, but a metric is worse than its cell's recent median by more than its tolerance
+    PERF_REGRESSION = "perf-regression"
+    # passed its numbers, but compute-sanitizer (the variant's `sanitize` tools) reported errors
+    SANITIZER_ERROR = "sanitizer-error"
 
 
-# Outcomes that leave a run green: the cell behaved as its plan said it would.
+# Outcomes that leave a run green: the cell behaved as its plan said it would. A
+# perf-regression is not among them (the run exits 1, so the night's reader sees it),
+# although its numbers were right: it still certifies (store/database.py _certifying).
 AS_EXPECTED = frozenset(
     {
         Outcome.PASS,

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm, Job
-from orchestrator.config.schema import KnownFailureSpec, VariantSpec
+from orchestrator.config.schema import TOOLCHAIN_SEP, KnownFailureSpec, VariantSpec
 from orchestrator.outcomes import Outcome
 from orchestrator.run.probe import NodeSnapshot
 
@@ -71,10 +71,12 @@ def plan_cells(
     """Cells for `KERNEL[:VARIANT]` selectors (all when None) on the named nodes
     (every enabled node when None), in a stable order."""
     if node_names:
-        unknown = [n for n in node_names if n not in farm.nodes]
+        # a node with several toolchains is named whole (every column) or by one column (NODE+NAME)
+        columns = {n: [c for c in farm.nodes if c == n or c.startswith(n + TOOLCHAIN_SEP)] for n in node_names}
+        unknown = [n for n, found in columns.items() if not found]
         if unknown:
             raise SelectionError(f"no node named {', '.join(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}")
-        nodes = list(node_names)
+        nodes = list(dict.fromkeys(c for found in columns.values() for c in found))
     else:
         nodes = list(farm.enabled_nodes)
     chosen: list[tuple[str, str]] = []

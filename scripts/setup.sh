@@ -70,6 +70,12 @@ if [ "$want_tests" = yes ]; then
         [ "$(pg_sql "SELECT 1 FROM pg_database WHERE datname = 'farm_test'")" = 1 ] ||
             pg_sql "CREATE DATABASE farm_test OWNER farm"
     fi
+
+    # a second CUDA toolkit, for tests/test_toolchains.py's 13.0-beside-13.5 columns:
+    # NVIDIA's 13.5 wheels from PyPI, fetched and unpacked by the farm itself
+    # (run/toolchain.py) into its machine-wide cache, as a farm.yaml `{pypi: 13.5.37}` would
+    .venv/bin/python -c 'from orchestrator.run import scheduler, toolchain
+toolchain.prepare("13.5.37", scheduler.default_cache_dir().parent)'
 fi
 version=$(.venv/bin/farm --version)
 echo "setup: ok ($version)"

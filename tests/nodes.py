@@ -333,6 +333,47 @@ def processes_matching(needle: str) -> list[tuple[int, str]]:
     return found
 
 
+SANITIZER_STANDIN = """#!/bin/sh
+# compute-sanitizer stand-in (tests/nodes.py): part of the stand-in GPU. It takes
+# the real tool's options, runs the program with STANDIN_SANITIZER_TOOL set, and
+# writes what the program reports into the real tool's log format: the
+# "=========" lines, then the summary, and exits with --error-exitcode when
+# anything was reported (else with the program's own code), as the real one does.
+tool=memcheck; code=0; log=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --tool) tool=$2; shift 2 ;;
+        --error-exitcode) code=$2; shift 2 ;;
+        --print-limit) shift 2 ;;
+        --log-file) log=$2; shift 2 ;;
+        --*) shift ;;
+        *) break ;;
+    esac
+done
+report=$(mktemp)
+STANDIN_SANITIZER_TOOL=$tool STANDIN_SANITIZER_REPORT=$report "$@"
+rc=$?
+n=$(grep -c '^[^ ]' "$report")
+{
+    echo "========= COMPUTE-SANITIZER"
+    sed 's/^/========= /' "$report"
+    [ "$tool" = racecheck ] && echo "========= RACECHECK SUMMARY: $n hazards displayed ($n errors, 0 warnings)"
+    echo "========= ERROR SUMMARY: $n errors"
+} > "${log:-/dev/stderr}"
+rm -f "$report"
+[ "$n" -gt 0 ] && exit "$code"
+exit $rc
+"""
+
+
+def install_sanitizer(node: SshNode) -> Path:
+    """Put the compute-sanitizer stand-in on the node's PATH (beside its nvidia-smi stand-in)."""
+    path = node.node_bin / "compute-sanitizer"
+    path.write_text(SANITIZER_STANDIN)
+    path.chmod(0o755)
+    return path
+
+
 # ----------------------------------------------------------------- farm files
 
 STANDIN_SOURCE = Path(__file__).resolve().parent / "standin" / "standin.cpp"

@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.classify import Evidence, classify, exit_words
 from orchestrator.config.schema import KnownFailureSpec
+from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run.streams import scan_bytes
@@ -19,6 +20,9 @@ NO_GPU = Expectation(Outcome.COMPILE_ONLY, "no GPU")
 KF_BUILD = KnownFailureSpec.model_validate(
     {"when": {"nvcc": ">=13.0,<13.1"}, "outcome": "build-fail", "reason": "ptxas sm_90 pass"}
 )
+# 30 % below the median of its last 5 (tolerance 10 %); and the same with only 4 earlier values
+SLOW = (Measured("gflops", "GFLOP/s", "higher", 0.1, 70.0, "read", (100.0,) * 5),)
+SLOW_NO_BASELINE = (Measured("gflops", "GFLOP/s", "higher", 0.1, 70.0, "read", (100.0,) * 4),)
 
 
 def observed(stdout: bytes = b"", stderr: bytes = b"", **kw) -> Evidence:
@@ -154,6 +158,30 @@ TABLE = [
         Expectation(Outcome.PASS, "r", KF_BUILD),
         Outcome.INFRA_ERROR,
         "probe",
+    ),
+    # speed comes last, and only for a pass
+    ("perf-regression", built(run_exit=0, stdout=b"PASS", metrics=SLOW), MUST_RUN, Outcome.PERF_REGRESSION, "run"),
+    (
+        "slow-too-few-earlier-values",
+        built(run_exit=0, stdout=b"PASS", metrics=SLOW_NO_BASELINE),
+        MUST_RUN,
+        Outcome.PASS,
+        None,
+    ),
+    ("slow-and-wrong-is-fail", built(run_exit=1, metrics=SLOW), MUST_RUN, Outcome.FAIL, "run"),
+    (
+        "slow-refusal-is-a-refusal",
+        built(run_exit=1, stderr=b"T4 needs CC 9.0", metrics=SLOW),
+        MUST_REFUSE,
+        Outcome.EXPECTED_REFUSAL,
+        None,
+    ),
+    (
+        "slow-fixed-stays-fixed",
+        built(run_exit=0, stdout=b"PASS", metrics=SLOW),
+        Expectation(Outcome.PASS, "r", KF_BUILD),
+        Outcome.FIXED,
+        None,
     ),
 ]
 

@@ -232,7 +232,10 @@ def test_every_outcome_but_not_run_is_produced(first_run: FarmRunResult) -> None
         first_run.summary.run_id,
     )
     produced = {r["outcome"] for r in rows}
-    assert produced == {o.value for o in Outcome} - {Outcome.NOT_RUN.value}
+    # perf-regression needs five earlier runs of a cell: tests/test_metrics.py makes one on this fleet;
+    # sanitizer-error needs the compute-sanitizer stand-in on a node: tests/test_sanitize.py makes them
+    left = {Outcome.NOT_RUN.value, Outcome.PERF_REGRESSION.value, Outcome.SANITIZER_ERROR.value}
+    assert produced == {o.value for o in Outcome} - left
 
 
 def test_summary_matches_database_and_exits_unexpected(first_run: FarmRunResult) -> None:

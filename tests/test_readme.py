@@ -20,6 +20,10 @@ How a README line becomes a command here:
 - The Commands table's placeholders get the toy's values (PLACEHOLDERS); its
   optional `[...]` parts are all given, and each alternative of `a|b|c` is run.
 - `> FILE` is a shell redirection: the command's stdout goes to FILE.
+- A `farm bisect` line walks the toy farm's own git history (ToyFarms.history:
+  a good commit, an unrelated one, then a regression); the toy's kernel and
+  node stand for the README's, and a revision the history lacks (`v1.0`) is
+  tagged there: `--good`'s at the good commit, `--bad`'s at the regression.
 - Other programs in the shell blocks are not run. Each is listed in NOT_RUN
   with the reason; a program missing from that list fails the test (decide
   whether it can run here, or list it).
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -143,6 +148,7 @@ class ToyFarms:
         if not Path(self.executable[0]).is_file():  # a Python whose environment has no `farm` script
             self.executable = [sys.executable, "-m", "orchestrator.cli"]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
+        self._history: dict[str, str] | None = None  # the toy's git history, made by the first bisect line
         seeded = self.farm("verify", "--all", "--no-report")
         assert seeded.returncode == 0, seeded.stdout + seeded.stderr
 
@@ -165,6 +171,42 @@ class ToyFarms:
         (journal,) = set(self.elsewhere.glob("results.db.journal/*.jsonl")) - before
         return journal
 
+    def git(self, *args: str) -> subprocess.CompletedProcess:
+        command = ["git", "-C", str(self.root), "-c", "user.name=farm test", "-c", "user.email=farm@test", *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    def history(self) -> dict[str, str]:
+        """The toy farm as a git repository, made once: the good commit, an
+        unrelated one, then the regression (a source that no longer compiles: the
+        local node only builds). The working tree keeps the good source, so every
+        other README line still passes."""
+        if self._history is None:
+            source = self.root / "kernels" / "toy.cpp"
+            good_source = source.read_text()
+            self.git("init", "-q", "-b", "main")
+            self.git("add", "farm.yaml", "jobs", "kernels")
+            self.git("commit", "-q", "-m", "toy passes")
+            good = self.git("rev-parse", "HEAD").stdout.strip()
+            (self.root / "NOTES.md").write_text("notes\n")
+            self.git("add", "NOTES.md")
+            self.git("commit", "-q", "-m", "notes")
+            source.write_text("int main( {\n")
+            self.git("commit", "-q", "-am", "toy: a regression")
+            self._history = {"good": good, "bad": self.git("rev-parse", "HEAD").stdout.strip()}
+            source.write_text(good_source)
+        return self._history
+
+    def bisectable(self, argv: list[str]) -> list[str]:
+        """A bisect line on the toy's history: its kernel and node, and the revisions it names there."""
+        history = self.history()
+        argv = [*argv[:2], "toy:plain", *argv[3:]]
+        argv[argv.index("--node") + 1] = "here"
+        for flag in ("--good", "--bad"):
+            rev = option(argv, flag)
+            if self.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
+                self.git("tag", rev, history[flag[2:]])
+        return argv
+
     def localize(self, argv: list[str]) -> list[str]:
         """Absolute paths into tmp_path; a --config the toy farm lacks written as the toy farm's."""
         argv = [
@@ -179,18 +221,21 @@ class ToyFarms:
                 text = self.config.read_text().replace("sqlite:///results.db", f"sqlite:///{up}/results.db")
                 text = text.replace("reports: reports", f"reports: {up}/reports")
                 config.write_text(f"jobs: {up}/jobs\n{text}")
-        return argv
+        return self.bisectable(argv) if argv[1] == "bisect" else argv
 
 
 # The Commands table's placeholders, and what the toy farm gives for each
 # (a callable: the journal is made when the line runs).
 PLACEHOLDERS: dict[str, Callable[[ToyFarms], str]] = {
     "KERNEL[:VARIANT]": lambda toy: "toy:plain",
+    "[KERNEL]...": lambda toy: "toy",
     "NAME": lambda toy: "here",
     "RESULT_ID": lambda toy: "1",
     "ID": lambda toy: "1",
     "DIR": lambda toy: str(toy.root / "out"),
     "JOURNAL": lambda toy: str(toy.fresh_journal()),
+    "GOOD": lambda toy: toy.history()["good"],
+    "BAD": lambda toy: toy.history()["bad"],
 }
 PLACEHOLDER_RE = re.compile(
     r"(?<![\w\[])(" + "|".join(re.escape(p) for p in sorted(PLACEHOLDERS, key=len)[::-1]) + r")(?!\w)"
@@ -247,6 +292,17 @@ def said_show(toy: ToyFarms, argv: list[str], stdout: str) -> None:
     assert re.search(r"^outcome   \S+", stdout, re.M), stdout
 
 
+def said_jobs(toy: ToyFarms, argv: list[str], stdout: str) -> None:
+    (document,) = yaml.safe_load_all(stdout)
+    assert document["kernel"] == "toy" and "  # jobs/toy.yaml" in stdout, stdout
+
+
+def said_bisect(toy: ToyFarms, argv: list[str], stdout: str) -> None:
+    assert f"first bad commit: {toy.history()['bad']} (" in stdout, stdout
+    page = Path(re.search(r"^page: (.+)$", stdout, re.M).group(1))
+    assert page.is_file() and "toy:plain@here" in page.read_text(), stdout
+
+
 def said_import(toy: ToyFarms, argv: list[str], stdout: str) -> None:
     assert re.fullmatch(rf"imported {re.escape(argv[2])} as run \d+ \(finished, 1 results\)\n", stdout), stdout
 
@@ -257,6 +313,8 @@ SAID: dict[str, Callable[[ToyFarms, list[str], str], None]] = {
     "report": said_report,
     "show": said_show,
     "import": said_import,
+    "bisect": said_bisect,
+    "jobs": said_jobs,
 }
 
 

@@ -391,6 +391,37 @@ def test_changes_come_first_and_name_the_regression(runs: Runs, page) -> None:
         assert kinds == {"new"}, f"{label}, added for this run, is listed as {kinds or 'nothing'}"
 
 
+def test_changes_list_the_machine_code_the_new_flags_moved(runs: Runs, page) -> None:
+    """The hopper variant's sources are the same in both runs, its flags are not:
+    each of its cells whose instruction counts moved is listed under what changed,
+    with the counts of both runs as the database holds them (sass_counts)."""
+    con = sqlite3.connect(runs.second.db)
+    try:
+        counted = con.execute(
+            "SELECT r.run_id, r.kernel || ':' || r.variant || '@' || r.node, s.instruction, s.count "
+            "FROM sass_counts s JOIN results r ON r.id = s.result_id WHERE r.run_id IN (?, ?)",
+            (runs.first.run_id, runs.second.run_id),
+        ).fetchall()
+    finally:
+        con.close()
+    before = {(cell, name): n for run, cell, name, n in counted if run == runs.first.run_id}
+    moved = {
+        cell: f"{name} {before[(cell, name)]} → {n}"
+        for run, cell, name, n in counted
+        if run == runs.second.run_id and (cell, name) in before and before[(cell, name)] != n
+    }
+    assert REGRESSED in moved, f"-DMODE_FAILNUM did not change {REGRESSED}'s counts: {counted}"
+    page.goto(runs.second.url)
+    items = page.locator("section#changes [data-sass-cell]")
+    listed = {
+        items.nth(i).get_attribute("data-sass-cell"): items.nth(i).get_attribute("data-sass")
+        for i in range(items.count())
+    }
+    assert listed == moved, f"listed {listed}, moved {moved}"
+    said = page.locator("section#changes").inner_text()
+    assert f"{moved[REGRESSED]} since run {runs.first.run_id}, same inputs" in said, said
+
+
 def test_kernel_output_is_text_not_markup(runs: Runs, page) -> None:
     page.goto(runs.first.url)
     assert page.locator("script").count() == 0, "the matrix page has a script element"

@@ -13,8 +13,10 @@ two and passes overrides in; this module knows only the file and the defaults.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.config import dependencies
+from orchestrator.config import dependencies, header
+from orchestrator.config.header import Provenance
 from orchestrator.config.schema import NAME_EXPECTED, NAME_RE, FarmSpec, JobSpec, NodeSpec, template_fields
 from orchestrator.errors import ConfigError, ConfigErrors
 
@@ -34,7 +37,9 @@ INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
 
 @dataclass(frozen=True)
 class Job:
-    """A kernel's job file, validated, with its inputs resolved on disk.
+    """A kernel's job, validated, with its inputs resolved on disk: from its job
+    file, or derived from its source's header (`file` is then the source, or
+    the job file laid over it; see header.py).
 
     `files` is everything shipped in the kernel's sources bundle: the
     translation units (`sources`, passed to nvcc) and every file of `headers`
@@ -46,6 +51,8 @@ class Job:
     file: Path
     files: dict[str, Path]  # relative path -> absolute path, sorted by path
     file_sha256: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    # where the job and each field came from: a job file, a kernel's header (header.py), a default
+    provenance: Provenance = field(default_factory=Provenance)
 
     @property
     def kernel(self) -> str:
@@ -359,8 +366,37 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
     return errors
 
 
+def _label(path: Path, root: Path) -> str:
+    """A path as provenance shows it: relative to the project folder."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec], *, check_dependencies: bool = True) -> Job:
     raw = read_yaml(file, "a job file")
+    return _job(raw, file, root, nodes, check_dependencies, header.file_provenance(raw, _label(file, root)))
+
+
+def _derived_job(
+    source: Path,
+    override: tuple[Path, dict[str, Any]] | None,
+    root: Path,
+    nodes: dict[str, NodeSpec],
+    check_dependencies: bool,
+) -> Job:
+    """A kernel's job from its header, with its job file (one without `sources`) laid over it."""
+    if source.is_symlink():  # a certificate is about the kernel's own bytes, never a link's target
+        raise ConfigError(str(source), "", "a symbolic link", "a regular file in the kernels folder")
+    derived = header.derive_job(source, _label(source, root))
+    blame = source
+    if override is not None:
+        blame, raw = override
+        derived = header.merge(derived, raw, _label(blame, root), blame)
+    return _job(derived.document, blame, root, nodes, check_dependencies, derived.provenance)
+
+
+def _job(
+    raw: Any, file: Path, root: Path, nodes: dict[str, NodeSpec], check_dependencies: bool, provenance: Provenance
+) -> Job:
     errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
     try:
         spec: JobSpec = _validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
@@ -419,7 +455,13 @@ def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec], *, check_depend
     if errors:
         raise ConfigErrors(errors)
     ordered = dict(sorted(files.items()))
-    return Job(spec=spec, file=file, files=ordered, file_sha256={rel: _sha256(p) for rel, p in ordered.items()})
+    return Job(
+        spec=spec,
+        file=file,
+        files=ordered,
+        file_sha256={rel: _sha256(p) for rel, p in ordered.items()},
+        provenance=provenance,
+    )
 
 
 # a path inside the project, in plain words: no "..", no leading "/", no odd characters
@@ -455,6 +497,110 @@ def found_files(entry: str, root: Path) -> list[tuple[str, Path]]:
     return [(entry, path)]
 
 
+def _load_jobs(
+    spec: FarmSpec, project: Path, job_files: list[Path], kernels: list[Path], check_dependencies: bool
+) -> tuple[dict[str, Job], list[ConfigError]]:
+    """Every kernel's job, and every error found on the way.
+
+    A job file that lists `sources` is a whole job, as it always was, and no
+    header is read. A kernel source no job file lists gets the job its header
+    describes (header.py), with the job file of its name, one without
+    `sources`, laid over it field by field."""
+    errors: list[ConfigError] = []
+    raws: dict[Path, Any] = {}
+    for job_file in job_files:
+        try:
+            raws[job_file] = read_yaml(job_file, "a job file")
+        except ConfigError as one:
+            errors.append(one)
+    makers: list[tuple[Path, Callable[[], Job]]] = []
+    overrides: dict[str, tuple[Path, dict[str, Any]]] = {}
+    whole: dict[str, Path] = {}
+    for job_file, raw in raws.items():
+        if isinstance(raw, dict) and "sources" not in raw and job_file.stem not in overrides:
+            overrides[job_file.stem] = (job_file, raw)
+            continue
+        whole.setdefault(job_file.stem, job_file)
+        provenance = header.file_provenance(raw, _label(job_file, project))
+        makers.append(
+            (job_file, functools.partial(_job, raw, job_file, project, spec.nodes, check_dependencies, provenance))
+        )
+    listed = [entry for raw in raws.values() for entry in _listed(raw)]
+    for source in kernels:
+        rel = _label(source, project)
+        override = overrides.pop(source.stem, None)
+        if override is None and any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in listed):
+            continue  # a file of a job file's kernel
+        if override is None and source.stem in whole:
+            errors.append(
+                ConfigError(
+                    str(source),
+                    "",
+                    f"a kernel no job file lists, whose name {whole[source.stem]} already takes",
+                    "it listed under that job's sources or headers, or another file name",
+                )
+            )
+            continue
+        makers.append(
+            (source, functools.partial(_derived_job, source, override, project, spec.nodes, check_dependencies))
+        )
+    for stem, (job_file, _) in overrides.items():
+        errors.append(
+            ConfigError(
+                str(job_file),
+                "sources",
+                f"nothing, and no {spec.kernels}/{stem}.cu whose header gives the rest of the job",
+                f"the kernel's translation units (a whole job), or {spec.kernels}/{stem}.cu with a Build: line",
+            )
+        )
+    jobs: dict[str, Job] = {}
+    for job_file, make in makers:
+        try:
+            job = make()
+        except ConfigErrors as many:
+            errors.extend(many.errors)
+            continue
+        except ConfigError as one:
+            errors.append(one)
+            continue
+        if job.kernel in jobs:
+            errors.append(
+                ConfigError(
+                    str(job_file),
+                    "kernel",
+                    repr(job.kernel),
+                    f"a kernel name not already used by {jobs[job.kernel].file}",
+                )
+            )
+        jobs[job.kernel] = job
+    return jobs, errors
+
+
+def _kernel_sources(file: Path, spec: FarmSpec, project: Path) -> list[Path]:
+    """The kernels/*.cu files (farm.yaml's `kernels`), each a job unless a job file lists it."""
+    folder = (file.parent / spec.kernels).resolve()
+    if not folder.is_dir():
+        if "kernels" in spec.model_fields_set:
+            raise ConfigError(str(file), "kernels", f"{spec.kernels!r}, which is not a folder", "the kernels' folder")
+        return []
+    if not folder.is_relative_to(project):
+        raise ConfigError(
+            str(file),
+            "kernels",
+            f"{spec.kernels!r}, outside {project}",
+            f"a folder inside {project}, the folder that holds the jobs (sources are relative to it)",
+        )
+    return sorted(p for p in folder.glob("*.cu") if p.is_file() or p.is_symlink())
+
+
+def _listed(raw: Any) -> list[str]:
+    """What a job file lists under sources and headers, as written (read before validation)."""
+    if not isinstance(raw, dict):
+        return []
+    entries = [raw.get("sources"), raw.get("headers")]
+    return [e for listed in entries if isinstance(listed, list) for e in listed if isinstance(e, str)]
+
+
 def _resolve_database(url: str, root: Path) -> str:
     # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us.
     prefix = "sqlite:///"
@@ -481,39 +627,34 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
         raise ConfigErrors(errors)
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
-    if not jobs_dir.is_dir():
-        raise ConfigError(
+    project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
+    kernels = _kernel_sources(file, spec, project)
+    # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job
+    job_files: list[Path] = []
+    if jobs_dir.is_dir():
+        job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
+        no_jobs = ConfigError(
             str(file),
             "jobs",
-            f"{spec.jobs!r}, which is not a folder",
-            "a folder of job files (one YAML per kernel)",
+            f"no *.yaml files in {jobs_dir}",
+            f"one job file per kernel, or kernels in {spec.kernels}/ whose headers have Build: lines",
         )
-    job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
-    if not job_files:
-        raise ConfigError(str(file), "jobs", f"no *.yaml files in {jobs_dir}", "one job file per kernel")
-    jobs: dict[str, Job] = {}
-    errors = []
-    for job_file in job_files:
-        try:
-            # sources are relative to the project folder that holds jobs/ (and kernels/)
-            job = load_job(job_file, jobs_dir.parent, spec.nodes, check_dependencies=check_dependencies)
-        except ConfigErrors as many:
-            errors.extend(many.errors)
-            continue
-        except ConfigError as one:
-            errors.append(one)
-            continue
-        if job.kernel in jobs:
-            errors.append(
-                ConfigError(
-                    str(job_file),
-                    "kernel",
-                    repr(job.kernel),
-                    f"a kernel name not already used by {jobs[job.kernel].file}",
-                )
-            )
-        jobs[job.kernel] = job
+    else:
+        no_jobs = ConfigError(
+            str(file), "jobs", f"{spec.jobs!r}, which is not a folder", "a folder of job files (one YAML per kernel)"
+        )
+        if "jobs" in spec.model_fields_set or not kernels:
+            raise no_jobs
+    if not job_files and not kernels:
+        raise no_jobs
+    jobs, errors = _load_jobs(spec, project, job_files, kernels, check_dependencies)
+    if not jobs and not job_files and all(e.key == "Build" for e in errors):
+        errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
     if errors:
         raise ConfigErrors(errors)
     url = _resolve_database(database or spec.database, root)
+    # a node with several toolchains is several columns, each planned, probed and stored as a node
+    columns = {col: one for name, node in spec.nodes.items() for col, one in node.columns(name).items()}
+    if columns.keys() != spec.nodes.keys():
+        spec = spec.model_copy(update={"nodes": columns})
     return Farm(file=file, spec=spec, jobs=jobs, database_url=url)

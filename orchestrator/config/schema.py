@@ -12,7 +12,17 @@ import string
 from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.config.capability import CapabilityContract, ComputeCapability
 from orchestrator.outcomes import Outcome
@@ -114,9 +124,12 @@ class KnownFailureSpec(_Strict):
     @field_validator("outcome")
     @classmethod
     def _not_a_good_outcome(cls, value: Outcome) -> Outcome:
-        if value in (Outcome.PASS, Outcome.KNOWN_FAILURE, Outcome.FIXED, Outcome.NOT_RUN):
+        if value in (Outcome.PASS, Outcome.KNOWN_FAILURE, Outcome.FIXED, Outcome.NOT_RUN, Outcome.PERF_REGRESSION):
             raise ValueError(f"{value} cannot be declared as a known failure")
         return value
+
+
+SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
 
 
 class VariantSpec(_Strict):
@@ -128,6 +141,62 @@ class VariantSpec(_Strict):
     timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""
+    # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (stages.py)
+    sanitize: list[SanitizerTool] = []
+
+    @field_validator("sanitize")
+    @classmethod
+    def _each_tool_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each tool once, e.g. [memcheck, racecheck]")
+        return value
+
+
+MetricName = Annotated[str, AfterValidator(_check_name)]
+
+
+class MetricSpec(_Strict):
+    """A figure of speed (metrics.py): the first group of `regex` on the kernel's
+    stdout, or, without a regex, the kernel's own seconds on the node. A value
+    worse than the cell's median of its last 5 by more than `tolerance` (a
+    fraction: 0.1 is 10 %) makes a passing cell perf-regression."""
+
+    regex: str | None = None
+    unit: str = Field(min_length=1, max_length=32)
+    better: Literal["higher", "lower"]
+    tolerance: Annotated[float, Strict(), Field(gt=0, le=10, allow_inf_nan=False)] = 0.1
+
+    @field_validator("regex")
+    @classmethod
+    def _one_group(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            compiled = compile_marker(value)
+        except ValueError as err:
+            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
+        if compiled.groups != 1:
+            raise ValueError(
+                f"a regular expression with exactly one capture group, the number (it has {compiled.groups})"
+            )
+        if compiled.search(b"") is not None:
+            raise ValueError("a regular expression that does not match an empty line")
+        return value
+
+    @field_validator("unit")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("a unit of printable characters, e.g. GFLOP/s or s")
+        return value
+
+    @field_validator("better")
+    @classmethod
+    def _seconds_are_lower_better(cls, value: str, info: ValidationInfo) -> str:
+        # `regex` is validated first (declared first); absent, the metric is the kernel's seconds
+        if "regex" in info.data and info.data["regex"] is None and value != "lower":
+            raise ValueError("lower: a metric without a regex is the kernel's own seconds")
+        return value
 
 
 class JobSpec(_Strict):
@@ -140,7 +209,9 @@ class JobSpec(_Strict):
     refusal_marker: str
     timeout: Seconds = 120.0
     build_timeout: Seconds = 900.0
+    sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
     variants: dict[str, VariantSpec] = Field(min_length=1)
+    metrics: dict[MetricName, MetricSpec] = Field(default={}, max_length=16)  # name -> figure of speed
 
     @field_validator("kernel")
     @classmethod
@@ -162,6 +233,24 @@ class JobSpec(_Strict):
         return value
 
 
+class PypiToolchain(_Strict):
+    """A CUDA toolkit the farm installs itself into the node's cache, from NVIDIA's
+    wheels on PyPI (run/toolchain.py): no admin rights needed on the node."""
+
+    pypi: str
+
+    @field_validator("pypi")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{1,3}\.\d{1,3}\.\d{1,6}", value):
+            raise ValueError('the full version of NVIDIA\'s nvcc wheel, e.g. "13.5.37"')
+        return value
+
+
+ToolchainName = Annotated[str, AfterValidator(_check_name)]
+TOOLCHAIN_SEP = "+"  # a (node, toolchain) column's name: "h200+cuda-13.5"
+
+
 SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "slurm_options")
 
 
@@ -178,7 +267,12 @@ class NodeSpec(_Strict):
     gpu: str | None = None  # declared; the probe's reading wins
     cc: CCText | None = None
     nvcc: str = "nvcc"
+    # several CUDA toolkits, each its own column (NODE+NAME): name -> nvcc's path on the node, or
+    # {pypi: VERSION}; instead of `nvcc`
+    toolchains: dict[ToolchainName, str | PypiToolchain] = Field(default={}, max_length=16)
+    toolchain: str | None = None  # set by the farm on each column of `toolchains`, never in farm.yaml
     cuobjdump: str | None = None  # default: "cuobjdump" on the node, the farm's own locally
+    compute_sanitizer: str | None = None  # default: on the node's PATH, else beside its nvcc
     dependencies: dict[str, str] = {}  # dependency name -> path on the node (not shipped)
     workdir: str = ".cache/farm"  # relative paths are under the login's home
     env: dict[str, str] = {}
@@ -227,6 +321,32 @@ class NodeSpec(_Strict):
         return value
 
     @model_validator(mode="after")
+    def _one_compiler(self) -> NodeSpec:
+        if "toolchain" in self.model_fields_set:
+            raise ValueError("`toolchain` is the farm's own (each column of `toolchains` gets it); use `toolchains`")
+        if self.toolchains and "nvcc" in self.model_fields_set:
+            raise ValueError("either `nvcc` or `toolchains` (each toolchain names its own nvcc), not both")
+        return self
+
+    @property
+    def pypi_toolchain(self) -> str | None:
+        """The wheel version of this column's toolchain, where the farm installs it."""
+        chosen = self.toolchains.get(self.toolchain or "")
+        return chosen.pypi if isinstance(chosen, PypiToolchain) else None
+
+    def columns(self, name: str) -> dict[str, NodeSpec]:
+        """This node as the matrix's columns: itself, or one per toolchain (NODE+NAME),
+        each with that toolchain's nvcc (a PyPI one's is found once it is shipped)."""
+        if not self.toolchains:
+            return {name: self}
+        return {
+            f"{name}{TOOLCHAIN_SEP}{tc}": self.model_copy(
+                update={"toolchain": tc, "toolchains": {tc: value}, "nvcc": value if isinstance(value, str) else "nvcc"}
+            )
+            for tc, value in self.toolchains.items()
+        }
+
+    @model_validator(mode="after")
     def _ssh_needs_host(self) -> NodeSpec:
         if self.transport == "ssh" and not self.host:
             raise ValueError("an ssh node needs `host`")
@@ -255,6 +375,7 @@ class FarmSpec(_Strict):
     database: str = "sqlite:///results.db"
     reports: str = "reports"
     jobs: str = "jobs"
+    kernels: str = "kernels"  # a *.cu here that no job file lists gets its job from its header (header.py)
     # where each run's journal goes (relative to farm.yaml); default beside the database. On another
     # disk, it keeps what a full disk under the database could not take.
     journal: str | None = None

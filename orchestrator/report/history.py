@@ -13,7 +13,10 @@ A cell is a (kernel, variant, node, card model). Against its latest earlier *ver
     unchanged       the same outcome
     infra           no verdict this run (the node failed)
 
-A morning reader needs the first six; `unchanged` cells are not listed.
+A morning reader needs the first six; `unchanged` cells are not listed. A
+perf-regression is not as expected, so a cell that passed before and is slower
+now is a regression here; its figures, and instruction counts that moved since
+the cell's previous result of the same inputs (sass_moves), are listed beside.
 """
 
 from __future__ import annotations
@@ -89,3 +92,52 @@ def changes(
             change = "unchanged" if prev == outcome else "changed"
         result[key] = Change(key, change, outcome, prev, prev_run, flips)
     return result
+
+
+# results that carry no inspected binary: a cell's counts are compared with its last result that has one
+NO_BINARY = frozenset({"infra-error", "not-run", "build-fail"})
+
+
+def built_before(prior: list[tuple[int, str, int]]) -> tuple[int, str, int] | None:
+    """The latest of a cell's earlier results (oldest first) that built a binary."""
+    return next((e for e in reversed(prior) if e[1] not in NO_BINARY), None)
+
+
+@dataclass(frozen=True)
+class SassMove:
+    """Instruction counts of a cell that moved since its previous result of the
+    same inputs (the toolchain or the build flags changed the machine code)."""
+
+    key: CellKey
+    result_id: int
+    previous_run: int
+    moves: tuple[tuple[str, int, int], ...]  # (instruction, before, now)
+
+    @property
+    def words(self) -> str:
+        return ", ".join(f"{name} {before} → {now}" for name, before, now in self.moves)
+
+
+def sass_moves(
+    current: Iterable[tuple[CellKey, int]],
+    previous: dict[int, list[tuple[int, str, int]]],
+    counts: dict[int, tuple[str | None, dict[str, int]]],
+) -> list[SassMove]:
+    """current: (cell, result id) of the run; previous: result id -> its cell's
+    earlier results [(run, outcome, result id)], oldest first; counts: result id
+    -> (identity, instruction -> count). Each cell is compared with its latest
+    earlier result that built a binary, when both were inspected and both have
+    the same, known inputs identity; only instructions counted in both count."""
+    found = []
+    for key, result_id in current:
+        before = built_before(previous.get(result_id, []))
+        if before is None or result_id not in counts or before[2] not in counts:
+            continue
+        identity, now = counts[result_id]
+        was_identity, was = counts[before[2]]
+        if identity is None or identity != was_identity:
+            continue
+        moved = tuple((name, was[name], now[name]) for name in sorted(now) if name in was and was[name] != now[name])
+        if moved:
+            found.append(SassMove(key, result_id, before[0], moved))
+    return found

@@ -24,6 +24,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.report import history, ledger
+from orchestrator.report.trends import Point, Series
 from orchestrator.store.database import Store
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
@@ -119,6 +120,12 @@ class ReportModel:
     stale_after_days: float = 30.0
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
+    # under "what changed": the run's metric values that regressed or found no value (light rows
+    # of metric_values), and instruction counts that moved against the cell's previous result
+    speed: list[Any] = field(default_factory=list)
+    sass_moves: list[history.SassMove] = field(default_factory=list)
+    # kernel -> metric -> each cell's values over the report's runs (the kernel pages' trends)
+    trends: dict[str, dict[str, list[Series]]] = field(default_factory=dict)
 
     @functools.cached_property
     def several(self) -> set[str]:
@@ -260,6 +267,11 @@ def collect(
         if r.id in previous
     }
     changes = history.changes(current, earlier)
+    before = {r.id: found for r in light if (found := history.built_before(previous.get(r.id, []))) is not None}
+    counts = store.sass_counts([r.id for r in light] + [e[2] for e in before.values()])
+    sass = history.sass_moves([((r.kernel, r.variant, r.node, r.device), r.id) for r in light], previous, counts)
+    # the kernel pages' trends, over the runs of their history grids
+    trend_rows = store.metric_trends(run_ids[:GRID_RUNS])
 
     node_history: dict[str, list[NodeSnapshotRow]] = defaultdict(list)
     for snap in store.snapshots_of(run_ids):
@@ -365,7 +377,7 @@ def collect(
     counts = {"good": 0, "bad": 0, "infra": 0}
     for row in light:
         counts[category(row.outcome)] += 1
-    return ReportModel(
+    model = ReportModel(
         run=run,
         runs=runs,
         results=results,
@@ -382,7 +394,31 @@ def collect(
         standing=standing,
         stale_after_days=stale_after,
         previous=previous,
+        speed=[m for m in store.metric_values(run_id=run.id) if m.regressed or m.value is None],
+        sass_moves=sass,
     )
+    model.trends = trend_series(trend_rows, model.several)
+    return model
+
+
+def trend_series(rows: list[Any], several: set[str]) -> dict[str, dict[str, list[Series]]]:
+    """kernel -> metric -> one Series per cell, by cell label; `rows` are Store.TREND's.
+    Unpacked as tuples and sorted per cell: a big farm's window holds 10^5 values."""
+    points: dict[tuple, list[tuple]] = defaultdict(list)
+    for result_id, run_id, kernel, variant, node, device, name, value, unit, better, baseline, regressed in rows:
+        cell = (kernel, name, variant, node, device)
+        points[cell].append((result_id, run_id, value, unit, better, baseline, regressed))
+    found: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    for (kernel, name, variant, node, device), values in points.items():
+        values.sort()
+        label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
+        shown = tuple(Point(run, res, value, bool(bad), base) for res, run, value, _u, _b, base, bad in values)
+        unit, better = values[-1][3], values[-1][4]  # the newest result's
+        found[kernel][name].append(Series(name, label, unit, better, shown))
+    return {
+        kernel: {name: sorted(series, key=lambda s: s.cell) for name, series in sorted(by_name.items())}
+        for kernel, by_name in found.items()
+    }
 
 
 def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any]:

@@ -41,16 +41,17 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
+from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
-from orchestrator.report import history
+from orchestrator.report import history, trends
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.store.database import Store
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
 # what decides a page's bytes besides the database: a change to any of these renders every page again
-PAGE_SOURCES = ("site.py", "model.py", "history.py", "../outcomes.py")
+PAGE_SOURCES = ("site.py", "model.py", "history.py", "trends.py", "../outcomes.py", "../metrics.py")
 
 
 def _env() -> Environment:
@@ -63,7 +64,11 @@ def _env() -> Environment:
     )
     env.filters["when"] = _when
     env.filters["age"] = _age
+    env.filters["number"] = metrics.number
+    env.filters["percent"] = metrics.percent
     env.globals["category"] = category
+    env.globals["trend_svg"] = trends.svg
+    env.globals["regression_words"] = metrics.regression_words
     return env
 
 
@@ -209,11 +214,17 @@ def _e(value: Any) -> str:
 
 
 def cell_body(
-    r: Any, started: datetime, prior: list[tuple[int, str, int]], snapshot: Any, change: history.Change | None = None
+    r: Any,
+    started: datetime,
+    prior: list[tuple[int, str, int]],
+    snapshot: Any,
+    change: history.Change | None = None,
+    measured: Iterable[Any] = (),
 ) -> str:
     """A cell page's body: result `r` (a row of every column) of a run started at
     `started`, after its cell's earlier results `prior` (oldest first), on the node
-    as `snapshot` found it; `change` is r against `prior`, worked out when not given.
+    as `snapshot` found it; `change` is r against `prior`, worked out when not given;
+    `measured` its metric values (metric_values rows).
 
     Written here rather than as a template: a run writes a page per cell (thousands),
     and Jinja2 spends about a microsecond on each of a page's ~150 lookups, filter
@@ -325,6 +336,8 @@ def cell_body(
     if r.last_stderr_line:
         out.append(f"<dt>last stderr line</dt><dd>{_e(r.last_stderr_line)}</dd>\n")
     out.append("</dl>\n")
+    out.append(_speed_table(list(measured)))
+    out.append(_sanitizer_table(r.sanitizer or []))
     cuts = r.output_cuts or {}
     for name, data, size, sha in (
         ("stdout", r.stdout, r.stdout_size, r.stdout_sha256),
@@ -341,6 +354,52 @@ def cell_body(
             )
         out.append(f'<pre id="{name}">{_e(_text(data))}</pre>\n')
     out.append(f'<h2>Build log</h2>\n<pre id="build-log">{_e(_text(r.build_log))}</pre>\n')
+    return "".join(out)
+
+
+def _sanitizer_table(reports: list[dict[str, Any]]) -> str:
+    """A cell page's compute-sanitizer runs: each tool, its count, and its first findings."""
+    if not reports:
+        return ""
+    out = [
+        '<h3>compute-sanitizer</h3>\n<table id="sanitizer"><tr><th>tool</th><th>errors</th>'
+        "<th>exit code</th><th>first findings</th></tr>\n"
+    ]
+    for one in reports:
+        errors = "timed out" if one.get("timed_out") else one.get("errors")
+        flag = ' class="flag"' if one.get("timed_out") or one.get("errors") or one.get("exit_code") else ""
+        out.append(
+            f'<tr data-tool="{_e(one.get("tool"))}"><td>{_e(one.get("tool"))}</td><td{flag}>{_e(errors)}</td>'
+            f"<td>{_e(one.get('exit_code'))}</td><td><pre>{_e(one.get('findings') or '–')}</pre></td></tr>\n"
+        )
+    out.append("</table>\n")
+    return "".join(out)
+
+
+def _speed_table(measured: list[Any]) -> str:
+    """A cell page's metrics: each value, the median it was judged against, and how it was read."""
+    if not measured:
+        return ""
+    out = [
+        '<h3>Speed</h3>\n<table id="metrics"><tr><th>metric</th><th>value</th>'
+        f"<th>median of the {metrics.BASELINE} before</th><th>verdict</th><th>read</th></tr>\n"
+    ]
+    for m in measured:
+        value = f"{metrics.number(m.value)} {m.unit}" if m.value is not None else "no value"
+        median = metrics.number(m.baseline) if m.baseline is not None else "–"
+        if m.value is None:
+            verdict = "–"
+        elif m.regressed:
+            verdict = f"perf-regression ({m.better} is better; tolerance {metrics.percent(m.tolerance)})"
+        elif m.baseline is None:
+            verdict = f"no verdict (fewer than {metrics.BASELINE} earlier values)"
+        else:
+            verdict = f"within {metrics.percent(m.tolerance)}"
+        out.append(
+            f'<tr data-metric="{_e(m.name)}"><td>{_e(m.name)}</td><td>{_e(value)}</td><td>{_e(median)}</td>'
+            f"<td>{_e(verdict)}</td><td>{_e(m.note)}</td></tr>\n"
+        )
+    out.append("</table>\n")
     return "".join(out)
 
 
@@ -376,13 +435,17 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
     for batch in _batches(todo):
         rows = store.result_rows(batch)
         snapshots = store.snapshot_rows([r.snapshot_id for r in rows if r.snapshot_id is not None])
+        measured: dict[int, list[Any]] = {}
+        for m in store.metric_values(result_ids=batch):
+            measured.setdefault(m.result_id, []).append(m)
         for r in rows:
             title = (
                 f"farm: {r.kernel}:{r.variant}@{r.node}" + (f" [{r.device}]" if r.device else "") + f" (result {r.id})"
             )
             # the run's own cells were compared in the model already (its "what changed")
             change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
-            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshots.get(r.snapshot_id), change)
+            snapshot = snapshots.get(r.snapshot_id)
+            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, measured.get(r.id, []))
             _write(
                 out_dir / "cells" / f"{int(r.id)}.html",
                 chrome.page(stamps[r.id], title, body),
@@ -491,7 +554,13 @@ def render(
     for entry in model.ledgers:
         _write(
             out_dir / "kernels" / f"{page_name(entry.kernel)}.html",
-            kernel_page.render(run=run, entry=entry, grid=_grid(model, entry.kernel, grid_runs), runs=grid_runs),
+            kernel_page.render(
+                run=run,
+                entry=entry,
+                grid=_grid(model, entry.kernel, grid_runs),
+                runs=grid_runs,
+                trends=model.trends.get(entry.kernel, {}),
+            ),
         )
 
     node_page = env.get_template("node.html.j2")

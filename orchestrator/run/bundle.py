@@ -17,17 +17,20 @@ the staging stage says so.
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import tarfile
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm import Job
+from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import InfraError, NodeUnusable
+from orchestrator.run import toolchain
 from orchestrator.transport import Transport
 
 STAGE_TIMEOUT = 600.0
@@ -62,11 +65,11 @@ class Bundle:
             tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar,
         ):
             for arcname, path in self.files:
-                data = path.read_bytes()
-                info = tarfile.TarInfo(arcname)
-                info.size = len(data)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
+                with path.open("rb") as handle:  # a toolchain's libraries are 100 MB each: streamed
+                    info = tarfile.TarInfo(arcname)
+                    info.size = os.fstat(handle.fileno()).st_size
+                    info.mode = 0o755 if os.access(path, os.X_OK) else 0o644  # a toolchain's nvcc must run
+                    tar.addfile(info, handle)
         os.replace(tmp, target)
         return target
 
@@ -93,6 +96,7 @@ class Staging:
     bundles: dict[str, Bundle] = field(default_factory=dict)  # digest -> bundle, to ship it again
     shipped: int = 0  # bytes sent
     notes: dict[str, str] = field(default_factory=dict)  # digest -> what was found altered and shipped again
+    toolchain: Placed | None = None  # the column's CUDA toolkit, where the farm installs it
 
 
 def remote_dir(workdir: str, bundle: Bundle) -> str:
@@ -109,39 +113,55 @@ def node_digest(transport: Transport, folder: str) -> str:
 def ensure(transport: Transport, workdir: str, bundle: Bundle, cache_dir: Path) -> tuple[int, str]:
     """Make the bundle present and intact on the node. Returns the bytes shipped
     (0 when the node held it intact) and a note when a copy there was altered."""
-    final = remote_dir(workdir, bundle)
-    found = node_digest(transport, final)
-    if found == bundle.digest:
-        return 0, ""
-    note = (
+    found = node_digest(transport, remote_dir(workdir, bundle))
+    transport.run(f"mkdir -p {shlex.quote(workdir + '/incoming')}", timeout=STAGE_TIMEOUT)
+    return ship(transport, workdir, [(bundle, found)], cache_dir)
+
+
+def altered_note(bundle: Bundle, found: str) -> str:
+    if not found or found == bundle.digest:
+        return ""
+    return (
         f"{bundle.name}: the copy on the node was altered (digest {found[:12]}, expected "
         f"{bundle.digest[:12]}): shipped again"
-        if found
-        else ""
     )
-    archive = bundle.archive(cache_dir)
-    incoming = f"{workdir}/incoming"
-    transport.run(f"mkdir -p {shlex.quote(incoming)}", timeout=STAGE_TIMEOUT)
-    remote_archive = f"{incoming}/{bundle.digest}.tar.gz"
-    transport.put(archive, remote_archive)
-    tmp = shlex.quote(final + ".part.") + "$$"
-    quoted = shlex.quote(final)
-    digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
-    script = (
-        f"set -e; mkdir -p {tmp}; tar -xzf {shlex.quote(remote_archive)} -C {tmp}; "
-        f"rm -f {shlex.quote(remote_archive)}; "
-        f'got=$({digest_of}); if [ "$got" != {bundle.digest} ]; then rm -rf {tmp}; '
-        f'echo "extracted digest $got, expected {bundle.digest}" >&2; exit 3; fi; '
-        # another farm node naming this machine may have placed it meanwhile
-        f'if [ -e {quoted} ] && [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then rm -rf {tmp}; '
-        f"else rm -rf {quoted}; mv {tmp} {quoted}; fi"
-    )
-    result = transport.run(script, timeout=STAGE_TIMEOUT)
-    if not result.ok:
-        raise StagingFailed(
-            f"extracting {bundle.name} on {transport.name} failed: {(result.stderr or result.stdout).strip()[-500:]}"
+
+
+def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], cache_dir: Path) -> tuple[int, str]:
+    """Ship the bundles whose found digest (as the node computed it; "" when missing)
+    is not theirs: each archive to WORKDIR/incoming (which must exist), then one
+    script extracts, verifies and renames every one into place. Returns the bytes
+    shipped and the notes on altered copies."""
+    missing = [(b, found) for b, found in bundles if found != b.digest]
+    if not missing:
+        return 0, ""
+    shipped = 0
+    scripts = []
+    for bundle, _ in missing:
+        archive = bundle.archive(cache_dir)
+        remote_archive = f"{workdir}/incoming/{bundle.digest}.tar.gz"
+        transport.put(archive, remote_archive)
+        shipped += archive.stat().st_size
+        final = remote_dir(workdir, bundle)
+        tmp = shlex.quote(final + ".part.") + "$$"
+        quoted = shlex.quote(final)
+        digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
+        scripts.append(
+            f"mkdir -p {tmp}; tar -xzf {shlex.quote(remote_archive)} -C {tmp}; "
+            f"rm -f {shlex.quote(remote_archive)}; "
+            f'got=$({digest_of}); if [ "$got" != {bundle.digest} ]; then rm -rf {tmp}; '
+            f'echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; exit 3; fi; '
+            # another farm node naming this machine may have placed it meanwhile
+            f'if [ -e {quoted} ] && [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then '
+            f"rm -rf {tmp}; else rm -rf {quoted}; mv {tmp} {quoted}; fi"
         )
-    return archive.stat().st_size, note
+    result = transport.run("set -e; " + "; ".join(scripts), timeout=STAGE_TIMEOUT)
+    if not result.ok:
+        names = ", ".join(b.name for b, _ in missing)
+        raise StagingFailed(
+            f"extracting {names} on {transport.name} failed: {(result.stderr or result.stdout).strip()[-500:]}"
+        )
+    return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
 
 
 class StagingFailed(InfraError):
@@ -152,39 +172,88 @@ def sources_bundle(job: Job) -> Bundle:
     return Bundle.of_files(f"sources of {job.kernel}", dict(job.files), dict(job.file_sha256))
 
 
-def stage_jobs(transport: Transport, workdir: str, jobs: list[Job], cache_dir: Path) -> Staging:
-    """Ship what these jobs need to the node: each job's sources and headers,
-    and each dependency once (or verify the node's own copy, named in farm.yaml)."""
-    node = transport.node
-    staging = Staging()
-    for job in jobs:
-        sources = sources_bundle(job)
-        shipped, note = ensure(transport, workdir, sources, cache_dir)
-        staging.shipped += shipped
-        if note:
-            staging.notes[sources.digest] = note
-        staging.sources[job.kernel] = Placed(remote_dir(workdir, sources), sources.digest)
-        staging.bundles[sources.digest] = sources
-        for dep in job.spec.dependencies:
-            if dep in staging.dependencies:
-                continue
+@dataclass(frozen=True)
+class Needs:
+    """What a node's cells need there: each job's sources bundle, and each
+    dependency either shipped (a bundle) or the node's own folder (farm.yaml)."""
+
+    sources: dict[str, Bundle]  # kernel -> its sources and headers
+    shipped: dict[str, Bundle]  # dependency -> the bundle of this machine's copy
+    own: dict[str, str]  # dependency -> the node's own folder
+    toolchain: Bundle | None = None  # a CUDA toolkit from PyPI's wheels (toolchain.py), for this column
+
+    @property
+    def bundles(self) -> list[Bundle]:
+        return [*self.sources.values(), *self.shipped.values(), *([self.toolchain] if self.toolchain else [])]
+
+    @property
+    def folders(self) -> list[str]:
+        """The node folders whose digests staging needs (bundles relative to the work folder)."""
+        bundles = self.bundles
+        return [*dict.fromkeys(f"bundles/{b.digest}" for b in bundles), *self.own.values()]
+
+
+class Bundles:
+    """Bundles built once per run, whichever node asks first: hashing CUTLASS's
+    thousands of headers once, not once per node. Thread-safe."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[str, Bundle] = {}
+        self.cache_dir = cache_dir  # where toolchains are downloaded and unpacked
+
+    def _get(self, key: str, make: Callable[[], Bundle]) -> Bundle:
+        with self._lock:
+            if key not in self._made:
+                self._made[key] = make()
+            return self._made[key]
+
+    def needs(self, jobs: list[Job], node: NodeSpec) -> Needs:
+        sources = {job.kernel: self._get(f"job:{job.file}", lambda job=job: sources_bundle(job)) for job in jobs}
+        shipped: dict[str, Bundle] = {}
+        own: dict[str, str] = {}
+        for dep in dict.fromkeys(d for job in jobs for d in job.spec.dependencies):
             if dep in node.dependencies:
-                own = node.dependencies[dep]
-                digest = node_digest(transport, own)
-                if not digest:
-                    raise NodeUnusable(f"node {transport.name!r}: its {dep} folder {own!r} (farm.yaml) is missing")
-                staging.dependencies[dep] = Placed(own, digest, None, own)
+                own[dep] = node.dependencies[dep]
                 continue
             folder = dependencies.local_path(dep)
             if folder is None:  # checked at load; a user may have uninstalled it since
                 raise InfraError(f"dependency {dep!r} is not installed: {dependencies.install_hint(dep)}")
-            dep_bundle = Bundle.of_folder(f"dependency {dep}", folder)
-            shipped, note = ensure(transport, workdir, dep_bundle, cache_dir)
-            staging.shipped += shipped
-            if note:
-                staging.notes[dep_bundle.digest] = note
-            staging.dependencies[dep] = Placed(
-                remote_dir(workdir, dep_bundle), dep_bundle.digest, dependencies.local_version(dep)
+            shipped[dep] = self._get(
+                f"dep:{dep}", lambda dep=dep, folder=folder: Bundle.of_folder(f"dependency {dep}", folder)
             )
-            staging.bundles[dep_bundle.digest] = dep_bundle
+        version = node.pypi_toolchain
+        kit = self._get(f"toolchain:{version}", lambda: self._toolchain(version)) if version else None
+        return Needs(sources, shipped, own, kit)
+
+    def _toolchain(self, version: str) -> Bundle:
+        tree = toolchain.prepare(version, self.cache_dir)
+        files, sums = toolchain.files_and_sums(tree)
+        return Bundle.of_files(f"CUDA {version} from PyPI", files, sums)
+
+
+def stage(transport: Transport, workdir: str, needs: Needs, found: dict[str, str], cache_dir: Path) -> Staging:
+    """Ship what the node lacks of `needs`, given the digests the probe found there
+    (`found`: folder -> digest, as Needs.folders names them), in one trip for all."""
+    staging = Staging()
+    for dep, own in needs.own.items():
+        digest = found.get(own, "")
+        if not digest:
+            raise NodeUnusable(f"node {transport.name!r}: its {dep} folder {own!r} (farm.yaml) is missing")
+        staging.dependencies[dep] = Placed(own, digest, None, own)
+    unique = list({b.digest: b for b in needs.bundles}.values())
+    staging.shipped, _ = ship(
+        transport, workdir, [(b, found.get(f"bundles/{b.digest}", "")) for b in unique], cache_dir
+    )
+    for bundle in unique:
+        note = altered_note(bundle, found.get(f"bundles/{bundle.digest}", ""))
+        if note:
+            staging.notes[bundle.digest] = note
+        staging.bundles[bundle.digest] = bundle
+    for kernel, bundle in needs.sources.items():
+        staging.sources[kernel] = Placed(remote_dir(workdir, bundle), bundle.digest)
+    for dep, bundle in needs.shipped.items():
+        staging.dependencies[dep] = Placed(remote_dir(workdir, bundle), bundle.digest, dependencies.local_version(dep))
+    if needs.toolchain is not None:
+        staging.toolchain = Placed(remote_dir(workdir, needs.toolchain), needs.toolchain.digest)
     return staging

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import NodeSpec
 from orchestrator.transport import Transport
 
 PROBE_TIMEOUT = 60.0
+NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
 
 # Asks the CUDA driver itself (not nvidia-smi) for each device: UUID, CC, name.
@@ -95,6 +97,9 @@ class NodeSnapshot:
     gpu_indexes: frozenset[int] = frozenset()  # every index nvidia-smi listed, before `gpus:` applied
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
     flock: bool = False  # util-linux's flock is there: runs queue on the node itself (stages.GpuSlots)
+    # folder -> its digest as the node computed it ("" when missing), for the folders the probe
+    # was asked about: what staging would otherwise ask in a round trip of its own per bundle
+    folder_digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def real_gpu(self) -> bool:
@@ -134,7 +139,10 @@ def _sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def probe_command(node: NodeSpec) -> str:
+def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
+    """The probe's one script. `folders` (absolute, or relative to the work folder)
+    get their digests computed too, beside the slow parts, so staging knows what
+    the node holds without asking again; `incoming/` is made for what it ships."""
     workdir = node.workdir
     # "~" must expand on the node, so it may not be quoted.
     target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
@@ -144,9 +152,24 @@ def probe_command(node: NodeSpec) -> str:
     steps = "; ".join(
         [
             'd=$(mktemp -d 2>/dev/null || echo "/tmp/farm-probe-$$"); mkdir -p "$d"',
-            f'{{ {nvcc} --version; echo "rc=$?"; }} > "$d/nvcc" 2>&1 &',
+            # a toolchain the farm installs from PyPI is asked once it is shipped (shipped_nvcc)
+            f'{{ {nvcc} --version; echo "rc=$?"; }} > "$d/nvcc" 2>&1 &'
+            if not node.pypi_toolchain
+            else 'echo "shipped by the farm" > "$d/nvcc"',
             "echo '@@farm workdir'",
-            f"mkdir -p {target} && cd {target} && pwd",
+            f"mkdir -p {target} && cd {target} && pwd && mkdir -p incoming",
+            *(
+                [
+                    "{ "
+                    + "; ".join(
+                        f"printf '%s %s\\n' {i} \"$(cd {shlex.quote(f)} 2>/dev/null && {FOLDER_DIGEST_SH})\""
+                        for i, f in enumerate(folders)
+                    )
+                    + '; } > "$d/folders" 2>/dev/null &'
+                ]
+                if folders
+                else []
+            ),
             "echo '@@farm host'",
             "hostname; uname -sm",
             "echo '@@farm smi'",
@@ -168,6 +191,8 @@ def probe_command(node: NodeSpec) -> str:
             "wait",
             "echo '@@farm cuda'",
             'cat "$d/cuda"',
+            "echo '@@farm folders'",
+            'cat "$d/folders" 2>/dev/null',
             "echo '@@farm nvcc'",
             'cat "$d/nvcc"; rm -rf "$d"',
         ]
@@ -255,7 +280,16 @@ def cross_check(
     return gpus
 
 
-def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
+def _folder_digests(lines: list[str], folders: Sequence[str]) -> dict[str, str]:
+    found = {folder: "" for folder in folders}
+    for line in lines:
+        index, _, digest = line.strip().partition(" ")
+        if index.isdigit() and int(index) < len(folders) and re.fullmatch(r"[0-9a-f]{64}", digest):
+            found[folders[int(index)]] = digest
+    return found
+
+
+def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = ()) -> NodeSnapshot:
     sec = _sections(text)
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
@@ -265,11 +299,7 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
     every = cross_check(rows, driver_evidence, cuda, cuda_error, _proc_models(sec.get("procgpus", [])))
     usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])
-    nvcc_version = None
-    if nvcc and nvcc[-1].strip() == "rc=0":
-        match = re.search(r"\bV(\d+\.\d+\.\d+)", "\n".join(nvcc))
-        if match:
-            nvcc_version = match.group(1)
+    nvcc_version = _nvcc_version(nvcc)
     host = sec.get("host", [])
     first = usable[0] if usable else None
     driver = next((row[4] for row in rows), None)
@@ -298,9 +328,26 @@ def parse_probe(name: str, node: NodeSpec, text: str) -> NodeSnapshot:
         nvcc_output="\n".join(nvcc),
         flock=bool("".join(sec.get("flock") or []).strip()),
         gpu_indexes=frozenset(g.index for g in every),
+        folder_digests=_folder_digests(sec.get("folders", []), folders),
     )
 
 
-def probe(transport: Transport) -> NodeSnapshot:
-    result = transport.run(probe_command(transport.node), timeout=PROBE_TIMEOUT)
-    return parse_probe(transport.name, transport.node, result.stdout)
+def _nvcc_version(lines: list[str]) -> str | None:
+    """nvcc's "V13.0.88" from what `nvcc --version; echo rc=$?` printed, when it ran."""
+    if not lines or lines[-1].strip() != "rc=0":
+        return None
+    match = re.search(r"\bV(\d+\.\d+\.\d+)", "\n".join(lines))
+    return match.group(1) if match else None
+
+
+def shipped_nvcc(transport: Transport, snapshot: NodeSnapshot, tree: str) -> NodeSnapshot:
+    """The snapshot with the nvcc of a toolchain the farm shipped into `tree`."""
+    path = f"{tree}/{NVCC_IN_TREE}"
+    result = transport.run(f'{shlex.quote(path)} --version 2>&1; echo "rc=$?"', timeout=PROBE_TIMEOUT)
+    lines = result.stdout.splitlines()
+    return replace(snapshot, nvcc_path=path, nvcc_version=_nvcc_version(lines), nvcc_output=result.stdout)
+
+
+def probe(transport: Transport, folders: Sequence[str] = ()) -> NodeSnapshot:
+    result = transport.run(probe_command(transport.node, folders), timeout=PROBE_TIMEOUT)
+    return parse_probe(transport.name, transport.node, result.stdout, folders)

@@ -50,10 +50,10 @@ from orchestrator.errors import (
 )
 from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
 from orchestrator.plan import Cell, expect
-from orchestrator.run import bundle
+from orchestrator.run import bundle, toolchain
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import Gpu, NodeSnapshot, probe
+from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
 from orchestrator.run.stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
@@ -222,6 +222,10 @@ class FarmRun:
         self._stop_reason: str | None = None
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
+        # built once per run, shared by the nodes; toolchains are unpacked once per machine
+        self._bundles = bundle.Bundles(default_cache_dir().parent)
+        self._begun = threading.Event()  # the run is stored: nodes may store theirs
+        self._nodes_started: list[str] = []  # a stop before execute() has nothing to kill
 
     # stopping --------------------------------------------------------------
     @property
@@ -266,37 +270,29 @@ class FarmRun:
 
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
+        """Run the cells. The nodes start connecting and probing at once; the run is
+        written to the store meanwhile, and a node stores nothing before it is."""
         clock = time.monotonic()
-        folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
-        self.store.journal = Journal(folder, self.token)
-        run_id = self.store.begin_run(
-            token=self.token,
-            trigger=self.trigger,
-            farm_commit=farm_commit(self.farm.root),
-            farm_version=__version__,
-            host=socket.gethostname(),
-            config_file=str(self.farm.file),
-            selection=selection,
-        )
-        self.summary = RunSummary(run_id=run_id)
-        self._nodes_started: list[str] = []
-        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
-        for kernel in dict.fromkeys(c.kernel for c in cells):
-            job = self.farm.jobs[kernel]
-            for listed, path in job.files.items():
-                self.store.add_source(job.file_sha256[listed], listed, path.read_bytes())
-        self.listener.run_started(run_id, cells)
         by_node: dict[str, list[Cell]] = {}
         for cell in cells:
             by_node.setdefault(cell.node, []).append(cell)
+        self.summary = RunSummary(run_id=0)
+        self._nodes_started = list(by_node)
+        pool = ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node")
+        futures = [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]
+        try:
+            run_id = self._begin(cells, selection)
+        except BaseException:
+            self._stop.set()  # the nodes store nothing and start no cell
+            self._begun.set()
+            pool.shutdown(wait=True)
+            raise
         status = "aborted"
         exit_code: int | None = None
         try:
-            if by_node:
-                self._nodes_started = list(by_node)
-                with ThreadPoolExecutor(max_workers=len(by_node), thread_name_prefix="node") as pool:
-                    for future in [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]:
-                        future.result()
+            with pool:
+                for future in futures:
+                    future.result()
             status = "aborted" if self._stop.is_set() else "finished"
             self.summary.stopped = self.stopping
         except FarmError as err:  # the store or a node broke the run itself: the CLI exits with its code
@@ -314,10 +310,41 @@ class FarmRun:
         self.listener.run_finished(self.summary)
         return self.summary
 
+    def _begin(self, cells: list[Cell], selection: str) -> int:
+        """Store the run, its plan and its sources; then let the nodes store theirs."""
+        folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
+        self.store.journal = Journal(folder, self.token)
+        run_id = self.store.begin_run(
+            token=self.token,
+            trigger=self.trigger,
+            farm_commit=farm_commit(self.farm.root),
+            farm_version=__version__,
+            host=socket.gethostname(),
+            config_file=str(self.farm.file),
+            selection=selection,
+        )
+        self.summary.run_id = run_id
+        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
+        for kernel in dict.fromkeys(c.kernel for c in cells):
+            job = self.farm.jobs[kernel]
+            for listed, path in job.files.items():
+                self.store.add_source(job.file_sha256[listed], listed, path.read_bytes())
+        self.listener.run_started(run_id, cells)
+        self._begun.set()
+        return run_id
+
+    def _when_begun(self) -> None:
+        """Wait until the run is stored; a run that could not be stored ends the node."""
+        self._begun.wait()
+        if not self.summary.run_id:
+            raise _NotBegun
+
     # per node ------------------------------------------------------------------
     def _node_guarded(self, name: str, cells: list[Cell]) -> None:
         try:
             self._node(name, cells)
+        except _NotBegun:
+            return
         except StoreError:
             # nothing more can be stored: stop the other nodes too, at once
             threading.Thread(target=self.stop, args=("the results database failed",), daemon=True).start()
@@ -393,7 +420,8 @@ class FarmRun:
                 staging=staging,
                 devices=devices,
                 slots=slots,
-                cuobjdump=node.cuobjdump or "cuobjdump",
+                cuobjdump=node.cuobjdump
+                or (toolchain.cuobjdump_in(staging.toolchain.folder) if staging.toolchain else "cuobjdump"),
                 health=health,
                 setup=setup,
             )
@@ -408,17 +436,26 @@ class FarmRun:
     def _setup(
         self, setup: Transport, cells: list[Cell], records: list[StageRecord], partial: list[NodeSnapshot]
     ) -> Staging:
-        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`."""
+        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`.
+        The probe also reads the digests of what staging needs, so a node that holds
+        it all is staged without a round trip of its own."""
         node = setup.node
+        jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
+        needs: bundle.Needs | None = None
+        needs_error: InfraError | None = None
+        try:
+            needs = self._bundles.needs(jobs, node)
+        except InfraError as err:  # the stage stage reports it, in its own name
+            needs_error = err
         for stage in NODE_STAGES:
             started = datetime.now(UTC)
             clock = time.monotonic()
             try:
                 if stage == "probe":
                     self._open(setup)
-                    snapshot = probe(setup)
+                    snapshot = probe(setup, needs.folders if needs else ())
                     partial.append(snapshot)
-                    if snapshot.nvcc_version is None:
+                    if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
                         said = snapshot.nvcc_output.strip().splitlines()
                         error = NodeUnusable(
                             f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({' / '.join(said[-3:])[-300:]})"
@@ -433,8 +470,17 @@ class FarmRun:
                     self._check_cards(setup.name, node, snapshot)
                     detail = ""
                 else:
-                    staging = self._stage_bundles(setup, partial[0], cells)
+                    if needs is None:
+                        assert needs_error is not None
+                        raise needs_error
+                    snapshot = partial[0]
+                    staging = bundle.stage(setup, snapshot.workdir, needs, snapshot.folder_digests, self.cache_dir)
                     detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
+                    if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
+                        partial[0] = snapshot = shipped_nvcc(setup, snapshot, staging.toolchain.folder)
+                        if snapshot.nvcc_version is None:
+                            said = " / ".join(snapshot.nvcc_output.strip().splitlines()[-3:])[-300:]
+                            raise NodeUnusable(f"node {setup.name!r}: the shipped nvcc does not run ({said})")
             except InfraError as err:
                 records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
                 raise
@@ -495,10 +541,6 @@ class FarmRun:
             result.verdict = classify(result.evidence, result.expectation)
             result.ended_at = datetime.now(UTC)
             self._finish(cell, job, result, snapshot_id, None)
-
-    def _stage_bundles(self, transport: Transport, snapshot: NodeSnapshot, cells: list[Cell]) -> Staging:
-        jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
-        return bundle.stage_jobs(transport, snapshot.workdir, jobs, self.cache_dir)
 
     def _cells(self, name: str, cells: list[Cell], ctx: NodeContext) -> None:
         node = self.farm.nodes[name]
@@ -627,6 +669,9 @@ class FarmRun:
                     build_lock=ctx.build_lock(paths.build_dir),
                     marker=self._cell_marker(),
                     stopping=lambda: self.stopping,
+                    metric_baseline=lambda names: self.store.metric_baseline(
+                        cell.kernel, cell.variant, cell.node, cell.device, names
+                    ),
                 ).execute()
             if result.evidence.stopped:
                 break
@@ -668,6 +713,7 @@ class FarmRun:
     def _attempt(
         self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
     ) -> None:
+        self._when_begun()
         self.store.add_attempt(**self._attempt_fields(node, cell, attempt, status, stage, error))
 
     def _attempt_fields(
@@ -694,6 +740,7 @@ class FarmRun:
         stage_seconds: float | None,
         shipped: int,
     ) -> int:
+        self._when_begun()
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
             if probe_seconds:
@@ -728,6 +775,10 @@ class FarmRun:
                 if record.name in CELL_STAGES:
                     self.summary.stage_seconds[record.name] += record.seconds
         self.listener.cell_finished(cell, result, result_id)
+
+
+class _NotBegun(Exception):
+    """The run could not be stored: its nodes end without storing anything."""
 
 
 def run_cells(farm: Farm, store: Store, cells: Iterable[Cell], **kwargs) -> RunSummary:

@@ -41,10 +41,11 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator import metrics
 from orchestrator.classify import Evidence, Verdict, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Job
@@ -52,6 +53,7 @@ from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
+from orchestrator.run import sanitize
 from orchestrator.run.bundle import Placed
 from orchestrator.run.frames import FrameReader, emit, new_token
 from orchestrator.run.probe import Gpu, NodeSnapshot
@@ -100,6 +102,7 @@ class CellResult:
     leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
     slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
     compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
+    run_seconds: float | None = None  # the kernel's own time on the node (metrics without a regex)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ended_at: datetime | None = None
 
@@ -305,6 +308,7 @@ class CellPipeline:
         build_lock: threading.Lock | None = None,
         marker: str = "",
         stopping: Callable[[], str | None] = lambda: None,
+        metric_baseline: Callable[[list[str]], Mapping[str, list[float]]] = lambda _names: {},
     ) -> None:
         self.t = transport
         self.job = job
@@ -321,10 +325,12 @@ class CellPipeline:
         self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
         self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> ": the cell's processes carry it
         self.stopping = stopping  # why the run is being stopped (a signal), or None
+        self.metric_baseline = metric_baseline  # metric names -> the cell's earlier values (metrics.py)
         self._built_sha: str | None = None
         self._cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
         self._ahead = 0.0  # seconds of runs queued on the node before this cell's
+        self._sanitize_gpu: Gpu | None = None  # the GPU the sanitizer runs hold
 
     # one round trip per stage ---------------------------------------------
     def _round_trip(
@@ -426,7 +432,21 @@ class CellPipeline:
                 self._stage("run", self._run)
             finally:
                 self._release()
+            if self._sanitizing and ev.run_exit == 0 and ev.pass_line is not None:
+                # only a pass is worth checking again; the tools run the same copy, on a GPU of its kind
+                limit = len(self.variant.sanitize) * float(self.job.spec.sanitize_timeout + KILL_GRACE)
+                self._sanitize_gpu, self._ahead = self.gpu_slots.acquire(limit)
+                self._slot = [(self._sanitize_gpu, limit)]
+                try:
+                    self._stage("sanitize", self._sanitize)
+                finally:
+                    self._release()
         self._clean_up()
+        if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
+            out = self.result.stdout
+            ev.metrics = metrics.measure(
+                self.job.spec.metrics, out.kept, out.cut, out.size, self.result.run_seconds, self.metric_baseline
+            )
         self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
@@ -618,23 +638,9 @@ class CellPipeline:
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
-        wait = 0
-        queue_on_node = ""
-        if self.gpu_slots.on_node and gpu is not None:
-            # the GPU's lock, held by this subshell until the kernel and its leftovers are gone;
-            # the wait carries the run's marker, so a stop kills a queued run before it starts
-            # the runs ahead are bounded by their own limits; a lock held past them is another
-            # farm's or a stuck kernel's, and waiting longer would only stretch a dead node's timeout
-            wait = int(self._ahead) + QUEUE_SLACK
-            lock = q(f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock")
-            queue_on_node = (
-                f"q0=$(date +%s%N); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
-                f'{{ echo "@@farm gpu-wait-failed $q0 $(date +%s%N)"; exit 0; }}; '
-            )
+        wait, queue_on_node = self._queue_on_node(gpu)
         script = (
-            f'got=$(sha256sum < {q(copy)} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
-            f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
-            f"{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            f"{self._binary_check()}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             f'echo "@@farm ns ${{q0:-$t0}} $t0 $(date +%s%N)"; {self._reap_cell()}; echo "@@farm $rc"; }}'
         )
@@ -648,23 +654,13 @@ class CellPipeline:
                 script,
                 wait + limit + KILL_GRACE + CHANNEL_MARGIN,
                 [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
-                clean_up=True,
+                clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
                 on_output=self._release,  # the GPU is free once the kernel is gone; its output needs none
             )
         finally:
             self._release()
         elapsed = time.monotonic() - clock
-        altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)
-        if altered:
-            raise InfraError(
-                f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
-                f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
-            )
-        if re.search(r"^@@farm gpu-wait-failed", text, re.M):
-            raise InfraError(
-                f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
-                "(another farm run on this node, or a stuck kernel): not run"
-            )
+        self._check_started(text, gpu, wait)
         # the last of each status line: a kernel of the same user could have written a
         # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
         # but never after the farm's own, which come once it and its leftovers are gone
@@ -682,6 +678,7 @@ class CellPipeline:
             if started - queued > 1e9:
                 self._detail.append(f"waited {(started - queued) / 1e9:.1f} s on the node for the GPU")
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
+        self.result.run_seconds = elapsed
         leftover = _last(r"^@@farm leftover (\d+)$", text)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
@@ -692,6 +689,110 @@ class CellPipeline:
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
         return "ok" if ev.run_exit == 0 else "failed"
+
+    def _binary_check(self) -> str:
+        copy = shlex.quote(self.paths.private_binary)
+        return (
+            f'got=$(sha256sum < {copy} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
+            f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
+        )
+
+    def _queue_on_node(self, gpu: Gpu | None) -> tuple[int, str]:
+        """(seconds it may wait, shell) to take the GPU's lock on the node, or (0, "")."""
+        if not (self.gpu_slots.on_node and gpu is not None):
+            return 0, ""
+        # the GPU's lock, held by this subshell until the kernel and its leftovers are gone;
+        # the wait carries the run's marker, so a stop kills a queued run before it starts
+        # the runs ahead are bounded by their own limits; a lock held past them is another
+        # farm's or a stuck kernel's, and waiting longer would only stretch a dead node's timeout
+        wait = int(self._ahead) + QUEUE_SLACK
+        lock = shlex.quote(f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock")
+        return wait, (
+            f"q0=$(date +%s%N); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
+            f'{{ echo "@@farm gpu-wait-failed $q0 $(date +%s%N)"; exit 0; }}; '
+        )
+
+    def _check_started(self, text: str, gpu: Gpu | None, wait: int) -> None:
+        altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)
+        if altered:
+            raise InfraError(
+                f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
+                f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
+            )
+        if re.search(r"^@@farm gpu-wait-failed", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
+                "(another farm run on this node, or a stuck kernel): not run"
+            )
+
+    # sanitize -------------------------------------------------------------
+    @property
+    def _sanitizing(self) -> bool:
+        """The variant asks for sanitizer runs and this cell runs on a GPU."""
+        return bool(self.variant.sanitize) and self.result.expectation.outcome.value == "pass"
+
+    def _sanitize(self) -> str:
+        """The cell's binary again under each of the variant's compute-sanitizer tools."""
+        tools = list(self.variant.sanitize)
+        limit = int(self.job.spec.sanitize_timeout)
+        rdir = self.paths.run_dir
+        command = self.variant.run.format(binary=shlex.quote(self.paths.private_binary))
+        gpu = self._sanitize_gpu
+        pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
+        wait, queue_on_node = self._queue_on_node(gpu)
+        if gpu is not None and gpu != self.result.gpu:
+            self._detail.append(f"on {gpu.label}")
+        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        runs = "; ".join(
+            f"t0=$(date +%s%N); {guarded(sanitize.tool_command(tool, rdir, command), limit, quiet, self.marker)}; "
+            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
+            for tool in tools
+        )
+        script = (
+            f"{self._binary_check()}{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path)}; "
+            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
+        )
+        logs = {tool: bytearray() for tool in tools}
+        try:
+            outcome, text = self._round_trip(
+                script,
+                wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
+                [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
+                clean_up=True,
+                on_output=self._release,
+            )
+        finally:
+            self._release()
+        self._check_started(text, gpu, wait)
+        missing = re.search(r"^@@farm no-sanitizer (.*)$", text, re.M)
+        if missing:
+            error = InfraError(
+                f"node {self.t.name!r}: no compute-sanitizer (looked at {missing.group(1) or 'PATH'}); "
+                "set the node's compute_sanitizer, or drop `sanitize` from the variant"
+            )
+            error.retryable = False
+            raise error
+        reports = []
+        for tool in tools:
+            ran = _last(rf"^@@farm tool {tool} (\d+) (\d+) (\d+)$", text)
+            if ran is None:
+                raise InfraError(
+                    f"node {self.t.name!r}: the sanitize script printed no status for {tool} "
+                    f"({(outcome.stderr or text).strip()[-300:]!r})"
+                )
+            code, started, ended = (int(x) for x in ran.groups())
+            timed_out = code in (124, 137) and (ended - started) / 1e9 >= limit * 0.98
+            found = sanitize.report(tool, code, timed_out, bytes(logs[tool]))
+            if isinstance(found, str):
+                error = InfraError(f"node {self.t.name!r}: {found}")
+                error.retryable = False
+                raise error
+            reports.append(found)
+            self._detail.append(
+                f"{tool}: " + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
+            )
+        self.result.evidence.sanitizer = tuple(reports)
+        return "ok" if all(r.clean for r in reports) else "failed"
 
     def _reap_cell(self) -> str:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""

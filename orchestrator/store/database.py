@@ -52,17 +52,29 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator.errors import StoreError
+from orchestrator.metrics import BASELINE
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
 from orchestrator.store.journal import Journal
-from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
+from orchestrator.store.tables import (
+    Attempt,
+    Base,
+    MetricValue,
+    NodeSnapshotRow,
+    PlannedCell,
+    ResultRow,
+    Run,
+    SassCount,
+    SourceFile,
+)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
 CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
 MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
 CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
-_CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value)  # see Store._certifying
+# see Store._certifying; a perf-regression passed its numbers: slower, still correct
+_CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
 _NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
 
 
@@ -184,6 +196,18 @@ def _no_nul(row: Base) -> None:
         value = getattr(row, column.key, None)
         if isinstance(value, str) and "\x00" in value:
             setattr(row, column.key, value.replace("\x00", "\ufffd"))
+
+
+def _evidence_rows(row: ResultRow, metrics: Sequence[dict[str, Any]]) -> list[Base]:
+    """The narrow rows written with a result (its id assigned): its metric values
+    (metrics.Measured.record) and its instruction counts, each with the cell's key."""
+    key = {"run_id": row.run_id, "kernel": row.kernel, "variant": row.variant, "node": row.node, "device": row.device}
+    rows: list[Base] = [MetricValue(result_id=row.id, **key, **metric) for metric in metrics]
+    rows += [
+        SassCount(result_id=row.id, identity=row.identity, instruction=name, count=count)
+        for name, count in (row.instruction_counts or {}).items()
+    ]
+    return rows
 
 
 def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
@@ -371,13 +395,16 @@ class Store:
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
-    def add_result(self, attempts: Sequence[dict[str, Any]] = (), **fields: Any) -> int:
-        """A cell's result, and the attempts that led to it, in one transaction
-        (and one journal write)."""
+    def add_result(
+        self, attempts: Sequence[dict[str, Any]] = (), metrics: Sequence[dict[str, Any]] = (), **fields: Any
+    ) -> int:
+        """A cell's result, its metric values (metrics.Measured.record) and the
+        attempts that led to it, in one transaction (and one journal write)."""
         ref = self._snapshot_refs.get(fields.get("snapshot_id") or 0)
         at = datetime.now(UTC)
+        kept = {k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}
         records: list[tuple[str, dict[str, Any]]] = [
-            ("result", {"snapshot_ref": ref, **{k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}})
+            ("result", {"snapshot_ref": ref, **kept, **({"metrics": list(metrics)} if metrics else {})})
         ]
         records += [("attempt", {"at": at, **{k: v for k, v in a.items() if k != "run_id"}}) for a in attempts]
         if self.journal is not None:
@@ -387,6 +414,12 @@ class Store:
             _no_nul(row)
         with self._writing() as session:
             session.add(row)
+            session.flush()  # its id, for the rows that point at it
+            evidence = _evidence_rows(row, metrics)
+            if self.engine.dialect.name == "postgresql":
+                for one in evidence:
+                    _no_nul(one)
+            session.add_all(evidence)
             session.add_all(Attempt(at=at, **a) for a in attempts)
             session.commit()
             return row.id
@@ -411,6 +444,95 @@ class Store:
         )
         with self._reading() as session:
             return session.scalars(query).first()
+
+    def metric_baseline(
+        self, kernel: str, variant: str, node: str, device: str, names: Sequence[str], count: int = BASELINE
+    ) -> dict[str, list[float]]:
+        """The cell's last `count` values of each metric on record (results that had
+        one), oldest first: what a new value is judged against (metrics.py). Read
+        from ix_metric_values_cell alone, newest first, `count` entries per metric."""
+        found: dict[str, list[float]] = {}
+        with self._reading() as session:
+            for name in names:
+                query = (
+                    select(MetricValue.value)
+                    .where(
+                        MetricValue.kernel == kernel,
+                        MetricValue.variant == variant,
+                        MetricValue.node == node,
+                        MetricValue.device == device,
+                        MetricValue.name == name,
+                        MetricValue.value.is_not(None),
+                    )
+                    .order_by(MetricValue.result_id.desc())
+                    .limit(count)
+                )
+                found[name] = list(reversed(session.scalars(query).all()))
+        return found
+
+    _METRIC = (
+        MetricValue.result_id,
+        MetricValue.run_id,
+        MetricValue.kernel,
+        MetricValue.variant,
+        MetricValue.node,
+        MetricValue.device,
+        MetricValue.name,
+        MetricValue.value,
+        MetricValue.unit,
+        MetricValue.better,
+        MetricValue.tolerance,
+        MetricValue.note,
+        MetricValue.baseline,
+        MetricValue.regressed,
+    )
+    # what a trend draws, in this order (the report unpacks them as tuples: 10^5 rows)
+    TREND = (
+        MetricValue.result_id,
+        MetricValue.run_id,
+        MetricValue.kernel,
+        MetricValue.variant,
+        MetricValue.node,
+        MetricValue.device,
+        MetricValue.name,
+        MetricValue.value,
+        MetricValue.unit,
+        MetricValue.better,
+        MetricValue.baseline,
+        MetricValue.regressed,
+    )
+
+    def metric_values(self, *, run_id: int | None = None, result_ids: Sequence[int] = ()) -> list[Any]:
+        """Every column of the metric values (light rows, in result and name order)
+        of one run's results, or of these results."""
+        rows: list[Any] = []
+        with self._reading() as session:
+            if run_id is not None:
+                rows += session.execute(select(*self._METRIC).where(MetricValue.run_id == run_id))
+            for chunk in _chunks(sorted(set(result_ids))):
+                rows += session.execute(select(*self._METRIC).where(MetricValue.result_id.in_(chunk)))
+        return sorted(rows, key=lambda row: (row.result_id, row.name))
+
+    def metric_trends(self, run_ids: Sequence[int]) -> list[Any]:
+        """The values of these runs' results, as rows of Store.TREND (no value: left
+        out), from ix_metric_values_run; in no particular order."""
+        if not run_ids:
+            return []
+        query = select(*self.TREND).where(MetricValue.run_id.in_(sorted(set(run_ids))), MetricValue.value.is_not(None))
+        with self._reading() as session:
+            return list(session.execute(query))
+
+    def sass_counts(self, result_ids: Sequence[int]) -> dict[int, tuple[str | None, dict[str, int]]]:
+        """result id -> (its inputs' identity, instruction -> count), for those inspected."""
+        found: dict[int, tuple[str | None, dict[str, int]]] = {}
+        with self._reading() as session:
+            for chunk in _chunks(sorted(set(result_ids))):
+                query = select(SassCount.result_id, SassCount.identity, SassCount.instruction, SassCount.count).where(
+                    SassCount.result_id.in_(chunk)
+                )
+                for result_id, identity, instruction, count in session.execute(query):
+                    found.setdefault(result_id, (identity, {}))[1][instruction] = count
+        return found
 
     def add_attempt(self, **fields: Any) -> None:
         at = datetime.now(UTC)
@@ -816,7 +938,11 @@ class Store:
                     snapshots[ref] = row.id
                 elif kind == "result":
                     ref = fields.pop("snapshot_ref")
-                    session.add(ResultRow(run_id=run.id, snapshot_id=snapshots.get(ref), **fields))
+                    metrics = fields.pop("metrics", [])
+                    row = ResultRow(run_id=run.id, snapshot_id=snapshots.get(ref), **fields)
+                    session.add(row)
+                    session.flush()
+                    session.add_all(_evidence_rows(row, metrics))
                     done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
                     results += 1
                 elif kind == "attempt":

@@ -3,11 +3,13 @@ from the pipeline's objects to the columns of tables.py, in one place."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from orchestrator.config import inputs
 from orchestrator.config.farm import Job
 from orchestrator.config.schema import NodeSpec
+from orchestrator.outcomes import Outcome
 from orchestrator.plan import Cell
 from orchestrator.run.bundle import Staging
 from orchestrator.run.probe import Gpu, NodeSnapshot
@@ -40,7 +42,7 @@ def snapshot_fields(
         "driver": s.driver if s else None,
         "memory": s.memory if s else None,
         "gpu_count": s.gpu_count if s else 0,
-        "nvcc_path": node.nvcc,
+        "nvcc_path": s.nvcc_path if s else node.nvcc,  # a shipped toolchain's path, once it is there
         "nvcc_version": s.nvcc_version if s else None,
         "declared_gpu": node.gpu,
         "declared_cc": node.cc,
@@ -92,6 +94,8 @@ def result_fields(
     # the card it ran on; where a transport picked the GPU itself, the model's (all of its GPUs confirmed)
     real = gpu.verified if gpu is not None else bool(device_gpus) and all(g.verified for g in device_gpus)
     cuts = {name: list(scan.cut) for name, scan in (("stdout", result.stdout), ("stderr", result.stderr)) if scan.cut}
+    # a figure of speed is evidence only when the kernel's numbers passed: a wrong answer fast is no baseline
+    timed = verdict.outcome in (Outcome.PASS, Outcome.PERF_REGRESSION)
     return {
         "kernel": cell.kernel,
         "variant": cell.variant,
@@ -140,6 +144,8 @@ def result_fields(
         "code_path": result.code_path,
         "slurm_job_id": result.slurm_job_id,
         "compute_node": result.compute_node,
+        "sanitizer": [dataclasses.asdict(r) for r in result.evidence.sanitizer] or None,
+        "metrics": [m.record() for m in result.evidence.metrics] if timed else [],
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }

@@ -159,6 +159,8 @@ class ResultRow(Base):
     code_path: Mapped[str | None] = mapped_column(String(16), nullable=True)
     slurm_job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # Slurm nodes: the kernel's job
     compute_node: Mapped[str | None] = mapped_column(String(255), nullable=True)  # Slurm nodes: where it ran
+    # each compute-sanitizer tool the variant asked for: [{tool, exit_code, errors, findings, timed_out}] (0009)
+    sanitizer: Mapped[list | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     run: Mapped[Run] = relationship(back_populates="results")
@@ -193,3 +195,45 @@ class Attempt(Base):
     stage: Mapped[str | None] = mapped_column(String(16), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class MetricValue(Base):
+    """A figure of speed of one result (metrics.py), or its absence (`value` None,
+    `note` says why), with the baseline it was judged against: written with the
+    result, for passing cells only. The cell's key is repeated from its result so
+    that a baseline and a kernel page's trends are read from an index alone (0008)."""
+
+    __tablename__ = "metric_values"
+    __table_args__ = (
+        Index("ix_metric_values_cell", "kernel", "variant", "node", "device", "name", "result_id", "value"),
+        Index("ix_metric_values_run", "run_id", "kernel"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    run_id: Mapped[int] = mapped_column(Integer)
+    kernel: Mapped[str] = mapped_column(String(64))
+    variant: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str] = mapped_column(String(255), default="")
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)  # finite; None: no value
+    unit: Mapped[str] = mapped_column(String(32))
+    better: Mapped[str] = mapped_column(String(8))  # higher | lower
+    tolerance: Mapped[float] = mapped_column(Float)
+    note: Mapped[str] = mapped_column(Text)  # where the value came from, or why there is none
+    baseline: Mapped[float | None] = mapped_column(Float, nullable=True)  # the median it was judged against
+    regressed: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class SassCount(Base):
+    """A result's count of one instruction it was inspected for, with its inputs'
+    identity: "what changed" compares a cell's counts with its previous result's
+    without reading the wide results rows. Derived from results.instruction_counts
+    when the result is written (and once, for earlier results, by 0008)."""
+
+    __tablename__ = "sass_counts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    identity: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    instruction: Mapped[str] = mapped_column(Text)  # a mnemonic the job names (any length)
+    count: Mapped[int] = mapped_column(Integer)

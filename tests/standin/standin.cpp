@@ -15,6 +15,12 @@
 //   MODE_NOGATE     never refuses: "standin: PASS" on any card
 //   MODE_WRONGGATE  an off-by-one gate (> instead of >=): refuses MIN_CC itself
 //   MODE_BROKEN     does not compile
+//   MODE_RACE       passes, but has the race racecheck would report on a GPU
+//   MODE_OOB        passes, but has the out-of-bounds write memcheck would report
+//   MODE_SLOWSAN    passes, but under any sanitizer tool it never ends
+// Under the compute-sanitizer stand-in (tests/nodes.py), which names its tool in
+// STANDIN_SANITIZER_TOOL, a planted bug writes what the real tool would print
+// on a real GPU to the file STANDIN_SANITIZER_REPORT names.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +31,8 @@
 #if defined(MODE_BROKEN)
 #error "MODE_BROKEN: this stand-in is built to fail its build"
 #elif !defined(MODE_PASS) && !defined(MODE_FAILNUM) && !defined(MODE_HANG) && \
-    !defined(MODE_CRASH) && !defined(MODE_NOGATE) && !defined(MODE_WRONGGATE)
+    !defined(MODE_CRASH) && !defined(MODE_NOGATE) && !defined(MODE_WRONGGATE) && \
+    !defined(MODE_RACE) && !defined(MODE_OOB) && !defined(MODE_SLOWSAN)
 #error "choose a behaviour: -DMODE_PASS, -DMODE_FAILNUM, -DMODE_HANG, ..."
 #endif
 
@@ -105,6 +112,30 @@ int main(void) {
     setrlimit(RLIMIT_CORE, &none);
     abort();
 #else
+    const char *tool = getenv("STANDIN_SANITIZER_TOOL");
+    const char *report = getenv("STANDIN_SANITIZER_REPORT");
+    const char *finding = NULL;
+#if defined(MODE_RACE)
+    if (tool != NULL && strcmp(tool, "racecheck") == 0)
+        finding = "Error: Race reported between Write access at block_sum(const int *, int *)+0x90 in race.cu:9\n"
+                  "    and Read access at block_sum(const int *, int *)+0x1d0 in race.cu:14 [1020 hazards]\n";
+#elif defined(MODE_OOB)
+    if (tool != NULL && strcmp(tool, "memcheck") == 0)
+        finding = "Invalid __global__ write of size 4 bytes\n"
+                  "    at fill(int *, int)+0x70 in oob.cu:9\n"
+                  "    by thread (232,0,0) in block (3,0,0)\n"
+                  "    Access at 0x7f3c00000fa0 is out of bounds\n";
+#elif defined(MODE_SLOWSAN)
+    if (tool != NULL)
+        for (;;) pause();
+#endif
+    if (finding != NULL && report != NULL) {
+        FILE *out = fopen(report, "a");
+        if (out != NULL) {
+            fputs(finding, out);
+            fclose(out);
+        }
+    }
     printf("standin: PASS\n");
     return 0;
 #endif

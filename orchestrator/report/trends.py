@@ -1,0 +1,121 @@
+"""A metric's trend on one cell as a small inline SVG: the kernel pages' speed
+section, drawn without JavaScript, fonts or files.
+
+Each stored value is a point, in result order (x) against its value (y, the
+axis labelled with the lowest and highest value and the unit); a point that
+made its cell perf-regression is red and larger; the dashed line is the median
+the newest value was judged against. Every point carries a <title> (a tooltip
+without scripts) and data-run / data-value. Text from the database (names,
+units) is escaped; numbers are formatted here. The size is fixed, whatever the
+number of points, so a page of many cells stays small.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+
+from markupsafe import Markup
+
+from orchestrator.metrics import number
+
+WIDTH, HEIGHT = 320, 96
+LEFT, RIGHT, TOP, BOTTOM = 64, 10, 10, 22  # margins: the y labels left, the run labels below
+POINT, REGRESSED_POINT = 2.5, 4.5
+
+
+@dataclass(frozen=True)
+class Point:
+    run_id: int
+    result_id: int
+    value: float
+    regressed: bool
+    baseline: float | None  # the median this value was judged against
+
+
+@dataclass(frozen=True)
+class Series:
+    """One cell's values of one metric, oldest first."""
+
+    metric: str
+    cell: str  # "variant @ node [card]"
+    unit: str
+    better: str
+    points: tuple[Point, ...]
+
+    @property
+    def latest(self) -> Point:
+        return self.points[-1]
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _scale(values: list[float]) -> tuple[float, float, float]:
+    """(lowest, highest, divisor): values divided by `divisor` span a finite range."""
+    divisor = max(abs(v) for v in values)
+    divisor = divisor if divisor > 1e300 else 1.0  # 1e308 - (-1e308) would be inf
+    low, high = min(values) / divisor, max(values) / divisor
+    if high == low:
+        pad = abs(high) * 0.1 or 1.0
+        low, high = low - pad, high + pad
+    return low, high, divisor
+
+
+def svg(series: Series) -> Markup:
+    """The series as an SVG element. Numbers are formatted here (digits, '.', 'e',
+    '+', '-': nothing to escape); the names and the unit are escaped once each."""
+    values = [p.value for p in series.points]
+    low, high, divisor = _scale(values)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    bottom = TOP + plot_h
+    n = len(values)
+    xs = [LEFT + (i * plot_w / (n - 1) if n > 1 else plot_w / 2) for i in range(n)]
+    ys = [TOP + (high - v / divisor) / (high - low) * plot_h for v in values]
+    unit, metric, cell = _e(series.unit), _e(series.metric), _e(series.cell)
+    first, last = series.points[0], series.points[-1]
+    direction = "higher" if series.better == "higher" else "lower"
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" font-size="10" font-family="sans-serif" '
+        f'data-metric="{metric}" data-cell="{cell}" data-points="{n}">'
+        f"<title>{metric} of {cell} in {unit}: {n} values, run {int(first.run_id)} to run {int(last.run_id)}; "
+        f"{direction} is better</title>"
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#999"/>'
+        f'<line x1="{LEFT}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}" stroke="#999"/>'
+        f'<text x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{number(high * divisor)}</text>'
+        f'<text x="{LEFT - 4}" y="{bottom}" text-anchor="end">{number(low * divisor)}</text>'
+        f'<text x="{LEFT - 4}" y="{TOP + plot_h / 2 + 4:.1f}" text-anchor="end" class="unit">{unit}</text>'
+        f'<text x="{LEFT}" y="{HEIGHT - 6}">run {int(first.run_id)}</text>'
+        f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end">run {int(last.run_id)}</text>'
+    ]
+    median = last.baseline
+    if median is not None and math.isfinite(median) and low <= median / divisor <= high:
+        at = TOP + (high - median / divisor) / (high - low) * plot_h
+        out.append(
+            f'<line class="median" x1="{LEFT}" y1="{at:.1f}" x2="{WIDTH - RIGHT}" y2="{at:.1f}" '
+            f'stroke="#888" stroke-dasharray="3 2"><title>median {number(median)} {unit} the newest value '
+            "was judged against</title></line>"
+        )
+    if n > 1:
+        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
+        out.append(f'<polyline points="{line}" fill="none" stroke="#557"/>')
+    for p, x, y in zip(series.points, xs, ys, strict=True):
+        shown = number(p.value)
+        said = f"run {int(p.run_id)} (result {int(p.result_id)}): {shown} {unit}"
+        if p.regressed:
+            against = f" against the median {number(p.baseline)}" if p.baseline is not None else ""
+            out.append(
+                f'<circle class="point regressed" cx="{x:.1f}" cy="{y:.1f}" r="{REGRESSED_POINT}" fill="#c00" '
+                f'data-run="{int(p.run_id)}" data-value="{shown}"><title>{said}, perf-regression{against}</title>'
+                "</circle>"
+            )
+        else:
+            out.append(
+                f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="{POINT}" fill="#335" '
+                f'data-run="{int(p.run_id)}" data-value="{shown}"><title>{said}</title></circle>'
+            )
+    out.append("</svg>")
+    return Markup("".join(out))

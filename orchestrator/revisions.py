@@ -1,0 +1,239 @@
+"""A kernel's job as it was at any commit of the farm's git repository.
+
+`farm bisect` runs a kernel as it was in the past. The job and its inputs of a
+commit are read out of git (`ls-tree`, one `cat-file --batch`) into a
+temporary folder and loaded by the farm's own loader, so a job from a job
+file and one from its kernel's header (config/header.py) load as `farm verify`
+loads them now; the user's working tree and index are never touched, and
+nothing here writes to the repository. Paths reach git as literal pathspecs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator.config.farm import Farm, Job, load_farm, read_yaml
+from orchestrator.errors import ConfigError
+
+GIT_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+    date: str  # author date, ISO 8601
+
+    @property
+    def short(self) -> str:
+        return self.sha[:12]
+
+
+class Git:
+    """Read-only git, in the repository that holds the farm's jobs."""
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+
+    @classmethod
+    def around(cls, folder: Path) -> Git:
+        done = _git(folder, "rev-parse", "--show-toplevel", check=False)
+        if done.returncode != 0:
+            raise ConfigError(
+                str(folder),
+                "",
+                "a folder outside any git repository",
+                "a farm whose jobs and kernels are committed in git (farm bisect walks their history)",
+            )
+        return cls(Path(done.stdout.decode().strip()).resolve())
+
+    def text(self, *args: str, check: bool = True) -> str:
+        return _git(self.top, *args, check=check).stdout.decode("utf-8", "replace").strip()
+
+    def resolve(self, rev: str, key: str) -> Commit:
+        if not rev or rev.startswith("-") or any(ord(c) < 32 or c.isspace() for c in rev):
+            raise ConfigError(str(self.top), key, repr(rev), "a revision: a commit hash, tag or branch")
+        done = _git(self.top, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        if done.returncode != 0:
+            raise ConfigError(
+                str(self.top), key, f"{rev!r}, which is not a commit of this repository", "a commit, tag or branch"
+            )
+        return self.commit(done.stdout.decode().strip())
+
+    def commit(self, sha: str) -> Commit:
+        return self.log("-1", sha)[0]
+
+    def log(self, *args: str) -> list[Commit]:
+        """Commits as `git log ARGS` lists them, read in one call."""
+        shown = self.text("log", "--no-show-signature", "--format=%H%x00%s%x00%aI%x00", *args)
+        fields = [f.strip() for f in shown.split("\0")]
+        return [Commit(*fields[at : at + 3]) for at in range(0, len(fields) - 2, 3)]
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return _git(self.top, "merge-base", "--is-ancestor", older, newer, check=False).returncode == 0
+
+    def rev_list(self, *args: str, paths: tuple[str, ...] | None = None) -> list[str]:
+        tail = ("--", *paths) if paths is not None else ()
+        return self.text("rev-list", *args, *tail).split()
+
+    def parent(self, sha: str) -> str | None:
+        done = _git(self.top, "rev-parse", "--verify", "--quiet", f"{sha}^1", check=False)
+        return done.stdout.decode().strip() if done.returncode == 0 else None
+
+    def files(self, sha: str, paths: list[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, blob id) of every file under `paths` at commit `sha`."""
+        if not paths:
+            return {}
+        listed = _git(self.top, "ls-tree", "-r", "-z", "--full-tree", sha, "--", *paths).stdout
+        found = {}
+        for entry in listed.decode("utf-8", "surrogateescape").split("\0"):
+            if entry:
+                meta, path = entry.split("\t", 1)
+                mode, _kind, blob = meta.split()
+                found[path] = (mode, blob)
+        return found
+
+    def blobs(self, ids: list[str]) -> dict[str, bytes]:
+        """Blob contents through one `git cat-file --batch`."""
+        if not ids:
+            return {}
+        out = _git(self.top, "cat-file", "--batch", stdin="".join(f"{i}\n" for i in ids).encode()).stdout
+        contents, at = {}, 0
+        for blob in ids:
+            header_end = out.index(b"\n", at)
+            _sha, _kind, size = out[at:header_end].decode().split()
+            start = header_end + 1
+            contents[blob] = out[start : start + int(size)]
+            at = start + int(size) + 1
+        return contents
+
+
+def _git(cwd: Path, *args: str, check: bool = True, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    # literal pathspecs: a kernel's path is a path, never a glob or a magic ":(...)" spec
+    env = {**os.environ, "GIT_LITERAL_PATHSPECS": "1", "GIT_OPTIONAL_LOCKS": "0"}
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(cwd), *args], input=stdin, capture_output=True, timeout=GIT_TIMEOUT, env=env, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        found = f"git that cannot be run ({err})"
+        raise ConfigError(str(cwd), "", found, "git on PATH (farm bisect reads history)") from err
+    if check and done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip()[-300:]
+        raise ConfigError(str(cwd), "", f"`git {args[0]}` failing ({said})", "a readable git repository")
+    return done
+
+
+class KernelHistory:
+    """One kernel (and optionally one variant) of a farm, at any commit."""
+
+    def __init__(self, farm: Farm, kernel: str, variant: str = "") -> None:
+        self.farm = farm
+        self.kernel = kernel
+        self.variant = variant
+        jobs_dir = (farm.root / farm.spec.jobs).resolve()
+        self.git = Git.around(jobs_dir if jobs_dir.is_dir() else farm.root)
+        self.project = self._in_repo(jobs_dir.parent, "jobs")  # sources are relative to it
+        self.jobs_rel = self._in_repo(jobs_dir, "jobs")
+        self.job_files = tuple(f"{self.jobs_rel}/{kernel}.{ext}" for ext in ("yaml", "yml"))
+        # a farm whose kernels' headers give their jobs (config/header.py): the kernel's own .cu
+        kernels = getattr(farm.spec, "kernels", None)
+        self.kernels_rel = self._in_repo((farm.root / kernels).resolve(), "kernels") if kernels else None
+        self.kernel_sources = (f"{self.kernels_rel}/{kernel}.cu",) if self.kernels_rel else ()
+
+    def _in_repo(self, folder: Path, key: str) -> str:
+        try:
+            return folder.relative_to(self.git.top).as_posix()
+        except ValueError:
+            found = f"{folder}, outside the repository {self.git.top}"
+            raise ConfigError(str(self.farm.file), key, found, "a folder in it (it is read from git)") from None
+
+    def repo_path(self, entry: str) -> str:
+        return f"{self.project}/{entry}" if self.project != "." else entry
+
+    def _write(self, sha: str, tree: Path, files: dict[str, tuple[str, str]]) -> str:
+        """Write files of commit `sha` under tree; or say why one cannot be."""
+        odd = [path for path, (mode, _blob) in files.items() if mode not in ("100644", "100755")]
+        if odd:
+            return f"{odd[0]} is a link or a submodule at {sha[:12]}, not a file"
+        contents = self.git.blobs(sorted({blob for _mode, blob in files.values()}))
+        for rel, (_mode, blob) in files.items():
+            target = tree / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(contents[blob])
+        return ""
+
+    def _job_file(self, sha: str, tree: Path) -> tuple[bool, dict, str]:
+        """The kernel's job file and .cu at `sha`, written under tree: whether
+        either exists, the job file's YAML ({} without one), and why it cannot be read."""
+        found = self.git.files(sha, [*self.job_files, *self.kernel_sources])
+        if not found:
+            names = " or ".join([self.job_files[0], *self.kernel_sources])
+            return False, {}, f"there is no job for kernel {self.kernel!r} ({names})"
+        why = self._write(sha, tree, found)
+        raw: object = {}
+        for name in (f for f in self.job_files if f in found and not why):
+            try:
+                raw = read_yaml(tree / name, "a job file")
+            except ConfigError as err:
+                why = self._at(err, tree)
+        return True, raw if isinstance(raw, dict) else {}, why
+
+    @staticmethod
+    def _entries(raw: dict) -> list[str]:
+        listed = [raw.get("sources"), raw.get("headers")]
+        entries = [e for one in listed if isinstance(one, list) for e in one if isinstance(e, str)]
+        return [e for e in entries if e and not e.startswith("/") and ".." not in e.split("/")]
+
+    def job_at(self, sha: str, dest: Path) -> tuple[Job | None, str]:
+        """The kernel's job as of commit `sha`, loaded by the farm's own loader from
+        its files read out of git into dest; or None and why it does not load there."""
+        tree = dest / "tree"
+        exists, raw, why = self._job_file(sha, tree)
+        if not exists or why:
+            return None, why
+        why = self._write(sha, tree, self.git.files(sha, [self.repo_path(e) for e in self._entries(raw)]))
+        if why:
+            return None, why
+        # a farm of this one job (its nodes do not matter: the run uses today's farm.yaml)
+        doc: dict[str, object] = {"jobs": str(tree / self.jobs_rel), "nodes": {"bisect": {"transport": "local"}}}
+        (tree / self.jobs_rel).mkdir(parents=True, exist_ok=True)
+        if self.kernels_rel:
+            doc["kernels"] = str(tree / self.kernels_rel)
+            (tree / self.kernels_rel).mkdir(parents=True, exist_ok=True)
+        (dest / "farm.yaml").write_text(yaml.safe_dump(doc))
+        try:
+            # dependencies are staged from this machine or the node as they are now; a missing one is infra
+            job = load_farm(dest / "farm.yaml", check_dependencies=False).jobs.get(self.kernel)
+        except ConfigError as err:
+            return None, self._at(err, tree)
+        if job is None:
+            return None, f"there is no job for kernel {self.kernel!r}"
+        if self.variant and self.variant not in job.spec.variants:
+            variants = ", ".join(job.spec.variants)
+            return None, f"kernel {self.kernel!r} has no variant {self.variant!r} (it has {variants})"
+        return job, ""
+
+    @staticmethod
+    def _at(err: ConfigError, tree: Path) -> str:
+        """A load error, with the temporary folder's name taken out of it."""
+        return str(err).replace(f"{tree}/", "").replace(str(tree.parent), "(commit)")
+
+    def input_paths(self, good: str, bad: str, inputs: set[str]) -> tuple[str, ...]:
+        """The paths to watch from `good` to `bad`: the job file, the kernel's .cu,
+        `inputs` (the job's files at both ends), and what the job file listed at
+        each commit between that changed it: a source listed only in the middle of
+        the range is still watched."""
+        paths = {*self.job_files, *self.kernel_sources, *inputs}
+        changed = self.git.rev_list("--ancestry-path", f"{good}..{bad}", paths=self.job_files)
+        with tempfile.TemporaryDirectory(prefix="farm-bisect-") as tmp:
+            for sha in {good, bad, *changed}:
+                _exists, raw, _why = self._job_file(sha, Path(tmp) / sha)
+                paths.update(self.repo_path(e) for e in self._entries(raw))
+        return tuple(sorted(paths))
