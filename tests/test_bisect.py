@@ -29,6 +29,8 @@ import yaml
 from nodes import Fleet, query
 from toyfarm import toy_farm
 
+from orchestrator.store.database import Store
+
 SAXPY = """\
 #include <cstdio>
 #include "saxpy.h"
@@ -176,6 +178,13 @@ def test_bisect_names_the_planted_regression_and_runs_only_commits_that_touch_th
     assert (
         git(root, "status", "--porcelain", "--untracked-files=no") == status and git(root, "rev-parse", "HEAD") == head
     )
+    # old commits are not the fleet's standing: the matrix keeps showing today's (none yet) results
+    store = Store(f"sqlite:///{db}")
+    try:
+        latest_verdict, latest_any = store.standing(upto=10**6)
+    finally:
+        store.close()
+    assert latest_verdict == {} and latest_any == {}
 
 
 def test_selection_and_revision_errors_exit_3_and_run_nothing(history):

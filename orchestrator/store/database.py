@@ -75,6 +75,7 @@ MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising conc
 CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
 # see Store._certifying; a perf-regression passed its numbers: slower, still correct
 _CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+BISECT_TRIGGER = "bisect"  # the trigger of `farm bisect`'s runs
 _NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
 
 
@@ -464,6 +465,8 @@ class Store:
                         MetricValue.name == name,
                         MetricValue.value.is_not(None),
                     )
+                    # values of old commits tested by a bisection are no baseline for today's
+                    .where(MetricValue.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER)))
                     .order_by(MetricValue.result_id.desc())
                     .limit(count)
                 )
@@ -641,13 +644,15 @@ class Store:
 
         Both are taken per cell from the ix_results_cell index alone (the table's
         wide rows are read only for the at most two results per cell returned)."""
+        # a bisection's runs test old commits: they are not the fleet's standing (bisect.py)
+        current = ResultRow.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
         verdicts = (
             select(func.max(ResultRow.id))
-            .where(ResultRow.run_id <= upto)
+            .where(ResultRow.run_id <= upto, current)
             .where(ResultRow.outcome.not_in(_NO_VERDICT))
             .group_by(*self._KEY)
         )
-        anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto).group_by(*self._KEY)
+        anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto, current).group_by(*self._KEY)
         # a subquery, not a list of ids: a big farm's cells would pass the drivers' bound-parameter limits
         query = select(*self._STANDING).where(ResultRow.id.in_(union(verdicts, anything))).order_by(ResultRow.id)
         with self._reading() as session:
