@@ -80,6 +80,6 @@ PY
 echo "cold rc=$cold_rc warm rc=$warm_rc"
 
 log "gpu-marked tests"
-python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_course_kernels.py 2>&1 | tail -60
+python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_course_kernels.py tests/test_sanitize.py 2>&1 | tail -80
 
 cp results.db "$OUT/results.db"

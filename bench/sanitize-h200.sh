@@ -37,6 +37,7 @@ sources: [kernels/$k.cu]
 pass_marker: 'PASS'
 refusal_marker: 'needs compute capability'
 timeout: 60
+sanitize_timeout: 240
 variants:
   sm90:
     build: '{nvcc} -std=c++17 -O3 -arch=sm_90 -o {binary} {sources}'
@@ -50,6 +51,7 @@ sources: [kernels/wgmma_gemm.cu]
 pass_marker: 'wgmma GEMM \d+x\d+x\d+: PASS'
 refusal_marker: 'This program needs CC 9\.0 \(Hopper\)'
 timeout: 60
+sanitize_timeout: 240
 variants:
   gencode:
     build: '{nvcc} -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -o {binary} {sources}'
@@ -64,6 +66,7 @@ dependencies: [cutlass]
 pass_marker: 'all \d+ output elements are inside the tolerance'
 refusal_marker: 'this build needs compute capability \d+\.\d+ and this device is'
 timeout: 120
+sanitize_timeout: 240
 variants:
   sm75:
     build: '{nvcc} -std=c++17 -O3 -arch=sm_75 --expt-relaxed-constexpr -I {cutlass} -o {binary} {sources}'

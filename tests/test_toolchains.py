@@ -89,9 +89,7 @@ def test_cuda_13_0_and_13_5_side_by_side_over_ssh(ssh_fleet, tmp_path: Path) -> 
     finally:
         store.close()
     db = tmp_path / "results.db"
-    cells = {
-        (r["node"], r["variant"]): r for r in query(db, "SELECT * FROM results WHERE run_id = ?", first.run_id)
-    }
+    cells = {(r["node"], r["variant"]): r for r in query(db, "SELECT * FROM results WHERE run_id = ?", first.run_id)}
     assert {k: r["outcome"] for k, r in cells.items()} == {
         ("box+cuda-13.0", "documented"): "known-failure",
         ("box+cuda-13.0", "gencode"): "compile-only",
