@@ -197,7 +197,7 @@ def load_or_refuse(root: Path) -> None:
         variant = job.spec.variants[cell.variant]
         expect(job, variant, FAKE_SNAPSHOT, FAKE_SNAPSHOT.cc)
         deps = {d: Placed(f"/deps/{d}", "0" * 64) for d in job.spec.dependencies}
-        paths = cell_paths(FAKE_SNAPSHOT, variant, cell, 1, Placed("/src", "1" * 64), deps)
+        paths = cell_paths(FAKE_SNAPSHOT, variant, cell, "1-0123456789ab", Placed("/src", "1" * 64), deps)
         render_build(job, variant, FAKE_SNAPSHOT, paths)
         variant.run.format(binary=shlex.quote(paths.binary))
         variant.inspect.format(binary=shlex.quote(paths.binary), cuobjdump="cuobjdump")

@@ -112,3 +112,27 @@ def test_cuda_13_0_and_13_5_side_by_side_over_ssh(ssh_fleet, tmp_path: Path) -> 
     # one column per toolchain in the matrix
     index = (tmp_path / "site" / "index.html").read_text()
     assert "box+cuda-13.0" in index and "box+cuda-13.5" in index
+
+
+def test_columns_of_one_machine_never_share_a_cells_folder(ssh_fleet, make_farm, tmp_path: Path) -> None:
+    """Two columns, one machine, one work folder: their cells of one kernel variant
+    run in one farm run at once. Each has a folder of its own (at 8b24c90 they
+    shared cells/RUN-KERNEL-VARIANT, and one column's copy of the binary replaced
+    the other's: infra-error, or worse, a run of the other column's binary)."""
+    from nodes import standin_job, standin_variant
+
+    node = ssh_fleet["t4"].farm_entry(tmp_path / "work", build_jobs=2)
+    del node["nvcc"]
+    node["toolchains"] = {"a": "/usr/local/bin/nvcc", "b": "/usr/local/bin/nvcc"}
+    # the copy into the cell's folder comes while the other column's kernel runs in its own
+    variant = standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75", run="sleep 1; {binary}")
+    config = make_farm(tmp_path, {"t4": node}, [standin_job("standin", {f"v{i}": variant for i in range(3)})])
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        for _ in range(2):  # the second run reuses both columns' builds: the copies come at once
+            summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
+            assert dict(summary.outcomes) == {"pass": 6}, [r.verdict.reason for _, r, _ in summary.results]
+    finally:
+        store.close()
+    assert not list((tmp_path / "work" / "cells").rglob("*")), "cells' folders left behind"

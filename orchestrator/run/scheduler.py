@@ -623,7 +623,8 @@ class FarmRun:
         self.listener.cell_started(cell)
         staging = ctx.staging
         deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
-        paths = cell_paths(ctx.snapshot, variant, cell, self.summary.run_id, staging.sources[cell.kernel], deps)
+        run = f"{self.summary.run_id}-{self.token}"
+        paths = cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps)
         gpus = ctx.devices.get(cell.device, [])
         card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
         # the node's staging is shown on a cell only when it concerned it: an input found altered there

@@ -175,15 +175,25 @@ class CellPaths:
         there, so a rebuild of the shared cache or another kernel cannot swap it."""
         return f"{self.run_dir}/work/{self.binary_name}"
 
+    def remove_run_dir(self) -> str:
+        """Shell removing the cell's folder, and its run's and node's folders once empty."""
+        node_dir = self.run_dir.rsplit("/", 1)[0]
+        run_dir = node_dir.rsplit("/", 1)[0]
+        q = shlex.quote
+        return f"rm -rf {q(self.run_dir)}; rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true"
+
 
 def cell_paths(
     snapshot: NodeSnapshot,
     variant: VariantSpec,
     cell: Cell,
-    run_id: int,
+    run: str,
     sources: Placed,
     dependencies: dict[str, Placed],
 ) -> CellPaths:
+    """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
+    farm run: two farm hosts sharing a node (and its work folder) never share a
+    cell's folder, nor do two columns of one machine (toolchains) in one run."""
     # The build folder is named by everything that determines the binary (the
     # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
     key_parts = [
@@ -203,7 +213,7 @@ def cell_paths(
         build_key=key,
         build_dir=build_dir,
         binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
-        run_dir=f"{snapshot.workdir}/cells/{run_id}-{cell.kernel}-{cell.variant}{slot}",
+        run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}-{cell.variant}{slot}",
     )
 
 
@@ -351,7 +361,7 @@ class CellPipeline:
         if self.t.streams_output:
             token = new_token()
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in files]
-            tail = [f"rm -rf {shlex.quote(self.paths.run_dir)}"] if clean_up else []
+            tail = [self.paths.remove_run_dir()] if clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in files}, self.t.name, on_output)
             outcome = self.t.run_streamed("; ".join([body, *sends, *tail]), timeout=timeout, sink=reader.feed)
             control = reader.finish()
@@ -456,7 +466,7 @@ class CellPipeline:
             return  # done already, or the session may be gone (the next run's copy starts with rm -rf)
         self._cleaned = True
         with contextlib.suppress(InfraError):
-            self.t.run(f"rm -rf {shlex.quote(self.paths.run_dir)}", timeout=60)
+            self.t.run(self.paths.remove_run_dir(), timeout=60)
 
     def _release(self) -> None:
         if self._slot:
