@@ -292,13 +292,13 @@ def alembic_config(connection) -> AlembicConfig:
 
 
 def test_a_0007_database_gets_metric_tables_and_its_sass_counts(tmp_path: Path) -> None:
-    """The shipped results.db (the H200 runs) at revision 0007 upgrades to 0008 in
+    """The shipped results.db (the H200 runs), taken to revision 0007, upgrades to 0008 in
     place: every inspected result's counts become sass_counts rows, with its identity."""
     db = tmp_path / "results.db"
     shutil.copyfile(REPO / "results.db", db)
     engine = create_engine(f"sqlite:///{db}")
-    with engine.begin() as connection:
-        command.upgrade(alembic_config(connection), "0007")
+    with engine.begin() as connection:  # the shipped file may be newer (0009): taken back to 0007 first
+        command.downgrade(alembic_config(connection), "0007")
     with engine.connect() as connection:
         assert connection.execute(text("select version_num from alembic_version")).scalar_one() == "0007"
     engine.dispose()
@@ -309,11 +309,13 @@ def test_a_0007_database_gets_metric_tables_and_its_sass_counts(tmp_path: Path) 
         "select r.id, r.variant, r.identity, s.identity as counted, s.instruction, s.count "
         "from sass_counts s join results r on r.id = s.result_id where r.kernel = 'wgmma_gemm' order by r.id",
     )
-    assert [(r["variant"], r["instruction"], r["count"]) for r in rows] == [("gencode", "HGMMA", 4)] * 4
+    gencode = query(db, "select count(*) as n from results where kernel = 'wgmma_gemm' and variant = 'gencode'")
+    assert gencode[0]["n"] >= 4  # the H200's runs, two of them from before the metrics existed
+    assert [(r["variant"], r["instruction"], r["count"]) for r in rows] == [("gencode", "HGMMA", 4)] * gencode[0]["n"]
     assert all(r["identity"] == r["counted"] for r in rows)
     # one row per count of every inspected result, none for the known build failures
     counted = sum(len(json.loads(r["instruction_counts"])) for r in query(db, "select instruction_counts from results"))
-    assert query(db, "select count(*) as n from sass_counts")[0]["n"] == counted == 16
+    assert query(db, "select count(*) as n from sass_counts")[0]["n"] == counted >= 16
     assert query(db, "select count(*) as n from metric_values")[0]["n"] == 0
 
 

@@ -54,9 +54,9 @@ def rows(db: Path, run_id: int) -> dict[tuple[str, str], sqlite3.Row]:
 
 
 FORGER_RUN = (
-    "for v in ../../../builds/*/standin-victim-*/standin-victim; do "
-    'cp ../../../builds/*/standin-passer-*/standin-passer "$v"; done; '
-    "for s in ../../../bundles/*/kernels/standin.cpp; do echo '// forged' >> \"$s\"; done; {binary}"
+    "for v in ../../../../../builds/*/standin-victim-*/standin-victim; do "
+    'cp ../../../../../builds/*/standin-passer-*/standin-passer "$v"; done; '
+    "for s in ../../../../../bundles/*/kernels/standin.cpp; do echo '// forged' >> \"$s\"; done; {binary}"
 )
 
 
