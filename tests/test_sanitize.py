@@ -10,11 +10,13 @@ on the lent H200; bench/sanitize-h200.sh runs it there through the farm over SSH
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 from nodes import CARDS, Fleet, install_sanitizer, processes_matching, query, standin_job, standin_variant
 
 from orchestrator.classify import Evidence, SanitizerReport, classify
@@ -136,6 +138,32 @@ def test_sanitize_is_validated(make_farm, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ through the farm
+
+
+def readme_example() -> dict:
+    """The README's sanitize example (a job's variants and its sanitize_timeout)."""
+    readme = (HERE.parent / "README.md").read_text()
+    section = readme.split("## What the numbers hide: the sanitize stage", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "the README's sanitize section has no yaml example"
+    return yaml.safe_load(block.group(1))
+
+
+def test_the_readmes_example_runs(fleet, make_farm, tmp_path: Path) -> None:
+    """The README's example as written (its variant's tools and the job's
+    sanitize_timeout), on the stand-in T4: a clean stand-in passes both tools."""
+    example = readme_example()
+    (name, documented), *_ = example["variants"].items()
+    assert documented["sanitize"] == ["memcheck", "racecheck"] and example["sanitize_timeout"] == 600
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=documented["sanitize"])
+    job = standin_job("standin", {name: variant}, sanitize_timeout=example["sanitize_timeout"])
+    nodes = {"t4san": fleet["t4san"].farm_entry(tmp_path / "work", build_jobs=1)}
+    summary = run(make_farm(tmp_path, nodes, [job]))
+    row = results(tmp_path / "results.db", summary.run_id)[name]
+    assert row["outcome"] == "pass"
+    import json
+
+    assert [t["tool"] for t in json.loads(row["sanitizer"])] == ["memcheck", "racecheck"]
 
 
 def test_a_pass_that_hides_a_race_or_a_stray_write_is_a_sanitizer_error(fleet, make_farm, tmp_path: Path) -> None:

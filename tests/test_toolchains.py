@@ -12,6 +12,7 @@ failure (declared for nvcc >=13.0,<13.1) holds on the 13.0 column and the
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -38,6 +39,23 @@ def farm_with(root: Path, node: dict[str, object]) -> Path:
     shutil.copy(REPO / "jobs" / "wgmma_gemm.yaml", root / "jobs")
     (root / "farm.yaml").write_text(yaml.safe_dump({"database": "sqlite:///results.db", "nodes": {"box": node}}))
     return root / "farm.yaml"
+
+
+def readme_example() -> dict:
+    """The README's toolchains example: a node entry."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Every toolkit the course supports: toolchains", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block, "the README's toolchains section has no yaml example"
+    return yaml.safe_load(block.group(1))["nodes"]
+
+
+def test_the_readmes_example_is_two_columns(tmp_path: Path) -> None:
+    (_, node), *_ = readme_example().items()
+    farm = load_farm(farm_with(tmp_path, node))
+    assert list(farm.nodes) == ["box+cuda-13.0", "box+cuda-13.5"]
+    assert farm.nodes["box+cuda-13.0"].nvcc == "/usr/local/cuda-13.0/bin/nvcc"
+    assert farm.nodes["box+cuda-13.5"].pypi_toolchain == CUDA_13_5 == node["toolchains"]["cuda-13.5"]["pypi"]
 
 
 def test_each_toolchain_is_a_column(tmp_path: Path) -> None:
@@ -78,7 +96,9 @@ def test_cuda_13_0_and_13_5_side_by_side_over_ssh(ssh_fleet, tmp_path: Path) -> 
     assert cuda_bin is not None, "cuobjdump from PyPI (nvidia-cuda-cuobjdump) is part of the farm's install"
     node = ssh_fleet["nogpu"].farm_entry(tmp_path / "work", build_jobs=2, cuobjdump=str(cuda_bin / "cuobjdump"))
     del node["nvcc"]
-    node["toolchains"] = {"cuda-13.0": "/usr/local/bin/nvcc", "cuda-13.5": {"pypi": CUDA_13_5}}
+    # the README's example, with this machine's nvcc 13.0 where it names /usr/local/cuda-13.0
+    (_, documented), *_ = readme_example().items()
+    node["toolchains"] = {**documented["toolchains"], "cuda-13.0": "/usr/local/bin/nvcc"}
     config = farm_with(tmp_path, node)
     farm = load_farm(config)
     store = Store(farm.database_url)
