@@ -28,10 +28,11 @@ class SanitizerReport:
     errors: int  # from its summary line
     findings: str = ""  # its first reported errors, bounded
     timed_out: bool = False
+    finished: bool = True  # it wrote its summary: a tool killed (by the kernel) mid-check did not
 
     @property
     def clean(self) -> bool:
-        return not self.timed_out and self.errors == 0 and self.exit_code == 0
+        return self.finished and not self.timed_out and self.errors == 0 and self.exit_code == 0
 
 
 @dataclass
@@ -153,7 +154,9 @@ def _sanitized(ev: Evidence) -> Verdict | None:
     words = []
     for r in dirty:
         said = f"{r.errors} error{'s' if r.errors != 1 else ''}"
-        if r.errors == 0:  # no error reported, but the program failed under the tool
+        if not r.finished:
+            said = f"the check did not finish ({exit_words(r.exit_code)}, no summary)"
+        elif r.errors == 0:  # no error reported, but the program failed under the tool
             said = f"the program {exit_words(r.exit_code)} under it"
         first = r.findings.strip().splitlines()[0] if r.findings.strip() else ""
         words.append(f"{r.tool}: {said}" + (f" ({first})" if first else ""))

@@ -23,13 +23,14 @@ from orchestrator.classify import Evidence, SanitizerReport, classify
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigErrors
 from orchestrator.outcomes import Outcome
-from orchestrator.plan import plan_cells
+from orchestrator.plan import Expectation, plan_cells
 from orchestrator.report.site import render
 from orchestrator.run import sanitize
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}
+PASS = Expectation(Outcome.PASS, "a CC 7.5 card, contract CC >= 7.5", None, None)
 HERE = Path(__file__).resolve().parent
 
 # compute-sanitizer 2025.x's own words (memcheck and racecheck), as the tools print them
@@ -100,7 +101,12 @@ def test_a_forged_summary_is_not_the_tools_word() -> None:
     # the summary says 0 but the tool exited with its error code: the code wins
     lying = sanitize.report("memcheck", sanitize.SANITIZER_EXIT, False, b"========= ERROR SUMMARY: 0 errors\n")
     assert isinstance(lying, SanitizerReport) and lying.errors == 1
-    # no summary and not the error code: the tool did not finish its check
+    # it started, and was killed (by the kernel) before its summary: not clean, and not the node's fault
+    killed = sanitize.report("memcheck", 137, False, b"========= COMPUTE-SANITIZER\n")
+    assert isinstance(killed, SanitizerReport) and not killed.finished and not killed.clean
+    verdict = classify(Evidence(build_exit=0, inspect_exit=0, run_exit=0, pass_line=1, sanitizer=(killed,)), PASS)
+    assert verdict.outcome is Outcome.SANITIZER_ERROR and "did not finish" in verdict.reason
+    # it never started checking (no banner): the tool's or the node's failure, no verdict
     none = sanitize.report("memcheck", 0, False, b"Error: Device not supported\n")
     assert isinstance(none, str) and "without its summary" in none and "Device not supported" in none
 
@@ -126,6 +132,15 @@ def test_classify_judges_a_pass_by_its_sanitizer_runs() -> None:
     # a failed run is judged on its failure, whatever the tools said
     failed = classify(Evidence(build_exit=0, inspect_exit=0, run_exit=1, sanitizer=(race,)), exp)
     assert failed.outcome is Outcome.FAIL
+
+
+def test_a_sanitized_run_is_the_binary_alone(make_farm, tmp_path: Path) -> None:
+    """The tool wraps the run command: "true && {binary}" would run the binary unchecked."""
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=["memcheck"], run="true && {binary}")
+    config = make_farm(tmp_path, {"here": {"transport": "local"}}, [standin_job("standin", {"v": variant})])
+    with pytest.raises(ConfigErrors) as err:
+        load_farm(config)
+    assert "variants.v" in str(err.value) and "a sanitized run must be the binary and plain arguments" in str(err.value)
 
 
 def test_sanitize_is_validated(make_farm, tmp_path: Path) -> None:

@@ -79,3 +79,35 @@ def test_a_bug_on_one_node_stays_with_that_node(tmp_path, monkeypatch, capsys):
     (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
     assert "TypeError: a bug planted by the test" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_be_stored_runs_no_cell(tmp_path):
+    """The nodes connect and probe while the run is being stored; when storing it
+    fails half-way (here: after its row, in the listener's run_started), no node
+    stores or runs anything, the run is marked aborted, and the error is raised."""
+    import pytest
+    from nodes import query, standin_job, standin_variant, write_farm
+
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run.scheduler import NullListener, run_cells
+    from orchestrator.store.database import Store
+
+    class Broken(NullListener):
+        def run_started(self, run_id, cells):
+            raise RuntimeError("the display broke")
+
+    nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "work"), "nvcc": "/usr/local/bin/nvcc"}}
+    config = write_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", {"min": "7.5"})})])
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        with pytest.raises(RuntimeError, match="the display broke"):
+            run_cells(farm, store, plan_cells(farm, None), cache_dir=tmp_path / "archives", listener=Broken())
+    finally:
+        store.close()
+    db = tmp_path / "results.db"
+    assert [(r["status"], r["exit_code"]) for r in query(db, "SELECT status, exit_code FROM runs")] == [("aborted", 70)]
+    assert query(db, "SELECT COUNT(*) AS n FROM results")[0]["n"] == 0
+    assert query(db, "SELECT COUNT(*) AS n FROM node_snapshots")[0]["n"] == 0
+    assert not (tmp_path / "work" / "builds").exists()

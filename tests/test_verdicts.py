@@ -279,6 +279,28 @@ def test_a_kernel_cannot_forge_the_farms_status_line(ssh_fleet: Fleet, make_farm
     assert re.search(r"the pass marker was printed \(stdout line \d+\), but exit 3", row["reason"])
 
 
+KILLED_SHELL_RUN = (
+    # the same forgery, and then the kernel kills that shell, so that the farm's own status
+    # line never comes and the forged one would be the last (found in review, session 4)
+    "{binary}; gp=$(cut -d' ' -f4 /proc/$PPID/stat); printf '\\n@@farm ns 1 1 2\\n@@farm 0\\n' > /proc/$gp/fd/1; "
+    "kill -s KILL $gp; exit 3"
+)
+
+
+def test_a_kernel_that_kills_the_farms_shell_gets_no_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """With the shell that would print the real status killed, the forged "exit 0"
+    is the only status line: the shell's parent says how it ended (killed), and
+    the cell is infra-error (no evidence), never `pass`."""
+    variants = {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=KILLED_SHELL_RUN)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)], retries=0)
+    _, summary = run(config)
+    row = rows(tmp_path / "results.db", summary.run_id)[("killer", "Tesla T4")]
+    assert (row["outcome"], row["failed_stage"]) == ("infra-error", "run"), row["reason"]
+    assert "ended with status 137" in row["reason"] and "no evidence" in row["reason"]
+    assert summary.exit_code == 4
+
+
 # ------------------------------------------------------------ cases 10, 11
 
 

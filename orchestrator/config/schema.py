@@ -151,6 +151,16 @@ class VariantSpec(_Strict):
             raise ValueError("each tool once, e.g. [memcheck, racecheck]")
         return value
 
+    @model_validator(mode="after")
+    def _sanitized_run_is_the_binary(self) -> VariantSpec:
+        # the tool wraps the run command: a second command ("true && {binary}") would run unchecked
+        if self.sanitize and not re.fullmatch(r"\{binary\}( [A-Za-z0-9_./=,:+@%-]+)*", self.run):
+            raise ValueError(
+                f"sanitize: the variant's run is {self.run!r}; a sanitized run must be the binary and plain "
+                "arguments ('{binary}' or '{binary} 512 fast'), which compute-sanitizer runs whole"
+            )
+        return self
+
 
 MetricName = Annotated[str, AfterValidator(_check_name)]
 
@@ -244,6 +254,8 @@ class PypiToolchain(_Strict):
     def _version(cls, value: str) -> str:
         if not re.fullmatch(r"\d{1,3}\.\d{1,3}\.\d{1,6}", value):
             raise ValueError('the full version of NVIDIA\'s nvcc wheel, e.g. "13.5.37"')
+        if not value.startswith("13."):  # the wheels' layout (nvidia/cu13) and names differ per major
+            raise ValueError(f"a CUDA 13 version (found {value}; other majors are not installed this way yet)")
         return value
 
 

@@ -18,6 +18,7 @@ the staging stage says so.
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import tarfile
 import tempfile
@@ -139,7 +140,8 @@ def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], 
     scripts = []
     for bundle, _ in missing:
         archive = bundle.archive(cache_dir)
-        remote_archive = f"{workdir}/incoming/{bundle.digest}.tar.gz"
+        # a name of its own: two columns of one machine may ship the same bundle at once
+        remote_archive = f"{workdir}/incoming/{bundle.digest}.{secrets.token_hex(4)}.tar.gz"
         transport.put(archive, remote_archive)
         shipped += archive.stat().st_size
         final = remote_dir(workdir, bundle)
@@ -153,7 +155,7 @@ def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], 
             f'echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; exit 3; fi; '
             # another farm node naming this machine may have placed it meanwhile
             f'if [ -e {quoted} ] && [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then '
-            f"rm -rf {tmp}; else rm -rf {quoted}; mv {tmp} {quoted}; fi"
+            f"rm -rf {tmp}; else rm -rf {quoted}; mv -T {tmp} {quoted}; fi"
         )
     result = transport.run("set -e; " + "; ".join(scripts), timeout=STAGE_TIMEOUT)
     if not result.ok:
@@ -199,11 +201,14 @@ class Bundles:
 
     def __init__(self, cache_dir: Path) -> None:
         self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}  # one per bundle: a download blocks only its own
         self._made: dict[str, Bundle] = {}
         self.cache_dir = cache_dir  # where toolchains are downloaded and unpacked
 
     def _get(self, key: str, make: Callable[[], Bundle]) -> Bundle:
         with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
             if key not in self._made:
                 self._made[key] = make()
             return self._made[key]

@@ -27,6 +27,7 @@ from orchestrator.config.schema import NodeSpec
 from orchestrator.transport import Transport
 
 PROBE_TIMEOUT = 60.0
+FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
 
@@ -349,5 +350,7 @@ def shipped_nvcc(transport: Transport, snapshot: NodeSnapshot, tree: str) -> Nod
 
 
 def probe(transport: Transport, folders: Sequence[str] = ()) -> NodeSnapshot:
-    result = transport.run(probe_command(transport.node, folders), timeout=PROBE_TIMEOUT)
+    # hashing what staging needs (CUTLASS, a toolkit) may take longer than the probe itself
+    timeout = PROBE_TIMEOUT + (FOLDERS_TIMEOUT if folders else 0.0)
+    result = transport.run(probe_command(transport.node, folders), timeout=timeout)
     return parse_probe(transport.name, transport.node, result.stdout, folders)

@@ -36,10 +36,14 @@ def log_path(run_dir: str, tool: str) -> str:
     return f"{run_dir}/sanitize-{tool}.log"
 
 
-def locate(configured: str | None, nvcc: str) -> str:
-    """Shell that sets $san to the node's compute-sanitizer, or prints why there is none."""
+def locate(configured: str | None, nvcc: str, workdir: str) -> str:
+    """Shell that sets $san to the node's compute-sanitizer, or prints why there is none.
+    Never one inside the farm's work folder (a shipped toolkit's): a kernel could have
+    put it there."""
     if configured:
         found = f"san={shlex.quote(configured)}"
+    elif nvcc.startswith(workdir.rstrip("/") + "/"):
+        found = "san=$(command -v compute-sanitizer 2>/dev/null)"
     else:
         # CUDA's installer puts it beside nvcc; PATH may hold neither
         found = (
@@ -90,6 +94,8 @@ def report(tool: str, exit_code: int, timed_out: bool, log: bytes) -> SanitizerR
     if errors is None:
         if exit_code == SANITIZER_EXIT:  # it found errors and its log was cut or overwritten
             return SanitizerReport(tool, exit_code, 1, findings(text) or "errors found; the log has no summary")
+        if "COMPUTE-SANITIZER" in text:  # it started checking and never said how that ended: killed?
+            return SanitizerReport(tool, exit_code, 0, findings(text), finished=False)
         tail = " / ".join(text.strip().splitlines()[-3:])[-300:]
         return f"compute-sanitizer --tool {tool} ended without its summary line (exit {exit_code}; log: {tail!r})"
     if exit_code == SANITIZER_EXIT and errors == 0:

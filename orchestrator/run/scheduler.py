@@ -225,7 +225,9 @@ class FarmRun:
         # built once per run, shared by the nodes; toolchains are unpacked once per machine
         self._bundles = bundle.Bundles(default_cache_dir().parent)
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
+        self._begin_failed = False  # storing the run failed: its nodes store nothing
         self._nodes_started: list[str] = []  # a stop before execute() has nothing to kill
+        self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its GPUs' queues, shared by its columns
 
     # stopping --------------------------------------------------------------
     @property
@@ -262,6 +264,15 @@ class FarmRun:
             thread.join(max(deadline - time.monotonic(), 0))
         return sum(killed)
 
+    def _machine_slots(
+        self, node: NodeSpec, snapshot: NodeSnapshot, devices: dict[str, list[Gpu]], slots: dict[str, GpuSlots]
+    ) -> tuple[dict[str, list[Gpu]], dict[str, GpuSlots]]:
+        """One queue per GPU of a machine, whichever of its columns (toolchains) runs
+        there: their runs take turns on each GPU here as well as on the node."""
+        machine = (node.transport, node.host, node.port, node.jump, snapshot.hostname, snapshot.workdir)
+        with self._summary_lock:
+            return devices, self._slots.setdefault(machine, slots)
+
     def _transport(self, name: str) -> Transport:
         return transport_for(name, self.farm.nodes[name], self.token)
 
@@ -282,10 +293,17 @@ class FarmRun:
         futures = [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]
         try:
             run_id = self._begin(cells, selection)
-        except BaseException:
-            self._stop.set()  # the nodes store nothing and start no cell
+        except BaseException as err:
+            # the nodes store nothing and start no cell; a run stored half-way is marked aborted
+            self._begin_failed = True
+            self._stop_reason = "the run could not be stored"
+            self._stop.set()
             self._begun.set()
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True, cancel_futures=True)
+            if self.summary.run_id:
+                with contextlib.suppress(FarmError):
+                    code = err.exit_code if isinstance(err, FarmError) else EXIT_INTERNAL
+                    self.store.finish_run(self.summary.run_id, "aborted", code)
             raise
         status = "aborted"
         exit_code: int | None = None
@@ -336,7 +354,7 @@ class FarmRun:
     def _when_begun(self) -> None:
         """Wait until the run is stored; a run that could not be stored ends the node."""
         self._begun.wait()
-        if not self.summary.run_id:
+        if self._begin_failed:
             raise _NotBegun
 
     # per node ------------------------------------------------------------------
@@ -412,7 +430,7 @@ class FarmRun:
             stage_seconds = records[1].seconds
             snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, staging.shipped)
             self.listener.node_ready(name, snapshot, None)
-            devices, slots = node_devices(setup, snapshot)
+            devices, slots = self._machine_slots(node, snapshot, *node_devices(setup, snapshot))
             context = NodeContext(
                 stage_record=records[1],
                 snapshot=snapshot,
@@ -474,6 +492,11 @@ class FarmRun:
                         assert needs_error is not None
                         raise needs_error
                     snapshot = partial[0]
+                    if node.pypi_toolchain and "x86_64" not in snapshot.os:
+                        raise NodeUnusable(
+                            f"node {setup.name!r}: NVIDIA's PyPI toolkits are x86_64 builds; this node is "
+                            f"{snapshot.os or 'of an unknown architecture'}"
+                        )
                     staging = bundle.stage(setup, snapshot.workdir, needs, snapshot.folder_digests, self.cache_dir)
                     detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
                     if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
@@ -624,7 +647,7 @@ class FarmRun:
         staging = ctx.staging
         deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
         run = f"{self.summary.run_id}-{self.token}"
-        paths = cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps)
+        paths = cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps, staging.toolchain)
         gpus = ctx.devices.get(cell.device, [])
         card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
         # the node's staging is shown on a cell only when it concerned it: an input found altered there

@@ -164,6 +164,7 @@ class CellPaths:
     build_dir: str
     binary: str
     run_dir: str
+    toolchain: Placed | None = None  # the column's CUDA toolkit where the farm shipped it (its nvcc builds)
 
     @property
     def binary_name(self) -> str:
@@ -190,6 +191,7 @@ def cell_paths(
     run: str,
     sources: Placed,
     dependencies: dict[str, Placed],
+    toolchain: Placed | None = None,
 ) -> CellPaths:
     """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
     farm run: two farm hosts sharing a node (and its work folder) never share a
@@ -214,6 +216,7 @@ def cell_paths(
         build_dir=build_dir,
         binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
         run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}-{cell.variant}{slot}",
+        toolchain=toolchain,
     )
 
 
@@ -256,6 +259,8 @@ def verify_inputs_script(paths: CellPaths, tag: str) -> str:
     """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
     digest is not the expected one, and then sets `bad=1`."""
     checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
+    if paths.toolchain is not None:  # a shipped compiler is the farm user's, as writable as the sources
+        checks.append(("toolchain", paths.toolchain))
     parts = ["bad="]
     for name, placed in checks:
         folder = shlex.quote(placed.folder)
@@ -357,7 +362,11 @@ class CellPipeline:
         the transport streams, else read after it. `clean_up` removes the cell's
         folder once they are read; `on_output` is called when the script's own
         part has ended and its files start to come (the GPU is free by then)."""
-        body = f"( {script} )"
+        # The script runs in a subshell, and the kernel as the same user could kill that
+        # subshell before it prints its own status (and forge one, and a log, first):
+        # its parent shell then reaps the cell's processes and says how the subshell
+        # ended, and a script that did not end by itself is no evidence at all.
+        body = f'( {script} ); st=$?; {self._reap_cell("reaped")}; echo "@@farm end $st"'
         if self.t.streams_output:
             token = new_token()
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in files]
@@ -372,8 +381,10 @@ class CellPipeline:
                     f"({outcome.stderr.strip()[-300:]!r})"
                 )
             self._cleaned = self._cleaned or clean_up
+            self._check_ended(control, outcome)
             return outcome, control
         outcome = self.t.run(body, timeout=timeout)
+        self._check_ended(outcome.stdout, outcome)
         if on_output is not None:
             on_output()
         self._note_job()
@@ -385,6 +396,18 @@ class CellPipeline:
         if clean_up:
             self._clean_up()
         return outcome, outcome.stdout
+
+    def _check_ended(self, control: str, outcome: CommandResult) -> None:
+        ended = _last(r"^@@farm end (\d+)$", control)
+        if ended is None or ended.group(1) != "0":
+            error = InfraError(
+                f"node {self.t.name!r}: the stage's shell on the node "
+                + (f"ended with status {ended.group(1)}" if ended else "never said how it ended")
+                + " before it finished (killed, by the kernel or the node): no evidence from it"
+                + f" ({(outcome.stderr or control).strip()[-200:]!r})"
+            )
+            error.retryable = False
+            raise error
 
     # one wrapper for every stage -----------------------------------------
     def _stage(self, name: str, action: Callable[[], str]) -> bool:
@@ -547,7 +570,12 @@ class CellPipeline:
                 if restaged or self.restage is None:
                     raise InfraError(f"node {self.t.name!r}: staged inputs altered on the node ({names}) again")
                 for name, _ in altered:
-                    placed = self.paths.sources if name == "sources" else self.paths.dependencies[name.split(":", 1)[1]]
+                    if name == "sources":
+                        placed = self.paths.sources
+                    elif name == "toolchain" and self.paths.toolchain is not None:
+                        placed = self.paths.toolchain
+                    else:
+                        placed = self.paths.dependencies[name.split(":", 1)[1]]
                     self._detail.append(self.restage(placed) or f"{name} altered on the node: shipped again")
                 restaged = True
                 continue
@@ -652,7 +680,8 @@ class CellPipeline:
         script = (
             f"{self._binary_check()}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
-            f'echo "@@farm ns ${{q0:-$t0}} $t0 $(date +%s%N)"; {self._reap_cell()}; echo "@@farm $rc"; }}'
+            # the clock is read before the leftovers are killed, and printed after: none can follow it
+            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; echo "@@farm $rc"; }}'
         )
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
@@ -759,7 +788,8 @@ class CellPipeline:
             for tool in tools
         )
         script = (
-            f"{self._binary_check()}{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path)}; "
+            f"{self._binary_check()}"
+            f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
         )
         logs = {tool: bytearray() for tool in tools}
@@ -804,7 +834,7 @@ class CellPipeline:
         self.result.evidence.sanitizer = tuple(reports)
         return "ok" if all(r.clean for r in reports) else "failed"
 
-    def _reap_cell(self) -> str:
+    def _reap_cell(self, tag: str = "leftover") -> str:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
         cell = next((part for part in self.marker.split() if part.startswith("FARM_CELL=")), None)
-        return reap("FARM_CELL", cell.split("=", 1)[1]) if cell else "true"
+        return reap("FARM_CELL", cell.split("=", 1)[1], tag) if cell else "true"

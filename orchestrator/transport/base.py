@@ -37,16 +37,16 @@ class CommandResult:
         return self.exit_code == 0
 
 
-def reap(variable: str, value: str) -> str:
+def reap(variable: str, value: str, tag: str = "leftover") -> str:
     """Shell that SIGKILLs every process of this login whose environment holds
-    VARIABLE=VALUE and prints `@@farm leftover N`. One grep reads every
+    VARIABLE=VALUE and prints `@@farm TAG N`. One grep reads every
     /proc/PID/environ it may; the scanning shell itself carries no marker. The
     farm puts FARM_RUN=<run> FARM_CELL=<cell> into every kernel's environment,
     which a daemon's double fork and setsid keep."""
     pattern = shlex.quote(f"{variable}={value}")
     return (
         f"n=0; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
-        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm leftover $n"'
+        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm {tag} $n"'
     )
 
 
