@@ -138,26 +138,33 @@ def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], 
         return 0, ""
     shipped = 0
     scripts = []
+    leftovers = []  # removed whatever fails, so that a retry finds the room this one took
     for bundle, _ in missing:
         archive = bundle.archive(cache_dir)
         # a name of its own: two columns of one machine may ship the same bundle at once
         remote_archive = f"{workdir}/incoming/{bundle.digest}.{secrets.token_hex(4)}.tar.gz"
-        transport.put(archive, remote_archive)
+        try:
+            transport.put(archive, remote_archive)
+        except InfraError:  # a disk that filled mid-upload: what came is removed, to leave the room
+            with contextlib.suppress(InfraError):
+                transport.run(f"rm -f {shlex.quote(remote_archive)}", timeout=STAGE_TIMEOUT)
+            raise
         shipped += archive.stat().st_size
         final = remote_dir(workdir, bundle)
         tmp = shlex.quote(final + ".part.") + "$$"
-        quoted = shlex.quote(final)
+        quoted, source = shlex.quote(final), shlex.quote(remote_archive)
+        leftovers += [tmp, source]
         digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
         scripts.append(
-            f"mkdir -p {tmp}; tar -xzf {shlex.quote(remote_archive)} -C {tmp}; "
-            f"rm -f {shlex.quote(remote_archive)}; "
-            f'got=$({digest_of}); if [ "$got" != {bundle.digest} ]; then rm -rf {tmp}; '
-            f'echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; exit 3; fi; '
+            f"{{ mkdir -p {tmp} && tar -xzf {source} -C {tmp}; }} || fail; rm -f {source}; "
+            f'got=$({digest_of}); [ "$got" = {bundle.digest} ] || '
+            f'{{ echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; fail; }}; '
             # another farm node naming this machine may have placed it meanwhile
             f'if [ -e {quoted} ] && [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then '
-            f"rm -rf {tmp}; else rm -rf {quoted}; mv -T {tmp} {quoted}; fi"
+            f"rm -rf {tmp}; else {{ rm -rf {quoted} && mv -T {tmp} {quoted}; }} || fail; fi"
         )
-    result = transport.run("set -e; " + "; ".join(scripts), timeout=STAGE_TIMEOUT)
+    fail = f"fail() {{ rm -rf {' '.join(leftovers)}; exit 3; }}"
+    result = transport.run("; ".join([fail, *scripts]), timeout=STAGE_TIMEOUT)
     if not result.ok:
         names = ", ".join(b.name for b, _ in missing)
         raise StagingFailed(
