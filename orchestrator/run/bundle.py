@@ -17,6 +17,7 @@ the staging stage says so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shlex
