@@ -180,6 +180,8 @@ class Bisector:
         self.paths = self.history.input_paths(self.good.sha, self.bad.sha, inputs)
         self.result = Bisection(selector, node, self.good, self.bad, self.paths)
         self.known: dict[str, Tested] = {}  # sha -> its verdict, each commit judged once
+        # the (variant, card) cells not as expected at --bad: every other commit is judged on those
+        self.watch: set[tuple[str, str]] | None = None
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._current: FarmRun | None = None
@@ -236,8 +238,14 @@ class Bisector:
             with self._lock:
                 self._current = None
         results = summary.results
+        if self.watch is not None:  # judged on the cells that were bad at --bad, not on another's failure
+            results = [(c, r, i) for c, r, i in results if (c.variant, c.device) in self.watch]
         infra = [(r, i) for _c, r, i in results if r.verdict and is_infra(r.verdict.outcome)]
         bad = [(r, i) for _c, r, i in results if r.verdict and not is_as_expected(r.verdict.outcome)]
+        if role == "bad end" and self.watch is None:
+            self.watch = {
+                (c.variant, c.device) for c, r, _i in results if r.verdict and not is_as_expected(r.verdict.outcome)
+            }
         state = State.INFRA if summary.internal or infra or not results else State.BAD if bad else State.GOOD
         result, result_id = (infra or bad or [(r, i) for _c, r, i in results] or [(None, None)])[0]
         reason = "no cell ran"

@@ -257,3 +257,53 @@ def test_a_farm_outside_git_is_refused(tmp_path):
         "bisect", "toy:plain", "--node", "here", "--good", "HEAD~1", "--bad", "HEAD", cwd=toy_farm(tmp_path).parent
     )
     assert done.returncode == 3 and "outside any git repository" in done.stderr, done.stderr
+
+
+def test_a_commit_is_judged_on_the_cells_that_are_bad_at_the_bad_end(tmp_path):
+    """`farm bisect KERNEL` (every variant): variant b is broken for a while in the
+    middle of the history and fixed before --bad; variant a breaks at c5. The walk
+    watches only the cells bad at --bad (a), so b's old failure is never taken for
+    the regression (found in review: any bad cell made a commit bad)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    source = "int main() {\n#ifdef VARIANT_A\n  return 0;\n#endif\n  return 0;\n}\n"
+    broken_a = source.replace("  return 0;\n#endif", "  this is not C++;\n#endif")
+
+    def job(b_flags: str, timeout: int = 60) -> str:
+        return yaml.safe_dump(
+            {
+                "kernel": "toy",
+                "sources": ["kernels/toy.cpp"],
+                "pass_marker": "toy: PASS",
+                "refusal_marker": "toy needs CC",
+                "timeout": timeout,
+                "variants": {
+                    "a": {
+                        "build": "g++ -DVARIANT_A -o {binary} {sources}",
+                        "inspect": "objdump -d {binary}",
+                        "cc": {"min": "7.5"},
+                    },
+                    "b": {
+                        "build": f"g++ {b_flags} -o {{binary}} {{sources}}",
+                        "inspect": "objdump -d {binary}",
+                        "cc": {"min": "7.5"},
+                    },
+                },
+            }
+        )
+
+    farm_yaml = yaml.safe_dump({"nodes": {"here": {"transport": "local", "workdir": str(tmp_path / "work")}}})
+    shas = {"c0": commit(root, "c0", {"farm.yaml": farm_yaml, "jobs/toy.yaml": job(""), "kernels/toy.cpp": source})}
+    git(root, "tag", "good")
+    shas["c1"] = commit(root, "c1: b links a library that does not exist", {"jobs/toy.yaml": job("-lnosuchlib")})
+    shas["c2"] = commit(root, "c2: a timeout", {"jobs/toy.yaml": job("-lnosuchlib", 30)})
+    shas["c3"] = commit(root, "c3: another timeout", {"jobs/toy.yaml": job("-lnosuchlib", 40)})
+    shas["c4"] = commit(root, "c4: b fixed", {"jobs/toy.yaml": job("", 40)})
+    shas["c5"] = commit(root, "c5: a broken", {"kernels/toy.cpp": broken_a})
+    done = farm("bisect", "toy", "--node", "here", "--good", "good", "--bad", "HEAD", cwd=root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"first bad commit: {shas['c5']} (" in done.stdout, done.stdout
+    # c1..c3, where b was broken, were judged good on a (or never run): none is named
+    for old in ("c1", "c2", "c3"):
+        assert f"first bad commit: {shas[old]}" not in done.stdout

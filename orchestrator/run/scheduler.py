@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -448,8 +449,20 @@ class FarmRun:
             if several:
                 self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
             self._cells(name, on_cards, context)
+            self._sweep(setup, snapshot, name)
         finally:
             setup.close()
+
+    def _sweep(self, setup: Transport, snapshot: NodeSnapshot, name: str) -> None:
+        """Remove what the node's cells left of their folders (a cell that ended in an
+        infra error or a stop could not remove its own), once they are all done."""
+        run_dir = f"{snapshot.workdir}/cells/{self.summary.run_id}-{self.token}"
+        with contextlib.suppress(FarmError):
+            setup.open()
+            setup.run(
+                f"rm -rf {shlex.quote(run_dir + '/' + name)}; rmdir {shlex.quote(run_dir)} 2>/dev/null; true",
+                timeout=60,
+            )
 
     def _setup(
         self, setup: Transport, cells: list[Cell], records: list[StageRecord], partial: list[NodeSnapshot]

@@ -486,7 +486,7 @@ class CellPipeline:
 
     def _clean_up(self) -> None:
         if self._cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
-            return  # done already, or the session may be gone (the next run's copy starts with rm -rf)
+            return  # done already, or the session may be gone (the scheduler sweeps the node's folders at its end)
         self._cleaned = True
         with contextlib.suppress(InfraError):
             self.t.run(self.paths.remove_run_dir(), timeout=60)
