@@ -125,6 +125,18 @@ def _finite(value: float) -> float:
     return value
 
 
+# verify and bisect both take the run lock: one option, spelled once
+wait_option = click.option(
+    "--wait",
+    type=click.FloatRange(0, 86400),
+    callback=lambda _ctx, _param, value: _finite(value),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="If another run holds the lock, wait this long before giving up (exit 6).",
+)
+
+
 def _check_trigger(value: str) -> str:
     if not 1 <= len(value) <= 32:
         raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} is {len(value)} characters; give 1 to 32")
@@ -189,15 +201,7 @@ def _matrix_text(summary: RunSummary) -> str:
     default=None,
     help="Also append plain progress lines to this file.",
 )
-@click.option(
-    "--wait",
-    type=click.FloatRange(0, 86400),
-    callback=lambda _ctx, _param, value: _finite(value),
-    default=0.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="If another run holds the lock, wait this long before giving up (exit 6).",
-)
+@wait_option
 @farm_options
 @handle_errors
 def verify(
@@ -487,15 +491,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     default=None,
     help="Where the report is rendered (default: farm.yaml's `reports`).",
 )
-@click.option(
-    "--wait",
-    type=click.FloatRange(0, 86400),
-    callback=lambda _ctx, _param, value: _finite(value),
-    default=0.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="If another run holds the lock, wait this long before giving up (exit 6).",
-)
+@wait_option
 @farm_options
 @handle_errors
 def bisect_(

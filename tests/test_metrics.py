@@ -25,6 +25,7 @@ from alembic.config import Config as AlembicConfig
 from nodes import Fleet, query, write_farm
 from sqlalchemy import create_engine, make_url, text
 
+from docs import readme_yaml
 from orchestrator import metrics
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.farm import load_farm, load_job
@@ -532,11 +533,7 @@ int main(int argc, char **argv) {
 
 def readme_metrics() -> dict:
     """The metrics block of the README's section on speed, as a job file holds it."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Speed: metrics and perf-regression", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block, "the README's speed section has no yaml example"
-    return yaml.safe_load(block.group(1))["metrics"]
+    return readme_yaml("Speed: metrics and perf-regression")["metrics"]
 
 
 def speedy_job(root: Path, calls_flags: str = "") -> dict:

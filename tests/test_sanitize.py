@@ -10,15 +10,14 @@ on the lent H200; bench/sanitize-h200.sh runs it there through the farm over SSH
 
 from __future__ import annotations
 
-import re
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-import yaml
 from nodes import CARDS, Fleet, install_sanitizer, processes_matching, query, standin_job, standin_variant
 
+from docs import readme_yaml
 from orchestrator.classify import Evidence, SanitizerReport, classify
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigErrors
@@ -157,11 +156,7 @@ def test_sanitize_is_validated(make_farm, tmp_path: Path) -> None:
 
 def readme_example() -> dict:
     """The README's sanitize example (a job's variants and its sanitize_timeout)."""
-    readme = (HERE.parent / "README.md").read_text()
-    section = readme.split("## What the numbers hide: the sanitize stage", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block, "the README's sanitize section has no yaml example"
-    return yaml.safe_load(block.group(1))
+    return readme_yaml("What the numbers hide: the sanitize stage")
 
 
 def test_the_readmes_example_runs(fleet, make_farm, tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ failure (declared for nvcc >=13.0,<13.1) holds on the 13.0 column and the
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import yaml
 from nodes import query
 
+from docs import readme_yaml
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigErrors
 from orchestrator.plan import SelectionError, plan_cells
@@ -43,11 +43,7 @@ def farm_with(root: Path, node: dict[str, object]) -> Path:
 
 def readme_example() -> dict:
     """The README's toolchains example: a node entry."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Every toolkit the course supports: toolchains", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block, "the README's toolchains section has no yaml example"
-    return yaml.safe_load(block.group(1))["nodes"]
+    return readme_yaml("Every toolkit the course supports: toolchains")["nodes"]
 
 
 def test_the_readmes_example_is_two_columns(tmp_path: Path) -> None:
