@@ -364,9 +364,11 @@ class CellPipeline:
         part has ended and its files start to come (the GPU is free by then)."""
         # The script runs in a subshell, and the kernel as the same user could kill that
         # subshell before it prints its own status (and forge one, and a log, first):
-        # its parent shell then reaps the cell's processes and says how the subshell
-        # ended, and a script that did not end by itself is no evidence at all.
-        body = f'( {script} ); st=$?; {self._reap_cell("reaped")}; echo "@@farm end $st"'
+        # its parent shell says how the subshell ended, having reaped the cell's
+        # processes first when it did not end by itself (a script that ends by itself
+        # has reaped them: scanning every process twice per stage costs a full node
+        # dearly), and a script that did not end by itself is no evidence at all.
+        body = f'( {script} ); st=$?; if [ $st -ne 0 ]; then {self._reap_cell("reaped")}; fi; echo "@@farm end $st"'
         if self.t.streams_output:
             token = new_token()
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in files]
