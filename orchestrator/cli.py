@@ -8,6 +8,7 @@ code (errors.py); README.md's "Exit codes" section lists them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -338,6 +339,8 @@ def nodes(config_path: Path, database: str | None) -> None:
             worst = 4
             continue
         notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
+        if node.pypi_toolchain and snap.nvcc_version is None:  # not probed: the run ships it first
+            snap = dataclasses.replace(snap, nvcc_version=f"{node.pypi_toolchain} (PyPI, shipped by verify)")
         if not snap.gpus:
             click.echo(
                 f"{name:<12} {'yes':<7} {'no GPU':<28} {'-':<5} {'-':<14} {snap.nvcc_version or 'none':<10} "

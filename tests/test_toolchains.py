@@ -67,6 +67,16 @@ def test_each_toolchain_is_a_column(tmp_path: Path) -> None:
     assert {c.node for c in plan_cells(farm, None, ["box+cuda-13.5"])} == {"box+cuda-13.5"}
     with pytest.raises(SelectionError, match="no node named boxx"):
         plan_cells(farm, None, ["boxx"])
+    # `farm nodes` probes each column; a PyPI one's nvcc is shipped by the run, so it says so
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    said = CliRunner().invoke(main, ["nodes", "--config", str(config)])
+    assert said.exit_code == 0, said.output
+    lines = {line.split()[0]: line for line in said.output.splitlines()[1:]}
+    assert "13.0.88" in lines["box+cuda-13.0"]
+    assert f"{CUDA_13_5} (PyPI, shipped by verify)" in lines["box+cuda-13.5"]
 
 
 @pytest.mark.parametrize(
