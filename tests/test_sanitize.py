@@ -300,3 +300,52 @@ def test_gpu_the_real_tool_finds_the_planted_bugs(tmp_path: Path) -> None:
         "clean": "pass",
     }
     assert "racecheck" in got["race"]["reason"] and "memcheck" in got["oob"]["reason"]
+
+
+def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: Path) -> None:
+    """The committed H200 evidence certifies wgmma_gemm on CC 9.0. A later run of
+    the same inputs on real hardware that is sanitizer-error (written here from
+    the last certifying row, its outcome changed: there is no GPU in CI) keeps
+    the certificate, and the ledger says what the sanitizer found, on the index
+    and the kernel's page."""
+    import datetime
+    import json
+
+    from orchestrator.store.tables import ResultRow
+
+    db = tmp_path / "results.db"
+    shutil.copyfile(HERE.parent / "results.db", db)
+    (last,) = query(
+        db, "SELECT * FROM results WHERE kernel = 'wgmma_gemm' AND variant = 'gencode' ORDER BY id DESC LIMIT 1"
+    )
+    last = dict(last)
+    assert last["outcome"] == "pass" and last["real_gpu"] and last["identity"]
+    store = Store(f"sqlite:///{db}")
+    try:
+        run_id = store.begin_run(
+            token="t", trigger="test", farm_commit=None, farm_version="0", host="h", config_file="f", selection="s"
+        )
+        fields = {}
+        for column in ResultRow.__table__.columns:
+            if column.key in ("id", "run_id"):
+                continue
+            value = last.get(column.key)
+            if str(column.type) == "JSON" and isinstance(value, str):
+                value = json.loads(value)
+            if "DATETIME" in str(column.type) and value is not None:
+                value = datetime.datetime.now(datetime.UTC)
+            fields[column.key] = value
+        fields.update(
+            outcome="sanitizer-error",
+            failed_stage="sanitize",
+            reason="compute-sanitizer: racecheck: 1 error (Error: Race reported between Write access at ...)",
+        )
+        store.add_result([], run_id=run_id, **fields)
+        store.finish_run(run_id, "finished", 1)
+        render(store, tmp_path / "site")
+    finally:
+        store.close()
+    page = (tmp_path / "site" / "kernels" / "wgmma_gemm.html").read_text()
+    assert 'data-flag="sanitizer-error"' in page and "compute-sanitizer now finds errors" in page
+    assert "VERIFIED" in page  # the certificate stands: its pass is on record
+    assert 'data-flag="sanitizer-error"' not in (tmp_path / "site" / "kernels" / "cutlass_gemm.html").read_text()

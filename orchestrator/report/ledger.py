@@ -15,6 +15,8 @@ and flags each disagreement:
     header-outdated   the header says UNVERIFIED, but a certifying run of these bytes exists
     claim-unrecorded  the header claims VERIFIED on a date with no certifying run then
     stale             a certificate exists only for other inputs: one of them changed since
+    sanitizer-error   a certificate stands, but compute-sanitizer now finds errors in a cell
+                      of these same inputs (its numbers passed; the tool was asked for later)
 """
 
 from __future__ import annotations
@@ -149,6 +151,7 @@ def build(
     record: CertificateRecord | None = None,
     files: dict[str, str] | None = None,
     dependencies: dict[str, dict] | None = None,
+    sanitizer_errors: list[tuple[str, str, str, int, str]] | None = None,
 ) -> KernelLedger:
     """The ledger of one kernel. `sha256` is its current identity, `files` and
     `dependencies` what it is made of; `source` the main source's bytes (its
@@ -156,7 +159,9 @@ def build(
     identity; at least the first and latest per identity and CC);
     `planned_ccs` are the capabilities its contracts name, listed even when
     nothing has run there yet; `record` counts and dates every pass on record
-    (default: just the certificates given)."""
+    (default: just the certificates given); `sanitizer_errors` the cells of the
+    current inputs whose latest result is sanitizer-error on real hardware:
+    (variant, node, cc, result id, reason)."""
     files = files or {}
     dependencies = dependencies or {}
     states: dict[str, CapabilityState] = {cc: CapabilityState(cc) for cc in planned_ccs}
@@ -192,6 +197,16 @@ def build(
                     "claim-unrecorded",
                     f"The header claims VERIFIED {claim.date or '(no date)'}, but no certifying run "
                     f"of these inputs from that date is on record (certifying runs on record: {on_record}).",
+                )
+            )
+    for variant, node, cc, result_id, reason in sanitizer_errors or []:
+        if cc in ordered and ordered[cc].verified:
+            ledger.flags.append(
+                (
+                    "sanitizer-error",
+                    f"CC {cc} is VERIFIED, but compute-sanitizer now finds errors in these same inputs: "
+                    f"{variant} on node {node} (result {result_id}): {reason}. Its numbers passed; the "
+                    "certificate's pass may rest on the same fault.",
                 )
             )
     for state in ordered.values():

@@ -371,6 +371,14 @@ def collect(
             records,
             found.files,
             found.dependencies,
+            [
+                (c.result.variant, c.result.node, c.result.cc or "", c.result.id, c.result.reason)
+                for (k, _v, _n, _d), c in sorted(standing.items())
+                if k == kernel
+                and c.result.outcome == "sanitizer-error"
+                and c.result.real_gpu
+                and c.result.identity == found.identity
+            ],
         )
         for kernel, found in sorted(now_inputs.items())
     ]

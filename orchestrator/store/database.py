@@ -634,6 +634,7 @@ class Store:
         ResultRow.cc,
         ResultRow.real_gpu,
         ResultRow.code_path,
+        ResultRow.identity,  # the ledger flags a certificate whose bytes a sanitizer now faults
         ResultRow.started_at,
         ResultRow.ended_at,
     )
