@@ -87,6 +87,8 @@ def test_each_toolchain_is_a_column(tmp_path: Path) -> None:
         ({"toolchains": {"a b": "nvcc"}}, "nodes.box.toolchains", "a name of letters"),
         ({"toolchains": {"a": {"pip": "13.5.37"}}}, "nodes.box.toolchains.a", ""),
         ({"toolchain": "a"}, "nodes.box", "`toolchain` is the farm's own"),
+        # a column's name is stored as a node's (64 characters): found at load, not by PostgreSQL mid-run
+        ({"toolchains": {"c" * 61: "nvcc"}}, "nodes.box.toolchains." + "c" * 61, "at most 64 characters"),
     ],
 )
 def test_bad_toolchains_are_named(tmp_path: Path, node: dict[str, object], key: str, expected: str) -> None:
@@ -135,6 +137,25 @@ def test_cuda_13_0_and_13_5_side_by_side_over_ssh(ssh_fleet, tmp_path: Path) -> 
     assert again.bytes_shipped == 0
     rerun = {(r["node"], r["variant"]): r for r in query(db, "SELECT * FROM results WHERE run_id = ?", again.run_id)}
     assert rerun[("box+cuda-13.5", "gencode")]["build_cached"]
+    # a kernel (the farm's user) rewrites the shipped nvcc: the next run finds the toolkit
+    # altered, ships it again before any build, and says so on the cell
+    kit = Path(snaps["box+cuda-13.5"]["nvcc_path"]).parents[3]
+    nvcc = kit / "nvidia" / "cu13" / "bin" / "nvcc"
+    intact = nvcc.read_bytes()
+    nvcc.write_bytes(intact + b"\0")
+    store = Store(farm.database_url)
+    try:
+        third = run_cells(
+            farm, store, plan_cells(farm, ["wgmma_gemm:gencode"], ["box+cuda-13.5"]), cache_dir=tmp_path / "archives"
+        )
+    finally:
+        store.close()
+    (row,) = query(db, "SELECT * FROM results WHERE run_id = ?", third.run_id)
+    assert row["outcome"] == "compile-only", row["reason"]
+    stage = json.loads(row["stage_details"])["stage"]["detail"]
+    assert "CUDA 13.5.37 from PyPI: the copy on the node was altered" in stage, stage
+    assert nvcc.read_bytes() == intact  # the intact one is back
+    assert third.bytes_shipped > 50_000_000
     # one column per toolchain in the matrix
     index = (tmp_path / "site" / "index.html").read_text()
     assert "box+cuda-13.0" in index and "box+cuda-13.5" in index

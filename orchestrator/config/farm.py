@@ -26,13 +26,23 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.config import dependencies, header
 from orchestrator.config.header import Provenance
-from orchestrator.config.schema import NAME_EXPECTED, NAME_RE, FarmSpec, JobSpec, NodeSpec, template_fields
+from orchestrator.config.schema import (
+    NAME_EXPECTED,
+    NAME_RE,
+    TOOLCHAIN_SEP,
+    FarmSpec,
+    JobSpec,
+    NodeSpec,
+    template_fields,
+)
 from orchestrator.errors import ConfigError, ConfigErrors
 
 # Fields a template may name; each dependency a job declares adds its own name.
 BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
 RUN_FIELDS = frozenset({"binary"})
 INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
+
+COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
 
 
 @dataclass(frozen=True)
@@ -655,6 +665,18 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     url = _resolve_database(database or spec.database, root)
     # a node with several toolchains is several columns, each planned, probed and stored as a node
     columns = {col: one for name, node in spec.nodes.items() for col, one in node.columns(name).items()}
+    too_long = [
+        ConfigError(
+            str(file),
+            f"nodes.{col.split(TOOLCHAIN_SEP)[0]}.toolchains.{col.split(TOOLCHAIN_SEP, 1)[1]}",
+            f"the column name {col!r} ({len(col)} characters)",
+            f"NODE{TOOLCHAIN_SEP}TOOLCHAIN of at most {COLUMN_MAX} characters (the store keeps a node's name in 64)",
+        )
+        for col in columns
+        if len(col) > COLUMN_MAX
+    ]
+    if too_long:
+        raise ConfigErrors(too_long)
     if columns.keys() != spec.nodes.keys():
         spec = spec.model_copy(update={"nodes": columns})
     return Farm(file=file, spec=spec, jobs=jobs, database_url=url)

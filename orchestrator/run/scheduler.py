@@ -665,6 +665,8 @@ class FarmRun:
         card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
         # the node's staging is shown on a cell only when it concerned it: an input found altered there
         digests = [paths.sources.digest, *(d.digest for d in deps.values())]
+        if staging.toolchain is not None:
+            digests.append(staging.toolchain.digest)
         notes = "; ".join(staging.notes[d] for d in digests if d in staging.notes)
         node_stage = ctx.stage_record
         staged = (

@@ -628,8 +628,17 @@ class CellPipeline:
             if cuda
             else ""
         )
+        kit = self.paths.toolchain
+        # the disassembler of a shipped toolkit is the farm user's, writable by any kernel: checked
+        # right before it speaks for the binary (as the compiler is around each build)
+        kit_check = (
+            f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
+            f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
+            if kit is not None and self.cuobjdump.startswith(kit.folder + "/")
+            else ""
+        )
         script = (
-            f"cd {bdir} && "
+            f"{kit_check}cd {bdir} && "
             f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
             f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
@@ -643,6 +652,12 @@ class CellPipeline:
             clean_up=self.result.expectation.outcome.value == "compile-only",
         )
         ev = self.result.evidence
+        altered = re.search(r"^@@farm toolkit-altered (\S+)$", text, re.M)
+        if altered:
+            raise InfraError(
+                f"node {self.t.name!r}: the shipped toolkit changed on the node before inspection "
+                f"(digest {altered.group(1)[:12]}, expected {kit.digest[:12] if kit else '?'}); not inspected"
+            )
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
