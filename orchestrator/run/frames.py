@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from orchestrator.errors import InfraError
 
@@ -61,8 +61,11 @@ class FrameReader:
         sinks: dict[str, Callable[[bytes], None]],
         node: str,
         on_first_frame: Callable[[], None] | None = None,
+        first_of: Sequence[str] = (),
     ) -> None:
         self._on_first_frame = on_first_frame  # the script's own part is over once a frame starts
+        # ... or once one of these starts, where earlier stages' files come before it (one trip per cell)
+        self._first_of = set(first_of)
         self._opening = b"\n@@farm-frame " + token.encode() + b" "
         self._token = token
         self.sinks = sinks
@@ -110,10 +113,18 @@ class FrameReader:
                 continue
             at = self._buf.find(self._opening)
             if at < 0:
-                # keep what could be the start of a header cut by the chunk boundary
-                keep = len(self._opening) - 1
-                self._to_control(self._buf[: max(len(self._buf) - keep, 0)])
-                del self._buf[: max(len(self._buf) - keep, 0)]
+                # keep only what could be the start of a header cut by the chunk boundary: the
+                # farm's own lines reach the control text at once (a stage's start moves its deadline)
+                keep = next(
+                    (
+                        k
+                        for k in range(min(len(self._opening) - 1, len(self._buf)), 0, -1)
+                        if self._buf.endswith(self._opening[:k])
+                    ),
+                    0,
+                )
+                self._to_control(self._buf[: len(self._buf) - keep])
+                del self._buf[: len(self._buf) - keep]
                 return
             self._to_control(self._buf[:at])
             del self._buf[:at]
@@ -129,8 +140,9 @@ class FrameReader:
             if tag in self.frames:  # the farm sends each file once: a second is someone else's
                 raise InfraError(f"node {self.node!r}: the command's output carried its {tag} twice (forged)")
             del self._buf[: end + 1]
-            if not self.frames and self._on_first_frame is not None:
+            if self._on_first_frame is not None and (tag in self._first_of if self._first_of else not self.frames):
                 self._on_first_frame()
+                self._on_first_frame = None
             self.frames[tag] = size
             self._frame = (tag, size)
             if size == 0:
@@ -140,6 +152,16 @@ class FrameReader:
         room = CONTROL_LIMIT - len(self._control)
         if room > 0:
             self._control += data[:room]
+
+    @property
+    def control_bytes(self) -> bytearray:
+        """The control text read so far, as bytes (not copied)."""
+        return self._control
+
+    @property
+    def control(self) -> str:
+        """The control text read so far (of a command that broke off)."""
+        return self._control.decode("utf-8", "replace")
 
     def finish(self) -> str:
         """The control text; an error when the output ended inside a frame."""

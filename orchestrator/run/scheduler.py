@@ -183,6 +183,7 @@ class NodeContext:
     build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
     built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
+    shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -582,6 +583,8 @@ class FarmRun:
         node = self.farm.nodes[name]
         pending = list(cells)
         lock = threading.Lock()
+        counts = Counter((c.kernel, c.variant) for c in cells)
+        ctx.shared_builds = {pair for pair, n in counts.items() if n > 1}
 
         def next_cell() -> Cell | None:
             with lock:
@@ -711,6 +714,7 @@ class FarmRun:
                     metric_baseline=lambda names: self.store.metric_baseline(
                         cell.kernel, cell.variant, cell.node, cell.device, names
                     ),
+                    run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                 ).execute()
             if result.evidence.stopped:
                 break

@@ -43,7 +43,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from orchestrator import metrics
 from orchestrator.classify import Evidence, Verdict, classify
@@ -59,7 +60,7 @@ from orchestrator.run.frames import FrameReader, emit, new_token
 from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult, StreamScan
 from orchestrator.transport import CommandResult, Transport
-from orchestrator.transport.base import reap
+from orchestrator.transport.base import Deadline, reap
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
@@ -303,8 +304,48 @@ def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) 
     return "no-code"
 
 
+@dataclass
+class _Trip:
+    """A stage's part of a round trip: its script, how long it may take, the files
+    it sends back (tag, path on the node, byte limit, sink), and what the farm
+    does with what came back (`state` holds the sinks the parser reads)."""
+
+    stage: str
+    script: str
+    timeout: float
+    files: list[tuple[str, str, int, Callable[[bytes], None]]]
+    state: Any = None
+    clean_up: bool = False  # the cell's folder goes once its files are read
+    release: bool = False  # the GPU is free once the script's own part ended
+
+
+@dataclass
+class _Fetched:
+    """A later stage's part of a cell's one round trip, read ahead of its turn."""
+
+    trip: _Trip
+    outcome: CommandResult
+    text: str
+    started_at: datetime
+    seconds: float
+
+
+_SECTION = re.compile(r"^@@farm section (build|inspect|run|done) (\d+)$", re.M)
+_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+
+
 class CellPipeline:
-    """Runs build, inspect and run for one cell on an open transport."""
+    """Runs build, inspect and run for one cell on an open transport.
+
+    Where the transport streams, the cell's stages go out in one round trip:
+    the node runs each next stage only when the one before it succeeded by its
+    own reading (build and copy made; inspect exited 0 with the instructions
+    the variant needs), and sends back each stage's files before the next
+    stage starts, so nothing the kernel does can reach its build log or
+    disassembly. The farm then judges each stage from what came back, exactly
+    as if it had come alone; a stage the node went on to that the farm would
+    not have run is no evidence, and a stage the node held back that the farm
+    would run gets a round trip of its own."""
 
     def __init__(
         self,
@@ -324,6 +365,7 @@ class CellPipeline:
         marker: str = "",
         stopping: Callable[[], str | None] = lambda: None,
         metric_baseline: Callable[[list[str]], Mapping[str, list[float]]] = lambda _names: {},
+        run_ahead: bool = True,
     ) -> None:
         self.t = transport
         self.job = job
@@ -341,63 +383,189 @@ class CellPipeline:
         self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> ": the cell's processes carry it
         self.stopping = stopping  # why the run is being stopped (a signal), or None
         self.metric_baseline = metric_baseline  # metric names -> the cell's earlier values (metrics.py)
+        # the run may go out with the build (one round trip per cell); not where another cell
+        # shares the build folder, since the folder's lock is held for the whole trip
+        self.run_ahead = run_ahead
         self._built_sha: str | None = None
         self._cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
         self._ahead = 0.0  # seconds of runs queued on the node before this cell's
         self._sanitize_gpu: Gpu | None = None  # the GPU the sanitizer runs hold
+        self._plan_ahead: Callable[[], list[_Trip]] | None = None  # stages to send with the build
+        self._fetched: dict[str, _Fetched | InfraError] = {}  # later stages read ahead, or why they broke
+        self._clock: tuple[datetime, float] | None = None  # a fetched stage's own start and seconds
 
-    # one round trip per stage ---------------------------------------------
-    def _round_trip(
-        self,
-        script: str,
-        timeout: float,
-        files: list[tuple[str, str, int, Callable[[bytes], None]]],
-        clean_up: bool = False,
-        on_output: Callable[[], None] | None = None,
-    ) -> tuple[CommandResult, str]:
-        """Run a stage's script (in a subshell, so its `exit` still lets the files
-        go out) and return its result and control text. `files` are (tag, path on
-        the node, byte limit, sink): sent back framed in the same round trip where
-        the transport streams, else read after it. `clean_up` removes the cell's
-        folder once they are read; `on_output` is called when the script's own
-        part has ended and its files start to come (the GPU is free by then)."""
+    # round trips ------------------------------------------------------------
+    def _wrap(self, script: str) -> str:
         # The script runs in a subshell, and the kernel as the same user could kill that
         # subshell before it prints its own status (and forge one, and a log, first):
         # its parent shell says how the subshell ended, having reaped the cell's
         # processes first when it did not end by itself (a script that ends by itself
         # has reaped them: scanning every process twice per stage costs a full node
         # dearly), and a script that did not end by itself is no evidence at all.
-        body = f'( {script} ); st=$?; if [ $st -ne 0 ]; then {self._reap_cell("reaped")}; fi; echo "@@farm end $st"'
+        return f'( {script} ); st=$?; if [ $st -ne 0 ]; then {self._reap_cell("reaped")}; fi; echo "@@farm end $st"'
+
+    def _round_trip(self, trip: _Trip) -> tuple[CommandResult, str]:
+        """Run a stage's script and return its result and control text. Its files
+        come back framed in the same round trip where the transport streams, else
+        are read after it. `clean_up` removes the cell's folder once they are read;
+        `release` frees the GPU when the script's own part has ended and its files
+        start to come."""
+        on_output = self._release if trip.release else None
         if self.t.streams_output:
             token = new_token()
-            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in files]
-            tail = [self.paths.remove_run_dir()] if clean_up else []
-            reader = FrameReader(token, {tag: sink for tag, _, _, sink in files}, self.t.name, on_output)
-            outcome = self.t.run_streamed("; ".join([body, *sends, *tail]), timeout=timeout, sink=reader.feed)
+            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
+            tail = [self.paths.remove_run_dir()] if trip.clean_up else []
+            reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
+            outcome = self.t.run_streamed(
+                "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
+            )
             control = reader.finish()
-            missing = [tag for tag, *_ in files if tag not in reader.frames]
-            if missing:
-                raise InfraError(
-                    f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
-                    f"({outcome.stderr.strip()[-300:]!r})"
-                )
-            self._cleaned = self._cleaned or clean_up
+            self._check_files(trip, reader, outcome)
+            self._cleaned = self._cleaned or trip.clean_up
             self._check_ended(control, outcome)
             return outcome, control
-        outcome = self.t.run(body, timeout=timeout)
+        outcome = self.t.run(self._wrap(trip.script), timeout=trip.timeout)
         self._check_ended(outcome.stdout, outcome)
         if on_output is not None:
             on_output()
         self._note_job()
-        for _, path, limit, sink in files:
+        for _, path, limit, sink in trip.files:
             got = 0
             for chunk in self.t.stream(path):
                 sink(chunk[: max(limit - got, 0)])
                 got += len(chunk)
-        if clean_up:
+        if trip.clean_up:
             self._clean_up()
         return outcome, outcome.stdout
+
+    def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
+        missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
+        if missing:
+            raise InfraError(
+                f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
+                f"({outcome.stderr.strip()[-300:]!r})"
+            )
+
+    def _go(self, stage: str, plan: Callable[[], _Trip]) -> tuple[_Trip, CommandResult, str]:
+        """The stage's round trip, or its part of the one that went ahead (then with
+        the trip that went, whose sinks hold its files)."""
+        if self._plan_ahead is not None:
+            ahead, self._plan_ahead = self._plan_ahead(), None
+            self._send_together([plan(), *ahead])
+        fetched = self._fetched.pop(stage, None)
+        if fetched is None:
+            self._fetched.clear()  # a trip of its own: whatever went ahead of it is stale
+            trip = plan()
+            outcome, text = self._round_trip(trip)
+            return trip, outcome, text
+        if isinstance(fetched, InfraError):
+            self._fetched.clear()
+            raise fetched
+        self._clock = (fetched.started_at, fetched.seconds)
+        return fetched.trip, fetched.outcome, fetched.text
+
+    def _send_together(self, trips: list[_Trip]) -> None:
+        """One round trip for several stages; each next one runs on the node only
+        when the one before it succeeded there. Each stage's part of the control
+        text, its files and its timing are kept for its turn (`_go`)."""
+        token = new_token()
+        last = trips[-1]
+
+        def section(i: int) -> str:
+            trip = trips[i]
+            mark = f'echo "@@farm section {trip.stage} $(date +%s%N)"'
+            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
+            if trip is last:
+                tail = [self.paths.remove_run_dir()] if trip.clean_up else []
+                done = 'echo "@@farm section done $(date +%s%N)"'
+                return "; ".join([mark, self._wrap(trip.script), done, *sends, *tail])
+            # its control text is read here too, to decide whether the next stage runs
+            gate = self._gate(trip.stage)
+            rest = section(i + 1)
+            return (
+                "; ".join(
+                    [mark, f"out=$( {self._wrap(trip.script)} )", "printf '%s\\n' \"$out\"", *sends, f"go=; {gate}"]
+                )
+                + f'; if [ -n "$go" ]; then {rest}; fi'
+            )
+
+        sinks = {tag: sink for trip in trips for tag, _, _, sink in trip.files}
+        release = [tag for tag, *_ in last.files] if last.release else []
+        reader = FrameReader(token, sinks, self.t.name, self._release if release else None, first_of=release)
+        # each stage gets its own budget as the node starts it, as it would in a trip of its own
+        deadline = Deadline(trips[0].timeout)
+        coming = [(f"@@farm section {t.stage} ".encode(), t.timeout) for t in trips[1:]]
+        seen = 0
+
+        def feed(chunk: bytes) -> None:
+            nonlocal seen
+            reader.feed(chunk)
+            control = reader.control_bytes
+            if coming and len(control) > seen:
+                while coming and control.find(coming[0][0], max(seen - 64, 0)) >= 0:
+                    deadline.extend(coming.pop(0)[1])
+                seen = len(control)
+
+        sent = datetime.now(UTC)
+        error: InfraError | None = None
+        outcome = CommandResult("", -1, "", "", 0.0)
+        try:
+            outcome = self.t.run_streamed(section(0), timeout=deadline, sink=feed)
+            control = reader.finish()
+        except InfraError as err:
+            error, control = err, reader.control
+        marks = {}
+        for found in _SECTION.finditer(control):
+            marks.setdefault(found.group(1), found)  # the first: a kernel runs only after them all
+        done = _last(r"^@@farm section done (\d+)$", control)
+        starts = [(t, marks[t.stage]) for t in trips if t.stage in marks]
+        origin = int(starts[0][1].group(2)) if starts else 0
+        for i, (trip, mark) in enumerate(starts):
+            end = starts[i + 1][1] if i + 1 < len(starts) else done
+            text = control[mark.end() : end.start() if end is not None and end.start() > mark.end() else len(control)]
+            ns = int(end.group(2 if end.re is _SECTION else 1)) if end is not None else int(mark.group(2))
+            try:
+                if error is not None and i == len(starts) - 1:
+                    raise error
+                self._check_files(trip, reader, outcome)
+                self._check_ended(text, outcome)
+            except InfraError as err:
+                self._fetched[trip.stage] = err
+                break
+            self._fetched[trip.stage] = _Fetched(
+                trip,
+                outcome,
+                text,
+                sent + timedelta(seconds=(int(mark.group(2)) - origin) / 1e9),
+                max(ns - int(mark.group(2)), 0) / 1e9,
+            )
+            if trip is last and trip.clean_up:
+                self._cleaned = True
+        if error is not None and not starts:
+            self._fetched[trips[0].stage] = error
+
+    def _gate(self, stage: str) -> str:
+        """Shell that sets go=1 when the stage whose control text is in $out
+        succeeded by the node's reading (the farm judges it again)."""
+        ended = '*"@@farm end 0"*'
+        if stage == "build":
+            # the binary the cell runs: the build's copy, as hashed when it was made
+            return (
+                f'case "$out" in {ended}) case "$out" in *"@@farm cached "*|*"@@farm copy "*) go=1;; esac;; esac; '
+                "farm_sha=$(printf '%s\\n' \"$out\" | sed -n 's/^@@farm \\(cached\\|copy\\) \\([0-9a-f]*\\)$/\\2/p' "
+                "| head -n 1)"
+            )
+        dump = shlex.quote(f"{self.paths.run_dir}/inspect.txt")
+        checks = []
+        for name, needed in self.variant.instructions.items():
+            if not _SIMPLE_MNEMONIC.fullmatch(name):
+                continue  # no shell pattern for it: the farm's own count decides before any run of its own
+            pattern = shlex.quote(f"(^|[^[:alnum:]_.]){name.replace('.', '[.]')}([^[:alnum:]_]|$)")
+            checks.append(f'n=$(grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=')
+        return f'case "$out" in {ended}) case "$out" in *"@@farm rc=0"*) go=1;; esac;; esac' + "".join(
+            f"; {check}" for check in checks
+        )
 
     def _check_ended(self, control: str, outcome: CommandResult) -> None:
         ended = _last(r"^@@farm end (\d+)$", control)
@@ -417,6 +585,7 @@ class CellPipeline:
         clock = time.monotonic()
         status = "ok"
         self._detail: list[str] = []
+        self._clock = None
         if self._stopped(name):
             return False
         try:
@@ -437,7 +606,10 @@ class CellPipeline:
         detail = "; ".join(self._detail)
         if self._stopped(name):  # its command may have been killed by the stop: no verdict from it
             status = "stopped"
-        self.result.stages.append(StageRecord(name, status, started, time.monotonic() - clock, detail))
+        seconds = time.monotonic() - clock
+        if self._clock is not None:  # its part of a trip shared with other stages: the node's own clock
+            started, seconds = self._clock
+        self.result.stages.append(StageRecord(name, status, started, seconds, detail))
         return status in ("ok", "cached")
 
     def _stopped(self, stage: str) -> bool:
@@ -452,17 +624,23 @@ class CellPipeline:
     def execute(self) -> CellResult:
         ev = self.result.evidence
         self.result.build_key = self.paths.build_key
+        runs = self.result.expectation.outcome.value != "compile-only"
         # each stage runs only if the one before it succeeded; a node without a
         # GPU stops after inspect (compile-only)
         with self.build_lock:
+            if self.t.streams_output:
+                if runs and self.run_ahead and self.gpu_slots.on_node:
+                    # queued on the node's GPU lock from the start: the build is not held up by it
+                    self._hold_gpu()
+                    self._plan_ahead = lambda: [self._inspect_trip(), self._run_trip('"$farm_sha"')]
+                else:  # a GPU the farm has to wait for is not held through a build
+                    self._plan_ahead = lambda: [self._inspect_trip()]
             built = self._stage("build", self._build) and ev.build_exit == 0
         inspected = built and self._stage("inspect", self._inspect) and self._inspect_passed()
-        if inspected and self.result.expectation.outcome.value != "compile-only":
+        if inspected and runs:
             # wait for the GPU outside the stage, so the run's seconds are the kernel's
-            limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
-            gpu, self._ahead = self.gpu_slots.acquire(limit)
-            self.result.gpu = gpu
-            self._slot = [(gpu, limit)]
+            if not self._slot and "run" not in self._fetched:
+                self._hold_gpu()
             try:
                 self._stage("run", self._run)
             finally:
@@ -476,6 +654,8 @@ class CellPipeline:
                     self._stage("sanitize", self._sanitize)
                 finally:
                     self._release()
+        self._release()  # held for a run the node or the farm did not go on to
+        self._fetched.clear()
         self._clean_up()
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             out = self.result.stdout
@@ -485,6 +665,12 @@ class CellPipeline:
         self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
+
+    def _hold_gpu(self) -> None:
+        limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
+        gpu, self._ahead = self.gpu_slots.acquire(limit)
+        self.result.gpu = gpu
+        self._slot = [(gpu, limit)]
 
     def _clean_up(self) -> None:
         if self._cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
@@ -508,18 +694,21 @@ class CellPipeline:
         return ev.inspect_exit == 0 and not ev.missing_instructions
 
     # build ----------------------------------------------------------------
-    def _build_script(self, command: str, reuse: bool) -> str:
-        """Reuse a cached build (copying it into the cell's own folder and hashing
-        the copy), or verify the inputs, build, verify them again, hash the
-        binary, mark the build reusable and take the copy."""
+    def _build_script(self, command: str, reuse: bool, recorded: str | None) -> str:
+        """Reuse a cached build whose copy (into the cell's own folder) hashes to
+        the binary the store recorded for it, or verify the inputs, build, verify
+        them again, hash the binary, mark the build reusable and take the copy."""
         q = shlex.quote
         bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
         copy = f"rm -rf {rdir} && mkdir -p {rdir}/work && cp {binary} {private}"
+        # one that does not hash to the record is said, and rebuilt in the same trip
         cached = (
             f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
-            f'echo "@@farm cached $(sha256sum < {private} | cut -c1-64)"; exit 0; fi; '
+            f"got=$(sha256sum < {private} | cut -c1-64); "
+            f'if [ "$got" = {q(recorded or "none")} ]; then echo "@@farm cached $got"; exit 0; fi; '
+            f'echo "@@farm cache-mismatch ${{got:-none}}"; fi; '
             if reuse
             else ""
         )
@@ -536,22 +725,35 @@ class CellPipeline:
             f'echo "@@farm rc=$rc"; }}'
         )
 
+    def _build_trip(self, command: str, reuse: bool, recorded: str | None) -> _Trip:
+        limit = int(self.job.spec.build_timeout)
+        log = bytearray()
+        return _Trip(
+            "build",
+            self._build_script(command, reuse, recorded),
+            limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
+            [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
+            state=log,
+        )
+
     def _build(self) -> str:
         command = render_build(self.job, self.variant, self.snapshot, self.paths)
         self.result.build_command = command
         limit = int(self.job.spec.build_timeout)
-        timeout = limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT
         reuse, restaged = True, False
         while True:
-            log = bytearray()
-            outcome, text = self._round_trip(
-                self._build_script(command, reuse),
-                timeout,
-                [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
+            recorded = self.recorded_binary(self.paths.build_key)
+            trip, outcome, text = self._go("build", lambda: self._build_trip(command, reuse, recorded))  # noqa: B023
+            log = trip.state
+            unrecorded = (
+                "cached build altered on the node (its binary is not the one recorded): rebuilt"
+                if recorded
+                else "a cached build with no record of its binary in the results database: rebuilt"
             )
+            if re.search(r"^@@farm cache-mismatch ", text, re.M):
+                self._detail.append(unrecorded)
             cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
             if cached:
-                recorded = self.recorded_binary(self.paths.build_key)
                 if recorded == cached.group(1):
                     self.result.build_cached = True
                     self._built_sha = recorded
@@ -559,11 +761,7 @@ class CellPipeline:
                     self.result.evidence.build_exit = 0
                     self.result.build_log = bytes(log)
                     return "cached"
-                self._detail.append(
-                    "cached build altered on the node (its binary is not the one recorded): rebuilt"
-                    if recorded
-                    else "a cached build with no record of its binary in the results database: rebuilt"
-                )
+                self._detail.append(unrecorded)
                 reuse = False
                 continue
             altered = re.findall(r"^@@farm altered (\S+) (\S+)$", text, re.M)
@@ -618,6 +816,10 @@ class CellPipeline:
 
     # inspect --------------------------------------------------------------
     def _inspect(self) -> str:
+        trip, _, text = self._go("inspect", self._inspect_trip)
+        return self._inspected(text, trip.state)
+
+    def _inspect_trip(self) -> _Trip:
         binary = shlex.quote(self.paths.private_binary)
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
         bdir = shlex.quote(self.paths.run_dir)
@@ -644,14 +846,20 @@ class CellPipeline:
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
         dump = bytearray()
-        _, text = self._round_trip(
+        return _Trip(
+            "inspect",
             script,
             INSPECT_TIMEOUT + CHANNEL_MARGIN,
             [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)],
+            state=dump,
             # a compile-only cell ends here: its folder goes in the same round trip
             clean_up=self.result.expectation.outcome.value == "compile-only",
         )
+
+    def _inspected(self, text: str, dump: bytearray) -> str:
         ev = self.result.evidence
+        kit = self.paths.toolchain
+        cuda = "{cuobjdump}" in self.variant.inspect
         altered = re.search(r"^@@farm toolkit-altered (\S+)$", text, re.M)
         if altered:
             raise InfraError(
@@ -684,6 +892,14 @@ class CellPipeline:
 
     # run ------------------------------------------------------------------
     def _run(self) -> str:
+        try:
+            trip, outcome, text = self._go("run", lambda: self._run_trip(shlex.quote(self._built_sha or "")))
+        finally:
+            self._release()
+        return self._ran(trip, outcome, text)
+
+    def _run_trip(self, expected: str) -> _Trip:
+        """The run's trip; `expected` is the shell word the cell's copy must hash to."""
         limit = int(self.variant.timeout or self.job.spec.timeout)
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
@@ -695,7 +911,7 @@ class CellPipeline:
         q = shlex.quote
         wait, queue_on_node = self._queue_on_node(gpu)
         script = (
-            f"{self._binary_check()}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            f"{self._binary_check(expected)}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; echo "@@farm $rc"; }}'
@@ -704,18 +920,19 @@ class CellPipeline:
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
         stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
-        clock = time.monotonic()
-        try:
-            outcome, text = self._round_trip(
-                script,
-                wait + limit + KILL_GRACE + CHANNEL_MARGIN,
-                [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
-                clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
-                on_output=self._release,  # the GPU is free once the kernel is gone; its output needs none
-            )
-        finally:
-            self._release()
-        elapsed = time.monotonic() - clock
+        return _Trip(
+            "run",
+            script,
+            wait + limit + KILL_GRACE + CHANNEL_MARGIN,
+            [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
+            state=(stdout, stderr, gpu, wait, limit, time.monotonic()),
+            clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
+            release=True,  # the GPU is free once the kernel is gone; its output needs none
+        )
+
+    def _ran(self, trip: _Trip, outcome: CommandResult, text: str) -> str:
+        stdout, stderr, gpu, wait, limit, clock = trip.state
+        elapsed = self._clock[1] if self._clock else time.monotonic() - clock
         self._check_started(text, gpu, wait)
         # the last of each status line: a kernel of the same user could have written a
         # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
@@ -746,10 +963,10 @@ class CellPipeline:
         ev.stderr_last_line = self.result.stderr.last_line
         return "ok" if ev.run_exit == 0 else "failed"
 
-    def _binary_check(self) -> str:
+    def _binary_check(self, expected: str) -> str:
         copy = shlex.quote(self.paths.private_binary)
         return (
-            f'got=$(sha256sum < {copy} 2>/dev/null | cut -c1-64); if [ "$got" != {self._built_sha} ]; then '
+            f'got=$(sha256sum < {copy} 2>/dev/null | cut -c1-64); if [ "$got" != {expected} ]; then '
             f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
         )
 
@@ -805,18 +1022,21 @@ class CellPipeline:
             for tool in tools
         )
         script = (
-            f"{self._binary_check()}"
+            f"{self._binary_check(shlex.quote(self._built_sha or ''))}"
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
         )
         logs = {tool: bytearray() for tool in tools}
         try:
             outcome, text = self._round_trip(
-                script,
-                wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
-                [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
-                clean_up=True,
-                on_output=self._release,
+                _Trip(
+                    "sanitize",
+                    script,
+                    wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
+                    [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
+                    clean_up=True,
+                    release=True,
+                )
             )
         finally:
             self._release()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,24 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+
+class Deadline:
+    """When a streamed command must have ended (monotonic seconds). A command that
+    carries several stages (a cell's one round trip) gets each stage's budget as
+    the node starts it: a frozen node is given up on after the budget of the stage
+    it froze in, not the sum of all of them."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.budget = seconds
+
+    def extend(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        self.budget = seconds
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
 
 
 def reap(variable: str, value: str, tag: str = "leftover") -> str:
@@ -118,13 +137,15 @@ class Transport(ABC):
         self._require_open("run")
         return self._run(self._with_env(command), timeout)
 
-    def run_streamed(self, command: str, *, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+    def run_streamed(self, command: str, *, timeout: float | Deadline, sink: Callable[[bytes], None]) -> CommandResult:
         """Like run(), but stdout goes to `sink` in chunks as it arrives (the
-        result's stdout is empty). Only where `streams_output`."""
+        result's stdout is empty). Only where `streams_output`. A Deadline may be
+        moved on by the caller while the command runs."""
         self._require_open("run_streamed")
         if not self.streams_output:
             raise TypeError(f"{type(self).__name__} cannot stream a command's output")
-        return self._run_streamed(self._with_env(command), timeout, sink)
+        deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
+        return self._run_streamed(self._with_env(command), deadline, sink)
 
     def stop_run(self, token: str, timeout: float) -> int:
         """Kill everything the farm run `token` started on this node, whatever
@@ -165,7 +186,7 @@ class Transport(ABC):
     @abstractmethod
     def _run(self, command: str, timeout: float) -> CommandResult: ...
 
-    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
         raise TypeError(f"{type(self).__name__} cannot stream a command's output")
 
     @abstractmethod

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator.errors import CommandTimeout
-from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.base import CommandResult, Deadline, Transport
 
 
 def bundled_cuda_bin() -> Path | None:
@@ -54,7 +54,7 @@ class LocalTransport(Transport):
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         stdout = bytearray()
-        result = self._run_streamed(command, timeout, stdout.extend)
+        result = self._run_streamed(command, Deadline(timeout), stdout.extend)
         return CommandResult(
             command=command,
             exit_code=result.exit_code,
@@ -63,9 +63,8 @@ class LocalTransport(Transport):
             seconds=result.seconds,
         )
 
-    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
         start = time.monotonic()
-        deadline = start + timeout
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
                 ["sh", "-c", command],
@@ -80,12 +79,14 @@ class LocalTransport(Transport):
             with proc.stdout:
                 fd = proc.stdout.fileno()
                 while True:
-                    left = deadline - time.monotonic()
+                    left = deadline.left()
                     ready = select.select([fd], [], [], max(min(left, 1.0), 0))[0] if left > 0 else []
                     if left <= 0:
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()
-                        raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed")
+                        raise CommandTimeout(
+                            f"node {self.name!r}: command still running after {deadline.budget:.0f} s; killed"
+                        )
                     if not ready:
                         continue
                     block = os.read(fd, 1 << 20)
@@ -93,13 +94,13 @@ class LocalTransport(Transport):
                         break
                     sink(block)
             try:
-                code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                code = proc.wait(timeout=max(deadline.left(), 0.1))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 code = None
             if code is None:
-                raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s; killed")
+                raise CommandTimeout(f"node {self.name!r}: command still running after {deadline.budget:.0f} s; killed")
             err.seek(0)
             stderr = err.read(1 << 16)
         return CommandResult(

@@ -36,7 +36,7 @@ import paramiko
 from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
-from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.base import CommandResult, Deadline, Transport
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
 # Python prints on stderr: noise in a cron mail for what is already an infra-error.
@@ -49,6 +49,28 @@ WATCHDOG_GRACE = 15.0
 STREAM_IDLE = 60.0
 # Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
 STDERR_KEEP = 1 << 16
+
+
+class _Watchdog(threading.Thread):
+    """Closes the connection once a command's deadline (which may move) is past by
+    WATCHDOG_GRACE: paramiko's channel requests wait for a frozen peer forever."""
+
+    def __init__(self, deadline: Deadline, action: Callable[[], None]) -> None:
+        super().__init__(daemon=True, name="ssh-watchdog")
+        self.deadline = deadline
+        self.action = action
+        self.fired = False
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(max(self.deadline.left() + WATCHDOG_GRACE, 0.05)):
+            if self.deadline.left() + WATCHDOG_GRACE <= 0:
+                self.fired = True
+                self.action()
+                return
+
+    def cancel(self) -> None:
+        self._done.set()
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -195,7 +217,7 @@ class SSHTransport(Transport):
         # on a raw channel, like _run_streamed: Fabric's runner would start three
         # threads per command (stdout, stderr, stdin), the farm's main CPU cost per cell
         stdout = bytearray()
-        result = self._run_streamed(command, timeout, stdout.extend)
+        result = self._run_streamed(command, Deadline(timeout), stdout.extend)
         return CommandResult(
             command=command,
             exit_code=result.exit_code,
@@ -204,25 +226,23 @@ class SSHTransport(Transport):
             seconds=result.seconds,
         )
 
-    def _run_streamed(self, command: str, timeout: float, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
         # A channel of its own, read as it arrives: SSH's window is the flow
         # control, so a command printing 100 MB streams with one chunk in memory.
         start = time.monotonic()
-        deadline = start + timeout
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = threading.Timer(timeout + WATCHDOG_GRACE, self._conn.client.close)
-        watchdog.daemon = True
+        watchdog = _Watchdog(deadline, self._conn.client.close)
         watchdog.start()
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
                 channel.exec_command(command)
                 while True:
-                    left = deadline - time.monotonic()
+                    left = deadline.left()
                     if left <= 0:
-                        raise CommandTimeout(f"node {self.name!r}: command still running after {timeout:.0f} s")
+                        raise CommandTimeout(f"node {self.name!r}: command still running after {deadline.budget:.0f} s")
                     channel.settimeout(min(left, 1.0))
                     while channel.recv_stderr_ready():  # drained as it comes: it shares stdout's window
                         stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
@@ -233,17 +253,17 @@ class SSHTransport(Transport):
                     if not block:
                         break
                     sink(block)
-                if not channel.status_event.wait(max(deadline - time.monotonic(), 0.1)):
-                    raise CommandTimeout(f"node {self.name!r}: no exit status within {timeout:.0f} s")
+                if not channel.status_event.wait(max(deadline.left(), 0.1)):
+                    raise CommandTimeout(f"node {self.name!r}: no exit status within {deadline.budget:.0f} s")
                 while channel.recv_stderr_ready():
                     stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
                 status = channel.exit_status
             finally:
                 channel.close()
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
-            if not watchdog.is_alive() and time.monotonic() - start >= timeout:
+            if watchdog.fired:
                 raise CommandTimeout(
-                    f"node {self.name!r}: no answer within {timeout:.0f} s; connection dropped"
+                    f"node {self.name!r}: no answer within {deadline.budget:.0f} s; connection dropped"
                 ) from err
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         finally:

@@ -1,0 +1,117 @@
+"""One round trip per cell, counted by a real sshd.
+
+A cell's build, inspect and run go out to the node as one command (stages.py):
+the node runs each next stage only when the one before it succeeded by its own
+reading, and the farm judges each stage from what came back. sshd logs every
+command session it starts (at LogLevel VERBOSE: "Starting session: command"),
+so the number of commands a run cost is counted on the node's side, not the
+farm's. Setup (probe, staging, the node's final sweep) costs the same for any
+number of cells; each further cell must cost exactly one command.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
+
+from orchestrator.config.farm import load_farm
+from orchestrator.plan import plan_cells
+from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.store.database import Store
+
+MIN75 = {"min": "7.5"}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> SshNode:
+    fleet = Fleet(tmp_path_factory.mktemp("trips"))
+    node = fleet.add("t4", CARDS["t4"], start=False)
+    node.config.write_text(node.config.read_text().replace("LogLevel INFO", "LogLevel VERBOSE"))
+    node.start()
+    yield node
+    fleet.stop()
+
+
+def sessions(node: SshNode) -> int:
+    return node.log.read_text(errors="replace").count("Starting session: command")
+
+
+def verify(node: SshNode, root: Path, variants: dict[str, dict[str, object]]) -> tuple[RunSummary, int]:
+    """A run of these variants on the node: its summary and the commands sshd started for it."""
+    farm_file = write_farm(
+        root,
+        {"t4": node.farm_entry(root.parent / "work", build_jobs=2)},
+        [standin_job("standin", variants)],
+    )
+    farm = load_farm(farm_file)
+    store = Store(farm.database_url)
+    before = sessions(node)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=root.parent / "cache")
+    finally:
+        store.close()
+    return summary, sessions(node) - before
+
+
+def passing(n: int) -> dict[str, dict[str, object]]:
+    build = "g++ -O1 -DMODE_PASS -DMIN_CC=75 -DV={i} -o {{binary}} {{sources}}"
+    return {f"p{i}": standin_variant("PASS", MIN75, "MIN_CC=75", build=build.format(i=i)) for i in range(n)}
+
+
+def test_each_further_cell_costs_one_command_cold_and_warm(node: SshNode, tmp_path: Path) -> None:
+    one, cold_one = verify(node, tmp_path / "one", passing(1))
+    _, warm_one = verify(node, tmp_path / "one", passing(1))
+    four, cold_four = verify(node, tmp_path / "four", passing(4))
+    again, warm_four = verify(node, tmp_path / "four", passing(4))
+    for summary, cells in ((one, 1), (four, 4), (again, 4)):
+        assert dict(summary.outcomes) == {"pass": cells}
+    # the three new builds are made in their one command each, as the warm reruns' cached ones are
+    assert cold_four - warm_one == 3, (cold_one, warm_one, cold_four)
+    assert warm_four - warm_one == 3, (warm_one, warm_four)
+    db = tmp_path / "four" / "results.db"
+    rows = query(db, "SELECT stage_seconds, build_cached FROM results WHERE run_id = 2")
+    assert len(rows) == 4 and all(r["build_cached"] for r in rows)
+    # each stage keeps its own record and time, read from the node's clock
+    assert all(set(json.loads(r["stage_seconds"])) == {"build", "inspect", "run"} for r in rows)
+    assert all(json.loads(r["stage_seconds"])["run"] < 5 for r in rows)
+
+
+def test_a_cell_missing_its_instructions_is_not_run_on_the_node(node: SshNode, tmp_path: Path) -> None:
+    """The node holds the run back by its own count, as the farm would."""
+    marker = tmp_path / "ran"
+    variants = {
+        "noinstr": standin_variant(
+            "PASS", MIN75, "MIN_CC=75", instructions={"HGMMA": 1}, run=f"touch {marker} && {{binary}}"
+        )
+    }
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    assert dict(summary.outcomes) == {"inspect-fail": 1}
+    ((_, result, _),) = summary.results
+    assert result.evidence.missing_instructions == {"HGMMA": (0, 1)}
+    assert [s.name for s in result.stages][-1] == "inspect"
+    assert not marker.exists()  # the node never started the kernel
+
+
+def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(node: SshNode, tmp_path: Path) -> None:
+    """The node's count of "call call" by grep -o is 1 (the space between is taken by the
+    first match); the farm's, 2. The farm's count decides: the cell runs, in a second command."""
+
+    def plain(needed: int) -> dict[str, dict[str, object]]:
+        return {
+            "plain": standin_variant(
+                "PASS", MIN75, "MIN_CC=75", inspect="echo call call", instructions={"call": needed}
+            )
+        }
+
+    verify(node, tmp_path / "base", plain(1))  # ships the sources and builds
+    baseline, base_commands = verify(node, tmp_path / "base", plain(1))
+    summary, commands = verify(node, tmp_path / "pair", plain(2))
+    assert dict(baseline.outcomes) == {"pass": 1}
+    assert dict(summary.outcomes) == {"pass": 1}
+    ((_, result, _),) = summary.results
+    assert result.instruction_counts == {"call": 2}
+    assert result.evidence.pass_line is not None
+    assert commands == base_commands + 1, (base_commands, commands)
