@@ -32,6 +32,7 @@ from orchestrator.report import site as report_mod
 from orchestrator.report.model import collect
 from orchestrator.run.probe import probe
 from orchestrator.run.scheduler import FarmRun, RunSummary
+from orchestrator.store import journal
 from orchestrator.store.database import Store, redact_url
 from orchestrator.store.lock import run_lock
 from orchestrator.terminal import printable
@@ -273,6 +274,9 @@ def verify(
         if summary.stopped:
             click.echo(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
         click.echo(verdict_line(summary))
+        # the run's end is committed: older finished runs' journals beyond journal_keep can go
+        journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
+        journal.prune(journals, store, farm.spec.journal_keep)
         if not no_report:
             index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
             if not quiet:

@@ -391,6 +391,7 @@ class FarmSpec(_Strict):
     # where each run's journal goes (relative to farm.yaml); default beside the database. On another
     # disk, it keeps what a full disk under the database could not take.
     journal: str | None = None
+    journal_keep: Count = Field(default=20, ge=1)  # finished runs' journals kept; older ones deleted (prune)
     max_connections: Count = Field(default=8, ge=1, le=256)  # per sshd: under its default MaxStartups (10)
     output_cap: Count = Field(default=1 << 20, ge=1024, le=1 << 30)  # bytes of stdout/stderr/log kept per cell
     retries: Count = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure

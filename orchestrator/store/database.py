@@ -47,7 +47,7 @@ from sqlalchemy import (
     text,
     union,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
@@ -86,6 +86,18 @@ class CertifyingGroup(NamedTuple):
     passes: int
     first_id: int
     last_id: int
+
+
+class JournaledRun(NamedTuple):
+    """A run found by its journal's token, with its rows that a journal also holds."""
+
+    run_id: int
+    status: str
+    exit_code: int | None  # None: finish_run never committed (the farm died; marked aborted later)
+    results: int
+    attempts: int
+    snapshots: int
+    planned: int
 
 
 class CertifyingDay(NamedTuple):
@@ -191,24 +203,60 @@ def migrate(engine: Engine, url: str) -> None:
         command.upgrade(config, "head")
 
 
-def _no_nul(row: Base) -> None:
+def _no_nul(params: dict[str, Any]) -> dict[str, Any]:
     # PostgreSQL's text cannot hold NUL (SQLite's can): show it as U+FFFD rather than lose the row
-    for column in row.__table__.columns:
-        value = getattr(row, column.key, None)
-        if isinstance(value, str) and "\x00" in value:
-            setattr(row, column.key, value.replace("\x00", "\ufffd"))
+    return {
+        key: value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+        for key, value in params.items()
+    }
 
 
-def _evidence_rows(row: ResultRow, metrics: Sequence[dict[str, Any]]) -> list[Base]:
-    """The narrow rows written with a result (its id assigned): its metric values
-    (metrics.Measured.record) and its instruction counts, each with the cell's key."""
-    key = {"run_id": row.run_id, "kernel": row.kernel, "variant": row.variant, "node": row.node, "device": row.device}
-    rows: list[Base] = [MetricValue(result_id=row.id, **key, **metric) for metric in metrics]
-    rows += [
-        SassCount(result_id=row.id, identity=row.identity, instruction=name, count=count)
-        for name, count in (row.instruction_counts or {}).items()
-    ]
-    return rows
+# Core inserts, compiled once per set of keys (SQLAlchemy caches them): a result is
+# written many times a second on a big fleet, and the ORM's unit of work (a flush
+# for the id, then one per table) cost more CPU than the rows themselves
+_INSERT_RESULT = ResultRow.__table__.insert()
+_INSERT_METRIC = MetricValue.__table__.insert()
+_INSERT_SASS = SassCount.__table__.insert()
+_INSERT_ATTEMPT = Attempt.__table__.insert()
+_INSERT_SNAPSHOT = NodeSnapshotRow.__table__.insert()
+_ATTEMPT_NULLABLE = {"kernel": None, "variant": None, "stage": None, "error": None}  # one key set: one executemany
+
+
+def _insert_result(
+    connection: Connection,
+    fields: dict[str, Any],
+    metrics: Sequence[dict[str, Any]],
+    attempts: Sequence[dict[str, Any]],
+    *,
+    postgres: bool,
+) -> int:
+    """A result's row, then (its id known) its metric values (metrics.Measured.record),
+    its instruction counts, each with the cell's key, and the attempts that led to
+    it (each with its `at`), in the caller's transaction. Returns the result's id."""
+    clean = _no_nul if postgres else dict
+    result_id: int = connection.execute(_INSERT_RESULT, clean(fields)).inserted_primary_key[0]
+    key = {
+        "result_id": result_id,
+        "run_id": fields["run_id"],
+        "kernel": fields["kernel"],
+        "variant": fields["variant"],
+        "node": fields["node"],
+        "device": fields.get("device", ""),
+    }
+    if metrics:
+        connection.execute(_INSERT_METRIC, [clean({**key, **metric}) for metric in metrics])
+    if counts := fields.get("instruction_counts"):
+        identity = fields.get("identity")
+        connection.execute(
+            _INSERT_SASS,
+            [
+                clean({"result_id": result_id, "identity": identity, "instruction": name, "count": count})
+                for name, count in counts.items()
+            ],
+        )
+    if attempts:
+        connection.execute(_INSERT_ATTEMPT, [clean({**_ATTEMPT_NULLABLE, **attempt}) for attempt in attempts])
+    return result_id
 
 
 def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
@@ -365,19 +413,25 @@ class Store:
             finally:  # closing ends the transaction; what was read stays loaded (no expiry)
                 self._pinned.session = None
 
-    def _add(self, row: Base) -> int:
+    @contextmanager
+    def _writing_rows(self) -> Iterator[Connection]:
+        """One transaction for Core inserts (see _INSERT_RESULT), committed on leaving."""
+        with self._guard("writing"), self._write_lock, self.engine.begin() as connection:
+            self._check_file()
+            yield connection
+
+    def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
+        """One row of `table` (an ORM model), committed; returns its id."""
         if self.engine.dialect.name == "postgresql":
-            _no_nul(row)
-        with self._writing() as session:
-            session.add(row)
-            session.commit()
-            return row.id  # type: ignore[attr-defined]
+            fields = _no_nul(fields)
+        with self._writing_rows() as connection:
+            return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
     # writes ------------------------------------------------------------------
     def begin_run(self, **fields: Any) -> int:
         started = datetime.now(UTC)
         self._journal("run", {"started_at": started, **fields})
-        return self._add(Run(started_at=started, status="running", **fields))
+        return self._add(Run, {"started_at": started, "status": "running", **fields})
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
         self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
@@ -392,7 +446,7 @@ class Store:
     def add_snapshot(self, **fields: Any) -> int:
         ref = len(self._snapshot_refs) + 1
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
-        snapshot_id = self._add(NodeSnapshotRow(**fields))
+        snapshot_id = self._add(NodeSnapshotRow, fields)
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
@@ -410,20 +464,9 @@ class Store:
         records += [("attempt", {"at": at, **{k: v for k, v in a.items() if k != "run_id"}}) for a in attempts]
         if self.journal is not None:
             self.journal.write_many(records)
-        row = ResultRow(**fields)
-        if self.engine.dialect.name == "postgresql":
-            _no_nul(row)
-        with self._writing() as session:
-            session.add(row)
-            session.flush()  # its id, for the rows that point at it
-            evidence = _evidence_rows(row, metrics)
-            if self.engine.dialect.name == "postgresql":
-                for one in evidence:
-                    _no_nul(one)
-            session.add_all(evidence)
-            session.add_all(Attempt(at=at, **a) for a in attempts)
-            session.commit()
-            return row.id
+        postgres = self.engine.dialect.name == "postgresql"
+        with self._writing_rows() as connection:
+            return _insert_result(connection, fields, metrics, [{**a, "at": at} for a in attempts], postgres=postgres)
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -523,7 +566,7 @@ class Store:
             return []
         query = select(*self.TREND).where(MetricValue.run_id.in_(sorted(set(run_ids))), MetricValue.value.is_not(None))
         with self._reading() as session:
-            return list(session.execute(query))
+            return session.connection().execute(query).all()
 
     def sass_counts(self, result_ids: Sequence[int]) -> dict[int, tuple[str | None, dict[str, int]]]:
         """result id -> (its inputs' identity, instruction -> count), for those inspected."""
@@ -540,7 +583,7 @@ class Store:
     def add_attempt(self, **fields: Any) -> None:
         at = datetime.now(UTC)
         self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
-        self._add(Attempt(at=at, **fields))
+        self._add(Attempt, {"at": at, **fields})
 
     def attempts(self, run_id: int) -> list[Attempt]:
         with self._reading() as session:
@@ -657,7 +700,7 @@ class Store:
         # a subquery, not a list of ids: a big farm's cells would pass the drivers' bound-parameter limits
         query = select(*self._STANDING).where(ResultRow.id.in_(union(verdicts, anything))).order_by(ResultRow.id)
         with self._reading() as session:
-            rows = session.execute(query).all()
+            rows = session.connection().execute(query).all()
         latest_verdict: dict[tuple, Any] = {}
         latest_any: dict[tuple, Any] = {}
         for row in rows:  # in id order: the last one written per cell wins
@@ -762,18 +805,26 @@ class Store:
             ResultRow.run_id.in_(run_ids)
         )
         with self._reading() as session:
-            rows = list(session.execute(query))
+            rows = session.connection().execute(query).all()
         rows.sort(key=lambda row: row[0])
         return rows
 
-    def result_rows(self, result_ids: list[int]) -> list[Any]:
+    def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
         """Whole results (logs included) as plain rows, not ORM objects: what a cell
-        page shows, read in chunks of ids, in id order."""
-        columns = list(ResultRow.__table__.columns)
+        page shows, read in chunks of ids, in id order. `json_as_text`: the JSON
+        columns as their stored text, for a caller that decodes the few distinct
+        values once (a run's thousands of rows repeat the same few dozen)."""
+        from sqlalchemy import JSON, Text
+
+        columns: list[Any] = [
+            cast(column, Text).label(column.key) if json_as_text and isinstance(column.type, JSON) else column
+            for column in ResultRow.__table__.columns
+        ]
         rows: list[Any] = []
         with self._reading() as session:
             for chunk in _chunks(sorted(set(result_ids))):
-                rows += session.execute(select(*columns).where(ResultRow.id.in_(chunk)).order_by(ResultRow.id))
+                query = select(*columns).where(ResultRow.id.in_(chunk)).order_by(ResultRow.id)
+                rows += session.connection().execute(query).all()  # Core rows: no ORM pass over each
         return rows
 
     def snapshot_rows(self, snapshot_ids: list[int]) -> dict[int, Any]:
@@ -911,6 +962,25 @@ class Store:
         with self._reading() as session:
             return session.get(ResultRow, result_id)
 
+    def journaled_runs(self, tokens: Sequence[str]) -> dict[str, JournaledRun]:
+        """token -> the run of that token and how many of each journaled row it
+        holds (journal.prune compares them with its journal); unknown tokens left out."""
+        found: dict[str, JournaledRun] = {}
+        tables = {"results": ResultRow, "attempts": Attempt, "snapshots": NodeSnapshotRow, "planned": PlannedCell}
+        with self._reading() as session:
+            for start in range(0, len(tokens), CHUNK):
+                chunk = sorted(set(tokens[start : start + CHUNK]))
+                query = select(Run.id, Run.token, Run.status, Run.exit_code).where(Run.token.in_(chunk))
+                runs = {rid: (token, status, code) for rid, token, status, code in session.execute(query)}
+                counts: dict[str, dict[int, int]] = {name: {} for name in tables}
+                if runs:
+                    for name, table in tables.items():
+                        grouped = select(table.run_id, func.count()).where(table.run_id.in_(list(runs)))
+                        counts[name] = dict(session.execute(grouped.group_by(table.run_id)).all())
+                for rid, (token, status, code) in runs.items():
+                    found[token] = JournaledRun(rid, status, code, *(counts[name].get(rid, 0) for name in tables))
+        return found
+
     def import_journal(self, path: Path) -> tuple[int, str, int]:
         """Rebuild a run from its journal (journal.py) as a new run of this database.
         Returns (run id, status, results). A run already here is refused."""
@@ -931,6 +1001,9 @@ class Store:
             )
             session.add(run)
             session.flush()
+            connection = session.connection()  # the rows a run writes many of, as Store writes them
+            postgres = self.engine.dialect.name == "postgresql"
+            clean = _no_nul if postgres else dict
             snapshots: dict[int, int] = {}
             results = 0
             done: set[tuple[str, str, str, str]] = set()
@@ -938,21 +1011,17 @@ class Store:
             for kind, fields in records[1:]:
                 if kind == "snapshot":
                     ref = fields.pop("ref")
-                    row = NodeSnapshotRow(run_id=run.id, **fields)
-                    session.add(row)
-                    session.flush()
-                    snapshots[ref] = row.id
+                    inserted = connection.execute(_INSERT_SNAPSHOT, clean({"run_id": run.id, **fields}))
+                    snapshots[ref] = inserted.inserted_primary_key[0]
                 elif kind == "result":
                     ref = fields.pop("snapshot_ref")
                     metrics = fields.pop("metrics", [])
-                    row = ResultRow(run_id=run.id, snapshot_id=snapshots.get(ref), **fields)
-                    session.add(row)
-                    session.flush()
-                    session.add_all(_evidence_rows(row, metrics))
+                    row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **fields}
+                    _insert_result(connection, row, metrics, (), postgres=postgres)
                     done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
                     results += 1
                 elif kind == "attempt":
-                    session.add(Attempt(run_id=run.id, **fields))
+                    connection.execute(_INSERT_ATTEMPT, clean({**_ATTEMPT_NULLABLE, "run_id": run.id, **fields}))
                 elif kind == "planned":
                     cells = [
                         PlannedCell(run_id=run.id, kernel=k, variant=v, node=n, device=d)

@@ -9,6 +9,10 @@ replaced or cannot be written (a full disk), the run stops with exit 5 and
 names its journal, and `farm import JOURNAL` rebuilds the run in a database
 (the restored one, or a fresh one) from it. Bytes (stdout, logs) are stored
 base64-encoded, times as ISO 8601.
+
+Journals of finished runs are pruned after each `farm verify` (`prune`): the
+newest `journal_keep` (farm.yaml, default 20) stay, and an older one goes only
+when the database holds every record it does.
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ import base64
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StoreError
+
+if TYPE_CHECKING:  # database.py imports this module
+    from orchestrator.store.database import JournaledRun, Store
 
 KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
 
@@ -38,15 +46,13 @@ def journal_folder(database_url: str, farm_root: Path, configured: str | None = 
 
 
 def _encode(value: Any) -> Any:
+    """What JSON cannot hold, as a tagged object: json's C encoder calls this only
+    for such values, so a record is encoded in one pass (no copy of it first)."""
     if isinstance(value, bytes):
         return {"$bytes": base64.b64encode(value).decode()}
     if isinstance(value, datetime):
         return {"$time": value.isoformat()}
-    if isinstance(value, dict):
-        return {key: _encode(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_encode(item) for item in value]
-    return value
+    raise TypeError(f"a journal record cannot hold {type(value).__name__}")
 
 
 def _decode(value: Any) -> Any:
@@ -76,7 +82,8 @@ class Journal:
     def write_many(self, records: list[tuple[str, dict[str, Any]]]) -> None:
         """Several records, flushed to disk together (one fsync)."""
         line = "".join(
-            json.dumps({"kind": kind, **_encode(fields)}, separators=(",", ":")) + "\n" for kind, fields in records
+            json.dumps({"kind": kind, **fields}, separators=(",", ":"), default=_encode) + "\n"
+            for kind, fields in records
         )
         with self._lock:
             try:
@@ -97,19 +104,73 @@ class Journal:
 
 
 def read(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(kind, fields) of each record; a last line cut short by a crash is skipped."""
+    """(kind, fields) of each record, a line at a time (a big run's journal is
+    never all in memory); a last line cut short by a crash is skipped."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with open(path, encoding="utf-8") as handle:
+            cut: tuple[int, json.JSONDecodeError] | None = None  # a line that did not parse: the last one?
+            for number, line in enumerate(handle, 1):
+                if cut is not None:
+                    raise StoreError(f"{path}: line {cut[0]} is not a journal record ({cut[1]})") from cut[1]
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    cut = (number, err)
+                    continue
+                kind = record.pop("kind", None) if isinstance(record, dict) else None
+                if kind not in KINDS:
+                    raise StoreError(f"{path}: line {number} has an unknown kind {kind!r}")
+                yield kind, _decode(record)
     except (OSError, UnicodeDecodeError) as err:
         raise StoreError(f"cannot read the journal {path}: {err}") from err
-    for number, line in enumerate(lines, 1):
+
+
+def _held_by(path: Path, run: JournaledRun) -> bool:
+    """Whether the database holds every record of this journal: it reads whole (what
+    `farm import` could read), holds its run's finish, and the run has at least
+    as many results, attempts, node snapshots and planned cells as it journaled."""
+    journaled: Counter[str] = Counter()
+    try:
+        for kind, fields in read(path):
+            journaled[kind] += len(fields.get("cells", ())) if kind == "planned" else 1
+    except StoreError:
+        return False
+    stored = {"result": run.results, "attempt": run.attempts, "snapshot": run.snapshots, "planned": run.planned}
+    return journaled["finish"] > 0 and all(journaled[kind] <= count for kind, count in stored.items())
+
+
+def prune(folder: Path, store: Store, keep: int) -> list[Path]:
+    """Delete the journals in `folder` of finished runs beyond the newest `keep`
+    (by run id); returns the paths deleted, oldest first.
+
+    A journal may be the only copy of what a failed commit left out, so one goes
+    only when its run is in `store` (by its token), finished there (finish_run
+    committed its status and exit code), and the database holds every record it
+    does (_held_by). Another database's run, a run still going or killed
+    (marked aborted at the next start, with no exit code), a commit that
+    failed (a full disk), a file that cannot be read: all stay. A file that
+    cannot be deleted stays too, for the next run to try again."""
+    if keep < 1:
+        raise ValueError(f"prune: keep must be at least 1, not {keep}")
+    try:
+        journals = {path.stem: path for path in folder.glob("*.jsonl") if path.is_file()}
+    except OSError:
+        return []
+    runs = store.journaled_runs(sorted(journals))
+    finished = sorted(
+        (run for run in runs.values() if run.status != "running" and run.exit_code is not None),
+        key=lambda run: run.run_id,
+        reverse=True,
+    )
+    tokens = {run.run_id: token for token, run in runs.items()}
+    deleted: list[Path] = []
+    for run in reversed(finished[keep:]):  # oldest first
+        path = journals[tokens[run.run_id]]
+        if not _held_by(path, run):
+            continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                return  # the write the crash interrupted
-            raise StoreError(f"{path}: line {number} is not a journal record ({err})") from err
-        kind = record.pop("kind", None)
-        if kind not in KINDS:
-            raise StoreError(f"{path}: line {number} has an unknown kind {kind!r}")
-        yield kind, _decode(record)
+            path.unlink()
+        except OSError:
+            continue
+        deleted.append(path)
+    return deleted

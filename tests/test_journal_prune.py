@@ -1,0 +1,199 @@
+"""Journal pruning (journal.prune): the newest `journal_keep` finished runs' journals
+stay, older ones go, and a journal that may be the only copy of a record never does.
+
+Every journal here is written by a real Store into a real SQLite file's journal
+folder, as a run writes it; the last test runs `farm verify` on the toy farm.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from toyfarm import toy_farm
+
+from orchestrator.config.farm import load_farm
+from orchestrator.errors import ConfigErrors, StoreError
+from orchestrator.store import journal
+from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal
+
+
+def result_fields(run_id: int, snapshot_id: int, variant: str) -> dict:
+    now = datetime.now(UTC)
+    return {
+        "run_id": run_id,
+        "snapshot_id": snapshot_id,
+        "kernel": "k",
+        "variant": variant,
+        "node": "n",
+        "contract": "cc>=7.5",
+        "expected": "pass",
+        "contract_expected": "pass",
+        "expected_reason": "r",
+        "outcome": "pass",
+        "reason": "printed its pass marker",
+        "stage_seconds": {"run": 0.1},
+        "stage_details": {},
+        "build_command": "g++ k.cpp",
+        "build_log": b"",
+        "stdout": b"k: PASS\n\xff",
+        "stderr": b"",
+        "source_sha256": "0" * 64,
+        "sources": {"k.cpp": "0" * 64},
+        "instruction_counts": {"ret": 1},
+        "required_instructions": {"ret": 1},
+        "elf_targets": [],
+        "ptx_targets": [],
+        "started_at": now,
+        "ended_at": now,
+    }
+
+
+def attempt(run_id: int, variant: str) -> dict:
+    return {"run_id": run_id, "node": "n", "kernel": "k", "variant": variant, "attempt": 1, "status": "ok"}
+
+
+def journaled_run(store: Store, folder: Path, *, finish: bool = True) -> tuple[int, Path]:
+    """One run as the scheduler stores it, its journal in `folder`: (run id, journal)."""
+    token = secrets.token_hex(6)
+    store.journal = Journal(folder, token)
+    run_id = store.begin_run(
+        token=token, trigger="test", farm_version="t", host="h", config_file="farm.yaml", selection="--all"
+    )
+    store.add_planned(run_id, [("k", "a", "n", ""), ("k", "b", "n", "")])
+    snapshot = store.add_snapshot(run_id=run_id, node="n", transport="local", address="local", bytes_shipped=0)
+    for variant in ("a", "b"):
+        store.add_result([attempt(run_id, variant)], **result_fields(run_id, snapshot, variant))
+    if finish:
+        store.finish_run(run_id, "finished", 0)
+    store.journal.close()
+    store.journal = None
+    return run_id, folder / f"{token}.jsonl"
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    opened = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    yield opened
+    opened.close()
+
+
+def journals_of(folder: Path) -> set[Path]:
+    return set(folder.glob("*.jsonl"))
+
+
+def test_the_newest_k_finished_runs_journals_stay_and_the_older_go(store: Store, tmp_path: Path) -> None:
+    folder = tmp_path / "results.db.journal"
+    runs = [journaled_run(store, folder) for _ in range(5)]
+    deleted = journal.prune(folder, store, keep=2)
+    assert deleted == [path for _, path in runs[:3]]
+    assert journals_of(folder) == {path for _, path in runs[3:]}
+    assert journal.prune(folder, store, keep=2) == []  # nothing more to do
+    # what stays still rebuilds its run elsewhere
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    assert fresh.import_journal(runs[-1][1])[1:] == ("finished", 2)
+    fresh.close()
+    with pytest.raises(ValueError, match="at least 1"):
+        journal.prune(folder, store, keep=0)
+
+
+def test_a_journal_whose_run_is_not_in_the_database_stays(store: Store, tmp_path: Path) -> None:
+    """Another database's runs share the folder (farm.yaml `journal:`): none of
+    them is this database's to judge, however old."""
+    folder = tmp_path / "shared-journals"
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    foreign = [journaled_run(other, folder)[1] for _ in range(3)]
+    other.close()
+    mine = [journaled_run(store, folder)[1] for _ in range(3)]
+    assert journal.prune(folder, store, keep=1) == mine[:2]
+    assert journals_of(folder) == {*foreign, mine[2]}
+
+
+def test_an_unfinished_runs_journal_stays(store: Store, tmp_path: Path) -> None:
+    """A run still marked running, and one the next start marked aborted (the farm
+    died: no finish was committed, the journal may hold what the database lacks)."""
+    folder = tmp_path / "results.db.journal"
+    _, died = journaled_run(store, folder, finish=False)
+    store.abort_unfinished_runs()
+    _, running = journaled_run(store, folder, finish=False)
+    newer = [journaled_run(store, folder)[1] for _ in range(2)]
+    assert journal.prune(folder, store, keep=1) == [newer[0]]
+    assert journals_of(folder) == {died, running, newer[1]}
+
+
+def test_a_journal_holding_what_the_database_lacks_or_unreadable_stays(store: Store, tmp_path: Path) -> None:
+    """A result whose commit failed is in the journal only (journal first), though
+    the run then finished; and a journal that cannot be read whole is no proof."""
+    folder = tmp_path / "results.db.journal"
+    token = secrets.token_hex(6)
+    store.journal = Journal(folder, token)
+    run_id = store.begin_run(token=token, trigger="t", farm_version="t", host="h", config_file="f", selection="s")
+    snapshot = store.add_snapshot(run_id=run_id, node="n", transport="local", address="local", bytes_shipped=0)
+    refused = {**result_fields(run_id, snapshot, "a"), "outcome": None}  # NOT NULL: the commit fails
+    with pytest.raises(StoreError):
+        store.add_result(**refused)
+    store.finish_run(run_id, "aborted", 5)
+    store.journal.close()
+    store.journal = None
+    lacking = folder / f"{token}.jsonl"
+    _, garbled = journaled_run(store, folder)
+    lines = garbled.read_text().splitlines()
+    garbled.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    newest = journaled_run(store, folder)[1]
+    assert journal.prune(folder, store, keep=1) == []
+    assert journals_of(folder) == {lacking, garbled, newest}
+
+
+def test_a_journal_is_read_a_line_at_a_time_its_cut_last_line_skipped(store: Store, tmp_path: Path) -> None:
+    """A crash mid-write leaves a last line cut short: `farm import` reads the rest
+    (the cut finish: the run is aborted); a bad line before the last is an error
+    naming it, before anything is imported."""
+    folder = tmp_path / "results.db.journal"
+    _, path = journaled_run(store, folder)
+    whole = path.read_bytes()
+    path.write_bytes(whole[: whole.rindex(b"\n", 0, len(whole) - 1) + 20])  # the finish record, cut
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    assert fresh.import_journal(path)[1:] == ("aborted", 2)
+    lines = whole.splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], b'{"kind":"result","cut', b"\n", *lines[2:]]))
+    with pytest.raises(StoreError, match=r"line 3 is not a journal record"):
+        fresh.import_journal(path)
+    assert len(fresh.runs()) == 1
+    fresh.close()
+
+
+def test_journal_keep_in_farm_yaml(tmp_path: Path) -> None:
+    config = toy_farm(tmp_path)
+    assert load_farm(config).spec.journal_keep == 20
+    for bad, expected in (("0", "greater than or equal to 1"), ("'3'", "a valid integer"), ("2.5", "valid integer")):
+        config.write_text(toy_farm(tmp_path).read_text() + f"journal_keep: {bad}\n")
+        with pytest.raises(ConfigErrors) as info:
+            load_farm(config)
+        assert "farm.yaml: journal_keep: found" in str(info.value) and expected in str(info.value), str(info.value)
+
+
+def test_farm_verify_leaves_journal_keep_journals(tmp_path: Path) -> None:
+    """K + 2 runs of the toy farm with journal_keep: K leave the newest K runs' journals."""
+    keep = 2
+    config = toy_farm(tmp_path)
+    config.write_text(config.read_text() + f"journal_keep: {keep}\n")
+    for _ in range(keep + 2):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}", create=False)
+    runs = store.runs()
+    store.close()
+    assert [run.status for run in runs] == ["finished"] * (keep + 2)
+    left = {path.stem for path in journals_of(tmp_path / "results.db.journal")}
+    assert left == {run.token for run in runs[:keep]}  # runs() is newest first
