@@ -393,6 +393,8 @@ class FarmSpec(_Strict):
     journal: str | None = None
     journal_keep: Count = Field(default=20, ge=1)  # finished runs' journals kept; older ones deleted (prune)
     max_connections: Count = Field(default=8, ge=1, le=256)  # per sshd: under its default MaxStartups (10)
+    # worker processes for the nodes (run/workers.py); auto: one per 16 sshds on a big fleet, none below
+    processes: Annotated[int, Strict()] | Literal["auto"] = "auto"
     output_cap: Count = Field(default=1 << 20, ge=1024, le=1 << 30)  # bytes of stdout/stderr/log kept per cell
     retries: Count = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
     # seconds before the first retry, doubling
@@ -403,6 +405,13 @@ class FarmSpec(_Strict):
     # a matrix cell older than this is marked stale
     stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)
+
+    @field_validator("processes")
+    @classmethod
+    def _processes(cls, value: int | str) -> int | str:
+        if value == "auto" or (isinstance(value, int) and 1 <= value <= 256):
+            return value
+        raise ValueError("auto, or a whole number of worker processes from 1 to 256")
 
 
 def template_fields(template: str) -> list[str]:

@@ -51,7 +51,7 @@ from orchestrator.errors import (
 )
 from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
 from orchestrator.plan import Cell, expect
-from orchestrator.run import bundle, toolchain
+from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
@@ -184,6 +184,7 @@ class NodeContext:
     built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
+    unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -224,12 +225,14 @@ class FarmRun:
         self._stop_reason: str | None = None
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
+        self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
         # built once per run, shared by the nodes; toolchains are unpacked once per machine
         self._bundles = bundle.Bundles(default_cache_dir().parent)
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
         self._begin_failed = False  # storing the run failed: its nodes store nothing
         self._nodes_started: list[str] = []  # a stop before execute() has nothing to kill
         self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its GPUs' queues, shared by its columns
+        self._workers: workers.Workers | None = None  # the worker processes, where the nodes are split among them
 
     # stopping --------------------------------------------------------------
     @property
@@ -258,6 +261,8 @@ class FarmRun:
             finally:
                 transport.close()
 
+        if self._workers is not None:
+            self._workers.tell("stop", reason)
         threads = [threading.Thread(target=kill_on, args=(n,), daemon=True) for n in self._nodes_started]
         for thread in threads:
             thread.start()
@@ -279,7 +284,7 @@ class FarmRun:
         return transport_for(name, self.farm.nodes[name], self.token)
 
     def _cell_marker(self) -> str:
-        return f"FARM_RUN={self.token} FARM_CELL={self.token}.{next(self._cell_count)} "
+        return f"FARM_RUN={self.token} FARM_CELL={self.token}.{self.cells_from}{next(self._cell_count)} "
 
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:
@@ -291,8 +296,11 @@ class FarmRun:
             by_node.setdefault(cell.node, []).append(cell)
         self.summary = RunSummary(run_id=0)
         self._nodes_started = list(by_node)
-        pool = ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node")
-        futures = [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]
+        count = workers.worker_count(self.farm, list(by_node))
+        pool: workers.Workers | _InProcess = (
+            workers.Workers(self, workers.split(self.farm, by_node, count)) if count > 1 else _InProcess(self, by_node)
+        )
+        self._workers = pool if isinstance(pool, workers.Workers) else None
         try:
             run_id = self._begin(cells, selection)
         except BaseException as err:
@@ -301,7 +309,7 @@ class FarmRun:
             self._stop_reason = "the run could not be stored"
             self._stop.set()
             self._begun.set()
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.not_begun()
             if self.summary.run_id:
                 with contextlib.suppress(FarmError):
                     code = err.exit_code if isinstance(err, FarmError) else EXIT_INTERNAL
@@ -310,9 +318,8 @@ class FarmRun:
         status = "aborted"
         exit_code: int | None = None
         try:
-            with pool:
-                for future in futures:
-                    future.result()
+            pool.begun(run_id)
+            pool.wait()
             status = "aborted" if self._stop.is_set() else "finished"
             self.summary.stopped = self.stopping
         except FarmError as err:  # the store or a node broke the run itself: the CLI exits with its code
@@ -360,6 +367,12 @@ class FarmRun:
             raise _NotBegun
 
     # per node ------------------------------------------------------------------
+    def run_nodes(self, by_node: dict[str, list[Cell]]) -> None:
+        """Every node in a thread of its own (a worker process's whole job)."""
+        with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node") as pool:
+            for future in [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]:
+                future.result()
+
     def _node_guarded(self, name: str, cells: list[Cell]) -> None:
         try:
             self._node(name, cells)
@@ -450,7 +463,8 @@ class FarmRun:
             if several:
                 self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
             self._cells(name, on_cards, context)
-            self._sweep(setup, snapshot, name)
+            if context.unswept:
+                self._sweep(setup, snapshot, name)
         finally:
             setup.close()
 
@@ -695,7 +709,7 @@ class FarmRun:
                 result.evidence.infra_retryable = err.retryable
                 result.evidence.infra_unreachable = err.unreachable
             else:
-                CellPipeline(
+                pipeline = CellPipeline(
                     transport,
                     job,
                     variant,
@@ -715,8 +729,11 @@ class FarmRun:
                         cell.kernel, cell.variant, cell.node, cell.device, names
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
-                ).execute()
+                )
+                pipeline.execute()
+                ctx.unswept = ctx.unswept or not pipeline.cleaned
             if result.evidence.stopped:
+                ctx.unswept = True
                 break
             infra = result.evidence.infra_stage
             tries.append(
@@ -810,6 +827,11 @@ class FarmRun:
             ctx.devices.get(cell.device, []) if ctx else [],
         )
         result_id = self.store.add_result(attempts or [], run_id=self.summary.run_id, snapshot_id=snapshot_id, **fields)
+        self._counted(cell, result, result_id)
+        self.listener.cell_finished(cell, result, result_id)
+
+    def _counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
+        """A stored result, in the run's summary (the parent's, for a worker's cells)."""
         assert result.verdict is not None
         with self._summary_lock:
             self.summary.outcomes[result.verdict.outcome.value] += 1
@@ -817,7 +839,25 @@ class FarmRun:
             for record in result.stages:
                 if record.name in CELL_STAGES:
                     self.summary.stage_seconds[record.name] += record.seconds
-        self.listener.cell_finished(cell, result, result_id)
+
+
+class _InProcess:
+    """The nodes in threads of the farm's own process (a small fleet: no worker's start to pay)."""
+
+    def __init__(self, run: FarmRun, by_node: dict[str, list[Cell]]) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node")
+        self.futures = [self.pool.submit(run._node_guarded, n, c) for n, c in by_node.items()]
+
+    def begun(self, run_id: int) -> None:
+        pass  # the nodes wait on the run's own event
+
+    def not_begun(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def wait(self) -> None:
+        with self.pool:
+            for future in self.futures:
+                future.result()
 
 
 class _NotBegun(Exception):

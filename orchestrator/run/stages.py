@@ -21,11 +21,15 @@ staged sources. Therefore:
 - stdout and stderr are read whole and scanned as they stream (streams.py):
   markers are matched over everything printed, the copy kept is bounded.
 
-Each stage is one round trip: its script also sends back the files the farm
-needs (build log, disassembly, the kernel's stdout and stderr) inside its own
-output (frames.py), and the run stage removes the cell's folder as it ends.
-A transport that cannot stream a command's output (Slurm) reads those files
-in round trips of their own.
+A cell is one round trip where the transport streams: build, inspect and run
+go out as one command, the node starting each next stage only when the one
+before it succeeded by its own reading (CellPipeline says how the farm still
+judges each stage alone). Each stage's part sends back the files the farm
+needs (build log, disassembly, the kernel's stdout and stderr) inside the
+command's output (frames.py) before the next stage starts, and the run's part
+removes the cell's folder as it ends. A transport that cannot stream a
+command's output (Slurm) runs each stage in a round trip of its own and reads
+those files in round trips of their own.
 
 Every command the node runs is built here from quoted parts. Each runs under a
 remote `timeout -k`, so a kernel that never ends is killed on the node itself
@@ -387,7 +391,7 @@ class CellPipeline:
         # shares the build folder, since the folder's lock is held for the whole trip
         self.run_ahead = run_ahead
         self._built_sha: str | None = None
-        self._cleaned = False  # the cell's folder on the node is gone
+        self.cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
         self._ahead = 0.0  # seconds of runs queued on the node before this cell's
         self._sanitize_gpu: Gpu | None = None  # the GPU the sanitizer runs hold
@@ -422,7 +426,7 @@ class CellPipeline:
             )
             control = reader.finish()
             self._check_files(trip, reader, outcome)
-            self._cleaned = self._cleaned or trip.clean_up
+            self.cleaned = self.cleaned or trip.clean_up
             self._check_ended(control, outcome)
             return outcome, control
         outcome = self.t.run(self._wrap(trip.script), timeout=trip.timeout)
@@ -541,7 +545,7 @@ class CellPipeline:
                 max(ns - int(mark.group(2)), 0) / 1e9,
             )
             if trip is last and trip.clean_up:
-                self._cleaned = True
+                self.cleaned = True
         if error is not None and not starts:
             self._fetched[trips[0].stage] = error
 
@@ -673,9 +677,9 @@ class CellPipeline:
         self._slot = [(gpu, limit)]
 
     def _clean_up(self) -> None:
-        if self._cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
+        if self.cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
             return  # done already, or the session may be gone (the scheduler sweeps the node's folders at its end)
-        self._cleaned = True
+        self.cleaned = True
         with contextlib.suppress(InfraError):
             self.t.run(self.paths.remove_run_dir(), timeout=60)
 
@@ -802,7 +806,7 @@ class CellPipeline:
         if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
-            self._cleaned = True  # the script removed the cell's folder: nothing runs from it
+            self.cleaned = True  # the script removed the cell's folder: nothing runs from it
             return "failed"
         copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
         if copy is None or copy.group(1) != self._built_sha:

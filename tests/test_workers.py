@@ -1,0 +1,186 @@
+"""Worker processes (orchestrator/run/workers.py): a big fleet's nodes split over
+processes, one GIL each, while the parent alone writes the results database.
+
+Over real sshd nodes: a run split over two workers stores what one process
+stores; nodes behind one sshd stay in one worker; a worker killed mid-run
+leaves its unfinished cells infra-error (exit 70), never lost and never a
+verdict; a stop reaches the workers' cells; `processes` is validated.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, Fleet, processes_matching, query, standin_job, standin_variant, write_farm
+
+from orchestrator.config.farm import load_farm
+from orchestrator.errors import EXIT_INTERNAL, EXIT_UNEXPECTED, ConfigError
+from orchestrator.plan import plan_cells
+from orchestrator.run import workers
+from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary, run_cells
+from orchestrator.store.database import Store
+
+MIN75 = {"min": "7.5"}
+MIN80 = {"min": "8.0"}
+VARIANTS = {
+    "pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    "failnum": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+    "ampere": standin_variant("PASS", MIN80, "MIN_CC=80"),
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
+    fleet = Fleet(tmp_path_factory.mktemp("workers"))
+    for name in ("w0", "w1", "w2"):
+        fleet.add(name, CARDS["t4"])
+    yield fleet
+    fleet.stop()
+
+
+def farm_file(fleet: Fleet, root: Path, processes: object, variants: dict | None = None, **keys: object) -> Path:
+    """Four farm nodes on three sshds: w0 and w0b share w0's sshd."""
+    nodes = {name: fleet[name].farm_entry(root / f"work-{name}") for name in ("w0", "w1", "w2")}
+    nodes["w0b"] = fleet["w0"].farm_entry(root / "work-w0b")
+    return write_farm(root, nodes, [standin_job("standin", variants or VARIANTS)], processes=processes, **keys)
+
+
+class Spy:
+    """The worker processes a run starts, and which nodes each was given."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made: list[workers.Workers] = []
+        original = workers.Workers.__init__
+
+        def init(this: workers.Workers, run: FarmRun, groups: list) -> None:
+            original(this, run, groups)
+            self.made.append(this)
+
+        monkeypatch.setattr(workers.Workers, "__init__", init)
+
+
+def outcomes(db: Path) -> dict[tuple[str, str], str]:
+    return {(r["node"], r["variant"]): r["outcome"] for r in query(db, "SELECT node, variant, outcome FROM results")}
+
+
+def test_a_split_run_stores_what_one_process_stores(fleet: Fleet, tmp_path: Path, monkeypatch) -> None:
+    spy = Spy(monkeypatch)
+    summaries: dict[object, RunSummary] = {}
+    for processes in (1, 2):
+        farm = load_farm(farm_file(fleet, tmp_path / f"p{processes}", processes))
+        store = Store(farm.database_url)
+        try:
+            summaries[processes] = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=tmp_path / "cache")
+        finally:
+            store.close()
+    (split,) = spy.made  # one process farm starts no worker; two do
+    assert len(split.processes) == 2
+    assert all(p.exitcode == 0 for p in split.processes)
+    assert len({p.pid for p in split.processes} | {os.getpid()}) == 3
+    # w0 and w0b share an sshd: one worker has them both
+    assert sorted(sorted(g) for g in split.groups) == [["w0", "w0b"], ["w1", "w2"]]
+    one, two = (outcomes(tmp_path / f"p{n}" / "results.db") for n in (1, 2))
+    assert len(two) == 12 and two == one
+    assert {o for (_, v), o in two.items() if v == "pass"} == {"pass"}
+    assert {o for (_, v), o in two.items() if v == "ampere"} == {"expected-refusal"}
+    assert summaries[2].exit_code == summaries[1].exit_code == EXIT_UNEXPECTED
+    assert summaries[2].outcomes == summaries[1].outcomes
+    assert summaries[2].stage_seconds["probe"] > 0  # the workers' node sums reach the parent's summary
+    (run,) = query(tmp_path / "p2" / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_UNEXPECTED)
+    snapshots = query(tmp_path / "p2" / "results.db", "SELECT node, probe_error AS error FROM node_snapshots")
+    assert sorted(s["node"] for s in snapshots) == ["w0", "w0b", "w1", "w2"] and not any(s["error"] for s in snapshots)
+
+
+class KillOnStart(NullListener):
+    """Kills the worker process running `node` when its first cell starts."""
+
+    def __init__(self, spy: Spy, node: str) -> None:
+        self.spy, self.node, self.killed = spy, node, threading.Event()
+
+    def cell_started(self, cell) -> None:
+        if cell.node != self.node or self.killed.is_set():
+            return
+        (made,) = self.spy.made
+        index = next(i for i, group in enumerate(made.groups) if self.node in group)
+        time.sleep(1.0)  # the kernel is running (it hangs)
+        os.kill(made.processes[index].pid, signal.SIGKILL)
+        self.killed.set()
+
+
+def test_a_worker_killed_mid_run_leaves_its_cells_infra_and_exit_70(fleet: Fleet, tmp_path: Path, monkeypatch) -> None:
+    spy = Spy(monkeypatch)
+    variants = {
+        "hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=20),
+        "pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    }
+    farm = load_farm(farm_file(fleet, tmp_path, 2, variants))
+    cells = plan_cells(farm, None, ["w1", "w2"])  # one node per worker
+    listener = KillOnStart(spy, "w1")
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, cells, cache_dir=tmp_path / "cache", listener=listener)
+    finally:
+        store.close()
+    assert listener.killed.is_set()
+    assert summary.exit_code == EXIT_INTERNAL
+    assert any("worker process" in line for line in summary.internal)
+    rows = query(tmp_path / "results.db", "SELECT node, variant, outcome, reason FROM results")
+    got = {(r["node"], r["variant"]): r["outcome"] for r in rows}
+    assert len(rows) == 4  # every planned cell has exactly one result
+    assert got[("w1", "hang")] == "infra-error"
+    assert got[("w2", "hang")] == "timeout" and got[("w2", "pass")] == "pass"
+    assert got[("w1", "pass")] in ("infra-error", "pass")  # it may have finished before the kill
+    reason = next(r["reason"] for r in rows if (r["node"], r["variant"]) == ("w1", "hang"))
+    assert "worker process" in reason
+    (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
+
+
+def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
+    variants = {"hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=60)}
+    farm = load_farm(farm_file(fleet, tmp_path, 2, variants))
+    store = Store(farm.database_url)
+    farm_run = FarmRun(farm, store, cache_dir=tmp_path / "cache", trigger="test")
+    done: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: done.append(farm_run.execute(plan_cells(farm, None, None))), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(processes_matching(f"FARM_RUN={farm_run.token}")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(processes_matching(f"FARM_RUN={farm_run.token}")) >= 4, "the hanging kernels never all ran"
+        farm_run.stop("SIGTERM")
+        thread.join(60)
+        assert done, "the run did not end after its stop"
+    finally:
+        store.close()
+    assert not processes_matching(f"FARM_RUN={farm_run.token}")
+    assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
+    (run,) = query(tmp_path / "results.db", "SELECT status FROM runs")
+    assert run["status"] == "aborted"
+
+
+def test_split_keeps_each_sshds_nodes_together_and_balances_cells(fleet: Fleet, tmp_path: Path) -> None:
+    farm = load_farm(farm_file(fleet, tmp_path, "auto"))
+    by_node: dict[str, list] = {}
+    for cell in plan_cells(farm, None, None):
+        by_node.setdefault(cell.node, []).append(cell)
+    assert workers.worker_count(farm, list(by_node)) == 1  # auto: three sshds are no big fleet
+    groups = workers.split(farm, by_node, 3)
+    assert sorted(sorted(g) for g in groups) == [["w0", "w0b"], ["w1"], ["w2"]]
+    assert len(workers.split(farm, by_node, 2)) == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, "many", 2.5, True])
+def test_processes_must_be_auto_or_a_count(fleet: Fleet, tmp_path: Path, value: object) -> None:
+    path = farm_file(fleet, tmp_path, value)
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    said = str(info.value)
+    assert "farm.yaml" in said and "processes" in said, said
