@@ -36,7 +36,7 @@ by column from the models' tables, so a column added later gets a plain default
 bytes -> b"", DateTime -> now; a column with its own default gets that) and this
 script keeps working; values generated here for columns that no longer exist
 are dropped, with a note. Tables it knows besides runs, node_snapshots and
-results (source_files, planned_cells, attempts) are filled when they exist;
+results (source_files, planned_cells, attempts, metric_values, sass_counts) are filled when they exist;
 other new tables are left empty, with a note.
 """
 
@@ -232,6 +232,8 @@ class Farm:
                 start = rng.randrange(n_runs)
                 self.broken[c] = (start, start + rng.randint(1, n_runs), rng.random())
         self.base_time = datetime.now(UTC).replace(microsecond=0) - timedelta(days=n_runs)
+        self.metric_history: dict[tuple[str, ...], list[float]] = {}  # cell and metric -> values so far
+        self.metric_rng = random.Random(seed + 1)
 
     def source_version(self, kernel: str, run_index: int) -> int:
         change = self.source_change[kernel]
@@ -246,6 +248,10 @@ def targets(flags: str) -> dict[str, list[str]]:
     code = flags.split("code=", 1)[1].split()[0]
     arch = code.replace("compute_", "sm_")
     return {"elf": [], "ptx": [arch]} if code.startswith("compute_") else {"elf": [arch], "ptx": []}
+
+
+def sass_count(src_sha: str, flags: str, instruction: str) -> int:
+    return 1 + int(sha(f"{src_sha} {flags} {instruction}")[:6], 16) % 511
 
 
 def code_path_for(cc: str | None, elf: list[str], ptx: list[str]) -> str | None:
@@ -410,6 +416,11 @@ def result_rows(
             ptx = v["ptx"] if built else []
             code_path = code_path_for(cc, elf, ptx) if built else None
             log = build_log(v, node["name"], rng) if not snap["probe_error"] else b""
+            # the same inputs and flags build the same machine code: the same counts (the
+            # random draws are still made, so the rest of the data set stays as it was)
+            counts = {}
+            if built:
+                counts = {k: (rng.randrange(1, 512), sass_count(src_sha, v["flags"], k))[1] for k in v["instructions"]}
             rows.append(
                 {
                     "id": rid,
@@ -449,7 +460,7 @@ def result_rows(
                     "real_gpu": bool(snap.get("real_gpu")) and snap["cc"] is not None,
                     "identity": sha(f"file {src_sha} {path}"),
                     "binary_sha256": sha(f"{src_sha}{v['flags']}") if built else None,
-                    "instruction_counts": ({k: rng.randrange(1, 512) for k in v["instructions"]} if built else {}),
+                    "instruction_counts": counts,
                     "required_instructions": dict(v["instructions"]),
                     "elf_targets": elf,
                     "ptx_targets": ptx,
@@ -460,6 +471,62 @@ def result_rows(
             )
             rid += 1
     return rows
+
+
+METRIC_BASELINE = 5  # metrics.BASELINE: earlier values a verdict needs
+RUN_NOTE = "the kernel's own seconds on the node"
+
+
+def evidence_rows(farm: Farm, results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A run's metric_values and sass_counts rows, as Store.add_result writes them: the
+    instruction counts of every inspected result; for each pass, the `run` metric
+    (the kernel's seconds, every job) and `tflops` from its stdout (every other
+    kernel), each judged against the median of the cell's last 5 values. The values
+    are drawn per cell (steady, a slow run now and then), not read from the
+    generated stdout and stage seconds, which are random from run to run."""
+    metric_rows: list[dict[str, Any]] = []
+    sass_rows: list[dict[str, Any]] = []
+    for x in results:
+        for name, count in x["instruction_counts"].items():
+            sass_rows.append({"result_id": x["id"], "identity": x["identity"], "instruction": name, "count": count})
+        if x["outcome"] != "pass":
+            continue
+        # each cell has its own speed, a few percent of noise from run to run, and now and then
+        # a slow run (from their own random stream: the rest of the data set stays as it was)
+        cell = f"{x['kernel']} {x['variant']} {x['node']}"
+        base = 0.3 + int(sha(cell)[:6], 16) % 7000 / 1000
+        slow = 1.5 if farm.metric_rng.random() < 0.01 else 1.0
+        found = [("run", round(base * slow * farm.metric_rng.uniform(0.97, 1.03), 3), "s", "lower", 0.25, RUN_NOTE)]
+        if farm.kernels.index(x["kernel"]) % 2 == 0:
+            tflops = round(5 + 600 / base / slow * farm.metric_rng.uniform(0.97, 1.03), 1)
+            found.append(("tflops", tflops, "TFLOP/s", "higher", 0.1, "from the last matching stdout line"))
+        for name, value, unit, better, tolerance, note in found:
+            past = farm.metric_history.setdefault((x["kernel"], x["variant"], x["node"], x["device"], name), [])
+            baseline = statistics.median(past[-METRIC_BASELINE:]) if len(past) >= METRIC_BASELINE else None
+            worse = None
+            if value is not None and baseline:
+                worse = ((baseline - value) if better == "higher" else (value - baseline)) / abs(baseline)
+            metric_rows.append(
+                {
+                    "result_id": x["id"],
+                    "run_id": x["run_id"],
+                    "kernel": x["kernel"],
+                    "variant": x["variant"],
+                    "node": x["node"],
+                    "device": x["device"],
+                    "name": name,
+                    "value": value,
+                    "unit": unit,
+                    "better": better,
+                    "tolerance": tolerance,
+                    "note": note,
+                    "baseline": baseline,
+                    "regressed": worse is not None and worse > tolerance,
+                }
+            )
+            if value is not None:
+                past.append(value)
+    return metric_rows, sass_rows
 
 
 def snapshot_rows(farm: Farm, run_index: int, run_id: int, first_id: int) -> dict[str, dict[str, Any]]:
@@ -629,7 +696,10 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
     now = datetime.now(UTC)
     models = {m.local_table.name: m.class_ for m in store_mod.Base.registry.mappers}
     fillers = {name: Filler(model, now) for name, model in models.items()}
-    filled = ["runs", "node_snapshots", "results", "source_files", "planned_cells", "attempts"]
+    filled = [
+        *("runs", "node_snapshots", "results", "source_files", "planned_cells", "attempts"),
+        *("metric_values", "sass_counts"),
+    ]
     untouched = sorted(set(models) - set(filled) - {"farm_meta"})
 
     def put(conn: Any, table: str, generated: list[dict[str, Any]]) -> None:
@@ -676,12 +746,15 @@ def build_database(db_path: Path, nodes: int, variants: int, runs: int, seed: in
             {"run_id": run_id, "kernel": x["kernel"], "variant": x["variant"], "node": x["node"]} for x in results
         ]
         attempts = attempt_rows(run_id, list(snaps.values()), results, started)
+        metric_values, sass_counts = evidence_rows(farm, results)
         tables = {
             "runs": [run],
             "planned_cells": planned,
             "node_snapshots": list(snaps.values()),
             "results": results,
             "attempts": attempts,
+            "metric_values": metric_values,
+            "sass_counts": sass_counts,
         }
         if r == runs:  # the warm render's new run: written later, by insert_run
             next_run = {name: fillers[name].rows(rows) for name, rows in tables.items() if name in fillers}
@@ -726,7 +799,7 @@ def insert_run(db_path: Path, tables: dict[str, list[dict[str, Any]]]) -> float:
     store = store_mod.Store(f"sqlite:///{db_path}")
     models = {m.local_table.name: m.class_ for m in store_mod.Base.registry.mappers}
     with store.engine.begin() as conn:
-        for name in ("runs", "planned_cells", "node_snapshots", "results", "attempts"):
+        for name in ("runs", "planned_cells", "node_snapshots", "results", "attempts", "metric_values", "sass_counts"):
             if tables.get(name):
                 conn.execute(insert(models[name].__table__), tables[name])
     store.close()

@@ -17,6 +17,7 @@ import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from orchestrator.config import dependencies, inputs
@@ -126,6 +127,13 @@ class ReportModel:
     sass_moves: list[history.SassMove] = field(default_factory=list)
     # kernel -> metric -> each cell's values over the report's runs (the kernel pages' trends)
     trends: dict[str, dict[str, list[Series]]] = field(default_factory=dict)
+    # result id (of the run's cells) -> its metric values (light rows of metric_values), in name order
+    measured: dict[int, list[Any]] = field(default_factory=dict)
+
+    @property
+    def grid_run_ids(self) -> set[int]:
+        """The runs whose every cell is in cell_history: the last GRID_RUNS."""
+        return {r.id for r in self.runs[:GRID_RUNS]}
 
     @functools.cached_property
     def several(self) -> set[str]:
@@ -206,6 +214,9 @@ def _days(later: datetime, earlier: datetime | None) -> float:
     return max((a - b).total_seconds() / 86400, 0.0)
 
 
+_run_then_id = itemgetter(0, 2)  # of (run, outcome, result id)
+
+
 def collect(
     store: Store,
     run_id: int | None = None,
@@ -226,50 +237,58 @@ def collect(
     # kernel pages' grids (GRID_RUNS runs) and each cell's earlier results (one run
     # more than history.WINDOW, so a cell that ran every time has them all here).
     recent = store.run_matrix(run_ids[: max(GRID_RUNS, history.WINDOW + 1)])
-    light = [row for row in recent if row.run_id == run.id]
+    this_run = run.id  # an ORM attribute: read once, not per row
+    light = [row for row in recent if row[1] == this_run]  # by position: a Row's attributes cost more
     results: list[Any] = store.results(run.id) if full else light
     snapshots = store.snapshots(run.id)
 
+    # each run's counts: those whose rows were just read, counted here; the others in the database
+    read = set(run_ids[: max(GRID_RUNS, history.WINDOW + 1)])
+    tallies: dict[int, dict[str, int]] = {rid: defaultdict(int) for rid in read}
+    for _id, past, _k, _v, _n, _d, outcome in recent:
+        tallies[past][outcome] += 1
+    tallies.update(store.run_outcome_counts([rid for rid in run_ids if rid not in read]))
     run_counts: dict[int, dict[str, int]] = {}
-    for rid, outcomes in store.run_outcome_counts(run_ids).items():
+    for rid in run_ids:
         run_counts[rid] = {"good": 0, "bad": 0, "infra": 0}
-        for outcome, n in outcomes.items():
+        for outcome, n in tallies[rid].items():
             run_counts[rid][category(outcome)] += n
-    run_cells = {run.id: {(r.kernel, r.variant, r.node, r.device): (r.outcome, r.id) for r in light}}
+    run_cells = {run.id: {(k, v, n, d): (outcome, i) for i, _run, k, v, n, d, outcome in light}}
     by_cell: dict[history.CellKey, list[tuple[int, str, int]]] = defaultdict(list)
+    in_grid: dict[history.CellKey, list[tuple[int, str, int]]] = defaultdict(list)
+    grid_runs = set(run_ids[:GRID_RUNS])
     # in id order: oldest first; unpacked as tuples (a Row's attributes cost more, times 10^4)
     for rid, past, kernel, variant, node, device, outcome in recent:
-        by_cell[(kernel, variant, node, device)].append((past, outcome, rid))
-    grid_runs = set(run_ids[:GRID_RUNS])
-    cell_history = {
-        key: shown for key, entries in by_cell.items() if (shown := [e for e in entries if e[0] in grid_runs])
-    }
+        key = (kernel, variant, node, device)
+        entry = (past, outcome, rid)
+        by_cell[key].append(entry)
+        if past in grid_runs:
+            in_grid[key].append(entry)
+    cell_history = dict(in_grid)
     # "what changed" compares each cell with its previous results, whichever runs they came from:
     # the last history.WINDOW before the run, in run order. Every result before the runs read
     # above is older than those read, so a cell with that many among them has them all; the
     # others (new cells, cells left out of some runs) are looked up alone.
     previous: dict[int, list[tuple[int, str, int]]] = {}
     missing = []
-    for r in light:
-        earlier_results = sorted(
-            (e for e in by_cell[(r.kernel, r.variant, r.node, r.device)] if e[0] < run.id),
-            key=lambda e: (e[0], e[2]),
-        )
+    cells = [(rid, (k, v, n, d), outcome) for rid, _run, k, v, n, d, outcome in light]  # tuples, once
+    for rid, key, _outcome in cells:
+        earlier_results = sorted([e for e in by_cell[key] if e[0] < this_run], key=_run_then_id)
         if len(earlier_results) >= history.WINDOW:
-            previous[r.id] = earlier_results[-history.WINDOW :]
+            previous[rid] = earlier_results[-history.WINDOW :]
         else:
-            missing.append(r.id)
+            missing.append(rid)
     previous.update(store.previous_results(result_ids=missing, per_cell=history.WINDOW) if missing else {})
-    current = [((r.kernel, r.variant, r.node, r.device), r.outcome) for r in light]
+    current = [(key, outcome) for _rid, key, outcome in cells]
     earlier = {
-        (r.kernel, r.variant, r.node, r.device): [(rid, outcome) for rid, outcome, _id in previous[r.id]]
-        for r in light
-        if r.id in previous
+        key: [(past, outcome) for past, outcome, _res in previous[rid]]
+        for rid, key, _outcome in cells
+        if rid in previous
     }
     changes = history.changes(current, earlier)
-    before = {r.id: found for r in light if (found := history.built_before(previous.get(r.id, []))) is not None}
-    counts = store.sass_counts([r.id for r in light] + [e[2] for e in before.values()])
-    sass = history.sass_moves([((r.kernel, r.variant, r.node, r.device), r.id) for r in light], previous, counts)
+    before = {rid: found for rid, _k, _o in cells if (found := history.built_before(previous.get(rid, []))) is not None}
+    counts = store.sass_counts([rid for rid, _k, _o in cells] + [e[2] for e in before.values()])
+    sass = history.sass_moves([(key, rid) for rid, key, _outcome in cells], previous, counts)
     # the kernel pages' trends, over the runs of their history grids
     trend_rows = store.metric_trends(run_ids[:GRID_RUNS])
 
@@ -360,6 +379,12 @@ def collect(
                 gpu_uuid=result.gpu_uuid,
             )
         )
+    # per kernel, in cell order: the standing cells a sanitizer faulted on real hardware, with their identity
+    faulted: dict[str, list[tuple[str | None, tuple[str, str, str, int, str]]]] = defaultdict(list)
+    for (k, _v, _n, _d), c in sorted(standing.items()):
+        if c.result.outcome == "sanitizer-error" and c.result.real_gpu:
+            r = c.result
+            faulted[k].append((r.identity, (r.variant, r.node, r.cc or "", r.id, r.reason)))
     ledgers = [
         ledger.build(
             kernel,
@@ -371,17 +396,14 @@ def collect(
             records,
             found.files,
             found.dependencies,
-            [
-                (c.result.variant, c.result.node, c.result.cc or "", c.result.id, c.result.reason)
-                for (k, _v, _n, _d), c in sorted(standing.items())
-                if k == kernel
-                and c.result.outcome == "sanitizer-error"
-                and c.result.real_gpu
-                and c.result.identity == found.identity
-            ],
+            [shown for identity, shown in faulted.get(kernel, []) if identity == found.identity],
         )
         for kernel, found in sorted(now_inputs.items())
     ]
+    run_metrics = store.metric_values(run_id=run.id)
+    measured: dict[int, list[Any]] = defaultdict(list)  # read once: "what changed" and the cell pages
+    for m in run_metrics:
+        measured[m.result_id].append(m)
     counts = {"good": 0, "bad": 0, "infra": 0}
     for row in light:
         counts[category(row.outcome)] += 1
@@ -402,7 +424,8 @@ def collect(
         standing=standing,
         stale_after_days=stale_after,
         previous=previous,
-        speed=[m for m in store.metric_values(run_id=run.id) if m.regressed or m.value is None],
+        speed=[m for m in run_metrics if m.regressed or m.value is None],
+        measured=measured,
         sass_moves=sass,
     )
     model.trends = trend_series(trend_rows, model.several)

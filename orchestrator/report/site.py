@@ -29,17 +29,24 @@ every run and are rendered every time (and written only when their bytes differ)
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
+import json
 import os
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
+from jinja2.filters import do_truncate
 from markupsafe import Markup
+from markupsafe import escape as markup_escape
+from sqlalchemy import JSON
 
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
@@ -47,6 +54,7 @@ from orchestrator.errors import EXIT_CONFIG, FarmError
 from orchestrator.report import history, trends
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.store.database import Store
+from orchestrator.store.tables import ResultRow
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
@@ -54,9 +62,20 @@ BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memo
 PAGE_SOURCES = ("site.py", "model.py", "history.py", "trends.py", "../outcomes.py", "../metrics.py")
 
 
+def _bytecode_cache() -> BytecodeCache | None:
+    """Jinja2's cache of compiled templates (in the temporary folder, per user, keyed
+    by each template's source): compiling the six took ~0.1 s of every render. Any
+    trouble with it, and the templates are compiled as before."""
+    try:
+        return FileSystemBytecodeCache()
+    except (OSError, RuntimeError):  # no temporary folder of our own to be had
+        return None
+
+
 def _env() -> Environment:
     env = Environment(
         loader=PackageLoader("orchestrator.report", "templates"),
+        bytecode_cache=_bytecode_cache(),
         autoescape=select_autoescape(["html", "j2"], default=True),
         auto_reload=False,  # one render, one version of the templates: no stat of base.html.j2 per page
         trim_blocks=True,
@@ -67,7 +86,6 @@ def _env() -> Environment:
     env.filters["number"] = metrics.number
     env.filters["percent"] = metrics.percent
     env.globals["category"] = category
-    env.globals["trend_svg"] = trends.svg
     env.globals["regression_words"] = metrics.regression_words
     return env
 
@@ -100,11 +118,34 @@ class PageWriteError(FarmError):
         self.oserror = err
 
 
-def _write(path: Path, text: str, compare: bool = True) -> None:
+def _write(path: Path, text: str, compare: bool = True, fresh: bool = False) -> None:
     try:
-        _write_page(path, text, compare)
+        if fresh:
+            _write_fresh(path, text)
+        else:
+            _write_page(path, text, compare)
     except OSError as err:
         raise PageWriteError(os.fspath(path), err) from err
+
+
+def _write_fresh(path: Path, text: str) -> None:
+    # A cell page not on disk yet: nothing links to it until the run's and the index
+    # pages are written after it, so it is written in place, without a temporary file
+    # and a rename (a run writes thousands). A render that dies halfway leaves a page
+    # without its end, which _stamped does not trust: it is written again next time.
+    data = text.encode("utf-8")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _write_page(path: Path, text: str, compare: bool) -> None:
@@ -167,15 +208,21 @@ def run_stamp(run_id: int, started: datetime, status: str, linked: bool) -> str:
     return f"farm page {page_format()}: run {int(run_id)} started {_moment(started)}, {state}"
 
 
+PAGE_END = b"</html>"  # the last bytes of every page (base.html.j2); never in a page's escaped text
+
+
 def _stamped(path: Path, stamp: str) -> bool:
-    """Whether the page on disk carries this stamp: its second line (base.html.j2)."""
+    """Whether the page on disk carries this stamp (its second line, base.html.j2)
+    and is whole (it ends as every page does: see _write_fresh)."""
     try:
         with open(path, "rb") as page:
             head = page.read(1024)
-    except OSError:
+            page.seek(-len(PAGE_END), os.SEEK_END)
+            end = page.read()
+    except OSError:  # not there, or shorter than its end
         return False
     lines = head.split(b"\n", 2)
-    return len(lines) > 2 and lines[1] == f"<!-- {stamp} -->".encode()
+    return len(lines) > 2 and lines[1] == f"<!-- {stamp} -->".encode() and end == PAGE_END
 
 
 def _linked_results(model: ReportModel) -> dict[int, int]:
@@ -199,6 +246,34 @@ def _batches(ids: list[int]) -> Iterable[list[int]]:
         yield ids[start : start + BATCH]
 
 
+# the results' JSON columns, read as text (Store.result_rows(json_as_text=True)) and decoded here
+_JSON_COLUMNS = tuple(c.key for c in ResultRow.__table__.columns if isinstance(c.type, JSON))
+
+
+@functools.lru_cache(maxsize=4096)
+def _json(text: str) -> Any:
+    # cached: a run's rows repeat a few dozen values (targets, sources, instructions); the
+    # decoded values are shared between rows, so cell_body only reads them
+    return json.loads(text)
+
+
+def _decoded(rows: list[Any]) -> list[SimpleNamespace]:
+    """result_rows(json_as_text=True) rows with their JSON columns decoded (the
+    database's own JSON decoding, where it did it, is kept)."""
+    if not rows:
+        return []
+    keys = list(rows[0]._fields)
+    at = [keys.index(key) for key in _JSON_COLUMNS]
+    decoded = []
+    for row in rows:
+        values = list(row)
+        for i in at:
+            if type(values[i]) is str:
+                values[i] = _json(values[i])
+        decoded.append(SimpleNamespace(**dict(zip(keys, values, strict=True))))
+    return decoded
+
+
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", "replace")
 
@@ -209,8 +284,39 @@ _SPECIAL = re.compile(r"[&<>\"']")
 def _e(value: Any) -> str:
     """Text for HTML, as Jinja2's autoescape prints it: str() of it, & < > " ' escaped
     (looked for first: most values have none, and one search is cheaper than five replaces)."""
-    text = value if type(value) is str else str(value)
+    kind = type(value)
+    if kind is str:
+        text = value
+    elif kind is int or kind is float:
+        return str(value)  # digits, ".", "-", "e", "inf", "nan": nothing to escape
+    else:
+        text = str(value)
     return escape(text) if _SPECIAL.search(text) else text
+
+
+_e_cached = functools.lru_cache(maxsize=16384)(_e)
+
+
+def _ew(value: Any) -> str:
+    """_e of a value that repeats from page to page (names, outcomes, digests, stage
+    words), remembered: a run's pages print a few thousand distinct ones 10^5 times."""
+    try:
+        return _e_cached(value)
+    except TypeError:  # unhashable (a stored JSON value of an unexpected shape)
+        return _e(value)
+
+
+def _t(value: Any) -> str:
+    """Text for HTML as the templates print it (MarkupSafe: ' as &#39;, " as &#34;),
+    for the parts of template pages made here, so that their bytes stay the same."""
+    kind = type(value)
+    if kind is str:
+        text = value
+    elif kind is int or kind is float:
+        return str(value)
+    else:
+        text = str(value)
+    return str(markup_escape(text)) if _SPECIAL.search(text) else text
 
 
 def cell_body(
@@ -236,41 +342,41 @@ def cell_body(
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
-        f'<a href="../kernels/{page_name(r.kernel)}.html">{_e(r.kernel)}</a> · '
-        f'<a href="../nodes/{page_name(r.node)}.html">{_e(r.node)}</a></p>\n'
-        f"<h1>{_e(r.kernel)} : {_e(r.variant)} on {_e(r.node)}{f' ({_e(r.device)})' if r.device else ''}</h1>\n"
-        f'<table><tr><td class="{category(r.outcome)}" id="outcome"><span class="outcome">{_e(r.outcome)}</span>'
-        f"{f' at {_e(r.failed_stage)}' if r.failed_stage else ''}</td>\n"
-        f"<td>expected {_e(r.expected)}: {_e(r.expected_reason)}</td></tr></table>\n"
-        f"<p>{_e(r.reason)}</p>\n"
+        f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
+        f'<a href="../nodes/{page_name(r.node)}.html">{_ew(r.node)}</a></p>\n'
+        f"<h1>{_ew(r.kernel)} : {_ew(r.variant)} on {_ew(r.node)}{f' ({_ew(r.device)})' if r.device else ''}</h1>\n"
+        f'<table><tr><td class="{category(r.outcome)}" id="outcome"><span class="outcome">{_ew(r.outcome)}</span>'
+        f"{f' at {_ew(r.failed_stage)}' if r.failed_stage else ''}</td>\n"
+        f"<td>expected {_ew(r.expected)}: {_ew(r.expected_reason)}</td></tr></table>\n"
+        f"<p>{_ew(r.reason)}</p>\n"
     ]
     # against the cell's results before it, never after: the page cannot change once written
     if change.change:
-        was = f" (was {_e(change.previous)} in run {_e(change.previous_run)})" if change.previous else ""
+        was = f" (was {_ew(change.previous)} in run {_e(change.previous_run)})" if change.previous else ""
         out.append(
-            f'<p>Against this cell\'s earlier results: <span class="change">{_e(change.change)}</span>{was}.</p>\n'
+            f'<p>Against this cell\'s earlier results: <span class="change">{_ew(change.change)}</span>{was}.</p>\n'
         )
     line = " · ".join(f"run {rid} {outcome}" for rid, outcome, _ in [*prior, (r.run_id, r.outcome, r.id)])
     out.append(f'<p class="meta">History up to this result (oldest first): {_e(line)}</p>\n')
     if r.known_failure_reason:
-        out.append(f"<p><strong>Known failure declared:</strong> {_e(r.known_failure_reason)}</p>\n")
+        out.append(f"<p><strong>Known failure declared:</strong> {_ew(r.known_failure_reason)}</p>\n")
     identity = r.identity or "not identified (stored before the farm hashed every input): certifies nothing"
     out.append(
         '\n<h2>Provenance</h2>\n<dl class="kv">\n'
         f"<dt>result</dt><dd>{_e(r.id)} in run {_e(r.run_id)} (started {_when(started)} UTC)</dd>\n"
-        f"<dt>contract</dt><dd>{_e(r.contract)}</dd>\n"
-        f"<dt>identity</dt><dd>{_e(identity)}</dd>\n"
+        f"<dt>contract</dt><dd>{_ew(r.contract)}</dd>\n"
+        f"<dt>identity</dt><dd>{_ew(identity)}</dd>\n"
     )
     sources = r.sources or {}
     first = next(iter(sources), None)
     for path, sha in sources.items():
         term = "source" if path == first or str(path).endswith((".cu", ".cpp", ".cc")) else "file"
-        out.append(f"<dt>{term}</dt><dd>{_e(path)} sha256 {_e(sha)}</dd>")
+        out.append(f"<dt>{term}</dt><dd>{_ew(path)} sha256 {_ew(sha)}</dd>")
     for name, dep in (r.dependencies or {}).items():
         dep = dep or {}
         out.append(
-            f"<dt>dependency</dt><dd>{_e(name)} {_e(dep.get('version') or '')} ({_e(dep.get('origin'))}) "
-            f"digest {_e(dep.get('digest'))}</dd>"
+            f"<dt>dependency</dt><dd>{_ew(name)} {_ew(dep.get('version') or '')} ({_ew(dep.get('origin'))}) "
+            f"digest {_ew(dep.get('digest'))}</dd>"
         )
     if sources or r.dependencies:
         out.append("\n")
@@ -279,30 +385,31 @@ def cell_body(
     if r.code_path:
         code += f"; on this card: {r.code_path}"
     out.append(
-        f"<dt>binary sha256</dt><dd>{_e(r.binary_sha256 or '–')}</dd>\n"
+        f"<dt>binary sha256</dt><dd>{_ew(r.binary_sha256 or '–')}</dd>\n"
         f"<dt>build command</dt><dd>{_e(r.build_command or '–')}</dd>\n"
         f"<dt>build reused</dt><dd>{'yes (unchanged since an earlier run)' if r.build_cached else 'no'}</dd>\n"
-        f"<dt>machine code</dt><dd>{_e(code)}</dd>\n"
+        f"<dt>machine code</dt><dd>{_ew(code)}</dd>\n"
     )
     s = snapshot
     if s is not None:
         if r.device:
-            gpu = f"{_e(r.device)}, CC {_e(r.cc or '–')}"
+            gpu = f"{_ew(r.device)}, CC {_ew(r.cc or '–')}"
             if r.gpu_index is not None:
                 gpu += f", GPU {_e(r.gpu_index)} ({_e(r.gpu_uuid)})"
             if r.real_gpu:
                 confirmed = "confirmed by the NVIDIA driver: real hardware"
             else:
                 confirmed = "not confirmed by the NVIDIA driver: certifies nothing"
-            gpu += f", driver {_e(s.driver or '–')}; {confirmed}"
+            gpu += f", driver {_ew(s.driver or '–')}; {confirmed}"
         else:
             gpu = "none (compile-only)"
         mismatch = ' <span class="flag">differs from the probe</span>' if s.cc_mismatch else ""
         out.append(
-            f"<dt>node</dt><dd>{_e(s.node)} ({_e(s.address)}, host {_e(s.hostname or '–')}, {_e(s.os or '–')})</dd>\n"
+            f"<dt>node</dt><dd>{_ew(s.node)} ({_ew(s.address)}, host {_ew(s.hostname or '–')}, "
+            f"{_ew(s.os or '–')})</dd>\n"
             f"<dt>GPU</dt><dd>{gpu}</dd>\n"
-            f"<dt>declared</dt><dd>{_e(s.declared_gpu or '–')}, CC {_e(s.declared_cc or '–')}{mismatch}</dd>\n"
-            f"<dt>nvcc</dt><dd>{_e(s.nvcc_path)} ({_e(s.nvcc_version or 'not found')})</dd>\n"
+            f"<dt>declared</dt><dd>{_ew(s.declared_gpu or '–')}, CC {_ew(s.declared_cc or '–')}{mismatch}</dd>\n"
+            f"<dt>nvcc</dt><dd>{_ew(s.nvcc_path)} ({_ew(s.nvcc_version or 'not found')})</dd>\n"
         )
         if s.probe_error:
             out.append(f'<dt>probe error</dt><dd class="flag">{_e(s.probe_error)}</dd>\n')
@@ -314,7 +421,7 @@ def cell_body(
     for name, info in (r.stage_details or {}).items():
         info = info or {}
         out.append(
-            f"<tr><td>{_e(name)}</td><td>{_e(info.get('status'))}</td><td>{_e(seconds.get(name, ''))}</td>"
+            f"<tr><td>{_ew(name)}</td><td>{_ew(info.get('status'))}</td><td>{_e(seconds.get(name, ''))}</td>"
             f"<td>{_e(info.get('detail'))}</td></tr>\n"
         )
     out.append(
@@ -323,7 +430,8 @@ def cell_body(
     )
     counts = r.instruction_counts or {}
     for name, need in (r.required_instructions or {}).items():
-        out.append(f"<tr><td>{_e(name)}</td><td>{_e(need)}</td><td>{_e(counts.get(name, 'not inspected'))}</td></tr>\n")
+        found = _ew(counts.get(name, "not inspected"))
+        out.append(f"<tr><td>{_ew(name)}</td><td>{_ew(need)}</td><td>{found}</td></tr>\n")
     markers = r.markers or {}
     found_pass = f"stdout line {_e(markers['pass'])}" if markers.get("pass") else "not found"
     found_refusal = f"stderr line {_e(markers['refusal'])}" if markers.get("refusal") else "not found"
@@ -426,18 +534,28 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
     wanted = _linked_results(model)
     starts = store.run_starts(sorted(set(wanted.values())))
     stamps = {rid: cell_stamp(rid, run_id, starts[run_id]) for rid, run_id in wanted.items()}
-    todo = [rid for rid in sorted(wanted) if not _stamped(out_dir / "cells" / f"{rid}.html", stamps[rid])]
+    try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
+        present = set(os.listdir(out_dir / "cells"))
+    except OSError:
+        present = set()
+    todo = [
+        rid
+        for rid in sorted(wanted)
+        if f"{rid}.html" not in present or not _stamped(out_dir / "cells" / f"{rid}.html", stamps[rid])
+    ]
     # the run's own cells' earlier results are in the model; the others' are read here
     others = [rid for rid in todo if rid not in model.previous and wanted[rid] != model.run.id]
     previous = {**store.previous_results(result_ids=others, per_cell=history.WINDOW), **model.previous}
     run_id = model.run.id
     chrome = _Chrome(env)
-    for batch in _batches(todo):
-        rows = store.result_rows(batch)
+
+    def make(batch: list[int]) -> Iterable[tuple[Path, str, bool]]:
+        """One batch's pages: (path, text, whether the file is new)."""
+        rows = _decoded(store.result_rows(batch, json_as_text=True))
         snapshots = store.snapshot_rows([r.snapshot_id for r in rows if r.snapshot_id is not None])
         measured: dict[int, list[Any]] = {}
-        for m in store.metric_values(result_ids=batch):
-            measured.setdefault(m.result_id, []).append(m)
+        for m in store.metric_values(result_ids=[rid for rid in batch if wanted[rid] != run_id]):
+            measured.setdefault(m.result_id, []).append(m)  # the run's own are in the model
         for r in rows:
             title = (
                 f"farm: {r.kernel}:{r.variant}@{r.node}" + (f" [{r.device}]" if r.device else "") + f" (result {r.id})"
@@ -445,12 +563,14 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
             # the run's own cells were compared in the model already (its "what changed")
             change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
             snapshot = snapshots.get(r.snapshot_id)
-            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, measured.get(r.id, []))
-            _write(
-                out_dir / "cells" / f"{int(r.id)}.html",
-                chrome.page(stamps[r.id], title, body),
-                compare=False,  # not on disk, or without this stamp: its bytes differ
-            )
+            values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
+            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, values)
+            name = f"{int(r.id)}.html"
+            yield out_dir / "cells" / name, chrome.page(stamps[r.id], title, body), name not in present
+
+    for batch in _batches(todo):
+        for path, text, fresh in make(batch):
+            _write(path, text, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
 
 
 @functools.lru_cache(maxsize=256)
@@ -473,6 +593,61 @@ def _grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, M
         label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
         grid.append((label, Markup("".join(_outcome_td(by_run.get(rid)) for rid in columns))))
     return grid
+
+
+def _trend_rows(trends_by_metric: dict[str, list[trends.Series]]) -> list[tuple[str, list[trends.Series], Markup]]:
+    """A kernel page's speed section: per metric, its series and their table rows
+    (each cell's trend and latest value) as HTML made here, the bytes the template made."""
+    shown = []
+    for name, series in trends_by_metric.items():
+        rows = []
+        for s in series:
+            latest = s.latest
+            flag = ' <span class="flag">perf-regression</span>' if latest.regressed else ""
+            rows.append(
+                f"<tr><th>{_t(s.cell)}</th><td>{trends.svg(s)}</td><td>{_t(metrics.number(latest.value))} "
+                f"{_t(s.unit)}{flag}<small>run {_t(latest.run_id)}</small></td></tr>\n"
+            )
+        shown.append((name, series, Markup("".join(rows))))
+    return shown
+
+
+_PROBED = ("gpu_name", "cc", "driver", "nvcc_version")  # a change from the run before is marked
+
+
+def _probe_rows(snaps: list[Any]) -> Markup:
+    """A node page's probe table rows, one per snapshot (oldest first), as HTML made
+    here: the bytes the template made, at a fraction of its cost per value."""
+    out = []
+    prev = None
+    for s in snaps:
+        row = [f'<tr data-run="{_t(s.run_id)}">\n<td>{_t(s.run_id)}</td>\n']
+        for name in _PROBED:
+            value = getattr(s, name)
+            if prev is not None and getattr(prev, name) != value:
+                was = getattr(prev, name)
+                row.append(f'<td class="flag" title="changed">{_t(value or "–")} (was {_t(was or "–")})</td>\n')
+            else:
+                row.append(f"<td>{_t(value or '–')}</td>\n")
+        differs = ' <span class="flag">differs</span>' if s.cc_mismatch else ""
+        row.append(
+            f"<td>{'yes' if s.real_gpu else 'no'}</td>\n"
+            f"<td>{_t(s.declared_gpu or '–')}, CC {_t(s.declared_cc or '–')}{differs}</td>\n"
+            f"<td>{_t(s.probe_error or 'ok')}</td>\n</tr>\n"
+        )
+        out.append("".join(row))
+        prev = s
+    return Markup("".join(out))
+
+
+def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[str, int]]]:
+    """run -> cell -> (outcome, result id) of the kernel grids' runs, from the model's
+    cell history (in id order: a cell's last result in a run wins, as in run_matrix)."""
+    found: dict[int, dict[history.CellKey, tuple[str, int]]] = defaultdict(dict)
+    for key, entries in model.cell_history.items():
+        for run_id, outcome, result_id in entries:
+            found[run_id][key] = (outcome, result_id)
+    return found
 
 
 def _run_matrix(
@@ -505,6 +680,58 @@ def _run_matrix(
     return matrix
 
 
+def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
+    """index.html's matrix rows (the fleet's standing), one <tr> per (kernel, variant)
+    and a cell per column, as HTML made here: Jinja2 spent microseconds on each of a
+    cell's dozen lookups, tests and escapes, times 10^3-10^4 cells. Every value from
+    the database goes through _e; the bytes are those the template made."""
+    run_id = model.run.id
+    standing = model.standing
+    heads = [(col.node, col.device, _t(col.node), _t(col.device)) for col in model.columns]
+    out = []
+    for kernel, variant, contract in model.rows:
+        kernel_text, variant_text = _t(kernel), _t(variant)
+        label = f"{kernel_text}:{variant_text}"
+        out.append(
+            f'<tr>\n<th><a href="kernels/{_t(page_name(kernel))}.html">{kernel_text}</a> : {variant_text}'
+            f"<small>{_t(contract)}</small></th>\n"
+        )
+        for node, device, node_text, device_text in heads:
+            s = standing.get((kernel, variant, node, device))
+            if s is None:
+                out.append('<td class="none">–</td>\n')
+                continue
+            r = s.result
+            cat = category(r.outcome)
+            stale = " stale-cell" if s.stale else ""
+            cell = [
+                f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
+                f'data-run="{_t(r.run_id)}"><a class="outcome" href="cells/{_t(r.id)}.html">{_t(r.outcome)}</a>\n'
+            ]
+            if cat == "infra":
+                cell.append("<small>no verdict</small>")
+            else:
+                if r.outcome != r.expected:
+                    cell.append(f"<small>expected {_t(r.expected)}</small>")
+                if cat == "bad" and r.last_stderr_line:
+                    why = do_truncate(env, r.last_stderr_line, 90, True, "…")
+                    cell.append(f'<small class="why">{_t(why)}</small>')
+                if r.code_path == "ptx-jit":
+                    cell.append("<small>ptx-jit</small>")
+                if r.ended_at and r.started_at:
+                    cell.append(f"<small>{(r.ended_at - r.started_at).total_seconds():.1f} s</small>")
+            age = f", {_t(_age(s.age_days))}" if r.run_id != run_id else ""
+            flag = ' <span class="flag">stale</span>' if s.stale else ""
+            cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')
+            if s.infra_since:
+                then = s.infra_since
+                cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')
+            cell.append("</td>\n")
+            out.append("".join(cell))
+        out.append("</tr>\n")
+    return Markup("".join(out))
+
+
 def render(
     store: Store,
     out_dir: Path,
@@ -513,6 +740,20 @@ def render(
     history_runs: int = HISTORY_RUNS,
 ) -> Path:
     """Render the site for one run (default: the latest); returns index.html."""
+    # A render makes 10^5-10^6 short-lived tuples, rows and strings while its model (the
+    # run's cells, their histories, the standing) lives to the end: the cyclic collector
+    # ran over all of it again and again, about a quarter of a render's time. Nothing a
+    # render keeps needs it; whatever cycles it leaves are collected once it is back on.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _render(store, out_dir, run_id, farm, history_runs)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, history_runs: int) -> Path:
     env = _env()
     out_dir = Path(out_dir)
     # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
@@ -523,6 +764,7 @@ def render(
         _cell_pages(store, model, env, out_dir)
 
         run_page = env.get_template("run.html.j2")
+        from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None
         for past in model.runs:
             linked = past.id == run.id  # cell pages are written for the rendered run (and the matrix)
             stamp = run_stamp(past.id, past.started_at, past.status, linked)
@@ -530,6 +772,10 @@ def render(
             if past.status != "running" and _stamped(target, stamp):
                 continue  # a finished run's page never changes
             own = model.run_cells.get(past.id)
+            if own is None and past.id in model.grid_run_ids:  # its cells were read with the kernel grids'
+                if from_grid is None:
+                    from_grid = _cells_by_run(model)
+                own = from_grid.get(past.id, {})
             if own is None:  # an earlier run's page, not on disk yet: its cells from the index alone
                 # unpacked as tuples: a Row's attributes cost more than its positions, times 10^5
                 matrix = store.run_matrix([past.id])
@@ -559,13 +805,14 @@ def render(
                 entry=entry,
                 grid=_grid(model, entry.kernel, grid_runs),
                 runs=grid_runs,
-                trends=model.trends.get(entry.kernel, {}),
+                trends=_trend_rows(model.trends.get(entry.kernel, {})),
             ),
         )
 
     node_page = env.get_template("node.html.j2")
     for node, snaps in model.node_history.items():
-        _write(out_dir / "nodes" / f"{page_name(node)}.html", node_page.render(run=run, node=node, snaps=snaps))
+        page = node_page.render(run=run, node=node, snaps=snaps, probes=_probe_rows(snaps))
+        _write(out_dir / "nodes" / f"{page_name(node)}.html", page)
 
     _write(
         out_dir / "history.html",
@@ -585,6 +832,7 @@ def render(
             total=len(model.results),
             changes=model.listed_changes,
             ledgers=model.ledgers,
+            matrix=_standing_matrix(model, env),
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
             page_name=page_name,
         ),
