@@ -34,67 +34,68 @@ sys.path[:0] = [str(REPO)]
 
 from orchestrator.store.database import Store  # noqa: E402
 from orchestrator.store.journal import Journal, journal_folder  # noqa: E402
+from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord  # noqa: E402
 from orchestrator.store.tables import Attempt, MetricValue, ResultRow, SassCount  # noqa: E402
 
 RUN = {"trigger": "bench", "farm_version": "bench", "host": "here", "config_file": "farm.yaml", "selection": "--all"}
 STDOUT = b"gemm: 4096x4096 in 1.02 ms\nGFLOP/s: 134.7\ngemm: PASS\n" + bytes(range(256)) * 4  # ~1 KiB, not UTF-8
 
 
-def cell_fields(run_id: int, snapshot_id: int, i: int) -> dict[str, Any]:
-    """A passing cell's result as orchestrator/store/records.py result_fields makes it."""
+def cell_record(run_id: int, snapshot_id: int, i: int) -> ResultRecord:
+    """A passing cell's result as orchestrator/store/records.py result_record makes it."""
     now = datetime.now(UTC)
-    return {
-        "run_id": run_id,
-        "snapshot_id": snapshot_id,
-        "kernel": "gemm",
-        "variant": f"v{i}",
-        "node": "h100",
-        "device": "NVIDIA H100 80GB HBM3",
-        "gpu_index": i % 8,
-        "gpu_uuid": f"GPU-{i % 8:08d}",
-        "cc": "9.0",
-        "real_gpu": True,
-        "contract": "cc>=8.0",
-        "contract_ccs": ["8.0", "9.0"],
-        "expected": "pass",
-        "contract_expected": "pass",
-        "expected_reason": "the contract serves this card",
-        "known_failure_reason": None,
-        "outcome": "pass",
-        "failed_stage": None,
-        "reason": "printed its pass marker",
-        "exit_code": 0,
-        "stage_seconds": {"build": 2.5, "inspect": 0.2, "run": 1.1},
-        "stage_details": {s: {"status": "ok", "detail": ""} for s in ("probe", "stage", "build", "inspect", "run")},
-        "build_key": "0123456789abcdef0123",
-        "build_command": f"nvcc -O3 -arch=sm_90a -o bin/v{i} kernels/gemm.cu",
-        "build_cached": i % 2 == 0,
-        "build_log": b"ptxas info: Used 128 registers\n" * 4,
-        "stdout": STDOUT,
-        "stderr": b"",
-        "stdout_size": len(STDOUT),
-        "stderr_size": 0,
-        "stdout_sha256": "5" * 64,
-        "stderr_sha256": None,
-        "output_cuts": {},
-        "markers": {"pass": 3, "refusal": None},
-        "last_stderr_line": None,
-        "source_sha256": "0" * 64,
-        "sources": {"kernels/gemm.cu": "0" * 64, "kernels/tile.cuh": "1" * 64},
-        "dependencies": {"cutlass": {"digest": "2" * 64, "version": "3.5.1", "origin": "git"}},
-        "identity": "3" * 64,
-        "binary_sha256": "4" * 64,
-        "instruction_counts": {"HGMMA": 48, "LDGSTS": 16, "BAR": 6},
-        "required_instructions": {"HGMMA": 1},
-        "elf_targets": ["sm_90a"],
-        "ptx_targets": [],
-        "code_path": "sass",
-        "slurm_job_id": None,
-        "compute_node": None,
-        "sanitizer": None,
-        "started_at": now,
-        "ended_at": now,
-    }
+    return ResultRecord(
+        run_id=run_id,
+        snapshot_id=snapshot_id,
+        kernel="gemm",
+        variant=f"v{i}",
+        node="h100",
+        device="NVIDIA H100 80GB HBM3",
+        gpu_index=i % 8,
+        gpu_uuid=f"GPU-{i % 8:08d}",
+        cc="9.0",
+        real_gpu=True,
+        contract="cc>=8.0",
+        contract_ccs=["8.0", "9.0"],
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="the contract serves this card",
+        known_failure_reason=None,
+        outcome="pass",
+        failed_stage=None,
+        reason="printed its pass marker",
+        exit_code=0,
+        stage_seconds={"build": 2.5, "inspect": 0.2, "run": 1.1},
+        stage_details={s: {"status": "ok", "detail": ""} for s in ("probe", "stage", "build", "inspect", "run")},
+        build_key="0123456789abcdef0123",
+        build_command=f"nvcc -O3 -arch=sm_90a -o bin/v{i} kernels/gemm.cu",
+        build_cached=i % 2 == 0,
+        build_log=b"ptxas info: Used 128 registers\n" * 4,
+        stdout=STDOUT,
+        stderr=b"",
+        stdout_size=len(STDOUT),
+        stderr_size=0,
+        stdout_sha256="5" * 64,
+        stderr_sha256=None,
+        output_cuts={},
+        markers={"pass": 3, "refusal": None},
+        last_stderr_line=None,
+        source_sha256="0" * 64,
+        sources={"kernels/gemm.cu": "0" * 64, "kernels/tile.cuh": "1" * 64},
+        dependencies={"cutlass": {"digest": "2" * 64, "version": "3.5.1", "origin": "git"}},
+        identity="3" * 64,
+        binary_sha256="4" * 64,
+        instruction_counts={"HGMMA": 48, "LDGSTS": 16, "BAR": 6},
+        required_instructions={"HGMMA": 1},
+        elf_targets=["sm_90a"],
+        ptx_targets=[],
+        code_path="sass",
+        slurm_job_id=None,
+        compute_node=None,
+        sanitizer=None,
+        started_at=now,
+        ended_at=now,
+    )
 
 
 def metric_values(i: int) -> list[dict[str, Any]]:
@@ -112,24 +113,23 @@ def metric_values(i: int) -> list[dict[str, Any]]:
     ]
 
 
-def attempts(run_id: int, i: int) -> list[dict[str, Any]]:
-    return [
-        {"run_id": run_id, "node": "h100", "kernel": "gemm", "variant": f"v{i}", "attempt": 1, "status": "ok"}
-        | {"stage": None, "error": None}
-    ]
+def attempts(run_id: int, i: int) -> list[AttemptRecord]:
+    return [AttemptRecord(run_id=run_id, node="h100", kernel="gemm", variant=f"v{i}", attempt=1, status="ok")]
 
 
 def opened(root: Path, name: str) -> tuple[Store, int, int]:
     """A store (the farm's schema and pragmas) with a run and a node snapshot."""
     store = Store(f"sqlite:///{root / name}")
     run_id = store.begin_run(token=name.split(".")[0], **RUN)
-    snapshot_id = store.add_snapshot(run_id=run_id, node="h100", transport="ssh", address="farm@h100:22")
+    snapshot_id = store.add_snapshot(
+        SnapshotRecord(run_id=run_id, node="h100", transport="ssh", address="farm@h100:22")
+    )
     return store, run_id, snapshot_id
 
 
 def floor_write(store: Store, run_id: int, snapshot_id: int, i: int) -> int:
     """The same rows as add_result, by plain Core in one transaction, no journal."""
-    fields = cell_fields(run_id, snapshot_id, i)
+    fields = cell_record(run_id, snapshot_id, i).columns()
     at = datetime.now(UTC)
     key = {k: fields[k] for k in ("run_id", "kernel", "variant", "node", "device")}
     with store.engine.begin() as connection:
@@ -144,7 +144,7 @@ def floor_write(store: Store, run_id: int, snapshot_id: int, i: int) -> int:
                 for name, count in fields["instruction_counts"].items()
             ],
         )
-        connection.execute(Attempt.__table__.insert(), [{**a, "at": at} for a in attempts(run_id, i)])
+        connection.execute(Attempt.__table__.insert(), [{**a.columns(), "at": at} for a in attempts(run_id, i)])
     return result_id
 
 
@@ -175,8 +175,7 @@ def main() -> int:
     counter = {"farm": 0, "floor": 0}
 
     def farm_write(i: int) -> int:
-        fields = cell_fields(farm_run, farm_snapshot, i)
-        return farm.add_result(attempts(farm_run, i), metrics=metric_values(i), **fields)
+        return farm.add_result(cell_record(farm_run, farm_snapshot, i), attempts(farm_run, i), metric_values(i))
 
     contenders: dict[str, Callable[[int], int]] = {
         "farm Store.add_result (journal on)": farm_write,

@@ -7,6 +7,7 @@ folder, as a run writes it; the last test runs `farm verify` on the toy farm.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import subprocess
 import sys
@@ -21,41 +22,46 @@ from orchestrator.errors import ConfigErrors, StoreError
 from orchestrator.store import journal
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
+from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 
 
-def result_fields(run_id: int, snapshot_id: int, variant: str) -> dict:
+def result_record(run_id: int, snapshot_id: int, variant: str) -> ResultRecord:
     now = datetime.now(UTC)
-    return {
-        "run_id": run_id,
-        "snapshot_id": snapshot_id,
-        "kernel": "k",
-        "variant": variant,
-        "node": "n",
-        "contract": "cc>=7.5",
-        "expected": "pass",
-        "contract_expected": "pass",
-        "expected_reason": "r",
-        "outcome": "pass",
-        "reason": "printed its pass marker",
-        "stage_seconds": {"run": 0.1},
-        "stage_details": {},
-        "build_command": "g++ k.cpp",
-        "build_log": b"",
-        "stdout": b"k: PASS\n\xff",
-        "stderr": b"",
-        "source_sha256": "0" * 64,
-        "sources": {"k.cpp": "0" * 64},
-        "instruction_counts": {"ret": 1},
-        "required_instructions": {"ret": 1},
-        "elf_targets": [],
-        "ptx_targets": [],
-        "started_at": now,
-        "ended_at": now,
-    }
+    return ResultRecord(
+        run_id=run_id,
+        snapshot_id=snapshot_id,
+        kernel="k",
+        variant=variant,
+        node="n",
+        contract="cc>=7.5",
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="r",
+        outcome="pass",
+        reason="printed its pass marker",
+        stage_seconds={"run": 0.1},
+        stage_details={},
+        build_command="g++ k.cpp",
+        build_log=b"",
+        stdout=b"k: PASS\n\xff",
+        stderr=b"",
+        source_sha256="0" * 64,
+        sources={"k.cpp": "0" * 64},
+        instruction_counts={"ret": 1},
+        required_instructions={"ret": 1},
+        elf_targets=[],
+        ptx_targets=[],
+        started_at=now,
+        ended_at=now,
+    )
 
 
-def attempt(run_id: int, variant: str) -> dict:
-    return {"run_id": run_id, "node": "n", "kernel": "k", "variant": variant, "attempt": 1, "status": "ok"}
+def attempt(run_id: int, variant: str) -> AttemptRecord:
+    return AttemptRecord(run_id=run_id, node="n", kernel="k", variant=variant, attempt=1, status="ok")
+
+
+def snapshot_of(run_id: int) -> SnapshotRecord:
+    return SnapshotRecord(run_id=run_id, node="n", transport="local", address="local", bytes_shipped=0)
 
 
 def journaled_run(store: Store, folder: Path, *, finish: bool = True) -> tuple[int, Path]:
@@ -66,9 +72,9 @@ def journaled_run(store: Store, folder: Path, *, finish: bool = True) -> tuple[i
         token=token, trigger="test", farm_version="t", host="h", config_file="farm.yaml", selection="--all"
     )
     store.add_planned(run_id, [("k", "a", "n", ""), ("k", "b", "n", "")])
-    snapshot = store.add_snapshot(run_id=run_id, node="n", transport="local", address="local", bytes_shipped=0)
+    snapshot = store.add_snapshot(snapshot_of(run_id))
     for variant in ("a", "b"):
-        store.add_result([attempt(run_id, variant)], **result_fields(run_id, snapshot, variant))
+        store.add_result(result_record(run_id, snapshot, variant), [attempt(run_id, variant)])
     if finish:
         store.finish_run(run_id, "finished", 0)
     store.journal.close()
@@ -133,10 +139,10 @@ def test_a_journal_holding_what_the_database_lacks_or_unreadable_stays(store: St
     token = secrets.token_hex(6)
     store.journal = Journal(folder, token)
     run_id = store.begin_run(token=token, trigger="t", farm_version="t", host="h", config_file="f", selection="s")
-    snapshot = store.add_snapshot(run_id=run_id, node="n", transport="local", address="local", bytes_shipped=0)
-    refused = {**result_fields(run_id, snapshot, "a"), "outcome": None}  # NOT NULL: the commit fails
+    snapshot = store.add_snapshot(snapshot_of(run_id))
+    refused = dataclasses.replace(result_record(run_id, snapshot, "a"), outcome=None)  # NOT NULL: the commit fails
     with pytest.raises(StoreError):
-        store.add_result(**refused)
+        store.add_result(refused)
     store.finish_run(run_id, "aborted", 5)
     store.journal.close()
     store.journal = None

@@ -39,6 +39,7 @@ from orchestrator.run.scheduler import run_cells
 from orchestrator.run.streams import scan_bytes
 from orchestrator.store.database import MIGRATIONS, Store
 from orchestrator.store.journal import journal_folder
+from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 REPO = Path(__file__).resolve().parents[1]
 GFLOPS = r"^GFLOP/s: (\S+)$"
@@ -320,43 +321,41 @@ def test_a_0007_database_gets_metric_tables_and_its_sass_counts(tmp_path: Path) 
     assert query(db, "select count(*) as n from metric_values")[0]["n"] == 0
 
 
-def result_fields(run_id: int, snapshot_id: int, *, node: str = "n", outcome: str = "pass", **over) -> dict:
+def result_record(run_id: int, snapshot_id: int | None, *, node: str = "n", outcome: str = "pass") -> ResultRecord:
     now = datetime.now(UTC)
-    fields = {
-        "run_id": run_id,
-        "snapshot_id": snapshot_id,
-        "kernel": "k",
-        "variant": "v",
-        "node": node,
-        "device": "NVIDIA H100",
-        "cc": "9.0",
-        "real_gpu": True,
-        "contract": "CC == 9.0",
-        "contract_ccs": ["9.0"],
-        "expected": "pass",
-        "contract_expected": "pass",
-        "expected_reason": "r",
-        "outcome": outcome,
-        "reason": "r",
-        "exit_code": 0,
-        "stage_seconds": {},
-        "stage_details": {},
-        "build_command": "",
-        "build_log": b"",
-        "stdout": b"GFLOP/s: 1\n",
-        "stderr": b"",
-        "source_sha256": "a" * 64,
-        "sources": {"k.cu": "a" * 64},
-        "identity": "b" * 64,
-        "instruction_counts": {"HGMMA": 4},
-        "required_instructions": {"HGMMA": 1},
-        "elf_targets": [],
-        "ptx_targets": [],
-        "started_at": now,
-        "ended_at": now,
-    }
-    fields.update(over)
-    return fields
+    return ResultRecord(
+        run_id=run_id,
+        snapshot_id=snapshot_id,
+        kernel="k",
+        variant="v",
+        node=node,
+        device="NVIDIA H100",
+        cc="9.0",
+        real_gpu=True,
+        contract="CC == 9.0",
+        contract_ccs=["9.0"],
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="r",
+        outcome=outcome,
+        reason="r",
+        exit_code=0,
+        stage_seconds={},
+        stage_details={},
+        build_command="",
+        build_log=b"",
+        stdout=b"GFLOP/s: 1\n",
+        stderr=b"",
+        source_sha256="a" * 64,
+        sources={"k.cu": "a" * 64},
+        identity="b" * 64,
+        instruction_counts={"HGMMA": 4},
+        required_instructions={"HGMMA": 1},
+        elf_targets=[],
+        ptx_targets=[],
+        started_at=now,
+        ended_at=now,
+    )
 
 
 def metric(name: str, value: float | None, **over) -> dict:
@@ -369,7 +368,9 @@ def new_run(store: Store) -> tuple[int, int]:
         trigger="test", farm_version="t", host="h", config_file="f", selection="--all", token=secrets.token_hex(6)
     )
     snapshot = store.add_snapshot(
-        run_id=run_id, node="n", transport="ssh", address="a", gpu_count=1, real_gpu=True, bytes_shipped=0
+        SnapshotRecord(
+            run_id=run_id, node="n", transport="ssh", address="a", gpu_count=1, real_gpu=True, bytes_shipped=0
+        )
     )
     return run_id, snapshot
 
@@ -380,11 +381,11 @@ def test_values_are_written_with_their_result_and_a_baseline_is_the_cells_last_f
     values = [100.0, None, 101.0, 99.0, 100.0, 102.0, 98.0]
     for value in values:
         run_id, snapshot = new_run(store)
-        store.add_result(metrics=[metric("gflops", value)], **result_fields(run_id, snapshot))
+        store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value)])
         store.finish_run(run_id, "finished", 0)
     run_id, snapshot = new_run(store)  # another node and another metric do not count
-    store.add_result(metrics=[metric("gflops", 1.0)], **result_fields(run_id, snapshot, node="other"))
-    store.add_result(metrics=[metric("other", 1.0)], **result_fields(run_id, snapshot))
+    store.add_result(result_record(run_id, snapshot, node="other"), metrics=[metric("gflops", 1.0)])
+    store.add_result(result_record(run_id, snapshot), metrics=[metric("other", 1.0)])
     found = store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops", "bw"])
     assert found == {"gflops": [101.0, 99.0, 100.0, 102.0, 98.0], "bw": []}
     stored = [*store.metric_values(run_id=1), *store.metric_values(result_ids=[2])]
@@ -396,8 +397,8 @@ def test_values_are_written_with_their_result_and_a_baseline_is_the_cells_last_f
     # a perf-regression passed its numbers: it still certifies (the ledger's rule is in the store)
     run_id, snapshot = new_run(store)
     slow = store.add_result(
+        result_record(run_id, snapshot, outcome="perf-regression"),
         metrics=[metric("gflops", 50.0, regressed=True, baseline=100.0)],
-        **result_fields(run_id, snapshot, outcome="perf-regression"),
     )
     assert slow in {row.id for row in store.certifying_passes()}
     store.close()
@@ -411,7 +412,7 @@ def test_a_result_and_its_values_are_one_transaction_and_one_journal_record(tmp_
     store = Store(f"sqlite:///{tmp_path}/results.db")
     store.journal = Journal(tmp_path / "journal", "tok")
     run_id, snapshot = new_run(store)
-    store.add_result(metrics=[metric("gflops", 3.5)], **result_fields(run_id, snapshot))
+    store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 3.5)])
     store.finish_run(run_id, "finished", 0)
     store.close()
     fresh = Store(f"sqlite:///{tmp_path}/fresh.db")
@@ -419,7 +420,7 @@ def test_a_result_and_its_values_are_one_transaction_and_one_journal_record(tmp_
     assert (status, results) == ("finished", 1)
     # a value the database refuses takes its result with it: nothing is half-written
     with pytest.raises(StoreError):
-        fresh.add_result(metrics=[metric(None, 1.0)], **result_fields(new_id, None))
+        fresh.add_result(result_record(new_id, None), metrics=[metric(None, 1.0)])
     assert len(fresh.results(new_id)) == 1
     fresh.close()
     rows = query(tmp_path / "fresh.db", "select run_id, name, value from metric_values")
@@ -446,9 +447,7 @@ def test_the_migration_and_the_values_on_postgresql() -> None:
         store = Store(url)  # at head: an empty 0007 database upgrades too
         run_id, snapshot = new_run(store)
         for value in (10.0, 11.0, 9.0, 10.0, 10.0):
-            store.add_result(
-                metrics=[metric("gflops", value, note="read \x00 here")], **result_fields(run_id, snapshot)
-            )
+            store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value, note="read \x00 here")])
         assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {
             "gflops": [10.0, 11.0, 9.0, 10.0, 10.0]
         }

@@ -27,6 +27,7 @@ from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
+from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 TOY = """\
 // SPDX-License-Identifier: MIT
@@ -53,54 +54,58 @@ def toy_identity(farm) -> str:
 def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0") -> int:
     """Record a pass of toy:plain on a card with the given realness (as if probed)."""
     snapshot = store.add_snapshot(
-        run_id=run_id,
-        node="hopper",
-        transport="ssh",
-        address="farm@hopper:22",
-        gpu_name="NVIDIA H100",
-        cc=cc,
-        driver="580.1",
-        gpu_count=1,
-        nvcc_path="nvcc",
-        nvcc_version="13.0.88",
-        real_gpu=real,
-        driver_evidence="NVRM version: ...\n/dev/nvidiactl" if real else "",
+        SnapshotRecord(
+            run_id=run_id,
+            node="hopper",
+            transport="ssh",
+            address="farm@hopper:22",
+            gpu_name="NVIDIA H100",
+            cc=cc,
+            driver="580.1",
+            gpu_count=1,
+            nvcc_path="nvcc",
+            nvcc_version="13.0.88",
+            real_gpu=real,
+            driver_evidence="NVRM version: ...\n/dev/nvidiactl" if real else "",
+        )
     )
     now = datetime.now(UTC)
     return store.add_result(
-        run_id=run_id,
-        snapshot_id=snapshot,
-        kernel="toy",
-        variant="plain",
-        node="hopper",
-        device="NVIDIA H100",
-        cc=cc,
-        real_gpu=real,
-        gpu_index=0,
-        gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
-        contract="CC == 9.0",
-        expected="pass",
-        contract_expected="pass",
-        expected_reason="r",
-        outcome="pass",
-        reason="exit 0 and the pass marker",
-        exit_code=0,
-        stage_seconds={},
-        stage_details={},
-        build_command="g++ -O1 ...",
-        build_log=b"",
-        stdout=b"toy: PASS",
-        stderr=b"",
-        source_sha256=store_sha(identity),
-        sources={"kernels/toy.cpp": store_sha(identity)},
-        identity=identity,
-        instruction_counts={},
-        required_instructions={},
-        elf_targets=[],
-        ptx_targets=[],
-        code_path="native",
-        started_at=now,
-        ended_at=now,
+        ResultRecord(
+            run_id=run_id,
+            snapshot_id=snapshot,
+            kernel="toy",
+            variant="plain",
+            node="hopper",
+            device="NVIDIA H100",
+            cc=cc,
+            real_gpu=real,
+            gpu_index=0,
+            gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
+            contract="CC == 9.0",
+            expected="pass",
+            contract_expected="pass",
+            expected_reason="r",
+            outcome="pass",
+            reason="exit 0 and the pass marker",
+            exit_code=0,
+            stage_seconds={},
+            stage_details={},
+            build_command="g++ -O1 ...",
+            build_log=b"",
+            stdout=b"toy: PASS",
+            stderr=b"",
+            source_sha256=store_sha(identity),
+            sources={"kernels/toy.cpp": store_sha(identity)},
+            identity=identity,
+            instruction_counts={},
+            required_instructions={},
+            elf_targets=[],
+            ptx_targets=[],
+            code_path="native",
+            started_at=now,
+            ended_at=now,
+        )
     )
 
 
@@ -276,3 +281,128 @@ def test_site_pages_exist_and_link(toy_run, tmp_path):
     assert (tmp_path / "kernels" / "toy.html").is_file()
     assert (tmp_path / "nodes" / "here.html").is_file()
     assert "http" not in re.sub(r"<!--.*?-->", "", html).split("<body>")[0]  # nothing fetched from outside
+
+
+def test_rows_made_in_python_are_the_templates_bytes():
+    """The node pages' probe rows are made in Python for speed (site._probe_rows):
+    they must be the bytes the template loop made, quotes and all (MarkupSafe writes
+    ' as &#39;, where html.escape writes &#x27;: a different page, a changed stamp)."""
+    from types import SimpleNamespace
+
+    from orchestrator.report import site
+
+    loop = (
+        "{% set prev = namespace(s=none) %}\n{% for s in snaps %}\n"
+        '<tr data-run="{{ s.run_id }}">\n<td>{{ s.run_id }}</td>\n'
+        '{% for field in ["gpu_name", "cc", "driver", "nvcc_version"] %}\n'
+        "{% set changed = prev.s is not none and prev.s[field] != s[field] %}\n"
+        '<td{% if changed %} class="flag" title="changed"{% endif %}>{{ s[field] or "–" }}'
+        '{% if changed %} (was {{ prev.s[field] or "–" }}){% endif %}</td>\n{% endfor %}\n'
+        '<td>{{ "yes" if s.real_gpu else "no" }}</td>\n'
+        '<td>{{ s.declared_gpu or "–" }}, CC {{ s.declared_cc or "–" }}'
+        '{% if s.cc_mismatch %} <span class="flag">differs</span>{% endif %}</td>\n'
+        '<td>{{ s.probe_error or "ok" }}</td>\n</tr>\n{% set prev.s = s %}\n{% endfor %}\n'
+    )
+
+    def snap(run_id: int, **fields: object) -> SimpleNamespace:
+        base = {"gpu_name": "NVIDIA H100", "cc": "9.0", "driver": "580.1", "nvcc_version": "13.0"}
+        rest = {"real_gpu": True, "declared_gpu": None, "declared_cc": "9.0", "cc_mismatch": False, "probe_error": None}
+        return SimpleNamespace(run_id=run_id, **{**base, **rest, **fields})
+
+    snaps = [
+        snap(1),
+        snap(2, driver="580.2 <beta>", cc_mismatch=True, declared_gpu='H100 "SXM"'),
+        snap(3, gpu_name=None, cc=None, probe_error="node 'h100-1': cannot connect & gave up", real_gpu=False),
+        snap(4),
+    ]
+    expected = site._env().from_string(loop).render(snaps=snaps)
+    made = str(site._probe_rows(snaps))
+    assert made == expected
+    assert "&#39;h100-1&#39;" in made and "&lt;beta&gt;" in made and "&#34;SXM&#34;" in made
+
+
+def test_a_cell_page_cut_short_is_written_again(toy_run, tmp_path):
+    """New cell pages are written in place (no temporary file): one a render left
+    half-written, its stamp intact, must not be trusted by the next render."""
+    _, farm, store, summary = toy_run
+    render(store, tmp_path, summary.run_id, farm=farm)
+    pages = sorted((tmp_path / "cells").glob("*.html"))
+    whole = {page: page.read_bytes() for page in pages}
+    cut, kept = pages[0], pages[-1]
+    assert cut != kept and whole[cut].endswith(b"</html>")
+    cut.write_bytes(whole[cut][: len(whole[cut]) // 2])  # the stamp, on line 2, is still there
+    kept_inode = kept.stat().st_ino
+    render(store, tmp_path, summary.run_id, farm=farm)
+    assert cut.read_bytes() == whole[cut]
+    assert kept.read_bytes() == whole[kept] and kept.stat().st_ino == kept_inode  # a whole page is left alone
+
+
+def test_the_matrix_made_in_python_is_the_templates_bytes():
+    """index.html's matrix rows are made in Python (site._standing_matrix): the bytes
+    the template loop made, whatever the cell (infra, stale, ptx-jit, a stderr line
+    to cut, a later infra result, none) and whatever its text holds."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from orchestrator.report import site
+    from orchestrator.report.model import StandingCell
+
+    loop = (  # index.html.j2's loop as it was (357953a)
+        "{% for kernel, variant, contract in model.rows %}\n<tr>\n"
+        '<th><a href="kernels/{{ page_name(kernel) }}.html">{{ kernel }}</a> : {{ variant }}'
+        "<small>{{ contract }}</small></th>\n"
+        "{% for col in model.columns %}\n"
+        "{% set s = model.standing.get((kernel, variant, col.node, col.device)) %}\n"
+        "{% if s %}\n{% set r = s.result %}\n{% set cat = s.category %}\n"
+        '<td class="{{ cat }}{% if s.stale %} stale-cell{% endif %}" data-node="{{ col.node }}" '
+        'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
+        '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
+        '{% if cat == "infra" %}<small>no verdict</small>{% else %}\n'
+        "{% if r.outcome != r.expected %}<small>expected {{ r.expected }}</small>{% endif %}\n"
+        '{% if cat == "bad" and r.last_stderr_line %}<small class="why">'
+        '{{ r.last_stderr_line|truncate(90, True, "…") }}</small>{% endif %}\n'
+        '{% if r.code_path == "ptx-jit" %}<small>ptx-jit</small>{% endif %}\n'
+        "{% if r.ended_at and r.started_at %}<small>"
+        '{{ "%.1f"|format((r.ended_at - r.started_at).total_seconds()) }} s</small>{% endif %}\n'
+        "{% endif %}\n"
+        '<small class="age">run {{ r.run_id }}{% if r.run_id != run.id %}, {{ s.age_days|age }}{% endif %}'
+        '{% if s.stale %} <span class="flag">stale</span>{% endif %}</small>\n'
+        '{% if s.infra_since %}<small class="flag">then {{ s.infra_since.outcome }} in run '
+        "{{ s.infra_since.run_id }}</small>{% endif %}\n"
+        "</td>\n{% else %}\n"
+        '<td class="none">–</td>\n'
+        "{% endif %}\n{% endfor %}\n</tr>\n{% endfor %}\n"
+    )
+    start = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    columns = [SimpleNamespace(node="n'1", device="A<100>"), SimpleNamespace(node="n2", device="")]
+    rows = [("k&1", 'v"1', "CC >= 8.0"), ("k2", "v2", "CC == 9.0"), ("k3", "v3", "")]
+    later = SimpleNamespace(outcome="infra-error", run_id=9)
+    cells = {  # (row, column): outcome, expected, last stderr line, code path, stale, a later infra result
+        (0, 0): ("pass", "pass", None, None, False, None),
+        (0, 1): ("fail", "pass", 'error: it\'s "bad" <here> & ' + "x" * 120, None, True, None),
+        (1, 0): ("infra-error", "pass", None, None, False, None),
+        (1, 1): ("expected-refusal", "pass", "short 'line'", "ptx-jit", False, later),
+        (2, 0): ("timeout", "pass", "killed", None, False, None),  # (2, 1): never run there
+    }
+    standing = {}
+    for (row, col), (outcome, expected, stderr, code_path, stale, then) in cells.items():
+        kernel, variant, _contract = rows[row]
+        result = SimpleNamespace(
+            id=7 + row,
+            run_id=3 if stale else 9,
+            outcome=outcome,
+            expected=expected,
+            last_stderr_line=stderr,
+            code_path=code_path,
+            started_at=start,
+            ended_at=None if code_path else start + timedelta(seconds=12.34),
+        )
+        key = (kernel, variant, columns[col].node, columns[col].device)
+        standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)
+    model = SimpleNamespace(run=SimpleNamespace(id=9), rows=rows, columns=columns, standing=standing)
+    env = site._env()
+    expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
+    made = str(site._standing_matrix(model, env))
+    assert made == expected
+    for shown in ('class="why"', "stale-cell", "n&#39;1", "then infra-error", "ptx-jit", "k&amp;1", 'class="none"'):
+        assert shown in made, shown

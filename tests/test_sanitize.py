@@ -311,6 +311,7 @@ def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: P
     import datetime
     import json
 
+    from orchestrator.store.records import ResultRecord
     from orchestrator.store.tables import ResultRow
 
     db = tmp_path / "results.db"
@@ -340,7 +341,7 @@ def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: P
             failed_stage="sanitize",
             reason="compute-sanitizer: racecheck: 1 error (Error: Race reported between Write access at ...)",
         )
-        store.add_result([], run_id=run_id, **fields)
+        store.add_result(ResultRecord(run_id=run_id, **fields))
         store.finish_run(run_id, "finished", 1)
         render(store, tmp_path / "site")
     finally:

@@ -35,6 +35,7 @@ from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import MIGRATIONS, Base, Store, redact_url
+from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
 BACKENDS = ["sqlite", "postgresql"]
@@ -133,57 +134,59 @@ def stdout_of(i: int) -> bytes:
     return b"cell %d: PASS\n\xff\xfe\x80 caf\xe9 nul:\x00:end\n" % i
 
 
-def result_fields(run_id: int, snapshot_id: int | None, i: int, kernel: str = "k") -> dict:
+def result_record(run_id: int, snapshot_id: int | None, i: int, kernel: str = "k") -> ResultRecord:
     now = datetime.now(UTC)
-    return {
-        "run_id": run_id,
-        "snapshot_id": snapshot_id,
-        "kernel": kernel,
-        "variant": f"v{i}",
-        "node": "n",
-        "contract": "cc>=7.5",
-        "expected": "pass",
-        "contract_expected": "pass",
-        "expected_reason": "the contract serves this card",
-        "known_failure_reason": None,
-        "outcome": "pass",
-        "failed_stage": None,
-        "reason": f"cell {i} printed its pass marker",
-        "exit_code": 0,
-        "stage_seconds": {"build": 0.5, "inspect": 0.25, "run": i / 8},
-        "stage_details": {"run": {"status": "ok", "detail": f"cell {i}"}},
-        "build_command": f"g++ -o bin/{i} k.cpp",
-        "build_cached": i % 2 == 0,
-        "build_log": b"\xff build log %d" % i,
-        "stdout": stdout_of(i),
-        "stderr": b"stderr \x80 %d" % i,
-        "stdout_size": len(stdout_of(i)),
-        "stderr_size": 9,
-        "source_sha256": "0" * 64,
-        "sources": {"kernels/k.cpp": "0" * 64},
-        "binary_sha256": "1" * 64,
-        "instruction_counts": {"ret": i},
-        "required_instructions": {"ret": 1},
-        "elf_targets": ["sm_90"],
-        "ptx_targets": [],
-        "code_path": "sass",
-        "started_at": now,
-        "ended_at": now,
-    }
+    return ResultRecord(
+        run_id=run_id,
+        snapshot_id=snapshot_id,
+        kernel=kernel,
+        variant=f"v{i}",
+        node="n",
+        contract="cc>=7.5",
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="the contract serves this card",
+        known_failure_reason=None,
+        outcome="pass",
+        failed_stage=None,
+        reason=f"cell {i} printed its pass marker",
+        exit_code=0,
+        stage_seconds={"build": 0.5, "inspect": 0.25, "run": i / 8},
+        stage_details={"run": {"status": "ok", "detail": f"cell {i}"}},
+        build_command=f"g++ -o bin/{i} k.cpp",
+        build_cached=i % 2 == 0,
+        build_log=b"\xff build log %d" % i,
+        stdout=stdout_of(i),
+        stderr=b"stderr \x80 %d" % i,
+        stdout_size=len(stdout_of(i)),
+        stderr_size=9,
+        source_sha256="0" * 64,
+        sources={"kernels/k.cpp": "0" * 64},
+        binary_sha256="1" * 64,
+        instruction_counts={"ret": i},
+        required_instructions={"ret": 1},
+        elf_targets=["sm_90"],
+        ptx_targets=[],
+        code_path="sass",
+        started_at=now,
+        ended_at=now,
+    )
 
 
 def add_snapshot(store: Store, run_id: int, node: str = "n") -> int:
     return store.add_snapshot(
-        run_id=run_id,
-        node=node,
-        transport="local",
-        address="local",
-        gpu_name="Tesla T4",
-        cc="7.5",
-        gpu_count=1,
-        cc_mismatch=False,
-        real_gpu=False,
-        bytes_shipped=0,
+        SnapshotRecord(
+            run_id=run_id,
+            node=node,
+            transport="local",
+            address="local",
+            gpu_name="Tesla T4",
+            cc="7.5",
+            gpu_count=1,
+            cc_mismatch=False,
+            real_gpu=False,
+            bytes_shipped=0,
+        )
     )
 
 
@@ -359,7 +362,7 @@ def test_abort_unfinished_runs(store):
     killed = store.begin_run(**RUN_FIELDS)
     store.add_planned(killed, [("k", "v0", "n", ""), ("k", "v1", "n", ""), ("k", "v2", "n", "")])
     snapshot = add_snapshot(store, killed)
-    store.add_result(**result_fields(killed, snapshot, 0))
+    store.add_result(result_record(killed, snapshot, 0))
 
     assert store.abort_unfinished_runs() == [(killed, 2)]
     assert store.abort_unfinished_runs() == []
@@ -405,11 +408,11 @@ def test_a_refusing_server_is_a_store_error_without_the_password(postgres_admin)
 def test_reading_sees_one_snapshot_and_never_blocks_the_writer(store):
     run_id = store.begin_run(**RUN_FIELDS)
     snapshot = add_snapshot(store, run_id)
-    store.add_result(**result_fields(run_id, snapshot, 0))
+    store.add_result(result_record(run_id, snapshot, 0))
     with store.reading():
         assert len(store.results(run_id)) == 1
         clock = time.monotonic()
-        store.add_result(**result_fields(run_id, snapshot, 1))
+        store.add_result(result_record(run_id, snapshot, 1))
         assert time.monotonic() - clock < 1.0
         assert len(store.results(run_id)) == 1  # the block's snapshot
         assert len(store.run_matrix([run_id])) == 1
@@ -421,7 +424,7 @@ def test_readers_during_a_run_never_block_the_writer_nor_see_half_a_cell(store, 
     run_id = store.begin_run(**RUN_FIELDS)
     snapshot = add_snapshot(store, run_id)
     store.add_planned(run_id, [("k", f"v{i}", "n", "") for i in range(cells)])
-    store.add_result(**result_fields(run_id, snapshot, 0))
+    store.add_result(result_record(run_id, snapshot, 0))
     writes: list[float] = []
     errors: list[BaseException] = []
     done = threading.Event()
@@ -430,7 +433,7 @@ def test_readers_during_a_run_never_block_the_writer_nor_see_half_a_cell(store, 
         try:
             for i in range(1, cells):
                 clock = time.monotonic()
-                store.add_result(**result_fields(run_id, snapshot, i))
+                store.add_result(result_record(run_id, snapshot, i))
                 writes.append(time.monotonic() - clock)
                 time.sleep(0.002)
         except BaseException as err:

@@ -182,8 +182,10 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "echo '@@farm procgpus'",
             'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
             "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
-            # only where nvidia-smi listed a GPU: a node without one starts no python3
+            # only where nvidia-smi listed a GPU and the kernel driver's control device is there
+            # (no CUDA without it): a node without them starts no python3
             "{ if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
+            "elif [ ! -e /dev/nvidiactl ]; then echo 'error no /dev/nvidiactl: the CUDA driver was not asked'; "
             "elif command -v python3 >/dev/null 2>&1; then "
             f"env -u CUDA_VISIBLE_DEVICES python3 -c {shlex.quote(CUDA_QUERY)} 2>&1 | head -n 64; "
             "else echo 'error no python3 on the node to query the CUDA driver'; fi; } > \"$d/cuda\" 2>&1 &",

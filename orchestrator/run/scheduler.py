@@ -58,7 +58,7 @@ from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
 from orchestrator.run.stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
-from orchestrator.store.records import result_fields, snapshot_fields
+from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
 from orchestrator.transport import Transport, transport_for
 
 
@@ -761,7 +761,7 @@ class FarmRun:
             if attempt > ctx.health.retries or ctx.health.unhealthy or not result.evidence.infra_retryable:
                 break
             ctx.health.pause(attempt + 1)
-        self._finish(cell, job, result, ctx.snapshot_id, ctx, [self._attempt_fields(*one) for one in tries])
+        self._finish(cell, job, result, ctx.snapshot_id, ctx, [self._attempt_record(*one) for one in tries])
 
     def _infra(self, result: CellResult, stage: str, reason: str) -> None:
         result.stages.append(StageRecord(stage, "infra", datetime.now(UTC), 0.0, reason))
@@ -774,21 +774,12 @@ class FarmRun:
         self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
     ) -> None:
         self._when_begun()
-        self.store.add_attempt(**self._attempt_fields(node, cell, attempt, status, stage, error))
+        self.store.add_attempt(self._attempt_record(node, cell, attempt, status, stage, error))
 
-    def _attempt_fields(
+    def _attempt_record(
         self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
-    ) -> dict[str, object]:
-        return {
-            "run_id": self.summary.run_id,
-            "node": node,
-            "kernel": cell.kernel if cell else None,
-            "variant": cell.variant if cell else None,
-            "attempt": attempt,
-            "status": status,
-            "stage": stage,
-            "error": error,
-        }
+    ) -> AttemptRecord:
+        return attempt_record(self.summary.run_id, node, cell, attempt, status, stage, error)
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(
@@ -807,8 +798,11 @@ class FarmRun:
                 self.summary.stage_seconds["probe"] += probe_seconds
             if stage_seconds:
                 self.summary.stage_seconds["stage"] += stage_seconds
-        fields = snapshot_fields(name, self.farm.nodes[name], snapshot, error, probe_seconds, stage_seconds, shipped)
-        return self.store.add_snapshot(run_id=self.summary.run_id, **fields)
+        node = self.farm.nodes[name]
+        record = snapshot_record(
+            self.summary.run_id, name, node, snapshot, error, probe_seconds, stage_seconds, shipped
+        )
+        return self.store.add_snapshot(record)
 
     def _finish(
         self,
@@ -817,16 +811,18 @@ class FarmRun:
         result: CellResult,
         snapshot_id: int,
         ctx: NodeContext | None,
-        attempts: list[dict[str, object]] | None = None,
+        attempts: list[AttemptRecord] | None = None,
     ) -> None:
-        fields = result_fields(
+        record = result_record(
+            self.summary.run_id,
+            snapshot_id,
             cell,
             job,
             result,
             ctx.staging if ctx else None,
             ctx.devices.get(cell.device, []) if ctx else [],
         )
-        result_id = self.store.add_result(attempts or [], run_id=self.summary.run_id, snapshot_id=snapshot_id, **fields)
+        result_id = self.store.add_result(record, attempts or (), result_metrics(result))
         self._counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 

@@ -334,7 +334,7 @@ class _Fetched:
     seconds: float
 
 
-_SECTION = re.compile(r"^@@farm section (build|inspect|run|done) (\d+)$", re.M)
+_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d+)$", re.M)
 _SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
@@ -460,6 +460,7 @@ class CellPipeline:
         fetched = self._fetched.pop(stage, None)
         if fetched is None:
             self._fetched.clear()  # a trip of its own: whatever went ahead of it is stale
+            self._clock = None
             trip = plan()
             outcome, text = self._round_trip(trip)
             return trip, outcome, text
@@ -479,20 +480,18 @@ class CellPipeline:
         def section(i: int) -> str:
             trip = trips[i]
             mark = f'echo "@@farm section {trip.stage} $(date +%s%N)"'
+            done = f'echo "@@farm section-end {trip.stage} $(date +%s%N)"'
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
             if trip is last:
                 tail = [self.paths.remove_run_dir()] if trip.clean_up else []
-                done = 'echo "@@farm section done $(date +%s%N)"'
                 return "; ".join([mark, self._wrap(trip.script), done, *sends, *tail])
             # its control text is read here too, to decide whether the next stage runs
             gate = self._gate(trip.stage)
             rest = section(i + 1)
-            return (
-                "; ".join(
-                    [mark, f"out=$( {self._wrap(trip.script)} )", "printf '%s\\n' \"$out\"", *sends, f"go=; {gate}"]
-                )
-                + f'; if [ -n "$go" ]; then {rest}; fi'
-            )
+            captured = f"out=$( {self._wrap(trip.script)} )"
+            shown = "printf '%s\\n' \"$out\""
+            then = f'if [ -n "$go" ]; then {rest}; fi'
+            return "; ".join([mark, captured, shown, done, *sends, f"go=; {gate}", then])
 
         sinks = {tag: sink for trip in trips for tag, _, _, sink in trip.files}
         release = [tag for tag, *_ in last.files] if last.release else []
@@ -522,13 +521,13 @@ class CellPipeline:
         marks = {}
         for found in _SECTION.finditer(control):
             marks.setdefault(found.group(1), found)  # the first: a kernel runs only after them all
-        done = _last(r"^@@farm section done (\d+)$", control)
         starts = [(t, marks[t.stage]) for t in trips if t.stage in marks]
         origin = int(starts[0][1].group(2)) if starts else 0
         for i, (trip, mark) in enumerate(starts):
-            end = starts[i + 1][1] if i + 1 < len(starts) else done
-            text = control[mark.end() : end.start() if end is not None and end.start() > mark.end() else len(control)]
-            ns = int(end.group(2 if end.re is _SECTION else 1)) if end is not None else int(mark.group(2))
+            following = starts[i + 1][1].start() if i + 1 < len(starts) else len(control)
+            text = control[mark.end() : max(following, mark.end())]
+            ended = _last(rf"^@@farm section-end {trip.stage} (\d+)$", text)
+            ns = int(ended.group(1)) if ended else int(mark.group(2))
             try:
                 if error is not None and i == len(starts) - 1:
                     raise error

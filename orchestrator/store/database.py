@@ -56,6 +56,7 @@ from orchestrator.metrics import BASELINE
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
 from orchestrator.store.journal import Journal
+from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.tables import (
     Attempt,
     Base,
@@ -443,30 +444,36 @@ class Store:
             run.ended_at = datetime.now(UTC)
             session.commit()
 
-    def add_snapshot(self, **fields: Any) -> int:
+    def add_snapshot(self, record: SnapshotRecord) -> int:
         ref = len(self._snapshot_refs) + 1
+        fields = record.columns()
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
         snapshot_id = self._add(NodeSnapshotRow, fields)
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
     def add_result(
-        self, attempts: Sequence[dict[str, Any]] = (), metrics: Sequence[dict[str, Any]] = (), **fields: Any
+        self,
+        record: ResultRecord,
+        attempts: Sequence[AttemptRecord] = (),
+        metrics: Sequence[dict[str, Any]] = (),
     ) -> int:
         """A cell's result, its metric values (metrics.Measured.record) and the
         attempts that led to it, in one transaction (and one journal write)."""
-        ref = self._snapshot_refs.get(fields.get("snapshot_id") or 0)
+        ref = self._snapshot_refs.get(record.snapshot_id or 0)
         at = datetime.now(UTC)
+        fields = record.columns()
+        tries = [{"at": at, **a.columns()} for a in attempts]
         kept = {k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}
         records: list[tuple[str, dict[str, Any]]] = [
             ("result", {"snapshot_ref": ref, **kept, **({"metrics": list(metrics)} if metrics else {})})
         ]
-        records += [("attempt", {"at": at, **{k: v for k, v in a.items() if k != "run_id"}}) for a in attempts]
+        records += [("attempt", {k: v for k, v in a.items() if k != "run_id"}) for a in tries]
         if self.journal is not None:
             self.journal.write_many(records)
         postgres = self.engine.dialect.name == "postgresql"
         with self._writing_rows() as connection:
-            return _insert_result(connection, fields, metrics, [{**a, "at": at} for a in attempts], postgres=postgres)
+            return _insert_result(connection, fields, metrics, tries, postgres=postgres)
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -553,10 +560,11 @@ class Store:
         of one run's results, or of these results."""
         rows: list[Any] = []
         with self._reading() as session:
+            rows_of = session.connection().execute  # Core rows: no ORM pass over each
             if run_id is not None:
-                rows += session.execute(select(*self._METRIC).where(MetricValue.run_id == run_id))
+                rows += rows_of(select(*self._METRIC).where(MetricValue.run_id == run_id)).all()
             for chunk in _chunks(sorted(set(result_ids))):
-                rows += session.execute(select(*self._METRIC).where(MetricValue.result_id.in_(chunk)))
+                rows += rows_of(select(*self._METRIC).where(MetricValue.result_id.in_(chunk))).all()
         return sorted(rows, key=lambda row: (row.result_id, row.name))
 
     def metric_trends(self, run_ids: Sequence[int]) -> list[Any]:
@@ -576,12 +584,13 @@ class Store:
                 query = select(SassCount.result_id, SassCount.identity, SassCount.instruction, SassCount.count).where(
                     SassCount.result_id.in_(chunk)
                 )
-                for result_id, identity, instruction, count in session.execute(query):
+                for result_id, identity, instruction, count in session.connection().execute(query).all():
                     found.setdefault(result_id, (identity, {}))[1][instruction] = count
         return found
 
-    def add_attempt(self, **fields: Any) -> None:
+    def add_attempt(self, record: AttemptRecord) -> None:
         at = datetime.now(UTC)
+        fields = record.columns()
         self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
         self._add(Attempt, {"at": at, **fields})
 
