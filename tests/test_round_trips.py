@@ -12,6 +12,7 @@ number of cells; each further cell must cost exactly one command.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,57 @@ def test_a_node_without_the_kernel_driver_is_not_asked_through_python(node: SshN
     (snapshot,) = query(tmp_path / "farm" / "results.db", "SELECT driver_check, real_gpu FROM node_snapshots")
     assert not snapshot["real_gpu"]
     assert "no /dev/nvidiactl: the CUDA driver was not asked" in snapshot["driver_check"]
+
+
+FORGERS = Path(__file__).parent / "forgers"
+
+
+def test_a_build_that_forges_the_later_stages_gets_its_own_verdict(node: SshNode, tmp_path: Path) -> None:
+    """The build command prints, into the farm's own channel, the inspect and run a
+    passing cell would send (frames with the command's token, read from its cmdline,
+    and a line naming all three stages), then fails. The command's last line, from
+    the shell's own variables after the cell's processes are reaped, names the
+    build alone: the cell is build-fail, and its forged binary is remembered nowhere."""
+    marker = tmp_path / "kernel-ran"
+    forge = f"{sys.executable} {FORGERS / 'forge_stages.py'}"
+    variants = {
+        "forged": standin_variant(
+            "BROKEN",
+            MIN75,
+            "MIN_CC=75",
+            build=f"{forge} && g++ -O1 -DMODE_BROKEN -o {{binary}} {{sources}}",
+            run=f"touch {marker} && {{binary}}",
+        )
+    }
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    ((_, result, _),) = summary.results
+    assert result.verdict is not None and result.verdict.outcome.value == "build-fail", result.verdict
+    assert result.binary_sha256 is None and result.stdout.size == 0
+    assert [s.name for s in result.stages] == ["build"]
+    assert not marker.exists()
+
+
+def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_path: Path) -> None:
+    """A kernel writes 1 MiB into its shell's stdout, forged status lines inside, then
+    hangs past its 3 s timeout: text past the farm's cap is no evidence (infra-error),
+    never the pass the forged lines claim."""
+    flood = f"{sys.executable} {FORGERS / 'flood.py'}"
+    variants = {"flood": standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{flood}; {{binary}}; sleep 60", timeout=3)}
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    ((_, result, _),) = summary.results
+    assert result.verdict is not None and result.verdict.outcome.value == "infra-error"
+    assert "more than 1048576 bytes" in result.evidence.infra_detail
+
+
+def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path) -> None:
+    """A section clock of 30 digits (past any int64) printed by one cell's build is no
+    internal error of the farm's: the node's other cells pass, the run exits 1 (build-fail)."""
+    forge = f"FORGE_CLOCK=30 {sys.executable} {FORGERS / 'forge_stages.py'}"
+    variants = {
+        "clock": standin_variant("PASS", MIN75, "MIN_CC=75", build=f"{forge} && false"),
+        "b": standin_variant("PASS", MIN75, "MIN_CC=75"),
+        "c": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    }
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    assert not summary.internal and summary.exit_code == 1
+    assert dict(summary.outcomes) == {"build-fail": 1, "pass": 2}

@@ -71,6 +71,7 @@ class FrameReader:
         self.sinks = sinks
         self.node = node
         self.frames: dict[str, int] = {}
+        self.overflowed = False  # more text outside frames than CONTROL_LIMIT: not the farm's own
         self._control = bytearray()
         self._buf = bytearray()
         self._frame: tuple[str, int] | None = None  # (tag, body bytes still to come)
@@ -150,6 +151,10 @@ class FrameReader:
 
     def _to_control(self, data: bytes | bytearray) -> None:
         room = CONTROL_LIMIT - len(self._control)
+        if len(data) > room:
+            # the farm's own lines are never this much: past it, the real status lines would be
+            # dropped and earlier ones, forged by a kernel, read in their place
+            self.overflowed = True
         if room > 0:
             self._control += data[:room]
 
@@ -169,4 +174,9 @@ class FrameReader:
             raise InfraError(f"node {self.node!r}: the command's output ended inside a file it was sending back")
         self._to_control(self._buf)
         self._buf.clear()
+        if self.overflowed:
+            raise InfraError(
+                f"node {self.node!r}: the command printed more than {CONTROL_LIMIT} bytes outside the files it "
+                "sends back (a kernel writing into the farm's own output): no evidence from it"
+            )
         return self._control.decode("utf-8", "replace")

@@ -60,7 +60,7 @@ from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run import sanitize
 from orchestrator.run.bundle import Placed
-from orchestrator.run.frames import FrameReader, emit, new_token
+from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult, StreamScan
 from orchestrator.transport import CommandResult, Transport
@@ -334,7 +334,8 @@ class _Fetched:
     seconds: float
 
 
-_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d+)$", re.M)
+_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
+DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
 _SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
@@ -344,12 +345,15 @@ class CellPipeline:
     Where the transport streams, the cell's stages go out in one round trip:
     the node runs each next stage only when the one before it succeeded by its
     own reading (build and copy made; inspect exited 0 with the instructions
-    the variant needs), and sends back each stage's files before the next
-    stage starts, so nothing the kernel does can reach its build log or
-    disassembly. The farm then judges each stage from what came back, exactly
-    as if it had come alone; a stage the node went on to that the farm would
-    not have run is no evidence, and a stage the node held back that the farm
-    would run gets a round trip of its own."""
+    the variant needs), and sends back each stage's status lines and files as
+    frames before the next stage starts, so nothing the kernel does can reach
+    its build log or disassembly. The command's last line, from the shell's own
+    variables after the cell's processes are reaped, names the stages that ran:
+    what a build or kernel forged for a stage that never ran is no evidence.
+    The farm then judges each stage from what came back, exactly as if it had
+    come alone; a stage the node went on to that the farm would not have run is
+    no evidence, and a stage the node held back that the farm would run gets a
+    round trip of its own."""
 
     def __init__(
         self,
@@ -472,28 +476,48 @@ class CellPipeline:
 
     def _send_together(self, trips: list[_Trip]) -> None:
         """One round trip for several stages; each next one runs on the node only
-        when the one before it succeeded there. Each stage's part of the control
-        text, its files and its timing are kept for its turn (`_go`)."""
+        when the one before it succeeded there. Each stage's control text comes
+        back as a frame of its own (ctl-STAGE), and the command's last line, printed
+        from the shell's own variables once nothing of the cell is left to write,
+        says which stages ran: a stage it does not name is no evidence, whatever
+        frames someone else printed for it. Each stage's part is kept for its
+        turn (`_go`), with its timing."""
         token = new_token()
         last = trips[-1]
+        nl = "\n"
 
         def section(i: int) -> str:
             trip = trips[i]
-            mark = f'echo "@@farm section {trip.stage} $(date +%s%N)"'
-            done = f'echo "@@farm section-end {trip.stage} $(date +%s%N)"'
-            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
+            tag = f"ctl-{trip.stage}"
+            parts = [
+                f'echo "@@farm section {trip.stage} $(date +%s%N)"; ran="$ran {trip.stage}"',
+                f"out=$( {self._wrap(trip.script)} )",
+                # its control text as a frame: read by length, a forged copy is a duplicate
+                "n=$(LC_ALL=C; echo $((${#out} + 1)))",
+                f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
+                "printf '%s\\n' \"$out\"",
+                f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
+                f'echo "@@farm section-end {trip.stage} $(date +%s%N)"',
+                *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
+            ]
             if trip is last:
-                tail = [self.paths.remove_run_dir()] if trip.clean_up else []
-                return "; ".join([mark, self._wrap(trip.script), done, *sends, *tail])
-            # its control text is read here too, to decide whether the next stage runs
-            gate = self._gate(trip.stage)
-            rest = section(i + 1)
-            captured = f"out=$( {self._wrap(trip.script)} )"
-            shown = "printf '%s\\n' \"$out\""
-            then = f'if [ -n "$go" ]; then {rest}; fi'
-            return "; ".join([mark, captured, shown, done, *sends, f"go=; {gate}", then])
+                parts += [self.paths.remove_run_dir()] if trip.clean_up else []
+            else:
+                parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
+            return "; ".join(parts)
+
+        # the cell's processes are gone before the last line: the run reaps its own after the
+        # kernel; a cell that stopped before its run has its build's and inspect's reaped here
+        script = (
+            f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; echo "@@farm ran$ran"'
+        )
+        controls = {trip.stage: bytearray() for trip in trips}
+
+        def keep(into: bytearray) -> Callable[[bytes], None]:
+            return lambda chunk: into.extend(chunk[: max(CONTROL_LIMIT - len(into), 0)])
 
         sinks = {tag: sink for trip in trips for tag, _, _, sink in trip.files}
+        sinks.update({f"ctl-{stage}": keep(text) for stage, text in controls.items()})
         release = [tag for tag, *_ in last.files] if last.release else []
         reader = FrameReader(token, sinks, self.t.name, self._release if release else None, first_of=release)
         # each stage gets its own budget as the node starts it, as it would in a trip of its own
@@ -514,23 +538,37 @@ class CellPipeline:
         error: InfraError | None = None
         outcome = CommandResult("", -1, "", "", 0.0)
         try:
-            outcome = self.t.run_streamed(section(0), timeout=deadline, sink=feed)
+            outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
             control = reader.finish()
         except InfraError as err:
             error, control = err, reader.control
-        marks = {}
+        said = _last(r"^@@farm ran((?: (?:build|inspect|run))*)$", control)
+        if error is None and said is None:
+            error = InfraError(
+                f"node {self.t.name!r}: the cell's command never said which stages it ran "
+                f"(killed, by the kernel or the node): no evidence from it ({outcome.stderr.strip()[-200:]!r})"
+            )
+            error.retryable = False
+        ran = said.group(1).split() if said is not None and error is None else []
+        marks: dict[str, re.Match[str]] = {}
         for found in _SECTION.finditer(control):
-            marks.setdefault(found.group(1), found)  # the first: a kernel runs only after them all
-        starts = [(t, marks[t.stage]) for t in trips if t.stage in marks]
-        origin = int(starts[0][1].group(2)) if starts else 0
-        for i, (trip, mark) in enumerate(starts):
-            following = starts[i + 1][1].start() if i + 1 < len(starts) else len(control)
-            text = control[mark.end() : max(following, mark.end())]
-            ended = _last(rf"^@@farm section-end {trip.stage} (\d+)$", text)
-            ns = int(ended.group(1)) if ended else int(mark.group(2))
+            marks.setdefault(found.group(1), found)
+        origin = int(marks[trips[0].stage].group(2)) if trips[0].stage in marks else 0
+        for trip in trips:
+            if trip.stage not in ran:
+                if error is not None:
+                    # the stage the node was at, by its (unchecked) marker: where the error is told
+                    at = [t.stage for t in trips if t.stage in marks] or [trips[0].stage]
+                    error.stage = at[-1]
+                    self._fetched[trips[0].stage] = error
+                break
+            text = controls[trip.stage].decode("utf-8", "replace")
+            mark = marks.get(trip.stage)
+            ended = _last(rf"^@@farm section-end {trip.stage} (\d{{1,19}})$", control)
+            start = int(mark.group(2)) if mark else origin
             try:
-                if error is not None and i == len(starts) - 1:
-                    raise error
+                if f"ctl-{trip.stage}" not in reader.frames:
+                    raise InfraError(f"node {self.t.name!r}: the {trip.stage} stage ran but sent back no status")
                 self._check_files(trip, reader, outcome)
                 self._check_ended(text, outcome)
             except InfraError as err:
@@ -540,24 +578,27 @@ class CellPipeline:
                 trip,
                 outcome,
                 text,
-                sent + timedelta(seconds=(int(mark.group(2)) - origin) / 1e9),
-                max(ns - int(mark.group(2)), 0) / 1e9,
+                sent + timedelta(seconds=min(max(start - origin, 0), DAY_NS) / 1e9),
+                min(max(int(ended.group(1)) - start, 0), DAY_NS) / 1e9 if ended else 0.0,
             )
             if trip is last and trip.clean_up:
                 self.cleaned = True
-        if error is not None and not starts:
-            self._fetched[trips[0].stage] = error
 
-    def _gate(self, stage: str) -> str:
+    def _gate(self, stage: str, nl: str) -> str:
         """Shell that sets go=1 when the stage whose control text is in $out
-        succeeded by the node's reading (the farm judges it again)."""
-        ended = '*"@@farm end 0"*'
+        succeeded by the node's reading, read as the farm reads it (which judges
+        it again): its shell ended 0 (the last line), and the build made its copy
+        (or took a cached one) / inspect exited 0 with the instructions it needs."""
+        ended = f'case "$out" in *"{nl}@@farm end 0"|"@@farm end 0") ;; *) go=no;; esac'
         if stage == "build":
-            # the binary the cell runs: the build's copy, as hashed when it was made
+            # the binary the cell runs, as the farm will read it: the first cached, else the first
+            # copy equal to the first built (the run says what it checked, after its reap)
+            find = "printf '%s\\n' \"$out\" | sed -n 's/^@@farm {0} \\([0-9a-f]\\{{64\\}}\\)$/\\1/p' | head -n 1"
             return (
-                f'case "$out" in {ended}) case "$out" in *"@@farm cached "*|*"@@farm copy "*) go=1;; esac;; esac; '
-                "farm_sha=$(printf '%s\\n' \"$out\" | sed -n 's/^@@farm \\(cached\\|copy\\) \\([0-9a-f]*\\)$/\\2/p' "
-                "| head -n 1)"
+                f"farm_sha=$({find.format('cached')}); "
+                f'if [ -z "$farm_sha" ]; then b=$({find.format("built")}); c=$({find.format("copy")}); '
+                f'[ -n "$b" ] && [ "$b" = "$c" ] && farm_sha=$c; fi; '
+                f'[ -n "$farm_sha" ] && go=1; {ended}; [ "$go" = 1 ] || go='
             )
         dump = shlex.quote(f"{self.paths.run_dir}/inspect.txt")
         checks = []
@@ -565,9 +606,14 @@ class CellPipeline:
             if not _SIMPLE_MNEMONIC.fullmatch(name):
                 continue  # no shell pattern for it: the farm's own count decides before any run of its own
             pattern = shlex.quote(f"(^|[^[:alnum:]_.]){name.replace('.', '[.]')}([^[:alnum:]_]|$)")
-            checks.append(f'n=$(grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=')
-        return f'case "$out" in {ended}) case "$out" in *"@@farm rc=0"*) go=1;; esac;; esac' + "".join(
-            f"; {check}" for check in checks
+            checks.append(
+                f'n=$(LC_ALL=C grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=no'
+            )
+        rc = "$(printf '%s\\n' \"$out\" | grep -m 1 '^@@farm rc=')"
+        return (
+            f'[ "{rc}" = "@@farm rc=0" ] && go=1; {ended}'
+            + "".join(f"; {check}" for check in checks)
+            + '; [ "$go" = 1 ] || go='
         )
 
     def _check_ended(self, control: str, outcome: CommandResult) -> None:
@@ -598,6 +644,7 @@ class CellPipeline:
                 self.result.stages.append(StageRecord(name, "stopped", started, time.monotonic() - clock, str(err)))
                 return False
             status = "infra"
+            name = getattr(err, "stage", None) or name  # a shared trip's error, told at the stage the node was at
             self._detail.append(str(err))
             job = getattr(err, "job", None)  # a Slurm job that Slurm ended or never started
             if job is not None:
@@ -917,7 +964,8 @@ class CellPipeline:
             f"{self._binary_check(expected)}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
-            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; echo "@@farm $rc"; }}'
+            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+            'echo "@@farm checked $got"; echo "@@farm $rc"; }'
         )
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
@@ -944,6 +992,13 @@ class CellPipeline:
         if not match:
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
+            )
+        # what the node checked its copy against before it ran, said once the kernel is gone
+        checked = _last(r"^@@farm checked (\S*)$", text)
+        if checked is None or checked.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the binary the node ran is not the one the farm inspected "
+                f"(checked {checked.group(1)[:12] if checked else 'nothing'}, built {str(self._built_sha)[:12]})"
             )
         ev = self.result.evidence
         ev.run_exit = int(match.group(1))
