@@ -164,11 +164,26 @@ def measured_rtt(node: SshNode, port: int) -> float:
 
 
 def farm_cpu() -> float:
-    """CPU seconds of the farm so far: this process and its worker processes (joined
-    at the end of each run, so counted once it is over). The nodes' sshds are children
-    too, but are only reaped at the end of the bench."""
+    """CPU seconds of the farm so far: this process, its reaped children (the `git`
+    calls of a run's provenance; the nodes' sshds are children too, but are reaped
+    only at the end of the bench), and multiprocessing's fork server with the
+    worker processes it forked and reaped (it lives on, so it is read from /proc)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return time.process_time() + children.ru_utime + children.ru_stime + forkserver_cpu()
+
+
+def forkserver_cpu() -> float:
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if not pid:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime, then cutime, cstime: its own and its reaped children's (the workers)
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_cpu() -> tuple[float, float]:
