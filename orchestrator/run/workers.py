@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from orchestrator.plan import Cell
     from orchestrator.run.scheduler import FarmRun
 
-NODES_PER_WORKER = 16  # below this a worker's start (~0.5 s of imports) is not worth it
+NODES_PER_WORKER = 16  # below this the fork server (one import of the farm, ~0.6 s) and the pipes are not worth it
 # what a worker may ask of the parent's store: the node's writes and the two reads a cell needs
 STORE_CALLS = frozenset(
     {"add_snapshot", "add_result", "add_attempt", "add_planned", "recorded_binary", "metric_baseline"}
