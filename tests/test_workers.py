@@ -184,3 +184,24 @@ def test_processes_must_be_auto_or_a_count(fleet: Fleet, tmp_path: Path, value: 
         load_farm(path)
     said = str(info.value)
     assert "farm.yaml" in said and "processes" in said, said
+
+
+def test_farm_verify_splits_its_nodes_from_the_command_line(fleet: Fleet, tmp_path: Path) -> None:
+    """The CLI (`python -m orchestrator.cli`, whose module a fork server's worker imports
+    again as its main) runs a split farm to the end: every cell stored, the usual exit code."""
+    import subprocess
+    import sys
+
+    path = farm_file(fleet, tmp_path, 2)
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(path), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
+    assert done.returncode == EXIT_UNEXPECTED, done.stdout + done.stderr  # failnum is a kernel problem
+    got = outcomes(tmp_path / "results.db")
+    assert len(got) == 12 and {o for (_, v), o in got.items() if v == "pass"} == {"pass"}
+    (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_UNEXPECTED)

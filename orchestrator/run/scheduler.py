@@ -247,8 +247,7 @@ class FarmRun:
         number of processes killed; waits at most `grace` seconds for the nodes."""
         if self._stop.is_set():
             return 0
-        self._stop_reason = reason
-        self._stop.set()
+        self.halt(reason)
         killed: list[int] = []
 
         def kill_on(name: str) -> None:
@@ -270,6 +269,31 @@ class FarmRun:
         for thread in threads:
             thread.join(max(deadline - time.monotonic(), 0))
         return sum(killed)
+
+    # what a worker process hears from its parent (workers.py) -----------------
+    def halt(self, reason: str) -> None:
+        """Start no more cells, killing nothing (the parent's stop() kills on the nodes)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    def began(self, run_id: int) -> None:
+        """The run is stored: its nodes may store theirs."""
+        self.summary.run_id = run_id
+        self._begun.set()
+
+    def not_begun(self, reason: str) -> None:
+        """The run could not be stored: its nodes end without storing anything."""
+        self._begin_failed = True
+        self.halt(reason)
+        self._begun.set()
+
+    def add_to_summary(self, stage_seconds: dict[str, float], shipped: int, internal: list[str]) -> None:
+        """What a worker's nodes add up to beside their results (which come one by one, `counted`)."""
+        with self._summary_lock:
+            self.summary.stage_seconds.update(Counter(stage_seconds))
+            self.summary.bytes_shipped += shipped
+            self.summary.internal.extend(internal)
 
     def _machine_slots(
         self, node: NodeSpec, snapshot: NodeSnapshot, devices: dict[str, list[Gpu]], slots: dict[str, GpuSlots]
@@ -305,10 +329,7 @@ class FarmRun:
             run_id = self._begin(cells, selection)
         except BaseException as err:
             # the nodes store nothing and start no cell; a run stored half-way is marked aborted
-            self._begin_failed = True
-            self._stop_reason = "the run could not be stored"
-            self._stop.set()
-            self._begun.set()
+            self.not_begun("the run could not be stored")
             pool.not_begun()
             if self.summary.run_id:
                 with contextlib.suppress(FarmError):
@@ -369,6 +390,7 @@ class FarmRun:
     # per node ------------------------------------------------------------------
     def run_nodes(self, by_node: dict[str, list[Cell]]) -> None:
         """Every node in a thread of its own (a worker process's whole job)."""
+        self._nodes_started = list(by_node)  # what a stop kills on
         with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node") as pool:
             for future in [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]:
                 future.result()
@@ -383,9 +405,9 @@ class FarmRun:
             threading.Thread(target=self.stop, args=("the results database failed",), daemon=True).start()
             raise
         except Exception as err:  # a bug in the farm: it stays with this node, the others go on
-            self._node_broke(name, cells, err)
+            self.node_broke(name, cells, err)
 
-    def _node_broke(self, name: str, cells: list[Cell], err: Exception) -> None:
+    def node_broke(self, name: str, cells: list[Cell], err: Exception) -> None:
         """A node's thread raised what no stage expects: print the traceback (it is
         the farm's bug, to be reported), record the node's unfinished cells as
         infra-error with the cause, and make the run exit 70."""
@@ -823,10 +845,10 @@ class FarmRun:
             ctx.devices.get(cell.device, []) if ctx else [],
         )
         result_id = self.store.add_result(record, attempts or (), result_metrics(result))
-        self._counted(cell, result, result_id)
+        self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 
-    def _counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
+    def counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
         """A stored result, in the run's summary (the parent's, for a worker's cells)."""
         assert result.verdict is not None
         with self._summary_lock:

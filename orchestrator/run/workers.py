@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import threading
 import traceback
-from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -155,7 +154,6 @@ def worker_main(
     run.token = token
     run.cells_from = f"w{index}."  # its cells' markers differ from every other worker's: a reap kills its own
     run.summary = RunSummary(run_id=0)
-    run._nodes_started = list(by_node)
 
     def read() -> None:
         try:
@@ -164,22 +162,14 @@ def worker_main(
                 if message[0] == "answer":
                     caller.answered(*message[1:])
                 elif message[0] == "begun":
-                    run.summary.run_id = message[1]
-                    run._begun.set()
+                    run.began(message[1])
                 elif message[0] == "not-begun":
-                    run._begin_failed = True
-                    run._stop_reason = "the run could not be stored"
-                    run._stop.set()
-                    run._begun.set()
+                    run.not_begun("the run could not be stored")
                 elif message[0] == "stop":
-                    run._stop_reason = message[1]
-                    run._stop.set()
+                    run.halt(message[1])
         except (EOFError, OSError):
             caller.broken()
-            run._stop_reason = run._stop_reason or "the farm's parent process is gone"
-            run._stop.set()
-            run._begin_failed = not run._begun.is_set()
-            run._begun.set()
+            run.not_begun("the farm's parent process is gone")
 
     threading.Thread(target=read, daemon=True, name="parent").start()
     error = None
@@ -268,16 +258,11 @@ class Workers:
                 elif kind == "event":
                     _, name, args = message
                     if name == "cell_finished":
-                        run._counted(*args)
+                        run.counted(*args)
                     getattr(run.listener, name)(*args)
                 elif kind == "done":
                     _, seconds, shipped, internal, error = message
-                    with run._summary_lock:
-                        run.summary.stage_seconds.update(Counter(seconds))
-                        run.summary.bytes_shipped += shipped
-                        run.summary.internal.extend(internal)
-                        if error:
-                            run.summary.internal.append(f"worker {index}: {error}")
+                    run.add_to_summary(seconds, shipped, [*internal, *([f"worker {index}: {error}"] if error else [])])
                     done = True
                     return
         except (EOFError, OSError):
@@ -292,7 +277,7 @@ class Workers:
         process.join(5)
         why = f"the farm's worker process {process.name} ended (exit {process.exitcode}) before its nodes were done"
         for name, cells in self.groups[index].items():
-            self.run._node_broke(name, cells, RuntimeError(why))
+            self.run.node_broke(name, cells, RuntimeError(why))
 
     def wait(self) -> None:
         for thread in self.threads:
