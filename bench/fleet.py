@@ -386,8 +386,12 @@ def main() -> int:
     ap.add_argument("--mem-variants", type=int, default=50)
     ap.add_argument("--delay-ms", type=float, default=50.0, help="round-trip delay of the delayed runs")
     ap.add_argument("--processes", default="auto", help="farm.yaml's processes (worker processes for the nodes)")
+    ap.add_argument(
+        "--runner", choices=["auto", "shell"], default="auto", help="each node's runner: its python3, or shell"
+    )
     ap.add_argument("--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' for none)")
     args = ap.parse_args()
+    os.environ["FARM_TEST_RUNNER"] = args.runner  # tests/nodes.py puts it into every node's entry
     if not os.access(NVCC, os.X_OK):
         print(f"error: no nvcc on PATH (nor {NVCC}): the nodes' probe needs one", file=sys.stderr)
         return 2
@@ -625,7 +629,10 @@ def main() -> int:
     print()
     print(f"{datetime.date.today()}, {os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}")
     print(f"command: {' '.join(shlex.quote(a) for a in sys.argv)}; user {getpass.getuser()}")
-    print(f"jobs per node {k}, build {b} s, run {r} s, build_jobs {args.build_jobs}, 1 GPU per node")
+    print(
+        f"jobs per node {k}, build {b} s, run {r} s, build_jobs {args.build_jobs}, 1 GPU per node, "
+        f"node runner {args.runner}"
+    )
     print(f"load average at the end: {os.getloadavg()}")
     print()
     print("| measure | value | target | ratio |")

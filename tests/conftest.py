@@ -38,6 +38,15 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         fleet.stop()
 
 
+@pytest.fixture(params=["python", "shell"])
+def runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test using it runs twice: with the nodes' python3 running a cell's stages
+    (noderunner.py) and with the POSIX shell scripts that nodes without it get.
+    `python` is farm.yaml's `auto` on these nodes, which all have python3."""
+    monkeypatch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "python" else "shell")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def make_farm() -> Callable[..., Path]:
     """write_farm(root, nodes, jobs, **farm_keys) -> path of farm.yaml."""

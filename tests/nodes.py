@@ -278,6 +278,8 @@ class SshNode:
         if self.card is not None:
             entry["gpu"] = self.card.name
             entry["cc"] = self.card.cc
+        if os.environ.get("FARM_TEST_RUNNER"):  # the `runners` fixture: each test with both node runners
+            entry["runner"] = os.environ["FARM_TEST_RUNNER"]
         entry.update(overrides)
         return entry
 
@@ -313,6 +315,22 @@ class Fleet:
     def stop(self) -> None:
         for node in self.nodes.values():
             node.stop()
+
+
+def processes_carrying(entry: str) -> list[int]:
+    """Every live process whose environment holds `entry` ("NAME=VALUE"), as the
+    farm's reap finds them: the node runner puts the run's marker into no command line."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if entry.encode() in environ.split(b"\0"):
+            found.append(int(proc.name))
+    return found
 
 
 def processes_matching(needle: str) -> list[tuple[int, str]]:

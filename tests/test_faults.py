@@ -530,6 +530,7 @@ def test_frozen_host_at_start_keeps_quiet_output_quiet(ssh_fleet: Fleet, tmp_pat
 STUBBORN_TIMEOUT = 2
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_kernel_that_never_ends_is_killed_on_the_node(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Fault 5, a kernel that ignores SIGTERM and forks a child that ignores it
     too, with a 2 s run timeout.
@@ -607,6 +608,7 @@ sys.exit(rc)
 """
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_kernel_printing_100_mb(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Fault 6, a kernel printing 100 MiB on stdout, run by `farm verify` in a
     subprocess.
@@ -665,6 +667,7 @@ BADUTF8_STDOUT = b"standin: PASS\n" + "€".encode() * EUROS + b"\n\x80|\xff\xfe
 BADUTF8_STDERR = b"stderr \xe2\x82\xac \xc3\x28 end\n"
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_output_not_utf8_is_stored_byte_exact(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Fault 7, 200,000 x U+20AC (600,000 bytes) written 7 bytes at a time, so
     every character is split across writes (and the file's reads split them
@@ -900,6 +903,7 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path) -> None:
 # ------------------------------------------- issue 10: stop, restart, leave nothing
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Issue 10, case 3: a kernel that double-forks into a session of its own
     escapes the group kill; the cell's environment marker finds it.

@@ -24,6 +24,8 @@ from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}
+# every test here, with either of the node runners (conftest.runner)
+pytestmark = pytest.mark.usefixtures("runner")
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +98,12 @@ def test_a_cell_missing_its_instructions_is_not_run_on_the_node(node: SshNode, t
     assert not marker.exists()  # the node never started the kernel
 
 
-def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(node: SshNode, tmp_path: Path) -> None:
-    """The node's count of "call call" by grep -o is 1 (the space between is taken by the
-    first match); the farm's, 2. The farm's count decides: the cell runs, in a second command."""
+def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(
+    node: SshNode, tmp_path: Path, runner: str
+) -> None:
+    """The shell's count of "call call" by grep -o is 1 (the space between is taken by the
+    first match); the farm's, 2. The farm's count decides: the cell runs, in a second command.
+    The python runner counts as the farm does: one command."""
 
     def plain(needed: int) -> dict[str, dict[str, object]]:
         return {
@@ -115,7 +120,7 @@ def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(node
     ((_, result, _),) = summary.results
     assert result.instruction_counts == {"call": 2}
     assert result.evidence.pass_line is not None
-    assert commands == base_commands + 1, (base_commands, commands)
+    assert commands == base_commands + (1 if runner == "shell" else 0), (base_commands, commands)
 
 
 def test_a_node_without_the_kernel_driver_is_not_asked_through_python(node: SshNode, tmp_path: Path) -> None:
@@ -180,3 +185,37 @@ def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path)
     summary, _ = verify(node, tmp_path / "farm", variants)
     assert not summary.internal and summary.exit_code == 1
     assert dict(summary.outcomes) == {"build-fail": 1, "pass": 2}
+
+
+def test_the_python_runner_runs_a_cell_without_helper_processes(node: SshNode, tmp_path: Path, runner: str) -> None:
+    """The shell scripts start sha256sum, date, head and cut for every cell (hashes,
+    clocks, frames); noderunner.py does all of that in its one process. Counted on
+    the node by shims on its PATH: three more warm cells start none with python3."""
+    calls = tmp_path / "calls.log"
+    tools = ("sha256sum", "date", "head", "cut")
+    for tool in tools:
+        shim = node.node_bin / tool
+        parent = '"$(tr "\\0" " " < /proc/$PPID/cmdline | /usr/bin/cut -c1-300)"'
+        shim.write_text(f'#!/bin/sh\necho {tool} {parent} >> {calls}\nexec /usr/bin/{tool} "$@"\n')
+        shim.chmod(0o755)
+    try:
+        counts = []
+        for cells in (1, 4):
+            verify(node, tmp_path / f"c{cells}", passing(cells))  # cold: builds
+            before = len(calls.read_text().splitlines()) if calls.exists() else 0
+
+            summary, _ = verify(node, tmp_path / f"c{cells}", passing(cells))
+            assert dict(summary.outcomes) == {"pass": cells}
+            # the farm's own: started by its script or runner, not by the login's ~/.bashrc
+            mine = [
+                line for line in calls.read_text().splitlines()[before:] if "@@farm" in line or "farm-runner" in line
+            ]
+            counts.append(len(mine))
+    finally:
+        for tool in tools:
+            (node.node_bin / tool).unlink()
+    per_cell = (counts[1] - counts[0]) / 3
+    if runner == "python":
+        assert per_cell == 0, counts
+    else:
+        assert per_cell >= 8, counts

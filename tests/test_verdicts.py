@@ -60,6 +60,7 @@ FORGER_RUN = (
 )
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
     """At 0f1e6ec the victim, which really fails, was judged `pass` ("fixed") on
     the second run: its cached binary was the forger's copy of a passing one."""
@@ -142,6 +143,7 @@ def test_gpus_restricts_the_cards_used(fleet_extra: dict, make_farm, tmp_path: P
     assert list(got) == [("min75", CARDS["h100"].name)] and got[("min75", CARDS["h100"].name)]["gpu_index"] == 1
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_one_kernel_at_a_time_on_each_gpu(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
     """Runs queue on the node, one lock file per GPU (flock): with 4 build slots
     and 8 cells on a node with two T4s, each GPU runs one kernel at a time, and
@@ -264,6 +266,7 @@ FORGED_STATUS_RUN = (
 )
 
 
+@pytest.mark.usefixtures("runner")  # with either node runner
 def test_a_kernel_cannot_forge_the_farms_status_line(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
     """A kernel runs as the farm's user, so it can write into the stdout of the
     shell that runs it on the node, where the farm reads its status lines. It
@@ -287,17 +290,23 @@ KILLED_SHELL_RUN = (
 )
 
 
-def test_a_kernel_that_kills_the_farms_shell_gets_no_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
-    """With the shell that would print the real status killed, the forged "exit 0"
-    is the only status line: the shell's parent says how it ended (killed), and
-    the cell is infra-error (no evidence), never `pass`."""
+def test_a_kernel_that_kills_the_farms_shell_gets_no_verdict(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """With the shell (or the python runner) that would print the real status killed,
+    the forged "exit 0" is the only status line: the shell's parent says how it ended
+    (killed), or the runner's session ends without it, and the cell is infra-error
+    (no evidence), never `pass`."""
     variants = {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=KILLED_SHELL_RUN)}
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
     config = make_farm(tmp_path, nodes, [standin_job("standin", variants)], retries=0)
     _, summary = run(config)
     row = rows(tmp_path / "results.db", summary.run_id)[("killer", "Tesla T4")]
     assert (row["outcome"], row["failed_stage"]) == ("infra-error", "run"), row["reason"]
-    assert "ended with status 137" in row["reason"] and "no evidence" in row["reason"]
+    if runner == "shell":
+        assert "ended with status 137" in row["reason"] and "no evidence" in row["reason"]
+    else:
+        assert "the session ended before the command's exit status came" in row["reason"]
     assert summary.exit_code == 4
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, processes_matching, query, standin_job, standin_variant, write_farm
+from nodes import CARDS, Fleet, processes_carrying, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INTERNAL, EXIT_UNEXPECTED, ConfigError
@@ -152,15 +152,15 @@ def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
     thread.start()
     try:
         deadline = time.monotonic() + 120
-        while len(processes_matching(f"FARM_RUN={farm_run.token}")) < 4 and time.monotonic() < deadline:
+        while len(processes_carrying(f"FARM_RUN={farm_run.token}")) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(processes_matching(f"FARM_RUN={farm_run.token}")) >= 4, "the hanging kernels never all ran"
+        assert len(processes_carrying(f"FARM_RUN={farm_run.token}")) >= 4, "the hanging kernels never all ran"
         farm_run.stop("SIGTERM")
         thread.join(60)
         assert done, "the run did not end after its stop"
     finally:
         store.close()
-    assert not processes_matching(f"FARM_RUN={farm_run.token}")
+    assert not processes_carrying(f"FARM_RUN={farm_run.token}")
     assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
     (run,) = query(tmp_path / "results.db", "SELECT status FROM runs")
     assert run["status"] == "aborted"

@@ -98,6 +98,7 @@ class NodeSnapshot:
     gpu_indexes: frozenset[int] = frozenset()  # every index nvidia-smi listed, before `gpus:` applied
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
     flock: bool = False  # util-linux's flock is there: runs queue on the node itself (stages.GpuSlots)
+    python: str | None = None  # the node's python3 (3.8 or later): cells go to noderunner.py, not to shell
     # folder -> its digest as the node computed it ("" when missing), for the folders the probe
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
@@ -191,9 +192,21 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "else echo 'error no python3 on the node to query the CUDA driver'; fi; } > \"$d/cuda\" 2>&1 &",
             "echo '@@farm flock'",
             "command -v flock || true",
+            *(
+                # the cell runner's interpreter, asked beside the slow parts
+                [
+                    # its own path, not a wrapper's (pyenv's shims are shell scripts on PATH)
+                    "python3 -I -S -c 'import sys; print(sys.executable); print(sys.version_info >= (3, 8))' "
+                    '> "$d/python" 2>/dev/null &'
+                ]
+                if node.runner == "auto"
+                else []
+            ),
             "wait",
             "echo '@@farm cuda'",
             'cat "$d/cuda"',
+            "echo '@@farm python'",
+            'cat "$d/python" 2>/dev/null',
             "echo '@@farm folders'",
             'cat "$d/folders" 2>/dev/null',
             "echo '@@farm nvcc'",
@@ -201,6 +214,12 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
         ]
     )
     return steps.replace(" &; ", " & ")  # a job sent to the background takes no ";"
+
+
+def _python(lines: list[str]) -> str | None:
+    """python3's own path, where it said it is 3.8 or later."""
+    found = [line.strip() for line in lines if line.strip()]
+    return found[0] if len(found) == 2 and found[0].startswith("/") and found[1] == "True" else None
 
 
 def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
@@ -330,6 +349,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         driver_check="\n".join(checks),
         nvcc_output="\n".join(nvcc),
         flock=bool("".join(sec.get("flock") or []).strip()),
+        python=_python(sec.get("python") or []),
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
     )

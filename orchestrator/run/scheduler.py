@@ -751,6 +751,7 @@ class FarmRun:
                         cell.kernel, cell.variant, cell.node, cell.device, names
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
+                    python=ctx.snapshot.python if transport.node.runner == "auto" else None,
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import queue
 import re
 import shlex
@@ -48,6 +49,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics
@@ -65,6 +67,18 @@ from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult, StreamScan
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline, reap
+
+# the node-side runner, sent on stdin with each plan (noderunner.py says why)
+RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
+
+
+def runner_command(python: str) -> str:
+    """The node's python3 reading the runner's source, then its plan, from stdin;
+    isolated (-I) from the login's PYTHON* variables and user site, and -S: the
+    runner needs no site packages, and starts faster without."""
+    boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
+    return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}"
+
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
@@ -260,14 +274,19 @@ def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: 
     return variant.build.format(**fields)
 
 
-def verify_inputs_script(paths: CellPaths, tag: str) -> str:
-    """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
-    digest is not the expected one, and then sets `bad=1`."""
+def input_checks(paths: CellPaths) -> list[tuple[str, Placed]]:
+    """The folders a build reads, each to be checked against its digest around it."""
     checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
     if paths.toolchain is not None:  # a shipped compiler is the farm user's, as writable as the sources
         checks.append(("toolchain", paths.toolchain))
+    return checks
+
+
+def verify_inputs_script(paths: CellPaths, tag: str) -> str:
+    """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
+    digest is not the expected one, and then sets `bad=1`."""
     parts = ["bad="]
-    for name, placed in checks:
+    for name, placed in input_checks(paths):
         folder = shlex.quote(placed.folder)
         parts.append(
             f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
@@ -321,6 +340,7 @@ class _Trip:
     state: Any = None
     clean_up: bool = False  # the cell's folder goes once its files are read
     release: bool = False  # the GPU is free once the script's own part ended
+    spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
 
 
 @dataclass
@@ -374,6 +394,7 @@ class CellPipeline:
         stopping: Callable[[], str | None] = lambda: None,
         metric_baseline: Callable[[list[str]], Mapping[str, list[float]]] = lambda _names: {},
         run_ahead: bool = True,
+        python: str | None = None,
     ) -> None:
         self.t = transport
         self.job = job
@@ -394,6 +415,8 @@ class CellPipeline:
         # the run may go out with the build (one round trip per cell); not where another cell
         # shares the build folder, since the folder's lock is held for the whole trip
         self.run_ahead = run_ahead
+        # the node's python3: a streamed trip goes to it as noderunner.py's plan, not as shell
+        self.python = python if transport.streams_output else None
         self._built_sha: str | None = None
         self.cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
@@ -425,9 +448,13 @@ class CellPipeline:
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
             tail = [self.paths.remove_run_dir()] if trip.clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
-            outcome = self.t.run_streamed(
-                "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
-            )
+            if self.python is not None and trip.spec is not None:
+                command, given = self._runner(token, [trip], together=False)
+                outcome = self.t.run_streamed(command, timeout=trip.timeout, sink=reader.feed, stdin=given)
+            else:
+                outcome = self.t.run_streamed(
+                    "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
+                )
             control = reader.finish()
             self._check_files(trip, reader, outcome)
             self.cleaned = self.cleaned or trip.clean_up
@@ -446,6 +473,30 @@ class CellPipeline:
         if trip.clean_up:
             self._clean_up()
         return outcome, outcome.stdout
+
+    def _runner(self, token: str, trips: list[_Trip], together: bool) -> tuple[str, bytes]:
+        """The command starting noderunner.py on the node, and its stdin: the
+        runner's source, then the plan. Only the bootstrap is on the command line;
+        the runner carries the run's marker (a stop kills it), not the cell's (its
+        own reap of the cell's leftovers spares it)."""
+        marker = dict(part.split("=", 1) for part in self.marker.split())
+        plan = {
+            "token": token,
+            "together": together,
+            "marker": marker,
+            "stages": [
+                {
+                    "stage": trip.stage,
+                    "spec": trip.spec,
+                    "files": [[tag, path, limit] for tag, path, limit, _ in trip.files],
+                    "clean_up": trip.clean_up,
+                }
+                for trip in trips
+            ],
+        }
+        run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
+        assert self.python is not None
+        return f"{run}{runner_command(self.python)}", RUNNER_SOURCE + json.dumps(plan).encode()
 
     def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
         missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
@@ -537,8 +588,11 @@ class CellPipeline:
         sent = datetime.now(UTC)
         error: InfraError | None = None
         outcome = CommandResult("", -1, "", "", 0.0)
+        given = b""
+        if self.python is not None and all(trip.spec is not None for trip in trips):
+            script, given = self._runner(token, trips, together=True)
         try:
-            outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
+            outcome = self.t.run_streamed(script, timeout=deadline, sink=feed, stdin=given)
             control = reader.finish()
         except InfraError as err:
             error, control = err, reader.control
@@ -682,7 +736,7 @@ class CellPipeline:
                 if runs and self.run_ahead and self.gpu_slots.on_node:
                     # queued on the node's GPU lock from the start: the build is not held up by it
                     self._hold_gpu()
-                    self._plan_ahead = lambda: [self._inspect_trip(), self._run_trip('"$farm_sha"')]
+                    self._plan_ahead = lambda: [self._inspect_trip(), self._run_trip(None)]
                 else:  # a GPU the farm has to wait for is not held through a build
                     self._plan_ahead = lambda: [self._inspect_trip()]
             built = self._stage("build", self._build) and ev.build_exit == 0
@@ -784,6 +838,17 @@ class CellPipeline:
             limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
             [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
             state=log,
+            spec={
+                "reuse": reuse,
+                "recorded": recorded or "none",
+                "build_dir": self.paths.build_dir,
+                "binary": self.paths.binary,
+                "run_dir": self.paths.run_dir,
+                "private": self.paths.private_binary,
+                "command": command,
+                "limit": limit,
+                "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
+            },
         )
 
     def _build(self) -> str:
@@ -883,14 +948,15 @@ class CellPipeline:
         kit = self.paths.toolchain
         # the disassembler of a shipped toolkit is the farm user's, writable by any kernel: checked
         # right before it speaks for the binary (as the compiler is around each build)
-        kit_check = (
+        kit_check = kit is not None and self.cuobjdump.startswith(kit.folder + "/")
+        kit_shell = (
             f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
             f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
-            if kit is not None and self.cuobjdump.startswith(kit.folder + "/")
+            if kit is not None and kit_check
             else ""
         )
         script = (
-            f"{kit_check}cd {bdir} && "
+            f"{kit_shell}cd {bdir} && "
             f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
             f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
@@ -904,6 +970,16 @@ class CellPipeline:
             state=dump,
             # a compile-only cell ends here: its folder goes in the same round trip
             clean_up=self.result.expectation.outcome.value == "compile-only",
+            spec={
+                "kit": [kit.folder, kit.digest] if kit_check else None,
+                "run_dir": self.paths.run_dir,
+                "private": self.paths.private_binary,
+                "command": command,
+                "limit": int(INSPECT_TIMEOUT),
+                "cuobjdump": self.cuobjdump if cuda else None,
+                "instructions": dict(self.variant.instructions),
+                "sass_limit": SASS_LIMIT,
+            },
         )
 
     def _inspected(self, text: str, dump: bytearray) -> str:
@@ -943,13 +1019,14 @@ class CellPipeline:
     # run ------------------------------------------------------------------
     def _run(self) -> str:
         try:
-            trip, outcome, text = self._go("run", lambda: self._run_trip(shlex.quote(self._built_sha or "")))
+            trip, outcome, text = self._go("run", lambda: self._run_trip(self._built_sha or ""))
         finally:
             self._release()
         return self._ran(trip, outcome, text)
 
-    def _run_trip(self, expected: str) -> _Trip:
-        """The run's trip; `expected` is the shell word the cell's copy must hash to."""
+    def _run_trip(self, expected: str | None) -> _Trip:
+        """The run's trip; `expected` is the sha256 the cell's copy must hash to
+        (None: the one the node's build gate took, in a trip with the build)."""
         limit = int(self.variant.timeout or self.job.spec.timeout)
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
@@ -960,8 +1037,9 @@ class CellPipeline:
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
         wait, queue_on_node = self._queue_on_node(gpu)
+        word = '"$farm_sha"' if expected is None else q(expected)
         script = (
-            f"{self._binary_check(expected)}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            f"{self._binary_check(word)}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
@@ -979,6 +1057,16 @@ class CellPipeline:
             state=(stdout, stderr, gpu, wait, limit, time.monotonic()),
             clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
             release=True,  # the GPU is free once the kernel is gone; its output needs none
+            spec={
+                "private": copy,
+                "expected": expected,
+                "lock": self._gpu_lock(gpu) if queue_on_node else None,
+                "wait": wait,
+                "run_dir": rdir,
+                "command": command,
+                "limit": limit,
+                "gpu": gpu.uuid if gpu is not None else None,
+            },
         )
 
     def _ran(self, trip: _Trip, outcome: CommandResult, text: str) -> str:
@@ -1037,11 +1125,14 @@ class CellPipeline:
         # the runs ahead are bounded by their own limits; a lock held past them is another
         # farm's or a stuck kernel's, and waiting longer would only stretch a dead node's timeout
         wait = int(self._ahead) + QUEUE_SLACK
-        lock = shlex.quote(f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock")
+        lock = shlex.quote(self._gpu_lock(gpu))
         return wait, (
             f"q0=$(date +%s%N); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
             f'{{ echo "@@farm gpu-wait-failed $q0 $(date +%s%N)"; exit 0; }}; '
         )
+
+    def _gpu_lock(self, gpu: Gpu) -> str:
+        return f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock"
 
     def _check_started(self, text: str, gpu: Gpu | None, wait: int) -> None:
         altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)

@@ -137,15 +137,18 @@ class Transport(ABC):
         self._require_open("run")
         return self._run(self._with_env(command), timeout)
 
-    def run_streamed(self, command: str, *, timeout: float | Deadline, sink: Callable[[bytes], None]) -> CommandResult:
+    def run_streamed(
+        self, command: str, *, timeout: float | Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> CommandResult:
         """Like run(), but stdout goes to `sink` in chunks as it arrives (the
-        result's stdout is empty). Only where `streams_output`. A Deadline may be
-        moved on by the caller while the command runs."""
+        result's stdout is empty), and `stdin` is the command's whole standard
+        input. Only where `streams_output`. A Deadline may be moved on by the
+        caller while the command runs."""
         self._require_open("run_streamed")
         if not self.streams_output:
             raise TypeError(f"{type(self).__name__} cannot stream a command's output")
         deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
-        return self._run_streamed(self._with_env(command), deadline, sink)
+        return self._run_streamed(self._with_env(command), deadline, sink, stdin)
 
     def stop_run(self, token: str, timeout: float) -> int:
         """Kill everything the farm run `token` started on this node, whatever
@@ -186,7 +189,9 @@ class Transport(ABC):
     @abstractmethod
     def _run(self, command: str, timeout: float) -> CommandResult: ...
 
-    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(
+        self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> CommandResult:
         raise TypeError(f"{type(self).__name__} cannot stream a command's output")
 
     @abstractmethod

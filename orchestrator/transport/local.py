@@ -63,14 +63,18 @@ class LocalTransport(Transport):
             seconds=result.seconds,
         )
 
-    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(
+        self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> CommandResult:
         start = time.monotonic()
-        with tempfile.TemporaryFile() as err:
+        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as given:
+            given.write(stdin)  # from a file: a command that never reads it cannot block the farm
+            given.seek(0)
             proc = subprocess.Popen(
                 ["sh", "-c", command],
                 cwd=self._home,
                 env=self._env,
-                stdin=subprocess.DEVNULL,
+                stdin=given if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,

@@ -226,7 +226,9 @@ class SSHTransport(Transport):
             seconds=result.seconds,
         )
 
-    def _run_streamed(self, command: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
+    def _run_streamed(
+        self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
+    ) -> CommandResult:
         # A channel of its own, read as it arrives: SSH's window is the flow
         # control, so a command printing 100 MB streams with one chunk in memory.
         start = time.monotonic()
@@ -239,6 +241,9 @@ class SSHTransport(Transport):
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
                 channel.exec_command(command)
+                if stdin:  # within the channel's window (2 MiB): sent whole before any output is read
+                    channel.sendall(stdin)
+                channel.shutdown_write()
                 while True:
                     left = deadline.left()
                     if left <= 0:

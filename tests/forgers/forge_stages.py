@@ -2,32 +2,19 @@
 farm's own command output, everything later stages of the cell would send (their
 control frames, the disassembly, the kernel's stdout and stderr, and the line
 that says which stages ran), with the command's frame token read from its
-cmdline; the caller then makes the real build fail, so the node never starts them.
+cmdline (or the runner's memory: farm_channel.py); the caller then makes the
+real build fail, so the node never starts them.
 
 FORGE_CLOCK: a section clock of that many digits instead of a plausible one.
 """
 
 import os
-import re
 import time
-from pathlib import Path
 
+from farm_channel import outer, token
 
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-pid, outer = os.getpid(), None
-while pid > 1:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        break
-    if b"@@farm section build" in cmd:
-        outer = pid  # the topmost: the login shell, whose stdout is the SSH channel
-    pid = parent(pid)
-cmd = Path(f"/proc/{outer}/cmdline").read_bytes()
-token = re.search(rb"' ([0-9a-f]{12}) log ", cmd).group(1).decode()
+token = token(os.getpid())
+pid = outer(os.getpid())
 sha = "ab" * 32
 ns = time.time_ns()
 clock = "9" * int(os.environ.get("FORGE_CLOCK", "0")) or str(ns)
@@ -47,5 +34,5 @@ run = f"@@farm ns {ns} {ns} {ns + 1000}\n@@farm checked {sha}\n@@farm 0\n@@farm 
 out += frame("ctl-run", run.encode())
 out += frame("stdout", b"standin: PASS\n") + frame("stderr", b"")
 out += b"@@farm ran build inspect run\n"
-with open(f"/proc/{outer}/fd/1", "wb") as channel:
+with open(f"/proc/{pid}/fd/1", "wb") as channel:
     channel.write(out)

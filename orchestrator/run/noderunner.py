@@ -1,0 +1,501 @@
+"""The node-side cell runner: a cell's stages in one python3 process on the node.
+
+Never imported by the farm. Its source is sent on the command's stdin each time
+it is used, with the cell's plan after it (`python3 -I -S -c BOOTSTRAP`), so it
+is never a file on the node that a kernel of the same user could rewrite, and
+the plan's frame token is in no process's command line or environment.
+
+It prints exactly what stages.py's shell scripts print, status lines and
+frames alike, and the farm reads both with the same parsers: this is the same
+protocol, spoken by one process instead of about fifty short ones (hashes,
+copies, clocks, frames and the /proc scan for leftovers are done here, not by
+sha256sum, cp, date, head and grep). The commands the farm user wrote (build,
+inspect, run) still go to `sh -c`, under the same timeouts and process-group
+kills as the shell's `timeout -k`.
+
+Standard library only, Python 3.8 or later (the probe checks the version).
+"""
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+OUT = sys.stdout.buffer
+KILL_GRACE = 5
+
+
+def now() -> int:
+    return time.time_ns()
+
+
+def sha_of(path):
+    """The file's sha256, or "" where `sha256sum < path` would print nothing."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def folder_digest(folder):
+    """What config/inputs.py's FOLDER_DIGEST_SH prints for the folder ("" where it
+    is missing): the sorted listing of every entry that is not a folder, then
+    sha256sum's line for every regular file, hashed together."""
+    if not os.path.isdir(folder):
+        return ""
+    entries = []
+
+    def walk(path, rel):
+        try:
+            listing = os.scandir(path)
+        except OSError:
+            return  # find says so on stderr and goes on
+        with listing:
+            for entry in listing:
+                name = rel + b"/" + entry.name
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_file = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    is_dir = is_file = False
+                if is_dir:
+                    walk(entry.path, name)
+                else:
+                    entries.append((name, is_file, entry.path))
+
+    walk(os.fsencode(folder), b".")
+    entries.sort()
+    text = bytearray()
+    for name, _, _ in entries:
+        text += name + b"\n"
+    for name, is_file, path in entries:
+        if not is_file:
+            continue
+        digest = sha_of(path)
+        if not digest:
+            continue  # unreadable: sha256sum prints no line for it
+        if b"\\" in name or b"\n" in name:
+            text += b"\\" + digest.encode() + b"  " + name.replace(b"\\", b"\\\\").replace(b"\n", b"\\n") + b"\n"
+        else:
+            text += digest.encode() + b"  " + name + b"\n"
+    return hashlib.sha256(bytes(text)).hexdigest()
+
+
+def remove(path):
+    """rm -rf: True when nothing is left at `path`."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    except OSError:
+        return False
+    return not os.path.lexists(path)
+
+
+def take_copy(binary, run_dir, private):
+    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work && cp BINARY PRIVATE."""
+    if not remove(run_dir):
+        return False
+    try:
+        os.makedirs(os.path.join(run_dir, "work"), exist_ok=True)
+        shutil.copy(binary, private)
+    except (OSError, shutil.Error):
+        return False
+    return True
+
+
+def kill_group(pid, sig):
+    with contextlib.suppress(OSError):
+        os.killpg(pid, sig)
+
+
+def guarded(command, limit, cwd, stdout, stderr, env):
+    """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
+    process group; returns what $rc would hold."""
+    try:
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    except OSError:
+        return 127
+    try:
+        code = proc.wait(timeout=limit)
+        code = code if code >= 0 else 128 - code
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=KILL_GRACE)
+            code = 124
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = 137
+    kill_group(proc.pid, signal.SIGKILL)
+    return code
+
+
+def reap(variable, value):
+    """SIGKILL every process this login may read whose environment holds
+    VARIABLE=VALUE (this runner carries none); how many."""
+    if value is None:
+        return None
+    wanted = (variable + "=" + value).encode()
+    me = os.getpid()
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open("/proc/" + name + "/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
+class Late(Exception):
+    pass
+
+
+def _late(_signum, _frame):
+    raise Late()
+
+
+def lock_within(fd, seconds):
+    """flock -w SECONDS on an open descriptor: True once it is held."""
+    import fcntl
+
+    previous = signal.signal(signal.SIGALRM, _late)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    except Late:
+        return False
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Stage:
+    """One stage's control text, as the shell's `out=$( ... )` would hold it."""
+
+    def __init__(self):
+        self.text = bytearray()
+
+    def say(self, line):
+        self.text += line.encode("utf-8", "surrogateescape") + b"\n"
+
+    def raw(self, data):
+        self.text += data
+
+    def framed(self):
+        """The text as `printf '%s\\n' "$out"` prints it: trailing newlines cut, one added."""
+        return bytes(self.text).rstrip(b"\n") + b"\n"
+
+
+def open_or_none(path, mode="wb"):
+    try:
+        return open(path, mode)
+    except OSError:
+        return None
+
+
+def verify(out, checks, tag):
+    bad = False
+    for name, folder, digest in checks:
+        got = folder_digest(folder)
+        if got != digest:
+            out.say(f"@@farm {tag} {name} {got or 'missing'}")
+            bad = True
+    return bad
+
+
+def build(out, spec, env, _ahead):
+    bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
+    if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
+        got = sha_of(private) if take_copy(binary, run_dir, private) else ""
+        if got and got == spec["recorded"]:
+            out.say("@@farm cached " + got)
+            return
+        out.say("@@farm cache-mismatch " + (got or "none"))
+    if verify(out, spec["inputs"], "altered"):
+        return
+    if not remove(bdir):
+        return
+    try:
+        os.makedirs(bdir, exist_ok=True)
+    except OSError:
+        return
+    log = open_or_none(os.path.join(bdir, "build.log"))
+    if log is None:
+        code = 1
+    else:
+        with log:
+            code = guarded(spec["command"], spec["limit"], bdir, log, subprocess.STDOUT, env)
+    bad = verify(out, spec["inputs"], "altered-during")
+    if code == 0:
+        out.say("@@farm built " + sha_of(binary))
+        if not bad:
+            marked = open_or_none(os.path.join(bdir, ".farm-built"), "ab")
+            if marked is not None:
+                marked.close()
+                if take_copy(binary, run_dir, private):
+                    out.say("@@farm copy " + sha_of(private))
+    else:
+        remove(run_dir)
+    out.say(f"@@farm rc={code}")
+
+
+def inspect(out, spec, env, _ahead):
+    kit = spec.get("kit")
+    if kit:
+        got = folder_digest(kit[0])
+        if got != kit[1]:
+            out.say("@@farm toolkit-altered " + (got or "missing"))
+            return
+    run_dir, private = spec["run_dir"], spec["private"]
+    if os.path.isdir(run_dir):
+        dump = open_or_none(os.path.join(run_dir, "inspect.txt"))
+        errors = open_or_none(os.path.join(run_dir, "inspect.err"))
+        code = 1
+        if dump is not None and errors is not None:
+            code = guarded(spec["command"], spec["limit"], run_dir, dump, errors, env)
+        for handle in (dump, errors):
+            if handle is not None:
+                handle.close()
+        out.say(f"@@farm rc={code}")
+    else:
+        out.say("@@farm rc=")
+    out.say("@@farm sha")
+    digest = sha_of(private)
+    if digest:
+        out.say(digest)
+    if spec.get("cuobjdump"):
+        for kind in ("elf", "ptx"):
+            out.say("@@farm " + kind)
+            try:
+                listed = subprocess.run(
+                    [spec["cuobjdump"], "--list-" + kind, private],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    timeout=spec["limit"],
+                ).stdout
+            except (OSError, subprocess.SubprocessError) as err:
+                listed = f"{spec['cuobjdump']}: {err}\n".encode()
+            out.raw(listed)
+
+
+def run(out, spec, env, ahead):
+    private = spec["private"]
+    expected = spec["expected"] if spec["expected"] is not None else ahead.get("sha", "")
+    got = sha_of(private)
+    if got != expected:
+        out.say("@@farm binary-altered " + (got or "missing"))
+        return
+    queued = None
+    lock = None
+    if spec.get("lock"):
+        queued = now()
+        try:
+            lock = os.open(spec["lock"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            lock = None
+        if lock is None or not lock_within(lock, spec["wait"]):
+            out.say(f"@@farm gpu-wait-failed {queued} {now()}")
+            if lock is not None:
+                os.close(lock)
+            return
+    try:
+        run_dir = spec["run_dir"]
+        work = os.path.join(run_dir, "work")
+        if not os.path.isdir(work):
+            return
+        env = dict(env)
+        if spec.get("gpu"):
+            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
+        stdout = open_or_none(os.path.join(run_dir, "stdout"))
+        stderr = open_or_none(os.path.join(run_dir, "stderr"))
+        started = now()
+        code = 1
+        if stdout is not None and stderr is not None:
+            code = guarded(spec["command"], spec["limit"], work, stdout, stderr, env)
+        ended = now()
+        for handle in (stdout, stderr):
+            if handle is not None:
+                handle.close()
+        left = reap("FARM_CELL", ahead["cell"])
+        if left is not None:
+            out.say(f"@@farm leftover {left}")
+        out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
+        out.say("@@farm checked " + got)
+        out.say(f"@@farm {code}")
+    finally:
+        if lock is not None:
+            os.close(lock)  # the GPU is free: the kernel and its leftovers are gone
+
+
+STAGES = {"build": build, "inspect": inspect, "run": run}
+
+
+def frame(token, tag, path, limit):
+    """A file's first `limit` bytes as frames.py's emit() sends them (a missing
+    or not regular file is an empty frame: nothing blocks on a FIFO)."""
+    handle = None
+    size = 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        handle = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        size = min(info.st_size, limit) if stat.S_ISREG(info.st_mode) else 0
+    except OSError:
+        size = 0
+    OUT.write(f"\n@@farm-frame {token} {tag} {size}\n".encode())
+    left = size
+    if handle is not None:
+        with handle:
+            while left > 0:
+                try:
+                    block = handle.read(min(left, 1 << 20))
+                except OSError:
+                    block = b""
+                if not block:
+                    break
+                OUT.write(block)
+                left -= len(block)
+    while left > 0:  # a file that shrank while it was read is padded: the stream cannot shift
+        pad = min(left, 1 << 20)
+        OUT.write(b"\0" * pad)
+        left -= pad
+    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
+
+
+def remove_cell(run_dir):
+    remove(run_dir)
+    node_dir = os.path.dirname(run_dir)
+    for folder in (node_dir, os.path.dirname(node_dir)):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def first(pattern, text):
+    found = re.search(pattern, text, re.M)
+    return found.group(1) if found else None
+
+
+def gate(name, text, spec, ahead):
+    """Whether the next stage goes on, read as stages.py's shell gate reads it."""
+    text = text.decode("utf-8", "replace")
+    if name == "build":
+        sha = first(r"^@@farm cached ([0-9a-f]{64})$", text)
+        if sha is None:
+            built = first(r"^@@farm built ([0-9a-f]{64})$", text)
+            copy = first(r"^@@farm copy ([0-9a-f]{64})$", text)
+            sha = built if built is not None and built == copy else None
+        ahead["sha"] = sha or ""
+        return sha is not None
+    if first(r"^(@@farm rc=.*)$", text) != "@@farm rc=0":
+        return False
+    try:
+        with open(os.path.join(spec["run_dir"], "inspect.txt"), "rb") as handle:
+            dump = handle.read(spec["sass_limit"]).decode("utf-8", "replace")
+    except OSError:
+        dump = ""
+    for mnemonic, needed in spec["instructions"].items():
+        found = len(re.findall(r"(?<![\w.])" + re.escape(mnemonic) + r"(?!\w)", dump))
+        if found < needed:
+            return False
+    return True
+
+
+def stage_text(name, spec, env, ahead):
+    """The stage's control text, ending with the status the shell's `_wrap` prints."""
+    out = Stage()
+    try:
+        STAGES[name](out, spec, env, ahead)
+        out.say("@@farm end 0")
+    except Exception as err:  # a fault of the runner's own is no evidence: the farm is told
+        sys.stderr.write(f"farm runner: {name} stage: {err!r}\n")
+        left = reap("FARM_CELL", ahead["cell"])
+        if left is not None:
+            out.say(f"@@farm reaped {left}")
+        out.say("@@farm end 1")
+    return out
+
+
+def main():
+    plan = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    sys.stdin.close()
+    token = plan["token"]
+    env = dict(os.environ)
+    env.pop("FARM_RUN", None)
+    env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
+    ahead = {"cell": plan["marker"].get("FARM_CELL")}
+    stages = plan["stages"]
+    if not plan["together"]:
+        stage = stages[0]
+        out = stage_text(stage["stage"], stage["spec"], env, ahead)
+        OUT.write(out.framed())
+        for tag, path, limit in stage["files"]:
+            frame(token, tag, path, limit)
+        if stage.get("clean_up"):
+            remove_cell(stage["spec"]["run_dir"])
+        OUT.flush()
+        return
+    ran = []
+    for index, stage in enumerate(stages):
+        name = stage["stage"]
+        OUT.write(f"@@farm section {name} {now()}\n".encode())
+        OUT.flush()  # the farm moves its deadline on as each stage starts
+        ran.append(name)
+        out = stage_text(name, stage["spec"], env, ahead)
+        text = out.framed()
+        OUT.write(f"\n@@farm-frame {token} ctl-{name} {len(text)}\n".encode())
+        OUT.write(text)
+        OUT.write((f"\n@@farm-frame-end {token} ctl-{name}\n").encode())
+        OUT.write(f"@@farm section-end {name} {now()}\n".encode())
+        OUT.flush()
+        for tag, path, limit in stage["files"]:
+            frame(token, tag, path, limit)
+        if index == len(stages) - 1:
+            if stage.get("clean_up"):
+                remove_cell(stage["spec"]["run_dir"])
+            break
+        ended = out.text.rstrip(b"\n").rsplit(b"\n", 1)[-1] == b"@@farm end 0"
+        if not (ended and gate(name, out.text, stage["spec"], ahead)):
+            break
+    if "run" not in ran:
+        left = reap("FARM_CELL", ahead["cell"])
+        if left is not None:
+            OUT.write(b"@@farm swept %d\n" % left)
+    OUT.write(("@@farm ran" + "".join(" " + name for name in ran) + "\n").encode())
+    OUT.flush()
+
+
+if __name__ == "__main__":
+    main()

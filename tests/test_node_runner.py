@@ -1,0 +1,130 @@
+"""The node-side cell runner (orchestrator/run/noderunner.py) speaks the shell
+scripts' protocol: the same digests, frames and verdicts, with either runner.
+
+The folder digest is what decides whether staged sources, dependencies and a
+shipped toolkit are the farm's own: the runner's must equal the shell's (and the
+farm's) on awkward folders, or every build would be refused, or worse, accepted
+on the wrong bytes. What a build or an inspection does to its own inputs is
+caught by both runners, on real sshd nodes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from nodes import Fleet, query, standin_job, standin_variant, write_farm
+
+from orchestrator.config.farm import load_farm
+from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
+from orchestrator.plan import plan_cells
+from orchestrator.run import noderunner
+from orchestrator.run.probe import _python
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
+
+MIN75 = {"min": "7.5"}
+
+
+def shell_digest(folder: Path) -> str:
+    return subprocess.run(
+        ["sh", "-c", f"cd '{folder}' && {FOLDER_DIGEST_SH}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_the_runners_folder_digest_is_the_shells(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "empty-dir").mkdir()
+    (tree / "a" / "b" / "deep.h").write_text("#pragma once\n")
+    (tree / "a" / "x.cu").write_bytes(bytes(range(256)))
+    (tree / "sp ace.txt").write_text("space\n")
+    (tree / "back\\slash").write_text("escaped by sha256sum\n")
+    (tree / "A-upper").write_text("sorts before a\n")
+    (tree / "zero").write_bytes(b"")
+    os.symlink("a/x.cu", tree / "link-to-file")
+    os.symlink("a", tree / "link-to-dir")
+    assert noderunner.folder_digest(str(tree)) == shell_digest(tree)
+    # a folder of regular files only: the farm's own computation, from the hashes it shipped
+    plain = tmp_path / "plain"
+    (plain / "include" / "cute").mkdir(parents=True)
+    for rel, text in {"include/cute/t.hpp": "t", "include/a.h": "a", "B.h": "b", "z": ""}.items():
+        (plain / rel).write_text(text)
+    files = {str(p.relative_to(plain)): file_sha256(p) for p in plain.rglob("*") if p.is_file()}
+    assert noderunner.folder_digest(str(plain)) == files_digest(files) == shell_digest(plain)
+    assert noderunner.folder_digest(str(tmp_path / "missing")) == ""
+    # one byte changed is another digest
+    (plain / "z").write_text("!")
+    assert noderunner.folder_digest(str(plain)) != files_digest(files)
+
+
+def test_a_frame_of_a_fifo_or_a_missing_file_is_empty_and_never_blocks(tmp_path: Path, monkeypatch) -> None:
+    out = io.BytesIO()
+    monkeypatch.setattr(noderunner, "OUT", out)
+    fifo = tmp_path / "stdout"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (noderunner.frame("0123456789ab", "stdout", str(fifo), 100), done.set()), daemon=True
+    )
+    thread.start()
+    assert done.wait(5), "a FIFO in place of the kernel's stdout held the runner"
+    noderunner.frame("0123456789ab", "stderr", str(tmp_path / "missing"), 100)
+    (tmp_path / "big").write_bytes(b"x" * 300)
+    noderunner.frame("0123456789ab", "log", str(tmp_path / "big"), 100)
+    assert out.getvalue() == (
+        b"\n@@farm-frame 0123456789ab stdout 0\n\n@@farm-frame-end 0123456789ab stdout\n"
+        b"\n@@farm-frame 0123456789ab stderr 0\n\n@@farm-frame-end 0123456789ab stderr\n"
+        b"\n@@farm-frame 0123456789ab log 100\n" + b"x" * 100 + b"\n@@farm-frame-end 0123456789ab log\n"
+    )
+
+
+def test_the_probe_takes_python3_only_at_38_and_by_its_own_path() -> None:
+    assert _python(["/usr/bin/python3.12", "True"]) == "/usr/bin/python3.12"
+    assert _python(["/usr/bin/python3.6", "False"]) is None
+    assert _python([]) is None  # no python3 on the node: the shell scripts
+    assert _python(["python3", "True"]) is None  # not a path the farm can start again
+
+
+def verify(fleet: Fleet, root: Path, variants: dict[str, dict[str, object]]) -> list[sqlite3.Row]:
+    farm_file = write_farm(
+        root, {"t4": fleet["t4"].farm_entry(root / "work")}, [standin_job("standin", variants)], retries=0
+    )
+    farm = load_farm(farm_file)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=root / "cache")
+    finally:
+        store.close()
+    found = {
+        r["variant"]: r for r in query(root / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    }
+    return [found[name] for name in variants]
+
+
+@pytest.mark.usefixtures("runner")
+def test_inputs_changed_while_nvcc_ran_and_a_binary_changed_in_inspection_get_no_verdict(
+    ssh_fleet: Fleet, tmp_path: Path
+) -> None:
+    """A build that appends to its own staged source, and an inspection that rewrites
+    the cell's copy of the binary after it disassembled it: neither cell can be
+    judged (infra-error, at its stage), and neither binary is remembered as built."""
+    build = "g++ -O1 -DMODE_PASS -DMIN_CC=75 -o {binary} {sources} && echo '// changed' >> {sources}"
+    # each in a farm of its own: the changed source is every build's of its farm
+    (during,) = verify(ssh_fleet, tmp_path / "a", {"during": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)})
+    rewrite = "objdump -d {binary} && echo x >> {binary}"
+    variants = {
+        "inspect": standin_variant("PASS", MIN75, "MIN_CC=75", inspect=rewrite),
+        "good": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    }
+    inspect, good = verify(ssh_fleet, tmp_path / "b", variants)
+    assert (during["outcome"], during["failed_stage"]) == ("infra-error", "build"), during["reason"]
+    assert "inputs changed on the node while nvcc ran (sources)" in during["reason"]
+    assert (inspect["outcome"], inspect["failed_stage"]) == ("infra-error", "inspect"), inspect["reason"]
+    assert "inspection" in inspect["reason"]
+    assert good["outcome"] == "pass"
