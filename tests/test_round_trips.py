@@ -215,7 +215,11 @@ def test_the_python_runner_runs_a_cell_without_helper_processes(node: SshNode, t
         for tool in tools:
             (node.node_bin / tool).unlink()
     per_cell = (counts[1] - counts[0]) / 3
+    (snapshot,) = query(tmp_path / "c4" / "results.db", "SELECT runner FROM node_snapshots WHERE run_id = 2")
     if runner == "python":
         assert per_cell == 0, counts
+        # the interpreter itself, not a wrapper on PATH; said on the node's page
+        assert snapshot["runner"].startswith("python3 /") and "shims" not in snapshot["runner"], snapshot["runner"]
     else:
         assert per_cell >= 8, counts
+        assert snapshot["runner"] == "shell"

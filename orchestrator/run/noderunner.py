@@ -18,9 +18,8 @@ Standard library only, Python 3.8 or later (the probe checks the version).
 
 import contextlib
 import hashlib
-import json
+import marshal
 import os
-import re
 import shutil
 import signal
 import stat
@@ -403,34 +402,52 @@ def remove_cell(run_dir):
             os.rmdir(folder)
 
 
-def first(pattern, text):
-    found = re.search(pattern, text, re.M)
-    return found.group(1) if found else None
+HEX = frozenset("0123456789abcdef")
+
+
+def first_sha(kind, lines):
+    """The first line `@@farm KIND SHA` (64 hex digits): its SHA, or None."""
+    prefix = "@@farm " + kind + " "
+    for line in lines:
+        rest = line[len(prefix) :] if line.startswith(prefix) else ""
+        if len(rest) == 64 and HEX.issuperset(rest):
+            return rest
+    return None
+
+
+def count(dump, name):
+    """stages.count_instructions without `re`: NAME not after a word character or a
+    dot, nor before a word character (str.isalnum() and "_" are re's \\w)."""
+    found, at, size = 0, dump.find(name), len(name)
+    while at >= 0:
+        before = dump[at - 1] if at else " "
+        after = dump[at + size] if at + size < len(dump) else " "
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+            found += 1
+            at = dump.find(name, at + size)
+        else:
+            at = dump.find(name, at + 1)
+    return found
 
 
 def gate(name, text, spec, ahead):
     """Whether the next stage goes on, read as stages.py's shell gate reads it."""
-    text = text.decode("utf-8", "replace")
+    lines = text.decode("utf-8", "replace").split("\n")
     if name == "build":
-        sha = first(r"^@@farm cached ([0-9a-f]{64})$", text)
+        sha = first_sha("cached", lines)
         if sha is None:
-            built = first(r"^@@farm built ([0-9a-f]{64})$", text)
-            copy = first(r"^@@farm copy ([0-9a-f]{64})$", text)
+            built, copy = first_sha("built", lines), first_sha("copy", lines)
             sha = built if built is not None and built == copy else None
         ahead["sha"] = sha or ""
         return sha is not None
-    if first(r"^(@@farm rc=.*)$", text) != "@@farm rc=0":
+    if next((line for line in lines if line.startswith("@@farm rc=")), None) != "@@farm rc=0":
         return False
     try:
         with open(os.path.join(spec["run_dir"], "inspect.txt"), "rb") as handle:
             dump = handle.read(spec["sass_limit"]).decode("utf-8", "replace")
     except OSError:
         dump = ""
-    for mnemonic, needed in spec["instructions"].items():
-        found = len(re.findall(r"(?<![\w.])" + re.escape(mnemonic) + r"(?!\w)", dump))
-        if found < needed:
-            return False
-    return True
+    return all(count(dump, mnemonic) >= needed for mnemonic, needed in spec["instructions"].items())
 
 
 def stage_text(name, spec, env, ahead):
@@ -449,7 +466,7 @@ def stage_text(name, spec, env, ahead):
 
 
 def main():
-    plan = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    plan = marshal.loads(sys.stdin.buffer.read())
     sys.stdin.close()
     token = plan["token"]
     env = dict(os.environ)

@@ -103,6 +103,14 @@ class NodeSnapshot:
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
 
+    def runner_python(self, node: NodeSpec) -> str | None:
+        """The python3 that runs this node's cell stages (noderunner.py), or None: the
+        shell scripts. Slurm's commands come back through srun as text, not streamed:
+        always the shell there."""
+        if node.runner != "auto" or node.transport == "slurm":
+            return None
+        return self.python
+
     @property
     def real_gpu(self) -> bool:
         """Some GPU of the node is confirmed by the driver (see the module's

@@ -536,7 +536,9 @@ class FarmRun:
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     self._check_cards(setup.name, node, snapshot)
-                    detail = ""
+                    # who runs the cells' stages there: said on every cell's page
+                    python = snapshot.runner_python(node)
+                    detail = f"stages run by {python} (noderunner.py)" if python else "stages run by the node's shell"
                 else:
                     if needs is None:
                         assert needs_error is not None
@@ -751,7 +753,7 @@ class FarmRun:
                         cell.kernel, cell.variant, cell.node, cell.device, names
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
-                    python=ctx.snapshot.python if transport.node.runner == "auto" else None,
+                    python=ctx.snapshot.runner_python(transport.node),
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned

@@ -83,6 +83,7 @@ class SnapshotRecord(_Record):
     smi_output: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)  # [{index, uuid, name, cc, memory, verified, check}]
     driver_check: str | None = None
+    runner: str | None = None  # who ran the cells' stages: "python3 PATH" (noderunner.py) or "shell"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +219,7 @@ def snapshot_record(
             for g in (s.gpus if s else ())
         ],
         driver_check=s.driver_check if s else None,
+        runner=None if s is None else f"python3 {python}" if (python := s.runner_python(node)) else "shell",
     )
 
 

@@ -83,6 +83,7 @@ class NodeSnapshotRow(Base):
     # every usable GPU: [{index, uuid, name, cc, memory, verified, check}] (0004)
     gpus: Mapped[list[Any]] = mapped_column(JSON, default=list)
     driver_check: Mapped[str | None] = mapped_column(Text, nullable=True)  # nvidia-smi vs the driver, in words
+    runner: Mapped[str | None] = mapped_column(Text, nullable=True)  # "python3 PATH" or "shell" (0010)
     run: Mapped[Run] = relationship(back_populates="snapshots")
 
 
