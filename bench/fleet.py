@@ -389,9 +389,16 @@ def main() -> int:
     ap.add_argument(
         "--runner", choices=["auto", "shell"], default="auto", help="each node's runner: its python3, or shell"
     )
+    ap.add_argument(
+        "--hide-driver",
+        action="store_true",
+        help="on a GPU machine, as root: each node's sshd in a mount namespace without /dev/nvidia* (no CUDA query)",
+    )
     ap.add_argument("--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' for none)")
     args = ap.parse_args()
     os.environ["FARM_TEST_RUNNER"] = args.runner  # tests/nodes.py puts it into every node's entry
+    if args.hide_driver:
+        os.environ["FARM_TEST_HIDE_DRIVER"] = "1"
     if not os.access(NVCC, os.X_OK):
         print(f"error: no nvcc on PATH (nor {NVCC}): the nodes' probe needs one", file=sys.stderr)
         return 2
@@ -631,7 +638,7 @@ def main() -> int:
     print(f"command: {' '.join(shlex.quote(a) for a in sys.argv)}; user {getpass.getuser()}")
     print(
         f"jobs per node {k}, build {b} s, run {r} s, build_jobs {args.build_jobs}, 1 GPU per node, "
-        f"node runner {args.runner}"
+        f"node runner {args.runner}" + (", NVIDIA driver hidden from the nodes" if args.hide_driver else "")
     )
     print(f"load average at the end: {os.getloadavg()}")
     print()

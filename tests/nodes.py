@@ -199,8 +199,12 @@ class SshNode:
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation
         self._log_handle = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
+        command = [SSHD, "-D", "-e", "-f", str(self.config)]
+        if os.environ.get("FARM_TEST_HIDE_DRIVER") and os.geteuid() == 0:
+            # bench/fleet.py --hide-driver: a stand-in node on a GPU machine sees no NVIDIA driver
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_DRIVER, "sh", *command]
         self.proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.config)],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle,
             stderr=subprocess.STDOUT,
@@ -315,6 +319,18 @@ class Fleet:
     def stop(self) -> None:
         for node in self.nodes.values():
             node.stop()
+
+
+# a /dev of its own for a node's sshd (in its own mount namespace): the usual devices, no nvidia*
+HIDE_DRIVER = """set -e
+mount -t tmpfs -o mode=755 farm-dev /dev
+mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5; mknod -m 666 /dev/full c 1 7
+mknod -m 666 /dev/random c 1 8; mknod -m 666 /dev/urandom c 1 9; mknod -m 666 /dev/tty c 5 0
+mkdir /dev/pts /dev/shm && mount -t tmpfs -o mode=1777 farm-shm /dev/shm
+ln -s /proc/self/fd /dev/fd && ln -s fd/0 /dev/stdin && ln -s fd/1 /dev/stdout && ln -s fd/2 /dev/stderr
+mount -t tmpfs farm-nvidia /proc/driver 2>/dev/null || true
+exec "$@"
+"""
 
 
 def processes_carrying(entry: str) -> list[int]:
