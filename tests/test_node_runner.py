@@ -15,10 +15,11 @@ import os
 import sqlite3
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import Fleet, query, standin_job, standin_variant, write_farm
+from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
@@ -91,7 +92,7 @@ def test_the_probe_takes_python3_only_at_38_and_by_its_own_path() -> None:
     assert _python(["python3", "True"]) is None  # not a path the farm can start again
 
 
-def verify(fleet: Fleet, root: Path, variants: dict[str, dict[str, object]]) -> list[sqlite3.Row]:
+def verify(fleet: Fleet | dict[str, SshNode], root: Path, variants: dict[str, dict[str, object]]) -> list[sqlite3.Row]:
     farm_file = write_farm(
         root, {"t4": fleet["t4"].farm_entry(root / "work")}, [standin_job("standin", variants)], retries=0
     )
@@ -128,3 +129,35 @@ def test_inputs_changed_while_nvcc_ran_and_a_binary_changed_in_inspection_get_no
     assert (inspect["outcome"], inspect["failed_stage"]) == ("infra-error", "inspect"), inspect["reason"]
     assert "inspection" in inspect["reason"]
     assert good["outcome"] == "pass"
+
+
+@pytest.fixture(scope="module")
+def own_home_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]:
+    """A node whose login has an empty HOME: no ~/.bashrc puts a python3 ahead of its PATH."""
+    fleet = Fleet(tmp_path_factory.mktemp("home"))
+    node = fleet.add("t4", CARDS["t4"], start=False)
+    home = node.root / "home"
+    home.mkdir(exist_ok=True)
+    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={home} PATH="))
+    node.start()
+    yield node
+    fleet.stop()
+
+
+def test_a_node_whose_python3_is_older_than_38_keeps_the_shell(own_home_node: SshNode, tmp_path: Path) -> None:
+    """A python3 that says it is older than 3.8 (a shim first on the node's PATH,
+    answering the probe as Python 3.7 would) runs no cell: the shell scripts do,
+    and the node's snapshot says so; with the node's own python3, the runner."""
+    fleet = {"t4": own_home_node}
+    shim = own_home_node.node_bin / "python3"
+    shim.write_text("#!/bin/sh\necho /usr/bin/python3.7; echo False\n")
+    shim.chmod(0o755)
+    try:
+        (old,) = verify(fleet, tmp_path / "old", {"plain": standin_variant("PASS", MIN75, "MIN_CC=75")})
+    finally:
+        shim.unlink()
+    (new,) = verify(fleet, tmp_path / "new", {"plain": standin_variant("PASS", MIN75, "MIN_CC=75")})
+    assert old["outcome"] == new["outcome"] == "pass"
+    ((was,),) = query(tmp_path / "old" / "results.db", "SELECT runner FROM node_snapshots")
+    ((now,),) = query(tmp_path / "new" / "results.db", "SELECT runner FROM node_snapshots")
+    assert (was, now.split()[0]) == ("shell", "python3"), (was, now)
