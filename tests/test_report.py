@@ -22,7 +22,7 @@ from toyfarm import toy_farm
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import ledger
+from orchestrator.report import ledger, site
 from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
@@ -335,6 +335,18 @@ def test_a_cell_page_cut_short_is_written_again(toy_run, tmp_path):
     render(store, tmp_path, summary.run_id, farm=farm)
     assert cut.read_bytes() == whole[cut]
     assert kept.read_bytes() == whole[kept] and kept.stat().st_ino == kept_inode  # a whole page is left alone
+
+
+def test_a_cell_page_that_cannot_be_written_stops_the_render_before_any_page_links_to_it(toy_run, tmp_path):
+    """Cell pages go to disk from writer threads: a write that fails there is the
+    render's error (PageWriteError, naming the page), and no run or index page that
+    would link to the missing page is written."""
+    _, farm, store, summary = toy_run
+    (tmp_path / "cells").write_text("a file where the cells' folder should be\n")
+    with pytest.raises(site.PageWriteError) as caught:
+        render(store, tmp_path, summary.run_id, farm=farm)
+    assert "cells/" in str(caught.value)
+    assert not (tmp_path / "index.html").exists() and not (tmp_path / "runs").exists()
 
 
 def test_the_matrix_made_in_python_is_the_templates_bytes():
