@@ -34,9 +34,8 @@ import hashlib
 import json
 import os
 import re
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
@@ -59,7 +58,6 @@ from orchestrator.store.tables import ResultRow
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
-CELL_WRITERS = 3  # threads writing cell pages while the next are made
 # what decides a page's bytes besides the database: a change to any of these renders every page again
 PAGE_SOURCES = ("site.py", "model.py", "history.py", "trends.py", "../outcomes.py", "../metrics.py")
 
@@ -570,19 +568,9 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
             name = f"{int(r.id)}.html"
             yield out_dir / "cells" / name, chrome.page(stamps[r.id], title, body), name not in present
 
-    # the pages go to disk from writer threads while the next ones are made: a write is a
-    # system call that releases the GIL, and a run writes thousands; all are on disk (or the
-    # first error raised) before any page that links to them is written
-    with ThreadPoolExecutor(max_workers=CELL_WRITERS, thread_name_prefix="farm-page") as writers:
-        pending: deque[Future[None]] = deque()
-        for batch in _batches(todo):
-            for path, text, fresh in make(batch):
-                # not on disk, or without this stamp: it differs
-                pending.append(writers.submit(_write, path, text, compare=False, fresh=fresh))
-                while len(pending) > 4 * CELL_WRITERS or (pending and pending[0].done()):
-                    pending.popleft().result()  # bounded memory; an error stops the render here
-        while pending:
-            pending.popleft().result()
+    for batch in _batches(todo):
+        for path, text, fresh in make(batch):
+            _write(path, text, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
 
 
 @functools.lru_cache(maxsize=256)
