@@ -138,7 +138,8 @@ def own_home_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]
     node = fleet.add("t4", CARDS["t4"], start=False)
     home = node.root / "home"
     home.mkdir(exist_ok=True)
-    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={home} PATH="))
+    # LANG=C: a locale python3 coerces to C.UTF-8 in its own environment (PEP 538)
+    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={home} LANG=C PATH="))
     node.start()
     yield node
     fleet.stop()
@@ -161,3 +162,31 @@ def test_a_node_whose_python3_is_older_than_38_keeps_the_shell(own_home_node: Ss
     ((was,),) = query(tmp_path / "old" / "results.db", "SELECT runner FROM node_snapshots")
     ((now,),) = query(tmp_path / "new" / "results.db", "SELECT runner FROM node_snapshots")
     assert (was, now.split()[0]) == ("shell", "python3"), (was, now)
+
+
+# what differs between two logins (their ports), what a shell sets itself, and the cell's own marker
+VOLATILE = ("_", "OLDPWD", "SSH_CLIENT", "SSH_CONNECTION", "FARM_CELL", "FARM_RUN")
+
+
+def test_a_kernel_sees_the_same_environment_with_either_runner(
+    own_home_node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's environment is the login's plus the cell's marker, whoever
+    starts it: python3 adds LC_CTYPE to its own in a C locale (PEP 538), which
+    the runner must not pass on. Compared key by key, but for what a shell sets
+    itself (`_`) and the cell's own marker."""
+    seen = {}
+    for runner in ("shell", "auto"):
+        monkeypatch.setenv("FARM_TEST_RUNNER", runner)
+        dump = tmp_path / f"env-{runner}"
+        run = f"env -0 > {dump} && {{binary}}"
+        (row,) = verify(
+            {"t4": own_home_node}, tmp_path / runner, {"env": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
+        )
+        assert row["outcome"] == "pass"
+        pairs = (item.partition("=") for item in dump.read_text().split("\0") if "=" in item)
+        env = {k: v for k, _, v in pairs if k not in VOLATILE}
+        env["PWD"] = "/".join(env["PWD"].split("/")[-3:])  # the cell's own work folder: NODE/CELL/work
+        seen[runner] = env
+    assert seen["auto"] == seen["shell"]
+    assert seen["shell"]["LANG"] == "C" and "LC_CTYPE" not in seen["shell"]

@@ -215,7 +215,7 @@ def captured(argv, seconds):
     """ARGV's stdout and stderr together (as `2>&1` into `$( )`), killed after `seconds`."""
     read, write = os.pipe2(os.O_CLOEXEC)
     with open(os.devnull, "rb") as nothing:
-        pid = spawn(argv, None, os.environ, nothing.fileno(), write, write, session=False)
+        pid = spawn(argv, None, LOGIN_ENV, nothing.fileno(), write, write, session=False)
     os.close(write)
     text = bytearray()
     deadline = time.monotonic() + seconds
@@ -437,6 +437,7 @@ def run(out, spec, env, ahead):
 
 
 STAGES = {"build": build, "inspect": inspect, "run": run}
+LOGIN_ENV = {}  # the farm's own tools (cuobjdump's lists) run in it, without the cell's marker (main)
 
 
 def frame(token, tag, path, limit):
@@ -544,12 +545,25 @@ def stage_text(name, spec, env, ahead):
     return out
 
 
+def login_env():
+    """The environment the login started the runner with, as the shell scripts pass it
+    on: /proc/self/environ, since python3 may have added LC_CTYPE to its own (PEP 538)."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return dict(os.environ)
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if b"=" in item)
+    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
+
+
 def main():
     _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
     plan = marshal.loads(sys.stdin.buffer.read())
     sys.stdin.close()
     token = plan["token"]
-    env = dict(os.environ)
+    LOGIN_ENV.update(login_env())
+    env = dict(LOGIN_ENV)
     env.pop("FARM_RUN", None)
     env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
     ahead = {"cell": plan["marker"].get("FARM_CELL")}
