@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
+from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
@@ -190,3 +190,15 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
         seen[runner] = env
     assert seen["auto"] == seen["shell"]
     assert seen["shell"]["LANG"] == "C" and "LC_CTYPE" not in seen["shell"]
+
+
+@pytest.mark.usefixtures("runner")
+def test_a_kernel_that_kills_its_runner_leaves_nothing_running(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """The kernel kills the process that started it (the python runner, or the shell's
+    `timeout`), then lingers as `sleep 73`: the cell is no pass, and nothing of it is
+    left running once the farm has its verdict (the login's shell reaps the cell when
+    the runner did not end by itself)."""
+    run = "kill -9 $PPID; exec sleep 73"
+    (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=30)})
+    assert row["outcome"] != "pass", row["reason"]
+    assert not processes_matching("sleep 73"), "the kernel outlived the runner it killed"

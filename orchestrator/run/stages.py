@@ -496,8 +496,12 @@ class CellPipeline:
         }
         run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
         assert self.python is not None
+        # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
+        # and reaped nothing: the login's shell kills what is left of the cell, as `_wrap` does
+        # (in a subshell, as the shell scripts' stages are: the kernel's SHLVL is theirs)
+        command = f"( {run}{runner_command(self.python)} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
         # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
-        return f"{run}{runner_command(self.python)}", RUNNER_SOURCE + marshal.dumps(plan, 4)
+        return command, RUNNER_SOURCE + marshal.dumps(plan, 4)
 
     def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
         missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
