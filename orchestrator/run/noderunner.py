@@ -169,9 +169,9 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
             argv,
             env,
             file_actions=actions,
-            setpgroup=0 if group else None,
             setsigmask=(),
             setsigdef=DEFAULTS,
+            **({"setpgroup": 0} if group else {}),  # None is no "leave it" here: a TypeError
         )
     except (OSError, NotImplementedError):
         return None
