@@ -145,6 +145,8 @@ def kill_group(pid, sig):
         pass
 
 
+SPAWN_ERRORS = []  # why posix_spawn failed, for the stage's error
+
 # every signal a process may catch back at its default in what the runner starts, as
 # `timeout` leaves them (a login that ignores HUP or TERM does not pass that on)
 DEFAULTS = tuple(
@@ -173,7 +175,8 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
             setsigdef=DEFAULTS,
             **({"setpgroup": 0} if group else {}),  # None is no "leave it" here: a TypeError
         )
-    except (OSError, NotImplementedError):
+    except (OSError, NotImplementedError) as err:
+        SPAWN_ERRORS.append(f"{argv[0]}: {err!r}")
         return None
     finally:
         if here is not None:
@@ -207,8 +210,8 @@ def guarded(command, limit, cwd, stdout, stderr, env):
     process group; returns what $rc would hold."""
     with open(os.devnull, "rb") as nothing:
         pid = spawn(["sh", "-c", command], cwd, env, nothing.fileno(), stdout, stderr)
-    if pid is None:
-        return 127
+    if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
+        raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
     code = wait_for(pid, limit)
     if code is None:
         kill_group(pid, _signal.SIGTERM)
