@@ -111,6 +111,11 @@ class NodeSnapshot:
             return None
         return self.python
 
+    def runner_label(self, node: NodeSpec) -> str:
+        """Who runs this node's cell stages, in words: "python3 PATH" or "shell"."""
+        python = self.runner_python(node)
+        return f"python3 {python}" if python else "shell"
+
     @property
     def real_gpu(self) -> bool:
         """Some GPU of the node is confirmed by the driver (see the module's

@@ -537,8 +537,7 @@ class FarmRun:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     self._check_cards(setup.name, node, snapshot)
                     # who runs the cells' stages there: said on every cell's page
-                    python = snapshot.runner_python(node)
-                    detail = f"stages run by {python} (noderunner.py)" if python else "stages run by the node's shell"
+                    detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
                     if needs is None:
                         assert needs_error is not None

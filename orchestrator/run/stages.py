@@ -957,7 +957,7 @@ class CellPipeline:
         kit_shell = (
             f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
             f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
-            if kit is not None and kit_check
+            if kit_check and kit is not None
             else ""
         )
         script = (

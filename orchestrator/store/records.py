@@ -219,7 +219,7 @@ def snapshot_record(
             for g in (s.gpus if s else ())
         ],
         driver_check=s.driver_check if s else None,
-        runner=None if s is None else f"python3 {python}" if (python := s.runner_python(node)) else "shell",
+        runner=s.runner_label(node) if s else None,
     )
 
 
