@@ -190,7 +190,7 @@ def test_gpu_hopper_wgmma_passes_natively(course_run):
 @pytest.mark.gpu
 @needs_gpu
 def test_gpu_every_card_is_confirmed_and_each_result_names_its_card(course_run):
-    """Issue 9, cases 3 and 9: the probe lists every GPU and the CUDA driver
+    """Issue 9, cases 3 and 9: the probe lists every GPU and the driver (NVML)
     confirms each; each cell ran on one card, by UUID, and says which; with
     several cards, the runs went to more than one of them."""
     _, rows, snapshot, _ = course_run
@@ -211,7 +211,7 @@ def test_gpu_every_card_is_confirmed_and_each_result_names_its_card(course_run):
 @needs_gpu
 def test_gpu_a_stand_in_nvidia_smi_on_real_hardware_is_not_believed(tmp_path):
     """Issue 9, case 9: on a real GPU machine, an nvidia-smi on PATH that
-    reports a Tesla T4 is contradicted by the CUDA driver: nothing it runs certifies."""
+    reports a Tesla T4 is contradicted by the driver (NVML): nothing it runs certifies."""
     import os
     import sys
 
@@ -233,5 +233,5 @@ def test_gpu_a_stand_in_nvidia_smi_on_real_hardware_is_not_believed(tmp_path):
     print(f"probe: {snapshot.gpus}; driver check: {snapshot.driver_check}")
     print(f"cell: {row.outcome} ({row.reason}); real_gpu {row.real_gpu}")
     assert snapshot.gpu_name == "Tesla T4" and not snapshot.real_gpu
-    assert "not confirmed" in snapshot.driver_check and "CUDA driver" in snapshot.driver_check
+    assert "not confirmed" in snapshot.driver_check and "the driver (NVML)" in snapshot.driver_check
     assert not row.real_gpu and row.cc == "7.5"

@@ -20,7 +20,7 @@ NVCC = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 1
 def probe_text(smi: str, driver: str = DRIVER, cuda: str = CUDA, proc: str = PROC) -> str:
     return (
         f"@@farm workdir\n/root/.cache/farm\n@@farm host\nvm\nLinux x86_64\n@@farm smi\n{smi}\nrc=0\n"
-        f"@@farm driver\n{driver}\n@@farm procgpus\n{proc}\n@@farm cuda\n{cuda}\n@@farm nvcc\n{NVCC}\n"
+        f"@@farm driver\n{driver}\n@@farm procgpus\n{proc}\n@@farm nvml\n{cuda}\n@@farm nvcc\n{NVCC}\n"
     )
 
 
@@ -42,21 +42,19 @@ def test_a_stand_in_t4_on_an_h200_machine_is_not_real_hardware():
     smi = "0, GPU-954fd5c3-da7d-317d-571e-5b15f3a93a46, Tesla T4, 7.5, 550.54.15, 15360 MiB"
     snap = parse_probe("fake", NODE, probe_text(smi))
     assert snap.gpu_name == "Tesla T4" and not snap.real_gpu
-    assert "the CUDA driver knows no device" in snap.driver_check and "NVIDIA H200, CC 9.0" in snap.driver_check
+    assert "the driver (NVML) knows no GPU" in snap.driver_check and "NVIDIA H200, CC 9.0" in snap.driver_check
 
 
 def test_a_card_whose_cc_is_misreported_is_not_confirmed():
     smi = f"0, {H200_0}, NVIDIA H200, 7.5, 580.159.04, 143771 MiB"
     snap = parse_probe("liar", NODE, probe_text(smi))
-    assert not snap.gpus[0].verified and "the CUDA driver says CC 9.0, nvidia-smi says 7.5" in snap.gpus[0].check
+    assert not snap.gpus[0].verified and "the driver (NVML) says CC 9.0, nvidia-smi says 7.5" in snap.gpus[0].check
 
 
 def test_no_driver_query_means_no_confirmation():
-    snap = parse_probe(
-        "nopython", NODE, probe_text(REAL_SMI, cuda="error no python3 on the node to query the CUDA driver")
-    )
+    snap = parse_probe("nopython", NODE, probe_text(REAL_SMI, cuda="error no python3 on the node to query the driver"))
     assert not snap.real_gpu and "could not be asked" in snap.driver_check
-    standin = parse_probe("standin", NODE, probe_text(REAL_SMI, driver="", cuda="error cannot load libcuda.so.1"))
+    standin = parse_probe("standin", NODE, probe_text(REAL_SMI, driver="", cuda="error cannot load libnvidia-ml.so.1"))
     assert not standin.real_gpu and "no NVIDIA kernel driver" in standin.driver_check
 
 

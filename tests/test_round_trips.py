@@ -124,13 +124,13 @@ def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(
 
 
 def test_a_node_without_the_kernel_driver_is_not_asked_through_python(node: SshNode, tmp_path: Path) -> None:
-    """The probe's CUDA driver query (a python3 start per node) runs only where the
+    """The probe's driver query (NVML: a python3 start per node) runs only where the
     kernel driver's /dev/nvidiactl is there: a stand-in card is not confirmed either way."""
     summary, _ = verify(node, tmp_path / "farm", passing(1))
     assert dict(summary.outcomes) == {"pass": 1}
     (snapshot,) = query(tmp_path / "farm" / "results.db", "SELECT driver_check, real_gpu FROM node_snapshots")
     assert not snapshot["real_gpu"]
-    assert "no /dev/nvidiactl: the CUDA driver was not asked" in snapshot["driver_check"]
+    assert "no /dev/nvidiactl: the driver was not asked" in snapshot["driver_check"]
 
 
 FORGERS = Path(__file__).parent / "forgers"

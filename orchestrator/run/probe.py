@@ -6,12 +6,13 @@ cell is judged against the card it ran on. One round trip does the whole probe.
 
 Every GPU nvidia-smi lists (index, UUID, name, CC, memory) is a slot of its own.
 nvidia-smi is only a program on PATH, so its word is checked against the
-driver's own view before any GPU may certify a kernel: the CUDA driver's device
-query (libcuda through python3's ctypes: name, CC and UUID of each device) and
-/proc/driver/nvidia/gpus/*/information (model and UUID). A GPU is `verified`
-only when the NVIDIA kernel driver is loaded, /dev/nvidiactl exists, and the
-CUDA driver knows a device with that UUID, name and CC. A stand-in nvidia-smi,
-or one that misreports a card, is then never taken for real hardware.
+driver's own view before any GPU may certify a kernel: the driver's device
+query (NVML, libnvidia-ml through python3's ctypes: name, CC and UUID of each
+GPU) and /proc/driver/nvidia/gpus/*/information (model and UUID, from the kernel
+module). A GPU is `verified` only when the NVIDIA kernel driver is loaded,
+/dev/nvidiactl exists, and the driver knows a GPU with that UUID, name and CC.
+A stand-in nvidia-smi, or one that misreports a card, is then never taken for
+real hardware.
 """
 
 from __future__ import annotations
@@ -31,30 +32,46 @@ FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
 
-# Asks the CUDA driver itself (not nvidia-smi) for each device: UUID, CC, name.
-# CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR/MINOR are 75 and 76.
-CUDA_QUERY = r"""
-import ctypes, sys
-try:
-    cu = ctypes.CDLL("libcuda.so.1")
-except OSError as err:
-    print("error cannot load libcuda.so.1 (%s)" % err); sys.exit()
-rc = cu.cuInit(0)
-if rc:
-    print("error cuInit returned %d" % rc); sys.exit()
-count = ctypes.c_int()
-cu.cuDeviceGetCount(ctypes.byref(count))
-for ordinal in range(count.value):
-    dev = ctypes.c_int(); cu.cuDeviceGet(ctypes.byref(dev), ordinal)
-    name = ctypes.create_string_buffer(256); cu.cuDeviceGetName(name, 256, dev)
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    cu.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
-    cu.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)
-    raw = (ctypes.c_ubyte * 16)(); cu.cuDeviceGetUuid(raw, dev)
-    h = bytes(raw).hex()
-    uuid = "GPU-%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
-    print("gpu|%s|%d.%d|%s" % (uuid, major.value, minor.value, name.value.decode("utf-8", "replace")))
+# Asks the driver itself (NVML, not the nvidia-smi program on PATH) for each GPU:
+# UUID, CC, name. NVML is the driver's own library for exactly these facts: it
+# answers in about 30 ms where libcuda's cuInit took 250 ms of CPU on an H200
+# (bench/driver_query.py), and it lists GPUs as nvidia-smi does, whatever
+# CUDA_VISIBLE_DEVICES says. A call that fails is an error line: nothing confirmed.
+# `query()` returns the lines; the probe prints them.
+NVML_QUERY = r"""
+import ctypes
+def query():
+    try:
+        ml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as err:
+        return ["error cannot load libnvidia-ml.so.1 (%s)" % err]
+    rc = ml.nvmlInit_v2()
+    if rc:
+        return ["error nvmlInit returned %d" % rc]
+    count = ctypes.c_uint()
+    rc = ml.nvmlDeviceGetCount_v2(ctypes.byref(count))
+    if rc:
+        return ["error nvmlDeviceGetCount returned %d" % rc]
+    lines = []
+    for index in range(count.value):
+        dev = ctypes.c_void_p()
+        uuid = ctypes.create_string_buffer(96)
+        name = ctypes.create_string_buffer(96)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        rc = (
+            ml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(dev))
+            or ml.nvmlDeviceGetUUID(dev, uuid, 96)
+            or ml.nvmlDeviceGetName(dev, name, 96)
+            or ml.nvmlDeviceGetCudaComputeCapability(dev, ctypes.byref(major), ctypes.byref(minor))
+        )
+        if rc:
+            return ["error NVML returned %d for GPU %d" % (rc, index)]
+        said = name.value.decode("utf-8", "replace")
+        lines.append("gpu|%s|%d.%d|%s" % (uuid.value.decode(), major.value, minor.value, said))
+    ml.nvmlShutdown()
+    return lines
 """
+QUERY_PRINT = '\nprint("\\n".join(query()))\n'
 
 
 @dataclass(frozen=True)
@@ -66,7 +83,7 @@ class Gpu:
     name: str
     cc: ComputeCapability
     memory: str
-    verified: bool = False  # the CUDA driver knows this UUID with this name and CC
+    verified: bool = False  # the driver (NVML) knows this UUID with this name and CC
     check: str = ""  # in words: what confirmed it, or what did not match
 
     @property
@@ -162,7 +179,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
     # "~" must expand on the node, so it may not be quoted.
     target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
     nvcc = shlex.quote(node.nvcc)
-    # nvcc --version and the CUDA driver query are the slow parts (a compiler's and a
+    # nvcc --version and the driver query are the slow parts (a compiler's and a
     # python3's start-up): they run side by side, into files printed at the end
     steps = "; ".join(
         [
@@ -197,12 +214,12 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
             "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
             # only where nvidia-smi listed a GPU and the kernel driver's control device is there
-            # (no CUDA without it): a node without them starts no python3
+            # (no driver without it): a node without them starts no python3
             "{ if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
-            "elif [ ! -e /dev/nvidiactl ]; then echo 'error no /dev/nvidiactl: the CUDA driver was not asked'; "
+            "elif [ ! -e /dev/nvidiactl ]; then echo 'error no /dev/nvidiactl: the driver was not asked'; "
             "elif command -v python3 >/dev/null 2>&1; then "
-            f"env -u CUDA_VISIBLE_DEVICES python3 -c {shlex.quote(CUDA_QUERY)} 2>&1 | head -n 64; "
-            "else echo 'error no python3 on the node to query the CUDA driver'; fi; } > \"$d/cuda\" 2>&1 &",
+            f"python3 -I -S -c {shlex.quote(NVML_QUERY + QUERY_PRINT)} 2>&1 | head -n 64; "
+            "else echo 'error no python3 on the node to query the driver'; fi; } > \"$d/nvml\" 2>&1 &",
             "echo '@@farm flock'",
             "command -v flock || true",
             *(
@@ -216,8 +233,8 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
                 else []
             ),
             "wait",
-            "echo '@@farm cuda'",
-            'cat "$d/cuda"',
+            "echo '@@farm nvml'",
+            'cat "$d/nvml"',
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',
             "echo '@@farm folders'",
@@ -251,8 +268,8 @@ def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, 
     return rows
 
 
-def _cuda_devices(lines: list[str]) -> tuple[dict[str, tuple[str, str]], str]:
-    """{uuid: (cc, name)} from the CUDA driver query, and its error if it failed."""
+def _driver_devices(lines: list[str]) -> tuple[dict[str, tuple[str, str]], str]:
+    """{uuid: (cc, name)} from the driver query (NVML), and its error if it failed."""
     devices: dict[str, tuple[str, str]] = {}
     error = ""
     for line in lines:
@@ -283,8 +300,8 @@ def _proc_models(lines: list[str]) -> dict[str, str]:
 def cross_check(
     smi: Iterable[tuple[int, str, str, ComputeCapability, str, str]],
     driver_evidence: str,
-    cuda: dict[str, tuple[str, str]],
-    cuda_error: str,
+    driver: dict[str, tuple[str, str]],
+    driver_error: str,
     proc: dict[str, str],
 ) -> list[Gpu]:
     """Each nvidia-smi GPU, verified against the driver's own view or not, with why."""
@@ -294,23 +311,23 @@ def cross_check(
         problems = []
         if not kernel_driver:
             problems.append("no NVIDIA kernel driver (/proc/driver/nvidia/version, /dev/nvidiactl)")
-        if cuda_error:
-            problems.append(f"the CUDA driver could not be asked ({cuda_error})")
-        elif uuid not in cuda:
-            known = "; ".join(f"{n}, CC {c}, {u}" for u, (c, n) in sorted(cuda.items())) or "no device"
-            problems.append(f"the CUDA driver knows no device {uuid} (it reports: {known})")
+        if driver_error:
+            problems.append(f"the driver (NVML) could not be asked ({driver_error})")
+        elif uuid not in driver:
+            known = "; ".join(f"{n}, CC {c}, {u}" for u, (c, n) in sorted(driver.items())) or "no GPU"
+            problems.append(f"the driver (NVML) knows no GPU {uuid} (it reports: {known})")
         else:
-            driver_cc, driver_name = cuda[uuid]
+            driver_cc, driver_name = driver[uuid]
             if driver_cc != str(cc):
-                problems.append(f"the CUDA driver says CC {driver_cc}, nvidia-smi says {cc}")
+                problems.append(f"the driver (NVML) says CC {driver_cc}, nvidia-smi says {cc}")
             if driver_name != name:
-                problems.append(f"the CUDA driver names it {driver_name!r}, nvidia-smi {name!r}")
+                problems.append(f"the driver (NVML) names it {driver_name!r}, nvidia-smi {name!r}")
         if proc and uuid in proc and proc[uuid] != name:
             problems.append(f"/proc/driver/nvidia names it {proc[uuid]!r}")
         if problems:
             check = f"nvidia-smi's GPU {index} ({name}, CC {cc}) is not confirmed: " + "; ".join(problems)
         else:
-            check = f"confirmed by the CUDA driver: {name}, CC {cc}, {uuid}"
+            check = f"confirmed by the driver (NVML): {name}, CC {cc}, {uuid}"
         gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check))
     return gpus
 
@@ -330,8 +347,8 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
     rows = _smi_gpus(smi[:-1]) if smi_ok else []
     driver_evidence = "\n".join(sec.get("driver", [])).strip()
-    cuda, cuda_error = _cuda_devices(sec.get("cuda", []))
-    every = cross_check(rows, driver_evidence, cuda, cuda_error, _proc_models(sec.get("procgpus", [])))
+    known, error = _driver_devices(sec.get("nvml", []))
+    every = cross_check(rows, driver_evidence, known, error, _proc_models(sec.get("procgpus", [])))
     usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])
     nvcc_version = _nvcc_version(nvcc)
