@@ -601,7 +601,9 @@ def main():
     for index, stage in enumerate(stages):
         name = stage["stage"]
         OUT.write(f"@@farm section {name} {now()}\n".encode())
-        OUT.flush()  # the farm moves its deadline on as each stage starts
+        # one flush per stage, as it starts: the farm moves its deadline on then, and
+        # the stage before's end and files go in the same packet (each costs the farm CPU)
+        OUT.flush()
         ran.append(name)
         out = stage_text(name, stage["spec"], env, ahead)
         text = out.framed()
@@ -609,7 +611,6 @@ def main():
         OUT.write(text)
         OUT.write((f"\n@@farm-frame-end {token} ctl-{name}\n").encode())
         OUT.write(f"@@farm section-end {name} {now()}\n".encode())
-        OUT.flush()
         for tag, path, limit in stage["files"]:
             frame(token, tag, path, limit)
         if index == len(stages) - 1:
