@@ -22,6 +22,8 @@ from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, wr
 from orchestrator.config.farm import load_farm
 from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
+from orchestrator.run import bundle
+from orchestrator.run.bundle import Bundle
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
@@ -245,3 +247,35 @@ def test_the_connection_is_aes_gcm_both_ways_without_nagle(node: SshNode, tmp_pa
         assert session.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         assert isinstance(session.sock, _QuickAck)
         assert transport.run("echo ok", timeout=30).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["stdin", "sftp"])
+def test_bundles_ship_on_the_extracting_commands_stdin(
+    node: SshNode, tmp_path: Path, inline: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small bundles go on the stdin of the one command that extracts and checks them
+    (a node 50 ms away paid half a second for SFTP's round trips); big ones by SFTP.
+    Counted by sshd: the inline way starts one command and no SFTP session, and
+    either way every bundle lands whole, its digest the node's own."""
+    files = {}
+    for name, text in (("a.cu", "// one\n"), ("include/b.h", "// two\n" * 500), ("c.txt", "")):
+        path = tmp_path / "here" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        files[name] = path
+    bundles = [Bundle.of_files("sources of k", dict(list(files.items())[:2])), Bundle.of_files("dep", files)]
+    if not inline:
+        monkeypatch.setattr(bundle, "INLINE_BYTES", 0)
+    work = tmp_path / "work"
+    (work / "incoming").mkdir(parents=True)
+    log = node.log.read_text(errors="replace")
+    with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
+        shipped, notes = bundle.ship(transport, str(work), [(b, "") for b in bundles], tmp_path / "cache")
+        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in bundles]
+    new = node.log.read_text(errors="replace")[len(log) :]
+    assert shipped == sum(b.archive(tmp_path / "cache").stat().st_size for b in bundles) and notes == ""
+    assert digests == [b.digest for b in bundles]
+    assert list((work / "incoming").iterdir()) == []  # nothing left of the archives or the batch
+    sftp = new.count("subsystem 'sftp'") + new.count("subsystem sftp")
+    # the commands: the shipping (one), then node_digest's two
+    assert (new.count("Starting session: command"), sftp) == ((3, 0) if inline else (3, 1)), new

@@ -193,7 +193,10 @@ class Workers:
         # a fork of this threaded process is unsafe, and a spawn imports the farm again in each
         # worker (about 0.6 s of CPU apiece): a fork server imports it once and forks them
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["orchestrator.run.scheduler", "orchestrator.run.workers"])
+        # the SSH transport too (Fabric and paramiko: 0.15-0.3 s of CPU): each worker imported it anew
+        context.set_forkserver_preload(
+            ["orchestrator.run.scheduler", "orchestrator.run.workers", "orchestrator.transport.ssh"]
+        )
         self.conns: list[Connection] = []
         self.processes = []
         self.threads = []
