@@ -54,6 +54,7 @@ from orchestrator.config.farm import load_farm  # noqa: E402
 from orchestrator.plan import plan_cells  # noqa: E402
 from orchestrator.run.scheduler import RunSummary, run_cells  # noqa: E402
 from orchestrator.store.database import Store  # noqa: E402
+from orchestrator.transport import ssh  # noqa: E402, F401 - imported here as the rest is: no run pays the import
 
 # The probe needs a working nvcc; the GPU machine keeps it in CUDA's own bin folder.
 NVCC = shutil.which("nvcc") or "/usr/local/bin/nvcc"
