@@ -17,7 +17,6 @@ Standard library only, Python 3.8 or later (the probe checks the version).
 """
 
 import _signal  # not `signal`, nor subprocess or shutil: their imports (enum, re, threading) cost more than the rest
-import hashlib
 import marshal
 import os
 import stat
@@ -32,11 +31,30 @@ def now() -> int:
     return time.time_ns()
 
 
+try:  # CPython's own SHA-256: no OpenSSL to load (hashlib's import is a tenth of a cell's CPU here)
+    from _sha2 import sha256 as _builtin_sha256  # 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256 as _builtin_sha256  # 3.8 to 3.11
+    except ImportError:  # a python built without its own hashes
+        _builtin_sha256 = None
+BIG = 1 << 18  # from here on OpenSSL's (six times faster per byte) repays its import
+
+
+def sha256(size=0):
+    """A sha256 object: OpenSSL's (hashlib) for a big input or once it is loaded, else the builtin's."""
+    if _builtin_sha256 is None or size >= BIG or "hashlib" in sys.modules:
+        import hashlib
+
+        return hashlib.sha256()
+    return _builtin_sha256()
+
+
 def sha_of(path):
     """The file's sha256, or "" where `sha256sum < path` would print nothing."""
-    digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
+            digest = sha256(os.fstat(handle.fileno()).st_size)
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     except OSError:
@@ -85,7 +103,9 @@ def folder_digest(folder):
             text += b"\\" + digest.encode() + b"  " + name.replace(b"\\", b"\\\\").replace(b"\n", b"\\n") + b"\n"
         else:
             text += digest.encode() + b"  " + name + b"\n"
-    return hashlib.sha256(bytes(text)).hexdigest()
+    digest = sha256(len(text))
+    digest.update(bytes(text))
+    return digest.hexdigest()
 
 
 def _remove_in(folder):

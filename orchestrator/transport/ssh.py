@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import heapq
+import itertools
 import logging
+import os
 import shlex
 import socket
 import threading
@@ -95,38 +98,93 @@ class _Transport(paramiko.Transport):
         super().__init__(sock, *args, **kwargs)
 
 
-class _Watchdog(threading.Thread):
-    """Closes the connection once a command's deadline (which may move) is past by
-    WATCHDOG_GRACE: paramiko's channel requests wait for a frozen peer forever."""
+class _Watch:
+    """One command's entry in the watchdog: `fired` once its action ran."""
 
     def __init__(self, deadline: Deadline, action: Callable[[], None]) -> None:
-        super().__init__(daemon=True, name="ssh-watchdog")
         self.deadline = deadline
-        self.action = action
+        self.action: Callable[[], None] | None = action
         self.fired = False
-        self._done = threading.Event()
 
-    def run(self) -> None:
-        while not self._done.wait(max(self.deadline.left() + WATCHDOG_GRACE, 0.05)):
-            if self.deadline.left() + WATCHDOG_GRACE <= 0:
-                self.fired = True
-                self.action()
-                return
+    @property
+    def cancelled(self) -> bool:
+        return self.action is None
 
     def cancel(self) -> None:
-        self._done.set()
+        self.action = None  # the connection is not kept alive until the entry's time comes
+
+
+class _Watchdog:
+    """Closes a command's connection once its deadline (which may move) is past by
+    WATCHDOG_GRACE: paramiko's channel requests wait for a frozen peer forever.
+    One thread for every command of the process (a thread per command was a fifth
+    of the farm's CPU per cell), started on first use: a worker process forked
+    from the farm's starts its own."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def watch(self, deadline: Deadline, action: Callable[[], None]) -> _Watch:
+        watch = _Watch(deadline, action)
+        with self._cond:
+            heapq.heappush(self._heap, (deadline.at + WATCHDOG_GRACE, next(self._order), watch))
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
+                self._thread.start()
+            elif self._heap[0][2] is watch:  # due before any other: the thread must wake sooner
+                self._cond.notify()
+        return watch
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][2].cancelled:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                due, _, watch = self._heap[0]
+                now = time.monotonic()
+                if due > now:
+                    self._cond.wait(due - now)
+                    continue
+                heapq.heappop(self._heap)
+                moved = watch.deadline.at + WATCHDOG_GRACE
+                if moved > now:  # its deadline was moved on meanwhile
+                    heapq.heappush(self._heap, (moved, next(self._order), watch))
+                    continue
+                action = watch.action
+                if action is None:
+                    continue
+                watch.fired = True
+                self._cond.release()
+                try:
+                    action()
+                except Exception:  # a connection that cannot even be closed: nothing more to do
+                    pass
+                finally:
+                    self._cond.acquire()
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _exec(channel: paramiko.Channel, command: str) -> None:
     """paramiko's exec_command without waiting for sshd's reply (a round trip per
     command: 50 ms to a node 50 ms away); its stdin may follow at once, as
-    OpenSSH's own client does. A refused command closes the channel before any
-    exit status, which _run_streamed reports as a lost session."""
+    OpenSSH's own client does. The reply is still asked for: a refusal (sshd
+    could not fork) makes paramiko close the channel, which _run_streamed reports
+    as a lost session, rather than a channel left open until the deadline."""
     message = paramiko.Message()
     message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
     message.add_int(channel.remote_chanid)
     message.add_string("exec")
-    message.add_boolean(False)
+    message.add_boolean(True)
     message.add_string(command)
     channel.transport._send_user_message(message)
 
@@ -294,8 +352,7 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = _Watchdog(deadline, self._conn.client.close)
-        watchdog.start()
+        watchdog = _WATCHDOG.watch(deadline, self._conn.client.close)
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
