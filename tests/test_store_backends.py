@@ -268,7 +268,10 @@ def farm_run(root: Path, url: str) -> tuple[Store, int]:
     """The toy farm on the local node, which (with a stand-in H100 nvidia-smi on
     PATH) runs the binary, so its stdout is stored; its `broken` variant is an
     undeclared build-fail."""
-    farm = load_farm(toy_farm(root, source=TOY, broken="fails"), database=url)
+    config = toy_farm(root, source=TOY, broken="fails")
+    # one cell at a time, in the plan's order: the two databases then give each cell the same result id
+    config.write_text(config.read_text() + "    build_jobs: 1\n")
+    farm = load_farm(config, database=url)
     store = Store(farm.database_url)
     summary = run_cells(farm, store, plan_cells(farm), cache_dir=root / "cache")
     return store, summary.run_id

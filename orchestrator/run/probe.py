@@ -39,8 +39,8 @@ GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
 # CUDA_VISIBLE_DEVICES says. A call that fails is an error line: nothing confirmed.
 # `query()` returns the lines; the probe prints them.
 NVML_QUERY = r"""
-import ctypes
 def query():
+    import ctypes
     try:
         ml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError as err:
@@ -72,6 +72,19 @@ def query():
     return lines
 """
 QUERY_PRINT = '\nprint("\\n".join(query()))\n'
+# The probe's one python3: its own path and whether it can run the node runner
+# (@@farm python), then the driver's word unless the shell said why not (argv[1]).
+PROBE_PYTHON = (
+    NVML_QUERY
+    + r"""
+import sys
+print(sys.executable)
+print(sys.version_info >= (3, 8))
+print("@@farm nvml")
+sys.stdout.flush()
+print("error " + sys.argv[1] if sys.argv[1] else "\n".join(query()))
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -213,28 +226,25 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "echo '@@farm procgpus'",
             'for f in /proc/driver/nvidia/gpus/*/information; do [ -r "$f" ] && '
             "grep -E '^(Model|GPU UUID):' \"$f\"; done 2>/dev/null",
-            # only where nvidia-smi listed a GPU and the kernel driver's control device is there
-            # (no driver without it): a node without them starts no python3
-            "{ if [ $smi -ne 0 ]; then echo 'error nvidia-smi lists no GPU'; "
-            "elif [ ! -e /dev/nvidiactl ]; then echo 'error no /dev/nvidiactl: the driver was not asked'; "
-            "elif command -v python3 >/dev/null 2>&1; then "
-            f"python3 -I -S -c {shlex.quote(NVML_QUERY + QUERY_PRINT)} 2>&1 | head -n 64; "
-            "else echo 'error no python3 on the node to query the driver'; fi; } > \"$d/nvml\" 2>&1 &",
+            # one python3 for both questions: the cell runner's interpreter (its own path, not a
+            # wrapper's: pyenv's shims are shell scripts on PATH) and the driver's word (NVML),
+            # asked only where nvidia-smi listed a GPU and the kernel driver's control device
+            # is there (no driver without it); a node that needs neither starts no python3
+            "{ if [ $smi -ne 0 ]; then why='nvidia-smi lists no GPU'; "
+            "elif [ ! -e /dev/nvidiactl ]; then why='no /dev/nvidiactl: the driver was not asked'; "
+            "else why=''; fi; "
+            + (
+                "if "
+                if node.runner == "auto"
+                else 'if [ -n "$why" ]; then echo \'@@farm nvml\'; echo "error $why"; elif '
+            )
+            + "command -v python3 >/dev/null 2>&1; then "
+            f'python3 -I -S -c {shlex.quote(PROBE_PYTHON)} "$why" 2>&1 | head -n 70; '
+            "else echo '@@farm nvml'; echo \"error ${why:-no python3 on the node to query the driver}\"; fi; "
+            '} > "$d/python" 2>&1 &',
             "echo '@@farm flock'",
             "command -v flock || true",
-            *(
-                # the cell runner's interpreter, asked beside the slow parts
-                [
-                    # its own path, not a wrapper's (pyenv's shims are shell scripts on PATH)
-                    "python3 -I -S -c 'import sys; print(sys.executable); print(sys.version_info >= (3, 8))' "
-                    '> "$d/python" 2>/dev/null &'
-                ]
-                if node.runner == "auto"
-                else []
-            ),
             "wait",
-            "echo '@@farm nvml'",
-            'cat "$d/nvml"',
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',
             "echo '@@farm folders'",
