@@ -34,7 +34,7 @@ import hashlib
 import json
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
@@ -650,6 +650,16 @@ def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[s
     return found
 
 
+_NO_CELL = '<td class="none">–</td>'
+
+
+@functools.lru_cache(maxsize=256)
+def _run_td(outcome: str) -> tuple[str, str]:
+    """A plain run-page cell, per outcome word: its HTML before the result id and after
+    it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
+    return f'<td class="{category(outcome)}" title="result ', f'">{_e(outcome)}</td>'
+
+
 def _run_matrix(
     cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool
 ) -> list[tuple[str, str, Markup]]:
@@ -657,27 +667,23 @@ def _run_matrix(
     (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
     and a template spends microseconds on each. `linked`: each cell links to its page
     and carries data-node, data-device and data-cell (the rendered run's own matrix)."""
-    heads = [(node, device, _e(node), _e(device)) for node, device in columns]
-    matrix = []
-    for kernel, variant in sorted({(k, v) for (k, v, _n, _d) in cells}):
-        label = _e(f"{kernel}:{variant}")
-        row = []
-        for node, device, node_text, device_text in heads:
-            found = cells.get((kernel, variant, node, device))
-            if found is None:
-                row.append('<td class="none">–</td>')
-                continue
-            outcome, rid = found
-            head = f'<td class="{category(outcome)}" title="result {int(rid)}"'
-            if linked:
-                row.append(
-                    f'{head} data-node="{node_text}" data-device="{device_text}" data-cell="{label}">'
-                    f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
-                )
-            else:
-                row.append(f"{head}>{_e(outcome)}</td>")
-        matrix.append((kernel, variant, Markup("".join(row))))
-    return matrix
+    at = {column: i for i, column in enumerate(columns)}
+    blank = [_NO_CELL] * len(columns)
+    rows: dict[tuple[str, str], list[str]] = {}
+    for (kernel, variant, node, device), (outcome, rid) in cells.items():
+        row = rows.get((kernel, variant))
+        if row is None:
+            row = rows[(kernel, variant)] = blank.copy()
+        if linked:
+            row[at[(node, device)]] = (
+                f'<td class="{category(outcome)}" title="result {int(rid)}" data-node="{_e(node)}" '
+                f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
+            )
+        else:
+            before, after = _run_td(outcome)
+            row[at[(node, device)]] = f"{before}{int(rid)}{after}"
+    return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 
 def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
@@ -790,7 +796,7 @@ def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, 
                     matrix=matrix,
                     counts=model.run_counts.get(past.id, {}),
                     columns=columns,
-                    several={n for n, _d in columns if sum(1 for m, _ in columns if m == n) > 1},
+                    several={n for n, seen in Counter(n for n, _d in columns).items() if seen > 1},
                     linked=linked,
                 ),
             )
