@@ -897,8 +897,9 @@ def child_render(db: str, out: str, mode: str | None, profile: str | None) -> No
     store.close()
     info = {
         "seconds": seconds,
-        "cpu_seconds": (after.user - cpu.user) + (after.system - cpu.system),
-        "sys_seconds": after.system - cpu.system,  # mostly the page creates: the noisy part on this VM
+        # with the page writer's (a child process, waited for before render returns)
+        "cpu_seconds": sum(after[i] - cpu[i] for i in range(4)),
+        "sys_seconds": (after.system - cpu.system) + (after.children_system - cpu.children_system),
         "rss_before_kb": rss_before,
         "rss_peak_kb": peak,
         "index": str(index),
