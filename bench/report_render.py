@@ -897,7 +897,9 @@ def child_render(db: str, out: str, mode: str | None, profile: str | None) -> No
     store.close()
     info = {
         "seconds": seconds,
-        "cpu_seconds": (after.user - cpu.user) + (after.system - cpu.system),
+        # with the page writer's (a child process, waited for before render returns)
+        "cpu_seconds": sum(after[i] - cpu[i] for i in range(4)),
+        "sys_seconds": (after.system - cpu.system) + (after.children_system - cpu.children_system),
         "rss_before_kb": rss_before,
         "rss_peak_kb": peak,
         "index": str(index),
@@ -1080,7 +1082,7 @@ def machine() -> str:
 
 def report_render(label: str, info: dict) -> None:
     print(
-        f"{label}: {info['seconds']:.2f} s wall, {info['cpu_seconds']:.2f} s CPU "
+        f"{label}: {info['seconds']:.2f} s wall, {info['cpu_seconds']:.2f} s CPU ({info['sys_seconds']:.2f} s system) "
         f"(load before {info['load_before']:.1f}), index.html {info['index_bytes']:,} B, "
         f"{info['written']:,} files written ({info['files']:,} in the folder), peak RSS "
         f"{info['rss_peak_kb'] / 1024:.0f} MiB (before render {info['rss_before_kb'] / 1024:.0f} MiB)"
@@ -1172,6 +1174,17 @@ def main(argv: list[str] | None = None) -> int:
     db = work / "results.db"
     for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
         stale.unlink(missing_ok=True)
+    # No folder is deleted until every render is done, an earlier --keep's included (moved
+    # aside now, deleted at the end): on ext4 without a journal (this VM's disk) a new inode
+    # is not taken from those freed in the last dirty_expire_centisecs (30 s), and each
+    # create scans past them, so deleting a render's 3,500 files made the next render's
+    # creates 0.1 s -> 1 s+ of system time (see bench/README.md, session 7).
+    aside = work / f".stale-{os.getpid()}"
+    leftovers = [p for p in work.iterdir() if p.is_dir() and not p.name.startswith(".stale-")]
+    if leftovers:
+        aside.mkdir()
+        for folder in leftovers:
+            folder.rename(aside / folder.name)
     try:
         print(f"building {args.nodes} nodes x {args.variants} variants x {args.runs} runs in {db}")
         built = build_database(db, args.nodes, args.variants, args.runs, args.seed)
@@ -1187,8 +1200,6 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             colds.append(render_once(db, work / f"cold-{i + 1}"))
             report_render(f"cold {i + 1}", colds[-1])
-            if i > 0 and not args.keep:
-                shutil.rmtree(work / f"cold-{i + 1}")
         kept = work / "cold-1"
         added = insert_run(db, built["next_run"])
         print(f"added run {built['runs'] + 1} ({len(built['next_run'].get('results', [])):,} results) in {added:.1f} s")
@@ -1196,8 +1207,6 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             warms.append(render_once(db, work / f"warm-{i + 1}", kept=kept))
             report_render(f"warm {i + 1}", warms[-1])
-            if not args.keep:
-                shutil.rmtree(work / f"warm-{i + 1}")
         print()
         print(f"machine: {machine()}")
         print(f"date: {datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}")
@@ -1237,8 +1246,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             for name, phases_kept in (("cold", None), ("warm", kept)):
                 print_phases(name, render_once(db, work / f"{name}-phases", "phases", kept=phases_kept))
-                if not args.keep:
-                    shutil.rmtree(work / f"{name}-phases")
 
             prof = work / "render.pstats"
             info = render_once(db, work / "render-profile", "profile", prof, kept=kept)
@@ -1263,9 +1270,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("index.html composition:")
                 for label, n, note in index_composition(index):
                     print(f"  {n:>11,} B  {label}{'  (' + note + ')' if note else ''}")
-            if not args.keep:
-                shutil.rmtree(work / "render-profile")
     finally:
+        shutil.rmtree(aside, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:

@@ -6,7 +6,9 @@ and reads what the store and the rendered pages say.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -22,7 +24,7 @@ from toyfarm import toy_farm
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import ledger, site
+from orchestrator.report import ledger, pagewriter, site
 from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
@@ -338,7 +340,7 @@ def test_a_cell_page_cut_short_is_written_again(toy_run, tmp_path):
 
 
 def test_a_cell_page_that_cannot_be_written_stops_the_render_before_any_page_links_to_it(toy_run, tmp_path):
-    """Cell pages go to disk from writer threads: a write that fails there is the
+    """Cell pages go to disk from the writer process: a write that fails there is the
     render's error (PageWriteError, naming the page), and no run or index page that
     would link to the missing page is written."""
     _, farm, store, summary = toy_run
@@ -418,3 +420,53 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
     assert made == expected
     for shown in ('class="why"', "stale-cell", "n&#39;1", "then infra-error", "ptx-jit", "k&amp;1", 'class="none"'):
         assert shown in made, shown
+
+
+def _frame(kind: int, path: Path, data: bytes) -> bytes:
+    name = os.fsencode(path)
+    return pagewriter._HEAD.pack(kind, len(name), len(data)) + name + data
+
+
+def test_the_page_writer_stops_at_its_first_error_and_never_writes_part_of_a_page(tmp_path):
+    """The writer process writes what it is handed, in order; at the first page it
+    cannot write it says which and writes nothing after it (a page linking to the
+    missing one could follow); a page whose bytes were cut short (the render died
+    handing it over) is not written at all."""
+    (tmp_path / "blocked").write_text("a file where a folder should be\n")
+    first, failing, after = tmp_path / "cells" / "1.html", tmp_path / "blocked" / "2.html", tmp_path / "index.html"
+    said = io.BytesIO()
+    stream = b"".join(
+        [
+            _frame(pagewriter.FRESH, first, b"<p>one</p></html>"),
+            _frame(pagewriter.FRESH, failing, b"<p>two</p></html>"),
+            _frame(pagewriter.PAGE, after, b"<a href=cells/2.html></a></html>"),
+        ]
+    )
+    assert pagewriter.main(io.BytesIO(stream), said) == 1
+    assert first.read_bytes() == b"<p>one</p></html>" and not after.exists()
+    assert os.fsencode(failing) in said.getvalue()
+
+    cut = _frame(pagewriter.CHANGED, after, b"<p>whole</p></html>")
+    assert pagewriter.main(io.BytesIO(cut[:-3]), io.BytesIO()) == 1
+    assert not after.exists() and not list(tmp_path.glob("index.html*"))
+
+
+def test_the_page_writer_process_writes_in_order_and_reports_the_page_it_could_not_write(tmp_path):
+    """PageWriter (a real writer process): pages are on disk once close() returns; a
+    page that cannot be written is close()'s error, naming it, and later ones are not written."""
+    pages = pagewriter.PageWriter()
+    for i in range(200):  # more than the pipe holds: the render runs ahead of the writer
+        pages.put(pagewriter.FRESH, str(tmp_path / "cells" / f"{i}.html"), b"x" * 20_000 + b"</html>")
+    pages.put(pagewriter.PAGE, str(tmp_path / "index.html"), b"<p>index</p></html>")
+    pages.close()
+    assert len(list((tmp_path / "cells").glob("*.html"))) == 200
+    assert (tmp_path / "index.html").read_bytes() == b"<p>index</p></html>"
+
+    (tmp_path / "blocked").write_text("a file where a folder should be\n")
+    pages = pagewriter.PageWriter()
+    pages.put(pagewriter.FRESH, str(tmp_path / "blocked" / "1.html"), b"<p>one</p></html>")
+    pages.put(pagewriter.PAGE, str(tmp_path / "history.html"), b"<p>history</p></html>")
+    with pytest.raises(pagewriter.WriteFailed) as caught:
+        pages.close()
+    assert caught.value.path == str(tmp_path / "blocked" / "1.html")
+    assert not (tmp_path / "history.html").exists()

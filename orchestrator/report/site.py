@@ -14,7 +14,8 @@ they open from disk and read without JavaScript. Everything nodes and kernels
 printed is untrusted: autoescaped by Jinja2, and escaped by _e where report.py
 makes HTML itself (cell pages, and the cells of run pages and kernel grids, for
 speed). Each page is written to a temporary file and renamed, so a reader never
-sees half a page.
+sees half a page (but a new cell page, which nothing links to until the pages
+written after it); pages go to disk from a writer process, in order (pagewriter.py).
 
 Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
@@ -34,12 +35,11 @@ import hashlib
 import json
 import os
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict, namedtuple
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
@@ -53,6 +53,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
 from orchestrator.report import history, trends
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
+from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed
 from orchestrator.store.database import Store
 from orchestrator.store.tables import ResultRow
 
@@ -118,60 +119,11 @@ class PageWriteError(FarmError):
         self.oserror = err
 
 
-def _write(path: Path, text: str, compare: bool = True, fresh: bool = False) -> None:
-    try:
-        if fresh:
-            _write_fresh(path, text)
-        else:
-            _write_page(path, text, compare)
-    except OSError as err:
-        raise PageWriteError(os.fspath(path), err) from err
-
-
-def _write_fresh(path: Path, text: str) -> None:
-    # A cell page not on disk yet: nothing links to it until the run's and the index
-    # pages are written after it, so it is written in place, without a temporary file
-    # and a rename (a run writes thousands). A render that dies halfway leaves a page
-    # without its end, which _stamped does not trust: it is written again next time.
-    data = text.encode("utf-8")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    try:
-        fd = os.open(path, flags, 0o666)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-
-
-def _write_page(path: Path, text: str, compare: bool) -> None:
-    # one renderer at a time (the run lock, or a lone `farm report`), so a fixed
-    # temporary name per page is enough; the rename makes each page appear whole
-    # (a page's stamp is trusted only because no page is ever seen half-written).
-    # An unchanged page is not rewritten: re-rendering the same database touches
-    # nothing. `compare=False`: the caller knows the page on disk, if any, differs.
-    data = text.encode("utf-8")
-    name = os.fspath(path)
-    try:
-        if compare and os.stat(name).st_size == len(data):
-            with open(name, "rb") as page:
-                if page.read() == data:
-                    return
-    except FileNotFoundError:
-        pass
-    tmp = f"{name}.{os.getpid()}.tmp"
-    try:
-        page = open(tmp, "wb")  # noqa: SIM115 (closed below; the folder is made on the first page only)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(name), exist_ok=True)
-        page = open(tmp, "wb")  # noqa: SIM115
-    with page:
-        page.write(data)
-    os.replace(tmp, name)
+def _write(path: Path | str, text: str, pages: PageWriter, compare: bool = True, fresh: bool = False) -> None:
+    """Hands a page to the writer: `fresh`, a cell page not on disk yet (written in
+    place); else any page, written whole by a rename, and not at all when the page
+    on disk has its bytes (`compare=False`: the caller knows it differs)."""
+    pages.put(FRESH if fresh else PAGE if compare else CHANGED, os.fspath(path), text.encode("utf-8"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -193,6 +145,7 @@ def page_format() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=256)
 def _moment(started: datetime) -> str:
     # to the microsecond: with the id, it tells this run from another database's run of the same id
     moment = started if started.tzinfo else started.replace(tzinfo=UTC)
@@ -213,7 +166,7 @@ PAGE_END = b"</html>"  # the last bytes of every page (base.html.j2); never in a
 
 def _stamped(path: Path, stamp: str) -> bool:
     """Whether the page on disk carries this stamp (its second line, base.html.j2)
-    and is whole (it ends as every page does: see _write_fresh)."""
+    and is whole (it ends as every page does: see pagewriter.write_fresh)."""
     try:
         with open(path, "rb") as page:
             head = page.read(1024)
@@ -257,20 +210,27 @@ def _json(text: str) -> Any:
     return json.loads(text)
 
 
-def _decoded(rows: list[Any]) -> list[SimpleNamespace]:
+@functools.lru_cache(maxsize=8)
+def _row_type(keys: tuple[str, ...]) -> type:
+    # a named tuple: made from a row's values at a fraction of a SimpleNamespace's cost
+    return namedtuple("ResultText", keys)
+
+
+def _decoded(rows: list[Any]) -> list[Any]:
     """result_rows(json_as_text=True) rows with their JSON columns decoded (the
-    database's own JSON decoding, where it did it, is kept)."""
+    database's own JSON decoding, where it did it, is kept), as named tuples."""
     if not rows:
         return []
-    keys = list(rows[0]._fields)
+    keys = tuple(rows[0]._fields)
     at = [keys.index(key) for key in _JSON_COLUMNS]
+    make = _row_type(keys)._make
     decoded = []
     for row in rows:
         values = list(row)
         for i in at:
             if type(values[i]) is str:
                 values[i] = _json(values[i])
-        decoded.append(SimpleNamespace(**dict(zip(keys, values, strict=True))))
+        decoded.append(make(values))
     return decoded
 
 
@@ -528,7 +488,7 @@ class _Chrome:
         return f"{self.head}{_e(stamp)}{self.after_stamp}{_e(title)}{self.after_title}{body}{self.tail}"
 
 
-def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Path) -> None:
+def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Path, pages: PageWriter) -> None:
     """Write the cell pages the site links to that are not on disk yet (or were
     written by another version of the farm)."""
     wanted = _linked_results(model)
@@ -549,7 +509,9 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
     run_id = model.run.id
     chrome = _Chrome(env)
 
-    def make(batch: list[int]) -> Iterable[tuple[Path, str, bool]]:
+    folder = os.path.join(out_dir, "cells")  # a string: a Path per page cost more than its page's write
+
+    def make(batch: list[int]) -> Iterable[tuple[str, str, bool]]:
         """One batch's pages: (path, text, whether the file is new)."""
         rows = _decoded(store.result_rows(batch, json_as_text=True))
         snapshots = store.snapshot_rows([r.snapshot_id for r in rows if r.snapshot_id is not None])
@@ -566,11 +528,11 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
             body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, values)
             name = f"{int(r.id)}.html"
-            yield out_dir / "cells" / name, chrome.page(stamps[r.id], title, body), name not in present
+            yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 
     for batch in _batches(todo):
         for path, text, fresh in make(batch):
-            _write(path, text, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
+            _write(path, text, pages, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
 
 
 @functools.lru_cache(maxsize=256)
@@ -650,6 +612,16 @@ def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[s
     return found
 
 
+_NO_CELL = '<td class="none">–</td>'
+
+
+@functools.lru_cache(maxsize=256)
+def _run_td(outcome: str) -> tuple[str, str]:
+    """A plain run-page cell, per outcome word: its HTML before the result id and after
+    it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
+    return f'<td class="{category(outcome)}" title="result ', f'">{_e(outcome)}</td>'
+
+
 def _run_matrix(
     cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool
 ) -> list[tuple[str, str, Markup]]:
@@ -657,27 +629,23 @@ def _run_matrix(
     (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
     and a template spends microseconds on each. `linked`: each cell links to its page
     and carries data-node, data-device and data-cell (the rendered run's own matrix)."""
-    heads = [(node, device, _e(node), _e(device)) for node, device in columns]
-    matrix = []
-    for kernel, variant in sorted({(k, v) for (k, v, _n, _d) in cells}):
-        label = _e(f"{kernel}:{variant}")
-        row = []
-        for node, device, node_text, device_text in heads:
-            found = cells.get((kernel, variant, node, device))
-            if found is None:
-                row.append('<td class="none">–</td>')
-                continue
-            outcome, rid = found
-            head = f'<td class="{category(outcome)}" title="result {int(rid)}"'
-            if linked:
-                row.append(
-                    f'{head} data-node="{node_text}" data-device="{device_text}" data-cell="{label}">'
-                    f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
-                )
-            else:
-                row.append(f"{head}>{_e(outcome)}</td>")
-        matrix.append((kernel, variant, Markup("".join(row))))
-    return matrix
+    at = {column: i for i, column in enumerate(columns)}
+    blank = [_NO_CELL] * len(columns)
+    rows: dict[tuple[str, str], list[str]] = {}
+    for (kernel, variant, node, device), (outcome, rid) in cells.items():
+        row = rows.get((kernel, variant))
+        if row is None:
+            row = rows[(kernel, variant)] = blank.copy()
+        if linked:
+            row[at[(node, device)]] = (
+                f'<td class="{category(outcome)}" title="result {int(rid)}" data-node="{_e(node)}" '
+                f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
+            )
+        else:
+            before, after = _run_td(outcome)
+            row[at[(node, device)]] = f"{before}{int(rid)}{after}"
+    return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 
 def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
@@ -747,21 +715,34 @@ def render(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _render(store, out_dir, run_id, farm, history_runs)
+        out_dir = Path(out_dir)
+        # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
+        out_dir.mkdir(parents=True, exist_ok=True)
+        pages = PageWriter()  # started now: it is ready by the time the first page is
+        try:
+            index = _render(store, out_dir, run_id, farm, history_runs, pages)
+        except BaseException:
+            pages.close(check=False)  # what was handed over is written; the render's own error is the one to see
+            raise
+        try:
+            pages.close()
+        except WriteFailed as err:
+            raise PageWriteError(err.path, err.oserror) from err
+        return index
     finally:
         if collecting:
             gc.enable()
 
 
-def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, history_runs: int) -> Path:
+def _render(
+    store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, history_runs: int, pages: PageWriter
+) -> Path:
+    """Makes the site's pages and hands them to `pages`, cell pages first (see _cell_pages)."""
     env = _env()
-    out_dir = Path(out_dir)
-    # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
-    out_dir.mkdir(parents=True, exist_ok=True)
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
-        _cell_pages(store, model, env, out_dir)
+        _cell_pages(store, model, env, out_dir, pages)
 
         run_page = env.get_template("run.html.j2")
         from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None
@@ -790,9 +771,10 @@ def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, 
                     matrix=matrix,
                     counts=model.run_counts.get(past.id, {}),
                     columns=columns,
-                    several={n for n, _d in columns if sum(1 for m, _ in columns if m == n) > 1},
+                    several={n for n, seen in Counter(n for n, _d in columns).items() if seen > 1},
                     linked=linked,
                 ),
+                pages,
             )
 
     kernel_page = env.get_template("kernel.html.j2")
@@ -807,12 +789,13 @@ def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, 
                 runs=grid_runs,
                 trends=_trend_rows(model.trends.get(entry.kernel, {})),
             ),
+            pages,
         )
 
     node_page = env.get_template("node.html.j2")
     for node, snaps in model.node_history.items():
         page = node_page.render(run=run, node=node, snaps=snaps, probes=_probe_rows(snaps))
-        _write(out_dir / "nodes" / f"{page_name(node)}.html", page)
+        _write(out_dir / "nodes" / f"{page_name(node)}.html", page, pages)
 
     _write(
         out_dir / "history.html",
@@ -821,6 +804,7 @@ def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, 
             runs=model.runs,
             counts=model.run_counts,
         ),
+        pages,
     )
     index = out_dir / "index.html"
     _write(
@@ -836,5 +820,6 @@ def _render(store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, 
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
             page_name=page_name,
         ),
+        pages,
     )
     return index
