@@ -10,10 +10,13 @@ caught by both runners, on real sshd nodes.
 
 from __future__ import annotations
 
+import ast
 import io
+import marshal
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +26,13 @@ from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job,
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
+from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
-from orchestrator.run import noderunner
-from orchestrator.run.probe import _python
+from orchestrator.run import noderunner, stages
+from orchestrator.run.probe import _python, probe
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
+from orchestrator.transport import transport_for
 
 MIN75 = {"min": "7.5"}
 
@@ -202,3 +207,32 @@ def test_a_kernel_that_kills_its_runner_leaves_nothing_running(ssh_fleet: Fleet,
     (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=30)})
     assert row["outcome"] != "pass", row["reason"]
     assert not processes_matching("sleep 73"), "the kernel outlived the runner it killed"
+
+
+def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe's python3 compiles the runner once per node (a cell's python3 then
+    need not: a quarter of the node's CPU per cell); a python3 of another version
+    (upgraded since the probe) compiles the source sent beside the code instead,
+    never loads bytecode that is not its own."""
+    monkeypatch.setattr(stages, "RUNNER_SOURCE", b"import sys; sys.stdout.write('from the source')")
+    code = marshal.dumps(compile("import sys; sys.stdout.write('from the code')", "farm-runner", "exec"))
+    python = sys.executable
+    said = subprocess.run([python, "-I", "-S", "-c", "print(repr(__import__('sys').version))"], capture_output=True)
+    version = ast.literal_eval(said.stdout.decode())
+    for given, expected in ((version, "from the code"), (version + " (another build)", "from the source")):
+        command, stdin = stages.runner_command(python, given, code)
+        out = subprocess.run(["sh", "-c", command], input=stdin + b"the plan", capture_output=True, check=True)
+        assert out.stdout.decode() == expected, (given, out)
+    command, stdin = stages.runner_command(python)  # no compiled runner (runner: shell's probe)
+    assert subprocess.run(["sh", "-c", command], input=stdin, capture_output=True).stdout == b"from the source"
+
+
+def test_the_probe_brings_back_the_runner_compiled_by_the_nodes_python3(own_home_node: SshNode, tmp_path: Path) -> None:
+    with transport_for("t4", NodeSpec(**own_home_node.farm_entry(tmp_path / "work"))) as transport:
+        snapshot = probe(transport)
+        version = transport.run("python3 -I -S -c 'import sys; print(repr(sys.version))'", timeout=30).stdout
+    assert snapshot.python_version == ast.literal_eval(version)
+    code = marshal.loads(snapshot.runner_code)
+    assert code.co_filename == "farm-runner" and "reap" in code.co_names

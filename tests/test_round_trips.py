@@ -21,6 +21,7 @@ from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, wr
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
 from orchestrator.run import bundle
 from orchestrator.run.bundle import Bundle
@@ -279,3 +280,45 @@ def test_bundles_ship_on_the_extracting_commands_stdin(
     sftp = new.count("subsystem 'sftp'") + new.count("subsystem sftp")
     # the commands: the shipping (one), then node_digest's two
     assert (new.count("Starting session: command"), sftp) == ((3, 0) if inline else (3, 1)), new
+
+
+def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:
+    """farm.yaml's `jump:` (a bastion, as OpenSSH's ProxyJump): the node is reached
+    through a channel of the bastion's own connection, both with strict host keys
+    (one known_hosts holds both), and the cell passes as it would directly. The
+    bastion's connection is the socket: Nagle and the delayed ACK are off there."""
+    fleet = Fleet(tmp_path / "bastion")
+    bastion = fleet.add("bastion", None, start=False)
+    bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+    bastion.start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        entry = node.farm_entry(
+            tmp_path / "work", known_hosts=str(known), jump=f"{bastion.user}@127.0.0.1:{bastion.port}"
+        )
+        # the bastion's key is checked as strictly as the node's: unknown, refused, nothing run
+        only_node = tmp_path / "only_node"
+        only_node.write_text(node.known_hosts_line() + "\n")
+        with pytest.raises(HostKeyError, match=f"{bastion.port}"):
+            transport_for("t4", NodeSpec(**{**entry, "known_hosts": str(only_node)})).open()
+        with transport_for("t4", NodeSpec(**entry)) as transport:
+            assert isinstance(transport, SSHTransport)
+            assert transport.run("echo $SSH_CONNECTION", timeout=30).stdout.split()[0] == "127.0.0.1"
+            gateway = transport._conn.gateway.transport
+            assert isinstance(gateway.sock, _QuickAck)
+            assert gateway.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        root = tmp_path / "farm"
+        farm_file = write_farm(root, {"t4": entry}, [standin_job("standin", passing(1))])
+        farm = load_farm(farm_file)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=tmp_path / "cache")
+        finally:
+            store.close()
+        assert dict(summary.outcomes) == {"pass": 1}, [r.verdict for _, r, _ in summary.results]
+        # both connections (the one above, the run's) authenticated at the bastion first
+        log = bastion.log.read_text(errors="replace")
+        assert log.count("Accepted publickey") == 2, log[-2000:]
+    finally:
+        fleet.stop()

@@ -17,16 +17,21 @@ real hardware.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import NodeSpec
 from orchestrator.transport import Transport
 
+# the node-side runner (noderunner.py says why it is sent, never a file on the node)
+RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
 PROBE_TIMEOUT = 60.0
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
@@ -72,19 +77,32 @@ def query():
     return lines
 """
 QUERY_PRINT = '\nprint("\\n".join(query()))\n'
-# The probe's one python3: its own path and whether it can run the node runner
-# (@@farm python), then the driver's word unless the shell said why not (argv[1]).
-PROBE_PYTHON = (
-    NVML_QUERY
-    + r"""
+
+
+# The probe's one python3 (probe_python): its own path and whether it can run the
+# node runner (@@farm python); the runner compiled by it (@@farm runner: its sys.version, then
+# the code object, marshal'd: a cell's python3 then need not compile the runner
+# again, a quarter of the node's CPU per cell); then the driver's word unless the
+# shell said why not (argv[1]).
+def probe_python(runner: bool) -> str:
+    """The probe's python3 script; `runner`: it compiles the node runner too."""
+    return (
+        NVML_QUERY
+        + f"RUNNER = {RUNNER_SOURCE if runner else None!r}\n"
+        + r"""
 import sys
 print(sys.executable)
 print(sys.version_info >= (3, 8))
+if RUNNER is not None and sys.version_info >= (3, 8):
+    import marshal
+    print("@@farm runner")
+    print(repr(sys.version))
+    print(marshal.dumps(compile(RUNNER, "farm-runner", "exec")).hex())
 print("@@farm nvml")
 sys.stdout.flush()
 print("error " + sys.argv[1] if sys.argv[1] else "\n".join(query()))
 """
-)
+    )
 
 
 @dataclass(frozen=True)
@@ -129,6 +147,10 @@ class NodeSnapshot:
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
     flock: bool = False  # util-linux's flock is there: runs queue on the node itself (stages.GpuSlots)
     python: str | None = None  # the node's python3 (3.8 or later): cells go to noderunner.py, not to shell
+    # that python3's sys.version and the runner compiled by it (marshal), sent to each cell's runner:
+    # only a python3 of that very version loads it (another compiles the runner's source, sent beside)
+    python_version: str = ""
+    runner_code: bytes = field(default=b"", repr=False)
     # folder -> its digest as the node computed it ("" when missing), for the folders the probe
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
@@ -239,7 +261,8 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
                 else 'if [ -n "$why" ]; then echo \'@@farm nvml\'; echo "error $why"; elif '
             )
             + "command -v python3 >/dev/null 2>&1; then "
-            f'python3 -I -S -c {shlex.quote(PROBE_PYTHON)} "$why" 2>&1 | head -n 70; '
+            f"python3 -I -S -c {shlex.quote(probe_python(node.runner == 'auto' and node.transport != 'slurm'))} "
+            '"$why" 2>&1 | head -n 70; '
             "else echo '@@farm nvml'; echo \"error ${why:-no python3 on the node to query the driver}\"; fi; "
             '} > "$d/python" 2>&1 &',
             "echo '@@farm flock'",
@@ -260,6 +283,19 @@ def _python(lines: list[str]) -> str | None:
     """python3's own path, where it said it is 3.8 or later."""
     found = [line.strip() for line in lines if line.strip()]
     return found[0] if len(found) == 2 and found[0].startswith("/") and found[1] == "True" else None
+
+
+def _runner_code(lines: list[str]) -> dict[str, Any]:
+    """python_version and runner_code from the probe's `runner` section, where it is whole."""
+    found = [line.strip() for line in lines if line.strip()]
+    if len(found) != 2:
+        return {}
+    try:
+        version = ast.literal_eval(found[0])
+        code = bytes.fromhex(found[1])
+    except (ValueError, SyntaxError):
+        return {}
+    return {"python_version": version, "runner_code": code} if isinstance(version, str) and code else {}
 
 
 def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
@@ -390,6 +426,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         nvcc_output="\n".join(nvcc),
         flock=bool("".join(sec.get("flock") or []).strip()),
         python=_python(sec.get("python") or []),
+        **_runner_code(sec.get("runner") or []),
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
     )

@@ -49,7 +49,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from orchestrator import metrics
@@ -63,21 +62,27 @@ from orchestrator.plan import Cell, Expectation
 from orchestrator.run import sanitize
 from orchestrator.run.bundle import Placed
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
-from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.probe import RUNNER_SOURCE, Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult, StreamScan
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline, reap
 
-# the node-side runner, sent on stdin with each plan (noderunner.py says why)
-RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
 
-
-def runner_command(python: str) -> str:
-    """The node's python3 reading the runner's source, then its plan, from stdin;
-    isolated (-I) from the login's PYTHON* variables and user site, and -S: the
-    runner needs no site packages, and starts faster without."""
-    boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
-    return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}"
+def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[str, bytes]:
+    """The node's python3 reading the runner from stdin, and what goes on stdin before
+    the plan. Isolated (-I) from the login's PYTHON* variables and user site, and -S:
+    the runner needs no site packages, and starts faster without. With `code` (the
+    runner as the probe's python3 compiled it, of sys.version `version`), a python3
+    of that very version loads it (no compiling: a quarter of the node's CPU per
+    cell); any other compiles the source, which is sent beside it."""
+    if not code:
+        boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
+        return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", RUNNER_SOURCE
+    boot = (
+        f"import sys, marshal; r = sys.stdin.buffer.read; c = r({len(code)}); s = r({len(RUNNER_SOURCE)}); "
+        f"exec(marshal.loads(c) if sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))"
+    )
+    return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", code + RUNNER_SOURCE
 
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
@@ -499,9 +504,10 @@ class CellPipeline:
         # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
         # and reaped nothing: the login's shell kills what is left of the cell, as `_wrap` does
         # (in a subshell, as the shell scripts' stages are: the kernel's SHLVL is theirs)
-        command = f"( {run}{runner_command(self.python)} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
+        start, runner = runner_command(self.python, self.snapshot.python_version, self.snapshot.runner_code)
+        command = f"( {run}{start} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
         # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
-        return command, RUNNER_SOURCE + marshal.dumps(plan, 4)
+        return command, runner + marshal.dumps(plan, 4)
 
     def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
         missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
