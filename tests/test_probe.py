@@ -6,6 +6,8 @@ two-H200 machine, with its nvidia-smi swapped for a stand-in where the case need
 
 from __future__ import annotations
 
+import pytest
+
 from orchestrator.config.schema import NodeSpec
 from orchestrator.run.probe import parse_probe
 
@@ -61,3 +63,26 @@ def test_no_driver_query_means_no_confirmation():
 def test_gpus_key_restricts_the_cards():
     snap = parse_probe("h200", NodeSpec(transport="local", gpus=[1]), probe_text(REAL_SMI))
     assert [g.index for g in snap.gpus] == [1] and "left out" in snap.driver_check
+
+
+def test_a_python3_that_died_before_the_driver_query_says_so() -> None:
+    """One python3 answers both of the probe's questions: when it dies before asking
+    the driver, the card is not confirmed, and the check says what python3 said."""
+    text = probe_text(REAL_SMI).replace(f"@@farm nvml\n{CUDA}\n", "@@farm python\nSegmentation fault\n")
+    snap = parse_probe("broken", NODE, text)
+    assert not snap.real_gpu and "python3 gave no answer about the driver (Segmentation fault)" in snap.driver_check
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["{[]}", "'" + "-" * 100_000 + "'", "'a' + 'b'", "'\\x4'", "'''", "__import__('os')", "'3.12.3' # x"],
+)
+def test_a_runner_section_that_is_not_a_version_and_code_is_ignored(version: str) -> None:
+    """The probe's python3 sends back its sys.version and the runner it compiled; any
+    other text there (the node's output is untrusted) is dropped, never evaluated:
+    each cell's python3 then compiles the runner itself."""
+    text = probe_text(REAL_SMI) + f"@@farm runner\n{version}\n00ff\n"
+    snap = parse_probe("odd", NODE, text)
+    assert (snap.python_version, snap.runner_code) == ("", b"")
+    good = parse_probe("ok", NODE, probe_text(REAL_SMI) + "@@farm runner\n'3.12.3 (main) \\n[GCC]'\n00ff\n")
+    assert (good.python_version, good.runner_code) == ("3.12.3 (main) \n[GCC]", b"\x00\xff")

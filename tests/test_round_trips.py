@@ -12,6 +12,7 @@ number of cells; each further cell must cost exactly one command.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
 from orchestrator.run import bundle
-from orchestrator.run.bundle import Bundle
+from orchestrator.run.bundle import Bundle, StagingFailed
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
@@ -322,3 +323,22 @@ def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:
         assert log.count("Accepted publickey") == 2, log[-2000:]
     finally:
         fleet.stop()
+
+
+def test_a_shipment_the_node_refuses_early_says_why(node: SshNode, tmp_path: Path) -> None:
+    """An archive bigger than the channel's window (2 MiB) that the node stops reading
+    at once (here `incoming` is a file, as a full disk would stop it): the farm's
+    sending fails, and the command's own exit and stderr still say why; a staging
+    failure of the node, not a lost session."""
+    big = tmp_path / "here" / "big.bin"
+    big.parent.mkdir(parents=True)
+    big.write_bytes(os.urandom(3 << 20))  # incompressible: a 3 MiB archive
+    shipment = Bundle.of_files("sources of big", {"big.bin": big})
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "incoming").write_text("not a folder")
+    with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
+        assert shipment.archive(tmp_path / "cache").stat().st_size > 2 << 20
+        with pytest.raises(StagingFailed, match="Not a directory"):
+            bundle.ship(transport, str(work), [(shipment, "")], tmp_path / "cache")
+        assert transport.run("echo still here", timeout=30).stdout == "still here\n"

@@ -25,24 +25,41 @@ def watchdog(monkeypatch: pytest.MonkeyPatch) -> ssh._Watchdog:
 def test_a_passed_deadline_fires_once_and_a_cancelled_one_never(watchdog: ssh._Watchdog) -> None:
     fired: list[str] = []
     done = threading.Event()
-    cancelled = watchdog.watch(Deadline(0.05), lambda: fired.append("cancelled"))
-    cancelled.cancel()
-    late = watchdog.watch(Deadline(0.2), lambda: (fired.append("late"), done.set()))
+    with watchdog._cond:  # the watchdog's thread waits until both are in, whatever the machine's load
+        cancelled = watchdog.watch(Deadline(0), lambda: fired.append("cancelled"))
+        cancelled.cancel()
+        late = watchdog.watch(Deadline(0), lambda: (fired.append("late"), done.set()))
     assert done.wait(10)
     assert fired == ["late"] and late.fired and not cancelled.fired
 
 
-def test_a_deadline_moved_on_fires_after_one_that_was_not(watchdog: ssh._Watchdog) -> None:
+def test_a_deadline_moved_on_is_waited_for_anew(watchdog: ssh._Watchdog) -> None:
     """A stage that starts moves the command's deadline on (stages.py): the watchdog
     re-reads it when the old time comes, and waits for the new one."""
     order: list[str] = []
-    both = threading.Event()
-    moved = Deadline(0.05)
-    watchdog.watch(moved, lambda: (order.append("moved"), both.set()))
-    watchdog.watch(Deadline(0.3), lambda: order.append("fixed"))
-    moved.extend(1.0)
-    assert both.wait(10)
-    assert order == ["fixed", "moved"]
+    fixed = threading.Event()
+    moved = Deadline(0)
+    with watchdog._cond:  # both in, and moved on, before the watchdog's thread may look at them
+        moving = watchdog.watch(moved, lambda: order.append("moved"))
+        watchdog.watch(Deadline(0), lambda: (order.append("fixed"), fixed.set()))
+        moved.extend(3600)
+    assert fixed.wait(10)  # the moved entry came first in the queue, and was put back
+    with watchdog._cond:
+        assert order == ["fixed"] and not moving.fired
+        assert [due for due, _, entry in watchdog._heap if entry is moving] == [moved.at + ssh.WATCHDOG_GRACE]
+
+
+def test_a_close_that_blocks_holds_up_no_other_command(watchdog: ssh._Watchdog) -> None:
+    """Closing a connection may block (a frozen jump host's channel): each close runs
+    in a thread of its own, and the next command's deadline fires all the same."""
+    stuck, second = threading.Event(), threading.Event()
+    try:
+        with watchdog._cond:
+            watchdog.watch(Deadline(0), stuck.wait)  # blocks until the test ends
+            watchdog.watch(Deadline(0), second.set)
+        assert second.wait(10)
+    finally:
+        stuck.set()
 
 
 def test_one_thread_serves_every_command(watchdog: ssh._Watchdog) -> None:

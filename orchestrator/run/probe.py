@@ -12,7 +12,11 @@ GPU) and /proc/driver/nvidia/gpus/*/information (model and UUID, from the kernel
 module). A GPU is `verified` only when the NVIDIA kernel driver is loaded,
 /dev/nvidiactl exists, and the driver knows a GPU with that UUID, name and CC.
 A stand-in nvidia-smi, or one that misreports a card, is then never taken for
-real hardware.
+real hardware. NVML confirms what the card is, not that CUDA can start on it
+(libcuda's cuInit, which the probe asked until session 7, at eight times the
+cost): a node whose CUDA cannot start (a fabric manager down, a libcuda that
+does not match the driver) is still confirmed, and its kernels' runs fail there,
+which is a failure or an infra error, never a pass.
 """
 
 from __future__ import annotations
@@ -93,14 +97,22 @@ def probe_python(runner: bool) -> str:
 import sys
 print(sys.executable)
 print(sys.version_info >= (3, 8))
-if RUNNER is not None and sys.version_info >= (3, 8):
-    import marshal
-    print("@@farm runner")
-    print(repr(sys.version))
-    print(marshal.dumps(compile(RUNNER, "farm-runner", "exec")).hex())
 print("@@farm nvml")
 sys.stdout.flush()
-print("error " + sys.argv[1] if sys.argv[1] else "\n".join(query()))
+try:
+    print("error " + sys.argv[1] if sys.argv[1] else "\n".join(query()))
+except Exception as err:
+    print("error the NVML query failed: %r" % (err,))
+sys.stdout.flush()
+if RUNNER is not None and sys.version_info >= (3, 8):
+    try:
+        import marshal
+        code = marshal.dumps(compile(RUNNER, "farm-runner", "exec")).hex()
+        print("@@farm runner")
+        print(repr(sys.version))
+        print(code)
+    except Exception:
+        pass  # each cell's python3 compiles the runner itself
 """
     )
 
@@ -262,7 +274,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             )
             + "command -v python3 >/dev/null 2>&1; then "
             f"python3 -I -S -c {shlex.quote(probe_python(node.runner == 'auto' and node.transport != 'slurm'))} "
-            '"$why" 2>&1 | head -n 70; '
+            '"$why" 2>&1 | head -n 80; '
             "else echo '@@farm nvml'; echo \"error ${why:-no python3 on the node to query the driver}\"; fi; "
             '} > "$d/python" 2>&1 &',
             "echo '@@farm flock'",
@@ -288,14 +300,17 @@ def _python(lines: list[str]) -> str | None:
 def _runner_code(lines: list[str]) -> dict[str, Any]:
     """python_version and runner_code from the probe's `runner` section, where it is whole."""
     found = [line.strip() for line in lines if line.strip()]
-    if len(found) != 2:
+    # what the node printed is untrusted: only a short string literal (escapes allowed, no
+    # quote) and hex are read, so literal_eval sees nothing else
+    if len(found) != 2 or not re.fullmatch(r"(?:[0-9a-f]{2})+", found[1]):
+        return {}
+    if len(found[0]) > 400 or not re.fullmatch(r"'(?:[^'\\]|\\[^\n])*'", found[0]):
         return {}
     try:
-        version = ast.literal_eval(found[0])
-        code = bytes.fromhex(found[1])
+        version = ast.literal_eval(found[0])  # a bad escape ('\\x4') is a SyntaxError
     except (ValueError, SyntaxError):
         return {}
-    return {"python_version": version, "runner_code": code} if isinstance(version, str) and code else {}
+    return {"python_version": version, "runner_code": bytes.fromhex(found[1])}
 
 
 def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
@@ -393,7 +408,11 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
     rows = _smi_gpus(smi[:-1]) if smi_ok else []
     driver_evidence = "\n".join(sec.get("driver", [])).strip()
-    known, error = _driver_devices(sec.get("nvml", []))
+    nvml = sec.get("nvml")
+    if nvml is None:  # the python3 that was to ask died first: what it said instead is the reason
+        said = next((line.strip() for line in sec.get("python", []) if line.strip()), "nothing")
+        nvml = [f"error python3 gave no answer about the driver ({said[:200]})"]
+    known, error = _driver_devices(nvml)
     every = cross_check(rows, driver_evidence, known, error, _proc_models(sec.get("procgpus", [])))
     usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import heapq
 import itertools
@@ -119,21 +120,27 @@ class _Watchdog:
     WATCHDOG_GRACE: paramiko's channel requests wait for a frozen peer forever.
     One thread for every command of the process (a thread per command was a fifth
     of the farm's CPU per cell), started on first use: a worker process forked
-    from the farm's starts its own."""
+    from the farm's starts its own, with none of the parent's entries."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Watch]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
-        self._pid = 0
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked child (a worker): the parent's commands, its thread and the state of
+        its lock are not the child's."""
+        self._cond = threading.Condition()
+        self._heap = []
+        self._thread = None
 
     def watch(self, deadline: Deadline, action: Callable[[], None]) -> _Watch:
         watch = _Watch(deadline, action)
         with self._cond:
             heapq.heappush(self._heap, (deadline.at + WATCHDOG_GRACE, next(self._order), watch))
-            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
-                self._pid = os.getpid()
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
                 self._thread.start()
             elif self._heap[0][2] is watch:  # due before any other: the thread must wake sooner
@@ -162,13 +169,14 @@ class _Watchdog:
                 if action is None:
                     continue
                 watch.fired = True
-                self._cond.release()
-                try:
-                    action()
-                except Exception:  # a connection that cannot even be closed: nothing more to do
-                    pass
-                finally:
-                    self._cond.acquire()
+                # in a thread of its own: closing a connection may block (a frozen jump host's
+                # channel), and the other commands' deadlines must not wait for it
+                threading.Thread(target=_quietly, args=(action,), daemon=True, name="ssh-watchdog-close").start()
+
+
+def _quietly(action: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):  # a connection that cannot even be closed: nothing more to do
+        action()
 
 
 _WATCHDOG = _Watchdog()
@@ -357,9 +365,17 @@ class SSHTransport(Transport):
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
                 _exec(channel, command)
-                if stdin:  # within the channel's window (2 MiB): sent whole before any output is read
-                    channel.sendall(stdin)
-                channel.shutdown_write()
+                # sent whole before any output is read: beyond the channel's window (2 MiB) the
+                # command must read its stdin first (the farm's commands do: `cat >`, the runner)
+                try:
+                    if stdin:
+                        channel.sendall(stdin)
+                    channel.shutdown_write()
+                except OSError:
+                    # the command ended before it read all of it (a full disk under `cat >`):
+                    # its exit status and stderr, read below, say why; a connection that
+                    # broke has no exit status, and is a lost session there
+                    pass
                 while True:
                     left = deadline.left()
                     if left <= 0:
