@@ -451,7 +451,7 @@ def test_the_page_writer_stops_at_its_first_error_and_never_writes_part_of_a_pag
     assert not after.exists() and not list(tmp_path.glob("index.html*"))
 
 
-def test_the_page_writer_process_writes_in_order_and_reports_the_page_it_could_not_write(tmp_path):
+def test_the_page_writer_process_writes_every_page_and_stops_at_the_page_it_could_not_write(tmp_path):
     """PageWriter (a real writer process): pages are on disk once close() returns; a
     page that cannot be written is close()'s error, naming it, and later ones are not written."""
     pages = pagewriter.PageWriter()
