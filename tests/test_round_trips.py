@@ -342,3 +342,30 @@ def test_a_shipment_the_node_refuses_early_says_why(node: SshNode, tmp_path: Pat
         with pytest.raises(StagingFailed, match="Not a directory"):
             bundle.ship(transport, str(work), [(shipment, "")], tmp_path / "cache")
         assert transport.run("echo still here", timeout=30).stdout == "still here\n"
+
+
+def test_a_nodes_recorded_binaries_are_read_once_for_all_its_cells(
+    node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What each cached build must hash to is read for all of a node's cells at its
+    start (one query; from a worker process, one round trip to the parent), not per
+    cell: the warm run asks recorded_binary nothing, and still checks every cached
+    binary against what the cold run recorded."""
+    verify(node, tmp_path / "farm", passing(3))
+    db = tmp_path / "farm" / "results.db"
+    recorded = {r["build_key"]: r["binary_sha256"] for r in query(db, "SELECT build_key, binary_sha256 FROM results")}
+    store = Store(f"sqlite:///{db}")
+    try:
+        assert store.recorded_binaries("t4", [*recorded, "no-such-key"]) == {**recorded, "no-such-key": None}
+        assert all(store.recorded_binary("t4", key) == sha for key, sha in recorded.items())
+    finally:
+        store.close()
+
+    def per_cell(*_args: object) -> None:
+        raise AssertionError("a cell asked the store for its recorded binary")
+
+    monkeypatch.setattr(Store, "recorded_binary", per_cell)
+    summary, _ = verify(node, tmp_path / "farm", passing(3))
+    assert dict(summary.outcomes) == {"pass": 3}
+    rows = query(db, "SELECT build_cached, binary_sha256, build_key FROM results WHERE run_id = 2")
+    assert all(r["build_cached"] and r["binary_sha256"] == recorded[r["build_key"]] for r in rows)

@@ -55,7 +55,7 @@ from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
-from orchestrator.run.stages import CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
+from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
 from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
@@ -182,6 +182,7 @@ class NodeContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
     built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
+    recorded: dict[str, str | None] = field(default_factory=dict)  # build key -> as the store had it at the start
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
     unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
@@ -622,6 +623,7 @@ class FarmRun:
         lock = threading.Lock()
         counts = Counter((c.kernel, c.variant) for c in cells)
         ctx.shared_builds = {pair for pair, n in counts.items() if n > 1}
+        ctx.recorded = self.store.recorded_binaries(name, sorted({self._paths(c, ctx).build_key for c in cells}))
 
         def next_cell() -> Cell | None:
             with lock:
@@ -642,10 +644,14 @@ class FarmRun:
                 future.result()
 
     def _recorded_binary(self, ctx: NodeContext, node: str, build_key: str) -> str | None:
-        """What a cached build must hash to: built earlier in this run, else as the store recorded it."""
+        """What a cached build must hash to: built earlier in this run, else as the store
+        recorded it (read for all of the node's cells at its start: one run at a time
+        writes a database, so it cannot have changed since but by this run)."""
         with ctx.lock:
             if build_key in ctx.built:
                 return ctx.built[build_key]
+            if build_key in ctx.recorded:
+                return ctx.recorded[build_key]
         return self.store.recorded_binary(node, build_key)
 
     @staticmethod
@@ -692,6 +698,14 @@ class FarmRun:
             self.summary.bytes_shipped += shipped
         return note
 
+    def _paths(self, cell: Cell, ctx: NodeContext) -> CellPaths:
+        job = self.farm.jobs[cell.kernel]
+        staging = ctx.staging
+        deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
+        run = f"{self.summary.run_id}-{self.token}"
+        variant = job.spec.variants[cell.variant]
+        return cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps, staging.toolchain)
+
     def _cell(self, transport: Transport, cell: Cell, ctx: NodeContext) -> None:
         """One cell, retried while it fails for infra reasons and the node is healthy."""
         job = self.farm.jobs[cell.kernel]
@@ -699,8 +713,7 @@ class FarmRun:
         self.listener.cell_started(cell)
         staging = ctx.staging
         deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
-        run = f"{self.summary.run_id}-{self.token}"
-        paths = cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps, staging.toolchain)
+        paths = self._paths(cell, ctx)
         gpus = ctx.devices.get(cell.device, [])
         card_cc = gpus[0].cc if gpus else (ctx.snapshot.cc if cell.device else None)
         # the node's staging is shown on a cell only when it concerned it: an input found altered there

@@ -34,9 +34,17 @@ if TYPE_CHECKING:
     from orchestrator.run.scheduler import FarmRun
 
 NODES_PER_WORKER = 16  # below this the fork server (one import of the farm, ~0.6 s) and the pipes are not worth it
-# what a worker may ask of the parent's store: the node's writes and the two reads a cell needs
+# what a worker may ask of the parent's store: the node's writes and the reads its cells need
 STORE_CALLS = frozenset(
-    {"add_snapshot", "add_result", "add_attempt", "add_planned", "recorded_binary", "metric_baseline"}
+    {
+        "add_snapshot",
+        "add_result",
+        "add_attempt",
+        "add_planned",
+        "recorded_binary",
+        "recorded_binaries",
+        "metric_baseline",
+    }
 )
 LISTENER_CALLS = frozenset({"node_ready", "cell_started", "cell_finished"})
 

@@ -496,6 +496,25 @@ class Store:
         with self._reading() as session:
             return session.scalars(query).first()
 
+    def recorded_binaries(self, node: str, build_keys: Sequence[str]) -> dict[str, str | None]:
+        """recorded_binary for each of these build keys on this node (None where none is
+        recorded), in one query: a node's cells ask it once, not a query (and, from a
+        worker process, a round trip to the parent) per cell."""
+        found: dict[str, str | None] = dict.fromkeys(build_keys)
+        table = ResultRow.__table__
+        keys = list(found)
+        with self._reading() as session:
+            for start in range(0, len(keys), 500):  # bound the IN list (PostgreSQL, SQLite)
+                rows = session.execute(
+                    select(table.c.build_key, table.c.binary_sha256)
+                    .where(table.c.node == node, table.c.build_key.in_(keys[start : start + 500]))
+                    .where(table.c.binary_sha256.is_not(None))
+                    .order_by(table.c.id)
+                )
+                for key, sha in rows:  # the latest wins, as in recorded_binary
+                    found[key] = sha
+        return found
+
     def metric_baseline(
         self, kernel: str, variant: str, node: str, device: str, names: Sequence[str], count: int = BASELINE
     ) -> dict[str, list[float]]:
