@@ -24,6 +24,7 @@ from orchestrator.plan import plan_cells
 from orchestrator.run import workers
 from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary, run_cells
 from orchestrator.store.database import Store
+from orchestrator.transport import Transport
 
 MIN75 = {"min": "7.5"}
 MIN80 = {"min": "8.0"}
@@ -205,3 +206,41 @@ def test_farm_verify_splits_its_nodes_from_the_command_line(fleet: Fleet, tmp_pa
     assert len(got) == 12 and {o for (_, v), o in got.items() if v == "pass"} == {"pass"}
     (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_UNEXPECTED)
+
+
+def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cell past its last look at `stopping` when the stop comes (a worker process
+    hears of it in its own time) sends its trip after the stop's kill has swept the
+    nodes: the stop sweeps them again, each second, until the run has ended. Here the
+    cells' trips are held on their way until the stop has returned; their kernels
+    hang for 300 s, and the run still ends within the wait."""
+    held, release = threading.Event(), threading.Event()
+    original = Transport.run_streamed
+
+    def late(transport: Transport, command: str, **kwargs: object) -> object:
+        if "FARM_RUN=" in command:  # a cell's trip, past the cell's last look at `stopping`
+            held.set()
+            release.wait(60)
+        return original(transport, command, **kwargs)
+
+    monkeypatch.setattr(Transport, "run_streamed", late)
+    variants = {"hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=300)}
+    farm = load_farm(farm_file(fleet, tmp_path, 1, variants))
+    store = Store(farm.database_url)
+    farm_run = FarmRun(farm, store, cache_dir=tmp_path / "cache", trigger="test")
+    done: list[RunSummary] = []
+    thread = threading.Thread(target=lambda: done.append(farm_run.execute(plan_cells(farm, None, None))), daemon=True)
+    thread.start()
+    try:
+        assert held.wait(120), "no cell came to its trip"
+        farm_run.stop("SIGTERM")  # nothing of the run runs on the nodes yet: it kills nothing
+        release.set()
+        thread.join(90)
+        assert done, "the run did not end after its stop"
+    finally:
+        release.set()
+        store.close()
+    assert not processes_carrying(f"FARM_RUN={farm_run.token}")
+    assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}

@@ -61,6 +61,8 @@ from orchestrator.store.journal import Journal, journal_folder
 from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
 from orchestrator.transport import Transport, transport_for
 
+STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
+
 
 class Listener(Protocol):
     def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
@@ -224,6 +226,7 @@ class FarmRun:
         self._summary_lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason: str | None = None
+        self._ended = threading.Event()  # execute() has returned (or raised): a stop's sweeps end
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
         self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
@@ -269,7 +272,33 @@ class FarmRun:
         deadline = time.monotonic() + grace
         for thread in threads:
             thread.join(max(deadline - time.monotonic(), 0))
+        # a cell whose trip was on its way when the stop came (a worker process hears of it in
+        # its own time; a thread may be past its last look at `stopping`) can reach its node
+        # after that kill: the nodes are swept again, every second, until the run has ended
+        threading.Thread(target=self._sweep_until_ended, daemon=True, name="stop-sweeps").start()
         return sum(killed)
+
+    def _sweep_until_ended(self, limit: float = STOP_SWEEP_LIMIT) -> None:
+        """Kill what the run has left on its nodes each second (one connection per node,
+        kept), until execute() has ended, or for `limit` seconds at most."""
+        transports: dict[str, Transport] = {}
+        give_up = time.monotonic() + limit
+        try:
+            while not self._ended.wait(1.0) and time.monotonic() < give_up:
+                for name in list(self._nodes_started):
+                    transport = transports.get(name)
+                    try:
+                        if transport is None:
+                            transport = transports[name] = self._transport(name)
+                        transport.open()
+                        transport.stop_run(self.token, 10.0)
+                    except FarmError:
+                        transports.pop(name, None)  # reconnected on the next pass
+                        if transport is not None:
+                            transport.close()
+        finally:
+            for transport in transports.values():
+                transport.close()
 
     # what a worker process hears from its parent (workers.py) -----------------
     def halt(self, reason: str) -> None:
@@ -332,6 +361,7 @@ class FarmRun:
             # the nodes store nothing and start no cell; a run stored half-way is marked aborted
             self.not_begun("the run could not be stored")
             pool.not_begun()
+            self._ended.set()
             if self.summary.run_id:
                 with contextlib.suppress(FarmError):
                     code = err.exit_code if isinstance(err, FarmError) else EXIT_INTERNAL
@@ -351,6 +381,7 @@ class FarmRun:
             exit_code = EXIT_INTERNAL
             raise
         finally:
+            self._ended.set()
             self.summary.wall_seconds = time.monotonic() - clock
             stored = self.summary.exit_code if exit_code is None else exit_code
             with contextlib.suppress(FarmError):  # the database itself may be what failed
