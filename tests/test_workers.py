@@ -244,3 +244,25 @@ def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
         store.close()
     assert not processes_carrying(f"FARM_RUN={farm_run.token}")
     assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
+
+
+def test_a_result_stored_for_a_worker_that_died_before_saying_so_is_not_stored_again(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's result is stored by the parent, and the worker then says so; one that
+    dies in between (seen in CI: five rows for four cells) left that cell to be
+    stored again as the worker's loss. The parent counts what it stored itself."""
+    farm = load_farm(farm_file(fleet, tmp_path, 2))
+    store = Store(farm.database_url)
+    try:
+        run = FarmRun(farm, store, cache_dir=tmp_path / "cache", trigger="test")
+        run.summary = RunSummary(run_id=0)
+        cells = plan_cells(farm, None, ["w1"])
+        assert len(cells) >= 2
+        lost: list[list] = []
+        monkeypatch.setattr(run, "_node_failed", lambda name, left, *rest: lost.append(left))
+        run.stored_result("w1", cells[0].kernel, cells[0].variant)
+        run.node_broke("w1", cells, RuntimeError("the farm's worker process ended"))
+    finally:
+        store.close()
+    assert lost == [cells[1:]]

@@ -227,6 +227,7 @@ class FarmRun:
         self._stop = threading.Event()
         self._stop_reason: str | None = None
         self._ended = threading.Event()  # execute() has returned (or raised): a stop's sweeps end
+        self._stored: set[tuple[str, str, str]] = set()  # (node, kernel, variant) a worker's result was stored for
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
         self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
@@ -449,6 +450,7 @@ class FarmRun:
         with self._summary_lock:
             self.summary.internal.append(f"node {name!r}: {type(err).__name__}: {err}")
             done = {(c.kernel, c.variant) for c, _, _ in self.summary.results if c.node == name}
+            done |= {(kernel, variant) for node, kernel, variant in self._stored if node == name}
         left = [cell for cell in cells if (cell.kernel, cell.variant) not in done]
         if left:
             self._node_failed(name, left, None, "internal", detail, [])
@@ -893,6 +895,12 @@ class FarmRun:
         result_id = self.store.add_result(record, attempts or (), result_metrics(result))
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
+
+    def stored_result(self, node: str, kernel: str, variant: str) -> None:
+        """A worker's result, stored by the parent: a worker that dies before its event
+        about it arrives does not leave the cell to be stored a second time (node_broke)."""
+        with self._summary_lock:
+            self._stored.add((node, kernel, variant))
 
     def counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
         """A stored result, in the run's summary (the parent's, for a worker's cells)."""
