@@ -143,14 +143,23 @@ def test_a_worker_killed_mid_run_leaves_its_cells_infra_and_exit_70(fleet: Fleet
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
 
 
-def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
-    variants = {"hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=60)}
-    farm = load_farm(farm_file(fleet, tmp_path, 2, variants))
+def hanging_run(
+    fleet: Fleet, root: Path, processes: int, timeout: int
+) -> tuple[FarmRun, Store, threading.Thread, list[RunSummary]]:
+    """A run of kernels that hang for `timeout` s on every node, started in a thread:
+    the run, its store, the thread, and (once it has ended) its summary."""
+    variants = {"hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=timeout)}
+    farm = load_farm(farm_file(fleet, root, processes, variants))
     store = Store(farm.database_url)
-    farm_run = FarmRun(farm, store, cache_dir=tmp_path / "cache", trigger="test")
+    farm_run = FarmRun(farm, store, cache_dir=root / "cache", trigger="test")
     done: list[RunSummary] = []
     thread = threading.Thread(target=lambda: done.append(farm_run.execute(plan_cells(farm, None, None))), daemon=True)
     thread.start()
+    return farm_run, store, thread, done
+
+
+def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
+    farm_run, store, thread, done = hanging_run(fleet, tmp_path, 2, 60)
     try:
         deadline = time.monotonic() + 120
         while len(processes_carrying(f"FARM_RUN={farm_run.token}")) < 4 and time.monotonic() < deadline:
@@ -226,13 +235,7 @@ def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
         return original(transport, command, **kwargs)
 
     monkeypatch.setattr(Transport, "run_streamed", late)
-    variants = {"hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=300)}
-    farm = load_farm(farm_file(fleet, tmp_path, 1, variants))
-    store = Store(farm.database_url)
-    farm_run = FarmRun(farm, store, cache_dir=tmp_path / "cache", trigger="test")
-    done: list[RunSummary] = []
-    thread = threading.Thread(target=lambda: done.append(farm_run.execute(plan_cells(farm, None, None))), daemon=True)
-    thread.start()
+    farm_run, store, thread, done = hanging_run(fleet, tmp_path, 1, 300)
     try:
         assert held.wait(120), "no cell came to its trip"
         farm_run.stop("SIGTERM")  # nothing of the run runs on the nodes yet: it kills nothing
