@@ -388,7 +388,10 @@ def main() -> int:
     ap.add_argument("--delay-ms", type=float, default=50.0, help="round-trip delay of the delayed runs")
     ap.add_argument("--processes", default="auto", help="farm.yaml's processes (worker processes for the nodes)")
     ap.add_argument(
-        "--runner", choices=["auto", "shell"], default="auto", help="each node's runner: its python3, or shell"
+        "--runner",
+        choices=["auto", "cell", "shell"],
+        default="auto",
+        help="each node's runner: its resident python3 (auto), a python3 per cell, or shell",
     )
     ap.add_argument(
         "--hide-driver",

@@ -38,12 +38,13 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         fleet.stop()
 
 
-@pytest.fixture(params=["python", "shell"])
+@pytest.fixture(params=["resident", "cell", "shell"])
 def runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each test using it runs twice: with the nodes' python3 running a cell's stages
-    (noderunner.py) and with the POSIX shell scripts that nodes without it get.
-    `python` is farm.yaml's `auto` on these nodes, which all have python3."""
-    monkeypatch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "python" else "shell")
+    """Each test using it runs with each node runner: the node's resident python3
+    running all of its cells (farm.yaml's `auto` on these nodes, which all have
+    python3: resident.py), a python3 per cell (`cell`), and the POSIX shell scripts
+    that nodes without python3 get (`shell`)."""
+    monkeypatch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     return request.param
 
 

@@ -426,7 +426,7 @@ def test_sshd_killed_mid_run(midrun: MidRun) -> None:
     assert_faulted_slow_cell(
         midrun,
         "killed",
-        first_error=r"session failed|session ended|printed no status|no answer|EOF",
+        first_error=r"session failed|session ended|printed no status|no answer|EOF|resident runner ended",
         retry_error=r"cannot connect to 127\.0\.0\.1:\d+",
     )
     assert_unhealthy_rest(midrun, "killed")

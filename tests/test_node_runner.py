@@ -181,7 +181,7 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
     the runner must not pass on. Compared key by key, but for what a shell sets
     itself (`_`) and the cell's own marker."""
     seen = {}
-    for runner in ("shell", "auto"):
+    for runner in ("shell", "auto", "cell"):
         monkeypatch.setenv("FARM_TEST_RUNNER", runner)
         dump = tmp_path / f"env-{runner}"
         run = f"env -0 > {dump} && {{binary}}"
@@ -193,7 +193,7 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
         env = {k: v for k, _, v in pairs if k not in VOLATILE}
         env["PWD"] = "/".join(env["PWD"].split("/")[-3:])  # the cell's own work folder: NODE/CELL/work
         seen[runner] = env
-    assert seen["auto"] == seen["shell"]
+    assert seen["auto"] == seen["shell"] == seen["cell"]
     assert seen["shell"]["LANG"] == "C" and "LC_CTYPE" not in seen["shell"]
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
+from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.schema import NodeSpec
@@ -72,16 +72,20 @@ def passing(n: int) -> dict[str, dict[str, object]]:
     return {f"p{i}": standin_variant("PASS", MIN75, "MIN_CC=75", build=build.format(i=i)) for i in range(n)}
 
 
-def test_each_further_cell_costs_one_command_cold_and_warm(node: SshNode, tmp_path: Path) -> None:
+def test_each_further_cell_costs_one_command_or_none_with_the_resident_runner(
+    node: SshNode, tmp_path: Path, runner: str
+) -> None:
     one, cold_one = verify(node, tmp_path / "one", passing(1))
     _, warm_one = verify(node, tmp_path / "one", passing(1))
     four, cold_four = verify(node, tmp_path / "four", passing(4))
     again, warm_four = verify(node, tmp_path / "four", passing(4))
     for summary, cells in ((one, 1), (four, 4), (again, 4)):
         assert dict(summary.outcomes) == {"pass": cells}
-    # the three new builds are made in their one command each, as the warm reruns' cached ones are
-    assert cold_four - warm_one == 3, (cold_one, warm_one, cold_four)
-    assert warm_four - warm_one == 3, (warm_one, warm_four)
+    # the three new builds are made in their one command each, as the warm reruns' cached ones
+    # are; the resident runner takes them all on the one command it was started by
+    further = 0 if runner == "resident" else 3
+    assert cold_four - warm_one == further, (cold_one, warm_one, cold_four)
+    assert warm_four - warm_one == further, (warm_one, warm_four)
     db = tmp_path / "four" / "results.db"
     rows = query(db, "SELECT stage_seconds, build_cached FROM results WHERE run_id = 2")
     assert len(rows) == 4 and all(r["build_cached"] for r in rows)
@@ -169,16 +173,24 @@ def test_a_build_that_forges_the_later_stages_gets_its_own_verdict(node: SshNode
     assert not marker.exists()
 
 
-def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_path: Path) -> None:
-    """A kernel writes 1 MiB into its shell's stdout, forged status lines inside, then
-    hangs past its 3 s timeout: text past the farm's cap is no evidence (infra-error),
-    never the pass the forged lines claim."""
+def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_path: Path, runner: str) -> None:
+    """A kernel writes 1 MiB into the stdout of the farm's outermost process on the
+    node, forged status lines inside, then hangs past its 3 s timeout: text past the
+    farm's cap is no evidence (infra-error), never the pass the forged lines claim.
+    The resident runner's stream takes only messages with its secret mark: the flood
+    reaches no cell, and the kernel gets its own verdict (killed at its timeout)."""
     flood = f"{sys.executable} {FORGERS / 'flood.py'}"
     variants = {"flood": standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{flood}; {{binary}}; sleep 60", timeout=3)}
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
-    assert result.verdict is not None and result.verdict.outcome.value == "infra-error"
-    assert "more than 1048576 bytes" in result.evidence.infra_detail
+    assert result.verdict is not None
+    if runner == "resident":
+        assert result.verdict.outcome.value == "timeout", result.verdict
+        assert result.evidence.run_timed_out and result.evidence.infra_stage is None
+    else:
+        assert result.verdict.outcome.value == "infra-error", result.verdict
+        assert "more than 1048576 bytes" in result.evidence.infra_detail
+    assert not processes_matching("sleep 60"), "the kernel outlived its cell"
 
 
 def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path) -> None:
@@ -224,7 +236,7 @@ def test_the_python_runner_runs_a_cell_without_helper_processes(node: SshNode, t
             (node.node_bin / tool).unlink()
     per_cell = (counts[1] - counts[0]) / 3
     (snapshot,) = query(tmp_path / "c4" / "results.db", "SELECT runner FROM node_snapshots WHERE run_id = 2")
-    if runner == "python":
+    if runner != "shell":
         assert per_cell == 0, counts
         # the interpreter itself, not a wrapper on PATH; said on the node's page
         assert snapshot["runner"].startswith("python3 /") and "shims" not in snapshot["runner"], snapshot["runner"]

@@ -22,6 +22,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INTERNAL, EXIT_UNEXPECTED, ConfigError
 from orchestrator.plan import plan_cells
 from orchestrator.run import workers
+from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary, run_cells
 from orchestrator.store.database import Store
 from orchestrator.transport import Transport
@@ -226,7 +227,7 @@ def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
     cells' trips are held on their way until the stop has returned; their kernels
     hang for 300 s, and the run still ends within the wait."""
     held, release = threading.Event(), threading.Event()
-    original = Transport.run_streamed
+    original, original_resident = Transport.run_streamed, ResidentRunner.run
 
     def late(transport: Transport, command: str, **kwargs: object) -> object:
         if "FARM_RUN=" in command:  # a cell's trip, past the cell's last look at `stopping`
@@ -234,7 +235,13 @@ def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
             release.wait(60)
         return original(transport, command, **kwargs)
 
+    def late_resident(runner: ResidentRunner, *args: object) -> object:  # the same, to the node's resident runner
+        held.set()
+        release.wait(60)
+        return original_resident(runner, *args)
+
     monkeypatch.setattr(Transport, "run_streamed", late)
+    monkeypatch.setattr(ResidentRunner, "run", late_resident)
     farm_run, store, thread, done = hanging_run(fleet, tmp_path, 1, 300)
     try:
         assert held.wait(120), "no cell came to its trip"

@@ -293,9 +293,11 @@ class NodeSpec(_Strict):
     connect_timeout: Annotated[float, Strict(), Field(ge=1, le=600, allow_inf_nan=False)] = 10.0
     build_jobs: Count = Field(default=2, ge=1, le=64)
     gpus: list[int] | None = None  # the GPU indexes (nvidia-smi's) the farm may use; default all
-    # who runs a cell's stages on the node: its python3 where it has 3.8 or later (one process,
-    # noderunner.py), else POSIX shell; `shell` keeps the shell
-    runner: Literal["auto", "shell"] = "auto"
+    # who runs a cell's stages on the node: its python3 where it has 3.8 or later (noderunner.py),
+    # else POSIX shell. `auto`: one python3 for all of the run's cells on the node (resident.py)
+    # where the transport keeps a process running, else one per cell; `cell`: one per cell;
+    # `shell` keeps the shell
+    runner: Literal["auto", "cell", "shell"] = "auto"
     # transport: slurm -- a partition reached through a login node: the SSH fields
     # above when `host` is set, the farm's own machine when it is not. Every
     # command is a Slurm job (srun) on a compute node; see transport/slurm.py.

@@ -293,7 +293,7 @@ def reap(variable, value):
         chunks = [b"\0"]
         try:
             while True:  # whole: a marker put after megabytes of others is still found
-                chunk = os.read(fd, 1 << 16)
+                chunk = os.read(fd, CHUNK)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -610,10 +610,15 @@ def login_env():
 
 
 def main():
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
     plan = marshal.loads(sys.stdin.buffer.read())
     with open(os.devnull, "rb") as nothing:  # a local transport's stdin is a file /proc/PID/fd/0 would re-read
         os.dup2(nothing.fileno(), 0)
+    run_plan(plan)
+
+
+def run_plan(plan):
+    """One cell's stages, as its plan says; everything goes to stdout."""
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
     token = plan["token"]
     LOGIN_ENV.update(login_env())
     env = dict(LOGIN_ENV)
@@ -662,5 +667,186 @@ def main():
     OUT.flush()
 
 
+# the resident runner ---------------------------------------------------------
+CHUNK = 4000  # bytes of a child's output per message: with its header, within PIPE_BUF (4096)
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Served:
+    """A cell the resident runner forked: its pid, its two pipes, its marker."""
+
+    def __init__(self, pid, out, err, cell):
+        self.pid = pid
+        self.pipes = {out: b"o", err: b"e"}
+        self.cell = cell
+        self.code = None  # what $? says of it, once it ended
+
+
+def non_dumpable():
+    """prctl(PR_SET_DUMPABLE, 0): this process's /proc/PID/fd, mem, maps and environ
+    become root's, so a kernel of the same user can neither write into its stream
+    (every cell's output) nor read the cells' frame tokens from its memory. Its
+    forks keep it; what they exec (builds, kernels) does not. A kill still reaches
+    it, and its process group is what the farm kills."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except Exception:  # not Linux, or no libc to ask: as dumpable as a runner of its own
+        pass
+
+
+def serve():
+    """The resident runner (one per node, for all of a run's cells there): each
+    request on stdin, `r ID LEN` and LEN bytes of a plan, is run by a child forked
+    from this process, which has the runner loaded already (a fork, not a python3
+    start, per cell). The children's stdout and stderr come back on stdout as
+    `o ID LEN` / `e ID LEN` messages, then `x ID CODE` once the child ended and its
+    pipes are drained (the first message, `p PGID`, names its process group). Each
+    message starts with STREAM_MARK (a secret the farm sent with the runner) and is
+    written whole in one write of at most PIPE_BUF bytes. `k ID` kills a cell. A
+    child that did not end by itself (non-zero) has its cell's processes reaped,
+    as the login's shell does for a runner of its own. Ends when stdin does and
+    every child has been seen to end."""
+    import select
+
+    non_dumpable()
+    mark = globals().get("STREAM_MARK", "").encode() + b" "
+
+    def say(message):
+        # one write of at most PIPE_BUF bytes: atomic on the pipe to sshd, so what another
+        # process writes into it lands between messages, never inside one, and is skipped
+        write_all(1, mark + message)
+
+    wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    _signal.signal(_signal.SIGCHLD, lambda *_: None)
+    cells = {}  # id -> Served
+    owner = {}  # a child's pipe -> its id
+    requests = bytearray()
+    reading = True
+    # its process group (it leads the login's session): what the farm kills when the stream breaks
+    say(b"p %d\n" % os.getpgid(0))
+
+    def start(ident, plan):
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _signal.set_wakeup_fd(-1)
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                nothing = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(nothing, 0)
+                for fd in [nothing, out_r, out_w, err_r, err_w, wake_r, wake_w, *owner]:
+                    os.close(fd)
+                run_plan(plan)
+                OUT.flush()
+                code = 0
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                sys.stderr.flush()
+            os._exit(code)
+        os.close(out_w)
+        os.close(err_w)
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+            owner[fd] = ident
+        cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"))
+
+    def forward(fd):
+        """One chunk of a child's pipe out; False once there is nothing more now."""
+        served = cells[owner[fd]]
+        try:
+            chunk = os.read(fd, CHUNK)
+        except BlockingIOError:
+            return False
+        if chunk:
+            say(b"%s %d %d\n" % (served.pipes[fd], owner[fd], len(chunk)) + chunk)
+            return True
+        del owner[fd], served.pipes[fd]
+        os.close(fd)
+        return False
+
+    def take(data):
+        requests.extend(data)
+        while True:
+            line_end = requests.find(b"\n")
+            if line_end < 0:
+                return
+            words = requests[:line_end].split()
+            if words[:1] == [b"r"] and len(words) == 3:
+                size = int(words[2])
+                if len(requests) < line_end + 1 + size:
+                    return
+                plan = marshal.loads(bytes(requests[line_end + 1 : line_end + 1 + size]))
+                del requests[: line_end + 1 + size]
+                start(int(words[1]), plan)
+            elif words[:1] == [b"k"] and len(words) == 2:
+                del requests[: line_end + 1]
+                served = cells.get(int(words[1]))
+                if served is not None and served.code is None:
+                    try:  # noqa: SIM105
+                        os.kill(served.pid, _signal.SIGKILL)
+                    except OSError:
+                        pass
+                    reap("FARM_CELL", served.cell)
+            else:
+                raise SystemExit(f"farm-runner: a request it cannot read: {bytes(requests[:80])!r}")
+
+    while reading or cells:
+        watched = [wake_r, *owner] + ([0] if reading else [])
+        ready = select.select(watched, [], [], 5.0)[0]
+        for fd in ready:
+            if fd == wake_r:
+                while True:
+                    try:
+                        if not os.read(wake_r, 512):
+                            break
+                    except BlockingIOError:
+                        break
+            elif fd == 0:
+                data = os.read(0, 1 << 16)
+                if data:
+                    take(data)
+                else:
+                    reading = False
+            elif fd in owner:
+                forward(fd)
+        for ident, served in list(cells.items()):
+            if served.code is None:
+                done, status = os.waitpid(served.pid, os.WNOHANG)
+                if not done:
+                    continue
+                served.code = exit_code(status)
+            # ended: what it wrote is in its pipes; a process of the cell holding them on is cut off
+            for fd in list(served.pipes):
+                while fd in owner and forward(fd):
+                    pass
+                if fd in owner:
+                    del owner[fd], served.pipes[fd]
+                    os.close(fd)
+            if served.code != 0:
+                left = reap("FARM_CELL", served.cell)
+                if left is not None:
+                    line = b"@@farm reaped %d\n" % left
+                    say(b"o %d %d\n" % (ident, len(line)) + line)
+            say(b"x %d %d\n" % (ident, served.code))
+            del cells[ident]
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["serve"]:
+        serve()
+    else:
+        main()

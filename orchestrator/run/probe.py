@@ -166,19 +166,22 @@ class NodeSnapshot:
     # folder -> its digest as the node computed it ("" when missing), for the folders the probe
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
+    resident: bool = False  # one python3 runs all of the run's cells there (resident.py)
 
     def runner_python(self, node: NodeSpec) -> str | None:
         """The python3 that runs this node's cell stages (noderunner.py), or None: the
         shell scripts. Slurm's commands come back through srun as text, not streamed:
         always the shell there."""
-        if node.runner != "auto" or node.transport == "slurm":
+        if node.runner == "shell" or node.transport == "slurm":
             return None
         return self.python
 
     def runner_label(self, node: NodeSpec) -> str:
-        """Who runs this node's cell stages, in words: "python3 PATH" or "shell"."""
+        """Who runs this node's cell stages, in words: "python3 PATH (...)" or "shell"."""
         python = self.runner_python(node)
-        return f"python3 {python}" if python else "shell"
+        if not python:
+            return "shell"
+        return f"python3 {python} ({'resident: one for all the cells' if self.resident else 'one per cell'})"
 
     @property
     def real_gpu(self) -> bool:
@@ -269,11 +272,11 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "else why=''; fi; "
             + (
                 "if "
-                if node.runner == "auto"
+                if node.runner != "shell"
                 else 'if [ -n "$why" ]; then echo \'@@farm nvml\'; echo "error $why"; elif '
             )
             + "command -v python3 >/dev/null 2>&1; then "
-            f"python3 -I -S -c {shlex.quote(probe_python(node.runner == 'auto' and node.transport != 'slurm'))} "
+            f"python3 -I -S -c {shlex.quote(probe_python(node.runner != 'shell' and node.transport != 'slurm'))} "
             '"$why" 2>&1 | head -n 80; '
             "else echo '@@farm nvml'; echo \"error ${why:-no python3 on the node to query the driver}\"; fi; "
             '} > "$d/python" 2>&1 &',

@@ -16,6 +16,7 @@ are listeners, the store is written directly so nothing depends on a display.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import re
@@ -55,6 +56,7 @@ from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
+from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
@@ -188,6 +190,7 @@ class NodeContext:
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
     unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
+    resident: ResidentRunner | None = None  # the node's python3 serving all of its cells
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -514,11 +517,20 @@ class FarmRun:
                 health=health,
                 setup=setup,
             )
+            python = snapshot.runner_python(node)
+            if snapshot.resident and python:
+                context.resident = ResidentRunner(
+                    setup.sibling(), python, snapshot.python_version, snapshot.runner_code, self._open
+                )
             several = len(devices) > 1
             on_cards = [cell.on(device, several) for cell in cells for device in devices]
             if several:
                 self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
-            self._cells(name, on_cards, context)
+            try:
+                self._cells(name, on_cards, context)
+            finally:
+                if context.resident is not None:
+                    context.resident.close()
             if context.unswept:
                 self._sweep(setup, snapshot, name)
         finally:
@@ -570,6 +582,8 @@ class FarmRun:
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     self._check_cards(setup.name, node, snapshot)
+                    if node.runner == "auto" and setup.keeps_processes and snapshot.runner_python(node):
+                        partial[0] = snapshot = dataclasses.replace(snapshot, resident=True)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
@@ -799,6 +813,7 @@ class FarmRun:
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),
+                    resident=ctx.resident,
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned

@@ -63,6 +63,7 @@ from orchestrator.run import sanitize
 from orchestrator.run.bundle import Placed
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.probe import RUNNER_SOURCE, Gpu, NodeSnapshot
+from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.streams import ScanResult, StreamScan
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline, reap
@@ -400,6 +401,7 @@ class CellPipeline:
         metric_baseline: Callable[[list[str]], Mapping[str, list[float]]] = lambda _names: {},
         run_ahead: bool = True,
         python: str | None = None,
+        resident: ResidentRunner | None = None,
     ) -> None:
         self.t = transport
         self.job = job
@@ -422,6 +424,7 @@ class CellPipeline:
         self.run_ahead = run_ahead
         # the node's python3: a streamed trip goes to it as noderunner.py's plan, not as shell
         self.python = python if transport.streams_output else None
+        self.resident = resident if self.python is not None else None  # the node's python3 serving all its cells
         self._built_sha: str | None = None
         self.cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
@@ -454,8 +457,7 @@ class CellPipeline:
             tail = [self.paths.remove_run_dir()] if trip.clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
             if self.python is not None and trip.spec is not None:
-                command, given = self._runner(token, [trip], together=False)
-                outcome = self.t.run_streamed(command, timeout=trip.timeout, sink=reader.feed, stdin=given)
+                outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
             else:
                 outcome = self.t.run_streamed(
                     "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
@@ -479,11 +481,23 @@ class CellPipeline:
             self._clean_up()
         return outcome, outcome.stdout
 
-    def _runner(self, token: str, trips: list[_Trip], together: bool) -> tuple[str, bytes]:
-        """The command starting noderunner.py on the node, and its stdin: the
-        runner's source, then the plan. Only the bootstrap is on the command line;
-        the runner carries the run's marker (a stop kills it), not the cell's (its
-        own reap of the cell's leftovers spares it)."""
+    def _run_plan(
+        self, token: str, trips: list[_Trip], together: bool, deadline: float | Deadline, sink: Callable[[bytes], None]
+    ) -> CommandResult:
+        """The trips run by noderunner.py: the node's resident runner where there is
+        one (resident.py), else a python3 of the cell's own."""
+        if self.resident is not None:
+            plan = self._plan(token, trips, together)
+            marker = dict(part.split("=", 1) for part in self.marker.split())
+            cell = marker.get("FARM_CELL", "")
+            return self.resident.run(
+                plan, cell, deadline if isinstance(deadline, Deadline) else Deadline(deadline), sink
+            )
+        command, given = self._runner(token, trips, together)
+        return self.t.run_streamed(command, timeout=deadline, sink=sink, stdin=given)
+
+    def _plan(self, token: str, trips: list[_Trip], together: bool) -> bytes:
+        """What noderunner.py runs: the stages, their files and the cell's marker."""
         marker = dict(part.split("=", 1) for part in self.marker.split())
         plan = {
             "token": token,
@@ -499,6 +513,15 @@ class CellPipeline:
                 for trip in trips
             ],
         }
+        # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
+        return marshal.dumps(plan, 4)
+
+    def _runner(self, token: str, trips: list[_Trip], together: bool) -> tuple[str, bytes]:
+        """The command starting noderunner.py on the node, and its stdin: the
+        runner's source, then the plan. Only the bootstrap is on the command line;
+        the runner carries the run's marker (a stop kills it), not the cell's (its
+        own reap of the cell's leftovers spares it)."""
+        marker = dict(part.split("=", 1) for part in self.marker.split())
         run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
         assert self.python is not None
         # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
@@ -506,8 +529,7 @@ class CellPipeline:
         # (in a subshell, as the shell scripts' stages are: the kernel's SHLVL is theirs)
         start, runner = runner_command(self.python, self.snapshot.python_version, self.snapshot.runner_code)
         command = f"( {run}{start} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
-        # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
-        return command, runner + marshal.dumps(plan, 4)
+        return command, runner + self._plan(token, trips, together)
 
     def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
         missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
@@ -599,11 +621,12 @@ class CellPipeline:
         sent = datetime.now(UTC)
         error: InfraError | None = None
         outcome = CommandResult("", -1, "", "", 0.0)
-        given = b""
-        if self.python is not None and all(trip.spec is not None for trip in trips):
-            script, given = self._runner(token, trips, together=True)
+        by_runner = self.python is not None and all(trip.spec is not None for trip in trips)
         try:
-            outcome = self.t.run_streamed(script, timeout=deadline, sink=feed, stdin=given)
+            if by_runner:
+                outcome = self._run_plan(token, trips, True, deadline, feed)
+            else:
+                outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
             control = reader.finish()
         except InfraError as err:
             error, control = err, reader.control

@@ -69,6 +69,27 @@ def reap(variable: str, value: str, tag: str = "leftover") -> str:
     )
 
 
+class Process(ABC):
+    """A command left running on the node, spoken to through its stdin and stdout
+    (the resident runner). One thread sends, one receives."""
+
+    @abstractmethod
+    def send(self, data: bytes) -> None:
+        """All of `data` to its stdin; SessionLost where it cannot take it."""
+
+    @abstractmethod
+    def recv(self) -> bytes:
+        """Its next stdout bytes, as they come; b"" once it ended (or the session broke)."""
+
+    @abstractmethod
+    def stderr(self) -> str:
+        """What it said on stderr (its last bytes), once it ended."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Its stdin closed and the session let go; it ends once its work is done."""
+
+
 class Transport(ABC):
     """Acts on one node. Not thread-safe: each worker thread has its own (sibling()
     shares the connection where the transport can).
@@ -77,10 +98,12 @@ class Transport(ABC):
     `streams_output` (a command's stdout arrives as it is printed, so files can
     come back inside it: frames.py), `pins_gpus` (the farm chooses the GPU a
     command runs on, by CUDA_VISIBLE_DEVICES; not where a scheduler places the
-    command), and `last_job_id` / `last_compute_node` (the batch job that ran
-    the last command, where there is one)."""
+    command), `last_job_id` / `last_compute_node` (the batch job that ran
+    the last command, where there is one), and `keeps_processes` (start(): a
+    command left running, spoken to over its stdin and stdout)."""
 
     streams_output = False
+    keeps_processes = False
 
     def __init__(self, name: str, node: NodeSpec, run_token: str | None = None) -> None:
         self.name = name
@@ -150,6 +173,13 @@ class Transport(ABC):
         deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
         return self._run_streamed(self._with_env(command), deadline, sink, stdin)
 
+    def start(self, command: str) -> Process:
+        """A command left running (only where `keeps_processes`)."""
+        self._require_open("start")
+        if not self.keeps_processes:
+            raise TypeError(f"{type(self).__name__} keeps no process running")
+        return self._start(self._with_env(command))
+
     def stop_run(self, token: str, timeout: float) -> int:
         """Kill everything the farm run `token` started on this node, whatever
         process group or session it moved to; returns how many processes."""
@@ -193,6 +223,9 @@ class Transport(ABC):
         self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
     ) -> CommandResult:
         raise TypeError(f"{type(self).__name__} cannot stream a command's output")
+
+    def _start(self, command: str) -> Process:
+        raise TypeError(f"{type(self).__name__} keeps no process running")
 
     @abstractmethod
     def _put(self, local: Path, remote: str) -> None: ...

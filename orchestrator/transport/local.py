@@ -8,6 +8,7 @@ the end of PATH, so a system-wide CUDA still wins.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -17,9 +18,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
-from orchestrator.errors import CommandTimeout
-from orchestrator.transport.base import CommandResult, Deadline, Transport
+from orchestrator.errors import CommandTimeout, SessionLost
+from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 
 
 def bundled_cuda_bin() -> Path | None:
@@ -35,8 +37,52 @@ def bundled_cuda_bin() -> Path | None:
     return None
 
 
+class _LocalProcess(Process):
+    """A command left running here, in a process group of its own."""
+
+    def __init__(self, proc: subprocess.Popen, errors: IO[bytes], name: str) -> None:
+        self._proc = proc
+        self._errors = errors
+        self._name = name
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (OSError, ValueError) as err:
+            raise SessionLost(f"node {self._name!r}: the resident runner takes no more requests ({err})") from err
+
+    def recv(self) -> bytes:
+        assert self._proc.stdout is not None
+        try:
+            return os.read(self._proc.stdout.fileno(), 1 << 20)
+        except (OSError, ValueError):
+            return b""
+
+    def stderr(self) -> str:
+        self._errors.seek(0)
+        return self._errors.read()[-(1 << 16) :].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+        with contextlib.suppress(OSError, ValueError):
+            assert self._proc.stdout is not None
+            self._proc.stdout.close()
+        self._errors.close()
+
+
 class LocalTransport(Transport):
     streams_output = True
+    keeps_processes = True
 
     def _connect(self) -> None:
         self._home = Path.home()
@@ -114,6 +160,19 @@ class LocalTransport(Transport):
             stderr=stderr.decode("utf-8", "replace"),
             seconds=time.monotonic() - start,
         )
+
+    def _start(self, command: str) -> Process:
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 - the process holds it; closed by its close()
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            cwd=self._home,
+            env=self._env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            start_new_session=True,
+        )
+        return _LocalProcess(proc, errors, self.name)
 
     def _put(self, local: Path, remote: str) -> None:
         target = self._path(remote)

@@ -42,7 +42,7 @@ import paramiko
 from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
-from orchestrator.transport.base import CommandResult, Deadline, Transport
+from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
 # Python prints on stderr: noise in a cron mail for what is already an infra-error.
@@ -233,8 +233,53 @@ class _Shared:
         self.lock = threading.Lock()
 
 
+# Seconds a resident process's channel may refuse a write, or stay silent between checks.
+PROCESS_IO_TIMEOUT = 30.0
+
+
+class _ChannelProcess(Process):
+    """A command left running on a channel of its own (the resident runner)."""
+
+    def __init__(self, channel: paramiko.Channel, name: str) -> None:
+        self._channel = channel
+        self._name = name
+        self._stderr = bytearray()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._channel.sendall(data)
+        except (OSError, paramiko.SSHException, EOFError) as err:  # a full window for 30 s is a timeout here
+            raise SessionLost(
+                f"node {self._name!r}: the resident runner takes no more requests ({type(err).__name__}: {err})"
+            ) from err
+
+    def recv(self) -> bytes:
+        while True:
+            try:
+                while self._channel.recv_stderr_ready():
+                    self._stderr += self._channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(self._stderr), 0)]
+                return self._channel.recv(1 << 20)
+            except TimeoutError:  # silent for a while: cells are running
+                continue
+            except (OSError, paramiko.SSHException, EOFError):
+                return b""
+
+    def stderr(self) -> str:
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+            while self._channel.recv_stderr_ready():
+                self._stderr += self._channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(self._stderr), 0)]
+        return self._stderr.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):  # a dead connection: nothing to close
+            self._channel.shutdown_write()
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+            self._channel.close()
+
+
 class SSHTransport(Transport):
     streams_output = True
+    keeps_processes = True
 
     def sibling(self) -> Transport:
         """Shares this transport's open connection: a node's worker threads need one
@@ -414,6 +459,15 @@ class SSHTransport(Transport):
             stderr=stderr.decode("utf-8", "replace"),
             seconds=time.monotonic() - start,
         )
+
+    def _start(self, command: str) -> Process:
+        try:
+            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel.settimeout(PROCESS_IO_TIMEOUT)
+            _exec(channel, command)  # a refusal closes the channel: its first recv is b""
+        except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
+            raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
+        return _ChannelProcess(channel, self.name)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:

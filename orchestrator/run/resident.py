@@ -1,0 +1,284 @@
+"""The resident runner: one python3 per node, serving all of the run's cells there.
+
+A cell's stages go to noderunner.py as a plan, and without this module each
+cell starts a python3 of its own on its own SSH channel: on a node that is a
+third of what a cell costs it (the interpreter's start, sshd's session and
+shell). Here the node's python3 is started once, on one channel that stays
+open (`noderunner.serve`), and forks a child per cell, which has the runner
+loaded already. The children's output comes back on that channel, each chunk
+tagged with its cell, and is handed to the cell's thread, which reads it with
+the same parsers as a channel of its own: the cell's frames, its control text
+and its evidence rules are unchanged, and so is the trust (the plan, with its
+frame token, goes from the farm's memory to the node's, never to a file or a
+command line).
+
+Failures stay with what they concern: a cell's deadline kills that cell's
+child (`k ID`) and is the cell's CommandTimeout; a runner that ends, whose
+channel breaks or whose stream is not its own (a process of the same user wrote
+into it) is a SessionLost for each cell it was serving (infra, retried like any
+lost session), once the farm has killed it, its children and their cells'
+processes where the node still answers (so no cell of it goes on beside its
+retry), and the next cell starts a new one.
+
+Protocol (one line, then the bytes it announces; from the node, each message
+starts with the runner's secret mark and is one write within PIPE_BUF, so that
+what another process of the node's user writes into the stream is skipped):
+    farm -> node   r ID LEN   a cell's plan (marshal)
+                   k ID       kill that cell
+    node -> farm   p PGID     its process group (first)
+                   o ID LEN   the cell's stdout
+                   e ID LEN   its stderr
+                   x ID CODE  it ended; CODE is what the shell's $? would say
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import secrets
+import shlex
+import threading
+import time
+from collections.abc import Callable
+
+from orchestrator.errors import CommandTimeout, InfraError, SessionLost
+from orchestrator.run.probe import RUNNER_SOURCE
+from orchestrator.transport.base import CommandResult, Deadline, Process, Transport, reap
+
+STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
+QUEUED_CHUNKS = 1024  # messages (4 KB at most) held for a cell whose thread lags
+HEADER_LIMIT = 64  # a longer header line is not the runner's
+MARK_SIZE = 32  # hex characters of the secret each of the runner's messages starts with
+LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
+
+
+def resident_command(python: str, version: str, code: bytes, run_token: str | None, mark: str) -> tuple[str, bytes]:
+    """The command starting noderunner.serve, and the first bytes of its stdin: the
+    stream's mark (MARK_SIZE characters, kept from the command line, where any
+    process may read it), the runner compiled where the probe's python3 did it,
+    and its source. Read with os.read, not sys.stdin: a buffered read could take
+    requests with them."""
+    boot = (
+        "import os, sys, marshal\n"
+        "def r(n):\n"
+        "    b = b''\n"
+        "    while len(b) < n:\n"
+        "        c = os.read(0, n - len(b))\n"
+        "        if not c: raise SystemExit('farm-runner: stdin ended early')\n"
+        "        b += c\n"
+        "    return b\n"
+        f"STREAM_MARK = r({MARK_SIZE}).decode(); c = r({len(code)}); s = r({len(RUNNER_SOURCE)})\n"
+        f"exec(marshal.loads(c) if c and sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))\n"
+    )
+    run = f"FARM_RUN={shlex.quote(run_token)} " if run_token else ""
+    given = mark.encode() + code + RUNNER_SOURCE
+    return f"{run}exec {shlex.quote(python)} -I -S -c {shlex.quote(boot)} serve", given
+
+
+class _Served:
+    """A cell in flight: what came for it, in order."""
+
+    def __init__(self, cell: str) -> None:
+        self.cell = cell  # its FARM_CELL marker
+        self.chunks: queue.Queue[tuple[str, bytes | int | str]] = queue.Queue(QUEUED_CHUNKS)
+        self.gone = False  # its thread no longer reads them (its deadline passed)
+
+
+class ResidentRunner:
+    """A node's resident runner, shared by its cells' threads; started on first use."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        python: str,
+        version: str,
+        code: bytes,
+        open_transport: Callable[[Transport], None],
+    ) -> None:
+        self._transport = transport  # a transport of its own (a sibling sharing the node's connection)
+        self._python, self._version, self._code = python, version, code
+        self._open_transport = open_transport  # the farm's handshake gate
+        self._lock = threading.Lock()  # starting, and writing requests
+        self._process: Process | None = None
+        self._group: dict[Process, int] = {}  # a runner's process group, as it said
+        self._served: dict[int, _Served] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self._transport.name
+
+    # the cell's side ---------------------------------------------------------
+    def run(self, plan: bytes, cell: str, deadline: Deadline, sink: Callable[[bytes], None]) -> CommandResult:
+        """One cell's plan (its FARM_CELL marker `cell`) run on the node, its stdout
+        handed to `sink` as it comes: what Transport.run_streamed gives for a
+        runner of its own."""
+        start = time.monotonic()
+        ident = next(self._ids)
+        served = _Served(cell)
+        with self._lock:
+            process = self._running()
+            self._served[ident] = served
+            try:
+                process.send(b"r %d %d\n" % (ident, len(plan)) + plan)
+            except SessionLost:
+                self._lost(process, "it takes no more requests")
+                raise
+        stderr = bytearray()
+        try:
+            while True:
+                left = deadline.left()
+                if left <= 0:
+                    served.gone = True
+                    self._kill(ident)
+                    raise CommandTimeout(f"node {self.name!r}: command still running after {deadline.budget:.0f} s")
+                try:
+                    kind, value = served.chunks.get(timeout=min(left, 1.0))
+                except queue.Empty:
+                    continue
+                if kind == "o":
+                    assert isinstance(value, bytes)
+                    sink(value)
+                elif kind == "e":
+                    assert isinstance(value, bytes)
+                    stderr += value[: max(STDERR_KEEP - len(stderr), 0)]
+                elif kind == "x":
+                    assert isinstance(value, int)
+                    return CommandResult(
+                        "farm-runner (resident)", value, "", stderr.decode("utf-8", "replace"), time.monotonic() - start
+                    )
+                else:
+                    raise SessionLost(f"node {self.name!r}: {value}")
+        finally:
+            served.gone = True
+            with self._lock:
+                self._served.pop(ident, None)
+
+    def close(self) -> None:
+        """Its stdin ends (it ends once its children have) and its channel goes."""
+        with self._lock:
+            self._closed = True
+            process, self._process = self._process, None
+        if process is not None:
+            process.close()
+        self._transport.close()
+
+    # the runner's side -------------------------------------------------------
+    def _running(self) -> Process:
+        """The live runner, started if there is none (called under the lock)."""
+        if self._closed:
+            raise InfraError(f"node {self.name!r}: its resident runner was closed")
+        if self._process is not None:
+            return self._process
+        mark = secrets.token_hex(MARK_SIZE // 2)  # a new one per runner: one that leaked dies with it
+        command, given = resident_command(self._python, self._version, self._code, self._transport.run_token, mark)
+        self._open_transport(self._transport)
+        process = self._transport.start(command)
+        try:
+            process.send(given)
+        except SessionLost:
+            process.close()
+            self._transport.close()  # reconnects on next use
+            raise
+        self._process = process
+        reader = threading.Thread(target=self._read, args=(process, mark.encode() + b" "), daemon=True)
+        reader.start()
+        return process
+
+    def _kill(self, ident: int) -> None:
+        with self._lock:
+            process = self._process
+            if process is None or ident not in self._served:
+                return
+            try:
+                process.send(b"k %d\n" % ident)
+            except SessionLost:
+                self._lost(process, "it takes no more requests")
+
+    def _lost(self, process: Process, why: str, corrupt: bool = False) -> None:
+        """Every cell it served is told, once the runner, its children and their
+        cells' processes are killed (where the node answers: a retry must not run
+        beside what is left of its cell); the next cell starts another runner.
+        Called under the lock."""
+        group = self._group.pop(process, None)
+        if self._process is process:
+            self._process = None
+        cells = [served.cell for served in self._served.values() if served.cell]
+        if self._served or corrupt:  # else it ended with nothing in flight (closed): nothing to kill
+            kill = [f"kill -s KILL -- -{group} 2>/dev/null" if group else "true"]
+            kill += [reap("FARM_CELL", cell, "reaped") for cell in cells]
+            with contextlib.suppress(InfraError):
+                self._open_transport(self._transport)
+                self._transport.run("; ".join(kill), timeout=LOST_KILL_TIMEOUT)
+        self._transport.close()  # a broken connection is made again on next use
+        said = process.stderr().strip()
+        reason = f"its resident runner ended ({why}{': ' + said[-300:] if said else ''})"
+        for served in self._served.values():
+            _put(served, ("lost", reason))
+        self._served.clear()
+
+    def _read(self, process: Process, mark: bytes) -> None:
+        """Hands each message's bytes to its cell's thread, in order, until the runner
+        ends. Only messages that start with the runner's mark are its: whatever a
+        process of the same user wrote into the stream lies between them (each is
+        one write within PIPE_BUF) and is skipped, reaching no cell."""
+        buffer = bytearray()
+        why, corrupt = "its channel closed", False
+        try:
+            while True:
+                block = process.recv()
+                if not block:
+                    break
+                buffer += block
+                while True:
+                    at = buffer.find(mark)
+                    if at < 0:  # nothing of the runner's yet: keep what may be the start of a mark
+                        del buffer[: max(len(buffer) - len(mark) + 1, 0)]
+                        break
+                    del buffer[:at]  # not the runner's
+                    line_end = buffer.find(b"\n", len(mark), len(mark) + HEADER_LIMIT)
+                    if line_end < 0:
+                        if len(buffer) >= len(mark) + HEADER_LIMIT:
+                            raise ValueError(f"a header past {HEADER_LIMIT} bytes: {bytes(buffer[:80])!r}")
+                        break
+                    words = bytes(buffer[len(mark) : line_end]).split()
+                    kind = words[0].decode("ascii", "replace") if words else ""
+                    value: bytes | int
+                    if kind == "p" and len(words) == 2:
+                        with self._lock:
+                            self._group[process] = int(words[1])
+                        del buffer[: line_end + 1]
+                        continue
+                    if kind in ("o", "e") and len(words) == 3:
+                        size = int(words[2])
+                        if len(buffer) < line_end + 1 + size:
+                            break
+                        value = bytes(buffer[line_end + 1 : line_end + 1 + size])
+                        del buffer[: line_end + 1 + size]
+                    elif kind == "x" and len(words) == 3:
+                        value = int(words[2])
+                        del buffer[: line_end + 1]
+                    else:
+                        raise ValueError(f"a header it cannot read: {bytes(buffer[:80])!r}")
+                    ident = int(words[1])
+                    with self._lock:
+                        served = self._served.pop(ident, None) if kind == "x" else self._served.get(ident)
+                    if served is not None:
+                        _put(served, (kind, value))
+        except ValueError as err:  # the mark was the runner's: its own stream is broken
+            why, corrupt = f"it sent what the farm cannot read: {err}", True
+        with self._lock:
+            self._lost(process, why, corrupt)
+        process.close()
+
+
+def _put(served: _Served, item: tuple[str, bytes | int | str]) -> None:
+    """Into the cell's queue; a cell whose thread has gone (its deadline) is not waited for."""
+    while not served.gone:
+        try:
+            served.chunks.put(item, timeout=1.0)
+            return
+        except queue.Full:
+            continue

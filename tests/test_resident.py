@@ -1,0 +1,185 @@
+"""The resident runner (orchestrator/run/resident.py, noderunner.serve): one
+python3 per node serving all of its cells, each cell in a child forked from it.
+
+Run here through the local transport (a real process, real pipes), with the
+runner's stages swapped for a plan's own Python, so that each test says exactly
+what a cell does; the SSH nodes run the real stages (tests/test_round_trips.py,
+test_verdicts.py, test_node_runner.py, each with the `resident` runner)."""
+
+from __future__ import annotations
+
+import marshal
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import CommandTimeout, SessionLost
+from orchestrator.run import resident
+from orchestrator.transport.base import Deadline
+from orchestrator.transport.local import LocalTransport
+
+# the runner, whose run_plan runs the plan's "python" instead of a cell's stages
+SOURCE = resident.RUNNER_SOURCE.replace(
+    b'if __name__ == "__main__":',
+    b'def run_plan(plan):\n    exec(plan["python"])\n    sys.stdout.flush()\n\n\nif __name__ == "__main__":',
+)
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setattr(resident, "RUNNER_SOURCE", SOURCE)
+    transport = LocalTransport("here", NodeSpec(transport="local"), "run0")
+    opened: list[int] = []
+
+    def open_transport(t) -> None:
+        opened.append(1)
+        t.open()
+
+    import sys
+
+    runner = resident.ResidentRunner(transport, sys.executable, "", b"", open_transport)
+    runner.opened = opened  # type: ignore[attr-defined]
+    yield runner
+    runner.close()
+
+
+def plan(python: str, cell: str = "") -> bytes:
+    return marshal.dumps({"python": python, "marker": {"FARM_CELL": cell} if cell else {}}, 4)
+
+
+def gone(pid: int) -> bool:
+    """Ended (or a zombie, killed, waiting for its parent), within 5 s."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run(runner, python: str, seconds: float = 30.0, cell: str = "") -> tuple[int, bytes, str]:
+    out = bytearray()
+    result = runner.run(plan(python, cell), cell, Deadline(seconds), out.extend)
+    return result.exit_code, bytes(out), result.stderr
+
+
+def test_cells_run_side_by_side_on_one_runner_each_with_its_own_output(runner) -> None:
+    """Two cells at once: each gets its own stdout (in order, whole), stderr and exit
+    code, though both came on the runner's one stream; one process serves both."""
+    results: dict[str, tuple[int, bytes, str]] = {}
+
+    def cell(name: str, code: int) -> None:
+        python = (
+            "import os, sys, time\n"
+            f"for i in range(200):\n    os.write(1, b'{name}%03d ' % i + b'x' * 1000 + b'\\n')\n"
+            f"    time.sleep(0.001)\n"
+            f"sys.stderr.write('{name} says bye'); sys.stderr.flush()\n"
+            "os.write(1, str(os.getppid()).encode())\n"
+            f"os._exit({code})\n"
+        )
+        results[name] = run(runner, python)
+
+    threads = [threading.Thread(target=cell, args=(n, c)) for n, c in (("a", 0), ("b", 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    parents = set()
+    for name, code in (("a", 0), ("b", 3)):
+        exit_code, out, err = results[name]
+        lines = out.split(b"\n")
+        assert exit_code == code and err == f"{name} says bye"
+        assert lines[:-1] == [b"%s%03d " % (name.encode(), i) + b"x" * 1000 for i in range(200)]
+        parents.add(lines[-1])
+    assert len(parents) == 1  # both children of the one runner
+    assert runner.opened == [1]  # one start
+
+
+def test_a_cell_past_its_deadline_is_killed_alone(runner, tmp_path: Path) -> None:
+    """Its child is killed (with the cell's processes); the cell is a CommandTimeout;
+    a cell beside it ends as it would have, on the same runner."""
+    pid_file = tmp_path / "pid"
+    slow = f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    other: list[tuple[int, bytes, str]] = []
+    beside = threading.Thread(target=lambda: other.append(run(runner, "import time; time.sleep(2); print('done')")))
+    beside.start()
+    with pytest.raises(CommandTimeout):
+        run(runner, slow, seconds=1.0, cell="slow-cell")
+    beside.join()
+    assert other == [(0, b"done\n", "")]
+    assert gone(int(pid_file.read_text()))
+    assert run(runner, "print('still serving')")[:2] == (0, b"still serving\n")
+
+
+def test_a_runner_that_dies_loses_its_cells_and_the_next_cell_starts_another(runner) -> None:
+    """Killed (by a kernel of the same user, say) while a cell is in flight: that
+    cell is a SessionLost (infra, retried), and the next cell gets a new runner."""
+    first = run(runner, "import os; print(os.getppid())")[1]
+    with pytest.raises(SessionLost, match="its resident runner ended"):
+        run(runner, "import os, signal, time; os.kill(os.getppid(), signal.SIGKILL); time.sleep(30)")
+    second = run(runner, "import os; print(os.getppid())")[1]
+    assert first != second
+
+
+def test_what_another_process_writes_into_the_runners_stream_reaches_no_cell(runner) -> None:
+    """A process of the same user writes into the runner's stdout: junk, and messages
+    shaped like the runner's for the cell (without the runner's secret mark). None of
+    it reaches the cell, whose own output comes whole; the runner serves on."""
+    forge = (
+        "import os\n"
+        "with open(f'/proc/{os.getppid()}/fd/1', 'wb') as channel:\n"
+        "    channel.write(b'#' * 5000 + b'\\n')\n"
+        "    channel.write(b'o 1 6\\nforged')\n"
+        "    channel.write(b'0' * 32 + b' o 1 6\\nforged')\n"
+        "    channel.write(b'0' * 32 + b' x 1 0\\n')\n"
+        "os.write(1, b'mine')\n"
+        "os._exit(5)\n"
+    )
+    assert run(runner, forge) == (5, b"mine", "")
+    assert run(runner, "import os; os.write(1, b'next')") == (0, b"next", "")
+
+
+def test_a_broken_stream_of_the_runners_own_kills_it_and_what_is_left_of_its_cells(runner, tmp_path: Path) -> None:
+    """A message with the runner's mark that the farm cannot read (the runner's own
+    stream broken: a bug, or its mark leaked): the farm reads no further, kills the
+    runner, its children and their cells' processes, then tells each cell it was
+    serving (infra, retried: no retry runs beside what is left of it)."""
+    pid_file = tmp_path / "pid"
+    broken = (
+        "import os, sys, time\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "mark = sys.modules['__main__'].STREAM_MARK.encode()\n"
+        "os.write(sys.__stdout__.fileno(), b'')\n"
+        "with open(f'/proc/{os.getppid()}/fd/1', 'wb') as channel:\n"
+        "    channel.write(mark + b' what\\n')\n"
+        "time.sleep(30)\n"
+    )
+    with pytest.raises(SessionLost, match="it sent what the farm cannot read"):
+        run(runner, broken, cell="broken")
+    assert gone(int(pid_file.read_text()))
+    assert run(runner, "import os; os.write(1, b'again')") == (0, b"again", "")
+
+
+def test_a_child_that_dies_has_its_cells_processes_reaped(runner, tmp_path: Path) -> None:
+    """A cell's child killed (the kernel killed its runner): its exit code is the
+    signal's, and the processes carrying its marker are killed, as the login's
+    shell does for a runner of its own."""
+    pid_file = tmp_path / "pid"
+    python = (
+        "import os, subprocess, signal\n"
+        "env = dict(os.environ, FARM_CELL='reaped-cell')\n"
+        "p = subprocess.Popen(['sleep', '77'], env=env, start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    code, out, _ = run(runner, python, cell="reaped-cell")
+    assert code == 128 + signal.SIGKILL
+    assert b"@@farm reaped 1" in out
+    assert gone(int(pid_file.read_text()))
