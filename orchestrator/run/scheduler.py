@@ -29,12 +29,12 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from orchestrator import __version__
 from orchestrator.classify import Evidence, classify
@@ -170,13 +170,30 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
     )
 
 
+T = TypeVar("T")
+
+
+def in_background(action: Callable[[], T], name: str) -> Future[T]:
+    """`action` run in a thread of its own: its result, or its error, in the Future."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(action())
+        except BaseException as err:  # handed to whoever waits on it
+            future.set_exception(err)
+
+    threading.Thread(target=run, daemon=True, name=name).start()
+    return future
+
+
 @dataclass
 class NodeContext:
     """What a node's cells share once it is probed and staged."""
 
     stage_record: StageRecord  # the node's staging, shown on each cell with what concerned it
     snapshot: NodeSnapshot
-    snapshot_id: int
+    stored: Future[int]  # the node's snapshot row, stored beside its first cells (snapshot_id)
     staging: Staging
     devices: dict[str, list[Gpu]]  # card model -> its GPUs ({"": []} without a GPU)
     slots: dict[str, GpuSlots]  # card model -> its free GPUs
@@ -186,11 +203,17 @@ class NodeContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     build_locks: dict[str, threading.Lock] = field(default_factory=dict)  # build folder -> its lock
     built: dict[str, str] = field(default_factory=dict)  # build key -> binary sha256 built in this run
-    recorded: dict[str, str | None] = field(default_factory=dict)  # build key -> as the store had it at the start
+    # build key -> its binary as the store had it at the start, read beside the first cells
+    recorded: Future[dict[str, str | None]] = field(default_factory=Future)
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
     unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
     resident: ResidentRunner | None = None  # the node's python3 serving all of its cells
+
+    @property
+    def snapshot_id(self) -> int:
+        """The node's snapshot row, once stored; the store's error, where it failed."""
+        return self.stored.result()
 
     def build_lock(self, build_dir: str) -> threading.Lock:
         with self.lock:
@@ -496,19 +519,26 @@ class FarmRun:
                 self._node_failed(name, cells, partial[0] if partial else None, stage, str(err), records)
                 return
             break
-        self._attempt(name, None, attempt, "ok", None, None)
+        self._when_begun()  # no cell starts before the run is stored
         health.succeeded()
         snapshot = partial[0]
         try:
             probe_seconds = records[0].seconds
             stage_seconds = records[1].seconds
-            snapshot_id = self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, staging.shipped)
+
+            def store_node() -> int:
+                self._attempt(name, None, attempt, "ok", None, None)
+                return self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, staging.shipped)
+
+            # the node's records are written beside its first cells, not before them: on a big
+            # fleet every node's writes queue at the one process that writes the database
+            stored = in_background(store_node, f"{name}-records")
             self.listener.node_ready(name, snapshot, None)
             devices, slots = self._machine_slots(node, snapshot, *node_devices(setup, snapshot))
             context = NodeContext(
                 stage_record=records[1],
                 snapshot=snapshot,
-                snapshot_id=snapshot_id,
+                stored=stored,
                 staging=staging,
                 devices=devices,
                 slots=slots,
@@ -531,6 +561,7 @@ class FarmRun:
             finally:
                 if context.resident is not None:
                     context.resident.close()
+            stored.result()  # its store's error, where no cell's result met it
             if context.unswept:
                 self._sweep(setup, snapshot, name)
         finally:
@@ -670,7 +701,8 @@ class FarmRun:
         lock = threading.Lock()
         counts = Counter((c.kernel, c.variant) for c in cells)
         ctx.shared_builds = {pair for pair, n in counts.items() if n > 1}
-        ctx.recorded = self.store.recorded_binaries(name, sorted({self._paths(c, ctx).build_key for c in cells}))
+        keys = sorted({self._paths(c, ctx).build_key for c in cells})
+        ctx.recorded = in_background(lambda: self.store.recorded_binaries(name, keys), f"{name}-recorded")
 
         def next_cell() -> Cell | None:
             with lock:
@@ -697,8 +729,9 @@ class FarmRun:
         with ctx.lock:
             if build_key in ctx.built:
                 return ctx.built[build_key]
-            if build_key in ctx.recorded:
-                return ctx.recorded[build_key]
+        recorded = ctx.recorded.result()
+        if build_key in recorded:
+            return recorded[build_key]
         return self.store.recorded_binary(node, build_key)
 
     @staticmethod
