@@ -70,7 +70,10 @@ def outcomes(db: Path) -> dict[tuple[str, str], str]:
     return {(r["node"], r["variant"]): r["outcome"] for r in query(db, "SELECT node, variant, outcome FROM results")}
 
 
-def test_a_split_run_stores_what_one_process_stores(fleet: Fleet, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_split_run_stores_what_one_process_stores(fleet: Fleet, tmp_path: Path, monkeypatch, method: str) -> None:
+    """With the workers forked from the farm's process, or from a fork server."""
+    monkeypatch.setattr(workers, "start_method", lambda: method)
     spy = Spy(monkeypatch)
     summaries: dict[object, RunSummary] = {}
     for processes in (1, 2):
@@ -81,7 +84,7 @@ def test_a_split_run_stores_what_one_process_stores(fleet: Fleet, tmp_path: Path
         finally:
             store.close()
     (split,) = spy.made  # one process farm starts no worker; two do
-    assert len(split.processes) == 2
+    assert split.start_method == method and len(split.processes) == 2
     assert all(p.exitcode == 0 for p in split.processes)
     assert len({p.pid for p in split.processes} | {os.getpid()}) == 3
     # w0 and w0b share an sshd: one worker has them both
@@ -175,6 +178,23 @@ def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
     assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
     (run,) = query(tmp_path / "results.db", "SELECT status FROM runs")
     assert run["status"] == "aborted"
+
+
+def test_workers_are_forked_only_where_no_other_thread_could_hold_what_they_need() -> None:
+    """Forked from the farm's process (its modules imported: milliseconds, not the fork
+    server's import of the farm) while no thread but the SSH watchdog, which a forked
+    child resets, runs beside the one starting them; else from the fork server."""
+    beside = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    if all(t.name in workers.FORK_SAFE_THREADS for t in beside):
+        assert workers.start_method() == "fork"
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, name="holds-a-lock-maybe", daemon=True)
+    other.start()
+    try:
+        assert workers.start_method() == "forkserver"
+    finally:
+        release.set()
+        other.join()
 
 
 def test_split_keeps_each_sshds_nodes_together_and_balances_cells(fleet: Fleet, tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ with the same scheduler code (scheduler.FarmRun). The parent keeps the one
 connection to the results database, the journal and the listener (the
 terminal): a worker's calls to them are answered over a pipe. Nodes behind one
 sshd or jump host stay in one group, so the handshake bound per sshd and the
-GPU queues shared by a machine's toolchain columns stay whole.
+GPU queues shared by a machine's toolchain columns stay whole. The workers are
+forked from the farm's own process where that is safe (start_method), else from
+a fork server.
 
 A worker that dies (killed, out of memory) leaves its unfinished cells to the
 parent, which stores them as infra-error (the farm's internal error: exit 70).
@@ -15,12 +17,15 @@ parent, which stores them as infra-error (the farm's internal error: exit 70).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     from orchestrator.plan import Cell
     from orchestrator.run.scheduler import FarmRun
 
-NODES_PER_WORKER = 16  # below this the fork server (one import of the farm, ~0.6 s) and the pipes are not worth it
+NODES_PER_WORKER = 16  # below this a worker's start and the pipes are not worth it
 # what a worker may ask of the parent's store: the node's writes and the reads its cells need
 STORE_CALLS = frozenset(
     {
@@ -83,6 +88,22 @@ def split(farm: Farm, by_node: dict[str, list[Cell]], count: int) -> list[dict[s
             groups[lightest][name] = by_node[name]
             load[lightest] += len(by_node[name])
     return [group for group in groups if group]
+
+
+# threads whose state a forked child resets (os.register_at_fork), or that hold nothing it uses
+FORK_SAFE_THREADS = frozenset({"ssh-watchdog"})
+
+
+def start_method() -> str:
+    """How the workers start. Forked from this process where no other thread of it
+    runs but those the child resets: the farm is imported already, so a worker
+    starts in milliseconds. Else (a thread may hold a lock the child would need)
+    from a fork server, which imports the farm once: about 0.5 s on 16 cores, and
+    1.3 s on 2 busy ones, before the first worker starts."""
+    if "fork" not in multiprocessing.get_all_start_methods() or os.environ.get("FARM_WORKER_START") == "forkserver":
+        return "forkserver"  # (the variable: bench/fleet.py's side-by-side runs)
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    return "fork" if all(t.name in FORK_SAFE_THREADS for t in others) else "forkserver"
 
 
 # the worker's side ------------------------------------------------------------------
@@ -157,6 +178,11 @@ def worker_main(
     """A worker process: runs its group of nodes with the parent's run token."""
     from orchestrator.run.scheduler import FarmRun, RunSummary
 
+    # a forked worker has the parent's handlers, whose stop is the parent's to make: a fresh
+    # process's instead (the parent tells its workers to stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     caller = _Caller(conn)
     run = FarmRun(farm, _RemoteStore(caller), _RemoteListener(caller), trigger, cache_dir)  # type: ignore[arg-type]
     run.token = token
@@ -198,17 +224,21 @@ class Workers:
     def __init__(self, run: FarmRun, groups: list[dict[str, list[Cell]]]) -> None:
         self.run = run
         self.groups = groups
-        # a fork of this threaded process is unsafe, and a spawn imports the farm again in each
-        # worker (about 0.6 s of CPU apiece): a fork server imports it once and forks them
-        context = multiprocessing.get_context("forkserver")
-        # the SSH transport too (Fabric and paramiko: 0.15-0.3 s of CPU): each worker imported it anew
-        context.set_forkserver_preload(
-            ["orchestrator.run.scheduler", "orchestrator.run.workers", "orchestrator.transport.ssh"]
-        )
+        self.start_method = start_method()
+        context = multiprocessing.get_context(self.start_method)
+        if self.start_method == "forkserver":
+            # the SSH transport too (Fabric and paramiko: 0.15-0.3 s of CPU): each worker imported it anew
+            context.set_forkserver_preload(
+                ["orchestrator.run.scheduler", "orchestrator.run.workers", "orchestrator.transport.ssh"]
+            )
         self.conns: list[Connection] = []
         self.processes = []
         self.threads = []
         self.failure: BaseException | None = None  # a store error the run ends on
+        if self.start_method == "fork":
+            # what the workers inherit is left out of their collections: a collection touching
+            # each object would copy every page of the parent's heap into each of them
+            gc.freeze()
         for group in groups:
             ours, theirs = context.Pipe()
             process = context.Process(
@@ -217,10 +247,14 @@ class Workers:
                 name=f"farm-worker-{len(self.processes)}",
                 daemon=True,
             )
-            process.start()
+            with warnings.catch_warnings():  # Python's warning about forking threads: start_method() checked them
+                warnings.simplefilter("ignore", DeprecationWarning)
+                process.start()
             theirs.close()
             self.conns.append(ours)
             self.processes.append(process)
+        if self.start_method == "fork":
+            gc.unfreeze()
         self._send_locks = [threading.Lock() for _ in self.conns]
         for index in range(len(groups)):
             thread = threading.Thread(target=self._serve, args=(index,), daemon=True, name=f"worker-{index}")
