@@ -183,3 +183,18 @@ def test_a_child_that_dies_has_its_cells_processes_reaped(runner, tmp_path: Path
     assert code == 128 + signal.SIGKILL
     assert b"@@farm reaped 1" in out
     assert gone(int(pid_file.read_text()))
+
+
+def test_an_idle_runner_the_farm_no_longer_speaks_to_ends_and_one_it_hears_stays(runner, monkeypatch) -> None:
+    """The farm says `h` every HEARTBEAT seconds; a runner with no cell in flight that
+    has not heard it for IDLE_LIMIT seconds ends (a connection cut without a reset
+    would leave it, and sshd, waiting for hours). The next cell starts another."""
+    monkeypatch.setattr(resident, "IDLE_LIMIT", 1.0)
+    monkeypatch.setattr(resident, "HEARTBEAT", 0.2)
+    server = int(run(runner, "import os; os.write(1, str(os.getppid()).encode())")[1])
+    time.sleep(2.5)  # idle, but heard
+    assert int(run(runner, "import os; os.write(1, str(os.getppid()).encode())")[1]) == server
+    monkeypatch.setattr(resident, "HEARTBEAT", 60.0)  # the farm falls silent
+    time.sleep(0.5)
+    assert gone(server)
+    assert int(run(runner, "import os; os.write(1, str(os.getppid()).encode())")[1]) != server

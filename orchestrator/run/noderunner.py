@@ -701,7 +701,7 @@ def non_dumpable():
         pass
 
 
-def serve():
+def serve(idle_limit):
     """The resident runner (one per node, for all of a run's cells there): each
     request on stdin, `r ID LEN` and LEN bytes of a plan, is run by a child forked
     from this process, which has the runner loaded already (a fork, not a python3
@@ -712,7 +712,9 @@ def serve():
     written whole in one write of at most PIPE_BUF bytes. `k ID` kills a cell. A
     child that did not end by itself (non-zero) has its cell's processes reaped,
     as the login's shell does for a runner of its own. Ends when stdin does and
-    every child has been seen to end."""
+    every child has been seen to end, or when no child runs and the farm, which
+    says `h` every few seconds, has not been heard for `idle_limit` seconds (a
+    connection cut without a reset leaves sshd and this waiting for hours)."""
     import select
 
     non_dumpable()
@@ -792,6 +794,8 @@ def serve():
                 plan = marshal.loads(bytes(requests[line_end + 1 : line_end + 1 + size]))
                 del requests[: line_end + 1 + size]
                 start(int(words[1]), plan)
+            elif words == [b"h"]:  # the farm's heartbeat
+                del requests[: line_end + 1]
             elif words[:1] == [b"k"] and len(words) == 2:
                 del requests[: line_end + 1]
                 served = cells.get(int(words[1]))
@@ -804,9 +808,12 @@ def serve():
             else:
                 raise SystemExit(f"farm-runner: a request it cannot read: {bytes(requests[:80])!r}")
 
+    heard = time.monotonic()
     while reading or cells:
+        if not cells and time.monotonic() - heard > idle_limit:
+            return  # the farm is gone without a word (its network cut): nothing of its is left to serve
         watched = [wake_r, *owner] + ([0] if reading else [])
-        ready = select.select(watched, [], [], 5.0)[0]
+        ready = select.select(watched, [], [], min(5.0, idle_limit / 4))[0]
         for fd in ready:
             if fd == wake_r:
                 while True:
@@ -817,6 +824,7 @@ def serve():
                         break
             elif fd == 0:
                 data = os.read(0, 1 << 16)
+                heard = time.monotonic()
                 if data:
                     take(data)
                 else:
@@ -846,7 +854,7 @@ def serve():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["serve"]:
-        serve()
+    if sys.argv[1:2] == ["serve"]:
+        serve(float(sys.argv[2]))
     else:
         main()

@@ -25,6 +25,7 @@ starts with the runner's secret mark and is one write within PIPE_BUF, so that
 what another process of the node's user writes into the stream is skipped):
     farm -> node   r ID LEN   a cell's plan (marshal)
                    k ID       kill that cell
+                   h          still here (every HEARTBEAT s; unheard for IDLE_LIMIT s, an idle runner ends)
     node -> farm   p PGID     its process group (first)
                    o ID LEN   the cell's stdout
                    e ID LEN   its stderr
@@ -50,6 +51,8 @@ STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
 QUEUED_CHUNKS = 1024  # messages (4 KB at most) held for a cell whose thread lags
 HEADER_LIMIT = 64  # a longer header line is not the runner's
 MARK_SIZE = 32  # hex characters of the secret each of the runner's messages starts with
+HEARTBEAT = 20.0  # seconds between the farm's `h`: the runner hears it is still there
+IDLE_LIMIT = 120.0  # seconds unheard after which an idle runner ends (the farm's connection cut)
 LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
 
 
@@ -73,7 +76,8 @@ def resident_command(python: str, version: str, code: bytes, run_token: str | No
     )
     run = f"FARM_RUN={shlex.quote(run_token)} " if run_token else ""
     given = mark.encode() + code + RUNNER_SOURCE
-    return f"{run}exec {shlex.quote(python)} -I -S -c {shlex.quote(boot)} serve", given
+    serve = f"serve {IDLE_LIMIT:g}"
+    return f"{run}exec {shlex.quote(python)} -I -S -c {shlex.quote(boot)} {serve}", given
 
 
 class _Served:
@@ -185,7 +189,20 @@ class ResidentRunner:
         self._process = process
         reader = threading.Thread(target=self._read, args=(process, mark.encode() + b" "), daemon=True)
         reader.start()
+        threading.Thread(target=self._beat, args=(process,), daemon=True).start()
         return process
+
+    def _beat(self, process: Process) -> None:
+        """`h` every HEARTBEAT seconds while this runner is the node's."""
+        while True:
+            time.sleep(HEARTBEAT)
+            with self._lock:
+                if self._process is not process:
+                    return
+                try:
+                    process.send(b"h\n")
+                except SessionLost:
+                    return  # its reader finds the channel gone
 
     def _kill(self, ident: int) -> None:
         with self._lock:
