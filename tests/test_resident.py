@@ -146,7 +146,10 @@ def test_what_another_process_writes_into_the_runners_stream_reaches_no_cell(run
     assert run(runner, "import os; os.write(1, b'next')") == (0, b"next", "")
 
 
-def test_a_broken_stream_of_the_runners_own_kills_it_and_what_is_left_of_its_cells(runner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("header", [b" what", b" o 1 -5"])
+def test_a_broken_stream_of_the_runners_own_kills_it_and_what_is_left_of_its_cells(
+    runner, tmp_path: Path, header: bytes
+) -> None:
     """A message with the runner's mark that the farm cannot read (the runner's own
     stream broken: a bug, or its mark leaked): the farm reads no further, kills the
     runner, its children and their cells' processes, then tells each cell it was
@@ -158,7 +161,7 @@ def test_a_broken_stream_of_the_runners_own_kills_it_and_what_is_left_of_its_cel
         "mark = sys.modules['__main__'].STREAM_MARK.encode()\n"
         "os.write(sys.__stdout__.fileno(), b'')\n"
         "with open(f'/proc/{os.getppid()}/fd/1', 'wb') as channel:\n"
-        "    channel.write(mark + b' what\\n')\n"
+        f"    channel.write(mark + {header!r} + b'\\n')\n"
         "time.sleep(30)\n"
     )
     with pytest.raises(SessionLost, match="it sent what the farm cannot read"):

@@ -270,6 +270,8 @@ class ResidentRunner:
                         continue
                     if kind in ("o", "e") and len(words) == 3:
                         size = int(words[2])
+                        if not 0 <= size <= HEADER_LIMIT * 1024:  # the runner sends at most PIPE_BUF
+                            raise ValueError(f"a length it cannot hold: {size}")
                         if len(buffer) < line_end + 1 + size:
                             break
                         value = bytes(buffer[line_end + 1 : line_end + 1 + size])
