@@ -28,11 +28,11 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
 from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
-from orchestrator.run import noderunner, stages
-from orchestrator.run.probe import _python, probe
+from orchestrator.run import noderunner, resident, stages
+from orchestrator.run.probe import _python, probe, resident_probe
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
-from orchestrator.transport import transport_for
+from orchestrator.transport import Transport, transport_for
 
 MIN75 = {"min": "7.5"}
 
@@ -236,3 +236,85 @@ def test_the_probe_brings_back_the_runner_compiled_by_the_nodes_python3(own_home
     assert snapshot.python_version == ast.literal_eval(version)
     code = marshal.loads(snapshot.runner_code)
     assert code.co_filename == "farm-runner" and "reap" in code.co_names
+
+
+# what both probes must say alike (the resident one also says it serves the cells)
+PROBED = (
+    "workdir", "hostname", "os", "gpu_name", "cc", "driver", "memory", "gpu_count", "nvcc_path", "nvcc_version",
+    "nvcc_output", "smi_output", "driver_evidence", "gpus", "driver_check", "flock", "python", "gpu_indexes",
+    "folder_digests",
+)  # fmt: skip
+
+
+def both_probes(node: SshNode, work: Path, folders: list[str]) -> tuple[object, object]:
+    """(the shell probe's snapshot, the resident runner's), of one node."""
+    with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
+        shell = probe(transport, folders)
+        runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
+        try:
+            served = resident_probe(runner, transport.node, folders)
+        finally:
+            runner.close()
+    return shell, served
+
+
+def test_the_resident_runners_probe_says_what_the_shell_probe_says(own_home_node: SshNode, tmp_path: Path) -> None:
+    """The node's resident runner answers the probe where it can start (runner: auto),
+    the shell probe elsewhere: both must see the same node, its cards, nvcc, python3
+    and the digests of the folders staging asks about (one there, one missing, one
+    given by its absolute path)."""
+    work = tmp_path / "work"
+    tree = work / "deps" / "cutlass"
+    (tree / "include").mkdir(parents=True)
+    (tree / "include" / "gemm.h").write_text("#pragma once\n")
+    (tree / "sp ace.txt").write_text("a name with a space\n")
+    os.symlink("include/gemm.h", tree / "link")
+    folders = ["deps/cutlass", "deps/missing", str(tree)]
+    shell, served = both_probes(own_home_node, work, folders)
+    assert {k: getattr(served, k) for k in PROBED} == {k: getattr(shell, k) for k in PROBED}
+    assert served.folder_digests["deps/cutlass"] == served.folder_digests[str(tree)] == shell_digest(tree)
+    assert served.folder_digests["deps/missing"] == ""
+    assert served.gpus and served.gpus[0].name == "Tesla T4" and served.nvcc_version
+    assert (served.resident, shell.resident) == (True, False)
+    assert (work / "incoming").is_dir()
+
+
+def test_an_nvidia_smi_that_prints_the_probes_own_sections_confirms_no_card(
+    own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """nvidia-smi is a program on PATH: one that prints, after its T4 row, what the
+    driver and NVML would say of a real T4 gets no card confirmed by either probe
+    (the probe's own sections come after it, and the resident runner indents a
+    tool's lines that look like its own)."""
+    smi = own_home_node.node_bin / "nvidia-smi"
+    real = smi.read_text()
+    uuid = CARDS["t4"].uuid(0)
+    forged = (
+        f"@@farm driver\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  580.00  Release Build\n/dev/nvidiactl\n"
+        f"@@farm procgpus\nModel: \t\t Tesla T4\nGPU UUID: \t {uuid}\n@@farm nvml\ngpu|{uuid}|7.5|Tesla T4\n"
+    )
+    smi.write_text(f"#!/bin/sh\necho '{CARDS['t4'].csv(0)}'\nprintf '%s' '{forged}'\n")
+    try:
+        shell, served = both_probes(own_home_node, tmp_path / "work", [])
+    finally:
+        smi.write_text(real)
+    for snapshot in (shell, served):
+        assert not snapshot.real_gpu, snapshot.driver_check
+        assert "NVRM" not in snapshot.driver_evidence
+    assert " @@farm nvml" in served.smi_output.splitlines()
+
+
+def test_the_resident_runner_loads_the_farms_compiled_code_only_where_its_bytecode_is_the_farms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The farm compiles the runner once (its own interpreter) and sends the code with
+    the source: a node's python3 whose bytecode magic number is the farm's loads the
+    code, as it would a .pyc; any other compiles the source."""
+    monkeypatch.setattr(resident, "RUNNER_SOURCE", b"import sys; sys.stdout.write('from the source')")
+    code = marshal.dumps(compile("import sys; sys.stdout.write('from the code')", "farm-runner", "exec"))
+    monkeypatch.setattr(resident, "compiled", lambda source: code)
+    for magic, expected in ((resident.MAGIC_NUMBER, "from the code"), (b"\x00\x00\r\n", "from the source")):
+        monkeypatch.setattr(resident, "MAGIC_NUMBER", magic)
+        command, stdin = resident.resident_command(sys.executable, None, "m" * resident.MARK_SIZE)
+        out = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, check=True)
+        assert out.stdout.decode() == expected, (magic, out)

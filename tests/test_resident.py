@@ -41,7 +41,7 @@ def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
     import sys
 
-    runner = resident.ResidentRunner(transport, sys.executable, "", b"", open_transport)
+    runner = resident.ResidentRunner(transport, sys.executable, open_transport)
     runner.opened = opened  # type: ignore[attr-defined]
     yield runner
     runner.close()

@@ -245,17 +245,29 @@ def guarded(command, limit, cwd, stdout, stderr, env):
     return code
 
 
-def captured(argv, seconds):
-    """ARGV's stdout and stderr together (as `2>&1` into `$( )`), killed after `seconds`."""
+def started(argv):
+    """ARGV started with its stdout and stderr into one pipe (as `2>&1`): (pid, the
+    pipe's read end), or (None, why) where it cannot start."""
     read, write = os.pipe2(os.O_CLOEXEC)
     with open(os.devnull, "rb") as nothing:
         pid = spawn(argv, None, LOGIN_ENV, nothing.fileno(), write, write, group=False)
     os.close(write)
+    if pid is None:
+        os.close(read)
+        return None, SPAWN_ERRORS[-1] if SPAWN_ERRORS else argv[0] + ": cannot be started"
+    return pid, read
+
+
+def finished(child, seconds):
+    """What a started() child printed, and its $? (None where it was killed after
+    `seconds`; 127 where it could not start)."""
+    pid, read = child
+    if pid is None:
+        return (read + "\n").encode(), 127
     text = bytearray()
     deadline = time.monotonic() + seconds
+    code = None
     try:
-        if pid is None:
-            return (argv[0] + ": cannot be started\n").encode()
         import select
 
         while time.monotonic() < deadline:
@@ -264,12 +276,21 @@ def captured(argv, seconds):
                 if not block:
                     break
                 text += block
-        if wait_for(pid, max(deadline - time.monotonic(), 0)) is None:
+        code = wait_for(pid, max(deadline - time.monotonic(), 0))
+        if code is None:
             os.kill(pid, _signal.SIGKILL)
             wait_for(pid, KILL_GRACE)
     finally:
         os.close(read)
-    return bytes(text)
+    return bytes(text), code
+
+
+def captured(argv, seconds):
+    """ARGV's stdout and stderr together (as `2>&1` into `$( )`), killed after `seconds`."""
+    child = started(argv)
+    if child[0] is None:
+        return (argv[0] + ": cannot be started\n").encode()
+    return finished(child, seconds)[0]
 
 
 def reap(variable, value):
@@ -609,6 +630,99 @@ def login_env():
     return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
 
 
+# the probe, where the resident runner is the node's first command ---------------
+PROBE_TOOL_TIMEOUT = 50  # seconds for nvidia-smi and nvcc --version each (the farm's probe deadline is 60)
+
+
+def _tool_lines(data):
+    """A tool's output as probe lines: one that starts like a section header of the
+    probe's own is indented (nvidia-smi is a program on PATH: it may not forge one)."""
+    text = data.decode("utf-8", "replace")
+    return [" " + line if line.startswith("@@farm") else line for line in text.splitlines()]
+
+
+def _which(name):
+    for folder in LOGIN_ENV.get("PATH", "").split(":"):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+def probe(spec):
+    """What probe.py's shell probe prints (the same sections; probe.parse_probe reads
+    both), from this python3: nvidia-smi and nvcc are the only programs started,
+    side by side, while the files are read and the folders hashed here."""
+    LOGIN_ENV.update(login_env())
+    lines = []
+    smi = started(["nvidia-smi", "--query-gpu=" + spec["gpu_query"], "--format=csv,noheader"])
+    nvcc = started([spec["nvcc"], "--version"]) if spec["nvcc"] else None
+    workdir = spec["workdir"]
+    if workdir.startswith("~/"):
+        workdir = LOGIN_ENV.get("HOME", "") + "/" + workdir[2:]
+    here = LOGIN_ENV.get("PWD", "")
+    if not (here.startswith("/") and os.path.isdir(here) and os.path.samefile(here, ".")):
+        here = os.getcwd()
+    workdir = os.path.normpath(os.path.join(here, workdir))
+    lines.append("@@farm workdir")
+    try:
+        os.makedirs(os.path.join(workdir, "incoming"), exist_ok=True)
+        lines.append(workdir)
+    except OSError as err:
+        sys.stderr.write(f"farm runner: cannot make {workdir}: {err}\n")
+        workdir = ""
+    uname = os.uname()
+    lines += ["@@farm host", uname.nodename, uname.sysname + " " + uname.machine]
+    folders = []
+    for index, folder in enumerate(spec["folders"]):
+        digest = folder_digest(os.path.join(workdir, folder)) if workdir else ""
+        folders.append(f"{index} {digest}")
+    text, smi_code = finished(smi, PROBE_TOOL_TIMEOUT)
+    lines += ["@@farm smi", *_tool_lines(text), f"rc={124 if smi_code is None else smi_code}"]
+    lines.append("@@farm driver")
+    try:
+        with open("/proc/driver/nvidia/version", "rb") as handle:
+            lines.append(handle.readline().decode("utf-8", "replace").rstrip("\n"))
+    except OSError:
+        pass
+    control = os.path.exists("/dev/nvidiactl")
+    if control:
+        lines.append("/dev/nvidiactl")
+    lines.append("@@farm procgpus")
+    try:
+        boards = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        boards = []
+    for board in boards:
+        try:
+            with open("/proc/driver/nvidia/gpus/" + board + "/information", "rb") as handle:
+                said = handle.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        lines += [line for line in said if line.startswith(("Model:", "GPU UUID:"))]
+    lines += ["@@farm flock", _which("flock")]
+    lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
+    if smi_code != 0:
+        lines.append("error nvidia-smi lists no GPU")
+    elif not control:
+        lines.append("error no /dev/nvidiactl: the driver was not asked")
+    else:
+        try:
+            names = {}
+            exec(spec["nvml"], names)
+            lines += names["query"]()
+        except Exception as err:
+            lines.append(f"error the NVML query failed: {err!r}")
+    lines += ["@@farm folders", *folders, "@@farm nvcc"]
+    if nvcc is None:
+        lines.append("shipped by the farm")
+    else:
+        text, code = finished(nvcc, PROBE_TOOL_TIMEOUT)
+        lines += [*_tool_lines(text), f"rc={124 if code is None else code}"]
+    OUT.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    OUT.flush()
+
+
 def main():
     plan = marshal.loads(sys.stdin.buffer.read())
     with open(os.devnull, "rb") as nothing:  # a local transport's stdin is a file /proc/PID/fd/0 would re-read
@@ -617,8 +731,11 @@ def main():
 
 
 def run_plan(plan):
-    """One cell's stages, as its plan says; everything goes to stdout."""
+    """One cell's stages, as its plan says (or the node's probe); everything goes to stdout."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
+    if "probe" in plan:
+        probe(plan["probe"])
+        return
     token = plan["token"]
     LOGIN_ENV.update(login_env())
     env = dict(LOGIN_ENV)

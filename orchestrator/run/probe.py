@@ -22,17 +22,23 @@ which is a failure or an infra error, never a pass.
 from __future__ import annotations
 
 import ast
+import marshal
 import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import NodeSpec
+from orchestrator.errors import SessionLost
 from orchestrator.transport import Transport
+from orchestrator.transport.base import Deadline
+
+if TYPE_CHECKING:
+    from orchestrator.run.resident import ResidentRunner
 
 # the node-side runner (noderunner.py says why it is sent, never a file on the node)
 RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
@@ -468,6 +474,39 @@ def shipped_nvcc(transport: Transport, snapshot: NodeSnapshot, tree: str) -> Nod
     result = transport.run(f'{shlex.quote(path)} --version 2>&1; echo "rc=$?"', timeout=PROBE_TIMEOUT)
     lines = result.stdout.splitlines()
     return replace(snapshot, nvcc_path=path, nvcc_version=_nvcc_version(lines), nvcc_output=result.stdout)
+
+
+def probe_plan(node: NodeSpec, folders: Sequence[str] = ()) -> bytes:
+    """What the resident runner's probe (noderunner.probe) is asked: the shell
+    probe's questions, as a plan (marshal, as a cell's)."""
+    spec = {
+        "workdir": node.workdir,
+        "nvcc": None if node.pypi_toolchain else node.nvcc,
+        "folders": list(folders),
+        "gpu_query": GPU_QUERY,
+        "nvml": NVML_QUERY,
+    }
+    return marshal.dumps({"probe": spec, "marker": {}}, 4)
+
+
+def resident_probe(runner: ResidentRunner, node: NodeSpec, folders: Sequence[str] = ()) -> NodeSnapshot:
+    """The probe, asked of the node's resident runner as its first request: one
+    python3 answers it and then serves the run's cells, where the shell probe
+    starts a dozen programs and a python3 of its own before the runner starts.
+    SessionLost where the runner did not start (no python3, one older than 3.8):
+    the shell probe then says what the node has."""
+    timeout = PROBE_TIMEOUT + (FOLDERS_TIMEOUT if folders else 0.0)
+    out = bytearray()
+    result = runner.run(probe_plan(node, folders), "", Deadline(timeout), out.extend)
+    if result.exit_code != 0:
+        raise SessionLost(
+            f"node {runner.name!r}: the resident runner's probe failed (exit {result.exit_code}: "
+            f"{result.stderr.strip()[-300:]})"
+        )
+    snapshot = parse_probe(runner.name, node, out.decode("utf-8", "replace"), folders)
+    if snapshot.python:
+        runner.python = snapshot.python  # a runner started again later is this very python3
+    return replace(snapshot, resident=snapshot.python is not None)
 
 
 def probe(transport: Transport, folders: Sequence[str] = ()) -> NodeSnapshot:

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import marshal
 import queue
 import secrets
 import shlex
 import threading
 import time
 from collections.abc import Callable
+from importlib.util import MAGIC_NUMBER
 
 from orchestrator.errors import CommandTimeout, InfraError, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
@@ -56,14 +58,30 @@ IDLE_LIMIT = 120.0  # seconds unheard after which an idle runner ends (the farm'
 LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
 
 
-def resident_command(python: str, version: str, code: bytes, run_token: str | None, mark: str) -> tuple[str, bytes]:
+def compiled(source: bytes) -> bytes:
+    """The runner compiled by the farm's own interpreter (marshal): a node's python3
+    whose bytecode is the farm's (the same magic number, as .pyc files are checked)
+    loads it and compiles nothing; any other compiles the source, sent beside it."""
+    code = _COMPILED.get(source)
+    if code is None:
+        code = _COMPILED[source] = marshal.dumps(compile(source, "farm-runner", "exec"))
+    return code
+
+
+_COMPILED: dict[bytes, bytes] = {}
+
+
+def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str, bytes]:
     """The command starting noderunner.serve, and the first bytes of its stdin: the
     stream's mark (MARK_SIZE characters, kept from the command line, where any
-    process may read it), the runner compiled where the probe's python3 did it,
-    and its source. Read with os.read, not sys.stdin: a buffered read could take
-    requests with them."""
+    process may read it), the runner compiled by the farm, and its source. Read
+    with os.read, not sys.stdin: a buffered read could take requests with them.
+    A python3 older than 3.8 says so and ends before its first message."""
+    code = compiled(RUNNER_SOURCE)
     boot = (
         "import os, sys, marshal\n"
+        "if sys.version_info < (3, 8):\n"
+        "    raise SystemExit('farm-runner: python3 ' + sys.version.split()[0] + ' is older than 3.8')\n"
         "def r(n):\n"
         "    b = b''\n"
         "    while len(b) < n:\n"
@@ -72,7 +90,8 @@ def resident_command(python: str, version: str, code: bytes, run_token: str | No
         "        b += c\n"
         "    return b\n"
         f"STREAM_MARK = r({MARK_SIZE}).decode(); c = r({len(code)}); s = r({len(RUNNER_SOURCE)})\n"
-        f"exec(marshal.loads(c) if c and sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))\n"
+        "m = getattr(sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None)\n"
+        f"exec(marshal.loads(c) if m == {MAGIC_NUMBER!r} else compile(s, 'farm-runner', 'exec'))\n"
     )
     run = f"FARM_RUN={shlex.quote(run_token)} " if run_token else ""
     given = mark.encode() + code + RUNNER_SOURCE
@@ -96,12 +115,10 @@ class ResidentRunner:
         self,
         transport: Transport,
         python: str,
-        version: str,
-        code: bytes,
         open_transport: Callable[[Transport], None],
     ) -> None:
         self._transport = transport  # a transport of its own (a sibling sharing the node's connection)
-        self._python, self._version, self._code = python, version, code
+        self.python = python  # "python3" (found on the node's PATH) until the probe says which it is
         self._open_transport = open_transport  # the farm's handshake gate
         self._lock = threading.Lock()  # starting, and writing requests
         self._process: Process | None = None
@@ -177,7 +194,7 @@ class ResidentRunner:
         if self._process is not None:
             return self._process
         mark = secrets.token_hex(MARK_SIZE // 2)  # a new one per runner: one that leaked dies with it
-        command, given = resident_command(self._python, self._version, self._code, self._transport.run_token, mark)
+        command, given = resident_command(self.python, self._transport.run_token, mark)
         self._open_transport(self._transport)
         process = self._transport.start(command)
         try:
@@ -223,7 +240,9 @@ class ResidentRunner:
         if self._process is process:
             self._process = None
         cells = [served.cell for served in self._served.values() if served.cell]
-        if self._served or corrupt:  # else it ended with nothing in flight (closed): nothing to kill
+        # else it ended with nothing in flight (closed), or before it said its group with no cell
+        # of its own in flight (its python3 could not start): nothing to kill
+        if (self._served or corrupt) and (group or cells):
             kill = [f"kill -s KILL -- -{group} 2>/dev/null" if group else "true"]
             kill += [reap("FARM_CELL", cell, "reaped") for cell in cells]
             with contextlib.suppress(InfraError):

@@ -16,7 +16,6 @@ are listeners, the store is written directly so nothing depends on a display.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import os
 import re
@@ -29,7 +28,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +47,7 @@ from orchestrator.errors import (
     FarmError,
     InfraError,
     NodeUnusable,
+    SessionLost,
     StoreError,
 )
 from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
@@ -55,7 +55,7 @@ from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import Gpu, NodeSnapshot, probe, shipped_nvcc
+from orchestrator.run.probe import Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
@@ -506,9 +506,12 @@ class FarmRun:
             setup = self._transport(name)
             records: list[StageRecord] = []
             partial: list[NodeSnapshot] = []
+            resident: list[ResidentRunner] = []  # the runner that answered the probe, serving the cells next
             try:
-                staging = self._setup(setup, cells, records, partial)
+                staging = self._setup(setup, cells, records, partial, resident)
             except InfraError as err:
+                for runner in resident:
+                    runner.close()
                 setup.close()
                 stage = records[-1].name if records else "probe"
                 self._attempt(name, None, attempt, "infra", stage, str(err))
@@ -519,10 +522,10 @@ class FarmRun:
                 self._node_failed(name, cells, partial[0] if partial else None, stage, str(err), records)
                 return
             break
-        self._when_begun()  # no cell starts before the run is stored
-        health.succeeded()
         snapshot = partial[0]
         try:
+            self._when_begun()  # no cell starts before the run is stored
+            health.succeeded()
             probe_seconds = records[0].seconds
             stage_seconds = records[1].seconds
 
@@ -546,25 +549,21 @@ class FarmRun:
                 or (toolchain.cuobjdump_in(staging.toolchain.folder) if staging.toolchain else "cuobjdump"),
                 health=health,
                 setup=setup,
+                resident=resident[0] if resident else None,
             )
-            python = snapshot.runner_python(node)
-            if snapshot.resident and python:
-                context.resident = ResidentRunner(
-                    setup.sibling(), python, snapshot.python_version, snapshot.runner_code, self._open
-                )
             several = len(devices) > 1
             on_cards = [cell.on(device, several) for cell in cells for device in devices]
             if several:
                 self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
-            try:
-                self._cells(name, on_cards, context)
-            finally:
-                if context.resident is not None:
-                    context.resident.close()
+            self._cells(name, on_cards, context)
+            for runner in resident:
+                runner.close()
             stored.result()  # its store's error, where no cell's result met it
             if context.unswept:
                 self._sweep(setup, snapshot, name)
         finally:
+            for runner in resident:
+                runner.close()
             setup.close()
 
     def _sweep(self, setup: Transport, snapshot: NodeSnapshot, name: str) -> None:
@@ -579,11 +578,17 @@ class FarmRun:
             )
 
     def _setup(
-        self, setup: Transport, cells: list[Cell], records: list[StageRecord], partial: list[NodeSnapshot]
+        self,
+        setup: Transport,
+        cells: list[Cell],
+        records: list[StageRecord],
+        partial: list[NodeSnapshot],
+        resident: list[ResidentRunner],
     ) -> Staging:
-        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`.
-        The probe also reads the digests of what staging needs, so a node that holds
-        it all is staged without a round trip of its own."""
+        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`,
+        the resident runner that answered the probe into `resident`. The probe also
+        reads the digests of what staging needs, so a node that holds it all is staged
+        without a round trip of its own."""
         node = setup.node
         jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
         needs: bundle.Needs | None = None
@@ -598,7 +603,7 @@ class FarmRun:
             try:
                 if stage == "probe":
                     self._open(setup)
-                    snapshot = probe(setup, needs.folders if needs else ())
+                    snapshot = self._probe(setup, needs.folders if needs else (), resident)
                     partial.append(snapshot)
                     if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
                         said = snapshot.nvcc_output.strip().splitlines()
@@ -613,8 +618,6 @@ class FarmRun:
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
                     self._check_cards(setup.name, node, snapshot)
-                    if node.runner == "auto" and setup.keeps_processes and snapshot.runner_python(node):
-                        partial[0] = snapshot = dataclasses.replace(snapshot, resident=True)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
@@ -639,6 +642,29 @@ class FarmRun:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staging
+
+    def _probe(self, setup: Transport, folders: Sequence[str], resident: list[ResidentRunner]) -> NodeSnapshot:
+        """Where a transport keeps processes, the node's resident runner is started at
+        once and answers the probe, then serves the cells (`runner: auto`); where it
+        cannot start (no python3 of 3.8 or later), the shell probe says what the node
+        has, and its cells run in a python3 each or in the shell."""
+        node = setup.node
+        if node.runner == "auto" and setup.keeps_processes:
+            runner = ResidentRunner(setup.sibling(), "python3", self._open)
+            try:
+                snapshot = resident_probe(runner, node, folders)
+            except SessionLost:
+                runner.close()
+            except BaseException:
+                runner.close()
+                raise
+            else:
+                if snapshot.resident:
+                    resident.append(runner)
+                else:
+                    runner.close()
+                return snapshot
+        return probe(setup, folders)
 
     @staticmethod
     def _check_cards(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
