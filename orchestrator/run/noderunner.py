@@ -660,9 +660,12 @@ def probe(spec):
     workdir = spec["workdir"]
     if workdir.startswith("~/"):
         workdir = LOGIN_ENV.get("HOME", "") + "/" + workdir[2:]
-    here = LOGIN_ENV.get("PWD", "")
-    if not (here.startswith("/") and os.path.isdir(here) and os.path.samefile(here, ".")):
-        here = os.getcwd()
+    here = LOGIN_ENV.get("PWD", "")  # the login's own name for where it is, as the shell's `cd` keeps it
+    try:
+        if not (here.startswith("/") and os.path.samefile(here, ".")):
+            here = os.getcwd()
+    except OSError:  # its folder is gone: a relative work folder then goes under HOME
+        here = LOGIN_ENV.get("HOME", "/")
     workdir = os.path.normpath(os.path.join(here, workdir))
     lines.append("@@farm workdir")
     try:

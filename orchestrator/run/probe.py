@@ -2,7 +2,10 @@
 
 Expectations are derived from the probed cards, never from farm.yaml's
 declaration: a node whose card was swapped is flagged (cc_mismatch), and each
-cell is judged against the card it ran on. One round trip does the whole probe.
+cell is judged against the card it ran on. One round trip does the whole probe:
+asked of the node's resident runner (noderunner.probe) where it starts, else
+of the shell (probe_command); both print the same sections, read by parse_probe,
+and tests/test_node_runner.py holds them to the same answers.
 
 Every GPU nvidia-smi lists (index, UUID, name, CC, memory) is a slot of its own.
 nvidia-smi is only a program on PATH, so its word is checked against the

@@ -109,7 +109,8 @@ class _Served:
 
 
 class ResidentRunner:
-    """A node's resident runner, shared by its cells' threads; started on first use."""
+    """A node's resident runner, shared by its cells' threads; started on first use
+    (the node's probe, probe.resident_probe), and again after it was lost."""
 
     def __init__(
         self,

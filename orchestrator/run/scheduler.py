@@ -509,10 +509,12 @@ class FarmRun:
             resident: list[ResidentRunner] = []  # the runner that answered the probe, serving the cells next
             try:
                 staging = self._setup(setup, cells, records, partial, resident)
-            except InfraError as err:
-                for runner in resident:
+            except BaseException as err:
+                for runner in resident:  # its channel would keep the node's connection open
                     runner.close()
                 setup.close()
+                if not isinstance(err, InfraError):
+                    raise
                 stage = records[-1].name if records else "probe"
                 self._attempt(name, None, attempt, "infra", stage, str(err))
                 health.failed(str(err))
