@@ -24,10 +24,11 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
-from orchestrator.run import bundle
+from orchestrator.run import bundle, resident
 from orchestrator.run.bundle import Bundle, StagingFailed
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.store.database import Store
+from orchestrator.transport.base import Transport
 from orchestrator.transport import transport_for
 from orchestrator.transport.ssh import SSHTransport, _QuickAck
 
@@ -293,6 +294,51 @@ def test_bundles_ship_on_the_extracting_commands_stdin(
     sftp = new.count("subsystem 'sftp'") + new.count("subsystem sftp")
     # the commands: the shipping (one), then node_digest's two
     assert (new.count("Starting session: command"), sftp) == ((3, 0) if inline else (3, 1)), new
+
+
+def test_the_resident_runner_places_bundles_without_a_session_or_program_of_their_own(
+    node: SshNode, tmp_path: Path
+) -> None:
+    """Staging through the node's resident runner: the files' bytes in one request,
+    written, checked against the bundle's digest and renamed into place by the runner,
+    which starts no program for it (tar, find and sha256sum were a dozen a node) and
+    opens no session (sshd counts one: the runner's). An executable stays one; a copy
+    there that was altered is replaced whole; a bundle whose bytes do not hash to its
+    digest is refused, naming it, and leaves nothing behind."""
+    here = tmp_path / "here"
+    (here / "include").mkdir(parents=True)
+    (here / "a.cu").write_text("// one\n")
+    (here / "include" / "b.h").write_text("// two\n" * 500)
+    (here / "tool").write_text("#!/bin/sh\necho tool\n")
+    (here / "tool").chmod(0o755)
+    sources = Bundle.of_files("sources of k", {"a.cu": here / "a.cu", "include/b.h": here / "include" / "b.h"})
+    tools = Bundle.of_files("dependency tools", {"bin/tool": here / "tool"})
+    work = tmp_path / "work"
+    work.mkdir()
+    stale = Path(bundle.remote_dir(str(work), sources))
+    stale.mkdir(parents=True)
+    (stale / "a.cu").write_text("// altered\n")
+    (stale / "planted").write_text("")
+    log = node.log.read_text(errors="replace")
+    with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
+        runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
+        try:
+            shipped, notes = bundle.place(runner, str(work), [(sources, "0" * 64), (tools, "")])
+            placed = node.log.read_text(errors="replace")[len(log) :]
+            (here / "a.cu").write_text("// changed after it was hashed\n")
+            changed = Bundle(sources.name, sources.files, "1" * 64, sources.size)
+            with pytest.raises(StagingFailed, match=r"placing sources of k on t4 failed: sources of k: written digest"):
+                bundle.place(runner, str(work), [(changed, "")])
+        finally:
+            runner.close()
+        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in (sources, tools)]
+    assert placed.count("Starting session: command") == 1 and "subsystem" not in placed, placed
+    assert shipped == sources.size + tools.size and "sources of k: the copy on the node was altered" in notes
+    assert digests == [sources.digest, tools.digest]
+    assert not (stale / "planted").exists() and (stale / "a.cu").read_text() == "// one\n"
+    tool = Path(bundle.remote_dir(str(work), tools)) / "bin" / "tool"
+    assert os.access(tool, os.X_OK) and not os.access(stale / "a.cu", os.X_OK)
+    assert sorted(p.name for p in (work / "bundles").iterdir()) == sorted([sources.digest, tools.digest])
 
 
 def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:

@@ -7,8 +7,10 @@ that already holds it is not sent a byte. Sources (with the job's headers) and
 each dependency are separate bundles: editing a kernel never re-ships
 CUTLASS's 27 MB of headers.
 
-On the node a bundle lives at WORKDIR/bundles/DIGEST/, extracted from one
-tar.gz into a temporary folder, verified, and renamed into place. Nothing on
+On the node a bundle lives at WORKDIR/bundles/DIGEST/, written into a
+temporary folder, verified, and renamed into place: by the node's resident
+runner from the files' bytes (place()), or, where the node has none or the
+bundle is big (a toolkit), by a script extracting one tar.gz (ship()). Nothing on
 the node is trusted on its name or a marker file: a bundle found there is
 reused only when its recomputed digest is the expected one. A kernel that ran
 earlier (as the same user) may have changed it; then it is shipped again and
@@ -18,7 +20,10 @@ the staging stage says so.
 from __future__ import annotations
 
 import contextlib
+import functools
+import marshal
 import os
+import re
 import secrets
 import shlex
 import tarfile
@@ -27,6 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm import Job
@@ -34,6 +40,10 @@ from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import InfraError, NodeUnusable
 from orchestrator.run import toolchain
 from orchestrator.transport import Transport
+from orchestrator.transport.base import Deadline
+
+if TYPE_CHECKING:
+    from orchestrator.run.resident import ResidentRunner
 
 STAGE_TIMEOUT = 600.0
 INLINE_BYTES = 8 << 20  # archives shipped on a command's stdin, together at most (ship())
@@ -130,7 +140,13 @@ def altered_note(bundle: Bundle, found: str) -> str:
     )
 
 
-def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], cache_dir: Path) -> tuple[int, str]:
+def ship(
+    transport: Transport,
+    workdir: str,
+    bundles: list[tuple[Bundle, str]],
+    cache_dir: Path,
+    runner: ResidentRunner | None = None,
+) -> tuple[int, str]:
     """Ship the bundles whose found digest (as the node computed it; "" when missing)
     is not theirs: each archive to WORKDIR/incoming (which must exist), then one
     script extracts, verifies and renames every one into place. Returns the bytes
@@ -143,6 +159,8 @@ def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], 
     missing = [(b, found) for b, found in bundles if found != b.digest]
     if not missing:
         return 0, ""
+    if runner is not None and sum(b.size for b, _ in missing) <= INLINE_BYTES:
+        return place(runner, workdir, missing)
     archives = [bundle.archive(cache_dir) for bundle, _ in missing]
     shipped = sum(archive.stat().st_size for archive in archives)
     inline = transport.streams_output and shipped <= INLINE_BYTES
@@ -203,6 +221,40 @@ def ship(transport: Transport, workdir: str, bundles: list[tuple[Bundle, str]], 
         names = ", ".join(b.name for b, _ in missing)
         raise StagingFailed(f"extracting {names} on {transport.name} failed: {said[-500:]}")
     return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
+
+
+@functools.lru_cache(maxsize=32)
+def _contents(bundle: Bundle) -> tuple[tuple[str, bytes, bool], ...]:
+    """The bundle's files as the resident runner writes them; read once per run for
+    all the nodes (a small bundle: place() takes those within INLINE_BYTES)."""
+    return tuple((rel, path.read_bytes(), os.access(path, os.X_OK)) for rel, path in bundle.files)
+
+
+def place(runner: ResidentRunner, workdir: str, missing: list[tuple[Bundle, str]]) -> tuple[int, str]:
+    """ship() through the node's resident runner (noderunner.place): the files' bytes
+    in one request, written, checked against the digest and renamed into place by
+    the runner itself, where the extracting script starts a dozen programs, each
+    costing the node CPU, in a session of its own."""
+    plan = {
+        "place": {
+            "bundles": [
+                {"name": b.name, "digest": b.digest, "folder": remote_dir(workdir, b), "files": _contents(b)}
+                for b, _ in missing
+            ]
+        },
+        "marker": {},
+    }
+    out = bytearray()
+    result = runner.run(marshal.dumps(plan, 4), "", Deadline(STAGE_TIMEOUT), out.extend)
+    said = out.decode("utf-8", "replace")
+    placed = set(re.findall(r"^@@farm placed ([0-9a-f]{64})$", said, re.MULTILINE))
+    left = [b for b, _ in missing if b.digest not in placed]
+    if result.exit_code != 0 or left:
+        why = "; ".join(re.findall(r"^@@farm unplaced [0-9a-f]{64} (.*)$", said, re.MULTILINE))
+        why = why or result.stderr.strip() or f"the runner exited {result.exit_code}"
+        names = ", ".join(b.name for b in left) or "bundles"
+        raise StagingFailed(f"placing {names} on {runner.name} failed: {why[-500:]}")
+    return sum(b.size for b, _ in missing), "; ".join(filter(None, (altered_note(b, f) for b, f in missing)))
 
 
 class StagingFailed(InfraError):
@@ -276,9 +328,17 @@ class Bundles:
         return Bundle.of_files(f"CUDA {version} from PyPI", files, sums)
 
 
-def stage(transport: Transport, workdir: str, needs: Needs, found: dict[str, str], cache_dir: Path) -> Staging:
+def stage(
+    transport: Transport,
+    workdir: str,
+    needs: Needs,
+    found: dict[str, str],
+    cache_dir: Path,
+    runner: ResidentRunner | None = None,
+) -> Staging:
     """Ship what the node lacks of `needs`, given the digests the probe found there
-    (`found`: folder -> digest, as Needs.folders names them), in one trip for all."""
+    (`found`: folder -> digest, as Needs.folders names them), in one trip for all
+    (through the node's resident `runner` where it has one)."""
     staging = Staging()
     for dep, own in needs.own.items():
         digest = found.get(own, "")
@@ -287,7 +347,7 @@ def stage(transport: Transport, workdir: str, needs: Needs, found: dict[str, str
         staging.dependencies[dep] = Placed(own, digest, None, own)
     unique = list({b.digest: b for b in needs.bundles}.values())
     staging.shipped, _ = ship(
-        transport, workdir, [(b, found.get(f"bundles/{b.digest}", "")) for b in unique], cache_dir
+        transport, workdir, [(b, found.get(f"bundles/{b.digest}", "")) for b in unique], cache_dir, runner
     )
     for bundle in unique:
         note = altered_note(bundle, found.get(f"bundles/{bundle.digest}", ""))

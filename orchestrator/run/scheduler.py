@@ -632,7 +632,14 @@ class FarmRun:
                             f"node {setup.name!r}: NVIDIA's PyPI toolkits are x86_64 builds; this node is "
                             f"{snapshot.os or 'of an unknown architecture'}"
                         )
-                    staging = bundle.stage(setup, snapshot.workdir, needs, snapshot.folder_digests, self.cache_dir)
+                    staging = bundle.stage(
+                        setup,
+                        snapshot.workdir,
+                        needs,
+                        snapshot.folder_digests,
+                        self.cache_dir,
+                        resident[0] if resident else None,
+                    )
                     detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
                     if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
                         partial[0] = snapshot = shipped_nvcc(setup, snapshot, staging.toolchain.folder)
