@@ -28,8 +28,8 @@ from orchestrator.run import bundle, resident
 from orchestrator.run.bundle import Bundle, StagingFailed
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.store.database import Store
-from orchestrator.transport.base import Transport
 from orchestrator.transport import transport_for
+from orchestrator.transport.base import Transport
 from orchestrator.transport.ssh import SSHTransport, _QuickAck
 
 MIN75 = {"min": "7.5"}
