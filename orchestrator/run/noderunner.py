@@ -745,7 +745,7 @@ def place(spec):
                     handle.write(data)
             got = folder_digest(part)
             if got != digest:
-                raise OSError(f"{bundle['name']}: written digest {got}, expected {digest}")
+                raise OSError(f"written digest {got}, expected {digest}")
             if folder_digest(final) == digest:  # another farm node naming this machine placed it meanwhile
                 remove(part)
             else:
@@ -759,7 +759,7 @@ def place(spec):
             said = "@@farm placed " + digest
         except OSError as err:
             remove(part)
-            said = "@@farm unplaced " + digest + " " + str(err).replace("\n", " ")
+            said = "@@farm unplaced " + digest + " " + bundle["name"] + ": " + str(err).replace("\n", " ")
         OUT.write((said + "\n").encode("utf-8", "surrogateescape"))
     OUT.flush()
 
