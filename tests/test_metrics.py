@@ -404,6 +404,40 @@ def test_values_are_written_with_their_result_and_a_baseline_is_the_cells_last_f
     store.close()
 
 
+def test_values_measured_with_the_jit_cache_on_are_kept_but_are_no_baseline(tmp_path: Path) -> None:
+    """Migration 0011: from it on a cell's processes run with CUDA_CACHE_DISABLE=1, so
+    a run's seconds include compiling its PTX every time; the values of earlier
+    results stay on record (a kernel page's trends) but judge nothing, and the cell's
+    baseline fills again from the values measured since."""
+    url = f"sqlite:///{tmp_path}/results.db"
+    store = Store(url)
+    store.journal = None
+    for value in (1.0, 1.1, 0.9, 1.0, 1.0):
+        run_id, snapshot = new_run(store)
+        store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value)])
+    store.close()
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0010")  # a database of the farm before 0011
+    engine.dispose()
+    store = Store(url)
+    store.journal = None
+    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": []}
+    assert len(query(tmp_path / "results.db", "select id from metric_values")) == 5
+    for value in (2.0, 2.1, 1.9, 2.0):
+        run_id, snapshot = new_run(store)
+        store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value)])
+    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": [2.0, 2.1, 1.9, 2.0]}
+    store.close()
+    # a database made at 0011 counts all of its values
+    fresh = Store(f"sqlite:///{tmp_path}/fresh.db")
+    fresh.journal = None
+    run_id, snapshot = new_run(fresh)
+    fresh.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 3.0)])
+    assert fresh.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": [3.0]}
+    fresh.close()
+
+
 def test_a_result_and_its_values_are_one_transaction_and_one_journal_record(tmp_path: Path) -> None:
     """farm import rebuilds the values from the journal; a value that cannot be
     stored leaves no result behind either."""

@@ -146,6 +146,18 @@ def test_a_node_without_the_kernel_driver_is_not_asked_through_python(node: SshN
     assert "no /dev/nvidiactl: the driver was not asked" in snapshot["driver_check"]
 
 
+def test_every_process_of_a_cell_compiles_its_ptx_afresh(node: SshNode, tmp_path: Path, runner: str) -> None:
+    """CUDA_CACHE_DISABLE=1 in the build's and the run's environment, whichever runner
+    serves the cell: a JIT cache on the node would hand the kernel code the farm did not
+    verify (written by any earlier process of the login), and would make a fresh
+    machine's first run slower than its warm ones (a false perf-regression)."""
+    wants = '[ "$CUDA_CACHE_DISABLE" = 1 ] && '
+    build = wants + "g++ -O1 -DMODE_PASS -DMIN_CC=75 -o {binary} {sources}"
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", build=build, run=wants + "{binary}")
+    summary, _ = verify(node, tmp_path / "farm", {"jit": variant})
+    assert dict(summary.outcomes) == {"pass": 1}, summary.results[0][1].verdict
+
+
 FORGERS = Path(__file__).parent / "forgers"
 
 

@@ -66,6 +66,13 @@ from orchestrator.transport import Transport, transport_for
 STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
 
 
+# A cell's PTX is compiled afresh each time it runs (CUDA_CACHE_DISABLE): the node's JIT
+# cache would hand the kernel code the farm never saw, written there by any earlier
+# process of the login, and a run's seconds would depend on whether that machine had
+# compiled it before (a fresh machine's first run: perf-regression against warm ones).
+CELL_ENV = "CUDA_CACHE_DISABLE=1 "
+
+
 class Listener(Protocol):
     def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
     def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None: ...
@@ -365,7 +372,8 @@ class FarmRun:
         return transport_for(name, self.farm.nodes[name], self.token)
 
     def _cell_marker(self) -> str:
-        return f"FARM_RUN={self.token} FARM_CELL={self.token}.{self.cells_from}{next(self._cell_count)} "
+        """The environment every process of the cell gets: its marker, and CELL_ENV."""
+        return f"FARM_RUN={self.token} FARM_CELL={self.token}.{self.cells_from}{next(self._cell_count)} {CELL_ENV}"
 
     # ------------------------------------------------------------------------
     def execute(self, cells: list[Cell], selection: str = "--all") -> RunSummary:

@@ -60,6 +60,7 @@ from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotReco
 from orchestrator.store.tables import (
     Attempt,
     Base,
+    Meta,
     MetricValue,
     NodeSnapshotRow,
     PlannedCell,
@@ -326,6 +327,19 @@ class Store:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
         self._file = self._sqlite_file()
         self._identity = self._file_identity()
+        self._baseline_from = self._meta_int("metric_baseline_from")  # migration 0011
+
+    def _meta_int(self, key: str) -> int:
+        """A whole number farm_meta holds (0 where it holds none)."""
+        try:
+            with Session(self.engine) as session:
+                value = session.get(Meta, key)
+        except SQLAlchemyError as err:
+            self.engine.dispose()
+            raise StoreError(
+                f"cannot read the results database {self.redacted_url}: {_first_line(err, self.url)}"
+            ) from err
+        return int(value.value) if value is not None and value.value.isdigit() else 0
 
     def _sqlite_file(self) -> Path | None:
         parsed = make_url(self.url)
@@ -536,6 +550,8 @@ class Store:
                     )
                     # values of old commits tested by a bisection are no baseline for today's
                     .where(MetricValue.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER)))
+                    # nor values measured before the cells' JIT cache was switched off (0011)
+                    .where(MetricValue.result_id >= self._baseline_from)
                     .order_by(MetricValue.result_id.desc())
                     .limit(count)
                 )
