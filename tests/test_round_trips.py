@@ -325,6 +325,7 @@ def test_the_resident_runner_places_bundles_without_a_session_or_program_of_thei
     (here / "tool").chmod(0o755)
     sources = Bundle.of_files("sources of k", {"a.cu": here / "a.cu", "include/b.h": here / "include" / "b.h"})
     tools = Bundle.of_files("dependency tools", {"bin/tool": here / "tool"})
+    empty = Bundle.of_files("dependency none", {})  # placed as an empty folder
     work = tmp_path / "work"
     work.mkdir()
     stale = Path(bundle.remote_dir(str(work), sources))
@@ -335,7 +336,7 @@ def test_the_resident_runner_places_bundles_without_a_session_or_program_of_thei
     with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
         runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
         try:
-            shipped, notes = bundle.place(runner, str(work), [(sources, "0" * 64), (tools, "")])
+            shipped, notes = bundle.place(runner, str(work), [(sources, "0" * 64), (tools, ""), (empty, "")])
             placed = node.log.read_text(errors="replace")[len(log) :]
             (here / "a.cu").write_text("// changed after it was hashed\n")
             changed = Bundle(sources.name, sources.files, "1" * 64, sources.size)
@@ -343,14 +344,14 @@ def test_the_resident_runner_places_bundles_without_a_session_or_program_of_thei
                 bundle.place(runner, str(work), [(changed, "")])
         finally:
             runner.close()
-        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in (sources, tools)]
+        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in (sources, tools, empty)]
     assert placed.count("Starting session: command") == 1 and "subsystem" not in placed, placed
     assert shipped == sources.size + tools.size and "sources of k: the copy on the node was altered" in notes
-    assert digests == [sources.digest, tools.digest]
+    assert digests == [sources.digest, tools.digest, empty.digest]
     assert not (stale / "planted").exists() and (stale / "a.cu").read_text() == "// one\n"
     tool = Path(bundle.remote_dir(str(work), tools)) / "bin" / "tool"
     assert os.access(tool, os.X_OK) and not os.access(stale / "a.cu", os.X_OK)
-    assert sorted(p.name for p in (work / "bundles").iterdir()) == sorted([sources.digest, tools.digest])
+    assert sorted(p.name for p in (work / "bundles").iterdir()) == sorted([sources.digest, tools.digest, empty.digest])
 
 
 def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:

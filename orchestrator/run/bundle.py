@@ -250,6 +250,7 @@ def place(runner: ResidentRunner, workdir: str, missing: list[tuple[Bundle, str]
     placed = set(re.findall(r"^@@farm placed ([0-9a-f]{64})$", said, re.MULTILINE))
     left = [b for b, _ in missing if b.digest not in placed]
     if result.exit_code != 0 or left:
+        _contents.cache_clear()  # a file changed since it was read: read afresh on the retry
         why = "; ".join(re.findall(r"^@@farm unplaced [0-9a-f]{64} (.*)$", said, re.MULTILINE))
         why = why or result.stderr.strip() or f"the runner exited {result.exit_code}"
         names = ", ".join(b.name for b in left) or "bundles"

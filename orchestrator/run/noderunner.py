@@ -737,6 +737,7 @@ def place(spec):
         part = final + ".part." + str(os.getpid())
         try:
             remove(part)  # a leftover of a runner killed here with the same pid
+            os.makedirs(part)  # an empty bundle is an empty folder
             for rel, data, executable in bundle["files"]:
                 path = os.path.join(part, rel)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -746,20 +747,22 @@ def place(spec):
             got = folder_digest(part)
             if got != digest:
                 raise OSError(f"written digest {got}, expected {digest}")
-            if folder_digest(final) == digest:  # another farm node naming this machine placed it meanwhile
-                remove(part)
-            else:
-                remove(final)
-                try:
-                    os.rename(part, final)
-                except OSError:
-                    if folder_digest(final) != digest:
-                        raise
+            try:
+                os.rename(part, final)  # fails where a folder with files is there
+            except OSError:
+                if folder_digest(final) == digest:  # intact (another farm node naming this machine placed it)
                     remove(part)
+                else:  # altered: set aside, never removed before the new copy is in place
+                    aside = final + ".old." + str(os.getpid())
+                    remove(aside)
+                    os.rename(final, aside)
+                    os.rename(part, final)
+                    remove(aside)
             said = "@@farm placed " + digest
-        except OSError as err:
+        except Exception as err:  # whatever it was, the bundle is not placed, and says why
             remove(part)
-            said = "@@farm unplaced " + digest + " " + bundle["name"] + ": " + str(err).replace("\n", " ")
+            why = str(err) if isinstance(err, OSError) else repr(err)
+            said = "@@farm unplaced " + digest + " " + bundle["name"] + ": " + why.replace("\n", " ")
         OUT.write((said + "\n").encode("utf-8", "surrogateescape"))
     OUT.flush()
 
