@@ -252,7 +252,7 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     `timeout` leads its own process group; but when the command's first process
     dies of the TERM and a child that ignores TERM lives on, timeout exits at
     once and never sends the KILL. The group kill afterwards catches that child.
-    `marker` ("FARM_RUN=... FARM_CELL=...") goes into the environment of the
+    `marker` ("FARM_RUN=... FARM_CELL=..." and scheduler.CELL_ENV) goes into the environment of the
     command and everything it starts, so `reap` finds even those that left
     the group (a daemon's double fork and setsid keep their environment).
     """
@@ -416,7 +416,7 @@ class CellPipeline:
         self.remember_binary = remember_binary  # a fresh build's sha256, for the run's later cells
         self.restage = restage  # ships an altered bundle again; returns a note
         self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
-        self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> ": the cell's processes carry it
+        self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> " + CELL_ENV: the cell's processes carry it
         self.stopping = stopping  # why the run is being stopped (a signal), or None
         self.metric_baseline = metric_baseline  # metric names -> the cell's earlier values (metrics.py)
         # the run may go out with the build (one round trip per cell); not where another cell
