@@ -354,6 +354,48 @@ def test_the_resident_runner_places_bundles_without_a_session_or_program_of_thei
     assert sorted(p.name for p in (work / "bundles").iterdir()) == sorted([sources.digest, tools.digest, empty.digest])
 
 
+@pytest.mark.parametrize("placer", ["runner", "script"])
+def test_a_dead_placers_leftovers_are_swept_by_the_next_placing(node: SshNode, tmp_path: Path, placer: str) -> None:
+    """A placer killed mid-placing leaves FOLDER.part.PID (or .old.PID) beside the bundle's
+    place, which only a placer of the same pid removed. The next placing sweeps those of
+    pids no longer alive that were untouched for an hour; a live pid's, or a fresh one
+    (another machine sharing the folder may be placing it), stays."""
+    import subprocess
+    import time
+
+    (tmp_path / "a.cu").write_text("// one\n")
+    sources = Bundle.of_files("sources of k", {"a.cu": tmp_path / "a.cu"})
+    work = tmp_path / "work"
+    (work / "incoming").mkdir(parents=True)
+    final = bundle.remote_dir(str(work), sources)
+    Path(final).parent.mkdir(parents=True, exist_ok=True)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    hours_ago = time.time() - 2 * 3600
+    planted = {
+        "part-dead-old": (f"{final}.part.{gone.pid}", hours_ago),
+        "old-dead-old": (f"{final}.old.{gone.pid}", hours_ago),
+        "part-alive-old": (f"{final}.part.{os.getpid()}", hours_ago),
+        "part-dead-fresh": (f"{final}.part.{gone.pid + 1000000}", time.time()),
+    }
+    for path, when in planted.values():
+        Path(path).mkdir()
+        (Path(path) / "half").write_text("written")
+        os.utime(path, (when, when))
+    with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
+        if placer == "runner":
+            runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
+            try:
+                bundle.place(runner, str(work), [(sources, "")])
+            finally:
+                runner.close()
+        else:
+            bundle.ship(transport, str(work), [(sources, "")], tmp_path / "cache")
+        assert bundle.node_digest(transport, final) == sources.digest
+    left = {name for name, (path, _) in planted.items() if os.path.exists(path)}
+    assert left == {"part-alive-old", "part-dead-fresh"}
+
+
 def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:
     """farm.yaml's `jump:` (a bastion, as OpenSSH's ProxyJump): the node is reached
     through a channel of the bastion's own connection, both with strict host keys

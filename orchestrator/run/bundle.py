@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 STAGE_TIMEOUT = 600.0
 INLINE_BYTES = 8 << 20  # archives shipped on a command's stdin, together at most (ship())
+# a placer killed mid-placing leaves FOLDER.part.PID (or .old.PID): swept by a later placing
+# once its pid is not alive and it was untouched this long (noderunner.LEFTOVER_AGE)
+LEFTOVER_MINUTES = 60
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,7 @@ def ship(
         leftovers += [tmp, source]
         digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
         scripts.append(
+            f"{sweep_leftovers(final)}; "
             f"{{ mkdir -p {tmp} && tar -xzf {source} -C {tmp}; }} || fail; rm -f {source}; "
             f'got=$({digest_of}); [ "$got" = {bundle.digest} ] || '
             f'{{ echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; fail; }}; '
@@ -221,6 +225,17 @@ def ship(
         names = ", ".join(b.name for b, _ in missing)
         raise StagingFailed(f"extracting {names} on {transport.name} failed: {said[-500:]}")
     return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
+
+
+def sweep_leftovers(final: str) -> str:
+    """Shell removing the dead placers' leftovers beside `final` (noderunner.sweep_leftovers):
+    a glob, so a program starts only where there is one."""
+    quoted = shlex.quote(final)
+    return (
+        f'for p in {quoted}.part.* {quoted}.old.*; do [ -d "$p" ] && [ "${{p##*.}}" != $$ ] || continue; '
+        f'kill -0 "${{p##*.}}" 2>/dev/null && continue; '
+        f'[ -n "$(find "$p" -maxdepth 0 -mmin +{LEFTOVER_MINUTES})" ] && rm -rf "$p"; done'
+    )
 
 
 @functools.lru_cache(maxsize=32)

@@ -726,6 +726,40 @@ def probe(spec):
     OUT.flush()
 
 
+LEFTOVER_AGE = 3600  # seconds untouched before a dead placer's folder is swept (bundle.LEFTOVER_MINUTES)
+
+
+def sweep_leftovers(final):
+    """Remove what placers killed mid-placing left beside `final` (FOLDER.part.PID,
+    FOLDER.old.PID): its pid is not alive here, and it was untouched for LEFTOVER_AGE
+    (another machine sharing the folder may place it now, under a pid not ours)."""
+    parent, base = os.path.split(final)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        kind, _, pid = name[len(base) :].rpartition(".")
+        if not name.startswith(base) or kind not in (".part", ".old") or not pid.isdigit():
+            continue
+        if int(pid) == os.getpid():
+            continue  # this runner's own, removed before it writes
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's: PermissionError below)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        path = os.path.join(parent, name)
+        try:
+            if now - os.lstat(path).st_mtime > LEFTOVER_AGE:
+                remove(path)
+        except OSError:
+            pass
+
+
 def place(spec):
     """Bundles sent whole (their files' bytes in the plan): each written into a folder
     beside its place, checked against its digest there, and renamed into place, as
@@ -736,6 +770,7 @@ def place(spec):
         digest, final = bundle["digest"], bundle["folder"]
         part = final + ".part." + str(os.getpid())
         try:
+            sweep_leftovers(final)
             remove(part)  # a leftover of a runner killed here with the same pid
             os.makedirs(part)  # an empty bundle is an empty folder
             for rel, data, executable in bundle["files"]:

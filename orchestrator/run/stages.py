@@ -417,6 +417,7 @@ class CellPipeline:
         self.restage = restage  # ships an altered bundle again; returns a note
         self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
         self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> " + CELL_ENV: the cell's processes carry it
+        self.marker_env = dict(part.split("=", 1) for part in marker.split())  # the same, as variables
         self.stopping = stopping  # why the run is being stopped (a signal), or None
         self.metric_baseline = metric_baseline  # metric names -> the cell's earlier values (metrics.py)
         # the run may go out with the build (one round trip per cell); not where another cell
@@ -488,8 +489,7 @@ class CellPipeline:
         one (resident.py), else a python3 of the cell's own."""
         if self.resident is not None:
             plan = self._plan(token, trips, together)
-            marker = dict(part.split("=", 1) for part in self.marker.split())
-            cell = marker.get("FARM_CELL", "")
+            cell = self.marker_env.get("FARM_CELL", "")
             return self.resident.run(
                 plan, cell, deadline if isinstance(deadline, Deadline) else Deadline(deadline), sink
             )
@@ -498,11 +498,10 @@ class CellPipeline:
 
     def _plan(self, token: str, trips: list[_Trip], together: bool) -> bytes:
         """What noderunner.py runs: the stages, their files and the cell's marker."""
-        marker = dict(part.split("=", 1) for part in self.marker.split())
         plan = {
             "token": token,
             "together": together,
-            "marker": marker,
+            "marker": self.marker_env,
             "stages": [
                 {
                     "stage": trip.stage,
@@ -521,7 +520,7 @@ class CellPipeline:
         runner's source, then the plan. Only the bootstrap is on the command line;
         the runner carries the run's marker (a stop kills it), not the cell's (its
         own reap of the cell's leftovers spares it)."""
-        marker = dict(part.split("=", 1) for part in self.marker.split())
+        marker = self.marker_env
         run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
         assert self.python is not None
         # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
@@ -1256,5 +1255,5 @@ class CellPipeline:
 
     def _reap_cell(self, tag: str = "leftover") -> str:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
-        cell = next((part for part in self.marker.split() if part.startswith("FARM_CELL=")), None)
-        return reap("FARM_CELL", cell.split("=", 1)[1], tag) if cell else "true"
+        cell = self.marker_env.get("FARM_CELL")
+        return reap("FARM_CELL", cell, tag) if cell else "true"
