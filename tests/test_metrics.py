@@ -35,7 +35,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation, plan_cells
 from orchestrator.report import trends
 from orchestrator.report.site import render
-from orchestrator.run.scheduler import run_cells
+from orchestrator.run.scheduler import CELL_ENV, run_cells
 from orchestrator.run.streams import scan_bytes
 from orchestrator.store.database import MIGRATIONS, Store
 from orchestrator.store.journal import journal_folder
@@ -363,9 +363,18 @@ def metric(name: str, value: float | None, **over) -> dict:
     return {**found.record(), **over}
 
 
-def new_run(store: Store) -> tuple[int, int]:
+ENV = CELL_ENV.strip()
+
+
+def new_run(store: Store, cell_env: str | None = ENV) -> tuple[int, int]:
     run_id = store.begin_run(
-        trigger="test", farm_version="t", host="h", config_file="f", selection="--all", token=secrets.token_hex(6)
+        trigger="test",
+        farm_version="t",
+        host="h",
+        config_file="f",
+        selection="--all",
+        token=secrets.token_hex(6),
+        cell_env=cell_env,
     )
     snapshot = store.add_snapshot(
         SnapshotRecord(
@@ -386,7 +395,7 @@ def test_values_are_written_with_their_result_and_a_baseline_is_the_cells_last_f
     run_id, snapshot = new_run(store)  # another node and another metric do not count
     store.add_result(result_record(run_id, snapshot, node="other"), metrics=[metric("gflops", 1.0)])
     store.add_result(result_record(run_id, snapshot), metrics=[metric("other", 1.0)])
-    found = store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops", "bw"])
+    found = store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops", "bw"], ENV)
     assert found == {"gflops": [101.0, 99.0, 100.0, 102.0, 98.0], "bw": []}
     stored = [*store.metric_values(run_id=1), *store.metric_values(result_ids=[2])]
     assert [(m.run_id, m.name, m.value, m.note) for m in stored] == [
@@ -422,20 +431,47 @@ def test_values_measured_with_the_jit_cache_on_are_kept_but_are_no_baseline(tmp_
     engine.dispose()
     store = Store(url)
     store.journal = None
-    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": []}
+    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": []}
     assert len(query(tmp_path / "results.db", "select id from metric_values")) == 5
     for value in (2.0, 2.1, 1.9, 2.0):
         run_id, snapshot = new_run(store)
         store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value)])
-    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": [2.0, 2.1, 1.9, 2.0]}
+    assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [2.0, 2.1, 1.9, 2.0]}
     store.close()
     # a database made at 0011 counts all of its values
     fresh = Store(f"sqlite:///{tmp_path}/fresh.db")
     fresh.journal = None
     run_id, snapshot = new_run(fresh)
     fresh.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 3.0)])
-    assert fresh.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {"gflops": [3.0]}
+    assert fresh.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [3.0]}
     fresh.close()
+
+
+def test_a_run_imported_from_an_older_farms_journal_is_no_baseline(tmp_path: Path) -> None:
+    """0012: comparable values are told by the run's cell environment, not by result id.
+    A journal written by a farm before it (its run says no cell_env) imported after
+    the upgrade gets new result ids, but its values, measured with the JIT cache on,
+    stay out of the baseline; a journal that says the same environment counts."""
+    from orchestrator.store.journal import Journal
+
+    for name, env in (("old", None), ("same", ENV), ("other", "CUDA_CACHE_DISABLE=0")):
+        store = Store(f"sqlite:///{tmp_path}/{name}.db")
+        store.journal = Journal(tmp_path / "journals", name)
+        run_id, snapshot = new_run(store, env)
+        store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 7.0)])
+        store.finish_run(run_id, "finished", 0)
+        store.close()
+    target = Store(f"sqlite:///{tmp_path}/target.db")
+    target.journal = None
+    run_id, snapshot = new_run(target)
+    target.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])
+    for name in ("old", "other", "same"):
+        target.import_journal(tmp_path / "journals" / f"{name}.jsonl")
+    assert target.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [1.0, 7.0]}
+    assert len(target.metric_values(result_ids=[1, 2, 3, 4])) == 4  # all kept on record
+    target.close()
+    runs = query(tmp_path / "target.db", "SELECT id, cell_env FROM runs ORDER BY id")
+    assert [r["cell_env"] for r in runs] == [ENV, None, "CUDA_CACHE_DISABLE=0", ENV]
 
 
 def test_a_result_and_its_values_are_one_transaction_and_one_journal_record(tmp_path: Path) -> None:
@@ -482,7 +518,7 @@ def test_the_migration_and_the_values_on_postgresql() -> None:
         run_id, snapshot = new_run(store)
         for value in (10.0, 11.0, 9.0, 10.0, 10.0):
             store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value, note="read \x00 here")])
-        assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"]) == {
+        assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {
             "gflops": [10.0, 11.0, 9.0, 10.0, 10.0]
         }
         assert {m.note for m in store.metric_values(run_id=run_id)} == {"read \ufffd here"}

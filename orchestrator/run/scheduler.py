@@ -70,6 +70,7 @@ STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at mos
 # cache would hand the kernel code the farm never saw, written there by any earlier
 # process of the login, and a run's seconds would depend on whether that machine had
 # compiled it before (a fresh machine's first run: perf-regression against warm ones).
+# The run records it (runs.cell_env): a metric's values judge only those measured under the same.
 CELL_ENV = "CUDA_CACHE_DISABLE=1 "
 
 
@@ -437,6 +438,7 @@ class FarmRun:
             host=socket.gethostname(),
             config_file=str(self.farm.file),
             selection=selection,
+            cell_env=CELL_ENV.strip(),
         )
         self.summary.run_id = run_id
         self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
@@ -885,7 +887,7 @@ class FarmRun:
                     marker=self._cell_marker(),
                     stopping=lambda: self.stopping,
                     metric_baseline=lambda names: self.store.metric_baseline(
-                        cell.kernel, cell.variant, cell.node, cell.device, names
+                        cell.kernel, cell.variant, cell.node, cell.device, names, CELL_ENV.strip()
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),

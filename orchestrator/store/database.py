@@ -60,7 +60,6 @@ from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotReco
 from orchestrator.store.tables import (
     Attempt,
     Base,
-    Meta,
     MetricValue,
     NodeSnapshotRow,
     PlannedCell,
@@ -327,19 +326,6 @@ class Store:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
         self._file = self._sqlite_file()
         self._identity = self._file_identity()
-        self._baseline_from = self._meta_int("metric_baseline_from")  # migration 0011
-
-    def _meta_int(self, key: str) -> int:
-        """A whole number farm_meta holds (0 where it holds none)."""
-        try:
-            with Session(self.engine) as session:
-                value = session.get(Meta, key)
-        except SQLAlchemyError as err:
-            self.engine.dispose()
-            raise StoreError(
-                f"cannot read the results database {self.redacted_url}: {_first_line(err, self.url)}"
-            ) from err
-        return int(value.value) if value is not None and value.value.isdigit() else 0
 
     def _sqlite_file(self) -> Path | None:
         parsed = make_url(self.url)
@@ -530,12 +516,22 @@ class Store:
         return found
 
     def metric_baseline(
-        self, kernel: str, variant: str, node: str, device: str, names: Sequence[str], count: int = BASELINE
+        self,
+        kernel: str,
+        variant: str,
+        node: str,
+        device: str,
+        names: Sequence[str],
+        cell_env: str,
+        count: int = BASELINE,
     ) -> dict[str, list[float]]:
         """The cell's last `count` values of each metric on record (results that had
-        one), oldest first: what a new value is judged against (metrics.py). Read
-        from ix_metric_values_cell alone, newest first, `count` entries per metric."""
+        one), oldest first: what a new value is judged against (metrics.py). Only
+        values of runs whose cells ran with the same `cell_env` count (before 0012, with
+        the JIT cache on, a run's seconds were measured differently); nor those of a
+        bisection's old commits. Read from ix_metric_values_cell, newest first."""
         found: dict[str, list[float]] = {}
+        comparable = select(Run.id).where(Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER)
         with self._reading() as session:
             for name in names:
                 query = (
@@ -548,10 +544,7 @@ class Store:
                         MetricValue.name == name,
                         MetricValue.value.is_not(None),
                     )
-                    # values of old commits tested by a bisection are no baseline for today's
-                    .where(MetricValue.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER)))
-                    # nor values measured before the cells' JIT cache was switched off (0011)
-                    .where(MetricValue.result_id >= self._baseline_from)
+                    .where(MetricValue.run_id.in_(comparable))
                     .order_by(MetricValue.result_id.desc())
                     .limit(count)
                 )

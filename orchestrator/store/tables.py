@@ -50,6 +50,9 @@ class Run(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # FARM_RUN on the nodes, and the journal's name (0005); None for runs before it
     token: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    # the environment every process of its cells ran with (scheduler.CELL_ENV, 0012): a metric's
+    # values judge only values measured under the same one; None for runs before it
+    cell_env: Mapped[str | None] = mapped_column(Text, nullable=True)
     snapshots: Mapped[list[NodeSnapshotRow]] = relationship(back_populates="run")
     results: Mapped[list[ResultRow]] = relationship(back_populates="run")
 
