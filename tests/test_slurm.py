@@ -10,6 +10,9 @@ library API, the CLI and the transport.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -423,6 +426,52 @@ def test_a_job_the_farm_gives_up_on_is_cancelled(cluster: SlurmCluster, monkeypa
         time.sleep(0.2)
     (record,) = [j for j in cluster.jobs() if j["name"] == t.last_job.name]
     assert record["state"] == "CANCELLED"
+
+
+def cancelled_job(transport: SlurmTransport) -> None:
+    with contextlib.suppress(InfraError):  # cancelled: SlurmCancelled
+        transport.run("sleep 60", timeout=90)
+
+
+def test_a_stop_asks_squeue_again_and_says_when_it_never_answers(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """A busy slurmctld may fail a query; a stop that took squeue's silence for "no
+    jobs" cancelled nothing and said 0 (seen once in CI). It asks again; a squeue
+    that never answers is an InfraError naming it (the stop's sweeps try again)."""
+    real = shutil.which("squeue")
+    assert real
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    count = tmp_path / "failures"
+    (shim / "squeue").write_text(
+        f'#!/bin/sh\nn=$(cat {count}); if [ "$n" != always ] && [ "$n" -le 0 ]; then exec {real} "$@"; fi\n'
+        f'[ "$n" = always ] || echo $((n-1)) > {count}\n'
+        'echo "squeue: error: Socket timed out on send/recv operation" >&2; exit 1\n'
+    )
+    (shim / "squeue").chmod(0o755)
+    token = secrets.token_hex(8)
+    entry = cluster.farm_entry("t4", Path("/tmp"), "nvcc")
+    entry.pop("workdir")
+    submitting = SlurmTransport("t4", NodeSpec(**entry), run_token=token)
+    entry["env"] = {**entry["env"], "PATH": f"{shim}:{os.environ['PATH']}"}
+    stopping = SlurmTransport("t4", NodeSpec(**entry))
+    with submitting, stopping:
+        for failures, expect in (("2", 1), ("always", None)):
+            count.write_text(failures)
+            job = threading.Thread(target=cancelled_job, args=(submitting,), daemon=True)
+            job.start()
+            deadline = time.monotonic() + 60
+            while not [j for j in cluster.jobs(states="RUNNING") if token in j["name"]]:
+                assert time.monotonic() < deadline, "the job never ran"
+                time.sleep(0.2)
+            if expect is None:
+                with pytest.raises(InfraError, match="squeue failed: squeue: error: Socket timed out"):
+                    stopping.stop_run(token, 30)
+                count.write_text("0")
+                assert stopping.stop_run(token, 30) == 1
+            else:
+                assert stopping.stop_run(token, 30) == expect
+                assert count.read_text().strip() == "0"  # it was asked again, and answered
+            job.join(60)
 
 
 def test_without_slurms_record_only_slurms_own_words_make_infra() -> None:

@@ -54,6 +54,7 @@ SUBMIT_MARGIN = 45.0
 # How long the state query waits for a finished job to leave COMPLETING (0.25 s steps).
 SETTLE_POLLS = 80
 SCANCEL_TIMEOUT = 30.0
+STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 
 # Slurm's job states (squeue %T; sacct State, first word).
 RESULT_STATES = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
@@ -254,14 +255,21 @@ class SlurmTransport(Transport):
         if not re.fullmatch(r"[0-9a-f]+", token):  # a glob in a case pattern: it must be unquoted
             raise ValueError(f"run token {token!r} is not hex")
         pattern = f"farm-*-{token}-*"
+        # a busy slurmctld may fail a query ("Socket timed out"): asked again, where an
+        # empty answer would have cancelled nothing and said so
         script = (
-            "ids=; for line in $(squeue -h -u \"$(id -un)\" -o '%i|%j' 2>/dev/null); do "
+            "n=0; until jobs=$(squeue -h -u \"$(id -un)\" -o '%i|%j' 2>&1); do n=$((n+1)); "
+            f'[ $n -lt {STOP_QUERIES} ] || {{ echo "@@farm squeue failed: $jobs"; exit 3; }}; sleep 0.5; done; '
+            "ids=; for line in $jobs; do "
             f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '
             '[ -z "$ids" ] || scancel $ids; set -- $ids; echo "@@farm cancelled $#"'
         )
         out = self._login.run(self._exports() + script, timeout=timeout).stdout
         match = re.search(r"@@farm cancelled (\d+)", out)
-        return int(match.group(1)) if match else 0
+        if match is None:
+            said = out.strip().splitlines()[-1:] or ["no answer"]
+            raise InfraError(f"node {self.name!r}: the run's Slurm jobs were not cancelled ({said[0][:300]})")
+        return int(match.group(1))
 
     # reading what came back -------------------------------------------------
     def _parse(self, job: SlurmJob, token: str, text: str) -> tuple[str, int]:
