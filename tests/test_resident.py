@@ -201,3 +201,15 @@ def test_an_idle_runner_the_farm_no_longer_speaks_to_ends_and_one_it_hears_stays
     time.sleep(0.5)
     assert gone(server)
     assert int(run(runner, "import os; os.write(1, str(os.getppid()).encode())")[1]) != server
+
+
+def test_a_closed_runner_leaves_no_thread_of_its_own(runner) -> None:
+    """Its reader and its heartbeat end with it: a thread left sleeping would keep the
+    next run's workers from being forked (workers.start_method)."""
+    assert run(runner, "import os; os.write(1, b'one')") == (0, b"one", "")
+    mine = [t for t in threading.enumerate() if t.name.startswith("here-resident")]
+    assert {t.name for t in mine} == {"here-resident-reader", "here-resident-beat"}
+    runner.close()
+    for thread in mine:
+        thread.join(5)
+    assert not [t.name for t in mine if t.is_alive()]

@@ -124,6 +124,7 @@ class ResidentRunner:
         self._lock = threading.Lock()  # starting, and writing requests
         self._process: Process | None = None
         self._group: dict[Process, int] = {}  # a runner's process group, as it said
+        self._quiet: dict[Process, threading.Event] = {}  # set when a runner's heartbeat must stop
         self._served: dict[int, _Served] = {}
         self._ids = itertools.count(1)
         self._closed = False
@@ -183,6 +184,8 @@ class ResidentRunner:
         with self._lock:
             self._closed = True
             process, self._process = self._process, None
+            for quiet in self._quiet.values():
+                quiet.set()
         if process is not None:
             process.close()
         self._transport.close()
@@ -205,15 +208,20 @@ class ResidentRunner:
             self._transport.close()  # reconnects on next use
             raise
         self._process = process
-        reader = threading.Thread(target=self._read, args=(process, mark.encode() + b" "), daemon=True)
+        reader = threading.Thread(
+            target=self._read, args=(process, mark.encode() + b" "), daemon=True, name=f"{self.name}-resident-reader"
+        )
         reader.start()
-        threading.Thread(target=self._beat, args=(process,), daemon=True).start()
+        self._quiet[process] = quiet = threading.Event()
+        beating = f"{self.name}-resident-beat"
+        threading.Thread(target=self._beat, args=(process, quiet), daemon=True, name=beating).start()
         return process
 
-    def _beat(self, process: Process) -> None:
-        """`h` every HEARTBEAT seconds while this runner is the node's."""
-        while True:
-            time.sleep(HEARTBEAT)
+    def _beat(self, process: Process, quiet: threading.Event) -> None:
+        """`h` every HEARTBEAT seconds while this runner is the node's: its thread
+        ends with the runner (a thread left sleeping would keep the next run's
+        workers from being forked: workers.start_method)."""
+        while not quiet.wait(HEARTBEAT):
             with self._lock:
                 if self._process is not process:
                     return
@@ -238,6 +246,9 @@ class ResidentRunner:
         beside what is left of its cell); the next cell starts another runner.
         Called under the lock."""
         group = self._group.pop(process, None)
+        quiet = self._quiet.pop(process, None)
+        if quiet is not None:
+            quiet.set()
         if self._process is process:
             self._process = None
         cells = [served.cell for served in self._served.values() if served.cell]
