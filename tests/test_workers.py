@@ -168,7 +168,10 @@ def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
         deadline = time.monotonic() + 120
         while len(processes_carrying(f"FARM_RUN={farm_run.token}")) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(processes_carrying(f"FARM_RUN={farm_run.token}")) >= 4, "the hanging kernels never all ran"
+        running = processes_carrying(f"FARM_RUN={farm_run.token}")
+        if len(running) < 4:  # what became of the cells that did not hang (seen once in CI, after ee11502)
+            stored = query(tmp_path / "results.db", "SELECT node, outcome, reason FROM results")
+            pytest.fail(f"the hanging kernels never all ran: {running}, stored {[tuple(r) for r in stored]}")
         farm_run.stop("SIGTERM")
         thread.join(60)
         assert done, "the run did not end after its stop"
