@@ -36,6 +36,7 @@ import re
 import resource
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -193,6 +194,16 @@ def machine_cpu() -> tuple[float, float]:
     tick = os.sysconf("SC_CLK_TCK")
     idle = fields[3] + fields[4]
     return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+def retried(root: Path) -> str:
+    """The run's attempts that were not ok (each a retry, or a node given up on): a node
+    that retried a cell waited a second or more first, so its chain was longer."""
+    with sqlite3.connect(root / "results.db") as db:
+        rows = db.execute("SELECT status, stage, error FROM attempts WHERE status != 'ok'").fetchall()
+    if not rows:
+        return "retried attempts 0"
+    return f"retried attempts {len(rows)} (first: {rows[0][1]}: {str(rows[0][2])[:160]})"
 
 
 def all_passed(summary: RunSummary, cells: int, label: str, failed: list[str]) -> bool:
@@ -461,7 +472,7 @@ def main() -> int:
                 f"{bi / cells * 1000:.1f} ms, run (incl. GPU-slot wait) {runx / cells * 1000:.1f} ms; "
                 f"probe {s.stage_seconds['probe']:.1f} s, stage {s.stage_seconds['stage']:.1f} s (node sums); "
                 f"CPU: farm processes {own_cpu:.1f} s ({own_cpu / cells * 1000:.1f} ms per cell), "
-                f"whole machine busy {busy:.1f} s of {os.cpu_count() * s.wall_seconds:.1f}"
+                f"whole machine busy {busy:.1f} s of {os.cpu_count() * s.wall_seconds:.1f}; {retried(root)}"
             )
             target = TARGETS.get(n)
             rows.append(

@@ -142,12 +142,25 @@ def remove(path):
     return not os.path.lexists(path)
 
 
+def make_dirs(path, tries=5):
+    """mkdir -p, again where a parent went meanwhile: another cell's remove_cell
+    removes its node's and run's folders once they look empty, between the
+    parents made here and the folder made in them."""
+    for _ in range(tries - 1):
+        try:
+            os.makedirs(path, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    os.makedirs(path, exist_ok=True)
+
+
 def take_copy(binary, run_dir, private):
     """rm -rf RUN_DIR && mkdir -p RUN_DIR/work && cp BINARY PRIVATE (its mode too)."""
     if not remove(run_dir):
         return False
     try:
-        os.makedirs(os.path.join(run_dir, "work"), exist_ok=True)
+        make_dirs(os.path.join(run_dir, "work"))
         with open(binary, "rb") as source, open(private, "wb") as copy:
             mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
             for block in iter(lambda: source.read(1 << 20), b""):

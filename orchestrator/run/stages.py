@@ -839,7 +839,10 @@ class CellPipeline:
         bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
-        copy = f"rm -rf {rdir} && mkdir -p {rdir}/work && cp {binary} {private}"
+        # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
+        work = f"{rdir}/work"
+        made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
+        copy = f"rm -rf {rdir} && {made} && cp {binary} {private}"
         # one that does not hash to the record is said, and rebuilt in the same trip
         cached = (
             f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
