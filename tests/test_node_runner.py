@@ -14,6 +14,8 @@ import ast
 import io
 import marshal
 import os
+import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
 from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
-from orchestrator.run import noderunner, resident, stages
+from orchestrator.run import bundle, noderunner, resident, stages
 from orchestrator.run.probe import _python, probe, resident_probe
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
@@ -73,6 +75,142 @@ def test_a_cells_folder_is_made_while_another_cells_clean_up_removes_its_parents
         stop.set()
         churn.join()
     assert failed == 0
+
+
+def _bundle_folder(root: Path, files: int = 20) -> tuple[Path, str]:
+    source = root / "src"
+    (source / "d").mkdir(parents=True)
+    for i in range(files):
+        (source / "d" / f"h{i}.h").write_text(f"// {i}\n")
+    return source, noderunner.folder_digest(str(source))
+
+
+def test_two_placers_of_one_altered_bundle_at_once_both_place_it(tmp_path: Path) -> None:
+    """Two farm nodes naming one machine found its copy altered and place the bundle at
+    once: one set the altered copy aside while the other was about to, and its rename
+    failed (seen in about 1 of 4 such pairs: an infra error and a retry). Both place it
+    now; the copy there is intact and nothing is left beside it."""
+    import multiprocessing
+
+    source, digest = _bundle_folder(tmp_path)
+    files = [(str(p.relative_to(source)), p.read_bytes(), False) for p in sorted(source.rglob("*.h"))]
+    context = multiprocessing.get_context("fork")
+    said: list[str] = []
+    for attempt in range(40):
+        final = tmp_path / f"w{attempt}" / "bundles" / digest
+        shutil.copytree(source, final)
+        (final / "d" / "h0.h").write_text("altered\n")
+        barrier, answers = context.Barrier(2), context.Queue()
+
+        def placer(final: Path = final, barrier=barrier, answers=answers) -> None:
+            noderunner.OUT = io.BytesIO()
+            barrier.wait()
+            one = {"digest": digest, "folder": str(final), "name": "dependency x", "files": files}
+            noderunner.place({"bundles": [one]})
+            answers.put(noderunner.OUT.getvalue().decode())
+
+        placers = [context.Process(target=placer) for _ in range(2)]
+        for process in placers:
+            process.start()
+        said += [answers.get(timeout=30), answers.get(timeout=30)]
+        for process in placers:
+            process.join()
+        assert noderunner.folder_digest(str(final)) == digest
+        assert os.listdir(final.parent) == [digest]
+    assert [line for line in said if "unplaced" in line] == []
+
+
+@pytest.mark.parametrize("there", ["nothing", "altered"])
+def test_two_extracting_scripts_of_one_bundle_at_once_both_place_it(tmp_path: Path, there: str) -> None:
+    """The tar.gz path (a bundle over INLINE_BYTES: CUTLASS, a toolkit; a node without
+    python3; every re-staging) of two columns of one machine at once: it checked for
+    an intact copy, then removed what was there and moved its own in, so one failed
+    (Directory not empty) in about half of such pairs, or removed the copy the other
+    had just placed. Both place it now, and the copy is intact throughout."""
+    source, _ = _bundle_folder(tmp_path)
+    one = bundle.Bundle.of_folder("dependency x", source)
+    node = NodeSpec(transport="local")
+    failed: list[str] = []
+    for attempt in range(30):
+        work = tmp_path / f"w{attempt}"
+        (work / "incoming").mkdir(parents=True)
+        final = Path(bundle.remote_dir(str(work), one))
+        if there == "altered":
+            shutil.copytree(source, final)
+            (final / "d" / "h0.h").write_text("altered\n")
+        start = threading.Barrier(2)
+
+        def ship(work: Path = work, start: threading.Barrier = start) -> None:
+            with transport_for("here", node) as transport:
+                start.wait()
+                try:
+                    bundle.ship(transport, str(work), [(one, "x")], tmp_path / "cache", runner=None)
+                except bundle.StagingFailed as err:
+                    failed.append(str(err))
+
+        shippers = [threading.Thread(target=ship) for _ in range(2)]
+        for thread in shippers:
+            thread.start()
+        for thread in shippers:
+            thread.join(60)
+        assert noderunner.folder_digest(str(final)) == one.digest
+        assert os.listdir(final.parent) == [one.digest]
+    assert failed == []
+
+
+def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp_path: Path) -> None:
+    """Another cell found a shared dependency altered (a kernel wrote into it) and
+    staged it again while this cell's nvcc read it: the digest after the build was the
+    good one again, so a binary built from the altered header passed as built from
+    the good one, marked reusable. The folder is another folder now (its inode), and
+    the build says so: altered-during, no copy, not reusable. Runner and shell alike."""
+    source, digest = _bundle_folder(tmp_path)
+    final = tmp_path / "bundles" / digest
+    shutil.copytree(source, final)
+    fresh = tmp_path / "bundles" / f"{digest}.part.1"
+    shutil.copytree(source, fresh)
+    swap = f"{{ sleep 0.3; mv -T {final} {final}.old && mv -T {fresh} {final}; }} &"
+    # the build reads the header while it is altered; the swap puts the good copy back meanwhile
+    command = f"printf altered > {final}/d/h0.h; cat {final}/d/h0.h > kern; sleep 0.8"
+    build_dir = tmp_path / "builds" / "n" / "k-v-key"
+    run_dir = tmp_path / "cells" / "r" / "n" / "k-v"
+    spec = {
+        "reuse": False,
+        "build_dir": str(build_dir),
+        "binary": f"{build_dir}/kern",
+        "run_dir": str(run_dir),
+        "private": f"{run_dir}/work/kern",
+        "command": command,
+        "limit": 30,
+        "inputs": [["dependency:x", str(final), digest]],
+    }
+    subprocess.run(["sh", "-c", swap], check=True)
+    out = noderunner.Stage()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # as run_plan does
+    try:
+        noderunner.build(out, spec, dict(os.environ), {})
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    said = out.text.decode()
+    assert "@@farm altered-during dependency:x replaced" in said, said
+    assert not (build_dir / ".farm-built").exists() and not run_dir.exists()
+    # the shell scripts' check: the same swap between the two halves of the script
+    paths = stages.CellPaths(
+        sources=bundle.Placed(str(final), digest),
+        dependencies={},
+        build_key="k",
+        build_dir=str(build_dir),
+        binary=f"{build_dir}/kern",
+        run_dir=str(run_dir),
+    )
+    shutil.copytree(source, fresh)
+    script = (
+        f"{stages.verify_inputs_script(paths, 'altered')}; echo before=$bad; "
+        f"mv -T {final} {final}.older && mv -T {fresh} {final}; "
+        f"{stages.verify_inputs_script(paths, 'altered-during')}; echo after=$bad"
+    )
+    said = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "before=\n" in said and "@@farm altered-during sources replaced" in said and "after=1" in said, said
 
 
 def test_the_runners_folder_digest_is_the_shells(tmp_path: Path) -> None:

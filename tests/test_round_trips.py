@@ -378,10 +378,26 @@ def test_a_dead_placers_leftovers_are_swept_by_the_next_placing(node: SshNode, t
         "part-alive-old": (f"{final}.part.{os.getpid()}", hours_ago),
         "part-dead-fresh": (f"{final}.part.{gone.pid + 1000000}", time.time()),
     }
+    # names any process of the login may make: no pid, or none that fits one, stay
+    planted.update(
+        {
+            "not-a-pid": (f"{final}.part.abc", hours_ago),
+            "unicode-digit": (f"{final}.part.\u00b2", hours_ago),
+            "too-big": (f"{final}.part.99999999999", hours_ago),
+        }
+    )
     for path, when in planted.values():
         Path(path).mkdir()
         (Path(path) / "half").write_text("written")
         os.utime(path, (when, when))
+    # a leftover that is a link to a folder elsewhere: the link goes, never what it names
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the farm's")
+    link = Path(f"{final}.old.{gone.pid}")
+    os.replace(planted.pop("old-dead-old")[0], tmp_path / "moved")  # the name is the link's now
+    link.symlink_to(outside)
+    os.utime(link, (hours_ago, hours_ago), follow_symlinks=False)
     with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
         if placer == "runner":
             runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
@@ -392,8 +408,9 @@ def test_a_dead_placers_leftovers_are_swept_by_the_next_placing(node: SshNode, t
         else:
             bundle.ship(transport, str(work), [(sources, "")], tmp_path / "cache")
         assert bundle.node_digest(transport, final) == sources.digest
-    left = {name for name, (path, _) in planted.items() if os.path.exists(path)}
-    assert left == {"part-alive-old", "part-dead-fresh"}
+    left = {name for name, (path, _) in planted.items() if os.path.lexists(path)}
+    assert left == {"part-alive-old", "part-dead-fresh", "not-a-pid", "unicode-digit", "too-big"}
+    assert not os.path.lexists(link) and (outside / "keep").read_text() == "not the farm's"
 
 
 def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:

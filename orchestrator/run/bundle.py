@@ -50,6 +50,7 @@ INLINE_BYTES = 8 << 20  # archives shipped on a command's stdin, together at mos
 # a placer killed mid-placing leaves FOLDER.part.PID (or .old.PID): swept by a later placing
 # once its pid is not alive and it was untouched this long (noderunner.LEFTOVER_AGE)
 LEFTOVER_MINUTES = 60
+PLACE_TRIES = 4  # renames into place where other placers of the same bundle race (noderunner.PLACE_TRIES)
 
 
 @dataclass(frozen=True)
@@ -192,17 +193,21 @@ def ship(
                 raise
         final = remote_dir(workdir, bundle)
         tmp = shlex.quote(final + ".part.") + "$$"
+        aside = shlex.quote(final + ".old.") + "$$"
         quoted = shlex.quote(final)
-        leftovers += [tmp, source]
+        leftovers += [tmp, aside, source]
         digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
         scripts.append(
             f"{sweep_leftovers(final)}; "
             f"{{ mkdir -p {tmp} && tar -xzf {source} -C {tmp}; }} || fail; rm -f {source}; "
             f'got=$({digest_of}); [ "$got" = {bundle.digest} ] || '
             f'{{ echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; fail; }}; '
-            # another farm node naming this machine may have placed it meanwhile
-            f'if [ -e {quoted} ] && [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then '
-            f"rm -rf {tmp}; else {{ rm -rf {quoted} && mv -T {tmp} {quoted}; }} || fail; fi"
+            # as noderunner.put_in_place: another farm node naming this machine may be placing it at
+            # once; an intact copy there is kept, an altered one set aside until the new one is in
+            f"n=0; until mv -T {tmp} {quoted} 2>/dev/null; do "
+            f'if [ "$({inputs.folder_digest_command(final)})" = {bundle.digest} ]; then rm -rf {tmp}; break; fi; '
+            f"n=$((n+1)); [ $n -lt {PLACE_TRIES} ] || fail; rm -rf {aside}; mv -T {quoted} {aside} 2>/dev/null; "
+            f"done; rm -rf {aside}"
         )
     if inline and len(archives) > 1:
         batch = shlex.quote(f"{workdir}/incoming/batch.{secrets.token_hex(4)}")
@@ -233,7 +238,9 @@ def sweep_leftovers(final: str) -> str:
     quoted = shlex.quote(final)
     return (
         f'for p in {quoted}.part.* {quoted}.old.*; do [ -d "$p" ] && [ "${{p##*.}}" != $$ ] || continue; '
-        f'kill -0 "${{p##*.}}" 2>/dev/null && continue; '
+        # only a pid is read as one; a live process of any user keeps its folder (as the runner's kill(0))
+        "case ${p##*.} in ''|*[!0-9]*|???????????*) continue;; esac; "
+        f'[ -e "/proc/${{p##*.}}" ] && continue; '
         f'[ -n "$(find "$p" -maxdepth 0 -mmin +{LEFTOVER_MINUTES})" ] && rm -rf "$p"; done'
     )
 

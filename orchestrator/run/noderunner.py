@@ -403,6 +403,20 @@ def verify(out, checks, tag):
     return bad
 
 
+def identities(checks):
+    """Each input folder's (device, inode): a folder put in its place again (a
+    re-staging, by this farm or another naming this machine) is another folder,
+    whose digest after a build says nothing of what the build read before."""
+    found = {}
+    for name, folder, _ in checks:
+        try:
+            info = os.stat(folder)
+            found[name] = (info.st_dev, info.st_ino)
+        except OSError:
+            found[name] = None
+    return found
+
+
 def build(out, spec, env, _ahead):
     bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
     if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
@@ -411,6 +425,7 @@ def build(out, spec, env, _ahead):
             out.say("@@farm cached " + got)
             return
         out.say("@@farm cache-mismatch " + (got or "none"))
+    before = identities(spec["inputs"])  # before the digests: a swap after this shows either way
     if verify(out, spec["inputs"], "altered"):
         return
     if not remove(bdir):
@@ -426,6 +441,10 @@ def build(out, spec, env, _ahead):
         with log:
             code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env)
     bad = verify(out, spec["inputs"], "altered-during")
+    for name, identity in identities(spec["inputs"]).items():
+        if not bad and identity != before[name]:
+            out.say(f"@@farm altered-during {name} replaced")
+            bad = True
     if code == 0:
         out.say("@@farm built " + sha_of(binary))
         if not bad:
@@ -754,16 +773,17 @@ def sweep_leftovers(final):
     now = time.time()
     for name in names:
         kind, _, pid = name[len(base) :].rpartition(".")
-        if not name.startswith(base) or kind not in (".part", ".old") or not pid.isdigit():
+        # a name any process of the login may make: only a pid of ours is read as one
+        if not name.startswith(base) or kind not in (".part", ".old") or not (pid.isascii() and pid.isdigit()):
             continue
-        if int(pid) == os.getpid():
-            continue  # this runner's own, removed before it writes
+        if len(pid) > 10 or int(pid) == os.getpid():
+            continue  # no pid; or this runner's own, removed before it writes
         try:
             os.kill(int(pid), 0)
             continue  # alive (or another user's: PermissionError below)
         except ProcessLookupError:
             pass
-        except OSError:
+        except (OSError, OverflowError):
             continue
         path = os.path.join(parent, name)
         try:
@@ -771,6 +791,36 @@ def sweep_leftovers(final):
                 remove(path)
         except OSError:
             pass
+
+
+PLACE_TRIES = 4
+
+
+def put_in_place(part, final, digest):
+    """rename PART to FINAL, where another placer (another farm node naming this
+    machine) may be putting the same bundle there at once: a copy there that is
+    intact is kept (PART removed); an altered one is set aside, never removed
+    before the new copy is in, and the rename tried again (the other placer may
+    have set it aside first, or put its own in meanwhile)."""
+    aside = final + ".old." + str(os.getpid())
+    try:
+        for _ in range(PLACE_TRIES):
+            try:
+                os.rename(part, final)  # fails where a folder with files is there
+                return
+            except OSError:
+                pass
+            if folder_digest(final) == digest:  # intact: placed by the other placer
+                remove(part)
+                return
+            remove(aside)
+            try:  # noqa: SIM105 - contextlib is an import the runner does without
+                os.rename(final, aside)
+            except FileNotFoundError:  # the other placer set it aside first
+                pass
+        raise OSError(f"another placer kept replacing {final}")
+    finally:
+        remove(aside)
 
 
 def place(spec):
@@ -782,8 +832,11 @@ def place(spec):
     for bundle in spec["bundles"]:
         digest, final = bundle["digest"], bundle["folder"]
         part = final + ".part." + str(os.getpid())
-        try:
+        try:  # noqa: SIM105 - sweeping is a courtesy: it never fails a placing
             sweep_leftovers(final)
+        except Exception:
+            pass
+        try:
             remove(part)  # a leftover of a runner killed here with the same pid
             os.makedirs(part)  # an empty bundle is an empty folder
             for rel, data, executable in bundle["files"]:
@@ -795,17 +848,7 @@ def place(spec):
             got = folder_digest(part)
             if got != digest:
                 raise OSError(f"written digest {got}, expected {digest}")
-            try:
-                os.rename(part, final)  # fails where a folder with files is there
-            except OSError:
-                if folder_digest(final) == digest:  # intact (another farm node naming this machine placed it)
-                    remove(part)
-                else:  # altered: set aside, never removed before the new copy is in place
-                    aside = final + ".old." + str(os.getpid())
-                    remove(aside)
-                    os.rename(final, aside)
-                    os.rename(part, final)
-                    remove(aside)
+            put_in_place(part, final, digest)
             said = "@@farm placed " + digest
         except Exception as err:  # whatever it was, the bundle is not placed, and says why
             remove(part)

@@ -290,14 +290,25 @@ def input_checks(paths: CellPaths) -> list[tuple[str, Placed]]:
 
 def verify_inputs_script(paths: CellPaths, tag: str) -> str:
     """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
-    digest is not the expected one, and then sets `bad=1`."""
+    digest is not the expected one, and then sets `bad=1`. Before the build
+    ("altered") it notes each folder's inode; after it ("altered-during") a folder
+    put in its place again meanwhile (a re-staging, by this farm or another naming
+    this machine) is `@@farm TAG NAME replaced`: its digest says nothing of what
+    the build read (noderunner.identities)."""
     parts = ["bad="]
-    for name, placed in input_checks(paths):
+    for index, (name, placed) in enumerate(input_checks(paths)):
         folder = shlex.quote(placed.folder)
+        inode = f"$(ls -di {folder} 2>/dev/null)"
+        if tag == "altered":
+            parts.append(f"i{index}={inode}")
         parts.append(
             f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
             f'[ "$d" = {placed.digest} ] || {{ echo "@@farm {tag} {name} ${{d:-missing}}"; bad=1; }}'
         )
+        if tag != "altered":
+            parts.append(
+                f'[ -n "$bad" ] || [ "{inode}" = "$i{index}" ] || {{ echo "@@farm {tag} {name} replaced"; bad=1; }}'
+            )
     return "; ".join(parts)
 
 
