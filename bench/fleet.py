@@ -197,10 +197,13 @@ def machine_cpu() -> tuple[float, float]:
 
 
 def retried(root: Path) -> str:
-    """The run's attempts that were not ok (each a retry, or a node given up on): a node
+    """The run's infra attempts (each a retry, or a node given up on): a node
     that retried a cell waited a second or more first, so its chain was longer."""
-    with sqlite3.connect(root / "results.db") as db:
-        rows = db.execute("SELECT status, stage, error FROM attempts WHERE status != 'ok'").fetchall()
+    db = sqlite3.connect(root / "results.db")
+    try:
+        rows = db.execute("SELECT status, stage, error FROM attempts WHERE status = 'infra'").fetchall()
+    finally:
+        db.close()
     if not rows:
         return "retried attempts 0"
     return f"retried attempts {len(rows)} (first: {rows[0][1]}: {str(rows[0][2])[:160]})"

@@ -447,6 +447,37 @@ def test_values_measured_with_the_jit_cache_on_are_kept_but_are_no_baseline(tmp_
     fresh.close()
 
 
+def upgraded_cell_envs(url: str) -> list[str | None]:
+    """A database at 0011 holding a run before its cut (A), a run after it (B) and one
+    imported after it from an older farm's journal (C: its results past the cut, its
+    start before A's), taken to head: each run's cell_env, in id order."""
+    store = Store(url)
+    store.journal = None
+    ids = []
+    for _ in range(3):
+        run_id, snapshot = new_run(store)
+        ids.append((run_id, store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])))
+    store.close()
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0011")
+        connection.execute(
+            text("UPDATE runs SET started_at = :at WHERE id = :run"),
+            {"at": datetime(2026, 1, 1, tzinfo=UTC), "run": ids[2][0]},
+        )
+        connection.execute(
+            text("UPDATE farm_meta SET value = :cut WHERE key = 'metric_baseline_from'"), {"cut": str(ids[1][1])}
+        )
+        command.upgrade(alembic_config(connection), "head")
+        found = connection.execute(text("SELECT cell_env FROM runs ORDER BY id")).scalars().all()
+    engine.dispose()
+    return list(found)
+
+
+def test_0012_marks_the_runs_past_0011s_cut_that_started_after_the_runs_before_it(tmp_path: Path) -> None:
+    assert upgraded_cell_envs(f"sqlite:///{tmp_path}/results.db") == [None, ENV, None]
+
+
 def test_a_run_imported_from_an_older_farms_journal_is_no_baseline(tmp_path: Path) -> None:
     """0012: comparable values are told by the run's cell environment, not by result id.
     A journal written by a farm before it (its run says no cell_env) imported after
@@ -524,9 +555,18 @@ def test_the_migration_and_the_values_on_postgresql() -> None:
         assert {m.note for m in store.metric_values(run_id=run_id)} == {"read \ufffd here"}
         assert store.sass_counts([1])[1] == ("b" * 64, {"HGMMA": 4})
         store.close()
+        # 0012's UPDATE on rows, as on SQLite (on a database of its own: runs before these)
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}_12"'))
+        assert upgraded_cell_envs(make_url(url).set(database=f"{name}_12").render_as_string(hide_password=False)) == [
+            None,
+            ENV,
+            None,
+        ]
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}_12" WITH (FORCE)'))
         admin.dispose()
 
 

@@ -435,7 +435,8 @@ def cancelled_job(transport: SlurmTransport) -> None:
 
 def test_a_stop_asks_squeue_again_and_says_when_it_never_answers(cluster: SlurmCluster, tmp_path: Path) -> None:
     """A busy slurmctld may fail a query; a stop that took squeue's silence for "no
-    jobs" cancelled nothing and said 0 (seen once in CI). It asks again; a squeue
+    jobs" cancelled nothing and said 0 (seen once in CI). It asks again, each try
+    within its share of the stop's time (a hanging query is cut short); a squeue
     that never answers is an InfraError naming it (the stop's sweeps try again)."""
     real = shutil.which("squeue")
     assert real
@@ -445,6 +446,7 @@ def test_a_stop_asks_squeue_again_and_says_when_it_never_answers(cluster: SlurmC
     (shim / "squeue").write_text(
         f'#!/bin/sh\nn=$(cat {count}); if [ "$n" != always ] && [ "$n" -le 0 ]; then exec {real} "$@"; fi\n'
         f'[ "$n" = always ] || echo $((n-1)) > {count}\n'
+        f'[ "$n" != 2 ] || exec sleep 60\n'  # the first try hangs as a busy slurmctld's would
         'echo "squeue: error: Socket timed out on send/recv operation" >&2; exit 1\n'
     )
     (shim / "squeue").chmod(0o755)
@@ -469,8 +471,10 @@ def test_a_stop_asks_squeue_again_and_says_when_it_never_answers(cluster: SlurmC
                 count.write_text("0")
                 assert stopping.stop_run(token, 30) == 1
             else:
-                assert stopping.stop_run(token, 30) == expect
+                clock = time.monotonic()
+                assert stopping.stop_run(token, 10) == expect
                 assert count.read_text().strip() == "0"  # it was asked again, and answered
+                assert time.monotonic() - clock < 8  # the hanging first try was cut short
             job.join(60)
 
 

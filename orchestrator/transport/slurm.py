@@ -257,8 +257,12 @@ class SlurmTransport(Transport):
         pattern = f"farm-*-{token}-*"
         # a busy slurmctld may fail a query ("Socket timed out"): asked again, where an
         # empty answer would have cancelled nothing and said so
+        # each try within its share of the stop's time: a query that times out takes slurmctld's
+        # MessageTimeout (10 s by default), all of it, where a retry would have answered
+        each = max(1, int(timeout / (STOP_QUERIES + 1)))
         script = (
-            "n=0; until jobs=$(squeue -h -u \"$(id -un)\" -o '%i|%j' 2>&1); do n=$((n+1)); "
+            f"t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 1 {each}'; "
+            "n=0; until jobs=$($t squeue -h -u \"$(id -un)\" -o '%i|%j' 2>&1); do n=$((n+1)); "
             f'[ $n -lt {STOP_QUERIES} ] || {{ echo "@@farm squeue failed: $jobs"; exit 3; }}; sleep 0.5; done; '
             "ids=; for line in $jobs; do "
             f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '

@@ -9,8 +9,11 @@ Create Date: 2026-12-02 03:00:00.000000
 values of runs with the same one (Store.metric_baseline). 0011 told them apart
 by result id (`farm_meta.metric_baseline_from`), which a run imported later from
 an older farm's journal (`farm import`) passed: its results get new ids. Runs
-with results from that id on are the ones run with the JIT cache off; earlier
-runs, and runs imported from journals that do not say, have none (NULL).
+with results from that id on that also started after every run before it are
+taken for runs with the JIT cache off (a journal imported between 0011 and this
+revision was of a run that started earlier, as a rule: it stays NULL; one that
+started later on another machine cannot be told apart). Earlier runs, and runs
+imported from journals that do not say, have none (NULL).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ JIT_CACHE_OFF = "CUDA_CACHE_DISABLE=1"  # scheduler.CELL_ENV when this revision 
 def upgrade() -> None:
     with op.batch_alter_table("runs", schema=None) as batch_op:
         batch_op.add_column(sa.Column("cell_env", sa.Text(), nullable=True))
+    cut = "(SELECT CAST(value AS INTEGER) FROM farm_meta WHERE key = 'metric_baseline_from')"
+    last_before = f"(SELECT MAX(started_at) FROM runs WHERE id IN (SELECT run_id FROM results WHERE id < {cut}))"
     op.execute(
         sa.text(
-            "UPDATE runs SET cell_env = :env WHERE id IN (SELECT run_id FROM results WHERE id >= "
-            "(SELECT CAST(value AS INTEGER) FROM farm_meta WHERE key = 'metric_baseline_from'))"
+            f"UPDATE runs SET cell_env = :env WHERE id IN (SELECT run_id FROM results WHERE id >= {cut}) "
+            f"AND ({last_before} IS NULL OR started_at > {last_before})"
         ).bindparams(env=JIT_CACHE_OFF)
     )
 
