@@ -419,6 +419,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     with store.reading():
         model = collect(store, run_id, farm)
     click.echo(export.junit(model) if fmt == "junit" else export.as_json(model), nl=False)
+    # the exported run's own code: a CI step that only exports is never green on a red run
+    sys.exit(export.exit_code(model.run))
 
 
 @main.command("import")

@@ -236,12 +236,28 @@ def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
     assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
     with sqlite3.connect(tmp_path / "results.db") as db:
         db.execute("UPDATE runs SET status = 'aborted', exit_code = 4")
-    document = json.loads(farm("report", "--format", "json", "--config", str(config)).stdout)
+    exported = farm("report", "--format", "json", "--config", str(config))
+    document = json.loads(exported.stdout)
     assert document["complete"] is False and document["summary"]["not_run"] == 0
-    junit = farm("report", "--format", "junit", "--config", str(config)).stdout
-    assert 'type="incomplete-run"' in junit and 'errors="1"' in junit
+    junit = farm("report", "--format", "junit", "--config", str(config))
+    assert 'type="incomplete-run"' in junit.stdout and 'errors="1"' in junit.stdout
+    # the export's exit code is the run's: a CI step that only exports is not green either
+    assert exported.returncode == junit.returncode == 4
     assert farm("report", "--config", str(config)).returncode == 0
     assert 'id="incomplete"' in (tmp_path / "reports" / "index.html").read_text()
+    # a run still marked running (its farm killed, not yet found at the next start): the
+    # cells it planned with no result are not-run in both exports, and it exits 4, not 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE runs SET status = 'running', exit_code = NULL")
+        db.execute("DELETE FROM results")
+    exported = farm("report", "--format", "json", "--config", str(config))
+    document = json.loads(exported.stdout)
+    assert document["summary"]["not_run"] == 1 and document["unfinished"] == [
+        {"kernel": "toy", "variant": "plain", "node": "here", "device": None}
+    ]
+    junit = farm("report", "--format", "junit", "--config", str(config))
+    assert 'type="not-run"' in junit.stdout and 'tests="2"' in junit.stdout and 'errors="2"' in junit.stdout
+    assert exported.returncode == junit.returncode == 4
 
 
 def test_text_from_the_database_never_chooses_a_path_or_reaches_the_terminal_raw(tmp_path):

@@ -409,6 +409,7 @@ def test_values_are_written_with_their_result_and_a_baseline_is_the_cells_last_f
         result_record(run_id, snapshot, outcome="perf-regression"),
         metrics=[metric("gflops", 50.0, regressed=True, baseline=100.0)],
     )
+    store.finish_run(run_id, "finished", 1)  # only a finished run certifies
     assert slow in {row.id for row in store.certifying_passes()}
     store.close()
 

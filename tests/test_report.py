@@ -6,6 +6,7 @@ and reads what the store and the rendered pages say.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -13,6 +14,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from toyfarm import toy_farm
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
-from orchestrator.report import ledger, pagewriter, site
+from orchestrator.report import export, ledger, pagewriter, site
 from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
@@ -53,8 +55,9 @@ def toy_identity(farm) -> str:
     return inputs.identity(farm.jobs["toy"].file_sha256, {})
 
 
-def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0") -> int:
-    """Record a pass of toy:plain on a card with the given realness (as if probed)."""
+def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0", **fields: object) -> int:
+    """Record a pass of toy:plain on a card with the given realness (as if probed);
+    `fields` override the result's (another outcome, a node's hostile bytes)."""
     snapshot = store.add_snapshot(
         SnapshotRecord(
             run_id=run_id,
@@ -72,43 +75,42 @@ def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "
         )
     )
     now = datetime.now(UTC)
-    return store.add_result(
-        ResultRecord(
-            run_id=run_id,
-            snapshot_id=snapshot,
-            kernel="toy",
-            variant="plain",
-            node="hopper",
-            device="NVIDIA H100",
-            cc=cc,
-            real_gpu=real,
-            gpu_index=0,
-            gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
-            contract="CC == 9.0",
-            expected="pass",
-            contract_expected="pass",
-            expected_reason="r",
-            outcome="pass",
-            reason="exit 0 and the pass marker",
-            exit_code=0,
-            stage_seconds={},
-            stage_details={},
-            build_command="g++ -O1 ...",
-            build_log=b"",
-            stdout=b"toy: PASS",
-            stderr=b"",
-            source_sha256=store_sha(identity),
-            sources={"kernels/toy.cpp": store_sha(identity)},
-            identity=identity,
-            instruction_counts={},
-            required_instructions={},
-            elf_targets=[],
-            ptx_targets=[],
-            code_path="native",
-            started_at=now,
-            ended_at=now,
-        )
+    record = ResultRecord(
+        run_id=run_id,
+        snapshot_id=snapshot,
+        kernel="toy",
+        variant="plain",
+        node="hopper",
+        device="NVIDIA H100",
+        cc=cc,
+        real_gpu=real,
+        gpu_index=0,
+        gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
+        contract="CC == 9.0",
+        expected="pass",
+        contract_expected="pass",
+        expected_reason="r",
+        outcome="pass",
+        reason="exit 0 and the pass marker",
+        exit_code=0,
+        stage_seconds={},
+        stage_details={},
+        build_command="g++ -O1 ...",
+        build_log=b"",
+        stdout=b"toy: PASS",
+        stderr=b"",
+        source_sha256=store_sha(identity),
+        sources={"kernels/toy.cpp": store_sha(identity)},
+        identity=identity,
+        instruction_counts={},
+        required_instructions={},
+        elf_targets=[],
+        ptx_targets=[],
+        code_path="native",
+        started_at=now,
+        ended_at=now,
     )
+    return store.add_result(dataclasses.replace(record, **fields))
 
 
 def store_sha(identity: str) -> str:
@@ -126,6 +128,9 @@ def test_header_claims_are_parsed():
     source = b"// x\n// VERIFIED 2026-09-02: passed on a T4.\n// UNVERIFIED: never on Hopper.\nint x;\n"
     claims = ledger.header_claims(source)
     assert [(c.status, c.date) for c in claims] == [("VERIFIED", "2026-09-02"), ("UNVERIFIED", None)]
+    # a claim goes on over its own comment lines, never into the preprocessor's
+    source = b"// UNVERIFIED: not yet run\n// on real hardware.\n#include <cstdio>\n"
+    assert [c.text for c in ledger.header_claims(source)] == ["not yet run on real hardware."]
     course = (Path(__file__).parents[1] / "kernels" / "wgmma_gemm.cu").read_bytes()
     assert [c.status for c in ledger.header_claims(course)] == ["UNVERIFIED"]
 
@@ -165,6 +170,35 @@ def test_real_hardware_pass_certifies_and_flags_the_outdated_header(toy_run):
     assert state.current[0].gpu == "NVIDIA H100" and state.current[0].output == "toy: PASS"
     assert [kind for kind, _ in entry.flags] == ["header-outdated"]
     assert "out of date" in entry.flags[0][1]
+
+
+def test_a_run_that_did_not_finish_certifies_nothing(toy_run, tmp_path):
+    """A pass of an aborted run, or of one still running (or whose farm was killed),
+    is on its pages but certifies nothing: a run that did not finish never looks
+    green, the ledger included. Once the run has finished, its pass does."""
+    _, farm, _, _ = toy_run
+    sha = toy_identity(farm)
+    store = Store(f"sqlite:///{tmp_path}/results.db")
+    store.journal = None
+
+    def new_run() -> int:
+        return store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
+
+    try:
+        aborted = new_run()
+        certify(store, aborted, sha, real=True)
+        store.finish_run(aborted, "aborted", 4)
+        running = new_run()
+        passed = certify(store, running, sha, real=True)
+        found = collect(store, running, farm).ledgers[0].capabilities.get("9.0")
+        assert found is None or found.state != "VERIFIED"
+        assert store.certifying_passes() == []
+        store.finish_run(running, "finished", 0)
+        certify(store, new_run(), sha, real=True)  # a third run, still running
+        assert collect(store, None, farm).ledgers[0].capabilities["9.0"].state == "VERIFIED"
+        assert [row.id for row in store.certifying_passes()] == [passed]
+    finally:
+        store.close()
 
 
 def test_a_flipped_byte_makes_the_certificate_stale(toy_run):
@@ -219,6 +253,40 @@ def test_junit_export_parses_and_matches_the_database(toy_run):
     assert set(cases) == {("toy.plain", "here"), ("toy.broken", "here")}
     skipped = cases[("toy.broken", "here")].result[0]
     assert "links a library that does not exist" in skipped.message
+
+
+def test_junit_carries_no_byte_that_xml_cannot(toy_run, tmp_path):
+    """A kernel's stderr quoted in a failure's reason, or a card name a node's
+    nvidia-smi printed, may hold bytes XML 1.0 cannot carry (\x01, \x0b, ESC): one
+    made the whole file unreadable to a CI's JUnit parser. Every text and attribute
+    is made safe; the cell is still there, a failure."""
+    _, farm, _, _ = toy_run
+    store = Store(f"sqlite:///{tmp_path}/results.db")
+    store.journal = None
+    try:
+        run_id = store.begin_run(trigger="nightly\x01", farm_version="0", host="h\x02", config_file="x", selection="s")
+        hostile = "bad \x01\x02\x0b\x1b[31m numbers \ufffe"
+        certify(
+            store,
+            run_id,
+            toy_identity(farm),
+            real=True,
+            outcome="fail",
+            reason=f"exit 1: {hostile}",
+            last_stderr_line=hostile,
+            device="NVIDIA\x01 H100",
+            stderr=hostile.encode(),
+        )
+        store.finish_run(run_id, "finished", 1)
+        text = export.junit(collect(store, run_id, farm))
+    finally:
+        store.close()
+    root = ET.fromstring(text)  # parses at all
+    (case,) = [c for c in root.iter("testcase") if c.get("classname") == "toy.plain"]
+    (failure,) = case.iter("failure")
+    assert failure.get("type") == "fail" and "numbers" in failure.text
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f]", text)
+    JUnitXml.fromstring(text)
 
 
 def test_json_export_has_the_cells_and_the_ledger(toy_run):

@@ -12,21 +12,38 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.model import ReportModel, result_record, utc_iso
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
 
+def _xml_safe(text: str) -> str:
+    """XML 1.0 cannot carry most control characters (nor lone surrogates, nor
+    U+FFFE/FFFF); keep tab, newline, return."""
+    return "".join(
+        ch
+        if ch in "\t\n\r" or (32 <= ord(ch) < 0xD800) or (0xE000 <= ord(ch) < 0xFFFE) or ord(ch) > 0xFFFF
+        else "\ufffd"
+        for ch in text
+    )
+
+
 def _text(data: bytes | None) -> str:
-    text = (data or b"").decode("utf-8", "replace")
-    # XML 1.0 cannot carry most control characters; keep tab, newline, return
-    text = "".join(ch if ch in "\t\n\r" or ord(ch) >= 32 else "\ufffd" for ch in text)
-    return text[:OUTPUT_LIMIT]
+    return _xml_safe((data or b"").decode("utf-8", "replace"))[:OUTPUT_LIMIT]
 
 
 def _text_line(text: str) -> str:
     return _text(text.encode("utf-8"))[:1024]
+
+
+def exit_code(run: Any) -> int:
+    """What an export of `run` exits with: the run's stored code once it finished; a
+    run that did not finish (stopped, still running, its farm killed) is never 0."""
+    if run.status == "finished":
+        return run.exit_code if run.exit_code is not None else EXIT_INTERNAL
+    return run.exit_code if run.exit_code not in (None, EXIT_OK) else EXIT_INFRA
 
 
 def junit(model: ReportModel) -> str:
@@ -35,11 +52,12 @@ def junit(model: ReportModel) -> str:
     failures = sum(1 for r in results if not is_as_expected(r.outcome) and not is_infra(r.outcome))
     errors = sum(1 for r in results if is_infra(r.outcome))
     incomplete = run.status != "finished"
-    errors += 1 if incomplete else 0  # the run itself, as a failing testcase below
+    # the run itself, and each cell it planned with no result, as failing testcases below
+    errors += (1 if incomplete else 0) + len(model.unfinished)
     skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
-        "tests": str(len(results) + (1 if incomplete else 0)),
+        "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
         "failures": str(failures),
         "errors": str(errors),
         "skipped": str(skipped),
@@ -68,6 +86,11 @@ def junit(model: ReportModel) -> str:
         case = ET.SubElement(suite, "testcase", classname="farm.run", name=f"run {run.id}", time="0.000")
         node = ET.SubElement(case, "error", message=f"the run did not finish: {run.status}", type="incomplete-run")
         node.text = f"run {run.id} is {run.status}; its cells that did not finish are not-run, no verdict"
+    for kernel, variant, node_name, device in model.unfinished:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{kernel}.{variant}", name=node_name + (f"[{device}]" if device else "")
+        )
+        ET.SubElement(case, "error", message="not-run: no result, the run did not finish", type=Outcome.NOT_RUN)
     for r in results:
         elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
         case = ET.SubElement(
@@ -90,6 +113,12 @@ def junit(model: ReportModel) -> str:
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
         ET.SubElement(case, "system-out").text = _text(r.stdout)
         ET.SubElement(case, "system-err").text = _text(r.stderr)
+    # every text and attribute, whoever wrote it (a kernel's stderr in a reason, a node's card
+    # name in a testcase's name): one byte XML cannot carry would make the whole file unreadable
+    for element in suites.iter():
+        element.text = _xml_safe(element.text) if element.text else element.text
+        for key, value in element.attrib.items():
+            element.attrib[key] = _xml_safe(value)
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
@@ -111,7 +140,12 @@ def as_json(model: ReportModel) -> str:
         },
         # a run that did not finish must never read as green, whatever its counts
         "complete": run.status == "finished",
-        "summary": {**model.counts, "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN)},
+        "summary": {
+            **model.counts,
+            "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
+        },
+        # the cells a run that did not finish planned and has no result for
+        "unfinished": [{"kernel": k, "variant": v, "node": n, "device": d or None} for k, v, n, d in model.unfinished],
         "cells": [
             {
                 **result_record(r, snaps.get(r.snapshot_id)),

@@ -115,10 +115,14 @@ def header_claims(source: bytes) -> list[HeaderClaim]:
         if not match:
             continue
         words = [match.group(3).strip()]
-        # the claim goes on over the comment lines that follow, up to a blank one
+        # the claim goes on over the comment lines of its own kind that follow, up to a blank
+        # one: `//` lines after a `//` claim, `*` lines in a block, `#` lines after a `#` claim
+        # (in a C file a `#` line is the preprocessor's: `#include` is no part of a claim)
+        opening = line.strip()
+        style = ("//",) if opening.startswith("//") else ("#",) if opening.startswith("#") else ("*", "/*")
         for following in lines[index + 1 :]:
             text = following.strip().lstrip("/*#").strip()
-            if not text or _CLAIM_RE.match(following) or not following.strip().startswith(("//", "*", "#")):
+            if not text or _CLAIM_RE.match(following) or not following.strip().startswith(style):
                 break
             words.append(text)
         claims.append(HeaderClaim(match.group(1), match.group(2), " ".join(w for w in words if w)))

@@ -129,6 +129,9 @@ class ReportModel:
     trends: dict[str, dict[str, list[Series]]] = field(default_factory=dict)
     # result id (of the run's cells) -> its metric values (light rows of metric_values), in name order
     measured: dict[int, list[Any]] = field(default_factory=dict)
+    # (kernel, variant, node, device) of the cells a run that did not finish planned and has no
+    # result for (a run still running, or one whose farm died): not-run in the exports' counts
+    unfinished: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def grid_run_ids(self) -> set[int]:
@@ -427,6 +430,7 @@ def collect(
         speed=[m for m in run_metrics if m.regressed or m.value is None],
         measured=measured,
         sass_moves=sass,
+        unfinished=store.unfinished_cells(run.id) if run.status != "finished" else [],
     )
     model.trends = trend_series(trend_rows, model.several)
     return model

@@ -260,6 +260,21 @@ def _insert_result(
     return result_id
 
 
+def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, str, str]]) -> list[PlannedCell]:
+    """The planned cells with no result among `done` (kernel, variant, node, device).
+    A node with several card models planned its cells again per card: a cell planned
+    per card needs that card's result; one planned for the node, any of its results
+    (or its per-card plans)."""
+    finished = {(k, v, n) for k, v, n, _d in done}
+    per_card = {(p.kernel, p.variant, p.node) for p in planned if p.device}
+    return [
+        p
+        for p in planned
+        if (p.device and (p.kernel, p.variant, p.node, p.device) not in done)
+        or (not p.device and (p.kernel, p.variant, p.node) not in finished | per_card)
+    ]
+
+
 def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
     return ResultRow(
         run_id=run_id,
@@ -635,17 +650,9 @@ class Store:
         now = datetime.now(UTC)
         with self._writing() as session:
             for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
-                done = {(r.kernel, r.variant, r.node) for r in run.results}
-                done_on_cards = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
+                done = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
                 planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
-                # a node with several card models planned its cells again per card
-                per_card = {(p.kernel, p.variant, p.node) for p in planned if p.device}
-                missing = [
-                    p
-                    for p in planned
-                    if (p.device and (p.kernel, p.variant, p.node, p.device) not in done_on_cards)
-                    or (not p.device and (p.kernel, p.variant, p.node) not in done | per_card)
-                ]
+                missing = _never_finished(planned, done)
                 for cell in missing:
                     session.add(
                         _not_run_row(
@@ -921,28 +928,30 @@ class Store:
         with self._reading() as session:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
 
-    @staticmethod
-    def _certifying(outcomes: tuple[str, ...] = _CERTIFYING_OUTCOMES) -> list[Any]:
+    def _certifying(self, session: Session, outcomes: tuple[str, ...] = _CERTIFYING_OUTCOMES) -> list[Any]:
         """What certifies: a pass, where the contract required one, on a GPU the
-        driver confirmed, of a result whose every input is identified. The rule
-        lives here and nowhere else (`outcomes`: some of its outcomes only)."""
+        driver confirmed, of a result whose every input is identified, in a run that
+        finished (one that did not never looks green: 0013). The rule lives here and
+        nowhere else (`outcomes`: some of its outcomes only)."""
+        unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
         return [
             ResultRow.outcome.in_([o for o in outcomes if o in _CERTIFYING_OUTCOMES]),
             ResultRow.contract_expected == Outcome.PASS.value,
             ResultRow.real_gpu.is_(True),
             ResultRow.cc.is_not(None),
             ResultRow.identity.is_not(None),
+            *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
         ]
 
     def certifying_passes(self) -> list[Any]:
         """Every certifying pass (see _certifying): light rows (id, kernel,
         identity, cc, started_at), oldest first."""
-        query = (
-            select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
-            .where(*self._certifying())
-            .order_by(ResultRow.id)
-        )
         with self._reading() as session:
+            query = (
+                select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
+                .where(*self._certifying(session))
+                .order_by(ResultRow.id)
+            )
             return list(session.execute(query))
 
     def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
@@ -960,7 +969,7 @@ class Store:
             for outcome in _CERTIFYING_OUTCOMES:
                 query = (
                     select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
-                    .where(*self._certifying((outcome,)))
+                    .where(*self._certifying(session, (outcome,)))
                     .group_by(*group)
                 )
                 for kernel, identity, cc, n, first_id, last_id in session.execute(query):
@@ -975,7 +984,7 @@ class Store:
             for kernel, identity in sorted(set(dated or [])):
                 query = (
                     select(ResultRow.cc, day)
-                    .where(*self._certifying(), ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
                     .distinct()
                 )
                 for cc, on in session.execute(query):
@@ -1069,20 +1078,28 @@ class Store:
                 elif kind == "source" and session.get(SourceFile, fields["sha256"]) is None:
                     session.add(SourceFile(first_seen=run.started_at, **fields))
             # what the run planned but never finished: not-run, as abort_unfinished_runs records it
-            finished = {(k, v, n) for k, v, n, _d in done}
-            per_card = {(p.kernel, p.variant, p.node) for p in planned if p.device}
-            for cell in planned:
-                key = (cell.kernel, cell.variant, cell.node)
-                if (cell.device and (*key, cell.device) not in done) or (
-                    not cell.device and key not in finished | per_card
-                ):
-                    session.add(
-                        _not_run_row(
-                            run.id, cell, run.ended_at, "the run stopped before this cell finished (from its journal)"
-                        )
+            for cell in _never_finished(planned, done):
+                session.add(
+                    _not_run_row(
+                        run.id, cell, run.ended_at, "the run stopped before this cell finished (from its journal)"
                     )
+                )
             session.commit()
             return run.id, run.status, results
+
+    def unfinished_cells(self, run_id: int) -> list[tuple[str, str, str, str]]:
+        """(kernel, variant, node, device) of the cells the run planned that have no
+        result (yet): a run still running, or one whose farm died before the next
+        start marked it aborted (abort_unfinished_runs)."""
+        with self._reading() as session:
+            planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run_id)))
+            rows = session.execute(
+                select(ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device).where(
+                    ResultRow.run_id == run_id
+                )
+            )
+            done = {(k, v, n, d or "") for k, v, n, d in rows}
+        return [(p.kernel, p.variant, p.node, p.device or "") for p in _never_finished(planned, done)]
 
     def close(self) -> None:
         if self.journal is not None:

@@ -108,6 +108,7 @@ class ResultRow(Base):
             "identity",
             "cc",
             "started_at",
+            "run_id",  # 0013: only finished runs certify
         ),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
