@@ -245,6 +245,10 @@ def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
     assert exported.returncode == junit.returncode == 4
     assert farm("report", "--config", str(config)).returncode == 0
     assert 'id="incomplete"' in (tmp_path / "reports" / "index.html").read_text()
+    # its own page says so at the top too, and the history greys its count
+    assert 'id="incomplete"' in (tmp_path / "reports" / "runs" / "1.html").read_text()
+    history = (tmp_path / "reports" / "history.html").read_text()
+    assert 'class="flag">aborted (did not finish)' in history and 'class="good"' not in history
     # a run still marked running (its farm killed, not yet found at the next start): the
     # cells it planned with no result are not-run in both exports, and it exits 4, not 0
     with sqlite3.connect(tmp_path / "results.db") as db:
