@@ -202,13 +202,24 @@ def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
         (["show", "999999"], 5, "no result 999999"),
         (["report", "--run", "999999"], 5, "no run 999999"),
         (["report", "--out", "/proc/farm-cannot-write-here"], 3, "cannot be written"),
+        # found by an adversarial review: each was an internal error (exit 70)
+        (["report", "--database", "foo"], 5, "URL 'foo' cannot be read"),
+        (["show", "1", "--database", "postgresql+psycopg://u:secret@h:notaport/db"], 5, "u:***@h:notaport"),
+        (["report", "--run", "99999999999999999999999"], 5, "no run 99999999999999999999999"),
     ]
+    taken = tmp_path / "taken"
+    (taken / "index.html").mkdir(parents=True)  # a folder where the index goes
+    cases.append((["report", "--out", str(taken)], 3, "cannot be written"))
+    bad_time = tmp_path / "bad.jsonl"
+    bad_time.write_text('{"kind": "run", "started_at": {"$time": "yesterday"}, "trigger": "t"}\n')
+    cases.append((["import", str(bad_time)], 5, "line 1 holds a value it cannot have"))
     blocker = tmp_path / "results.db.lock"
     for args, code, says in cases:
         done = farm(*args, "--config", str(config))
         assert done.returncode == code, (args, done.stdout, done.stderr)
         assert done.stderr.startswith("Error: ") and says in done.stderr, (args, done.stderr)
-        assert "Traceback" not in done.stderr
+        assert "Traceback" not in done.stderr and "secret" not in done.stderr
+    assert not list(taken.rglob("*.tmp"))  # nothing half-written is left
     blocker.unlink(missing_ok=True)
     blocker.mkdir()  # a directory where the lock file goes
     done = farm("verify", "--all", "--config", str(config), "--no-report")

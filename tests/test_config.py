@@ -122,6 +122,27 @@ def test_duplicate_node_name(tmp_path):
     assert "the key 't4' twice" in str(err)
 
 
+def test_a_key_that_is_a_list_or_a_mapping_is_refused(tmp_path):
+    """`[a]: 1` or `? {a: 1}`: found by an adversarial review, an internal error (exit 70)."""
+    for odd in ("[a]: 1\n", "? {a: 1}\n: 2\n"):
+        err = load_error(make_farm(tmp_path, farm=GOOD_FARM + odd))
+        assert "farm.yaml" in str(err) and "as a mapping key" in str(err) and "names or numbers" in str(err)
+    err = load_error(make_farm(tmp_path, job=GOOD_JOB + "[a]: 1\n"))
+    assert "k.yaml" in str(err) and "as a mapping key" in str(err)
+
+
+@pytest.mark.parametrize("key, value", [("env", {"A": "x\0y"}), ("nvcc", "nv\0cc"), ("workdir", "w\0d")])
+def test_a_nul_in_a_nodes_path_or_environment_is_refused(tmp_path, key, value):
+    """No command line, file name or environment can carry a NUL: it failed mid-run,
+    an internal error with a traceback (found by an adversarial review)."""
+    import yaml
+
+    farm = yaml.safe_load(textwrap.dedent(GOOD_FARM))
+    farm["nodes"]["local"][key] = value
+    err = load_error(make_farm(tmp_path, farm=yaml.safe_dump(farm)))
+    assert f"nodes.local.{key}" in str(err) and "no NUL character" in str(err)
+
+
 def test_duplicate_variant_name(tmp_path):
     job = GOOD_JOB + '  v1:\n    build: x\n    cc: {min: "8.0"}\n'
     assert "the key 'v1' twice" in str(load_error(make_farm(tmp_path, job=job)))

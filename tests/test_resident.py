@@ -213,3 +213,18 @@ def test_a_closed_runner_leaves_no_thread_of_its_own(runner) -> None:
     for thread in mine:
         thread.join(5)
     assert not [t.name for t in mine if t.is_alive()]
+
+
+def test_a_local_process_says_its_stderr_after_it_was_closed() -> None:
+    """A runner's reader tells its loss with what the runner wrote to stderr, which may
+    be after the farm closed it: reading a closed file printed a traceback from the
+    reader's thread (a local node declaring a GPU it lacks; found by an adversarial
+    review). What it said is kept."""
+    from orchestrator.config.schema import NodeSpec
+    from orchestrator.transport import transport_for
+
+    with transport_for("here", NodeSpec(transport="local")) as transport:
+        process = transport.start("echo gone >&2")
+        time.sleep(0.5)
+        process.close()
+        assert process.stderr().strip() == "gone"

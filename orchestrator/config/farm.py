@@ -116,6 +116,8 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
+        if not isinstance(key, str | int | float | bool | None):  # `[a]: 1`, `? {a: 1}`: no key the farm reads
+            raise _BadKey(key_node.start_mark.line + 1, type(key).__name__)
         if key in seen:
             raise _DuplicateKey(str(key), seen[key], line)
         seen[key] = line
@@ -123,6 +125,11 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class _BadKey(Exception):
+    def __init__(self, line: int, kind: str) -> None:
+        self.line, self.kind = line, kind
 
 
 class _DuplicateKey(Exception):
@@ -212,6 +219,10 @@ def read_yaml(path: Path, what: str) -> Any:
             return loader.construct_document(node)
         finally:
             loader.dispose()
+    except _BadKey as bad:
+        raise ConfigError(
+            str(path), "", f"a {bad.kind} as a mapping key (line {bad.line})", "keys that are names or numbers"
+        ) from None
     except _DuplicateKey as dup:
         raise ConfigError(
             str(path),

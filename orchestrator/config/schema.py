@@ -308,6 +308,25 @@ class NodeSpec(_Strict):
     pending_limit: Count = Field(default=300, ge=1, le=WEEK)  # seconds a job may wait for its allocation
     slurm_options: list[str] = []  # more srun options, one argument each: ["--account=proj", "--qos=debug"]
 
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        """No NUL in a path, a name or an environment value: no command line, file
+        name or environment can carry one (it failed mid-run, the farm's own error)."""
+        strings = (
+            [value]
+            if isinstance(value, str)
+            else [*value.keys(), *(v for v in value.values() if isinstance(v, str))]
+            if isinstance(value, dict)
+            else [v for v in value if isinstance(v, str)]
+            if isinstance(value, list)
+            else []
+        )
+        for text in strings:
+            if "\0" in text:
+                raise ValueError(f"no NUL character (no path, name or environment can carry one; in {text!r})")
+        return value
+
     @field_validator("cc")
     @classmethod
     def _valid_cc(cls, value: str | None) -> str | None:

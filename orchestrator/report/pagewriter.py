@@ -73,9 +73,14 @@ def write_page(path: str, data: bytes, compare: bool) -> None:
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         page = open(tmp, "wb")  # noqa: SIM115
-    with page:
-        page.write(data)
-    os.replace(tmp, path)
+    try:
+        with page:
+            page.write(data)
+        os.replace(tmp, path)
+    except OSError:  # a full disk, a folder where the page goes: no temporary left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def write(kind: int, path: str, data: bytes) -> None:

@@ -317,6 +317,13 @@ class Store:
         an error, never an empty database made as a side effect."""
         self.url = url
         self.redacted_url = redact_url(url)  # for messages
+        try:  # once, here: a URL SQLAlchemy cannot read (or a port that is no number) is the user's
+            make_url(url).port  # noqa: B018 - reading it is the check
+        except (SQLAlchemyError, ValueError) as err:
+            raise StoreError(
+                f"the results database URL {self.redacted_url!r} cannot be read ({_first_line(err, url)}): "
+                "expected e.g. sqlite:///results.db or postgresql+psycopg://user:password@host/db"
+            ) from None
         self._write_lock = threading.Lock()
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
@@ -681,6 +688,8 @@ class Store:
             return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
 
     def run(self, run_id: int) -> Run | None:
+        if not 1 <= run_id < 2**63:  # no id a database holds (SQLite's INTEGER would overflow)
+            return None
         with self._reading() as session:
             return session.get(Run, run_id)
 

@@ -120,7 +120,11 @@ def read(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 kind = record.pop("kind", None) if isinstance(record, dict) else None
                 if kind not in KINDS:
                     raise StoreError(f"{path}: line {number} has an unknown kind {kind!r}")
-                yield kind, _decode(record)
+                try:
+                    fields = _decode(record)
+                except (ValueError, TypeError) as err:  # a $time that is no time, $bytes no base64
+                    raise StoreError(f"{path}: line {number} holds a value it cannot have ({err})") from None
+                yield kind, fields
     except (OSError, UnicodeDecodeError) as err:
         raise StoreError(f"cannot read the journal {path}: {err}") from err
 

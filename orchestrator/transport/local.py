@@ -43,6 +43,7 @@ class _LocalProcess(Process):
     def __init__(self, proc: subprocess.Popen, errors: IO[bytes], name: str) -> None:
         self._proc = proc
         self._errors = errors
+        self._said = ""  # its stderr as last read (stderr())
         self._name = name
 
     def send(self, data: bytes) -> None:
@@ -61,8 +62,12 @@ class _LocalProcess(Process):
             return b""
 
     def stderr(self) -> str:
-        self._errors.seek(0)
-        return self._errors.read()[-(1 << 16) :].decode("utf-8", "replace")
+        """What it wrote to stderr, its last 64 KiB; also once closed (a runner's reader
+        tells its loss after the farm has closed it: what it said is kept)."""
+        if not self._errors.closed:
+            self._errors.seek(0)
+            self._said = self._errors.read()[-(1 << 16) :].decode("utf-8", "replace")
+        return self._said
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -77,6 +82,7 @@ class _LocalProcess(Process):
         with contextlib.suppress(OSError, ValueError):
             assert self._proc.stdout is not None
             self._proc.stdout.close()
+        self.stderr()  # kept for a reader that asks after the close
         self._errors.close()
 
 
