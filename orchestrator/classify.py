@@ -47,6 +47,7 @@ class Evidence:
     infra_retryable: bool = True  # False: another attempt would fail the same way (InfraError.retryable)
     infra_unreachable: bool = False  # the node could not be reached at all (InfraError.unreachable)
     build_exit: int | None = None
+    build_no_binary: bool = False  # the build exited 0 but wrote no binary where the job says it does
     inspect_exit: int | None = None
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
@@ -94,6 +95,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
         return Verdict(Outcome.BUILD_FAIL, "build", f"the build {exit_words(ev.build_exit)}")
+    if ev.build_no_binary:  # the job's mistake (its build writes no {binary}), not the node's
+        return Verdict(Outcome.BUILD_FAIL, "build", "the build exited 0 but wrote no binary where the job says")
     if ev.inspect_exit is None:
         return Verdict(Outcome.NOT_RUN, "inspect", "inspection never finished")
     if ev.inspect_exit != 0:

@@ -86,6 +86,7 @@ TABLE = [
         "run",
     ),
     ("build-fail", Evidence(build_exit=1), MUST_RUN, Outcome.BUILD_FAIL, "build"),
+    ("build-wrote-no-binary", Evidence(build_exit=0, build_no_binary=True), MUST_RUN, Outcome.BUILD_FAIL, "build"),
     (
         "inspect-tool-fail",
         Evidence(build_exit=0, inspect_exit=255),

@@ -95,6 +95,21 @@ def test_each_further_cell_costs_one_command_or_none_with_the_resident_runner(
     assert all(json.loads(r["stage_seconds"])["run"] < 5 for r in rows)
 
 
+def test_a_build_that_exits_0_without_its_binary_is_the_jobs_build_fail(
+    node: SshNode, tmp_path: Path, runner: str
+) -> None:
+    """A job whose build writes no {binary} (a wrong -o, `build: true`): a kernel
+    author's mistake, so build-fail (exit 1) with the reason, where it was infra
+    ("the binary changed while it was copied", exit 4: the node blamed).
+    Found by an adversarial review."""
+    variants = {"nobinary": standin_variant("PASS", MIN75, "MIN_CC=75", build="true")}
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    ((_, result, _),) = summary.results
+    assert (result.verdict.outcome, result.verdict.failed_stage) == ("build-fail", "build"), result.verdict
+    assert "wrote no binary" in result.verdict.reason and b"wrote no binary at" in result.build_log
+    assert summary.exit_code == 1
+
+
 def test_a_cell_missing_its_instructions_is_not_run_on_the_node(node: SshNode, tmp_path: Path) -> None:
     """The node holds the run back by its own count, as the farm would."""
     marker = tmp_path / "ran"

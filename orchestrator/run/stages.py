@@ -966,6 +966,11 @@ class CellPipeline:
         if exit_code != 0:
             self.cleaned = True  # the script removed the cell's folder: nothing runs from it
             return "failed"
+        if self._built_sha is None:  # nothing at {binary} to hash: a job whose build writes no binary there
+            self.result.evidence.build_no_binary = True
+            said = f"\n[farm] the build exited 0 but wrote no binary at {self.paths.binary}\n"
+            self.result.build_log += said.encode()
+            return "failed"
         copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
         if copy is None or copy.group(1) != self._built_sha:
             raise InfraError(
