@@ -143,6 +143,38 @@ def test_a_nul_in_a_nodes_path_or_environment_is_refused(tmp_path, key, value):
     assert f"nodes.local.{key}" in str(err) and "no NUL character" in str(err)
 
 
+@pytest.mark.parametrize(
+    "farm_extra, job_change, says",
+    [
+        ("jobs: ''\n", None, "jobs"),
+        ("reports: ''\n", None, "reports"),
+        (None, ('cc: {min: "7.5"}', 'cc: {min: "7.5"}\n    instructions: {HGMMA: -1}'), "instructions"),
+        (None, ("build: '{nvcc} -o {binary} {sources}'", "build: ''"), "build"),
+        (None, ("pass_marker:", "dependencies: [cutlass, cutlass]\npass_marker:"), "each dependency once"),
+    ],
+)
+def test_keys_that_would_have_been_read_wrong_are_refused(tmp_path, farm_extra, job_change, says):
+    """Found by an adversarial review, each loaded before: `jobs: ""` read farm.yaml as a
+    job, `reports: ""` wrote the site into the farm's folder, a negative instruction count
+    asked nothing, an empty build wrote no binary, a dependency twice."""
+    job = GOOD_JOB if job_change is None else GOOD_JOB.replace(*job_change)
+    assert job_change is None or job != GOOD_JOB
+    err = load_error(make_farm(tmp_path, farm=GOOD_FARM + (farm_extra or ""), job=job))
+    assert says in str(err), str(err)
+
+
+def test_ssh_fields_on_a_local_node_are_refused(tmp_path):
+    """A local node's `host` was ignored without a word: the node is not what farm.yaml says."""
+    farm = GOOD_FARM.replace("    transport: local\n", "    transport: local\n    host: gpu.example.org\n")
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert "nodes.local" in str(err) and "host: only for `transport: ssh` or `slurm`" in str(err)
+
+
+def test_a_known_failure_must_say_where_it_applies(tmp_path):
+    job = GOOD_JOB + "    known_failures: [{when: {}, outcome: build-fail, reason: r}]\n"
+    assert "where it applies" in str(load_error(make_farm(tmp_path, job=job)))
+
+
 def test_duplicate_variant_name(tmp_path):
     job = GOOD_JOB + '  v1:\n    build: x\n    cc: {min: "8.0"}\n'
     assert "the key 'v1' twice" in str(load_error(make_farm(tmp_path, job=job)))

@@ -121,6 +121,13 @@ class KnownFailureSpec(_Strict):
     outcome: Outcome
     reason: str = Field(min_length=1)
 
+    @field_validator("when")
+    @classmethod
+    def _says_where(cls, value: KnownFailureWhen) -> KnownFailureWhen:
+        if value.nvcc is None and value.cc is None:  # a failure declared everywhere hides every one
+            raise ValueError("where it applies: `nvcc` (a version range), `cc` (a CC range), or both")
+        return value
+
     @field_validator("outcome")
     @classmethod
     def _not_a_good_outcome(cls, value: Outcome) -> Outcome:
@@ -133,11 +140,11 @@ SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
 
 
 class VariantSpec(_Strict):
-    build: str
+    build: str = Field(min_length=1)
     run: str = "{binary}"
     inspect: str = "{cuobjdump} --dump-sass {binary}"
     cc: ContractSpec
-    instructions: dict[str, int] = {}
+    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}  # each found at least this often (0 asks nothing)
     timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""
@@ -217,6 +224,14 @@ class JobSpec(_Strict):
     dependencies: list[str] = []
     pass_marker: str
     refusal_marker: str
+
+    @field_validator("dependencies")
+    @classmethod
+    def _each_dependency_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each dependency once")
+        return value
+
     timeout: Seconds = 120.0
     build_timeout: Seconds = 900.0
     sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
@@ -264,6 +279,7 @@ TOOLCHAIN_SEP = "+"  # a (node, toolchain) column's name: "h200+cuda-13.5"
 
 
 SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "slurm_options")
+SSH_ONLY = ("host", "port", "user", "key_file", "jump", "known_hosts")  # a local node reads none of them
 
 
 class NodeSpec(_Strict):
@@ -386,6 +402,9 @@ class NodeSpec(_Strict):
     def _ssh_needs_host(self) -> NodeSpec:
         if self.transport == "ssh" and not self.host:
             raise ValueError("an ssh node needs `host`")
+        given = [key for key in SSH_ONLY if key in self.model_fields_set]
+        if self.transport == "local" and given:  # ignored without a word, the node would not be what it says
+            raise ValueError(f"{', '.join(given)}: only for `transport: ssh` or `slurm` (this node is local)")
         return self
 
     @model_validator(mode="after")
@@ -409,9 +428,10 @@ class NodeSpec(_Strict):
 
 class FarmSpec(_Strict):
     database: str = "sqlite:///results.db"
-    reports: str = "reports"
-    jobs: str = "jobs"
-    kernels: str = "kernels"  # a *.cu here that no job file lists gets its job from its header (header.py)
+    reports: str = Field(default="reports", min_length=1)  # "" was the farm's folder itself
+    jobs: str = Field(default="jobs", min_length=1)  # "" read farm.yaml as a job
+    # a *.cu here that no job file lists gets its job from its header (header.py)
+    kernels: str = Field(default="kernels", min_length=1)
     # where each run's journal goes (relative to farm.yaml); default beside the database. On another
     # disk, it keeps what a full disk under the database could not take.
     journal: str | None = None
