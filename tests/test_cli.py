@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,13 @@ def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
     taken = tmp_path / "taken"
     (taken / "index.html").mkdir(parents=True)  # a folder where the index goes
     cases.append((["report", "--out", str(taken)], 3, "cannot be written"))
+    empty, other = tmp_path / "empty.db", tmp_path / "other.db"
+    empty.write_bytes(b"")
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE foo (x)")
+    before = other.read_bytes()
+    for db_file in (empty, other):  # a command that only reads writes no schema into them
+        cases.append((["show", "1", "--database", f"sqlite:///{db_file}"], 5, "holds no farm results"))
     bad_time = tmp_path / "bad.jsonl"
     bad_time.write_text('{"kind": "run", "started_at": {"$time": "yesterday"}, "trigger": "t"}\n')
     cases.append((["import", str(bad_time)], 5, "line 1 holds a value it cannot have"))
@@ -220,6 +228,7 @@ def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
         assert done.stderr.startswith("Error: ") and says in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and "secret" not in done.stderr
     assert not list(taken.rglob("*.tmp"))  # nothing half-written is left
+    assert empty.read_bytes() == b"" and other.read_bytes() == before
     blocker.unlink(missing_ok=True)
     blocker.mkdir()  # a directory where the lock file goes
     done = farm("verify", "--all", "--config", str(config), "--no-report")

@@ -20,8 +20,10 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import threading
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -180,9 +182,22 @@ def _engine(url: str) -> Engine:
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
-def migrate(engine: Engine, url: str) -> None:
-    """Bring the database to this farm's schema: create it when empty, upgrade it
-    in place when an earlier farm wrote it, refuse it when a newer one did."""
+def _farm_tables(path: Path) -> bool:
+    """Whether the SQLite file holds the farm's tables, read without writing a byte (an
+    empty file, another program's database, say no)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)) as db:
+            names = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:  # no SQLite file at all, or locked: the engine's to report, as before
+        return True
+    return bool(names & {"runs", "alembic_version"})
+
+
+def migrate(engine: Engine, url: str, create: bool = True) -> None:
+    """Bring the database to this farm's schema: create it when empty (and `create`),
+    upgrade it in place when an earlier farm wrote it, refuse it when a newer one
+    did. A command that only reads (`create=False`) writes no schema into a database
+    that holds none of the farm's (an empty file, another program's)."""
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # two farms opening one new server database at once: one migrates, the other then finds it done
@@ -195,6 +210,11 @@ def migrate(engine: Engine, url: str) -> None:
         if current is None and "runs" in inspect(connection).get_table_names():
             command.stamp(config, FIRST_SCHEMA)
             current = FIRST_SCHEMA
+        if current is None and not create:
+            raise StoreError(
+                f"{redact_url(url)} holds no farm results (none of its tables is the farm's); nothing was "
+                "written to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
+            )
         if current is not None and current not in known:
             raise StoreError(
                 f"the results database {redact_url(url)} has schema revision {current}, written by a newer "
@@ -332,6 +352,12 @@ class Store:
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
                 raise StoreError(f"no results database at {path}: run `farm verify` first")
+            if path and path != ":memory:" and not _farm_tables(Path(path)):
+                # read-only, before the engine's first connection sets WAL mode in the file
+                raise StoreError(
+                    f"{path} holds no farm results (none of its tables is the farm's); nothing was written "
+                    "to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
+                )
         try:
             self.engine = _engine(url)
         except ImportError as err:
@@ -342,7 +368,7 @@ class Store:
         except (SQLAlchemyError, ValueError) as err:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
         try:
-            migrate(self.engine, url)
+            migrate(self.engine, url, create)
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
