@@ -191,6 +191,11 @@ REFUSED = [
     ("// Build: nvcc -arch=sm_80 -c -o k.o k.cu", 1, "'-c'"),
     ("// Build: nvcc -arch=sm_80 --run -o k k.cu", 1, "'--run'"),
     ("// Build: nvcc -arch=sm_80 -ccbin /usr/bin/g++ -o k k.cu", 1, "'-ccbin'"),
+    # handed on to the host compiler or linker: files on the author's machine (an adversarial review's)
+    ("// Build: nvcc -arch=sm_80 -Xcompiler -fplugin=/tmp/evil.so -o k k.cu", 1, "'-fplugin=/tmp/evil.so' handed"),
+    ("// Build: nvcc -arch=sm_80 -Xlinker --script=/etc/passwd -o k k.cu", 1, "'--script=/etc/passwd' handed"),
+    ("// Build: nvcc -arch=sm_80 -Xcompiler=-isystem,/opt/foo -o k k.cu", 1, "'-isystem' handed on by -Xcompiler"),
+    ("// Build: nvcc -arch=sm_80 --linker-options -T,link.ld -o k k.cu", 1, "'-T' handed on by --linker-options"),
     ("// Build: g++ -O2 -o k k.cu", 1, "'g++'"),
     ("// Build: nvcc -arch=sm_80 -o k other.cu", 1, "the input 'other.cu'"),
     ("// Build: nvcc -arch=native -o k k.cu", 1, "no compute capability to read"),

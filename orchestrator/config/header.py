@@ -77,6 +77,21 @@ _PATH_OPTIONS = (  # noqa: SIM905
     "-optf --options-file -ccbin --compiler-bindir -MF --dependency-output -keep-dir --keep-dir"
 ).split()
 
+# options handing their value (comma-separated) to the host compiler, linker, ptxas, nvlink
+_PASSTHROUGH_OPTIONS = tuple(
+    (  # noqa: SIM905
+        "-Xcompiler --compiler-options -Xlinker --linker-options -Xptxas --ptxas-options -Xnvlink --nvlink-options "
+        "-Xarchive --archive-options"
+    ).split()
+)
+# what such a value may not hold: a path, or an option that reads a file (gcc's, ld's)
+_FILE_READING = (  # noqa: SIM905
+    "-fplugin -specs -include -imacros -isystem -idirafter -iquote -iprefix -iwithprefix -isysroot --sysroot -B "
+    "-T --script -L -rpath -I"
+).split()
+
+_NO_OUTSIDE_FILE = "options that name no file outside the kernel (the farm ships only the kernel and its dependencies)"
+
 Words = list[tuple[str, int]]  # the words of a command, each with the line it is on
 
 
@@ -214,7 +229,7 @@ def _translate(path: Path, kernel: str, line: int, label: str, words: Words) -> 
     at = 1
     while at < len(words):
         word, number = words[at]
-        for option in _INCLUDE_OPTIONS + _OUTPUT_OPTIONS + _ARCH_OPTIONS:
+        for option in _INCLUDE_OPTIONS + _OUTPUT_OPTIONS + _ARCH_OPTIONS + _PASSTHROUGH_OPTIONS:
             value, taken = _value(words, at, option)
             if taken:
                 break
@@ -242,6 +257,18 @@ def _translate(path: Path, kernel: str, line: int, label: str, words: Words) -> 
                 raise _error(path, number, "Build", f"a second output ({value!r})", "one -o NAME")
             output = value
             template += ["-o", "{binary}"]
+        elif option in _PASSTHROUGH_OPTIONS:
+            for piece in value.split(","):
+                if "/" in piece or piece.startswith("@") or any(piece.startswith(o) for o in _FILE_READING):
+                    raise _error(
+                        path,
+                        number,
+                        "Build",
+                        f"{piece!r} handed on by {option}: a file on the machine the header was written on",
+                        _NO_OUTSIDE_FILE,
+                        f"Write jobs/{kernel}.yaml with this build instead.",
+                    )
+            template += [w for w, _ in words[at : at + taken]]
         elif option in _ARCH_OPTIONS:
             arch_words.append((" ".join(w for w, _ in words[at : at + taken]), number))
             targets += [(digits, suffix, number) for digits, suffix in _TARGET_RE.findall(value)]
@@ -254,7 +281,7 @@ def _translate(path: Path, kernel: str, line: int, label: str, words: Words) -> 
                 number,
                 "Build",
                 f"{word!r}, a path on the machine the header was written on",
-                "options that name no file outside the kernel (the farm ships only the kernel and its dependencies)",
+                _NO_OUTSIDE_FILE,
                 f"Write jobs/{kernel}.yaml with this build instead.",
             )
         elif word == path.name or word.endswith("/" + path.name):
