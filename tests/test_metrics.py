@@ -530,6 +530,47 @@ def test_a_result_and_its_values_are_one_transaction_and_one_journal_record(tmp_
     assert query(tmp_path / "fresh.db", "select instruction, count from sass_counts")[0]["count"] == 4
 
 
+FORGED_SOURCE = {"sha256": "0" * 64, "path": "k.cu", "content": {"$bytes": "eA=="}}  # b"x"
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda recs: recs[1].update(exit_code="zero"), "exit_code is 'zero'"),
+        (lambda recs: recs[1].update(kernel=5), "kernel is 5"),
+        (lambda recs: recs[1].update(outcome="PASS"), "outcome 'PASS' is no outcome"),
+        (lambda recs: recs.append(dict(recs[0])), "2 run and 1 finish records"),
+        (lambda recs: recs.append(dict(recs[-1])), "1 run and 2 finish records"),
+        (lambda recs: recs.insert(1, {"kind": "source", **FORGED_SOURCE}), "do not hash"),
+    ],
+)
+def test_a_journal_not_as_the_farm_writes_it_is_refused_whole(tmp_path: Path, edit, says) -> None:
+    """`farm import` trusted a journal's records: an exit code "zero", a kernel 5 (it got a
+    page of its own), bytes that are not what their sha256 says, a second run record
+    silently dropped (an adversarial review's). Each is refused, and nothing imported."""
+    from orchestrator.store.journal import Journal
+
+    store = Store(f"sqlite:///{tmp_path}/old.db")
+    store.journal = Journal(tmp_path / "journals", "tok")
+    run_id, snapshot = new_run(store)
+    store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])
+    store.finish_run(run_id, "finished", 0)
+    store.close()
+    path = tmp_path / "journals" / "tok.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    records = [r for r in records if r["kind"] in ("run", "result", "finish")]  # run, result, finish
+    assert [r["kind"] for r in records] == ["run", "result", "finish"]
+    edit(records)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    target = Store(f"sqlite:///{tmp_path}/new.db")
+    try:
+        with pytest.raises(StoreError, match=re.escape(says)):
+            target.import_journal(path)
+    finally:
+        target.close()
+    assert query(tmp_path / "new.db", "SELECT id FROM runs") == []
+
+
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
 
 

@@ -21,6 +21,7 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import sqlite3
@@ -278,6 +279,53 @@ def _insert_result(
     if attempts:
         connection.execute(_INSERT_ATTEMPT, [clean({**_ATTEMPT_NULLABLE, **attempt}) for attempt in attempts])
     return result_id
+
+
+# a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
+_JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "run": {
+        "trigger": (str,),
+        "farm_version": (str,),
+        "host": (str,),
+        "config_file": (str,),
+        "selection": (str,),
+        "started_at": (datetime,),
+        "token": (str, type(None)),
+        "farm_commit": (str, type(None)),
+        "cell_env": (str, type(None)),
+    },
+    "finish": {"status": (str,), "exit_code": (int, type(None)), "ended_at": (datetime,)},
+    "result": {
+        "kernel": (str,),
+        "variant": (str,),
+        "node": (str,),
+        "outcome": (str,),
+        "exit_code": (int, type(None)),
+        "started_at": (datetime,),
+    },
+    "source": {"sha256": (str,), "path": (str,), "content": (bytes,)},
+}
+
+
+def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
+    """A journal is read back as the farm wrote it, or refused whole (nothing imported):
+    the types of the fields that name and judge a run, one run and at most one finish,
+    known outcomes, and each source's bytes hashing to its sha256."""
+    counts = {"run": 0, "finish": 0}
+    for number, (kind, fields) in enumerate(records, 1):
+        counts[kind] = counts.get(kind, 0) + 1
+        for key, types in _JOURNAL_TYPES.get(kind, {}).items():
+            if key in fields and (not isinstance(fields[key], types) or isinstance(fields[key], bool)):
+                found = f"{key} is {fields[key]!r}"
+                raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
+        if kind == "result" and fields.get("outcome") not in {o.value for o in Outcome}:
+            raise StoreError(f"{path}: record {number} (result): outcome {fields.get('outcome')!r} is no outcome")
+        if kind == "finish" and fields.get("status") not in ("finished", "aborted"):
+            raise StoreError(f"{path}: record {number} (finish): status {fields.get('status')!r}")
+        if kind == "source" and hashlib.sha256(fields.get("content", b"")).hexdigest() != fields.get("sha256"):
+            raise StoreError(f"{path}: record {number} (source): its bytes do not hash to its sha256")
+    if counts["run"] != 1 or counts["finish"] > 1:
+        raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
 
 
 def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, str, str]]) -> list[PlannedCell]:
@@ -1068,6 +1116,7 @@ class Store:
         records = list(journal.read(path))
         if not records or records[0][0] != "run":
             raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
+        _check_journal(path, records)
         run_fields = dict(records[0][1])
         token = run_fields.get("token")
         with self._guard("importing"), self._write_lock, self.session() as session:
