@@ -201,6 +201,29 @@ def test_a_run_that_did_not_finish_certifies_nothing(toy_run, tmp_path):
         store.close()
 
 
+def test_a_certificate_whose_kernel_fails_now_is_flagged(toy_run, tmp_path):
+    """The passes stand on record (VERIFIED is what passed), but when the latest result
+    of these same inputs on that CC failed, the ledger says so: it said nothing, where a
+    sanitizer's errors were flagged (found by an adversarial review). A perf-regression
+    passed its numbers: no flag."""
+    _, farm, _, _ = toy_run
+    sha = toy_identity(farm)
+    store = Store(f"sqlite:///{tmp_path}/results.db")
+    store.journal = None
+    try:
+        for outcome, code in (("pass", 0), ("perf-regression", 1), ("fail", 1)):
+            run_id = store.begin_run(trigger="t", farm_version="0", host="h", config_file="x", selection="s")
+            last = certify(store, run_id, sha, real=True, outcome=outcome, reason=f"{outcome} here")
+            store.finish_run(run_id, "finished", code)
+            entry = collect(store, run_id, farm).ledgers[0]
+            assert entry.capabilities["9.0"].state == "VERIFIED"
+            flagged = [text for kind, text in entry.flags if kind == "now-failing"]
+            assert bool(flagged) == (outcome == "fail"), (outcome, entry.flags)
+        assert f"(result {last}): fail here" in flagged[0]
+    finally:
+        store.close()
+
+
 def test_a_flipped_byte_makes_the_certificate_stale(toy_run):
     root, farm, store, _ = toy_run
     source = root / "kernels" / "toy.cpp"

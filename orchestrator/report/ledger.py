@@ -17,6 +17,9 @@ and flags each disagreement:
     stale             a certificate exists only for other inputs: one of them changed since
     sanitizer-error   a certificate stands, but compute-sanitizer now finds errors in a cell
                       of these same inputs (its numbers passed; the tool was asked for later)
+    now-failing       a certificate stands, but the latest result of a cell of these same
+                      inputs on real hardware failed where it must pass (wrong numbers, a
+                      crash, a timeout): the card, the driver or the kernel's luck changed
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def build(
     record: CertificateRecord | None = None,
     files: dict[str, str] | None = None,
     dependencies: dict[str, dict] | None = None,
-    sanitizer_errors: list[tuple[str, str, str, int, str]] | None = None,
+    failing: list[tuple[str, str, str, int, str, str]] | None = None,
 ) -> KernelLedger:
     """The ledger of one kernel. `sha256` is its current identity, `files` and
     `dependencies` what it is made of; `source` the main source's bytes (its
@@ -163,9 +166,9 @@ def build(
     identity; at least the first and latest per identity and CC);
     `planned_ccs` are the capabilities its contracts name, listed even when
     nothing has run there yet; `record` counts and dates every pass on record
-    (default: just the certificates given); `sanitizer_errors` the cells of the
-    current inputs whose latest result is sanitizer-error on real hardware:
-    (variant, node, cc, result id, reason)."""
+    (default: just the certificates given); `failing` the cells of the current
+    inputs whose latest result on real hardware failed where it must pass (a
+    sanitizer's errors included): (variant, node, cc, result id, reason, outcome)."""
     files = files or {}
     dependencies = dependencies or {}
     states: dict[str, CapabilityState] = {cc: CapabilityState(cc) for cc in planned_ccs}
@@ -203,14 +206,25 @@ def build(
                     f"of these inputs from that date is on record (certifying runs on record: {on_record}).",
                 )
             )
-    for variant, node, cc, result_id, reason in sanitizer_errors or []:
-        if cc in ordered and ordered[cc].verified:
+    for variant, node, cc, result_id, reason, outcome in failing or []:
+        if cc not in ordered or not ordered[cc].verified:
+            continue
+        if outcome == "sanitizer-error":
             ledger.flags.append(
                 (
                     "sanitizer-error",
                     f"CC {cc} is VERIFIED, but compute-sanitizer now finds errors in these same inputs: "
                     f"{variant} on node {node} (result {result_id}): {reason}. Its numbers passed; the "
                     "certificate's pass may rest on the same fault.",
+                )
+            )
+        else:
+            ledger.flags.append(
+                (
+                    "now-failing",
+                    f"CC {cc} is VERIFIED, but the latest result of these same inputs there is {outcome}: "
+                    f"{variant} on node {node} (result {result_id}): {reason}. The certificate's passes "
+                    "stand on record; the kernel does not pass there now.",
                 )
             )
     for state in ordered.values():

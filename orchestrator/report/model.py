@@ -382,12 +382,15 @@ def collect(
                 gpu_uuid=result.gpu_uuid,
             )
         )
-    # per kernel, in cell order: the standing cells a sanitizer faulted on real hardware, with their identity
-    faulted: dict[str, list[tuple[str | None, tuple[str, str, str, int, str]]]] = defaultdict(list)
+    # per kernel, in cell order: the standing cells that fail now on real hardware where they must pass
+    # (a sanitizer's errors, wrong numbers, a crash; not the node's infra), with their identity
+    faulted: dict[str, list[tuple[str | None, tuple[str, str, str, int, str, str]]]] = defaultdict(list)
     for (k, _v, _n, _d), c in sorted(standing.items()):
-        if c.result.outcome == "sanitizer-error" and c.result.real_gpu:
-            r = c.result
-            faulted[k].append((r.identity, (r.variant, r.node, r.cc or "", r.id, r.reason)))
+        r = c.result
+        # a perf-regression passed its numbers: slower, still correct (it certifies)
+        bad = not is_as_expected(r.outcome) and not is_infra(r.outcome) and r.outcome != "perf-regression"
+        if bad and r.real_gpu and r.expected == "pass":
+            faulted[k].append((r.identity, (r.variant, r.node, r.cc or "", r.id, r.reason, r.outcome)))
     ledgers = [
         ledger.build(
             kernel,
