@@ -163,6 +163,12 @@ def test_keys_that_would_have_been_read_wrong_are_refused(tmp_path, farm_extra, 
     assert says in str(err), str(err)
 
 
+def test_a_nodes_own_copy_of_a_dependency_no_job_can_ask_for_is_refused(tmp_path):
+    farm = GOOD_FARM.replace("    transport: local\n", "    transport: local\n    dependencies: {cutlas: /opt/c}\n")
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert "nodes.local.dependencies" in str(err) and "'cutlas' is no dependency" in str(err) and "cutlass" in str(err)
+
+
 def test_ssh_fields_on_a_local_node_are_refused(tmp_path):
     """A local node's `host` was ignored without a word: the node is not what farm.yaml says."""
     farm = GOOD_FARM.replace("    transport: local\n", "    transport: local\n    host: gpu.example.org\n")

@@ -364,6 +364,16 @@ class NodeSpec(_Strict):
             raise ValueError("a list of distinct GPU indexes as nvidia-smi numbers them, e.g. [0, 1]")
         return value
 
+    @field_validator("dependencies")
+    @classmethod
+    def _known_dependencies(cls, value: dict[str, str]) -> dict[str, str]:
+        from orchestrator.config.dependencies import KNOWN
+
+        for name in value:  # a name no job can ask for is a typo, or a copy the farm never uses
+            if name not in KNOWN:
+                raise ValueError(f"{name!r} is no dependency the farm knows (one of {', '.join(sorted(KNOWN))})")
+        return value
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
