@@ -23,7 +23,7 @@ import click
 from orchestrator.bisect import Bisector, Ending
 from orchestrator.config.farm import Farm, load_farm
 from orchestrator.config.header import job_yaml
-from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, ConfigError, FarmError, StoreError
+from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, EXIT_SIGPIPE, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.plan import SelectionError, plan_cells
 from orchestrator.progress import Listeners, LiveListener, PlainListener, describe_node
@@ -100,6 +100,10 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(EXIT_CONFIG)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader stopped reading (`farm show 1 | head`): no error of ours
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more at exit
+            sys.exit(EXIT_SIGPIPE)
         except Exception as err:  # the last line of defence
             click.echo(
                 f"Error: internal error ({type(err).__name__}: {printable(str(err), keep_newlines=False)}); "

@@ -41,6 +41,7 @@ EXIT_INFRA = 4  # every kernel verdict as expected, but some cells could not run
 EXIT_STORE = 5
 EXIT_LOCKED = 6
 EXIT_INTERNAL = 70  # a bug in the farm itself (sysexits' EX_SOFTWARE): never a verdict
+EXIT_SIGPIPE = 141  # the reader of stdout stopped reading (`farm show 1 | head`), as a shell says of SIGPIPE
 
 
 class FarmError(Exception):

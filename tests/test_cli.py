@@ -236,6 +236,23 @@ def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
     blocker.rmdir()
 
 
+def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
+    """`farm show 1 | head -1`: an internal error (exit 70) in 2 of 3 tries before (an
+    adversarial review's); now the shell's SIGPIPE code, no Error line."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    command = f"{shlex.quote(sys.executable)} -m orchestrator.cli show 1 --config {shlex.quote(str(config))}"
+    for _ in range(3):
+        done = subprocess.run(
+            ["bash", "-c", f"{command} | head -c 10 > /dev/null; echo ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stdout.strip() in ("0", "141") and "Error" not in done.stderr, (done.stdout, done.stderr)
+
+
 def test_log_folder_is_made_and_control_characters_never_reach_the_terminal(tmp_path):
     config = toy_farm(tmp_path)
     log = tmp_path / "var" / "log" / "farm" / "verify.log"  # like the README's cron line, folder missing
