@@ -19,6 +19,7 @@ Each test's docstring states the figure it establishes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import json
@@ -923,6 +924,36 @@ def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: P
     assert "1 leftover processes killed" in detail, detail
     left = [cmd for _, cmd in processes_matching(f"{workdir}/cells/") if cmd.endswith("/faults-daemon")]
     assert left == [], left
+
+
+def test_a_daemon_that_cleared_its_environment_is_killed_too(ssh_fleet: Fleet, tmp_path: Path, runner: str) -> None:
+    """A kernel's daemon that clears its environment (`env -i`) and leaves its session
+    (`setsid`) escapes the marker's reap, and lived on as the farm's user: an adversarial
+    review had one rewrite a later cell's stdout, its inspect dump and its private
+    binary while it waited for the GPU, four false passes. The python3 runners are the
+    cell's subreaper: what its commands leave is its child, and killed with the cell.
+    The shell scripts have no subreaper: there it lives on, as the README says."""
+    workdir = tmp_path / "work-t4"
+    token = f"{os.getpid()}{int(time.time() * 1000) % 100000}"
+    daemon = f"env -i PATH=/usr/bin:/bin setsid sh -c 'exec sleep 300.{token}' </dev/null >/dev/null 2>&1 &"
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{daemon} {{binary}}")
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir)}, [standin_job("standin", {"d": variant})])
+    summary, _ = run_farm(config)
+    row = results(tmp_path / "results.db", summary.run_id)[("t4", "d")]
+    assert row["outcome"] == "pass", row["reason"]
+    time.sleep(0.5)
+    alive = [pid for pid, cmd in processes_matching(f"sleep 300.{token}")]
+    try:
+        if runner == "shell":
+            assert alive, "the shell scripts were given a subreaper: update this test and the README"
+        else:
+            assert alive == [], alive
+            detail = json.loads(row["stage_details"])["run"]["detail"]
+            assert "1 leftover processes killed" in detail, detail
+    finally:
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def start_slow_run(ssh_fleet: Fleet, tmp_path: Path, slow_s: int):

@@ -99,6 +99,47 @@ def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm
 # ------------------------------------------------------------------ case 3
 
 
+def test_a_copy_swapped_while_its_cell_waits_for_the_gpu_is_not_run(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """The cell's private copy was hashed before it queued for the GPU's lock: whatever
+    swapped it meanwhile (the kernel running ahead of it, as an adversarial review's
+    daemon did) had it run, and a failing binary's cell said pass. It is hashed once the
+    lock is this cell's: the swapped copy is not run, and the cell is not pass."""
+    import fcntl
+    import threading
+    import time
+
+    work = tmp_path / "work-t4"
+    variants = {"f": standin_variant("FAILNUM", {"min": "7.5"}, "MIN_CC=75")}
+    config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(work)}, [standin_job("standin", variants)])
+    work.mkdir(parents=True, exist_ok=True)
+    lock = open(work / f"gpu-{CARDS['t4'].uuid(0)}.lock", "a")  # noqa: SIM115 - held across the run
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another's kernel holds the GPU
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(run(config)), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (copies := list(work.glob("cells/*/t4/standin-f*/work/standin-f"))):
+            assert time.monotonic() < deadline, "the cell never got its copy"
+            time.sleep(0.05)
+        time.sleep(1.0)  # inspected, and waiting for the lock
+        fake = copies[0].with_name("fake")
+        fake.write_text('#!/bin/sh\necho "standin: PASS"\n')
+        fake.chmod(0o755)
+        fake.replace(copies[0])
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    thread.join(120)
+    ((_, summary),) = done
+    row = rows(tmp_path / "results.db", summary.run_id)[("f", "Tesla T4")]
+    assert row["outcome"] != "pass", row["reason"]
+    tries = query(tmp_path / "results.db", "SELECT error FROM attempts WHERE variant = 'f' AND status = 'infra'")
+    assert any("changed on the node after inspection" in (t["error"] or "") for t in tries), [dict(t) for t in tries]
+
+
 def test_each_cell_is_judged_on_its_own_card(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
     """A node holding a Tesla T4 (GPU 0) and an H100 (GPU 1). At 0f1e6ec every
     cell was judged against GPU 0 while running on either: 3 of 6 wrong."""

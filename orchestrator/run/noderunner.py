@@ -345,6 +345,59 @@ def reap(variable, value):
     return killed
 
 
+def subreaper():
+    """prctl(PR_SET_CHILD_SUBREAPER): what the cell's commands leave behind when their
+    parent ends (a daemon that double-forked into a session of its own and cleared its
+    environment, which the FARM_CELL reap cannot find) is this process's child then,
+    whatever it did; kill_orphans finds it. Linux only; elsewhere the reap alone."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
+    except Exception:
+        return False
+
+
+def kill_orphans():
+    """SIGKILL every child this (sub)reaper has when none should be left (a stage's
+    command has ended), and what their ends hand to it in turn; how many."""
+    me = os.getpid()
+    killed = 0
+    for _ in range(64):  # each round, the children of those killed become ours
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                fd = os.open("/proc/" + name + "/stat", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    stat = os.read(fd, 1024)
+                finally:
+                    os.close(fd)
+            except OSError:
+                continue
+            fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold anything
+            if len(fields) > 1 and fields[1] == str(me).encode():
+                if fields[0] == b"Z":  # ended already (the reap's, say): only collected, not counted
+                    try:  # noqa: SIM105
+                        os.waitpid(int(name), os.WNOHANG)
+                    except OSError:
+                        pass
+                    continue
+                found.append(int(name))
+        if not found:
+            break
+        for pid in found:
+            try:  # noqa: SIM105 - contextlib is an import the runner does without
+                os.kill(pid, _signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in found:
+            if wait_for(pid, KILL_GRACE) is not None:
+                killed += 1
+    return killed
+
+
 class Late(Exception):
     pass
 
@@ -417,7 +470,7 @@ def identities(checks):
     return found
 
 
-def build(out, spec, env, _ahead):
+def build(out, spec, env, ahead):
     bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
     if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
         got = sha_of(private) if take_copy(binary, run_dir, private) else ""
@@ -440,6 +493,8 @@ def build(out, spec, env, _ahead):
     else:
         with log:
             code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env)
+    if ahead.get("subreaper"):
+        kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
     bad = verify(out, spec["inputs"], "altered-during")
     for name, identity in identities(spec["inputs"]).items():
         if not bad and identity != before[name]:
@@ -491,10 +546,6 @@ def inspect(out, spec, env, _ahead):
 def run(out, spec, env, ahead):
     private = spec["private"]
     expected = spec["expected"] if spec["expected"] is not None else ahead.get("sha", "")
-    got = sha_of(private)
-    if got != expected:
-        out.say("@@farm binary-altered " + (got or "missing"))
-        return
     queued = None
     lock = None
     if spec.get("lock"):
@@ -509,6 +560,12 @@ def run(out, spec, env, ahead):
                 os.close(lock)
             return
     try:
+        # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
+        # (killed before it let the lock go), can no longer swap the copy while this one waits
+        got = sha_of(private)
+        if got != expected:
+            out.say("@@farm binary-altered " + (got or "missing"))
+            return
         run_dir = spec["run_dir"]
         work = os.path.join(run_dir, "work")
         if not os.path.isdir(work):
@@ -526,7 +583,11 @@ def run(out, spec, env, ahead):
         for handle in (stdout, stderr):
             if handle is not None:
                 handle.close()
+        # first what its commands left under this (sub)reaper, whatever their environment; then,
+        # by the marker, whatever got away from it (each killed and counted once)
+        orphans = kill_orphans() if ahead.get("subreaper") else 0
         left = reap("FARM_CELL", ahead["cell"])
+        left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
         out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
@@ -879,7 +940,7 @@ def run_plan(plan):
     env = dict(LOGIN_ENV)
     env.pop("FARM_RUN", None)
     env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
-    ahead = {"cell": plan["marker"].get("FARM_CELL")}
+    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper()}
     stages = plan["stages"]
     if not plan["together"]:
         stage = stages[0]

@@ -1091,7 +1091,8 @@ class CellPipeline:
         wait, queue_on_node = self._queue_on_node(gpu)
         word = '"$farm_sha"' if expected is None else q(expected)
         script = (
-            f"{self._binary_check(word)}{queue_on_node}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
+            f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
