@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,7 @@ class _LocalProcess(Process):
         self._proc = proc
         self._errors = errors
         self._said = ""  # its stderr as last read (stderr())
+        self._errors_lock = threading.Lock()  # the reader's thread may ask while the farm closes it
         self._name = name
 
     def send(self, data: bytes) -> None:
@@ -63,7 +65,12 @@ class _LocalProcess(Process):
 
     def stderr(self) -> str:
         """What it wrote to stderr, its last 64 KiB; also once closed (a runner's reader
-        tells its loss after the farm has closed it: what it said is kept)."""
+        tells its loss from its own thread, as the farm closes it: what it said is kept)."""
+        with self._errors_lock:
+            return self._read_errors()
+
+    def _read_errors(self) -> str:
+        """Under the lock: the file's last 64 KiB, or what was read before it was closed."""
         if not self._errors.closed:
             self._errors.seek(0)
             self._said = self._errors.read()[-(1 << 16) :].decode("utf-8", "replace")
@@ -82,8 +89,9 @@ class _LocalProcess(Process):
         with contextlib.suppress(OSError, ValueError):
             assert self._proc.stdout is not None
             self._proc.stdout.close()
-        self.stderr()  # kept for a reader that asks after the close
-        self._errors.close()
+        with self._errors_lock:
+            self._read_errors()  # kept for a reader that asks after the close
+            self._errors.close()
 
 
 class LocalTransport(Transport):
