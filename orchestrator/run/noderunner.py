@@ -363,6 +363,7 @@ def kill_orphans():
     command has ended), and what their ends hand to it in turn; how many."""
     me = os.getpid()
     killed = 0
+    tried = set()  # one stuck in the kernel (a hung driver call) is killed and waited for once
     for _ in range(64):  # each round, the children of those killed become ours
         found = []
         for name in os.listdir("/proc"):
@@ -384,9 +385,11 @@ def kill_orphans():
                     except OSError:
                         pass
                     continue
-                found.append(int(name))
+                if int(name) not in tried:
+                    found.append(int(name))
         if not found:
             break
+        tried.update(found)
         for pid in found:
             try:  # noqa: SIM105 - contextlib is an import the runner does without
                 os.kill(pid, _signal.SIGKILL)
