@@ -98,6 +98,12 @@ class ContractSpec(_Strict):
         return CapabilityContract(cc(self.exactly), cc(self.min), cc(self.max))
 
 
+def _each_once(value: list[str], expected: str) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError(expected)
+    return value
+
+
 class KnownFailureWhen(_Strict):
     """Where a known failure applies: an nvcc version range (PEP 440 specifier,
     e.g. ">=13.0,<13.4") and/or a compute-capability range. Both must hold."""
@@ -154,9 +160,7 @@ class VariantSpec(_Strict):
     @field_validator("sanitize")
     @classmethod
     def _each_tool_once(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("each tool once, e.g. [memcheck, racecheck]")
-        return value
+        return _each_once(value, "each tool once, e.g. [memcheck, racecheck]")
 
     @model_validator(mode="after")
     def _sanitized_run_is_the_binary(self) -> VariantSpec:
@@ -224,14 +228,6 @@ class JobSpec(_Strict):
     dependencies: list[str] = []
     pass_marker: str
     refusal_marker: str
-
-    @field_validator("dependencies")
-    @classmethod
-    def _each_dependency_once(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("each dependency once")
-        return value
-
     timeout: Seconds = 120.0
     build_timeout: Seconds = 900.0
     sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
@@ -242,6 +238,11 @@ class JobSpec(_Strict):
     @classmethod
     def _kernel_name(cls, value: str) -> str:
         return _check_name(value)
+
+    @field_validator("dependencies")
+    @classmethod
+    def _each_dependency_once(cls, value: list[str]) -> list[str]:
+        return _each_once(value, "each dependency once")
 
     @field_validator("pass_marker", "refusal_marker")
     @classmethod
