@@ -11,6 +11,7 @@ caught by both runners, on real sshd nodes.
 from __future__ import annotations
 
 import ast
+import base64
 import io
 import marshal
 import os
@@ -353,13 +354,15 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
     seen = {}
     for runner in ("shell", "auto", "cell"):
         monkeypatch.setenv("FARM_TEST_RUNNER", runner)
-        dump = tmp_path / f"env-{runner}"
-        run = f"env -0 > {dump} && {{binary}}"
+        # on stderr: the kernel may write no file outside its own work folder (confined)
+        run = "(printf 'ENV:'; env -0 | base64 -w0; echo) >&2 && {binary}"
         (row,) = verify(
             {"t4": own_home_node}, tmp_path / runner, {"env": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
         )
         assert row["outcome"] == "pass"
-        pairs = (item.partition("=") for item in dump.read_text().split("\0") if "=" in item)
+        (line,) = (line for line in bytes(row["stderr"]).decode().splitlines() if line.startswith("ENV:"))
+        dump = base64.b64decode(line[4:]).decode()
+        pairs = (item.partition("=") for item in dump.split("\0") if "=" in item)
         env = {k: v for k, _, v in pairs if k not in VOLATILE}
         env["PWD"] = "/".join(env["PWD"].split("/")[-3:])  # the cell's own work folder: NODE/CELL/work
         seen[runner] = env
@@ -377,6 +380,32 @@ def test_a_kernel_that_kills_its_runner_leaves_nothing_running(ssh_fleet: Fleet,
     (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=30)})
     assert row["outcome"] != "pass", row["reason"]
     assert not processes_matching("sleep 73"), "the kernel outlived the runner it killed"
+
+
+def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """The python runners start the kernel confined by Landlock: it may write beneath
+    its own work folder and /dev only. Its attempts to forge its own stdout file and
+    to write a file of the node's user elsewhere fail, and the kernel still runs. The
+    shell runner cannot confine it, and the cell says so."""
+    victim = tmp_path / "farm-owned.txt"
+    victim.write_text("the farm's\n")
+    run = (
+        f"echo forged > {victim}; echo PASS > ../stdout; echo scratch > here.txt && echo work-writable >&2; {{binary}}"
+    )
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=run)
+    (row,) = verify({"t4": own_home_node}, tmp_path / "farm", {"tamper": variant})
+    assert row["outcome"] == "pass", row["reason"]
+    stderr = bytes(row["stderr"]).decode()
+    assert "work-writable" in stderr, stderr
+    if runner == "shell":
+        assert victim.read_text() == "forged\n"
+        assert "ran unconfined" in row["stage_details"], row["stage_details"]
+    else:
+        assert victim.read_text() == "the farm's\n"
+        assert stderr.count("Permission denied") >= 2, stderr
+        assert "unconfined" not in row["stage_details"], row["stage_details"]
 
 
 def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(

@@ -217,6 +217,101 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
             os.close(here)
 
 
+# Landlock (Linux 5.13+): what a kernel's commands may change, asked of the node's own kernel.
+# Every cell of a node runs as the same user, so without it a kernel could write another
+# cell's sources, dump or output (or the farm's folders) while that cell builds or runs.
+LL_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
+LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
+SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
+
+
+def ruleset(writable):
+    """A Landlock ruleset letting the writes it handles happen only beneath the folders
+    WRITABLE: ((its fd, the ABI), ""), or (None, why it cannot be had). Reads, runs and
+    the GPU's ioctls are not handled: a kernel reads and runs what it likes."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.syscall
+        call.restype = ctypes.c_long
+        abi = call(SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+        if abi < 1:
+            return None, "no Landlock in this node's kernel (" + os.strerror(ctypes.get_errno()) + ")"
+        handled = LL_WRITE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
+        attr = ctypes.c_uint64(handled)
+        fd = call(SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+        if fd < 0:
+            return None, "landlock_create_ruleset: " + os.strerror(ctypes.get_errno())
+
+        class Beneath(ctypes.Structure):
+            _pack_ = 1
+            _fields_ = (("allowed", ctypes.c_uint64), ("parent", ctypes.c_int32))
+
+        for path in writable:
+            parent = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                added = call(SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(Beneath(handled, parent)), 0)
+            finally:
+                os.close(parent)
+            if added != 0:
+                why = os.strerror(ctypes.get_errno())
+                os.close(fd)
+                return None, "landlock_add_rule " + path + ": " + why
+        return (fd, abi), ""
+    except Exception as err:  # not Linux, or no libc to ask
+        return None, "no Landlock: " + repr(err)
+
+
+def spawn_confined(argv, cwd, env, fds, rules):
+    """spawn(), with the child confined to RULES (a ruleset's fd) before it execs: fork
+    and exec, since posix_spawn runs nothing of ours in between. None where it cannot
+    start (or cannot be confined: it is then not started at all)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    read, write = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may return into the runner
+        try:
+            os.close(read)
+            os.setpgid(0, 0)
+            for target, fd in enumerate(fds):
+                if fd == target:
+                    os.set_inheritable(fd, True)
+                else:
+                    os.dup2(fd, target)
+            os.chdir(cwd)
+            for sig in DEFAULTS:
+                try:  # noqa: SIM105 - as in kill_group
+                    _signal.signal(sig, _signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+            # no_new_privs: what an unprivileged process must promise before it may confine itself
+            if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
+                raise OSError(ctypes.get_errno(), "landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
+            os.execvpe(argv[0], argv, env)
+        except BaseException as err:
+            try:
+                os.write(write, (argv[0] + ": " + repr(err)).encode()[:2000])
+            finally:
+                os._exit(127)
+    os.close(write)
+    why = b""
+    while True:  # empty at the exec (the pipe is close-on-exec), or why it failed
+        block = os.read(read, 4096)
+        if not block:
+            break
+        why += block
+    os.close(read)
+    if why:
+        os.waitpid(pid, 0)
+        SPAWN_ERRORS.append(why.decode("utf-8", "replace"))
+        return None
+    return pid
+
+
 def exit_code(status):
     """What the shell's $? says of a wait status: the code, or 128 + the signal."""
     if os.WIFSIGNALED(status):
@@ -238,11 +333,12 @@ def wait_for(pid, seconds):
         _signal.sigtimedwait([_signal.SIGCHLD], min(left, 1.0))
 
 
-def guarded(command, limit, cwd, stdout, stderr, env):
+def guarded(command, limit, cwd, stdout, stderr, env, rules=None):
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
-    process group; returns what $rc would hold."""
+    process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in."""
     with open(os.devnull, "rb") as nothing:
-        pid = spawn(["sh", "-c", command], cwd, env, nothing.fileno(), stdout, stderr)
+        argv, fds = ["sh", "-c", command], (nothing.fileno(), stdout, stderr)
+        pid = spawn(argv, cwd, env, *fds) if rules is None else spawn_confined(argv, cwd, env, fds, rules)
     if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
         raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
     code = wait_for(pid, limit)
@@ -578,10 +674,18 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
+        # its writes only beneath its own work folder and /dev (the GPU's nodes, /dev/shm):
+        # not its output files (open already), its copy, nor any other cell's folder
+        rules, unconfined = ruleset((work, "/dev"))
         started = now()
         code = 1
-        if stdout is not None and stderr is not None:
-            code = guarded(spec["command"], spec["limit"], work, stdout.fileno(), stderr.fileno(), env)
+        try:
+            if stdout is not None and stderr is not None:
+                fd = rules[0] if rules else None
+                code = guarded(spec["command"], spec["limit"], work, stdout.fileno(), stderr.fileno(), env, fd)
+        finally:
+            if rules:
+                os.close(rules[0])
         ended = now()
         for handle in (stdout, stderr):
             if handle is not None:
@@ -593,6 +697,7 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
+        out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
         out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
         out.say("@@farm checked " + got)
         out.say(f"@@farm {code}")

@@ -1155,6 +1155,13 @@ class CellPipeline:
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
+        if _last(r"^@@farm confined (\d+)$", text) is None:
+            why = _last(r"^@@farm unconfined (.+)$", text)
+            self._detail.append(
+                "the kernel ran unconfined ("
+                + (why.group(1).strip()[:200] if why else "the node's shell runner cannot confine it")
+                + "): it could have written other cells' files"
+            )
         self.result.stdout = stdout.finish()
         self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")
