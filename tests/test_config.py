@@ -119,7 +119,7 @@ def test_missing_farm_file(tmp_path):
 def test_duplicate_node_name(tmp_path):
     farm = GOOD_FARM + "  t4:\n    host: 127.0.0.2\n"
     err = load_error(make_farm(tmp_path, farm=farm))
-    assert "the key 't4' twice" in str(err)
+    assert "farm.yaml: nodes.t4: found the key 't4' twice" in str(err), err
 
 
 def test_a_key_that_is_a_list_or_a_mapping_is_refused(tmp_path):
@@ -183,7 +183,16 @@ def test_a_known_failure_must_say_where_it_applies(tmp_path):
 
 def test_duplicate_variant_name(tmp_path):
     job = GOOD_JOB + '  v1:\n    build: x\n    cc: {min: "8.0"}\n'
-    assert "the key 'v1' twice" in str(load_error(make_farm(tmp_path, job=job)))
+    err = str(load_error(make_farm(tmp_path, job=job)))
+    assert "k.yaml: variants.v1: found the key 'v1' twice" in err, err
+
+
+def test_a_key_given_twice_deep_in_a_node_is_named_by_its_whole_path(tmp_path):
+    """The error names where the key is (a nested one earlier in the file first), not
+    only its last part, which every node's and variant's entries share."""
+    farm = GOOD_FARM.replace("  t4:\n", "  t4:\n    user: a\n    user: b\n", 1) + "database: x\ndatabase: y\n"
+    err = str(load_error(make_farm(tmp_path, farm=farm)))
+    assert "nodes.t4.user: found the key 'user' twice (lines" in err, err
 
 
 @pytest.mark.parametrize("name", ["t4; rm -rf ~", "my node", "a/b", "../up", "$(id)"])
@@ -347,6 +356,19 @@ def test_bad_headers_are_refused(tmp_path, entry, says):
     job = GOOD_JOB.replace("sources: [kernels/k.cu]", f"sources: [kernels/k.cu]\nheaders: ['{entry}']")
     err = load_error(make_farm(tmp_path, job=job))
     assert "headers[0]" in str(err) and says in str(err), str(err)
+
+
+def test_a_folder_given_as_a_source_is_called_a_folder(tmp_path):
+    (tmp_path / "kernels" / "sub").mkdir(parents=True)
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", "sources: [kernels/k.cu, kernels/sub]")
+    err = str(load_error(make_farm(tmp_path, job=job)))
+    assert "sources[1]: found 'kernels/sub', which is a folder; expected a source file" in err, err
+
+
+def test_a_validators_own_expected_is_not_said_twice(tmp_path):
+    job = GOOD_JOB + "    known_failures: [{when: {nvcc: 'thirteen'}, outcome: build-fail, reason: r}]\n"
+    err = str(load_error(make_farm(tmp_path, job=job)))
+    assert "expected a version range such as" in err and "expected expected" not in err, err
 
 
 def test_a_source_listed_twice_is_refused(tmp_path):

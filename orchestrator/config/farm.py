@@ -127,6 +127,36 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _first_duplicate(root: yaml.Node) -> _DuplicateKey | None:
+    """The first key given twice in one mapping, in the file's order, named by its
+    whole path (`nodes.t4.host`, not `host`), before anything is constructed."""
+    seen_nodes: set[int] = set()
+
+    def walk(node: yaml.Node, path: str) -> _DuplicateKey | None:
+        if id(node) in seen_nodes:  # an alias: its keys were checked where it was defined
+            return None
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                if found := walk(item, f"{path}[{index}]"):
+                    return found
+        elif isinstance(node, yaml.MappingNode):
+            lines: dict[str, int] = {}
+            for key_node, value in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue  # not a key the farm reads: _BadKey says so
+                name = f"{path}.{key_node.value}" if path else str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if key_node.value in lines:
+                    return _DuplicateKey(name, lines[key_node.value], line)
+                lines[key_node.value] = line
+                if found := walk(value, name):
+                    return found
+        return None
+
+    return walk(root, "")
+
+
 class _BadKey(Exception):
     def __init__(self, line: int, kind: str) -> None:
         self.line, self.kind = line, kind
@@ -208,6 +238,8 @@ def read_yaml(path: Path, what: str) -> Any:
             node = loader.get_single_node()
             if node is None:
                 return None
+            if duplicate := _first_duplicate(node):
+                raise duplicate
             # without an alias nothing can multiply (and the file is at most 1 MiB)
             if "*" in text and _expanded_size(node) > MAX_YAML_NODES:
                 raise ConfigError(
@@ -227,7 +259,7 @@ def read_yaml(path: Path, what: str) -> Any:
         raise ConfigError(
             str(path),
             dup.key,
-            f"the key {dup.key!r} twice (lines {dup.first} and {dup.second})",
+            f"the key {dup.key.rpartition('.')[2]!r} twice (lines {dup.first} and {dup.second})",
             "each key once",
         ) from None
     except yaml.YAMLError as err:
@@ -315,7 +347,7 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
             errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
         else:
             message = item["msg"]
-            for prefix in ("Value error, ", "Input should be "):
+            for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
                 if message.startswith(prefix):
                     message = message[len(prefix) :]
             found = _describe(item.get("input"))
@@ -508,6 +540,10 @@ def _input_files(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
             )
         return "", ""
     what = "a file or folder" if folder_ok else "a source file"
+    if path.is_dir():  # not folder_ok: a kernel's source is one file
+        return f"{entry!r}, which is a folder", f"{what}, relative to {root}"
+    if path.exists():
+        return f"{entry!r}, which is no regular file", f"{what}, relative to {root}"
     return f"{entry!r}, which does not exist", f"{what}, relative to {root}"
 
 
