@@ -70,12 +70,14 @@ print(f"farm cold wall {cold:.1f} s; raw commands one after another {raw:.1f} s;
       f"ratio farm/raw {cold / raw:.2f}; farm warm wall {warm:.1f} s")
 db = sqlite3.connect("results.db")
 for run_id, trigger in db.execute("select id, trigger from runs order by id"):
-    rows = db.execute("select kernel, variant, outcome, build_cached, stage_seconds, code_path, gpu_index, gpu_uuid, real_gpu, identity from results where run_id=?", (run_id,)).fetchall()
+    rows = db.execute("select kernel, variant, outcome, build_cached, stage_seconds, code_path, gpu_index, gpu_uuid, real_gpu, identity, stage_details from results where run_id=?", (run_id,)).fetchall()
     shipped = db.execute("select sum(bytes_shipped) from node_snapshots where run_id=?", (run_id,)).fetchone()[0]
     nvcc = [f"{k}:{v}" for k, v, _, cached, *_ in rows if not cached]
     print(f"run {run_id} ({trigger}): bytes shipped {shipped}; builds that invoked nvcc: {nvcc}")
-    for k, v, o, cached, stages, code, gpu, uuid, real, ident in rows:
-        print(f"   {k}:{v:<11} {o:<15} code {code}  GPU {gpu} {uuid} real {bool(real)}  identity {(ident or '-')[:12]}  cached {bool(cached)}  stages {stages}")
+    for k, v, o, cached, stages, code, gpu, uuid, real, ident, details in rows:
+        # the run's commands confined by Landlock (writes only beneath the cell's work folder)
+        confined = "unconfined" not in (details or "") and '"run"' in (stages or "")
+        print(f"   {k}:{v:<11} {o:<15} code {code}  GPU {gpu} {uuid} real {bool(real)}  identity {(ident or '-')[:12]}  cached {bool(cached)}  confined {confined}  stages {stages}")
 PY
 echo "cold rc=$cold_rc warm rc=$warm_rc"
 

@@ -386,7 +386,7 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
     runner: str, own_home_node: SshNode, tmp_path: Path
 ) -> None:
     """The python runners start the kernel confined by Landlock: it may write beneath
-    its own work folder and /dev only. Its attempts to forge its own stdout file and
+    its own work folder, /dev and /proc only. Its attempts to forge its own stdout file and
     to write a file of the node's user elsewhere fail, and the kernel still runs. The
     shell runner cannot confine it, and the cell says so."""
     victim = tmp_path / "farm-owned.txt"

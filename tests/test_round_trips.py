@@ -110,9 +110,18 @@ def test_a_build_that_exits_0_without_its_binary_is_the_jobs_build_fail(
     assert summary.exit_code == 1
 
 
+def ran_marker(tmp_path: Path) -> Path:
+    """A file a kernel touches to show it ran: in /dev/shm, since the python runners let
+    a kernel write nothing outside its own work folder, /dev and /proc (there a touch
+    elsewhere would fail, and `not marker.exists()` would hold whether it ran or not)."""
+    marker = Path("/dev/shm") / f"farm-test-ran-{os.getpid()}-{tmp_path.name}"
+    marker.unlink(missing_ok=True)
+    return marker
+
+
 def test_a_cell_missing_its_instructions_is_not_run_on_the_node(node: SshNode, tmp_path: Path) -> None:
     """The node holds the run back by its own count, as the farm would."""
-    marker = tmp_path / "ran"
+    marker = ran_marker(tmp_path)
     variants = {
         "noinstr": standin_variant(
             "PASS", MIN75, "MIN_CC=75", instructions={"HGMMA": 1}, run=f"touch {marker} && {{binary}}"
@@ -182,7 +191,7 @@ def test_a_build_that_forges_the_later_stages_gets_its_own_verdict(node: SshNode
     and a line naming all three stages), then fails. The command's last line, from
     the shell's own variables after the cell's processes are reaped, names the
     build alone: the cell is build-fail, and its forged binary is remembered nowhere."""
-    marker = tmp_path / "kernel-ran"
+    marker = ran_marker(tmp_path)
     forge = f"{sys.executable} {FORGERS / 'forge_stages.py'}"
     variants = {
         "forged": standin_variant(
@@ -205,16 +214,19 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     """A kernel writes 1 MiB into the stdout of the farm's outermost process on the
     node, forged status lines inside, then hangs past its 3 s timeout: text past the
     farm's cap is no evidence (infra-error), never the pass the forged lines claim.
-    The resident runner's stream takes only messages with its secret mark: the flood
-    reaches no cell, and the kernel gets its own verdict (killed at its timeout)."""
+    The python runners confine the kernel (Landlock): it may not open another
+    process's descriptors, so there is no flood, and the kernel gets its own verdict
+    (killed at its timeout); the resident runner's stream would also take only
+    messages with its secret mark."""
     flood = f"{sys.executable} {FORGERS / 'flood.py'}"
     variants = {"flood": standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{flood}; {{binary}}; sleep 60", timeout=3)}
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
     assert result.verdict is not None
-    if runner == "resident":
+    if runner != "shell":
         assert result.verdict.outcome.value == "timeout", result.verdict
         assert result.evidence.run_timed_out and result.evidence.infra_stage is None
+        assert "Permission denied" in (result.evidence.stderr_last_line or ""), result.evidence.stderr_last_line
     else:
         assert result.verdict.outcome.value == "infra-error", result.verdict
         assert "more than 1048576 bytes" in result.evidence.infra_detail

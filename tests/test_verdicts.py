@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -60,10 +61,12 @@ FORGER_RUN = (
 )
 
 
-@pytest.mark.usefixtures("runner")  # with either node runner
-def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str) -> None:
     """At 0f1e6ec the victim, which really fails, was judged `pass` ("fixed") on
-    the second run: its cached binary was the forger's copy of a passing one."""
+    the second run: its cached binary was the forger's copy of a passing one.
+    The python runners confine the kernel, so the forger cannot rewrite the cache
+    there; a process of the node's user outside the farm still can, and does here:
+    the farm's hash checks are what stop it."""
     variants = {
         "victim": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
         "passer": standin_variant("PASS", MIN75, "MIN_CC=75"),
@@ -77,7 +80,15 @@ def test_a_kernel_cannot_forge_another_cells_verdict(ssh_fleet: Fleet, make_farm
     assert [one[(v, "Tesla T4")]["outcome"] for v in variants] == ["fail", "pass", "pass"]
     forged = list((tmp_path / "work-t4" / "builds" / "t4").glob("standin-victim-*/standin-victim"))
     passer = list((tmp_path / "work-t4" / "builds" / "t4").glob("standin-passer-*/standin-passer"))
-    assert forged and forged[0].read_bytes() == passer[0].read_bytes(), "the forger did not rewrite the cache"
+    assert forged and passer
+    if runner == "shell":  # unconfined: the kernel rewrote the cache and the staged sources itself
+        assert forged[0].read_bytes() == passer[0].read_bytes(), "the forger did not rewrite the cache"
+    else:
+        assert forged[0].read_bytes() != passer[0].read_bytes(), "the confined forger rewrote the cache"
+        forged[0].write_bytes(passer[0].read_bytes())
+        for source in (tmp_path / "work-t4" / "bundles").glob("*/kernels/standin.cpp"):
+            with source.open("a") as handle:
+                handle.write("// forged\n")
 
     farm, second = run(config)
     two = rows(db, second.run_id)
@@ -185,12 +196,16 @@ def test_gpus_restricts_the_cards_used(fleet_extra: dict, make_farm, tmp_path: P
 
 
 @pytest.mark.usefixtures("runner")  # with either node runner
-def test_one_kernel_at_a_time_on_each_gpu(fleet_extra: dict, make_farm, tmp_path: Path) -> None:
+def test_one_kernel_at_a_time_on_each_gpu(
+    fleet_extra: dict, make_farm, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Runs queue on the node, one lock file per GPU (flock): with 4 build slots
     and 8 cells on a node with two T4s, each GPU runs one kernel at a time, and
     both GPUs are used. Each kernel logs its start and end (node clock, ns) and
     its CUDA_VISIBLE_DEVICES; no two intervals on one GPU overlap."""
-    log = tmp_path / "gpu.log"
+    # in /dev/shm: a kernel may write nothing outside its own work folder, /dev and /proc
+    log = Path("/dev/shm") / f"farm-test-gpu-{os.getpid()}-{tmp_path.name}.log"
+    request.addfinalizer(lambda: log.unlink(missing_ok=True))
     run_line = (
         f'echo "start $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; sleep 0.4; {{binary}}; rc=$?; '
         f'echo "end $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; exit $rc'

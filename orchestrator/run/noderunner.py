@@ -674,9 +674,12 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
-        # its writes only beneath its own work folder and /dev (the GPU's nodes, /dev/shm):
-        # not its output files (open already), its copy, nor any other cell's folder
-        rules, unconfined = ruleset((work, "/dev"))
+        # its writes only beneath its own work folder, /dev (the GPU's nodes, /dev/shm) and
+        # /proc (CUDA names its threads in /proc/self/task: without it cudaGetDeviceProperties
+        # fails, "OS call failed"; another process's entries there need ptrace, which
+        # Landlock denies outside the domain): not its output files (open already), its
+        # copy, nor any other cell's folder
+        rules, unconfined = ruleset((work, "/dev", "/proc"))
         started = now()
         code = 1
         try:
