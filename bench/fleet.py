@@ -14,7 +14,7 @@ Side by side in one run it measures:
 2. orchestration time per cell beyond the commands' own time;
 3. a plain serial OpenSSH loop doing the same build+run per node and job;
 4. ReFrame's ssh scheduler against the same nodes and commands;
-5. a warm rerun (nothing changed): build seconds and bytes shipped;
+5. a warm rerun (nothing changed) of the N=128 farm (`--warm-size`; else the largest): build seconds and bytes shipped;
 6. the orchestrator's peak RSS at 64 nodes x 50 variants (`farm verify --all`).
 
     PYTHONPATH=. python3 bench/fleet.py            # everything, a few minutes on 2 cores
@@ -412,6 +412,7 @@ def main() -> int:
         action="store_true",
         help="on a GPU machine, as root: each node's sshd in a mount namespace without /dev/nvidia* (no CUDA query)",
     )
+    ap.add_argument("--warm-size", type=int, default=0, help="cold run to rerun warm (default 128, else the largest)")
     ap.add_argument("--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' for none)")
     args = ap.parse_args()
     os.environ["FARM_TEST_RUNNER"] = args.runner  # tests/nodes.py puts it into every node's entry
@@ -455,6 +456,7 @@ def main() -> int:
         # 1 + 2: cold farm runs
         overhead_at = {}
         last_root = None
+        roots: dict[int, tuple[Path, Path, int]] = {}
         for n in sizes:
             root = tmp / f"farm-{n}"
             farm_file = write_farm(root, nodes[:n], k, build, run, args.build_jobs, processes=args.processes)
@@ -504,6 +506,7 @@ def main() -> int:
                 )
             )
             last_root = (root, farm_file, n)
+            roots[n] = last_root
 
         # 1b: the same farm across a network: every node behind a delaying proxy
         for n in delayed:
@@ -536,8 +539,11 @@ def main() -> int:
                 )
             )
 
-        # 5: warm rerun of the largest farm
+        # 5: warm rerun of the issue's N=128 farm (--warm-size), else of the largest
         w = None
+        warm_size = args.warm_size or (128 if 128 in roots else None)
+        if warm_size in roots:
+            last_root = roots[warm_size]
         if last_root is not None:
             root, farm_file, n = last_root
             w = farm_run(farm_file, root / "archives")
