@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import base64
 import io
+import json
 import marshal
 import os
 import shutil
@@ -212,6 +213,52 @@ def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp
     )
     said = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     assert "before=\n" in said and "@@farm altered-during sources replaced" in said and "after=1" in said, said
+
+
+BUILD_ONE = """
+import json, os, signal, sys
+from orchestrator.run import noderunner
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # as run_plan does
+out = noderunner.Stage()
+noderunner.build(out, json.loads(sys.argv[1]), dict(os.environ), {})
+sys.stdout.write(out.text.decode())
+"""
+
+
+def test_two_farms_building_one_cell_in_one_workdir_take_turns(tmp_path: Path) -> None:
+    """Two farms with their own databases (so no run lock between them) on one node and
+    workdir build the same cell at once: each build removes and refills the same build
+    folder, so the second removed the first's while its compiler wrote there (the
+    first failed: no binary). The build folder's lock makes them take turns: both
+    build, each copies its own binary."""
+    build_dir = tmp_path / "builds" / "n" / "k-v-key"
+    procs = []
+    for name in ("a", "b"):
+        run_dir = tmp_path / "cells" / name / "n" / "k-v"
+        spec = {
+            "reuse": False,
+            "build_dir": str(build_dir),
+            "binary": f"{build_dir}/kern",
+            "run_dir": str(run_dir),
+            "private": f"{run_dir}/work/kern",
+            "command": f"sleep 0.6 && echo {name} > kern",
+            "limit": 30,
+            "inputs": [],
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", BUILD_ONE, json.dumps(spec)],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+            )
+        )
+    said = [proc.communicate(timeout=30)[0] for proc in procs]
+    for name, text in zip(("a", "b"), said, strict=True):
+        assert "@@farm rc=0" in text, text
+        copy = tmp_path / "cells" / name / "n" / "k-v" / "work" / "kern"
+        assert copy.read_text() == f"{name}\n"
+        assert f"@@farm copy {noderunner.sha_of(str(copy))}" in text, text
 
 
 def test_the_runners_folder_digest_is_the_shells(tmp_path: Path) -> None:

@@ -553,6 +553,28 @@ def identities(checks):
 
 
 def build(out, spec, env, ahead):
+    """The build stage, holding its build folder's lock: a second farm on the same node
+    and workdir (another database, so no run lock between them) building the same key
+    would otherwise remove the folder this build writes into, or copy a binary from it
+    half-written."""
+    try:
+        make_dirs(os.path.dirname(spec["build_dir"]))
+        lock = os.open(spec["build_dir"] + ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        lock = None
+    if lock is None:
+        out.say("@@farm build-lock-failed")
+        return
+    try:
+        if not lock_within(lock, spec["limit"]):
+            out.say("@@farm build-lock-failed")
+            return
+        built(out, spec, env, ahead)
+    finally:
+        os.close(lock)
+
+
+def built(out, spec, env, ahead):
     bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
     if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
         got = sha_of(private) if take_copy(binary, run_dir, private) else ""

@@ -949,6 +949,12 @@ class CellPipeline:
                 f"node {self.t.name!r}: inputs changed on the node while nvcc ran ({names}); "
                 "the binary cannot be trusted"
             )
+        if re.search(r"^@@farm build-lock-failed$", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} was held past the "
+                f"build's limit ({limit} s), or could not be taken: another farm building the same cell in this "
+                "node's workdir?"
+            )
         rc = re.search(r"^@@farm rc=(\d+)$", text, re.M)
         if rc is None:
             raise InfraError(
