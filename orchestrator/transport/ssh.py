@@ -88,10 +88,6 @@ class _Transport(paramiko.Transport):
         "aes256-gcm@openssh.com",
         *(name for name in paramiko.Transport._preferred_ciphers if "-gcm@" not in name),
     )
-    # how often its reader thread wakes, with nothing to read, to see whether it should end:
-    # paramiko's 0.1 s was ten wakes a second per node (0.6-0.9 ms of the farm's CPU per cell
-    # of the bench's); _disconnect shuts the socket down, which wakes it at once
-    _active_check_timeout = 2.0
 
     def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
         # through a jump host `sock` is a channel of the jump's connection: nothing to set
@@ -385,10 +381,6 @@ class SSHTransport(Transport):
             self._share.users -= 1
             last = self._share.users <= 0
         if last:
-            transport = self._conn.transport
-            if transport is not None:
-                with contextlib.suppress(Exception):  # its reader thread ends now, not at its next wake
-                    transport.sock.shutdown(socket.SHUT_RDWR)
             self._conn.close()
 
     def _run(self, command: str, timeout: float) -> CommandResult:
