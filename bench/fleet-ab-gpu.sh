@@ -21,7 +21,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/farm-site .kit/whee
 export PATH=$(dirname "$(readlink -f "$(command -v nvcc)")"):$PATH
 export PYTHONPATH=/tmp/farm-site PYTHONUNBUFFERED=1
 for round in $(seq "$rounds"); do
-    for side in old new new-forkserver; do
+    for side in ${SIDES:-old new new-forkserver}; do  # SIDES="old new": without the fork server round
         case $side in
             old) tree=$old; env=() ;;
             new) tree=$PWD; env=() ;;
