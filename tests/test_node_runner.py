@@ -32,6 +32,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
 from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
+from orchestrator.report.site import render
 from orchestrator.run import bundle, noderunner, resident, stages
 from orchestrator.run.probe import _python, probe, resident_probe
 from orchestrator.run.scheduler import run_cells
@@ -446,10 +447,18 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
     assert row["outcome"] == "pass", row["reason"]
     stderr = bytes(row["stderr"]).decode()
     assert "work-writable" in stderr, stderr
+    store = Store(f"sqlite:///{tmp_path / 'farm' / 'results.db'}")
+    try:
+        render(store, tmp_path / "reports")
+    finally:
+        store.close()
+    node_page = (tmp_path / "reports" / "nodes" / "t4.html").read_text()
     if runner == "shell":
         assert victim.read_text() == "forged\n"
         assert "ran unconfined" in row["stage_details"], row["stage_details"]
+        assert "Kernels run unconfined" in node_page
     else:
+        assert "Kernels run confined by Landlock" in node_page
         assert victim.read_text() == "the farm's\n"
         assert stderr.count("Permission denied") >= 2, stderr
         assert "unconfined" not in row["stage_details"], row["stage_details"]
