@@ -222,13 +222,15 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
 # cell's sources, dump or output (or the farm's folders) while that cell builds or runs.
 LL_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
+LL_SCOPE_SIGNAL = 1 << 1
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
 
 
 def ruleset(writable):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
-    WRITABLE: ((its fd, the ABI), ""), or (None, why it cannot be had). Reads, runs and
-    the GPU's ioctls are not handled: a kernel reads and runs what it likes."""
+    WRITABLE, and (ABI 6) signals only within the confined tree: ((its fd, the ABI), ""),
+    or (None, why it cannot be had). Reads, runs and the GPU's ioctls are not handled: a
+    kernel reads and runs what it likes."""
     try:
         import ctypes
 
@@ -239,8 +241,11 @@ def ruleset(writable):
         if abi < 1:
             return None, "no Landlock in this node's kernel (" + os.strerror(ctypes.get_errno()) + ")"
         handled = LL_WRITE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
-        attr = ctypes.c_uint64(handled)
-        fd = call(SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+        # ABI 6: signals only within the kernel's own tree (not to the runner, nor another
+        # cell's kernel); the struct grew by its network and scope words
+        attr = (ctypes.c_uint64 * 3)(handled, 0, LL_SCOPE_SIGNAL if abi >= 6 else 0)
+        size = 24 if abi >= 6 else 8
+        fd = call(SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
         if fd < 0:
             return None, "landlock_create_ruleset: " + os.strerror(ctypes.get_errno())
 
