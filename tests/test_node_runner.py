@@ -161,6 +161,20 @@ def test_two_extracting_scripts_of_one_bundle_at_once_both_place_it(tmp_path: Pa
     assert failed == []
 
 
+def build_spec(build_dir: Path, run_dir: Path, command: str, inputs: list[list[str]]) -> dict[str, object]:
+    """A build stage's spec, as stages.py sends it to the runner (binary `kern`)."""
+    return {
+        "reuse": False,
+        "build_dir": str(build_dir),
+        "binary": f"{build_dir}/kern",
+        "run_dir": str(run_dir),
+        "private": f"{run_dir}/work/kern",
+        "command": command,
+        "limit": 30,
+        "inputs": inputs,
+    }
+
+
 def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp_path: Path) -> None:
     """Another cell found a shared dependency altered (a kernel wrote into it) and
     staged it again while this cell's nvcc read it: the digest after the build was the
@@ -177,16 +191,7 @@ def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp
     command = f"printf altered > {final}/d/h0.h; cat {final}/d/h0.h > kern; sleep 0.8"
     build_dir = tmp_path / "builds" / "n" / "k-v-key"
     run_dir = tmp_path / "cells" / "r" / "n" / "k-v"
-    spec = {
-        "reuse": False,
-        "build_dir": str(build_dir),
-        "binary": f"{build_dir}/kern",
-        "run_dir": str(run_dir),
-        "private": f"{run_dir}/work/kern",
-        "command": command,
-        "limit": 30,
-        "inputs": [["dependency:x", str(final), digest]],
-    }
+    spec = build_spec(build_dir, run_dir, command, [["dependency:x", str(final), digest]])
     subprocess.run(["sh", "-c", swap], check=True)
     out = noderunner.Stage()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # as run_plan does
@@ -236,16 +241,7 @@ def test_two_farms_building_one_cell_in_one_workdir_take_turns(tmp_path: Path) -
     procs = []
     for name in ("a", "b"):
         run_dir = tmp_path / "cells" / name / "n" / "k-v"
-        spec = {
-            "reuse": False,
-            "build_dir": str(build_dir),
-            "binary": f"{build_dir}/kern",
-            "run_dir": str(run_dir),
-            "private": f"{run_dir}/work/kern",
-            "command": f"sleep 0.6 && echo {name} > kern",
-            "limit": 30,
-            "inputs": [],
-        }
+        spec = build_spec(build_dir, run_dir, f"sleep 0.6 && echo {name} > kern", [])
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", BUILD_ONE, json.dumps(spec)],
