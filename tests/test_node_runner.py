@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import io
 import json
 import marshal
@@ -22,6 +23,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -460,6 +462,38 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
         assert victim.read_text() == "the farm's\n"
         assert stderr.count("Permission denied") >= 2, stderr
         assert "unconfined" not in row["stage_details"], row["stage_details"]
+
+
+def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """The kernel leaves a chain of 70 processes, each the parent of the next, in a
+    session of their own with no environment (so no marker): the python runners'
+    leftover kill took one layer of the tree a round for 64 rounds, and 6 of them
+    outlived the cell (a review's reproduction; they kept its stdout open). It takes
+    every descendant at once, until none is left. The shell scripts have no
+    subreaper: there they live on, as the README says."""
+    token = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+    chain = tmp_path / "chain.sh"
+    chain.write_text(f'n=$1; if [ "$n" -gt 0 ]; then /bin/sh {chain} $((n-1)) & fi; exec sleep 1000.{token}\n')
+    run = f"setsid /usr/bin/env -i /bin/sh {chain} 70 </dev/null >/dev/null 2>&1 & sleep 1; {{binary}}"
+    (row,) = verify(
+        {"t4": own_home_node}, tmp_path / "farm", {"chain": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
+    )
+    assert row["outcome"] == "pass", row["reason"]
+    time.sleep(0.5)
+    alive = processes_matching(f"sleep 1000.{token}")
+    try:
+        if runner == "shell":
+            assert alive, "the shell scripts were given a subreaper: update this test and the README"
+        else:
+            assert alive == [], f"{len(alive)} of the chain outlived the cell"
+            detail = json.loads(row["stage_details"])["run"]["detail"]
+            assert "71 leftover processes killed" in detail, detail
+    finally:
+        for pid, _ in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(

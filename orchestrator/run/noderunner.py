@@ -442,14 +442,18 @@ def subreaper():
         return False
 
 
-def kill_orphans():
-    """SIGKILL every child this (sub)reaper has when none should be left (a stage's
-    command has ended), and what their ends hand to it in turn; how many."""
+def kill_orphans(seconds=2 * KILL_GRACE):
+    """SIGKILL every descendant this (sub)reaper has when none should be left (a stage's
+    command has ended), whole trees at once, again until a scan finds none (or
+    `seconds` have gone: a fork bomb); how many. Not a layer a round: a chain of
+    processes deeper than the rounds outlived the cell (64 did, in a review)."""
     me = os.getpid()
     killed = 0
     tried = set()  # one stuck in the kernel (a hung driver call) is killed and waited for once
-    for _ in range(64):  # each round, the children of those killed become ours
-        found = []
+    deadline = time.monotonic() + seconds
+    while True:
+        states = {}
+        children = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -462,26 +466,35 @@ def kill_orphans():
             except OSError:
                 continue
             fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold anything
-            if len(fields) > 1 and fields[1] == str(me).encode():
-                if fields[0] == b"Z":  # ended already (the reap's, say): only collected, not counted
+            if len(fields) > 1 and fields[1].isdigit():
+                states[int(name)] = fields[0]
+                children.setdefault(int(fields[1]), []).append(int(name))
+        found = []
+        mine = children.get(me, [])
+        stack = list(mine)
+        while stack:
+            pid = stack.pop()
+            stack.extend(children.get(pid, ()))
+            if states.get(pid) == b"Z":  # ended already (the reap's, say): only collected, not counted
+                if pid in mine:
                     try:  # noqa: SIM105
-                        os.waitpid(int(name), os.WNOHANG)
+                        os.waitpid(pid, os.WNOHANG)
                     except OSError:
                         pass
-                    continue
-                if int(name) not in tried:
-                    found.append(int(name))
-        if not found:
+            elif pid not in tried:
+                found.append(pid)
+        if not found or time.monotonic() > deadline:
             break
         tried.update(found)
         for pid in found:
-            try:  # noqa: SIM105 - contextlib is an import the runner does without
+            try:
                 os.kill(pid, _signal.SIGKILL)
+                killed += 1
             except OSError:
                 pass
         for pid in found:
-            if wait_for(pid, KILL_GRACE) is not None:
-                killed += 1
+            if pid in mine:  # the others are their parents' to collect, or ours next round
+                wait_for(pid, KILL_GRACE)
     return killed
 
 
