@@ -485,3 +485,15 @@ def query(db: Path, sql: str, *args: object) -> list[sqlite3.Row]:
         return con.execute(sql, args).fetchall()
     finally:
         con.close()
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI this machine's kernel gives the python runners' confined kernels
+    (0: none): at 6 and later their signals stay within their own process tree."""
+    from orchestrator.run import noderunner
+
+    rules, _ = noderunner.ruleset(("/",))
+    if rules is None:
+        return 0
+    os.close(rules[0])
+    return rules[1]

@@ -28,7 +28,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant, write_farm
+from nodes import (
+    CARDS,
+    Fleet,
+    SshNode,
+    landlock_abi,
+    processes_matching,
+    query,
+    standin_job,
+    standin_variant,
+    write_farm,
+)
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
@@ -434,19 +444,34 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
     runner: str, own_home_node: SshNode, tmp_path: Path
 ) -> None:
     """The python runners start the kernel confined by Landlock: it may write beneath
-    its own work folder, /dev and /proc only. Its attempts to forge its own stdout file and
-    to write a file of the node's user elsewhere fail, and the kernel still runs. The
-    shell runner cannot confine it, and the cell says so."""
+    its own work folder, /dev and /proc only (CUDA's runtime names its threads in
+    /proc/self/task, and failed on the H200 without it). Its attempts to forge its own
+    stdout file and to write a file of the node's user elsewhere fail, and the kernel
+    still runs; where Landlock scopes signals (ABI 6) it cannot signal its runner
+    either. The shell runner cannot confine it, and the cell and the node page say so."""
     victim = tmp_path / "farm-owned.txt"
     victim.write_text("the farm's\n")
-    run = (
-        f"echo forged > {victim}; echo PASS > ../stdout; echo scratch > here.txt && echo work-writable >&2; {{binary}}"
+    shm = Path("/dev/shm") / f"farm-test-confined-{os.getpid()}-{runner}"
+    shm.unlink(missing_ok=True)
+    run = "; ".join(
+        (
+            f"echo forged > {victim}",
+            "echo PASS > ../stdout",
+            "echo scratch > here.txt && echo work-writable >&2",
+            "echo kernel > /proc/self/comm && echo proc-writable >&2",
+            f"touch {shm} && echo dev-writable >&2",
+            "kill -0 $PPID 2>/dev/null && echo runner-signalled >&2",
+            "{binary}",
+        )
     )
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=run)
     (row,) = verify({"t4": own_home_node}, tmp_path / "farm", {"tamper": variant})
     assert row["outcome"] == "pass", row["reason"]
     stderr = bytes(row["stderr"]).decode()
-    assert "work-writable" in stderr, stderr
+    for said in ("work-writable", "proc-writable", "dev-writable"):
+        assert said in stderr, stderr
+    assert shm.exists()
+    shm.unlink()
     store = Store(f"sqlite:///{tmp_path / 'farm' / 'results.db'}")
     try:
         render(store, tmp_path / "reports")
@@ -457,11 +482,14 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
         assert victim.read_text() == "forged\n"
         assert "ran unconfined" in row["stage_details"], row["stage_details"]
         assert "Kernels run unconfined" in node_page
+        assert "runner-signalled" in stderr, stderr
     else:
         assert "Kernels run confined by Landlock" in node_page
         assert victim.read_text() == "the farm's\n"
         assert stderr.count("Permission denied") >= 2, stderr
         assert "unconfined" not in row["stage_details"], row["stage_details"]
+        assert landlock_abi() > 0
+        assert ("runner-signalled" in stderr) == (landlock_abi() < 6), stderr
 
 
 def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(

@@ -21,7 +21,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Card, Fleet, query, standin_job, standin_variant
+from nodes import CARDS, Card, Fleet, landlock_abi, query, standin_job, standin_variant
 
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
@@ -352,12 +352,19 @@ def test_a_kernel_that_kills_the_farms_shell_gets_no_verdict(
     """With the shell (or the python runner) that would print the real status killed,
     the forged "exit 0" is the only status line: the shell's parent says how it ended
     (killed), or the runner's session ends without it, and the cell is infra-error
-    (no evidence), never `pass`."""
+    (no evidence), never `pass`. Where the python runners confine the kernel and
+    Landlock scopes its signals (ABI 6), it can neither forge nor kill: the cell is
+    its own `exit 3`, a fail."""
     variants = {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=KILLED_SHELL_RUN)}
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
     config = make_farm(tmp_path, nodes, [standin_job("standin", variants)], retries=0)
     _, summary = run(config)
     row = rows(tmp_path / "results.db", summary.run_id)[("killer", "Tesla T4")]
+    if runner != "shell" and landlock_abi() >= 6:
+        assert (row["outcome"], row["failed_stage"]) == ("fail", "run"), row["reason"]
+        assert "exit 3" in row["reason"] and "Operation not permitted" in row["reason"], row["reason"]
+        assert summary.exit_code == 1
+        return
     assert (row["outcome"], row["failed_stage"]) == ("infra-error", "run"), row["reason"]
     if runner == "shell":
         assert "ended with status 137" in row["reason"] and "no evidence" in row["reason"]
