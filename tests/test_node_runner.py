@@ -324,9 +324,11 @@ def test_the_probe_takes_python3_only_at_38_and_by_its_own_path() -> None:
     assert _python(["python3", "True"]) is None  # not a path the farm can start again
 
 
-def verify(fleet: Fleet | dict[str, SshNode], root: Path, variants: dict[str, dict[str, object]]) -> list[sqlite3.Row]:
+def verify(
+    fleet: Fleet | dict[str, SshNode], root: Path, variants: dict[str, dict[str, object]], **entry: object
+) -> list[sqlite3.Row]:
     farm_file = write_farm(
-        root, {"t4": fleet["t4"].farm_entry(root / "work")}, [standin_job("standin", variants)], retries=0
+        root, {"t4": fleet["t4"].farm_entry(root / "work", **entry)}, [standin_job("standin", variants)], retries=0
     )
     farm = load_farm(farm_file)
     store = Store(farm.database_url)
@@ -490,6 +492,34 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
         assert "unconfined" not in row["stage_details"], row["stage_details"]
         assert landlock_abi() > 0
         assert ("runner-signalled" in stderr) == (landlock_abi() < 6), stderr
+
+
+def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_in_it(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """Programs expect to write $TMPDIR (else /tmp): a confined kernel may, where the
+    cells' folders are not in it. Where they are (a workdir under /tmp, as here with
+    TMPDIR its parent), it may not: that would let it write every cell's files."""
+    run = 'echo x > "$TMPDIR/k.txt" && echo tmp-writable >&2; {binary}'
+    apart = tmp_path / "scratch"
+    apart.mkdir()
+    (row,) = verify(
+        {"t4": own_home_node},
+        tmp_path / "apart",
+        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)},
+        env={"TMPDIR": str(apart)},
+    )
+    assert row["outcome"] == "pass", row["reason"]
+    assert "tmp-writable" in bytes(row["stderr"]).decode() and (apart / "k.txt").exists()
+    (row,) = verify(
+        {"t4": own_home_node},
+        tmp_path / "inside",
+        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)},
+        env={"TMPDIR": str(tmp_path / "inside")},
+    )
+    assert row["outcome"] == "pass", row["reason"]
+    wrote = (tmp_path / "inside" / "k.txt").exists()
+    assert wrote == (runner == "shell"), bytes(row["stderr"]).decode()
 
 
 def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(

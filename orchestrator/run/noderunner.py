@@ -268,6 +268,20 @@ def ruleset(writable):
         return None, "no Landlock: " + repr(err)
 
 
+def scratch(env, run_dir):
+    """The temporary folder ($TMPDIR, else /tmp) a confined kernel may write in, as
+    programs expect to: () where the cells' own folders are in it (a workdir under
+    /tmp), since it would then let the kernel write them all."""
+    folder = env.get("TMPDIR") or "/tmp"
+    try:
+        real, cell = os.path.realpath(folder), os.path.realpath(run_dir)
+        if not os.path.isdir(real) or cell == real or cell.startswith(real.rstrip("/") + "/"):
+            return ()
+    except (OSError, ValueError):
+        return ()
+    return (real,)
+
+
 def spawn_confined(argv, cwd, env, fds, rules):
     """spawn(), with the child confined to RULES (a ruleset's fd): from a thread of its
     own that confines itself first. Landlock and no_new_privs are a thread's, and what
@@ -697,12 +711,13 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
-        # its writes only beneath its own work folder, /dev (the GPU's nodes, /dev/shm) and
+        # its writes only beneath its own work folder, /dev (the GPU's nodes, /dev/shm),
         # /proc (CUDA names its threads in /proc/self/task: without it cudaGetDeviceProperties
-        # fails, "OS call failed"; another process's entries there need ptrace, which
-        # Landlock denies outside the domain): not its output files (open already), its
-        # copy, nor any other cell's folder
-        rules, unconfined = ruleset((work, "/dev", "/proc"))
+        # fails, "OS call failed"; another process's descriptors and memory there need
+        # ptrace, which Landlock denies outside the domain) and the temporary folder where
+        # the cells' folders are not in it: not its output files (open already) nor any
+        # other cell's folder
+        rules, unconfined = ruleset((work, "/dev", "/proc", *scratch(env, run_dir)))
         started = now()
         code = 1
         try:
