@@ -485,9 +485,12 @@ def kill_orphans(seconds=2 * KILL_GRACE):
                 children.setdefault(int(fields[1]), []).append(int(name))
         found = []
         mine = children.get(me, [])
-        stack = list(mine)
+        stack, seen = list(mine), set()
         while stack:
             pid = stack.pop()
+            if pid in seen:  # /proc is not read at one instant: a reused pid could close a loop
+                continue
+            seen.add(pid)
             stack.extend(children.get(pid, ()))
             if states.get(pid) == b"Z":  # ended already (the reap's, say): only collected, not counted
                 if pid in mine:
