@@ -527,14 +527,20 @@ def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(
 ) -> None:
     """The kernel leaves a chain of 70 processes, each the parent of the next, in a
     session of their own with no environment (so no marker): the python runners'
-    leftover kill took one layer of the tree a round for 64 rounds, and 6 of them
+    leftover kill took one layer of the tree a round for 64 rounds, and 7 of them
     outlived the cell (a review's reproduction; they kept its stdout open). It takes
     every descendant at once, until none is left. The shell scripts have no
     subreaper: there they live on, as the README says."""
     token = f"{os.getpid()}{time.monotonic_ns() % 100000}"
     chain = tmp_path / "chain.sh"
-    chain.write_text(f'n=$1; if [ "$n" -gt 0 ]; then /bin/sh {chain} $((n-1)) & fi; exec sleep 1000.{token}\n')
-    run = f"setsid /usr/bin/env -i /bin/sh {chain} 70 </dev/null >/dev/null 2>&1 & sleep 1; {{binary}}"
+    # each level starts the next, the last says the chain is whole (in the cell's work folder)
+    chain.write_text(
+        f'n=$1; if [ "$n" -gt 0 ]; then /bin/sh {chain} $((n-1)) & else : > chain-done; fi; exec sleep 1000.{token}\n'
+    )
+    run = (
+        f"setsid /usr/bin/env -i /bin/sh {chain} 70 </dev/null >/dev/null 2>&1 & "
+        "i=0; while [ ! -e chain-done ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; {binary}"
+    )
     (row,) = verify(
         {"t4": own_home_node}, tmp_path / "farm", {"chain": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
     )
