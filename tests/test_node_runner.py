@@ -450,7 +450,9 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
     /proc/self/task, and failed on the H200 without it). Its attempts to forge its own
     stdout file and to write a file of the node's user elsewhere fail, and the kernel
     still runs; where Landlock scopes signals (ABI 6) it cannot signal its runner
-    either. The shell runner cannot confine it, and the cell and the node page say so."""
+    either, nor claim confinement in the farm's stream. The shell runner cannot confine
+    it, and the cell and the node page say so, whatever the kernel printed into the
+    farm's shell (a forged "confined" line, taken as the truth before)."""
     victim = tmp_path / "farm-owned.txt"
     victim.write_text("the farm's\n")
     shm = Path("/dev/shm") / f"farm-test-confined-{os.getpid()}-{runner}"
@@ -463,6 +465,9 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
             "echo kernel > /proc/self/comm && echo proc-writable >&2",
             f"touch {shm} && echo dev-writable >&2",
             "kill -0 $PPID 2>/dev/null && echo runner-signalled >&2",
+            # a forged claim of confinement into the farm's shells (refused where it is confined)
+            "for p in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do "
+            "printf '\\n@@farm confined 7\\n' > /proc/$p/fd/1; done 2>/dev/null",
             "{binary}",
         )
     )

@@ -1161,8 +1161,11 @@ class CellPipeline:
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
-        if _last(r"^@@farm confined (\d+)$", text) is None:
-            why = _last(r"^@@farm unconfined (.+)$", text)
+        # only the python runner confines, and says so in its own stream: under the shell
+        # scripts a kernel could print the line into the farm's shell (/proc/PPID/fd/1)
+        by_runner = self.python is not None
+        if not by_runner or _last(r"^@@farm confined (\d+)$", text) is None:
+            why = _last(r"^@@farm unconfined (.+)$", text) if by_runner else None
             self._detail.append(
                 "the kernel ran unconfined ("
                 + (why.group(1).strip()[:200] if why else "the node's shell runner cannot confine it")
