@@ -604,12 +604,13 @@ def build(out, spec, env, ahead):
         if not lock_within(lock, spec["limit"]):
             out.say("@@farm build-lock-failed")
             return
-        built(out, spec, env, ahead)
+        build_holding_lock(out, spec, env, ahead)
     finally:
         os.close(lock)
 
 
-def built(out, spec, env, ahead):
+def build_holding_lock(out, spec, env, ahead):
+    """The build stage once its folder's lock is held: the cached copy, or nvcc."""
     bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
     if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
         got = sha_of(private) if take_copy(binary, run_dir, private) else ""
