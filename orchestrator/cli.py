@@ -30,6 +30,7 @@ from orchestrator.progress import Listeners, LiveListener, PlainListener, descri
 from orchestrator.report import export
 from orchestrator.report import site as report_mod
 from orchestrator.report.model import collect
+from orchestrator.report.pagewriter import write_page
 from orchestrator.run.probe import probe
 from orchestrator.run.scheduler import FarmRun, RunSummary
 from orchestrator.store import journal
@@ -388,9 +389,9 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
 @click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest).")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="Output folder for html (default: farm.yaml's `reports`).",
+    help="html: the site's folder (default: farm.yaml's `reports`); junit, json: a file (default: stdout).",
 )
 @click.option(
     "--format",
@@ -398,7 +399,7 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
     type=click.Choice(["html", "junit", "json"]),
     default="html",
     show_default=True,
-    help="html: the site in reports/; junit, json: to stdout.",
+    help="html: the site in reports/; junit, json: to stdout, or to the --out file.",
 )
 @farm_options
 @handle_errors
@@ -406,8 +407,13 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     """Render the reviewers' site, or export a run as JUnit XML or JSON,
     from the database alone.
 
-    Examples: farm report;  farm report --format junit --run 3 > farm-junit.xml
+    Examples: farm report;  farm report --format junit --run 3 --out farm-junit.xml
     """
+    if out is not None and (out.is_dir() if fmt != "html" else out.exists() and not out.is_dir()):
+        wanted = "a file (junit and json are one file)" if fmt != "html" else "a folder (the site is many pages)"
+        raise click.BadParameter(
+            f"{out} is {'a folder' if out.is_dir() else 'a file'}; expected {wanted}", param_hint="'--out'"
+        )
     farm = _load(config_path, database, read_only=True)
     store = Store(farm.database_url, create=False)
     if fmt == "html":
@@ -422,7 +428,17 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         return
     with store.reading():
         model = collect(store, run_id, farm)
-    click.echo(export.junit(model) if fmt == "junit" else export.as_json(model), nl=False)
+    text = export.junit(model) if fmt == "junit" else export.as_json(model)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        try:  # whole or not at all: a CI step reading it never finds half an export
+            write_page(str(out), text.encode(), compare=False)
+        except OSError as err:
+            raise ConfigError(
+                "--out", str(out), f"a file that cannot be written ({err.strerror or err})", "a writable file"
+            ) from err
+        click.echo(str(out))
     # the exported run's own code: a CI step that only exports is never green on a red run
     sys.exit(export.exit_code(model.run))
 

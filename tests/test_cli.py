@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import sqlite3
@@ -234,6 +235,33 @@ def test_every_cli_failure_is_one_error_line_with_its_exit_code(tmp_path):
     done = farm("verify", "--all", "--config", str(config), "--no-report")
     assert done.returncode == 6 and "cannot take the run lock" in done.stderr and "Traceback" not in done.stderr
     blocker.rmdir()
+
+
+def test_an_export_goes_whole_into_the_out_file_or_is_refused(tmp_path):
+    """`--out` with junit or json was ignored: the export went to stdout, and a CI
+    step that read the named file found nothing (or last night's)."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    on_stdout = farm("report", "--format", "junit", "--config", str(config))
+    target = tmp_path / "ci" / "farm-junit.xml"
+    done = farm("report", "--format", "junit", "--out", str(target), "--config", str(config))
+    assert done.returncode == 0 and done.stdout.strip() == str(target), done.stderr
+    assert target.read_text() == on_stdout.stdout and "<testsuite" in on_stdout.stdout
+    assert [p.name for p in target.parent.iterdir()] == ["farm-junit.xml"]  # no temporary left
+    as_json = tmp_path / "farm.json"
+    assert farm("report", "--format", "json", "--out", str(as_json), "--config", str(config)).returncode == 0
+    assert json.loads(as_json.read_text())["complete"] is True
+    # a folder for an export, a file for the site: refused before anything is written
+    for fmt, out, says in (
+        ("junit", tmp_path / "ci", "is a folder; expected a file"),
+        ("html", target, "is a file; expected a folder"),
+    ):
+        before = target.read_bytes()
+        refused = farm("report", "--format", fmt, "--out", str(out), "--config", str(config))
+        assert refused.returncode == 2 and says in refused.stderr, refused.stderr
+        assert target.read_bytes() == before
+    unwritable = farm("report", "--format", "json", "--out", "/proc/farm.json", "--config", str(config))
+    assert unwritable.returncode == 3 and "cannot be written" in unwritable.stderr, unwritable.stderr
 
 
 def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
