@@ -384,7 +384,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-report=$(mktemp)
+report=$(mktemp -p . 2>/dev/null || mktemp)  # its work folder: a confined run may write nothing else
 STANDIN_SANITIZER_TOOL=$tool STANDIN_SANITIZER_REPORT=$report "$@"
 rc=$?
 n=$(grep -c '^[^ ]' "$report")

@@ -32,6 +32,7 @@ from nodes import (
     CARDS,
     Fleet,
     SshNode,
+    install_sanitizer,
     landlock_abi,
     processes_matching,
     query,
@@ -497,6 +498,32 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
         assert "unconfined" not in row["stage_details"], row["stage_details"]
         assert landlock_abi() > 0
         assert ("runner-signalled" in stderr) == (landlock_abi() < 6), stderr
+
+
+def test_a_kernel_under_the_sanitizer_is_confined_as_its_run_was(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """The sanitize stage runs the cell's copy again under each tool: it was a shell
+    script, so the python runners confined the kernel's run but not those runs, where
+    it could write whatever the node's user may. Now it is confined there too (the
+    tool's log is the one file outside the work folder it may write); the shell runner
+    says it is not."""
+    install_sanitizer(own_home_node)
+    victim = tmp_path / "farm-owned.txt"
+    victim.write_text("the farm's\n")
+    build = f"g++ -O1 -DMODE_PASS -DMIN_CC=75 -DTAMPER_FILE='\"{victim}\"' -o {{binary}} {{sources}}"
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", build=build, sanitize=["memcheck", "racecheck"])
+    (row,) = verify({"t4": own_home_node}, tmp_path / "farm", {"tamper": variant})
+    assert row["outcome"] == "pass", row["reason"]
+    tools = json.loads(row["sanitizer"])
+    assert [(t["tool"], t["errors"], t["exit_code"]) for t in tools] == [("memcheck", 0, 0), ("racecheck", 0, 0)]
+    details = json.loads(row["stage_details"])["sanitize"]["detail"]
+    if runner == "shell":
+        assert victim.read_text() == "forged\n"
+        assert "its sanitizer runs ran unconfined" in details, details
+    else:
+        assert victim.read_text() == "the farm's\n"
+        assert "unconfined" not in details and landlock_abi() > 0, details
 
 
 def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_in_it(

@@ -10,6 +10,7 @@ on the lent H200; bench/sanitize-h200.sh runs it there through the farm over SSH
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -300,6 +301,10 @@ def test_gpu_the_real_tool_finds_the_planted_bugs(tmp_path: Path) -> None:
         "clean": "pass",
     }
     assert "racecheck" in got["race"]["reason"] and "memcheck" in got["oob"]["reason"]
+    # the real tool works confined (the lent H200's kernel has Landlock), its workdir under /tmp
+    for kernel, row in got.items():
+        print(f"{kernel}: sanitize stage {json.loads(row['stage_details'])['sanitize']}")
+        assert "unconfined" not in json.loads(row["stage_details"])["sanitize"]["detail"], kernel
 
 
 def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: Path) -> None:

@@ -220,7 +220,8 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
 # Landlock (Linux 5.13+): what a kernel's commands may change, asked of the node's own kernel.
 # Every cell of a node runs as the same user, so without it a kernel could write another
 # cell's sources, dump or output (or the farm's folders) while that cell builds or runs.
-LL_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
+LL_WRITE_FILE = 1 << 1
+LL_WRITE = LL_WRITE_FILE | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
 LL_SCOPE_SIGNAL = 1 << 1
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
@@ -228,7 +229,7 @@ SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x8
 
 def ruleset(writable):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
-    WRITABLE, and (ABI 6) signals only within the confined tree: ((its fd, the ABI), ""),
+    WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree: ((its fd, the ABI), ""),
     or (None, why it cannot be had). Reads, runs and the GPU's ioctls are not handled: a
     kernel reads and runs what it likes."""
     try:
@@ -254,9 +255,12 @@ def ruleset(writable):
             _fields_ = (("allowed", ctypes.c_uint64), ("parent", ctypes.c_int32))
 
         for path in writable:
-            parent = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            folder = os.path.isdir(path)
+            parent = os.open(path, os.O_PATH | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
+            # a file (a sanitizer's log outside the work folder) may be written, never removed
+            allowed = handled if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
             try:
-                added = call(SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(Beneath(handled, parent)), 0)
+                added = call(SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(Beneath(allowed, parent)), 0)
             finally:
                 os.close(parent)
             if added != 0:
@@ -683,22 +687,45 @@ def inspect(out, spec, env, _ahead):
             out.raw(captured([spec["cuobjdump"], "--list-" + kind, private], spec["limit"]))
 
 
+def take_gpu(out, spec):
+    """(the GPU lock's fd or None, when the wait began or None), once the GPU is the
+    cell's; None when its lock stayed taken (said on OUT)."""
+    if not spec.get("lock"):
+        return None, None
+    queued = now()
+    try:
+        lock = os.open(spec["lock"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        lock = None
+    if lock is None or not lock_within(lock, spec["wait"]):
+        out.say(f"@@farm gpu-wait-failed {queued} {now()}")
+        if lock is not None:
+            os.close(lock)
+        return None
+    return lock, queued
+
+
+def confined_to(run_dir, env, *files):
+    """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
+    /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
+    without it cudaGetDeviceProperties fails, "OS call failed"; another process's
+    descriptors and memory there need ptrace, which Landlock denies outside the domain),
+    the temporary folder where the cells' folders are not in it, and FILES: not its
+    output files (open already) nor any other cell's folder."""
+    return ruleset((os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir), *files))
+
+
+def say_confinement(out, rules, unconfined):
+    out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+
+
 def run(out, spec, env, ahead):
     private = spec["private"]
     expected = spec["expected"] if spec["expected"] is not None else ahead.get("sha", "")
-    queued = None
-    lock = None
-    if spec.get("lock"):
-        queued = now()
-        try:
-            lock = os.open(spec["lock"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError:
-            lock = None
-        if lock is None or not lock_within(lock, spec["wait"]):
-            out.say(f"@@farm gpu-wait-failed {queued} {now()}")
-            if lock is not None:
-                os.close(lock)
-            return
+    taken = take_gpu(out, spec)
+    if taken is None:
+        return
+    lock, queued = taken
     try:
         # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
         # (killed before it let the lock go), can no longer swap the copy while this one waits
@@ -715,13 +742,7 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
-        # its writes only beneath its own work folder, /dev (the GPU's nodes, /dev/shm),
-        # /proc (CUDA names its threads in /proc/self/task: without it cudaGetDeviceProperties
-        # fails, "OS call failed"; another process's descriptors and memory there need
-        # ptrace, which Landlock denies outside the domain) and the temporary folder where
-        # the cells' folders are not in it: not its output files (open already) nor any
-        # other cell's folder
-        rules, unconfined = ruleset((work, "/dev", "/proc", *scratch(env, run_dir)))
+        rules, unconfined = confined_to(run_dir, env)
         started = now()
         code = 1
         try:
@@ -742,7 +763,7 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
-        out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+        say_confinement(out, rules, unconfined)
         out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
         out.say("@@farm checked " + got)
         out.say(f"@@farm {code}")
@@ -751,7 +772,64 @@ def run(out, spec, env, ahead):
             os.close(lock)  # the GPU is free: the kernel and its leftovers are gone
 
 
-STAGES = {"build": build, "inspect": inspect, "run": run}
+def sanitizer(spec):
+    """The node's compute-sanitizer, as sanitize.locate finds it in the shell scripts."""
+    if spec["configured"]:
+        return spec["configured"]
+    found = _which("compute-sanitizer")
+    nvcc = spec["nvcc"]
+    if found or nvcc.startswith(spec["workdir"].rstrip("/") + "/"):  # never a shipped toolkit's
+        return found
+    if "/" not in nvcc:
+        nvcc = _which(nvcc) or "/none/nvcc"
+    return os.path.join(os.path.dirname(nvcc), "compute-sanitizer")
+
+
+def sanitize(out, spec, env, ahead):
+    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had,
+    confined as that run was; each tool's log is the one file outside the work folder
+    it may write (created empty here)."""
+    san = sanitizer(spec)
+    if not (os.path.isfile(san) and os.access(san, os.X_OK)):
+        out.say("@@farm no-sanitizer " + san)
+        return
+    taken = take_gpu(out, spec)
+    if taken is None:
+        return
+    lock, _ = taken
+    try:
+        got = sha_of(spec["private"])
+        if got != spec["expected"]:
+            out.say("@@farm binary-altered " + (got or "missing"))
+            return
+        run_dir = spec["run_dir"]
+        env = dict(env, FARM_SANITIZER=san)
+        if spec.get("gpu"):
+            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
+        with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
+            for tool, command, log in spec["tools"]:
+                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+                rules, unconfined = confined_to(run_dir, env, log)
+                started = now()
+                try:
+                    fd = rules[0] if rules else None
+                    work = os.path.join(run_dir, "work")
+                    code = guarded(command, spec["limit"], work, nothing.fileno(), nothing.fileno(), env, fd)
+                finally:
+                    if rules:
+                        os.close(rules[0])
+                ended = now()
+                if ahead.get("subreaper"):
+                    kill_orphans()
+                reap("FARM_CELL", ahead["cell"])
+                say_confinement(out, rules, unconfined)
+                out.say(f"@@farm tool {tool} {code} {started} {ended}")
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+STAGES = {"build": build, "inspect": inspect, "run": run, "sanitize": sanitize}
 UMASK = os.umask(0o022)
 os.umask(UMASK)
 LOGIN_ENV = {}  # the farm's own tools (cuobjdump's lists) run in it, without the cell's marker (main)

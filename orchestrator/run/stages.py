@@ -1161,22 +1161,26 @@ class CellPipeline:
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
-        # only the python runner confines, and says so in its own stream: under the shell
-        # scripts a kernel could print the line into the farm's shell (/proc/PPID/fd/1)
-        by_runner = self.python is not None
-        if not by_runner or _last(r"^@@farm confined (\d+)$", text) is None:
-            why = _last(r"^@@farm unconfined (.+)$", text) if by_runner else None
-            self._detail.append(
-                "the kernel ran unconfined ("
-                + (why.group(1).strip()[:200] if why else "the node's shell runner cannot confine it")
-                + "): it could have written other cells' files"
-            )
+        self._note_confinement(trip, text, "the kernel ran")
         self.result.stdout = stdout.finish()
         self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
         return "ok" if ev.run_exit == 0 else "failed"
+
+    def _note_confinement(self, trip: _Trip, text: str, what: str) -> None:
+        """A detail where the stage's kernel ran unconfined. Only the python runner
+        confines, and says so in its own stream: under the shell scripts a kernel
+        could print the line into the farm's shell (/proc/PPID/fd/1)."""
+        by_runner = self.python is not None and trip.spec is not None
+        if not by_runner or _last(r"^@@farm confined (\d+)$", text) is None:
+            why = _last(r"^@@farm unconfined (.+)$", text) if by_runner else None
+            self._detail.append(
+                f"{what} unconfined ("
+                + (why.group(1).strip()[:200] if why else "the node's shell runner cannot confine it")
+                + "): it could have written other cells' files"
+            )
 
     def _binary_check(self, expected: str) -> str:
         copy = shlex.quote(self.paths.private_binary)
@@ -1245,17 +1249,31 @@ class CellPipeline:
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
         )
         logs = {tool: bytearray() for tool in tools}
+        trip = _Trip(
+            "sanitize",
+            script,
+            wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
+            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
+            clean_up=True,
+            release=True,
+            spec={
+                "private": self.paths.private_binary,
+                "expected": self._built_sha,
+                "lock": self._gpu_lock(gpu) if queue_on_node and gpu is not None else None,
+                "wait": wait,
+                "run_dir": rdir,
+                "limit": limit,
+                "gpu": gpu.uuid if gpu is not None else None,
+                "tools": [
+                    [tool, sanitize.tool_command(tool, rdir, command), sanitize.log_path(rdir, tool)] for tool in tools
+                ],
+                "configured": self.t.node.compute_sanitizer,
+                "nvcc": self.snapshot.nvcc_path,
+                "workdir": self.snapshot.workdir,
+            },
+        )
         try:
-            outcome, text = self._round_trip(
-                _Trip(
-                    "sanitize",
-                    script,
-                    wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
-                    [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
-                    clean_up=True,
-                    release=True,
-                )
-            )
+            outcome, text = self._round_trip(trip)
         finally:
             self._release()
         self._check_started(text, gpu, wait)
@@ -1286,6 +1304,7 @@ class CellPipeline:
             self._detail.append(
                 f"{tool}: " + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
             )
+        self._note_confinement(trip, text, "its sanitizer runs ran")
         self.result.evidence.sanitizer = tuple(reports)
         return "ok" if all(r.clean for r in reports) else "failed"
 

@@ -20,7 +20,8 @@
 //   MODE_SLOWSAN    passes, but under any sanitizer tool it never ends
 // Under the compute-sanitizer stand-in (tests/nodes.py), which names its tool in
 // STANDIN_SANITIZER_TOOL, a planted bug writes what the real tool would print
-// on a real GPU to the file STANDIN_SANITIZER_REPORT names.
+// on a real GPU to the file STANDIN_SANITIZER_REPORT names; with -DTAMPER_FILE='"PATH"'
+// it also writes "forged" into PATH there.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,16 @@ int main(void) {
 #elif defined(MODE_SLOWSAN)
     if (tool != NULL)
         for (;;) pause();
+#endif
+#if defined(TAMPER_FILE)
+    // under a sanitizer tool, a write outside its work folder: refused where the farm confines it
+    if (tool != NULL) {
+        FILE *victim = fopen(TAMPER_FILE, "w");
+        if (victim != NULL) {
+            fputs("forged\n", victim);
+            fclose(victim);
+        }
+    }
 #endif
     if (finding != NULL && report != NULL) {
         FILE *out = fopen(report, "a");
