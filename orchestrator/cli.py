@@ -407,7 +407,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     """Render the reviewers' site, or export a run as JUnit XML or JSON,
     from the database alone.
 
-    Examples: farm report;  farm report --format junit --run 3 --out farm-junit.xml
+    Examples: farm report;  farm report --format junit --out junit.xml
     """
     if out is not None and (out.is_dir() if fmt != "html" else out.exists() and not out.is_dir()):
         wanted = "a file (junit and json are one file)" if fmt != "html" else "a folder (the site is many pages)"

@@ -233,6 +233,7 @@ PLACEHOLDERS: dict[str, Callable[[ToyFarms], str]] = {
     "RESULT_ID": lambda toy: "1",
     "ID": lambda toy: "1",
     "DIR": lambda toy: str(toy.root / "out"),
+    "FILE": lambda toy: str(toy.root / "export.out"),
     "JOURNAL": lambda toy: str(toy.fresh_journal()),
     "GOOD": lambda toy: toy.history()["good"],
     "BAD": lambda toy: toy.history()["bad"],
@@ -273,6 +274,9 @@ def said_nodes(toy: ToyFarms, argv: list[str], stdout: str) -> None:
 def said_report(toy: ToyFarms, argv: list[str], stdout: str) -> None:
     run = option(argv, "--run")
     fmt = option(argv, "--format", "html")
+    if fmt != "html" and "--out" in argv:  # the export went into that file, its path on stdout
+        assert stdout == f"{option(argv, '--out')}\n", stdout
+        stdout = Path(option(argv, "--out")).read_text()
     if fmt == "json":
         document = json.loads(stdout)
         assert [(c["kernel"], c["variant"]) for c in document["cells"]] == [("toy", "plain")]
