@@ -101,6 +101,52 @@ def _bundle_folder(root: Path, files: int = 20) -> tuple[Path, str]:
     return source, noderunner.folder_digest(str(source))
 
 
+class _Flushes(io.BytesIO):
+    """OUT, noting what had been written at each flush (each a message to the farm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[bytes] = []
+
+    def flush(self) -> None:
+        self.at.append(self.getvalue())
+
+
+def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_needs_it(monkeypatch) -> None:
+    """The runner sent each stage's start as it began (three messages and the cell's
+    end per cell, each costing the farm CPU) so that the farm could move its deadline
+    on. It now sends one where the deadline the farm has could pass before the stage
+    ends, and else leaves it for the cell's end."""
+
+    def stage(out, spec, env, ahead) -> None:
+        out.say("@@farm rc=0")
+
+    monkeypatch.setattr(noderunner, "STAGES", dict.fromkeys(("build", "inspect", "run"), stage))
+    monkeypatch.setattr(noderunner, "gate", lambda *_: True)
+    monkeypatch.setattr(noderunner, "subreaper", lambda: False)
+
+    def sent(timeouts: list[float]) -> list[bytes]:
+        out = _Flushes()
+        monkeypatch.setattr(noderunner, "OUT", out)
+        stages = [
+            {"stage": name, "timeout": t, "spec": {}, "files": [], "clean_up": False}
+            for name, t in zip(("build", "inspect", "run"), timeouts, strict=True)
+        ]
+        noderunner.run_plan({"token": "t", "together": True, "marker": {}, "stages": stages})
+        return out.at
+
+    (whole,) = sent([600.0, 300.0, 300.0])  # the farm's 600 s (from the build's start) covers them
+    assert whole.count(b"@@farm section ") == 3 and whole.endswith(b"@@farm ran build inspect run\n")
+    # a build whose deadline has (nearly) passed: the inspect's start goes at once, and the
+    # deadline the farm then sets (600 s) covers the run's start; a run that could outlast
+    # that deadline (700 s) has its start sent too
+    early, whole = sent([0.0, 600.0, 60.0])
+    assert early.endswith(b"@@farm section inspect " + early.rsplit(b" ", 1)[1]) and b"section run" not in early
+    assert whole.endswith(b"@@farm ran build inspect run\n")
+    _, second, whole = sent([0.0, 600.0, 700.0])
+    assert second.endswith(b"@@farm section run " + second.rsplit(b" ", 1)[1])
+
+
 def test_two_placers_of_one_altered_bundle_at_once_both_place_it(tmp_path: Path) -> None:
     """Two farm nodes naming one machine found its copy altered and place the bundle at
     once: one set the altered copy aside while the other was about to, and its rename

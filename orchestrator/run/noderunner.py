@@ -1186,12 +1186,17 @@ def run_plan(plan):
         OUT.flush()
         return
     ran = []
+    deadline = time.monotonic() + stages[0]["timeout"]  # the farm's for this command, as it reckons it
     for index, stage in enumerate(stages):
         name = stage["stage"]
         OUT.write(f"@@farm section {name} {now()}\n".encode())
-        # one flush per stage, as it starts: the farm moves its deadline on then, and
-        # the stage before's end and files go in the same packet (each costs the farm CPU)
-        OUT.flush()
+        # the farm moves its deadline on to this stage's timeout as it reads its start: sent
+        # at once only where the one it has could pass before this stage ends; else with the
+        # cell's end (each message costs the farm and sshd CPU; a stage's timeout holds 30 s
+        # beyond the node's own limit, which covers the time the request took to get here)
+        if index and time.monotonic() + stage["timeout"] > deadline:
+            OUT.flush()
+            deadline = time.monotonic() + stage["timeout"]
         ran.append(name)
         out = stage_text(name, stage["spec"], env, ahead)
         text = out.framed()

@@ -516,6 +516,7 @@ class CellPipeline:
             "stages": [
                 {
                     "stage": trip.stage,
+                    "timeout": trip.timeout,  # what the farm allows it once it has read its start
                     "spec": trip.spec,
                     "files": [[tag, path, limit] for tag, path, limit, _ in trip.files],
                     "clean_up": trip.clean_up,
