@@ -112,11 +112,13 @@ class _Flushes(io.BytesIO):
         self.at.append(self.getvalue())
 
 
-def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_needs_it(monkeypatch) -> None:
-    """The runner sent each stage's start as it began (three messages and the cell's
-    end per cell, each costing the farm CPU) so that the farm could move its deadline
-    on. It now sends one where the deadline the farm has could pass before the stage
-    ends, and else leaves it for the cell's end."""
+def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monkeypatch) -> None:
+    """The runner sent each stage's start as it began, the first one's too, in a
+    message of its own (each costs the farm CPU) so that the farm could move its
+    deadline on. The first stage's deadline is the farm's from the start: its start
+    now goes with what follows. A later stage's goes at once where the farm's deadline
+    moves (later: it must not give up too soon; sooner: it must not wait on a silent
+    node longer than the stage could take), and else with what follows."""
 
     def stage(out, spec, env, ahead) -> None:
         out.say("@@farm rc=0")
@@ -135,16 +137,13 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_needs_it(m
         noderunner.run_plan({"token": "t", "together": True, "marker": {}, "stages": stages})
         return out.at
 
-    (whole,) = sent([600.0, 300.0, 300.0])  # the farm's 600 s (from the build's start) covers them
+    (whole,) = sent([600.0, 600.0, 600.0])  # the stages' deadlines all but the same: one message
     assert whole.count(b"@@farm section ") == 3 and whole.endswith(b"@@farm ran build inspect run\n")
-    # a build whose deadline has (nearly) passed: the inspect's start goes at once, and the
-    # deadline the farm then sets (600 s) covers the run's start; a run that could outlast
-    # that deadline (700 s) has its start sent too
-    early, whole = sent([0.0, 600.0, 60.0])
-    assert early.endswith(b"@@farm section inspect " + early.rsplit(b" ", 1)[1]) and b"section run" not in early
-    assert whole.endswith(b"@@farm ran build inspect run\n")
-    _, second, whole = sent([0.0, 600.0, 700.0])
+    # inspect's deadline later than the build's, the run's sooner than inspect's: each start at once
+    first, second, whole = sent([155.0, 330.0, 95.0])
+    assert first.endswith(b"@@farm section inspect " + first.rsplit(b" ", 1)[1]) and b"section run" not in first
     assert second.endswith(b"@@farm section run " + second.rsplit(b" ", 1)[1])
+    assert b"@@farm section build" in first and whole.endswith(b"@@farm ran build inspect run\n")
 
 
 def test_two_placers_of_one_altered_bundle_at_once_both_place_it(tmp_path: Path) -> None:

@@ -1159,6 +1159,9 @@ def main():
     run_plan(plan)
 
 
+DEADLINE_SLACK = 2.0  # seconds the farm's deadline may be off a stage's before its start is sent at once
+
+
 def run_plan(plan):
     """One cell's stages, as its plan says (or the node's probe); everything goes to stdout."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
@@ -1190,11 +1193,12 @@ def run_plan(plan):
     for index, stage in enumerate(stages):
         name = stage["stage"]
         OUT.write(f"@@farm section {name} {now()}\n".encode())
-        # the farm moves its deadline on to this stage's timeout as it reads its start: sent
-        # at once only where the one it has could pass before this stage ends; else with the
-        # cell's end (each message costs the farm and sshd CPU; a stage's timeout holds 30 s
-        # beyond the node's own limit, which covers the time the request took to get here)
-        if index and time.monotonic() + stage["timeout"] > deadline:
+        # the farm moves its deadline on to this stage's timeout as it reads its start, so
+        # that it neither gives up on a stage too soon nor waits on a silent node (frozen, cut
+        # off) longer than this stage could take: sent at once where that deadline moves, else
+        # with what follows (each message costs the farm and sshd CPU). The first stage's is
+        # the farm's own from the start.
+        if index and abs(time.monotonic() + stage["timeout"] - deadline) > DEADLINE_SLACK:
             OUT.flush()
             deadline = time.monotonic() + stage["timeout"]
         ran.append(name)
