@@ -264,6 +264,24 @@ def test_an_export_goes_whole_into_the_out_file_or_is_refused(tmp_path):
     assert unwritable.returncode == 3 and "cannot be written" in unwritable.stderr, unwritable.stderr
 
 
+def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp_path):
+    """A typo or a disk not mounted that night: `farm verify` made the database's
+    folder (the run lock's, through filelock) and stored the run there, out of the
+    history's sight."""
+    config = toy_farm(tmp_path)
+    missing = tmp_path / "data" / "farm"
+    config.write_text(re.sub(r"(?m)^database:.*$", f"database: sqlite:///{missing}/results.db", config.read_text()))
+    for args in (["verify", "--all"], ["show", "1"], ["verify", "--all", "--database", f"sqlite:///{missing}/x.db"]):
+        done = farm(*args, "--config", str(config))
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert f"whose folder {missing} does not exist" in done.stderr and "Traceback" not in done.stderr
+        assert "--database" in args or f"{config}: database: found" in done.stderr, done.stderr
+    assert not (tmp_path / "data").exists()
+    missing.mkdir(parents=True)  # the disk is back: the run goes on as before
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    assert (missing / "results.db").is_file()
+
+
 def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
     """`farm show 1 | head -1`: an internal error (exit 70) in 2 of 3 tries before (an
     adversarial review's); now the shell's SIGPIPE code, no Error line."""

@@ -666,6 +666,24 @@ def _resolve_database(url: str, root: Path) -> str:
     return url
 
 
+def _check_database_folder(url: str, where: str) -> None:
+    """A SQLite database's folder must exist: the farm makes the file, never its
+    folder. Else a typo or a disk not mounted that night would put the run's
+    results (and its lock and journal) in a new folder of their own, out of the
+    history's sight."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == prefix + ":memory:":
+        return
+    folder = Path(url[len(prefix) :].split("?", 1)[0]).parent
+    if not folder.is_dir():
+        raise ConfigError(
+            where,
+            "" if where == "--database" else "database",
+            f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
+            "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
+        )
+
+
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
@@ -710,6 +728,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     if errors:
         raise ConfigErrors(errors)
     url = _resolve_database(database or spec.database, root)
+    _check_database_folder(url, "--database" if database else str(file))
     # a node with several toolchains is several columns, each planned, probed and stored as a node
     columns = {col: one for name, node in spec.nodes.items() for col, one in node.columns(name).items()}
     too_long = [
