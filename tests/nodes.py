@@ -384,7 +384,9 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-report=$(mktemp -p . 2>/dev/null || mktemp)  # its work folder: a confined run may write nothing else
+# as the real tool, it needs a temporary folder it can write (exit 13 and these words without one)
+report=$(mktemp 2>/dev/null) || {
+    echo "Failed to access the temporary directory." > "${log:-/dev/stderr}"; exit 13; }
 STANDIN_SANITIZER_TOOL=$tool STANDIN_SANITIZER_REPORT=$report "$@"
 rc=$?
 n=$(grep -c '^[^ ]' "$report")

@@ -808,6 +808,12 @@ def sanitize(out, spec, env, ahead):
         env = dict(env, FARM_SANITIZER=san)
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
+        if not scratch(env, run_dir):
+            # compute-sanitizer will not start without a temporary folder it can write ("Failed to
+            # access the temporary directory", exit 13): where the node's is closed to the cell
+            # (the cells' folders are in it), one in the work folder
+            env["TMPDIR"] = os.path.join(run_dir, "work", ".farm-tmp")
+            make_dirs(env["TMPDIR"])
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
