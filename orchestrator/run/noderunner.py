@@ -816,7 +816,7 @@ def sanitize(out, spec, env, ahead):
             make_dirs(env["TMPDIR"])
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
-                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644))
+                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
                 rules, unconfined = confined_to(run_dir, env, log)
                 started = now()
                 try:

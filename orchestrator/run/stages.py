@@ -1174,12 +1174,13 @@ class CellPipeline:
         """A detail where the stage's kernel ran unconfined. Only the python runner
         confines, and says so in its own stream: under the shell scripts a kernel
         could print the line into the farm's shell (/proc/PPID/fd/1)."""
-        by_runner = self.python is not None and trip.spec is not None
+        # the runner ran it where _round_trip (or _send_together, on a streaming transport) sent it there
+        by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
         if not by_runner or _last(r"^@@farm confined (\d+)$", text) is None:
             why = _last(r"^@@farm unconfined (.+)$", text) if by_runner else None
             self._detail.append(
                 f"{what} unconfined ("
-                + (why.group(1).strip()[:200] if why else "the node's shell runner cannot confine it")
+                + (why.group(1).strip()[:200] if why else "it went through the node's shell, which cannot confine it")
                 + "): it could have written other cells' files"
             )
 
