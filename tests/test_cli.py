@@ -271,11 +271,13 @@ def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp
     config = toy_farm(tmp_path)
     missing = tmp_path / "data" / "farm"
     config.write_text(re.sub(r"(?m)^database:.*$", f"database: sqlite:///{missing}/results.db", config.read_text()))
-    for args in (["verify", "--all"], ["show", "1"], ["verify", "--all", "--database", f"sqlite:///{missing}/x.db"]):
+    for args in (["verify", "--all"], ["verify", "--all", "--database", f"sqlite:///{missing}/x.db"]):
         done = farm(*args, "--config", str(config))
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert f"whose folder {missing} does not exist" in done.stderr and "Traceback" not in done.stderr
         assert "--database" in args or f"{config}: database: found" in done.stderr, done.stderr
+    shown = farm("show", "1", "--config", str(config))  # a command that only reads: there is none to read
+    assert shown.returncode == 5 and "no results database at" in shown.stderr, shown.stderr
     assert not (tmp_path / "data").exists()
     missing.mkdir(parents=True)  # the disk is back: the run goes on as before
     assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0

@@ -127,6 +127,8 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monk
     monkeypatch.setattr(noderunner, "gate", lambda *_: True)
     monkeypatch.setattr(noderunner, "subreaper", lambda: False)
 
+    monkeypatch.setattr(noderunner, "LOGIN_ENV", {})
+
     def sent(timeouts: list[float]) -> list[bytes]:
         out = _Flushes()
         monkeypatch.setattr(noderunner, "OUT", out)
@@ -134,7 +136,12 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monk
             {"stage": name, "timeout": t, "spec": {}, "files": [], "clean_up": False}
             for name, t in zip(("build", "inspect", "run"), timeouts, strict=True)
         ]
-        noderunner.run_plan({"token": "t", "together": True, "marker": {}, "stages": stages})
+        plan = {"token": "t", "together": True, "marker": {}, "stages": stages}
+        # in a thread of its own: run_plan blocks SIGCHLD in its thread (the runner's whole
+        # process), which left in pytest's own thread hung the worker tests run after it
+        thread = threading.Thread(target=noderunner.run_plan, args=(plan,))
+        thread.start()
+        thread.join(30)
         return out.at
 
     (whole,) = sent([600.0, 600.0, 600.0])  # the stages' deadlines all but the same: one message
@@ -569,6 +576,45 @@ def test_a_kernel_under_the_sanitizer_is_confined_as_its_run_was(
     else:
         assert victim.read_text() == "the farm's\n"
         assert "unconfined" not in details and landlock_abi() > 0, details
+
+
+def test_a_kernel_cannot_open_the_sanitizers_temporary_folder_nor_swap_its_copy_between_tools(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """Found by review of the confined sanitize stage. (1) Its private temporary folder
+    was work/.farm-tmp, made with exist_ok: a kernel whose run left a link there had
+    the folder it named opened to its sanitizer runs (a write-all rule for $HOME, say),
+    while the stage said confined. (2) Its copy was hashed once before the tools: under
+    the first tool the kernel could swap it for a program that always passes, and the
+    next tools gave that one their clean bill."""
+    install_sanitizer(own_home_node)
+    opened = tmp_path / "opened"
+    opened.mkdir()
+    planted = (
+        f"g++ -O1 -DMODE_PASS -DMIN_CC=75 -DPLANT_TMP_LINK='\"{opened}\"' "
+        f"-DTAMPER_FILE='\"{opened}/forged\"' -o {{binary}} {{sources}}"
+    )
+    swapped = "g++ -O1 -DMODE_PASS -DMIN_CC=75 -DSWAP_UNDER='\"memcheck\"' -o {binary} {sources}"
+    tools = ["memcheck", "racecheck"]
+    rows = verify(
+        {"t4": own_home_node},
+        tmp_path / "farm",
+        {
+            "planted": standin_variant("PASS", MIN75, "MIN_CC=75", build=planted, sanitize=tools),
+            "swapped": standin_variant("PASS", MIN75, "MIN_CC=75", build=swapped, sanitize=tools),
+        },
+    )
+    got = {row["variant"]: row for row in rows}
+    assert got["swapped"]["outcome"] == "infra-error", got["swapped"]["reason"]
+    assert "changed on the node after inspection" in got["swapped"]["reason"], got["swapped"]["reason"]
+    planted_row = got["planted"]
+    assert planted_row["outcome"] == "pass", planted_row["reason"]
+    details = json.loads(planted_row["stage_details"])["sanitize"]["detail"]
+    if runner == "shell":
+        assert (opened / "forged").exists() and "unconfined" in details
+    else:
+        assert not (opened / "forged").exists(), details
+        assert "unconfined" not in details, details
 
 
 def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_in_it(

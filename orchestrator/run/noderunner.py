@@ -258,7 +258,8 @@ def ruleset(writable):
 
         for path in writable:
             folder = os.path.isdir(path)
-            parent = os.open(path, os.O_PATH | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
+            # not through a link: what is named is what the rule opens
+            parent = os.open(path, os.O_PATH | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
             # a file (a sanitizer's log outside the work folder) may be written, never removed
             allowed = handled if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
             try:
@@ -800,24 +801,31 @@ def sanitize(out, spec, env, ahead):
         return
     lock, _ = taken
     try:
-        got = sha_of(spec["private"])
-        if got != spec["expected"]:
-            out.say("@@farm binary-altered " + (got or "missing"))
-            return
         run_dir = spec["run_dir"]
+        node_env = env
         env = dict(env, FARM_SANITIZER=san)
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
+        private = ()
         if not scratch(env, run_dir):
             # compute-sanitizer will not start without a temporary folder it can write ("Failed to
-            # access the temporary directory", exit 13): where the node's is closed to the cell
-            # (the cells' folders are in it), one in the work folder
-            env["TMPDIR"] = os.path.join(run_dir, "work", ".farm-tmp")
-            make_dirs(env["TMPDIR"])
+            # access the temporary directory", exit 13): where the node's is closed to the cell (the
+            # cells' folders are in it), one made here beside the work folder, not in it, where the
+            # kernel could have left a link in its place (to a folder the rule would then open)
+            tmp = os.path.join(run_dir, ".farm-tmp")
+            remove(tmp)
+            os.mkdir(tmp, 0o700)
+            env["TMPDIR"], private = tmp, (tmp,)
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
+                # again before each tool: the kernel under the one before could have swapped its copy
+                # (it may write its work folder), and nothing of it is left running by now
+                got = sha_of(spec["private"])
+                if got != spec["expected"]:
+                    out.say("@@farm binary-altered " + (got or "missing"))
+                    return
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, env, log)
+                rules, unconfined = confined_to(run_dir, node_env, log, *private)
                 started = now()
                 try:
                     fd = rules[0] if rules else None

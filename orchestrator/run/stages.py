@@ -1240,13 +1240,15 @@ class CellPipeline:
         if gpu is not None and gpu != self.result.gpu:
             self._detail.append(f"on {gpu.label}")
         quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        check = self._binary_check(shlex.quote(self._built_sha or ""))  # before each tool: see noderunner.sanitize
         runs = "; ".join(
-            f"t0=$(date +%s%N); {guarded(sanitize.tool_command(tool, rdir, command), limit, quiet, self.marker)}; "
+            f"{check}t0=$(date +%s%N); "
+            f"{guarded(sanitize.tool_command(tool, rdir, command), limit, quiet, self.marker)}; "
             f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
         script = (
-            f"{self._binary_check(shlex.quote(self._built_sha or ''))}"
+            f"{check}"
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
         )

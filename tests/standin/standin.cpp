@@ -21,12 +21,15 @@
 // Under the compute-sanitizer stand-in (tests/nodes.py), which names its tool in
 // STANDIN_SANITIZER_TOOL, a planted bug writes what the real tool would print
 // on a real GPU to the file STANDIN_SANITIZER_REPORT names; with -DTAMPER_FILE='"PATH"'
-// it also writes "forged" into PATH there.
+// it also writes "forged" into PATH there, with -DSWAP_UNDER='"TOOL"' it swaps its own
+// binary under that tool, and with -DPLANT_TMP_LINK='"PATH"' its run leaves a link to PATH
+// in its work folder, named as a sanitizer's temporary folder was.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(MODE_BROKEN)
@@ -129,6 +132,24 @@ int main(void) {
 #elif defined(MODE_SLOWSAN)
     if (tool != NULL)
         for (;;) pause();
+#endif
+#if defined(PLANT_TMP_LINK)
+    // in its run, a link where a sanitizer's private temporary folder once was made (work/.farm-tmp)
+    if (tool == NULL && symlink(PLANT_TMP_LINK, ".farm-tmp") != 0) perror("standin: symlink");
+#endif
+#if defined(SWAP_UNDER)
+    // under this tool, its own copy swapped for a program that always passes, for the tools after it
+    if (tool != NULL && strcmp(tool, SWAP_UNDER) == 0) {
+        char self[4096] = {0};
+        if (readlink("/proc/self/exe", self, sizeof self - 1) > 0 && unlink(self) == 0) {
+            FILE *fake = fopen(self, "w");
+            if (fake != NULL) {
+                fputs("#!/bin/sh\necho 'standin: PASS'\n", fake);
+                fclose(fake);
+                chmod(self, 0755);
+            }
+        }
+    }
 #endif
 #if defined(TAMPER_FILE)
     // under a sanitizer tool, a write outside its work folder: refused where the farm confines it
