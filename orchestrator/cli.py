@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from orchestrator.bisect import Bisector, Ending
-from orchestrator.config.farm import Farm, load_farm
+from orchestrator.config.farm import Farm, check_database_folder, load_farm
 from orchestrator.config.header import job_yaml
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, EXIT_SIGPIPE, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
@@ -81,8 +81,12 @@ def _fail(err: FarmError) -> None:
 
 
 def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
-    # show and report only read the database: they need no CUTLASS installed
-    return load_farm(config_path, database=database, check_dependencies=not read_only)
+    # show and report only read the database: they need no CUTLASS installed, and a
+    # database that is not there is theirs to report ("no results database at")
+    farm = load_farm(config_path, database=database, check_dependencies=not read_only)
+    if not read_only:
+        check_database_folder(farm.database_url, "--database" if database else str(farm.file))
+    return farm
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:

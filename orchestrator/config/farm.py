@@ -666,7 +666,7 @@ def _resolve_database(url: str, root: Path) -> str:
     return url
 
 
-def _check_database_folder(url: str, where: str) -> None:
+def check_database_folder(url: str, where: str) -> None:
     """A SQLite database's folder must exist: the farm makes the file, never its
     folder. Else a typo or a disk not mounted that night would put the run's
     results (and its lock and journal) in a new folder of their own, out of the
@@ -688,8 +688,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     """Load and validate farm.yaml and every job it points at.
 
     `check_dependencies=False` is for commands that only read the database
-    (show, report): they need no CUTLASS installed to print a stored cell, and a
-    database that is not there is theirs to report."""
+    (show, report): they need no CUTLASS installed to print a stored cell."""
     file = Path(file).resolve()
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
     errors = _check_names(raw, "nodes", file) if isinstance(raw, dict) else []
@@ -729,8 +728,6 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     if errors:
         raise ConfigErrors(errors)
     url = _resolve_database(database or spec.database, root)
-    if check_dependencies:  # a command that writes the database (one that only reads says it is missing)
-        _check_database_folder(url, "--database" if database else str(file))
     # a node with several toolchains is several columns, each planned, probed and stored as a node
     columns = {col: one for name, node in spec.nodes.items() for col, one in node.columns(name).items()}
     too_long = [

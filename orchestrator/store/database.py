@@ -195,13 +195,17 @@ def _farm_tables(path: Path) -> bool:
     return bool(names & {"runs", "alembic_version"})
 
 
+def _alembic_config() -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
 @functools.cache
 def _scripts() -> ScriptDirectory:
     """The migrations, read once per process: each read imports every revision's file
     (about 15 ms), and a database at this farm's head needs nothing more of them."""
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return ScriptDirectory.from_config(config)
+    return ScriptDirectory.from_config(_alembic_config())
 
 
 def migrate(engine: Engine, url: str, create: bool = True) -> None:
@@ -213,8 +217,7 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
         if connection.dialect.name == "postgresql":
             # two farms opening one new server database at once: one migrates, the other then finds it done
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-        config = AlembicConfig()
-        config.set_main_option("script_location", str(MIGRATIONS))
+        config = _alembic_config()
         config.attributes["connection"] = connection
         scripts = _scripts()
         current = MigrationContext.configure(connection).get_current_revision()
