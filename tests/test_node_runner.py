@@ -118,7 +118,8 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monk
     deadline on. The first stage's deadline is the farm's from the start: its start
     now goes with what follows. A later stage's goes at once where the farm's deadline
     moves (later: it must not give up too soon; sooner: it must not wait on a silent
-    node longer than the stage could take), and else with what follows."""
+    node longer than the stage could take), and else with what follows. The resident
+    runner holds what its cell writes (noderunner.HOLD), so there each goes at once."""
 
     def stage(out, spec, env, ahead) -> None:
         out.say("@@farm rc=0")
@@ -129,14 +130,14 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monk
 
     monkeypatch.setattr(noderunner, "LOGIN_ENV", {})
 
-    def sent(timeouts: list[float]) -> list[bytes]:
+    def sent(timeouts: list[float], batched: bool = False) -> list[bytes]:
         out = _Flushes()
         monkeypatch.setattr(noderunner, "OUT", out)
         stages = [
             {"stage": name, "timeout": t, "spec": {}, "files": [], "clean_up": False}
             for name, t in zip(("build", "inspect", "run"), timeouts, strict=True)
         ]
-        plan = {"token": "t", "together": True, "marker": {}, "stages": stages}
+        plan = {"token": "t", "together": True, "batched": batched, "marker": {}, "stages": stages}
         # in a thread of its own: run_plan blocks SIGCHLD in its thread (the runner's whole
         # process), which left in pytest's own thread hung the worker tests run after it
         thread = threading.Thread(target=noderunner.run_plan, args=(plan,))
@@ -151,6 +152,10 @@ def test_a_stages_start_is_sent_at_once_only_where_the_farms_deadline_moves(monk
     assert first.endswith(b"@@farm section inspect " + first.rsplit(b" ", 1)[1]) and b"section run" not in first
     assert second.endswith(b"@@farm section run " + second.rsplit(b" ", 1)[1])
     assert b"@@farm section build" in first and whole.endswith(b"@@farm ran build inspect run\n")
+    # under the resident runner, which holds what it is sent: every later start at once
+    first, second, whole = sent([600.0, 600.0, 600.0], batched=True)
+    assert first.endswith(b"@@farm section inspect " + first.rsplit(b" ", 1)[1])
+    assert second.endswith(b"@@farm section run " + second.rsplit(b" ", 1)[1])
 
 
 def test_two_placers_of_one_altered_bundle_at_once_both_place_it(tmp_path: Path) -> None:

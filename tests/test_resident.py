@@ -9,6 +9,7 @@ test_verdicts.py, test_node_runner.py, each with the `resident` runner)."""
 from __future__ import annotations
 
 import marshal
+import os
 import signal
 import threading
 import time
@@ -201,6 +202,64 @@ def test_an_idle_runner_the_farm_no_longer_speaks_to_ends_and_one_it_hears_stays
     time.sleep(0.5)
     assert gone(server)
     assert int(run(runner, "import os; os.write(1, str(os.getppid()).encode())")[1]) != server
+
+
+def test_a_runner_with_cells_says_it_is_there_and_one_that_falls_silent_is_given_up(runner, monkeypatch) -> None:
+    """A cell's stages no longer each send their start to move the farm's deadline
+    on (one message per cell, not three): the farm allows the stages' sum, and finds
+    a frozen or cut-off node by its silence instead. A runner with cells in flight
+    says `b` when it has said nothing for BEAT s, so a quiet cell longer than
+    SILENT_LIMIT ends as it would have; a runner that stops (SIGSTOP, as a frozen
+    node's sshd) has its cell given up on after SILENT_LIMIT s, not its deadline."""
+    monkeypatch.setattr(resident, "BEAT", 0.2)
+    monkeypatch.setattr(resident, "SILENT_LIMIT", 1.0)
+    assert run(runner, "import time; time.sleep(3); print('quiet, and done')") == (0, b"quiet, and done\n", "")
+
+    stopped: list[int] = []
+
+    def stop_its_runner(chunk: bytes) -> None:
+        if not stopped:
+            stopped.append(int(chunk.split()[0]))
+            os.kill(stopped[0], signal.SIGSTOP)
+
+    clock = time.monotonic()
+    try:
+        with pytest.raises(CommandTimeout, match="said nothing for"):
+            python = "import os, time; os.write(1, b'%d\\n' % os.getppid()); time.sleep(30)"
+            runner.run(plan(python, "frozen-cell"), "frozen-cell", Deadline(60.0), stop_its_runner)
+        took = time.monotonic() - clock
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    assert stopped and took < 10, f"given up after {took:.1f} s"
+
+
+def test_a_cells_stdout_is_held_to_go_in_fewer_messages_but_its_run_start_goes_at_once(runner) -> None:
+    """Each message from the node costs the farm CPU, and a cell's stages write their
+    starts as they begin: the runner holds a cell's stdout for up to HOLD s, to send
+    it with what follows in one message (its end, `x`, included). The run stage's
+    start goes at once: an infra failure names the stage it was heard at, and the
+    kernel's is where nodes fail. Nothing is held longer than HOLD."""
+    from orchestrator.run import noderunner
+
+    def arrivals(python: str) -> list[tuple[float, bytes]]:
+        got: list[tuple[float, bytes]] = []
+        clock = time.monotonic()
+        runner.run(plan(python), "", Deadline(30.0), lambda chunk: got.append((time.monotonic() - clock, chunk)))
+        return got
+
+    held = arrivals(
+        "import os, time\nos.write(1, b'build\\n'); time.sleep(0.1); os.write(1, b'inspect\\n')\n"
+        "time.sleep(2); os.write(1, b'end\\n')"
+    )
+    assert [chunk for _, chunk in held] == [b"build\ninspect\n", b"end\n"]
+    assert held[0][0] < noderunner.HOLD + 1.0 < held[1][0]  # released after HOLD, not at the end
+    run_start = arrivals(
+        "import os, time\nos.write(1, b'build\\n'); time.sleep(0.1)\n"
+        "os.write(1, b'@@farm section run 1\\n'); time.sleep(2)"
+    )
+    assert [chunk for _, chunk in run_start] == [b"build\n@@farm section run 1\n"]
+    assert run_start[0][0] < noderunner.HOLD  # at once, not held
 
 
 def test_a_closed_runner_leaves_no_thread_of_its_own(runner) -> None:

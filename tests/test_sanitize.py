@@ -11,8 +11,10 @@ on the lent H200; bench/sanitize-h200.sh runs it there through the farm over SSH
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -355,3 +357,78 @@ def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: P
     assert 'data-flag="sanitizer-error"' in page and "compute-sanitizer now finds errors" in page
     assert "VERIFIED" in page  # the certificate stands: its pass is on record
     assert 'data-flag="sanitizer-error"' not in (tmp_path / "site" / "kernels" / "cutlass_gemm.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "configured",
+        "on PATH",
+        "beside an absolute nvcc",
+        "beside an nvcc on PATH",
+        "beside nothing",
+        "shipped toolkit, one on PATH",
+        "shipped toolkit, none on PATH",
+    ],
+)
+def test_the_python_and_shell_runners_find_one_compute_sanitizer(tmp_path: Path, monkeypatch, case: str) -> None:
+    """The python runner (noderunner.sanitizer) and the shell scripts (sanitize.locate)
+    find the node's compute-sanitizer by one rule, written twice: farm.yaml's path;
+    else PATH's; else the one beside nvcc, never beside a toolkit the farm shipped into
+    its work folder (a kernel could have put one there). Each case, both ways."""
+    from orchestrator.run import noderunner
+
+    def tool(folder: Path, name: str) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("#!/bin/sh\nexit 0\n")
+        (folder / name).chmod(0o755)
+        return folder / name
+
+    workdir = tmp_path / "work"
+    cuda, elsewhere, shipped = tmp_path / "cuda" / "bin", tmp_path / "path-bin", workdir / "toolkits" / "t" / "bin"
+    nvcc = str(tool(cuda, "nvcc"))
+    configured = None
+    path = [str(tmp_path / "empty")]
+    if case == "configured":
+        configured = str(tool(tmp_path / "opt", "compute-sanitizer"))
+        tool(cuda, "compute-sanitizer")
+    elif case == "on PATH":
+        tool(elsewhere, "compute-sanitizer")
+        tool(cuda, "compute-sanitizer")
+        path.append(str(elsewhere))
+    elif case == "beside an absolute nvcc":
+        tool(cuda, "compute-sanitizer")
+    elif case == "beside an nvcc on PATH":
+        tool(cuda, "compute-sanitizer")
+        path.append(str(cuda))
+        nvcc = "nvcc"
+    elif case.startswith("shipped toolkit"):
+        nvcc = str(tool(shipped, "nvcc"))
+        tool(shipped, "compute-sanitizer")  # a kernel may have written this one
+        if case == "shipped toolkit, one on PATH":
+            tool(elsewhere, "compute-sanitizer")
+            path.append(str(elsewhere))
+    search = ":".join([*path, "/usr/bin", "/bin"])
+
+    shell = subprocess.run(
+        ["sh", "-c", sanitize.locate(configured, nvcc, str(workdir)) + '; printf "found %s\\n" "$san"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": search},
+        check=True,
+    ).stdout.strip()
+    monkeypatch.setattr(noderunner, "LOGIN_ENV", {"PATH": search})
+    san = noderunner.sanitizer({"configured": configured, "nvcc": nvcc, "workdir": str(workdir)})
+    usable = bool(san) and os.path.isfile(san) and os.access(san, os.X_OK)
+    python = (f"found {san}" if usable else f"@@farm no-sanitizer {san}").strip()
+    assert python == shell
+    expected = {
+        "configured": f"found {configured}",
+        "on PATH": f"found {elsewhere}/compute-sanitizer",
+        "beside an absolute nvcc": f"found {cuda}/compute-sanitizer",
+        "beside an nvcc on PATH": f"found {cuda}/compute-sanitizer",
+        "beside nothing": f"@@farm no-sanitizer {cuda}/compute-sanitizer",
+        "shipped toolkit, one on PATH": f"found {elsewhere}/compute-sanitizer",
+        "shipped toolkit, none on PATH": "@@farm no-sanitizer",
+    }[case]
+    assert shell == expected

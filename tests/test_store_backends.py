@@ -10,6 +10,7 @@ The PostgreSQL tests never skip: without a server they fail, saying so.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import secrets
@@ -25,7 +26,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 from nodes import CARDS, nvidia_smi_script
-from sqlalchemy import Engine, create_engine, inspect, make_url, text
+from sqlalchemy import Engine, create_engine, event, inspect, make_url, select, text
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
@@ -35,7 +36,7 @@ from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import MIGRATIONS, Base, Store, redact_url
-from orchestrator.store.records import ResultRecord, SnapshotRecord
+from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
 BACKENDS = ["sqlite", "postgresql"]
@@ -359,6 +360,71 @@ def test_a_farm_run_on_postgresql_reads_back_as_on_sqlite(tmp_path, postgres_url
         assert page(pg_index.parent / name, pg_root) == page(lite_index.parent / name, lite_root), name
     lite.close()
     pg.close()
+
+
+# the result's rows on the driver's cursor (store/inserts.py) ---------------------------
+def test_a_results_rows_skip_cores_execution_and_read_back_as_core_writes_them(store):
+    """A result, its metric value, SASS counts and attempt go through the driver's
+    cursor, not Core's execution (no INSERT of them reaches Core's cursor events),
+    and every column of every row reads back as the same record written by Core's
+    own insert: NUL, non-UTF-8 bytes, JSON, times and NULLs alike."""
+    run_id = store.begin_run(**RUN_FIELDS)
+    snapshot = add_snapshot(store, run_id)
+    seen: list[str] = []
+
+    def through_core(_conn, _cursor, statement, *_rest) -> None:
+        seen.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", through_core)
+    record = result_record(run_id, snapshot, 5)
+    metric = {"name": "gflops", "value": 1.5, "unit": "GFLOP/s", "better": "higher", "tolerance": 0.1}
+    metric |= {"note": "printed by the kernel", "baseline": None, "regressed": False}
+    attempt = AttemptRecord(run_id=run_id, node="n", kernel="k", variant="v5", attempt=1, status="ok")
+    farm_id = store.add_result(record, [attempt], [metric])
+    farm_wrote, seen[:] = list(seen), []
+
+    tables = {name: Base.metadata.tables[name] for name in ("results", "metric_values", "sass_counts", "attempts")}
+    with store.engine.begin() as connection:
+        fields = record.columns()
+        core_id = connection.execute(tables["results"].insert(), fields).inserted_primary_key[0]
+        key = {"run_id": run_id, "kernel": "k", "variant": "v5", "node": "n", "device": ""}
+        connection.execute(tables["metric_values"].insert(), {"result_id": core_id, **key, **metric})
+        connection.execute(
+            tables["sass_counts"].insert(),
+            [{"result_id": core_id, "identity": None, "instruction": "ret", "count": 5}],
+        )
+    event.remove(store.engine, "before_cursor_execute", through_core)
+    inserts = [sql for sql in farm_wrote if sql.lstrip().upper().startswith("INSERT")]
+    assert not inserts, inserts
+    assert len([sql for sql in seen if sql.lstrip().upper().startswith("INSERT")]) == 3, seen  # the events work
+
+    def rows(table: str, where: str, value: int) -> list[dict]:
+        with store.engine.connect() as connection:
+            found = connection.execute(select(tables[table]).where(tables[table].c[where] == value)).mappings()
+            return [{k: v for k, v in row.items() if k not in ("id", "result_id", "at")} for row in found]
+
+    assert rows("results", "id", farm_id) == rows("results", "id", core_id) != []
+    assert rows("metric_values", "result_id", farm_id) == rows("metric_values", "result_id", core_id) != []
+    assert rows("sass_counts", "result_id", farm_id) == rows("sass_counts", "result_id", core_id) != []
+    tried = rows("attempts", "run_id", run_id)
+    assert [(a["node"], a["kernel"], a["variant"], a["attempt"], a["status"]) for a in tried] == [
+        ("n", "k", "v5", 1, "ok")
+    ]
+    assert rows("results", "id", farm_id)[0]["stdout"] == stdout_of(5)
+
+
+def test_a_driver_error_on_the_results_insert_is_a_store_error(store):
+    """What the driver refuses (here a NOT NULL column) is the store's StoreError,
+    as Core's errors are, and the transaction leaves nothing behind."""
+    run_id = store.begin_run(**RUN_FIELDS)
+    broken = dataclasses.replace(result_record(run_id, None, 1), outcome=None)
+    with pytest.raises(StoreError, match="failed writing"):
+        store.add_result(broken)
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM results")).scalar() == 0
+    store.add_result(result_record(run_id, None, 2))  # the connection is fine for the next one
+    with store.engine.connect() as connection:
+        assert connection.execute(text("SELECT COUNT(*) FROM results")).scalar() == 1
 
 
 # unattended: interrupted runs ----------------------------------------------------------

@@ -1211,8 +1211,11 @@ def run_plan(plan):
         # that it neither gives up on a stage too soon nor waits on a silent node (frozen, cut
         # off) longer than this stage could take: sent at once where that deadline moves, else
         # with what follows (each message costs the farm and sshd CPU). The first stage's is
-        # the farm's own from the start.
-        if index and abs(time.monotonic() + stage["timeout"] - deadline) > DEADLINE_SLACK:
+        # the farm's own from the start. A resident runner (`batched`) holds what its child
+        # writes for up to HOLD s: there every start goes at once, and costs a message only
+        # where the stage before it took longer than that.
+        moved = abs(time.monotonic() + stage["timeout"] - deadline) > DEADLINE_SLACK
+        if index and (plan.get("batched") or moved):
             OUT.flush()
             deadline = time.monotonic() + stage["timeout"]
         ran.append(name)
@@ -1241,6 +1244,9 @@ def run_plan(plan):
 
 # the resident runner ---------------------------------------------------------
 CHUNK = 4000  # bytes of a child's output per message: with its header, within PIPE_BUF (4096)
+PIPE_BUF = 4096  # Linux's: a write of at most this many bytes to a pipe is never split
+HOLD = 0.5  # seconds the runner may hold a cell's stdout, to send it with what follows in one message
+RUN_START = b"@@farm section run "  # sent at once: where a kernel, or the node under it, fails
 
 
 def write_all(fd, data):
@@ -1250,13 +1256,16 @@ def write_all(fd, data):
 
 
 class Served:
-    """A cell the resident runner forked: its pid, its two pipes, its marker."""
+    """A cell the resident runner forked: its pid, its two pipes, its marker, and
+    what it wrote to stdout that is held (HOLD) to go with what follows."""
 
     def __init__(self, pid, out, err, cell):
         self.pid = pid
         self.pipes = {out: b"o", err: b"e"}
         self.cell = cell
         self.code = None  # what $? says of it, once it ended
+        self.held = bytearray()
+        self.held_since = 0.0
 
 
 def non_dumpable():
@@ -1273,7 +1282,7 @@ def non_dumpable():
         pass
 
 
-def serve(idle_limit):
+def serve(idle_limit, beat):
     """The resident runner (one per node, for all of a run's cells there): each
     request on stdin, `r ID LEN` and LEN bytes of a plan, is run by a child forked
     from this process, which has the runner loaded already (a fork, not a python3
@@ -1286,16 +1295,33 @@ def serve(idle_limit):
     as the login's shell does for a runner of its own. Ends when stdin does and
     every child has been seen to end, or when no child runs and the farm, which
     says `h` every few seconds, has not been heard for `idle_limit` seconds (a
-    connection cut without a reset leaves sshd and this waiting for hours)."""
+    connection cut without a reset leaves sshd and this waiting for hours). With
+    cells in flight it says `b` when it has said nothing for `beat` seconds: the
+    farm takes a node silent for much longer for frozen or cut off."""
     import select
 
     non_dumpable()
     mark = globals().get("STREAM_MARK", "").encode() + b" "
 
-    def say(message):
-        # one write of at most PIPE_BUF bytes: atomic on the pipe to sshd, so what another
-        # process writes into it lands between messages, never inside one, and is skipped
-        write_all(1, mark + message)
+    said = [time.monotonic()]
+
+    def say(*messages):
+        # each message one write of at most PIPE_BUF bytes, or several in one that fits: atomic
+        # on the pipe to sshd, so what another process writes into it lands between messages,
+        # never inside one, and is skipped
+        data = b"".join(mark + message for message in messages)
+        if len(data) <= PIPE_BUF:
+            write_all(1, data)
+        else:
+            for message in messages:
+                write_all(1, mark + message)
+        said[0] = time.monotonic()
+
+    def release(ident, served, *after):
+        """What is held of a cell's stdout, with `after` in the same write where it fits."""
+        held = bytes(served.held)
+        served.held.clear()
+        say(*([b"o %d %d\n" % (ident, len(held)) + held] if held else []), *after)
 
     wake_r, wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -1339,18 +1365,32 @@ def serve(idle_limit):
         cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"))
 
     def forward(fd):
-        """One chunk of a child's pipe out; False once there is nothing more now."""
-        served = cells[owner[fd]]
+        """One chunk of a child's pipe out, or held (its stdout: each message costs the
+        farm CPU, and a cell's stages write their starts as they begin); False once
+        there is nothing more now."""
+        ident = owner[fd]
+        served = cells[ident]
         try:
             chunk = os.read(fd, CHUNK)
         except BlockingIOError:
             return False
-        if chunk:
-            say(b"%s %d %d\n" % (served.pipes[fd], owner[fd], len(chunk)) + chunk)
+        if not chunk:
+            del owner[fd], served.pipes[fd]
+            os.close(fd)
+            return False
+        if served.pipes[fd] == b"e":
+            say(b"e %d %d\n" % (ident, len(chunk)) + chunk)
             return True
-        del owner[fd], served.pipes[fd]
-        os.close(fd)
-        return False
+        if not served.held:
+            served.held_since = time.monotonic()
+        served.held += chunk
+        while len(served.held) >= CHUNK:
+            part = bytes(served.held[:CHUNK])
+            del served.held[:CHUNK]
+            say(b"o %d %d\n" % (ident, len(part)) + part)
+        if served.held and RUN_START in chunk:
+            release(ident, served)
+        return True
 
     def take(data):
         requests.extend(data)
@@ -1385,7 +1425,11 @@ def serve(idle_limit):
         if not cells and time.monotonic() - heard > idle_limit:
             return  # the farm is gone without a word (its network cut): nothing of its is left to serve
         watched = [wake_r, *owner] + ([0] if reading else [])
-        ready = select.select(watched, [], [], min(5.0, idle_limit / 4))[0]
+        wait = min(5.0, idle_limit / 4, beat if cells else 5.0)
+        held = [served.held_since for served in cells.values() if served.held]
+        if held:
+            wait = max(min(wait, min(held) + HOLD - time.monotonic()), 0.0)
+        ready = select.select(watched, [], [], wait)[0]
         for fd in ready:
             if fd == wake_r:
                 while True:
@@ -1403,6 +1447,11 @@ def serve(idle_limit):
                     reading = False
             elif fd in owner:
                 forward(fd)
+        for ident, served in cells.items():
+            if served.held and time.monotonic() - served.held_since >= HOLD:
+                release(ident, served)
+        if cells and time.monotonic() - said[0] >= beat:
+            say(b"b\n")
         for ident, served in list(cells.items()):
             if served.code is None:
                 done, status = os.waitpid(served.pid, os.WNOHANG)
@@ -1419,14 +1468,13 @@ def serve(idle_limit):
             if served.code != 0:
                 left = reap("FARM_CELL", served.cell)
                 if left is not None:
-                    line = b"@@farm reaped %d\n" % left
-                    say(b"o %d %d\n" % (ident, len(line)) + line)
-            say(b"x %d %d\n" % (ident, served.code))
+                    served.held += b"@@farm reaped %d\n" % left
+            release(ident, served, b"x %d %d\n" % (ident, served.code))
             del cells[ident]
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(float(sys.argv[2]))
+        serve(float(sys.argv[2]), float(sys.argv[3]))
     else:
         main()

@@ -13,7 +13,10 @@ frame token, goes from the farm's memory to the node's, never to a file or a
 command line).
 
 Failures stay with what they concern: a cell's deadline kills that cell's
-child (`k ID`) and is the cell's CommandTimeout; a runner that ends, whose
+child (`k ID`) and is the cell's CommandTimeout, and so is a runner that says
+nothing for SILENT_LIMIT s with the cell in flight (it beats every BEAT s while
+it has cells: a node frozen or cut off is found by its silence, so a cell's
+stages need not each send their start to move the farm's deadline); a runner that ends, whose
 channel breaks or whose stream is not its own (a process of the same user wrote
 into it) is a SessionLost for each cell it was serving (infra, retried like any
 lost session), once the farm has killed it, its children and their cells'
@@ -27,6 +30,7 @@ what another process of the node's user writes into the stream is skipped):
                    k ID       kill that cell
                    h          still here (every HEARTBEAT s; unheard for IDLE_LIMIT s, an idle runner ends)
     node -> farm   p PGID     its process group (first)
+                   b          still here (with cells in flight and nothing said for BEAT s)
                    o ID LEN   the cell's stdout
                    e ID LEN   its stderr
                    x ID CODE  it ended; CODE is what the shell's $? would say
@@ -55,6 +59,8 @@ HEADER_LIMIT = 64  # a longer header line is not the runner's
 MARK_SIZE = 32  # hex characters of the secret each of the runner's messages starts with
 HEARTBEAT = 20.0  # seconds between the farm's `h`: the runner hears it is still there
 IDLE_LIMIT = 120.0  # seconds unheard after which an idle runner ends (the farm's connection cut)
+BEAT = 3.0  # seconds a runner with cells in flight may say nothing before it says `b`
+SILENT_LIMIT = 20.0  # seconds of its silence, with a cell in flight, after which the node is taken for gone
 LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
 
 
@@ -95,7 +101,7 @@ def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str
     )
     run = f"FARM_RUN={shlex.quote(run_token)} " if run_token else ""
     given = mark.encode() + code + RUNNER_SOURCE
-    serve = f"serve {IDLE_LIMIT:g}"
+    serve = f"serve {IDLE_LIMIT:g} {BEAT:g}"
     return f"{run}exec {shlex.quote(python)} -I -S -c {shlex.quote(boot)} {serve}", given
 
 
@@ -126,6 +132,7 @@ class ResidentRunner:
         self._group: dict[Process, int] = {}  # a runner's process group, as it said
         self._quiet: dict[Process, threading.Event] = {}  # set when a runner's heartbeat must stop
         self._served: dict[int, _Served] = {}
+        self._listening: dict[Process, float] = {}  # since when a runner's reader has waited for a byte
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -143,6 +150,7 @@ class ResidentRunner:
         served = _Served(cell)
         with self._lock:
             process = self._running()
+            sent = time.monotonic()
             self._served[ident] = served
             try:
                 process.send(b"r %d %d\n" % (ident, len(plan)) + plan)
@@ -160,6 +168,21 @@ class ResidentRunner:
                 try:
                     kind, value = served.chunks.get(timeout=min(left, 1.0))
                 except queue.Empty:
+                    # how long its reader has waited on the node (a reader busy handing on what came
+                    # is not waiting), counted from this cell's request at the earliest, once the
+                    # runner is serving (it said its group): a python3 still starting, on a node
+                    # busy with many logins at once, beats nothing yet, and has its deadline
+                    waiting = self._listening.get(process)
+                    serving = process in self._group
+                    silent = 0.0 if waiting is None or not serving else time.monotonic() - max(waiting, sent)
+                    if silent > SILENT_LIMIT:
+                        served.gone = True
+                        self._kill(ident)
+                        raise CommandTimeout(
+                            f"node {self.name!r}: its resident runner said nothing for {silent:.0f} s with "
+                            f"this cell in flight (it says it is there every {BEAT:g} s): the node froze or "
+                            "was cut off"
+                        ) from None
                     continue
                 if kind == "o":
                     assert isinstance(value, bytes)
@@ -276,7 +299,10 @@ class ResidentRunner:
         why, corrupt = "its channel closed", False
         try:
             while True:
+                # the node's silence, not the farm's: a reader busy handing on what came is not waiting
+                self._listening[process] = time.monotonic()
                 block = process.recv()
+                self._listening.pop(process, None)
                 if not block:
                     break
                 buffer += block
@@ -299,6 +325,9 @@ class ResidentRunner:
                             self._group[process] = int(words[1])
                         del buffer[: line_end + 1]
                         continue
+                    if kind == "b" and len(words) == 1:
+                        del buffer[: line_end + 1]
+                        continue
                     if kind in ("o", "e") and len(words) == 3:
                         size = int(words[2])
                         if not 0 <= size <= HEADER_LIMIT * 1024:  # the runner sends at most PIPE_BUF
@@ -319,6 +348,7 @@ class ResidentRunner:
                         _put(served, (kind, value))
         except ValueError as err:  # the mark was the runner's: its own stream is broken
             why, corrupt = f"it sent what the farm cannot read: {err}", True
+        self._listening.pop(process, None)
         with self._lock:
             self._lost(process, why, corrupt)
         process.close()

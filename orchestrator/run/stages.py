@@ -499,7 +499,7 @@ class CellPipeline:
         """The trips run by noderunner.py: the node's resident runner where there is
         one (resident.py), else a python3 of the cell's own."""
         if self.resident is not None:
-            plan = self._plan(token, trips, together)
+            plan = self._plan(token, trips, together, batched=True)
             cell = self.marker_env.get("FARM_CELL", "")
             return self.resident.run(
                 plan, cell, deadline if isinstance(deadline, Deadline) else Deadline(deadline), sink
@@ -507,11 +507,15 @@ class CellPipeline:
         command, given = self._runner(token, trips, together)
         return self.t.run_streamed(command, timeout=deadline, sink=sink, stdin=given)
 
-    def _plan(self, token: str, trips: list[_Trip], together: bool) -> bytes:
-        """What noderunner.py runs: the stages, their files and the cell's marker."""
+    def _plan(self, token: str, trips: list[_Trip], together: bool, batched: bool = False) -> bytes:
+        """What noderunner.py runs: the stages, their files and the cell's marker;
+        `batched`: a resident runner serves it, which holds a cell's output for up to
+        noderunner.HOLD s to send it in fewer messages, so every stage's start is
+        written as it begins (the farm hears it within HOLD s)."""
         plan = {
             "token": token,
             "together": together,
+            "batched": batched,
             "marker": self.marker_env,
             "stages": [
                 {

@@ -18,6 +18,7 @@ Memory is bounded by `cap` + MAX_LINE + one chunk, whatever the stream's size.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,9 +35,11 @@ def _options() -> re2.Options:
     return options
 
 
+@functools.lru_cache(maxsize=1024)  # a job's markers, compiled once per run, not twice per cell
 def compile_marker(pattern: str) -> re2._Regexp:
     """A marker as RE2 compiles it, for bytes, with `^`/`$` at line ends; raises
-    ValueError naming what RE2 rejects (look-arounds, back-references...)."""
+    ValueError naming what RE2 rejects (look-arounds, back-references...). The
+    compiled pattern is immutable: threads share it."""
     try:
         return re2.compile(("(?m)" + pattern).encode("utf-8"), _options())
     except re2.error as err:

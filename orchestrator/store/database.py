@@ -27,6 +27,7 @@ import os
 import re
 import sqlite3
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import (
     Date,
+    Table,
     and_,
     cast,
     create_engine,
@@ -51,7 +53,7 @@ from sqlalchemy import (
     text,
     union,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
@@ -59,6 +61,7 @@ from orchestrator.errors import StoreError
 from orchestrator.metrics import BASELINE
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.inserts import Inserts
 from orchestrator.store.journal import Journal
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.tables import (
@@ -249,14 +252,15 @@ def _no_nul(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Core inserts, compiled once per set of keys (SQLAlchemy caches them): a result is
-# written many times a second on a big fleet, and the ORM's unit of work (a flush
-# for the id, then one per table) cost more CPU than the rows themselves
-_INSERT_RESULT = ResultRow.__table__.insert()
-_INSERT_METRIC = MetricValue.__table__.insert()
-_INSERT_SASS = SassCount.__table__.insert()
-_INSERT_ATTEMPT = Attempt.__table__.insert()
+# A result's rows are written by inserts.py (SQLAlchemy's SQL and value conversions, the
+# driver's execution): a result is written many times a second on a big fleet, and the
+# ORM's unit of work, then Core's execution, cost more CPU than the rows themselves
+_RESULTS: Table = ResultRow.__table__
+_METRICS: Table = MetricValue.__table__
+_SASS: Table = SassCount.__table__
+_ATTEMPTS: Table = Attempt.__table__
 _INSERT_SNAPSHOT = NodeSnapshotRow.__table__.insert()
+_INSERT_PLANNED = PlannedCell.__table__.insert()
 _ATTEMPT_NULLABLE = {"kernel": None, "variant": None, "stage": None, "error": None}  # one key set: one executemany
 
 
@@ -272,7 +276,8 @@ def _insert_result(
     its instruction counts, each with the cell's key, and the attempts that led to
     it (each with its `at`), in the caller's transaction. Returns the result's id."""
     clean = _no_nul if postgres else dict
-    result_id: int = connection.execute(_INSERT_RESULT, clean(fields)).inserted_primary_key[0]
+    inserts = _inserts(connection.dialect)
+    result_id = inserts.one(connection, _RESULTS, clean(fields))
     key = {
         "result_id": result_id,
         "run_id": fields["run_id"],
@@ -281,20 +286,28 @@ def _insert_result(
         "node": fields["node"],
         "device": fields.get("device", ""),
     }
-    if metrics:
-        connection.execute(_INSERT_METRIC, [clean({**key, **metric}) for metric in metrics])
+    inserts.many(connection, _METRICS, [clean({**key, **metric}) for metric in metrics])
     if counts := fields.get("instruction_counts"):
         identity = fields.get("identity")
-        connection.execute(
-            _INSERT_SASS,
+        inserts.many(
+            connection,
+            _SASS,
             [
                 clean({"result_id": result_id, "identity": identity, "instruction": name, "count": count})
                 for name, count in counts.items()
             ],
         )
-    if attempts:
-        connection.execute(_INSERT_ATTEMPT, [clean({**_ATTEMPT_NULLABLE, **attempt}) for attempt in attempts])
+    inserts.many(connection, _ATTEMPTS, [clean({**_ATTEMPT_NULLABLE, **attempt}) for attempt in attempts])
     return result_id
+
+
+_PREPARED: weakref.WeakKeyDictionary[Dialect, Inserts] = weakref.WeakKeyDictionary()  # an engine's, while it lives
+
+
+def _inserts(dialect: Dialect) -> Inserts:
+    if dialect not in _PREPARED:
+        _PREPARED[dialect] = Inserts(dialect)
+    return _PREPARED[dialect]
 
 
 # a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
@@ -528,7 +541,7 @@ class Store:
 
     @contextmanager
     def _writing_rows(self) -> Iterator[Connection]:
-        """One transaction for Core inserts (see _INSERT_RESULT), committed on leaving."""
+        """One transaction for Core inserts (see _RESULTS), committed on leaving."""
         with self._guard("writing"), self._write_lock, self.engine.begin() as connection:
             self._check_file()
             yield connection
@@ -591,9 +604,12 @@ class Store:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
         cells are planned again per card model once its probe found several."""
         self._journal("planned", {"cells": [list(cell) for cell in cells]})
-        with self._writing() as session:
-            session.add_all(PlannedCell(run_id=run_id, kernel=k, variant=v, node=n, device=d) for k, v, n, d in cells)
-            session.commit()
+        if not cells:
+            return
+        rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
+        with self._writing_rows() as connection:  # one executemany: the ORM's objects cost ~1 ms a cell
+            postgres = self.engine.dialect.name == "postgresql"
+            connection.execute(_INSERT_PLANNED, [_no_nul(row) for row in rows] if postgres else rows)
 
     def recorded_binary(self, node: str, build_key: str) -> str | None:
         """The binary sha256 the latest result with this build key on this node
@@ -1167,7 +1183,7 @@ class Store:
                     done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
                     results += 1
                 elif kind == "attempt":
-                    connection.execute(_INSERT_ATTEMPT, clean({**_ATTEMPT_NULLABLE, "run_id": run.id, **fields}))
+                    connection.execute(_ATTEMPTS.insert(), clean({**_ATTEMPT_NULLABLE, "run_id": run.id, **fields}))
                 elif kind == "planned":
                     cells = [
                         PlannedCell(run_id=run.id, kernel=k, variant=v, node=n, device=d)

@@ -1,0 +1,239 @@
+"""The farm's own CPU per cell, side by side for two trees, on any machine (issue 11).
+
+bench/fleet.py measures the farm against a critical path, which needs many cores
+to mean anything; this one needs two. It starts a small fleet of real sshd nodes
+once (tests/nodes.py, as fleet.py does), then runs the same cold farm (N nodes x
+K sleep-free cells: the build copies /bin/true, the run prints PASS) in a child
+process per tree, alternating the trees R times, and prints the CPU of that
+child (itself and its reaped children) per cell, and the messages the nodes'
+resident runners sent per cell where the tree has them.
+
+    PYTHONPATH=. python3 bench/farm_cpu.py                      # this tree alone
+    PYTHONPATH=. python3 bench/farm_cpu.py --trees /tmp/old .   # old against this tree
+    PYTHONPATH=. python3 bench/farm_cpu.py --profile 30         # the 30 costliest functions, this tree
+
+An old tree is `git archive COMMIT orchestrator tests | tar -x -C /tmp/old`.
+A run whose cells did not all pass prints no figure, and the bench exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import cProfile, json, os, pstats, resource, sys, time
+tree, farm_file, cache, profile = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sys.path[:0] = [tree, os.path.join(tree, "tests")]
+from orchestrator.config.farm import load_farm
+from orchestrator.plan import plan_cells
+from orchestrator.run import resident
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
+from orchestrator.transport import ssh  # noqa: F401 - imported before the clock, as the CLI has it
+
+messages = [0, 0]  # count, bytes
+kinds = {}
+put = getattr(resident, "_put", None)
+if put is not None:
+    def counted(served, item):
+        messages[0] += 1
+        kinds[item[0]] = kinds.get(item[0], 0) + 1
+        messages[1] += len(item[1]) if isinstance(item[1], bytes) else 0
+        return put(served, item)
+    resident._put = counted
+farm = load_farm(farm_file)
+cells = plan_cells(farm, None, None)
+store = Store(farm.database_url)
+profiles = []
+if profile:
+    # cProfile sees one thread: give every thread of the run its own (timed by its own CPU), and add them up
+    import threading
+    bootstrap = threading.Thread._bootstrap_inner  # under run(), which paramiko's threads override
+    def profiled(self):
+        own = cProfile.Profile(time.thread_time)
+        profiles.append(own)
+        own.runcall(bootstrap, self)
+    threading.Thread._bootstrap_inner = profiled
+    profiles.append(cProfile.Profile(time.thread_time))
+cpu0, wall0 = time.process_time(), time.monotonic()
+if profiles:
+    profiles[0].enable()
+summary = run_cells(farm, store, cells, cache_dir=cache, trigger="bench")
+if profiles:
+    profiles[0].disable()
+wall = time.monotonic() - wall0
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = time.process_time() - cpu0 + children.ru_utime + children.ru_stime
+store.close()
+if profiles:
+    stats = pstats.Stats(profiles[0], stream=sys.stderr)
+    for own in profiles[1:]:
+        try:
+            stats.add(own)
+        except TypeError:  # a thread still running (a daemon): its profile has nothing to add yet
+            pass
+    stats.sort_stats("tottime").print_stats(profile)
+    stats.sort_stats("cumulative").print_stats("orchestrator", profile)
+    stats.sort_stats("tottime").print_stats("orchestrator", profile)
+    # where the CPU went, by package (orchestrator by module): what to cut first
+    by = {}
+    for (path, _, name), (_, _, tottime, _, _) in stats.stats.items():
+        if "/orchestrator/" in path:
+            key = "orchestrator/" + path.split("/orchestrator/", 1)[1]
+        elif "site-packages/" in path:
+            key = path.split("site-packages/", 1)[1].split("/", 1)[0]
+        elif path == "~":
+            key = "builtins: " + name.split(" of ")[-1].strip("'>}{") if " of " in name else "builtins"
+        else:
+            key = "stdlib/" + os.path.basename(path)
+        by[key] = by.get(key, 0.0) + tottime
+    total = sum(by.values())
+    print(f"CPU by package, {total:.2f} s profiled over {len(cells)} cells:", file=sys.stderr)
+    for key, seconds in sorted(by.items(), key=lambda kv: -kv[1])[:40]:
+        print(f"  {seconds * 1000 / len(cells):6.2f} ms/cell {100 * seconds / total:5.1f}%  {key}", file=sys.stderr)
+print(json.dumps({
+    "cells": len(cells), "cpu": cpu, "wall": wall, "outcomes": dict(summary.outcomes),
+    "messages": messages[0] if put is not None else None, "bytes": messages[1], "kinds": kinds,
+}))
+"""
+
+
+def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
+    import yaml
+
+    (root / "jobs").mkdir(parents=True)
+    (root / "kernels").mkdir()
+    (root / "kernels" / "cpu.txt").write_text("a stand-in source; the build copies /bin/true\n")
+    job = {
+        "kernel": "cpu",
+        "description": "cells with no sleeps: what is left is the farm and the node's runner",
+        "sources": ["kernels/cpu.txt"],
+        "pass_marker": "cpu: PASS",
+        "refusal_marker": "cpu: REFUSED",
+        "timeout": 60,
+        "build_timeout": 60,
+        "variants": {
+            f"j{i:02d}": {
+                "build": "cp /bin/true {binary}",
+                "run": "{binary} && echo 'cpu: PASS'",
+                "inspect": "cat {binary} > /dev/null",
+                "instructions": {},
+                "cc": {"min": "7.5"},
+            }
+            for i in range(jobs)
+        },
+    }
+    (root / "jobs" / "cpu.yaml").write_text(yaml.safe_dump(job, sort_keys=False))
+    nvcc = shutil.which("nvcc") or "/usr/local/bin/nvcc"
+    farm = {
+        "database": "sqlite:///results.db",
+        "reports": "reports",
+        "jobs": "jobs",
+        "processes": 1,
+        "nodes": {n.name: n.farm_entry(root / f"work-{n.name}", build_jobs=2, nvcc=nvcc, runner=runner) for n in nodes},
+    }
+    path = root / "farm.yaml"
+    path.write_text(yaml.safe_dump(farm, sort_keys=False))
+    return path
+
+
+def one_run(tree: Path, root: Path, nodes: list, jobs: int, runner: str, profile: int) -> dict:
+    if root.exists():
+        shutil.rmtree(root)
+    farm_file = write_farm(root, nodes, jobs, runner)
+    env = dict(os.environ, XDG_CACHE_HOME=str(root / "cache"))
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tree), str(farm_file), str(root / "archives"), str(profile)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if profile:
+        print(out.stderr, file=sys.stderr)
+    if out.returncode != 0:
+        raise RuntimeError(f"{tree}: the farm's child exited {out.returncode}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trees", nargs="+", default=[str(REPO)], help="farm trees to run side by side")
+    ap.add_argument("--nodes", type=int, default=12)
+    ap.add_argument("--jobs", type=int, default=24, help="cells (variants) per node")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tree, alternating")
+    ap.add_argument("--runner", choices=["auto", "cell", "shell"], default="auto")
+    ap.add_argument("--profile", type=int, default=0, help="print this many costliest functions (first tree, one run)")
+    args = ap.parse_args()
+    sys.path[:0] = [str(REPO / "tests")]
+    from nodes import CARDS, Fleet
+
+    trees = [Path(t).resolve() for t in args.trees]
+    tmp = Path(tempfile.mkdtemp(prefix="farm-cpu-"))
+    fleet = Fleet(tmp / "nodes")
+    failed = False
+    try:
+        for i in range(args.nodes):
+            node = fleet.add(f"c{i:02d}", CARDS["t4"], start=False)
+            # an empty home: the login's rc files would be measured, not the farm
+            (node.root / "home").mkdir()
+            node.config.write_text(
+                node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH=")
+            )
+            node.start()
+        nodes = list(fleet.nodes.values())
+        if args.profile:
+            one_run(trees[0], tmp / "farm-profile", nodes, args.jobs, args.runner, args.profile)
+            return 0
+        seen: dict[Path, list[dict]] = {t: [] for t in trees}
+        for _ in range(args.repeat):
+            for tree in trees:
+                seen[tree].append(one_run(tree, tmp / "farm", nodes, args.jobs, args.runner, 0))
+        print(
+            f"{args.nodes} nodes x {args.jobs} cells, runner {args.runner}, {args.repeat} runs of each tree, "
+            f"alternating; {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+        )
+        for tree, runs in seen.items():
+            cells = runs[0]["cells"]
+            bad = [r["outcomes"] for r in runs if r["outcomes"].get("pass", 0) != cells]
+            if bad:
+                print(f"{tree}: NOT ALL PASS ({bad[0]}); no figure")
+                failed = True
+                continue
+            per_cell = [r["cpu"] / cells * 1000 for r in runs]
+            messages = [r["messages"] / cells for r in runs if r["messages"] is not None]
+            said = ""
+            if messages:
+                kinds = ", ".join(f"{k} {v / cells:.2f}" for k, v in sorted(runs[-1]["kinds"].items()))
+                said = (
+                    f", resident messages per cell {statistics.median(messages):.2f} ({kinds}; "
+                    f"{runs[-1]['bytes'] / cells:.0f} bytes)"
+                )
+            print(
+                f"{tree}: farm CPU per cell {' / '.join(f'{x:.1f}' for x in per_cell)} ms "
+                f"(median {statistics.median(per_cell):.1f}); wall {statistics.median(r['wall'] for r in runs):.2f} s"
+                f"{said}"
+            )
+        if len(trees) == 2 and not failed:
+            a = statistics.median(r["cpu"] for r in seen[trees[0]])
+            b = statistics.median(r["cpu"] for r in seen[trees[1]])
+            print(f"ratio second / first: {b / a:.3f}")
+    finally:
+        fleet.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
