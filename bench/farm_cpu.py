@@ -151,8 +151,8 @@ def one_run(tree: Path, root: Path, nodes: list, jobs: int, runner: str, profile
     if root.exists():
         shutil.rmtree(root)
     farm_file = write_farm(root, nodes, jobs, runner)
+    # the tree goes first on the child's path (CHILD); PYTHONPATH stays for the farm's packages
     env = dict(os.environ, XDG_CACHE_HOME=str(root / "cache"))
-    env.pop("PYTHONPATH", None)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(tree), str(farm_file), str(root / "archives"), str(profile)],
         capture_output=True,
