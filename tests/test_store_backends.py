@@ -413,18 +413,28 @@ def test_a_results_rows_skip_cores_execution_and_read_back_as_core_writes_them(s
     assert rows("results", "id", farm_id)[0]["stdout"] == stdout_of(5)
 
 
-def test_a_driver_error_on_the_results_insert_is_a_store_error(store):
+@pytest.mark.parametrize("broken", ["result", "attempt"])
+def test_a_driver_error_on_the_results_insert_is_a_store_error(store, broken):
     """What the driver refuses (here a NOT NULL column) is the store's StoreError,
-    as Core's errors are, and the transaction leaves nothing behind."""
+    as Core's errors are, and the transaction leaves nothing behind: an attempt
+    refused after its result's row was written takes that row with it."""
     run_id = store.begin_run(**RUN_FIELDS)
-    broken = dataclasses.replace(result_record(run_id, None, 1), outcome=None)
+    record = result_record(run_id, None, 1)
+    tried = AttemptRecord(run_id=run_id, node="n", kernel="k", variant="v1", attempt=1, status="ok")
+    if broken == "result":
+        record = dataclasses.replace(record, outcome=None)
+    else:
+        tried = dataclasses.replace(tried, status=None)
     with pytest.raises(StoreError, match="failed writing"):
-        store.add_result(broken)
-    with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT COUNT(*) FROM results")).scalar() == 0
+        store.add_result(record, [tried])
+
+    def count(table: str) -> int:
+        with store.engine.connect() as connection:
+            return connection.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar()
+
+    assert (count("results"), count("sass_counts"), count("attempts")) == (0, 0, 0)
     store.add_result(result_record(run_id, None, 2))  # the connection is fine for the next one
-    with store.engine.connect() as connection:
-        assert connection.execute(text("SELECT COUNT(*) FROM results")).scalar() == 1
+    assert count("results") == 1
 
 
 # unattended: interrupted runs ----------------------------------------------------------

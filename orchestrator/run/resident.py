@@ -13,10 +13,10 @@ frame token, goes from the farm's memory to the node's, never to a file or a
 command line).
 
 Failures stay with what they concern: a cell's deadline kills that cell's
-child (`k ID`) and is the cell's CommandTimeout, and so is a runner that says
-nothing for SILENT_LIMIT s with the cell in flight (it beats every BEAT s while
-it has cells: a node frozen or cut off is found by its silence, so a cell's
-stages need not each send their start to move the farm's deadline); a runner that ends, whose
+child (`k ID`) and is the cell's CommandTimeout, and so is a serving runner
+that says nothing for SILENT_LIMIT s with the cell in flight (it says `b` every
+BEAT s while it has cells: a node frozen or cut off is found by its silence,
+not only once the budget of the stage it froze in has passed); a runner that ends, whose
 channel breaks or whose stream is not its own (a process of the same user wrote
 into it) is a SessionLost for each cell it was serving (infra, retried like any
 lost session), once the farm has killed it, its children and their cells'
