@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 from alembic import command
+from alembic.autogenerate import compare_metadata
 from alembic.config import Config as AlembicConfig
+from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from nodes import CARDS, nvidia_smi_script
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, select, text
@@ -206,6 +208,76 @@ def test_migrations_create_the_schema_at_head(store):
     # opening it again changes nothing
     Store(store.url).close()
     assert set(inspect(store.engine).get_table_names()) == tables
+
+
+def reflected_schema(url: str) -> dict[str, tuple]:
+    """Every table as a reflector sees it: columns (type, nullability, server default),
+    primary key, indexes, unique constraints and foreign keys."""
+    engine = create_engine(url)
+    try:
+        seen = inspect(engine)
+        return {
+            table: (
+                sorted(
+                    (c["name"], str(c["type"]), c["nullable"], str(c.get("default"))) for c in seen.get_columns(table)
+                ),
+                seen.get_pk_constraint(table)["constrained_columns"],
+                sorted((i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in seen.get_indexes(table)),
+                sorted(tuple(u["column_names"]) for u in seen.get_unique_constraints(table)),
+                sorted(
+                    (tuple(f["constrained_columns"]), f["referred_table"], tuple(f["referred_columns"]))
+                    for f in seen.get_foreign_keys(table)
+                ),
+            )
+            for table in sorted(seen.get_table_names())
+        }
+    finally:
+        engine.dispose()
+
+
+def query_all(url: str, sql: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_gets_the_schema_its_migrations_would_give(database_url, request, tmp_path):
+    """A new database is made from the models at once (database.migrate), not by replaying
+    every migration: the two must give the same tables, column by column, index by index,
+    on each backend (an earlier farm's database is upgraded by the migrations alone)."""
+    if database_url.startswith("sqlite"):
+        replayed, dropped = f"sqlite:///{tmp_path / 'replayed.db'}", None
+    else:
+        admin = request.getfixturevalue("postgres_admin")
+        dropped, replayed = _new_postgres_database(admin, "r")
+    try:
+        engine = create_engine(replayed)
+        try:
+            with engine.begin() as connection:
+                config = alembic_config()
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+        finally:
+            engine.dispose()
+        Store(database_url).close()
+        made = reflected_schema(database_url)
+        assert set(Base.metadata.tables) | {"alembic_version"} == set(made)
+        assert made == reflected_schema(replayed)
+        seeded = "SELECT key, value FROM farm_meta ORDER BY key"  # and the rows the migrations seed
+        assert query_all(database_url, seeded) == query_all(replayed, seeded) == [("metric_baseline_from", "1")]
+        engine = create_engine(database_url)
+        try:
+            with engine.connect() as connection:
+                assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == HEAD
+                assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+        finally:
+            engine.dispose()
+    finally:
+        if dropped is not None:
+            _drop_postgres_database(request.getfixturevalue("postgres_admin"), dropped)
 
 
 def test_each_revision_applies_and_a_first_schema_database_upgrades(database_url):

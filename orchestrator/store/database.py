@@ -67,6 +67,7 @@ from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotReco
 from orchestrator.store.tables import (
     Attempt,
     Base,
+    Meta,
     MetricValue,
     NodeSnapshotRow,
     PlannedCell,
@@ -223,13 +224,26 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
         config = _alembic_config()
         config.attributes["connection"] = connection
         scripts = _scripts()
-        current = MigrationContext.configure(connection).get_current_revision()
+        context = MigrationContext.configure(connection)
+        current = context.get_current_revision()
         if current is not None and current == scripts.get_current_head():
             return  # this farm's schema already: what every run but the first finds
         known = {script.revision for script in scripts.walk_revisions()}
-        if current is None and "runs" in inspect(connection).get_table_names():
+        present = set(inspect(connection).get_table_names())
+        if current is None and "runs" in present:
             command.stamp(config, FIRST_SCHEMA)
             current = FIRST_SCHEMA
+        if current is None and create and not present & set(Base.metadata.tables):
+            # a new database gets this farm's schema at once, not by replaying every migration
+            # (0.1-0.2 s on the first run's critical path, and on every test's fresh database);
+            # the tests hold the two to the same schema (test_store.py). No table is taken as
+            # already there: another program's table of one of these names is an error here,
+            # as it is in the migrations
+            Base.metadata.create_all(connection, checkfirst=False)
+            # and the rows a migration seeds on an empty database (0011: every value is a baseline)
+            connection.execute(Meta.__table__.insert(), [{"key": "metric_baseline_from", "value": "1"}])
+            context.stamp(scripts, "head")
+            return
         if current is None and not create:
             raise StoreError(
                 f"{redact_url(url)} holds no farm results (none of its tables is the farm's); nothing was "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -84,7 +84,8 @@ class NodeSnapshotRow(Base):
     bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
     smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
     # every usable GPU: [{index, uuid, name, cc, memory, verified, check}] (0004)
-    gpus: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # nullable as migration 0004 added it: a new database is made from these models (database.migrate)
+    gpus: Mapped[list[Any]] = mapped_column(JSON, default=list, nullable=True)
     driver_check: Mapped[str | None] = mapped_column(Text, nullable=True)  # nvidia-smi vs the driver, in words
     runner: Mapped[str | None] = mapped_column(Text, nullable=True)  # "python3 PATH" or "shell" (0010)
     run: Mapped[Run] = relationship(back_populates="snapshots")
@@ -117,11 +118,13 @@ class ResultRow(Base):
     kernel: Mapped[str] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64), index=True)
-    device: Mapped[str] = mapped_column(String(255), default="")  # the card model ("" without a GPU) (0004)
+    # the card model ("" without a GPU) (0004; its server default, as 0004 made it)
+    device: Mapped[str] = mapped_column(String(255), default="", server_default="")
     gpu_index: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the GPU it ran on
     gpu_uuid: Mapped[str | None] = mapped_column(String(64), nullable=True)
     cc: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the card's CC it was judged against
-    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # that card confirmed by the driver
+    # that card confirmed by the driver
+    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     contract: Mapped[str] = mapped_column(String(64))
     contract_ccs: Mapped[list | None] = mapped_column(JSON, nullable=True)  # the CCs it names, e.g. ["7.5"]
     expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
@@ -145,13 +148,13 @@ class ResultRow(Base):
     # the stdout/stderr lines where the markers were found ({"pass": n, "refusal": n}) (0004)
     stdout_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     stderr_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    output_cuts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    markers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    output_cuts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, nullable=True)  # nullable as 0004 made it
+    markers: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, nullable=True)
     last_stderr_line: Mapped[str | None] = mapped_column(Text, nullable=True)  # the kernel's own last words
     source_sha256: Mapped[str] = mapped_column(String(64))  # the job's first source (its claims' file)
     sources: Mapped[dict[str, Any]] = mapped_column(JSON)  # every source and header shipped: path -> sha256
     # every dependency: name -> {digest, version, origin} (0004)
-    dependencies: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    dependencies: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, nullable=True)  # as 0004 made it
     # the certificate identity: one sha256 over sources, headers and dependencies (inputs.py); None
     # for results stored before the farm hashed every input (0004)
     identity: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
@@ -182,7 +185,7 @@ class PlannedCell(Base):
     kernel: Mapped[str] = mapped_column(String(64))
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64))
-    device: Mapped[str] = mapped_column(String(255), default="")  # (0004)
+    device: Mapped[str] = mapped_column(String(255), default="", server_default="")  # (0004)
 
 
 class Attempt(Base):
