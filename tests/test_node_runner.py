@@ -495,7 +495,7 @@ def test_a_kernel_that_kills_its_runner_leaves_nothing_running(ssh_fleet: Fleet,
     scopes signals (ABI 6, this machine's), the kill is refused and the kernel is killed
     at its timeout: still no pass, nothing left."""
     run = "kill -9 $PPID; exec sleep 73"
-    (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=30)})
+    (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=8)})
     assert row["outcome"] != "pass", row["reason"]
     assert not processes_matching("sleep 73"), "the kernel outlived the runner it killed"
 

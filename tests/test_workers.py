@@ -121,7 +121,7 @@ class KillOnStart(NullListener):
 def test_a_worker_killed_mid_run_leaves_its_cells_infra_and_exit_70(fleet: Fleet, tmp_path: Path, monkeypatch) -> None:
     spy = Spy(monkeypatch)
     variants = {
-        "hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=20),
+        "hang": standin_variant("HANG", MIN75, "MIN_CC=75", timeout=6),
         "pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
     }
     farm = load_farm(farm_file(fleet, tmp_path, 2, variants))
@@ -145,6 +145,16 @@ def test_a_worker_killed_mid_run_leaves_its_cells_infra_and_exit_70(fleet: Fleet
     assert "worker process" in reason
     (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
+
+
+def assert_nothing_left(token: str) -> None:
+    """Nothing of run `token` runs on the nodes. A resident runner whose channel the
+    run's end closed exits in its own time (a python3 still starting, on a loaded
+    machine, for a moment longer): a few seconds' grace, far below the kernels' hang."""
+    deadline = time.monotonic() + 10
+    while (left := processes_carrying(f"FARM_RUN={token}")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left if Path(f"/proc/{pid}").exists()]
 
 
 def hanging_run(
@@ -177,7 +187,7 @@ def test_a_stop_reaches_the_workers_cells(fleet: Fleet, tmp_path: Path) -> None:
         assert done, "the run did not end after its stop"
     finally:
         store.close()
-    assert not processes_carrying(f"FARM_RUN={farm_run.token}")
+    assert_nothing_left(farm_run.token)
     assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
     (run,) = query(tmp_path / "results.db", "SELECT status FROM runs")
     assert run["status"] == "aborted"
@@ -275,7 +285,7 @@ def test_a_trip_that_reaches_its_node_after_the_stops_kill_is_killed_too(
     finally:
         release.set()
         store.close()
-    assert not processes_carrying(f"FARM_RUN={farm_run.token}")
+    assert_nothing_left(farm_run.token)
     assert set(outcomes(tmp_path / "results.db").values()) == {"not-run"}
 
 
