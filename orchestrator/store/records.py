@@ -81,7 +81,8 @@ class SnapshotRecord(_Record):
     stage_seconds: float | None = None
     bytes_shipped: int = 0
     smi_output: str | None = None
-    gpus: list[dict[str, Any]] = field(default_factory=list)  # [{index, uuid, name, cc, memory, verified, check}]
+    # [{index, uuid, name, cc, memory, verified, check}]; the column is NULL only in rows older than 0004
+    gpus: list[dict[str, Any]] | None = field(default_factory=list)
     driver_check: str | None = None
     runner: str | None = None  # who ran the cells' stages: "python3 PATH" (noderunner.py) or "shell"
 
@@ -124,12 +125,13 @@ class ResultRecord(_Record):
     stderr_size: int = 0
     stdout_sha256: str | None = None
     stderr_sha256: str | None = None
-    output_cuts: dict[str, list[int]] = field(default_factory=dict)
-    markers: dict[str, int | None] = field(default_factory=dict)
+    # these three are NULL only in rows older than 0004 (the columns are as 0004 made them)
+    output_cuts: dict[str, list[int]] | None = field(default_factory=dict)
+    markers: dict[str, int | None] | None = field(default_factory=dict)
     last_stderr_line: str | None = None
     source_sha256: str
     sources: dict[str, str]
-    dependencies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dependencies: dict[str, dict[str, Any]] | None = field(default_factory=dict)
     identity: str | None = None
     build_key: str | None = None
     binary_sha256: str | None = None
