@@ -186,11 +186,7 @@ def main() -> int:
     try:
         for i in range(args.nodes):
             node = fleet.add(f"c{i:02d}", CARDS["t4"], start=False)
-            # an empty home: the login's rc files would be measured, not the farm
-            (node.root / "home").mkdir()
-            node.config.write_text(
-                node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH=")
-            )
+            # its login's HOME is an empty folder of its own (tests/nodes.py): no rc file is measured
             node.start()
         nodes = list(fleet.nodes.values())
         if args.profile:

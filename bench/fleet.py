@@ -440,12 +440,10 @@ def main() -> int:
         clock = time.monotonic()
         for i in range(fleet_size):
             node = fleet.add(f"n{i:02d}", CARDS["t4"], start=False)
-            if not args.real_home:
-                # root's ~/.bashrc on this machine (pyenv init) costs ~90 ms per command sshd runs:
-                # give the login an empty home so each command measures the farm, not that rc file
-                (node.root / "home").mkdir()
-                text = node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH=")
-                node.config.write_text(text)
+            if args.real_home:
+                # the login's HOME is an empty folder of the node's own (tests/nodes.py): root's
+                # ~/.bashrc here (pyenv init) costs ~90 ms per command sshd runs; this measures it
+                node.config.write_text(node.config.read_text().replace(f"SetEnv HOME={node.home} ", "SetEnv "))
             node.start()
         nodes = list(fleet.nodes.values())
         print(

@@ -63,8 +63,6 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="farm-node-cpu-"))
     nodes = Fleet(root / "nodes")
     node = nodes.add("n0", CARDS["t4"], start=False)
-    (node.root / "home").mkdir()
-    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH="))
     node.start()
     assert node.proc is not None
     sizes = (1, args.cells)

@@ -68,8 +68,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="farm-ssh-bench-"))
     fleet = Fleet(tmp / "nodes")
     node = fleet.add("n0", CARDS["t4"], start=False)
-    (node.root / "home").mkdir()  # an empty HOME: no rc file run by every command (see bench/README.md)
-    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH="))
+    # the node's login has an empty HOME of its own (tests/nodes.py): no rc file run by every command
     node.start()
     try:
         transport = transport_for("n0", NodeSpec.model_validate(node.farm_entry(tmp / "work")))

@@ -116,9 +116,6 @@ def main() -> int:
     try:
         for i in range(max(sizes)):
             node = nodes.add(f"n{i:02d}", CARDS["t4"], start=False)
-            (node.root / "home").mkdir()
-            text = node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={node.root / 'home'} PATH=")
-            node.config.write_text(text)
             node.start()
         fleet_nodes = list(nodes.nodes.values())
         for n in sizes:

@@ -428,10 +428,9 @@ def own_home_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]
     """A node whose login has an empty HOME: no ~/.bashrc puts a python3 ahead of its PATH."""
     fleet = Fleet(tmp_path_factory.mktemp("home"))
     node = fleet.add("t4", CARDS["t4"], start=False)
-    home = node.root / "home"
-    home.mkdir(exist_ok=True)
-    # LANG=C: a locale python3 coerces to C.UTF-8 in its own environment (PEP 538)
-    node.config.write_text(node.config.read_text().replace("SetEnv PATH=", f"SetEnv HOME={home} LANG=C PATH="))
+    # LANG=C: a locale python3 coerces to C.UTF-8 in its own environment (PEP 538); its HOME
+    # is empty, as every test node's is (nodes.py)
+    node.config.write_text(node.config.read_text().replace("SetEnv HOME=", "SetEnv LANG=C HOME="))
     node.start()
     yield node
     fleet.stop()

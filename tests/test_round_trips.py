@@ -258,18 +258,20 @@ def test_the_python_runner_runs_a_cell_without_helper_processes(node: SshNode, t
         parent = '"$(tr "\\0" " " < /proc/$PPID/cmdline | /usr/bin/cut -c1-300)"'
         shim.write_text(f'#!/bin/sh\necho {tool} {parent} >> {calls}\nexec /usr/bin/{tool} "$@"\n')
         shim.chmod(0o755)
+
+    def called() -> list[str]:  # none at all, where nothing started one
+        return calls.read_text().splitlines() if calls.exists() else []
+
     try:
         counts = []
         for cells in (1, 4):
             verify(node, tmp_path / f"c{cells}", passing(cells))  # cold: builds
-            before = len(calls.read_text().splitlines()) if calls.exists() else 0
+            before = len(called())
 
             summary, _ = verify(node, tmp_path / f"c{cells}", passing(cells))
             assert dict(summary.outcomes) == {"pass": cells}
-            # the farm's own: started by its script or runner, not by the login's ~/.bashrc
-            mine = [
-                line for line in calls.read_text().splitlines()[before:] if "@@farm" in line or "farm-runner" in line
-            ]
+            # the farm's own: started by its script or runner, not by a login's ~/.bashrc
+            mine = [line for line in called()[before:] if "@@farm" in line or "farm-runner" in line]
             counts.append(len(mine))
     finally:
         for tool in tools:
