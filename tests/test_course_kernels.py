@@ -235,3 +235,50 @@ def test_gpu_a_stand_in_nvidia_smi_on_real_hardware_is_not_believed(tmp_path):
     assert snapshot.gpu_name == "Tesla T4" and not snapshot.real_gpu
     assert "not confirmed" in snapshot.driver_check and "the driver (NVML)" in snapshot.driver_check
     assert not row.real_gpu and row.cc == "7.5"
+
+
+FORGERY = r"""
+#include <cstdio>
+// named as the instruction its job requires: its `Function : HGMMA` line is no HGMMA
+extern "C" __global__ void HGMMA(float *x) { if (x) x[threadIdx.x] = 1.0f; }
+int main() { HGMMA<<<1, 1>>>(nullptr); cudaDeviceSynchronize(); std::printf("fake: PASS\n"); return 0; }
+"""
+
+
+def test_names_are_not_machine_code_a_kernel_named_hgmma_nor_a_variant_named_like_a_cubin(tmp_path: Path) -> None:
+    """Found by a red-team helper, with the real nvcc and cuobjdump: an `extern "C"` kernel
+    named HGMMA met `instructions: {HGMMA: 1}` (the farm counted its name in the SASS), and a
+    variant named `sm_90.cubin.x` added a false sm_90 cubin to an sm_80-only binary (the
+    binary's name is in cuobjdump's listing), so a CC 9.0 card would have run it `native`."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "kernels" / "fake.cu").write_text(FORGERY)
+    (tmp_path / "jobs" / "fake.yaml").write_text(
+        "kernel: fake\nsources: [kernels/fake.cu]\npass_marker: 'fake: PASS'\nrefusal_marker: 'needs CC'\n"
+        "variants:\n"
+        "  sm90a:\n"
+        "    build: '{nvcc} -O3 -gencode arch=compute_90a,code=sm_90a -o {binary} {sources}'\n"
+        "    cc: {exactly: '9.0'}\n"
+        "    instructions: {HGMMA: 1}\n"
+        "  sm_90.cubin.x:\n"
+        "    build: '{nvcc} -O3 -arch=sm_80 -o {binary} {sources}'\n"
+        "    cc: {min: '8.0'}\n"
+    )
+    config = tmp_path / "farm.yaml"
+    config.write_text(
+        f"database: sqlite:///results.db\nnodes:\n  local:\n    transport: local\n    workdir: {tmp_path / 'node'}\n"
+    )
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm))
+        rows = {r.variant: r for r in store.results(summary.run_id)}
+    finally:
+        store.close()
+    named = rows["sm90a"]
+    assert (named.outcome, named.failed_stage) == ("inspect-fail", "inspect"), named.reason
+    assert named.instruction_counts == {"HGMMA": 0}
+    assert "HGMMA" in named.reason
+    listed = rows["sm_90.cubin.x"]
+    assert listed.outcome == "compile-only", listed.reason
+    assert (listed.elf_targets, listed.ptx_targets) == (["sm_80"], ["sm_80"])

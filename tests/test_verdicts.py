@@ -29,7 +29,10 @@ from orchestrator.plan import plan_cells
 from orchestrator.report import export
 from orchestrator.report.model import cc_key, collect
 from orchestrator.report.site import render
+from orchestrator.run.bundle import Placed
+from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.scheduler import run_cells
+from orchestrator.run.stages import cell_paths
 from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}
@@ -132,7 +135,7 @@ def test_a_copy_swapped_while_its_cell_waits_for_the_gpu_is_not_run(
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not (copies := list(work.glob("cells/*/t4/standin-f*/work/standin-f"))):
+        while not (copies := list(work.glob("cells/*/t4/standin+f*/work/standin-f"))):
             assert time.monotonic() < deadline, "the cell never got its copy"
             time.sleep(0.05)
         time.sleep(1.0)  # inspected, and waiting for the lock
@@ -149,6 +152,30 @@ def test_a_copy_swapped_while_its_cell_waits_for_the_gpu_is_not_run(
     assert row["outcome"] != "pass", row["reason"]
     tries = query(tmp_path / "results.db", "SELECT error FROM attempts WHERE variant = 'f' AND status = 'infra'")
     assert any("changed on the node after inspection" in (t["error"] or "") for t in tries), [dict(t) for t in tries]
+
+
+def test_kernels_whose_names_join_alike_keep_their_cells_apart(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """Kernel `a-b` variant `c` and kernel `a` variant `b-c`: their cells' folders were both
+    `a-b-c`, and the failing kernel was judged pass on the other's output (found by a red-team
+    helper, 5 runs in 6 on a node with two cards). Each has a folder of its own now."""
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4", build_jobs=2)}
+    jobs = [
+        standin_job("a-b", {"c": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run="sleep 1; {binary}")}),
+        standin_job("a", {"b-c": standin_variant("PASS", MIN75, "MIN_CC=75", run="{binary}; sleep 1")}),
+    ]
+    config = make_farm(tmp_path, nodes, jobs)
+    farm = load_farm(config)
+    node = NodeSnapshot("t4", "/w", "h", "Linux", "Tesla T4", None, None, None, 1, "nvcc", "13.0.88", "", None, None)
+    seen = {
+        cell_paths(node, farm.jobs[c.kernel].spec.variants[c.variant], c, "1-t", Placed("/s", "0"), {}).run_dir
+        for c in (*plan_cells(farm), *(cell.on("Tesla T4", True) for cell in plan_cells(farm)))
+    }
+    assert len(seen) == 4, seen
+    run(config)
+    got = {(r["kernel"], r["variant"]): r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    assert got[("a-b", "c")]["outcome"] == "fail", got[("a-b", "c")]["reason"]
+    assert got[("a", "b-c")]["outcome"] == "pass", got[("a", "b-c")]["reason"]
+    assert b"standin: PASS" not in bytes(got[("a-b", "c")]["stdout"])
 
 
 def test_each_cell_is_judged_on_its_own_card(fleet_extra: dict, make_farm, tmp_path: Path) -> None:

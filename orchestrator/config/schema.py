@@ -30,6 +30,7 @@ from orchestrator.run.streams import compile_marker
 
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.
+MNEMONIC_RE = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # an instruction's name (HMMA, HMMA.16816.F32)
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always fullmatch: "$" admits a trailing newline
 NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
 
@@ -150,12 +151,21 @@ class VariantSpec(_Strict):
     run: str = "{binary}"
     inspect: str = "{cuobjdump} --dump-sass {binary}"
     cc: ContractSpec
-    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}  # each found at least this often (0 asks nothing)
+    # each mnemonic found at least this often in the inspect stage's text (0 asks nothing)
+    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}
     timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""
     # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (stages.py)
     sanitize: list[SanitizerTool] = []
+
+    @field_validator("instructions")
+    @classmethod
+    def _mnemonics(cls, value: dict[str, int]) -> dict[str, int]:
+        for name in value:  # "" or " " was found everywhere in the text, by the farm's count
+            if not MNEMONIC_RE.fullmatch(name):
+                raise ValueError(f"mnemonics of letters, digits and '_', dotted (HMMA, HMMA.16816), not {name!r}")
+        return value
 
     @field_validator("sanitize")
     @classmethod

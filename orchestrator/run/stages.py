@@ -56,7 +56,7 @@ from orchestrator.classify import Evidence, Verdict, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.schema import VariantSpec
+from orchestrator.config.schema import MNEMONIC_RE, VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run import sanitize
@@ -233,14 +233,16 @@ def cell_paths(
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder
     build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
-    slot = f"-{cell.device_slug}" if cell.device else ""
+    # '+' is in no kernel, variant or card slug (config.schema.NAME_RE): kernel `a-b` variant `c` and
+    # kernel `a` variant `b-c` get folders of their own (with '-' they shared one, and each other's output)
+    slot = f"+{cell.device_slug}" if cell.device else ""
     return CellPaths(
         sources=sources,
         dependencies=dependencies,
         build_key=key,
         build_dir=build_dir,
         binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
-        run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}-{cell.variant}{slot}",
+        run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}+{cell.variant}{slot}",
         toolchain=toolchain,
     )
 
@@ -312,13 +314,26 @@ def verify_inputs_script(paths: CellPaths, tag: str) -> str:
     return "; ".join(parts)
 
 
+# an instruction line of cuobjdump's SASS: its address, a predicate perhaps, then the opcode
+_SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:@!?\w+[ \t]+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
+
+
 def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
-    """Occurrences of each mnemonic as a whole word ("HMMA" counts HMMA.16816.F32)."""
+    """Occurrences of each mnemonic ("HMMA" counts HMMA.16816.F32). In cuobjdump's SASS
+    only opcodes count: a kernel named HGMMA (its `Function : HGMMA` line, a call to it)
+    met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
+    text (the tests' objdump) is searched as a whole, for each name as a whole word."""
+    opcodes = _SASS_OPCODE.findall(disassembly)
+    if opcodes:
+        return {name: sum(op == name or op.startswith(name + ".") for op in opcodes) for name in names}
     return {name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly)) for name in names}
 
 
-_ELF_RE = re.compile(r"\bsm_(\d+)([a-z]?)\.cubin")
-_PTX_RE = re.compile(r"\bsm_(\d+)([a-z]?)\.ptx")
+# each line of cuobjdump --list-elf / --list-ptx ends in the code's own target ("ELF file 1:
+# STEM.1.sm_80.cubin"); the STEM is the binary's name, which a variant named `sm_90.cubin.x`
+# once made a second, false target of
+_ELF_RE = re.compile(r"\.sm_(\d+)([a-z]?)\.cubin[ \t]*$", re.MULTILINE)
+_PTX_RE = re.compile(r"\.sm_(\d+)([a-z]?)\.ptx[ \t]*$", re.MULTILINE)
 
 
 def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) -> str | None:
@@ -373,7 +388,7 @@ class _Fetched:
 
 _SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
-_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+_SIMPLE_MNEMONIC = MNEMONIC_RE
 
 
 class CellPipeline:
