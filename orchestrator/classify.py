@@ -68,15 +68,20 @@ class Verdict:
     reason: str
 
 
+def signal_name(code: int) -> str | None:
+    """The signal a shell's 128+N exit status names ("SIGSEGV" for 139), or None."""
+    if code <= 128:
+        return None
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return None
+
+
 def exit_words(code: int) -> str:
     """ "exit 3", or "killed by SIGSEGV (exit 139)" for a shell's 128+N."""
-    if code > 128:
-        try:
-            name = signal.Signals(code - 128).name
-        except ValueError:
-            return f"exit {code}"
-        return f"killed by {name} (exit {code})"
-    return f"exit {code}"
+    name = signal_name(code)
+    return f"killed by {name} (exit {code})" if name else f"exit {code}"
 
 
 def _with_stderr(reason: str, ev: Evidence) -> str:
@@ -112,7 +117,10 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
     ended = exit_words(ev.run_exit)
     passed = ev.run_exit == 0 and ev.pass_line is not None
-    refused = ev.run_exit != 0 and ev.refusal_line is not None
+    # a gate refuses by exiting; a crash after its text (SIGSEGV, SIGABRT, the OOM killer's SIGKILL)
+    # is no clean refusal, though its words were printed
+    crashed = signal_name(ev.run_exit) is not None
+    refused = ev.run_exit != 0 and ev.refusal_line is not None and not crashed
     if exp.outcome is Outcome.PASS:
         if passed:
             return _sanitized(ev) or Verdict(
@@ -138,6 +146,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0:
         return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
+    if crashed and ev.refusal_line is not None:
+        return Verdict(
+            Outcome.MISSING_REFUSAL,
+            "run",
+            _with_stderr(f"{ended} after its refusal text (stderr line {ev.refusal_line}): a crash, not a refusal", ev),
+        )
     return Verdict(Outcome.MISSING_REFUSAL, "run", _with_stderr(f"{ended} without the refusal text on stderr", ev))
 
 

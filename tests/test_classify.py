@@ -78,6 +78,27 @@ TABLE = [
         Outcome.MISSING_REFUSAL,
         "run",
     ),
+    (  # found by a red-team helper: was expected-refusal ("refused with its gate's text, as it must")
+        "refusal-text-then-crash-where-must-refuse",
+        built(run_exit=139, stderr=b"T4 needs CC 9.0 (Hopper)"),
+        MUST_REFUSE,
+        Outcome.MISSING_REFUSAL,
+        "run",
+    ),
+    (  # a crash, not a refusal of a card it serves
+        "refusal-text-then-crash-where-must-run",
+        built(run_exit=134, stderr=b"X needs CC 9.0 ...\nAborted"),
+        MUST_RUN,
+        Outcome.FAIL,
+        "run",
+    ),
+    (  # `return -1` after the gate's text: 255 names no signal, the gate's own exit
+        "refusal-exit-255-where-must-refuse",
+        built(run_exit=255, stderr=b"T4 needs CC 9.0 (Hopper)"),
+        MUST_REFUSE,
+        Outcome.EXPECTED_REFUSAL,
+        None,
+    ),
     (
         "refusal-text-but-exit0",
         built(run_exit=0, stderr=b"needs CC 9.0"),
