@@ -307,6 +307,18 @@ def test_a_marker_that_matches_anything_is_refused(tmp_path, key, marker):
     assert "jobs/k.yaml" in err.file and ("not empty" in str(err) or "empty line" in str(err)), str(err)
 
 
+@pytest.mark.parametrize("marker", ["'.'", r"'\b'", r"'\C'", "'[^x]'", r"'\s'", "'(?s).'", "error"])
+@pytest.mark.parametrize("key", ["pass_marker", "refusal_marker"])
+def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marker):
+    """Found by a red-team helper: these loaded, and `mismatch at element 3: FAILED` with
+    exit 0 passed (a refusal marker of them made a crash's stderr a clean refusal)."""
+    job = GOOD_JOB.replace(f"{key}: {'PASS' if key == 'pass_marker' else 'needs CC'}", f"{key}: {marker}")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == key, str(err)
+    assert "jobs/k.yaml" in err.file and "matches only the kernel's own words" in str(err), str(err)
+    assert "which any failing or crashing kernel may print" in str(err), str(err)
+
+
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
     job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
     err = load_error(make_farm(tmp_path, job=job))

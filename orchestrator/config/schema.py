@@ -264,9 +264,32 @@ class JobSpec(_Strict):
             compile_marker(value)
         except ValueError as err:
             raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
-        if compile_marker(value).search(b"") is not None:
+        compiled = compile_marker(value)
+        if compiled.search(b"") is not None:
             raise ValueError("a regular expression that does not match an empty line")
+        said = next((line for line in NOT_A_VERDICT if compiled.search(line) is not None), None)
+        if said is not None:  # `.`, `\s`, `[^x]`: a failing kernel's words would pass (or refuse)
+            raise ValueError(
+                f"a regular expression that matches only the kernel's own words (it matches {said.decode()!r}, "
+                "which any failing or crashing kernel may print)"
+            )
         return value
+
+
+# lines any kernel may print whatever its verdict: a marker matching one of them proves nothing
+NOT_A_VERDICT = (
+    b"x",
+    b"0",
+    b" ",
+    b"-",
+    b"FAIL",
+    b"FAILED",
+    b"error",
+    b"mismatch at element 3: FAILED",
+    b"Segmentation fault (core dumped)",
+    b"CUDA error: an illegal memory access was encountered",
+    b"terminate called after throwing an instance of 'std::runtime_error'",
+)
 
 
 class PypiToolchain(_Strict):
