@@ -108,12 +108,43 @@ def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot, cc: C
     return when.cc is None or (cc is not None and when.cc.contract().admits(cc))
 
 
+# The failures a cell can show, by what it must do: a declared known failure applies only where
+# its outcome can happen. Elsewhere (a run's failure on a node without a GPU, wrong numbers on a
+# card the gate must refuse) the cell behaved as it must whether the failure is still there or
+# not, and classify would call it `fixed` and ask for the declaration to be removed.
+CAN_FAIL_AS = {
+    Outcome.COMPILE_ONLY: frozenset({Outcome.BUILD_FAIL, Outcome.INSPECT_FAIL}),
+    Outcome.EXPECTED_REFUSAL: frozenset(
+        {Outcome.BUILD_FAIL, Outcome.INSPECT_FAIL, Outcome.MISSING_REFUSAL, Outcome.TIMEOUT}
+    ),
+    Outcome.PASS: frozenset(
+        {
+            Outcome.BUILD_FAIL,
+            Outcome.INSPECT_FAIL,
+            Outcome.FAIL,
+            Outcome.TIMEOUT,
+            Outcome.UNEXPECTED_REFUSAL,
+            Outcome.SANITIZER_ERROR,
+        }
+    ),
+}
+
+
 def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCapability | None) -> Expectation:
     """What the cell must do on a card of this CC (None: the node has no GPU)."""
     contract = variant.cc.contract()
-    known = next((kf for kf in variant.known_failures if _known_failure_applies(kf, snapshot, cc)), None)
     if cc is None:
-        return Expectation(Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only", known)
-    if contract.admits(cc):
-        return Expectation(Outcome.PASS, f"CC {cc} satisfies {contract}", known, cc)
-    return Expectation(Outcome.EXPECTED_REFUSAL, f"CC {cc} is outside {contract}: the gate must refuse", known, cc)
+        outcome, reason = Outcome.COMPILE_ONLY, "the node has no GPU: build and inspect only"
+    elif contract.admits(cc):
+        outcome, reason = Outcome.PASS, f"CC {cc} satisfies {contract}"
+    else:
+        outcome, reason = Outcome.EXPECTED_REFUSAL, f"CC {cc} is outside {contract}: the gate must refuse"
+    known = next(
+        (
+            kf
+            for kf in variant.known_failures
+            if kf.outcome in CAN_FAIL_AS[outcome] and _known_failure_applies(kf, snapshot, cc)
+        ),
+        None,
+    )
+    return Expectation(outcome, reason, known, cc)

@@ -265,3 +265,46 @@ def test_a_line_too_long_to_be_a_marker_never_matches_however_it_arrives(chunk):
     pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)]
     found = scan(pieces, {"bad": "(a+)+$", "pass": "standin: PASS"}, 1 << 20)
     assert found.matches == {"pass": 2} and found.lines == 2
+
+
+def test_a_known_failure_applies_only_where_its_outcome_can_happen() -> None:
+    """Found by a red-team helper: a run-stage failure declared by nvcc range applied on a
+    node without a GPU, and on a card the gate must refuse; the cell behaved as it must
+    there whatever the kernel does now, and was `fixed` ("remove the declaration")."""
+    from orchestrator.config.capability import ComputeCapability
+    from orchestrator.config.schema import VariantSpec
+    from orchestrator.plan import expect
+    from orchestrator.run.probe import NodeSnapshot
+
+    variant = VariantSpec.model_validate(
+        {
+            "build": "nvcc -o {binary} {sources}",
+            "cc": {"exactly": "9.0"},
+            "known_failures": [
+                {"when": {"nvcc": ">=13.0"}, "outcome": "fail", "reason": "wrong numbers with nvcc 13"},
+                {"when": {"nvcc": ">=13.0"}, "outcome": "missing-refusal", "reason": "its gate lets 7.5 in"},
+            ],
+        }
+    )
+    node = NodeSnapshot("n", "/w", "h", "Linux", None, None, None, None, 0, "nvcc", "13.0.88", "", None, None)
+    no_gpu = expect(None, variant, node, None)  # type: ignore[arg-type]
+    assert (no_gpu.outcome, no_gpu.known_failure) == (Outcome.COMPILE_ONLY, None)
+    assert classify(built(), no_gpu).outcome is Outcome.COMPILE_ONLY
+    hopper = expect(None, variant, node, ComputeCapability(9, 0))  # type: ignore[arg-type]
+    assert hopper.known_failure is not None and hopper.known_failure.outcome is Outcome.FAIL
+    turing = expect(None, variant, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
+    assert turing.known_failure is not None and turing.known_failure.outcome is Outcome.MISSING_REFUSAL
+    refused = built(run_exit=1, stderr=b"T4 needs CC 9.0 (Hopper)")
+    assert classify(refused, turing).outcome is Outcome.FIXED  # its gate now refuses: truly fixed
+    only_fail = variant.model_copy(update={"known_failures": variant.known_failures[:1]})
+    turing = expect(None, only_fail, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
+    assert turing.known_failure is None
+    assert classify(refused, turing).outcome is Outcome.EXPECTED_REFUSAL
+
+
+@pytest.mark.parametrize("declared", ["infra-error", "compile-only", "expected-refusal", "pass", "not-run"])
+def test_only_a_kernels_own_failure_can_be_declared(declared: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="a failure of the kernel's own"):
+        KnownFailureSpec.model_validate({"when": {"nvcc": ">=13.0"}, "outcome": declared, "reason": "r"})
