@@ -10,7 +10,7 @@
         ├── ConnectError           refused, unreachable, banner/auth failure
         │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
         │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
-        ├── NodeUnusable           reachable, but no nvcc or no work folder (never retried)
+        ├── NodeUnusable           reachable, but no nvcc, no work folder or a broken GPU (never retried)
         ├── StagingFailed          the node could not take a bundle (bundle.py: disk full, permissions)
         ├── CommandTimeout         a command outlived its channel timeout
         └── SlurmJobError          Slurm ended the job or never started it (transport/slurm.py)

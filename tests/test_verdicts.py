@@ -13,6 +13,7 @@ authoritative-looking wrong verdict, on real sshd nodes with stand-in cards.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -505,3 +506,47 @@ def test_a_gpu_node_whose_probe_finds_no_card_is_not_a_green_compile_only_row(
     )
     assert got["typo"]["outcome"] == "infra-error" and "gpus lists [5]" in got["typo"]["reason"]
     assert summary.exit_code == 4
+
+
+BROKEN_SMI = (
+    "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    'Make sure that the latest NVIDIA driver is installed and running."\nexit 9\n'
+)
+
+
+def test_a_node_whose_gpu_stack_fails_is_no_compile_only_node(
+    make_farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a red-team helper: a node declaring no card (farm.yaml's `local`) whose
+    nvidia-smi is there but fails (a driver that cannot be reached) was taken for a machine
+    without a GPU: a green compile-only row, exit 0, the failure shown nowhere."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(BROKEN_SMI)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "node")}}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75)})])
+    _, summary = run(config)
+    (row,) = query(tmp_path / "results.db", "SELECT outcome, reason FROM results")
+    assert row["outcome"] == "infra-error", row["reason"]
+    assert "nvidia-smi failed (exit 9: NVIDIA-SMI has failed" in row["reason"], row["reason"]
+    assert summary.exit_code == 4
+
+
+def test_a_broken_gpu_is_told_from_a_machine_without_one() -> None:
+    from orchestrator.run.probe import NodeSnapshot
+    from orchestrator.run.scheduler import FarmRun
+
+    def node(smi: str, driver: str = "") -> NodeSnapshot:
+        blank = NodeSnapshot("n", "/w", "h", "Linux", None, None, None, None, 0, "nvcc", "13.0.88", smi, None, None)
+        return dataclasses.replace(blank, driver_evidence=driver)
+
+    assert FarmRun._broken_gpu(node("sh: 1: nvidia-smi: not found\nrc=127")) is None  # no GPU stack at all
+    assert FarmRun._broken_gpu(node("No devices were found\nrc=6")) is None  # a driver, and no card
+    assert FarmRun._broken_gpu(node("\nrc=0")) is None
+    hung = FarmRun._broken_gpu(node("\nrc=124"))
+    assert hung is not None and "nvidia-smi failed (hung" in hung
+    version = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n/dev/nvidiactl"
+    lost = FarmRun._broken_gpu(node("sh: 1: nvidia-smi: not found\nrc=127", version))
+    assert lost is not None and "the NVIDIA driver is loaded (NVRM version" in lost

@@ -702,6 +702,26 @@ class FarmRun:
                 f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
                 f"({' / '.join(said[-2:])[-200:] or 'no output'}): not run as a compile-only node"
             )
+        if not snapshot.has_gpu and (broken := FarmRun._broken_gpu(snapshot)):
+            # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
+            # were a green compile-only row, the failure said nowhere (found by a red-team helper)
+            raise NodeUnusable(f"node {name!r}: {broken}: a broken GPU is not a node without one")
+
+    @staticmethod
+    def _broken_gpu(snapshot: NodeSnapshot) -> str | None:
+        """Why a node that lists no GPU has one that does not work, or None: nvidia-smi is
+        there but failed (not "No devices were found"), or the NVIDIA driver is loaded and
+        nvidia-smi is not on the login's PATH."""
+        lines = snapshot.smi_output.strip().splitlines()
+        rc = lines[-1].strip() if lines else ""
+        said = " / ".join(line.strip() for line in lines[:-1] if line.strip())[-200:] or "no output"
+        if rc not in ("rc=0", "rc=127") and "No devices were found" not in snapshot.smi_output:
+            code = rc.removeprefix("rc=")
+            return f"nvidia-smi failed ({'hung' if code == '124' else 'exit ' + code}: {said})"
+        if rc == "rc=127" and snapshot.driver_evidence.strip():
+            first = snapshot.driver_evidence.strip().splitlines()[0][:120]
+            return f"the NVIDIA driver is loaded ({first}) but nvidia-smi cannot be started ({said})"
+        return None
 
     def _node_stopped(self, name: str, cells: list[Cell]) -> None:
         basis = declared_snapshot(name, self.farm)
