@@ -796,3 +796,32 @@ def test_the_resident_runner_loads_the_farms_compiled_code_only_where_its_byteco
         command, stdin = resident.resident_command(sys.executable, None, "m" * resident.MARK_SIZE)
         out = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, check=True)
         assert out.stdout.decode() == expected, (magic, out)
+
+
+def test_a_kernel_cannot_write_the_farms_own_files_through_the_temporary_folder(
+    ssh_fleet: Fleet, tmp_path: Path
+) -> None:
+    """A confined kernel may write the temporary folder where the cells' folders are not in
+    it. With the node's work folder elsewhere and the farm's own folder (its database, journal,
+    reports) under /tmp, as a clone in /tmp has it, a kernel rewrote stored verdicts there
+    (found by a red-team helper). The farm's files are named to the node now: such a folder
+    stays closed."""
+    work = Path.home() / ".cache" / f"farm-test-guard-{os.getpid()}"
+    forged = tmp_path / "farm" / "forged.txt"
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=f"echo forged > {forged}; {{binary}}")
+    try:
+        config = write_farm(
+            tmp_path / "farm", {"t4": ssh_fleet["t4"].farm_entry(work)}, [standin_job("standin", {"v": variant})]
+        )
+        farm = load_farm(config)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "cache")
+        finally:
+            store.close()
+        (row,) = query(tmp_path / "farm" / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert row["outcome"] == "pass", row["reason"]
+    assert not forged.exists()
+    assert "Permission denied" in bytes(row["stderr"]).decode(), bytes(row["stderr"])

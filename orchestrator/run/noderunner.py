@@ -275,15 +275,22 @@ def ruleset(writable):
         return None, "no Landlock: " + repr(err)
 
 
-def scratch(env, run_dir):
+def scratch(env, run_dir, guarded=()):
     """The temporary folder ($TMPDIR, else /tmp) a confined kernel may write in, as
     programs expect to: () where the cells' own folders are in it (a workdir under
-    /tmp), since it would then let the kernel write them all."""
+    /tmp), since it would then let the kernel write them all, or any of GUARDED (the
+    farm's own folder, database, journal and reports, where the farm runs on this
+    machine: a kernel rewrote a stored verdict through /tmp)."""
     folder = env.get("TMPDIR") or "/tmp"
     try:
-        real, cell = os.path.realpath(folder), os.path.realpath(run_dir)
-        if not os.path.isdir(real) or cell == real or cell.startswith(real.rstrip("/") + "/"):
+        real = os.path.realpath(folder)
+        if not os.path.isdir(real):
             return ()
+        inside = real.rstrip("/") + "/"
+        for path in (run_dir, *guarded):
+            held = os.path.realpath(path)
+            if held == real or held.startswith(inside):
+                return ()
     except (OSError, ValueError):
         return ()
     return (real,)
@@ -708,14 +715,14 @@ def take_gpu(out, spec):
     return lock, queued
 
 
-def confined_to(run_dir, env, *files):
+def confined_to(run_dir, env, guarded, *files):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
     descriptors and memory there need ptrace, which Landlock denies outside the domain),
     the temporary folder where the cells' folders are not in it, and FILES: not its
     output files (open already) nor any other cell's folder."""
-    return ruleset((os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir), *files))
+    return ruleset((os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files))
 
 
 def say_confinement(out, rules, unconfined):
@@ -745,7 +752,7 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
-        rules, unconfined = confined_to(run_dir, env)
+        rules, unconfined = confined_to(run_dir, env, spec.get("guarded") or ())
         started = now()
         code = 1
         try:
@@ -807,7 +814,7 @@ def sanitize(out, spec, env, ahead):
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
         private = ()
-        if not scratch(env, run_dir):
+        if not scratch(env, run_dir, spec.get("guarded") or ()):
             # compute-sanitizer will not start without a temporary folder it can write ("Failed to
             # access the temporary directory", exit 13): where the node's is closed to the cell (the
             # cells' folders are in it), one made here beside the work folder, not in it, where the
@@ -825,7 +832,7 @@ def sanitize(out, spec, env, ahead):
                     out.say("@@farm binary-altered " + (got or "missing"))
                     return
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, node_env, log, *private)
+                rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), log, *private)
                 started = now()
                 try:
                     fd = rules[0] if rules else None

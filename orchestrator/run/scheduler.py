@@ -16,6 +16,7 @@ are listeners, the store is written directly so nothing depends on a display.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -851,6 +852,18 @@ class FarmRun:
         variant = job.spec.variants[cell.variant]
         return cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps, staging.toolchain)
 
+    @functools.cached_property
+    def _farm_files(self) -> tuple[str, ...]:
+        """The farm's own files, which no kernel may write: its folder, the SQLite database,
+        the journal and the reports (a node on this machine would otherwise open a temporary
+        folder holding them to its kernels: noderunner.scratch)."""
+        farm = self.farm
+        files = [farm.root, farm.reports_dir, journal_folder(farm.database_url, farm.root, farm.spec.journal)]
+        prefix = "sqlite:///"
+        if farm.database_url.startswith(prefix):
+            files.append(Path(farm.database_url[len(prefix) :]))
+        return tuple(sorted({str(Path(f).absolute()) for f in files}))
+
     def _cell(self, transport: Transport, cell: Cell, ctx: NodeContext) -> None:
         """One cell, retried while it fails for infra reasons and the node is healthy."""
         job = self.farm.jobs[cell.kernel]
@@ -912,6 +925,7 @@ class FarmRun:
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),
                     resident=ctx.resident,
+                    guarded=self._farm_files,
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned

@@ -428,6 +428,7 @@ class CellPipeline:
         run_ahead: bool = True,
         python: str | None = None,
         resident: ResidentRunner | None = None,
+        guarded: tuple[str, ...] = (),
     ) -> None:
         self.t = transport
         self.job = job
@@ -452,6 +453,9 @@ class CellPipeline:
         # the node's python3: a streamed trip goes to it as noderunner.py's plan, not as shell
         self.python = python if transport.streams_output else None
         self.resident = resident if self.python is not None else None  # the node's python3 serving all its cells
+        # the farm's own files (its folder, database, journal, reports): a confined kernel's temporary
+        # folder is opened to it only where none of them is in it (a local node, a farm under /tmp)
+        self.guarded = list(guarded)
         self._built_sha: str | None = None
         self.cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
@@ -1145,6 +1149,7 @@ class CellPipeline:
                 "command": command,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
+                "guarded": self.guarded,
             },
         )
 
@@ -1293,6 +1298,7 @@ class CellPipeline:
                 "configured": self.t.node.compute_sanitizer,
                 "nvcc": self.snapshot.nvcc_path,
                 "workdir": self.snapshot.workdir,
+                "guarded": self.guarded,
             },
         )
         try:
