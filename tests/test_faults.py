@@ -57,7 +57,7 @@ from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTE
 from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
 from orchestrator.run.scheduler import RunSummary, run_cells
-from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE
+from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.store.database import Store
 from orchestrator.transport.ssh import WATCHDOG_GRACE
 
@@ -1154,3 +1154,27 @@ def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path
     assert imported.returncode == 0, imported.stdout + imported.stderr
     (row,) = query(tmp_path / "recovered.db", "SELECT * FROM results")
     assert row["outcome"] == "pass" and row["stdout_size"] > 2 << 20, row["reason"]
+
+
+SPARSE = (
+    '{binary} && python3 -c "import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); '
+    "os.lseek(1, 1 << 32, 0); os.write(1, b'standin: PASS')\""
+)
+
+
+@pytest.mark.usefixtures("runner")  # with either node runner
+def test_a_kernel_seeking_gigabytes_ahead_in_its_output_fails_on_its_own(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """Found by a red-team helper: a kernel that seeks 4 GiB ahead in its stdout and writes
+    one line costs itself nothing, but the farm read, hashed and scanned every byte, passed
+    the stage's budget, and the cell was infra-error, retried for minutes (exit 4), not the
+    kernel's own failure. Its files are limited to stages.OUTPUT_LIMIT now: SIGXFSZ, `fail`."""
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=SPARSE)
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = write_farm(tmp_path, nodes, [standin_job("standin", {"sparse": variant})], retries=0)
+    started = time.monotonic()
+    summary, _ = run_farm(config)
+    (row,) = results(tmp_path / "results.db", summary.run_id).values()
+    assert (row["outcome"], row["failed_stage"]) == ("fail", "run"), row["reason"]
+    assert "killed by SIGXFSZ" in row["reason"] and "size limit" in row["reason"], row["reason"]
+    assert row["stdout_size"] < OUTPUT_LIMIT
+    assert time.monotonic() - started < 60

@@ -88,6 +88,11 @@ def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[s
 
 KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
 CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
+# The most any file the kernel writes may hold, its stdout and stderr included (RLIMIT_FSIZE, by
+# the POSIX shell's `ulimit -f`, in 512-byte blocks): every byte of its output is read, hashed and
+# scanned, so a kernel that seeked 4 GiB ahead in its stdout held its cell past the stage's budget,
+# an infra-error retried for minutes, not its own failure. Past it the kernel gets SIGXFSZ (EFBIG).
+OUTPUT_LIMIT = 256 << 20
 INSPECT_TIMEOUT = 300.0
 VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
@@ -1113,7 +1118,7 @@ class CellPipeline:
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
         copy = self.paths.private_binary
-        command = self.variant.run.format(binary=shlex.quote(copy))
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + self.variant.run.format(binary=shlex.quote(copy))
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
