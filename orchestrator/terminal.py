@@ -3,7 +3,8 @@
 A GPU name, a kernel's stdout or a --trigger may carry ESC or BEL bytes that
 would move the cursor, retitle the window or worse when printed raw. Every
 such text is passed through `printable` before it is echoed: control
-characters become visible escapes (\\x1b), newlines and tabs stay.
+characters become visible escapes (\\x1b), newlines and tabs stay. The report's
+pages take the same text through `printable_on_page` (bidi overrides too).
 """
 
 from __future__ import annotations
@@ -11,8 +12,21 @@ from __future__ import annotations
 import re
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# and, for a page, the bidirectional overrides and isolates: U+202E makes a reason read backwards
+_CONTROL_ON_PAGE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def printable(text: str, keep_newlines: bool = True) -> str:
-    escaped = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    escaped = _CONTROL.sub(_visible, text)
     return escaped if keep_newlines else escaped.replace("\n", "\\n")
+
+
+def printable_on_page(text: str) -> str:
+    """Text for an HTML page, before it is escaped: control characters (a kernel's NUL,
+    ESC, form feed) and bidi overrides become visible escapes; newlines and tabs stay."""
+    return _CONTROL_ON_PAGE.sub(_visible, text) if _CONTROL_ON_PAGE.search(text) else text

@@ -561,3 +561,41 @@ def test_the_page_writer_process_writes_every_page_and_stops_at_the_page_it_coul
         pages.close()
     assert caught.value.path == str(tmp_path / "blocked" / "1.html")
     assert not (tmp_path / "history.html").exists()
+
+
+HOSTILE_WORDS = r"""
+#include <cstdio>
+int main() {
+    std::printf("toy: \x1b[31mred\x1b[0m \x7f\x0c out\n");
+    std::fputs("mismatch \x1b]0;pwned\x07 at \xe2\x80\xae" "3 tnemele \x7f end\n", stderr);
+    return 1;
+}
+"""
+
+
+def test_a_kernels_control_characters_reach_no_page_raw(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a red-team helper: a kernel's last stderr line went into index.html (the
+    matrix cell's "why") with NUL, ESC, form feed and DEL as they were, and a bidi override
+    (U+202E) can make a reason read backwards. They are shown as escapes on every page."""
+    from nodes import CARDS, nvidia_smi_script
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    farm = load_farm(toy_farm(tmp_path / "farm", source=HOSTILE_WORDS))
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "cache")
+        (result,) = store.results(summary.run_id)
+        assert result.outcome == "fail", result.reason
+        render(store, tmp_path / "reports")
+    finally:
+        store.close()
+    pages = [tmp_path / "reports" / "index.html", tmp_path / "reports" / "cells" / f"{result.id}.html"]
+    for page in pages:
+        text = page.read_text()
+        raw = re.findall(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text)
+        assert not raw, (page.name, raw)
+        assert "pwned" in text and "\\x1b" in text and "\\u202e" in text, page.name

@@ -56,6 +56,7 @@ from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, cate
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed
 from orchestrator.store.database import Store
 from orchestrator.store.tables import ResultRow
+from orchestrator.terminal import printable_on_page
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
@@ -82,6 +83,9 @@ def _env() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # every {{ }} of a page: a kernel's words with NUL, ESC or U+202E in them, shown as escapes (Markup is
+    # the farm's own HTML, its untrusted parts already through _e)
+    env.finalize = lambda value: printable_on_page(value) if type(value) is str else value
     env.filters["when"] = _when
     env.filters["age"] = _age
     env.filters["number"] = metrics.number
@@ -251,6 +255,7 @@ def _e(value: Any) -> str:
         return str(value)  # digits, ".", "-", "e", "inf", "nan": nothing to escape
     else:
         text = str(value)
+    text = printable_on_page(text)
     return escape(text) if _SPECIAL.search(text) else text
 
 
@@ -276,6 +281,7 @@ def _t(value: Any) -> str:
         return str(value)
     else:
         text = str(value)
+    text = printable_on_page(text)
     return str(markup_escape(text)) if _SPECIAL.search(text) else text
 
 

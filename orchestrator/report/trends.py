@@ -20,6 +20,7 @@ from typing import NamedTuple
 from markupsafe import Markup
 
 from orchestrator.metrics import number
+from orchestrator.terminal import printable_on_page
 
 WIDTH, HEIGHT = 320, 96
 LEFT, RIGHT, TOP, BOTTOM = 64, 10, 10, 22  # margins: the y labels left, the run labels below
@@ -52,7 +53,7 @@ class Series:
 
 
 def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(printable_on_page(str(text)), quote=True)
 
 
 def _scale(values: list[float]) -> tuple[float, float, float]:
