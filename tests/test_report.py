@@ -599,3 +599,32 @@ def test_a_kernels_control_characters_reach_no_page_raw(tmp_path: Path, monkeypa
         raw = re.findall(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text)
         assert not raw, (page.name, raw)
         assert "pwned" in text and "\\x1b" in text and "\\u202e" in text, page.name
+
+
+def test_a_standing_verdict_on_inputs_since_changed_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a red-team helper: after a pass, the kernel's source was edited and the
+    report rendered again; the matrix (the fleet's standing) still showed a green pass
+    with nothing on the cell, though those bytes had never run."""
+    from nodes import CARDS, nvidia_smi_script
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    config = toy_farm(tmp_path / "farm")
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "cache")
+        render(store, tmp_path / "reports", farm=farm)
+        before = (tmp_path / "reports" / "index.html").read_text()
+        source = tmp_path / "farm" / "kernels" / "toy.cpp"
+        source.write_text(source.read_text() + "// edited after the run\n")
+        render(store, tmp_path / "reports", farm=load_farm(config))
+        after = (tmp_path / "reports" / "index.html").read_text()
+    finally:
+        store.close()
+    assert "inputs changed since" not in before
+    cell = re.search(r'<td class="good stale-cell"[^>]*data-cell="toy:plain".*?</td>', after, re.S)
+    assert cell is not None and "inputs changed since" in cell.group(), after

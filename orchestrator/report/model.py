@@ -119,6 +119,8 @@ class ReportModel:
     rows: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel, variant, contract)
     standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
     stale_after_days: float = 30.0
+    # kernel -> its inputs' identity now (current_inputs): a standing cell of other inputs is flagged
+    identities: dict[str, str] = field(default_factory=dict)
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
     # under "what changed": the run's metric values that regressed or found no value (light rows
@@ -429,6 +431,7 @@ def collect(
         rows=rows,
         standing=standing,
         stale_after_days=stale_after,
+        identities={kernel: found.identity for kernel, found in now_inputs.items() if found.identity},
         previous=previous,
         speed=[m for m in run_metrics if m.regressed or m.value is None],
         measured=measured,

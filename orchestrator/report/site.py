@@ -677,7 +677,9 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 continue
             r = s.result
             cat = category(r.outcome)
-            stale = " stale-cell" if s.stale else ""
+            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
+            changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
+            stale = " stale-cell" if s.stale or changed else ""
             cell = [
                 f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
                 f'data-run="{_t(r.run_id)}"><a class="outcome" href="cells/{_t(r.id)}.html">{_t(r.outcome)}</a>\n'
@@ -697,6 +699,8 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
             age = f", {_t(_age(s.age_days))}" if r.run_id != run_id else ""
             flag = ' <span class="flag">stale</span>' if s.stale else ""
             cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')
+            if changed:
+                cell.append('<small class="flag">inputs changed since</small>\n')
             if s.infra_since:
                 then = s.infra_since
                 cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')
