@@ -628,3 +628,30 @@ def test_a_standing_verdict_on_inputs_since_changed_says_so(tmp_path: Path, monk
     assert "inputs changed since" not in before
     cell = re.search(r'<td class="good stale-cell"[^>]*data-cell="toy:plain".*?</td>', after, re.S)
     assert cell is not None and "inputs changed since" in cell.group(), after
+
+
+def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a red-team helper: a pass on a "(stand-in)" card, which certifies nothing,
+    was a plain passing testcase, as one on a card the driver confirmed: a CI gate reading
+    JUnit could not tell. It is skipped, saying why."""
+    from nodes import CARDS, nvidia_smi_script
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    farm = load_farm(toy_farm(tmp_path / "farm"))
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "cache")
+        (result,) = store.results(summary.run_id)
+        assert (result.outcome, result.real_gpu) == ("pass", False)
+        xml = export.junit(collect(store, summary.run_id, farm))
+    finally:
+        store.close()
+    (suite,) = JUnitXml.fromstring(xml)
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (1, 0, 0, 1)
+    (case,) = suite
+    (skipped,) = case.result
+    assert "did not confirm" in skipped.message and "certifies nothing" in skipped.message, skipped.message

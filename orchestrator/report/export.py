@@ -3,7 +3,8 @@
 JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
 name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
-kernel); known failures are <skipped> with their declared reason.
+kernel); known failures are <skipped> with their declared reason, and so is a
+cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def exit_code(run: Any) -> int:
     return run.exit_code if run.exit_code not in (None, EXIT_OK) else EXIT_INFRA
 
 
+def _unconfirmed(r: Any) -> bool:
+    """A verdict of as-expected on a card (it ran there) that the driver did not confirm."""
+    ran = r.outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED)
+    return ran and bool(r.device) and not r.real_gpu
+
+
 def junit(model: ReportModel) -> str:
     run = model.run
     results = model.results
@@ -54,7 +61,7 @@ def junit(model: ReportModel) -> str:
     incomplete = run.status != "finished"
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
-    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE)
+    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE or _unconfirmed(r))
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
         "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
@@ -104,6 +111,15 @@ def junit(model: ReportModel) -> str:
         where = f"{r.device or 'no GPU'}, CC {r.cc or '-'}"
         if r.outcome == Outcome.KNOWN_FAILURE:
             ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
+        elif _unconfirmed(r):  # as expected, but on a card nothing vouches for: a CI gate must not count it
+            ET.SubElement(
+                case,
+                "skipped",
+                message=_text_line(
+                    f"{r.outcome} on {where}, a card the NVIDIA driver did not confirm (a stand-in nvidia-smi, "
+                    "or one that misreports it): it certifies nothing"
+                ),
+            )
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
