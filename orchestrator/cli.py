@@ -241,6 +241,15 @@ def verify(
     farm = _load(config_path, database)
     cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
     disabled = [name for name, node in farm.nodes.items() if not node.enabled]
+    if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
+        if not nodes and not farm.enabled_nodes:
+            raise ConfigError(
+                str(farm.file),
+                "nodes",
+                f"every node disabled (enabled: false: {', '.join(disabled)})",
+                "at least one enabled node, or the nodes to run named with --node",
+            )
+        raise SelectionError(f"the selection {' '.join(selectors) or '--all'} matches no cell")
     if disabled and not nodes and not quiet:
         click.echo(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
     with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:

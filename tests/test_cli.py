@@ -60,6 +60,27 @@ def test_selectors_and_nodes(tmp_path):
     assert bad.returncode == 3 and "no node named mars" in bad.stderr
 
 
+def test_a_plan_with_no_cell_is_refused_before_any_run_is_stored(tmp_path):
+    """A red-team review's: with every node `enabled: false`, `farm verify --all` stored
+    a run of 0 cells and exited 0, and its JUnit export was an empty, green suite: a CI
+    step passed having verified nothing. Now it is refused like a selection of nothing."""
+    config = toy_farm(tmp_path)
+    config.write_text(config.read_text().replace("transport: local", "transport: local\n    enabled: false"))
+    for selection in (["--all"], ["toy:plain"]):
+        done = farm("verify", *selection, "--config", str(config))
+        assert done.returncode == 3, (selection, done.stdout, done.stderr)
+        assert done.stderr == (
+            f"Error: {config}: nodes: found every node disabled (enabled: false: here); "
+            "expected at least one enabled node, or the nodes to run named with --node.\n"
+        )
+        assert done.stdout == ""
+    assert not list(tmp_path.glob("results.db*"))  # no run stored, no lock taken
+    nothing = farm("verify", "nope", "--config", str(config))  # a selection of nothing: refused the same way
+    assert nothing.returncode == 3 and nothing.stderr.startswith("Error: no job for kernel 'nope'")
+    named = farm("verify", "--all", "--node", "here", "--no-report", "--config", str(config))
+    assert named.returncode == 0 and "run 1: 1 as expected" in named.stdout, named.stderr  # a node named runs
+
+
 def test_verify_needs_a_selection(tmp_path):
     done = farm("verify", "--config", str(toy_farm(tmp_path)))
     assert done.returncode == 2
