@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from orchestrator.bisect import Bisector, Ending
-from orchestrator.config.farm import Farm, check_database_folder, load_farm
+from orchestrator.config.farm import Farm, check_database_folder, load_farm, site_folder_problem
 from orchestrator.config.header import job_yaml
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, EXIT_SIGPIPE, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
@@ -296,10 +296,29 @@ def verify(
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         journal.prune(journals, store, farm.spec.journal_keep)
         if not no_report:
-            index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
-            if not quiet:
-                click.echo(f"report: {index}")
+            try:
+                index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+            except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is
+                click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+            else:
+                if not quiet:
+                    click.echo(f"report: {index}")
     sys.exit(summary.exit_code)
+
+
+def _render_failure(err: Exception) -> str:
+    """Why a render after the run failed (farm.yaml's `reports` was checked at load:
+    what is left is a folder that cannot be written, a full disk, or a bug)."""
+    if isinstance(err, FarmError | OSError):  # a page that could not be written names itself
+        return printable(str(err), keep_newlines=False)
+    return f"internal error ({type(err).__name__}: {printable(str(err), keep_newlines=False)}), a bug in farm"
+
+
+def _stored(summary: RunSummary) -> str:
+    return (
+        f"run {summary.run_id} is stored with exit {summary.exit_code}, the code returned; "
+        f"`farm report --run {summary.run_id}` renders it"
+    )
 
 
 def _open_log(path: Path):
@@ -428,6 +447,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             f"{out} is {'a folder' if out.is_dir() else 'a file'}; expected {wanted}", param_hint="'--out'"
         )
     farm = _load(config_path, database, read_only=True)
+    if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+        raise ConfigError("--out", str(out), *problem)
     store = Store(farm.database_url, create=False)
     if fmt == "html":
         target = out or farm.reports_dir
@@ -436,6 +457,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         except (OSError, report_mod.PageWriteError) as err:
             cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
             found = f"a folder that cannot be written ({cause.strerror or cause})"
+            if out is None:  # farm.yaml's folder, not one the command line named
+                raise ConfigError(str(farm.file), "reports", f"{target}, {found}", "a writable folder") from err
             raise ConfigError("--out", str(target), found, "a writable folder") from err
         click.echo(str(index))
         return
@@ -558,6 +581,8 @@ def bisect_(
     Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
     """
     farm = _load(config_path, database)
+    if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+        raise ConfigError("--out", str(out), *problem)
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
     with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
         found = bisector.run()

@@ -285,6 +285,55 @@ def test_an_export_goes_whole_into_the_out_file_or_is_refused(tmp_path):
     assert unwritable.returncode == 3 and "cannot be written" in unwritable.stderr, unwritable.stderr
 
 
+def test_a_reports_folder_that_cannot_take_the_site_is_refused_before_anything_runs(tmp_path):
+    """A red-team review's: `reports: farm.yaml` ran and stored the run (exit 0), then
+    failed the render as an internal error (exit 70); `reports: kernels` or `jobs`
+    rendered the site among the course's sources. Now each is farm.yaml's error (exit 3)
+    before a run is stored, for `farm report` too."""
+    config = toy_farm(tmp_path)
+    original = config.read_text()
+    before = sorted(tmp_path.rglob("*"))
+    for reports, found in (
+        ("farm.yaml", f"{config}, which is a file; expected a folder"),
+        ("farm.yaml/site", f"{config}/site, where {config} is a file; expected a folder"),
+        ("kernels", f"{tmp_path}/kernels, the farm's `kernels` folder; expected a folder of its own"),
+        ("jobs/site", f"{tmp_path}/jobs/site, inside the farm's `jobs` folder {tmp_path}/jobs; expected"),
+        (".", f"{tmp_path}, holding the farm's `jobs` folder {tmp_path}/jobs; expected"),
+    ):
+        config.write_text(original.replace("reports: reports", f"reports: {reports}"))
+        for command in (["verify", "--all"], ["report"]):
+            done = farm(*command, "--config", str(config))
+            assert done.returncode == 3, (reports, command, done.stdout, done.stderr)
+            assert done.stderr.startswith(f"Error: {config}: reports: found {found}"), (reports, done.stderr)
+            assert done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert sorted(tmp_path.rglob("*")) == before  # no database, no page, no folder made
+    config.write_text(original)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    for out in (tmp_path / "kernels", tmp_path):  # the site's --out is held to the same
+        done = farm("report", "--out", str(out), "--config", str(config))
+        assert done.returncode == 3 and done.stderr.startswith(f"Error: --out: {out}: found {out}"), done.stderr
+    assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == ["toy.cpp"]
+
+
+def test_a_report_that_fails_after_the_run_leaves_the_runs_own_exit_code(tmp_path):
+    """What cannot be checked before the run (here a file where the cell pages go; a full
+    disk) failed the render after the run was stored with exit 0, and the process
+    returned 3 or 70 (an internal error): stored and returned codes differed."""
+    config = toy_farm(tmp_path)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "cells").write_text("")
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        assert db.execute("SELECT status, exit_code FROM runs").fetchall() == [("finished", 0)]
+    assert done.stderr.startswith("report not rendered: ") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "run 1 is stored with exit 0, the code returned; `farm report --run 1` renders it" in done.stderr
+    assert "internal error" not in done.stderr and "Error" not in done.stderr
+    again = farm("report", "--config", str(config))  # farm.yaml's folder is named as such, not as an --out
+    assert again.returncode == 3, again.stderr
+    assert again.stderr.startswith(f"Error: {config}: reports: found {tmp_path}/reports, a folder that cannot be")
+
+
 def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp_path):
     """A typo or a disk not mounted that night: `farm verify` made the database's
     folder (the run lock's, through filelock) and stored the run there, out of the

@@ -99,6 +99,11 @@ class Farm:
     def reports_dir(self) -> Path:
         return (self.root / self.spec.reports).resolve()
 
+    @property
+    def source_folders(self) -> dict[str, Path]:
+        """The folders of the course's own files, by farm.yaml's key: no report goes there."""
+        return {key: (self.root / getattr(self.spec, key)).resolve() for key in ("jobs", "kernels")}
+
 
 # ---------------------------------------------------------------- YAML reading
 
@@ -684,6 +689,32 @@ def check_database_folder(url: str, where: str) -> None:
         )
 
 
+def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str] | None:
+    """(found, expected) when the site cannot go to the folder `path`, else None.
+
+    Checked before a run: a file there (or on its way) failed the render only once
+    the run was stored, and jobs/ or kernels/ would get the site's pages among the
+    course's sources. A folder that is there but cannot be written still fails at
+    the render (nothing says so before a page is written)."""
+    path = path.resolve()
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is not None and not found.is_dir():
+        what = "a file" if found.is_file() else "no folder"
+        return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), (
+            "a folder for the report's pages (made if missing)"
+        )
+    for key, folder in sources.items():
+        if path == folder:
+            found_text = f"{path}, the farm's `{key}` folder"
+        elif path.is_relative_to(folder) or folder.is_relative_to(path):
+            how = "inside" if path.is_relative_to(folder) else "holding"
+            found_text = f"{path}, {how} the farm's `{key}` folder {folder}"
+        else:
+            continue
+        return found_text, "a folder of its own for the report's pages, apart from the course's jobs and kernels"
+    return None
+
+
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
@@ -702,6 +733,9 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
         raise ConfigErrors(errors)
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
+    sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
+    if problem := site_folder_problem(root / spec.reports, sources):
+        raise ConfigError(str(file), "reports", *problem)
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job
