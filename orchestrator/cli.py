@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -441,11 +442,13 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
 
     Examples: farm report;  farm report --format junit --out junit.xml
     """
-    if out is not None and (out.is_dir() if fmt != "html" else out.exists() and not out.is_dir()):
-        wanted = "a file (junit and json are one file)" if fmt != "html" else "a folder (the site is many pages)"
+    if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
+        # the export replaces --out by a rename: a device, a FIFO or a link would be replaced, not written
         raise click.BadParameter(
-            f"{out} is {'a folder' if out.is_dir() else 'a file'}; expected {wanted}", param_hint="'--out'"
+            f"{out} is {kind}; expected a regular file (junit and json are one file)", param_hint="'--out'"
         )
+    if out is not None and fmt == "html" and out.exists() and not out.is_dir():
+        raise click.BadParameter(f"{out} is a file; expected a folder (the site is many pages)", param_hint="'--out'")
     farm = _load(config_path, database, read_only=True)
     if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
         raise ConfigError("--out", str(out), *problem)
@@ -477,6 +480,26 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         click.echo(str(out))
     # the exported run's own code: a CI step that only exports is never green on a red run
     sys.exit(export.exit_code(model.run))
+
+
+def _no_regular_file(path: Path) -> str | None:
+    """What `path` is when it is there and is no regular file, by lstat: a link is a
+    link, whatever it points at."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:  # not there (the export makes it), or its folder cannot be reached (the write says so)
+        return None
+    for is_kind, kind in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if is_kind(mode):
+            return kind
+    return None if stat.S_ISREG(mode) else "no regular file"
 
 
 @main.command("import")

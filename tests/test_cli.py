@@ -18,6 +18,7 @@ from toyfarm import toy_farm
 from orchestrator.cli import EXIT_MEANING, main
 
 REPO = Path(__file__).resolve().parents[1]
+FILE_ONLY = "(junit and json are one file)"
 
 
 def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -274,7 +275,7 @@ def test_an_export_goes_whole_into_the_out_file_or_is_refused(tmp_path):
     assert json.loads(as_json.read_text())["complete"] is True
     # a folder for an export, a file for the site: refused before anything is written
     for fmt, out, says in (
-        ("junit", tmp_path / "ci", "is a folder; expected a file"),
+        ("junit", tmp_path / "ci", "is a folder; expected a regular file"),
         ("html", target, "is a file; expected a folder"),
     ):
         before = target.read_bytes()
@@ -332,6 +333,30 @@ def test_a_report_that_fails_after_the_run_leaves_the_runs_own_exit_code(tmp_pat
     again = farm("report", "--config", str(config))  # farm.yaml's folder is named as such, not as an --out
     assert again.returncode == 3, again.stderr
     assert again.stderr.startswith(f"Error: {config}: reports: found {tmp_path}/reports, a folder that cannot be")
+
+
+def test_an_export_never_replaces_what_is_no_regular_file(tmp_path):
+    """A red-team review's: the export replaced `--out` by a rename whatever it was: as
+    root, `--out /dev/full` turned the device into a regular file; a FIFO and a symbolic
+    link were replaced too (the link's target left empty). Now refused like a folder."""
+    import os
+    import stat
+
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    fifo, link, target = tmp_path / "export.fifo", tmp_path / "export.xml", tmp_path / "target.xml"
+    os.mkfifo(fifo)
+    link.symlink_to(target)
+    for fmt, out, kind in (("json", fifo, "a FIFO"), ("junit", link, "a symbolic link")):
+        done = farm("report", "--format", fmt, "--out", str(out), "--config", str(config))
+        assert done.returncode == 2, (fmt, done.stdout, done.stderr)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert errors == [f"Error: Invalid value for '--out': {out} is {kind}; expected a regular file {FILE_ONLY}"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and not target.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".fifo", ".xml", ".tmp")) == [
+        "export.fifo",
+        "export.xml",
+    ]
 
 
 def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp_path):
