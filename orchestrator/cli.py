@@ -27,7 +27,7 @@ from orchestrator.config.header import job_yaml
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, EXIT_SIGPIPE, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.plan import SelectionError, plan_cells
-from orchestrator.progress import Listeners, LiveListener, PlainListener, describe_node
+from orchestrator.progress import Guarded, Listeners, LiveListener, PlainListener, describe_node
 from orchestrator.report import export
 from orchestrator.report import site as report_mod
 from orchestrator.report.model import collect
@@ -251,20 +251,23 @@ def verify(
                 "at least one enabled node, or the nodes to run named with --node",
             )
         raise SelectionError(f"the selection {' '.join(selectors) or '--all'} matches no cell")
+    # stdout may close or fill mid-run (`| head -1`, a full disk): that stops what is printed, never the run
+    out = Guarded(sys.stdout)
+    say = functools.partial(click.echo, file=out)
     if disabled and not nodes and not quiet:
-        click.echo(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
+        say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
     with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
         store = Store(farm.database_url)
         for run_id, not_run in store.abort_unfinished_runs():
-            click.echo(
+            say(
                 f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
                 f"{not_run} unfinished cells recorded as not-run"
             )
         listeners: list = []
         if quiet:
-            listeners.append(PlainListener(quiet=True))  # each node's infra cause, once
+            listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
         else:
-            listeners.append(LiveListener() if sys.stdout.isatty() else PlainListener())
+            listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
         if log_file is not None:
             stream = stack.enter_context(_open_log(log_file))
             listeners.append(PlainListener(stream=stream, verdict=True))
@@ -278,21 +281,21 @@ def verify(
             for change in changes:
                 if change.change not in ("new", "changed"):
                     was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
-                    click.echo(f"{change.change}: {change.label}: {was}{change.outcome}")
+                    say(f"{change.change}: {change.label}: {was}{change.outcome}")
         else:
-            click.echo("")
-            click.echo(_matrix_text(summary))
+            say("")
+            say(_matrix_text(summary))
             # a stage no cell reached (sanitize, where no variant asks for it) is left out
             stages = ", ".join(
                 f"{name} {summary.stage_seconds[name]:.1f} s" for name in STAGES if name in summary.stage_seconds
             )
-            click.echo(
+            say(
                 f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
                 f"{summary.bytes_shipped} bytes shipped"
             )
         if summary.stopped:
-            click.echo(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
-        click.echo(verdict_line(summary))
+            say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
+        say(verdict_line(summary))
         # the run's end is committed: older finished runs' journals beyond journal_keep can go
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         journal.prune(journals, store, farm.spec.journal_keep)
@@ -303,7 +306,7 @@ def verify(
                 click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
             else:
                 if not quiet:
-                    click.echo(f"report: {index}")
+                    say(f"report: {index}")
     sys.exit(summary.exit_code)
 
 

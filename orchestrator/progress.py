@@ -2,10 +2,15 @@
 
 Both are scheduler Listeners. Plain lines (one per node, one per cell) are what
 a cron mail or a CI log should hold; the live display adds a progress bar.
+Both write through a Guarded stream: output that cannot be written never costs
+the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
 import threading
 from datetime import datetime
@@ -54,11 +59,74 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"
 
 
+class Guarded:
+    """A text stream whose first failed write stops it: a reader that stopped reading
+    (`farm verify | head -1`: EPIPE), a full disk (ENOSPC), any OSError. Progress is
+    for people and the run's results go to the store: a BrokenPipeError raised in a
+    node's thread made its cells internal errors and the run exit 70. Once stopped,
+    the stream's descriptor points at /dev/null, so neither what is still buffered
+    nor a later line (anyone's) fails again, nor the interpreter's flush at exit."""
+
+    def __init__(self, stream: TextIO, name: str | None = None) -> None:
+        self.stream = stream
+        self.name = name or str(getattr(stream, "name", "output"))
+        self.stopped: OSError | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        if self.stopped is None:
+            try:
+                return self.stream.write(text)
+            except OSError as err:
+                self._stop(err)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.stopped is None:
+            try:
+                self.stream.flush()
+            except OSError as err:
+                self._stop(err)
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def _stop(self, err: OSError) -> None:
+        with self._lock:
+            if self.stopped is not None:
+                return
+            self.stopped = err
+        with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor just stays stopped
+            null = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(null, self.stream.fileno())
+            finally:
+                os.close(null)
+        if err.errno != errno.EPIPE:  # a reader that stopped reading is no news; a full disk is
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"farm: cannot write {self.name} ({err.strerror or err}): nothing more goes there; the run goes on",
+                    file=sys.__stderr__ or sys.stderr,  # not rich's proxy over this stream, while a live display is on
+                    flush=True,
+                )
+
+
 class PlainListener:
     """Timestamped lines, safe to interleave from worker threads."""
 
-    def __init__(self, stream: TextIO | None = None, quiet: bool = False, verdict: bool = False) -> None:
-        self.stream = stream or sys.stdout
+    def __init__(self, stream: TextIO | Guarded | None = None, quiet: bool = False, verdict: bool = False) -> None:
+        stream = stream or sys.stdout
+        self.stream = stream if isinstance(stream, Guarded) else Guarded(stream)
         self.quiet = quiet  # the cron mail: only why nodes could not be used, each cause once
         self.verdict = verdict  # end with the run's verdict line (for a log file)
         self._lock = threading.Lock()
@@ -101,9 +169,9 @@ class PlainListener:
 class LiveListener(PlainListener):
     """A rich progress bar, with the plain lines printed above it."""
 
-    def __init__(self, console: Console | None = None) -> None:
-        super().__init__()
-        self.console = console or Console(stderr=False)
+    def __init__(self, stream: TextIO | Guarded | None = None, console: Console | None = None) -> None:
+        super().__init__(stream)
+        self.console = console or Console(file=self.stream)  # type: ignore[arg-type] - a TextIO as rich uses one
         self.progress = Progress(
             TextColumn("[bold]farm"),
             BarColumn(),

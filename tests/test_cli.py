@@ -396,6 +396,55 @@ def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
         assert done.stdout.strip() in ("0", "141") and "Error" not in done.stderr, (done.stdout, done.stderr)
 
 
+def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
+    """A red-team review's: `farm verify ... | head -1` printed a traceback (a BrokenPipeError
+    in a node's thread), aborted the run with no result, stored exit 70 and returned 141;
+    stdout on a full disk (or a --log there) did the same as an internal error. Now the
+    printing stops and the run finishes, stored with the code the process returns: here
+    a reader that leaves after one line, /dev/full as stdout and as --log, and a
+    terminal that goes away under the live display."""
+    import os
+    import select
+
+    config = toy_farm(tmp_path)
+    job = tmp_path / "jobs" / "toy.yaml"
+    # every run's cell line comes a second after the reader left (a build is reused, its inspect is not)
+    job.write_text(job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 1; objdump"))
+    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
+    ended: dict[str, tuple[int, str]] = {}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as piped:
+        assert b"run 1: 1 cells on 1 nodes" in piped.stdout.readline()
+        piped.stdout.close()  # the reader stops reading, as `| head -1` does
+        ended["pipe"] = piped.wait(timeout=300), piped.stderr.read().decode()
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        ended["full"] = done.returncode, done.stderr
+    done = subprocess.run([*argv, "--log", "/dev/full"], capture_output=True, text=True, timeout=300, check=False)
+    ended["log"] = done.returncode, done.stderr
+    assert "run 3: 1 as expected, 0 not, 0 infra; exit 0" in done.stdout  # stdout itself goes on
+    terminal, slave = os.openpty()  # the live display's path: stdout a terminal
+    with subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE) as live:
+        os.close(slave)
+        seen = b""
+        while b"\n" not in seen and select.select([terminal], [], [], 60)[0]:
+            seen += os.read(terminal, 1024)
+        assert b"run 4: 1 cells on 1 nodes" in seen, seen
+        os.close(terminal)  # the terminal goes away: writing to it is EIO
+        ended["terminal"] = live.wait(timeout=300), live.stderr.read().decode()
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        stored = db.execute(
+            "SELECT status, exit_code, (SELECT count(*) FROM results WHERE run_id = runs.id) FROM runs ORDER BY id"
+        ).fetchall()
+    assert stored == [("finished", 0, 1)] * 4, (stored, ended)
+    full = "farm: cannot write {} ({}): nothing more goes there; the run goes on\n"
+    assert ended == {
+        "pipe": (0, ""),  # a reader that stopped reading is no news
+        "full": (0, full.format("<stdout>", "No space left on device")),
+        "log": (0, full.format("/dev/full", "No space left on device")),
+        "terminal": (0, full.format("<stdout>", "Input/output error")),
+    }
+
+
 def test_log_folder_is_made_and_control_characters_never_reach_the_terminal(tmp_path):
     config = toy_farm(tmp_path)
     log = tmp_path / "var" / "log" / "farm" / "verify.log"  # like the README's cron line, folder missing
