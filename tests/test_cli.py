@@ -379,6 +379,18 @@ def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp
     assert (missing / "results.db").is_file()
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_database_is_refused_before_anything_is_made(tmp_path, url):
+    """Found by a red-team helper: `sqlite://` ran, made the node's folder, then failed
+    reading ("no such table: results", exit 5), and no result could have been kept."""
+    config = toy_farm(tmp_path)
+    config.write_text(re.sub(r"(?m)^database:.*$", f"database: '{url}'", config.read_text()))
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"{config}: database: found {url}" in done.stderr and "keeps nothing" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "node").exists()
+
+
 def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
     """`farm show 1 | head -1`: an internal error (exit 70) in 2 of 3 tries before (an
     adversarial review's); now the shell's SIGPIPE code, no Error line."""

@@ -174,6 +174,13 @@ def test_a_build_line_becomes_a_variant(tmp_path, lines, name, build, cc):
     assert farm.jobs["k"].spec.dependencies == (["cutlass"] if "cutlass" in lines else [])
 
 
+def test_a_byte_order_mark_before_the_header_hides_no_build_line(tmp_path):
+    """Found by a red-team helper: an editor's UTF-8 BOM before the first `//` gave "a
+    header with no Build: line", though the line was there, behind it."""
+    farm = load_farm(farm_dir(tmp_path, {"k.cu": "\ufeff" + kernel("// Build: nvcc -arch=sm_80 -o k k.cu")}))
+    assert list(farm.jobs["k"].spec.variants) == ["sm80"]
+
+
 REFUSED = [
     # (header lines, line the error names, words it says)
     ("// Build: nvcc -arch=sm_80 -o k k.cu | tee log", 1, "'|'"),

@@ -677,7 +677,16 @@ def check_database_folder(url: str, where: str) -> None:
     results (and its lock and journal) in a new folder of their own, out of the
     history's sight."""
     prefix = "sqlite:///"
-    if not url.startswith(prefix) or url == prefix + ":memory:":
+    if url.split("?", 1)[0] in ("sqlite://", prefix, prefix + ":memory:"):
+        # an in-memory database: every result gone with the process, and the nodes' folders made first
+        raise ConfigError(
+            where,
+            "" if where == "--database" else "database",
+            url,
+            "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
+            "an in-memory database keeps nothing",
+        )
+    if not url.startswith(prefix):
         return
     folder = Path(url[len(prefix) :].split("?", 1)[0]).parent
     if not folder.is_dir():

@@ -136,7 +136,8 @@ def header_lines(path: Path) -> list[tuple[int, str]]:
     """The leading comment block: (line number, text after `//`), stopping at
     the first line that is neither a `//` comment nor blank."""
     with path.open("rb") as handle:
-        head = handle.read(HEADER_BYTES).decode("utf-8", "replace")
+        # utf-8-sig: an editor's byte-order mark before the first `//` hid every Build: line
+        head = handle.read(HEADER_BYTES).decode("utf-8-sig", "replace")
     found = []
     for number, line in enumerate(head.splitlines(), 1):
         stripped = line.strip()
