@@ -459,7 +459,8 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "{% for col in model.columns %}\n"
         "{% set s = model.standing.get((kernel, variant, col.node, col.device)) %}\n"
         "{% if s %}\n{% set r = s.result %}\n{% set cat = s.category %}\n"
-        '<td class="{{ cat }}{% if s.stale %} stale-cell{% endif %}" data-node="{{ col.node }}" '
+        "{% set changed = r.identity and model.identities.get(kernel, r.identity) != r.identity %}\n"
+        '<td class="{{ cat }}{% if s.stale or changed %} stale-cell{% endif %}" data-node="{{ col.node }}" '
         'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
         '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
         '{% if cat == "infra" %}<small>no verdict</small>{% else %}\n'
@@ -472,6 +473,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "{% endif %}\n"
         '<small class="age">run {{ r.run_id }}{% if r.run_id != run.id %}, {{ s.age_days|age }}{% endif %}'
         '{% if s.stale %} <span class="flag">stale</span>{% endif %}</small>\n'
+        '{% if changed %}<small class="flag">inputs changed since</small>\n{% endif %}'
         '{% if s.infra_since %}<small class="flag">then {{ s.infra_since.outcome }} in run '
         "{{ s.infra_since.run_id }}</small>{% endif %}\n"
         "</td>\n{% else %}\n"
@@ -501,15 +503,21 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
             code_path=code_path,
             started_at=start,
             ended_at=None if code_path else start + timedelta(seconds=12.34),
+            identity="old" if (row, col) == (0, 0) else ("" if row == 2 else "now"),  # "": inputs not identified
         )
         key = (kernel, variant, columns[col].node, columns[col].device)
         standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)
-    model = SimpleNamespace(run=SimpleNamespace(id=9), rows=rows, columns=columns, standing=standing)
+    identities = {"k&1": "now", "k2": "now", "k3": "now"}
+    model = SimpleNamespace(
+        run=SimpleNamespace(id=9), rows=rows, columns=columns, standing=standing, identities=identities
+    )
     env = site._env()
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
     made = str(site._standing_matrix(model, env))
     assert made == expected
-    for shown in ('class="why"', "stale-cell", "n&#39;1", "then infra-error", "ptx-jit", "k&amp;1", 'class="none"'):
+    shown_words = ('class="why"', "stale-cell", "n&#39;1", "then infra-error", "ptx-jit", "k&amp;1", 'class="none"')
+    assert made.count("inputs changed since") == 1
+    for shown in shown_words:
         assert shown in made, shown
 
 

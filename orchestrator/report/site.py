@@ -69,9 +69,15 @@ def _bytecode_cache() -> BytecodeCache | None:
     by each template's source): compiling the six took ~0.1 s of every render. Any
     trouble with it, and the templates are compiled as before."""
     try:
-        return FileSystemBytecodeCache()
+        # the compiled code holds the environment's settings too (finalize), which the cache's key,
+        # the template's name and source, does not: a farm whose settings changed (this module)
+        # must not take an earlier farm's compiled templates
+        return FileSystemBytecodeCache(pattern=f"__farm_jinja2_{_SETTINGS}_%s.cache")
     except (OSError, RuntimeError):  # no temporary folder of our own to be had
         return None
+
+
+_SETTINGS = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def _env() -> Environment:
@@ -486,8 +492,9 @@ class _Chrome:
             '{% extends "base.html.j2" %}{% set root = "../" %}'
             "{% block title %}\x00{% endblock %}{% block body %}\x00{% endblock %}"
         )
-        # placeholders no page text holds: \x01 for the stamp, \x00 for the title and the body
-        self.head, rest = env.from_string(child).render(stamp="\x01").split("\x01")
+        # placeholders no page text holds: U+E001 for the stamp (an expression, which finalize would turn
+        # a control character into an escape), \x00 for the title and the body (the child's own text)
+        self.head, rest = env.from_string(child).render(stamp="\ue001").split("\ue001")
         self.after_stamp, self.after_title, self.tail = rest.split("\x00")
 
     def page(self, stamp: str, title: str, body: str) -> str:
