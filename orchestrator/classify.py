@@ -61,6 +61,15 @@ class Evidence:
     sanitizer: tuple[SanitizerReport, ...] = ()  # the variant's `sanitize` tools, run after a pass
 
 
+# The shell's words for a program it could not start: no kernel ran, no disassembler read the
+# binary, so the node is at fault (a work folder mounted noexec, a cuobjdump missing or without
+# its libraries), not the kernel (found by a red-team helper: inspect-fail and fail, exit 1)
+CANNOT_START = {
+    126: "exit 126: found but not executable, e.g. a work folder mounted noexec",
+    127: "exit 127: not found",
+}
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: Outcome
@@ -106,6 +115,13 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.BUILD_FAIL, "build", "the build exited 0 but wrote no binary where the job says")
     if ev.inspect_exit is None:
         return Verdict(Outcome.NOT_RUN, "inspect", "inspection never finished")
+    if ev.inspect_exit in CANNOT_START:
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            "inspect",
+            f"the disassembler could not be started on the node ({CANNOT_START[ev.inspect_exit]}): the node's "
+            "cuobjdump (or the job's inspect command), not the kernel's machine code",
+        )
     if ev.inspect_exit != 0:
         return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler {exit_words(ev.inspect_exit)}")
     if ev.missing_instructions:
@@ -117,6 +133,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.TIMEOUT, "run", _with_stderr("killed at its timeout", ev))
     if ev.run_exit is None:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
+    if ev.run_exit in CANNOT_START:  # nothing of the kernel ran: a noexec work folder, a missing program
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            "run",
+            _with_stderr(f"its run could not be started on the node ({CANNOT_START[ev.run_exit]})", ev),
+        )
     ended = exit_words(ev.run_exit)
     passed = ev.run_exit == 0 and ev.pass_line is not None
     # a gate refuses by exiting; a crash after its text (SIGSEGV, SIGABRT, the OOM killer's SIGKILL)

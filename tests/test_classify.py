@@ -107,6 +107,10 @@ TABLE = [
         "run",
     ),
     ("build-fail", Evidence(build_exit=1), MUST_RUN, Outcome.BUILD_FAIL, "build"),
+    # found by a red-team helper: a cuobjdump that is not there, a work folder mounted noexec
+    ("disassembler-not-found", Evidence(build_exit=0, inspect_exit=127), MUST_RUN, Outcome.INFRA_ERROR, "inspect"),
+    ("kernel-not-executable", built(run_exit=126), MUST_RUN, Outcome.INFRA_ERROR, "run"),
+    ("run-program-not-found", built(run_exit=127), MUST_REFUSE, Outcome.INFRA_ERROR, "run"),
     ("build-wrote-no-binary", Evidence(build_exit=0, build_no_binary=True), MUST_RUN, Outcome.BUILD_FAIL, "build"),
     (
         "inspect-tool-fail",

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -550,3 +551,40 @@ def test_a_broken_gpu_is_told_from_a_machine_without_one() -> None:
     version = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n/dev/nvidiactl"
     lost = FarmRun._broken_gpu(node("sh: 1: nvidia-smi: not found\nrc=127", version))
     assert lost is not None and "the NVIDIA driver is loaded (NVRM version" in lost
+
+
+@pytest.fixture
+def small_folders(tmp_path: Path) -> Iterator[dict[str, Path]]:
+    """Two tmpfs mounts: `full` (1 MiB, nearly full) and `noexec` (room enough, noexec)."""
+    import subprocess
+
+    made = {"full": ("size=1m", tmp_path / "full"), "noexec": ("size=400m,noexec", tmp_path / "noexec")}
+    mounted = []
+    try:
+        for options, folder in made.values():
+            folder.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], check=True)
+            mounted.append(folder)
+        (made["full"][1] / "ballast").write_bytes(b"\0" * (900 << 10))
+        yield {name: folder for name, (_, folder) in made.items()}
+    finally:
+        for folder in mounted:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_node_without_room_or_leave_to_run_is_the_nodes_trouble(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_folders: dict[str, Path], runner: str
+) -> None:
+    """Found by a red-team helper: a work folder with a few KiB left made a passing kernel
+    build-fail (ld's error), inspect-fail (a dump cut short) or fail (its marker never
+    written), and a work folder mounted noexec made it fail (exit 126): exit 1, a kernel
+    problem. The probe reads the room and the mount: infra-error, saying which."""
+    nodes = {name: ssh_fleet["t4"].farm_entry(folder / "work") for name, folder in small_folders.items()}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75)})])
+    _, summary = run(config)
+    got = {r["node"]: r for r in query(tmp_path / "results.db", "SELECT node, outcome, reason FROM results")}
+    assert got["full"]["outcome"] == "infra-error", got["full"]["reason"]
+    assert "its work folder has 0 MiB free, the farm needs 256 MiB" in got["full"]["reason"], got["full"]["reason"]
+    assert got["noexec"]["outcome"] == "infra-error", got["noexec"]["reason"]
+    assert "its work folder is mounted noexec" in got["noexec"]["reason"], got["noexec"]["reason"]
+    assert summary.exit_code == 4

@@ -996,6 +996,19 @@ def _which(name):
     return ""
 
 
+def room(folder):
+    """KiB free in FOLDER's file system and whether it runs programs ("1": no noexec), as
+    the shell probe's df and test program say; "" where it cannot be read."""
+    try:
+        found = os.statvfs(folder) if folder else None
+    except OSError:
+        found = None
+    if found is None:
+        return ""
+    runs = 0 if found.f_flag & getattr(os, "ST_NOEXEC", 8) else 1
+    return f"{found.f_bavail * found.f_frsize // 1024} {runs}"
+
+
 def probe(spec):
     """What probe.py's shell probe prints (the same sections; probe.parse_probe reads
     both), from this python3: nvidia-smi and nvcc are the only programs started,
@@ -1021,6 +1034,7 @@ def probe(spec):
     except OSError as err:
         sys.stderr.write(f"farm runner: cannot make {workdir}: {err}\n")
         workdir = ""
+    lines += ["@@farm room", "work " + room(workdir), "tmp " + room(LOGIN_ENV.get("TMPDIR") or "/tmp")]
     uname = os.uname()
     lines += ["@@farm host", uname.nodename, uname.sysname + " " + uname.machine]
     folders = []

@@ -46,6 +46,13 @@ if TYPE_CHECKING:
 # the node-side runner (noderunner.py says why it is sent, never a file on the node)
 RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
 PROBE_TIMEOUT = 60.0
+# nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them
+# (noderunner.PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the farm's deadline of
+# 660 s, and lived on after it (found by a red-team helper); 124 is then its rc
+TOOL = "timeout -k 5 50"
+# room a node's work folder and temporary folder must have for builds and runs: a full disk
+# made a build-fail, an inspect-fail (a dump cut short) or a fail (a marker never written)
+MIN_FREE = 256 << 20
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
@@ -176,6 +183,11 @@ class NodeSnapshot:
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
     resident: bool = False  # one python3 runs all of the run's cells there (resident.py)
+    # KiB free in the work folder and in the temporary folder, and whether a program in the work
+    # folder can run (no noexec mount); None where the probe could not tell (scheduler._check_room)
+    work_free_kib: int | None = None
+    tmp_free_kib: int | None = None
+    work_executes: bool | None = None
 
     def runner_python(self, node: NodeSpec) -> str | None:
         """The python3 that runs this node's cell stages (noderunner.py), or None: the
@@ -244,11 +256,18 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
         [
             'd=$(mktemp -d 2>/dev/null || echo "/tmp/farm-probe-$$"); mkdir -p "$d"',
             # a toolchain the farm installs from PyPI is asked once it is shipped (shipped_nvcc)
-            f'{{ {nvcc} --version; echo "rc=$?"; }} > "$d/nvcc" 2>&1 &'
+            f'{{ {TOOL} {nvcc} --version; echo "rc=$?"; }} > "$d/nvcc" 2>&1 &'
             if not node.pypi_toolchain
             else 'echo "shipped by the farm" > "$d/nvcc"',
             "echo '@@farm workdir'",
             f"mkdir -p {target} && cd {target} && pwd && mkdir -p incoming",
+            # what a build and a run need of the node: room in the work folder and the temporary
+            # folder (nvcc's and g++'s files), and leave to run a program from the work folder
+            "echo '@@farm room'",
+            "printf 'work %s %s\\n' \"$(df -Pk . 2>/dev/null | awk 'NR==2 {print $4}')\" "
+            "\"$(printf '#!/bin/sh\\n' > .farm-exec && chmod +x .farm-exec && ./.farm-exec && echo 1 || echo 0; "
+            'rm -f .farm-exec)"',
+            "printf 'tmp %s 1\\n' \"$(df -Pk \"${TMPDIR:-/tmp}\" 2>/dev/null | awk 'NR==2 {print $4}')\"",
             *(
                 [
                     "{ "
@@ -264,7 +283,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "echo '@@farm host'",
             "hostname; uname -sm",
             "echo '@@farm smi'",
-            f'nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; smi=$?; echo "rc=$smi"',
+            f'{TOOL} nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; smi=$?; echo "rc=$smi"',
             "echo '@@farm driver'",
             # a real GPU has a loaded kernel driver and its control device; an
             # nvidia-smi stand-in on PATH has neither
@@ -460,7 +479,20 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         **_runner_code(sec.get("runner") or []),
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
+        **_room(sec.get("room", [])),
     )
+
+
+def _room(lines: list[str]) -> dict[str, Any]:
+    """work_free_kib, tmp_free_kib and work_executes from the probe's `room` section."""
+    found: dict[str, Any] = {}
+    for line in lines:
+        words = line.split()
+        if len(words) == 3 and words[0] in ("work", "tmp") and words[1].isdigit() and words[2] in ("0", "1"):
+            found[f"{words[0]}_free_kib"] = int(words[1])
+            if words[0] == "work":
+                found["work_executes"] = words[2] == "1"
+    return found
 
 
 def _nvcc_version(lines: list[str]) -> str | None:

@@ -56,7 +56,7 @@ from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
+from orchestrator.run.probe import MIN_FREE, Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
@@ -703,10 +703,26 @@ class FarmRun:
                 f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
                 f"({' / '.join(said[-2:])[-200:] or 'no output'}): not run as a compile-only node"
             )
+        if (short := FarmRun._short_of_room(snapshot)) is not None:
+            raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
         if not snapshot.has_gpu and (broken := FarmRun._broken_gpu(snapshot)):
             # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
             # were a green compile-only row, the failure said nowhere (found by a red-team helper)
             raise NodeUnusable(f"node {name!r}: {broken}: a broken GPU is not a node without one")
+
+    @staticmethod
+    def _short_of_room(snapshot: NodeSnapshot) -> str | None:
+        """Why the node cannot hold builds and runs, or None: a work folder or temporary folder
+        with less than MIN_FREE, or a work folder mounted noexec. Found by a red-team helper:
+        a full disk made build-fail (ld's error), inspect-fail (a dump cut short: "HGMMA
+        missing") or fail (a marker never written), and noexec a fail (exit 126): all exit 1."""
+        need = MIN_FREE >> 10
+        for where, free in (("work folder", snapshot.work_free_kib), ("temporary folder", snapshot.tmp_free_kib)):
+            if free is not None and free < need:
+                return f"its {where} has {free >> 10} MiB free, the farm needs {need >> 10} MiB there"
+        if snapshot.work_executes is False:
+            return "its work folder is mounted noexec: no kernel can run from it"
+        return None
 
     @staticmethod
     def _broken_gpu(snapshot: NodeSnapshot) -> str | None:
