@@ -56,7 +56,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
-from orchestrator.run import scheduler
+from orchestrator.run import scheduler, stages
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.store.database import Store
@@ -1182,3 +1182,35 @@ def test_a_kernel_seeking_gigabytes_ahead_in_its_output_fails_on_its_own(ssh_fle
     assert "killed by SIGXFSZ" in row["reason"] and "size limit" in row["reason"], row["reason"]
     assert row["stdout_size"] < OUTPUT_LIMIT
     assert time.monotonic() - started < 60
+
+
+HUNG_LISTS = """#!/bin/sh
+case "$1" in
+  --dump-sass) echo '        /*0000*/                   HMMA.16816.F32 R4, R8, R12, R4 ;'; exit 0 ;;
+  *) exec sleep 307 ;;
+esac
+"""
+
+
+@pytest.mark.usefixtures("runner")  # with either node runner
+def test_a_cuobjdump_that_hangs_on_its_lists_costs_its_cell_seconds(
+    ssh_fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a red-team helper: after the dump, the node ran cuobjdump's two lists with
+    the dump's budget (300 s) each, past the farm's wait for the stage (330 s): the trip was
+    taken for a lost node and sent again every 330 s, and each abandoned list lived on. Each
+    list has stages.LIST_TIMEOUT now (2 s here), within the stage's wait, and is killed."""
+    monkeypatch.setattr(stages, "LIST_TIMEOUT", 2)
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(HUNG_LISTS)
+    tool.chmod(0o755)
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", inspect="{cuobjdump} --dump-sass {binary}")
+    variant["instructions"] = {"HMMA": 1}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4", cuobjdump=str(tool))}
+    config = write_farm(tmp_path, nodes, [standin_job("standin", {"lists": variant})], retries=0)
+    summary, seconds = run_farm(config)
+    (row,) = results(tmp_path / "results.db", summary.run_id).values()
+    assert row["outcome"] == "pass", row["reason"]
+    assert seconds < 60, seconds
+    assert [a["status"] for a in attempts(tmp_path / "results.db", summary.run_id, "t4", "lists")] == ["ok"]
+    assert not processes_matching("sleep 307"), "a list cuobjdump started outlived its stage"

@@ -86,3 +86,18 @@ def test_a_runner_section_that_is_not_a_version_and_code_is_ignored(version: str
     assert (snap.python_version, snap.runner_code) == ("", b"")
     good = parse_probe("ok", NODE, probe_text(REAL_SMI) + "@@farm runner\n'3.12.3 (main) \\n[GCC]'\n00ff\n")
     assert (good.python_version, good.runner_code) == ("3.12.3 (main) \n[GCC]", b"\x00\xff")
+
+
+def test_the_probe_reads_the_nodes_room_and_keeps_a_flood_of_words_bounded():
+    """The room section (both probes print it: work and temporary folder, KiB free, and
+    whether the work folder runs programs) and nvidia-smi's words kept at 64 KiB: one
+    that printed 60 MB of warnings was stored whole in every snapshot (a red-team
+    helper's finding)."""
+    text = probe_text(REAL_SMI).replace("@@farm host", "@@farm room\nwork 1024 0\ntmp 99999999 1\n@@farm host")
+    snap = parse_probe("h200", NODE, text)
+    assert (snap.work_free_kib, snap.tmp_free_kib, snap.work_executes) == (1024, 99999999, False)
+    assert parse_probe("h200", NODE, probe_text(REAL_SMI)).work_executes is None  # not said: not judged
+    flood = "warning: something\n" * 1_000_000
+    snap = parse_probe("h200", NODE, probe_text(flood + REAL_SMI))
+    assert len(snap.smi_output) < 70_000 and "characters cut" in snap.smi_output
+    assert snap.smi_output.endswith("rc=0") and snap.gpu_count == 2

@@ -372,10 +372,12 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None):
 
 def started(argv):
     """ARGV started with its stdout and stderr into one pipe (as `2>&1`): (pid, the
-    pipe's read end), or (None, why) where it cannot start."""
+    pipe's read end), or (None, why) where it cannot start. It leads a process group
+    of its own: a tool that is a wrapper script (a site's nvidia-smi, a module shim)
+    left its children running when only its own pid was killed."""
     read, write = os.pipe2(os.O_CLOEXEC)
     with open(os.devnull, "rb") as nothing:
-        pid = spawn(argv, None, LOGIN_ENV, nothing.fileno(), write, write, group=False)
+        pid = spawn(argv, None, LOGIN_ENV, nothing.fileno(), write, write)
     os.close(write)
     if pid is None:
         os.close(read)
@@ -403,10 +405,11 @@ def finished(child, seconds):
                 text += block
         code = wait_for(pid, max(deadline - time.monotonic(), 0))
         if code is None:
-            os.kill(pid, _signal.SIGKILL)
+            kill_group(pid, _signal.SIGKILL)
             wait_for(pid, KILL_GRACE)
     finally:
         os.close(read)
+        kill_group(pid, _signal.SIGKILL)  # whatever it started and left behind
     return bytes(text), code
 
 
@@ -694,7 +697,7 @@ def inspect(out, spec, env, _ahead):
     if spec.get("cuobjdump"):
         for kind in ("elf", "ptx"):
             out.say("@@farm " + kind)
-            out.raw(captured([spec["cuobjdump"], "--list-" + kind, private], spec["limit"]))
+            out.raw(captured([spec["cuobjdump"], "--list-" + kind, private], spec.get("list_limit") or LIST_TIMEOUT))
 
 
 def take_gpu(out, spec):
@@ -978,6 +981,7 @@ def login_env():
 
 
 # the probe, where the resident runner is the node's first command ---------------
+LIST_TIMEOUT = 30  # seconds for each of cuobjdump's lists (the stage's budget counts two: stages.LIST_TIMEOUT)
 PROBE_TOOL_TIMEOUT = 50  # seconds for nvidia-smi and nvcc --version each (the farm's probe deadline is 60)
 
 

@@ -467,13 +467,13 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         gpu_count=len(usable),
         nvcc_path=node.nvcc,
         nvcc_version=nvcc_version,
-        smi_output="\n".join(smi),
+        smi_output=_bounded("\n".join(smi)),
         declared_gpu=node.gpu,
         declared_cc=node.declared_cc,
         driver_evidence=driver_evidence,
         gpus=usable,
         driver_check="\n".join(checks),
-        nvcc_output="\n".join(nvcc),
+        nvcc_output=_bounded("\n".join(nvcc)),
         flock=bool("".join(sec.get("flock") or []).strip()),
         python=_python(sec.get("python") or []),
         **_runner_code(sec.get("runner") or []),
@@ -481,6 +481,18 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         folder_digests=_folder_digests(sec.get("folders", []), folders),
         **_room(sec.get("room", [])),
     )
+
+
+TOOL_OUTPUT_KEPT = 1 << 16  # characters of nvidia-smi's and nvcc's words kept with the node's snapshot
+
+
+def _bounded(text: str, limit: int = TOOL_OUTPUT_KEPT) -> str:
+    """Its head and tail, where it is longer than `limit`: an nvidia-smi printing 60 MB of
+    warnings was stored whole in every run's snapshot (found by a red-team helper)."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
 def _room(lines: list[str]) -> dict[str, Any]:

@@ -94,6 +94,10 @@ CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
 # an infra-error retried for minutes, not its own failure. Past it the kernel gets SIGXFSZ (EFBIG).
 OUTPUT_LIMIT = 256 << 20
 INSPECT_TIMEOUT = 300.0
+# each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
+# stage: with the dump's budget each, a hung cuobjdump kept the node past it, and the cell's trip
+# went out again and again (found by a red-team helper; the runner's is noderunner.LIST_TIMEOUT)
+LIST_TIMEOUT = 30
 VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
@@ -1026,9 +1030,9 @@ class CellPipeline:
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
         bdir = shlex.quote(self.paths.run_dir)
         cuda = "{cuobjdump}" in self.variant.inspect
+        tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
         lists = (
-            f"echo '@@farm elf'; {shlex.quote(self.cuobjdump)} --list-elf {binary} 2>&1; "
-            f"echo '@@farm ptx'; {shlex.quote(self.cuobjdump)} --list-ptx {binary} 2>&1; "
+            f"echo '@@farm elf'; {tool} --list-elf {binary} 2>&1; echo '@@farm ptx'; {tool} --list-ptx {binary} 2>&1; "
             if cuda
             else ""
         )
@@ -1052,7 +1056,7 @@ class CellPipeline:
         return _Trip(
             "inspect",
             script,
-            INSPECT_TIMEOUT + CHANNEL_MARGIN,
+            INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN,
             [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)],
             state=dump,
             # a compile-only cell ends here: its folder goes in the same round trip
@@ -1063,6 +1067,7 @@ class CellPipeline:
                 "private": self.paths.private_binary,
                 "command": command,
                 "limit": int(INSPECT_TIMEOUT),
+                "list_limit": LIST_TIMEOUT,
                 "cuobjdump": self.cuobjdump if cuda else None,
                 "instructions": dict(self.variant.instructions),
                 "sass_limit": SASS_LIMIT,
