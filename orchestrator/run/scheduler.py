@@ -620,9 +620,10 @@ class FarmRun:
                     partial.append(snapshot)
                     if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
                         said = snapshot.nvcc_output.strip().splitlines()
-                        error = NodeUnusable(
-                            f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({' / '.join(said[-3:])[-300:]})"
-                        )
+                        words = " / ".join(said[-3:])[-300:]
+                        if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung
+                            words = "`nvcc --version` did not answer within 50 s"
+                        error = NodeUnusable(f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})")
                         # missing is missing; anything else (a fork failing under load) may pass
                         error.retryable = not re.search(
                             r"not found|No such file|Permission denied", snapshot.nvcc_output
@@ -699,9 +700,12 @@ class FarmRun:
             )
         if node.cc is not None and not snapshot.has_gpu:
             said = snapshot.smi_output.strip().splitlines()
+            words = " / ".join(said[-2:])[-200:] or "no output"
+            if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung, not empty
+                words = "it did not answer within 50 s"
             raise NodeUnusable(
                 f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
-                f"({' / '.join(said[-2:])[-200:] or 'no output'}): not run as a compile-only node"
+                f"({words}): not run as a compile-only node"
             )
         if (short := FarmRun._short_of_room(snapshot)) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
