@@ -101,3 +101,16 @@ def test_the_probe_reads_the_nodes_room_and_keeps_a_flood_of_words_bounded():
     snap = parse_probe("h200", NODE, probe_text(flood + REAL_SMI))
     assert len(snap.smi_output) < 70_000 and "characters cut" in snap.smi_output
     assert snap.smi_output.endswith("rc=0") and snap.gpu_count == 2
+
+
+def test_a_gpu_whose_row_cannot_be_read_is_said_not_dropped():
+    """nvidia-smi prints [N/A] for the CC of a card in a bad state: the farm dropped such a
+    row without a word, and a node with no other card ran green as compile-only (found by
+    a red-team helper). The row is kept and said; the scheduler refuses a node with no
+    card it can read but such rows."""
+    bad = f"1, {H200_1}, NVIDIA H200, [N/A], 580.159.04, 143771 MiB"
+    snap = parse_probe("h200", NODE, probe_text(f"0, {H200_0}, NVIDIA H200, 9.0, 580.159.04, 143771 MiB\n{bad}"))
+    assert snap.gpu_count == 1 and snap.unreadable_gpus == (bad,)
+    assert "left out: its row cannot be read" in snap.driver_check
+    only = parse_probe("h200", NODE, probe_text(bad))
+    assert (only.gpu_count, only.unreadable_gpus) == (0, (bad,))

@@ -588,3 +588,22 @@ def test_a_node_without_room_or_leave_to_run_is_the_nodes_trouble(
     assert got["noexec"]["outcome"] == "infra-error", got["noexec"]["reason"]
     assert "its work folder is mounted noexec" in got["noexec"]["reason"], got["noexec"]["reason"]
     assert summary.exit_code == 4
+
+
+def test_a_node_whose_only_card_cannot_be_read_is_no_compile_only_node(
+    make_farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A card in a bad state, its CC printed as [N/A]: its row was dropped without a word,
+    and the node ran green as compile-only (found by a red-team helper)."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho '0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, [N/A], 580.1, 1 MiB'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "node")}}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75)})])
+    _, summary = run(config)
+    (row,) = query(tmp_path / "results.db", "SELECT outcome, reason FROM results")
+    assert row["outcome"] == "infra-error", row["reason"]
+    assert "nvidia-smi lists a GPU whose row cannot be read" in row["reason"] and "[N/A]" in row["reason"]
+    assert summary.exit_code == 4

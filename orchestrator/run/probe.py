@@ -188,6 +188,7 @@ class NodeSnapshot:
     work_free_kib: int | None = None
     tmp_free_kib: int | None = None
     work_executes: bool | None = None
+    unreadable_gpus: tuple[str, ...] = ()  # nvidia-smi's rows of GPUs whose CC could not be read ("[N/A]")
 
     def runner_python(self, node: NodeSpec) -> str | None:
         """The python3 that runs this node's cell stages (noderunner.py), or None: the
@@ -344,8 +345,11 @@ def _runner_code(lines: list[str]) -> dict[str, Any]:
     return {"python_version": version, "runner_code": bytes.fromhex(found[1])}
 
 
-def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
-    """(index, uuid, name, cc, driver, memory) of each row nvidia-smi printed."""
+def _smi_gpus(
+    lines: list[str], unreadable: list[str] | None = None
+) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
+    """(index, uuid, name, cc, driver, memory) of each row nvidia-smi printed; a GPU's row
+    whose CC cannot be read ("[N/A]" for a card in a bad state) goes to `unreadable`."""
     rows = []
     for line in lines:
         fields = [f.strip() for f in line.split(",")]
@@ -356,7 +360,8 @@ def _smi_gpus(lines: list[str]) -> list[tuple[int, str, str, ComputeCapability, 
                 (int(fields[0]), fields[1], fields[2], ComputeCapability.parse(fields[3]), fields[4], fields[5])
             )
         except ValueError:
-            continue
+            if unreadable is not None:
+                unreadable.append(line.strip()[:200])
     return rows
 
 
@@ -437,7 +442,8 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
     sec = _sections(text)
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
-    rows = _smi_gpus(smi[:-1]) if smi_ok else []
+    unreadable: list[str] = []
+    rows = _smi_gpus(smi[:-1], unreadable) if smi_ok else []
     driver_evidence = "\n".join(sec.get("driver", [])).strip()
     nvml = sec.get("nvml")
     if nvml is None:  # the python3 that was to ask died first: what it said instead is the reason
@@ -455,6 +461,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
     checks = [g.check for g in usable]
     if skipped:
         checks.append(f"GPUs {', '.join(map(str, skipped))} left out by farm.yaml's `gpus`")
+    checks += [f"a GPU nvidia-smi lists, left out: its row cannot be read ({row})" for row in unreadable]
     return NodeSnapshot(
         node=name,
         workdir=(sec.get("workdir") or [""])[0].strip(),
@@ -480,6 +487,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
         **_room(sec.get("room", [])),
+        unreadable_gpus=tuple(unreadable),
     )
 
 

@@ -709,6 +709,11 @@ class FarmRun:
             )
         if (short := FarmRun._short_of_room(snapshot)) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
+        if not snapshot.has_gpu and snapshot.unreadable_gpus:  # its only cards are in a bad state
+            raise NodeUnusable(
+                f"node {name!r}: nvidia-smi lists a GPU whose row cannot be read ({snapshot.unreadable_gpus[0]}): "
+                "a card in a bad state is not a node without one"
+            )
         if not snapshot.has_gpu and (broken := FarmRun._broken_gpu(snapshot)):
             # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
             # were a green compile-only row, the failure said nowhere (found by a red-team helper)
