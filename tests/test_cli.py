@@ -503,6 +503,10 @@ def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
     junit = farm("report", "--format", "junit", "--config", str(config))
     assert 'type="not-run"' in junit.stdout and 'tests="2"' in junit.stdout and 'errors="2"' in junit.stdout
     assert exported.returncode == junit.returncode == 4
+    # and the matrix's summary counts it: "0 of 0 cells as expected" said nothing of it (a red-team finding)
+    assert farm("report", "--config", str(config)).returncode == 0
+    summary = (tmp_path / "reports" / "index.html").read_text()
+    assert "0 of 1 cells as expected" in summary and "1 without a result (the run did not finish)" in summary
 
 
 def test_text_from_the_database_never_chooses_a_path_or_reaches_the_terminal_raw(tmp_path):

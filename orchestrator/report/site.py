@@ -830,7 +830,7 @@ def _render(
             run=run,
             model=model,
             counts=model.counts,
-            total=len(model.results),
+            total=len(model.results) + len(model.unfinished),  # a cell the run never finished counts too
             changes=model.listed_changes,
             ledgers=model.ledgers,
             matrix=_standing_matrix(model, env),
