@@ -503,3 +503,13 @@ def landlock_abi() -> int:
         return 0
     os.close(rules[0])
     return rules[1]
+
+
+def smi_on_path(folder: Path, script: str, monkeypatch: object) -> None:
+    """An nvidia-smi of `script` (a stand-in card's, or a broken one) first on this
+    process's PATH, as a `local` node's probe finds it: folder/bin/nvidia-smi."""
+    smi = folder / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text(script)
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from junitparser import JUnitXml
-from nodes import standin_job, standin_variant
+from nodes import CARDS, nvidia_smi_script, smi_on_path, standin_job, standin_variant
 from toyfarm import toy_farm
 
 from orchestrator.config import inputs
@@ -585,13 +585,7 @@ def test_a_kernels_control_characters_reach_no_page_raw(tmp_path: Path, monkeypa
     """Found by a red-team helper: a kernel's last stderr line went into index.html (the
     matrix cell's "why") with NUL, ESC, form feed and DEL as they were, and a bidi override
     (U+202E) can make a reason read backwards. They are shown as escapes on every page."""
-    from nodes import CARDS, nvidia_smi_script
-
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
     farm = load_farm(toy_farm(tmp_path / "farm", source=HOSTILE_WORDS))
     store = Store(farm.database_url)
     try:
@@ -613,13 +607,7 @@ def test_a_standing_verdict_on_inputs_since_changed_says_so(tmp_path: Path, monk
     """Found by a red-team helper: after a pass, the kernel's source was edited and the
     report rendered again; the matrix (the fleet's standing) still showed a green pass
     with nothing on the cell, though those bytes had never run."""
-    from nodes import CARDS, nvidia_smi_script
-
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
     config = toy_farm(tmp_path / "farm")
     farm = load_farm(config)
     store = Store(farm.database_url)
@@ -642,13 +630,7 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
     """Found by a red-team helper: a pass on a "(stand-in)" card, which certifies nothing,
     was a plain passing testcase, as one on a card the driver confirmed: a CI gate reading
     JUnit could not tell. It is skipped, saying why."""
-    from nodes import CARDS, nvidia_smi_script
-
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
     farm = load_farm(toy_farm(tmp_path / "farm"))
     store = Store(farm.database_url)
     try:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Card, Fleet, landlock_abi, query, standin_job, standin_variant
+from nodes import CARDS, Card, Fleet, landlock_abi, query, smi_on_path, standin_job, standin_variant
 
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
@@ -521,11 +521,7 @@ def test_a_node_whose_gpu_stack_fails_is_no_compile_only_node(
     """Found by a red-team helper: a node declaring no card (farm.yaml's `local`) whose
     nvidia-smi is there but fails (a driver that cannot be reached) was taken for a machine
     without a GPU: a green compile-only row, exit 0, the failure shown nowhere."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(BROKEN_SMI)
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    smi_on_path(tmp_path, BROKEN_SMI, monkeypatch)
     nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "node")}}
     config = make_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75)})])
     _, summary = run(config)
@@ -595,11 +591,8 @@ def test_a_node_whose_only_card_cannot_be_read_is_no_compile_only_node(
 ) -> None:
     """A card in a bad state, its CC printed as [N/A]: its row was dropped without a word,
     and the node ran green as compile-only (found by a red-team helper)."""
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text("#!/bin/sh\necho '0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, [N/A], 580.1, 1 MiB'\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    row = "0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200, [N/A], 580.1, 1 MiB"
+    smi_on_path(tmp_path, f"#!/bin/sh\necho '{row}'\n", monkeypatch)
     nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "node")}}
     config = make_farm(tmp_path, nodes, [standin_job("standin", {"min75": standin_variant("PASS", MIN75)})])
     _, summary = run(config)
