@@ -11,6 +11,7 @@ own recent median (metrics.py); a cell that failed is judged on that failure.
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass, field
 
@@ -68,6 +69,9 @@ CANNOT_START = {
     126: "exit 126: found but not executable, e.g. a work folder mounted noexec",
     127: "exit 127: not found",
 }
+
+
+_SHELL_COULD_NOT = re.compile(r"Permission denied|not found|No such file or directory|cannot execute")
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.TIMEOUT, "run", _with_stderr("killed at its timeout", ev))
     if ev.run_exit is None:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
-    if ev.run_exit in CANNOT_START:  # nothing of the kernel ran: a noexec work folder, a missing program
+    if ev.run_exit in CANNOT_START and _SHELL_COULD_NOT.search(ev.stderr_last_line):
+        # nothing of the kernel ran, by the shell's own words (a noexec work folder, a missing
+        # program); a kernel that ends with its own 126 or 127 is judged as any other exit
         return Verdict(
             Outcome.INFRA_ERROR,
             "run",

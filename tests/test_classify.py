@@ -109,8 +109,29 @@ TABLE = [
     ("build-fail", Evidence(build_exit=1), MUST_RUN, Outcome.BUILD_FAIL, "build"),
     # found by a red-team helper: a cuobjdump that is not there, a work folder mounted noexec
     ("disassembler-not-found", Evidence(build_exit=0, inspect_exit=127), MUST_RUN, Outcome.INFRA_ERROR, "inspect"),
-    ("kernel-not-executable", built(run_exit=126), MUST_RUN, Outcome.INFRA_ERROR, "run"),
-    ("run-program-not-found", built(run_exit=127), MUST_REFUSE, Outcome.INFRA_ERROR, "run"),
+    (
+        "kernel-not-executable",
+        built(run_exit=126, stderr=b"sh: 1: ./k: Permission denied"),
+        MUST_RUN,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
+    (
+        "run-program-not-found",
+        built(run_exit=127, stderr=b"sh: 1: ./k: not found"),
+        MUST_REFUSE,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
+    # its own exit 127 (127 elements wrong), and a gate's own 126 after its text: the kernel ran
+    ("kernel-exit-127-is-its-own", built(run_exit=127, stderr=b"127 out of tolerance"), MUST_RUN, Outcome.FAIL, "run"),
+    (
+        "gate-exit-126-is-a-refusal",
+        built(run_exit=126, stderr=b"T4 needs CC 9.0 (Hopper)"),
+        MUST_REFUSE,
+        Outcome.EXPECTED_REFUSAL,
+        None,
+    ),
     ("build-wrote-no-binary", Evidence(build_exit=0, build_no_binary=True), MUST_RUN, Outcome.BUILD_FAIL, "build"),
     (
         "inspect-tool-fail",

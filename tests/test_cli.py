@@ -298,8 +298,7 @@ def test_a_reports_folder_that_cannot_take_the_site_is_refused_before_anything_r
         ("farm.yaml", f"{config}, which is a file; expected a folder"),
         ("farm.yaml/site", f"{config}/site, where {config} is a file; expected a folder"),
         ("kernels", f"{tmp_path}/kernels, the farm's `kernels` folder; expected a folder of its own"),
-        ("jobs/site", f"{tmp_path}/jobs/site, inside the farm's `jobs` folder {tmp_path}/jobs; expected"),
-        (".", f"{tmp_path}, holding the farm's `jobs` folder {tmp_path}/jobs; expected"),
+        (".", f"{tmp_path}, whose `kernels` pages would go into the farm's `kernels` folder {tmp_path}/kernels;"),
     ):
         config.write_text(original.replace("reports: reports", f"reports: {reports}"))
         for command in (["verify", "--all"], ["report"]):
@@ -314,6 +313,10 @@ def test_a_reports_folder_that_cannot_take_the_site_is_refused_before_anything_r
         done = farm("report", "--out", str(out), "--config", str(config))
         assert done.returncode == 3 and done.stderr.startswith(f"Error: --out: {out}: found {out}"), done.stderr
     assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == ["toy.cpp"]
+    # a site inside jobs/ or kernels/ is no source: only their own *.yaml and *.cu are read (a review's)
+    config.write_text(original.replace("reports: reports", "reports: jobs/site"))
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 0 and (tmp_path / "jobs" / "site" / "index.html").is_file(), done.stderr
 
 
 def test_a_report_that_fails_after_the_run_leaves_the_runs_own_exit_code(tmp_path):
@@ -379,7 +382,7 @@ def test_a_database_whose_folder_is_missing_is_refused_and_no_folder_is_made(tmp
     assert (missing / "results.db").is_file()
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite:///:memory:"])
 def test_an_in_memory_database_is_refused_before_anything_is_made(tmp_path, url):
     """Found by a red-team helper: `sqlite://` ran, made the node's folder, then failed
     reading ("no such table: results", exit 5), and no result could have been kept."""

@@ -446,3 +446,17 @@ def test_yaml_that_would_exhaust_the_loader_is_refused(tmp_path):
     assert time.monotonic() - clock < 2
     (tmp_path / "farm.yaml").write_text("# " + "x" * (2 << 20))
     assert "bytes" in str(load_error(tmp_path / "farm.yaml"))
+
+
+def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
+    """A PTX name with a state space (cp.async.bulk.shared::cluster) loaded before and loads
+    now; an empty or spaced one, which the farm's count found everywhere, does not."""
+    job = GOOD_JOB.replace("    cc:", "    instructions: {'cp.async.bulk.shared::cluster': 1}\n    cc:", 1)
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "spaced").mkdir()
+    farm = load_farm(make_farm(tmp_path / "ok", job=job))
+    (variant,) = farm.jobs["k"].spec.variants.values()
+    assert variant.instructions == {"cp.async.bulk.shared::cluster": 1}
+    spaced = GOOD_JOB.replace("    cc:", "    instructions: {'a b': 1}\n    cc:", 1)
+    err = load_error(make_farm(tmp_path / "spaced", job=spaced))
+    assert "instructions" in err.key and "mnemonics without spaces" in str(err), str(err)

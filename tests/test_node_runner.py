@@ -825,3 +825,15 @@ def test_a_kernel_cannot_write_the_farms_own_files_through_the_temporary_folder(
     assert row["outcome"] == "pass", row["reason"]
     assert not forged.exists()
     assert "Permission denied" in bytes(row["stderr"]).decode(), bytes(row["stderr"])
+
+
+def test_the_farms_files_close_a_temporary_folder_only_where_they_are(tmp_path: Path) -> None:
+    """The farm names its own files to every node; a remote node has none of them, and its
+    /tmp stayed closed to its kernels for a farm checked out under /tmp (a review's)."""
+    from orchestrator.run import noderunner
+
+    cell = "/nonexistent-workdir/cells/1-t/n/k+v"
+    here = str(tmp_path / "farm")
+    assert noderunner.scratch({"TMPDIR": str(tmp_path)}, cell, (str(tmp_path / "elsewhere"),)) == (str(tmp_path),)
+    Path(here).mkdir()
+    assert noderunner.scratch({"TMPDIR": str(tmp_path)}, cell, (here,)) == ()

@@ -124,6 +124,12 @@ TOY_SHA = __import__("hashlib").sha256(TOY.encode()).hexdigest()
 # ------------------------------------------------------------------ ledger
 
 
+def test_a_claim_behind_a_byte_order_mark_is_read():
+    """An editor's BOM before the first `//` hid a first-line VERIFIED claim from the ledger."""
+    (claim,) = ledger.header_claims(b"\xef\xbb\xbf// VERIFIED 2026-11-30: on a T4.\n#include <cstdio>\n")
+    assert claim.status == "VERIFIED"
+
+
 def test_header_claims_are_parsed():
     source = b"// x\n// VERIFIED 2026-09-02: passed on a T4.\n// UNVERIFIED: never on Hopper.\nint x;\n"
     claims = ledger.header_claims(source)

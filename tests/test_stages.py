@@ -111,3 +111,49 @@ def test_a_run_that_cannot_be_stored_runs_no_cell(tmp_path):
     assert query(db, "SELECT COUNT(*) AS n FROM results")[0]["n"] == 0
     assert query(db, "SELECT COUNT(*) AS n FROM node_snapshots")[0]["n"] == 0
     assert not (tmp_path / "work" / "builds").exists()
+
+
+SASS = """
+        Function : HGMMA
+        .headerflags    @"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                     /* 0x00000a00ff017b82 */
+        /*0010*/              @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;  /* 0x0000001818187df0 */
+        /*0020*/                   { FFMA R2, R3, R4, R2 ;                   /* 0x... */
+        /*0030*/                   CALL.REL.NOINC `(HGMMA) ;                 /* 0x... */
+        //## File "k.cu", line 3 wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16
+"""
+
+
+def test_in_sass_only_opcodes_count_whole_and_other_names_are_searched():
+    """An extern "C" kernel named HGMMA (its Function line, a call to it) is no HGMMA; a
+    shape-qualified name (HGMMA.64x128x16.F32) is one opcode, not cut at its first lower
+    case letter; a dual-issue pair's "{" is no opcode; a PTX name in the same text
+    (wgmma.mma_async) is searched as a whole word, as before (a review's findings)."""
+    names = ["HGMMA", "HGMMA.64x128x16.F32", "FFMA", "LDC", "CALL", "wgmma.mma_async", "QGMMA"]
+    assert count_instructions(SASS, names) == {
+        "HGMMA": 1,
+        "HGMMA.64x128x16.F32": 1,
+        "FFMA": 1,
+        "LDC": 1,
+        "CALL": 1,
+        "wgmma.mma_async": 1,
+        "QGMMA": 0,
+    }
+
+
+def test_a_probe_of_a_work_folder_never_sees_anothers_exec_check(tmp_path):
+    """The shell probe checks its work folder runs programs with a file of its own: with
+    one name for all, a probe running beside another (toolchains, Slurm) found it deleted
+    and called a healthy node noexec (a review's finding, 57 of 400 here)."""
+    import subprocess
+
+    from orchestrator.config.schema import NodeSpec
+    from orchestrator.run.probe import probe_command
+
+    script = probe_command(NodeSpec.model_validate({"transport": "local", "workdir": str(tmp_path / "w")}))
+    for _ in range(10):
+        probes = [subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        for probe in probes:
+            out, _ = probe.communicate(timeout=120)
+            (work,) = [line for line in out.splitlines() if line.startswith("work ")]
+            assert work.endswith(" 1"), work

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from sqlalchemy.engine import make_url
 
 from orchestrator.config import dependencies, header
 from orchestrator.config.header import Provenance
@@ -677,7 +678,12 @@ def check_database_folder(url: str, where: str) -> None:
     results (and its lock and journal) in a new folder of their own, out of the
     history's sight."""
     prefix = "sqlite:///"
-    if url.split("?", 1)[0] in ("sqlite://", prefix, prefix + ":memory:"):
+    try:
+        parsed = make_url(url)
+        in_memory = parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
+        in_memory = False
+    if in_memory:
         # an in-memory database: every result gone with the process, and the nodes' folders made first
         raise ConfigError(
             where,
@@ -715,13 +721,16 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     for key, folder in sources.items():
         if path == folder:
             found_text = f"{path}, the farm's `{key}` folder"
-        elif path.is_relative_to(folder) or folder.is_relative_to(path):
-            how = "inside" if path.is_relative_to(folder) else "holding"
-            found_text = f"{path}, {how} the farm's `{key}` folder {folder}"
+        elif folder.parent == path and folder.name in SITE_FOLDERS:
+            # the site's own subfolder of that name would be the course's (kernels/KERNEL.html)
+            found_text = f"{path}, whose `{folder.name}` pages would go into the farm's `{key}` folder {folder}"
         else:
-            continue
+            continue  # a reports folder inside kernels/ is harmless: only their top-level *.cu are read
         return found_text, "a folder of its own for the report's pages, apart from the course's jobs and kernels"
     return None
+
+
+SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
 
 
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:

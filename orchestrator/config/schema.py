@@ -30,7 +30,7 @@ from orchestrator.run.streams import compile_marker
 
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.
-MNEMONIC_RE = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # an instruction's name (HMMA, HMMA.16816.F32)
+MNEMONIC_RE = re.compile(r"[!-~]{1,64}")  # an instruction's name: HMMA, HMMA.16816.F32, cp.async.bulk.shared::cluster
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always fullmatch: "$" admits a trailing newline
 NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
 
@@ -178,7 +178,7 @@ class VariantSpec(_Strict):
     def _mnemonics(cls, value: dict[str, int]) -> dict[str, int]:
         for name in value:  # "" or " " was found everywhere in the text, by the farm's count
             if not MNEMONIC_RE.fullmatch(name):
-                raise ValueError(f"mnemonics of letters, digits and '_', dotted (HMMA, HMMA.16816), not {name!r}")
+                raise ValueError(f"mnemonics without spaces (HMMA, HMMA.16816, cp.async.shared::cluster), not {name!r}")
         return value
 
     @field_validator("sanitize")

@@ -111,7 +111,7 @@ class KernelLedger:
 
 def header_claims(source: bytes) -> list[HeaderClaim]:
     """The VERIFIED/UNVERIFIED lines of a source's leading comment block."""
-    lines = source[:16384].decode("utf-8", "replace").splitlines()
+    lines = source[:16384].decode("utf-8-sig", "replace").splitlines()  # a byte-order mark hid line 1
     claims = []
     for index, line in enumerate(lines):
         match = _CLAIM_RE.match(line)

@@ -287,7 +287,7 @@ def scratch(env, run_dir, guarded=()):
         if not os.path.isdir(real):
             return ()
         inside = real.rstrip("/") + "/"
-        for path in (run_dir, *guarded):
+        for path in (run_dir, *[p for p in guarded if os.path.lexists(p)]):  # the farm's, where they are here
             held = os.path.realpath(path)
             if held == real or held.startswith(inside):
                 return ()

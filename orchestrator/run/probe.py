@@ -266,8 +266,9 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             # folder (nvcc's and g++'s files), and leave to run a program from the work folder
             "echo '@@farm room'",
             "printf 'work %s %s\\n' \"$(df -Pk . 2>/dev/null | awk 'NR==2 {print $4}')\" "
-            "\"$(printf '#!/bin/sh\\n' > .farm-exec && chmod +x .farm-exec && ./.farm-exec && echo 1 || echo 0; "
-            'rm -f .farm-exec)"',
+            # a file of this probe's own: probes of one work folder run side by side (toolchains, Slurm)
+            "\"$(f=.farm-exec.$$; printf '#!/bin/sh\\n' > $f && chmod +x $f && ./$f && echo 1 || echo 0; "
+            'rm -f $f)"',
             "printf 'tmp %s 1\\n' \"$(df -Pk \"${TMPDIR:-/tmp}\" 2>/dev/null | awk 'NR==2 {print $4}')\"",
             *(
                 [

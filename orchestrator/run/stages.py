@@ -56,7 +56,7 @@ from orchestrator.classify import Evidence, Verdict, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.schema import MNEMONIC_RE, VariantSpec
+from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run import sanitize
@@ -324,7 +324,9 @@ def verify_inputs_script(paths: CellPaths, tag: str) -> str:
 
 
 # an instruction line of cuobjdump's SASS: its address, a predicate perhaps, then the opcode
-_SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:@!?\w+[ \t]+)?([A-Z][A-Z0-9_.]*)", re.MULTILINE)
+# (Maxwell's and Pascal's dual-issue pairs open with "{"); the opcode whole, shape and types
+# included (HGMMA.64x128x16.F32.BF16)
+_SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
 
 
 def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
@@ -333,9 +335,13 @@ def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
     met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
     text (the tests' objdump) is searched as a whole, for each name as a whole word."""
     opcodes = _SASS_OPCODE.findall(disassembly)
-    if opcodes:
-        return {name: sum(op == name or op.startswith(name + ".") for op in opcodes) for name in names}
-    return {name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly)) for name in names}
+    counts = {}
+    for name in names:
+        if opcodes and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
+            counts[name] = sum(op == name or op.startswith(name + ".") for op in opcodes)
+        else:
+            counts[name] = len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly))
+    return counts
 
 
 # each line of cuobjdump --list-elf / --list-ptx ends in the code's own target ("ELF file 1:
@@ -397,7 +403,7 @@ class _Fetched:
 
 _SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
-_SIMPLE_MNEMONIC = MNEMONIC_RE
+_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
 
 
 class CellPipeline:
