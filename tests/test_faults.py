@@ -56,7 +56,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
-from orchestrator.run import scheduler, stages
+from orchestrator.run import probe, stages
 from orchestrator.run.scheduler import RunSummary, run_cells
 from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.store.database import Store
@@ -881,7 +881,7 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path, monkeypatch: 
     disk = Tmpfs(tmp_path / "full", "64k")
     # the probe refuses a work folder with less than probe.MIN_FREE (test_verdicts.py): here the disk
     # fills between the probe and the staging, as another tenant's files can
-    monkeypatch.setattr(scheduler, "MIN_FREE", 0)
+    monkeypatch.setattr(probe, "MIN_FREE", 0)
     try:
         job = standin_job("standin", {"pass": standin_variant("PASS", MIN75, "MIN_CC=75")})
         job["sources"] = ["kernels/standin.cpp", "kernels/ballast.cpp"]

@@ -533,19 +533,18 @@ def test_a_node_whose_gpu_stack_fails_is_no_compile_only_node(
 
 def test_a_broken_gpu_is_told_from_a_machine_without_one() -> None:
     from orchestrator.run.probe import NodeSnapshot
-    from orchestrator.run.scheduler import FarmRun
 
-    def node(smi: str, driver: str = "") -> NodeSnapshot:
+    def problem(smi: str, driver: str = "") -> str | None:
         blank = NodeSnapshot("n", "/w", "h", "Linux", None, None, None, None, 0, "nvcc", "13.0.88", smi, None, None)
-        return dataclasses.replace(blank, driver_evidence=driver)
+        return dataclasses.replace(blank, driver_evidence=driver).gpu_problem()
 
-    assert FarmRun._broken_gpu(node("sh: 1: nvidia-smi: not found\nrc=127")) is None  # no GPU stack at all
-    assert FarmRun._broken_gpu(node("No devices were found\nrc=6")) is None  # a driver, and no card
-    assert FarmRun._broken_gpu(node("\nrc=0")) is None
-    hung = FarmRun._broken_gpu(node("\nrc=124"))
+    assert problem("sh: 1: nvidia-smi: not found\nrc=127") is None  # no GPU stack at all
+    assert problem("No devices were found\nrc=6") is None  # a driver, and no card
+    assert problem("\nrc=0") is None
+    hung = problem("\nrc=124")
     assert hung is not None and "nvidia-smi failed (hung" in hung
     version = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04\n/dev/nvidiactl"
-    lost = FarmRun._broken_gpu(node("sh: 1: nvidia-smi: not found\nrc=127", version))
+    lost = problem("sh: 1: nvidia-smi: not found\nrc=127", version)
     assert lost is not None and "the NVIDIA driver is loaded (NVRM version" in lost
 
 

@@ -190,6 +190,34 @@ class NodeSnapshot:
     work_executes: bool | None = None
     unreadable_gpus: tuple[str, ...] = ()  # nvidia-smi's rows of GPUs whose CC could not be read ("[N/A]")
 
+    def room_problem(self) -> str | None:
+        """Why the node cannot hold builds and runs, or None: a work folder or temporary folder
+        with less than MIN_FREE, or a work folder mounted noexec. Found by a red-team helper:
+        a full disk made build-fail (ld's error), inspect-fail (a dump cut short: "HGMMA
+        missing") or fail (a marker never written), and noexec a fail (exit 126): all exit 1."""
+        need = MIN_FREE >> 10
+        for where, free in (("work folder", self.work_free_kib), ("temporary folder", self.tmp_free_kib)):
+            if free is not None and free < need:
+                return f"its {where} has {free >> 10} MiB free, the farm needs {need >> 10} MiB there"
+        if self.work_executes is False:
+            return "its work folder is mounted noexec: no kernel can run from it"
+        return None
+
+    def gpu_problem(self) -> str | None:
+        """Why a node that lists no GPU has one that does not work, or None: nvidia-smi is
+        there but failed (not "No devices were found"), or the NVIDIA driver is loaded and
+        nvidia-smi is not on the login's PATH."""
+        lines = self.smi_output.strip().splitlines()
+        rc = lines[-1].strip() if lines else ""
+        said = " / ".join(line.strip() for line in lines[:-1] if line.strip())[-200:] or "no output"
+        if rc not in ("rc=0", "rc=127") and "No devices were found" not in self.smi_output:
+            code = rc.removeprefix("rc=")
+            return f"nvidia-smi failed ({'hung' if code == '124' else 'exit ' + code}: {said})"
+        if rc == "rc=127" and self.driver_evidence.strip():
+            first = self.driver_evidence.strip().splitlines()[0][:120]
+            return f"the NVIDIA driver is loaded ({first}) but nvidia-smi cannot be started ({said})"
+        return None
+
     def runner_python(self, node: NodeSpec) -> str | None:
         """The python3 that runs this node's cell stages (noderunner.py), or None: the
         shell scripts. Slurm's commands come back through srun as text, not streamed:

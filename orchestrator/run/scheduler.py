@@ -56,7 +56,7 @@ from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import MIN_FREE, Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
+from orchestrator.run.probe import Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
@@ -631,7 +631,7 @@ class FarmRun:
                         raise error
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
-                    self._check_cards(setup.name, node, snapshot)
+                    self._check_usable(setup.name, node, snapshot)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
@@ -688,10 +688,11 @@ class FarmRun:
         return probe(setup, folders)
 
     @staticmethod
-    def _check_cards(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
-        """A node farm.yaml says has a GPU, whose probe finds none (a broken driver,
-        a wrong `gpus:` index), must not turn into a green row of compile-only
-        cells: it is unusable, and says why."""
+    def _check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
+        """A node that cannot serve its cells is unusable, and says why, rather than turn
+        its trouble into kernel verdicts or a green row of compile-only cells: a GPU
+        farm.yaml declares that the probe does not find (a broken driver, a wrong `gpus:`
+        index), too little room or a noexec work folder, a GPU stack that is there and fails."""
         missing = sorted(set(node.gpus or []) - snapshot.gpu_indexes)
         if missing:
             raise NodeUnusable(
@@ -707,47 +708,17 @@ class FarmRun:
                 f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
                 f"({words}): not run as a compile-only node"
             )
-        if (short := FarmRun._short_of_room(snapshot)) is not None:
+        if (short := snapshot.room_problem()) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
         if not snapshot.has_gpu and snapshot.unreadable_gpus:  # its only cards are in a bad state
             raise NodeUnusable(
                 f"node {name!r}: nvidia-smi lists a GPU whose row cannot be read ({snapshot.unreadable_gpus[0]}): "
                 "a card in a bad state is not a node without one"
             )
-        if not snapshot.has_gpu and (broken := FarmRun._broken_gpu(snapshot)):
+        if not snapshot.has_gpu and (broken := snapshot.gpu_problem()):
             # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
             # were a green compile-only row, the failure said nowhere (found by a red-team helper)
             raise NodeUnusable(f"node {name!r}: {broken}: a broken GPU is not a node without one")
-
-    @staticmethod
-    def _short_of_room(snapshot: NodeSnapshot) -> str | None:
-        """Why the node cannot hold builds and runs, or None: a work folder or temporary folder
-        with less than MIN_FREE, or a work folder mounted noexec. Found by a red-team helper:
-        a full disk made build-fail (ld's error), inspect-fail (a dump cut short: "HGMMA
-        missing") or fail (a marker never written), and noexec a fail (exit 126): all exit 1."""
-        need = MIN_FREE >> 10
-        for where, free in (("work folder", snapshot.work_free_kib), ("temporary folder", snapshot.tmp_free_kib)):
-            if free is not None and free < need:
-                return f"its {where} has {free >> 10} MiB free, the farm needs {need >> 10} MiB there"
-        if snapshot.work_executes is False:
-            return "its work folder is mounted noexec: no kernel can run from it"
-        return None
-
-    @staticmethod
-    def _broken_gpu(snapshot: NodeSnapshot) -> str | None:
-        """Why a node that lists no GPU has one that does not work, or None: nvidia-smi is
-        there but failed (not "No devices were found"), or the NVIDIA driver is loaded and
-        nvidia-smi is not on the login's PATH."""
-        lines = snapshot.smi_output.strip().splitlines()
-        rc = lines[-1].strip() if lines else ""
-        said = " / ".join(line.strip() for line in lines[:-1] if line.strip())[-200:] or "no output"
-        if rc not in ("rc=0", "rc=127") and "No devices were found" not in snapshot.smi_output:
-            code = rc.removeprefix("rc=")
-            return f"nvidia-smi failed ({'hung' if code == '124' else 'exit ' + code}: {said})"
-        if rc == "rc=127" and snapshot.driver_evidence.strip():
-            first = snapshot.driver_evidence.strip().splitlines()[0][:120]
-            return f"the NVIDIA driver is loaded ({first}) but nvidia-smi cannot be started ({said})"
-        return None
 
     def _node_stopped(self, name: str, cells: list[Cell]) -> None:
         basis = declared_snapshot(name, self.farm)
