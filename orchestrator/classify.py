@@ -71,7 +71,11 @@ CANNOT_START = {
 }
 
 
-_SHELL_COULD_NOT = re.compile(r"Permission denied|not found|No such file or directory|cannot execute")
+# as `sh -c` says it ("sh: 1: ./k: Permission denied"), not a kernel's own "file not found"
+_SHELL_COULD_NOT = re.compile(
+    r"^(?:\S*/)?(?:sh|dash|bash|ash|ksh|zsh): "
+    r".*(?:Permission denied|not found|No such file or directory|cannot execute)"
+)
 
 
 @dataclass(frozen=True)

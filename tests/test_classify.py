@@ -125,6 +125,7 @@ TABLE = [
     ),
     # its own exit 127 (127 elements wrong), and a gate's own 126 after its text: the kernel ran
     ("kernel-exit-127-is-its-own", built(run_exit=127, stderr=b"127 out of tolerance"), MUST_RUN, Outcome.FAIL, "run"),
+    ("kernel-own-not-found", built(run_exit=127, stderr=b"input.bin: file not found"), MUST_RUN, Outcome.FAIL, "run"),
     (
         "gate-exit-126-is-a-refusal",
         built(run_exit=126, stderr=b"T4 needs CC 9.0 (Hopper)"),
