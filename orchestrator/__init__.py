@@ -5,6 +5,11 @@ The data flow, a folder or module each: config/ (farm.yaml and jobs/, validated)
 bundles, the per-cell stages) over transport/ (local, ssh, slurm) -> classify.py
 (one outcome word per cell) -> store/ (the results database) -> report/ (the
 site, JUnit, JSON). cli.py is a thin layer over it.
+
+A cell's path is six calls, one per station, each importable from its station:
+config.load_farm -> plan.plan_cells -> run.run_cells (which calls
+classify.classify and store.Store.add_result for each cell) -> report.render
+(README, "One cell, from farm.yaml to its page"; tests/test_walkthrough.py).
 """
 
 __version__ = "0.1.0"

@@ -1,1 +1,34 @@
-"""Running a plan: the scheduler, the node-side stages and what travels to and from a node."""
+"""Running a plan: the scheduler, the node-side stages and what travels to and from a node.
+
+Station 3 of a cell's path: `run_cells` (scheduler.py) probes and stages each
+node, then gives each cell to its pipeline (stages.py), which sends build,
+inspect and run to the node's runner (noderunner.py) in one round trip and
+hands what came back, as `Evidence`, to classify.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads it
+    from orchestrator.run.scheduler import FarmRun, RunSummary, run_cells
+
+
+# The station's entry point, importable from the package (PEP 562: loaded on first
+# use, so importing a submodule does not pull in the rest of the package).
+_EXPORTS = {
+    "run_cells": "orchestrator.run.scheduler",
+    "FarmRun": "orchestrator.run.scheduler",
+    "RunSummary": "orchestrator.run.scheduler",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+__all__ = ["FarmRun", "RunSummary", "run_cells"]
