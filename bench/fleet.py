@@ -236,6 +236,57 @@ def farm_run(farm_file: Path, cache: Path) -> RunSummary:
 # ------------------------------------------------------------------ baselines
 
 
+def ssh_command(node: SshNode, remote: str, port: int | None = None) -> list[str]:
+    """OpenSSH to a test node, strict host keys, as a user's script would call it."""
+    return [
+        "ssh",
+        "-i",
+        str(node.client_key),
+        "-o",
+        f"UserKnownHostsFile={node.known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-p",
+        str(port or node.port),
+        f"{node.user}@127.0.0.1",
+        remote,
+    ]
+
+
+def floor_run(farm_file: Path, jobs: int, b: float, r: float, root: Path) -> tuple[float, list[str]]:
+    """The least the farm's own SSH could pay on this machine: every node of the farm
+    at once, one connection each through the farm's transport (strict host keys,
+    as the farm connects), running the critical path's own commands in one shell
+    (one build, then the K runs one after another). Nothing is probed, shipped,
+    inspected or stored. Returns the wall, from before the farm file is read, and
+    the nodes whose output lacked a PASS per job."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchestrator.transport import transport_for
+
+    clock = time.monotonic()
+    farm = load_farm(farm_file)
+    runs = " && ".join(f"sleep {r} && ./j && echo '{PASS}'" for _ in range(jobs))
+
+    def one(name: str) -> bool:
+        transport = transport_for(name, farm.nodes[name])
+        try:
+            transport.open()
+            work = root / f"floor-{name}"
+            result = transport.run(
+                f"mkdir -p {work} && cd {work} && sleep {b} && cp /bin/true ./j && {runs}", timeout=120
+            )
+            return result.exit_code == 0 and result.stdout.count(PASS) == jobs
+        finally:
+            transport.close()
+
+    with ThreadPoolExecutor(max_workers=len(farm.nodes)) as pool:
+        passed = dict(zip(farm.nodes, pool.map(one, farm.nodes), strict=True))
+    return time.monotonic() - clock, [name for name, ok in passed.items() if not ok]
+
+
 def serial_loop(nodes: list[SshNode], jobs: int, b: float, r: float, root: Path) -> float:
     """What a user would script: one ssh per (node, job), build then run, one after another."""
     clock = time.monotonic()
@@ -247,21 +298,7 @@ def serial_loop(nodes: list[SshNode], jobs: int, b: float, r: float, root: Path)
                 f"sleep {r} && ./j{j:02d} && echo '{PASS}'"
             )
             out = subprocess.run(
-                [
-                    "ssh",
-                    "-i",
-                    str(node.client_key),
-                    "-o",
-                    f"UserKnownHostsFile={node.known_hosts}",
-                    "-o",
-                    "StrictHostKeyChecking=yes",
-                    "-o",
-                    "BatchMode=yes",
-                    "-p",
-                    str(node.port),
-                    f"{node.user}@127.0.0.1",
-                    remote,
-                ],
+                ssh_command(node, remote),
                 capture_output=True,
                 text=True,
                 check=False,
@@ -396,6 +433,7 @@ def main() -> int:
     ap.add_argument("--reframe", default="/tmp/rfm-venv/bin/reframe")
     ap.add_argument("--no-reframe", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--no-floor", action="store_true", help="no floor run (one ssh per node) beside each size")
     ap.add_argument("--real-home", action="store_true", help="keep the login's own HOME (and its ~/.bashrc)")
     ap.add_argument("--mem-nodes", type=int, default=64)
     ap.add_argument("--mem-variants", type=int, default=50)
@@ -458,6 +496,13 @@ def main() -> int:
         for n in sizes:
             root = tmp / f"farm-{n}"
             farm_file = write_farm(root, nodes[:n], k, build, run, args.build_jobs, processes=args.processes)
+            floor = None
+            if not args.no_floor:  # side by side: the floor just before the farm, on the same nodes
+                floor, bad = floor_run(farm_file, k, b, r, tmp / f"floor-{n}")
+                if bad:
+                    print(f"N={n} floor: NOT ALL PASS on {', '.join(bad)}; no ratio")
+                    failed.append(f"floor N={n}")
+                    floor = None
             cpu0, busy0 = farm_cpu(), machine_cpu()[0]
             s = farm_run(farm_file, root / "archives")
             own_cpu, busy = farm_cpu() - cpu0, machine_cpu()[0] - busy0
@@ -477,6 +522,21 @@ def main() -> int:
                 f"CPU: farm processes {own_cpu:.1f} s ({own_cpu / cells * 1000:.1f} ms per cell), "
                 f"whole machine busy {busy:.1f} s of {os.cpu_count() * s.wall_seconds:.1f}; {retried(root)}"
             )
+            if floor is not None:
+                print(
+                    f"N={n:3d} floor (the farm's SSH, one command per node: the critical path's in one shell): "
+                    f"wall {floor:.2f} s, "
+                    f"ratio {floor / crit:.3f}; farm / floor {s.wall_seconds / floor:.3f}"
+                )
+                rows.append(
+                    (
+                        f"floor wall / critical path, N={n}: one command per node, nothing probed, shipped or stored",
+                        f"{floor:.2f} s / {crit:.2f} s = {floor / crit:.3f}; "
+                        f"farm / floor = {s.wall_seconds / floor:.3f}",
+                        "",
+                        "",
+                    )
+                )
             target = TARGETS.get(n)
             rows.append(
                 (
