@@ -68,6 +68,13 @@ OVERHEAD_TARGET_MS = 50.0
 MEMORY_TARGET_MB = 300.0
 
 
+def kernel_build(binary: str = "{binary}") -> str:
+    """The commands that write the stand-in "kernel": a script printing the pass marker
+    (a run's marker must come from what it runs: farm.yaml refuses a run command whose
+    own text the marker matches)."""
+    return f"printf '#!/bin/sh\\necho \"%s\"\\n' '{PASS}' > {binary} && chmod +x {binary}"
+
+
 # ------------------------------------------------------------------ farm files
 
 
@@ -85,7 +92,7 @@ def write_farm(
     sends a node's connections to another port (its delay proxy)."""
     (root / "jobs").mkdir(parents=True, exist_ok=True)
     (root / "kernels").mkdir(exist_ok=True)
-    (root / "kernels" / "fleet.txt").write_text("a stand-in source; the build sleeps and copies /bin/true\n")
+    (root / "kernels" / "fleet.txt").write_text("a stand-in source: the build writes a script printing the marker\n")
     job = {
         "kernel": KERNEL,
         "description": "sleep-based build and run of known durations",
@@ -467,8 +474,8 @@ def main() -> int:
         print("note: with run < build or build_jobs < 2 the GPU idles; the critical path below is a lower bound")
     crit = b + k * r  # per node; nodes are independent
     fleet_size = max([*sizes, *delayed, args.baseline_nodes, 0 if args.no_memory else args.mem_nodes])
-    build = f"sleep {b} && cp /bin/true {{binary}}"
-    run = f"sleep {r} && {{binary}} && echo '{PASS}'"
+    build = f"sleep {b} && {kernel_build()}"
+    run = f"sleep {r} && {{binary}}"
 
     tmp = Path(tempfile.mkdtemp(prefix="farm-fleet-"))
     fleet = Fleet(tmp / "nodes")
@@ -694,7 +701,7 @@ def main() -> int:
         if not args.no_memory:
             mn, mv = args.mem_nodes, args.mem_variants
             root = tmp / "memory"
-            farm_file = write_farm(root, nodes[:mn], mv, "cp /bin/true {binary}", f"{{binary}} && echo '{PASS}'", 2)
+            farm_file = write_farm(root, nodes[:mn], mv, kernel_build(), "{binary}", 2)
             rss, wall, rc = peak_rss_of_verify(farm_file, root / "cache")
             print(f"memory: farm verify --all, {mn} x {mv} variants: peak RSS {rss:.0f} MiB, {wall:.1f} s, exit {rc}")
             if rc != 0:

@@ -2,8 +2,8 @@
 """Benchmark (not a test): what a cell costs the node's CPU, and what a node's setup does.
 
 One real sshd on loopback (tests/nodes.py, an empty HOME), the farm run against
-it with 1 cell and with 61 (build `sleep 0.01 && cp /bin/true`, run `sleep 0.01
-&& the binary`), for each node runner in turn (auto: the node's resident python3,
+it with 1 cell and with 61 (build `sleep 0.01` and a script printing PASS, run `sleep 0.01
+&& the script`), for each node runner in turn (auto: the node's resident python3,
 resident.py; cell: a python3 per cell; shell), three rounds, interleaved.
 Everything the node did for a run (sshd's session processes, the shells, the
 node runner, the jobs) is reaped into the listening sshd when the run's
@@ -76,8 +76,8 @@ def main() -> int:
                         root / f"farm-{runner}-{cells}-{round_}",
                         [node],
                         cells,
-                        "sleep 0.01 && cp /bin/true {binary}",
-                        f"sleep 0.01 && {{binary}} && echo '{fleet.PASS}'",
+                        f"sleep 0.01 && {fleet.kernel_build()}",
+                        "sleep 0.01 && {binary}",
                         2,
                     )
                     before = reaped_cpu(node.proc.pid)

@@ -125,8 +125,8 @@ def main() -> int:
                 root,
                 fleet_nodes[:n],
                 6,
-                "sleep 0.5 && cp /bin/true {binary}",
-                f"sleep 1.0 && {{binary}} && echo '{fleet.PASS}'",
+                f"sleep 0.5 && {fleet.kernel_build()}",
+                "sleep 1.0 && {binary}",
                 2,
                 processes=args.processes,
             )

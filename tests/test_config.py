@@ -319,6 +319,37 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
     assert "which any failing or crashing kernel may print" in str(err), str(err)
 
 
+@pytest.mark.parametrize(
+    "run, says",
+    [
+        ("'{binary} 2>&1 | tee run.log'", "'2>&1' after {binary}"),
+        ("'{binary} | tee run.log'", "'|' after {binary}"),
+        ("'{binary} || true'", "'|' after {binary}"),
+        ("'{binary} &> run.log'", "'&>' after {binary}"),
+        ("'{binary}; echo PASS'", "matches the job's pass_marker"),
+        ("'{binary} && echo PASS'", "matches the job's pass_marker"),
+        ("\"echo 'needs CC' >&2; {binary}\"", "matches the job's refusal_marker"),
+        ("'echo PASS'", "never runs {binary}"),
+    ],
+)
+def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, run, says):
+    """Found by a red-team helper: `{binary} 2>&1 | tee run.log`, a habit for keeping a
+    log, passed a kernel that printed "PASS? no: mismatch" on stderr and exited 1 (tee's
+    exit 0, the stderr line in stdout), and `{binary}; echo PASS` passed whatever ran."""
+    job = GOOD_JOB.replace("    cc: {min", f"    run: {run}\n    cc: {{min")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == "variants.v1.run" and "jobs/k.yaml" in err.file, str(err)
+    assert says in str(err) and "exit status and stdout are the kernel's own" in str(err), str(err)
+
+
+@pytest.mark.parametrize(
+    "run", ["'{binary}'", "'{binary} 512 fast'", "'N=3 {binary}'", "'sleep 1; {binary}'", "'{binary} 2>/dev/null'"]
+)
+def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run):
+    job = GOOD_JOB.replace("    cc: {min", f"    run: {run}\n    cc: {{min")
+    assert load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants["v1"].run == run.strip("'")
+
+
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
     job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
     err = load_error(make_farm(tmp_path, job=job))

@@ -37,6 +37,7 @@ from orchestrator.config.schema import (
     template_fields,
 )
 from orchestrator.errors import ConfigError, ConfigErrors
+from orchestrator.run.streams import compile_marker
 
 # Fields a template may name; each dependency a job declares adds its own name.
 BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
@@ -389,6 +390,44 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# After the kernel, in a run: a pipe (its status is the last command's: `| tee log`, `|| true`)
+# or the kernel's stderr sent into stdout (`2>&1`, `&>`: "PASS? no" would meet `\bPASS\b`).
+_MASKS_THE_KERNEL = re.compile(r"\||&>|[0-9]*>&\s*1(?![0-9])")
+RUN_EXPECTED = (
+    "a run whose exit status and stdout are the kernel's own: '{binary}' with its arguments (after "
+    "commands that prepare it, if any), with no pipe or `2>&1` after it and no text of its own "
+    "that the job's markers match"
+)
+
+
+def _check_run(job: JobSpec, vname: str, run: str, file: Path) -> ConfigError | None:
+    """A run command whose output or status would not be the kernel's: the farm would judge
+    the command instead (a kernel failing its numbers piped through tee passes)."""
+    key = f"variants.{vname}.run"
+    if "{binary}" not in run:
+        return ConfigError(str(file), key, f"{run!r}, which never runs {{binary}}", RUN_EXPECTED)
+    after = run[run.rindex("{binary}") + len("{binary}") :]
+    if found := _MASKS_THE_KERNEL.search(after):
+        return ConfigError(
+            str(file),
+            key,
+            f"{run!r}, whose {found.group(0).strip()!r} after {{binary}} makes the run's exit status or "
+            "stdout another's than the kernel's",
+            RUN_EXPECTED,
+        )
+    text = run.replace("{binary}", " ").encode()
+    for marker_key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
+        if compile_marker(marker).search(text) is not None:
+            return ConfigError(
+                str(file),
+                key,
+                f"{run!r}, whose own text matches the job's {marker_key} {marker!r} (the marker could "
+                "come from the command, not the kernel)",
+                RUN_EXPECTED,
+            )
+    return None
+
+
 def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
     errors = []
     dep_fields = set(job.dependencies)
@@ -422,6 +461,8 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
                             f"Did you mean {{{close[0]}}}?" if close else "",
                         )
                     )
+        if error := _check_run(job, vname, variant.run, file):
+            errors.append(error)
     return errors
 
 
