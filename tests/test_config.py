@@ -350,6 +350,30 @@ def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run)
     assert load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants["v1"].run == run.strip("'")
 
 
+@pytest.mark.parametrize(
+    "entry, says",
+    [
+        ("farm.yaml", "farm.yaml, the farm's configuration"),
+        ("results.db", "the farm's results database"),
+        ("keys", "node t4's key_file"),
+        ("jobs", "the farm's jobs folder"),
+    ],
+)
+def test_a_job_may_not_ship_the_farms_own_files(tmp_path, entry, says):
+    """Found by a red-team helper: `headers: [farm.yaml]` shipped farm.yaml (and its
+    database URL's password) to every node, stored it in results.db, and a kernel that
+    embedded it printed the password on its cell's page."""
+    farm = GOOD_FARM.replace('    cc: "7.5"', '    cc: "7.5"\n    key_file: keys/t4_ed25519')
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", f"sources: [kernels/k.cu]\nheaders: [{entry}]")
+    path = make_farm(tmp_path, farm=farm, job=job)
+    (tmp_path / "results.db").write_bytes(b"")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "t4_ed25519").write_text("not a real key\n")
+    err = load_error(path)
+    assert err.key == "headers[0]" and err.file.endswith("jobs/k.yaml"), str(err)
+    assert says in str(err) and "never the farm's configuration, database, reports or keys" in str(err), str(err)
+
+
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
     job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
     err = load_error(make_farm(tmp_path, job=job))

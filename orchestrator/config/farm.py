@@ -771,6 +771,57 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     return None
 
 
+def _own_files(file: Path, spec: FarmSpec, url: str) -> dict[Path, str]:
+    """The farm's own files and folders, by resolved path: what no job may ship to a
+    node (and so into results.db and the report) as a source or header."""
+    own = {file: "farm.yaml, the farm's configuration (its database URL may hold a password)"}
+    for key in ("jobs", "reports"):
+        own[(file.parent / getattr(spec, key)).resolve()] = f"the farm's {key} folder"
+    try:
+        parsed = make_url(url)
+        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
+        database = None
+    if database and database != ":memory:":
+        db = Path(database).resolve()
+        for suffix in ("", "-wal", "-shm", "-journal", ".lock", ".journal"):
+            own[db.with_name(db.name + suffix)] = "the farm's results database (or its lock or journal)"
+    if spec.journal:
+        own[(file.parent / spec.journal).resolve()] = "the farm's journal folder"
+    for name, node in spec.nodes.items():
+        for key in ("key_file", "known_hosts"):
+            if value := getattr(node, key, None):
+                own[(file.parent / Path(value).expanduser()).resolve()] = f"node {name}'s {key}"
+    return own
+
+
+def _farms_own_files_shipped(jobs: dict[str, Job], own: dict[Path, str]) -> list[ConfigError]:
+    """A job listing farm.yaml, the database or a node's key as a header ships it to every
+    node, stores its bytes in results.db and shows it on the cell's page (found by a red-team
+    helper: a kernel that embedded farm.yaml printed the database password)."""
+    errors = []
+    for job in jobs.values():
+        for key in ("sources", "headers"):
+            for index, entry in enumerate(getattr(job.spec, key)):
+                for rel, path in job.files.items():
+                    if rel != entry and not rel.startswith(entry.rstrip("/") + "/"):
+                        continue
+                    real = path.resolve()
+                    what = next((w for p, w in own.items() if real == p or real.is_relative_to(p)), None)
+                    if what is not None:
+                        errors.append(
+                            ConfigError(
+                                str(job.file),
+                                f"{key}[{index}]",
+                                f"{rel!r}, which is {what}",
+                                "the kernel's own sources and headers, never the farm's configuration, "
+                                "database, reports or keys",
+                            )
+                        )
+                        break
+    return errors
+
+
 SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
 
 
@@ -818,9 +869,10 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     jobs, errors = _load_jobs(spec, project, job_files, kernels, check_dependencies)
     if not jobs and not job_files and all(e.key == "Build" for e in errors):
         errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
+    url = _resolve_database(database or spec.database, root)
+    errors += _farms_own_files_shipped(jobs, _own_files(file, spec, url))
     if errors:
         raise ConfigErrors(errors)
-    url = _resolve_database(database or spec.database, root)
     # a node with several toolchains is several columns, each planned, probed and stored as a node
     columns = {col: one for name, node in spec.nodes.items() for col, one in node.columns(name).items()}
     too_long = [
