@@ -374,6 +374,14 @@ def test_a_job_may_not_ship_the_farms_own_files(tmp_path, entry, says):
     assert says in str(err) and "never the farm's configuration, database, reports or keys" in str(err), str(err)
 
 
+@pytest.mark.parametrize("name", ["k.YAML", "k.Yml", "k.yaml.txt", "k.yaml.bak"])
+def test_a_job_file_named_so_the_farm_would_skip_it_is_refused(tmp_path, name):
+    """Found by a red-team helper: jobs/saxpy.YAML was skipped without a word and the
+    kernel's header job ran instead, without the author's instruction requirements."""
+    err = load_error(make_farm(tmp_path, job_name=name))
+    assert err.file.endswith(f"jobs/{name}") and "KERNEL.yaml or KERNEL.yml, in lower case" in str(err), str(err)
+
+
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
     job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
     err = load_error(make_farm(tmp_path, job=job))

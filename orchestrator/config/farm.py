@@ -852,6 +852,25 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     job_files: list[Path] = []
     if jobs_dir.is_dir():
         job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
+        # `saxpy.YAML` or `saxpy.yaml.txt` looks like a job but was skipped, and the header's job
+        # ran in its place without the author's requirements (found by a red-team helper)
+        unread = [
+            f
+            for f in sorted(jobs_dir.iterdir())
+            if f not in job_files and not f.name.startswith(".") and re.search(r"\.ya?ml(\.|$)", f.name, re.IGNORECASE)
+        ]
+        if unread:
+            raise ConfigErrors(
+                [
+                    ConfigError(
+                        str(f),
+                        "",
+                        "a job file's name the farm does not read",
+                        f"KERNEL.yaml or KERNEL.yml, in lower case ({f.name.split('.')[0]}.yaml)",
+                    )
+                    for f in unread
+                ]
+            )
         no_jobs = ConfigError(
             str(file),
             "jobs",
