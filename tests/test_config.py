@@ -382,6 +382,22 @@ def test_a_job_file_named_so_the_farm_would_skip_it_is_refused(tmp_path, name):
     assert err.file.endswith(f"jobs/{name}") and "KERNEL.yaml or KERNEL.yml, in lower case" in str(err), str(err)
 
 
+@pytest.mark.parametrize("name", ["075", "on", "1_0", "null"])
+def test_a_variants_name_is_read_as_written(tmp_path, name):
+    """Found by a red-team helper: YAML 1.1 read `075:` as 61 and `on:` as True, and the
+    error named a key the file does not have (`variants.61`), twice."""
+    job = GOOD_JOB.replace("  v1:", f"  {name}:")
+    assert list(load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants) == [name]
+
+
+def test_a_merge_key_lays_a_variant_over_another(tmp_path):
+    """Found by a red-team helper: `<<: *base`, valid YAML, was "malformed YAML"."""
+    job = GOOD_JOB.replace("  v1:", "  v1: &base") + '  v2:\n    <<: *base\n    cc: {min: "8.0"}\n'
+    variants = load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants
+    assert variants["v2"].build == variants["v1"].build and variants["v2"].cc.min == "8.0"
+    assert variants["v1"].cc.min == "7.5"
+
+
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):
     job = GOOD_JOB.replace("pass_marker: PASS", r"pass_marker: '(?<=all )PASS'")
     err = load_error(make_farm(tmp_path, job=job))

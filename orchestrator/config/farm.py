@@ -118,16 +118,30 @@ class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
     """SafeLoader that refuses duplicate mapping keys instead of keeping the last."""
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys join below, the ones written here win
+            continue
+        if isinstance(key_node, yaml.ScalarNode):
+            # every key the farm reads is a name, kept as written: YAML 1.1 read `075:` as 61,
+            # `on:` as True and `1_0:` as 10, and the error named a key not in the file
+            key_node.tag = _STR_TAG
         key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
-        if not isinstance(key, str | int | float | bool | None):  # `[a]: 1`, `? {a: 1}`: no key the farm reads
+        if not isinstance(key, str):  # `[a]: 1`, `? {a: 1}`: no key the farm reads
             raise _BadKey(key_node.start_mark.line + 1, type(key).__name__)
         if key in seen:
             raise _DuplicateKey(str(key), seen[key], line)
         seen[key] = line
+    loader.flatten_mapping(node)
+    for key_node, _ in node.value:  # a merged mapping's keys, as written too
+        if isinstance(key_node, yaml.ScalarNode):
+            key_node.tag = _STR_TAG
     return loader.construct_mapping(node, deep=deep)
 
 
