@@ -33,7 +33,7 @@ from orchestrator.report import site as report_mod
 from orchestrator.report.model import collect
 from orchestrator.report.pagewriter import write_page
 from orchestrator.run.probe import probe
-from orchestrator.run.scheduler import FarmRun, RunSummary
+from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary
 from orchestrator.store import journal
 from orchestrator.store.database import Store, redact_url
 from orchestrator.store.lock import run_lock
@@ -264,6 +264,9 @@ def verify(
                 f"{not_run} unfinished cells recorded as not-run"
             )
         listeners: list = []
+        early = None if no_report else _RenderAtStart(store, farm)
+        if early is not None:
+            listeners.append(early)
         if quiet:
             listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
         else:
@@ -299,6 +302,8 @@ def verify(
         # the run's end is committed: older finished runs' journals beyond journal_keep can go
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         journal.prune(journals, store, farm.spec.journal_keep)
+        if early is not None:
+            early.join()
         if not no_report:
             try:
                 index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
@@ -308,6 +313,32 @@ def verify(
                 if not quiet:
                     say(f"report: {index}")
     sys.exit(summary.exit_code)
+
+
+class _RenderAtStart(NullListener):
+    """The site, rendered once as soon as the run is stored (beside the nodes' start):
+    a run that then dies (SIGKILL, the OOM killer, a reboot, a render that fails at the
+    end) leaves an index saying run N did not finish, never the night before's green
+    with no word of it (found by a red-team helper)."""
+
+    def __init__(self, store: Store, farm: Farm) -> None:
+        self.store, self.farm = store, farm
+        self.thread: threading.Thread | None = None
+
+    def run_started(self, run_id: int, cells: list) -> None:
+        self.thread = threading.Thread(target=self._render, args=(run_id,), name="render-at-start", daemon=True)
+        self.thread.start()
+
+    def _render(self, run_id: int) -> None:
+        try:
+            report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
+        except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
+            click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
+
+    def join(self) -> None:
+        """Before the end's render: one renderer at a time in the reports folder."""
+        if self.thread is not None:
+            self.thread.join()
 
 
 def _render_failure(err: Exception) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import sqlite3
@@ -409,6 +410,34 @@ def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
             check=False,
         )
         assert done.stdout.strip() in ("0", "141") and "Error" not in done.stderr, (done.stdout, done.stderr)
+
+
+def test_a_run_killed_mid_way_leaves_an_index_that_says_so(tmp_path, monkeypatch):
+    """Found by a red-team helper: a nightly run SIGKILLed mid-way (the OOM killer, a
+    reboot) left the night before's green index.html with no word of it. The site is
+    now rendered as soon as the run is stored, so it says run 2 did not finish."""
+    import signal
+    import time
+
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+    done = farm("verify", "--all", "--config", str(config))
+    index = tmp_path / "reports" / "index.html"
+    assert done.returncode == 0 and "Run 1: 1 of 1 cells as expected" in index.read_text(), done.stdout
+    job = tmp_path / "jobs" / "toy.yaml"  # night 2's run outlives the farm: it is killed during it
+    job.write_text(job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 60; objdump"))
+    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as night:
+        deadline = time.monotonic() + 120
+        while "Run 2" not in index.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(night.pid, signal.SIGKILL)
+        night.wait(timeout=30)
+    text = index.read_text()
+    assert "Run 2 did not finish (running)" in text and "this run is not green whatever its counts say" in text
+    assert "Run 1: 1 of 1 cells as expected" not in text
 
 
 def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
