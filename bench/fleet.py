@@ -500,12 +500,12 @@ def main() -> int:
         overhead_at = {}
         last_root = None
         roots: dict[int, tuple[Path, Path, int]] = {}
-        for n in sizes:
-            root = tmp / f"farm-{n}"
+        for i, n in enumerate(sizes):
+            root = tmp / f"farm-{n}-{i}"  # a size given twice is cold twice
             farm_file = write_farm(root, nodes[:n], k, build, run, args.build_jobs, processes=args.processes)
             floor = None
             if not args.no_floor:  # side by side: the floor just before the farm, on the same nodes
-                floor, bad = floor_run(farm_file, k, b, r, tmp / f"floor-{n}")
+                floor, bad = floor_run(farm_file, k, b, r, tmp / f"floor-{n}-{i}")
                 if bad:
                     print(f"N={n} floor: NOT ALL PASS on {', '.join(bad)}; no ratio")
                     failed.append(f"floor N={n}")
