@@ -503,16 +503,16 @@ def main() -> int:
         for i, n in enumerate(sizes):
             root = tmp / f"farm-{n}-{i}"  # a size given twice is cold twice
             farm_file = write_farm(root, nodes[:n], k, build, run, args.build_jobs, processes=args.processes)
+            cpu0, busy0 = farm_cpu(), machine_cpu()[0]
+            s = farm_run(farm_file, root / "archives")
+            own_cpu, busy = farm_cpu() - cpu0, machine_cpu()[0] - busy0
             floor = None
-            if not args.no_floor:  # side by side: the floor just before the farm, on the same nodes
+            if not args.no_floor:  # side by side, after the farm: what the floor leaves behind never slows the farm
                 floor, bad = floor_run(farm_file, k, b, r, tmp / f"floor-{n}-{i}")
                 if bad:
                     print(f"N={n} floor: NOT ALL PASS on {', '.join(bad)}; no ratio")
                     failed.append(f"floor N={n}")
                     floor = None
-            cpu0, busy0 = farm_cpu(), machine_cpu()[0]
-            s = farm_run(farm_file, root / "archives")
-            own_cpu, busy = farm_cpu() - cpu0, machine_cpu()[0] - busy0
             cells = n * k
             if not all_passed(s, cells, f"N={n}", failed):
                 continue
