@@ -16,6 +16,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -537,20 +538,32 @@ def _no_regular_file(path: Path) -> str | None:
 
 
 @main.command("import")
-@click.argument("journal_file", metavar="JOURNAL", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.argument(
+    "journal_files",
+    metavar="JOURNAL...",
+    nargs=-1,
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+)
 @farm_options
 @handle_errors
-def import_(journal_file: Path, config_path: Path, database: str | None) -> None:
-    """Rebuild a run in the database from its journal (every run writes one
+def import_(journal_files: tuple[Path, ...], config_path: Path, database: str | None) -> None:
+    """Rebuild runs in the database from their journals (every run writes one
     beside the database: results.db.journal/TOKEN.jsonl), after results.db was
-    lost, replaced or could not be written. A run already there is refused.
+    lost, replaced or could not be written. Several journals are imported in the
+    order their runs started (the newest run must be the last); a run already
+    there, or one older than the newest run there, is refused.
 
-    Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl
+    Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl results.db.journal/0a4f3c9d2e61.jsonl
     """
     farm = _load(config_path, database, read_only=True)
     store = Store(farm.database_url)
-    run_id, status, results = store.import_journal(journal_file)
-    click.echo(f"imported {journal_file} as run {run_id} ({status}, {results} results)")
+    # a journal whose start cannot be read sorts first: its import then names what is wrong with it
+    oldest = datetime.min.replace(tzinfo=UTC)
+    starts = {path: journal.started_at(path) or oldest for path in journal_files}
+    for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
+        run_id, status, results = store.import_journal(path)
+        click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
 
 
 @main.command()

@@ -203,3 +203,43 @@ def test_farm_verify_leaves_journal_keep_journals(tmp_path: Path) -> None:
     assert [run.status for run in runs] == ["finished"] * (keep + 2)
     left = {path.stem for path in journals_of(tmp_path / "results.db.journal")}
     assert left == {run.token for run in runs[:keep]}  # runs() is newest first
+
+
+def test_a_journal_older_than_the_newest_run_is_refused_and_farm_import_sorts_them(
+    store: Store, tmp_path: Path
+) -> None:
+    """Found by a red-team helper: `farm import` of journals newest first made the
+    older, green run the highest id, so every standing query took it for the newest.
+    Such an import is refused, naming both starts; `farm import` given several
+    journals imports them in the order their runs started."""
+    folder = tmp_path / "results.db.journal"
+    _, older = journaled_run(store, folder)
+    _, newer = journaled_run(store, folder)
+    assert journal.started_at(older) < journal.started_at(newer)
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    assert fresh.import_journal(newer)[0] == 1
+    with pytest.raises(StoreError) as refused:
+        fresh.import_journal(older)
+    said = str(refused.value)
+    assert said.startswith(f"{older}: its run started {journal.started_at(older).isoformat(timespec='seconds')}")
+    assert "before run 1 (" in said and "import journals oldest first" in said, said
+    assert len(fresh.runs()) == 1
+    fresh.close()
+    config = toy_farm(tmp_path / "farm")
+    url = f"sqlite:///{tmp_path / 'rebuilt.db'}"
+    argv = ["import", str(newer), str(older), "--config", str(config), "--database", url]
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        f"imported {older} as run 1 (finished, 2 results)",
+        f"imported {newer} as run 2 (finished, 2 results)",
+    ]
+    rebuilt = Store(url, create=False)
+    assert [run.token for run in sorted(rebuilt.runs(), key=lambda r: r.id)] == [older.stem, newer.stem]
+    rebuilt.close()

@@ -486,17 +486,18 @@ def test_a_run_imported_from_an_older_farms_journal_is_no_baseline(tmp_path: Pat
     stay out of the baseline; a journal that says the same environment counts."""
     from orchestrator.store.journal import Journal
 
-    for name, env in (("old", None), ("same", ENV), ("other", "CUDA_CACHE_DISABLE=0")):
+    target = Store(f"sqlite:///{tmp_path}/target.db")
+    target.journal = None
+    run_id, snapshot = new_run(target)
+    target.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])
+    # the journals' runs start after target's own (an older run is not imported after a newer one)
+    for name, env in (("old", None), ("other", "CUDA_CACHE_DISABLE=0"), ("same", ENV)):
         store = Store(f"sqlite:///{tmp_path}/{name}.db")
         store.journal = Journal(tmp_path / "journals", name)
         run_id, snapshot = new_run(store, env)
         store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 7.0)])
         store.finish_run(run_id, "finished", 0)
         store.close()
-    target = Store(f"sqlite:///{tmp_path}/target.db")
-    target.journal = None
-    run_id, snapshot = new_run(target)
-    target.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])
     for name in ("old", "other", "same"):
         target.import_journal(tmp_path / "journals" / f"{name}.jsonl")
     assert target.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [1.0, 7.0]}

@@ -234,6 +234,7 @@ PLACEHOLDERS: dict[str, Callable[[ToyFarms], str]] = {
     "ID": lambda toy: "1",
     "DIR": lambda toy: str(toy.root / "out"),
     "FILE": lambda toy: str(toy.root / "export.out"),
+    "JOURNAL...": lambda toy: str(toy.fresh_journal()),
     "JOURNAL": lambda toy: str(toy.fresh_journal()),
     "GOOD": lambda toy: toy.history()["good"],
     "BAD": lambda toy: toy.history()["bad"],

@@ -371,6 +371,11 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
         raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
 
 
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, str, str]]) -> list[PlannedCell]:
     """The planned cells with no result among `done` (kernel, variant, node, device).
     A node with several card models planned its cells again per card: a cell planned
@@ -1158,7 +1163,9 @@ class Store:
 
     def import_journal(self, path: Path) -> tuple[int, str, int]:
         """Rebuild a run from its journal (journal.py) as a new run of this database.
-        Returns (run id, status, results). A run already here is refused."""
+        Returns (run id, status, results). A run already here is refused, and so is
+        one that started before the newest run here: every standing query takes the
+        highest id as the newest, so an older run imported later would pass for it."""
         records = list(journal.read(path))
         if not records or records[0][0] != "run":
             raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
@@ -1168,6 +1175,14 @@ class Store:
         with self._guard("importing"), self._write_lock, self.session() as session:
             if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
                 raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}")
+            newest = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
+            started = run_fields.get("started_at")
+            if newest is not None and isinstance(started, datetime) and _utc(started) < _utc(newest.started_at):
+                raise StoreError(
+                    f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
+                    f"{newest.id} ({_utc(newest.started_at).isoformat(timespec='seconds')}) already in "
+                    f"{self.redacted_url}; import journals oldest first (farm import takes several and sorts them)"
+                )
             end = next((fields for kind, fields in records if kind == "finish"), None)
             run = Run(
                 status=end["status"] if end else "aborted",

@@ -23,7 +23,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +101,19 @@ class Journal:
             if self._handle is not None:
                 self._handle.close()
                 self._handle = None
+
+
+def started_at(path: Path) -> datetime | None:
+    """When the journal's run started (its first record, in UTC), without reading the rest."""
+    records = read(path)
+    try:
+        kind, fields = next(records, ("", {}))
+    finally:
+        records.close()
+    started = fields.get("started_at") if kind == "run" else None
+    if not isinstance(started, datetime):
+        return None
+    return started.replace(tzinfo=UTC) if started.tzinfo is None else started.astimezone(UTC)
 
 
 def read(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
