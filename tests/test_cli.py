@@ -395,6 +395,38 @@ def test_an_in_memory_database_is_refused_before_anything_is_made(tmp_path, url)
     assert "Traceback" not in done.stderr and not (tmp_path / "node").exists()
 
 
+def test_one_database_file_takes_one_run_lock_however_its_url_is_spelled(tmp_path):
+    """Found by a red-team helper: the lock (and the journal folder) were named by the
+    URL's text, so results.db through a symbolic link, with `?timeout=30`, or spelled
+    `sqlite+pysqlite:///` took a lock of its own: two runs wrote one database at once,
+    and the second marked the live one aborted. Each spelling is refused (exit 6)
+    while the plain URL's lock is held, naming the one lock beside the file itself."""
+    from orchestrator.store.journal import journal_folder
+    from orchestrator.store.lock import RunLock, lock_path
+
+    config = toy_farm(tmp_path / "farm")
+    root = config.parent
+    real = tmp_path / "data" / "results.db"
+    real.parent.mkdir()
+    (root / "results.db").symlink_to(real)  # results.db on a bigger disk
+    spellings = [
+        f"sqlite:///{root / 'results.db'}",
+        f"sqlite:///{real}?timeout=30",
+        f"sqlite+pysqlite:///{real}",
+        "sqlite+pysqlite:///results.db",  # relative to farm.yaml, through the link
+    ]
+    lock = lock_path(f"sqlite:///{real}", root)
+    assert lock == tmp_path / "data" / "results.db.lock"
+    with RunLock(lock):
+        for url in spellings:
+            done = farm("verify", "--all", "--no-report", "--wait", "0", "--config", str(config), "--database", url)
+            assert done.returncode == 6, (url, done.stdout, done.stderr)
+            assert f"another farm run holds {lock} (pid " in done.stderr, (url, done.stderr)
+    assert not real.exists(), "a refused run opens no database"
+    for url in [f"sqlite:///{real}", *spellings[:3]]:
+        assert journal_folder(url, root) == tmp_path / "data" / "results.db.journal", url
+
+
 def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
     """`farm show 1 | head -1`: an internal error (exit 70) in 2 of 3 tries before (an
     adversarial review's); now the shell's SIGPIPE code, no Error line."""

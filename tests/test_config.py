@@ -65,6 +65,20 @@ def test_good_config_loads(tmp_path):
     assert farm.database_url == f"sqlite:///{tmp_path / 'results.db'}"
 
 
+@pytest.mark.parametrize("query", ["", "?timeout=30"])
+def test_a_relative_sqlite_path_is_relative_to_farm_yaml_however_the_url_is_spelled(tmp_path, monkeypatch, query):
+    """Found by a red-team helper: `sqlite+pysqlite:///results.db` (SQLAlchemy's spelling
+    with its driver) was relative to the working folder, so each cron folder made a
+    history of its own. It is relative to farm.yaml as `sqlite:///` is; the query stays."""
+    config = make_farm(
+        tmp_path, farm=GOOD_FARM.replace("sqlite:///results.db", f"sqlite+pysqlite:///results.db{query}")
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_farm(config).database_url == f"sqlite+pysqlite:///{tmp_path / 'results.db'}{query}"
+
+
 def test_shipped_farm_and_jobs_load():
     farm = load_farm(REPO / "farm.yaml")
     assert set(farm.jobs) == {"wgmma_gemm", "cutlass_gemm"}

@@ -38,6 +38,7 @@ from orchestrator.config.schema import (
 )
 from orchestrator.errors import ConfigError, ConfigErrors
 from orchestrator.run.streams import compile_marker
+from orchestrator.store.location import sqlite_file
 
 # Fields a template may name; each dependency a job declares adds its own name.
 BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
@@ -720,11 +721,12 @@ def _listed(raw: Any) -> list[str]:
 
 
 def _resolve_database(url: str, root: Path) -> str:
-    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us.
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix + ":memory:":
-        return prefix + str((root / url[len(prefix) :]).resolve())
-    return url
+    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us,
+    # however the URL is spelled (sqlite+pysqlite://); its query stays as written.
+    file = sqlite_file(url)
+    if file is None or file.is_absolute():
+        return url
+    return make_url(url).set(database=str((root / file).resolve())).render_as_string(hide_password=False)
 
 
 def check_database_folder(url: str, where: str) -> None:
@@ -732,7 +734,6 @@ def check_database_folder(url: str, where: str) -> None:
     folder. Else a typo or a disk not mounted that night would put the run's
     results (and its lock and journal) in a new folder of their own, out of the
     history's sight."""
-    prefix = "sqlite:///"
     try:
         parsed = make_url(url)
         in_memory = parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
@@ -747,9 +748,10 @@ def check_database_folder(url: str, where: str) -> None:
             "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
             "an in-memory database keeps nothing",
         )
-    if not url.startswith(prefix):
+    file = sqlite_file(url)
+    if file is None:
         return
-    folder = Path(url[len(prefix) :].split("?", 1)[0]).parent
+    folder = file.parent
     if not folder.is_dir():
         raise ConfigError(
             where,

@@ -61,6 +61,7 @@ from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
+from orchestrator.store.location import sqlite_file
 from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
 from orchestrator.transport import Transport, transport_for
 
@@ -855,9 +856,8 @@ class FarmRun:
         folder holding them to its kernels: noderunner.scratch)."""
         farm = self.farm
         files = [farm.root, farm.reports_dir, journal_folder(farm.database_url, farm.root, farm.spec.journal)]
-        prefix = "sqlite:///"
-        if farm.database_url.startswith(prefix):
-            files.append(Path(farm.database_url[len(prefix) :]))
+        if (database := sqlite_file(farm.database_url)) is not None:
+            files.append(database)
         return tuple(sorted({str(Path(f).absolute()) for f in files}))
 
     def _cell(self, transport: Transport, cell: Cell, ctx: NodeContext) -> None:

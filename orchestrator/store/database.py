@@ -63,6 +63,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
 from orchestrator.store.inserts import Inserts
 from orchestrator.store.journal import Journal
+from orchestrator.store.location import sqlite_file
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.tables import (
     Attempt,
@@ -468,14 +469,8 @@ class Store:
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
             raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
-        self._file = self._sqlite_file()
+        self._file = sqlite_file(url)
         self._identity = self._file_identity()
-
-    def _sqlite_file(self) -> Path | None:
-        parsed = make_url(self.url)
-        if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-            return None
-        return Path(parsed.database)
 
     def _file_identity(self) -> tuple[int, int] | None:
         if self._file is None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StoreError
+from orchestrator.store.location import real_sqlite_file
 
 if TYPE_CHECKING:  # database.py imports this module
     from orchestrator.store.database import JournaledRun, Store
@@ -36,12 +37,12 @@ KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
 
 
 def journal_folder(database_url: str, farm_root: Path, configured: str | None = None) -> Path:
-    """farm.yaml's `journal` folder (relative to farm.yaml), else beside the database."""
+    """farm.yaml's `journal` folder (relative to farm.yaml), else beside the database
+    file itself (as the run lock: one file, one journal folder, however it is named)."""
     if configured:
         return (farm_root / Path(configured).expanduser()).resolve()
-    prefix = "sqlite:///"
-    if database_url.startswith(prefix) and database_url != prefix + ":memory:":
-        return Path(database_url[len(prefix) :] + ".journal")
+    if (file := real_sqlite_file(database_url)) is not None:
+        return file.with_name(file.name + ".journal")
     return farm_root / ".farm-journal"
 
 

@@ -21,12 +21,14 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from orchestrator.errors import LockError
+from orchestrator.store.location import real_sqlite_file
 
 
 def lock_path(database_url: str, farm_root: Path) -> Path:
-    prefix = "sqlite:///"
-    if database_url.startswith(prefix) and database_url != prefix + ":memory:":
-        return Path(database_url[len(prefix) :] + ".lock")
+    """Beside the SQLite file itself (links followed, the URL's spelling and query
+    ignored: one file, one lock), else in the farm's folder, named by the URL."""
+    if (file := real_sqlite_file(database_url)) is not None:
+        return file.with_name(file.name + ".lock")
     digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
     return farm_root / f".farm-{digest}.lock"
 

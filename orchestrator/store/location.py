@@ -1,0 +1,35 @@
+"""Which file a SQLite URL names, however it is written.
+
+`sqlite:///results.db`, `sqlite+pysqlite:///results.db` and
+`sqlite:///results.db?timeout=30` are one database; so is a symbolic link to
+it. The run lock and the journal folder are keyed on the file, not on the URL's
+text: keyed on the text, two spellings took two locks, and two runs wrote one
+database at once (the second marking the live one aborted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL, as written (relative or not); None for a server
+    database, an in-memory one, or a URL SQLAlchemy cannot read (the store's open
+    says so)."""
+    try:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except (SQLAlchemyError, ValueError):
+        return None
+    if backend != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def real_sqlite_file(url: str) -> Path | None:
+    """The file itself: absolute, symbolic links followed (the file need not exist yet)."""
+    file = sqlite_file(url)
+    return None if file is None else file.resolve()
