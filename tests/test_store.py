@@ -8,14 +8,17 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
+from orchestrator.errors import EXIT_INFRA, EXIT_OK
 from orchestrator.plan import plan_cells
+from orchestrator.report import export
 from orchestrator.report.site import render
-from orchestrator.run.scheduler import farm_commit, run_cells
+from orchestrator.run.scheduler import FarmRun, NullListener, farm_commit, run_cells
 from orchestrator.store.database import MIGRATIONS, Store
 
 FIRST_SCHEMA_DB = Path(__file__).parent / "data" / "first-schema.db"  # written by farm 0.1.0 on the H200
@@ -141,3 +144,46 @@ def test_the_ccs_a_contract_names_are_stored_as_values(tmp_path: Path) -> None:
     assert rows and all(r.contract_ccs == ["7.5"] and r.contract == "CC >= 7.5" for r in rows), [
         (r.contract, r.contract_ccs) for r in rows
     ]
+
+
+@pytest.mark.parametrize("stop_at", ["the last cell's end", "the run's start"])
+def test_a_stop_after_every_cell_has_its_verdict_finishes_the_run(tmp_path: Path, stop_at: str) -> None:
+    """Found by a red-team helper: SIGTERM just after the last cell was stored made the
+    run `aborted` in the database (its exports: incomplete, exit 4) while the farm said
+    "every cell as expected" and exited 0. A stop that cuts nothing short now leaves a
+    finished run (exit 0, not reported stopped); one that does is aborted, and exits 4.
+    The stop comes from the run's own listener, at the moment named."""
+    farm = load_farm(toy_farm(tmp_path, broken="known-failure"))  # two cells, both as expected
+    cells = plan_cells(farm)
+    assert len(cells) == 2
+
+    class StopAt(NullListener):
+        run: FarmRun
+        finished = 0
+
+        def run_started(self, run_id: int, planned: list) -> None:
+            if stop_at == "the run's start":
+                self.run.stop("SIGTERM")
+
+        def cell_finished(self, cell: object, result: object, result_id: int) -> None:
+            self.finished += 1
+            if stop_at == "the last cell's end" and self.finished == len(cells):
+                self.run.stop("SIGTERM")
+
+    listener = StopAt()
+    store = Store(farm.database_url)
+    try:
+        listener.run = FarmRun(farm, store, listener=listener, cache_dir=tmp_path / "archives")
+        summary = listener.run.execute(cells)
+        run = store.run(summary.run_id)
+        assert run is not None
+        stored = (run.status, run.exit_code)
+    finally:
+        store.close()
+    if stop_at == "the last cell's end":
+        assert (summary.stopped, summary.exit_code, stored) == (None, EXIT_OK, ("finished", EXIT_OK))
+        assert summary.outcomes == {"compile-only": 1, "known-failure": 1}
+    else:
+        assert (summary.stopped, summary.exit_code, stored) == ("SIGTERM", EXIT_INFRA, ("aborted", EXIT_INFRA))
+        assert summary.outcomes == {"not-run": 2}
+    assert export.exit_code(run) == summary.exit_code  # what `farm report --format json` exits with

@@ -51,7 +51,7 @@ from orchestrator.errors import (
     SessionLost,
     StoreError,
 )
-from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
@@ -100,7 +100,7 @@ class RunSummary:
     stage_seconds: Counter[str] = field(default_factory=Counter)
     wall_seconds: float = 0.0
     bytes_shipped: int = 0
-    stopped: str | None = None  # the signal that stopped the run before it finished
+    stopped: str | None = None  # the signal that stopped the run before every cell had its verdict
     internal: list[str] = field(default_factory=list)  # the farm's own errors, per node (exit 70)
 
     @property
@@ -121,7 +121,7 @@ class RunSummary:
             return EXIT_INTERNAL
         if self.unexpected:
             return EXIT_UNEXPECTED
-        if self.infra:
+        if self.infra or self.stopped:  # a run cut short (stored aborted) never exits 0
             return EXIT_INFRA
         return EXIT_OK
 
@@ -410,8 +410,13 @@ class FarmRun:
         try:
             pool.begun(run_id)
             pool.wait()
-            status = "aborted" if self._stop.is_set() else "finished"
-            self.summary.stopped = self.stopping
+            # a stop that came once every planned cell had its verdict cut nothing short (it was
+            # stored aborted, yet exited 0: its exports said incomplete): the run finished
+            cut_short = self._stop.is_set() and (
+                self.summary.outcomes[Outcome.NOT_RUN.value] > 0 or bool(self.store.unfinished_cells(run_id))
+            )
+            status = "aborted" if cut_short else "finished"
+            self.summary.stopped = self.stopping if cut_short else None
         except FarmError as err:  # the store or a node broke the run itself: the CLI exits with its code
             exit_code = err.exit_code
             raise
