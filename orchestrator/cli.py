@@ -37,6 +37,7 @@ from orchestrator.run.probe import probe
 from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary
 from orchestrator.store import journal
 from orchestrator.store.database import Store, redact_url
+from orchestrator.store.location import same_database
 from orchestrator.store.lock import run_lock
 from orchestrator.terminal import printable
 from orchestrator.transport import transport_for
@@ -265,7 +266,8 @@ def verify(
                 f"{not_run} unfinished cells recorded as not-run"
             )
         listeners: list = []
-        early = None if no_report else _RenderAtStart(store, farm)
+        own_site = not no_report and same_database(farm.database_url, farm.configured_database_url)
+        early = _RenderAtStart(store, farm) if own_site else None
         if early is not None:
             listeners.append(early)
         if quiet:
@@ -305,7 +307,17 @@ def verify(
         journal.prune(journals, store, farm.spec.journal_keep)
         if early is not None:
             early.join()
-        if not no_report:
+        if not no_report and not same_database(farm.database_url, farm.configured_database_url):
+            # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
+            # database's run would replace it (found by a red-team helper)
+            url = redact_url(farm.database_url)
+            click.echo(
+                f"report not rendered: the database {url} is not {farm.file.name}'s "
+                f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
+                f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
+                err=True,
+            )
+        elif not no_report:
             try:
                 index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
             except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is

@@ -134,6 +134,45 @@ def test_environment_overrides_farm_yaml(tmp_path, monkeypatch):
     assert (tmp_path / "other.db").exists() and not (tmp_path / "results.db").exists()
 
 
+def test_a_run_on_another_database_leaves_farm_yamls_site_alone(tmp_path):
+    """Found by a red-team helper: `farm verify --database sqlite:///scratch.db` rendered
+    into farm.yaml's reports/, so a scratch run replaced the reviewers' site of
+    results.db. Now such a run (--database or FARM_DATABASE) renders nothing there, says
+    so in one stderr line naming the command that renders it, and keeps its exit code;
+    farm.yaml's own database, however spelled, renders as before."""
+    import os
+
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    index = tmp_path / "reports" / "index.html"
+    before = index.read_text()
+    scratch = f"sqlite:///{tmp_path / 'scratch.db'}"
+    by_option = farm("verify", "--all", "--config", str(config), "--database", scratch)
+    by_env = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "FARM_DATABASE": scratch},
+    )
+    for run_id, done in ((1, by_option), (2, by_env)):
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stderr == (
+            f"report not rendered: the database {scratch} is not farm.yaml's (sqlite:///{tmp_path / 'results.db'}), "
+            f"whose site is {tmp_path / 'reports'}; "
+            f"`farm report --database {scratch} --run {run_id} --out DIR` renders this run\n"
+        ), done.stderr
+        assert "report: " not in done.stdout
+    assert index.read_text() == before
+    site = tmp_path / "scratch-site"
+    rendered = farm("report", "--config", str(config), "--database", scratch, "--run", "2", "--out", str(site))
+    assert rendered.returncode == 0 and (site / "runs" / "2.html").is_file(), rendered.stderr
+    own = farm("verify", "--all", "--config", str(config), "--database", f"sqlite:///{tmp_path}/results.db?timeout=30")
+    assert own.returncode == 0 and own.stderr == "" and "report: " in own.stdout, own.stdout + own.stderr
+    assert index.read_text() != before
+
+
 def test_nodes_probe_table(tmp_path):
     done = farm("nodes", "--config", str(toy_farm(tmp_path)))
     assert done.returncode == 0, done.stderr

@@ -103,6 +103,12 @@ class Farm:
         return (self.root / self.spec.reports).resolve()
 
     @property
+    def configured_database_url(self) -> str:
+        """farm.yaml's own `database`, resolved as database_url is (which --database or
+        FARM_DATABASE may have replaced)."""
+        return _resolve_database(self.spec.database, self.root)
+
+    @property
     def source_folders(self) -> dict[str, Path]:
         """The folders of the course's own files, by farm.yaml's key: no report goes there."""
         return {key: (self.root / getattr(self.spec, key)).resolve() for key in ("jobs", "kernels")}

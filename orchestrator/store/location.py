@@ -33,3 +33,15 @@ def real_sqlite_file(url: str) -> Path | None:
     """The file itself: absolute, symbolic links followed (the file need not exist yet)."""
     file = sqlite_file(url)
     return None if file is None else file.resolve()
+
+
+def same_database(url: str, other: str) -> bool:
+    """Whether two URLs name one database: one SQLite file however each is spelled, else
+    one server database (SQLAlchemy's reading of each, so the URLs' spacing or order aside)."""
+    file, other_file = real_sqlite_file(url), real_sqlite_file(other)
+    if file is not None or other_file is not None:
+        return file == other_file
+    try:
+        return make_url(url) == make_url(other)
+    except (SQLAlchemyError, ValueError):
+        return url == other
