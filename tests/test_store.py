@@ -6,15 +6,18 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
-from orchestrator.errors import EXIT_INFRA, EXIT_OK
+from orchestrator.errors import EXIT_INFRA, EXIT_OK, StoreError
 from orchestrator.plan import plan_cells
 from orchestrator.report import export
 from orchestrator.report.site import render
@@ -52,6 +55,57 @@ def test_first_schema_database_upgrades_in_place(tmp_path):
     index = render(store, tmp_path / "reports").read_text()
     assert index.count('data-node="h200"') >= 4
     assert "CC 9.0: VERIFIED" not in index and "CC 9.0: unverified" in index
+
+
+def revision_of(path: Path) -> str | None:
+    with sqlite3.connect(path) as db:
+        tables = {t for (t,) in db.execute("select name from sqlite_master where type='table'")}
+        if "alembic_version" not in tables:
+            return None
+        return db.execute("select version_num from alembic_version").fetchone()[0]
+
+
+def farm_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_a_command_that_only_reads_never_upgrades_an_older_database(tmp_path):
+    """Found by a red-team helper: `farm report` upgraded an older farm's results.db in
+    place, and that farm, still running the nightly runs, then refused it (exit 5)
+    every night. `farm show` and `farm report` now refuse it, naming its revision and
+    this farm's, writing nothing; `farm verify` still upgrades it."""
+    head = migrations_head()
+    older = tmp_path / "older.db"
+    shutil.copyfile(Path(__file__).resolve().parent.parent / "results.db", older)
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    previous = ScriptDirectory.from_config(config).get_revision(head).down_revision
+    engine = create_engine(f"sqlite:///{older}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, previous)
+    engine.dispose()
+    unrevisioned = tmp_path / "first.db"
+    shutil.copyfile(FIRST_SCHEMA_DB, unrevisioned)
+    farm_yaml = str(toy_farm(tmp_path / "toy"))
+    for db, revision in ((older, previous), (unrevisioned, "none (a farm from before schema revisions wrote it)")):
+        before = db.read_bytes()
+        for args in (["report", "--format", "json"], ["report", "--out", str(tmp_path / "site")], ["show", "1"]):
+            done = farm_cli(*args, "--config", farm_yaml, "--database", f"sqlite:///{db}")
+            assert done.returncode == 5, (args, done.stdout, done.stderr)
+            assert done.stderr == (
+                f"Error: the results database sqlite:///{db} has schema revision {revision}, older than this "
+                f"farm's {head}; a command that only reads does not upgrade it: `farm verify` upgrades it "
+                "(back it up first: the farm that wrote it cannot read it after), or use the farm that wrote it\n"
+            ), (args, done.stderr)
+        assert db.read_bytes() == before
+        with pytest.raises(StoreError, match=f"has schema revision {re.escape(revision)}, older than"):
+            Store(f"sqlite:///{db}", create=False)
+    verify = farm_cli("verify", "--all", "--no-report", "--config", farm_yaml, "--database", f"sqlite:///{older}")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert revision_of(older) == head
 
 
 def test_fresh_database_is_created_at_head(tmp_path):

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
@@ -216,8 +216,10 @@ def _scripts() -> ScriptDirectory:
 def migrate(engine: Engine, url: str, create: bool = True) -> None:
     """Bring the database to this farm's schema: create it when empty (and `create`),
     upgrade it in place when an earlier farm wrote it, refuse it when a newer one
-    did. A command that only reads (`create=False`) writes no schema into a database
-    that holds none of the farm's (an empty file, another program's)."""
+    did. A command that only reads (`create=False`) writes no schema at all: not into
+    a database that holds none of the farm's (an empty file, another program's), nor
+    an upgrade into one an earlier farm wrote (that farm, still running the nightly
+    runs, would then refuse it: an upgrade is `farm verify`'s, not a reader's)."""
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             # two farms opening one new server database at once: one migrates, the other then finds it done
@@ -232,6 +234,8 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
         known = {script.revision for script in scripts.walk_revisions()}
         present = set(inspect(connection).get_table_names())
         if current is None and "runs" in present:
+            if not create:
+                _refuse_older(url, "none (a farm from before schema revisions wrote it)", scripts)
             command.stamp(config, FIRST_SCHEMA)
             current = FIRST_SCHEMA
         if current is None and create and not present & set(Base.metadata.tables):
@@ -256,7 +260,18 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
                 f"farm; this farm knows revisions up to {scripts.get_current_head()}. "
                 "Upgrade the farm."
             )
+        if not create:
+            _refuse_older(url, current, scripts)
         command.upgrade(config, "head")
+
+
+def _refuse_older(url: str, current: str, scripts: ScriptDirectory) -> NoReturn:
+    raise StoreError(
+        f"the results database {redact_url(url)} has schema revision {current}, older than this farm's "
+        f"{scripts.get_current_head()}; a command that only reads does not upgrade it: `farm verify` "
+        "upgrades it (back it up first: the farm that wrote it cannot read it after), or use the farm "
+        "that wrote it"
+    )
 
 
 def _no_nul(params: dict[str, Any]) -> dict[str, Any]:
