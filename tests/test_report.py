@@ -651,3 +651,45 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
     (case,) = suite
     (skipped,) = case.result
     assert "did not confirm" in skipped.message and "certifies nothing" in skipped.message, skipped.message
+
+
+def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: Path) -> None:
+    """Found by a red-team helper: when every cell went from a verdict to infra-error or
+    not-run (a node that could not be used, a stopped run) or had no result (a run still
+    running, or killed), index.html said "Nothing: every cell has the same outcome as in
+    its previous run". It says that only when every cell had a verdict; otherwise how
+    many had none."""
+    from orchestrator.run.scheduler import FarmRun, NullListener
+
+    farm = load_farm(toy_farm(tmp_path, broken="known-failure"))  # two cells
+    store = Store(farm.database_url)
+    nothing = "Nothing: every cell has the same outcome as in its previous run."
+
+    def changes(run_id: int) -> str:
+        index = render(store, tmp_path / "reports", run_id, farm=farm).read_text()
+        return re.search(r'<section id="changes">(.*?)</section>', index, re.S).group(1)
+
+    class StopAtStart(NullListener):
+        run: FarmRun
+
+        def run_started(self, run_id: int, cells: list) -> None:
+            self.run.stop("SIGTERM")
+
+    try:
+        run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
+        again = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
+        assert nothing in changes(again.run_id)  # the same two verdicts
+        listener = StopAtStart()
+        listener.run = FarmRun(farm, store, listener=listener, cache_dir=tmp_path / "archives")
+        stopped = listener.run.execute(plan_cells(farm))
+        assert stopped.outcomes == {"not-run": 2}
+        said = changes(stopped.run_id)
+        assert nothing not in said
+        assert "No verdict changed; 2 cells had no verdict this run (infra-error or not-run" in said, said
+        running = store.begin_run(token="t", trigger="t", farm_version="t", host="h", config_file="f", selection="s")
+        store.add_planned(running, [(c.kernel, c.variant, c.node, c.device) for c in plan_cells(farm)])
+        said = changes(running)
+        assert nothing not in said and "No verdict changed; 2 cells had no verdict this run" in said, said
+        assert "no result: the run did not finish" in said, said
+    finally:
+        store.close()
