@@ -156,7 +156,8 @@ class PlainListener:
             self._line(describe_cell(cell, result, result_id))
         elif is_infra(verdict.outcome) and (cell.node, verdict.reason) not in self._causes:
             self._causes.add((cell.node, verdict.reason))
-            self._line(f"node {cell.node}: {verdict.outcome} at {verdict.failed_stage}: {verdict.reason}")
+            stage = f" at {verdict.failed_stage}" if verdict.failed_stage else ""  # a stop before any stage: none
+            self._line(f"node {cell.node}: {verdict.outcome}{stage}: {verdict.reason}")
 
     def run_finished(self, summary: RunSummary) -> None:
         if self.verdict:

@@ -632,3 +632,34 @@ def test_text_from_the_database_never_chooses_a_path_or_reaches_the_terminal_raw
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
     assert "\\x1b]0;owned\\x07" in shown.stdout
+
+
+def test_the_quiet_line_of_a_cell_stopped_before_any_stage_names_no_stage(tmp_path):
+    """Found by a red-team helper: a run stopped during the probe put
+    `node here: not-run at None: the run was stopped (SIGTERM) ...` in the cron mail.
+    `at STAGE` is said only when a stage failed."""
+    import io
+
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.progress import PlainListener
+    from orchestrator.run.scheduler import FarmRun
+    from orchestrator.store.database import Store
+
+    class StopAtStart(PlainListener):
+        run: FarmRun
+
+        def run_started(self, run_id: int, cells: list) -> None:
+            self.run.stop("SIGTERM")
+
+    farm = load_farm(toy_farm(tmp_path))
+    printed = io.StringIO()
+    listener = StopAtStart(printed, quiet=True)
+    store = Store(farm.database_url)
+    try:
+        listener.run = FarmRun(farm, store, listener=listener, cache_dir=tmp_path / "archives")
+        assert listener.run.execute(plan_cells(farm)).outcomes == {"not-run": 1}
+    finally:
+        store.close()
+    lines = [line.split("] ", 1)[1] for line in printed.getvalue().splitlines()]
+    assert lines == ["node here: not-run: the run was stopped (SIGTERM) before this cell finished"], lines
