@@ -693,3 +693,19 @@ def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: P
         assert "no result: the run did not finish" in said, said
     finally:
         store.close()
+
+
+def test_a_verdict_from_a_run_started_under_a_minute_before_is_not_this_runs(tmp_path: Path) -> None:
+    """Found by a red-team helper: the matrix of run 2 showed a verdict of run 1,
+    started seconds before, as `run 1, this run`. It says `<1 min before`."""
+    farm = load_farm(toy_farm(tmp_path, broken="known-failure"))
+    store = Store(farm.database_url)
+    try:
+        run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
+        second = run_cells(farm, store, plan_cells(farm, ["toy:plain"]), cache_dir=tmp_path / "archives")
+        index = render(store, tmp_path / "reports", second.run_id, farm=farm).read_text()
+    finally:
+        store.close()
+    matrix = index.split('<table id="matrix">', 1)[1].split("</table>", 1)[0]
+    ages = dict(re.findall(r'<td [^>]*data-cell="([^"]+)".*?<small class="age">(.*?)</small>', matrix, re.S))
+    assert ages == {"toy:plain": "run 2", "toy:broken": "run 1, &lt;1 min before"}, ages

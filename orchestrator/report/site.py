@@ -108,8 +108,10 @@ def _when(moment: datetime | None) -> str:
 
 
 def _age(days: float) -> str:
+    """How long before the shown run an earlier run's verdict was (the run's own cells
+    show no age): "this run" would take a run started under a minute before for it."""
     if days < 1 / 24:
-        return "this run" if days < 1 / 1440 else f"{days * 1440:.0f} min before"
+        return "<1 min before" if days < 1 / 1440 else f"{days * 1440:.0f} min before"
     if days < 2:
         return f"{days * 24:.0f} h before"
     return f"{days:.0f} d before"
