@@ -157,3 +157,43 @@ def test_a_probe_of_a_work_folder_never_sees_anothers_exec_check(tmp_path):
             out, _ = probe.communicate(timeout=120)
             (work,) = [line for line in out.splitlines() if line.startswith("work ")]
             assert work.endswith(" 1"), work
+
+
+def test_the_shell_runners_clock_is_not_the_wall_clock(tmp_path, monkeypatch):
+    """The shell scripts timed a run by `date`: a wall clock stepped back mid-run (NTP)
+    made a kernel killed at its timeout look like one that exited 124 early, `fail`.
+    Here `date` itself steps back by an hour at each call; the run is still `timeout`."""
+    import sqlite3
+
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+    from toyfarm import toy_farm
+
+    from orchestrator.config import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import run_cells
+    from orchestrator.store import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    stepping = tmp_path / "smi" / "bin" / "date"  # first on PATH, beside the stand-in nvidia-smi
+    count = tmp_path / "date-calls"
+    stepping.write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {count} 2>/dev/null || echo 0); echo $((n + 1)) > {count}\n"
+        "echo $(( (100000 - n * 3600) * 1000000000 ))\n"
+    )
+    stepping.chmod(0o755)
+    source = "#include <unistd.h>\nint main() { sleep(30); return 0; }\n"
+    config = toy_farm(tmp_path / "farm", source=source)
+    job = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("variants:", "timeout: 2\nvariants:"))
+    config.write_text(config.read_text() + "    runner: shell\n")
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None, None))
+    finally:
+        store.close()
+    assert dict(summary.outcomes) == {"timeout": 1}, summary.results[0][1].verdict
+    with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
+        (seconds,) = db.execute("SELECT json_extract(stage_seconds, '$.run') FROM results").fetchone()
+    assert 1.9 <= seconds < 10, seconds

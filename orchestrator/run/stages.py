@@ -401,6 +401,10 @@ class _Fetched:
     seconds: float
 
 
+# The shell scripts' clock, in ns: the kernel's seconds and a stage's are differences of it,
+# so CLOCK_BOOTTIME (/proc/uptime, 10 ms steps, read by the shell itself) where there is one: a
+# wall clock stepped back mid-run (NTP) turned a timeout into `fail`. `date` elsewhere.
+NOW_NS = 'read farm_t _ 2>/dev/null </proc/uptime && echo "${farm_t%.*}${farm_t#*.}0000000" || date +%s%N'
 _SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
 _SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
@@ -623,14 +627,14 @@ class CellPipeline:
             trip = trips[i]
             tag = f"ctl-{trip.stage}"
             parts = [
-                f'echo "@@farm section {trip.stage} $(date +%s%N)"; ran="$ran {trip.stage}"',
+                f'echo "@@farm section {trip.stage} $({NOW_NS})"; ran="$ran {trip.stage}"',
                 f"out=$( {self._wrap(trip.script)} )",
                 # its control text as a frame: read by length, a forged copy is a duplicate
                 "n=$(LC_ALL=C; echo $((${#out} + 1)))",
                 f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
                 "printf '%s\\n' \"$out\"",
                 f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
-                f'echo "@@farm section-end {trip.stage} $(date +%s%N)"',
+                f'echo "@@farm section-end {trip.stage} $({NOW_NS})"',
                 *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
             ]
             if trip is last:
@@ -1138,10 +1142,10 @@ class CellPipeline:
         word = '"$farm_sha"' if expected is None else q(expected)
         script = (
             # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
-            f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}t0=$(date +%s%N); "
+            f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}t0=$({NOW_NS}); "
             f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
-            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+            f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
             'echo "@@farm checked $got"; echo "@@farm $rc"; }'
         )
         spec = self.job.spec
@@ -1242,8 +1246,8 @@ class CellPipeline:
         wait = int(self._ahead) + QUEUE_SLACK
         lock = shlex.quote(self._gpu_lock(gpu))
         return wait, (
-            f"q0=$(date +%s%N); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
-            f'{{ echo "@@farm gpu-wait-failed $q0 $(date +%s%N)"; exit 0; }}; '
+            f"q0=$({NOW_NS}); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
+            f'{{ echo "@@farm gpu-wait-failed $q0 $({NOW_NS})"; exit 0; }}; '
         )
 
     def _gpu_lock(self, gpu: Gpu) -> str:
@@ -1282,9 +1286,9 @@ class CellPipeline:
         quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
         check = self._binary_check(shlex.quote(self._built_sha or ""))  # before each tool: see noderunner.sanitize
         runs = "; ".join(
-            f"{check}t0=$(date +%s%N); "
+            f"{check}t0=$({NOW_NS}); "
             f"{guarded(sanitize.tool_command(tool, rdir, command), limit, quiet, self.marker)}; "
-            f't1=$(date +%s%N); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
+            f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
         script = (
