@@ -465,12 +465,16 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "{% for col in model.columns %}\n"
         "{% set s = model.standing.get((kernel, variant, col.node, col.device)) %}\n"
         "{% if s %}\n{% set r = s.result %}\n{% set cat = s.category %}\n"
+        # since session 16: as expected on a card the driver did not confirm is grey and says so
+        '{% if cat == "good" and r.outcome in ("pass", "expected-refusal", "fixed") and r.device '
+        'and not r.real_gpu %}{% set cat = "good unconfirmed" %}{% endif %}\n'
         "{% set changed = r.identity and model.identities.get(kernel, r.identity) != r.identity %}\n"
         '<td class="{{ cat }}{% if s.stale or changed %} stale-cell{% endif %}" data-node="{{ col.node }}" '
         'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
         '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
         '{% if cat == "infra" %}<small>no verdict</small>{% else %}\n'
         "{% if r.outcome != r.expected %}<small>expected {{ r.expected }}</small>{% endif %}\n"
+        '{% if cat == "good unconfirmed" %}<small class="flag">stand-in card: certifies nothing</small>{% endif %}\n'
         '{% if cat == "bad" and r.last_stderr_line %}<small class="why">'
         '{{ r.last_stderr_line|truncate(90, True, "…") }}</small>{% endif %}\n'
         '{% if r.code_path == "ptx-jit" %}<small>ptx-jit</small>{% endif %}\n'
@@ -510,6 +514,8 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
             started_at=start,
             ended_at=None if code_path else start + timedelta(seconds=12.34),
             identity="old" if (row, col) == (0, 0) else ("" if row == 2 else "now"),  # "": inputs not identified
+            device=columns[col].device,
+            real_gpu=(row, col) != (0, 0),  # the first a pass on a stand-in card
         )
         key = (kernel, variant, columns[col].node, columns[col].device)
         standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)
@@ -521,7 +527,17 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
     made = str(site._standing_matrix(model, env))
     assert made == expected
-    shown_words = ('class="why"', "stale-cell", "n&#39;1", "then infra-error", "ptx-jit", "k&amp;1", 'class="none"')
+    shown_words = (
+        'class="why"',
+        "stale-cell",
+        "good unconfirmed",
+        "stand-in card: certifies nothing",
+        "n&#39;1",
+        "then infra-error",
+        "ptx-jit",
+        "k&amp;1",
+        'class="none"',
+    )
     assert made.count("inputs changed since") == 1
     for shown in shown_words:
         assert shown in made, shown
@@ -628,7 +644,7 @@ def test_a_standing_verdict_on_inputs_since_changed_says_so(tmp_path: Path, monk
     finally:
         store.close()
     assert "inputs changed since" not in before
-    cell = re.search(r'<td class="good stale-cell"[^>]*data-cell="toy:plain".*?</td>', after, re.S)
+    cell = re.search(r'<td class="good unconfirmed stale-cell"[^>]*data-cell="toy:plain".*?</td>', after, re.S)
     assert cell is not None and "inputs changed since" in cell.group(), after
 
 
@@ -644,6 +660,8 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
         (result,) = store.results(summary.run_id)
         assert (result.outcome, result.real_gpu) == ("pass", False)
         xml = export.junit(collect(store, summary.run_id, farm))
+        exported = json.loads(export.as_json(collect(store, summary.run_id, farm)))
+        render(store, tmp_path / "reports", summary.run_id, farm=farm)
     finally:
         store.close()
     (suite,) = JUnitXml.fromstring(xml)
@@ -651,6 +669,14 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
     (case,) = suite
     (skipped,) = case.result
     assert "did not confirm" in skipped.message and "certifies nothing" in skipped.message, skipped.message
+    # nor is it green on a page, or a plain pass in the JSON export (session 16)
+    (record,) = exported["cells"]
+    assert record["outcome"] == "pass" and record["certifies_nothing"] is True, record
+    index = (tmp_path / "reports" / "index.html").read_text()
+    cell = re.search(r'<td class="good unconfirmed"[^>]*data-cell="toy:plain".*?</td>', index, re.S)
+    assert cell is not None and "stand-in card: certifies nothing" in cell.group(), index
+    page = (tmp_path / "reports" / "cells" / f"{result.id}.html").read_text()
+    assert 'class="good unconfirmed" id="outcome"' in page and "did not confirm: certifies nothing" in page
 
 
 def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: Path) -> None:

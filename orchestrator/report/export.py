@@ -15,7 +15,7 @@ from typing import Any
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
-from orchestrator.report.model import ReportModel, result_record, utc_iso
+from orchestrator.report.model import ReportModel, result_record, unconfirmed, utc_iso
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
@@ -47,12 +47,6 @@ def exit_code(run: Any) -> int:
     return run.exit_code if run.exit_code not in (None, EXIT_OK) else EXIT_INFRA
 
 
-def _unconfirmed(r: Any) -> bool:
-    """A verdict of as-expected on a card (it ran there) that the driver did not confirm."""
-    ran = r.outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED)
-    return ran and bool(r.device) and not r.real_gpu
-
-
 def junit(model: ReportModel) -> str:
     run = model.run
     results = model.results
@@ -61,7 +55,7 @@ def junit(model: ReportModel) -> str:
     incomplete = run.status != "finished"
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
-    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE or _unconfirmed(r))
+    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE or unconfirmed(r))
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
         "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
@@ -111,7 +105,7 @@ def junit(model: ReportModel) -> str:
         where = f"{r.device or 'no GPU'}, CC {r.cc or '-'}"
         if r.outcome == Outcome.KNOWN_FAILURE:
             ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
-        elif _unconfirmed(r):  # as expected, but on a card nothing vouches for: a CI gate must not count it
+        elif unconfirmed(r):  # as expected, but on a card nothing vouches for: a CI gate must not count it
             ET.SubElement(
                 case,
                 "skipped",

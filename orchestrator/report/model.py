@@ -23,7 +23,7 @@ from typing import Any
 from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
-from orchestrator.outcomes import is_as_expected, is_infra
+from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import history, ledger
 from orchestrator.report.trends import Point, Series
 from orchestrator.store.database import Store
@@ -52,6 +52,14 @@ def category(outcome: str) -> str:
     if is_infra(outcome):
         return "infra"
     return "good" if is_as_expected(outcome) else "bad"
+
+
+def unconfirmed(r: Any) -> bool:
+    """An as-expected verdict on a card the kernel ran on that the NVIDIA driver did not
+    confirm (a stand-in nvidia-smi, or one that misreports its card): it certifies
+    nothing, so no page shows it green nor an export counts it a plain pass."""
+    ran = r.outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED)
+    return ran and bool(r.device) and not r.real_gpu
 
 
 def cc_key(cc: str | None) -> tuple[int, int, int]:
@@ -477,6 +485,7 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "driver": snap.driver if snap else None,
         "nvcc": snap.nvcc_version if snap else None,
         "real_gpu": bool(row.real_gpu),
+        "certifies_nothing": unconfirmed(row),  # as expected, but on a card the driver did not confirm
         "contract": row.contract,
         "expected": row.expected,
         "outcome": row.outcome,

@@ -52,7 +52,7 @@ from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
 from orchestrator.report import history, trends
-from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
+from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect, unconfirmed
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed
 from orchestrator.store.database import Store
 from orchestrator.store.tables import ResultRow
@@ -162,6 +162,9 @@ def _moment(started: datetime) -> str:
     # to the microsecond: with the id, it tells this run from another database's run of the same id
     moment = started if started.tzinfo else started.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+UNCONFIRMED_TEXT = '<small class="flag">on a card the NVIDIA driver did not confirm: certifies nothing</small>'
 
 
 def cell_stamp(result_id: int, run_id: int, started: datetime) -> str:
@@ -314,13 +317,15 @@ def cell_body(
     if change is None:
         key = (r.kernel, r.variant, r.node, r.device)
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
+    unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
         f'<a href="../nodes/{page_name(r.node)}.html">{_ew(r.node)}</a></p>\n'
         f"<h1>{_ew(r.kernel)} : {_ew(r.variant)} on {_ew(r.node)}{f' ({_ew(r.device)})' if r.device else ''}</h1>\n"
-        f'<table><tr><td class="{category(r.outcome)}" id="outcome"><span class="outcome">{_ew(r.outcome)}</span>'
-        f"{f' at {_ew(r.failed_stage)}' if r.failed_stage else ''}</td>\n"
+        f'<table><tr><td class="{category(r.outcome)}{unsure}" id="outcome">'
+        f'<span class="outcome">{_ew(r.outcome)}</span>'
+        f"{f' at {_ew(r.failed_stage)}' if r.failed_stage else ''}{unsure_text}</td>\n"
         f"<td>expected {_ew(r.expected)}: {_ew(r.expected_reason)}</td></tr></table>\n"
         f"<p>{_ew(r.reason)}</p>\n"
     ]
@@ -686,6 +691,8 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 continue
             r = s.result
             cat = category(r.outcome)
+            if cat == "good" and unconfirmed(r):  # grey, flagged: no green for what certifies nothing
+                cat = "good unconfirmed"
             # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
             changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
             stale = " stale-cell" if s.stale or changed else ""
@@ -698,6 +705,8 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
             else:
                 if r.outcome != r.expected:
                     cell.append(f"<small>expected {_t(r.expected)}</small>")
+                if cat == "good unconfirmed":
+                    cell.append('<small class="flag">stand-in card: certifies nothing</small>')
                 if cat == "bad" and r.last_stderr_line:
                     why = do_truncate(env, r.last_stderr_line, 90, True, "…")
                     cell.append(f'<small class="why">{_t(why)}</small>')
