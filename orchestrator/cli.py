@@ -280,7 +280,15 @@ def verify(
         selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
         run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
         stack.enter_context(_stopping_on_signals(run))
-        summary = run.execute(cells, selection.strip())
+        try:
+            summary = run.execute(cells, selection.strip())
+        except BaseException:
+            if early is not None:  # the run is stored aborted: the site says so, whatever the thread had done
+                early.join()
+                if getattr(getattr(run, "summary", None), "run_id", 0):
+                    with contextlib.suppress(Exception):
+                        report_mod.render(store, farm.reports_dir, run.summary.run_id, farm=farm)
+            raise
         if quiet:
             with store.reading():
                 changes = collect(store, summary.run_id, farm).listed_changes

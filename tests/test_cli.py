@@ -511,6 +511,39 @@ def test_a_run_killed_mid_way_leaves_an_index_that_says_so(tmp_path, monkeypatch
     assert "Run 1: 1 of 1 cells as expected" not in text
 
 
+def test_a_run_that_fails_while_its_start_render_is_slow_leaves_an_index_that_says_so(tmp_path, monkeypatch):
+    """Found in review: a run that failed at once (the database full at its first result)
+    while the render of its start was still going exited under that thread, and the
+    index kept the night before's green. The thread is joined and the site rendered
+    again, the run stored aborted."""
+    import time
+
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    from orchestrator.errors import StoreError
+    from orchestrator.report import site
+    from orchestrator.store.database import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+    assert CliRunner().invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    rendered = site.render
+
+    def slow(*args, **kwargs):
+        time.sleep(2)  # a big site's render
+        return rendered(*args, **kwargs)
+
+    def full(self, *args, **kwargs):
+        raise StoreError("cannot write the results database: database or disk is full")
+
+    monkeypatch.setattr(site, "render", slow)
+    monkeypatch.setattr(Store, "add_result", full)
+    done = CliRunner().invoke(main, ["verify", "--all", "--quiet", "--config", str(config)])
+    assert done.exit_code == 5, done.output
+    text = (tmp_path / "reports" / "index.html").read_text()
+    assert "Run 2 did not finish (aborted" in text and "Run 1: 1 of 1 cells as expected" not in text
+
+
 def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
     """A red-team review's: `farm verify ... | head -1` printed a traceback (a BrokenPipeError
     in a node's thread), aborted the run with no result, stored exit 70 and returned 141;
