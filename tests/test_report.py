@@ -677,6 +677,11 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
     assert cell is not None and "stand-in card: certifies nothing" in cell.group(), index
     page = (tmp_path / "reports" / "cells" / f"{result.id}.html").read_text()
     assert 'class="good unconfirmed" id="outcome"' in page and "did not confirm: certifies nothing" in page
+    # the run's own page and the kernel's history grid too (found in review)
+    run_page = (tmp_path / "reports" / "runs" / f"{summary.run_id}.html").read_text()
+    assert re.search(r'<td class="good unconfirmed"[^>]*><a href="../cells/', run_page), run_page
+    kernel_page = (tmp_path / "reports" / "kernels" / "toy.html").read_text()
+    assert '<td class="h good unconfirmed">pass</td>' in kernel_page and 'class="h good"' not in kernel_page
 
 
 def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: Path) -> None:

@@ -127,6 +127,7 @@ class ReportModel:
     rows: list[tuple[str, str, str]] = field(default_factory=list)  # (kernel, variant, contract)
     standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
     stale_after_days: float = 30.0
+    unconfirmed_ids: set[int] = field(default_factory=set)  # recent results that certify nothing (unconfirmed)
     # kernel -> its inputs' identity now (current_inputs): a standing cell of other inputs is flagged
     identities: dict[str, str] = field(default_factory=dict)
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
@@ -430,6 +431,7 @@ def collect(
         snapshots=snapshots,
         changes=changes,
         cell_history=cell_history,
+        unconfirmed_ids=store.unconfirmed_results(run_ids[: max(GRID_RUNS, history.WINDOW + 1)]),
         run_counts=run_counts,
         run_cells=run_cells,
         node_history=dict(node_history),

@@ -556,24 +556,25 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
 
 
 @functools.lru_cache(maxsize=256)
-def _outcome_td(outcome: str | None) -> str:
+def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
     # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
     if not outcome:
         return '<td class="h none">–</td>'
-    return f'<td class="h {category(outcome)}">{_e(outcome)}</td>'
+    return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}</td>'
 
 
 def _grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, Markup]]:
     """A kernel page's history grid: per cell, its label and its row of outcomes, one
     per run (oldest first), as HTML made here from escaped words (see _outcome_td)."""
     several = model.several
+    unsure = model.unconfirmed_ids
     columns = [r.id for r in reversed(runs)]
     grid = []
     for key in sorted(k for k in model.cell_history if k[0] == kernel):
         _kernel, variant, node, device = key
-        by_run = {rid: outcome for rid, outcome, _res in model.cell_history[key]}
+        by_run = {rid: (outcome, res in unsure) for rid, outcome, res in model.cell_history[key]}
         label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
-        grid.append((label, Markup("".join(_outcome_td(by_run.get(rid)) for rid in columns))))
+        grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False))) for rid in columns))))
     return grid
 
 
@@ -636,14 +637,14 @@ _NO_CELL = '<td class="none">–</td>'
 
 
 @functools.lru_cache(maxsize=256)
-def _run_td(outcome: str) -> tuple[str, str]:
+def _run_td(outcome: str, unsure: bool = False) -> tuple[str, str]:
     """A plain run-page cell, per outcome word: its HTML before the result id and after
     it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
-    return f'<td class="{category(outcome)}" title="result ', f'">{_e(outcome)}</td>'
+    return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{_e(outcome)}</td>'
 
 
 def _run_matrix(
-    cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool
+    cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool, unsure: set[int]
 ) -> list[tuple[str, str, Markup]]:
     """A run page's matrix: per (kernel, variant), its row of cells, one per column
     (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
@@ -658,12 +659,13 @@ def _run_matrix(
             row = rows[(kernel, variant)] = blank.copy()
         if linked:
             row[at[(node, device)]] = (
-                f'<td class="{category(outcome)}" title="result {int(rid)}" data-node="{_e(node)}" '
+                f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
+                f'title="result {int(rid)}" data-node="{_e(node)}" '
                 f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
                 f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
             )
         else:
-            before, after = _run_td(outcome)
+            before, after = _run_td(outcome, rid in unsure)
             row[at[(node, device)]] = f"{before}{int(rid)}{after}"
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
@@ -789,8 +791,11 @@ def _render(
                 # unpacked as tuples: a Row's attributes cost more than its positions, times 10^5
                 matrix = store.run_matrix([past.id])
                 own = {(k, v, n, d): (outcome, rid) for rid, _run, k, v, n, d, outcome in matrix}
+                unsure = store.unconfirmed_results([past.id])
+            else:
+                unsure = model.unconfirmed_ids
             columns = sorted({(n, d) for (_k, _v, n, d) in own})
-            matrix = _run_matrix(own, columns, linked)
+            matrix = _run_matrix(own, columns, linked, unsure)
             _write(
                 target,
                 run_page.render(

@@ -997,6 +997,20 @@ class Store:
         rows.sort(key=lambda row: row[0])
         return rows
 
+    def unconfirmed_results(self, run_ids: list[int]) -> set[int]:
+        """Ids of these runs' as-expected results on a card the NVIDIA driver did not
+        confirm (report.model.unconfirmed): no page paints them green."""
+        if not run_ids:
+            return set()
+        query = select(ResultRow.id).where(
+            ResultRow.run_id.in_(run_ids),
+            ResultRow.device != "",
+            ResultRow.real_gpu.is_(False),
+            ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
+        )
+        with self._reading() as session:
+            return {row[0] for row in session.connection().execute(query)}
+
     def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
         """Whole results (logs included) as plain rows, not ORM objects: what a cell
         page shows, read in chunks of ids, in id order. `json_as_text`: the JSON
