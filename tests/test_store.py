@@ -241,3 +241,30 @@ def test_a_stop_after_every_cell_has_its_verdict_finishes_the_run(tmp_path: Path
         assert (summary.stopped, summary.exit_code, stored) == ("SIGTERM", EXIT_INFRA, ("aborted", EXIT_INFRA))
         assert summary.outcomes == {"not-run": 2}
     assert export.exit_code(run) == summary.exit_code  # what `farm report --format json` exits with
+
+
+def test_a_server_database_is_one_database_however_its_url_is_written(tmp_path):
+    """Found in review: farm.yaml's PostgreSQL URL without its password and FARM_DATABASE's
+    with it were two databases: two run locks on one database, and a nightly run that
+    never rendered its own site."""
+    from orchestrator.store.location import same_database
+    from orchestrator.store.lock import lock_path
+
+    plain = "postgresql+psycopg://farm@db.lab/farm"
+    spellings = [
+        "postgresql+psycopg://farm:s3cret@db.lab/farm",
+        "postgresql://farm@db.lab/farm",
+        "postgresql+psycopg://farm@db.lab:5432/farm",
+        "postgresql+psycopg://farm@DB.lab/farm?connect_timeout=5",
+    ]
+    for url in spellings:
+        assert same_database(plain, url), url
+        assert lock_path(url, tmp_path) == lock_path(plain, tmp_path), url
+    for other in [
+        "postgresql+psycopg://farm@db.lab/other",
+        "postgresql+psycopg://farm@db2.lab/farm",
+        "postgresql+psycopg://farm@db.lab:5433/farm",
+        "postgresql+psycopg://ci@db.lab/farm",
+    ]:
+        assert not same_database(plain, other), other
+        assert lock_path(other, tmp_path) != lock_path(plain, tmp_path), other

@@ -35,13 +35,28 @@ def real_sqlite_file(url: str) -> Path | None:
     return None if file is None else file.resolve()
 
 
+# a server's port when a URL leaves it out
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433, "oracle": 1521}
+
+
+def server_identity(url: str) -> str:
+    """A server database as one string: backend (without its driver), host in lower
+    case, port (the default filled in), database and user; the password and the query
+    aside. farm.yaml's URL without a password and FARM_DATABASE's with it are one
+    database: one lock, and its own site (found in review)."""
+    try:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except (SQLAlchemyError, ValueError):
+        return url
+    port = parsed.port or DEFAULT_PORTS.get(backend)
+    return f"{backend}://{parsed.username or ''}@{(parsed.host or '').lower()}:{port or ''}/{parsed.database or ''}"
+
+
 def same_database(url: str, other: str) -> bool:
     """Whether two URLs name one database: one SQLite file however each is spelled, else
-    one server database (SQLAlchemy's reading of each, so the URLs' spacing or order aside)."""
+    one server database (server_identity: driver, password and query aside)."""
     file, other_file = real_sqlite_file(url), real_sqlite_file(other)
     if file is not None or other_file is not None:
         return file == other_file
-    try:
-        return make_url(url) == make_url(other)
-    except (SQLAlchemyError, ValueError):
-        return url == other
+    return server_identity(url) == server_identity(other)

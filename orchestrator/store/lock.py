@@ -21,15 +21,16 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from orchestrator.errors import LockError
-from orchestrator.store.location import real_sqlite_file
+from orchestrator.store.location import real_sqlite_file, server_identity
 
 
 def lock_path(database_url: str, farm_root: Path) -> Path:
     """Beside the SQLite file itself (links followed, the URL's spelling and query
-    ignored: one file, one lock), else in the farm's folder, named by the URL."""
+    ignored: one file, one lock), else in the farm's folder, named by the server
+    database (its password, driver and query aside: location.server_identity)."""
     if (file := real_sqlite_file(database_url)) is not None:
         return file.with_name(file.name + ".lock")
-    digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(server_identity(database_url).encode()).hexdigest()[:16]
     return farm_root / f".farm-{digest}.lock"
 
 
