@@ -370,7 +370,7 @@ def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run)
         ("farm.yaml", "farm.yaml, the farm's configuration"),
         ("results.db", "the farm's results database"),
         ("keys", "node t4's key_file"),
-        ("jobs", "the farm's jobs folder"),
+        ("jobs", "which is a job file"),
     ],
 )
 def test_a_job_may_not_ship_the_farms_own_files(tmp_path, entry, says):
@@ -410,6 +410,24 @@ def test_a_merge_key_lays_a_variant_over_another(tmp_path):
     variants = load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants
     assert variants["v2"].build == variants["v1"].build and variants["v2"].cc.min == "8.0"
     assert variants["v1"].cc.min == "7.5"
+
+
+def test_the_farms_own_files_leave_a_layout_with_jobs_beside_their_kernels_alone(tmp_path):
+    """Found in review: `jobs: kernels` (job files beside their kernels) and `journal: .`
+    had every job refused, its sources taken for the farm's own; a hard link of farm.yaml
+    under kernels/ shipped."""
+    layout = "database: sqlite:///results.db\njobs: kernels\njournal: ."
+    farm = GOOD_FARM.replace("database: sqlite:///results.db", layout)
+    path = make_farm(tmp_path, farm=farm, job=None)
+    (tmp_path / "kernels" / "k.yaml").write_text(textwrap.dedent(GOOD_JOB))
+    assert set(load_farm(path).jobs) == {"k"}
+    import os
+
+    os.link(path, tmp_path / "kernels" / "config.h")
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", "sources: [kernels/k.cu]\nheaders: [kernels/config.h]")
+    (tmp_path / "kernels" / "k.yaml").write_text(textwrap.dedent(job))
+    err = load_error(path)
+    assert err.key == "headers[0]" and "farm.yaml, the farm's configuration" in str(err), str(err)
 
 
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):

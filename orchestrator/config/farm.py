@@ -12,6 +12,7 @@ two and passes overrides in; this module knows only the file and the defaults.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import hashlib
@@ -793,34 +794,52 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     return None
 
 
-def _own_files(file: Path, spec: FarmSpec, url: str) -> dict[Path, str]:
+def _own_files(file: Path, spec: FarmSpec, urls: list[str]) -> dict[Path, tuple[str, tuple[str, ...]]]:
     """The farm's own files and folders, by resolved path: what no job may ship to a
-    node (and so into results.db and the report) as a source or header."""
-    own = {file: "farm.yaml, the farm's configuration (its database URL may hold a password)"}
-    for key in ("jobs", "reports"):
-        own[(file.parent / getattr(spec, key)).resolve()] = f"the farm's {key} folder"
-    try:
-        parsed = make_url(url)
-        database = parsed.database if parsed.get_backend_name() == "sqlite" else None
-    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
-        database = None
-    if database and database != ":memory:":
-        db = Path(database).resolve()
-        for suffix in ("", "-wal", "-shm", "-journal", ".lock", ".journal"):
-            own[db.with_name(db.name + suffix)] = "the farm's results database (or its lock or journal)"
+    node (and so into results.db and the report) as a source or header. A folder's
+    entry names the suffixes that are the farm's there (none: all of it): job files
+    may sit beside their kernels (`jobs: kernels`)."""
+    own: dict[Path, tuple[str, tuple[str, ...]]] = {
+        file: ("farm.yaml, the farm's configuration (its database URL may hold a password)", ())
+    }
+    own[(file.parent / spec.jobs).resolve()] = ("a job file", (".yaml", ".yml"))
+    own[(file.parent / spec.reports).resolve()] = ("in the farm's reports folder", ())
+    for url in urls:  # the one in use, and farm.yaml's own where --database names another
+        if (database := sqlite_file(url)) is not None:
+            db = database.resolve()
+            for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
+                own[db.with_name(db.name + suffix)] = ("the farm's results database (or its lock)", ())
+            own[db.with_name(db.name + ".journal")] = ("a run's journal", (".jsonl",))
     if spec.journal:
-        own[(file.parent / spec.journal).resolve()] = "the farm's journal folder"
+        own[(file.parent / spec.journal).resolve()] = ("a run's journal", (".jsonl",))
     for name, node in spec.nodes.items():
         for key in ("key_file", "known_hosts"):
             if value := getattr(node, key, None):
-                own[(file.parent / Path(value).expanduser()).resolve()] = f"node {name}'s {key}"
+                own[(file.parent / Path(value).expanduser()).resolve()] = (f"node {name}'s {key}", ())
     return own
 
 
-def _farms_own_files_shipped(jobs: dict[str, Job], own: dict[Path, str]) -> list[ConfigError]:
+def _farms_own_files_shipped(jobs: dict[str, Job], own: dict[Path, tuple[str, tuple[str, ...]]]) -> list[ConfigError]:
     """A job listing farm.yaml, the database or a node's key as a header ships it to every
     node, stores its bytes in results.db and shows it on the cell's page (found by a red-team
     helper: a kernel that embedded farm.yaml printed the database password)."""
+    # a hard link is the same file under another name: known by its inode
+    inodes = {}
+    for path, (what, suffixes) in own.items():
+        with contextlib.suppress(OSError):
+            if not suffixes and path.is_file():
+                found = path.stat()
+                inodes[(found.st_dev, found.st_ino)] = what
+
+    def farms(real: Path) -> str | None:
+        for path, (what, suffixes) in own.items():
+            if real == path or (real.is_relative_to(path) and (not suffixes or real.suffix in suffixes)):
+                return what
+        with contextlib.suppress(OSError):
+            found = real.stat()
+            return inodes.get((found.st_dev, found.st_ino))
+        return None
+
     errors = []
     for job in jobs.values():
         for key in ("sources", "headers"):
@@ -828,8 +847,7 @@ def _farms_own_files_shipped(jobs: dict[str, Job], own: dict[Path, str]) -> list
                 for rel, path in job.files.items():
                     if rel != entry and not rel.startswith(entry.rstrip("/") + "/"):
                         continue
-                    real = path.resolve()
-                    what = next((w for p, w in own.items() if real == p or real.is_relative_to(p)), None)
+                    what = farms(path.resolve())
                     if what is not None:
                         errors.append(
                             ConfigError(
@@ -911,7 +929,8 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     if not jobs and not job_files and all(e.key == "Build" for e in errors):
         errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
     url = _resolve_database(database or spec.database, root)
-    errors += _farms_own_files_shipped(jobs, _own_files(file, spec, url))
+    own = _own_files(file, spec, [url, _resolve_database(spec.database, root)])
+    errors += _farms_own_files_shipped(jobs, own)
     if errors:
         raise ConfigErrors(errors)
     # a node with several toolchains is several columns, each planned, probed and stored as a node
