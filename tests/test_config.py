@@ -338,7 +338,8 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
     [
         ("'{binary} 2>&1 | tee run.log'", "'2>&1' after {binary}"),
         ("'{binary} | tee run.log'", "'|' after {binary}"),
-        ("'{binary} || true'", "'|' after {binary}"),
+        ("'{binary} || true'", "'||' after {binary}"),
+        ("'{binary} 2>/dev/stdout'", "'> /dev/stdout' after {binary}"),
         ("'{binary} &> run.log'", "'&>' after {binary}"),
         ("'{binary}; echo PASS'", "matches the job's pass_marker"),
         ("'{binary} && echo PASS'", "matches the job's pass_marker"),
@@ -357,7 +358,16 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
 
 
 @pytest.mark.parametrize(
-    "run", ["'{binary}'", "'{binary} 512 fast'", "'N=3 {binary}'", "'sleep 1; {binary}'", "'{binary} 2>/dev/null'"]
+    "run",
+    [
+        "'{binary}'",
+        "'{binary} 512 fast'",
+        "'N=3 {binary}'",
+        "'sleep 1; {binary}'",
+        "'{binary} 2>/dev/null'",
+        '\'{binary} "a|b" --sep="|"\'',  # a quoted argument (found in review)
+        "'{binary} --expect PASS'",  # the kernel's own argument: the shell prints none of it
+    ],
 )
 def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run):
     job = GOOD_JOB.replace("    cc: {min", f"    run: {run}\n    cc: {{min")

@@ -17,6 +17,7 @@ import difflib
 import functools
 import hashlib
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -412,32 +413,63 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-# After the kernel, in a run: a pipe (its status is the last command's: `| tee log`, `|| true`)
-# or the kernel's stderr sent into stdout (`2>&1`, `&>`: "PASS? no" would meet `\bPASS\b`).
-_MASKS_THE_KERNEL = re.compile(r"\||&>|[0-9]*>&\s*1(?![0-9])")
 RUN_EXPECTED = (
     "a run whose exit status and stdout are the kernel's own: '{binary}' with its arguments (after "
     "commands that prepare it, if any), with no pipe or `2>&1` after it and no text of its own "
     "that the job's markers match"
 )
+_STDOUT_FILES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+
+
+def _masking(after: str) -> str | None:
+    """What, after the kernel, makes the run's status or stdout another's: a pipe (`| tee
+    log`: tee's status; `|| true`), or the kernel's stderr sent into stdout (`2>&1`, `&>`,
+    `2>/dev/stdout`: "PASS? no" would meet `\\bPASS\\b`). Read as the shell's words, so a
+    quoted argument (`"a|b"`) is an argument. ("", a reason) for text the shell cannot read."""
+    lexer = shlex.shlex(after, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as err:
+        return f"text the shell cannot read ({err})"
+    for i, word in enumerate(words):
+        following = words[i + 1] if i + 1 < len(words) else ""
+        operator = all(c in "();<>|&" for c in word)
+        if operator and ("|" in word or word.startswith("&>")):
+            return repr(word)
+        if operator and word.endswith(("<&", ">&")) and following == "1":
+            fd = words[i - 1] if i and words[i - 1].isdigit() else ""
+            return repr(f"{fd}{word}{following}")
+        if operator and ">" in word and following in _STDOUT_FILES:
+            return repr(f"{word} {following}")
+    return None
+
+
+def _commands_after(after: str) -> str:
+    """The text after the kernel's own arguments: from the first operator on (`; echo PASS`)."""
+    found = re.search(r"[;&|\n]", after)
+    return after[found.start() :] if found else ""
 
 
 def _check_run(job: JobSpec, vname: str, run: str, file: Path) -> ConfigError | None:
     """A run command whose output or status would not be the kernel's: the farm would judge
-    the command instead (a kernel failing its numbers piped through tee passes)."""
+    the command instead (a kernel failing its numbers piped through tee passes). The check
+    reads text, not the shell's meaning: it refuses the usual ways, not every way."""
     key = f"variants.{vname}.run"
     if "{binary}" not in run:
         return ConfigError(str(file), key, f"{run!r}, which never runs {{binary}}", RUN_EXPECTED)
-    after = run[run.rindex("{binary}") + len("{binary}") :]
-    if found := _MASKS_THE_KERNEL.search(after):
+    at = run.rindex("{binary}")
+    after = run[at + len("{binary}") :]
+    if found := _masking(after):
         return ConfigError(
             str(file),
             key,
-            f"{run!r}, whose {found.group(0).strip()!r} after {{binary}} makes the run's exit status or "
-            "stdout another's than the kernel's",
+            f"{run!r}, whose {found} after {{binary}} makes the run's exit status or stdout another's "
+            "than the kernel's",
             RUN_EXPECTED,
         )
-    text = run.replace("{binary}", " ").encode()
+    # the kernel's own arguments may hold the marker's words (`--expect PASS`): the shell prints none
+    text = (run[:at].replace("{binary}", " ") + " " + _commands_after(after)).encode()
     for marker_key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
         if compile_marker(marker).search(text) is not None:
             return ConfigError(
