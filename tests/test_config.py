@@ -140,7 +140,7 @@ def test_a_key_that_is_a_list_or_a_mapping_is_refused(tmp_path):
     """`[a]: 1` or `? {a: 1}`: found by an adversarial review, an internal error (exit 70)."""
     for odd in ("[a]: 1\n", "? {a: 1}\n: 2\n"):
         err = load_error(make_farm(tmp_path, farm=GOOD_FARM + odd))
-        assert "farm.yaml" in str(err) and "as a mapping key" in str(err) and "names or numbers" in str(err)
+        assert "farm.yaml" in str(err) and "as a mapping key" in str(err) and "expected keys that are names" in str(err)
     err = load_error(make_farm(tmp_path, job=GOOD_JOB + "[a]: 1\n"))
     assert "k.yaml" in str(err) and "as a mapping key" in str(err)
 
@@ -438,6 +438,16 @@ def test_the_farms_own_files_leave_a_layout_with_jobs_beside_their_kernels_alone
     (tmp_path / "kernels" / "k.yaml").write_text(textwrap.dedent(job))
     err = load_error(path)
     assert err.key == "headers[0]" and "farm.yaml, the farm's configuration" in str(err), str(err)
+
+
+def test_a_key_read_as_written_leaves_its_anchor_a_value_elsewhere(tmp_path):
+    """Found in review: the key's node was retagged in place, so an anchor on it made a
+    value elsewhere a string too (`y: *k` gave '075', not 61)."""
+    from orchestrator.config.farm import read_yaml
+
+    path = tmp_path / "x.yaml"
+    path.write_text("&k 075: x\ny: *k\na: &v on\n*v : 1\n")
+    assert read_yaml(path, "a file") == {"075": "x", "y": 61, "a": True, "on": 1}
 
 
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):

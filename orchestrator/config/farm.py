@@ -131,27 +131,35 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+def _key(loader: _UniqueKeyLoader, key_node: yaml.Node, deep: bool) -> Any:
+    """A mapping's key: a scalar as written (every key the farm reads is a name: YAML 1.1
+    read `075:` as 61, `on:` as True and `1_0:` as 10, and the error named a key not in
+    the file). The node itself is left as it is: an anchor may make it a value elsewhere."""
+    if isinstance(key_node, yaml.ScalarNode):
+        return key_node.value
+    return loader.construct_object(key_node, deep=deep)  # `[a]: 1`, `? {a: 1}`: refused below
+
+
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys join below, the ones written here win
             continue
-        if isinstance(key_node, yaml.ScalarNode):
-            # every key the farm reads is a name, kept as written: YAML 1.1 read `075:` as 61,
-            # `on:` as True and `1_0:` as 10, and the error named a key not in the file
-            key_node.tag = _STR_TAG
-        key = loader.construct_object(key_node, deep=deep)
+        key = _key(loader, key_node, deep)
         line = key_node.start_mark.line + 1
-        if not isinstance(key, str):  # `[a]: 1`, `? {a: 1}`: no key the farm reads
-            raise _BadKey(key_node.start_mark.line + 1, type(key).__name__)
+        if not isinstance(key, str):
+            raise _BadKey(line, type(key).__name__)
         if key in seen:
-            raise _DuplicateKey(str(key), seen[key], line)
+            raise _DuplicateKey(key, seen[key], line)
         seen[key] = line
-    loader.flatten_mapping(node)
-    for key_node, _ in node.value:  # a merged mapping's keys, as written too
-        if isinstance(key_node, yaml.ScalarNode):
-            key_node.tag = _STR_TAG
-    return loader.construct_mapping(node, deep=deep)
+    loader.flatten_mapping(node)  # a merge's pairs first, then those written here: the later wins
+    mapping: dict[str, Any] = {}
+    for key_node, value_node in node.value:
+        key = _key(loader, key_node, deep)
+        if not isinstance(key, str):
+            raise _BadKey(key_node.start_mark.line + 1, type(key).__name__)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -283,7 +291,7 @@ def read_yaml(path: Path, what: str) -> Any:
             loader.dispose()
     except _BadKey as bad:
         raise ConfigError(
-            str(path), "", f"a {bad.kind} as a mapping key (line {bad.line})", "keys that are names or numbers"
+            str(path), "", f"a {bad.kind} as a mapping key (line {bad.line})", "keys that are names"
         ) from None
     except _DuplicateKey as dup:
         raise ConfigError(
@@ -929,7 +937,10 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
         unread = [
             f
             for f in sorted(jobs_dir.iterdir())
-            if f not in job_files and not f.name.startswith(".") and re.search(r"\.ya?ml(\.|$)", f.name, re.IGNORECASE)
+            if f not in job_files
+            and f.is_file()  # a folder `old.yaml.d/` is no job file
+            and not f.name.startswith(".")
+            and re.search(r"\.ya?ml(\.|$)", f.name, re.IGNORECASE)
         ]
         if unread:
             raise ConfigErrors(

@@ -1205,7 +1205,10 @@ class Store:
                 raise StoreError(
                     f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
                     f"{newest.id} ({_utc(newest.started_at).isoformat(timespec='seconds')}) already in "
-                    f"{self.redacted_url}; import journals oldest first (farm import takes several and sorts them)"
+                    f"{self.redacted_url}; import journals oldest first (farm import takes several and sorts them). "
+                    "A run newer than it is already there (a later night's): its standing would go back in time; "
+                    "import it into a database of its own (farm import JOURNAL --database sqlite:///recovered.db) "
+                    "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
                 )
             end = next((fields for kind, fields in records if kind == "finish"), None)
             run = Run(
