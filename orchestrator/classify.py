@@ -16,7 +16,7 @@ import signal
 from dataclasses import dataclass, field
 
 from orchestrator.metrics import Measured
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 
 
@@ -60,6 +60,9 @@ class Evidence:
     stopped_stage: str | None = None
     metrics: tuple[Measured, ...] = ()  # the job's metrics, each with the cell's earlier values
     sanitizer: tuple[SanitizerReport, ...] = ()  # the variant's `sanitize` tools, run after a pass
+    # why the node had too little room once a stage had failed (its work or temporary folder
+    # short of probe.MIN_FREE, read after the cell's own files were removed), else ""
+    room_short: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -215,7 +218,16 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    verdict = _known_failure(_raw_verdict(ev, exp), exp)
+    raw = _raw_verdict(ev, exp)
+    if ev.room_short and not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
+        # a disk another tenant filled mid-run fails builds (ld), dumps and runs: the node's fault
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            raw.failed_stage,
+            f"the node ran out of room during the cell ({ev.room_short}), so its {raw.outcome} "
+            f"({raw.reason}) is no verdict on the kernel",
+        )
+    verdict = _known_failure(raw, exp)
     slower = [m for m in ev.metrics if m.regressed]
     if verdict.outcome is Outcome.PASS and slower:
         words = "; ".join(m.words() for m in slower)

@@ -197,3 +197,49 @@ def test_the_shell_runners_clock_is_not_the_wall_clock(tmp_path, monkeypatch):
     with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
         (seconds,) = db.execute("SELECT json_extract(stage_seconds, '$.run') FROM results").fetchone()
     assert 1.9 <= seconds < 10, seconds
+
+
+def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, monkeypatch):
+    """The probe checks a node's room at the run's start only: a disk another tenant
+    fills mid-run made build-fail (the kernel's, on every cell after). A cell that
+    failed is now checked again once its own files are gone: short of room, it is
+    infra-error, naming the room; a failure with room to spare stays the kernel's."""
+    from faults import Tmpfs
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+    from toyfarm import toy_farm
+
+    from orchestrator.config import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import run_cells
+    from orchestrator.store import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    disk = Tmpfs(tmp_path / "disk", "300m")  # the probe finds 300 MiB: room (256 MiB needed)
+    try:
+        config = toy_farm(tmp_path / "farm", broken="fails")
+        job = tmp_path / "farm" / "jobs" / "toy.yaml"
+        tenant = f"head -c 100000000 /dev/zero > {disk.path}/tenant; "  # 100 MB of someone else's, then fail
+        job.write_text(job.read_text().replace("build: 'g++ -o {binary}", f"build: '{tenant}g++ -o {{binary}}"))
+        config.write_text(config.read_text().replace(str(tmp_path / "farm" / "node"), str(disk.path / "work")))
+        farm = load_farm(config)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm, None, None))
+        finally:
+            store.close()
+        verdicts = {cell.variant: result.verdict for cell, result, _ in summary.results}
+        (disk.path / "tenant").unlink()
+        # the same failure with the disk's room back is the kernel's (the job's) again
+        store = Store(farm.database_url)
+        try:
+            job.write_text(job.read_text().replace(tenant, ""))
+            again = run_cells(load_farm(config), store, plan_cells(load_farm(config), None, None))
+        finally:
+            store.close()
+    finally:
+        disk.unmount()
+    assert verdicts["plain"].outcome.value == "pass", verdicts["plain"]
+    broken = verdicts["broken"]
+    assert (broken.outcome.value, broken.failed_stage) == ("infra-error", "build"), broken
+    assert "ran out of room during the cell (its work folder had" in broken.reason, broken.reason
+    assert {c.variant: r.verdict.outcome.value for c, r, _ in again.results}["broken"] == "build-fail"

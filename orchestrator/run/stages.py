@@ -59,7 +59,7 @@ from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
-from orchestrator.run import sanitize
+from orchestrator.run import probe, sanitize
 from orchestrator.run.bundle import Placed
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.probe import RUNNER_SOURCE, Gpu, NodeSnapshot
@@ -848,6 +848,12 @@ class CellPipeline:
         self._release()  # held for a run the node or the farm did not go on to
         self._fetched.clear()
         self._clean_up()
+        if (
+            ev.infra_stage is None
+            and not ev.stopped
+            and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
+        ):
+            ev.room_short = self._room_short()
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             out = self.result.stdout
             ev.metrics = metrics.measure(
@@ -856,6 +862,26 @@ class CellPipeline:
         self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
+
+    def _room_short(self) -> str:
+        """After a failed stage, once the cell's own files are gone: the node's room in its
+        work and temporary folders, checked again (the probe's check is of the run's start:
+        a disk another tenant fills mid-run made build-fail, inspect-fail or fail). One
+        round trip, on failures only; "" when there is room, or the node cannot say."""
+        q = shlex.quote
+        command = (
+            f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
+            "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print $4}'; done"
+        )
+        try:
+            said = self.t.run(command, timeout=30).stdout.split()
+        except InfraError:
+            return ""
+        need = probe.MIN_FREE >> 10
+        for where, free in zip(("work folder", "temporary folder"), said, strict=False):
+            if free.isdigit() and int(free) < need:
+                return f"its {where} had {int(free) >> 10} MiB free, the farm needs {need >> 10} MiB there"
+        return ""
 
     def _hold_gpu(self) -> None:
         limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
