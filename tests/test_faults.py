@@ -1161,8 +1161,9 @@ def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path
 
 
 SPARSE = (
-    '{binary} && python3 -c "import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); '
-    "os.lseek(1, 1 << 32, 0); os.write(1, b'standin: ' b'PASS')\""
+    # seeks the run's stdout 4 GiB ahead (its offset is the kernel's too), then the kernel writes there
+    'python3 -c "import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); '
+    "os.lseek(1, 1 << 32, 0); os.write(1, b'standin: ' b'PASS')\"; {binary}"
 )
 
 

@@ -243,3 +243,33 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
     assert (broken.outcome.value, broken.failed_stage) == ("infra-error", "build"), broken
     assert "ran out of room during the cell (its work folder had" in broken.reason, broken.reason
     assert {c.variant: r.verdict.outcome.value for c, r, _ in again.results}["broken"] == "build-fail"
+
+
+@pytest.mark.parametrize(
+    "run", ["{binary}; true", "! {binary}", "{binary} > log.txt; cat log.txt", "cd . && {binary} 3"]
+)
+def test_a_runs_exit_status_is_the_kernels_own(tmp_path, monkeypatch, run):
+    """Found in review: `{binary}; true` loaded, and a kernel that printed its pass marker
+    and exited 3 was `pass`, exit 0. The kernel's own status is the run's now, whatever
+    the job's run does after it."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+    from toyfarm import toy_farm
+
+    from orchestrator.config import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import run_cells
+    from orchestrator.store import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    source = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 3; }\n'
+    config = toy_farm(tmp_path / "farm", source=source)
+    job = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("    cc:", f"    run: '{run}'\n    cc:"))
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None, None))
+    finally:
+        store.close()
+    ((_, result, _),) = summary.results
+    assert (result.verdict.outcome.value, result.evidence.run_exit) == ("fail", 3), result.verdict

@@ -273,6 +273,22 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
+# A run's exit status is the kernel's own, whatever the job's run does after it
+# (`{binary}; true`, `! {binary}`, `{binary} > log; cat log`): its last `{binary}` is called
+# through a function that keeps the kernel's status, and the shell exits with that one.
+# Where the kernel never ran (a prefix failed before it), the shell's own status stands.
+KERNEL_STATUS = 'farm_kernel() { "$@"; farm_rc=$?; return $farm_rc; }; farm_rc=; '
+KERNEL_EXIT = '; farm_status=$?; exit "${farm_rc:-$farm_status}"'
+
+
+def kernel_run(template: str, binary: str) -> str:
+    """The run command for the shell: the job's `run` with its last {binary} (the kernel,
+    config/farm.py's rule) called through farm_kernel, and the kernel's status as the exit."""
+    head, _, tail = template.rpartition("{binary}")
+    run = head.format(binary=binary) + "farm_kernel " + binary + tail.format(binary=binary)
+    return f"{KERNEL_STATUS}{{ {run}\n}}{KERNEL_EXIT}"
+
+
 def _last(pattern: str, text: str) -> re.Match[str] | None:
     """The last line of `text` matching `pattern` (multi-line), or None."""
     found = None
@@ -1159,7 +1175,7 @@ class CellPipeline:
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
         copy = self.paths.private_binary
-        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + self.variant.run.format(binary=shlex.quote(copy))
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, shlex.quote(copy))
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
