@@ -8,6 +8,32 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.run.stages import code_path_for, count_instructions
 
 
+def toy_run(tmp_path, monkeypatch, source=None, broken=None, job=lambda text: text, farm_yaml=lambda text: text):
+    """The toy farm (tests/toyfarm.py) on a stand-in T4, its job's and farm.yaml's text
+    changed by `job` and `farm_yaml`, run once through run_cells: the summary."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+    from toyfarm import TOY_SOURCE, toy_farm
+
+    from orchestrator.config import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import run_cells
+    from orchestrator.store import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = tmp_path / "farm" / "farm.yaml"
+    if not config.exists():
+        toy_farm(tmp_path / "farm", source=source or TOY_SOURCE, broken=broken)
+    job_file = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job_file.write_text(job(job_file.read_text()))
+    config.write_text(farm_yaml(config.read_text()))
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        return run_cells(farm, store, plan_cells(farm, None, None))
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("cc", "elf", "ptx", "expected"),
     [
@@ -165,16 +191,8 @@ def test_the_shell_runners_clock_is_not_the_wall_clock(tmp_path, monkeypatch):
     Here `date` itself steps back by an hour at each call; the run is still `timeout`."""
     import sqlite3
 
-    from nodes import CARDS, nvidia_smi_script, smi_on_path
-    from toyfarm import toy_farm
-
-    from orchestrator.config import load_farm
-    from orchestrator.plan import plan_cells
-    from orchestrator.run import run_cells
-    from orchestrator.store import Store
-
-    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
     stepping = tmp_path / "smi" / "bin" / "date"  # first on PATH, beside the stand-in nvidia-smi
+    stepping.parent.mkdir(parents=True)
     count = tmp_path / "date-calls"
     stepping.write_text(
         "#!/bin/sh\n"
@@ -182,17 +200,13 @@ def test_the_shell_runners_clock_is_not_the_wall_clock(tmp_path, monkeypatch):
         "echo $(( (100000 - n * 3600) * 1000000000 ))\n"
     )
     stepping.chmod(0o755)
-    source = "#include <unistd.h>\nint main() { sleep(30); return 0; }\n"
-    config = toy_farm(tmp_path / "farm", source=source)
-    job = tmp_path / "farm" / "jobs" / "toy.yaml"
-    job.write_text(job.read_text().replace("variants:", "timeout: 2\nvariants:"))
-    config.write_text(config.read_text() + "    runner: shell\n")
-    farm = load_farm(config)
-    store = Store(farm.database_url)
-    try:
-        summary = run_cells(farm, store, plan_cells(farm, None, None))
-    finally:
-        store.close()
+    summary = toy_run(
+        tmp_path,
+        monkeypatch,
+        source="#include <unistd.h>\nint main() { sleep(30); return 0; }\n",
+        job=lambda text: text.replace("variants:", "timeout: 2\nvariants:"),
+        farm_yaml=lambda text: text + "    runner: shell\n",
+    )
     assert dict(summary.outcomes) == {"timeout": 1}, summary.results[0][1].verdict
     with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
         (seconds,) = db.execute("SELECT json_extract(stage_seconds, '$.run') FROM results").fetchone()
@@ -205,39 +219,23 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
     failed is now checked again once its own files are gone: short of room, it is
     infra-error, naming the room; a failure with room to spare stays the kernel's."""
     from faults import Tmpfs
-    from nodes import CARDS, nvidia_smi_script, smi_on_path
-    from toyfarm import toy_farm
 
-    from orchestrator.config import load_farm
-    from orchestrator.plan import plan_cells
-    from orchestrator.run import run_cells
-    from orchestrator.store import Store
-
-    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
     disk = Tmpfs(tmp_path / "disk", "300m")  # the probe finds 300 MiB: room (256 MiB needed)
+    tenant = f"head -c 100000000 /dev/zero > {disk.path}/tenant; "  # 100 MB of someone else's, then fail
     try:
-        config = toy_farm(tmp_path / "farm", broken="fails")
-        job = tmp_path / "farm" / "jobs" / "toy.yaml"
-        tenant = f"head -c 100000000 /dev/zero > {disk.path}/tenant; "  # 100 MB of someone else's, then fail
-        job.write_text(job.read_text().replace("build: 'g++ -o {binary}", f"build: '{tenant}g++ -o {{binary}}"))
-        config.write_text(config.read_text().replace(str(tmp_path / "farm" / "node"), str(disk.path / "work")))
-        farm = load_farm(config)
-        store = Store(farm.database_url)
-        try:
-            summary = run_cells(farm, store, plan_cells(farm, None, None))
-        finally:
-            store.close()
-        verdicts = {cell.variant: result.verdict for cell, result, _ in summary.results}
+        summary = toy_run(
+            tmp_path,
+            monkeypatch,
+            broken="fails",
+            job=lambda text: text.replace("build: 'g++ -o {binary}", f"build: '{tenant}g++ -o {{binary}}"),
+            farm_yaml=lambda text: text.replace(str(tmp_path / "farm" / "node"), str(disk.path / "work")),
+        )
         (disk.path / "tenant").unlink()
         # the same failure with the disk's room back is the kernel's (the job's) again
-        store = Store(farm.database_url)
-        try:
-            job.write_text(job.read_text().replace(tenant, ""))
-            again = run_cells(load_farm(config), store, plan_cells(load_farm(config), None, None))
-        finally:
-            store.close()
+        again = toy_run(tmp_path, monkeypatch, job=lambda text: text.replace(tenant, ""))
     finally:
         disk.unmount()
+    verdicts = {cell.variant: result.verdict for cell, result, _ in summary.results}
     assert verdicts["plain"].outcome.value == "pass", verdicts["plain"]
     broken = verdicts["broken"]
     assert (broken.outcome.value, broken.failed_stage) == ("infra-error", "build"), broken
@@ -252,24 +250,11 @@ def test_a_runs_exit_status_is_the_kernels_own(tmp_path, monkeypatch, run):
     """Found in review: `{binary}; true` loaded, and a kernel that printed its pass marker
     and exited 3 was `pass`, exit 0. The kernel's own status is the run's now, whatever
     the job's run does after it."""
-    from nodes import CARDS, nvidia_smi_script, smi_on_path
-    from toyfarm import toy_farm
-
-    from orchestrator.config import load_farm
-    from orchestrator.plan import plan_cells
-    from orchestrator.run import run_cells
-    from orchestrator.store import Store
-
-    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
-    source = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 3; }\n'
-    config = toy_farm(tmp_path / "farm", source=source)
-    job = tmp_path / "farm" / "jobs" / "toy.yaml"
-    job.write_text(job.read_text().replace("    cc:", f"    run: '{run}'\n    cc:"))
-    farm = load_farm(config)
-    store = Store(farm.database_url)
-    try:
-        summary = run_cells(farm, store, plan_cells(farm, None, None))
-    finally:
-        store.close()
+    summary = toy_run(
+        tmp_path,
+        monkeypatch,
+        source='#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 3; }\n',
+        job=lambda text: text.replace("    cc:", f"    run: '{run}'\n    cc:"),
+    )
     ((_, result, _),) = summary.results
     assert (result.verdict.outcome.value, result.evidence.run_exit) == ("fail", 3), result.verdict
