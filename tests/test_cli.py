@@ -544,6 +544,29 @@ def test_a_run_that_fails_while_its_start_render_is_slow_leaves_an_index_that_sa
     assert "Run 2 did not finish (aborted" in text and "Run 1: 1 of 1 cells as expected" not in text
 
 
+def test_a_database_on_a_read_only_mount_says_so(tmp_path):
+    """Found by a red-team helper: results.db on a read-only mount (a backup share, a disk
+    remounted read-only) gave `farm report` and `farm show` SQLite's bare "unable to open
+    database file" for a file that is there: SQLite's WAL mode writes results.db-shm
+    beside it even to read. The error says so, and what to do."""
+    config = toy_farm(tmp_path)
+    (tmp_path / "db").mkdir()
+    config.write_text(config.read_text().replace("sqlite:///results.db", "sqlite:///db/results.db"))
+    assert farm("verify", "--all", "--no-report", "--config", str(config)).returncode == 0
+    for shm in (tmp_path / "db").glob("results.db-*"):
+        shm.unlink()
+    mounted = subprocess.run(["mount", "--bind", str(tmp_path / "db"), str(tmp_path / "db")], check=False)
+    assert mounted.returncode == 0
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(tmp_path / "db")], check=True)
+        done = farm("report", "--format", "json", "--config", str(config))
+    finally:
+        subprocess.run(["umount", str(tmp_path / "db")], check=False)
+    assert done.returncode == 5, done.stderr
+    assert "is read-only, and SQLite must write results.db-shm there even to read" in done.stderr, done.stderr
+    assert "give that copy with --database" in done.stderr
+
+
 def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
     """A red-team review's: `farm verify ... | head -1` printed a traceback (a BrokenPipeError
     in a node's thread), aborted the run with no result, stored exit 70 and returned 141;

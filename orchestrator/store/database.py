@@ -483,7 +483,15 @@ class Store:
             migrate(self.engine, url, create)
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
-            raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
+            said = _first_line(err, url)
+            folder = (sqlite_file(url) or Path(".")).resolve().parent
+            if sqlite_file(url) is not None and "unable to open" in said and not os.access(folder, os.W_OK):
+                # WAL mode: even a reader makes results.db-shm beside the file (found by a red-team helper)
+                said += (
+                    f"; its folder {folder} is read-only, and SQLite must write results.db-shm there even to "
+                    "read: copy results.db* to a writable folder and give that copy with --database"
+                )
+            raise StoreError(f"cannot open the results database {self.redacted_url}: {said}") from err
         self._file = sqlite_file(url)
         self._identity = self._file_identity()
 
