@@ -244,7 +244,15 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
 
 
 @pytest.mark.parametrize(
-    "run", ["{binary}; true", "! {binary}", "{binary} > log.txt; cat log.txt", "cd . && {binary} 3"]
+    "run",
+    [
+        "{binary}; true",
+        "! {binary}",
+        "{binary} > log.txt; cat log.txt",
+        "cd . && {binary} 3",
+        "env N=3 {binary}",  # a program that starts the kernel itself: no shell function there
+        "timeout 60 {binary}",
+    ],
 )
 def test_a_runs_exit_status_is_the_kernels_own(tmp_path, monkeypatch, run):
     """Found in review: `{binary}; true` loaded, and a kernel that printed its pass marker

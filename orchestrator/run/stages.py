@@ -281,10 +281,20 @@ KERNEL_STATUS = 'farm_kernel() { "$@"; farm_rc=$?; return $farm_rc; }; farm_rc=;
 KERNEL_EXIT = '; farm_status=$?; exit "${farm_rc:-$farm_status}"'
 
 
+_RESERVED = frozenset({"!", "if", "then", "else", "elif", "do", "while", "until", "{", "("})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")
+
+
 def kernel_run(template: str, binary: str) -> str:
     """The run command for the shell: the job's `run` with its last {binary} (the kernel,
-    config/farm.py's rule) called through farm_kernel, and the kernel's status as the exit."""
+    config/farm.py's rule) called through farm_kernel, and the kernel's status as the exit.
+    Only where the shell itself starts the kernel: a program that starts it in turn
+    (`env X=1 {binary}`, `timeout 5 {binary}`, `numactl ... {binary}`) cannot call a shell
+    function, and hands back the kernel's status itself."""
     head, _, tail = template.rpartition("{binary}")
+    since = re.split(r";|&&|\|\||\||&|\n|\(|\)|\{|\}", head)[-1].split()
+    if not all(word in _RESERVED or _ASSIGNMENT.fullmatch(word) for word in since):
+        return template.format(binary=binary)
     run = head.format(binary=binary) + "farm_kernel " + binary + tail.format(binary=binary)
     return f"{KERNEL_STATUS}{{ {run}\n}}{KERNEL_EXIT}"
 
