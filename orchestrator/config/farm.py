@@ -12,12 +12,10 @@ two and passes overrides in; this module knows only the file and the defaults.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import hashlib
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 
-from orchestrator.config import dependencies, header
+from orchestrator.config import dependencies, header, own_files, run_command
 from orchestrator.config.header import Provenance
 from orchestrator.config.schema import (
     NAME_EXPECTED,
@@ -39,7 +37,6 @@ from orchestrator.config.schema import (
     template_fields,
 )
 from orchestrator.errors import ConfigError, ConfigErrors
-from orchestrator.run.streams import compile_marker
 from orchestrator.store.location import sqlite_file
 
 # Fields a template may name; each dependency a job declares adds its own name.
@@ -421,75 +418,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-RUN_EXPECTED = (
-    "a run whose exit status and stdout are the kernel's own: '{binary}' with its arguments (after "
-    "commands that prepare it, if any), with no pipe or `2>&1` after it and no text of its own "
-    "that the job's markers match"
-)
-_STDOUT_FILES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
-
-
-def _masking(after: str) -> str | None:
-    """What, after the kernel, makes the run's status or stdout another's: a pipe (`| tee
-    log`: tee's status; `|| true`), or the kernel's stderr sent into stdout (`2>&1`, `&>`,
-    `2>/dev/stdout`: "PASS? no" would meet `\\bPASS\\b`). Read as the shell's words, so a
-    quoted argument (`"a|b"`) is an argument. ("", a reason) for text the shell cannot read."""
-    lexer = shlex.shlex(after, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        words = list(lexer)
-    except ValueError as err:
-        return f"text the shell cannot read ({err})"
-    for i, word in enumerate(words):
-        following = words[i + 1] if i + 1 < len(words) else ""
-        operator = all(c in "();<>|&" for c in word)
-        if operator and ("|" in word or word.startswith("&>")):
-            return repr(word)
-        if operator and word.endswith(("<&", ">&")) and following == "1":
-            fd = words[i - 1] if i and words[i - 1].isdigit() else ""
-            return repr(f"{fd}{word}{following}")
-        if operator and ">" in word and following in _STDOUT_FILES:
-            return repr(f"{word} {following}")
-    return None
-
-
-def _commands_after(after: str) -> str:
-    """The text after the kernel's own arguments: from the first operator on (`; echo PASS`)."""
-    found = re.search(r"[;&|\n]", after)
-    return after[found.start() :] if found else ""
-
-
-def _check_run(job: JobSpec, vname: str, run: str, file: Path) -> ConfigError | None:
-    """A run command whose output or status would not be the kernel's: the farm would judge
-    the command instead (a kernel failing its numbers piped through tee passes). The check
-    reads text, not the shell's meaning: it refuses the usual ways, not every way."""
-    key = f"variants.{vname}.run"
-    if "{binary}" not in run:
-        return ConfigError(str(file), key, f"{run!r}, which never runs {{binary}}", RUN_EXPECTED)
-    at = run.rindex("{binary}")
-    after = run[at + len("{binary}") :]
-    if found := _masking(after):
-        return ConfigError(
-            str(file),
-            key,
-            f"{run!r}, whose {found} after {{binary}} makes the run's exit status or stdout another's "
-            "than the kernel's",
-            RUN_EXPECTED,
-        )
-    # the kernel's own arguments may hold the marker's words (`--expect PASS`): the shell prints none
-    text = (run[:at].replace("{binary}", " ") + " " + _commands_after(after)).encode()
-    for marker_key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
-        if compile_marker(marker).search(text) is not None:
-            return ConfigError(
-                str(file),
-                key,
-                f"{run!r}, whose own text matches the job's {marker_key} {marker!r} (the marker could "
-                "come from the command, not the kernel)",
-                RUN_EXPECTED,
-            )
-    return None
-
-
 def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
     errors = []
     dep_fields = set(job.dependencies)
@@ -523,7 +451,7 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
                             f"Did you mean {{{close[0]}}}?" if close else "",
                         )
                     )
-        if error := _check_run(job, vname, variant.run, file):
+        if error := run_command.check_run(job, vname, variant.run, file):
             errors.append(error)
     return errors
 
@@ -834,74 +762,6 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     return None
 
 
-def _own_files(file: Path, spec: FarmSpec, urls: list[str]) -> dict[Path, tuple[str, tuple[str, ...]]]:
-    """The farm's own files and folders, by resolved path: what no job may ship to a
-    node (and so into results.db and the report) as a source or header. A folder's
-    entry names the suffixes that are the farm's there (none: all of it): job files
-    may sit beside their kernels (`jobs: kernels`)."""
-    own: dict[Path, tuple[str, tuple[str, ...]]] = {
-        file: ("farm.yaml, the farm's configuration (its database URL may hold a password)", ())
-    }
-    own[(file.parent / spec.jobs).resolve()] = ("a job file", (".yaml", ".yml"))
-    own[(file.parent / spec.reports).resolve()] = ("in the farm's reports folder", ())
-    for url in urls:  # the one in use, and farm.yaml's own where --database names another
-        if (database := sqlite_file(url)) is not None:
-            db = database.resolve()
-            for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
-                own[db.with_name(db.name + suffix)] = ("the farm's results database (or its lock)", ())
-            own[db.with_name(db.name + ".journal")] = ("a run's journal", (".jsonl",))
-    if spec.journal:
-        own[(file.parent / spec.journal).resolve()] = ("a run's journal", (".jsonl",))
-    for name, node in spec.nodes.items():
-        for key in ("key_file", "known_hosts"):
-            if value := getattr(node, key, None):
-                own[(file.parent / Path(value).expanduser()).resolve()] = (f"node {name}'s {key}", ())
-    return own
-
-
-def _farms_own_files_shipped(jobs: dict[str, Job], own: dict[Path, tuple[str, tuple[str, ...]]]) -> list[ConfigError]:
-    """A job listing farm.yaml, the database or a node's key as a header ships it to every
-    node, stores its bytes in results.db and shows it on the cell's page (found by a red-team
-    helper: a kernel that embedded farm.yaml printed the database password)."""
-    # a hard link is the same file under another name: known by its inode
-    inodes = {}
-    for path, (what, suffixes) in own.items():
-        with contextlib.suppress(OSError):
-            if not suffixes and path.is_file():
-                found = path.stat()
-                inodes[(found.st_dev, found.st_ino)] = what
-
-    def farms(real: Path) -> str | None:
-        for path, (what, suffixes) in own.items():
-            if real == path or (real.is_relative_to(path) and (not suffixes or real.suffix in suffixes)):
-                return what
-        with contextlib.suppress(OSError):
-            found = real.stat()
-            return inodes.get((found.st_dev, found.st_ino))
-        return None
-
-    errors = []
-    for job in jobs.values():
-        for key in ("sources", "headers"):
-            for index, entry in enumerate(getattr(job.spec, key)):
-                for rel, path in job.files.items():
-                    if rel != entry and not rel.startswith(entry.rstrip("/") + "/"):
-                        continue
-                    what = farms(path.resolve())
-                    if what is not None:
-                        errors.append(
-                            ConfigError(
-                                str(job.file),
-                                f"{key}[{index}]",
-                                f"{rel!r}, which is {what}",
-                                "the kernel's own sources and headers, never the farm's configuration, "
-                                "database, reports or keys",
-                            )
-                        )
-                        break
-    return errors
-
-
 SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
 
 
@@ -972,8 +832,8 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     if not jobs and not job_files and all(e.key == "Build" for e in errors):
         errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
     url = _resolve_database(database or spec.database, root)
-    own = _own_files(file, spec, [url, _resolve_database(spec.database, root)])
-    errors += _farms_own_files_shipped(jobs, own)
+    own = own_files.own_files(file, spec, [url, _resolve_database(spec.database, root)])
+    errors += own_files.shipped(jobs, own)
     if errors:
         raise ConfigErrors(errors)
     # a node with several toolchains is several columns, each planned, probed and stored as a node
