@@ -340,6 +340,7 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
         ("'{binary} | tee run.log'", "'|' after {binary}"),
         ("'{binary} || true'", "'||' after {binary}"),
         ("'{binary} 2>/dev/stdout'", "'> /dev/stdout' after {binary}"),
+        ("'{binary} & wait'", "'&' after {binary}"),  # wait's status, not the kernel's (found in review)
         ("'{binary} &> run.log'", "'&>' after {binary}"),
         ("'{binary}; echo PASS'", "matches the job's pass_marker"),
         ("'{binary} && echo PASS'", "matches the job's pass_marker"),

@@ -27,7 +27,8 @@ _STDOUT_FILES = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 def _masking(after: str) -> str | None:
     """What, after the kernel, makes the run's status or stdout another's: a pipe (`| tee
-    log`: tee's status; `|| true`), or the kernel's stderr sent into stdout (`2>&1`, `&>`,
+    log`: tee's status; `|| true`), the kernel sent to the background (`{binary} & wait`:
+    wait's status), or the kernel's stderr sent into stdout (`2>&1`, `&>`,
     `2>/dev/stdout`: "PASS? no" would meet `\\bPASS\\b`). Read as the shell's words, so a
     quoted argument (`"a|b"`) is an argument. ("", a reason) for text the shell cannot read."""
     lexer = shlex.shlex(after, posix=True, punctuation_chars=True)
@@ -39,7 +40,7 @@ def _masking(after: str) -> str | None:
     for i, word in enumerate(words):
         following = words[i + 1] if i + 1 < len(words) else ""
         operator = all(c in "();<>|&" for c in word)
-        if operator and ("|" in word or word.startswith("&>")):
+        if operator and ("|" in word or word.startswith("&>") or word == "&"):
             return repr(word)
         if operator and word.endswith(("<&", ">&")) and following == "1":
             fd = words[i - 1] if i and words[i - 1].isdigit() else ""
