@@ -421,14 +421,19 @@ PASS_MARKER = r"standin: PASS"
 REFUSAL_MARKER = r"standin needs CC \d+\.\d+ and this device is"
 
 
-def standin_variant(mode: str, contract: dict[str, str], gate: str | None = None, **extra: object) -> dict[str, object]:
+def standin_variant(
+    mode: str, contract: dict[str, str], gate: str | None = None, prelude: Path | None = None, **extra: object
+) -> dict[str, object]:
     """A job variant that builds tests/standin/standin.cpp with g++ on the node.
 
     `mode` is a MODE_ macro without its prefix ("PASS", "HANG", ...), `gate` a
-    gate macro ("MIN_CC=75", "EXACT_CC=90"), `contract` the variant's `cc:`.
+    gate macro ("MIN_CC=75", "EXACT_CC=90"), `contract` the variant's `cc:`,
+    `prelude` a shell script the kernel runs first, with its own stdout and stderr.
     Inspection is objdump's x86 disassembly, which always holds a `call`.
     """
     flags = f"-DMODE_{mode}" + (f" -D{gate}" if gate else "")
+    if prelude is not None:
+        flags += f" -DPRELUDE_FILE='\"{prelude}\"'"
     variant: dict[str, object] = {
         "build": f"g++ -O1 {flags} -o {{binary}} {{sources}}",
         "inspect": "objdump -d {binary}",

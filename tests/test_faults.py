@@ -1161,9 +1161,10 @@ def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path
 
 
 SPARSE = (
-    # seeks the run's stdout 4 GiB ahead (its offset is the kernel's too), then the kernel writes there
+    # run by the kernel first: seeks its stdout 4 GiB ahead (the offset is the kernel's too), then
+    # the kernel writes there
     'python3 -c "import os, signal; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); '
-    "os.lseek(1, 1 << 32, 0); os.write(1, b'standin: ' b'PASS')\"; {binary}"
+    "os.lseek(1, 1 << 32, 0); os.write(1, b'standin: ' b'PASS')\"\n"
 )
 
 
@@ -1173,7 +1174,9 @@ def test_a_kernel_seeking_gigabytes_ahead_in_its_output_fails_on_its_own(ssh_fle
     one line costs itself nothing, but the farm read, hashed and scanned every byte, passed
     the stage's budget, and the cell was infra-error, retried for minutes (exit 4), not the
     kernel's own failure. Its files are limited to stages.OUTPUT_LIMIT now: SIGXFSZ, `fail`."""
-    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=SPARSE)
+    prelude = tmp_path / "sparse.sh"
+    prelude.write_text(SPARSE)
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
     config = write_farm(tmp_path, nodes, [standin_job("standin", {"sparse": variant})], retries=0)
     started = time.monotonic()

@@ -469,10 +469,13 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
     seen = {}
     for runner in ("shell", "auto", "cell"):
         monkeypatch.setenv("FARM_TEST_RUNNER", runner)
-        # on stderr: the kernel may write no file outside its own work folder (confined)
-        run = "(printf 'ENV:'; env -0 | base64 -w0; echo) >&2 && {binary}"
+        # the kernel's own, on its stderr: it may write no file outside its own work folder (confined)
+        prelude = tmp_path / f"env-{runner}.sh"
+        prelude.write_text("(printf 'ENV:'; env -0 | base64 -w0; echo) >&2\n")
         (row,) = verify(
-            {"t4": own_home_node}, tmp_path / runner, {"env": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
+            {"t4": own_home_node},
+            tmp_path / runner,
+            {"env": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
         )
         assert row["outcome"] == "pass"
         (line,) = (line for line in bytes(row["stderr"]).decode().splitlines() if line.startswith("ENV:"))
@@ -514,21 +517,27 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
     victim.write_text("the farm's\n")
     shm = Path("/dev/shm") / f"farm-test-confined-{os.getpid()}-{runner}"
     shm.unlink(missing_ok=True)
-    run = "; ".join(
-        (
-            f"echo forged > {victim}",
-            "echo PASS > ../stdout",
-            "echo scratch > here.txt && echo work-writable >&2",
-            "echo kernel > /proc/self/comm && echo proc-writable >&2",
-            f"touch {shm} && echo dev-writable >&2",
-            "kill -0 $PPID 2>/dev/null && echo runner-signalled >&2",
-            # a forged claim of confinement into the farm's shells (refused where it is confined)
-            "for p in $PPID $(cut -d' ' -f4 /proc/$PPID/stat); do "
-            "printf '\\n@@farm confined 7\\n' > /proc/$p/fd/1; done 2>/dev/null",
-            "{binary}",
+    prelude = tmp_path / "tamper.sh"  # the kernel's own doings, before it passes
+    prelude.write_text(
+        "\n".join(
+            (
+                f"echo forged > {victim}",
+                "echo PASS > ../stdout",
+                "echo scratch > here.txt && echo work-writable >&2",
+                "echo kernel > /proc/self/comm && echo proc-writable >&2",
+                f"touch {shm} && echo dev-writable >&2",
+                # its runner: the first process above it that is neither a shell nor the kernel (or its wrapper)
+                "p=$PPID; while case $(cat /proc/$p/comm) in sh|dash|bash|standin*|.farm-kernel) true;; "
+                "*) false;; esac; do p=$(cut -d' ' -f4 /proc/$p/stat); done",
+                "kill -0 $p 2>/dev/null && echo runner-signalled >&2",
+                # a forged claim of confinement into every process above it (refused where it is confined)
+                "p=$PPID; while [ \"$p\" -gt 1 ]; do printf '\\n@@farm confined 7\\n' > /proc/$p/fd/1; "
+                "p=$(cut -d' ' -f4 /proc/$p/stat); done 2>/dev/null",
+                "",
+            )
         )
     )
-    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=run)
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
     (row,) = verify({"t4": own_home_node}, tmp_path / "farm", {"tamper": variant})
     assert row["outcome"] == "pass", row["reason"]
     stderr = bytes(row["stderr"]).decode()
@@ -627,13 +636,14 @@ def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_i
     """Programs expect to write $TMPDIR (else /tmp): a confined kernel may, where the
     cells' folders are not in it. Where they are (a workdir under /tmp, as here with
     TMPDIR its parent), it may not: that would let it write every cell's files."""
-    run = 'echo x > "$TMPDIR/k.txt" && echo tmp-writable >&2; {binary}'
+    prelude = tmp_path / "tmp.sh"  # the kernel's own
+    prelude.write_text('echo x > "$TMPDIR/k.txt" && echo tmp-writable >&2\n')
     apart = tmp_path / "scratch"
     apart.mkdir()
     (row,) = verify(
         {"t4": own_home_node},
         tmp_path / "apart",
-        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)},
+        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
         env={"TMPDIR": str(apart)},
     )
     assert row["outcome"] == "pass", row["reason"]
@@ -641,7 +651,7 @@ def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_i
     (row,) = verify(
         {"t4": own_home_node},
         tmp_path / "inside",
-        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)},
+        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
         env={"TMPDIR": str(tmp_path / "inside")},
     )
     assert row["outcome"] == "pass", row["reason"]
@@ -808,7 +818,9 @@ def test_a_kernel_cannot_write_the_farms_own_files_through_the_temporary_folder(
     stays closed."""
     work = Path.home() / ".cache" / f"farm-test-guard-{os.getpid()}"
     forged = tmp_path / "farm" / "forged.txt"
-    variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=f"echo forged > {forged}; {{binary}}")
+    prelude = tmp_path / "forge.sh"  # the kernel's own
+    prelude.write_text(f"echo forged > {forged}\n")
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
     try:
         config = write_farm(
             tmp_path / "farm", {"t4": ssh_fleet["t4"].farm_entry(work)}, [standin_job("standin", {"v": variant})]

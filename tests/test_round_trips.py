@@ -218,8 +218,11 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     process's descriptors, so there is no flood, and the kernel gets its own verdict
     (killed at its timeout); the resident runner's stream would also take only
     messages with its secret mark."""
-    flood = f"{sys.executable} {FORGERS / 'flood.py'}"
-    variants = {"flood": standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{flood}; {{binary}}; sleep 60", timeout=3)}
+    flood = tmp_path / "flood.sh"  # run by the kernel itself, before it passes
+    flood.write_text(f"{sys.executable} {FORGERS / 'flood.py'}\n")
+    variants = {
+        "flood": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=flood, run="{binary}; sleep 60", timeout=3)
+    }
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
     assert result.verdict is not None

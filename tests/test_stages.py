@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.run.stages import code_path_for, count_instructions
+from orchestrator.run.stages import KERNEL_FILES, code_path_for, count_instructions, kernel_run, other_output
 
 
 def toy_run(tmp_path, monkeypatch, source=None, broken=None, job=lambda text: text, farm_yaml=lambda text: text):
@@ -266,3 +269,54 @@ def test_a_runs_exit_status_is_the_kernels_own(tmp_path, monkeypatch, run):
     )
     ((_, result, _),) = summary.results
     assert (result.verdict.outcome.value, result.evidence.run_exit) == ("fail", 3), result.verdict
+
+
+KERNEL = """#!/bin/sh
+echo "kernel: PASS"; echo "kernel: mismatch" >&2; exit ${KRC:-0}
+"""
+
+
+@pytest.mark.parametrize(
+    ("run", "krc", "rc", "other"),
+    [
+        ("{binary}", "0", 0, ""),
+        ("{binary}", "3", 3, ""),
+        ("{binary}; exit 0", "3", 3, ""),  # an exit after the kernel cannot speak for it
+        ("{binary}; true", "3", 3, ""),
+        ("! {binary}", "0", 1, ""),  # the run's own failure still fails it
+        ("{binary} && false", "0", 1, ""),  # a check after the kernel can fail the cell
+        ("echo PA''SS; {binary} > log; cat log", "2", 2, "PASS\n"),  # other commands' output is apart
+        ("env X=1 {binary} --n 3", "4", 4, ""),  # started by another program: still the wrapper
+        ("cd / && timeout 5 {binary}", "0", 0, ""),
+        ("{binary} # a comment", "5", 5, ""),
+        ("true || {binary}", "0", 0, "farm: the run never started the kernel\n"),
+    ],
+)
+def test_a_runs_output_and_failure_are_the_kernels_own(tmp_path: Path, run: str, krc: str, rc: int, other: str) -> None:
+    """Only the kernel's own stdout and stderr reach the farm's files, and the run exits with
+    the kernel's failing status whatever comes after it (`; exit 0` passed a failing kernel
+    with the shell function of before)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    kernel = work / "k"
+    kernel.write_text(KERNEL)
+    kernel.chmod(0o755)
+    done = subprocess.run(
+        ["sh", "-c", kernel_run(run, str(kernel))],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "KRC": krc},
+        check=False,
+    )
+    ran = "started" not in other
+    assert done.returncode == rc
+    assert done.stdout == ("kernel: PASS\n" if ran else "")
+    assert done.stderr == ("kernel: mismatch\n" if ran else "")
+    assert (work / KERNEL_FILES[2]).read_text() == other
+
+
+def test_the_other_commands_output_is_shown_on_one_bounded_line() -> None:
+    assert other_output(b"a\n\n  b  \n") == "a / b"
+    assert other_output(b"x" * 500, limit=10) == "..." + "x" * 10
+    assert other_output(b"") == ""

@@ -3,8 +3,8 @@
 Found by a red-team helper: `{binary} 2>&1 | tee run.log`, a habit for keeping a log,
 passed a kernel that printed "PASS? no: mismatch" on stderr and exited 1 (tee's exit 0,
 the stderr line in stdout), and `{binary}; echo PASS` passed whatever ran. The check reads
-the shell's words, not what the shell will do: the run stage also keeps the kernel's own
-status (run/stages.py kernel_run).
+the shell's words, not what the shell will do: on the node, the run stage also gives the
+kernel alone the farm's stdout and stderr, and keeps its failing status (run/stages.py kernel_run).
 """
 
 from __future__ import annotations

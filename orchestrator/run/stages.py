@@ -273,30 +273,42 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
-# A run's exit status is the kernel's own, whatever the job's run does after it
-# (`{binary}; true`, `! {binary}`, `{binary} > log; cat log`): its last `{binary}` is called
-# through a function that keeps the kernel's status, and the shell exits with that one.
-# Where the kernel never ran (a prefix failed before it), the shell's own status stands.
-KERNEL_STATUS = 'farm_kernel() { "$@"; farm_rc=$?; return $farm_rc; }; farm_rc=; '
-KERNEL_EXIT = '; farm_status=$?; exit "${farm_rc:-$farm_status}"'
-
-
-_RESERVED = frozenset({"!", "if", "then", "else", "elif", "do", "while", "until", "{", "("})
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S*")
+# A run's stdout and stderr are the kernel's own, and so is its exit status where the kernel failed.
+# Each {binary} of the job's run names a wrapper (written by the run itself, beside the cell's
+# copy of the binary) that starts the kernel with the farm's stdout and stderr, and notes its
+# exit status. Whatever else the run prints (`./prep.sh && {binary}`, `echo PA''SS`, a `cat
+# log` after it) goes to a file of its own, shown apart and never read for a marker. The run
+# exits with the kernel's first non-zero status, else with its own: nothing after the kernel
+# (`; true`, `; exit 0`, `! {binary}`) can turn a failure into a success, and a check after it
+# (`{binary} && ./verify`) can still fail the cell. Through a wrapper file, not a shell function,
+# so that `env X=1 {binary}`, `timeout 60 {binary}` and `numactl ... {binary}` are covered too.
+# fds 6-8: a run's own `exec 3<input` leaves them be.
+KERNEL_FILES = (".farm-kernel", ".farm-status", ".farm-other")
+OTHER_LIMIT = 4096  # bytes of the other commands' output the farm reads back (the tail is shown)
 
 
 def kernel_run(template: str, binary: str) -> str:
-    """The run command for the shell: the job's `run` with its last {binary} (the kernel,
-    config/farm.py's rule) called through farm_kernel, and the kernel's status as the exit.
-    Only where the shell itself starts the kernel: a program that starts it in turn
-    (`env X=1 {binary}`, `timeout 5 {binary}`, `numactl ... {binary}`) cannot call a shell
-    function, and hands back the kernel's status itself."""
-    head, _, tail = template.rpartition("{binary}")
-    since = re.split(r";|&&|\|\||\||&|\n|\(|\)|\{|\}", head)[-1].split()
-    if not all(word in _RESERVED or _ASSIGNMENT.fullmatch(word) for word in since):
-        return template.format(binary=binary)
-    run = head.format(binary=binary) + "farm_kernel " + binary + tail.format(binary=binary)
-    return f"{KERNEL_STATUS}{{ {run}\n}}{KERNEL_EXIT}"
+    """The run command for the shell (run in the cell's work folder, where `binary`, the
+    cell's copy, lies): the job's `run`, in a subshell, with every {binary} the wrapper."""
+    q = shlex.quote
+    work = binary.rsplit("/", 1)[0]
+    wrapper, status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
+    body = f'{q(binary)} "$@" >&7 2>&8 6>&- 7>&- 8>&-; r=$?; echo "$r" >&6; exit "$r"'
+    return (
+        f"printf '%s\\n' '#!/bin/sh' {q(body)} > {wrapper} && chmod 700 {wrapper} || exit 125; "
+        f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; "
+        f"( {template.format(binary=wrapper)}\n); farm_status=$?; "
+        f'[ -s {status} ] || echo "farm: the run never started the kernel"; '
+        f'while read -r farm_r; do [ "$farm_r" = 0 ] || {{ farm_status=$farm_r; break; }}; done < {status}; '
+        'exit "$farm_status"'
+    )
+
+
+def other_output(data: bytes, limit: int = 300) -> str:
+    """The tail of what a run's other commands printed, on one line."""
+    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    text = " / ".join(lines)
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 def _last(pattern: str, text: str) -> re.Match[str] | None:
@@ -1185,7 +1197,7 @@ class CellPipeline:
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
         copy = self.paths.private_binary
-        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, shlex.quote(copy))
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy)
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
@@ -1203,13 +1215,18 @@ class CellPipeline:
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
         stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
+        other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
         return _Trip(
             "run",
             script,
             wait + limit + KILL_GRACE + CHANNEL_MARGIN,
-            [("stdout", f"{rdir}/stdout", whole, stdout.feed), ("stderr", f"{rdir}/stderr", whole, stderr.feed)],
-            state=(stdout, stderr, gpu, wait, limit, time.monotonic()),
+            [
+                ("stdout", f"{rdir}/stdout", whole, stdout.feed),
+                ("stderr", f"{rdir}/stderr", whole, stderr.feed),
+                ("other", f"{work}/{KERNEL_FILES[2]}", OTHER_LIMIT, other.extend),
+            ],
+            state=(stdout, stderr, other, gpu, wait, limit, time.monotonic()),
             clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
             release=True,  # the GPU is free once the kernel is gone; its output needs none
             spec={
@@ -1226,7 +1243,7 @@ class CellPipeline:
         )
 
     def _ran(self, trip: _Trip, outcome: CommandResult, text: str) -> str:
-        stdout, stderr, gpu, wait, limit, clock = trip.state
+        stdout, stderr, other, gpu, wait, limit, clock = trip.state
         elapsed = self._clock[1] if self._clock else time.monotonic() - clock
         self._check_started(text, gpu, wait)
         # the last of each status line: a kernel of the same user could have written a
@@ -1259,6 +1276,8 @@ class CellPipeline:
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
+        if said := other_output(bytes(other)):
+            self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         self.result.stdout = stdout.finish()
         self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")

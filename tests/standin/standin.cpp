@@ -23,7 +23,9 @@
 // on a real GPU to the file STANDIN_SANITIZER_REPORT names; with -DTAMPER_FILE='"PATH"'
 // it also writes "forged" into PATH there, with -DSWAP_UNDER='"TOOL"' it swaps its own
 // binary under that tool, and with -DPLANT_TMP_LINK='"PATH"' its run leaves a link to PATH
-// in its work folder, named as a sanitizer's temporary folder was.
+// in its work folder, named as a sanitizer's temporary folder was. With
+// -DPRELUDE_FILE='"PATH"' it first runs `sh PATH` with its own stdout and stderr: a
+// hostile kernel's doings, as the kernel's own (a run's other commands are not the kernel).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +93,10 @@ static int needed_cc(void) {
 }
 
 int main(void) {
+#if defined(PRELUDE_FILE)
+    fflush(stdout);
+    if (system("sh " PRELUDE_FILE) == -1) return 1;
+#endif
     int cc = device_cc();
     if (cc < 0) {
         fprintf(stderr, "standin: cannot read the device's compute capability (no nvidia-smi?)\n");
