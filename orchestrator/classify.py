@@ -56,6 +56,12 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
+    # the run's commands naming {binary} (run/stages.py kernel_run): whether one started (None: not
+    # known), and the first one's non-zero status, else 0; run_exit is that status where it is
+    # non-zero, else the run's own. What the run's other commands last printed, bounded.
+    kernel_started: bool | None = None
+    kernel_exit: int | None = None
+    other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
     stopped_stage: str | None = None
     metrics: tuple[Measured, ...] = ()  # the job's metrics, each with the cell's earlier values
@@ -144,7 +150,10 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.TIMEOUT, "run", _with_stderr("killed at its timeout", ev))
     if ev.run_exit is None:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
-    if ev.run_exit in CANNOT_START and _SHELL_COULD_NOT.search(ev.stderr_last_line):
+    never = ev.kernel_started is False
+    if ev.run_exit in CANNOT_START and (
+        _SHELL_COULD_NOT.search(ev.stderr_last_line) or (never and _SHELL_COULD_NOT.search(ev.other_last_line))
+    ):
         # nothing of the kernel ran, by the shell's own words (a noexec work folder, a missing
         # program); a kernel that ends with its own 126 or 127 is judged as any other exit
         return Verdict(
@@ -153,15 +162,26 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             _with_stderr(f"its run could not be started on the node ({CANNOT_START[ev.run_exit]})", ev),
         )
     ended = exit_words(ev.run_exit)
+    if never:  # whatever the run printed, no kernel of it did
+        said = f"the run never started the kernel ({ended})"
+        said += f'; the run\'s last line: "{ev.other_last_line}"' if ev.other_last_line else ""
+        return Verdict(Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL, "run", said)
+    # the kernel exited 0 and a command after it failed (`{binary} && ./verify`): the cell fails,
+    # but the kernel refused nothing
+    after = ev.kernel_exit == 0 and ev.run_exit != 0
     passed = ev.run_exit == 0 and ev.pass_line is not None
     # a gate refuses by exiting; a crash after its text (SIGSEGV, SIGABRT, the OOM killer's SIGKILL)
     # is no clean refusal, though its words were printed
     crashed = signal_name(ev.run_exit) is not None
-    refused = ev.run_exit != 0 and ev.refusal_line is not None and not crashed
+    refused = ev.run_exit != 0 and ev.refusal_line is not None and not crashed and not after
     if exp.outcome is Outcome.PASS:
         if passed:
             return _sanitized(ev) or Verdict(
                 Outcome.PASS, None, f"exit 0 and the pass marker on stdout (line {ev.pass_line})"
+            )
+        if after:
+            return Verdict(
+                Outcome.FAIL, "run", f"the kernel exited 0, but a command of the run after it failed ({ended})"
             )
         if refused:
             return Verdict(
@@ -181,7 +201,7 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     # the contract says this card must be refused
     if refused:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
-    if passed or ev.run_exit == 0:
+    if passed or ev.run_exit == 0 or after:
         return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
     if crashed and ev.refusal_line is not None:
         return Verdict(

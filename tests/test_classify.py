@@ -231,6 +231,38 @@ TABLE = [
         Outcome.FIXED,
         None,
     ),
+    # the run's commands naming {binary} (stages.kernel_run): a command after a kernel that exited 0
+    # fails the cell, but is no refusal (a false expected-refusal, found by a red-team helper)
+    (
+        "after-kernel-fails-no-refusal",
+        built(run_exit=1, kernel_started=True, kernel_exit=0, stdout=b"PASS", stderr=b"needs CC 9.0; running anyway"),
+        MUST_REFUSE,
+        Outcome.MISSING_REFUSAL,
+        "run",
+    ),
+    (
+        "after-kernel-fails",
+        built(run_exit=1, kernel_started=True, kernel_exit=0, stdout=b"PASS"),
+        MUST_RUN,
+        Outcome.FAIL,
+        "run",
+    ),
+    (
+        "kernel-refuses-then-run-goes-on",
+        built(run_exit=1, kernel_started=True, kernel_exit=1, stderr=b"needs CC 9.0"),
+        MUST_REFUSE,
+        Outcome.EXPECTED_REFUSAL,
+        None,
+    ),
+    ("never-started", built(run_exit=0, kernel_started=False), MUST_RUN, Outcome.FAIL, "run"),
+    ("never-started-refuse", built(run_exit=1, kernel_started=False), MUST_REFUSE, Outcome.MISSING_REFUSAL, "run"),
+    (
+        "never-started-no-program",
+        built(run_exit=127, kernel_started=False, other_last_line="sh: 1: numactl: not found"),
+        MUST_RUN,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
 ]
 
 

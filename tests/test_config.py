@@ -346,6 +346,14 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
         ("'{binary} && echo PASS'", "matches the job's pass_marker"),
         ("\"echo 'needs CC' >&2; {binary}\"", "matches the job's refusal_marker"),
         ("'echo PASS'", "never runs {binary}"),
+        ("\"echo '{binary}'\"", "never runs {binary}"),  # quoted, not run
+        # the farm gives the kernel's command its own files (stages.kernel_run): these would stay empty
+        ("'{binary} > log; cat log'", "'> log' sends the kernel's output elsewhere"),
+        ("'{binary} 2>/dev/null'", "'2> /dev/null' sends the kernel's output elsewhere"),
+        ("'N=$({binary} --count); {binary} $N'", "captures the kernel's output with `$( )`"),
+        ("'exec 6>timings.log; {binary}'", "fds 6, 7 and 8 are the farm's"),
+        ("'exec 8>gpu.lock && flock 8 && {binary}'", "fds 6, 7 and 8 are the farm's"),
+        ("'{binary} --fast || {binary} --slow'", "'||' after {binary}"),  # any kernel's, not only the last
     ],
 )
 def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, run, says):
@@ -355,7 +363,7 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
     job = GOOD_JOB.replace("    cc: {min", f"    run: {run}\n    cc: {{min")
     err = load_error(make_farm(tmp_path, job=job))
     assert err.key == "variants.v1.run" and "jobs/k.yaml" in err.file, str(err)
-    assert says in str(err) and "exit status and stdout are the kernel's own" in str(err), str(err)
+    assert says in str(err) and "output and failure are the kernel's own" in str(err), str(err)
 
 
 @pytest.mark.parametrize(
@@ -365,7 +373,9 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'{binary} 512 fast'",
         "'N=3 {binary}'",
         "'sleep 1; {binary}'",
-        "'{binary} 2>/dev/null'",
+        "'{binary} 3>trace.log < input.txt'",  # its own fd 3, its stdin
+        "'valgrind -q --error-exitcode=1 {binary}'",  # a tool that starts the kernel: its command is the kernel's
+        "'cd sub && X=1 env Y=2 {binary} && ./verify.sh'",
         '\'{binary} "a|b" --sep="|"\'',  # a quoted argument (found in review)
         "'{binary} --expect PASS'",  # the kernel's own argument: the shell prints none of it
     ],

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.run.stages import KERNEL_FILES, code_path_for, count_instructions, kernel_run, other_output
+from orchestrator.run.stages import (
+    KERNEL_FILES,
+    code_path_for,
+    count_instructions,
+    kernel_run,
+    kernel_statuses,
+    other_output,
+)
 
 
 def toy_run(tmp_path, monkeypatch, source=None, broken=None, job=lambda text: text, farm_yaml=lambda text: text):
@@ -251,9 +258,10 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
     [
         "{binary}; true",
         "! {binary}",
-        "{binary} > log.txt; cat log.txt",
+        "{binary}; exit 0",
+        "exec {binary}",
         "cd . && {binary} 3",
-        "env N=3 {binary}",  # a program that starts the kernel itself: no shell function there
+        "env N=3 {binary}",  # a program that starts the kernel itself
         "timeout 60 {binary}",
     ],
 )
@@ -277,25 +285,31 @@ echo "kernel: PASS"; echo "kernel: mismatch" >&2; exit ${KRC:-0}
 
 
 @pytest.mark.parametrize(
-    ("run", "krc", "rc", "other"),
+    ("run", "krc", "statuses", "rc", "other"),
     [
-        ("{binary}", "0", 0, ""),
-        ("{binary}", "3", 3, ""),
-        ("{binary}; exit 0", "3", 3, ""),  # an exit after the kernel cannot speak for it
-        ("{binary}; true", "3", 3, ""),
-        ("! {binary}", "0", 1, ""),  # the run's own failure still fails it
-        ("{binary} && false", "0", 1, ""),  # a check after the kernel can fail the cell
-        ("echo PA''SS; {binary} > log; cat log", "2", 2, "PASS\n"),  # other commands' output is apart
-        ("env X=1 {binary} --n 3", "4", 4, ""),  # started by another program: still the wrapper
-        ("cd / && timeout 5 {binary}", "0", 0, ""),
-        ("{binary} # a comment", "5", 5, ""),
-        ("true || {binary}", "0", 0, "farm: the run never started the kernel\n"),
+        ("{binary}", "0", [0], 0, ""),
+        ("{binary}", "3", [3], 3, ""),
+        ("{binary}; exit 0", "3", [3], 0, ""),  # an exit after the kernel cannot speak for it
+        ("exec {binary}", "4", [4], 4, ""),  # run as the shell's child, so that its status is noted
+        ("! {binary}", "0", [0], 1, ""),  # the run's own failure is the run's, not the kernel's
+        ("{binary} && false", "0", [0], 1, ""),
+        ("echo PA''SS; {binary} > log; cat log", "2", [2], 0, "PASS\n"),  # other commands' output apart
+        ("X=1 env Y=2 {binary} --n 3", "4", [4], 4, ""),
+        ("cd / && timeout 5 {binary}", "0", [0], 0, ""),
+        # a launcher that closes the descriptors it does not know still hands the kernel the farm's files
+        ("python3 -c 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))' {binary}", "5", [5], 5, ""),
+        ('bash -c "cd /; {binary} 5"', "0", [0], 0, ""),
+        ("for n in 1 2; do {binary} $n; done", "0", [0, 0], 0, ""),
+        ("{binary} # a comment {binary}", "6", [6], 6, ""),
+        ("true || {binary}", "0", [], 0, ""),
     ],
 )
-def test_a_runs_output_and_failure_are_the_kernels_own(tmp_path: Path, run: str, krc: str, rc: int, other: str) -> None:
-    """Only the kernel's own stdout and stderr reach the farm's files, and the run exits with
-    the kernel's failing status whatever comes after it (`; exit 0` passed a failing kernel
-    with the shell function of before)."""
+def test_a_runs_output_and_failure_are_the_kernels_own(
+    tmp_path: Path, run: str, krc: str, statuses: list[int], rc: int, other: str
+) -> None:
+    """Only the commands naming {binary} print into the farm's files, and each one's exit
+    status is noted, whatever comes after it (`; exit 0` passed a failing kernel with the
+    shell function of before, and a wrapper file hid the kernel from `valgrind {binary}`)."""
     work = tmp_path / "work"
     work.mkdir()
     kernel = work / "k"
@@ -309,14 +323,64 @@ def test_a_runs_output_and_failure_are_the_kernels_own(tmp_path: Path, run: str,
         env={"PATH": "/usr/bin:/bin", "KRC": krc},
         check=False,
     )
-    ran = "started" not in other
+    assert kernel_statuses((work / KERNEL_FILES[0]).read_bytes()) == statuses
     assert done.returncode == rc
-    assert done.stdout == ("kernel: PASS\n" if ran else "")
-    assert done.stderr == ("kernel: mismatch\n" if ran else "")
-    assert (work / KERNEL_FILES[2]).read_text() == other
+    assert done.stdout == "kernel: PASS\n" * len(statuses)
+    assert done.stderr == "kernel: mismatch\n" * len(statuses)
+    assert (work / KERNEL_FILES[1]).read_text() == other
 
 
 def test_the_other_commands_output_is_shown_on_one_bounded_line() -> None:
     assert other_output(b"a\n\n  b  \n") == "a / b"
     assert other_output(b"x" * 500, limit=10) == "..." + "x" * 10
     assert other_output(b"") == ""
+
+
+def _runner(runner: str):
+    return lambda text: text.replace("    transport: local\n", f"    transport: local\n    runner: {runner}\n")
+
+
+HANGS_AFTER_PASS = (
+    "#include <cstdio>\n#include <unistd.h>\n"
+    'int main() { std::printf("toy: PASS\\n"); std::fflush(stdout); sleep(30); return 0; }\n'
+)
+WARNS_AND_RUNS = (
+    '#include <cstdio>\nint main() { std::fprintf(stderr, "toy needs CC 8.0; running anyway\\n");'
+    ' std::printf("toy: PASS\\n"); return 0; }\n'
+)
+PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; }\n'
+
+
+@pytest.mark.parametrize("runner", ["auto", "cell", "shell"])
+@pytest.mark.parametrize(
+    ("source", "run", "cc", "outcome"),
+    [
+        # `timeout` ended the kernel after its marker: its 124 is noted, the echo after it is not the kernel
+        (HANGS_AFTER_PASS, 'timeout 2 {binary}; echo "kernel exited $?"', None, "fail"),
+        # the kernel only warned and ran on a card it must refuse; the failing check after it is no refusal
+        (WARNS_AND_RUNS, "{binary} && test -e no-such-file", "{min: '8.0'}", "missing-refusal"),
+        # the node lacks the program that starts the kernel: the node's fault, not the kernel's
+        (PLAIN, "no-such-launcher --bind 0 {binary}", None, "infra-error"),
+        # a launcher that closes the descriptors it does not know (python's subprocess, sudo)
+        (
+            PLAIN,
+            'python3 -c "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))" {binary} 3',
+            None,
+            "pass",
+        ),
+        (PLAIN, "true || {binary}", None, "fail"),  # the run never started the kernel
+    ],
+)
+def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
+    tmp_path, monkeypatch, runner, source, run, cc, outcome
+):
+    """Found by a red-team helper against a wrapper file in place of {binary}: these gave a
+    false pass, a false expected refusal, or a kernel's failure for the node's."""
+
+    def job(text: str) -> str:
+        text = text.replace("    cc:", f"    run: '{run}'\n    cc:")
+        return text.replace("{min: '7.5'}", cc) if cc else text
+
+    summary = toy_run(tmp_path, monkeypatch, source=source, job=job, farm_yaml=_runner(runner))
+    ((_, result, _),) = summary.results
+    assert result.verdict.outcome.value == outcome, result.verdict

@@ -56,6 +56,7 @@ from orchestrator.classify import Evidence, Verdict, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.run_command import kernel_commands
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
@@ -273,39 +274,44 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
-# A run's stdout and stderr are the kernel's own, and so is its exit status where the kernel failed.
-# Each {binary} of the job's run names a wrapper (written by the run itself, beside the cell's
-# copy of the binary) that starts the kernel with the farm's stdout and stderr, and notes its
-# exit status. Whatever else the run prints (`./prep.sh && {binary}`, `echo PA''SS`, a `cat
-# log` after it) goes to a file of its own, shown apart and never read for a marker. The run
-# exits with the kernel's first non-zero status, else with its own: nothing after the kernel
-# (`; true`, `; exit 0`, `! {binary}`) can turn a failure into a success, and a check after it
-# (`{binary} && ./verify`) can still fail the cell. Through a wrapper file, not a shell function,
-# so that `env X=1 {binary}`, `timeout 60 {binary}` and `numactl ... {binary}` are covered too.
-# fds 6-8: a run's own `exec 3<input` leaves them be.
-KERNEL_FILES = (".farm-kernel", ".farm-status", ".farm-other")
-OTHER_LIMIT = 4096  # bytes of the other commands' output the farm reads back (the tail is shown)
+# A run's stdout and stderr are the kernel's own. Each command of the job's run that names
+# {binary} (config/run_command.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
+# `valgrind {binary}`, `bash -c "{binary}"`) is called through farm_kernel, which gives it the
+# farm's stdout and stderr and notes its exit status in a file the farm reads back. The run
+# itself runs in a subshell whose own output goes to a file of its own: what the other commands
+# print (`./prep.sh && {binary}`, `echo PA''SS`) is shown apart and never read for a marker, and
+# an `exit 0` after the kernel ends only the subshell. The farm then judges the kernel's first
+# failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
+# function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
+# closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
+# fds 6-8 are the farm's (a run naming them is refused at load).
+KERNEL_FILES = (".farm-status", ".farm-other")
+STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
+OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
+_KERNEL_CALL = 'farm_kernel() { "$@" >&7 2>&8 6>&- 7>&- 8>&-; farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
 
 
 def kernel_run(template: str, binary: str) -> str:
     """The run command for the shell (run in the cell's work folder, where `binary`, the
-    cell's copy, lies): the job's `run`, in a subshell, with every {binary} the wrapper."""
+    cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
+    through farm_kernel."""
     q = shlex.quote
     work = binary.rsplit("/", 1)[0]
-    wrapper, status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
-    body = f'{q(binary)} "$@" >&7 2>&8 6>&- 7>&- 8>&-; r=$?; echo "$r" >&6; exit "$r"'
-    return (
-        f"printf '%s\\n' '#!/bin/sh' {q(body)} > {wrapper} && chmod 700 {wrapper} || exit 125; "
-        f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; "
-        f"( {template.format(binary=wrapper)}\n); farm_status=$?; "
-        f'[ -s {status} ] || echo "farm: the run never started the kernel"; '
-        f'while read -r farm_r; do [ "$farm_r" = 0 ] || {{ farm_status=$farm_r; break; }}; done < {status}; '
-        'exit "$farm_status"'
-    )
+    status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
+    run = template
+    starts = {command.start: command.drop for command in kernel_commands(template)}  # `{binary} {binary}`: once
+    for start, drop in sorted(starts.items(), reverse=True):
+        run = run[:start] + "farm_kernel " + run[start + drop :]
+    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run.replace('{binary}', q(binary))}\n)"
+
+
+def kernel_statuses(text: bytes) -> list[int]:
+    """The exit statuses the run's kernel commands noted, in order."""
+    return [int(line) for line in text.decode("ascii", "replace").split() if line.isdigit() and len(line) < 4]
 
 
 def other_output(data: bytes, limit: int = 300) -> str:
-    """The tail of what a run's other commands printed, on one line."""
+    """The tail of what a run's other commands printed (of the first OTHER_LIMIT bytes), on one line."""
     lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     text = " / ".join(lines)
     return text if len(text) <= limit else "..." + text[-limit:]
@@ -1215,6 +1221,7 @@ class CellPipeline:
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
         stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
+        statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
         return _Trip(
@@ -1224,9 +1231,10 @@ class CellPipeline:
             [
                 ("stdout", f"{rdir}/stdout", whole, stdout.feed),
                 ("stderr", f"{rdir}/stderr", whole, stderr.feed),
-                ("other", f"{work}/{KERNEL_FILES[2]}", OTHER_LIMIT, other.extend),
+                ("status", f"{work}/{KERNEL_FILES[0]}", STATUS_LIMIT, statuses.extend),
+                ("other", f"{work}/{KERNEL_FILES[1]}", OTHER_LIMIT, other.extend),
             ],
-            state=(stdout, stderr, other, gpu, wait, limit, time.monotonic()),
+            state=(stdout, stderr, statuses, other, gpu, wait, limit, time.monotonic()),
             clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
             release=True,  # the GPU is free once the kernel is gone; its output needs none
             spec={
@@ -1243,7 +1251,7 @@ class CellPipeline:
         )
 
     def _ran(self, trip: _Trip, outcome: CommandResult, text: str) -> str:
-        stdout, stderr, other, gpu, wait, limit, clock = trip.state
+        stdout, stderr, statuses, other, gpu, wait, limit, clock = trip.state
         elapsed = self._clock[1] if self._clock else time.monotonic() - clock
         self._check_started(text, gpu, wait)
         # the last of each status line: a kernel of the same user could have written a
@@ -1262,7 +1270,10 @@ class CellPipeline:
                 f"(checked {checked.group(1)[:12] if checked else 'nothing'}, built {str(self._built_sha)[:12]})"
             )
         ev = self.result.evidence
-        ev.run_exit = int(match.group(1))
+        kernel = kernel_statuses(bytes(statuses))
+        ev.kernel_started = bool(kernel)
+        ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
+        ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
         clocks = _last(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
             queued, started, ended = (int(c) for c in clocks.groups())
@@ -1278,6 +1289,9 @@ class CellPipeline:
         self._note_confinement(trip, text, "the kernel ran")
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
+        ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
+        if len(kernel) > 1:
+            self._detail.append(f"the run started the kernel {len(kernel)} times (exits {', '.join(map(str, kernel))})")
         self.result.stdout = stdout.finish()
         self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")
