@@ -432,3 +432,13 @@ def test_the_python_and_shell_runners_find_one_compute_sanitizer(tmp_path: Path,
         "shipped toolkit, none on PATH": "@@farm no-sanitizer",
     }[case]
     assert shell == expected
+
+
+def test_the_tool_runs_the_kernels_command_not_the_runs_preparations() -> None:
+    """`cd data && {binary} 5` put `cd` under compute-sanitizer (which cannot start a shell
+    builtin), so such a variant's sanitize stage never checked its kernel."""
+    from orchestrator.run.sanitize import tool_command
+
+    command = tool_command("memcheck", "/r", "cd data && X=1 {binary} 5", "/r/work/k")
+    assert command.startswith('cd data && X=1 "$FARM_SANITIZER" --tool memcheck ')
+    assert command.endswith("--log-file /r/sanitize-memcheck.log /r/work/k 5")

@@ -131,6 +131,15 @@ def kernel_commands(run: str) -> list[KernelCommand]:
     return found
 
 
+def prefix_kernel_commands(run: str, prefix: str) -> str:
+    """`run` with `prefix` before the program word of each command naming {binary} (once per
+    command: `{binary} --ref {binary}` is one), in place of a leading `exec `."""
+    starts = {command.start: command.drop for command in kernel_commands(run)}
+    for start, drop in sorted(starts.items(), reverse=True):
+        run = run[:start] + prefix + run[start + drop :]
+    return run
+
+
 RUN_EXPECTED = (
     "a run whose output and failure are the kernel's own: '{binary}' with its arguments (after "
     "commands that prepare it, if any), with no pipe, `||`, `&` or `2>&1` after it, its output "

@@ -22,6 +22,7 @@ import re
 import shlex
 
 from orchestrator.classify import SanitizerReport
+from orchestrator.config.run_command import prefix_kernel_commands
 
 SANITIZER_EXIT = 86  # --error-exitcode: a code the course's kernels never return
 LOG_LIMIT = 64 << 10  # bytes of each tool's log read back
@@ -53,12 +54,14 @@ def locate(configured: str | None, nvcc: str, workdir: str) -> str:
     return f'{found}; [ -x "$san" ] || {{ echo "@@farm no-sanitizer $san"; exit 0; }}; export FARM_SANITIZER="$san"'
 
 
-def tool_command(tool: str, run_dir: str, command: str) -> str:
-    """The kernel's run command under one tool (run from the cell's work folder)."""
-    return (
+def tool_command(tool: str, run_dir: str, run: str, binary: str) -> str:
+    """The job's run with each of its kernel's commands under one tool (run from the cell's
+    work folder): `cd data && {binary} 5` runs `cd` itself and the kernel under the tool."""
+    prefix = (
         f'"$FARM_SANITIZER" --tool {tool} --error-exitcode {SANITIZER_EXIT} --print-limit {PRINT_LIMIT} '
-        f"--log-file {shlex.quote(log_path(run_dir, tool))} {command}"
+        f"--log-file {shlex.quote(log_path(run_dir, tool))} "
     )
+    return prefix_kernel_commands(run, prefix).replace("{binary}", shlex.quote(binary))
 
 
 def findings(log: str) -> str:

@@ -56,7 +56,7 @@ from orchestrator.classify import Evidence, Verdict, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.run_command import kernel_commands
+from orchestrator.config.run_command import prefix_kernel_commands
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.plan import Cell, Expectation
@@ -298,11 +298,8 @@ def kernel_run(template: str, binary: str) -> str:
     q = shlex.quote
     work = binary.rsplit("/", 1)[0]
     status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
-    run = template
-    starts = {command.start: command.drop for command in kernel_commands(template)}  # `{binary} {binary}`: once
-    for start, drop in sorted(starts.items(), reverse=True):
-        run = run[:start] + "farm_kernel " + run[start + drop :]
-    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run.replace('{binary}', q(binary))}\n)"
+    run = prefix_kernel_commands(template, "farm_kernel ").replace("{binary}", q(binary))
+    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run}\n)"
 
 
 def kernel_statuses(text: bytes) -> list[int]:
@@ -1362,7 +1359,7 @@ class CellPipeline:
         tools = list(self.variant.sanitize)
         limit = int(self.job.spec.sanitize_timeout)
         rdir = self.paths.run_dir
-        command = self.variant.run.format(binary=shlex.quote(self.paths.private_binary))
+        run, private = self.variant.run, self.paths.private_binary
         gpu = self._sanitize_gpu
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         wait, queue_on_node = self._queue_on_node(gpu)
@@ -1372,7 +1369,7 @@ class CellPipeline:
         check = self._binary_check(shlex.quote(self._built_sha or ""))  # before each tool: see noderunner.sanitize
         runs = "; ".join(
             f"{check}t0=$({NOW_NS}); "
-            f"{guarded(sanitize.tool_command(tool, rdir, command), limit, quiet, self.marker)}; "
+            f"{guarded(sanitize.tool_command(tool, rdir, run, private), limit, quiet, self.marker)}; "
             f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
@@ -1398,7 +1395,8 @@ class CellPipeline:
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
                 "tools": [
-                    [tool, sanitize.tool_command(tool, rdir, command), sanitize.log_path(rdir, tool)] for tool in tools
+                    [tool, sanitize.tool_command(tool, rdir, run, private), sanitize.log_path(rdir, tool)]
+                    for tool in tools
                 ],
                 "configured": self.t.node.compute_sanitizer,
                 "nvcc": self.snapshot.nvcc_path,
