@@ -255,7 +255,7 @@ def sass_count(src_sha: str, flags: str, instruction: str) -> int:
 
 
 def code_path_for(cc: str | None, elf: list[str], ptx: list[str]) -> str | None:
-    """As stages.code_path_for decides it: own cubin, else forward-compatible PTX."""
+    """As machine_code.code_path_for decides it: own cubin, else forward-compatible PTX."""
     if cc is None:
         return None
     target = int(cc.replace(".", ""))

@@ -107,7 +107,7 @@ def signal_name(code: int) -> str | None:
 def exit_words(code: int) -> str:
     """ "exit 3", or "killed by SIGSEGV (exit 139)" for a shell's 128+N."""
     name = signal_name(code)
-    if name == "SIGXFSZ":  # the run's file size limit (stages.OUTPUT_LIMIT)
+    if name == "SIGXFSZ":  # the run's file size limit (commands.OUTPUT_LIMIT)
         return f"killed by SIGXFSZ (exit {code}: a file it wrote, its output included, passed the farm's size limit)"
     return f"killed by {name} (exit {code})" if name else f"exit {code}"
 

@@ -21,9 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
 from orchestrator.plan import Cell
+from orchestrator.run.cell import CellResult
 from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.scheduler import RunSummary
-from orchestrator.run.stages import CellResult
 from orchestrator.terminal import printable
 
 

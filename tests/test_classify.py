@@ -231,7 +231,7 @@ TABLE = [
         Outcome.FIXED,
         None,
     ),
-    # the run's commands naming {binary} (stages.kernel_run): a command after a kernel that exited 0
+    # the run's commands naming {binary} (commands.kernel_run): a command after a kernel that exited 0
     # fails the cell, but is no refusal (a false expected-refusal, found by a red-team helper)
     (
         "after-kernel-fails-no-refusal",

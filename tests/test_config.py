@@ -347,7 +347,7 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
         ("\"echo 'needs CC' >&2; {binary}\"", "matches the job's refusal_marker"),
         ("'echo PASS'", "never runs {binary}"),
         ("\"echo '{binary}'\"", "never runs {binary}"),  # quoted, not run
-        # the farm gives the kernel's command its own files (stages.kernel_run): these would stay empty
+        # the farm gives the kernel's command its own files (commands.kernel_run): these would stay empty
         ("'{binary} > log; cat log'", "'> log' sends the kernel's output elsewhere"),
         ("'{binary} 2>/dev/null'", "'2> /dev/null' sends the kernel's output elsewhere"),
         ("'N=$({binary} --count); {binary} $N'", "captures the kernel's output with `$( )`"),

@@ -26,8 +26,9 @@ from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError
 from orchestrator.plan import expect, plan_cells
 from orchestrator.run.bundle import Placed
+from orchestrator.run.cell import cell_paths
+from orchestrator.run.commands import render_build
 from orchestrator.run.probe import NodeSnapshot
-from orchestrator.run.stages import cell_paths, render_build
 
 FARM = {
     "database": "sqlite:///results.db",

@@ -57,8 +57,8 @@ from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTE
 from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
 from orchestrator.run import probe, stages
+from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.run.scheduler import RunSummary, run_cells
-from orchestrator.run.stages import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.store.database import Store
 from orchestrator.transport.ssh import WATCHDOG_GRACE
 
@@ -1173,7 +1173,7 @@ def test_a_kernel_seeking_gigabytes_ahead_in_its_output_fails_on_its_own(ssh_fle
     """Found by a red-team helper: a kernel that seeks 4 GiB ahead in its stdout and writes
     one line costs itself nothing, but the farm read, hashed and scanned every byte, passed
     the stage's budget, and the cell was infra-error, retried for minutes (exit 4), not the
-    kernel's own failure. Its files are limited to stages.OUTPUT_LIMIT now: SIGXFSZ, `fail`."""
+    kernel's own failure. Its files are limited to commands.OUTPUT_LIMIT now: SIGXFSZ, `fail`."""
     prelude = tmp_path / "sparse.sh"
     prelude.write_text(SPARSE)
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)

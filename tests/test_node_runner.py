@@ -46,7 +46,7 @@ from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_dige
 from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
 from orchestrator.report.site import render
-from orchestrator.run import bundle, noderunner, resident, stages
+from orchestrator.run import bundle, cell, commands, noderunner, resident
 from orchestrator.run.probe import _python, probe, resident_probe
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
@@ -273,7 +273,7 @@ def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp
     assert "@@farm altered-during dependency:x replaced" in said, said
     assert not (build_dir / ".farm-built").exists() and not run_dir.exists()
     # the shell scripts' check: the same swap between the two halves of the script
-    paths = stages.CellPaths(
+    paths = cell.CellPaths(
         sources=bundle.Placed(str(final), digest),
         dependencies={},
         build_key="k",
@@ -283,9 +283,9 @@ def test_a_build_whose_input_was_put_in_place_again_meanwhile_is_no_evidence(tmp
     )
     shutil.copytree(source, fresh)
     script = (
-        f"{stages.verify_inputs_script(paths, 'altered')}; echo before=$bad; "
+        f"{commands.verify_inputs_script(paths, 'altered')}; echo before=$bad; "
         f"mv -T {final} {final}.older && mv -T {fresh} {final}; "
-        f"{stages.verify_inputs_script(paths, 'altered-during')}; echo after=$bad"
+        f"{commands.verify_inputs_script(paths, 'altered-during')}; echo after=$bad"
     )
     said = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     assert "before=\n" in said and "@@farm altered-during sources replaced" in said and "after=1" in said, said
@@ -704,16 +704,16 @@ def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(
     need not: a quarter of the node's CPU per cell); a python3 of another version
     (upgraded since the probe) compiles the source sent beside the code instead,
     never loads bytecode that is not its own."""
-    monkeypatch.setattr(stages, "RUNNER_SOURCE", b"import sys; sys.stdout.write('from the source')")
+    monkeypatch.setattr(commands, "RUNNER_SOURCE", b"import sys; sys.stdout.write('from the source')")
     code = marshal.dumps(compile("import sys; sys.stdout.write('from the code')", "farm-runner", "exec"))
     python = sys.executable
     said = subprocess.run([python, "-I", "-S", "-c", "print(repr(__import__('sys').version))"], capture_output=True)
     version = ast.literal_eval(said.stdout.decode())
     for given, expected in ((version, "from the code"), (version + " (another build)", "from the source")):
-        command, stdin = stages.runner_command(python, given, code)
+        command, stdin = commands.runner_command(python, given, code)
         out = subprocess.run(["sh", "-c", command], input=stdin + b"the plan", capture_output=True, check=True)
         assert out.stdout.decode() == expected, (given, out)
-    command, stdin = stages.runner_command(python)  # no compiled runner (runner: shell's probe)
+    command, stdin = commands.runner_command(python)  # no compiled runner (runner: shell's probe)
     assert subprocess.run(["sh", "-c", command], input=stdin, capture_output=True).stdout == b"from the source"
 
 

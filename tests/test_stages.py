@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.run.stages import (
-    KERNEL_FILES,
-    code_path_for,
-    count_instructions,
-    kernel_run,
-    kernel_statuses,
-    other_output,
-)
+from orchestrator.run.commands import KERNEL_FILES, kernel_run, kernel_statuses, other_output
+from orchestrator.run.machine_code import code_path_for, count_instructions
 
 
 def toy_run(tmp_path, monkeypatch, source=None, broken=None, job=lambda text: text, farm_yaml=lambda text: text):

@@ -32,9 +32,9 @@ from orchestrator.report import export
 from orchestrator.report.model import cc_key, collect
 from orchestrator.report.site import render
 from orchestrator.run.bundle import Placed
+from orchestrator.run.cell import cell_paths
 from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.scheduler import run_cells
-from orchestrator.run.stages import cell_paths
 from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}

@@ -920,7 +920,7 @@ def first_sha(kind, lines):
 
 
 def count(dump, name):
-    """stages.count_instructions without `re`: NAME not after a word character or a
+    """machine_code.count_instructions without `re`: NAME not after a word character or a
     dot, nor before a word character (str.isalnum() and "_" are re's \\w)."""
     if not name:
         return 0  # no pattern to find: the node holds the run back, the farm's own count decides

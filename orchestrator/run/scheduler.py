@@ -55,10 +55,12 @@ from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, Outcome, is_as_expec
 from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
+from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.probe import Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
-from orchestrator.run.stages import CellPaths, CellPipeline, CellResult, GpuSlots, StageRecord, cell_paths
+from orchestrator.run.slots import GpuSlots
+from orchestrator.run.stages import CellPipeline
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
 from orchestrator.store.location import sqlite_file

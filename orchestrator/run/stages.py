@@ -39,61 +39,51 @@ remote `timeout -k`, so a kernel that never ends is killed on the node itself
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import marshal
-import queue
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from orchestrator import metrics
-from orchestrator.classify import Evidence, Verdict, classify
-from orchestrator.config.capability import ComputeCapability
+from orchestrator.classify import classify
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.run_command import prefix_kernel_commands
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
-from orchestrator.plan import Cell, Expectation
 from orchestrator.run import probe, sanitize
 from orchestrator.run.bundle import Placed
+from orchestrator.run.cell import CellPaths, CellResult, StageRecord
+from orchestrator.run.commands import (
+    CHANNEL_MARGIN,
+    KERNEL_FILES,
+    KILL_GRACE,
+    NOW_NS,
+    OTHER_LIMIT,
+    OUTPUT_LIMIT,
+    STATUS_LIMIT,
+    guarded,
+    input_checks,
+    kernel_run,
+    kernel_statuses,
+    other_output,
+    render_build,
+    runner_command,
+    verify_inputs_script,
+)
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
-from orchestrator.run.probe import RUNNER_SOURCE, Gpu, NodeSnapshot
+from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_instructions
+from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
-from orchestrator.run.streams import ScanResult, StreamScan
+from orchestrator.run.slots import GpuSlots
+from orchestrator.run.streams import StreamScan
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline, reap
 
-
-def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[str, bytes]:
-    """The node's python3 reading the runner from stdin, and what goes on stdin before
-    the plan. Isolated (-I) from the login's PYTHON* variables and user site, and -S:
-    the runner needs no site packages, and starts faster without. With `code` (the
-    runner as the probe's python3 compiled it, of sys.version `version`), a python3
-    of that very version loads it (no compiling: a quarter of the node's CPU per
-    cell); any other compiles the source, which is sent beside it."""
-    if not code:
-        boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
-        return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", RUNNER_SOURCE
-    boot = (
-        f"import sys, marshal; r = sys.stdin.buffer.read; c = r({len(code)}); s = r({len(RUNNER_SOURCE)}); "
-        f"exec(marshal.loads(c) if sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))"
-    )
-    return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", code + RUNNER_SOURCE
-
-
-KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
-CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
-# The most any file the kernel writes may hold, its stdout and stderr included (RLIMIT_FSIZE, by
-# the POSIX shell's `ulimit -f`, in 512-byte blocks): every byte of its output is read, hashed and
-# scanned, so a kernel that seeked 4 GiB ahead in its stdout held its cell past the stage's budget,
-# an infra-error retried for minutes, not its own failure. Past it the kernel gets SIGXFSZ (EFBIG).
-OUTPUT_LIMIT = 256 << 20
 INSPECT_TIMEOUT = 300.0
 # each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
 # stage: with the dump's budget each, a hung cuobjdump kept the node past it, and the cell's trip
@@ -104,315 +94,12 @@ SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
 
 
-@dataclass
-class StageRecord:
-    name: str
-    status: str  # ok | failed | infra | skipped | cached
-    started_at: datetime
-    seconds: float
-    detail: str = ""
-
-
-@dataclass
-class CellResult:
-    """Everything stored about one cell; evidence for classify and the report."""
-
-    cell: Cell
-    expectation: Expectation
-    verdict: Verdict | None = None
-    stages: list[StageRecord] = field(default_factory=list)
-    evidence: Evidence = field(default_factory=Evidence)
-    build_key: str | None = None
-    build_command: str = ""
-    build_log: bytes = b""
-    build_cached: bool = False
-    stdout: ScanResult = field(default_factory=ScanResult)
-    stderr: ScanResult = field(default_factory=ScanResult)
-    binary_sha256: str | None = None
-    instruction_counts: dict[str, int] = field(default_factory=dict)
-    elf_targets: list[str] = field(default_factory=list)
-    ptx_targets: list[str] = field(default_factory=list)
-    code_path: str | None = None  # native | ptx-jit | no-code, for the GPU's CC
-    gpu: Gpu | None = None  # the GPU the kernel ran on (its slot)
-    leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
-    slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
-    compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
-    run_seconds: float | None = None  # the kernel's own time on the node (metrics without a regex)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    ended_at: datetime | None = None
-
-    @property
-    def stage_seconds(self) -> dict[str, float]:
-        return {s.name: round(s.seconds, 3) for s in self.stages}
-
-
-class GpuSlots:
-    """One kernel at a time per GPU.
-
-    Where the node has flock, the node itself keeps the order: each GPU has a
-    lock file, a run waits on it there, and the farm sends a cell's run as soon
-    as the cell is ready, to the GPU with the least work queued. The next run
-    starts the moment the last one ends, with no round trip between them. The
-    farm only counts what it has queued per GPU (to bound how long a run may
-    wait). Elsewhere the farm holds a pool: a run is sent when its GPU is free
-    (or one anonymous slot per GPU, for a transport that allocates GPUs itself).
-    """
-
-    def __init__(self, gpus: list[Gpu] | None = None, anonymous: int = 0, on_node: bool = False) -> None:
-        self.on_node = on_node and bool(gpus)
-        self._free: queue.Queue[Gpu | None] = queue.Queue()
-        self._queued: dict[str, list[float]] = {gpu.uuid: [] for gpu in gpus or []}  # uuid -> limits in flight
-        self._gpus = list(gpus or [])
-        self._lock = threading.Lock()
-        for gpu in self._gpus:
-            self._free.put(gpu)
-        for _ in range(anonymous if not gpus else 0):
-            self._free.put(None)
-
-    def acquire(self, limit: float = 0.0) -> tuple[Gpu | None, float]:
-        """A GPU for a run of at most `limit` seconds, and the longest it may wait
-        on the node for the runs queued before it (0 for the farm's own pool)."""
-        if not self.on_node:
-            return self._free.get(), 0.0
-        with self._lock:
-            gpu = min(self._gpus, key=lambda g: (sum(self._queued[g.uuid]), g.index))
-            ahead = sum(self._queued[gpu.uuid])
-            self._queued[gpu.uuid].append(limit)
-            return gpu, ahead
-
-    def release(self, gpu: Gpu | None, limit: float = 0.0) -> None:
-        if not self.on_node:
-            self._free.put(gpu)
-            return
-        with self._lock:
-            assert gpu is not None
-            self._queued[gpu.uuid].remove(limit)
-
-
-@dataclass(frozen=True)
-class CellPaths:
-    """Where a cell's inputs, build and run live on its node."""
-
-    sources: Placed
-    dependencies: dict[str, Placed]
-    build_key: str
-    build_dir: str
-    binary: str
-    run_dir: str
-    toolchain: Placed | None = None  # the column's CUDA toolkit where the farm shipped it (its nvcc builds)
-
-    @property
-    def binary_name(self) -> str:
-        return self.binary.rsplit("/", 1)[-1]
-
-    @property
-    def private_binary(self) -> str:
-        """The cell's own copy of the binary, in its own folder: inspected and run
-        there, so a rebuild of the shared cache or another kernel cannot swap it."""
-        return f"{self.run_dir}/work/{self.binary_name}"
-
-    def remove_run_dir(self) -> str:
-        """Shell removing the cell's folder, and its run's and node's folders once empty."""
-        node_dir = self.run_dir.rsplit("/", 1)[0]
-        run_dir = node_dir.rsplit("/", 1)[0]
-        q = shlex.quote
-        return f"rm -rf {q(self.run_dir)}; rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true"
-
-
-def cell_paths(
-    snapshot: NodeSnapshot,
-    variant: VariantSpec,
-    cell: Cell,
-    run: str,
-    sources: Placed,
-    dependencies: dict[str, Placed],
-    toolchain: Placed | None = None,
-) -> CellPaths:
-    """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
-    farm run: two farm hosts sharing a node (and its work folder) never share a
-    cell's folder, nor do two columns of one machine (toolchains) in one run."""
-    # The build folder is named by everything that determines the binary (the
-    # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
-    key_parts = [
-        sources.digest,
-        *(f"{name}={placed.digest}" for name, placed in sorted(dependencies.items())),
-        variant.build,
-        snapshot.nvcc_path,
-        snapshot.nvcc_version or "",
-    ]
-    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
-    # per farm node: two entries naming one machine never build in one folder
-    build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
-    # '+' is in no kernel, variant or card slug (config.schema.NAME_RE): kernel `a-b` variant `c` and
-    # kernel `a` variant `b-c` get folders of their own (with '-' they shared one, and each other's output)
-    slot = f"+{cell.device_slug}" if cell.device else ""
-    return CellPaths(
-        sources=sources,
-        dependencies=dependencies,
-        build_key=key,
-        build_dir=build_dir,
-        binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
-        run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}+{cell.variant}{slot}",
-        toolchain=toolchain,
-    )
-
-
-def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
-    """A shell fragment running `command` under `timeout -k`, leaving its exit
-    status in $rc, and then killing whatever is left of its process group.
-
-    `timeout` leads its own process group; but when the command's first process
-    dies of the TERM and a child that ignores TERM lives on, timeout exits at
-    once and never sends the KILL. The group kill afterwards catches that child.
-    `marker` ("FARM_RUN=... FARM_CELL=..." and scheduler.CELL_ENV) goes into the environment of the
-    command and everything it starts, so `reap` finds even those that left
-    the group (a daemon's double fork and setsid keep their environment).
-    """
-    return (
-        f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
-        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null"
-    )
-
-
-# A run's stdout and stderr are the kernel's own. Each command of the job's run that names
-# {binary} (config/run_command.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
-# `valgrind {binary}`, `bash -c "{binary}"`) is called through farm_kernel, which gives it the
-# farm's stdout and stderr and notes its exit status in a file the farm reads back. The run
-# itself runs in a subshell whose own output goes to a file of its own: what the other commands
-# print (`./prep.sh && {binary}`, `echo PA''SS`) is shown apart and never read for a marker, and
-# an `exit 0` after the kernel ends only the subshell. The farm then judges the kernel's first
-# failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
-# function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
-# closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
-# fds 6-8 are the farm's (a run naming them is refused at load).
-KERNEL_FILES = (".farm-status", ".farm-other")
-STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
-OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
-_KERNEL_CALL = 'farm_kernel() { "$@" >&7 2>&8 6>&- 7>&- 8>&-; farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
-
-
-def kernel_run(template: str, binary: str) -> str:
-    """The run command for the shell (run in the cell's work folder, where `binary`, the
-    cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
-    through farm_kernel."""
-    q = shlex.quote
-    work = binary.rsplit("/", 1)[0]
-    status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
-    run = prefix_kernel_commands(template, "farm_kernel ").replace("{binary}", q(binary))
-    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run}\n)"
-
-
-def kernel_statuses(text: bytes) -> list[int]:
-    """The exit statuses the run's kernel commands noted, in order."""
-    return [int(line) for line in text.decode("ascii", "replace").split() if line.isdigit() and len(line) < 4]
-
-
-def other_output(data: bytes, limit: int = 300) -> str:
-    """The tail of what a run's other commands printed (of the first OTHER_LIMIT bytes), on one line."""
-    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-    text = " / ".join(lines)
-    return text if len(text) <= limit else "..." + text[-limit:]
-
-
 def _last(pattern: str, text: str) -> re.Match[str] | None:
     """The last line of `text` matching `pattern` (multi-line), or None."""
     found = None
     for found in re.finditer(pattern, text, re.M):  # noqa: B007 - the last one is wanted
         pass
     return found
-
-
-def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: CellPaths) -> str:
-    fields = {
-        "nvcc": shlex.quote(snapshot.nvcc_path),
-        "binary": shlex.quote(paths.binary),
-        "sources": " ".join(shlex.quote(f"{paths.sources.folder}/{s}") for s in job.spec.sources),
-        **{name: shlex.quote(placed.folder) for name, placed in paths.dependencies.items()},
-    }
-    return variant.build.format(**fields)
-
-
-def input_checks(paths: CellPaths) -> list[tuple[str, Placed]]:
-    """The folders a build reads, each to be checked against its digest around it."""
-    checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
-    if paths.toolchain is not None:  # a shipped compiler is the farm user's, as writable as the sources
-        checks.append(("toolchain", paths.toolchain))
-    return checks
-
-
-def verify_inputs_script(paths: CellPaths, tag: str) -> str:
-    """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
-    digest is not the expected one, and then sets `bad=1`. Before the build
-    ("altered") it notes each folder's inode; after it ("altered-during") a folder
-    put in its place again meanwhile (a re-staging, by this farm or another naming
-    this machine) is `@@farm TAG NAME replaced`: its digest says nothing of what
-    the build read (noderunner.identities)."""
-    parts = ["bad="]
-    for index, (name, placed) in enumerate(input_checks(paths)):
-        folder = shlex.quote(placed.folder)
-        inode = f"$(ls -di {folder} 2>/dev/null)"
-        if tag == "altered":
-            parts.append(f"i{index}={inode}")
-        parts.append(
-            f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
-            f'[ "$d" = {placed.digest} ] || {{ echo "@@farm {tag} {name} ${{d:-missing}}"; bad=1; }}'
-        )
-        if tag != "altered":
-            parts.append(
-                f'[ -n "$bad" ] || [ "{inode}" = "$i{index}" ] || {{ echo "@@farm {tag} {name} replaced"; bad=1; }}'
-            )
-    return "; ".join(parts)
-
-
-# an instruction line of cuobjdump's SASS: its address, a predicate perhaps, then the opcode
-# (Maxwell's and Pascal's dual-issue pairs open with "{"); the opcode whole, shape and types
-# included (HGMMA.64x128x16.F32.BF16)
-_SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
-
-
-def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
-    """Occurrences of each mnemonic ("HMMA" counts HMMA.16816.F32). In cuobjdump's SASS
-    only opcodes count: a kernel named HGMMA (its `Function : HGMMA` line, a call to it)
-    met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
-    text (the tests' objdump) is searched as a whole, for each name as a whole word."""
-    opcodes = _SASS_OPCODE.findall(disassembly)
-    counts = {}
-    for name in names:
-        if opcodes and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
-            counts[name] = sum(op == name or op.startswith(name + ".") for op in opcodes)
-        else:
-            counts[name] = len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly))
-    return counts
-
-
-# each line of cuobjdump --list-elf / --list-ptx ends in the code's own target ("ELF file 1:
-# STEM.1.sm_80.cubin"); the STEM is the binary's name, which a variant named `sm_90.cubin.x`
-# once made a second, false target of
-_ELF_RE = re.compile(r"\.sm_(\d+)([a-z]?)\.cubin[ \t]*$", re.MULTILINE)
-_PTX_RE = re.compile(r"\.sm_(\d+)([a-z]?)\.ptx[ \t]*$", re.MULTILINE)
-
-
-def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) -> str | None:
-    """Which code a device of this CC runs from the binary: its own machine code
-    (a cubin for exactly its sm_XY), PTX the driver compiles at load (PTX for an
-    older or equal virtual arch), or nothing it can load."""
-    if cc is None:
-        return None
-    target = cc.major * 10 + cc.minor
-
-    def number(arch: str) -> int:
-        return int(re.sub(r"\D", "", arch))
-
-    # a cubin for sm_XY runs on X.Z for Z >= Y (same major); an arch-specific one (sm_90a) on X.Y only
-    if any(
-        number(arch) == target or (not arch.endswith("a") and number(arch) // 10 == cc.major and number(arch) <= target)
-        for arch in elf
-    ):
-        return "native"
-    # arch-specific PTX (sm_90a) is not forward compatible; plain PTX is.
-    if any(int(re.sub(r"\D", "", arch)) <= target and not arch.endswith("a") for arch in ptx):
-        return "ptx-jit"
-    return "no-code"
 
 
 @dataclass
@@ -442,10 +129,6 @@ class _Fetched:
     seconds: float
 
 
-# The shell scripts' clock, in ns: the kernel's seconds and a stage's are differences of it,
-# so CLOCK_BOOTTIME (/proc/uptime, 10 ms steps, read by the shell itself) where there is one: a
-# wall clock stepped back mid-run (NTP) turned a timeout into `fail`. `date` elsewhere.
-NOW_NS = 'read farm_t _ 2>/dev/null </proc/uptime && echo "${farm_t%.*}${farm_t#*.}0000000" || date +%s%N'
 _SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
 _SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
@@ -1172,8 +855,8 @@ class CellPipeline:
         if cuda:
             elf_part = text.split("@@farm elf", 1)[-1].split("@@farm ptx", 1)[0]
             ptx_part = text.split("@@farm ptx", 1)[-1]
-            self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in _ELF_RE.findall(elf_part)})
-            self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in _PTX_RE.findall(ptx_part)})
+            self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in ELF_TARGETS.findall(elf_part)})
+            self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in PTX_TARGETS.findall(ptx_part)})
             cc = self.result.expectation.cc
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:

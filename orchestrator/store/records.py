@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # the pipeline's objects, read here; the store imports this m
     from orchestrator.config.schema import NodeSpec
     from orchestrator.plan import Cell
     from orchestrator.run.bundle import Staging
+    from orchestrator.run.cell import CellResult
     from orchestrator.run.probe import Gpu, NodeSnapshot
-    from orchestrator.run.stages import CellResult
 
 
 @functools.cache

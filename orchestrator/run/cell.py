@@ -1,0 +1,127 @@
+"""One cell on its node: where its inputs, build and run live (CellPaths), and
+what its stages yield (StageRecord, CellResult: the evidence classify reads and
+the store keeps)."""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from orchestrator.classify import Evidence, Verdict
+from orchestrator.config.schema import VariantSpec
+from orchestrator.plan import Cell, Expectation
+from orchestrator.run.bundle import Placed
+from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.streams import ScanResult
+
+
+@dataclass
+class StageRecord:
+    name: str
+    status: str  # ok | failed | infra | skipped | cached
+    started_at: datetime
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class CellResult:
+    """Everything stored about one cell; evidence for classify and the report."""
+
+    cell: Cell
+    expectation: Expectation
+    verdict: Verdict | None = None
+    stages: list[StageRecord] = field(default_factory=list)
+    evidence: Evidence = field(default_factory=Evidence)
+    build_key: str | None = None
+    build_command: str = ""
+    build_log: bytes = b""
+    build_cached: bool = False
+    stdout: ScanResult = field(default_factory=ScanResult)
+    stderr: ScanResult = field(default_factory=ScanResult)
+    binary_sha256: str | None = None
+    instruction_counts: dict[str, int] = field(default_factory=dict)
+    elf_targets: list[str] = field(default_factory=list)
+    ptx_targets: list[str] = field(default_factory=list)
+    code_path: str | None = None  # native | ptx-jit | no-code, for the GPU's CC
+    gpu: Gpu | None = None  # the GPU the kernel ran on (its slot)
+    leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
+    slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
+    compute_node: str | None = None  # Slurm nodes: the compute node that job ran on
+    run_seconds: float | None = None  # the kernel's own time on the node (metrics without a regex)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    ended_at: datetime | None = None
+
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        return {s.name: round(s.seconds, 3) for s in self.stages}
+
+
+@dataclass(frozen=True)
+class CellPaths:
+    """Where a cell's inputs, build and run live on its node."""
+
+    sources: Placed
+    dependencies: dict[str, Placed]
+    build_key: str
+    build_dir: str
+    binary: str
+    run_dir: str
+    toolchain: Placed | None = None  # the column's CUDA toolkit where the farm shipped it (its nvcc builds)
+
+    @property
+    def binary_name(self) -> str:
+        return self.binary.rsplit("/", 1)[-1]
+
+    @property
+    def private_binary(self) -> str:
+        """The cell's own copy of the binary, in its own folder: inspected and run
+        there, so a rebuild of the shared cache or another kernel cannot swap it."""
+        return f"{self.run_dir}/work/{self.binary_name}"
+
+    def remove_run_dir(self) -> str:
+        """Shell removing the cell's folder, and its run's and node's folders once empty."""
+        node_dir = self.run_dir.rsplit("/", 1)[0]
+        run_dir = node_dir.rsplit("/", 1)[0]
+        q = shlex.quote
+        return f"rm -rf {q(self.run_dir)}; rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true"
+
+
+def cell_paths(
+    snapshot: NodeSnapshot,
+    variant: VariantSpec,
+    cell: Cell,
+    run: str,
+    sources: Placed,
+    dependencies: dict[str, Placed],
+    toolchain: Placed | None = None,
+) -> CellPaths:
+    """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
+    farm run: two farm hosts sharing a node (and its work folder) never share a
+    cell's folder, nor do two columns of one machine (toolchains) in one run."""
+    # The build folder is named by everything that determines the binary (the
+    # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
+    key_parts = [
+        sources.digest,
+        *(f"{name}={placed.digest}" for name, placed in sorted(dependencies.items())),
+        variant.build,
+        snapshot.nvcc_path,
+        snapshot.nvcc_version or "",
+    ]
+    key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
+    # per farm node: two entries naming one machine never build in one folder
+    build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
+    # '+' is in no kernel, variant or card slug (config.schema.NAME_RE): kernel `a-b` variant `c` and
+    # kernel `a` variant `b-c` get folders of their own (with '-' they shared one, and each other's output)
+    slot = f"+{cell.device_slug}" if cell.device else ""
+    return CellPaths(
+        sources=sources,
+        dependencies=dependencies,
+        build_key=key,
+        build_dir=build_dir,
+        binary=f"{build_dir}/{cell.kernel}-{cell.variant}",
+        run_dir=f"{snapshot.workdir}/cells/{run}/{cell.node}/{cell.kernel}+{cell.variant}{slot}",
+        toolchain=toolchain,
+    )

@@ -1,0 +1,157 @@
+"""The shell the stages send to a node: each command under a remote `timeout -k`
+(guarded), the job's run with the kernel's commands given the farm's files
+(kernel_run), the checks of a build's inputs, and the node's python3 reading the
+runner. Built from quoted parts only."""
+
+from __future__ import annotations
+
+import shlex
+
+from orchestrator.config.farm import Job
+from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.run_command import prefix_kernel_commands
+from orchestrator.config.schema import VariantSpec
+from orchestrator.run.bundle import Placed
+from orchestrator.run.cell import CellPaths
+from orchestrator.run.probe import RUNNER_SOURCE, NodeSnapshot
+
+
+def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[str, bytes]:
+    """The node's python3 reading the runner from stdin, and what goes on stdin before
+    the plan. Isolated (-I) from the login's PYTHON* variables and user site, and -S:
+    the runner needs no site packages, and starts faster without. With `code` (the
+    runner as the probe's python3 compiled it, of sys.version `version`), a python3
+    of that very version loads it (no compiling: a quarter of the node's CPU per
+    cell); any other compiles the source, which is sent beside it."""
+    if not code:
+        boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
+        return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", RUNNER_SOURCE
+    boot = (
+        f"import sys, marshal; r = sys.stdin.buffer.read; c = r({len(code)}); s = r({len(RUNNER_SOURCE)}); "
+        f"exec(marshal.loads(c) if sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))"
+    )
+    return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", code + RUNNER_SOURCE
+
+
+KILL_GRACE = 5  # seconds between TERM and KILL of a timed-out command
+
+
+CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
+
+
+# The most any file the kernel writes may hold, its stdout and stderr included (RLIMIT_FSIZE, by
+# the POSIX shell's `ulimit -f`, in 512-byte blocks): every byte of its output is read, hashed and
+# scanned, so a kernel that seeked 4 GiB ahead in its stdout held its cell past the stage's budget,
+# an infra-error retried for minutes, not its own failure. Past it the kernel gets SIGXFSZ (EFBIG).
+OUTPUT_LIMIT = 256 << 20
+
+
+def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
+    """A shell fragment running `command` under `timeout -k`, leaving its exit
+    status in $rc, and then killing whatever is left of its process group.
+
+    `timeout` leads its own process group; but when the command's first process
+    dies of the TERM and a child that ignores TERM lives on, timeout exits at
+    once and never sends the KILL. The group kill afterwards catches that child.
+    `marker` ("FARM_RUN=... FARM_CELL=..." and scheduler.CELL_ENV) goes into the environment of the
+    command and everything it starts, so `reap` finds even those that left
+    the group (a daemon's double fork and setsid keep their environment).
+    """
+    return (
+        f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
+        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null"
+    )
+
+
+# A run's stdout and stderr are the kernel's own. Each command of the job's run that names
+# {binary} (config/run_command.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
+# `valgrind {binary}`, `bash -c "{binary}"`) is called through farm_kernel, which gives it the
+# farm's stdout and stderr and notes its exit status in a file the farm reads back. The run
+# itself runs in a subshell whose own output goes to a file of its own: what the other commands
+# print (`./prep.sh && {binary}`, `echo PA''SS`) is shown apart and never read for a marker, and
+# an `exit 0` after the kernel ends only the subshell. The farm then judges the kernel's first
+# failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
+# function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
+# closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
+# fds 6-8 are the farm's (a run naming them is refused at load).
+KERNEL_FILES = (".farm-status", ".farm-other")
+
+
+STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
+
+
+OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
+
+
+_KERNEL_CALL = 'farm_kernel() { "$@" >&7 2>&8 6>&- 7>&- 8>&-; farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
+
+
+def kernel_run(template: str, binary: str) -> str:
+    """The run command for the shell (run in the cell's work folder, where `binary`, the
+    cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
+    through farm_kernel."""
+    q = shlex.quote
+    work = binary.rsplit("/", 1)[0]
+    status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
+    run = prefix_kernel_commands(template, "farm_kernel ").replace("{binary}", q(binary))
+    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run}\n)"
+
+
+def kernel_statuses(text: bytes) -> list[int]:
+    """The exit statuses the run's kernel commands noted, in order."""
+    return [int(line) for line in text.decode("ascii", "replace").split() if line.isdigit() and len(line) < 4]
+
+
+def other_output(data: bytes, limit: int = 300) -> str:
+    """The tail of what a run's other commands printed (of the first OTHER_LIMIT bytes), on one line."""
+    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    text = " / ".join(lines)
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def render_build(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, paths: CellPaths) -> str:
+    fields = {
+        "nvcc": shlex.quote(snapshot.nvcc_path),
+        "binary": shlex.quote(paths.binary),
+        "sources": " ".join(shlex.quote(f"{paths.sources.folder}/{s}") for s in job.spec.sources),
+        **{name: shlex.quote(placed.folder) for name, placed in paths.dependencies.items()},
+    }
+    return variant.build.format(**fields)
+
+
+def input_checks(paths: CellPaths) -> list[tuple[str, Placed]]:
+    """The folders a build reads, each to be checked against its digest around it."""
+    checks = [("sources", paths.sources)] + [(f"dependency:{n}", p) for n, p in sorted(paths.dependencies.items())]
+    if paths.toolchain is not None:  # a shipped compiler is the farm user's, as writable as the sources
+        checks.append(("toolchain", paths.toolchain))
+    return checks
+
+
+def verify_inputs_script(paths: CellPaths, tag: str) -> str:
+    """Shell that prints `@@farm TAG NAME DIGEST` for every input folder whose
+    digest is not the expected one, and then sets `bad=1`. Before the build
+    ("altered") it notes each folder's inode; after it ("altered-during") a folder
+    put in its place again meanwhile (a re-staging, by this farm or another naming
+    this machine) is `@@farm TAG NAME replaced`: its digest says nothing of what
+    the build read (noderunner.identities)."""
+    parts = ["bad="]
+    for index, (name, placed) in enumerate(input_checks(paths)):
+        folder = shlex.quote(placed.folder)
+        inode = f"$(ls -di {folder} 2>/dev/null)"
+        if tag == "altered":
+            parts.append(f"i{index}={inode}")
+        parts.append(
+            f"d=$(cd {folder} 2>/dev/null && {FOLDER_DIGEST_SH}); "
+            f'[ "$d" = {placed.digest} ] || {{ echo "@@farm {tag} {name} ${{d:-missing}}"; bad=1; }}'
+        )
+        if tag != "altered":
+            parts.append(
+                f'[ -n "$bad" ] || [ "{inode}" = "$i{index}" ] || {{ echo "@@farm {tag} {name} replaced"; bad=1; }}'
+            )
+    return "; ".join(parts)
+
+
+# The shell scripts' clock, in ns: the kernel's seconds and a stage's are differences of it,
+# so CLOCK_BOOTTIME (/proc/uptime, 10 ms steps, read by the shell itself) where there is one: a
+# wall clock stepped back mid-run (NTP) turned a timeout into `fail`. `date` elsewhere.
+NOW_NS = 'read farm_t _ 2>/dev/null </proc/uptime && echo "${farm_t%.*}${farm_t#*.}0000000" || date +%s%N'
