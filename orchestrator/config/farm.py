@@ -563,6 +563,14 @@ def _input_files(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
     """("", "") when `entry` names an existing input, else (found, expected)."""
     if not _INPUT_RE.fullmatch(entry) or ".." in entry.split("/"):
         return repr(entry), _INPUT_EXPECTED
+    try:
+        return _existing_input(entry, root, folder_ok=folder_ok)
+    except OSError as err:  # a name too long for the file system (found by hypothesis), a folder it may not read
+        what = "a file or folder" if folder_ok else "a source file"
+        return f"{entry!r}, which cannot be read ({err.strerror})", f"{what}, relative to {root}"
+
+
+def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
     path = root / entry
     if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
         return f"{entry!r}, which leads outside {root}", f"a file inside {root}"
