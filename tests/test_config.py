@@ -336,24 +336,31 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
 @pytest.mark.parametrize(
     "run, says",
     [
-        ("'{binary} 2>&1 | tee run.log'", "'2>&1' after {binary}"),
-        ("'{binary} | tee run.log'", "'|' after {binary}"),
-        ("'{binary} || true'", "'||' after {binary}"),
-        ("'{binary} 2>/dev/stdout'", "'> /dev/stdout' after {binary}"),
-        ("'{binary} & wait'", "'&' after {binary}"),  # wait's status, not the kernel's (found in review)
-        ("'{binary} &> run.log'", "'&>' after {binary}"),
-        ("'{binary}; echo PASS'", "matches the job's pass_marker"),
-        ("'{binary} && echo PASS'", "matches the job's pass_marker"),
-        ("\"echo 'needs CC' >&2; {binary}\"", "matches the job's refusal_marker"),
+        ("'{binary} 2>&1 | tee run.log'", "'|' after the kernel's command"),
+        ("'{binary} 2>&1'", "'2>&1', which sends the kernel's stderr into its stdout"),
+        ("'{binary} | tee run.log'", "'|' after the kernel's command"),
+        ("'{binary} || true'", "'||' after the kernel's command"),
+        ("'{binary} 2>/dev/stdout'", "'2>/dev/stdout', which sends the kernel's output elsewhere"),
+        ("'{binary} & wait'", "'&' after the kernel's command"),  # wait's status, not the kernel's (review)
+        ("'{binary} &> run.log'", "'&>run.log', which sends the kernel's output elsewhere"),
+        ("'env echo PASS {binary}'", "text before the kernel that the job's pass_marker"),
         ("'echo PASS'", "never runs {binary}"),
-        ("\"echo '{binary}'\"", "never runs {binary}"),  # quoted, not run
+        ("\"echo '{binary}'\"", "{binary} inside quotes"),
+        ("'echo {binary} PASS'", "{binary} as an argument of 'echo'"),  # the kernel never ran (red-team)
+        ("'ln -s {binary} k && ./k'", "{binary} as an argument of 'ln'"),
+        ("'bash -c \"{binary} 5\"'", "{binary} inside quotes"),
+        ("'{binary} && test -e {binary}.done'", "{binary} glued to other text"),
+        ("'LIB={binary} {binary}'", "{binary} glued to other text"),
         # the farm gives the kernel's command its own files (commands.kernel_run): these would stay empty
-        ("'{binary} > log; cat log'", "'> log' sends the kernel's output elsewhere"),
-        ("'{binary} 2>/dev/null'", "'2> /dev/null' sends the kernel's output elsewhere"),
-        ("'N=$({binary} --count); {binary} $N'", "captures the kernel's output with `$( )`"),
+        ("'{binary} > log; cat log'", "'>log', which sends the kernel's output elsewhere"),
+        ("'{binary} 2>/dev/null'", "'2>/dev/null', which sends the kernel's output elsewhere"),
+        ("'N=$({binary} --count); {binary} $N'", "{binary} inside `$( )`"),
         ("'exec 6>timings.log; {binary}'", "fds 6, 7 and 8 are the farm's"),
         ("'exec 8>gpu.lock && flock 8 && {binary}'", "fds 6, 7 and 8 are the farm's"),
-        ("'{binary} --fast || {binary} --slow'", "'||' after {binary}"),  # any kernel's, not only the last
+        ("'echo 0 >& 6; {binary}'", "fds 6, 7 and 8 are the farm's"),  # with a blank (red-team)
+        ("'{binary} --fast || {binary} --slow'", "'||' after the kernel's command"),  # any kernel's
+        ("'{binary} --tag=a#b | tee log'", "'|' after the kernel's command"),  # a # inside a word (red-team)
+        ("'find . -exec {binary} {} ;'", "{binary} as an argument of 'find'"),  # loses the status
     ],
 )
 def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, run, says):
@@ -378,11 +385,34 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'cd sub && X=1 env Y=2 {binary} && ./verify.sh'",
         '\'{binary} "a|b" --sep="|"\'',  # a quoted argument (found in review)
         "'{binary} --expect PASS'",  # the kernel's own argument: the shell prints none of it
+        "'{binary}; echo PASS'",  # the run's other commands' output is never read for a marker
+        "'set -e; for n in 1 2; do {binary} $n; done'",
+        "'EXPECTED=\"$(cat expected.txt)\" LD_LIBRARY_PATH=$(pwd)/lib {binary}'",
+        "'if {binary}; then echo ok; fi'",
+        "'gen | {binary} $((N > 1 ? N : 1))'",
+        "'exec {binary}'",
+        "'timeout 60 nice -n 5 {binary} && ./verify.sh'",
     ],
 )
 def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run):
     job = GOOD_JOB.replace("    cc: {min", f"    run: {run}\n    cc: {{min")
     assert load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants["v1"].run == run.strip("'")
+
+
+def test_the_kernel_in_a_here_document_is_refused_and_the_documents_text_is_skipped() -> None:
+    """A here-document's text is no command: {binary} there is refused, and a `;` or `|`
+    in it splits nothing."""
+    import yaml
+
+    from orchestrator.config.run_command import check_run, kernel_commands
+    from orchestrator.config.schema import JobSpec
+
+    job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
+    inside = "cat > cfg <<EOF\nbin={binary}\nEOF\n{binary} cfg"
+    assert "{binary} in a here-document's text" in str(check_run(job, "v1", inside, Path("jobs/k.yaml")))
+    beside = "cat > cfg <<-EOF\n\tx=1 | y; z\n\tEOF\n{binary} cfg"
+    assert check_run(job, "v1", beside, Path("jobs/k.yaml")) is None
+    assert kernel_commands(beside) == [(beside.index("{binary}"), 0)]
 
 
 @pytest.mark.parametrize(

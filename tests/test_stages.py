@@ -290,9 +290,9 @@ echo "kernel: PASS"; echo "kernel: mismatch" >&2; exit ${KRC:-0}
         ("echo PA''SS; {binary} > log; cat log", "2", [2], 0, "PASS\n"),  # other commands' output apart
         ("X=1 env Y=2 {binary} --n 3", "4", [4], 4, ""),
         ("cd / && timeout 5 {binary}", "0", [0], 0, ""),
-        # a launcher that closes the descriptors it does not know still hands the kernel the farm's files
-        ("python3 -c 'import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))' {binary}", "5", [5], 5, ""),
-        ('bash -c "cd /; {binary} 5"', "0", [0], 0, ""),
+        ("nice -n 1 {binary}", "5", [5], 5, ""),  # a launcher's operand: its command is the kernel's
+        ("set -e; cd . && {binary}; echo after", "5", [5], 5, ""),  # noted before set -e ends the shell
+        ('EXPECTED="$(echo toy: PA""SS)" {binary}', "0", [0], 0, ""),  # a substitution before it is the run's
         ("for n in 1 2; do {binary} $n; done", "0", [0, 0], 0, ""),
         ("{binary} # a comment {binary}", "6", [6], 6, ""),
         ("true || {binary}", "0", [], 0, ""),
@@ -353,15 +353,12 @@ PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; 
         (HANGS_AFTER_PASS, 'timeout 2 {binary}; echo "kernel exited $?"', None, "fail"),
         # the kernel only warned and ran on a card it must refuse; the failing check after it is no refusal
         (WARNS_AND_RUNS, "{binary} && test -e no-such-file", "{min: '8.0'}", "missing-refusal"),
-        # the node lacks the program that starts the kernel: the node's fault, not the kernel's
-        (PLAIN, "no-such-launcher --bind 0 {binary}", None, "infra-error"),
-        # a launcher that closes the descriptors it does not know (python's subprocess, sudo)
-        (
-            PLAIN,
-            'python3 -c "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))" {binary} 3',
-            None,
-            "pass",
-        ),
+        # the node lacks the launcher that starts the kernel: the node's fault, not the kernel's
+        (PLAIN, "nsys profile {binary}", None, "infra-error"),
+        (PLAIN, "nice -n 1 {binary} 3", None, "pass"),  # a launcher's operand
+        # a quoted substitution before the kernel: its output is the run's, not the kernel's
+        (PLAIN.replace("toy: PASS", "toy: mismatch"), 'EXPECTED="$(echo toy: PA""SS)" {binary}', None, "fail"),
+        (WARNS_AND_RUNS.replace("return 0", "return 1"), "set -e; {binary}", "{min: '8.0'}", "expected-refusal"),
         (PLAIN, "true || {binary}", None, "fail"),  # the run never started the kernel
     ],
 )

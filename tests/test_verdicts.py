@@ -17,7 +17,6 @@ import dataclasses
 import itertools
 import json
 import os
-import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path

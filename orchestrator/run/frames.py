@@ -40,8 +40,11 @@ def emit(token: str, tag: str, path: str, limit: int) -> str:
     """Shell that prints the first `limit` bytes of `path` as one frame (an
     empty frame for a missing file)."""
     q = shlex.quote(path)
+    # only a regular file is read: a FIFO a kernel put in its place would block `head` (a red-team
+    # helper's: the shell runner hung to the farm's timeout where the python runners read nothing)
     return (
-        f"s=$(stat -c %s {q} 2>/dev/null || echo 0); [ $s -le {limit} ] || s={limit}; "
+        f"s=0; [ -f {q} ] && [ ! -L {q} ] && s=$(stat -c %s {q} 2>/dev/null || echo 0); "
+        f"[ $s -le {limit} ] || s={limit}; "
         f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $s; "
         f"{{ head -c $s {q} 2>/dev/null; head -c $s /dev/zero; }} | head -c $s; "
         f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"

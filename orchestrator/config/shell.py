@@ -1,0 +1,215 @@
+"""A job's `run` as the POSIX shell reads it: words, operators, simple commands, and
+where `{binary}` stands in them. What config/run_command.py checks at load and
+run/commands.py kernel_run rewrites on the node: only a command whose program is
+the kernel (or a launcher that starts it as its own program) gets the farm's files.
+
+A lexer of the shell's grammar as far as a run needs it: quotes, backslashes,
+`$( )`, backquotes, `$(( ))` and `${ }` inside words, comments, redirections
+(with their fd numbers), here-documents, and the reserved words that may open a
+command. What it cannot read it says so (`Lexed.problem`), and the run is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+BINARY = "{binary}"
+
+# Programs that start their operand as a program of their own and hand back its exit status
+# (and leave its stdout and stderr alone): the kernel may be their operand. Not xargs, find
+# -exec, gdb, script or setsid, which lose or change the status.
+LAUNCHERS = frozenset(
+    {
+        "env", "timeout", "numactl", "taskset", "nice", "ionice", "chrt", "stdbuf", "nohup", "time",
+        "prlimit", "sudo", "valgrind", "compute-sanitizer", "cuda-memcheck", "strace", "ltrace",
+        "nsys", "ncu", "mpirun", "mpiexec", "srun",
+    }
+)  # fmt: skip
+RESERVED = frozenset({"!", "{", "}", "if", "then", "elif", "else", "fi", "do", "done", "while", "until"})
+_DROPPED = frozenset({"exec", "command"})  # the kernel runs as the shell's child, so that its status is noted
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SEPARATORS = (";;", "&&", "||", ";", "&", "|", "(", ")", "\n")
+_REDIRECT = re.compile(r"(\d*)(<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")
+_BLANK = " \t"
+
+
+@dataclass
+class Word:
+    text: str
+    start: int
+    end: int
+    # where {binary} stands in it: "whole" (the word itself), or "quoted", "substituted", "glued"
+    binaries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Redirect:
+    fd: str  # as written ("" for the default)
+    op: str
+    target: str
+    start: int
+
+
+@dataclass
+class Command:
+    """A simple command: its words (assignments and reserved words before the program
+    included), its redirections, and the operator that ends it."""
+
+    words: list[Word] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+    before: str = ""  # the operator before it ("" at the start)
+    after: str = ""  # the operator after it ("" at the end)
+
+    def program(self) -> tuple[int, int] | None:
+        """(index of the program word, characters to drop before it: a leading `exec `), or None."""
+        drop_from = None
+        for i, word in enumerate(self.words):
+            if word.text in RESERVED or (_ASSIGNMENT.match(word.text) and not word.binaries):
+                continue
+            if word.text in _DROPPED and drop_from is None:
+                drop_from = i
+                continue
+            return i, (word.start - self.words[drop_from].start) if drop_from is not None else 0
+        return None
+
+
+@dataclass
+class Lexed:
+    commands: list[Command]
+    problem: str = ""  # what the shell's words could not be read as
+    heredoc_binary: bool = False  # {binary} inside a here-document's text
+
+
+def _word_end(run: str, i: int, word: Word) -> tuple[int, str]:
+    """Read the word at i; (its end, a problem). Notes where {binary} stands in it."""
+    stack: list[str] = []  # open contexts: "'", '"', "$(", "`", "${"
+    begin = i
+    while i < len(run):
+        if run.startswith(BINARY, i):
+            context = stack[-1] if stack else ""
+            if context in ("'", '"'):
+                where = "quoted" if "$(" not in stack and "`" not in stack else "substituted"
+            elif context in ("$(", "`", "${"):
+                where = "substituted"
+            elif i == begin and (i + len(BINARY) == len(run) or run[i + len(BINARY)] in _BLANK + "\n;&|()<>"):
+                where = "whole"
+            else:
+                where = "glued"
+            word.binaries.append(where)
+            i += len(BINARY)
+            continue
+        c = run[i]
+        top = stack[-1] if stack else ""
+        if top == "'":
+            if c == "'":
+                stack.pop()
+        elif c == "\\":
+            i += 1
+        elif (top == '"' and c == '"') or (top == "`" and c == "`"):
+            stack.pop()
+        elif run.startswith("$(", i) or run.startswith("${", i):
+            stack.append(run[i : i + 2])
+            i += 1
+        elif (c == ")" and top == "$(") or (c == "}" and top == "${"):
+            stack.pop()
+        elif c == "(" and top == "$(":
+            stack.append("$(")  # $(( )) and ( ) inside a substitution
+        elif top == '"':
+            pass
+        elif c in "'\"`":
+            stack.append(c)
+        elif not stack and (c in _BLANK + "\n;&|()<>"):
+            return i, ""
+        i += 1
+    return i, ("an unclosed " + repr(stack[-1])) if stack else ""
+
+
+def lex(run: str) -> Lexed:
+    """The run's simple commands, in order."""
+    commands = [Command()]
+    heredocs: list[tuple[str, bool]] = []  # (delimiter, tabs stripped) to read after the line
+    lexed = Lexed(commands)
+    i = 0
+    pending: tuple[str, str, int] | None = None  # a redirection waiting for its target word
+    while i < len(run):
+        c = run[i]
+        if c in _BLANK:
+            i += 1
+            continue
+        if c == "#" and (i == 0 or run[i - 1] in _BLANK + "\n;&|()"):
+            end = run.find("\n", i)
+            i = len(run) if end < 0 else end
+            continue
+        if c == "\n" and heredocs:
+            i = _heredoc_bodies(run, i + 1, heredocs, lexed)
+            heredocs = []
+            commands[-1].after = "\n"
+            commands.append(Command(before="\n"))
+            continue
+        redirect = _REDIRECT.match(run, i) if pending is None else None
+        if redirect:
+            pending = (redirect.group(1), redirect.group(2), i)
+            i = redirect.end()
+            continue
+        separator = next((s for s in _SEPARATORS if run.startswith(s, i)), None)
+        if separator is not None and pending is None:
+            commands[-1].after = separator
+            commands.append(Command(before=separator))
+            i += len(separator)
+            continue
+        word = Word("", i, i)
+        end, problem = _word_end(run, i, word)
+        if problem:
+            lexed.problem = problem
+            return lexed
+        if end == i:  # an operator where a redirection's target should be
+            lexed.problem = f"a redirection without its target at {run[i : i + 10]!r}"
+            return lexed
+        word.text, word.end = run[i:end], end
+        if pending is not None:
+            fd, op, at = pending
+            commands[-1].redirects.append(Redirect(fd, op, word.text, at))
+            if op in ("<<", "<<-"):
+                heredocs.append((word.text.strip("'\"").replace("\\", ""), op == "<<-"))
+            pending = None
+            if word.binaries:  # `> {binary}` and the like: the kernel as a file
+                word.binaries = ["glued" for _ in word.binaries]
+                commands[-1].words.append(word)  # noted, so that the check refuses it
+        else:
+            commands[-1].words.append(word)
+        i = end
+    if pending is not None:
+        lexed.problem = f"a redirection {pending[1]!r} without its target"
+    lexed.commands = [command for command in commands if command.words or command.redirects]
+    return lexed
+
+
+def _heredoc_bodies(run: str, i: int, heredocs: list[tuple[str, bool]], lexed: Lexed) -> int:
+    """Skip the here-documents' text that starts at i; where it ends."""
+    for delimiter, tabs in heredocs:
+        while i <= len(run):
+            end = run.find("\n", i)
+            line = run[i:] if end < 0 else run[i:end]
+            i = len(run) + 1 if end < 0 else end + 1
+            if (line.lstrip("\t") if tabs else line) == delimiter:
+                break
+            lexed.heredoc_binary = lexed.heredoc_binary or BINARY in line
+    return min(i, len(run))
+
+
+def launcher(word: str) -> bool:
+    return word.rsplit("/", 1)[-1] in LAUNCHERS
+
+
+def kernel_command(command: Command) -> tuple[int, int] | None:
+    """(where `farm_kernel` goes, characters of a leading `exec ` to drop there) when the
+    command runs the kernel: {binary} is its program, or an operand of a launcher that is."""
+    found = command.program()
+    if found is None:
+        return None
+    index, drop = found
+    program = command.words[index]
+    operands = command.words[index + 1 :]
+    runs_it = "whole" in program.binaries or (launcher(program.text) and any("whole" in w.binaries for w in operands))
+    return (program.start - drop, drop) if runs_it else None
