@@ -342,8 +342,9 @@ def test_a_marker_that_matches_any_kernels_words_is_refused(tmp_path, key, marke
         ("'{binary} || true'", "'||' after the kernel's command"),
         ("'{binary} 2>/dev/stdout'", "'2>/dev/stdout', which sends the kernel's output elsewhere"),
         ("'{binary} & wait'", "'&' after the kernel's command"),  # wait's status, not the kernel's (review)
-        ("'{binary} &> run.log'", "'&>run.log', which sends the kernel's output elsewhere"),
-        ("'env echo PASS {binary}'", "text before the kernel that the job's pass_marker"),
+        ("'{binary} &> run.log'", "`&>` (dash reads `&` and `>`)"),
+        ("'env echo PASS {binary}'", "'echo' between the launcher and {binary}"),
+        ("'env X=PASS {binary}'", "text before the kernel that the job's pass_marker"),
         ("'echo PASS'", "never runs {binary}"),
         ("\"echo '{binary}'\"", "{binary} inside quotes"),
         ("'echo {binary} PASS'", "{binary} as an argument of 'echo'"),  # the kernel never ran (red-team)
@@ -392,6 +393,7 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'gen | {binary} $((N > 1 ? N : 1))'",
         "'exec {binary}'",
         "'timeout 60 nice -n 5 {binary} && ./verify.sh'",
+        "'nsys profile -o trace {binary}'",  # a launcher's verb
     ],
 )
 def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run):
@@ -632,3 +634,57 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
     spaced = GOOD_JOB.replace("    cc:", "    instructions: {'a b': 1}\n    cc:", 1)
     err = load_error(make_farm(tmp_path / "spaced", job=spaced))
     assert "instructions" in err.key and "mnemonics without spaces" in str(err), str(err)
+
+
+@pytest.mark.parametrize(
+    "run, says",
+    [
+        ("env echo {binary} PASS", "'echo' between the launcher and {binary}"),  # echo ran, not the kernel
+        ("env ls {binary} 'needs CC'", "'ls' between the launcher and {binary}"),  # a false refusal
+        ("env sh -c 'echo PA''SS' {binary}", "'sh' between the launcher and {binary}"),
+        ("echo() { printf '0\\n'; }; {binary}; true", "a function named 'echo'"),  # the farm's status note
+        ("farm_kernel() { :; }; {binary}", "a function named 'farm_kernel'"),
+        ('eval "echo x"; {binary}', "`eval`"),
+        ("{binary} 3&>x", "`&>`"),  # dash: `{binary} 3 &` and `>x`
+        ("{binary} 16; \\{binary} 4096", "an escaped {binary}"),  # a kernel run the farm would not see
+        ("(( 1 )) && {binary}", "`((`"),
+        ("{binary}); (true", "a ')' that closes nothing"),
+    ],
+)
+def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:
+    """Found by a review of the shell lexer: each of these loaded, and some gave a false pass
+    or a false expected refusal (`env echo {binary} PASS` printed PASS and never ran the kernel)."""
+    import yaml
+
+    from orchestrator.config.run_command import check_run
+    from orchestrator.config.schema import JobSpec
+
+    job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
+    refused = check_run(job, "v1", run, Path("jobs/k.yaml"))
+    assert refused is not None and says in str(refused), str(refused)
+
+
+@pytest.mark.parametrize(
+    "run, kernels",
+    [
+        ("exec <input.txt {binary}", ["farm_kernel <input.txt {binary}"]),  # its stdin stays (review)
+        ("exec 3>trace.log {binary} 2", ["farm_kernel 3>trace.log {binary} 2"]),
+        ("cd d && \\\n  {binary} 5", ["cd d && \\\n  farm_kernel {binary} 5"]),  # a continued line
+        ('f() { {binary} "$@"; }; f 1', ['f() { farm_kernel {binary} "$@"; }; f 1']),
+        ("timeout -s KILL 60 nice -n 5 {binary}", ["farm_kernel timeout -s KILL 60 nice -n 5 {binary}"]),
+        ('cat <<E"O"F\n{binary}\nEOF\n{binary} 1', None),  # the document's text is no command, and refused
+    ],
+)
+def test_the_kernels_commands_get_the_farms_files_as_the_shell_reads_them(run: str, kernels: list[str] | None) -> None:
+    import yaml
+
+    from orchestrator.config.run_command import check_run, prefix_kernel_commands
+    from orchestrator.config.schema import JobSpec
+
+    job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
+    refused = check_run(job, "v1", run, Path("jobs/k.yaml"))
+    if kernels is None:
+        assert refused is not None and "here-document" in str(refused), str(refused)
+        return
+    assert refused is None, str(refused)
+    assert [prefix_kernel_commands(run, "farm_kernel ")] == kernels

@@ -15,10 +15,11 @@ kernel's.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from orchestrator.config.schema import JobSpec
-from orchestrator.config.shell import BINARY, Command, kernel_command, lex
+from orchestrator.config.shell import BINARY, Command, before_kernel, kernel_command, launcher, lex
 from orchestrator.errors import ConfigError
 from orchestrator.run.streams import compile_marker
 
@@ -56,11 +57,34 @@ def prefix_kernel_commands(run: str, prefix: str) -> str:
     return run
 
 
+# what sh and bash read differently (a bash /bin/sh on some nodes, dash on others), or what
+# could take the farm's own words away from it: refused wherever they stand
+_OTHER_SHELLS = (
+    (re.compile(r"(?<!\$)\(\("), "`((` (not `$((`)"),
+    (re.compile(r"\[\["), "`[[`"),
+    (re.compile(r"\$'"), "`$'...'`"),
+    (re.compile(r"&>"), "`&>` (dash reads `&` and `>`)"),
+)
+_SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
+_FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
+_NOT_REDEFINED = frozenset({"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval"})
+_ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_NUMBER_LIKE = re.compile(r"[0-9][0-9A-Za-z.,:x-]*")
+
+
 def _refusal(run: str, job: JobSpec) -> str | None:
     """Why `run` cannot be judged as the kernel's, or None."""
     lexed = lex(run)
     if lexed.problem:
         return f"text the shell cannot read ({lexed.problem})"
+    if "\\" + BINARY in run:
+        return "an escaped {binary} (`\\{binary}`), which runs the kernel where the farm cannot see it"
+    for pattern, name in _OTHER_SHELLS:
+        if pattern.search(run):
+            return f"{name}, which sh and bash read differently"
+    for defined in _FUNCTION.findall(run):
+        if defined in _NOT_REDEFINED or defined.startswith("farm_"):
+            return f"a function named {defined!r}, which the farm's own commands on the node call"
     if lexed.heredoc_binary:
         return "{binary} in a here-document's text"
     runs_kernel = False
@@ -72,6 +96,9 @@ def _refusal(run: str, job: JobSpec) -> str | None:
             for where in word.binaries:
                 if where in _CONTEXT:
                     return f"{{binary}} {_CONTEXT[where]} in {word.text!r}"
+        program = command.program()
+        if program and command.words[program[0]].text in ("eval", "trap"):
+            return f"`{command.words[program[0]].text}`, whose text the farm cannot read as commands"
         if not any("whole" in word.binaries for word in command.words):
             continue
         if kernel_command(command) is None:
@@ -82,6 +109,8 @@ def _refusal(run: str, job: JobSpec) -> str | None:
                 "program (and hand back its status): run it as a command, or through a launcher"
             )
         runs_kernel = True
+        if found := _launched_otherwise(command):
+            return found
         if found := _kernels_output_taken(command):
             return found
         if found := _markers_before(command, job):
@@ -107,6 +136,30 @@ def _kernels_output_taken(command: Command) -> str | None:
     return None
 
 
+def _launched_otherwise(command: Command) -> str | None:
+    """A launcher's word before {binary} that could be another program (`env echo {binary}
+    PASS` ran echo, with the kernel as its argument): only options, their values, assignments,
+    numbers and other launchers may come before the kernel."""
+    after_option = False
+    words = before_kernel(command)
+    program = command.words[command.program()[0]].text if words else ""
+    verbs = _SUBCOMMANDS.get(program.rsplit("/", 1)[-1], ())
+    for index, word in enumerate(words):
+        text = word.text
+        fine = (
+            (index == 0 and text in verbs)
+            or text.startswith("-")
+            or after_option
+            or _ASSIGNMENT_WORD.match(text)
+            or _NUMBER_LIKE.fullmatch(text)
+            or launcher(text)
+        )
+        if not fine:
+            return f"{text!r} between the launcher and {{binary}}, where only options and other launchers may stand"
+        after_option = text.startswith("-") and "=" not in text and not after_option
+    return None
+
+
 def _markers_before(command: Command, job: JobSpec) -> str | None:
     """Marker text among the kernel command's words before {binary} (`env echo PASS {binary}`);
     the kernel's own arguments may hold the markers' words (`--expect PASS`)."""
@@ -115,7 +168,7 @@ def _markers_before(command: Command, job: JobSpec) -> str | None:
         if "whole" in word.binaries:
             break
         before.append(word.text)
-    text = " ".join(before).encode()
+    text = " ".join(before).replace('"', "").replace("'", "").encode()  # as the shell passes them
     for key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
         if compile_marker(marker).search(text) is not None:
             return f"text before the kernel that the job's {key} {marker!r} matches"

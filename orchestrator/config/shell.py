@@ -30,7 +30,7 @@ RESERVED = frozenset({"!", "{", "}", "if", "then", "elif", "else", "fi", "do", "
 _DROPPED = frozenset({"exec", "command"})  # the kernel runs as the shell's child, so that its status is noted
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _SEPARATORS = (";;", "&&", "||", ";", "&", "|", "(", ")", "\n")
-_REDIRECT = re.compile(r"(\d*)(<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")
+_REDIRECT = re.compile(r"(\d?)(<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")  # dash: one digit
 _BLANK = " \t"
 
 
@@ -61,16 +61,21 @@ class Command:
     before: str = ""  # the operator before it ("" at the start)
     after: str = ""  # the operator after it ("" at the end)
 
-    def program(self) -> tuple[int, int] | None:
-        """(index of the program word, characters to drop before it: a leading `exec `), or None."""
-        drop_from = None
+    def program(self) -> tuple[int, int, int] | None:
+        """(index of the program word, where `farm_kernel` goes, characters dropped there: a
+        leading `exec ` or `command `, whose redirections stay), or None. Reserved words count
+        only before anything else (`X=1 ! k` runs a program named `!`)."""
+        at, drop, leading = None, 0, True
         for i, word in enumerate(self.words):
-            if word.text in RESERVED or (_ASSIGNMENT.match(word.text) and not word.binaries):
+            if leading and word.text in RESERVED:
                 continue
-            if word.text in _DROPPED and drop_from is None:
-                drop_from = i
+            leading = False
+            if _ASSIGNMENT.match(word.text) and not word.binaries:
                 continue
-            return i, (word.start - self.words[drop_from].start) if drop_from is not None else 0
+            if word.text in _DROPPED and at is None:
+                at, drop = word.start, len(word.text) + 1  # the word and the blank after it
+                continue
+            return i, (word.start if at is None else at), drop
         return None
 
 
@@ -132,10 +137,14 @@ def lex(run: str) -> Lexed:
     lexed = Lexed(commands)
     i = 0
     pending: tuple[str, str, int] | None = None  # a redirection waiting for its target word
+    depth = 0  # open `(`
     while i < len(run):
         c = run[i]
         if c in _BLANK:
             i += 1
+            continue
+        if run.startswith("\\\n", i):  # a line continued: nothing
+            i += 2
             continue
         if c == "#" and (i == 0 or run[i - 1] in _BLANK + "\n;&|()"):
             end = run.find("\n", i)
@@ -154,6 +163,10 @@ def lex(run: str) -> Lexed:
             continue
         separator = next((s for s in _SEPARATORS if run.startswith(s, i)), None)
         if separator is not None and pending is None:
+            depth += {"(": 1, ")": -1}.get(separator, 0)
+            if depth < 0:  # `k); (true`: a `)` closing what the run did not open (the farm's subshell)
+                lexed.problem = "a ')' that closes nothing"
+                return lexed
             commands[-1].after = separator
             commands.append(Command(before=separator))
             i += len(separator)
@@ -171,7 +184,7 @@ def lex(run: str) -> Lexed:
             fd, op, at = pending
             commands[-1].redirects.append(Redirect(fd, op, word.text, at))
             if op in ("<<", "<<-"):
-                heredocs.append((word.text.strip("'\"").replace("\\", ""), op == "<<-"))
+                heredocs.append((re.sub(r"[\"'\\\\]", "", word.text), op == "<<-"))
             pending = None
             if word.binaries:  # `> {binary}` and the like: the kernel as a file
                 word.binaries = ["glued" for _ in word.binaries]
@@ -208,8 +221,19 @@ def kernel_command(command: Command) -> tuple[int, int] | None:
     found = command.program()
     if found is None:
         return None
-    index, drop = found
+    index, at, drop = found
     program = command.words[index]
     operands = command.words[index + 1 :]
     runs_it = "whole" in program.binaries or (launcher(program.text) and any("whole" in w.binaries for w in operands))
-    return (program.start - drop, drop) if runs_it else None
+    return (at, drop) if runs_it else None
+
+
+def before_kernel(command: Command) -> list[Word]:
+    """A launcher command's words between its program and {binary}: what the launcher reads
+    before the kernel (its options, assignments, numbers, other launchers)."""
+    found = command.program()
+    if found is None or "whole" in command.words[found[0]].binaries:
+        return []
+    words = command.words[found[0] + 1 :]
+    cut = next((i for i, w in enumerate(words) if "whole" in w.binaries), len(words))
+    return words[:cut]
