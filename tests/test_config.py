@@ -648,6 +648,9 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("{binary} 3&>x", "`&>`"),  # dash: `{binary} 3 &` and `>x`
         ("{binary} 16; \\{binary} 4096", "an escaped {binary}"),  # a kernel run the farm would not see
         ("(( 1 )) && {binary}", "`((`"),
+        ('echo PASS >&"7"; {binary}', "fds 6, 7 and 8 are the farm's"),  # however the fd is written
+        ("fd=7; echo PASS >&$fd; {binary}", "fds 6, 7 and 8 are the farm's"),
+        ("echo PASS >/dev/fd/7; {binary}", "fds 6, 7 and 8 are the farm's"),
         ("{binary}); (true", "a ')' that closes nothing"),
     ],
 )

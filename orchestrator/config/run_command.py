@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from orchestrator.config.schema import JobSpec
-from orchestrator.config.shell import BINARY, Command, before_kernel, kernel_command, launcher, lex
+from orchestrator.config.shell import BINARY, Command, Redirect, before_kernel, kernel_command, launcher, lex
 from orchestrator.errors import ConfigError
 from orchestrator.run.streams import compile_marker
 
@@ -90,7 +90,7 @@ def _refusal(run: str, job: JobSpec) -> str | None:
     runs_kernel = False
     for command in lexed.commands:
         for redirect in command.redirects:
-            if redirect.fd in _FARM_FDS or (redirect.op in (">&", "<&") and redirect.target in _FARM_FDS):
+            if _farm_fd(redirect):
                 return f"the redirection {redirect.fd}{redirect.op}{redirect.target}: fds 6, 7 and 8 are the farm's"
         for word in command.words:
             for where in word.binaries:
@@ -134,6 +134,17 @@ def _kernels_output_taken(command: Command) -> str | None:
                 return f"{into!r}, which sends the kernel's stderr into its stdout"
             return f"{into!r}, which sends the kernel's output elsewhere: the farm keeps its stdout and stderr itself"
     return None
+
+
+def _farm_fd(redirect: Redirect) -> bool:
+    """A redirection of fds 6-8 or into them, however the target is written (`>&"7"`, `>&$fd`:
+    a target the shell computes is refused after `>&` and `<&`; `/dev/fd/7`, `/proc/self/fd/7`)."""
+    target = redirect.target.replace('"', "").replace("'", "").replace("\\", "")
+    if redirect.fd in _FARM_FDS:
+        return True
+    if redirect.op in (">&", "<&") and (target in _FARM_FDS or "$" in target or "`" in target):
+        return True
+    return bool(re.fullmatch(r"/(?:dev/fd|proc/[^/]+/fd)/[678]", target))
 
 
 def _launched_otherwise(command: Command) -> str | None:
