@@ -671,6 +671,7 @@ def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -
     "run, kernels",
     [
         ("exec <input.txt {binary}", ["farm_kernel <input.txt {binary}"]),  # its stdin stays (review)
+        ("exec<input.txt {binary}", ["farm_kernel <input.txt {binary}"]),  # no blank after exec
         ("exec 3>trace.log {binary} 2", ["farm_kernel 3>trace.log {binary} 2"]),
         ("cd d && \\\n  {binary} 5", ["cd d && \\\n  farm_kernel {binary} 5"]),  # a continued line
         ('f() { {binary} "$@"; }; f 1', ['f() { farm_kernel {binary} "$@"; }; f 1']),

@@ -73,3 +73,61 @@ def test_redirections_keep_their_fd_and_target_with_or_without_blanks() -> None:
         ("", "<", "in"),
     ]
     assert [w.text for w in command.words] == ["{binary}"]
+
+
+def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_path) -> None:
+    """Random runs of the shell's tokens: each that the load check accepts is run by dash as the
+    node runs it (commands.kernel_run). Whatever it does, the farm's stdout and stderr hold
+    only the kernel's lines, one pair per status the kernel's commands noted."""
+    import os
+    import random
+    import shutil
+    import subprocess
+
+    from orchestrator.config.run_command import check_run
+    from orchestrator.config.schema import JobSpec
+    from orchestrator.run.commands import KERNEL_FILES, kernel_run, kernel_statuses
+
+    job = JobSpec.model_validate(
+        {
+            "kernel": "k",
+            "sources": ["k.cu"],
+            "pass_marker": "PASS",
+            "refusal_marker": "needs CC",
+            "variants": {"v": {"build": "{nvcc} -o {binary} {sources}", "cc": {"min": "7.5"}}},
+        }
+    )
+    kernel = tmp_path / "k"
+    kernel.write_text("#!/bin/sh\necho K\necho E >&2\n")
+    kernel.chmod(0o755)
+    tokens = ["{binary}", " ", ";", "&&", "||", "|", "(", ")", "{", "}", "'", '"', "\\", "$(", "`", "\n", "exec",
+              "env", "X=1", ">", "<", "#", "!", "if", "then", "fi", "-n", "5", "echo", "echo K", "echo E >&2",
+              "cat", "true", "false", "printf 'K\\n'", "echo E >/dev/stderr"]  # fmt: skip
+    rng = random.Random(3)
+    shell = shutil.which("dash") or "sh"
+    ran = 0
+    while ran < 150:
+        run = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 10)))
+        if check_run(job, "v", run, tmp_path / "k.yaml") is not None:
+            continue
+        for name in KERNEL_FILES:
+            (tmp_path / name).unlink(missing_ok=True)
+        try:
+            done = subprocess.run(
+                [shell, "-c", kernel_run(run, str(kernel))],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=5,
+                stdin=subprocess.DEVNULL,
+                env={"PATH": os.environ["PATH"]},
+            )
+        except subprocess.TimeoutExpired:
+            continue
+        ran += 1
+        if "Syntax error" in done.stderr or "syntax error" in done.stderr:
+            continue  # the kernel never ran: "never started", a fail
+        status = tmp_path / KERNEL_FILES[0]
+        noted = kernel_statuses(status.read_bytes()) if status.exists() else []
+        assert done.stdout.split() == ["K"] * len(noted), (run, done.stdout)
+        assert done.stderr.split() == ["E"] * len(noted), (run, done.stderr)

@@ -19,7 +19,16 @@ import re
 from pathlib import Path
 
 from orchestrator.config.schema import JobSpec
-from orchestrator.config.shell import BINARY, Command, Redirect, before_kernel, kernel_command, launcher, lex
+from orchestrator.config.shell import (
+    ASSIGNMENT,
+    BINARY,
+    Command,
+    Redirect,
+    before_kernel,
+    kernel_command,
+    launcher,
+    lex,
+)
 from orchestrator.errors import ConfigError
 from orchestrator.run.streams import compile_marker
 
@@ -68,7 +77,6 @@ _OTHER_SHELLS = (
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
 _FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
 _NOT_REDEFINED = frozenset({"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval"})
-_ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _NUMBER_LIKE = re.compile(r"[0-9][0-9A-Za-z.,:x-]*")
 
 
@@ -161,7 +169,7 @@ def _launched_otherwise(command: Command) -> str | None:
             (index == 0 and text in verbs)
             or text.startswith("-")
             or after_option
-            or _ASSIGNMENT_WORD.match(text)
+            or ASSIGNMENT.match(text)
             or _NUMBER_LIKE.fullmatch(text)
             or launcher(text)
         )

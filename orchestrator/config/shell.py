@@ -28,7 +28,7 @@ LAUNCHERS = frozenset(
 )  # fmt: skip
 RESERVED = frozenset({"!", "{", "}", "if", "then", "elif", "else", "fi", "do", "done", "while", "until"})
 _DROPPED = frozenset({"exec", "command"})  # the kernel runs as the shell's child, so that its status is noted
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _SEPARATORS = (";;", "&&", "||", ";", "&", "|", "(", ")", "\n")
 _REDIRECT = re.compile(r"(\d?)(<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")  # dash: one digit
 _BLANK = " \t"
@@ -70,10 +70,12 @@ class Command:
             if leading and word.text in RESERVED:
                 continue
             leading = False
-            if _ASSIGNMENT.match(word.text) and not word.binaries:
+            if ASSIGNMENT.match(word.text) and not word.binaries:
                 continue
             if word.text in _DROPPED and at is None:
-                at, drop = word.start, len(word.text) + 1  # the word and the blank after it
+                # the word and the blank after it, if any (`exec<in k` keeps its `<in`)
+                glued = any(r.start == word.end for r in self.redirects)
+                at, drop = word.start, len(word.text) + (0 if glued else 1)
                 continue
             return i, (word.start if at is None else at), drop
         return None

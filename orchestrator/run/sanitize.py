@@ -56,7 +56,9 @@ def locate(configured: str | None, nvcc: str, workdir: str) -> str:
 
 def tool_command(tool: str, run_dir: str, run: str, binary: str) -> str:
     """The job's run with each of its kernel's commands under one tool (run from the cell's
-    work folder): `cd data && {binary} 5` runs `cd` itself and the kernel under the tool."""
+    work folder): `X=1 {binary} 5` puts the tool after the assignment. (The schema keeps a
+    sanitized variant's run to `{binary}` with arguments; a wider run would keep its
+    preparations out from under the tool.)"""
     prefix = (
         f'"$FARM_SANITIZER" --tool {tool} --error-exitcode {SANITIZER_EXIT} --print-limit {PRINT_LIMIT} '
         f"--log-file {shlex.quote(log_path(run_dir, tool))} "
