@@ -697,6 +697,63 @@ def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(
                 os.kill(pid, signal.SIGKILL)
 
 
+def _in_a_child(check) -> int:
+    """CHECK's return (0-255) as the exit status of a forked process: a subreaper of
+    its own, with none of pytest's children (the test nodes' sshds)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            code = check()
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_the_leftover_kill_reads_no_process_table_where_the_cell_left_no_child() -> None:
+    """Under the GPU's lock, after each run, the runner looked for leftovers by reading
+    every process's /proc/PID/stat (2.5 ms a run on a busy 2-core node). A process
+    with no child has no descendant (what outlives its parent becomes the subreaper's
+    child): it collects its ended children and reads nothing more. One live child
+    that left a grandchild behind still has both found and killed."""
+
+    def nothing_left() -> int:
+        noderunner.subreaper()
+        ended = os.fork()
+        if ended == 0:
+            os._exit(0)
+        time.sleep(0.2)  # a zombie: collected, not counted
+        listed: list[str] = []
+        real = os.listdir
+        os.listdir = lambda path=".": listed.append(path) or real(path)  # type: ignore[assignment]
+        try:
+            killed = noderunner.kill_orphans()
+        finally:
+            os.listdir = real  # type: ignore[assignment]
+        return 0 if killed == 0 and not listed else 1
+
+    def two_left() -> int:
+        noderunner.subreaper()
+        child = os.fork()
+        if child == 0:  # a daemon: its own child outlives it, in a session of its own
+            if os.fork() == 0:
+                os.setsid()
+                time.sleep(60)
+                os._exit(0)
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(0.3)
+        killed = noderunner.kill_orphans()
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return killed
+        return 100 + killed
+
+    assert _in_a_child(nothing_left) == 0
+    assert _in_a_child(two_left) == 2
+
+
 def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
