@@ -421,20 +421,61 @@ def captured(argv, seconds):
     return finished(child, seconds)[0]
 
 
-def reap(variable, value):
+def _proc_number(path, prefix=b""):
+    """The number in a /proc file (after PREFIX, on its line), or None."""
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                if line.startswith(prefix):
+                    return int(line[len(prefix) :])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def born():
+    """This process's pid and the forks counted so far (every namespace's): what
+    reap() needs to tell the processes made after it from those made before."""
+    return os.getpid(), _proc_number("/proc/stat", b"processes ")
+
+
+def made_after(since, live):
+    """A test of a pid: could it have been given out after SINCE (born()'s pair)?
+    The kernel hands pids out in a cycle (each past the last, skipping those in
+    use), so these lie between SINCE's pid and the last one given out, where the
+    cycle has not come round past SINCE's since: fewer forks since, plus the LIVE
+    pids it skipped, than pids there are. None where that cannot be told."""
+    if since is None or since[1] is None:
+        return None
+    first = since[0]
+    last = _proc_number("/proc/sys/kernel/ns_last_pid")  # read after the listing: no pid in it is later
+    forks = _proc_number("/proc/stat", b"processes ")
+    top = _proc_number("/proc/sys/kernel/pid_max")
+    if last is None or forks is None or top is None or forks - since[1] + live >= top - 301:
+        return None
+    if first <= last:
+        return lambda pid: first < pid <= last
+    return lambda pid: pid > first or pid <= last
+
+
+def reap(variable, value, since=None):
     """SIGKILL every process this login may read whose environment holds
     VARIABLE=VALUE (this runner carries none); how many. It reads every process's
     environment, whole, at each cell's end, under the GPU's lock: thousands of
     processes on a busy node, so plain descriptors, not file objects (a third of
-    the CPU)."""
+    the CPU). With SINCE (born() of the cell's first process), only those made
+    after it: none before it can carry the cell's marker."""
     if value is None:
         return None
     wanted = b"\0" + (variable + "=" + value).encode() + b"\0"
-    me = str(os.getpid())
+    me = os.getpid()
     killed = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or name == me:
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    newer = made_after(since, len(pids))
+    for pid in pids:
+        if pid == me or (newer is not None and not newer(pid)):
             continue
+        name = str(pid)
         try:
             fd = os.open("/proc/" + name + "/environ", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -790,7 +831,7 @@ def run(out, spec, env, ahead):
         # first what its commands left under this (sub)reaper, whatever their environment; then,
         # by the marker, whatever got away from it (each killed and counted once)
         orphans = kill_orphans() if ahead.get("subreaper") else 0
-        left = reap("FARM_CELL", ahead["cell"])
+        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
@@ -865,7 +906,7 @@ def sanitize(out, spec, env, ahead):
                 ended = now()
                 if ahead.get("subreaper"):
                     kill_orphans()
-                reap("FARM_CELL", ahead["cell"])
+                reap("FARM_CELL", ahead["cell"], ahead.get("born"))
                 say_confinement(out, rules, unconfined)
                 out.say(f"@@farm tool {tool} {code} {started} {ended}")
     finally:
@@ -979,7 +1020,7 @@ def stage_text(name, spec, env, ahead):
         out.say("@@farm end 0")
     except Exception as err:  # a fault of the runner's own is no evidence: the farm is told
         sys.stderr.write(f"farm runner: {name} stage: {err!r}\n")
-        left = reap("FARM_CELL", ahead["cell"])
+        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
         if left is not None:
             out.say(f"@@farm reaped {left}")
         out.say("@@farm end 1")
@@ -1233,7 +1274,8 @@ def run_plan(plan):
     env = dict(LOGIN_ENV)
     env.pop("FARM_RUN", None)
     env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
-    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper()}
+    # born(): the cell's processes are all made after this one, and its leftover reaps look at those only
+    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper(), "born": born()}
     stages = plan["stages"]
     if not plan["together"]:
         stage = stages[0]
@@ -1278,7 +1320,7 @@ def run_plan(plan):
         if not (ended and gate(name, out.text, stage["spec"], ahead)):
             break
     if "run" not in ran:
-        left = reap("FARM_CELL", ahead["cell"])
+        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
         if left is not None:
             OUT.write(b"@@farm swept %d\n" % left)
     OUT.write(("@@farm ran" + "".join(" " + name for name in ran) + "\n").encode())
@@ -1302,10 +1344,11 @@ class Served:
     """A cell the resident runner forked: its pid, its two pipes, its marker, and
     what it wrote to stdout that is held (HOLD) to go with what follows."""
 
-    def __init__(self, pid, out, err, cell):
+    def __init__(self, pid, out, err, cell, forks):
         self.pid = pid
         self.pipes = {out: b"o", err: b"e"}
         self.cell = cell
+        self.born = (pid, forks)  # its processes are made after it (reap)
         self.code = None  # what $? says of it, once it ended
         self.held = bytearray()
         self.held_since = 0.0
@@ -1379,6 +1422,7 @@ def serve(idle_limit, beat):
     def start(ident, plan):
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        forks = born()[1]
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -1405,7 +1449,7 @@ def serve(idle_limit, beat):
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
             owner[fd] = ident
-        cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"))
+        cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"), forks)
 
     def forward(fd):
         """One chunk of a child's pipe out, or held (its stdout: each message costs the
@@ -1459,7 +1503,7 @@ def serve(idle_limit, beat):
                         os.kill(served.pid, _signal.SIGKILL)
                     except OSError:
                         pass
-                    reap("FARM_CELL", served.cell)
+                    reap("FARM_CELL", served.cell, served.born)
             else:
                 raise SystemExit(f"farm-runner: a request it cannot read: {bytes(requests[:80])!r}")
 
@@ -1509,7 +1553,7 @@ def serve(idle_limit, beat):
                     del owner[fd], served.pipes[fd]
                     os.close(fd)
             if served.code != 0:
-                left = reap("FARM_CELL", served.cell)
+                left = reap("FARM_CELL", served.cell, served.born)
                 if left is not None:
                     served.held += b"@@farm reaped %d\n" % left
             release(ident, served, b"x %d %d\n" % (ident, served.code))
