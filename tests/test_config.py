@@ -394,6 +394,16 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'exec {binary}'",
         "'timeout 60 nice -n 5 {binary} && ./verify.sh'",
         "'nsys profile -o trace {binary}'",  # a launcher's verb
+        # options with their values, as each launcher reads them
+        "'timeout -s KILL 5 {binary}'",
+        "'env -u HOME -- {binary}'",
+        "'nice -n 5 taskset -c 0-3 {binary}'",
+        "'numactl -m 0 --cpunodebind=0 {binary}'",
+        "'compute-sanitizer --tool memcheck --leak-check full {binary}'",
+        "'mpirun -np 2 --mca btl self {binary}'",
+        "'srun -n 1 --overlap {binary}'",
+        "'stdbuf -o L {binary}'",
+        "'x=$(( 1 << 2 )); y=$((16#ff)); z=$(echo $#); {binary} $x'",  # arithmetic, not a here-document
     ],
 )
 def test_a_run_of_the_kernel_with_arguments_or_preparations_loads(tmp_path, run):
@@ -643,7 +653,7 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("env ls {binary} 'needs CC'", "'ls' between the launcher and {binary}"),  # a false refusal
         ("env sh -c 'echo PA''SS' {binary}", "'sh' between the launcher and {binary}"),
         ("echo() { printf '0\\n'; }; {binary}; true", "a function named 'echo'"),  # the farm's status note
-        ("farm_kernel() { :; }; {binary}", "a function named 'farm_kernel'"),
+        ("farm_kernel() { :; }; {binary}", "the farm's own shell names"),
         ('eval "echo x"; {binary}', "`eval`"),
         ("{binary} 3&>x", "`&>`"),  # dash: `{binary} 3 &` and `>x`
         ("{binary} 16; \\{binary} 4096", "an escaped {binary}"),  # a kernel run the farm would not see
@@ -652,6 +662,32 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("fd=7; echo PASS >&$fd; {binary}", "fds 6, 7 and 8 are the farm's"),
         ("echo PASS >/dev/fd/7; {binary}", "fds 6, 7 and 8 are the farm's"),
         ("{binary}); (true", "a ')' that closes nothing"),
+        # a third red-team round, through real sshd nodes with dash and bash as sh: each gave a false
+        # pass (or moved the kernel to another GPU) on every runner
+        (
+            "x=$(true # (\n)\nfarm_kernel\\\n() if true; then :; fi\n# )\n{binary}",
+            "a comment inside `$( )` or backquotes",
+        ),
+        ("x=$(cat <<EOF\n(\nEOF\n)\necho PASS >&7\n{binary}", "a here-document inside `$( )` or backquotes"),
+        ("y=`true #`; {binary}", "a comment inside `$( )` or backquotes"),
+        ("f\\\n() { :; }; echo\\\n() { :; }; {binary}", "a function named 'echo'"),
+        ("env -i sh -c 'echo K: PA\\SS' {binary}", "`env -i`, which clears the environment"),
+        ("env -i PATH=/usr/bin {binary}", "`env -i`, which clears the environment"),
+        ("env - {binary}", "`env -`, which clears the environment"),
+        ("env -- printf -- 'K: PA\\123S\\n' {binary}", "'printf' between the launcher and {binary}"),
+        ("stdbuf -oL sh -c 'echo K: PA\\SS' {binary}", "'sh' between the launcher and {binary}"),
+        ("env --split-string='echo K:\\_PASS' {binary}", "which runs a command of its own text"),
+        ("env -vS 'echo PASS' {binary}", "which runs a command of its own text"),
+        ("CUDA_VISIBLE_DEVICES=0 {binary}", "CUDA_VISIBLE_DEVICES"),
+        ("export CUDA_VISIBLE_DEVICES=; {binary}", "CUDA_VISIBLE_DEVICES"),
+        ("{binary}; echo 0 > .farm-status", "the farm's own files beside the kernel"),
+        ("unset -f farm_kernel; {binary}", "the farm's own shell names"),
+        ("BASH_XTRACEFD=7; set -x; : K: PASS; {binary}", "BASH_XTRACEFD"),
+        ("builtin eval 'echo PASS >&7'; {binary}", "`builtin` (bash)"),
+        ("function farm2 if true; then true; fi; {binary}", "the bash keyword `function`"),
+        ("{binary}; echo PASS >/dev//fd/7", "fds 6, 7 and 8 are the farm's"),
+        ("{binary}; echo PASS >/dev/./fd/7", "fds 6, 7 and 8 are the farm's"),
+        ("sudo {binary}", "{binary} as an argument of 'sudo'"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

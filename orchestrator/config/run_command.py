@@ -74,6 +74,21 @@ _OTHER_SHELLS = (
     (re.compile(r"\$'"), "`$'...'`"),
     (re.compile(r"&>"), "`&>` (dash reads `&` and `>`)"),
 )
+# the farm's own words on the node: its shell function and variables (farm_kernel, farm_r), its
+# files beside the kernel (.farm-status, .farm-other), the GPU it pinned the cell to, and the fd
+# bash would write its trace into: a run naming them could speak for the kernel or move it
+_FARMS_OWN = (
+    (re.compile(r"(?<![A-Za-z0-9_])farm_[A-Za-z0-9_]*"), "the farm's own shell names (farm_kernel, farm_r)"),
+    (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
+    (re.compile(r"CUDA_VISIBLE_DEVICES"), "CUDA_VISIBLE_DEVICES, which pins the cell to the GPU the farm chose"),
+    (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
+)
+_NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as commands
+    "eval": "`eval`, whose text the farm cannot read as commands",
+    "trap": "`trap`, whose text the farm cannot read as commands",
+    "builtin": "`builtin` (bash), which runs `eval` and the others by another name",
+    "function": "the bash keyword `function`, which sh reads as a program",
+}
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
 _FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
 _NOT_REDEFINED = frozenset({"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval"})
@@ -87,10 +102,14 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         return f"text the shell cannot read ({lexed.problem})"
     if "\\" + BINARY in run:
         return "an escaped {binary} (`\\{binary}`), which runs the kernel where the farm cannot see it"
+    joined = run.replace("\\\n", "")  # as the shell reads a continued line: `name\<newline>()` is `name()`
     for pattern, name in _OTHER_SHELLS:
-        if pattern.search(run):
+        if pattern.search(joined):
             return f"{name}, which sh and bash read differently"
-    for defined in _FUNCTION.findall(run):
+    for pattern, name in _FARMS_OWN:
+        if pattern.search(joined):
+            return name
+    for defined in _FUNCTION.findall(joined):
         if defined in _NOT_REDEFINED or defined.startswith("farm_"):
             return f"a function named {defined!r}, which the farm's own commands on the node call"
     if lexed.heredoc_binary:
@@ -105,8 +124,8 @@ def _refusal(run: str, job: JobSpec) -> str | None:
                 if where in _CONTEXT:
                     return f"{{binary}} {_CONTEXT[where]} in {word.text!r}"
         program = command.program()
-        if program and command.words[program[0]].text in ("eval", "trap"):
-            return f"`{command.words[program[0]].text}`, whose text the farm cannot read as commands"
+        if program and command.words[program[0]].text in _NOT_PROGRAMS:
+            return _NOT_PROGRAMS[command.words[program[0]].text]
         if not any("whole" in word.binaries for word in command.words):
             continue
         if kernel_command(command) is None:
@@ -148,6 +167,7 @@ def _farm_fd(redirect: Redirect) -> bool:
     """A redirection of fds 6-8 or into them, however the target is written (`>&"7"`, `>&$fd`:
     a target the shell computes is refused after `>&` and `<&`; `/dev/fd/7`, `/proc/self/fd/7`)."""
     target = redirect.target.replace('"', "").replace("'", "").replace("\\", "")
+    target = re.sub(r"/(?:\.?/)+", "/", target)  # `/dev//fd/7`, `/dev/./fd/7`: the same file
     if redirect.fd in _FARM_FDS:
         return True
     if redirect.op in (">&", "<&") and (target in _FARM_FDS or "$" in target or "`" in target):
@@ -155,27 +175,107 @@ def _farm_fd(redirect: Redirect) -> bool:
     return bool(re.fullmatch(r"/(?:dev/fd|proc/[^/]+/fd)/[678]", target))
 
 
+# The options that take the next word as their value, per launcher; any other option takes none
+# (write `--option=value` for one not listed). A word the launcher could take for its program is
+# refused: `env -i sh -c '...' {binary}` and `env -- printf ... {binary}` ran sh and printf, with
+# the kernel as their argument (a red-team helper's false passes).
+_SANITIZER = {
+    "--tool", "--log-file", "--save", "--print-limit", "--launch-timeout", "--check-exit-code", "--error-exitcode",
+    "--kernel-name", "--kernel-name-exclude", "--exclude", "--leak-check", "--racecheck-report",
+    "--racecheck-detect-level", "--target-processes", "--report-api-errors", "--show-backtrace",
+    "--check-device-heap", "--check-api-memory-access", "--padding", "--filter", "--print-level", "--demangle",
+    "--destroy-on-device-error", "--initcheck-address-reporting", "--track-unused-memory", "--prefix",
+}  # fmt: skip
+_MPI = {
+    "-np", "-n", "-c", "-H", "--host", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile", "-x",
+    "--map-by", "--bind-to", "--rank-by", "-npernode", "--npernode", "-N", "-wdir", "--wdir", "--prefix", "-ppn",
+    "-mca", "--mca", "-genv", "-gmca", "--gmca", "-env",
+}  # fmt: skip
+_VALUE_OPTIONS: dict[str, set[str]] = {
+    "env": {"-u", "--unset", "-C", "--chdir"},
+    "timeout": {"-s", "--signal", "-k", "--kill-after"},
+    "nice": {"-n", "--adjustment"},
+    "ionice": {"-c", "--class", "-n", "--classdata", "-p", "--pid", "-P", "--pgid", "-u", "--uid"},
+    "chrt": {"-T", "--sched-runtime", "-P", "--sched-period", "-D", "--sched-deadline"},
+    "numactl": {
+        "-C", "--physcpubind", "-N", "--cpunodebind", "-m", "--membind", "-i", "--interleave", "-p", "--preferred",
+    },
+    "stdbuf": {"-i", "--input", "-o", "--output", "-e", "--error"},
+    "time": {"-f", "--format", "-o", "--output"},
+    "prlimit": {"-p", "--pid"},
+    "strace": {"-o", "-e", "-p", "-s", "-u", "-E", "-P", "-I", "-a", "-b", "-O", "-S", "-X"},
+    "ltrace": {"-o", "-e", "-p", "-s", "-u", "-a", "-n", "-l", "-x", "-F", "-w", "-A", "-D"},
+    "compute-sanitizer": _SANITIZER,
+    "cuda-memcheck": _SANITIZER,
+    "nsys": {
+        "-o", "--output", "-t", "--trace", "-s", "--sample", "-f", "--force-overwrite", "-d", "--duration", "-y",
+        "--delay", "--stats", "-b", "--backtrace", "-c", "--capture-range", "-e", "--env-var", "-w", "--show-output",
+        "-x", "--stop-on-exit", "-p", "--nvtx-capture", "-n", "--inherit-environment", "--cuda-memory-usage",
+    },
+    "ncu": {
+        "-o", "--export", "-k", "--kernel-name", "-c", "--launch-count", "-s", "--launch-skip", "--set", "--section",
+        "--metrics", "--target-processes", "--kernel-name-base", "--replay-mode", "--cache-control",
+        "--clock-control", "--kernel-id", "--nvtx-include", "--nvtx-exclude",
+    },
+    "mpirun": _MPI,
+    "mpiexec": _MPI,
+    "srun": {
+        "-n", "--ntasks", "-N", "--nodes", "-p", "--partition", "-t", "--time", "-c", "--cpus-per-task", "-G",
+        "--gpus", "-w", "--nodelist", "-A", "--account", "-J", "--job-name", "--mpi", "-o", "--output", "-e",
+        "--error", "--gres", "--gpus-per-task", "--mem", "-q", "--qos", "-x", "--exclude", "-C", "--constraint",
+        "--cpu-bind", "--gpu-bind",
+    },
+}  # fmt: skip
+_TWO_VALUES = frozenset({"-mca", "--mca", "-genv", "-gmca", "--gmca"})  # `--mca NAME VALUE`
+
+
+def _refused_option(program: str, option: str) -> str | None:
+    """An option of `env` that clears the environment (the farm's GPU pin and the cell's
+    marker with it) or runs a string of its own (`-S 'echo PASS'`)."""
+    if program != "env":
+        return None
+    short = re.fullmatch(r"-([A-Za-z0-9]+)", option)
+    if option in ("-", "--ignore-environment") or (short and "i" in short.group(1)):
+        return f"`env {option}`, which clears the environment: the GPU the farm pinned the cell to, and its marker"
+    if option.startswith("--split-string") or (short and "S" in short.group(1)):
+        return f"`env {option}`, which runs a command of its own text"
+    return None
+
+
 def _launched_otherwise(command: Command) -> str | None:
-    """A launcher's word before {binary} that could be another program (`env echo {binary}
-    PASS` ran echo, with the kernel as its argument): only options, their values, assignments,
-    numbers and other launchers may come before the kernel."""
-    after_option = False
+    """A launcher's word before {binary} that it could run as its program (`env echo {binary}
+    PASS` ran echo, with the kernel as its argument): only options (with the values of those
+    _VALUE_OPTIONS lists), assignments, numbers and other launchers may come before the kernel."""
     words = before_kernel(command)
-    program = command.words[command.program()[0]].text if words else ""
-    verbs = _SUBCOMMANDS.get(program.rsplit("/", 1)[-1], ())
+    if not words:
+        return None
+    current = command.words[command.program()[0]].text.rsplit("/", 1)[-1]  # type: ignore[index]
+    verbs = _SUBCOMMANDS.get(current, ())
+    owed = 0  # values still owed to the last option
     for index, word in enumerate(words):
         text = word.text
-        fine = (
-            (index == 0 and text in verbs)
-            or text.startswith("-")
-            or after_option
-            or ASSIGNMENT.match(text)
-            or _NUMBER_LIKE.fullmatch(text)
-            or launcher(text)
+        if owed:
+            owed -= 1
+            continue
+        if index == 0 and text in verbs:
+            continue
+        if launcher(text):
+            current = text.rsplit("/", 1)[-1]
+            continue
+        if text.startswith("-"):
+            if why := _refused_option(current, text):
+                return why
+            name = text.split("=", 1)[0]
+            if "=" not in text and name in _VALUE_OPTIONS.get(current, ()):
+                owed = 2 if name in _TWO_VALUES else 1
+            continue
+        if ASSIGNMENT.match(text) or _NUMBER_LIKE.fullmatch(text):
+            continue
+        return (
+            f"{text!r} between the launcher and {{binary}}, where only options (those of {current!r} that "
+            "take a value: as `--option=value` where the farm does not know it takes one), numbers, "
+            "assignments and other launchers may stand"
         )
-        if not fine:
-            return f"{text!r} between the launcher and {{binary}}, where only options and other launchers may stand"
-        after_option = text.startswith("-") and "=" not in text and not after_option
     return None
 
 
