@@ -53,6 +53,9 @@ class Evidence:
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
     run_timed_out: bool = False
+    # the kernel's command ended 124 under a `timeout` launcher of the run's own: killed at that
+    # launcher's limit, whatever text it had printed (it read as a clean refusal: a red-team finding)
+    launcher_timed_out: bool = False
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
@@ -82,7 +85,7 @@ CANNOT_START = {
 
 # as `sh -c` says it ("sh: 1: ./k: Permission denied"), not a kernel's own "file not found"
 _SHELL_COULD_NOT = re.compile(
-    r"^(?:\S*/)?(?:sh|dash|bash|ash|ksh|zsh): "
+    r"^(?:\S*/)?(?:sh|dash|bash|ash|ksh|zsh|environment): "  # bash as sh, inside a function: "environment: line 1:"
     r".*(?:Permission denied|not found|No such file or directory|cannot execute)"
 )
 
@@ -150,6 +153,10 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.TIMEOUT, "run", _with_stderr("killed at its timeout", ev))
     if ev.run_exit is None:
         return Verdict(Outcome.NOT_RUN, "run", "the run never finished")
+    if ev.launcher_timed_out:
+        return Verdict(
+            Outcome.TIMEOUT, "run", _with_stderr("killed at the limit of the run's own `timeout` (exit 124)", ev)
+        )
     never = ev.kernel_started is False
     if ev.run_exit in CANNOT_START and (
         _SHELL_COULD_NOT.search(ev.stderr_last_line) or (never and _SHELL_COULD_NOT.search(ev.other_last_line))

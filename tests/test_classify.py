@@ -263,6 +263,30 @@ TABLE = [
         Outcome.INFRA_ERROR,
         "run",
     ),
+    # a third red-team round: bash as the node's sh names a program missing inside the farm's
+    # function "environment: line 1:" (it read as the kernel's fail), and a run's own `timeout`
+    # killing a hung kernel that had printed its gate's text read as a clean refusal
+    (
+        "bash-no-launcher",
+        built(run_exit=127, kernel_started=True, kernel_exit=127, stderr=b"environment: line 1: nsys: command not found"),
+        MUST_RUN,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
+    (
+        "launcher-timeout-no-refusal",
+        built(run_exit=124, kernel_started=True, kernel_exit=124, launcher_timed_out=True, stderr=b"needs CC 9.0"),
+        MUST_REFUSE,
+        Outcome.TIMEOUT,
+        "run",
+    ),
+    (
+        "launcher-timeout-no-unexpected-refusal",
+        built(run_exit=124, kernel_started=True, kernel_exit=124, launcher_timed_out=True, stderr=b"needs CC 9.0"),
+        MUST_RUN,
+        Outcome.TIMEOUT,
+        "run",
+    ),
 ]
 
 

@@ -131,3 +131,13 @@ def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_pa
         noted = kernel_statuses(status.read_bytes()) if status.exists() else []
         assert done.stdout.split() == ["K"] * len(noted), (run, done.stdout)
         assert done.stderr.split() == ["E"] * len(noted), (run, done.stderr)
+
+
+def test_the_launchers_of_the_kernels_commands_are_named() -> None:
+    """What the farm reads a kernel command's 124 by: a run's own `timeout` killed it there
+    (classify: a timeout, not the refusal whose text a hung kernel had printed)."""
+    from orchestrator.config.run_command import kernel_launchers
+
+    assert kernel_launchers("timeout 5 nice -n 5 {binary}; timeout 1 true") == {"timeout", "nice"}
+    assert kernel_launchers("/usr/bin/timeout -s KILL 5 {binary}") == {"timeout"}
+    assert kernel_launchers("sleep 1; {binary} 5") == set()

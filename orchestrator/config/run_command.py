@@ -58,6 +58,18 @@ def kernel_commands(run: str) -> list[tuple[int, int]]:
     return found
 
 
+def kernel_launchers(run: str) -> set[str]:
+    """The launchers (their names) of the commands of `run` that run the kernel."""
+    found: set[str] = set()
+    for command in lex(run).commands:
+        program = command.program()
+        if program is None or kernel_command(command) is None:
+            continue
+        words = [command.words[program[0]], *before_kernel(command)]
+        found |= {word.text.rsplit("/", 1)[-1] for word in words if launcher(word.text)}
+    return found
+
+
 def prefix_kernel_commands(run: str, prefix: str) -> str:
     """`run` with `prefix` before the program of each command that runs the kernel, in
     place of a leading `exec ` or `command `."""

@@ -53,6 +53,7 @@ from orchestrator import metrics
 from orchestrator.classify import classify
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.run_command import kernel_launchers
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.run import probe, sanitize
@@ -961,6 +962,7 @@ class CellPipeline:
             if started - queued > 1e9:
                 self._detail.append(f"waited {(started - queued) / 1e9:.1f} s on the node for the GPU")
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
+        ev.launcher_timed_out = ev.kernel_exit == 124 and "timeout" in kernel_launchers(self.variant.run)
         self.result.run_seconds = elapsed
         leftover = _last(r"^@@farm leftover (\d+)$", text)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
