@@ -268,7 +268,9 @@ TABLE = [
     # killing a hung kernel that had printed its gate's text read as a clean refusal
     (
         "bash-no-launcher",
-        built(run_exit=127, kernel_started=True, kernel_exit=127, stderr=b"environment: line 1: nsys: command not found"),
+        built(
+            run_exit=127, kernel_started=True, kernel_exit=127, stderr=b"environment: line 1: nsys: command not found"
+        ),
         MUST_RUN,
         Outcome.INFRA_ERROR,
         "run",
