@@ -347,6 +347,15 @@ def test_transport_runs_a_job_and_reports_its_id_and_node(cluster: SlurmCluster)
         assert t.last_job_id != job_id and len(t.jobs) == 2
 
 
+def test_a_runs_own_srun_is_a_step_that_overlaps_the_farms(cluster: SlurmCluster) -> None:
+    """`srun {binary}` (srun is a listed launcher) on a Slurm node waited, as a step of the
+    job whose one step (the farm's) holds its resources, until the cell's timeout: every
+    such cell a timeout, the kernel never started (a red-team finding). It starts now."""
+    with transport(cluster, "t4") as t:
+        result = t.run("srun sh -c 'echo nested on $SLURMD_NODENAME; exit 4'", timeout=25)
+        assert (result.exit_code, result.stdout) == (4, "nested on t4node\n"), result
+
+
 def test_refused_requests_are_infra_and_not_retried(cluster: SlurmCluster) -> None:
     with transport(cluster, "t4", gres="gpu:2") as t, pytest.raises(SlurmRejected) as err:
         t.run("echo never", timeout=30)

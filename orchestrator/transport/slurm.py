@@ -11,7 +11,8 @@ Every run(command) is one Slurm job, started from the login node as
     export ENV...; srun --partition=P --nodes=1 --ntasks=1 --time=MIN
         --immediate=PENDING_LIMIT --job-name=farm-NODE-TOKEN --input=none
         --export=ALL [--gres=G] [--constraint=C] [slurm_options...]
-        sh -c 'printf "@@slurm-start-TOKEN %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; COMMAND'
+        sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME";
+            COMMAND'
     rc=$?; printf '\\n@@slurm-end-TOKEN %s\\n' $rc; (the job's record from squeue, else sacct)
 
 in one round trip. Everything is a job (the probe, staging, build, inspect,
@@ -212,7 +213,9 @@ class SlurmTransport(Transport):
         return args + list(node.slurm_options)
 
     def _submission(self, command: str, token: str, job_name: str, timeout: float) -> str:
-        start = f'printf "@@slurm-start-{token} %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; '
+        # a run's own `srun {binary}` is a step inside this one, which holds the allocation: without
+        # --overlap it waits for resources until the cell's timeout (a red-team finding)
+        start = f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; '
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
         name = shlex.quote(job_name)
         unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
