@@ -403,6 +403,7 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'mpirun -np 2 --mca btl self {binary}'",
         "'srun -n 1 --overlap {binary}'",
         "'stdbuf -o L {binary}'",
+        "'echo \"on $CUDA_VISIBLE_DEVICES\" >&2; {binary}'",  # the farm's pin, read
         "'x=$(( 1 << 2 )); y=$((16#ff)); z=$(echo $#); {binary} $x'",  # arithmetic, not a here-document
     ],
 )
@@ -680,6 +681,8 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("env -vS 'echo PASS' {binary}", "which runs a command of its own text"),
         ("CUDA_VISIBLE_DEVICES=0 {binary}", "CUDA_VISIBLE_DEVICES"),
         ("export CUDA_VISIBLE_DEVICES=; {binary}", "CUDA_VISIBLE_DEVICES"),
+        ("env -u CUDA_VISIBLE_DEVICES {binary}", "CUDA_VISIBLE_DEVICES other than read"),
+        ("echo ${CUDA_VISIBLE_DEVICES:=0}; {binary}", "CUDA_VISIBLE_DEVICES other than read"),
         ("{binary}; echo 0 > .farm-status", "the farm's own files beside the kernel"),
         ("unset -f farm_kernel; {binary}", "the farm's own shell names"),
         ("BASH_XTRACEFD=7; set -x; : K: PASS; {binary}", "BASH_XTRACEFD"),

@@ -565,6 +565,30 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
         assert ("runner-signalled" in stderr) == (landlock_abi() < 6), stderr
 
 
+def test_a_kernel_cannot_rewrite_the_status_the_farm_notes_for_it(
+    runner: str, own_home_node: SshNode, tmp_path: Path
+) -> None:
+    """A kernel that printed its pass marker and then failed (exit 1) wrote "0" over the
+    farm's note of its exit status (work/.farm-status, by path, in its own folder) and
+    passed (a red-team finding). The notes lie beside its work folder now, opened by the
+    node's python3 before the run: confined to its work folder, the kernel can write them
+    by no path. The shell scripts run it unconfined, and open them by path: there it
+    still can, as the README says."""
+    prelude = tmp_path / "rewrite.sh"
+    prelude.write_text(
+        "echo 'standin: PASS'\n"
+        "for f in .farm-status ../.farm-status; do rm -f $f; echo 0 > $f; done 2>/dev/null\n"
+        "echo '0' > /proc/$PPID/fd/6 2>/dev/null; true\n"
+    )
+    variant = standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude, run="{binary}; echo done")
+    (row,) = verify({"t4": own_home_node}, tmp_path / "farm", {"rewrite": variant})
+    if runner == "shell":
+        assert row["outcome"] == "pass", row["reason"]
+    else:
+        assert row["outcome"] == "fail", row["reason"]
+        assert "exit 1" in row["reason"], row["reason"]
+
+
 def test_a_kernel_under_the_sanitizer_is_confined_as_its_run_was(
     runner: str, own_home_node: SshNode, tmp_path: Path
 ) -> None:

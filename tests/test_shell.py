@@ -86,7 +86,7 @@ def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_pa
 
     from orchestrator.config.run_command import check_run
     from orchestrator.config.schema import JobSpec
-    from orchestrator.run.commands import KERNEL_FILES, kernel_run, kernel_statuses
+    from orchestrator.run.commands import KERNEL_FILES, kernel_files, kernel_run, kernel_statuses
 
     job = JobSpec.model_validate(
         {
@@ -114,7 +114,7 @@ def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_pa
             (tmp_path / name).unlink(missing_ok=True)
         try:
             done = subprocess.run(
-                [shell, "-c", kernel_run(run, str(kernel))],
+                [shell, "-c", kernel_run(run, str(kernel), kernel_files(str(tmp_path)))],
                 cwd=tmp_path,
                 capture_output=True,
                 text=True,

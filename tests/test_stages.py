@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.run.commands import KERNEL_FILES, kernel_run, kernel_statuses, other_output
+from orchestrator.run.commands import KERNEL_FILES, kernel_files, kernel_run, kernel_statuses, other_output
 from orchestrator.run.machine_code import code_path_for, count_instructions
 
 
@@ -310,7 +310,7 @@ def test_a_runs_output_and_failure_are_the_kernels_own(
     kernel.write_text(KERNEL)
     kernel.chmod(0o755)
     done = subprocess.run(
-        ["sh", "-c", kernel_run(run, str(kernel))],
+        ["sh", "-c", kernel_run(run, str(kernel), kernel_files(str(work)))],
         cwd=work,
         capture_output=True,
         text=True,
@@ -349,8 +349,10 @@ PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; 
 @pytest.mark.parametrize(
     ("source", "run", "cc", "outcome"),
     [
-        # `timeout` ended the kernel after its marker: its 124 is noted, the echo after it is not the kernel
-        (HANGS_AFTER_PASS, 'timeout 2 {binary}; echo "kernel exited $?"', None, "fail"),
+        # `timeout` ended the kernel after its marker: its 124 is noted, the echo after it is not the
+        # kernel, and the run's own limit killing it is a timeout (not a refusal where one is due)
+        (HANGS_AFTER_PASS, 'timeout 2 {binary}; echo "kernel exited $?"', None, "timeout"),
+        (HANGS_AFTER_PASS, 'timeout 2 {binary}; echo "kernel exited $?"', "{min: '8.0'}", "timeout"),
         # the kernel only warned and ran on a card it must refuse; the failing check after it is no refusal
         (WARNS_AND_RUNS, "{binary} && test -e no-such-file", "{min: '8.0'}", "missing-refusal"),
         # the node lacks the launcher that starts the kernel: the node's fault, not the kernel's

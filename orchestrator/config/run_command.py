@@ -87,14 +87,17 @@ _OTHER_SHELLS = (
     (re.compile(r"&>"), "`&>` (dash reads `&` and `>`)"),
 )
 # the farm's own words on the node: its shell function and variables (farm_kernel, farm_r), its
-# files beside the kernel (.farm-status, .farm-other), the GPU it pinned the cell to, and the fd
-# bash would write its trace into: a run naming them could speak for the kernel or move it
+# files beside the kernel (.farm-status, .farm-other), and the fd bash would write its trace
+# into: a run naming them could speak for the kernel
 _FARMS_OWN = (
     (re.compile(r"(?<![A-Za-z0-9_])farm_[A-Za-z0-9_]*"), "the farm's own shell names (farm_kernel, farm_r)"),
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
-    (re.compile(r"CUDA_VISIBLE_DEVICES"), "CUDA_VISIBLE_DEVICES, which pins the cell to the GPU the farm chose"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
 )
+_PIN = "CUDA_VISIBLE_DEVICES"
+# reading the farm's pin is fine (`echo $CUDA_VISIBLE_DEVICES`); anything else that names it
+# (`CUDA_VISIBLE_DEVICES=0 {binary}`, `unset`, `env -u`, `${...:=0}`) could move the kernel to another GPU
+_PIN_READ = re.compile(r"\$CUDA_VISIBLE_DEVICES(?![A-Za-z0-9_])|\$\{#?CUDA_VISIBLE_DEVICES(?=\}|:?[-+?]|[#%])")
 _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as commands
     "eval": "`eval`, whose text the farm cannot read as commands",
     "trap": "`trap`, whose text the farm cannot read as commands",
@@ -121,6 +124,8 @@ def _refusal(run: str, job: JobSpec) -> str | None:
     for pattern, name in _FARMS_OWN:
         if pattern.search(joined):
             return name
+    if joined.count(_PIN) > len(_PIN_READ.findall(joined)):
+        return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"
     for defined in _FUNCTION.findall(joined):
         if defined in _NOT_REDEFINED or defined.startswith("farm_"):
             return f"a function named {defined!r}, which the farm's own commands on the node call"

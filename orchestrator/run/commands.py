@@ -73,8 +73,16 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
 # failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
 # function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
 # closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
-# fds 6-8 are the farm's (a run naming them is refused at load).
+# fds 6-8 are the farm's (a run naming them is refused at load). The two files lie beside the
+# kernel's work folder, not in it: where the node's python3 runs the cell, it opens them itself and
+# hands the run their fds, and the kernel, confined to its work folder, can write them by no path
+# (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding).
 KERNEL_FILES = (".farm-status", ".farm-other")
+
+
+def kernel_files(run_dir: str) -> list[str]:
+    """Where the statuses and the other commands' output of the cell's run are written."""
+    return [f"{run_dir}/{name}" for name in KERNEL_FILES]
 
 
 STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
@@ -90,15 +98,19 @@ _KERNEL_CALL = (
 )
 
 
-def kernel_run(template: str, binary: str) -> str:
+def kernel_run(template: str, binary: str, files: list[str] | None = None) -> str:
     """The run command for the shell (run in the cell's work folder, where `binary`, the
     cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
-    through farm_kernel."""
+    through farm_kernel. With `files` (kernel_files: the shell scripts) the shell opens them
+    as fds 6 and 1-2, the kernel's stdout and stderr going to 7 and 8; without, they are open
+    already (the node's python3 runner: noderunner.run)."""
     q = shlex.quote
-    work = binary.rsplit("/", 1)[0]
-    status, other = (q(f"{work}/{name}") for name in KERNEL_FILES)
     run = prefix_kernel_commands(template, "farm_kernel ").replace("{binary}", q(binary))
-    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {_KERNEL_CALL}( {run}\n)"
+    body = f"{_KERNEL_CALL}( {run}\n)"
+    if files is None:
+        return body
+    status, other = (q(path) for path in files)
+    return f"exec 6>{status} 7>&1 8>&2 >{other} 2>&1; {body}"
 
 
 def kernel_statuses(text: bytes) -> list[int]:

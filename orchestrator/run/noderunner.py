@@ -189,13 +189,15 @@ DEFAULTS = tuple(
 )
 
 
-def spawn(argv, cwd, env, stdin, stdout, stderr, group=True):
+def spawn(argv, cwd, env, stdin, stdout, stderr, group=True, extra=()):
     """Start ARGV (searched on env's PATH) in `cwd` with these descriptors as 0, 1
-    and 2, every signal at its default, and nothing else open (every descriptor
-    Python opens is close-on-exec); leading a process group of its own, as
-    `timeout` makes one. Returns its pid, or None where it cannot start.
-    posix_spawn, not subprocess: the runner starts in a third of the time without it."""
-    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate((stdin, stdout, stderr))]
+    and 2 (and each (target, fd) of EXTRA as its target), every signal at its
+    default, and nothing else open (every descriptor Python opens is close-on-exec);
+    leading a process group of its own, as `timeout` makes one. Returns its pid, or
+    None where it cannot start. posix_spawn, not subprocess: the runner starts in a
+    third of the time without it."""
+    targets = [(target, fd) for target, fd in enumerate((stdin, stdout, stderr))] + list(extra)
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in targets]
     here = None
     try:
         if cwd is not None:  # posix_spawn has no chdir: the runner, one thread, moves there for it
@@ -296,7 +298,7 @@ def scratch(env, run_dir, guarded=()):
     return (real,)
 
 
-def spawn_confined(argv, cwd, env, fds, rules):
+def spawn_confined(argv, cwd, env, fds, rules, extra=()):
     """spawn(), with the child confined to RULES (a ruleset's fd): from a thread of its
     own that confines itself first. Landlock and no_new_privs are a thread's, and what
     it starts inherits them, so the runner's own thread stays free (it removes the
@@ -317,7 +319,7 @@ def spawn_confined(argv, cwd, env, fds, rules):
             if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
                 SPAWN_ERRORS.append(argv[0] + ": landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
             else:
-                started.append(spawn(argv, cwd, env, *fds))
+                started.append(spawn(argv, cwd, env, *fds, extra=extra))
         except Exception as err:
             SPAWN_ERRORS.append(argv[0] + ": " + repr(err))
         finally:
@@ -349,12 +351,33 @@ def wait_for(pid, seconds):
         _signal.sigtimedwait([_signal.SIGCHLD], min(left, 1.0))
 
 
-def guarded(command, limit, cwd, stdout, stderr, env, rules=None):
+def _above(fd, lowest=10):
+    """A close-on-exec copy of FD numbered LOWEST or above: the spawn's dup2s in turn
+    then never overwrite a descriptor a later one copies from."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
+
+
+def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=()):
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
-    process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in."""
+    process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
+    EXTRA: (target, fd) pairs it gets besides its stdout and stderr."""
+    copies = []
     with open(os.devnull, "rb") as nothing:
-        argv, fds = ["sh", "-c", command], (nothing.fileno(), stdout, stderr)
-        pid = spawn(argv, cwd, env, *fds) if rules is None else spawn_confined(argv, cwd, env, fds, rules)
+        fds = (nothing.fileno(), stdout, stderr)
+        if extra:
+            copies = [_above(fd) for fd in (*fds, *(fd for _, fd in extra))]
+            fds, extra = tuple(copies[:3]), tuple((target, copies[3 + i]) for i, (target, _) in enumerate(extra))
+        argv = ["sh", "-c", command]
+        try:
+            if rules is None:
+                pid = spawn(argv, cwd, env, *fds, extra=extra)
+            else:
+                pid = spawn_confined(argv, cwd, env, fds, rules, extra)
+        finally:
+            for fd in copies:
+                os.close(fd)
     if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
         raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
     code = wait_for(pid, limit)
@@ -811,6 +834,9 @@ def run(out, spec, env, ahead):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
+        # the kernel commands' statuses (fd 6) and the run's other output (1 and 2), beside the
+        # work folder: opened here, where the confined run could not (commands.kernel_files)
+        status, other = (open_or_none(path) for path in spec["kernel_files"])
         rules, unconfined = confined_to(run_dir, env, spec.get("guarded") or ())
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
@@ -818,14 +844,15 @@ def run(out, spec, env, ahead):
         started, clock = now(), time.monotonic_ns()
         code = 1
         try:
-            if stdout is not None and stderr is not None:
+            if None not in (stdout, stderr, status, other):
                 fd = rules[0] if rules else None
-                code = guarded(spec["command"], spec["limit"], work, stdout.fileno(), stderr.fileno(), env, fd)
+                kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
+                code = guarded(spec["command"], spec["limit"], work, other.fileno(), other.fileno(), env, fd, kernels)
         finally:
             if rules:
                 os.close(rules[0])
         ended = started + time.monotonic_ns() - clock
-        for handle in (stdout, stderr):
+        for handle in (stdout, stderr, status, other):
             if handle is not None:
                 handle.close()
         # first what its commands left under this (sub)reaper, whatever their environment; then,

@@ -61,7 +61,6 @@ from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord
 from orchestrator.run.commands import (
     CHANNEL_MARGIN,
-    KERNEL_FILES,
     KILL_GRACE,
     NOW_NS,
     OTHER_LIMIT,
@@ -69,6 +68,7 @@ from orchestrator.run.commands import (
     STATUS_LIMIT,
     guarded,
     input_checks,
+    kernel_files,
     kernel_run,
     kernel_statuses,
     other_output,
@@ -884,7 +884,9 @@ class CellPipeline:
         rdir = self.paths.run_dir
         work = f"{rdir}/work"
         copy = self.paths.private_binary
-        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy)
+        files = kernel_files(rdir)
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy)  # the runner opens `files`
+        shell_command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, files)
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
@@ -894,7 +896,7 @@ class CellPipeline:
         script = (
             # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
             f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}t0=$({NOW_NS}); "
-            f"{guarded(command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
+            f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
             'echo "@@farm checked $got"; echo "@@farm $rc"; }'
@@ -912,8 +914,8 @@ class CellPipeline:
             [
                 ("stdout", f"{rdir}/stdout", whole, stdout.feed),
                 ("stderr", f"{rdir}/stderr", whole, stderr.feed),
-                ("status", f"{work}/{KERNEL_FILES[0]}", STATUS_LIMIT, statuses.extend),
-                ("other", f"{work}/{KERNEL_FILES[1]}", OTHER_LIMIT, other.extend),
+                ("status", files[0], STATUS_LIMIT, statuses.extend),
+                ("other", files[1], OTHER_LIMIT, other.extend),
             ],
             state=(stdout, stderr, statuses, other, gpu, wait, limit, time.monotonic()),
             clean_up=not self._sanitizing,  # the sanitize stage runs the cell's copy again
@@ -925,6 +927,7 @@ class CellPipeline:
                 "wait": wait,
                 "run_dir": rdir,
                 "command": command,
+                "kernel_files": files,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
                 "guarded": self.guarded,
