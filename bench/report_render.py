@@ -858,7 +858,8 @@ def _instrument() -> dict[str, list]:
 
         setattr(owner, name, timed)
 
-    for name, member in vars(store.Store).items():
+    members = {name: member for cls in reversed(store.Store.__mro__) for name, member in vars(cls).items()}
+    for name, member in members.items():  # the queries are Store's through its Queries base (queries.py)
         if callable(member) and not name.startswith("_") and name not in ("session", "close"):
             wrap(store.Store, name, lambda _a, n=name: f"query: Store.{n}")
     for name in ("collect",):

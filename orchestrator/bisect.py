@@ -41,8 +41,9 @@ from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells
 from orchestrator.revisions import Commit, KernelHistory
 from orchestrator.run.scheduler import FarmRun, NullListener
-from orchestrator.store.database import BISECT_TRIGGER, Store
+from orchestrator.store.database import Store
 from orchestrator.store.lock import run_lock
+from orchestrator.store.queries import BISECT_TRIGGER
 
 TRIGGER = BISECT_TRIGGER  # its runs are not the fleet's standing, nor a metric's baseline (store)
 

@@ -36,7 +36,8 @@ from orchestrator.report.pagewriter import write_page
 from orchestrator.run.probe import probe
 from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary
 from orchestrator.store import journal
-from orchestrator.store.database import Store, redact_url
+from orchestrator.store.database import Store
+from orchestrator.store.engine import redact_url
 from orchestrator.store.location import same_database
 from orchestrator.store.lock import run_lock
 from orchestrator.terminal import printable

@@ -37,7 +37,8 @@ from orchestrator.report import trends
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import CELL_ENV, run_cells
 from orchestrator.run.streams import scan_bytes
-from orchestrator.store.database import MIGRATIONS, Store
+from orchestrator.store.database import Store
+from orchestrator.store.engine import MIGRATIONS
 from orchestrator.store.journal import journal_folder
 from orchestrator.store.records import ResultRecord, SnapshotRecord
 

@@ -22,7 +22,8 @@ from orchestrator.plan import plan_cells
 from orchestrator.report import export
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import FarmRun, NullListener, farm_commit, run_cells
-from orchestrator.store.database import MIGRATIONS, Store
+from orchestrator.store.database import Store
+from orchestrator.store.engine import MIGRATIONS
 
 FIRST_SCHEMA_DB = Path(__file__).parent / "data" / "first-schema.db"  # written by farm 0.1.0 on the H200
 

@@ -37,7 +37,8 @@ from orchestrator.plan import plan_cells
 from orchestrator.report.model import collect
 from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
-from orchestrator.store.database import MIGRATIONS, Base, Store, redact_url
+from orchestrator.store.database import Base, Store
+from orchestrator.store.engine import MIGRATIONS, redact_url
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
@@ -245,7 +246,7 @@ def query_all(url: str, sql: str) -> list[tuple]:
 
 
 def test_a_new_database_gets_the_schema_its_migrations_would_give(database_url, request, tmp_path):
-    """A new database is made from the models at once (database.migrate), not by replaying
+    """A new database is made from the models at once (engine.migrate), not by replaying
     every migration: the two must give the same tables, column by column, index by index,
     on each backend (an earlier farm's database is upgraded by the migrations alone)."""
     if database_url.startswith("sqlite"):

@@ -20,55 +20,44 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
 import os
-import re
-import sqlite3
 import threading
 import weakref
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
-    Date,
     Table,
-    and_,
-    cast,
-    create_engine,
-    event,
     func,
-    inspect,
     make_url,
     select,
-    text,
-    union,
 )
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.metrics import BASELINE
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.engine import farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.inserts import Inserts
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
+from orchestrator.store.queries import (
+    BISECT_TRIGGER,
+    CHUNK,
+    Queries,
+    chunks,
+)
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.tables import (
     Attempt,
     Base,
-    Meta,
     MetricValue,
     NodeSnapshotRow,
     PlannedCell,
@@ -77,25 +66,6 @@ from orchestrator.store.tables import (
     SassCount,
     SourceFile,
 )
-
-MIGRATIONS = Path(__file__).parent / "migrations"
-FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
-CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
-MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
-CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
-# see Store._certifying; a perf-regression passed its numbers: slower, still correct
-_CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
-BISECT_TRIGGER = "bisect"  # the trigger of `farm bisect`'s runs
-_NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
-
-
-class CertifyingGroup(NamedTuple):
-    kernel: str
-    identity: str
-    cc: str
-    passes: int
-    first_id: int
-    last_id: int
 
 
 class JournaledRun(NamedTuple):
@@ -108,170 +78,6 @@ class JournaledRun(NamedTuple):
     attempts: int
     snapshots: int
     planned: int
-
-
-class CertifyingDay(NamedTuple):
-    kernel: str
-    identity: str
-    cc: str
-    day: str
-
-
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(ids), CHUNK):
-        yield ids[start : start + CHUNK]
-
-
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")  # first: the pragmas below may wait for a lock
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
-
-
-# secrets a database URL may hold: the password between user: and the last @
-# (it may itself hold @ or /), and any query parameter named like a password
-_QUERY_SECRET = re.compile(r"([?&][^=&#]*password[^=&#]*=)([^&#]*)", re.IGNORECASE)
-_SCHEME = re.compile(r"^(.*?//)(.*)$", re.DOTALL)  # lenient: a URL the driver cannot parse holds secrets too
-
-
-def _secrets(url: str) -> list[str]:
-    found = [m.group(2) for m in _QUERY_SECRET.finditer(url) if m.group(2)]
-    scheme = _SCHEME.match(_QUERY_SECRET.sub(r"\1", url))
-    if scheme and "@" in scheme.group(2):
-        credentials = scheme.group(2).rsplit("@", 1)[0]
-        if ":" in credentials and credentials.split(":", 1)[1]:
-            found.append(credentials.split(":", 1)[1])
-    return found
-
-
-def redact_url(url: str) -> str:
-    """The URL with every password shown as ***: never echo a password."""
-    text = _QUERY_SECRET.sub(r"\1***", url)
-    scheme = _SCHEME.match(text)
-    if scheme and "@" in scheme.group(2):
-        credentials, host = scheme.group(2).rsplit("@", 1)
-        if ":" in credentials:
-            credentials = credentials.split(":", 1)[0] + ":***"
-        text = f"{scheme.group(1)}{credentials}@{host}"
-    return text
-
-
-def _scrub(message: str, url: str) -> str:
-    """An error message with the URL's passwords masked, wherever a driver echoed them."""
-    message = message.replace(url, redact_url(url))
-    for secret in sorted(_secrets(url), key=len, reverse=True):
-        if len(secret) >= 4:
-            message = message.replace(secret, "***")
-    return message
-
-
-def _first_line(err: BaseException, url: str) -> str:
-    lines = str(err).strip().splitlines()
-    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url)
-
-
-def _engine(url: str) -> Engine:
-    """An engine with each backend's settings (see the module's docstring)."""
-    backend = make_url(url).get_backend_name()
-    if backend == "sqlite":
-        engine = create_engine(url)
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    connect_args: dict[str, Any] = {}
-    if backend == "postgresql":
-        query = make_url(url).query
-        if "connect_timeout" not in query:
-            connect_args["connect_timeout"] = CONNECT_TIMEOUT
-        if "options" not in query:
-            connect_args["options"] = "-c timezone=UTC"
-    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
-
-
-def _farm_tables(path: Path) -> bool:
-    """Whether the SQLite file holds the farm's tables, read without writing a byte (an
-    empty file, another program's database, say no)."""
-    try:
-        with contextlib.closing(sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)) as db:
-            names = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError:  # no SQLite file at all, or locked: the engine's to report, as before
-        return True
-    return bool(names & {"runs", "alembic_version"})
-
-
-def _alembic_config() -> AlembicConfig:
-    config = AlembicConfig()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    return config
-
-
-@functools.cache
-def _scripts() -> ScriptDirectory:
-    """The migrations, read once per process: each read imports every revision's file
-    (about 15 ms), and a database at this farm's head needs nothing more of them."""
-    return ScriptDirectory.from_config(_alembic_config())
-
-
-def migrate(engine: Engine, url: str, create: bool = True) -> None:
-    """Bring the database to this farm's schema: create it when empty (and `create`),
-    upgrade it in place when an earlier farm wrote it, refuse it when a newer one
-    did. A command that only reads (`create=False`) writes no schema at all: not into
-    a database that holds none of the farm's (an empty file, another program's), nor
-    an upgrade into one an earlier farm wrote (that farm, still running the nightly
-    runs, would then refuse it: an upgrade is `farm verify`'s, not a reader's)."""
-    with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            # two farms opening one new server database at once: one migrates, the other then finds it done
-            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-        config = _alembic_config()
-        config.attributes["connection"] = connection
-        scripts = _scripts()
-        context = MigrationContext.configure(connection)
-        current = context.get_current_revision()
-        if current is not None and current == scripts.get_current_head():
-            return  # this farm's schema already: what every run but the first finds
-        known = {script.revision for script in scripts.walk_revisions()}
-        present = set(inspect(connection).get_table_names())
-        if current is None and "runs" in present:
-            if not create:
-                _refuse_older(url, "none (a farm from before schema revisions wrote it)", scripts)
-            command.stamp(config, FIRST_SCHEMA)
-            current = FIRST_SCHEMA
-        if current is None and create and not present & set(Base.metadata.tables):
-            # a new database gets this farm's schema at once, not by replaying every migration
-            # (0.1-0.2 s on the first run's critical path, and on every test's fresh database);
-            # the tests hold the two to the same schema (test_store.py). No table is taken as
-            # already there: another program's table of one of these names is an error here,
-            # as it is in the migrations
-            Base.metadata.create_all(connection, checkfirst=False)
-            # and the rows a migration seeds on an empty database (0011: every value is a baseline)
-            connection.execute(Meta.__table__.insert(), [{"key": "metric_baseline_from", "value": "1"}])
-            context.stamp(scripts, "head")
-            return
-        if current is None and not create:
-            raise StoreError(
-                f"{redact_url(url)} holds no farm results (none of its tables is the farm's); nothing was "
-                "written to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
-            )
-        if current is not None and current not in known:
-            raise StoreError(
-                f"the results database {redact_url(url)} has schema revision {current}, written by a newer "
-                f"farm; this farm knows revisions up to {scripts.get_current_head()}. "
-                "Upgrade the farm."
-            )
-        if not create:
-            _refuse_older(url, current, scripts)
-        command.upgrade(config, "head")
-
-
-def _refuse_older(url: str, current: str, scripts: ScriptDirectory) -> NoReturn:
-    raise StoreError(
-        f"the results database {redact_url(url)} has schema revision {current}, older than this farm's "
-        f"{scripts.get_current_head()}; a command that only reads does not upgrade it: `farm verify` "
-        "upgrades it (back it up first: the farm that wrote it cannot read it after), or use the farm "
-        "that wrote it"
-    )
 
 
 def _no_nul(params: dict[str, Any]) -> dict[str, Any]:
@@ -441,7 +247,7 @@ def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> 
     )
 
 
-class Store:
+class Store(Queries):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
@@ -453,7 +259,7 @@ class Store:
             make_url(url).port  # noqa: B018 - reading it is the check
         except (SQLAlchemyError, ValueError) as err:
             raise StoreError(
-                f"the results database URL {self.redacted_url!r} cannot be read ({_first_line(err, url)}): "
+                f"the results database URL {self.redacted_url!r} cannot be read ({first_line(err, url)}): "
                 "expected e.g. sqlite:///results.db or postgresql+psycopg://user:password@host/db"
             ) from None
         self._write_lock = threading.Lock()
@@ -464,26 +270,26 @@ class Store:
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
                 raise StoreError(f"no results database at {path}: run `farm verify` first")
-            if path and path != ":memory:" and not _farm_tables(Path(path)):
+            if path and path != ":memory:" and not farm_tables(Path(path)):
                 # read-only, before the engine's first connection sets WAL mode in the file
                 raise StoreError(
                     f"{path} holds no farm results (none of its tables is the farm's); nothing was written "
                     "to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
                 )
         try:
-            self.engine = _engine(url)
+            self.engine = open_engine(url)
         except ImportError as err:
             raise StoreError(
                 f"cannot open the results database {self.redacted_url}: its driver is not installed "
-                f"({_first_line(err, url)}); PostgreSQL's is psycopg: pip install 'psycopg[binary]'"
+                f"({first_line(err, url)}); PostgreSQL's is psycopg: pip install 'psycopg[binary]'"
             ) from err
         except (SQLAlchemyError, ValueError) as err:
-            raise StoreError(f"cannot open the results database {self.redacted_url}: {_first_line(err, url)}") from err
+            raise StoreError(f"cannot open the results database {self.redacted_url}: {first_line(err, url)}") from err
         try:
             migrate(self.engine, url, create)
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
-            said = _first_line(err, url)
+            said = first_line(err, url)
             folder = (sqlite_file(url) or Path(".")).resolve().parent
             if sqlite_file(url) is not None and "unable to open" in said and not os.access(folder, os.W_OK):
                 # WAL mode: even a reader makes results.db-shm beside the file (found by a red-team helper)
@@ -533,7 +339,7 @@ class Store:
             yield
         except (SQLAlchemyError, OSError) as err:
             raise StoreError(
-                f"the results database {self.redacted_url} failed {doing}: {_first_line(err, self.url)}"
+                f"the results database {self.redacted_url} failed {doing}: {first_line(err, self.url)}"
                 f"{self._journal_hint() if doing == 'writing' else ''}"
             ) from err
 
@@ -756,7 +562,7 @@ class Store:
             rows_of = session.connection().execute  # Core rows: no ORM pass over each
             if run_id is not None:
                 rows += rows_of(select(*self._METRIC).where(MetricValue.run_id == run_id)).all()
-            for chunk in _chunks(sorted(set(result_ids))):
+            for chunk in chunks(sorted(set(result_ids))):
                 rows += rows_of(select(*self._METRIC).where(MetricValue.result_id.in_(chunk))).all()
         return sorted(rows, key=lambda row: (row.result_id, row.name))
 
@@ -773,7 +579,7 @@ class Store:
         """result id -> (its inputs' identity, instruction -> count), for those inspected."""
         found: dict[int, tuple[str | None, dict[str, int]]] = {}
         with self._reading() as session:
-            for chunk in _chunks(sorted(set(result_ids))):
+            for chunk in chunks(sorted(set(result_ids))):
                 query = select(SassCount.result_id, SassCount.identity, SassCount.instruction, SassCount.count).where(
                     SassCount.result_id.in_(chunk)
                 )
@@ -825,354 +631,7 @@ class Store:
                 session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
                 session.commit()
 
-    # reads -------------------------------------------------------------------
-    def latest_run(self) -> Run | None:
-        with self._reading() as session:
-            return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
-
-    def run(self, run_id: int) -> Run | None:
-        if not 1 <= run_id < 2**63:  # no id a database holds (SQLite's INTEGER would overflow)
-            return None
-        with self._reading() as session:
-            return session.get(Run, run_id)
-
-    def runs(self, limit: int = 50, upto: int | None = None) -> list[Run]:
-        """The newest runs first, optionally none newer than run `upto`."""
-        query = select(Run)
-        if upto is not None:
-            query = query.where(Run.id <= upto)
-        with self._reading() as session:
-            return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
-
-    def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
-        with self._reading() as session:
-            query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)
-            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
-
-    def results(self, run_id: int) -> list[ResultRow]:
-        with self._reading() as session:
-            query = select(ResultRow).where(ResultRow.run_id == run_id)
-            return list(session.scalars(query.order_by(ResultRow.id)))
-
-    def source(self, sha256: str) -> SourceFile | None:
-        with self._reading() as session:
-            return session.get(SourceFile, sha256)
-
-    _KEY = (ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
-    _STANDING = (
-        ResultRow.id,
-        ResultRow.run_id,
-        *_KEY,
-        ResultRow.contract,
-        ResultRow.contract_ccs,
-        ResultRow.expected,
-        ResultRow.outcome,
-        ResultRow.failed_stage,
-        ResultRow.reason,
-        ResultRow.last_stderr_line,
-        ResultRow.cc,
-        ResultRow.real_gpu,
-        ResultRow.code_path,
-        ResultRow.identity,  # the ledger flags a certificate whose bytes a sanitizer now faults
-        ResultRow.started_at,
-        ResultRow.ended_at,
-    )
-
-    def standing(self, upto: int) -> tuple[dict[tuple, Any], dict[tuple, Any]]:
-        """The fleet's standing as of run `upto`: per (kernel, variant, node, device),
-        the latest result with a verdict and the latest result of any kind (light rows).
-
-        Both are taken per cell from the ix_results_cell index alone (the table's
-        wide rows are read only for the at most two results per cell returned)."""
-        # a bisection's runs test old commits: they are not the fleet's standing (bisect.py)
-        current = ResultRow.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
-        verdicts = (
-            select(func.max(ResultRow.id))
-            .where(ResultRow.run_id <= upto, current)
-            .where(ResultRow.outcome.not_in(_NO_VERDICT))
-            .group_by(*self._KEY)
-        )
-        anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto, current).group_by(*self._KEY)
-        # a subquery, not a list of ids: a big farm's cells would pass the drivers' bound-parameter limits
-        query = select(*self._STANDING).where(ResultRow.id.in_(union(verdicts, anything))).order_by(ResultRow.id)
-        with self._reading() as session:
-            rows = session.connection().execute(query).all()
-        latest_verdict: dict[tuple, Any] = {}
-        latest_any: dict[tuple, Any] = {}
-        for row in rows:  # in id order: the last one written per cell wins
-            key = (row.kernel, row.variant, row.node, row.device)
-            latest_any[key] = row
-            if row.outcome not in _NO_VERDICT:
-                latest_verdict[key] = row
-        return latest_verdict, latest_any
-
-    def previous_verdicts(self, run_id: int, per_cell: int = 10) -> dict[tuple, list[tuple[int, str]]]:
-        """For each cell of run `run_id`, the outcomes of its last `per_cell` results
-        from earlier runs, oldest first: [(run id, outcome)]."""
-        cells = {row.id: (row.kernel, row.variant, row.node, row.device) for row in self.run_matrix([run_id])}
-        return {
-            cells[this_id]: [(rid, outcome) for rid, outcome, _id in prior]
-            for this_id, prior in self.previous_results(run_id=run_id, per_cell=per_cell).items()
-        }
-
-    def previous_results(
-        self, *, run_id: int | None = None, result_ids: list[int] | None = None, per_cell: int = 10
-    ) -> dict[int, list[tuple[int, str, int]]]:
-        """For each result of run `run_id` (or each of `result_ids`), its cell's last
-        `per_cell` results from runs before that result's run, oldest first:
-        result id -> [(run id, outcome, result id)]; a result with none is left out.
-
-        Bounded by `per_cell` per result, whatever the history's length: read from
-        the ix_results_cell index alone, from the result's run back. "Last" is in
-        run order, then id order; ids grow with runs, so that is the order the
-        results were written in."""
-        if (run_id is None) == (result_ids is None):
-            raise ValueError("previous_results: give run_id or result_ids")
-        this = aliased(ResultRow, name="this")
-        earlier = aliased(ResultRow, name="earlier")
-        same_cell = [getattr(earlier, c.key) == getattr(this, c.key) for c in self._KEY]
-        # the run of the cell's per_cell-th result back: every one of the last per_cell lies in it or
-        # after, so the join below reads index entries only, and at most per_cell (more only when a
-        # cell has several results in one run, trimmed below)
-        oldest = (
-            select(earlier.run_id)
-            .where(*same_cell, earlier.run_id < this.run_id)
-            .order_by(earlier.run_id.desc())
-            .offset(per_cell - 1)
-            .limit(1)
-            .correlate(this)
-            .scalar_subquery()
-        )
-        earlier_rows = (
-            select(this.id.label("this_id"), earlier.run_id, earlier.outcome, earlier.id)
-            .join(
-                earlier,
-                and_(*same_cell, earlier.run_id < this.run_id, earlier.run_id >= func.coalesce(oldest, -1)),
-            )
-            .order_by(this.id, earlier.run_id, earlier.id)
-        )
-        with self._reading() as session:
-            if run_id is not None:
-                rows = list(session.execute(earlier_rows.where(this.run_id == run_id)))
-            else:
-                rows = []
-                for chunk in _chunks(sorted(set(result_ids or []))):
-                    rows += session.execute(earlier_rows.where(this.id.in_(chunk)))
-        found: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
-        for this_id, rid, outcome, res in rows:
-            found[this_id].append((rid, outcome, res))
-        return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
-
-    def run_starts(self, run_ids: list[int]) -> dict[int, datetime]:
-        """run id -> when it started."""
-        found: dict[int, datetime] = {}
-        with self._reading() as session:
-            for chunk in _chunks(sorted(set(run_ids))):
-                found.update(
-                    (rid, started)
-                    for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id.in_(chunk)))
-                )
-        return found
-
-    def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
-        """run -> outcome -> number of results, counted in the database (ix_results_run_cell)."""
-        counts: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
-        if not run_ids:
-            return counts
-        query = (
-            select(ResultRow.run_id, ResultRow.outcome, func.count())
-            .where(ResultRow.run_id.in_(run_ids))
-            .group_by(ResultRow.run_id, ResultRow.outcome)
-        )
-        with self._reading() as session:
-            for rid, outcome, n in session.execute(query):
-                counts[rid][outcome] = n
-        return counts
-
-    def run_matrix(self, run_ids: list[int]) -> list[Any]:
-        """Light rows (id, run_id, kernel, variant, node, device, outcome) of these
-        runs' results, read from the ix_results_run_cell index, in id order."""
-        if not run_ids:
-            return []
-        # no ORDER BY: SQLite would then walk ix_results_run_id (already in id order)
-        # and fetch each wide row (logs are inline) instead of reading the covering
-        # ix_results_run_cell alone; sorting a run's few thousand ids here is cheaper
-        query = select(ResultRow.id, ResultRow.run_id, *self._KEY, ResultRow.outcome).where(
-            ResultRow.run_id.in_(run_ids)
-        )
-        with self._reading() as session:
-            rows = session.connection().execute(query).all()
-        rows.sort(key=lambda row: row[0])
-        return rows
-
-    def unconfirmed_results(self, run_ids: list[int]) -> set[int]:
-        """Ids of these runs' as-expected results on a card the NVIDIA driver did not
-        confirm (report.model.unconfirmed): no page paints them green."""
-        if not run_ids:
-            return set()
-        query = select(ResultRow.id).where(
-            ResultRow.run_id.in_(run_ids),
-            ResultRow.device != "",
-            ResultRow.real_gpu.is_(False),
-            ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
-        )
-        with self._reading() as session:
-            return {row[0] for row in session.connection().execute(query)}
-
-    def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
-        """Whole results (logs included) as plain rows, not ORM objects: what a cell
-        page shows, read in chunks of ids, in id order. `json_as_text`: the JSON
-        columns as their stored text, for a caller that decodes the few distinct
-        values once (a run's thousands of rows repeat the same few dozen)."""
-        from sqlalchemy import JSON, Text
-
-        columns: list[Any] = [
-            cast(column, Text).label(column.key) if json_as_text and isinstance(column.type, JSON) else column
-            for column in ResultRow.__table__.columns
-        ]
-        rows: list[Any] = []
-        with self._reading() as session:
-            for chunk in _chunks(sorted(set(result_ids))):
-                query = select(*columns).where(ResultRow.id.in_(chunk)).order_by(ResultRow.id)
-                rows += session.connection().execute(query).all()  # Core rows: no ORM pass over each
-        return rows
-
-    def snapshot_rows(self, snapshot_ids: list[int]) -> dict[int, Any]:
-        """Node snapshots as plain rows, by id."""
-        found: dict[int, Any] = {}
-        with self._reading() as session:
-            for chunk in _chunks(sorted(set(snapshot_ids))):
-                query = select(*NodeSnapshotRow.__table__.columns).where(NodeSnapshotRow.id.in_(chunk))
-                found.update((row.id, row) for row in session.execute(query))
-        return found
-
-    def latest_snapshots(self, upto: int) -> list[NodeSnapshotRow]:
-        """Each node's latest snapshot up to run `upto` that probed it (else its latest)."""
-        probed = (
-            select(func.max(NodeSnapshotRow.id))
-            .where(NodeSnapshotRow.run_id <= upto, NodeSnapshotRow.probe_error.is_(None))
-            .group_by(NodeSnapshotRow.node)
-        )
-        anything = (
-            select(func.max(NodeSnapshotRow.id)).where(NodeSnapshotRow.run_id <= upto).group_by(NodeSnapshotRow.node)
-        )
-        with self._reading() as session:
-            ids = set(session.scalars(probed))
-            rows = {s.node: s for s in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(ids)))}
-            for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(anything))):
-                rows.setdefault(snap.node, snap)
-        return [rows[node] for node in sorted(rows)]
-
-    def latest_identified(self, upto: int, kernels: list[str] | None = None) -> list[ResultRow]:
-        """Each kernel's latest result (up to run `upto`) whose inputs are all identified.
-        Given the kernels, each is looked up alone, newest first (ix_results_kernel),
-        rather than by grouping every result on record."""
-        if kernels is None:
-            latest = (
-                select(func.max(ResultRow.id))
-                .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
-                .group_by(ResultRow.kernel)
-            )
-            with self._reading() as session:
-                return list(session.scalars(select(ResultRow).where(ResultRow.id.in_(latest)).order_by(ResultRow.id)))
-        found: list[ResultRow] = []
-        with self._reading() as session:
-            for kernel in sorted(set(kernels)):
-                query = (
-                    select(ResultRow)
-                    .where(ResultRow.kernel == kernel, ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
-                    .order_by(ResultRow.id.desc())
-                    .limit(1)
-                )
-                found += session.scalars(query)
-        return sorted(found, key=lambda row: row.id)
-
-    def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
-        if not run_ids:
-            return []
-        query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id.in_(run_ids))
-        with self._reading() as session:
-            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
-
-    def _certifying(self, session: Session, outcomes: tuple[str, ...] = _CERTIFYING_OUTCOMES) -> list[Any]:
-        """What certifies: a pass, where the contract required one, on a GPU the
-        driver confirmed, of a result whose every input is identified, in a run that
-        finished (one that did not never looks green: 0013). The rule lives here and
-        nowhere else (`outcomes`: some of its outcomes only)."""
-        unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
-        return [
-            ResultRow.outcome.in_([o for o in outcomes if o in _CERTIFYING_OUTCOMES]),
-            ResultRow.contract_expected == Outcome.PASS.value,
-            ResultRow.real_gpu.is_(True),
-            ResultRow.cc.is_not(None),
-            ResultRow.identity.is_not(None),
-            *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
-        ]
-
-    def certifying_passes(self) -> list[Any]:
-        """Every certifying pass (see _certifying): light rows (id, kernel,
-        identity, cc, started_at), oldest first."""
-        with self._reading() as session:
-            query = (
-                select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
-                .where(*self._certifying(session))
-                .order_by(ResultRow.id)
-            )
-            return list(session.execute(query))
-
-    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
-        """The certifying passes (see _certifying) per (kernel, identity, cc), counted
-        in the database from the ix_results_certifying index alone: rows (kernel,
-        identity, cc, passes, first_id, last_id); and for the (kernel, identity)
-        pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
-        passes ran on ("YYYY-MM-DD")."""
-        group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
-        groups: dict[tuple[str, str, str], list[int]] = {}
-        dates: list[CertifyingDay] = []
-        with self._reading() as session:
-            # one outcome at a time: each is one range of the index, in (kernel, identity, cc) order,
-            # so the database counts it in one pass without sorting
-            for outcome in _CERTIFYING_OUTCOMES:
-                query = (
-                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
-                    .where(*self._certifying(session, (outcome,)))
-                    .group_by(*group)
-                )
-                for kernel, identity, cc, n, first_id, last_id in session.execute(query):
-                    found = groups.setdefault((kernel, identity, cc), [0, first_id, last_id])
-                    found[0] += n
-                    found[1] = min(found[1], first_id)
-                    found[2] = max(found[2], last_id)
-            if self.engine.dialect.name == "postgresql":  # a timestamptz's day in UTC, whatever the session's zone
-                day: Any = cast(func.timezone("UTC", ResultRow.started_at), Date)
-            else:  # SQLite holds UTC times as text without a zone
-                day = func.date(ResultRow.started_at)
-            for kernel, identity in sorted(set(dated or [])):
-                query = (
-                    select(ResultRow.cc, day)
-                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
-                    .distinct()
-                )
-                for cc, on in session.execute(query):
-                    dates.append(CertifyingDay(kernel, identity, cc, on if isinstance(on, str) else on.isoformat()))
-        return [CertifyingGroup(*key, *found) for key, found in sorted(groups.items())], dates
-
-    def results_with_snapshots(self, result_ids: list[int]) -> list[Any]:
-        """Full rows of these results, each with its node snapshot."""
-        if not result_ids:
-            return []
-        query = (
-            select(ResultRow, NodeSnapshotRow)
-            .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
-            .where(ResultRow.id.in_(result_ids))
-            .order_by(ResultRow.id)
-        )
-        with self._reading() as session:
-            return list(session.execute(query))
-
-    def result(self, result_id: int) -> ResultRow | None:
-        with self._reading() as session:
-            return session.get(ResultRow, result_id)
+    # reads: queries.Queries
 
     def journaled_runs(self, tokens: Sequence[str]) -> dict[str, JournaledRun]:
         """token -> the run of that token and how many of each journaled row it

@@ -99,7 +99,7 @@ class DatabaseLock:
         from sqlalchemy.pool import NullPool
 
         from orchestrator.errors import StoreError
-        from orchestrator.store.database import redact_url
+        from orchestrator.store.engine import redact_url
 
         me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]
         try:

@@ -84,7 +84,7 @@ class NodeSnapshotRow(Base):
     bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
     smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
     # every usable GPU: [{index, uuid, name, cc, memory, verified, check}] (0004)
-    # nullable as migration 0004 added it: a new database is made from these models (database.migrate)
+    # nullable as migration 0004 added it: a new database is made from these models (engine.migrate)
     gpus: Mapped[list[Any]] = mapped_column(JSON, default=list, nullable=True)
     driver_check: Mapped[str | None] = mapped_column(Text, nullable=True)  # nvidia-smi vs the driver, in words
     runner: Mapped[str | None] = mapped_column(Text, nullable=True)  # "python3 PATH" or "shell" (0010)

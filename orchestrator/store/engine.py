@@ -1,0 +1,184 @@
+"""Opening a results database: its engine with each backend's settings, its schema
+brought to this farm's (Alembic), and its URL's secrets kept out of every message.
+
+SQLite runs in WAL mode with a 30 s busy timeout; PostgreSQL sessions run in UTC,
+connect with a 10 s timeout and check a pooled connection before use. A new
+database gets the farm's schema at once; one an earlier farm wrote is upgraded in
+place (by `farm verify` only); one a newer farm wrote is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, NoReturn
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event, inspect, make_url, text
+from sqlalchemy.engine import Engine
+
+from orchestrator.errors import StoreError
+from orchestrator.store.tables import Base, Meta
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
+CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
+MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout=30000")  # first: the pragmas below may wait for a lock
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+# secrets a database URL may hold: the password between user: and the last @
+# (it may itself hold @ or /), and any query parameter named like a password
+_QUERY_SECRET = re.compile(r"([?&][^=&#]*password[^=&#]*=)([^&#]*)", re.IGNORECASE)
+_SCHEME = re.compile(r"^(.*?//)(.*)$", re.DOTALL)  # lenient: a URL the driver cannot parse holds secrets too
+
+
+def _secrets(url: str) -> list[str]:
+    found = [m.group(2) for m in _QUERY_SECRET.finditer(url) if m.group(2)]
+    scheme = _SCHEME.match(_QUERY_SECRET.sub(r"\1", url))
+    if scheme and "@" in scheme.group(2):
+        credentials = scheme.group(2).rsplit("@", 1)[0]
+        if ":" in credentials and credentials.split(":", 1)[1]:
+            found.append(credentials.split(":", 1)[1])
+    return found
+
+
+def redact_url(url: str) -> str:
+    """The URL with every password shown as ***: never echo a password."""
+    text = _QUERY_SECRET.sub(r"\1***", url)
+    scheme = _SCHEME.match(text)
+    if scheme and "@" in scheme.group(2):
+        credentials, host = scheme.group(2).rsplit("@", 1)
+        if ":" in credentials:
+            credentials = credentials.split(":", 1)[0] + ":***"
+        text = f"{scheme.group(1)}{credentials}@{host}"
+    return text
+
+
+def _scrub(message: str, url: str) -> str:
+    """An error message with the URL's passwords masked, wherever a driver echoed them."""
+    message = message.replace(url, redact_url(url))
+    for secret in sorted(_secrets(url), key=len, reverse=True):
+        if len(secret) >= 4:
+            message = message.replace(secret, "***")
+    return message
+
+
+def first_line(err: BaseException, url: str) -> str:
+    lines = str(err).strip().splitlines()
+    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url)
+
+
+def open_engine(url: str) -> Engine:
+    """An engine with each backend's settings (see the module's docstring)."""
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    connect_args: dict[str, Any] = {}
+    if backend == "postgresql":
+        query = make_url(url).query
+        if "connect_timeout" not in query:
+            connect_args["connect_timeout"] = CONNECT_TIMEOUT
+        if "options" not in query:
+            connect_args["options"] = "-c timezone=UTC"
+    return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+def farm_tables(path: Path) -> bool:
+    """Whether the SQLite file holds the farm's tables, read without writing a byte (an
+    empty file, another program's database, say no)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)) as db:
+            names = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:  # no SQLite file at all, or locked: the engine's to report, as before
+        return True
+    return bool(names & {"runs", "alembic_version"})
+
+
+def _alembic_config() -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    """The migrations, read once per process: each read imports every revision's file
+    (about 15 ms), and a database at this farm's head needs nothing more of them."""
+    return ScriptDirectory.from_config(_alembic_config())
+
+
+def migrate(engine: Engine, url: str, create: bool = True) -> None:
+    """Bring the database to this farm's schema: create it when empty (and `create`),
+    upgrade it in place when an earlier farm wrote it, refuse it when a newer one
+    did. A command that only reads (`create=False`) writes no schema at all: not into
+    a database that holds none of the farm's (an empty file, another program's), nor
+    an upgrade into one an earlier farm wrote (that farm, still running the nightly
+    runs, would then refuse it: an upgrade is `farm verify`'s, not a reader's)."""
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # two farms opening one new server database at once: one migrates, the other then finds it done
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        config = _alembic_config()
+        config.attributes["connection"] = connection
+        scripts = _scripts()
+        context = MigrationContext.configure(connection)
+        current = context.get_current_revision()
+        if current is not None and current == scripts.get_current_head():
+            return  # this farm's schema already: what every run but the first finds
+        known = {script.revision for script in scripts.walk_revisions()}
+        present = set(inspect(connection).get_table_names())
+        if current is None and "runs" in present:
+            if not create:
+                _refuse_older(url, "none (a farm from before schema revisions wrote it)", scripts)
+            command.stamp(config, FIRST_SCHEMA)
+            current = FIRST_SCHEMA
+        if current is None and create and not present & set(Base.metadata.tables):
+            # a new database gets this farm's schema at once, not by replaying every migration
+            # (0.1-0.2 s on the first run's critical path, and on every test's fresh database);
+            # the tests hold the two to the same schema (test_store.py). No table is taken as
+            # already there: another program's table of one of these names is an error here,
+            # as it is in the migrations
+            Base.metadata.create_all(connection, checkfirst=False)
+            # and the rows a migration seeds on an empty database (0011: every value is a baseline)
+            connection.execute(Meta.__table__.insert(), [{"key": "metric_baseline_from", "value": "1"}])
+            context.stamp(scripts, "head")
+            return
+        if current is None and not create:
+            raise StoreError(
+                f"{redact_url(url)} holds no farm results (none of its tables is the farm's); nothing was "
+                "written to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
+            )
+        if current is not None and current not in known:
+            raise StoreError(
+                f"the results database {redact_url(url)} has schema revision {current}, written by a newer "
+                f"farm; this farm knows revisions up to {scripts.get_current_head()}. "
+                "Upgrade the farm."
+            )
+        if not create:
+            _refuse_older(url, current, scripts)
+        command.upgrade(config, "head")
+
+
+def _refuse_older(url: str, current: str, scripts: ScriptDirectory) -> NoReturn:
+    raise StoreError(
+        f"the results database {redact_url(url)} has schema revision {current}, older than this farm's "
+        f"{scripts.get_current_head()}; a command that only reads does not upgrade it: `farm verify` "
+        "upgrades it (back it up first: the farm that wrote it cannot read it after), or use the farm "
+        "that wrote it"
+    )

@@ -1,0 +1,401 @@
+"""What the report, `farm show` and the history read from the results database:
+runs, their results and snapshots, each cell's standing and earlier verdicts, and
+the certifying passes. Read-only, each query in one snapshot (`Store._reading`);
+Store (database.py) holds them beside its writes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import Date, and_, cast, func, select, union
+from sqlalchemy.orm import Session, aliased
+
+from orchestrator.outcomes import Outcome
+from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run, SourceFile
+
+CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
+# see Queries._certifying; a perf-regression passed its numbers: slower, still correct
+CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+BISECT_TRIGGER = "bisect"  # the trigger of `farm bisect`'s runs
+NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
+
+
+class CertifyingGroup(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    passes: int
+    first_id: int
+    last_id: int
+
+
+class CertifyingDay(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    day: str
+
+
+def chunks(ids: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+class Queries:
+    """The reads; a Store gives them its `_reading()` sessions."""
+
+    def _reading(self) -> AbstractContextManager[Session]:
+        raise NotImplementedError
+
+    def latest_run(self) -> Run | None:
+        with self._reading() as session:
+            return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+
+    def run(self, run_id: int) -> Run | None:
+        if not 1 <= run_id < 2**63:  # no id a database holds (SQLite's INTEGER would overflow)
+            return None
+        with self._reading() as session:
+            return session.get(Run, run_id)
+
+    def runs(self, limit: int = 50, upto: int | None = None) -> list[Run]:
+        """The newest runs first, optionally none newer than run `upto`."""
+        query = select(Run)
+        if upto is not None:
+            query = query.where(Run.id <= upto)
+        with self._reading() as session:
+            return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
+
+    def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
+        with self._reading() as session:
+            query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)
+            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
+
+    def results(self, run_id: int) -> list[ResultRow]:
+        with self._reading() as session:
+            query = select(ResultRow).where(ResultRow.run_id == run_id)
+            return list(session.scalars(query.order_by(ResultRow.id)))
+
+    def source(self, sha256: str) -> SourceFile | None:
+        with self._reading() as session:
+            return session.get(SourceFile, sha256)
+
+    _KEY = (ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
+    _STANDING = (
+        ResultRow.id,
+        ResultRow.run_id,
+        *_KEY,
+        ResultRow.contract,
+        ResultRow.contract_ccs,
+        ResultRow.expected,
+        ResultRow.outcome,
+        ResultRow.failed_stage,
+        ResultRow.reason,
+        ResultRow.last_stderr_line,
+        ResultRow.cc,
+        ResultRow.real_gpu,
+        ResultRow.code_path,
+        ResultRow.identity,  # the ledger flags a certificate whose bytes a sanitizer now faults
+        ResultRow.started_at,
+        ResultRow.ended_at,
+    )
+
+    def standing(self, upto: int) -> tuple[dict[tuple, Any], dict[tuple, Any]]:
+        """The fleet's standing as of run `upto`: per (kernel, variant, node, device),
+        the latest result with a verdict and the latest result of any kind (light rows).
+
+        Both are taken per cell from the ix_results_cell index alone (the table's
+        wide rows are read only for the at most two results per cell returned)."""
+        # a bisection's runs test old commits: they are not the fleet's standing (bisect.py)
+        current = ResultRow.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
+        verdicts = (
+            select(func.max(ResultRow.id))
+            .where(ResultRow.run_id <= upto, current)
+            .where(ResultRow.outcome.not_in(NO_VERDICT))
+            .group_by(*self._KEY)
+        )
+        anything = select(func.max(ResultRow.id)).where(ResultRow.run_id <= upto, current).group_by(*self._KEY)
+        # a subquery, not a list of ids: a big farm's cells would pass the drivers' bound-parameter limits
+        query = select(*self._STANDING).where(ResultRow.id.in_(union(verdicts, anything))).order_by(ResultRow.id)
+        with self._reading() as session:
+            rows = session.connection().execute(query).all()
+        latest_verdict: dict[tuple, Any] = {}
+        latest_any: dict[tuple, Any] = {}
+        for row in rows:  # in id order: the last one written per cell wins
+            key = (row.kernel, row.variant, row.node, row.device)
+            latest_any[key] = row
+            if row.outcome not in NO_VERDICT:
+                latest_verdict[key] = row
+        return latest_verdict, latest_any
+
+    def previous_verdicts(self, run_id: int, per_cell: int = 10) -> dict[tuple, list[tuple[int, str]]]:
+        """For each cell of run `run_id`, the outcomes of its last `per_cell` results
+        from earlier runs, oldest first: [(run id, outcome)]."""
+        cells = {row.id: (row.kernel, row.variant, row.node, row.device) for row in self.run_matrix([run_id])}
+        return {
+            cells[this_id]: [(rid, outcome) for rid, outcome, _id in prior]
+            for this_id, prior in self.previous_results(run_id=run_id, per_cell=per_cell).items()
+        }
+
+    def previous_results(
+        self, *, run_id: int | None = None, result_ids: list[int] | None = None, per_cell: int = 10
+    ) -> dict[int, list[tuple[int, str, int]]]:
+        """For each result of run `run_id` (or each of `result_ids`), its cell's last
+        `per_cell` results from runs before that result's run, oldest first:
+        result id -> [(run id, outcome, result id)]; a result with none is left out.
+
+        Bounded by `per_cell` per result, whatever the history's length: read from
+        the ix_results_cell index alone, from the result's run back. "Last" is in
+        run order, then id order; ids grow with runs, so that is the order the
+        results were written in."""
+        if (run_id is None) == (result_ids is None):
+            raise ValueError("previous_results: give run_id or result_ids")
+        this = aliased(ResultRow, name="this")
+        earlier = aliased(ResultRow, name="earlier")
+        same_cell = [getattr(earlier, c.key) == getattr(this, c.key) for c in self._KEY]
+        # the run of the cell's per_cell-th result back: every one of the last per_cell lies in it or
+        # after, so the join below reads index entries only, and at most per_cell (more only when a
+        # cell has several results in one run, trimmed below)
+        oldest = (
+            select(earlier.run_id)
+            .where(*same_cell, earlier.run_id < this.run_id)
+            .order_by(earlier.run_id.desc())
+            .offset(per_cell - 1)
+            .limit(1)
+            .correlate(this)
+            .scalar_subquery()
+        )
+        earlier_rows = (
+            select(this.id.label("this_id"), earlier.run_id, earlier.outcome, earlier.id)
+            .join(
+                earlier,
+                and_(*same_cell, earlier.run_id < this.run_id, earlier.run_id >= func.coalesce(oldest, -1)),
+            )
+            .order_by(this.id, earlier.run_id, earlier.id)
+        )
+        with self._reading() as session:
+            if run_id is not None:
+                rows = list(session.execute(earlier_rows.where(this.run_id == run_id)))
+            else:
+                rows = []
+                for chunk in chunks(sorted(set(result_ids or []))):
+                    rows += session.execute(earlier_rows.where(this.id.in_(chunk)))
+        found: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        for this_id, rid, outcome, res in rows:
+            found[this_id].append((rid, outcome, res))
+        return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
+
+    def run_starts(self, run_ids: list[int]) -> dict[int, datetime]:
+        """run id -> when it started."""
+        found: dict[int, datetime] = {}
+        with self._reading() as session:
+            for chunk in chunks(sorted(set(run_ids))):
+                found.update(
+                    (rid, started)
+                    for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id.in_(chunk)))
+                )
+        return found
+
+    def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
+        """run -> outcome -> number of results, counted in the database (ix_results_run_cell)."""
+        counts: dict[int, dict[str, int]] = {rid: {} for rid in run_ids}
+        if not run_ids:
+            return counts
+        query = (
+            select(ResultRow.run_id, ResultRow.outcome, func.count())
+            .where(ResultRow.run_id.in_(run_ids))
+            .group_by(ResultRow.run_id, ResultRow.outcome)
+        )
+        with self._reading() as session:
+            for rid, outcome, n in session.execute(query):
+                counts[rid][outcome] = n
+        return counts
+
+    def run_matrix(self, run_ids: list[int]) -> list[Any]:
+        """Light rows (id, run_id, kernel, variant, node, device, outcome) of these
+        runs' results, read from the ix_results_run_cell index, in id order."""
+        if not run_ids:
+            return []
+        # no ORDER BY: SQLite would then walk ix_results_run_id (already in id order)
+        # and fetch each wide row (logs are inline) instead of reading the covering
+        # ix_results_run_cell alone; sorting a run's few thousand ids here is cheaper
+        query = select(ResultRow.id, ResultRow.run_id, *self._KEY, ResultRow.outcome).where(
+            ResultRow.run_id.in_(run_ids)
+        )
+        with self._reading() as session:
+            rows = session.connection().execute(query).all()
+        rows.sort(key=lambda row: row[0])
+        return rows
+
+    def unconfirmed_results(self, run_ids: list[int]) -> set[int]:
+        """Ids of these runs' as-expected results on a card the NVIDIA driver did not
+        confirm (report.model.unconfirmed): no page paints them green."""
+        if not run_ids:
+            return set()
+        query = select(ResultRow.id).where(
+            ResultRow.run_id.in_(run_ids),
+            ResultRow.device != "",
+            ResultRow.real_gpu.is_(False),
+            ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
+        )
+        with self._reading() as session:
+            return {row[0] for row in session.connection().execute(query)}
+
+    def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
+        """Whole results (logs included) as plain rows, not ORM objects: what a cell
+        page shows, read in chunks of ids, in id order. `json_as_text`: the JSON
+        columns as their stored text, for a caller that decodes the few distinct
+        values once (a run's thousands of rows repeat the same few dozen)."""
+        from sqlalchemy import JSON, Text
+
+        columns: list[Any] = [
+            cast(column, Text).label(column.key) if json_as_text and isinstance(column.type, JSON) else column
+            for column in ResultRow.__table__.columns
+        ]
+        rows: list[Any] = []
+        with self._reading() as session:
+            for chunk in chunks(sorted(set(result_ids))):
+                query = select(*columns).where(ResultRow.id.in_(chunk)).order_by(ResultRow.id)
+                rows += session.connection().execute(query).all()  # Core rows: no ORM pass over each
+        return rows
+
+    def snapshot_rows(self, snapshot_ids: list[int]) -> dict[int, Any]:
+        """Node snapshots as plain rows, by id."""
+        found: dict[int, Any] = {}
+        with self._reading() as session:
+            for chunk in chunks(sorted(set(snapshot_ids))):
+                query = select(*NodeSnapshotRow.__table__.columns).where(NodeSnapshotRow.id.in_(chunk))
+                found.update((row.id, row) for row in session.execute(query))
+        return found
+
+    def latest_snapshots(self, upto: int) -> list[NodeSnapshotRow]:
+        """Each node's latest snapshot up to run `upto` that probed it (else its latest)."""
+        probed = (
+            select(func.max(NodeSnapshotRow.id))
+            .where(NodeSnapshotRow.run_id <= upto, NodeSnapshotRow.probe_error.is_(None))
+            .group_by(NodeSnapshotRow.node)
+        )
+        anything = (
+            select(func.max(NodeSnapshotRow.id)).where(NodeSnapshotRow.run_id <= upto).group_by(NodeSnapshotRow.node)
+        )
+        with self._reading() as session:
+            ids = set(session.scalars(probed))
+            rows = {s.node: s for s in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(ids)))}
+            for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.id.in_(anything))):
+                rows.setdefault(snap.node, snap)
+        return [rows[node] for node in sorted(rows)]
+
+    def latest_identified(self, upto: int, kernels: list[str] | None = None) -> list[ResultRow]:
+        """Each kernel's latest result (up to run `upto`) whose inputs are all identified.
+        Given the kernels, each is looked up alone, newest first (ix_results_kernel),
+        rather than by grouping every result on record."""
+        if kernels is None:
+            latest = (
+                select(func.max(ResultRow.id))
+                .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                .group_by(ResultRow.kernel)
+            )
+            with self._reading() as session:
+                return list(session.scalars(select(ResultRow).where(ResultRow.id.in_(latest)).order_by(ResultRow.id)))
+        found: list[ResultRow] = []
+        with self._reading() as session:
+            for kernel in sorted(set(kernels)):
+                query = (
+                    select(ResultRow)
+                    .where(ResultRow.kernel == kernel, ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                    .order_by(ResultRow.id.desc())
+                    .limit(1)
+                )
+                found += session.scalars(query)
+        return sorted(found, key=lambda row: row.id)
+
+    def snapshots_of(self, run_ids: list[int]) -> list[NodeSnapshotRow]:
+        if not run_ids:
+            return []
+        query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id.in_(run_ids))
+        with self._reading() as session:
+            return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
+
+    def _certifying(self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES) -> list[Any]:
+        """What certifies: a pass, where the contract required one, on a GPU the
+        driver confirmed, of a result whose every input is identified, in a run that
+        finished (one that did not never looks green: 0013). The rule lives here and
+        nowhere else (`outcomes`: some of its outcomes only)."""
+        unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
+        return [
+            ResultRow.outcome.in_([o for o in outcomes if o in CERTIFYING_OUTCOMES]),
+            ResultRow.contract_expected == Outcome.PASS.value,
+            ResultRow.real_gpu.is_(True),
+            ResultRow.cc.is_not(None),
+            ResultRow.identity.is_not(None),
+            *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
+        ]
+
+    def certifying_passes(self) -> list[Any]:
+        """Every certifying pass (see _certifying): light rows (id, kernel,
+        identity, cc, started_at), oldest first."""
+        with self._reading() as session:
+            query = (
+                select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
+                .where(*self._certifying(session))
+                .order_by(ResultRow.id)
+            )
+            return list(session.execute(query))
+
+    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
+        """The certifying passes (see _certifying) per (kernel, identity, cc), counted
+        in the database from the ix_results_certifying index alone: rows (kernel,
+        identity, cc, passes, first_id, last_id); and for the (kernel, identity)
+        pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
+        passes ran on ("YYYY-MM-DD")."""
+        group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        dates: list[CertifyingDay] = []
+        with self._reading() as session:
+            # one outcome at a time: each is one range of the index, in (kernel, identity, cc) order,
+            # so the database counts it in one pass without sorting
+            for outcome in CERTIFYING_OUTCOMES:
+                query = (
+                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
+                    .where(*self._certifying(session, (outcome,)))
+                    .group_by(*group)
+                )
+                for kernel, identity, cc, n, first_id, last_id in session.execute(query):
+                    found = groups.setdefault((kernel, identity, cc), [0, first_id, last_id])
+                    found[0] += n
+                    found[1] = min(found[1], first_id)
+                    found[2] = max(found[2], last_id)
+            if self.engine.dialect.name == "postgresql":  # a timestamptz's day in UTC, whatever the session's zone
+                day: Any = cast(func.timezone("UTC", ResultRow.started_at), Date)
+            else:  # SQLite holds UTC times as text without a zone
+                day = func.date(ResultRow.started_at)
+            for kernel, identity in sorted(set(dated or [])):
+                query = (
+                    select(ResultRow.cc, day)
+                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .distinct()
+                )
+                for cc, on in session.execute(query):
+                    dates.append(CertifyingDay(kernel, identity, cc, on if isinstance(on, str) else on.isoformat()))
+        return [CertifyingGroup(*key, *found) for key, found in sorted(groups.items())], dates
+
+    def results_with_snapshots(self, result_ids: list[int]) -> list[Any]:
+        """Full rows of these results, each with its node snapshot."""
+        if not result_ids:
+            return []
+        query = (
+            select(ResultRow, NodeSnapshotRow)
+            .join(NodeSnapshotRow, ResultRow.snapshot_id == NodeSnapshotRow.id)
+            .where(ResultRow.id.in_(result_ids))
+            .order_by(ResultRow.id)
+        )
+        with self._reading() as session:
+            return list(session.execute(query))
+
+    def result(self, result_id: int) -> ResultRow | None:
+        with self._reading() as session:
+            return session.get(ResultRow, result_id)
