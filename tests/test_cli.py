@@ -719,3 +719,24 @@ def test_the_quiet_line_of_a_cell_stopped_before_any_stage_names_no_stage(tmp_pa
         store.close()
     lines = [line.split("] ", 1)[1] for line in printed.getvalue().splitlines()]
     assert lines == ["node here: not-run: the run was stopped (SIGTERM) before this cell finished"], lines
+
+
+def test_a_run_whose_end_cannot_be_stored_is_no_success(tmp_path, monkeypatch):
+    """Found by a red-team helper: results.db's disk filled just as the run was marked
+    finished. The farm swallowed the error and exited 0 with nothing on stderr, the run
+    stored as still running (its exports said incomplete). It exits 5 now, saying why."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    from orchestrator.errors import StoreError
+    from orchestrator.store.database import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+
+    def full(self, run_id, status, exit_code):
+        raise StoreError("the results database failed writing: OperationalError: database or disk is full")
+
+    monkeypatch.setattr(Store, "finish_run", full)
+    done = CliRunner().invoke(main, ["verify", "--all", "--no-report", "--config", str(config)])
+    assert done.exit_code == 5, done.output
+    assert "database or disk is full" in done.output, done.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -269,3 +270,31 @@ def test_a_server_database_is_one_database_however_its_url_is_written(tmp_path):
     ]:
         assert not same_database(plain, other), other
         assert lock_path(other, tmp_path) != lock_path(plain, tmp_path), other
+
+
+def test_a_journal_on_a_full_disk_still_lets_the_database_say_how_the_run_ended(tmp_path: Path) -> None:
+    """Found by a red-team helper: the journal's disk filled mid-run. Its close() then
+    raised a bare OSError (the farm said "a bug in farm", exit 70, hiding the journal's
+    own error), and the run's end, journal first, never reached the database: the run
+    stayed "running". The database is told now, and the journal's error (a StoreError
+    naming it) is raised after; its close says the same, never a bare OSError."""
+    from orchestrator.errors import StoreError
+    from orchestrator.store.journal import Journal
+
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        run_id = store.begin_run(
+            token="tok", trigger="test", farm_version="t", host="h", config_file="farm.yaml", selection="--all"
+        )
+        (tmp_path / "journal").mkdir()
+        os.symlink("/dev/full", tmp_path / "journal" / "tok.jsonl")  # every write: ENOSPC
+        store.journal = Journal(tmp_path / "journal", "tok")
+        with pytest.raises(StoreError, match="cannot append to the run's journal"):
+            store.finish_run(run_id, "aborted", 5)
+        run = store.run(run_id)
+        assert run is not None and (run.status, run.exit_code) == ("aborted", 5)
+        with pytest.raises(StoreError, match="cannot finish the run's journal"):
+            store.journal.close()
+        store.journal.close()  # once is enough: closed
+    finally:
+        store.close()

@@ -429,9 +429,19 @@ class FarmRun:
             self._ended.set()
             self.summary.wall_seconds = time.monotonic() - clock
             stored = self.summary.exit_code if exit_code is None else exit_code
-            with contextlib.suppress(FarmError):  # the database itself may be what failed
+            ending: list[FarmError] = []  # the database or the journal failing at the run's end
+            try:
                 self.store.finish_run(run_id, status, stored)
-            self.store.journal.close()
+            except FarmError as err:  # where the run failed already, its own error is the one raised
+                ending.append(err)
+            try:
+                self.store.journal.close()
+            except FarmError as err:
+                ending.append(err)
+        if ending:
+            # a run whose end could not be stored is no success, whatever its cells said (a full
+            # disk under results.db at the run's end exited 0 with the run left "running")
+            raise ending[0]
         self.listener.run_finished(self.summary)
         return self.summary
 

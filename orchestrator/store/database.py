@@ -403,7 +403,14 @@ class Store(Queries):
         return self._add(Run, {"started_at": started, "status": "running", **fields})
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
-        self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
+        """How the run ended, journal first; where the journal cannot take it (its disk
+        full), the database is still told, and then the journal's error raised: a run
+        left "running" reads as one whose farm died."""
+        unjournaled: StoreError | None = None
+        try:
+            self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
+        except StoreError as err:
+            unjournaled = err
         with self._writing() as session:
             run = session.get(Run, run_id)
             assert run is not None
@@ -411,6 +418,8 @@ class Store(Queries):
             run.exit_code = exit_code
             run.ended_at = datetime.now(UTC)
             session.commit()
+        if unjournaled is not None:
+            raise unjournaled
 
     def add_snapshot(self, record: SnapshotRecord) -> int:
         ref = len(self._snapshot_refs) + 1

@@ -98,10 +98,15 @@ class Journal:
                 raise StoreError(f"cannot append to the run's journal {self.path}: {err.strerror or err}") from err
 
     def close(self) -> None:
+        """Closed; a StoreError where what it held back could not be written (its disk full):
+        it was a "bug in farm" (a bare OSError) that hid the write's own error."""
         with self._lock:
-            if self._handle is not None:
-                self._handle.close()
-                self._handle = None
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                try:
+                    handle.close()
+                except OSError as err:
+                    raise StoreError(f"cannot finish the run's journal {self.path}: {err.strerror or err}") from err
 
 
 def started_at(path: Path) -> datetime | None:
