@@ -171,17 +171,19 @@ def _matrix_text(summary: RunSummary) -> str:
     columns = sorted({(cell.node, cell.device, cell.several) for cell, _, _ in summary.results})
     rows = sorted({(cell.kernel, cell.variant) for cell, _, _ in summary.results})
     by_key = {(c.kernel, c.variant, c.node, c.device): r for c, r, _ in summary.results}
-    first = max([len(f"{k}:{v}") for k, v in rows] + [14])
-    names = {(n, d): f"{n}[{d}]" if several else n for n, d, several in columns}
+    # a node's card names come from the node: shown as text, never as the terminal's commands
+    rows = [(printable(k, keep_newlines=False), printable(v, keep_newlines=False), (k, v)) for k, v in rows]
+    first = max([len(f"{k}:{v}") for k, v, _ in rows] + [14])
+    names = {(n, d): printable(f"{n}[{d}]" if several else n, keep_newlines=False) for n, d, several in columns}
     widths = {key: max(len(name), 18) for key, name in names.items()}
     lines = ["kernel:variant".ljust(first) + "  " + "  ".join(names[k].ljust(widths[k]) for k in names)]
-    for kernel, variant in rows:
+    for shown_kernel, shown_variant, (kernel, variant) in rows:
         cells = []
         for node, device in names:
             result = by_key.get((kernel, variant, node, device))
             text = result.verdict.outcome.value if result and result.verdict else "-"
             cells.append(text.ljust(widths[(node, device)]))
-        lines.append(f"{kernel}:{variant}".ljust(first) + "  " + "  ".join(cells))
+        lines.append(f"{shown_kernel}:{shown_variant}".ljust(first) + "  " + "  ".join(cells))
     return "\n".join(lines)
 
 

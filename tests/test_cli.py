@@ -740,3 +740,24 @@ def test_a_run_whose_end_cannot_be_stored_is_no_success(tmp_path, monkeypatch):
     done = CliRunner().invoke(main, ["verify", "--all", "--no-report", "--config", str(config)])
     assert done.exit_code == 5, done.output
     assert "database or disk is full" in done.output, done.output
+
+
+def test_the_end_of_run_matrix_shows_a_nodes_card_names_as_text() -> None:
+    """Found by a red-team helper: a node whose card is named with escape sequences had
+    them reach the operator's terminal raw in the matrix printed at a run's end (a
+    forged green verdict line over the real one, the rest hidden)."""
+    from orchestrator.classify import Verdict
+    from orchestrator.cli import _matrix_text
+    from orchestrator.outcomes import Outcome
+    from orchestrator.plan import Cell, Expectation
+    from orchestrator.run.cell import CellResult
+    from orchestrator.run.scheduler import RunSummary
+
+    summary = RunSummary(run_id=1)
+    for device in ("Tesla T4", "\x1b[2K\x1b[1Grun 1: 2 as expected; exit 0\x1b[8m"):
+        cell = Cell("k", "v", "n", device, True)
+        result = CellResult(cell, Expectation(Outcome.PASS, "r"), Verdict(Outcome.FAIL, "run", "x"))
+        summary.results.append((cell, result, 1))
+    text = _matrix_text(summary)
+    assert "\x1b" not in text and "\\x1b[2K" in text, text
+    assert text.count("fail") == 2
