@@ -609,6 +609,21 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     say(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     say(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
     say(f"expected  {r.expected}: {r.expected_reason}")
+    # what the cell page and the exports flag, said here too (a red-team finding: `farm show`
+    # printed a pass on a stand-in card, or from a killed run, with no word of either)
+    run = store.run(r.run_id)
+    status = run.status if run is not None else "unknown"
+    ended = {"finished": "finished", "aborted": "did not finish (aborted)", "running": "had not finished (running)"}
+    said = ended.get(status, status) + ("" if status == "finished" else ": nothing of it certifies")
+    say(
+        f"run       {r.run_id} {said}"
+        + (f" (a bisection's run, {run.trigger})" if run and run.trigger == "bisect" else "")
+    )
+    if r.device and not r.real_gpu:
+        say(
+            "card      not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it): "
+            "certifies nothing"
+        )
     say(f"contract  {r.contract}")
     say(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
     for path, sha in r.sources.items():

@@ -761,3 +761,29 @@ def test_the_end_of_run_matrix_shows_a_nodes_card_names_as_text() -> None:
     text = _matrix_text(summary)
     assert "\x1b" not in text and "\\x1b[2K" in text, text
     assert text.count("fail") == 2
+
+
+def test_a_pass_of_a_run_that_did_not_finish_is_nowhere_green(tmp_path, monkeypatch):
+    """Found by a red-team helper: a night killed after a cell passed on a confirmed card
+    (its run marked aborted by the next verify). The matrix kept that pass solid green,
+    its cell page too, and `farm show` said "outcome pass", while the kernel page rightly
+    called the card unverified. Each now says the run did not finish and that nothing of
+    it certifies, as for a stand-in card."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--no-report", "--config", str(config)).returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:  # as a confirmed card's, then killed mid-run
+        db.execute("UPDATE results SET real_gpu = 1")
+        db.execute("UPDATE runs SET status = 'aborted', exit_code = NULL")
+    assert farm("report", "--config", str(config)).returncode == 0
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert "run 1 did not finish: certifies nothing" in index, index
+    assert re.findall(r'<td class="([^"]*)" data-node=', index) == ["good unconfirmed"], index
+    (page,) = (tmp_path / "reports" / "cells").glob("*.html")
+    assert "run 1 did not finish: certifies nothing" in page.read_text()
+    shown = farm("show", page.stem, "--config", str(config))
+    assert "run       1 did not finish (aborted): nothing of it certifies" in shown.stdout, shown.stdout
+    exported = json.loads(farm("report", "--format", "json", "--config", str(config)).stdout)
+    assert [cell["certifies_nothing"] for cell in exported["cells"]] == [True]

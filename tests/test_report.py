@@ -468,13 +468,18 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         # since session 16: as expected on a card the driver did not confirm is grey and says so
         '{% if cat == "good" and r.outcome in ("pass", "expected-refusal", "fixed") and r.device '
         'and not r.real_gpu %}{% set cat = "good unconfirmed" %}{% endif %}\n'
+        # since session 18: as expected in a run that did not finish is grey and says so
+        "{% set unfinished = model.unfinished_runs.get(r.run_id) %}\n"
+        '{% if cat == "good" and unfinished %}{% set cat = "good unconfirmed" %}{% endif %}\n'
         "{% set changed = r.identity and model.identities.get(kernel, r.identity) != r.identity %}\n"
         '<td class="{{ cat }}{% if s.stale or changed %} stale-cell{% endif %}" data-node="{{ col.node }}" '
         'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
         '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
         '{% if cat == "infra" %}<small>no verdict</small>{% else %}\n'
         "{% if r.outcome != r.expected %}<small>expected {{ r.expected }}</small>{% endif %}\n"
-        '{% if cat == "good unconfirmed" %}<small class="flag">stand-in card: certifies nothing</small>{% endif %}\n'
+        '{% if cat == "good unconfirmed" and unfinished %}<small class="flag">run {{ r.run_id }} '
+        '{{ "had not finished" if unfinished == "running" else "did not finish" }}: certifies nothing</small>'
+        '{% elif cat == "good unconfirmed" %}<small class="flag">stand-in card: certifies nothing</small>{% endif %}\n'
         '{% if cat == "bad" and r.last_stderr_line %}<small class="why">'
         '{{ r.last_stderr_line|truncate(90, True, "…") }}</small>{% endif %}\n'
         '{% if r.code_path == "ptx-jit" %}<small>ptx-jit</small>{% endif %}\n'
@@ -506,7 +511,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         kernel, variant, _contract = rows[row]
         result = SimpleNamespace(
             id=7 + row,
-            run_id=3 if stale else 9,
+            run_id=3 if stale else (5 if (row, col) == (1, 1) else 9),  # run 5: killed, marked aborted
             outcome=outcome,
             expected=expected,
             last_stderr_line=stderr,
@@ -521,7 +526,12 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)
     identities = {"k&1": "now", "k2": "now", "k3": "now"}
     model = SimpleNamespace(
-        run=SimpleNamespace(id=9), rows=rows, columns=columns, standing=standing, identities=identities
+        run=SimpleNamespace(id=9),
+        rows=rows,
+        columns=columns,
+        standing=standing,
+        identities=identities,
+        unfinished_runs={5: "aborted"},
     )
     env = site._env()
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
@@ -532,6 +542,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "stale-cell",
         "good unconfirmed",
         "stand-in card: certifies nothing",
+        "run 5 did not finish: certifies nothing",
         "n&#39;1",
         "then infra-error",
         "ptx-jit",

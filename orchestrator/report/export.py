@@ -158,7 +158,9 @@ def as_json(model: ReportModel) -> str:
         "unfinished": [{"kernel": k, "variant": v, "node": n, "device": d or None} for k, v, n, d in model.unfinished],
         "cells": [
             {
-                **result_record(r, snaps.get(r.snapshot_id)),
+                **(record := result_record(r, snaps.get(r.snapshot_id))),
+                # nothing of a run that did not finish certifies (queries.Queries._certifying)
+                "certifies_nothing": record["certifies_nothing"] or run.status != "finished",
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }
             for r in model.results

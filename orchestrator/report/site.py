@@ -164,6 +164,7 @@ def _moment(started: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+_UNFINISHED = {"aborted": "did not finish", "running": "had not finished"}
 UNCONFIRMED_TEXT = '<small class="flag">on a card the NVIDIA driver did not confirm: certifies nothing</small>'
 
 
@@ -303,6 +304,7 @@ def cell_body(
     snapshot: Any,
     change: history.Change | None = None,
     measured: Iterable[Any] = (),
+    unfinished: str | None = None,
 ) -> str:
     """A cell page's body: result `r` (a row of every column) of a run started at
     `started`, after its cell's earlier results `prior` (oldest first), on the node
@@ -318,6 +320,9 @@ def cell_body(
         key = (r.kernel, r.variant, r.node, r.device)
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
     unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
+    if unfinished == "aborted" and category(r.outcome) == "good":  # the run's end is known: it never finished
+        unsure = " unconfirmed"
+        unsure_text += f'<small class="flag">run {_e(r.run_id)} did not finish: certifies nothing</small>'
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
@@ -546,7 +551,8 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
             change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
             snapshot = snapshots.get(r.snapshot_id)
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
-            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, values)
+            ended = model.unfinished_runs.get(r.run_id)
+            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, values, ended)
             name = f"{int(r.id)}.html"
             yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 
@@ -693,7 +699,10 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 continue
             r = s.result
             cat = category(r.outcome)
-            if cat == "good" and unconfirmed(r):  # grey, flagged: no green for what certifies nothing
+            # grey, flagged: no green for what certifies nothing (a stand-in card, a run that did not
+            # finish: a killed night's passes stayed green once a later run had finished)
+            unfinished = model.unfinished_runs.get(r.run_id)
+            if cat == "good" and (unconfirmed(r) or unfinished):
                 cat = "good unconfirmed"
             # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
             changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
@@ -707,7 +716,10 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
             else:
                 if r.outcome != r.expected:
                     cell.append(f"<small>expected {_t(r.expected)}</small>")
-                if cat == "good unconfirmed":
+                if cat == "good unconfirmed" and unfinished:
+                    said = _UNFINISHED.get(unfinished, "did not finish")
+                    cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
+                elif cat == "good unconfirmed":
                     cell.append('<small class="flag">stand-in card: certifies nothing</small>')
                 if cat == "bad" and r.last_stderr_line:
                     why = do_truncate(env, r.last_stderr_line, 90, True, "…")

@@ -231,6 +231,13 @@ class Queries:
         rows.sort(key=lambda row: row[0])
         return rows
 
+    def unfinished_runs(self) -> dict[int, str]:
+        """Every run that did not finish (aborted, or still running) -> its status: what
+        they stored certifies nothing (_certifying), and no page shows it green."""
+        with self._reading() as session:
+            query = select(Run.id, Run.status).where(Run.status != "finished")
+            return {run_id: status for run_id, status in session.execute(query)}
+
     def unconfirmed_results(self, run_ids: list[int]) -> set[int]:
         """Ids of these runs' as-expected results on a card the NVIDIA driver did not
         confirm (report.model.unconfirmed): no page paints them green."""
