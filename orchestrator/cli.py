@@ -511,6 +511,16 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
         raise ConfigError("--out", str(out), *problem)
     store = Store(farm.database_url, create=False)
+    if fmt == "html" and out is None and run_id is not None:
+        latest = store.latest_run()
+        if latest is not None and run_id != latest.id and store.run(run_id) is not None:
+            # the reviewers' site is the latest run's: rendered as of an older run it went back in
+            # time, a red night's verdicts gone from it (a red-team finding)
+            raise click.BadParameter(
+                f"run {run_id} is not the latest run ({latest.id}): the site in {farm.reports_dir} stays the latest "
+                f"run's; render run {run_id} elsewhere with --out DIR",
+                param_hint="'--run'",
+            )
     if fmt == "html":
         target = out or farm.reports_dir
         try:

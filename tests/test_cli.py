@@ -787,3 +787,23 @@ def test_a_pass_of_a_run_that_did_not_finish_is_nowhere_green(tmp_path, monkeypa
     assert "run       1 did not finish (aborted): nothing of it certifies" in shown.stdout, shown.stdout
     exported = json.loads(farm("report", "--format", "json", "--config", str(config)).stdout)
     assert [cell["certifies_nothing"] for cell in exported["cells"]] == [True]
+
+
+def test_the_reviewers_site_never_goes_back_to_an_older_run(tmp_path, monkeypatch):
+    """Found by a red-team helper: `farm report --run 1` after a red run 2 rewrote the
+    reviewers' site as of run 1: a green index, run 2 gone from the history. An older
+    run renders elsewhere (--out); the site stays the latest run's."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+    for _ in range(2):
+        assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    index = (tmp_path / "reports" / "index.html").read_text()
+    done = farm("report", "--run", "1", "--config", str(config))
+    assert done.returncode == 2 and "run 1 is not the latest run (2)" in done.stderr, done.stderr
+    assert (tmp_path / "reports" / "index.html").read_text() == index
+    done = farm("report", "--run", "1", "--out", str(tmp_path / "old"), "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "Run 1" in (tmp_path / "old" / "index.html").read_text()
+    assert farm("report", "--run", "2", "--config", str(config)).returncode == 0
