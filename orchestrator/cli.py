@@ -333,6 +333,8 @@ def verify(
                 index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
             except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is
                 click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+                why = f"its report could not be rendered ({_render_failure(err)}); stored with exit {summary.exit_code}"
+                report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
             else:
                 if not quiet:
                     say(f"report: {index}")
@@ -350,6 +352,11 @@ class _RenderAtStart(NullListener):
         self.thread: threading.Thread | None = None
 
     def run_started(self, run_id: int, cells: list) -> None:
+        # at once, before the render (a second or more on a big site): a farm killed meanwhile
+        # left the night before's green index over a run it did not show (a red-team finding)
+        report_mod.mark_unrendered(
+            self.farm.reports_dir, run_id, "started; its report is being rendered, or the run died first"
+        )
         self.thread = threading.Thread(target=self._render, args=(run_id,), name="render-at-start", daemon=True)
         self.thread.start()
 
@@ -358,6 +365,9 @@ class _RenderAtStart(NullListener):
             report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
         except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
             click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
+            report_mod.mark_unrendered(
+                self.farm.reports_dir, run_id, f"its report could not be rendered ({_render_failure(err)})"
+            )
 
     def join(self) -> None:
         """Before the end's render: one renderer at a time in the reports folder."""

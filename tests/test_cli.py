@@ -807,3 +807,36 @@ def test_the_reviewers_site_never_goes_back_to_an_older_run(tmp_path, monkeypatc
     assert done.returncode == 0, done.stderr
     assert "Run 1" in (tmp_path / "old" / "index.html").read_text()
     assert farm("report", "--run", "2", "--config", str(config)).returncode == 0
+
+
+def test_no_index_of_the_night_before_stays_over_a_run_it_does_not_show(tmp_path, monkeypatch):
+    """Found by a red-team helper: a red night whose render failed (a full disk under
+    reports/) left the night before's green index, marked by nothing; and a farm killed
+    in the second or so before its start's render wrote the index left it too. The index
+    says run N has no report at once when the run is stored, and again when its render
+    fails (or is removed, where even that cannot be written)."""
+    from nodes import CARDS, nvidia_smi_script, smi_on_path
+
+    from orchestrator.report import site
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path)
+    index = tmp_path / "reports" / "index.html"
+    assert CliRunner().invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    assert "Run 1: 1 of 1 cells as expected" in index.read_text()
+    rendered, seen = site.render, []
+
+    def full(*args, **kwargs):
+        seen.append(index.read_text())  # what a reader finds while the render runs, or if the farm dies now
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(site, "render", full)
+    done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    assert len(seen) == 2 and all("Run 2: no report" in text for text in seen), seen
+    text = index.read_text()
+    assert "Run 1: 1 of 1 cells as expected" not in text
+    assert "Run 2: no report" in text and "No space left on device" in text, text
+    monkeypatch.setattr(site, "render", rendered)
+    assert farm("report", "--config", str(config)).returncode == 0
+    assert "Run 2: 1 of 1 cells as expected" in index.read_text()

@@ -29,6 +29,7 @@ every run and are rendered every time (and written only when their bytes differ)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import hashlib
@@ -53,7 +54,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
 from orchestrator.report import history, trends
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect, unconfirmed
-from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed
+from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
 from orchestrator.store.database import Store
 from orchestrator.store.tables import ResultRow
 from orchestrator.terminal import printable_on_page
@@ -740,6 +741,27 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
             out.append("".join(cell))
         out.append("</tr>\n")
     return Markup("".join(out))
+
+
+def mark_unrendered(out_dir: Path, run_id: int, why: str) -> None:
+    """index.html says run `run_id` has no report (`why`), or, where even that cannot be
+    written (a full disk), is removed: never the night before's green over a run it does
+    not show (a red-team finding: a red night whose render failed, or a farm killed before
+    its start's render landed, left the last green index)."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>farm: run {int(run_id)} not rendered</title>\n</head>\n<body>\n"
+        f"<h1>Run {int(run_id)}: no report</h1>\n<p>{escape(printable_on_page(why))} ({stamp}).</p>\n"
+        "<p>Nothing here is a verdict. <code>farm report</code> renders what the results database holds; "
+        '<a href="history.html">the runs before</a>.</p>\n</body>\n</html>\n'
+    )
+    index = out_dir / "index.html"
+    try:
+        write_page(str(index), page.encode(), compare=False)
+    except OSError:
+        with contextlib.suppress(OSError):  # nothing more can be done for it
+            index.unlink(missing_ok=True)
 
 
 def render(
