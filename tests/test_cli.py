@@ -840,3 +840,16 @@ def test_no_index_of_the_night_before_stays_over_a_run_it_does_not_show(tmp_path
     monkeypatch.setattr(site, "render", rendered)
     assert farm("report", "--config", str(config)).returncode == 0
     assert "Run 2: 1 of 1 cells as expected" in index.read_text()
+
+
+def test_junit_counts_a_compile_only_cell_skipped_not_passed(tmp_path, monkeypatch):
+    """Found by a red-team helper: a compile-only cell (a node without a GPU: the kernel
+    never ran) was a plain passed testcase, which a CI's JUnit view shows green."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # no nvidia-smi: a node without a GPU
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--no-report", "--config", str(config)).returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        assert [o for (o,) in db.execute("select outcome from results")] == ["compile-only"]
+    junit = farm("report", "--format", "junit", "--config", str(config)).stdout
+    assert 'tests="1"' in junit and 'skipped="1"' in junit, junit
+    assert "compile-only: built and inspected on a node without a GPU; the kernel never ran" in junit

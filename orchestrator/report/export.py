@@ -3,8 +3,9 @@
 JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
 name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
-kernel); known failures are <skipped> with their declared reason, and so is a
-cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing).
+kernel); known failures are <skipped> with their declared reason, and so are a
+cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing)
+and a compile-only cell (a node without a GPU: the kernel never ran).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def junit(model: ReportModel) -> str:
     incomplete = run.status != "finished"
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
-    skipped = sum(1 for r in results if r.outcome == Outcome.KNOWN_FAILURE or unconfirmed(r))
+    skipped = sum(1 for r in results if r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY) or unconfirmed(r))
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
         "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
@@ -105,6 +106,9 @@ def junit(model: ReportModel) -> str:
         where = f"{r.device or 'no GPU'}, CC {r.cc or '-'}"
         if r.outcome == Outcome.KNOWN_FAILURE:
             ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
+        elif r.outcome == Outcome.COMPILE_ONLY:  # as expected, but the kernel never ran: a CI must not count a pass
+            message = "compile-only: built and inspected on a node without a GPU; the kernel never ran"
+            ET.SubElement(case, "skipped", message=message)
         elif unconfirmed(r):  # as expected, but on a card nothing vouches for: a CI gate must not count it
             ET.SubElement(
                 case,
