@@ -403,6 +403,7 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         "'mpirun -np 2 --mca btl self {binary}'",
         "'srun -n 1 --overlap {binary}'",
         "'stdbuf -o L {binary}'",
+        "'cp /data/farm_inputs/a.bin . && {binary} a.bin'",  # a path that happens to hold farm_
         "'echo \"on $CUDA_VISIBLE_DEVICES\" >&2; {binary}'",  # the farm's pin, read
         "'x=$(( 1 << 2 )); y=$((16#ff)); z=$(echo $#); {binary} $x'",  # arithmetic, not a here-document
     ],

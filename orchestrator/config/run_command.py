@@ -90,7 +90,10 @@ _OTHER_SHELLS = (
 # files beside the kernel (.farm-status, .farm-other), and the fd bash would write its trace
 # into: a run naming them could speak for the kernel
 _FARMS_OWN = (
-    (re.compile(r"(?<![A-Za-z0-9_])farm_[A-Za-z0-9_]*"), "the farm's own shell names (farm_kernel, farm_r)"),
+    (
+        re.compile(r"(?<![A-Za-z0-9_./-])farm_(?:kernel|r)(?![A-Za-z0-9_])"),
+        "the farm's own shell names (farm_kernel, farm_r)",
+    ),
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
 )
