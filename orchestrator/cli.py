@@ -283,6 +283,8 @@ def verify(
         selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
         run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
         stack.enter_context(_stopping_on_signals(run))
+        if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
+            report_mod.mark_unrendered(farm.reports_dir, None, "is starting; its report is rendered once it is stored")
         try:
             summary = run.execute(cells, selection.strip())
         except BaseException:
@@ -333,7 +335,7 @@ def verify(
                 index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
             except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is
                 click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
-                why = f"its report could not be rendered ({_render_failure(err)}); stored with exit {summary.exit_code}"
+                why = f"has no report: its render failed ({_render_failure(err)}); stored with exit {summary.exit_code}"
                 report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
             else:
                 if not quiet:
@@ -365,9 +367,8 @@ class _RenderAtStart(NullListener):
             report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
         except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
             click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
-            report_mod.mark_unrendered(
-                self.farm.reports_dir, run_id, f"its report could not be rendered ({_render_failure(err)})"
-            )
+            why = f"has no report yet: its render at the start failed ({_render_failure(err)})"
+            report_mod.mark_unrendered(self.farm.reports_dir, run_id, why)
 
     def join(self) -> None:
         """Before the end's render: one renderer at a time in the reports folder."""

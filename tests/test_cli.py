@@ -831,9 +831,19 @@ def test_no_index_of_the_night_before_stays_over_a_run_it_does_not_show(tmp_path
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(site, "render", full)
+    from orchestrator.run.scheduler import FarmRun
+
+    begin = FarmRun._begin
+
+    def storing(self, *args, **kwargs):
+        seen.append(index.read_text())  # the farm killed as the run is being stored
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(FarmRun, "_begin", storing)
     done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
     assert done.exit_code == 0, done.output
-    assert len(seen) == 2 and all("Run 2: no report" in text for text in seen), seen
+    assert len(seen) == 3 and "A new run: no report" in seen[0], seen
+    assert all("Run 2: no report" in text for text in seen[1:]), seen
     text = index.read_text()
     assert "Run 1: 1 of 1 cells as expected" not in text
     assert "Run 2: no report" in text and "No space left on device" in text, text

@@ -743,16 +743,17 @@ def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
     return Markup("".join(out))
 
 
-def mark_unrendered(out_dir: Path, run_id: int, why: str) -> None:
+def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
     """index.html says run `run_id` has no report (`why`), or, where even that cannot be
     written (a full disk), is removed: never the night before's green over a run it does
     not show (a red-team finding: a red night whose render failed, or a farm killed before
     its start's render landed, left the last green index)."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    run = f"Run {int(run_id)}" if run_id is not None else "A new run"
     page = (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>farm: run {int(run_id)} not rendered</title>\n</head>\n<body>\n"
-        f"<h1>Run {int(run_id)}: no report</h1>\n<p>{escape(printable_on_page(why))} ({stamp}).</p>\n"
+        f"<title>farm: {run.lower()} not rendered</title>\n</head>\n<body>\n"
+        f"<h1>{run}: no report</h1>\n<p>{run} {escape(printable_on_page(why))} ({stamp}).</p>\n"
         "<p>Nothing here is a verdict. <code>farm report</code> renders what the results database holds; "
         '<a href="history.html">the runs before</a>.</p>\n</body>\n</html>\n'
     )
