@@ -574,12 +574,12 @@ def _grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, M
     """A kernel page's history grid: per cell, its label and its row of outcomes, one
     per run (oldest first), as HTML made here from escaped words (see _outcome_td)."""
     several = model.several
-    unsure = model.unconfirmed_ids
+    unsure, unfinished = model.unconfirmed_ids, model.unfinished_runs  # neither is green: it certifies nothing
     columns = [r.id for r in reversed(runs)]
     grid = []
     for key in sorted(k for k in model.cell_history if k[0] == kernel):
         _kernel, variant, node, device = key
-        by_run = {rid: (outcome, res in unsure) for rid, outcome, res in model.cell_history[key]}
+        by_run = {rid: (outcome, res in unsure or rid in unfinished) for rid, outcome, res in model.cell_history[key]}
         label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
         grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False))) for rid in columns))))
     return grid
@@ -829,6 +829,8 @@ def _render(
                 unsure = store.unconfirmed_results([past.id])
             else:
                 unsure = model.unconfirmed_ids
+            if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
+                unsure = unsure | {rid for _outcome, rid in own.values()}
             columns = sorted({(n, d) for (_k, _v, n, d) in own})
             matrix = _run_matrix(own, columns, linked, unsure)
             _write(
