@@ -19,7 +19,6 @@ import contextlib
 import functools
 import itertools
 import os
-import re
 import secrets
 import shlex
 import socket
@@ -29,7 +28,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,16 +47,16 @@ from orchestrator.errors import (
     FarmError,
     InfraError,
     NodeUnusable,
-    SessionLost,
     StoreError,
 )
-from orchestrator.outcomes import CELL_STAGES, NODE_STAGES, Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell, expect
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import Gpu, NodeSnapshot, probe, resident_probe, shipped_nvcc
+from orchestrator.run.node_setup import NodeSetup
+from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.stages import CellPipeline
@@ -260,7 +259,6 @@ class FarmRun:
         self.listener = listener or NullListener()
         self.trigger = trigger
         self.cache_dir = cache_dir or default_cache_dir()
-        self._handshakes: dict[str, threading.BoundedSemaphore] = {}  # sshd -> its handshakes in flight
         self._summary_lock = threading.Lock()
         self._stop = threading.Event()
         self._stop_reason: str | None = None
@@ -271,6 +269,7 @@ class FarmRun:
         self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
         # built once per run, shared by the nodes; toolchains are unpacked once per machine
         self._bundles = bundle.Bundles(default_cache_dir().parent)
+        self.node_setup = NodeSetup(farm, self._bundles, self.cache_dir)
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
         self._begin_failed = False  # storing the run failed: its nodes store nothing
         self._nodes_started: list[str] = []  # a stop before execute() has nothing to kill
@@ -511,15 +510,7 @@ class FarmRun:
             self._node_failed(name, left, None, "internal", detail, [])
 
     def _open(self, transport: Transport) -> None:
-        node = transport.node
-        if not node.host:  # nothing to shake hands with
-            transport.open()
-            return
-        sshd = node.jump or f"{node.host}:{node.port}"
-        with self._summary_lock:
-            gate = self._handshakes.setdefault(sshd, threading.BoundedSemaphore(self.farm.spec.max_connections))
-        with gate:
-            transport.open()
+        self.node_setup.open(transport)
 
     def _node(self, name: str, cells: list[Cell]) -> None:
         """Probe and stage (retrying infra failures), then run the node's cells."""
@@ -537,7 +528,7 @@ class FarmRun:
             partial: list[NodeSnapshot] = []
             resident: list[ResidentRunner] = []  # the runner that answered the probe, serving the cells next
             try:
-                staging = self._setup(setup, cells, records, partial, resident)
+                staging = self.node_setup.setup(setup, cells, records, partial, resident)
             except BaseException as err:
                 for runner in resident:  # its channel would keep the node's connection open
                     runner.close()
@@ -607,136 +598,6 @@ class FarmRun:
                 f"rm -rf {shlex.quote(run_dir + '/' + name)}; rmdir {shlex.quote(run_dir)} 2>/dev/null; true",
                 timeout=60,
             )
-
-    def _setup(
-        self,
-        setup: Transport,
-        cells: list[Cell],
-        records: list[StageRecord],
-        partial: list[NodeSnapshot],
-        resident: list[ResidentRunner],
-    ) -> Staging:
-        """probe, then stage; each stage stamped into `records`, the snapshot into `partial`,
-        the resident runner that answered the probe into `resident`. The probe also
-        reads the digests of what staging needs, so a node that holds it all is staged
-        without a round trip of its own."""
-        node = setup.node
-        jobs = [self.farm.jobs[kernel] for kernel in dict.fromkeys(c.kernel for c in cells)]
-        needs: bundle.Needs | None = None
-        needs_error: InfraError | None = None
-        try:
-            needs = self._bundles.needs(jobs, node)
-        except InfraError as err:  # the stage stage reports it, in its own name
-            needs_error = err
-        for stage in NODE_STAGES:
-            started = datetime.now(UTC)
-            clock = time.monotonic()
-            try:
-                if stage == "probe":
-                    self._open(setup)
-                    snapshot = self._probe(setup, needs.folders if needs else (), resident)
-                    partial.append(snapshot)
-                    if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
-                        said = snapshot.nvcc_output.strip().splitlines()
-                        words = " / ".join(said[-3:])[-300:]
-                        if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung
-                            words = "`nvcc --version` did not answer within 50 s"
-                        error = NodeUnusable(f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})")
-                        # missing is missing; anything else (a fork failing under load) may pass
-                        error.retryable = not re.search(
-                            r"not found|No such file|Permission denied", snapshot.nvcc_output
-                        )
-                        raise error
-                    if not snapshot.workdir:
-                        raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
-                    self._check_usable(setup.name, node, snapshot)
-                    # who runs the cells' stages there: said on every cell's page
-                    detail = f"stages run by {snapshot.runner_label(node)}"
-                else:
-                    if needs is None:
-                        assert needs_error is not None
-                        raise needs_error
-                    snapshot = partial[0]
-                    if node.pypi_toolchain and "x86_64" not in snapshot.os:
-                        raise NodeUnusable(
-                            f"node {setup.name!r}: NVIDIA's PyPI toolkits are x86_64 builds; this node is "
-                            f"{snapshot.os or 'of an unknown architecture'}"
-                        )
-                    staging = bundle.stage(
-                        setup,
-                        snapshot.workdir,
-                        needs,
-                        snapshot.folder_digests,
-                        self.cache_dir,
-                        resident[0] if resident else None,
-                    )
-                    detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
-                    if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
-                        partial[0] = snapshot = shipped_nvcc(setup, snapshot, staging.toolchain.folder)
-                        if snapshot.nvcc_version is None:
-                            said = " / ".join(snapshot.nvcc_output.strip().splitlines()[-3:])[-300:]
-                            raise NodeUnusable(f"node {setup.name!r}: the shipped nvcc does not run ({said})")
-            except InfraError as err:
-                records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
-                raise
-            records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
-        return staging
-
-    def _probe(self, setup: Transport, folders: Sequence[str], resident: list[ResidentRunner]) -> NodeSnapshot:
-        """Where a transport keeps processes, the node's resident runner is started at
-        once and answers the probe, then serves the cells (`runner: auto`); where it
-        cannot start (no python3 of 3.8 or later), the shell probe says what the node
-        has, and its cells run in a python3 each or in the shell."""
-        node = setup.node
-        if node.runner == "auto" and setup.keeps_processes:
-            runner = ResidentRunner(setup.sibling(), "python3", self._open)
-            try:
-                snapshot = resident_probe(runner, node, folders)
-            except SessionLost:
-                runner.close()
-            except BaseException:
-                runner.close()
-                raise
-            else:
-                if snapshot.resident:
-                    resident.append(runner)
-                else:
-                    runner.close()
-                return snapshot
-        return probe(setup, folders)
-
-    @staticmethod
-    def _check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
-        """A node that cannot serve its cells is unusable, and says why, rather than turn
-        its trouble into kernel verdicts or a green row of compile-only cells: a GPU
-        farm.yaml declares that the probe does not find (a broken driver, a wrong `gpus:`
-        index), too little room or a noexec work folder, a GPU stack that is there and fails."""
-        missing = sorted(set(node.gpus or []) - snapshot.gpu_indexes)
-        if missing:
-            raise NodeUnusable(
-                f"node {name!r}: farm.yaml's gpus lists {missing}, which nvidia-smi does not list "
-                f"(it lists {sorted(snapshot.gpu_indexes) or 'no GPU'})"
-            )
-        if node.cc is not None and not snapshot.has_gpu:
-            said = snapshot.smi_output.strip().splitlines()
-            words = " / ".join(said[-2:])[-200:] or "no output"
-            if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung, not empty
-                words = "it did not answer within 50 s"
-            raise NodeUnusable(
-                f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
-                f"({words}): not run as a compile-only node"
-            )
-        if (short := snapshot.room_problem()) is not None:
-            raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
-        if not snapshot.has_gpu and snapshot.unreadable_gpus:  # its only cards are in a bad state
-            raise NodeUnusable(
-                f"node {name!r}: nvidia-smi lists a GPU whose row cannot be read ({snapshot.unreadable_gpus[0]}): "
-                "a card in a bad state is not a node without one"
-            )
-        if not snapshot.has_gpu and (broken := snapshot.gpu_problem()):
-            # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
-            # were a green compile-only row, the failure said nowhere (found by a red-team helper)
-            raise NodeUnusable(f"node {name!r}: {broken}: a broken GPU is not a node without one")
 
     def _node_stopped(self, name: str, cells: list[Cell]) -> None:
         basis = declared_snapshot(name, self.farm)
