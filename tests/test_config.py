@@ -692,6 +692,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("{binary}; echo PASS >/dev//fd/7", "fds 6, 7 and 8 are the farm's"),
         ("{binary}; echo PASS >/dev/./fd/7", "fds 6, 7 and 8 are the farm's"),
         ("sudo {binary}", "{binary} as an argument of 'sudo'"),
+        # a review of the round's fixes: each a false pass (or another GPU) under bash, dash or both
+        (": $((true) )\necho PASS >&7\n# ))\n{binary}", "a `$((` that closes with `)` alone"),
+        (": `echo $(`; echo 0 >&6; : `)`\n{binary}", "a backquote inside what backquotes opened"),
+        ('if false; then {binary}; fi; farm_""kernel echo PASS', "the farm's own shell names"),
+        ("farm_\\kernel echo PASS; {binary}", "the farm's own shell names"),
+        ('export CUDA_VISIBLE_DEVICE""S=0; {binary}', "CUDA_VISIBLE_DEVICES other than read"),
+        (": $(echo 0 >&6); {binary}", "a use of fds 6, 7 or 8"),
+        ("true || {binary}; x=$(echo PASS >&7)", "a use of fds 6, 7 or 8"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

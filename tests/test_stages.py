@@ -324,6 +324,31 @@ def test_a_runs_output_and_failure_are_the_kernels_own(
     assert (work / KERNEL_FILES[1]).read_text() == other
 
 
+def test_the_farms_function_runs_only_a_command_of_the_cells_copy(tmp_path: Path) -> None:
+    """The function each kernel command is called through is the cell's own (a random
+    name), and it runs nothing that does not hold the cell's copy among its words: a run
+    that called it by name with `echo PASS` had that noted as a kernel's pass, for a
+    kernel that never ran (a red-team review's)."""
+    import re as re_
+
+    work = tmp_path / "work"
+    work.mkdir()
+    kernel = work / "k"
+    kernel.write_text(KERNEL)
+    kernel.chmod(0o755)
+    files = kernel_files(str(work))
+    command = kernel_run("true; {binary}", str(kernel), files)
+    (name,) = set(re_.findall(r"(farm_kernel_[0-9a-f]{12})\(\)", command))
+    assert name not in kernel_run("true; {binary}", str(kernel), files)  # another each time
+    forged = command.replace("( true;", f"( {name} echo 'kernel: PASS'; {name} sh -c 'exit 0';", 1)
+    assert forged != command
+    done = subprocess.run(
+        ["sh", "-c", forged], cwd=work, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "KRC": "3"}
+    )
+    assert kernel_statuses((work / KERNEL_FILES[0]).read_bytes()) == [3]  # the kernel's alone
+    assert done.stdout == "kernel: PASS\n" and done.returncode == 3  # the kernel's own line, once
+
+
 def test_the_other_commands_output_is_shown_on_one_bounded_line() -> None:
     assert other_output(b"a\n\n  b  \n") == "a / b"
     assert other_output(b"x" * 500, limit=10) == "..." + "x" * 10

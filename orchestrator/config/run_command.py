@@ -97,6 +97,9 @@ _FARMS_OWN = (
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
 )
+# fds 6-8 named anywhere in the run's text: `6>x`, `>&7`, `/dev/fd/8`, inside `$( )` too (where
+# the lexer does not look: `$(echo PASS >&7)` printed for a kernel that never ran)
+_FARM_FDS_ANYWHERE = re.compile(r"(?<![0-9A-Za-z_])[678][<>]|[<>]&\s*[678](?![0-9])|/fd/+[678](?![0-9])")
 _PIN = "CUDA_VISIBLE_DEVICES"
 # reading the farm's pin is fine (`echo $CUDA_VISIBLE_DEVICES`); anything else that names it
 # (`CUDA_VISIBLE_DEVICES=0 {binary}`, `unset`, `env -u`, `${...:=0}`) could move the kernel to another GPU
@@ -124,10 +127,13 @@ def _refusal(run: str, job: JobSpec) -> str | None:
     for pattern, name in _OTHER_SHELLS:
         if pattern.search(joined):
             return f"{name}, which sh and bash read differently"
+    # the words as the shell hands them on, quotes and backslashes gone (`farm_""kernel`,
+    # `CUDA_VISIBLE_DEVICE""S=0`, a red-team review's), and wherever they stand (inside `$( )`)
+    bare = re.sub(r"[\"'\\]", "", joined)
     for pattern, name in _FARMS_OWN:
-        if pattern.search(joined):
+        if pattern.search(bare):
             return name
-    if joined.count(_PIN) > len(_PIN_READ.findall(joined)):
+    if bare.count(_PIN) > len(_PIN_READ.findall(bare)):
         return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"
     for defined in _FUNCTION.findall(joined):
         if defined in _NOT_REDEFINED or defined.startswith("farm_"):
@@ -162,7 +168,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
             return found
         if found := _markers_before(command, job):
             return found
-    return None if runs_kernel else "a run that never runs {binary} as a command"
+    if not runs_kernel:
+        return "a run that never runs {binary} as a command"
+    if _FARM_FDS_ANYWHERE.search(bare):  # where the commands' own checks do not look
+        return "a use of fds 6, 7 or 8 (inside `$( )` too): fds 6, 7 and 8 are the farm's"
+    return None
 
 
 def _kernels_output_taken(command: Command) -> str | None:

@@ -109,6 +109,10 @@ def _word_end(run: str, i: int, word: Word) -> tuple[int, str]:
             continue
         c = run[i]
         top = stack[-1] if stack else ""
+        if c == "`" and top != "`" and "`" in stack and run[i - 1] != "\\":
+            # the shell ends a backquoted command at its next backquote, whatever was opened since
+            # (`` `echo $(` ``): this reader would end it elsewhere (a red-team helper's false pass)
+            return i, "a backquote inside what backquotes opened (`$(`, quotes, `${`)"
         if top == "'":
             if c == "'":
                 stack.pop()
@@ -131,6 +135,9 @@ def _word_end(run: str, i: int, word: Word) -> tuple[int, str]:
         elif top == "$((" and run.startswith("))", i):
             stack.pop()
             i += 1
+        elif top == "$((" and c == ")":
+            # `$((true) )`: bash reads a command substitution there, this reader an arithmetic one
+            return i, "a `$((` that closes with `)` alone (bash may read it as `$( (`)"
         elif (c == ")" and top in ("$(", "((")) or (c == "}" and top == "${"):
             stack.pop()
         elif c == "(" and top in ("$(", "$((", "(("):

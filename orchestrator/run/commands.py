@@ -5,6 +5,7 @@ runner. Built from quoted parts only."""
 
 from __future__ import annotations
 
+import secrets
 import shlex
 
 from orchestrator.config.farm import Job
@@ -91,22 +92,29 @@ STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
 OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
 
 
-# `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell before its
-# status was noted (found by a red-team helper: a refusal read as "never started")
-_KERNEL_CALL = (
-    'farm_kernel() { farm_r=0; "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
-)
+def _kernel_call(name: str, binary: str) -> str:
+    """The shell function each kernel command is called through. Its name is the cell's own
+    (a run that called `farm_""kernel echo PASS` had echo's output and status noted as a
+    kernel's that never ran: a red-team review's), and it runs only a command holding the
+    cell's copy among its words. `|| farm_r=$?`: under the run's own `set -e` a failing
+    kernel would end the shell before its status was noted (a red-team finding)."""
+    return (
+        f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {shlex.quote(binary)}) farm_ok=1;; esac; '
+        'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
+        'farm_r=0; "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
+    )
 
 
 def kernel_run(template: str, binary: str, files: list[str] | None = None) -> str:
     """The run command for the shell (run in the cell's work folder, where `binary`, the
     cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
-    through farm_kernel. With `files` (kernel_files: the shell scripts) the shell opens them
-    as fds 6 and 1-2, the kernel's stdout and stderr going to 7 and 8; without, they are open
-    already (the node's python3 runner: noderunner.run)."""
+    through the cell's own farm_kernel_* function. With `files` (kernel_files: the shell
+    scripts) the shell opens them as fds 6 and 1-2, the kernel's stdout and stderr going to 7
+    and 8; without, they are open already (the node's python3 runner: noderunner.run)."""
     q = shlex.quote
-    run = prefix_kernel_commands(template, "farm_kernel ").replace("{binary}", q(binary))
-    body = f"{_KERNEL_CALL}( {run}\n)"
+    name = f"farm_kernel_{secrets.token_hex(6)}"
+    run = prefix_kernel_commands(template, name + " ").replace("{binary}", q(binary))
+    body = f"{_kernel_call(name, binary)}( {run}\n)"
     if files is None:
         return body
     status, other = (q(path) for path in files)
