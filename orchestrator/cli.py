@@ -522,7 +522,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
         raise ConfigError("--out", str(out), *problem)
     store = Store(farm.database_url, create=False)
-    if fmt == "html" and out is None and run_id is not None:
+    the_site = out is None or out.resolve() == farm.reports_dir.resolve()
+    if fmt == "html" and the_site and run_id is not None:
         latest = store.latest_run()
         if latest is not None and run_id != latest.id and store.run(run_id) is not None:
             # the reviewers' site is the latest run's: rendered as of an older run it went back in

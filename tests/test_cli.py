@@ -776,7 +776,13 @@ def test_a_pass_of_a_run_that_did_not_finish_is_nowhere_green(tmp_path, monkeypa
     assert farm("verify", "--all", "--no-report", "--config", str(config)).returncode == 0
     with sqlite3.connect(tmp_path / "results.db") as db:  # as a confirmed card's, then killed mid-run
         db.execute("UPDATE results SET real_gpu = 1")
-        db.execute("UPDATE runs SET status = 'aborted', exit_code = NULL")
+        db.execute("UPDATE runs SET status = 'running', exit_code = NULL")
+    # before the next verify marks it aborted: its pages, written once, say how it stood then
+    assert farm("report", "--out", str(tmp_path / "then"), "--config", str(config)).returncode == 0
+    (then,) = (tmp_path / "then" / "cells").glob("*.html")
+    assert "run 1 had not finished when this page was written: certifies nothing" in then.read_text()
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE runs SET status = 'aborted'")
     assert farm("report", "--config", str(config)).returncode == 0
     index = (tmp_path / "reports" / "index.html").read_text()
     assert "run 1 did not finish: certifies nothing" in index, index
@@ -805,6 +811,8 @@ def test_the_reviewers_site_never_goes_back_to_an_older_run(tmp_path, monkeypatc
     done = farm("report", "--run", "1", "--config", str(config))
     assert done.returncode == 2 and "run 1 is not the latest run (2)" in done.stderr, done.stderr
     assert (tmp_path / "reports" / "index.html").read_text() == index
+    done = farm("report", "--run", "1", "--out", str(tmp_path / "reports"), "--config", str(config))
+    assert done.returncode == 2 and "run 1 is not the latest run (2)" in done.stderr, done.stderr  # the site, named
     done = farm("report", "--run", "1", "--out", str(tmp_path / "old"), "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert "Run 1" in (tmp_path / "old" / "index.html").read_text()

@@ -824,6 +824,11 @@ def test_the_leftover_reap_reads_only_the_processes_made_after_the_cell(monkeypa
     straight = noderunner.made_after((100, 4_990), 400)
     assert straight is not None and [straight(pid) for pid in (100, 101, 320, 321)] == [False, True, True, False]
     assert noderunner.made_after((100, 5_000 - 32_768), 0) is None  # as many forks as pids: it may have come round
+    monkeypatch.setattr(noderunner, "_loadavg_tasks", lambda: 32_460)  # threads hold pids the cycle skips too
+    assert noderunner.made_after((100, 4_990), 400) is None
+    monkeypatch.setattr(noderunner, "_loadavg_tasks", lambda: None)
+    monkeypatch.setattr(os, "readlink", lambda path: "1")  # /proc of another pid namespace
+    assert noderunner.made_after((100, 4_990), 400) is None
 
 
 def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(

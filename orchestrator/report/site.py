@@ -321,9 +321,10 @@ def cell_body(
         key = (r.kernel, r.variant, r.node, r.device)
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
     unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
-    if unfinished == "aborted" and category(r.outcome) == "good":  # the run's end is known: it never finished
+    if unfinished is not None and category(r.outcome) == "good":  # a page is written once: say how it stood then
         unsure = " unconfirmed"
-        unsure_text += f'<small class="flag">run {_e(r.run_id)} did not finish: certifies nothing</small>'
+        said = "did not finish" if unfinished == "aborted" else "had not finished when this page was written"
+        unsure_text += f'<small class="flag">run {_e(r.run_id)} {said}: certifies nothing</small>'
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '

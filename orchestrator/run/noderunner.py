@@ -456,6 +456,15 @@ def _proc_number(path, prefix=b""):
     return None
 
 
+def _loadavg_tasks():
+    """The kernel's count of its tasks (threads included), /proc/loadavg's 4th field."""
+    try:
+        with open("/proc/loadavg", "rb") as handle:
+            return int(handle.read().split()[3].split(b"/")[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def born():
     """This process's pid and the forks counted so far (every namespace's): what
     reap() needs to tell the processes made after it from those made before."""
@@ -470,11 +479,19 @@ def made_after(since, live):
     pids it skipped, than pids there are. None where that cannot be told."""
     if since is None or since[1] is None:
         return None
+    try:  # /proc of another pid namespace (unshare -p without its own /proc): its pids are not ours
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return None
+    except OSError:
+        return None
     first = since[0]
     last = _proc_number("/proc/sys/kernel/ns_last_pid")  # read after the listing: no pid in it is later
     forks = _proc_number("/proc/stat", b"processes ")
     top = _proc_number("/proc/sys/kernel/pid_max")
-    if last is None or forks is None or top is None or forks - since[1] + live >= top - 301:
+    threads = _loadavg_tasks()  # each thread holds a pid too, which the cycle skips
+    live = max(live, threads or 0)
+    # twice the forks: a fork that failed after taking its pid (a cgroup's pids limit) moved the cycle on
+    if last is None or forks is None or top is None or 2 * (forks - since[1]) + live >= top - 301:
         return None
     if first <= last:
         return lambda pid: first < pid <= last

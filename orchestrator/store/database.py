@@ -415,7 +415,8 @@ class Store(Queries):
             run = session.get(Run, run_id)
             assert run is not None
             run.status = status
-            run.exit_code = exit_code
+            # the code the process returns: the journal's error's, where it could not take the end
+            run.exit_code = exit_code if unjournaled is None else max(exit_code, unjournaled.exit_code)
             run.ended_at = datetime.now(UTC)
             session.commit()
         if unjournaled is not None:
