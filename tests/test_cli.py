@@ -795,6 +795,8 @@ def test_a_pass_of_a_run_that_did_not_finish_is_nowhere_green(tmp_path, monkeypa
     assert "run       1 did not finish (aborted): nothing of it certifies" in shown.stdout, shown.stdout
     exported = json.loads(farm("report", "--format", "json", "--config", str(config)).stdout)
     assert [cell["certifies_nothing"] for cell in exported["cells"]] == [True]
+    junit = farm("report", "--format", "junit", "--config", str(config)).stdout
+    assert 'skipped="1"' in junit and "in run 1, which did not finish (aborted): it certifies nothing" in junit
 
 
 def test_the_reviewers_site_never_goes_back_to_an_older_run(tmp_path, monkeypatch):

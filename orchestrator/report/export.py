@@ -5,7 +5,8 @@ name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
 kernel); known failures are <skipped> with their declared reason, and so are a
 cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing)
-and a compile-only cell (a node without a GPU: the kernel never ran).
+a compile-only cell (a node without a GPU: the kernel never ran), and a cell as
+expected in a run that did not finish.
 """
 
 from __future__ import annotations
@@ -56,7 +57,14 @@ def junit(model: ReportModel) -> str:
     incomplete = run.status != "finished"
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
-    skipped = sum(1 for r in results if r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY) or unconfirmed(r))
+    # as expected yet certifying nothing: a known failure, compile-only, a stand-in card, a run that did not finish
+    unbacked = [
+        r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY)
+        or unconfirmed(r)
+        or (incomplete and is_as_expected(r.outcome))
+        for r in results
+    ]
+    skipped = sum(unbacked)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
         "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
@@ -118,6 +126,9 @@ def junit(model: ReportModel) -> str:
                     "or one that misreports it): it certifies nothing"
                 ),
             )
+        elif incomplete and is_as_expected(r.outcome):  # nothing of a run that did not finish certifies
+            message = f"{r.outcome}, in run {run.id}, which did not finish ({run.status}): it certifies nothing"
+            ET.SubElement(case, "skipped", message=message)
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
