@@ -4,7 +4,7 @@ JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
 name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
 kernel); known failures are <skipped> with their declared reason, and so are a
-cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing)
+cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing),
 a compile-only cell (a node without a GPU: the kernel never ran), and a cell as
 expected in a run that did not finish.
 """
