@@ -778,59 +778,6 @@ def test_the_leftover_kill_reads_no_process_table_where_the_cell_left_no_child()
     assert _in_a_child(two_left) == 2
 
 
-def test_the_leftover_reap_reads_only_the_processes_made_after_the_cell(monkeypatch) -> None:
-    """At each run's end, under the GPU's lock, the reap read the environment of every
-    process of the node (thousands on a busy node). Given born() of the cell's first
-    process it reads only those made after it (the kernel hands pids out in a
-    cycle), and still kills what carries the marker there; a process made before the
-    cell is not read. Where the cycle may have come round since, or the counts cannot
-    be read, it reads them all."""
-    marker = f"FARM_CELL=t{os.getpid()}.{time.monotonic_ns()}"
-    env = {**os.environ, "FARM_CELL": marker.split("=", 1)[1]}
-    older = subprocess.Popen(["sleep", "60"], env=env)  # carries the marker, made before the cell
-    try:
-        forks = noderunner.born()[1]
-        first = subprocess.Popen(["true"])  # the cell's first process, as born() in it would say
-        first.wait()
-        since = (first.pid, forks)
-        newer = subprocess.Popen(["sleep", "60"], env=env)
-        read: list[str] = []
-        real_open = os.open
-
-        def noting(path, *args, **kwargs):
-            if str(path).endswith("/environ"):
-                read.append(str(path))
-            return real_open(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "open", noting)
-        assert noderunner.reap("FARM_CELL", env["FARM_CELL"], since) == 1
-        monkeypatch.setattr(os, "open", real_open)
-        assert newer.wait(10) == -signal.SIGKILL and older.poll() is None
-        assert f"/proc/{newer.pid}/environ" in read and f"/proc/{older.pid}/environ" not in read
-        assert len(read) < len(os.listdir("/proc")) // 2, "it read the environment of processes made before"
-        # forks not counted (a /proc without them): all of them read, the older one killed too
-        assert noderunner.reap("FARM_CELL", env["FARM_CELL"], (since[0], None)) == 1
-        assert older.wait(10) == -signal.SIGKILL
-    finally:
-        for process in (older,):
-            with contextlib.suppress(OSError):
-                process.kill()
-
-    numbers = {"/proc/sys/kernel/ns_last_pid": 320, "/proc/stat": 5_000, "/proc/sys/kernel/pid_max": 32768}
-    monkeypatch.setattr(noderunner, "_proc_number", lambda path, prefix=b"": numbers[path])
-    wrapped = noderunner.made_after((32000, 4_900), 400)  # the cycle went round past pid_max once
-    assert wrapped is not None
-    assert [wrapped(pid) for pid in (32001, 32767, 301, 320, 321, 31999, 32000)] == [True] * 4 + [False] * 3
-    straight = noderunner.made_after((100, 4_990), 400)
-    assert straight is not None and [straight(pid) for pid in (100, 101, 320, 321)] == [False, True, True, False]
-    assert noderunner.made_after((100, 5_000 - 32_768), 0) is None  # as many forks as pids: it may have come round
-    monkeypatch.setattr(noderunner, "_loadavg_tasks", lambda: 32_460)  # threads hold pids the cycle skips too
-    assert noderunner.made_after((100, 4_990), 400) is None
-    monkeypatch.setattr(noderunner, "_loadavg_tasks", lambda: None)
-    monkeypatch.setattr(os, "readlink", lambda path: "1")  # /proc of another pid namespace
-    assert noderunner.made_after((100, 4_990), 400) is None
-
-
 def test_the_probes_compiled_runner_is_loaded_only_by_a_python3_of_its_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

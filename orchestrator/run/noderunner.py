@@ -444,78 +444,20 @@ def captured(argv, seconds):
     return finished(child, seconds)[0]
 
 
-def _proc_number(path, prefix=b""):
-    """The number in a /proc file (after PREFIX, on its line), or None."""
-    try:
-        with open(path, "rb") as handle:
-            for line in handle:
-                if line.startswith(prefix):
-                    return int(line[len(prefix) :])
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _loadavg_tasks():
-    """The kernel's count of its tasks (threads included), /proc/loadavg's 4th field."""
-    try:
-        with open("/proc/loadavg", "rb") as handle:
-            return int(handle.read().split()[3].split(b"/")[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def born():
-    """This process's pid and the forks counted so far (every namespace's): what
-    reap() needs to tell the processes made after it from those made before."""
-    return os.getpid(), _proc_number("/proc/stat", b"processes ")
-
-
-def made_after(since, live):
-    """A test of a pid: could it have been given out after SINCE (born()'s pair)?
-    The kernel hands pids out in a cycle (each past the last, skipping those in
-    use), so these lie between SINCE's pid and the last one given out, where the
-    cycle has not come round past SINCE's since: fewer forks since, plus the LIVE
-    pids it skipped, than pids there are. None where that cannot be told."""
-    if since is None or since[1] is None:
-        return None
-    try:  # /proc of another pid namespace (unshare -p without its own /proc): its pids are not ours
-        if os.readlink("/proc/self") != str(os.getpid()):
-            return None
-    except OSError:
-        return None
-    first = since[0]
-    last = _proc_number("/proc/sys/kernel/ns_last_pid")  # read after the listing: no pid in it is later
-    forks = _proc_number("/proc/stat", b"processes ")
-    top = _proc_number("/proc/sys/kernel/pid_max")
-    threads = _loadavg_tasks()  # each thread holds a pid too, which the cycle skips
-    live = max(live, threads or 0)
-    # twice the forks: a fork that failed after taking its pid (a cgroup's pids limit) moved the cycle on
-    if last is None or forks is None or top is None or 2 * (forks - since[1]) + live >= top - 301:
-        return None
-    if first <= last:
-        return lambda pid: first < pid <= last
-    return lambda pid: pid > first or pid <= last
-
-
-def reap(variable, value, since=None):
+def reap(variable, value):
     """SIGKILL every process this login may read whose environment holds
     VARIABLE=VALUE (this runner carries none); how many. It reads every process's
     environment, whole, at each cell's end, under the GPU's lock: thousands of
     processes on a busy node, so plain descriptors, not file objects (a third of
-    the CPU). With SINCE (born() of the cell's first process), only those made
-    after it: none before it can carry the cell's marker."""
+    the CPU)."""
     if value is None:
         return None
     wanted = b"\0" + (variable + "=" + value).encode() + b"\0"
-    me = os.getpid()
+    me = str(os.getpid())
     killed = 0
-    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    newer = made_after(since, len(pids))
-    for pid in pids:
-        if pid == me or (newer is not None and not newer(pid)):
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == me:
             continue
-        name = str(pid)
         try:
             fd = os.open("/proc/" + name + "/environ", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -875,7 +817,7 @@ def run(out, spec, env, ahead):
         # first what its commands left under this (sub)reaper, whatever their environment; then,
         # by the marker, whatever got away from it (each killed and counted once)
         orphans = kill_orphans() if ahead.get("subreaper") else 0
-        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
+        left = reap("FARM_CELL", ahead["cell"])
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
@@ -950,7 +892,7 @@ def sanitize(out, spec, env, ahead):
                 ended = now()
                 if ahead.get("subreaper"):
                     kill_orphans()
-                reap("FARM_CELL", ahead["cell"], ahead.get("born"))
+                reap("FARM_CELL", ahead["cell"])
                 say_confinement(out, rules, unconfined)
                 out.say(f"@@farm tool {tool} {code} {started} {ended}")
     finally:
@@ -1064,7 +1006,7 @@ def stage_text(name, spec, env, ahead):
         out.say("@@farm end 0")
     except Exception as err:  # a fault of the runner's own is no evidence: the farm is told
         sys.stderr.write(f"farm runner: {name} stage: {err!r}\n")
-        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
+        left = reap("FARM_CELL", ahead["cell"])
         if left is not None:
             out.say(f"@@farm reaped {left}")
         out.say("@@farm end 1")
@@ -1318,8 +1260,7 @@ def run_plan(plan):
     env = dict(LOGIN_ENV)
     env.pop("FARM_RUN", None)
     env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
-    # born(): the cell's processes are all made after this one, and its leftover reaps look at those only
-    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper(), "born": born()}
+    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper()}
     stages = plan["stages"]
     if not plan["together"]:
         stage = stages[0]
@@ -1364,7 +1305,7 @@ def run_plan(plan):
         if not (ended and gate(name, out.text, stage["spec"], ahead)):
             break
     if "run" not in ran:
-        left = reap("FARM_CELL", ahead["cell"], ahead.get("born"))
+        left = reap("FARM_CELL", ahead["cell"])
         if left is not None:
             OUT.write(b"@@farm swept %d\n" % left)
     OUT.write(("@@farm ran" + "".join(" " + name for name in ran) + "\n").encode())
@@ -1388,11 +1329,10 @@ class Served:
     """A cell the resident runner forked: its pid, its two pipes, its marker, and
     what it wrote to stdout that is held (HOLD) to go with what follows."""
 
-    def __init__(self, pid, out, err, cell, forks):
+    def __init__(self, pid, out, err, cell):
         self.pid = pid
         self.pipes = {out: b"o", err: b"e"}
         self.cell = cell
-        self.born = (pid, forks)  # its processes are made after it (reap)
         self.code = None  # what $? says of it, once it ended
         self.held = bytearray()
         self.held_since = 0.0
@@ -1466,7 +1406,6 @@ def serve(idle_limit, beat):
     def start(ident, plan):
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        forks = born()[1]
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -1493,7 +1432,7 @@ def serve(idle_limit, beat):
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
             owner[fd] = ident
-        cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"), forks)
+        cells[ident] = Served(pid, out_r, err_r, plan["marker"].get("FARM_CELL"))
 
     def forward(fd):
         """One chunk of a child's pipe out, or held (its stdout: each message costs the
@@ -1547,7 +1486,7 @@ def serve(idle_limit, beat):
                         os.kill(served.pid, _signal.SIGKILL)
                     except OSError:
                         pass
-                    reap("FARM_CELL", served.cell, served.born)
+                    reap("FARM_CELL", served.cell)
             else:
                 raise SystemExit(f"farm-runner: a request it cannot read: {bytes(requests[:80])!r}")
 
@@ -1597,7 +1536,7 @@ def serve(idle_limit, beat):
                     del owner[fd], served.pipes[fd]
                     os.close(fd)
             if served.code != 0:
-                left = reap("FARM_CELL", served.cell, served.born)
+                left = reap("FARM_CELL", served.cell)
                 if left is not None:
                     served.held += b"@@farm reaped %d\n" % left
             release(ident, served, b"x %d %d\n" % (ident, served.code))
