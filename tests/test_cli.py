@@ -502,7 +502,8 @@ def test_a_run_killed_mid_way_leaves_an_index_that_says_so(tmp_path, monkeypatch
     argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as night:
         deadline = time.monotonic() + 120
-        while "Run 2" not in index.read_text() and time.monotonic() < deadline:
+        # "Run 2: no report" comes first, as soon as the run is stored; the start's render follows
+        while "Run 2 did not finish" not in index.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         os.killpg(night.pid, signal.SIGKILL)
         night.wait(timeout=30)
