@@ -287,7 +287,9 @@ def test_stopping_a_run_cancels_its_jobs(cluster: SlurmCluster, tmp_path: Path) 
         else:
             pytest.fail("the hanging kernel's job never ran")
         clock = time.monotonic()
-        cancelled = farm_run.stop("SIGTERM")
+        # a grace of its own: the default 10 s gives each squeue 2 s, which a CI machine's load
+        # once outlasted (stop counted 0; the sweeps after it cancelled the job)
+        cancelled = farm_run.stop("SIGTERM", grace=30)
         assert cancelled >= 1
         active = "PENDING,RUNNING,COMPLETING,CONFIGURING"
         while [j for j in cluster.jobs(states=active) if ours in j["name"]] and time.monotonic() - clock < 20:
