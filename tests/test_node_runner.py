@@ -17,6 +17,7 @@ import io
 import json
 import marshal
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -241,6 +242,7 @@ def build_spec(build_dir: Path, run_dir: Path, command: str, inputs: list[list[s
         "private": f"{run_dir}/work/kern",
         "command": command,
         "limit": 30,
+        "tmp": f"{build_dir}/.farm-tmp",
         "inputs": inputs,
     }
 
@@ -462,8 +464,8 @@ VOLATILE = ("_", "OLDPWD", "SSH_CLIENT", "SSH_CONNECTION", "FARM_CELL", "FARM_RU
 def test_a_kernel_sees_the_same_environment_with_either_runner(
     own_home_node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The kernel's environment is the login's plus the cell's marker, whoever
-    starts it: python3 adds LC_CTYPE to its own in a C locale (PEP 538), which
+    """The kernel's environment is the login's plus the cell's marker and its own
+    TMPDIR, whoever starts it: python3 adds LC_CTYPE to its own in a C locale (PEP 538), which
     the runner must not pass on. Compared key by key, but for what a shell sets
     itself (`_`) and the cell's own marker."""
     seen = {}
@@ -483,6 +485,7 @@ def test_a_kernel_sees_the_same_environment_with_either_runner(
         pairs = (item.partition("=") for item in dump.split("\0") if "=" in item)
         env = {k: v for k, _, v in pairs if k not in VOLATILE}
         env["PWD"] = "/".join(env["PWD"].split("/")[-3:])  # the cell's own work folder: NODE/CELL/work
+        env["TMPDIR"] = "/".join(env["TMPDIR"].split("/")[-3:])  # and its own TMPDIR: NODE/CELL/.farm-tmp
         seen[runner] = env
     assert seen["auto"] == seen["shell"] == seen["cell"]
     assert seen["shell"]["LANG"] == "C" and "LC_CTYPE" not in seen["shell"]
@@ -654,33 +657,50 @@ def test_a_kernel_cannot_open_the_sanitizers_temporary_folder_nor_swap_its_copy_
         assert "unconfined" not in details, details
 
 
-def test_a_confined_kernel_may_write_the_temporary_folder_unless_the_cells_are_in_it(
+def test_a_kernel_gets_a_temporary_folder_of_its_own_and_the_nodes_unless_the_cells_are_in_it(
     runner: str, own_home_node: SshNode, tmp_path: Path
 ) -> None:
-    """Programs expect to write $TMPDIR (else /tmp): a confined kernel may, where the
-    cells' folders are not in it. Where they are (a workdir under /tmp, as here with
-    TMPDIR its parent), it may not: that would let it write every cell's files."""
+    """Programs expect to write $TMPDIR: each run gets a folder of its own there, beside its
+    work folder, removed once it ends (what a kernel left in the node's /tmp stayed there
+    night after night). The node's own temporary folder a confined kernel may still write
+    by name, where the cells' folders are not in it. Where they are (a workdir under /tmp,
+    as here with TMPDIR its parent), it may not: that would let it write every cell's files."""
     prelude = tmp_path / "tmp.sh"  # the kernel's own
-    prelude.write_text('echo x > "$TMPDIR/k.txt" && echo tmp-writable >&2\n')
+    prelude.write_text(
+        'echo x > "$TMPDIR/k.txt" && echo "tmp-writable $TMPDIR" >&2; '
+        'echo x > "$FARM_NODE_TMP/direct.txt" && echo node-tmp-writable >&2; true\n'
+    )
     apart = tmp_path / "scratch"
     apart.mkdir()
-    (row,) = verify(
-        {"t4": own_home_node},
-        tmp_path / "apart",
-        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
-        env={"TMPDIR": str(apart)},
-    )
+    for root, node_tmp in ((tmp_path / "apart", apart), (tmp_path / "inside", tmp_path / "inside")):
+        (row,) = verify(
+            {"t4": own_home_node},
+            root,
+            {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
+            env={"TMPDIR": str(node_tmp), "FARM_NODE_TMP": str(node_tmp)},
+        )
+        assert row["outcome"] == "pass", row["reason"]
+        said = bytes(row["stderr"]).decode()
+        own = re.search(r"^tmp-writable (\S+)$", said, re.M)
+        assert own is not None, said
+        assert own.group(1).startswith(str(root / "work" / "cells")) and own.group(1).endswith("/.farm-tmp"), said
+        assert not Path(own.group(1)).exists() and not (node_tmp / "k.txt").exists()
+        wrote = (node_tmp / "direct.txt").exists()
+        assert wrote == ("node-tmp-writable" in said), said
+        assert wrote == (node_tmp == apart or runner == "shell"), said
+
+
+@pytest.mark.usefixtures("runner")
+def test_a_build_keeps_its_temporary_files_in_a_folder_of_its_own(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """nvcc keeps its intermediate files in $TMPDIR: in the node's /tmp a kernel running
+    beside the build (which may write there) could rewrite them between ptxas and fatbinary,
+    and the build would hold its code. The build's $TMPDIR is its own, removed once it ends."""
+    build = 'echo "$TMPDIR" > {binary}.tmpdir && test -d "$TMPDIR" && g++ -O1 -DMODE_PASS -o {binary} {sources}'
+    (row,) = verify(ssh_fleet, tmp_path, {"own": standin_variant("PASS", MIN75, build=build)})
     assert row["outcome"] == "pass", row["reason"]
-    assert "tmp-writable" in bytes(row["stderr"]).decode() and (apart / "k.txt").exists()
-    (row,) = verify(
-        {"t4": own_home_node},
-        tmp_path / "inside",
-        {"tmp": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)},
-        env={"TMPDIR": str(tmp_path / "inside")},
-    )
-    assert row["outcome"] == "pass", row["reason"]
-    wrote = (tmp_path / "inside" / "k.txt").exists()
-    assert wrote == (runner == "shell"), bytes(row["stderr"]).decode()
+    (said,) = (tmp_path / "work" / "builds").glob("*/*/*.tmpdir")
+    folder = said.read_text().strip()
+    assert folder == str(said.parent / ".farm-tmp") and not Path(folder).exists(), folder
 
 
 def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(

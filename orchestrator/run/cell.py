@@ -81,6 +81,17 @@ class CellPaths:
         there, so a rebuild of the shared cache or another kernel cannot swap it."""
         return f"{self.run_dir}/work/{self.binary_name}"
 
+    @property
+    def build_tmp(self) -> str:
+        """The build's own $TMPDIR (nvcc's intermediate files), removed once it ends."""
+        return f"{self.build_dir}/.farm-tmp"
+
+    @property
+    def run_tmp(self) -> str:
+        """The run's (and the sanitizer runs') own $TMPDIR, beside the work folder, removed once
+        each ends: what a kernel leaves there does not fill the node's /tmp night after night."""
+        return f"{self.run_dir}/.farm-tmp"
+
     def remove_run_dir(self) -> str:
         """Shell removing the cell's folder, and its run's and node's folders once empty."""
         node_dir = self.run_dir.rsplit("/", 1)[0]

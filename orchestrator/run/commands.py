@@ -64,6 +64,13 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     )
 
 
+def own_tmp(folder: str) -> tuple[str, str]:
+    """Shell making FOLDER afresh as the stage's own $TMPDIR (as noderunner.own_tmp: the node's
+    is left as it was where it cannot be made), and shell removing it."""
+    q = shlex.quote(folder)
+    return f"rm -rf {q}; if mkdir -m 700 {q} 2>/dev/null; then TMPDIR={q}; export TMPDIR; fi; ", f"rm -rf {q}"
+
+
 # A run's stdout and stderr are the kernel's own. Each command of the job's run that names
 # {binary} (config/run_command.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
 # `valgrind {binary}`, `bash -c "{binary}"`) is called through farm_kernel, which gives it the

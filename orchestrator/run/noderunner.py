@@ -683,6 +683,7 @@ def build_holding_lock(out, spec, env, ahead):
     except OSError:
         return
     log = open_or_none(os.path.join(bdir, "build.log"))
+    env, tmp = own_tmp(env, spec["tmp"])
     if log is None:
         code = 1
     else:
@@ -690,6 +691,8 @@ def build_holding_lock(out, spec, env, ahead):
             code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env)
     if ahead.get("subreaper"):
         kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
+    for folder in tmp:
+        remove(folder)
     bad = verify(out, spec["inputs"], "altered-during")
     for name, identity in identities(spec["inputs"]).items():
         if not bad and identity != before[name]:
@@ -756,6 +759,21 @@ def take_gpu(out, spec):
     return lock, queued
 
 
+def own_tmp(env, folder):
+    """(env with $TMPDIR the stage's own FOLDER, made afresh, (FOLDER,)), or (env, ()) where it
+    cannot be made. A build's nvcc keeps its intermediate files there (in the node's /tmp a
+    kernel running beside it could rewrite them between ptxas and fatbinary), and what a
+    kernel leaves there is removed with it, not left to fill the node's folder night after
+    night. Removed first: a link left there by a kernel before would name another folder."""
+    if not remove(folder):
+        return env, ()
+    try:
+        os.mkdir(folder, 0o700)
+    except OSError:
+        return env, ()
+    return dict(env, TMPDIR=folder), (folder,)
+
+
 def confined_to(run_dir, env, guarded, *files):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
@@ -777,6 +795,7 @@ def run(out, spec, env, ahead):
     if taken is None:
         return
     lock, queued = taken
+    tmp = ()
     try:
         # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
         # (killed before it let the lock go), can no longer swap the copy while this one waits
@@ -788,15 +807,16 @@ def run(out, spec, env, ahead):
         work = os.path.join(run_dir, "work")
         if not os.path.isdir(work):
             return
-        env = dict(env)
+        node_env = env
+        env, tmp = own_tmp(env, spec["tmp"])
         if spec.get("gpu"):
-            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]  # pinned by UUID
+            env = dict(env, CUDA_VISIBLE_DEVICES=spec["gpu"])  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
         # the kernel commands' statuses (fd 6) and the run's other output (1 and 2), beside the
         # work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(run_dir, env, spec.get("guarded") or ())
+        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
@@ -828,6 +848,8 @@ def run(out, spec, env, ahead):
     finally:
         if lock is not None:
             os.close(lock)  # the GPU is free: the kernel and its leftovers are gone
+        for folder in tmp:
+            remove(folder)
 
 
 def sanitizer(spec):
@@ -855,22 +877,17 @@ def sanitize(out, spec, env, ahead):
     if taken is None:
         return
     lock, _ = taken
+    private = ()
     try:
         run_dir = spec["run_dir"]
         node_env = env
         env = dict(env, FARM_SANITIZER=san)
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
-        private = ()
-        if not scratch(env, run_dir, spec.get("guarded") or ()):
-            # compute-sanitizer will not start without a temporary folder it can write ("Failed to
-            # access the temporary directory", exit 13): where the node's is closed to the cell (the
-            # cells' folders are in it), one made here beside the work folder, not in it, where the
-            # kernel could have left a link in its place (to a folder the rule would then open)
-            tmp = os.path.join(run_dir, ".farm-tmp")
-            remove(tmp)
-            os.mkdir(tmp, 0o700)
-            env["TMPDIR"], private = tmp, (tmp,)
+        # compute-sanitizer will not start without a temporary folder it can write ("Failed to
+        # access the temporary directory", exit 13): the cell's own, beside the work folder, not in
+        # it, where the kernel could have left a link in its place (to a folder the rule would open)
+        env, private = own_tmp(env, spec["tmp"])
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
                 # again before each tool: the kernel under the one before could have swapped its copy
@@ -898,6 +915,8 @@ def sanitize(out, spec, env, ahead):
     finally:
         if lock is not None:
             os.close(lock)
+        for folder in private:
+            remove(folder)
 
 
 STAGES = {"build": build, "inspect": inspect, "run": run, "sanitize": sanitize}

@@ -72,6 +72,7 @@ from orchestrator.run.commands import (
     kernel_run,
     kernel_statuses,
     other_output,
+    own_tmp,
     render_build,
     runner_command,
     verify_inputs_script,
@@ -644,6 +645,7 @@ class CellPipeline:
         bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
+        make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
         work = f"{rdir}/work"
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
@@ -661,7 +663,7 @@ class CellPipeline:
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {guarded(command, limit, '> build.log 2>&1 < /dev/null', self.marker)}; "
+            f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', self.marker)}; {drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
@@ -688,6 +690,7 @@ class CellPipeline:
                 "private": self.paths.private_binary,
                 "command": command,
                 "limit": limit,
+                "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
             },
         )
@@ -892,13 +895,14 @@ class CellPipeline:
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
         wait, queue_on_node = self._queue_on_node(gpu)
+        make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
         word = '"$farm_sha"' if expected is None else q(expected)
         script = (
             # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
-            f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}t0=$({NOW_NS}); "
+            f"{queue_on_node}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}t0=$({NOW_NS}); "
             f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
-            f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+            f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
             'echo "@@farm checked $got"; echo "@@farm $rc"; }'
         )
         spec = self.job.spec
@@ -928,6 +932,7 @@ class CellPipeline:
                 "run_dir": rdir,
                 "command": command,
                 "kernel_files": files,
+                "tmp": self.paths.run_tmp,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
                 "guarded": self.guarded,
@@ -1054,6 +1059,7 @@ class CellPipeline:
         if gpu is not None and gpu != self.result.gpu:
             self._detail.append(f"on {gpu.label}")
         quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
         check = self._binary_check(shlex.quote(self._built_sha or ""))  # before each tool: see noderunner.sanitize
         runs = "; ".join(
             f"{check}t0=$({NOW_NS}); "
@@ -1064,7 +1070,7 @@ class CellPipeline:
         script = (
             f"{check}"
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
-            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{runs}; }}"
+            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
         )
         logs = {tool: bytearray() for tool in tools}
         trip = _Trip(
@@ -1081,6 +1087,7 @@ class CellPipeline:
                 "wait": wait,
                 "run_dir": rdir,
                 "limit": limit,
+                "tmp": self.paths.run_tmp,
                 "gpu": gpu.uuid if gpu is not None else None,
                 "tools": [
                     [tool, sanitize.tool_command(tool, rdir, run, private), sanitize.log_path(rdir, tool)]
