@@ -21,15 +21,9 @@ staged sources. Therefore:
 - stdout and stderr are read whole and scanned as they stream (streams.py):
   markers are matched over everything printed, the copy kept is bounded.
 
-A cell is one round trip where the transport streams: build, inspect and run
-go out as one command, the node starting each next stage only when the one
-before it succeeded by its own reading (CellPipeline says how the farm still
-judges each stage alone). Each stage's part sends back the files the farm
-needs (build log, disassembly, the kernel's stdout and stderr) inside the
-command's output (frames.py) before the next stage starts, and the run's part
-removes the cell's folder as it ends. A transport that cannot stream a
-command's output (Slurm) runs each stage in a round trip of its own and reads
-those files in round trips of their own.
+A cell is one round trip where the transport streams (trips.py: how the stages
+travel and come back); here is what each stage's script holds, and what the farm
+reads from what came back.
 
 Every command the node runs is built here from quoted parts. Each runs under a
 remote `timeout -k`, so a kernel that never ends is killed on the node itself
@@ -39,15 +33,12 @@ remote `timeout -k`, so a kernel that never ends is killed on the node itself
 from __future__ import annotations
 
 import contextlib
-import marshal
 import re
 import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 from orchestrator import metrics
 from orchestrator.classify import classify
@@ -74,17 +65,16 @@ from orchestrator.run.commands import (
     other_output,
     own_tmp,
     render_build,
-    runner_command,
     verify_inputs_script,
 )
-from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_instructions
 from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.streams import StreamScan
+from orchestrator.run.trips import CellTrips, Fetched, Trip, last_match
 from orchestrator.transport import CommandResult, Transport
-from orchestrator.transport.base import Deadline, reap
+from orchestrator.transport.base import reap
 
 INSPECT_TIMEOUT = 300.0
 # each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
@@ -96,47 +86,7 @@ SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
 
 
-def _last(pattern: str, text: str) -> re.Match[str] | None:
-    """The last line of `text` matching `pattern` (multi-line), or None."""
-    found = None
-    for found in re.finditer(pattern, text, re.M):  # noqa: B007 - the last one is wanted
-        pass
-    return found
-
-
-@dataclass
-class _Trip:
-    """A stage's part of a round trip: its script, how long it may take, the files
-    it sends back (tag, path on the node, byte limit, sink), and what the farm
-    does with what came back (`state` holds the sinks the parser reads)."""
-
-    stage: str
-    script: str
-    timeout: float
-    files: list[tuple[str, str, int, Callable[[bytes], None]]]
-    state: Any = None
-    clean_up: bool = False  # the cell's folder goes once its files are read
-    release: bool = False  # the GPU is free once the script's own part ended
-    spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
-
-
-@dataclass
-class _Fetched:
-    """A later stage's part of a cell's one round trip, read ahead of its turn."""
-
-    trip: _Trip
-    outcome: CommandResult
-    text: str
-    started_at: datetime
-    seconds: float
-
-
-_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
-DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
-_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
-
-
-class CellPipeline:
+class CellPipeline(CellTrips):
     """Runs build, inspect and run for one cell on an open transport.
 
     Where the transport streams, the cell's stages go out in one round trip:
@@ -206,294 +156,9 @@ class CellPipeline:
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
         self._ahead = 0.0  # seconds of runs queued on the node before this cell's
         self._sanitize_gpu: Gpu | None = None  # the GPU the sanitizer runs hold
-        self._plan_ahead: Callable[[], list[_Trip]] | None = None  # stages to send with the build
-        self._fetched: dict[str, _Fetched | InfraError] = {}  # later stages read ahead, or why they broke
+        self._plan_ahead: Callable[[], list[Trip]] | None = None  # stages to send with the build
+        self._fetched: dict[str, Fetched | InfraError] = {}  # later stages read ahead, or why they broke
         self._clock: tuple[datetime, float] | None = None  # a fetched stage's own start and seconds
-
-    # round trips ------------------------------------------------------------
-    def _wrap(self, script: str) -> str:
-        # The script runs in a subshell, and the kernel as the same user could kill that
-        # subshell before it prints its own status (and forge one, and a log, first):
-        # its parent shell says how the subshell ended, having reaped the cell's
-        # processes first when it did not end by itself (a script that ends by itself
-        # has reaped them: scanning every process twice per stage costs a full node
-        # dearly), and a script that did not end by itself is no evidence at all.
-        return f'( {script} ); st=$?; if [ $st -ne 0 ]; then {self._reap_cell("reaped")}; fi; echo "@@farm end $st"'
-
-    def _round_trip(self, trip: _Trip) -> tuple[CommandResult, str]:
-        """Run a stage's script and return its result and control text. Its files
-        come back framed in the same round trip where the transport streams, else
-        are read after it. `clean_up` removes the cell's folder once they are read;
-        `release` frees the GPU when the script's own part has ended and its files
-        start to come."""
-        on_output = self._release if trip.release else None
-        if self.t.streams_output:
-            token = new_token()
-            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
-            tail = [self.paths.remove_run_dir()] if trip.clean_up else []
-            reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
-            if self.python is not None and trip.spec is not None:
-                outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
-            else:
-                outcome = self.t.run_streamed(
-                    "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
-                )
-            control = reader.finish()
-            self._check_files(trip, reader, outcome)
-            self.cleaned = self.cleaned or trip.clean_up
-            self._check_ended(control, outcome)
-            return outcome, control
-        outcome = self.t.run(self._wrap(trip.script), timeout=trip.timeout)
-        self._check_ended(outcome.stdout, outcome)
-        if on_output is not None:
-            on_output()
-        self._note_job()
-        for _, path, limit, sink in trip.files:
-            got = 0
-            for chunk in self.t.stream(path):
-                sink(chunk[: max(limit - got, 0)])
-                got += len(chunk)
-        if trip.clean_up:
-            self._clean_up()
-        return outcome, outcome.stdout
-
-    def _run_plan(
-        self, token: str, trips: list[_Trip], together: bool, deadline: float | Deadline, sink: Callable[[bytes], None]
-    ) -> CommandResult:
-        """The trips run by noderunner.py: the node's resident runner where there is
-        one (resident.py), else a python3 of the cell's own."""
-        if self.resident is not None:
-            plan = self._plan(token, trips, together, batched=True)
-            cell = self.marker_env.get("FARM_CELL", "")
-            return self.resident.run(
-                plan, cell, deadline if isinstance(deadline, Deadline) else Deadline(deadline), sink
-            )
-        command, given = self._runner(token, trips, together)
-        return self.t.run_streamed(command, timeout=deadline, sink=sink, stdin=given)
-
-    def _plan(self, token: str, trips: list[_Trip], together: bool, batched: bool = False) -> bytes:
-        """What noderunner.py runs: the stages, their files and the cell's marker;
-        `batched`: a resident runner serves it, which holds a cell's output for up to
-        noderunner.HOLD s to send it in fewer messages, so every stage's start is
-        written as it begins (the farm hears it within HOLD s)."""
-        plan = {
-            "token": token,
-            "together": together,
-            "batched": batched,
-            "marker": self.marker_env,
-            "stages": [
-                {
-                    "stage": trip.stage,
-                    "timeout": trip.timeout,  # what the farm allows it once it has read its start
-                    "spec": trip.spec,
-                    "files": [[tag, path, limit] for tag, path, limit, _ in trip.files],
-                    "clean_up": trip.clean_up,
-                }
-                for trip in trips
-            ],
-        }
-        # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
-        return marshal.dumps(plan, 4)
-
-    def _runner(self, token: str, trips: list[_Trip], together: bool) -> tuple[str, bytes]:
-        """The command starting noderunner.py on the node, and its stdin: the
-        runner's source, then the plan. Only the bootstrap is on the command line;
-        the runner carries the run's marker (a stop kills it), not the cell's (its
-        own reap of the cell's leftovers spares it)."""
-        marker = self.marker_env
-        run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
-        assert self.python is not None
-        # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
-        # and reaped nothing: the login's shell kills what is left of the cell, as `_wrap` does
-        # (in a subshell, as the shell scripts' stages are: the kernel's SHLVL is theirs)
-        start, runner = runner_command(self.python, self.snapshot.python_version, self.snapshot.runner_code)
-        command = f"( {run}{start} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
-        return command, runner + self._plan(token, trips, together)
-
-    def _check_files(self, trip: _Trip, reader: FrameReader, outcome: CommandResult) -> None:
-        missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
-        if missing:
-            raise InfraError(
-                f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
-                f"({outcome.stderr.strip()[-300:]!r})"
-            )
-
-    def _go(self, stage: str, plan: Callable[[], _Trip]) -> tuple[_Trip, CommandResult, str]:
-        """The stage's round trip, or its part of the one that went ahead (then with
-        the trip that went, whose sinks hold its files)."""
-        if self._plan_ahead is not None:
-            ahead, self._plan_ahead = self._plan_ahead(), None
-            self._send_together([plan(), *ahead])
-        fetched = self._fetched.pop(stage, None)
-        if fetched is None:
-            self._fetched.clear()  # a trip of its own: whatever went ahead of it is stale
-            self._clock = None
-            trip = plan()
-            outcome, text = self._round_trip(trip)
-            return trip, outcome, text
-        if isinstance(fetched, InfraError):
-            self._fetched.clear()
-            raise fetched
-        self._clock = (fetched.started_at, fetched.seconds)
-        return fetched.trip, fetched.outcome, fetched.text
-
-    def _send_together(self, trips: list[_Trip]) -> None:
-        """One round trip for several stages; each next one runs on the node only
-        when the one before it succeeded there. Each stage's control text comes
-        back as a frame of its own (ctl-STAGE), and the command's last line, printed
-        from the shell's own variables once nothing of the cell is left to write,
-        says which stages ran: a stage it does not name is no evidence, whatever
-        frames someone else printed for it. Each stage's part is kept for its
-        turn (`_go`), with its timing."""
-        token = new_token()
-        last = trips[-1]
-        nl = "\n"
-
-        def section(i: int) -> str:
-            trip = trips[i]
-            tag = f"ctl-{trip.stage}"
-            parts = [
-                f'echo "@@farm section {trip.stage} $({NOW_NS})"; ran="$ran {trip.stage}"',
-                f"out=$( {self._wrap(trip.script)} )",
-                # its control text as a frame: read by length, a forged copy is a duplicate
-                "n=$(LC_ALL=C; echo $((${#out} + 1)))",
-                f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
-                "printf '%s\\n' \"$out\"",
-                f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
-                f'echo "@@farm section-end {trip.stage} $({NOW_NS})"',
-                *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
-            ]
-            if trip is last:
-                parts += [self.paths.remove_run_dir()] if trip.clean_up else []
-            else:
-                parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
-            return "; ".join(parts)
-
-        # the cell's processes are gone before the last line: the run reaps its own after the
-        # kernel; a cell that stopped before its run has its build's and inspect's reaped here
-        script = (
-            f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; echo "@@farm ran$ran"'
-        )
-        controls = {trip.stage: bytearray() for trip in trips}
-
-        def keep(into: bytearray) -> Callable[[bytes], None]:
-            return lambda chunk: into.extend(chunk[: max(CONTROL_LIMIT - len(into), 0)])
-
-        sinks = {tag: sink for trip in trips for tag, _, _, sink in trip.files}
-        sinks.update({f"ctl-{stage}": keep(text) for stage, text in controls.items()})
-        release = [tag for tag, *_ in last.files] if last.release else []
-        reader = FrameReader(token, sinks, self.t.name, self._release if release else None, first_of=release)
-        # each stage gets its own budget as the node starts it, as it would in a trip of its own
-        deadline = Deadline(trips[0].timeout)
-        coming = [(f"@@farm section {t.stage} ".encode(), t.timeout) for t in trips[1:]]
-        seen = 0
-
-        def feed(chunk: bytes) -> None:
-            nonlocal seen
-            reader.feed(chunk)
-            control = reader.control_bytes
-            if coming and len(control) > seen:
-                while coming and control.find(coming[0][0], max(seen - 64, 0)) >= 0:
-                    deadline.extend(coming.pop(0)[1])
-                seen = len(control)
-
-        sent = datetime.now(UTC)
-        error: InfraError | None = None
-        outcome = CommandResult("", -1, "", "", 0.0)
-        by_runner = self.python is not None and all(trip.spec is not None for trip in trips)
-        try:
-            if by_runner:
-                outcome = self._run_plan(token, trips, True, deadline, feed)
-            else:
-                outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
-            control = reader.finish()
-        except InfraError as err:
-            error, control = err, reader.control
-        said = _last(r"^@@farm ran((?: (?:build|inspect|run))*)$", control)
-        if error is None and said is None:
-            error = InfraError(
-                f"node {self.t.name!r}: the cell's command never said which stages it ran "
-                f"(killed, by the kernel or the node): no evidence from it ({outcome.stderr.strip()[-200:]!r})"
-            )
-            error.retryable = False
-        ran = said.group(1).split() if said is not None and error is None else []
-        marks: dict[str, re.Match[str]] = {}
-        for found in _SECTION.finditer(control):
-            marks.setdefault(found.group(1), found)
-        origin = int(marks[trips[0].stage].group(2)) if trips[0].stage in marks else 0
-        for trip in trips:
-            if trip.stage not in ran:
-                if error is not None:
-                    # the stage the node was at, by its (unchecked) marker: where the error is told
-                    at = [t.stage for t in trips if t.stage in marks] or [trips[0].stage]
-                    error.stage = at[-1]
-                    self._fetched[trips[0].stage] = error
-                break
-            text = controls[trip.stage].decode("utf-8", "replace")
-            mark = marks.get(trip.stage)
-            ended = _last(rf"^@@farm section-end {trip.stage} (\d{{1,19}})$", control)
-            start = int(mark.group(2)) if mark else origin
-            try:
-                if f"ctl-{trip.stage}" not in reader.frames:
-                    raise InfraError(f"node {self.t.name!r}: the {trip.stage} stage ran but sent back no status")
-                self._check_files(trip, reader, outcome)
-                self._check_ended(text, outcome)
-            except InfraError as err:
-                self._fetched[trip.stage] = err
-                break
-            self._fetched[trip.stage] = _Fetched(
-                trip,
-                outcome,
-                text,
-                sent + timedelta(seconds=min(max(start - origin, 0), DAY_NS) / 1e9),
-                min(max(int(ended.group(1)) - start, 0), DAY_NS) / 1e9 if ended else 0.0,
-            )
-            if trip is last and trip.clean_up:
-                self.cleaned = True
-
-    def _gate(self, stage: str, nl: str) -> str:
-        """Shell that sets go=1 when the stage whose control text is in $out
-        succeeded by the node's reading, read as the farm reads it (which judges
-        it again): its shell ended 0 (the last line), and the build made its copy
-        (or took a cached one) / inspect exited 0 with the instructions it needs."""
-        ended = f'case "$out" in *"{nl}@@farm end 0"|"@@farm end 0") ;; *) go=no;; esac'
-        if stage == "build":
-            # the binary the cell runs, as the farm will read it: the first cached, else the first
-            # copy equal to the first built (the run says what it checked, after its reap)
-            find = "printf '%s\\n' \"$out\" | sed -n 's/^@@farm {0} \\([0-9a-f]\\{{64\\}}\\)$/\\1/p' | head -n 1"
-            return (
-                f"farm_sha=$({find.format('cached')}); "
-                f'if [ -z "$farm_sha" ]; then b=$({find.format("built")}); c=$({find.format("copy")}); '
-                f'[ -n "$b" ] && [ "$b" = "$c" ] && farm_sha=$c; fi; '
-                f'[ -n "$farm_sha" ] && go=1; {ended}; [ "$go" = 1 ] || go='
-            )
-        dump = shlex.quote(f"{self.paths.run_dir}/inspect.txt")
-        checks = []
-        for name, needed in self.variant.instructions.items():
-            if not _SIMPLE_MNEMONIC.fullmatch(name):
-                continue  # no shell pattern for it: the farm's own count decides before any run of its own
-            pattern = shlex.quote(f"(^|[^[:alnum:]_.]){name.replace('.', '[.]')}([^[:alnum:]_]|$)")
-            checks.append(
-                f'n=$(LC_ALL=C grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=no'
-            )
-        rc = "$(printf '%s\\n' \"$out\" | grep -m 1 '^@@farm rc=')"
-        return (
-            f'[ "{rc}" = "@@farm rc=0" ] && go=1; {ended}'
-            + "".join(f"; {check}" for check in checks)
-            + '; [ "$go" = 1 ] || go='
-        )
-
-    def _check_ended(self, control: str, outcome: CommandResult) -> None:
-        ended = _last(r"^@@farm end (\d+)$", control)
-        if ended is None or ended.group(1) != "0":
-            error = InfraError(
-                f"node {self.t.name!r}: the stage's shell on the node "
-                + (f"ended with status {ended.group(1)}" if ended else "never said how it ended")
-                + " before it finished (killed, by the kernel or the node): no evidence from it"
-                + f" ({(outcome.stderr or control).strip()[-200:]!r})"
-            )
-            error.retryable = False
-            raise error
 
     # one wrapper for every stage -----------------------------------------
     def _stage(self, name: str, action: Callable[[], str]) -> bool:
@@ -672,10 +337,10 @@ class CellPipeline:
             f'echo "@@farm rc=$rc"; }}'
         )
 
-    def _build_trip(self, command: str, reuse: bool, recorded: str | None) -> _Trip:
+    def _build_trip(self, command: str, reuse: bool, recorded: str | None) -> Trip:
         limit = int(self.job.spec.build_timeout)
         log = bytearray()
-        return _Trip(
+        return Trip(
             "build",
             self._build_script(command, reuse, recorded),
             limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
@@ -789,7 +454,7 @@ class CellPipeline:
         trip, _, text = self._go("inspect", self._inspect_trip)
         return self._inspected(text, trip.state)
 
-    def _inspect_trip(self) -> _Trip:
+    def _inspect_trip(self) -> Trip:
         binary = shlex.quote(self.paths.private_binary)
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
         bdir = shlex.quote(self.paths.run_dir)
@@ -817,7 +482,7 @@ class CellPipeline:
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
         dump = bytearray()
-        return _Trip(
+        return Trip(
             "inspect",
             script,
             INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN,
@@ -880,7 +545,7 @@ class CellPipeline:
             self._release()
         return self._ran(trip, outcome, text)
 
-    def _run_trip(self, expected: str | None) -> _Trip:
+    def _run_trip(self, expected: str | None) -> Trip:
         """The run's trip; `expected` is the sha256 the cell's copy must hash to
         (None: the one the node's build gate took, in a trip with the build)."""
         limit = int(self.variant.timeout or self.job.spec.timeout)
@@ -911,7 +576,7 @@ class CellPipeline:
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
-        return _Trip(
+        return Trip(
             "run",
             script,
             wait + limit + KILL_GRACE + CHANNEL_MARGIN,
@@ -939,20 +604,20 @@ class CellPipeline:
             },
         )
 
-    def _ran(self, trip: _Trip, outcome: CommandResult, text: str) -> str:
+    def _ran(self, trip: Trip, outcome: CommandResult, text: str) -> str:
         stdout, stderr, statuses, other, gpu, wait, limit, clock = trip.state
         elapsed = self._clock[1] if self._clock else time.monotonic() - clock
         self._check_started(text, gpu, wait)
         # the last of each status line: a kernel of the same user could have written a
         # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
         # but never after the farm's own, which come once it and its leftovers are gone
-        match = _last(r"^@@farm (\d+)$", text)
+        match = last_match(r"^@@farm (\d+)$", text)
         if not match:
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
             )
         # what the node checked its copy against before it ran, said once the kernel is gone
-        checked = _last(r"^@@farm checked (\S*)$", text)
+        checked = last_match(r"^@@farm checked (\S*)$", text)
         if checked is None or checked.group(1) != self._built_sha:
             raise InfraError(
                 f"node {self.t.name!r}: the binary the node ran is not the one the farm inspected "
@@ -963,7 +628,7 @@ class CellPipeline:
         ev.kernel_started = bool(kernel)
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
-        clocks = _last(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
+        clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
             queued, started, ended = (int(c) for c in clocks.groups())
             elapsed = (ended - started) / 1e9
@@ -972,7 +637,7 @@ class CellPipeline:
         ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
         ev.launcher_timed_out = ev.kernel_exit == 124 and "timeout" in kernel_launchers(self.variant.run)
         self.result.run_seconds = elapsed
-        leftover = _last(r"^@@farm leftover (\d+)$", text)
+        leftover = last_match(r"^@@farm leftover (\d+)$", text)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
@@ -989,14 +654,14 @@ class CellPipeline:
         ev.stderr_last_line = self.result.stderr.last_line
         return "ok" if ev.run_exit == 0 else "failed"
 
-    def _note_confinement(self, trip: _Trip, text: str, what: str) -> None:
+    def _note_confinement(self, trip: Trip, text: str, what: str) -> None:
         """A detail where the stage's kernel ran unconfined. Only the python runner
         confines, and says so in its own stream: under the shell scripts a kernel
         could print the line into the farm's shell (/proc/PPID/fd/1)."""
         # the runner ran it where _round_trip (or _send_together, on a streaming transport) sent it there
         by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
-        if not by_runner or _last(r"^@@farm confined (\d+)$", text) is None:
-            why = _last(r"^@@farm unconfined (.+)$", text) if by_runner else None
+        if not by_runner or last_match(r"^@@farm confined (\d+)$", text) is None:
+            why = last_match(r"^@@farm unconfined (.+)$", text) if by_runner else None
             self._detail.append(
                 f"{what} unconfined ("
                 + (why.group(1).strip()[:200] if why else "it went through the node's shell, which cannot confine it")
@@ -1073,7 +738,7 @@ class CellPipeline:
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
         )
         logs = {tool: bytearray() for tool in tools}
-        trip = _Trip(
+        trip = Trip(
             "sanitize",
             script,
             wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
@@ -1114,7 +779,7 @@ class CellPipeline:
             raise error
         reports = []
         for tool in tools:
-            ran = _last(rf"^@@farm tool {tool} (\d+) (\d+) (\d+)$", text)
+            ran = last_match(rf"^@@farm tool {tool} (\d+) (\d+) (\d+)$", text)
             if ran is None:
                 raise InfraError(
                     f"node {self.t.name!r}: the sanitize script printed no status for {tool} "

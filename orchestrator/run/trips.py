@@ -1,0 +1,391 @@
+"""How a cell's stages travel to its node and come back: one round trip per stage,
+or, where the transport streams, the cell's stages in one (CellTrips.send_together).
+
+A cell is one round trip where the transport streams: build, inspect and run
+go out as one command, the node starting each next stage only when the one
+before it succeeded by its own reading (CellPipeline says how the farm still
+judges each stage alone). Each stage's part sends back the files the farm
+needs (build log, disassembly, the kernel's stdout and stderr) inside the
+command's output (frames.py) before the next stage starts, and the run's part
+removes the cell's folder as it ends. Where the node has python3 the trips go to
+noderunner.py as a plan (the node's resident runner, resident.py, or a python3 of
+the cell's own), else as shell. A transport that cannot stream a command's
+output (Slurm) runs each stage in a round trip of its own and reads those files
+in round trips of their own. What each stage's script holds, and what the farm
+reads from what came back, is stages.py's.
+"""
+
+from __future__ import annotations
+
+import marshal
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from orchestrator.config.farm import Job
+from orchestrator.config.schema import VariantSpec
+from orchestrator.errors import InfraError
+from orchestrator.run.cell import CellPaths
+from orchestrator.run.commands import NOW_NS, runner_command
+from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
+from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.resident import ResidentRunner
+from orchestrator.transport import CommandResult, Transport
+from orchestrator.transport.base import Deadline
+
+
+def last_match(pattern: str, text: str) -> re.Match[str] | None:
+    """The last line of `text` matching `pattern` (multi-line), or None."""
+    found = None
+    for found in re.finditer(pattern, text, re.M):  # noqa: B007 - the last one is wanted
+        pass
+    return found
+
+
+@dataclass
+class Trip:
+    """A stage's part of a round trip: its script, how long it may take, the files
+    it sends back (tag, path on the node, byte limit, sink), and what the farm
+    does with what came back (`state` holds the sinks the parser reads)."""
+
+    stage: str
+    script: str
+    timeout: float
+    files: list[tuple[str, str, int, Callable[[bytes], None]]]
+    state: Any = None
+    clean_up: bool = False  # the cell's folder goes once its files are read
+    release: bool = False  # the GPU is free once the script's own part ended
+    spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
+
+
+@dataclass
+class Fetched:
+    """A later stage's part of a cell's one round trip, read ahead of its turn."""
+
+    trip: Trip
+    outcome: CommandResult
+    text: str
+    started_at: datetime
+    seconds: float
+
+
+_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
+DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
+_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
+
+
+class CellTrips:
+    """The round trips of one cell's stages (CellPipeline's base): what it needs of the
+    cell is set by CellPipeline.__init__, and the hooks below are its."""
+
+    t: Transport
+    job: Job
+    variant: VariantSpec
+    snapshot: NodeSnapshot
+    paths: CellPaths
+    python: str | None
+    resident: ResidentRunner | None
+    marker_env: dict[str, str]
+    cleaned: bool
+    _plan_ahead: Callable[[], list[Trip]] | None
+    _fetched: dict[str, Fetched | InfraError]
+    _clock: tuple[datetime, float] | None
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    def _note_job(self) -> None:
+        raise NotImplementedError
+
+    def _clean_up(self) -> None:
+        raise NotImplementedError
+
+    def _reap_cell(self, tag: str = "leftover") -> str:
+        raise NotImplementedError
+
+    def _wrap(self, script: str) -> str:
+        # The script runs in a subshell, and the kernel as the same user could kill that
+        # subshell before it prints its own status (and forge one, and a log, first):
+        # its parent shell says how the subshell ended, having reaped the cell's
+        # processes first when it did not end by itself (a script that ends by itself
+        # has reaped them: scanning every process twice per stage costs a full node
+        # dearly), and a script that did not end by itself is no evidence at all.
+        return f'( {script} ); st=$?; if [ $st -ne 0 ]; then {self._reap_cell("reaped")}; fi; echo "@@farm end $st"'
+
+    def _round_trip(self, trip: Trip) -> tuple[CommandResult, str]:
+        """Run a stage's script and return its result and control text. Its files
+        come back framed in the same round trip where the transport streams, else
+        are read after it. `clean_up` removes the cell's folder once they are read;
+        `release` frees the GPU when the script's own part has ended and its files
+        start to come."""
+        on_output = self._release if trip.release else None
+        if self.t.streams_output:
+            token = new_token()
+            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
+            tail = [self.paths.remove_run_dir()] if trip.clean_up else []
+            reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
+            if self.python is not None and trip.spec is not None:
+                outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
+            else:
+                outcome = self.t.run_streamed(
+                    "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
+                )
+            control = reader.finish()
+            self._check_files(trip, reader, outcome)
+            self.cleaned = self.cleaned or trip.clean_up
+            self._check_ended(control, outcome)
+            return outcome, control
+        outcome = self.t.run(self._wrap(trip.script), timeout=trip.timeout)
+        self._check_ended(outcome.stdout, outcome)
+        if on_output is not None:
+            on_output()
+        self._note_job()
+        for _, path, limit, sink in trip.files:
+            got = 0
+            for chunk in self.t.stream(path):
+                sink(chunk[: max(limit - got, 0)])
+                got += len(chunk)
+        if trip.clean_up:
+            self._clean_up()
+        return outcome, outcome.stdout
+
+    def _run_plan(
+        self, token: str, trips: list[Trip], together: bool, deadline: float | Deadline, sink: Callable[[bytes], None]
+    ) -> CommandResult:
+        """The trips run by noderunner.py: the node's resident runner where there is
+        one (resident.py), else a python3 of the cell's own."""
+        if self.resident is not None:
+            plan = self._plan(token, trips, together, batched=True)
+            cell = self.marker_env.get("FARM_CELL", "")
+            return self.resident.run(
+                plan, cell, deadline if isinstance(deadline, Deadline) else Deadline(deadline), sink
+            )
+        command, given = self._runner(token, trips, together)
+        return self.t.run_streamed(command, timeout=deadline, sink=sink, stdin=given)
+
+    def _plan(self, token: str, trips: list[Trip], together: bool, batched: bool = False) -> bytes:
+        """What noderunner.py runs: the stages, their files and the cell's marker;
+        `batched`: a resident runner serves it, which holds a cell's output for up to
+        noderunner.HOLD s to send it in fewer messages, so every stage's start is
+        written as it begins (the farm hears it within HOLD s)."""
+        plan = {
+            "token": token,
+            "together": together,
+            "batched": batched,
+            "marker": self.marker_env,
+            "stages": [
+                {
+                    "stage": trip.stage,
+                    "timeout": trip.timeout,  # what the farm allows it once it has read its start
+                    "spec": trip.spec,
+                    "files": [[tag, path, limit] for tag, path, limit, _ in trip.files],
+                    "clean_up": trip.clean_up,
+                }
+                for trip in trips
+            ],
+        }
+        # marshal: read without an import by any python3 from 3.4 on (version 4), plain data only
+        return marshal.dumps(plan, 4)
+
+    def _runner(self, token: str, trips: list[Trip], together: bool) -> tuple[str, bytes]:
+        """The command starting noderunner.py on the node, and its stdin: the
+        runner's source, then the plan. Only the bootstrap is on the command line;
+        the runner carries the run's marker (a stop kills it), not the cell's (its
+        own reap of the cell's leftovers spares it)."""
+        marker = self.marker_env
+        run = f"FARM_RUN={shlex.quote(marker['FARM_RUN'])} " if "FARM_RUN" in marker else ""
+        assert self.python is not None
+        # a runner that did not end by itself (killed, by the kernel or the node) enforced no limit
+        # and reaped nothing: the login's shell kills what is left of the cell, as `_wrap` does
+        # (in a subshell, as the shell scripts' stages are: the kernel's SHLVL is theirs)
+        start, runner = runner_command(self.python, self.snapshot.python_version, self.snapshot.runner_code)
+        command = f"( {run}{start} ); [ $? -eq 0 ] || {{ {self._reap_cell('reaped')}; }}"
+        return command, runner + self._plan(token, trips, together)
+
+    def _check_files(self, trip: Trip, reader: FrameReader, outcome: CommandResult) -> None:
+        missing = [tag for tag, *_ in trip.files if tag not in reader.frames]
+        if missing:
+            raise InfraError(
+                f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
+                f"({outcome.stderr.strip()[-300:]!r})"
+            )
+
+    def _go(self, stage: str, plan: Callable[[], Trip]) -> tuple[Trip, CommandResult, str]:
+        """The stage's round trip, or its part of the one that went ahead (then with
+        the trip that went, whose sinks hold its files)."""
+        if self._plan_ahead is not None:
+            ahead, self._plan_ahead = self._plan_ahead(), None
+            self._send_together([plan(), *ahead])
+        fetched = self._fetched.pop(stage, None)
+        if fetched is None:
+            self._fetched.clear()  # a trip of its own: whatever went ahead of it is stale
+            self._clock = None
+            trip = plan()
+            outcome, text = self._round_trip(trip)
+            return trip, outcome, text
+        if isinstance(fetched, InfraError):
+            self._fetched.clear()
+            raise fetched
+        self._clock = (fetched.started_at, fetched.seconds)
+        return fetched.trip, fetched.outcome, fetched.text
+
+    def _send_together(self, trips: list[Trip]) -> None:
+        """One round trip for several stages; each next one runs on the node only
+        when the one before it succeeded there. Each stage's control text comes
+        back as a frame of its own (ctl-STAGE), and the command's last line, printed
+        from the shell's own variables once nothing of the cell is left to write,
+        says which stages ran: a stage it does not name is no evidence, whatever
+        frames someone else printed for it. Each stage's part is kept for its
+        turn (`_go`), with its timing."""
+        token = new_token()
+        last = trips[-1]
+        nl = "\n"
+
+        def section(i: int) -> str:
+            trip = trips[i]
+            tag = f"ctl-{trip.stage}"
+            parts = [
+                f'echo "@@farm section {trip.stage} $({NOW_NS})"; ran="$ran {trip.stage}"',
+                f"out=$( {self._wrap(trip.script)} )",
+                # its control text as a frame: read by length, a forged copy is a duplicate
+                "n=$(LC_ALL=C; echo $((${#out} + 1)))",
+                f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
+                "printf '%s\\n' \"$out\"",
+                f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
+                f'echo "@@farm section-end {trip.stage} $({NOW_NS})"',
+                *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
+            ]
+            if trip is last:
+                parts += [self.paths.remove_run_dir()] if trip.clean_up else []
+            else:
+                parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
+            return "; ".join(parts)
+
+        # the cell's processes are gone before the last line: the run reaps its own after the
+        # kernel; a cell that stopped before its run has its build's and inspect's reaped here
+        script = (
+            f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; echo "@@farm ran$ran"'
+        )
+        controls = {trip.stage: bytearray() for trip in trips}
+
+        def keep(into: bytearray) -> Callable[[bytes], None]:
+            return lambda chunk: into.extend(chunk[: max(CONTROL_LIMIT - len(into), 0)])
+
+        sinks = {tag: sink for trip in trips for tag, _, _, sink in trip.files}
+        sinks.update({f"ctl-{stage}": keep(text) for stage, text in controls.items()})
+        release = [tag for tag, *_ in last.files] if last.release else []
+        reader = FrameReader(token, sinks, self.t.name, self._release if release else None, first_of=release)
+        # each stage gets its own budget as the node starts it, as it would in a trip of its own
+        deadline = Deadline(trips[0].timeout)
+        coming = [(f"@@farm section {t.stage} ".encode(), t.timeout) for t in trips[1:]]
+        seen = 0
+
+        def feed(chunk: bytes) -> None:
+            nonlocal seen
+            reader.feed(chunk)
+            control = reader.control_bytes
+            if coming and len(control) > seen:
+                while coming and control.find(coming[0][0], max(seen - 64, 0)) >= 0:
+                    deadline.extend(coming.pop(0)[1])
+                seen = len(control)
+
+        sent = datetime.now(UTC)
+        error: InfraError | None = None
+        outcome = CommandResult("", -1, "", "", 0.0)
+        by_runner = self.python is not None and all(trip.spec is not None for trip in trips)
+        try:
+            if by_runner:
+                outcome = self._run_plan(token, trips, True, deadline, feed)
+            else:
+                outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
+            control = reader.finish()
+        except InfraError as err:
+            error, control = err, reader.control
+        said = last_match(r"^@@farm ran((?: (?:build|inspect|run))*)$", control)
+        if error is None and said is None:
+            error = InfraError(
+                f"node {self.t.name!r}: the cell's command never said which stages it ran "
+                f"(killed, by the kernel or the node): no evidence from it ({outcome.stderr.strip()[-200:]!r})"
+            )
+            error.retryable = False
+        ran = said.group(1).split() if said is not None and error is None else []
+        marks: dict[str, re.Match[str]] = {}
+        for found in _SECTION.finditer(control):
+            marks.setdefault(found.group(1), found)
+        origin = int(marks[trips[0].stage].group(2)) if trips[0].stage in marks else 0
+        for trip in trips:
+            if trip.stage not in ran:
+                if error is not None:
+                    # the stage the node was at, by its (unchecked) marker: where the error is told
+                    at = [t.stage for t in trips if t.stage in marks] or [trips[0].stage]
+                    error.stage = at[-1]
+                    self._fetched[trips[0].stage] = error
+                break
+            text = controls[trip.stage].decode("utf-8", "replace")
+            mark = marks.get(trip.stage)
+            ended = last_match(rf"^@@farm section-end {trip.stage} (\d{{1,19}})$", control)
+            start = int(mark.group(2)) if mark else origin
+            try:
+                if f"ctl-{trip.stage}" not in reader.frames:
+                    raise InfraError(f"node {self.t.name!r}: the {trip.stage} stage ran but sent back no status")
+                self._check_files(trip, reader, outcome)
+                self._check_ended(text, outcome)
+            except InfraError as err:
+                self._fetched[trip.stage] = err
+                break
+            self._fetched[trip.stage] = Fetched(
+                trip,
+                outcome,
+                text,
+                sent + timedelta(seconds=min(max(start - origin, 0), DAY_NS) / 1e9),
+                min(max(int(ended.group(1)) - start, 0), DAY_NS) / 1e9 if ended else 0.0,
+            )
+            if trip is last and trip.clean_up:
+                self.cleaned = True
+
+    def _gate(self, stage: str, nl: str) -> str:
+        """Shell that sets go=1 when the stage whose control text is in $out
+        succeeded by the node's reading, read as the farm reads it (which judges
+        it again): its shell ended 0 (the last line), and the build made its copy
+        (or took a cached one) / inspect exited 0 with the instructions it needs."""
+        ended = f'case "$out" in *"{nl}@@farm end 0"|"@@farm end 0") ;; *) go=no;; esac'
+        if stage == "build":
+            # the binary the cell runs, as the farm will read it: the first cached, else the first
+            # copy equal to the first built (the run says what it checked, after its reap)
+            find = "printf '%s\\n' \"$out\" | sed -n 's/^@@farm {0} \\([0-9a-f]\\{{64\\}}\\)$/\\1/p' | head -n 1"
+            return (
+                f"farm_sha=$({find.format('cached')}); "
+                f'if [ -z "$farm_sha" ]; then b=$({find.format("built")}); c=$({find.format("copy")}); '
+                f'[ -n "$b" ] && [ "$b" = "$c" ] && farm_sha=$c; fi; '
+                f'[ -n "$farm_sha" ] && go=1; {ended}; [ "$go" = 1 ] || go='
+            )
+        dump = shlex.quote(f"{self.paths.run_dir}/inspect.txt")
+        checks = []
+        for name, needed in self.variant.instructions.items():
+            if not _SIMPLE_MNEMONIC.fullmatch(name):
+                continue  # no shell pattern for it: the farm's own count decides before any run of its own
+            pattern = shlex.quote(f"(^|[^[:alnum:]_.]){name.replace('.', '[.]')}([^[:alnum:]_]|$)")
+            checks.append(
+                f'n=$(LC_ALL=C grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=no'
+            )
+        rc = "$(printf '%s\\n' \"$out\" | grep -m 1 '^@@farm rc=')"
+        return (
+            f'[ "{rc}" = "@@farm rc=0" ] && go=1; {ended}'
+            + "".join(f"; {check}" for check in checks)
+            + '; [ "$go" = 1 ] || go='
+        )
+
+    def _check_ended(self, control: str, outcome: CommandResult) -> None:
+        ended = last_match(r"^@@farm end (\d+)$", control)
+        if ended is None or ended.group(1) != "0":
+            error = InfraError(
+                f"node {self.t.name!r}: the stage's shell on the node "
+                + (f"ended with status {ended.group(1)}" if ended else "never said how it ended")
+                + " before it finished (killed, by the kernel or the node): no evidence from it"
+                + f" ({(outcome.stderr or control).strip()[-200:]!r})"
+            )
+            error.retryable = False
+            raise error
