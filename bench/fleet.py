@@ -53,7 +53,8 @@ from nodes import CARDS, Fleet, SshNode  # noqa: E402
 
 from orchestrator.config.farm import load_farm  # noqa: E402
 from orchestrator.plan import plan_cells  # noqa: E402
-from orchestrator.run.scheduler import RunSummary, run_cells  # noqa: E402
+from orchestrator.run.scheduler import run_cells  # noqa: E402
+from orchestrator.run.summary import RunSummary  # noqa: E402
 from orchestrator.store.database import Store  # noqa: E402
 from orchestrator.transport import ssh  # noqa: E402, F401 - imported here as the rest is: no run pays the import
 

@@ -40,7 +40,8 @@ from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, ConfigErro
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells
 from orchestrator.revisions import Commit, KernelHistory
-from orchestrator.run.scheduler import FarmRun, NullListener
+from orchestrator.run.scheduler import FarmRun
+from orchestrator.run.summary import NullListener
 from orchestrator.store.database import Store
 from orchestrator.store.lock import run_lock
 from orchestrator.store.queries import BISECT_TRIGGER

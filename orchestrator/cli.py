@@ -34,7 +34,8 @@ from orchestrator.report import site as report_mod
 from orchestrator.report.model import collect
 from orchestrator.report.pagewriter import write_page
 from orchestrator.run.probe import probe
-from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary
+from orchestrator.run.scheduler import FarmRun
+from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.store import journal
 from orchestrator.store.database import Store
 from orchestrator.store.engine import redact_url

@@ -23,7 +23,7 @@ from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
 from orchestrator.run.probe import NodeSnapshot
-from orchestrator.run.scheduler import RunSummary
+from orchestrator.run.summary import RunSummary
 from orchestrator.terminal import printable
 
 

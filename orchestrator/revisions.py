@@ -237,3 +237,31 @@ class KernelHistory:
                 _exists, raw, _why = self._job_file(sha, Path(tmp) / sha)
                 paths.update(self.repo_path(e) for e in self._entries(raw))
         return tuple(sorted(paths))
+
+
+def farm_commit(root: Path) -> str | None:
+    """The farm's git commit, "+dirty" when tracked files differ from it.
+
+    FARM_COMMIT overrides it, for a copy of the tree without .git (the lent
+    GPU machine gets the working tree only)."""
+    if os.environ.get("FARM_COMMIT"):
+        return os.environ["FARM_COMMIT"]
+
+    def git(*args: str) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(
+                ["git", "-C", str(root), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "--verify", "HEAD")
+    if head is None or head.returncode != 0:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    dirty = status is not None and status.returncode == 0 and status.stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")

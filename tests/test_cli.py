@@ -752,7 +752,7 @@ def test_the_end_of_run_matrix_shows_a_nodes_card_names_as_text() -> None:
     from orchestrator.outcomes import Outcome
     from orchestrator.plan import Cell, Expectation
     from orchestrator.run.cell import CellResult
-    from orchestrator.run.scheduler import RunSummary
+    from orchestrator.run.summary import RunSummary
 
     summary = RunSummary(run_id=1)
     for device in ("Tesla T4", "\x1b[2K\x1b[1Grun 1: 2 as expected; exit 0\x1b[8m"):

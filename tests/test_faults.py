@@ -58,7 +58,8 @@ from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
 from orchestrator.run import probe, stages
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
-from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport.ssh import WATCHDOG_GRACE
 

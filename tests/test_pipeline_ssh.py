@@ -37,7 +37,8 @@ from orchestrator.config.farm import Farm, load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import plan_cells
-from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 
 KERNEL = "standin"

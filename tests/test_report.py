@@ -701,7 +701,8 @@ def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: P
     running, or killed), index.html said "Nothing: every cell has the same outcome as in
     its previous run". It says that only when every cell had a verdict; otherwise how
     many had none."""
-    from orchestrator.run.scheduler import FarmRun, NullListener
+    from orchestrator.run.scheduler import FarmRun
+    from orchestrator.run.summary import NullListener
 
     farm = load_farm(toy_farm(tmp_path, broken="known-failure"))  # two cells
     store = Store(farm.database_url)

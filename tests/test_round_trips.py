@@ -26,7 +26,8 @@ from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
 from orchestrator.run import bundle, resident
 from orchestrator.run.bundle import Bundle, StagingFailed
-from orchestrator.run.scheduler import RunSummary, run_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
 from orchestrator.transport.base import Transport

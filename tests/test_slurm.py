@@ -31,7 +31,8 @@ from orchestrator.config.farm import Farm, load_farm
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import CommandTimeout, ConfigError, InfraError
 from orchestrator.plan import plan_cells
-from orchestrator.run.scheduler import FarmRun, RunSummary, run_cells
+from orchestrator.run.scheduler import FarmRun, run_cells
+from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
 from orchestrator.transport.slurm import (

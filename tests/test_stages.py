@@ -120,7 +120,8 @@ def test_a_run_that_cannot_be_stored_runs_no_cell(tmp_path):
 
     from orchestrator.config.farm import load_farm
     from orchestrator.plan import plan_cells
-    from orchestrator.run.scheduler import NullListener, run_cells
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.run.summary import NullListener
     from orchestrator.store.database import Store
 
     class Broken(NullListener):

@@ -22,7 +22,9 @@ from orchestrator.errors import EXIT_INFRA, EXIT_OK, StoreError
 from orchestrator.plan import plan_cells
 from orchestrator.report import export
 from orchestrator.report.site import render
-from orchestrator.run.scheduler import FarmRun, NullListener, farm_commit, run_cells
+from orchestrator.revisions import farm_commit
+from orchestrator.run.scheduler import FarmRun, run_cells
+from orchestrator.run.summary import NullListener
 from orchestrator.store.database import Store
 from orchestrator.store.engine import MIGRATIONS
 

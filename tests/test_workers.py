@@ -23,7 +23,8 @@ from orchestrator.errors import EXIT_INTERNAL, EXIT_UNEXPECTED, ConfigError
 from orchestrator.plan import plan_cells
 from orchestrator.run import workers
 from orchestrator.run.resident import ResidentRunner
-from orchestrator.run.scheduler import FarmRun, NullListener, RunSummary, run_cells
+from orchestrator.run.scheduler import FarmRun, run_cells
+from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport import Transport
 

@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING
 from orchestrator import lazy
 
 if TYPE_CHECKING:  # what a type checker sees; at run time __getattr__ loads it
-    from orchestrator.run.scheduler import FarmRun, RunSummary, run_cells
-
-
-# the station's entry point, importable from the package (lazy.py)
+    # the station's entry point, importable from the package (lazy.py)
+    from orchestrator.run.scheduler import FarmRun, run_cells
+    from orchestrator.run.summary import RunSummary
 _EXPORTS = {
     "run_cells": "orchestrator.run.scheduler",
     "FarmRun": "orchestrator.run.scheduler",
-    "RunSummary": "orchestrator.run.scheduler",
+    "RunSummary": "orchestrator.run.summary",
 }
 __getattr__ = lazy.exports(__name__, _EXPORTS)
 __all__ = ["FarmRun", "RunSummary", "run_cells"]

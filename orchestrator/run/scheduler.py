@@ -22,7 +22,6 @@ import os
 import secrets
 import shlex
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -33,24 +32,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from orchestrator import __version__
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.farm import Farm, Job
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import (
-    EXIT_INFRA,
     EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_UNEXPECTED,
     FarmError,
     InfraError,
     NodeUnusable,
     StoreError,
 )
-from orchestrator.outcomes import CELL_STAGES, Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, Outcome
 from orchestrator.plan import Cell, expect
+from orchestrator.revisions import farm_commit
 from orchestrator.run import bundle, toolchain, workers
 from orchestrator.run.bundle import Placed, Staging
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
@@ -60,6 +57,7 @@ from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.stages import CellPipeline
+from orchestrator.run.summary import Listener, NullListener, RunSummary
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
 from orchestrator.store.location import sqlite_file
@@ -77,87 +75,9 @@ STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at mos
 CELL_ENV = "CUDA_CACHE_DISABLE=1 "
 
 
-class Listener(Protocol):
-    def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
-    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None: ...
-    def cell_started(self, cell: Cell) -> None: ...
-    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None: ...
-    def run_finished(self, summary: RunSummary) -> None: ...
-
-
-class NullListener:
-    def run_started(self, run_id: int, cells: list[Cell]) -> None: ...
-    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None: ...
-    def cell_started(self, cell: Cell) -> None: ...
-    def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None: ...
-    def run_finished(self, summary: RunSummary) -> None: ...
-
-
-@dataclass
-class RunSummary:
-    run_id: int
-    outcomes: Counter[str] = field(default_factory=Counter)
-    results: list[tuple[Cell, CellResult, int]] = field(default_factory=list)
-    stage_seconds: Counter[str] = field(default_factory=Counter)
-    wall_seconds: float = 0.0
-    bytes_shipped: int = 0
-    stopped: str | None = None  # the signal that stopped the run before every cell had its verdict
-    internal: list[str] = field(default_factory=list)  # the farm's own errors, per node (exit 70)
-
-    @property
-    def unexpected(self) -> int:
-        return sum(n for o, n in self.outcomes.items() if not is_as_expected(o) and not is_infra(o))
-
-    @property
-    def infra(self) -> int:
-        return sum(n for o, n in self.outcomes.items() if is_infra(o))
-
-    @property
-    def as_expected(self) -> int:
-        return sum(n for o, n in self.outcomes.items() if is_as_expected(o))
-
-    @property
-    def exit_code(self) -> int:
-        if self.internal:
-            return EXIT_INTERNAL
-        if self.unexpected:
-            return EXIT_UNEXPECTED
-        if self.infra or self.stopped:  # a run cut short (stored aborted) never exits 0
-            return EXIT_INFRA
-        return EXIT_OK
-
-
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "farm" / "archives"
-
-
-def farm_commit(root: Path) -> str | None:
-    """The farm's git commit, "+dirty" when tracked files differ from it.
-
-    FARM_COMMIT overrides it, for a copy of the tree without .git (the lent
-    GPU machine gets the working tree only)."""
-    if os.environ.get("FARM_COMMIT"):
-        return os.environ["FARM_COMMIT"]
-
-    def git(*args: str) -> subprocess.CompletedProcess | None:
-        try:
-            return subprocess.run(
-                ["git", "-C", str(root), *args],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    head = git("rev-parse", "--verify", "HEAD")
-    if head is None or head.returncode != 0:
-        return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    dirty = status is not None and status.returncode == 0 and status.stdout.strip()
-    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:

@@ -176,9 +176,11 @@ def worker_main(
     conn: Connection, index: int, farm: Farm, token: str, trigger: str, cache_dir: Path, by_node: dict
 ) -> None:
     """A worker process: runs its group of nodes with the parent's run token."""
-    from orchestrator.run.scheduler import FarmRun, RunSummary
+    from orchestrator.run.scheduler import FarmRun
 
     # a forked worker has the parent's handlers, whose stop is the parent's to make: a fresh
+    from orchestrator.run.summary import RunSummary
+
     # process's instead (the parent tells its workers to stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
