@@ -23,8 +23,9 @@ from typing import Any
 import click
 
 from orchestrator.bisect import Bisector, Ending
-from orchestrator.config.farm import Farm, check_database_folder, load_farm, site_folder_problem
+from orchestrator.config.farm import Farm, check_database_folder, load_farm
 from orchestrator.config.header import job_yaml
+from orchestrator.config.output_paths import farm_file_problem, site_folder_problem
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, EXIT_SIGPIPE, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.plan import SelectionError, plan_cells
@@ -246,6 +247,8 @@ def verify(
     if not all_ and not selectors:
         raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
     farm = _load(config_path, database)
+    if log_file is not None and (problem := farm_file_problem(log_file, farm, "progress log")):
+        raise ConfigError("--log", str(log_file), *problem)
     cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
     disabled = [name for name, node in farm.nodes.items() if not node.enabled]
     if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
@@ -521,6 +524,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         raise click.BadParameter(f"{out} is a file; expected a folder (the site is many pages)", param_hint="'--out'")
     farm = _load(config_path, database, read_only=True)
     if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+        raise ConfigError("--out", str(out), *problem)
+    if fmt != "html" and out is not None and (problem := farm_file_problem(out, farm, f"{fmt} export")):
         raise ConfigError("--out", str(out), *problem)
     store = Store(farm.database_url, create=False)
     the_site = out is None or out.resolve() == farm.reports_dir.resolve()

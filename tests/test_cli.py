@@ -876,3 +876,30 @@ def test_junit_counts_a_compile_only_cell_skipped_not_passed(tmp_path, monkeypat
     junit = farm("report", "--format", "junit", "--config", str(config)).stdout
     assert 'tests="1"' in junit and 'skipped="1"' in junit, junit
     assert "compile-only: built and inspected on a node without a GPU; the kernel never ran" in junit
+
+
+def test_an_export_or_a_log_is_never_written_over_the_farms_own_files(tmp_path):
+    """Found by a red-team helper: `farm report --format json --out results.db` replaced
+    the database with JSON (exit 0), and `farm verify --log kernels/toy.cpp` appended
+    progress lines to a byte-exact kernel. Each is refused, naming the file, and
+    nothing is written."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    kept = {p: p.read_bytes() for p in (tmp_path / "results.db", config, tmp_path / "kernels" / "toy.cpp")}
+    kept[tmp_path / "jobs" / "toy.yaml"] = (tmp_path / "jobs" / "toy.yaml").read_bytes()
+    for fmt, out, said in (
+        ("json", "results.db", "the results database"),
+        ("junit", "farm.yaml", "the farm's configuration"),
+        ("json", "kernels/toy.cpp", "kernel toy's kernels/toy.cpp"),
+        ("json", "results.db-wal", "the results database's wal file"),
+        ("junit", "reports/run.xml", "the reviewers' site"),
+    ):
+        done = farm("report", "--format", fmt, "--out", out, "--config", str(config), cwd=tmp_path)
+        assert done.returncode == 3 and said in done.stderr and "--out" in done.stderr, (out, done.stderr)
+    for log in ("kernels/toy.cpp", "jobs/toy.yaml", "results.db"):
+        done = farm("verify", "--all", "--log", log, "--config", str(config), cwd=tmp_path)
+        assert done.returncode == 3 and "--log" in done.stderr and "a file of its own" in done.stderr, done.stderr
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert not (tmp_path / "results.db-wal").exists() and not (tmp_path / "reports" / "run.xml").exists()
+    done = farm("report", "--format", "json", "--out", "run.json", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0 and json.loads((tmp_path / "run.json").read_text())["run"]["id"] == 1

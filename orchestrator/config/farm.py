@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 
-from orchestrator.config import dependencies, header, own_files, run_command
+from orchestrator.config import dependencies, header, output_paths, own_files, run_command
 from orchestrator.config.header import Provenance
 from orchestrator.config.schema import (
     NAME_EXPECTED,
@@ -744,35 +744,6 @@ def check_database_folder(url: str, where: str) -> None:
         )
 
 
-def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str] | None:
-    """(found, expected) when the site cannot go to the folder `path`, else None.
-
-    Checked before a run: a file there (or on its way) failed the render only once
-    the run was stored, and jobs/ or kernels/ would get the site's pages among the
-    course's sources. A folder that is there but cannot be written still fails at
-    the render (nothing says so before a page is written)."""
-    path = path.resolve()
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
-    if found is not None and not found.is_dir():
-        what = "a file" if found.is_file() else "no folder"
-        return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), (
-            "a folder for the report's pages (made if missing)"
-        )
-    for key, folder in sources.items():
-        if path == folder:
-            found_text = f"{path}, the farm's `{key}` folder"
-        elif folder.parent == path and folder.name in SITE_FOLDERS:
-            # the site's own subfolder of that name would be the course's (kernels/KERNEL.html)
-            found_text = f"{path}, whose `{folder.name}` pages would go into the farm's `{key}` folder {folder}"
-        else:
-            continue  # a reports folder inside kernels/ is harmless: only their top-level *.cu are read
-        return found_text, "a folder of its own for the report's pages, apart from the course's jobs and kernels"
-    return None
-
-
-SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
-
-
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
@@ -792,7 +763,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
-    if problem := site_folder_problem(root / spec.reports, sources):
+    if problem := output_paths.site_folder_problem(root / spec.reports, sources):
         raise ConfigError(str(file), "reports", *problem)
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
