@@ -113,7 +113,7 @@ def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
 
     (root / "jobs").mkdir(parents=True)
     (root / "kernels").mkdir()
-    (root / "kernels" / "cpu.txt").write_text("a stand-in source; the build writes a script printing the pass marker\n")
+    (root / "kernels" / "cpu.txt").write_text('#!/bin/sh\necho "cpu: PASS"\n')  # the build copies it into {binary}
     job = {
         "kernel": "cpu",
         "description": "cells with no sleeps: what is left is the farm and the node's runner",
@@ -124,8 +124,8 @@ def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
         "build_timeout": 60,
         "variants": {
             f"j{i:02d}": {
-                # the "kernel" prints its own marker: a run command may not (farm.yaml refuses it)
-                "build": "printf '#!/bin/sh\\necho \"cpu: PASS\"\\n' > {binary} && chmod +x {binary}",
+                # the "kernel" (its source) prints its own marker: a run command may not (farm.yaml refuses it)
+                "build": "cat {sources} > {binary} && chmod +x {binary}",
                 "run": "{binary}",
                 "inspect": "cat {binary} > /dev/null",
                 "instructions": {},

@@ -70,10 +70,14 @@ MEMORY_TARGET_MB = 300.0
 
 
 def kernel_build(binary: str = "{binary}") -> str:
-    """The commands that write the stand-in "kernel": a script printing the pass marker
-    (a run's marker must come from what it runs: farm.yaml refuses a run command whose
-    own text the marker matches)."""
-    return f"printf '#!/bin/sh\\necho \"%s\"\\n' '{PASS}' > {binary} && chmod +x {binary}"
+    """The commands that make the stand-in "kernel" from its source, kernels/fleet.txt: a
+    script printing the pass marker (a run's marker must come from what it runs: farm.yaml
+    refuses a run command whose own text the marker matches; and a build must name its
+    {sources})."""
+    return f"cat {{sources}} > {binary} && chmod +x {binary}"
+
+
+KERNEL_SCRIPT = f'#!/bin/sh\necho "{PASS}"\n'
 
 
 # ------------------------------------------------------------------ farm files
@@ -93,7 +97,7 @@ def write_farm(
     sends a node's connections to another port (its delay proxy)."""
     (root / "jobs").mkdir(parents=True, exist_ok=True)
     (root / "kernels").mkdir(exist_ok=True)
-    (root / "kernels" / "fleet.txt").write_text("a stand-in source: the build writes a script printing the marker\n")
+    (root / "kernels" / "fleet.txt").write_text(KERNEL_SCRIPT)  # the build copies it into {binary}
     job = {
         "kernel": KERNEL,
         "description": "sleep-based build and run of known durations",

@@ -498,7 +498,8 @@ def test_a_run_killed_mid_way_leaves_an_index_that_says_so(tmp_path, monkeypatch
     index = tmp_path / "reports" / "index.html"
     assert done.returncode == 0 and "Run 1: 1 of 1 cells as expected" in index.read_text(), done.stdout
     job = tmp_path / "jobs" / "toy.yaml"  # night 2's run outlives the farm: it is killed during it
-    job.write_text(job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 60; objdump"))
+    slow = job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 60; objdump")
+    job.write_text(slow.replace("instructions: {ret: 1}", "instructions: {}"))  # a dump that counts nothing
     argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as night:
         deadline = time.monotonic() + 120
@@ -581,7 +582,8 @@ def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
     config = toy_farm(tmp_path)
     job = tmp_path / "jobs" / "toy.yaml"
     # every run's cell line comes a second after the reader left (a build is reused, its inspect is not)
-    job.write_text(job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 1; objdump"))
+    slow = job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 1; objdump")
+    job.write_text(slow.replace("instructions: {ret: 1}", "instructions: {}"))  # a dump that counts nothing
     argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
     ended: dict[str, tuple[int, str]] = {}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as piped:

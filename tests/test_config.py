@@ -375,6 +375,42 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
 
 
 @pytest.mark.parametrize(
+    ("key", "line", "says"),
+    [
+        ("build", "build: 'g++ -o {binary} /elsewhere/toy.cpp'", "never names {sources}"),
+        ("inspect", "inspect: 'objdump -d /bin/true'", "no {binary}"),
+        ("inspect", "inspect: '{cuobjdump} --dump-sass {binary}; echo HGMMA'", "more than one command"),
+        ("inspect", "inspect: '{cuobjdump} --dump-sass {binary} | grep -v x'", "more than one command"),
+        ("inspect", "inspect: '{cuobjdump} --dump-sass {binary} /other/k.cubin'", "another file named"),
+        ("inspect", "inspect: 'cat $(echo {binary})'", "a command substitution"),
+        ("inspect", "inspect: '{cuobjdump} --dump-sass {binary} > dump.txt'", "its stdout redirected"),
+        ("inspect", "inspect: 'cat \"{binary}\"'", "{binary} not as an argument of its own"),
+    ],
+)
+def test_a_build_or_inspect_that_does_not_work_on_the_cells_own_files_is_refused(tmp_path, key, line, says):
+    """Found by a red-team helper: a build that never compiled {sources} passed, certifying
+    a source it never built, and an inspect that disassembled another file, or printed the
+    instruction after the real dump, was counted as the binary's machine code."""
+    job = GOOD_JOB.replace("    cc: {min", "    instructions: {HGMMA: 1}\n    cc: {min")
+    if key == "build":
+        job = job.replace("    build: '{nvcc} -o {binary} {sources}'", f"    {line}")
+    else:
+        job = job.replace("    cc: {min", f"    {line}\n    cc: {{min")
+    err = load_error(make_farm(tmp_path, job=job))
+    assert err.key == f"variants.v1.{key}" and "jobs/k.yaml" in err.file, str(err)
+    assert says in str(err), str(err)
+
+
+def test_an_inspect_that_counts_nothing_may_be_any_command(tmp_path):
+    """Without `instructions` the dump certifies nothing: `sleep 1; objdump ...` loads,
+    and the default inspect (cuobjdump's dump of {binary}) loads with them."""
+    job = GOOD_JOB.replace("    cc: {min", "    inspect: 'sleep 1; objdump -d {binary} | head'\n    cc: {min")
+    assert load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants["v1"].inspect.startswith("sleep 1;")
+    counted = GOOD_JOB.replace("    cc: {min", "    instructions: {HGMMA: 1}\n    cc: {min")
+    assert load_farm(make_farm(tmp_path, job=counted)).jobs["k"].spec.variants["v1"].instructions == {"HGMMA": 1}
+
+
+@pytest.mark.parametrize(
     "run",
     [
         "'{binary}'",

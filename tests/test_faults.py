@@ -844,7 +844,7 @@ def _storm(storm: TunedNode, tmp_path: Path) -> None:
     effective = subprocess.run(["/usr/sbin/sshd", "-T", "-f", str(storm.config)], capture_output=True, text=True)
     assert f"maxstartups {STORM_MAXSTARTUPS}" in effective.stdout, effective.stdout + effective.stderr
     # a shell script for a kernel: the test is about connections, not compilers
-    script = "printf '#!/bin/sh\\necho \"standin: PASS\"\\n' > {binary} && chmod +x {binary}"
+    script = "test -f {sources} && printf '#!/bin/sh\\necho \"standin: PASS\"\\n' > {binary} && chmod +x {binary}"
     variants = {"tiny": {"build": script, "inspect": "cat {binary}", "instructions": {"echo": 1}, "cc": MIN75}}
     nodes = {f"n{i:02d}": storm.farm_entry(tmp_path / f"work-{i:02d}", build_jobs=1) for i in range(STORM_NODES)}
     config = write_farm(tmp_path, nodes, [standin_job("tiny", variants)])

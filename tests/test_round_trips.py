@@ -103,7 +103,7 @@ def test_a_build_that_exits_0_without_its_binary_is_the_jobs_build_fail(
     author's mistake, so build-fail (exit 1) with the reason, where it was infra
     ("the binary changed while it was copied", exit 4: the node blamed).
     Found by an adversarial review."""
-    variants = {"nobinary": standin_variant("PASS", MIN75, "MIN_CC=75", build="true")}
+    variants = {"nobinary": standin_variant("PASS", MIN75, "MIN_CC=75", build="test -f {sources}")}
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
     assert (result.verdict.outcome, result.verdict.failed_stage) == ("build-fail", "build"), result.verdict
@@ -146,7 +146,7 @@ def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(
     def plain(needed: int) -> dict[str, dict[str, object]]:
         return {
             "plain": standin_variant(
-                "PASS", MIN75, "MIN_CC=75", inspect="echo call call", instructions={"call": needed}
+                "PASS", MIN75, "MIN_CC=75", inspect="printf 'call call\\n' {binary}", instructions={"call": needed}
             )
         }
 
@@ -242,7 +242,7 @@ def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path)
     internal error of the farm's: the node's other cells pass, the run exits 1 (build-fail)."""
     forge = f"FORGE_CLOCK=30 {sys.executable} {FORGERS / 'forge_stages.py'}"
     variants = {
-        "clock": standin_variant("PASS", MIN75, "MIN_CC=75", build=f"{forge} && false"),
+        "clock": standin_variant("PASS", MIN75, "MIN_CC=75", build=f"{forge} {{sources}} && false"),
         "b": standin_variant("PASS", MIN75, "MIN_CC=75"),
         "c": standin_variant("PASS", MIN75, "MIN_CC=75"),
     }

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 
-from orchestrator.config import dependencies, header, output_paths, own_files, run_command
+from orchestrator.config import dependencies, header, output_paths, own_files, run_command, stage_commands
 from orchestrator.config.header import Provenance
 from orchestrator.config.schema import (
     NAME_EXPECTED,
@@ -452,6 +452,10 @@ def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
                         )
                     )
         if error := run_command.check_run(job, vname, variant.run, file):
+            errors.append(error)
+        if error := stage_commands.check_build(vname, variant.build, file):
+            errors.append(error)
+        if error := stage_commands.check_inspect(vname, variant.inspect, bool(variant.instructions), file):
             errors.append(error)
     return errors
 

@@ -1,0 +1,68 @@
+"""The rules a variant's `build` and `inspect` meet at load (the run's: run_command.py).
+
+What the farm certifies is the job's sources built into {binary}, and the machine
+code of that binary holding the instructions the variant asks for. A build that
+never names {sources} built something else (`g++ -o {binary} /elsewhere.cpp`
+passed, certifying kernels/toy.cpp), and an inspect whose text is not the
+disassembly of {binary} alone counted instructions elsewhere (`objdump -d
+/bin/true`, or a `; echo HGMMA` after the real one, passed: red-team findings).
+These rules refuse what the farm could not judge, not every way to mislead it: the
+commands are the job's author's, and the reviewer reads them on the cell's page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.config.shell import BINARY, lex
+from orchestrator.errors import ConfigError
+
+SOURCES = "{sources}"
+BUILD_EXPECTED = "a build that compiles the job's sources: {sources} in its command, and {binary} as what it makes"
+INSPECT_EXPECTED = (
+    "an inspect that disassembles {binary} alone, where the variant counts `instructions`: one command "
+    "(no `;`, `&&`, `||`, `|`, `&`, `$( )` or backquotes) with {binary} as a word of its own, no other "
+    "file named by its path, and its stdout not redirected (its text is what the instructions are counted in)"
+)
+
+
+def check_build(vname: str, build: str, file: Path) -> ConfigError | None:
+    if SOURCES not in build:
+        return ConfigError(
+            str(file), f"variants.{vname}.build", f"{build!r}, which never names {SOURCES}", BUILD_EXPECTED
+        )
+    return None
+
+
+def check_inspect(vname: str, inspect: str, counts_asked: bool, file: Path) -> ConfigError | None:
+    """Where the variant counts no instruction the dump certifies nothing: any command goes."""
+    if not counts_asked:
+        return None
+    why = _inspect_refusal(inspect.strip())
+    if why is None:
+        return None
+    return ConfigError(str(file), f"variants.{vname}.inspect", f"{inspect!r}, with {why}", INSPECT_EXPECTED)
+
+
+def _inspect_refusal(inspect: str) -> str | None:
+    if BINARY not in inspect:
+        return "no {binary}: it does not disassemble the cell's binary"
+    if "$(" in inspect or "`" in inspect:
+        return "a command substitution, whose output the farm cannot tell from the dump's"
+    lexed = lex(inspect)
+    if lexed.problem:
+        return f"text the shell cannot read ({lexed.problem})"
+    if len(lexed.commands) != 1 or lexed.commands[0].after not in ("", "\n"):
+        return "more than one command: the dump must be the disassembler's output alone"
+    (command,) = lexed.commands
+    for redirect in command.redirects:
+        if (">" in redirect.op and redirect.fd in ("", "1")) or redirect.op.startswith("&>"):
+            return f"its stdout redirected ({redirect.fd}{redirect.op}{redirect.target}): the dump would be empty"
+    program = command.program()
+    words = command.words[program[0] :] if program else []
+    if not any("whole" in word.binaries for word in words[1:]):
+        return "{binary} not as an argument of its own"
+    for word in words[1:]:
+        if "/" in word.text and not word.binaries:
+            return f"another file named ({word.text!r}), whose instructions would be counted with the binary's"
+    return None
