@@ -42,6 +42,7 @@ from faults import (
     NetnsNode,
     Tmpfs,
     TunedNode,
+    descendants,
     faults_job,
     faults_variant,
     netns_works,
@@ -162,7 +163,7 @@ def kernel_running(workdir: Path, node: str, variant: str, kernel: str = FAULTS_
         for pid, cmdline in processes_matching(kernel_needle(workdir, node, variant, kernel))
         if " " not in cmdline
         and re.search(
-            rf"/cells/\d+-[0-9a-f]+/[^/]+/{kernel}\+{variant}(\+[A-Za-z0-9-]+)?/work/{kernel}-{variant}$",
+            rf"/cells/\d+-[0-9a-f]+/[^/]+/{kernel}\+{variant}(\+[A-Za-z0-9-]+)?(@\d+)?/work/{kernel}-{variant}$",
             cmdline,
         )
     ]
@@ -1124,6 +1125,36 @@ def test_a_node_that_reboots_is_waited_for_and_its_cell_rerun(own_nodes: list[Ss
     assert rows[("reboots", "slow")]["outcome"] == "pass", rows[("reboots", "slow")]["reason"]
     assert rows[("reboots", "after")]["outcome"] == "pass"
     tries = attempts(tmp_path / "results.db", summary.run_id, "reboots", "slow")
+    assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
+    assert summary.exit_code == EXIT_OK
+
+
+@pytest.mark.usefixtures("runner")
+def test_a_cut_session_leaves_nothing_of_its_try_beside_the_retry(own_nodes: list[SshNode], tmp_path: Path) -> None:
+    """Found by a red-team helper: the node's sshd session processes SIGKILLed while the
+    kernel ran, its listener up. The kill of what was left of the cell went over the
+    broken connection and failed unsaid: the interrupted try's kernel ran on beside the
+    retry, and, ending, removed the cell's folder under the retry's kernel (a kernel that
+    always passes was judged fail 3 times in 8). What is left is killed over a fresh
+    connection (with each runner: the python3 of a cell's own was never killed), and each
+    retry has a folder of its own: the cell passes."""
+    node = start(own_nodes, SshNode("cut", tmp_path / "node", CARDS["t4"]))
+    workdir = tmp_path / "work"
+    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
+    config = write_farm(tmp_path, {"cut": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2)
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
+    thread.start()
+    first = wait_for(lambda: kernel_running(workdir, "cut", "slow") or not thread.is_alive(), 60, "the slow kernel")
+    sessions = [pid for pid, comm in descendants(node.proc.pid) if comm.startswith("sshd")]  # not the listener
+    assert signal_pids(sessions, signal.SIGKILL), "no session to cut"
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in first), 10, "the interrupted try's kernel gone")
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the farm never finished"
+    summary, _ = outcome["run"]  # type: ignore[misc]
+    row = results(tmp_path / "results.db", summary.run_id)[("cut", "slow")]
+    assert row["outcome"] == "pass", row["reason"]
+    tries = attempts(tmp_path / "results.db", summary.run_id, "cut", "slow")
     assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
     assert summary.exit_code == EXIT_OK
 

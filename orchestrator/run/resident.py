@@ -38,7 +38,6 @@ what another process of the node's user writes into the stream is skipped):
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import marshal
 import queue
@@ -280,9 +279,16 @@ class ResidentRunner:
         if (self._served or corrupt) and (group or cells):
             kill = [f"kill -s KILL -- -{group} 2>/dev/null" if group else "true"]
             kill += [reap("FARM_CELL", cell, "reaped") for cell in cells]
-            with contextlib.suppress(InfraError):
-                self._open_transport(self._transport)
-                self._transport.run("; ".join(kill), timeout=LOST_KILL_TIMEOUT)
+            # over the runner's own connection, else a fresh one: where the session was cut (its
+            # sshd killed, the listener up) the first failed, and the cell's processes ran on beside
+            # its retry (a red-team finding)
+            for _ in range(2):
+                try:
+                    self._open_transport(self._transport)
+                    self._transport.run("; ".join(kill), timeout=LOST_KILL_TIMEOUT)
+                    break
+                except InfraError:
+                    self._transport.close()
         self._transport.close()  # a broken connection is made again on next use
         said = process.stderr().strip()
         reason = f"its resident runner ended ({why}{': ' + said[-300:] if said else ''})"

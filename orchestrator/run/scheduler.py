@@ -29,7 +29,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -63,7 +63,9 @@ from orchestrator.store.journal import Journal, journal_folder
 from orchestrator.store.location import sqlite_file
 from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
 from orchestrator.transport import Transport, transport_for
+from orchestrator.transport.base import reap
 
+LEFT_BEHIND_TIMEOUT = 30.0  # seconds for killing what an interrupted try left, before its retry
 STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
 
 
@@ -678,6 +680,7 @@ class FarmRun:
             [StageRecord("stage", node_stage.status, node_stage.started_at, node_stage.seconds, notes)] if notes else []
         )
         attempt = reconnects = 0
+        left_behind: str | None = None  # the FARM_CELL of a try that ended infra
         tries: list[tuple] = []  # stored after the result: if the database fails, the result is journaled
         while True:
             attempt += 1
@@ -690,8 +693,15 @@ class FarmRun:
                 tries.append((cell.node, cell, attempt, "skipped", None, reason))
                 self._infra(result, "skipped", reason)
                 break
+            marker = self._cell_marker()
             try:
                 self._open(transport)
+                if left_behind is not None and transport.streams_output:
+                    # what the try before left running (its session cut mid-stage, so its own kill
+                    # never came: the python3 of a cell's own) goes before the retry starts beside it
+                    # (Slurm's cells are its jobs: the transport ends those itself)
+                    with contextlib.suppress(InfraError):
+                        transport.run(reap("FARM_CELL", left_behind, "reaped"), timeout=LEFT_BEHIND_TIMEOUT)
             except InfraError as err:
                 self._infra(result, "connect", str(err))
                 result.evidence.infra_retryable = err.retryable
@@ -702,7 +712,9 @@ class FarmRun:
                     job,
                     variant,
                     ctx.snapshot,
-                    paths,
+                    # each retry in a folder of its own: what is left of the try before it (a cut session
+                    # whose processes could not be killed) removed its folder under the retry's kernel
+                    paths if attempt == 1 else replace(paths, run_dir=f"{paths.run_dir}@{attempt}"),
                     result,
                     ctx.slots[cell.device],
                     self.farm.spec.output_cap,
@@ -711,7 +723,7 @@ class FarmRun:
                     remember_binary=lambda key, sha: self._remember_binary(ctx, key, sha),
                     restage=lambda placed: self._restage(ctx, transport, placed),
                     build_lock=ctx.build_lock(paths.build_dir),
-                    marker=self._cell_marker(),
+                    marker=marker,
                     stopping=lambda: self.stopping,
                     metric_baseline=lambda names: self.store.metric_baseline(
                         cell.kernel, cell.variant, cell.node, cell.device, names, CELL_ENV.strip()
@@ -733,6 +745,7 @@ class FarmRun:
             if infra is None:
                 ctx.health.succeeded()
                 break
+            left_behind = marker.split("FARM_CELL=", 1)[1].split()[0]
             transport.close()  # a broken session is reopened for the next try
             if result.evidence.infra_unreachable and self.farm.spec.reconnect_window > 0 and reconnects < 5:
                 # a node that was reached this run and now is not: rebooting? wait for it, within the window
