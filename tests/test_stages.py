@@ -111,6 +111,48 @@ def test_a_bug_on_one_node_stays_with_that_node(tmp_path, monkeypatch, capsys):
     assert "TypeError: a bug planted by the test" in capsys.readouterr().err
 
 
+def test_a_bug_on_one_card_of_a_node_leaves_no_planned_cell_unstored(tmp_path, monkeypatch, capsys):
+    """Found by a red-team helper: on a node with a T4 and an H100, a bug in the farm at
+    the H100's cell, after the T4's cell of the same variant was stored, left the H100's
+    cell with no result at all (the node's done cells were told by kernel and variant,
+    not card), and JUnit said the run was complete. Each card's cell is its own."""
+    from nodes import CARDS, nvidia_smi_script, query, smi_on_path, standin_job, standin_variant, write_farm
+
+    from orchestrator.config.farm import load_farm
+    from orchestrator.errors import EXIT_INTERNAL
+    from orchestrator.plan import plan_cells
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.run.stages import CellPipeline
+    from orchestrator.store.database import Store
+
+    smi_on_path(tmp_path / "smi", nvidia_smi_script([CARDS["t4"], CARDS["h100"]]), monkeypatch)
+    node = {"transport": "local", "workdir": str(tmp_path / "work"), "nvcc": "/usr/local/bin/nvcc", "build_jobs": 1}
+    config = write_farm(
+        tmp_path, {"two": node}, [standin_job("standin", {"min75": standin_variant("PASS", {"min": "7.5"})})]
+    )
+    real_inspect = CellPipeline._inspect
+
+    def inspect(self):
+        if "H100" in self.result.cell.device:
+            raise TypeError("a bug planted by the test")
+        return real_inspect(self)
+
+    monkeypatch.setattr(CellPipeline, "_inspect", inspect)
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None), cache_dir=tmp_path / "archives")
+    finally:
+        store.close()
+    assert summary.exit_code == EXIT_INTERNAL
+    rows = {r["device"]: r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    assert set(rows) == {CARDS["t4"].name, CARDS["h100"].name}, rows
+    assert rows[CARDS["t4"].name]["outcome"] == "pass", rows[CARDS["t4"].name]["reason"]
+    assert rows[CARDS["h100"].name]["outcome"] == "infra-error"
+    assert "internal error in the farm (TypeError" in rows[CARDS["h100"].name]["reason"]
+    assert "TypeError: a bug planted by the test" in capsys.readouterr().err
+
+
 def test_a_run_that_cannot_be_stored_runs_no_cell(tmp_path):
     """The nodes connect and probe while the run is being stored; when storing it
     fails half-way (here: after its row, in the listener's run_started), no node

@@ -185,7 +185,8 @@ class FarmRun:
         self._stop = threading.Event()
         self._stop_reason: str | None = None
         self._ended = threading.Event()  # execute() has returned (or raised): a stop's sweeps end
-        self._stored: set[tuple[str, str, str]] = set()  # (node, kernel, variant) a worker's result was stored for
+        self._stored: set[Cell] = set()  # the cells a worker's result was stored for
+        self._on_cards: dict[str, list[Cell]] = {}  # a node's cells, one per card model, once probed
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
         self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
@@ -292,7 +293,10 @@ class FarmRun:
         there: their runs take turns on each GPU here as well as on the node."""
         machine = (node.transport, node.host, node.port, node.jump, snapshot.hostname, snapshot.workdir)
         with self._summary_lock:
-            return devices, self._slots.setdefault(machine, slots)
+            shared = self._slots.setdefault(machine, {})
+            for device, queue in slots.items():  # a card one column's probe saw and another's did not
+                shared.setdefault(device, queue)
+            return devices, shared
 
     def _transport(self, name: str) -> Transport:
         return transport_for(name, self.farm.nodes[name], self.token)
@@ -425,9 +429,13 @@ class FarmRun:
         traceback.print_exception(err, file=sys.stderr)
         with self._summary_lock:
             self.summary.internal.append(f"node {name!r}: {type(err).__name__}: {err}")
-            done = {(c.kernel, c.variant) for c, _, _ in self.summary.results if c.node == name}
-            done |= {(kernel, variant) for node, kernel, variant in self._stored if node == name}
-        left = [cell for cell in cells if (cell.kernel, cell.variant) not in done]
+            # whole cells: a column of a machine (its card, `device`) is a cell of its own (a node's
+            # T4 cell stored took its H100 cell of the same variant with it: a red-team finding)
+            done = {c for c, _, _ in self.summary.results if c.node == name} | self._stored
+            cells = self._on_cards.get(name, cells)  # the node's cells per card, once its probe said its cards
+        # a cell planned before the probe (no card yet) is done where any card's was (a worker's node)
+        done_variants = {(c.kernel, c.variant) for c in done}
+        left = [c for c in cells if c not in done and (c.device or (c.kernel, c.variant) not in done_variants)]
         if left:
             self._node_failed(name, left, None, "internal", detail, [])
 
@@ -499,6 +507,8 @@ class FarmRun:
             on_cards = [cell.on(device, several) for cell in cells for device in devices]
             if several:
                 self.store.add_planned(self.summary.run_id, [(c.kernel, c.variant, c.node, c.device) for c in on_cards])
+            with self._summary_lock:
+                self._on_cards[name] = on_cards
             self._cells(name, on_cards, context)
             for runner in resident:
                 runner.close()
@@ -526,7 +536,8 @@ class FarmRun:
         snapshot_id = self._store_snapshot(name, None, f"the run was stopped ({self.stopping})", None, None, 0)
         for cell in cells:
             job = self.farm.jobs[cell.kernel]
-            cell = cell.on(basis.gpu_name or "", False)
+            if not cell.device:  # a cell of one card, after the probe, keeps its card
+                cell = cell.on(basis.gpu_name or "", False)
             result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
             self._not_run(result)
             self._finish(cell, job, result, snapshot_id, None)
@@ -550,7 +561,8 @@ class FarmRun:
         basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)
         for cell in cells:
             job = self.farm.jobs[cell.kernel]
-            cell = cell.on(basis.gpu_name or "", False)
+            if not cell.device:  # a cell of one card, after the probe, keeps its card
+                cell = cell.on(basis.gpu_name or "", False)
             result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
             result.stages = list(records)
             result.evidence = Evidence(infra_stage=stage, infra_detail=error)
@@ -830,11 +842,11 @@ class FarmRun:
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 
-    def stored_result(self, node: str, kernel: str, variant: str) -> None:
+    def stored_result(self, cell: Cell) -> None:
         """A worker's result, stored by the parent: a worker that dies before its event
         about it arrives does not leave the cell to be stored a second time (node_broke)."""
         with self._summary_lock:
-            self._stored.add((node, kernel, variant))
+            self._stored.add(cell)
 
     def counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
         """A stored result, in the run's summary (the parent's, for a worker's cells)."""
