@@ -305,7 +305,7 @@ def test_a_result_stored_for_a_worker_that_died_before_saying_so_is_not_stored_a
         assert len(cells) >= 2
         lost: list[list] = []
         monkeypatch.setattr(run, "_node_failed", lambda name, left, *rest: lost.append(left))
-        run.stored_result("w1", cells[0].kernel, cells[0].variant)
+        run.stored_result("w1", cells[0].kernel, cells[0].variant, "Tesla T4")  # stored with its card
         run.node_broke("w1", cells, RuntimeError("the farm's worker process ended"))
     finally:
         store.close()

@@ -185,7 +185,7 @@ class FarmRun:
         self._stop = threading.Event()
         self._stop_reason: str | None = None
         self._ended = threading.Event()  # execute() has returned (or raised): a stop's sweeps end
-        self._stored: set[Cell] = set()  # the cells a worker's result was stored for
+        self._stored: set[tuple[str, str, str, str]] = set()  # (node, kernel, variant, device) a worker stored
         self._on_cards: dict[str, list[Cell]] = {}  # a node's cells, one per card model, once probed
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
         self._cell_count = itertools.count(1)
@@ -431,11 +431,16 @@ class FarmRun:
             self.summary.internal.append(f"node {name!r}: {type(err).__name__}: {err}")
             # whole cells: a column of a machine (its card, `device`) is a cell of its own (a node's
             # T4 cell stored took its H100 cell of the same variant with it: a red-team finding)
-            done = {c for c, _, _ in self.summary.results if c.node == name} | self._stored
+            done = {(c.kernel, c.variant, c.device) for c, _, _ in self.summary.results if c.node == name}
+            done |= {(kernel, variant, device) for node, kernel, variant, device in self._stored if node == name}
             cells = self._on_cards.get(name, cells)  # the node's cells per card, once its probe said its cards
         # a cell planned before the probe (no card yet) is done where any card's was (a worker's node)
-        done_variants = {(c.kernel, c.variant) for c in done}
-        left = [c for c in cells if c not in done and (c.device or (c.kernel, c.variant) not in done_variants)]
+        done_variants = {(kernel, variant) for kernel, variant, _ in done}
+        left = [
+            c
+            for c in cells
+            if (c.kernel, c.variant, c.device) not in done and (c.device or (c.kernel, c.variant) not in done_variants)
+        ]
         if left:
             self._node_failed(name, left, None, "internal", detail, [])
 
@@ -842,11 +847,11 @@ class FarmRun:
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 
-    def stored_result(self, cell: Cell) -> None:
+    def stored_result(self, node: str, kernel: str, variant: str, device: str) -> None:
         """A worker's result, stored by the parent: a worker that dies before its event
         about it arrives does not leave the cell to be stored a second time (node_broke)."""
         with self._summary_lock:
-            self._stored.add(cell)
+            self._stored.add((node, kernel, variant, device))
 
     def counted(self, cell: Cell, result: CellResult, result_id: int) -> None:
         """A stored result, in the run's summary (the parent's, for a worker's cells)."""

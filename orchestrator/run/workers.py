@@ -295,7 +295,8 @@ class Workers:
                             raise StoreError(f"a worker asked for {target}.{method}, which it may not")
                         value = getattr(run.store, method)(*args, **kwargs)
                         if method == "add_result":  # stored: the worker may die before it says so
-                            run.stored_result(args[0])
+                            record = args[0]
+                            run.stored_result(record.node, record.kernel, record.variant, record.device)
                         self._send(index, ("answer", ident, "ok", value))
                     except FarmError as err:
                         if isinstance(err, StoreError) and self.failure is None:
