@@ -241,13 +241,15 @@ class NetnsNode(SshNode):
 
 
 class Tmpfs:
-    """A tmpfs of `size` mounted at `path` (root only); unmount() in teardown."""
+    """A tmpfs of `size` (and at most `inodes` files) mounted at `path` (root only);
+    unmount() in teardown."""
 
-    def __init__(self, path: Path, size: str) -> None:
+    def __init__(self, path: Path, size: str, inodes: int | None = None) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
             capture_output=True,
             text=True,
             check=False,

@@ -103,6 +103,21 @@ def test_the_probe_reads_the_nodes_room_and_keeps_a_flood_of_words_bounded():
     assert snap.smi_output.endswith("rc=0") and snap.gpu_count == 2
 
 
+def test_a_node_whose_disk_is_out_of_inodes_is_not_usable():
+    """Free inodes are read beside free KiB ("-": a file system that counts none, as
+    btrfs, is not judged): a disk with room but no file left to make is the node's fault."""
+    room = "@@farm room\nwork 99999999 1 {}\ntmp 99999999 1 {}\n@@farm host"
+    snap = parse_probe("h200", NODE, probe_text(REAL_SMI).replace("@@farm host", room.format(12, "-")))
+    assert (snap.work_free_inodes, snap.tmp_free_inodes) == (12, None)
+    assert "its work folder has 12 inodes free" in (snap.room_problem() or "")
+    roomy = parse_probe("h200", NODE, probe_text(REAL_SMI).replace("@@farm host", room.format(50000, 0)))
+    assert roomy.tmp_free_inodes == 0 and "temporary folder has 0 inodes" in (roomy.room_problem() or "")
+    assert (
+        parse_probe("h200", NODE, probe_text(REAL_SMI).replace("@@farm host", room.format("-", "-"))).room_problem()
+        is None
+    )
+
+
 def test_a_gpu_whose_row_cannot_be_read_is_said_not_dropped():
     """nvidia-smi prints [N/A] for the CC of a card in a bad state: the farm dropped such a
     row without a word, and a node with no other card ran green as compile-only (found by

@@ -290,6 +290,30 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
     assert {c.variant: r.verdict.outcome.value for c, r, _ in again.results}["broken"] == "build-fail"
 
 
+def test_a_disk_out_of_inodes_mid_run_is_the_nodes_fault_as_one_out_of_room(tmp_path, monkeypatch):
+    """Found by a red-team helper: another tenant taking every inode of the node's disk
+    (with blocks to spare) made build-fail, where one taking its blocks was infra-error:
+    the probe and the check after a failure read free blocks only."""
+    from faults import Tmpfs
+
+    disk = Tmpfs(tmp_path / "disk", "300m", inodes=3000)  # the probe finds nearly 3000 inodes free
+    tenant = f"(cd {disk.path} && seq 3000 | xargs touch 2>/dev/null); "  # every inode left, then a build
+    try:
+        summary = toy_run(
+            tmp_path,
+            monkeypatch,
+            broken="fails",
+            job=lambda text: text.replace("build: 'g++ -o {binary}", f"build: '{tenant}g++ -o {{binary}}"),
+            farm_yaml=lambda text: text.replace(str(tmp_path / "farm" / "node"), str(disk.path / "work")),
+        )
+    finally:
+        disk.unmount()
+    broken = {cell.variant: result.verdict for cell, result, _ in summary.results}["broken"]
+    assert (broken.outcome.value, broken.failed_stage) == ("infra-error", "build"), broken
+    assert "ran out of room during the cell (its work folder had" in broken.reason, broken.reason
+    assert "inodes free" in broken.reason, broken.reason
+
+
 @pytest.mark.parametrize(
     "run",
     [

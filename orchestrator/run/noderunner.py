@@ -1065,8 +1065,9 @@ def _which(name):
 
 
 def room(folder):
-    """KiB free in FOLDER's file system and whether it runs programs ("1": no noexec), as
-    the shell probe's df and test program say; "" where it cannot be read."""
+    """KiB free in FOLDER's file system, whether it runs programs ("1": no noexec) and its
+    free inodes ("-" where it counts none), as the shell probe's df and test program say;
+    "" where it cannot be read."""
     try:
         found = os.statvfs(folder) if folder else None
     except OSError:
@@ -1074,7 +1075,8 @@ def room(folder):
     if found is None:
         return ""
     runs = 0 if found.f_flag & getattr(os, "ST_NOEXEC", 8) else 1
-    return f"{found.f_bavail * found.f_frsize // 1024} {runs}"
+    inodes = found.f_favail if found.f_files > 0 else "-"
+    return f"{found.f_bavail * found.f_frsize // 1024} {runs} {inodes}"
 
 
 def probe(spec):

@@ -53,6 +53,17 @@ TOOL = "timeout -k 5 50"
 # room a node's work folder and temporary folder must have for builds and runs: a full disk
 # made a build-fail, an inspect-fail (a dump cut short) or a fail (a marker never written)
 MIN_FREE = 256 << 20
+# free inodes there: a disk out of inodes with blocks to spare made build-fail ("mkstemp: No space
+# left on device") and fail, where one out of blocks was infra-error (a red-team finding)
+MIN_FREE_INODES = 1024
+
+
+def free_inodes_sh(folder: str) -> str:
+    """Shell printing the inodes free in FOLDER (a shell word), "-" where its file system
+    counts none (btrfs, some network ones)."""
+    return f"df -Pi {folder} 2>/dev/null | awk 'NR==2 {{print ($2 > 0 ? $4 : \"-\")}}'"
+
+
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
@@ -187,6 +198,8 @@ class NodeSnapshot:
     # folder can run (no noexec mount); None where the probe could not tell (scheduler._check_room)
     work_free_kib: int | None = None
     tmp_free_kib: int | None = None
+    work_free_inodes: int | None = None  # None also where the file system counts none (btrfs)
+    tmp_free_inodes: int | None = None
     work_executes: bool | None = None
     unreadable_gpus: tuple[str, ...] = ()  # nvidia-smi's rows of GPUs whose CC could not be read ("[N/A]")
 
@@ -199,6 +212,9 @@ class NodeSnapshot:
         for where, free in (("work folder", self.work_free_kib), ("temporary folder", self.tmp_free_kib)):
             if free is not None and free < need:
                 return f"its {where} has {free >> 10} MiB free, the farm needs {need >> 10} MiB there"
+        for where, free in (("work folder", self.work_free_inodes), ("temporary folder", self.tmp_free_inodes)):
+            if free is not None and free < MIN_FREE_INODES:
+                return f"its {where} has {free} inodes free (files it can make), the farm needs {MIN_FREE_INODES}"
         if self.work_executes is False:
             return "its work folder is mounted noexec: no kernel can run from it"
         return None
@@ -293,11 +309,12 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             # what a build and a run need of the node: room in the work folder and the temporary
             # folder (nvcc's and g++'s files), and leave to run a program from the work folder
             "echo '@@farm room'",
-            "printf 'work %s %s\\n' \"$(df -Pk . 2>/dev/null | awk 'NR==2 {print $4}')\" "
+            "printf 'work %s %s %s\\n' \"$(df -Pk . 2>/dev/null | awk 'NR==2 {print $4}')\" "
             # a file of this probe's own: probes of one work folder run side by side (toolchains, Slurm)
             "\"$(f=.farm-exec.$$; printf '#!/bin/sh\\n' > $f && chmod +x $f && ./$f && echo 1 || echo 0; "
-            'rm -f $f)"',
-            "printf 'tmp %s 1\\n' \"$(df -Pk \"${TMPDIR:-/tmp}\" 2>/dev/null | awk 'NR==2 {print $4}')\"",
+            f'rm -f $f)" "$({free_inodes_sh(".")})"',
+            "printf 'tmp %s 1 %s\\n' \"$(df -Pk \"${TMPDIR:-/tmp}\" 2>/dev/null | awk 'NR==2 {print $4}')\" "
+            '"$(' + free_inodes_sh('"${TMPDIR:-/tmp}"') + ')"',
             *(
                 [
                     "{ "
@@ -533,14 +550,17 @@ def _bounded(text: str, limit: int = TOOL_OUTPUT_KEPT) -> str:
 
 
 def _room(lines: list[str]) -> dict[str, Any]:
-    """work_free_kib, tmp_free_kib and work_executes from the probe's `room` section."""
+    """work_free_kib, tmp_free_kib, work_executes and the free inodes from the probe's `room`
+    section ("work KIB RUNS [INODES]"; INODES "-" where the file system counts none)."""
     found: dict[str, Any] = {}
     for line in lines:
         words = line.split()
-        if len(words) == 3 and words[0] in ("work", "tmp") and words[1].isdigit() and words[2] in ("0", "1"):
+        if len(words) in (3, 4) and words[0] in ("work", "tmp") and words[1].isdigit() and words[2] in ("0", "1"):
             found[f"{words[0]}_free_kib"] = int(words[1])
             if words[0] == "work":
                 found["work_executes"] = words[2] == "1"
+            if len(words) == 4 and words[3].isdigit():
+                found[f"{words[0]}_free_inodes"] = int(words[3])
     return found
 
 

@@ -260,18 +260,23 @@ class CellPipeline(CellTrips):
         a disk another tenant fills mid-run made build-fail, inspect-fail or fail). One
         round trip, on failures only; "" when there is room, or the node cannot say."""
         q = shlex.quote
+        inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
         command = (
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
-            "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print $4}'; done"
+            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
         )
         try:
-            said = self.t.run(command, timeout=30).stdout.split()
+            said = self.t.run(command, timeout=30).stdout.splitlines()
         except InfraError:
             return ""
         need = probe.MIN_FREE >> 10
-        for where, free in zip(("work folder", "temporary folder"), said, strict=False):
+        for where, line in zip(("work folder", "temporary folder"), said, strict=False):
+            free, files = ([*line.split(), "", ""])[:2]
             if free.isdigit() and int(free) < need:
                 return f"its {where} had {int(free) >> 10} MiB free, the farm needs {need >> 10} MiB there"
+            if files.isdigit() and int(files) < probe.MIN_FREE_INODES:
+                need_files = probe.MIN_FREE_INODES
+                return f"its {where} had {files} inodes free (files it can make), the farm needs {need_files}"
         return ""
 
     def _hold_gpu(self) -> None:
