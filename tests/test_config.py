@@ -228,12 +228,25 @@ def test_unknown_template_field(tmp_path):
     assert "variants.v1.build" in text and "{nvc}" in text and "Did you mean {nvcc}?" in text
 
 
-@pytest.mark.parametrize("cc", ["9", "sm_90", '"9"', "nine"])
+@pytest.mark.parametrize(
+    "cc",
+    # the last five found by a red-team helper: 8.96 was read as 9.0, '7.50' as above 7.9,
+    # Arabic-Indic digits as 8.0, and 0.0 admits no card
+    ["9", "sm_90", '"9"', "nine", "8.96", "7.25", "'7.50'", "'\u0668.\u0660'", "'0.0'"],
+)
 def test_bad_compute_capability(tmp_path, cc):
     job = GOOD_JOB.replace('{min: "7.5"}', f"{{exactly: {cc}}}")
     text = str(load_error(make_farm(tmp_path, job=job)))
     assert "variants.v1.cc.exactly" in text
     assert "major.minor" in text
+
+
+def test_a_compute_capability_with_blanks_around_it_is_refused_and_an_unquoted_one_read_as_written(tmp_path):
+    job = GOOD_JOB.replace('{min: "7.5"}', "{min: ' 7.5'}")
+    assert "'7.5', with no blanks around it" in str(load_error(make_farm(tmp_path, job=job)))
+    job = GOOD_JOB.replace('{min: "7.5"}', "{min: 7.5, max: 12.1}")
+    contract = load_farm(make_farm(tmp_path, job=job)).jobs["k"].spec.variants["v1"].cc.contract()
+    assert str(contract) == "CC >= 7.5 and <= 12.1"
 
 
 def test_bad_declared_cc_on_node(tmp_path):

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
-_CC_RE = re.compile(r"^(\d+)\.(\d+)$")
+# ASCII digits, one for the minor (7.5, 8.9, 10.0, 12.1): `\d` took "٨.٠" for 8.0, and "7.50" read
+# as 7.50 sat above 7.9 (a red-team finding); no major 0, which no card has
+_CC_RE = re.compile(r"^([1-9][0-9]?)\.([0-9])$")
 
 
 @total_ordering
@@ -26,7 +28,8 @@ class ComputeCapability:
         match = _CC_RE.match(text.strip()) if isinstance(text, str) else None
         if not match:
             raise ValueError(
-                'a compute capability written major.minor, quoted, e.g. "7.5" or "9.0" (not "9" or "sm_90")'
+                'a compute capability written major.minor with one digit after the dot, quoted, e.g. "7.5" or '
+                '"9.0" (not "9", "7.50" or "sm_90")'
             )
         return cls(int(match.group(1)), int(match.group(2)))
 

@@ -42,15 +42,18 @@ def _check_name(value: str) -> str:
 
 
 def _cc_text(value: object) -> object:
-    # YAML reads an unquoted 7.5 as a float; accept it, but never an int such as 9.
+    # YAML reads an unquoted 7.5 as a float; accept it, but never an int such as 9, nor a float
+    # that rounding would change (8.96 read as 9.0: a red-team finding)
     if isinstance(value, float):
-        return f"{value:.1f}"
+        return repr(value) if re.fullmatch(r"[0-9]+\.[0-9]", repr(value)) else f"{value!r} (unquoted)"
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return value
 
 
 def _check_cc(value: str) -> str:
+    if value != value.strip():
+        raise ValueError(f"{value.strip()!r}, with no blanks around it")
     ComputeCapability.parse(value)
     return value
 
