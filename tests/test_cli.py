@@ -905,3 +905,29 @@ def test_an_export_or_a_log_is_never_written_over_the_farms_own_files(tmp_path):
     assert not (tmp_path / "results.db-wal").exists() and not (tmp_path / "reports" / "run.xml").exists()
     done = farm("report", "--format", "json", "--out", "run.json", "--config", str(config), cwd=tmp_path)
     assert done.returncode == 0 and json.loads((tmp_path / "run.json").read_text())["run"]["id"] == 1
+
+
+def test_an_outcome_word_this_farm_does_not_know_is_shown_and_never_green(tmp_path):
+    """Found by a red-team helper: a results.db holding an outcome word this farm does not
+    know (a newer farm's, a hand's edit) made `farm report` "a bug in farm" (exit 70). It is
+    rendered as written, counted not as expected."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE results SET outcome = 'perf-ok'")
+    done = farm("report", "--config", str(config))
+    text = (tmp_path / "reports" / "index.html").read_text()
+    assert done.returncode == 0 and "perf-ok" in text, done.stderr
+    assert "Run 1: 1 of 1 cells as expected" not in text and "Run 1: 0 of 1 cells as expected" in text
+    shown = farm("show", "1", "--config", str(config))
+    assert shown.returncode == 0 and "outcome   perf-ok" in shown.stdout, shown.stderr
+
+
+def test_a_database_url_whose_port_is_no_number_is_the_users_to_fix(tmp_path):
+    """Found by a red-team helper: `verify` took its run lock before the store read the URL,
+    and a port that is no number there was "a bug in farm" (exit 70)."""
+    config = toy_farm(tmp_path)
+    url = "postgresql+psycopg://farm:secret@db.example.org:54321x/farm"
+    done = farm("verify", "--all", "--database", url, "--config", str(config))
+    assert done.returncode == 5, done.stderr
+    assert "cannot be read" in done.stderr and "54321x" in done.stderr and "secret" not in done.stderr

@@ -789,3 +789,27 @@ def test_the_kernels_commands_get_the_farms_files_as_the_shell_reads_them(run: s
         return
     assert refused is None, str(refused)
     assert [prefix_kernel_commands(run, "farm_kernel ")] == kernels
+
+
+def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch):
+    """Found by a red-team helper (as a user without root's override): a source of mode 000
+    was "a bug in farm" (exit 70), and a headers folder's unreadable file or folder dropped
+    out of the bundle and the certificate unsaid. Each is a config error naming the entry."""
+    import builtins
+
+    from orchestrator.config import farm as farm_module
+
+    (tmp_path / "kernels" / "inc").mkdir(parents=True)
+    (tmp_path / "kernels" / "inc" / "secret.h").write_text("int x;\n")
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", "sources: [kernels/k.cu]\nheaders: [kernels/inc]")
+    config = make_farm(tmp_path, job=job)
+    real_open = builtins.open
+
+    def refusing(file, *args, **kwargs):
+        if str(file).endswith("secret.h"):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(farm_module, "open", refusing, raising=False)
+    err = load_error(config)
+    assert err.key == "headers[0]" and "'kernels/inc/secret.h', which cannot be read (Permission denied)" in str(err)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -579,6 +580,8 @@ def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, st
     if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
         return f"{entry!r}, which leads outside {root}", f"a file inside {root}"
     if path.is_file():
+        if unread := _unreadable(path, root):
+            return f"{entry!r}, {unread}", "a source file this user may read"
         return "", ""
     if folder_ok and path.is_dir():
         bad = [p for p in path.rglob("*") if p.is_symlink() or not _INPUT_RE.fullmatch(str(p.relative_to(root)))]
@@ -587,6 +590,8 @@ def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, st
                 f"{entry!r}, holding {str(bad[0].relative_to(root))!r}",
                 f"a folder of plain files: {_INPUT_EXPECTED}",
             )
+        if unread := _unreadable(path, root):
+            return f"{entry!r}, holding {unread}", "a folder whose files and folders this user may all read"
         return "", ""
     what = "a file or folder" if folder_ok else "a source file"
     if path.is_dir():  # not folder_ok: a kernel's source is one file
@@ -594,6 +599,34 @@ def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, st
     if path.exists():
         return f"{entry!r}, which is no regular file", f"{what}, relative to {root}"
     return f"{entry!r}, which does not exist", f"{what}, relative to {root}"
+
+
+def _unreadable(path: Path, root: Path) -> str:
+    """What under PATH (a file, or a folder and everything in it) this user cannot read, in
+    words; "" where nothing. A folder rglob could not list dropped its files from the bundle
+    and the certificate unsaid, and a file of mode 000 was "a bug in farm" (red-team findings)."""
+    failed: list[OSError] = []
+    files = [path] if path.is_file() else []
+    for folder, _, names in os.walk(path, onerror=failed.append) if path.is_dir() else ():
+        files += [Path(folder) / name for name in names if (Path(folder) / name).is_file()]  # no FIFO's open
+    for file in files:
+        if failed:
+            break
+        try:
+            with open(file, "rb"):
+                pass
+        except OSError as err:
+            failed.append(err)
+    if not failed:
+        return ""
+    err = failed[0]
+    where = Path(err.filename) if err.filename else path
+    name = str(where.relative_to(root)) if where.is_relative_to(root) else str(where)
+    return (
+        f"which cannot be read ({err.strerror}: {name})"
+        if where == path
+        else f"{name!r}, which cannot be read ({err.strerror})"
+    )
 
 
 def found_files(entry: str, root: Path) -> list[tuple[str, Path]]:

@@ -44,7 +44,7 @@ from orchestrator.errors import StoreError
 from orchestrator.metrics import BASELINE
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
-from orchestrator.store.engine import farm_tables, first_line, migrate, open_engine, redact_url
+from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.inserts import Inserts
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
@@ -255,13 +255,7 @@ class Store(Queries):
         an error, never an empty database made as a side effect."""
         self.url = url
         self.redacted_url = redact_url(url)  # for messages
-        try:  # once, here: a URL SQLAlchemy cannot read (or a port that is no number) is the user's
-            make_url(url).port  # noqa: B018 - reading it is the check
-        except (SQLAlchemyError, ValueError) as err:
-            raise StoreError(
-                f"the results database URL {self.redacted_url!r} cannot be read ({first_line(err, url)}): "
-                "expected e.g. sqlite:///results.db or postgresql+psycopg://user:password@host/db"
-            ) from None
+        check_url(url)  # once, here: a URL SQLAlchemy cannot read (or a port that is no number) is the user's
         self._write_lock = threading.Lock()
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)

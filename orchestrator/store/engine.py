@@ -22,6 +22,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import StoreError
 from orchestrator.store.tables import Base, Meta
@@ -75,6 +76,18 @@ def _scrub(message: str, url: str) -> str:
         if len(secret) >= 4:
             message = message.replace(secret, "***")
     return message
+
+
+def check_url(url: str) -> None:
+    """StoreError where SQLAlchemy cannot read URL (or its port is no number): the user's to
+    fix, said before anything opens it (the run lock read a bad port as "a bug in farm")."""
+    try:
+        make_url(url).port  # noqa: B018 - reading it is the check
+    except (SQLAlchemyError, ValueError) as err:
+        raise StoreError(
+            f"the results database URL {redact_url(url)!r} cannot be read ({first_line(err, url)}): "
+            "expected e.g. sqlite:///results.db or postgresql+psycopg://user:password@host/db"
+        ) from None
 
 
 def first_line(err: BaseException, url: str) -> str:

@@ -47,9 +47,9 @@ def server_identity(url: str) -> str:
     try:
         parsed = make_url(url)
         backend = parsed.get_backend_name()
+        port = parsed.port or DEFAULT_PORTS.get(backend)
     except (SQLAlchemyError, ValueError):
         return url
-    port = parsed.port or DEFAULT_PORTS.get(backend)
     return f"{backend}://{parsed.username or ''}@{(parsed.host or '').lower()}:{port or ''}/{parsed.database or ''}"
 
 

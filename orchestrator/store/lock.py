@@ -21,6 +21,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from orchestrator.errors import LockError
+from orchestrator.store.engine import check_url
 from orchestrator.store.location import real_sqlite_file, server_identity
 
 
@@ -154,6 +155,7 @@ class DatabaseLock:
 @contextlib.contextmanager
 def run_lock(database_url: str, farm_root: Path, wait: float):
     """The file lock for this farm host, and for PostgreSQL the database's advisory lock."""
+    check_url(database_url)  # a port that is no number was "a bug in farm" here (a red-team finding)
     with RunLock(lock_path(database_url, farm_root), wait):
         if database_url.startswith(("postgresql", "postgres")):
             with DatabaseLock(database_url, wait):
