@@ -931,3 +931,16 @@ def test_a_database_url_whose_port_is_no_number_is_the_users_to_fix(tmp_path):
     done = farm("verify", "--all", "--database", url, "--config", str(config))
     assert done.returncode == 5, done.stderr
     assert "cannot be read" in done.stderr and "54321x" in done.stderr and "secret" not in done.stderr
+
+
+def test_a_reports_folder_under_home_is_the_users_home(tmp_path):
+    """Found by a red-team helper: `reports: ~/site` made a literal ./~/site beside farm.yaml,
+    the reviewers' site written elsewhere unsaid, where `journal` and a local node's
+    `workdir` read `~` as the home folder."""
+    config = toy_farm(tmp_path / "farm")
+    config.write_text(config.read_text().replace("reports: reports", "reports: ~/site"))
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(config)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "home" / "site" / "index.html").exists() and not (tmp_path / "farm" / "~").exists()

@@ -100,7 +100,9 @@ class Farm:
 
     @property
     def reports_dir(self) -> Path:
-        return (self.root / self.spec.reports).resolve()
+        # `~/site` is the user's home, as `journal` and a local node's `workdir` read it (a literal
+        # ./~/site took the reviewers' site elsewhere unsaid: a red-team finding)
+        return (self.root / Path(self.spec.reports).expanduser()).resolve()
 
     @property
     def configured_database_url(self) -> str:
@@ -800,19 +802,24 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
-    if problem := output_paths.site_folder_problem(root / spec.reports, sources):
+    if problem := output_paths.site_folder_problem(root / Path(spec.reports).expanduser(), sources):
         raise ConfigError(str(file), "reports", *problem)
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job
     job_files: list[Path] = []
     if jobs_dir.is_dir():
-        job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
+        try:
+            job_files = sorted(jobs_dir.glob("*.yaml")) + sorted(jobs_dir.glob("*.yml"))
+            listed = sorted(jobs_dir.iterdir())
+        except OSError as err:  # a folder this user may not list was "a bug in farm" (a red-team finding)
+            found = f"{spec.jobs!r}, which cannot be read ({err.strerror})"
+            raise ConfigError(str(file), "jobs", found, "a folder this user may read") from err
         # `saxpy.YAML` or `saxpy.yaml.txt` looks like a job but was skipped, and the header's job
         # ran in its place without the author's requirements (found by a red-team helper)
         unread = [
             f
-            for f in sorted(jobs_dir.iterdir())
+            for f in listed
             if f not in job_files
             and f.is_file()  # a folder `old.yaml.d/` is no job file
             and not f.name.startswith(".")
