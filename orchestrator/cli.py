@@ -291,12 +291,10 @@ def verify(
             report_mod.mark_unrendered(farm.reports_dir, None, "is starting; its report is rendered once it is stored")
         try:
             summary = run.execute(cells, selection.strip())
-        except BaseException:
+        except BaseException as err:
             if early is not None:  # the run is stored aborted: the site says so, whatever the thread had done
                 early.join()
-                if getattr(getattr(run, "summary", None), "run_id", 0):
-                    with contextlib.suppress(Exception):
-                        report_mod.render(store, farm.reports_dir, run.summary.run_id, farm=farm)
+                _site_after_failed_start(store, farm, getattr(getattr(run, "summary", None), "run_id", 0), err)
             raise
         if quiet:
             with store.reading():
@@ -393,6 +391,19 @@ def _stored(summary: RunSummary) -> str:
         f"run {summary.run_id} is stored with exit {summary.exit_code}, the code returned; "
         f"`farm report --run {summary.run_id}` renders it"
     )
+
+
+def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseException) -> None:
+    """The site once `verify` failed: its run's page where the run was stored (aborted),
+    else the last stored run's again, not the "is starting" page a run refused at its
+    start (a read-only database) left for good (a red-team finding); where neither
+    renders, the index says the run could not start."""
+    try:
+        report_mod.render(store, farm.reports_dir, run_id or None, farm=farm)
+    except Exception:
+        why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
+        with contextlib.suppress(Exception):
+            report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
 
 
 def _open_log(path: Path):

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -944,3 +945,18 @@ def test_a_reports_folder_under_home_is_the_users_home(tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "home" / "site" / "index.html").exists() and not (tmp_path / "farm" / "~").exists()
+
+
+def test_a_run_refused_at_its_start_leaves_the_last_runs_site(tmp_path):
+    """Found by a red-team helper: a verify refused at its start (its journal cannot be
+    written: results.db.journal is a file) exited 5, and the index it had already turned
+    into "a new run is starting" stayed so: the last stored run's matrix gone, nothing new
+    stored. The site is the last stored run's again."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    shutil.rmtree(tmp_path / "results.db.journal")
+    (tmp_path / "results.db.journal").write_text("not a folder\n")
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 5, done.stderr
+    text = (tmp_path / "reports" / "index.html").read_text()
+    assert "Run 1: 1 of 1 cells as expected" in text and "is starting" not in text
