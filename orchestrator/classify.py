@@ -72,6 +72,9 @@ class Evidence:
     # why the node had too little room once a stage had failed (its work or temporary folder
     # short of probe.MIN_FREE, read after the cell's own files were removed), else ""
     room_short: str = ""
+    # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
+    # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)
+    gpu_lost: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -252,6 +255,13 @@ def classify(ev: Evidence, exp: Expectation) -> Verdict:
             Outcome.INFRA_ERROR,
             raw.failed_stage,
             f"the node ran out of room during the cell ({ev.room_short}), so its {raw.outcome} "
+            f"({raw.reason}) is no verdict on the kernel",
+        )
+    if ev.gpu_lost and not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            raw.failed_stage,
+            f"the node lost the cell's GPU during its run ({ev.gpu_lost}), so its {raw.outcome} "
             f"({raw.reason}) is no verdict on the kernel",
         )
     verdict = _known_failure(raw, exp)

@@ -951,3 +951,28 @@ def test_the_farms_files_close_a_temporary_folder_only_where_they_are(tmp_path: 
     assert noderunner.scratch({"TMPDIR": str(tmp_path)}, cell, (str(tmp_path / "elsewhere"),)) == (str(tmp_path),)
     Path(here).mkdir()
     assert noderunner.scratch({"TMPDIR": str(tmp_path)}, cell, (here,)) == ()
+
+
+@pytest.mark.usefixtures("runner")
+def test_a_card_lost_during_the_run_is_the_nodes_fault(tmp_path: Path) -> None:
+    """Found by a red-team helper: a GPU that fell off the bus after the probe (from then on
+    nvidia-smi says "No devices were found") failed the kernel that could not find it. A run
+    that fails has its card asked after it, as its disk's room is: gone, it is infra-error."""
+    fleet = Fleet(tmp_path / "fleet")
+    node = fleet.add("t4", CARDS["t4"], start=False)
+    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    # the probe's call answers; every later one finds no device
+    smi.write_text(
+        f'#!/bin/sh\nif [ -e {tmp_path}/probed ]; then echo "No devices were found" >&2; exit 6; fi\n'
+        f'touch {tmp_path}/probed\nexec {real} "$@"\n'
+    )
+    smi.chmod(0o755)
+    node.start()
+    try:
+        (row,) = verify({"t4": node}, tmp_path / "farm", {"pass": standin_variant("PASS", MIN75, "MIN_CC=75")})
+    finally:
+        fleet.stop()
+    assert (row["outcome"], row["failed_stage"]) == ("infra-error", "run"), row["reason"]
+    assert "the node lost the cell's GPU during its run" in row["reason"], row["reason"]
+    assert "No devices were found" in row["reason"]

@@ -244,7 +244,7 @@ class CellPipeline(CellTrips):
             and not ev.stopped
             and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
         ):
-            ev.room_short = self._room_short()
+            ev.room_short, ev.gpu_lost = self._room_short()
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             out = self.result.stdout
             ev.metrics = metrics.measure(
@@ -254,23 +254,36 @@ class CellPipeline(CellTrips):
         self.result.ended_at = datetime.now(UTC)
         return self.result
 
-    def _room_short(self) -> str:
-        """After a failed stage, once the cell's own files are gone: the node's room in its
-        work and temporary folders, checked again (the probe's check is of the run's start:
-        a disk another tenant fills mid-run made build-fail, inspect-fail or fail). One
-        round trip, on failures only; "" when there is room, or the node cannot say."""
+    def _room_short(self) -> tuple[str, str]:
+        """After a failed stage, once the cell's own files are gone: (why the node's work or
+        temporary folder is short of room, why the cell's GPU no longer answers), each ""
+        where not. The probe's checks are of the run's start: a disk another tenant fills
+        mid-run made build-fail, inspect-fail or fail, and so did a card lost mid-run. One
+        round trip, on failures only; "" where the node cannot say."""
         q = shlex.quote
         inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
         command = (
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
             f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
         )
+        gpu = self.result.gpu if self.result.evidence.run_exit not in (None, 0) else None
+        if gpu is not None:
+            command += (
+                f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={probe.GPU_QUERY} "
+                f"--format=csv,noheader -i {q(gpu.uuid)} 2>&1); rc=$?; "
+                'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
+            )
         try:
-            said = self.t.run(command, timeout=30).stdout.splitlines()
+            said = self.t.run(command, timeout=60).stdout
         except InfraError:
-            return ""
+            return "", ""
+        room, _, answer = said.partition("@@farm-gpu\n")
+        return self._short_of_room(room.splitlines()), self._gpu_gone(gpu, answer)
+
+    @staticmethod
+    def _short_of_room(lines: list[str]) -> str:
         need = probe.MIN_FREE >> 10
-        for where, line in zip(("work folder", "temporary folder"), said, strict=False):
+        for where, line in zip(("work folder", "temporary folder"), lines, strict=False):
             free, files = ([*line.split(), "", ""])[:2]
             if free.isdigit() and int(free) < need:
                 return f"its {where} had {int(free) >> 10} MiB free, the farm needs {need >> 10} MiB there"
@@ -278,6 +291,18 @@ class CellPipeline(CellTrips):
                 need_files = probe.MIN_FREE_INODES
                 return f"its {where} had {files} inodes free (files it can make), the farm needs {need_files}"
         return ""
+
+    @staticmethod
+    def _gpu_gone(gpu: Gpu | None, answer: str) -> str:
+        """Why nvidia-smi's answer for the cell's GPU says it is gone, else "" (also where the
+        node said nothing of it: the check is for a card lost, not a node that cannot tell)."""
+        if gpu is None or not answer.strip():
+            return ""
+        lines = [line.strip() for line in answer.strip().splitlines()]
+        if lines[-1] == "rc=0" and any(gpu.uuid in line for line in lines):
+            return ""
+        said = " / ".join(line for line in lines[:-1] if line)[:200] or "nothing"
+        return f"nvidia-smi no longer lists {gpu.label} ({lines[-1]}: {said})"
 
     def _hold_gpu(self) -> None:
         limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
