@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from nodes import (
     CARDS,
+    Card,
     Fleet,
     SshNode,
     install_sanitizer,
@@ -976,3 +977,24 @@ def test_a_card_lost_during_the_run_is_the_nodes_fault(tmp_path: Path) -> None:
     assert (row["outcome"], row["failed_stage"]) == ("infra-error", "run"), row["reason"]
     assert "the node lost the cell's GPU during its run" in row["reason"], row["reason"]
     assert "No devices were found" in row["reason"]
+
+
+def test_two_cards_with_one_uuid_are_no_cards_to_pin_a_cell_to(tmp_path: Path) -> None:
+    """Found by a red-team helper: nvidia-smi listing a T4 and an H100 under one UUID had the
+    H100's cells pinned (CUDA_VISIBLE_DEVICES=UUID) to whichever card that named, and judged
+    there. The node is unusable: infra-error, naming the UUID."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Twin(Card):
+        def uuid(self, index: int) -> str:
+            return "GPU-11111111-2222-3333-4444-555555555555"
+
+    fleet = Fleet(tmp_path / "fleet")
+    node = fleet.add("t4", [Twin("Tesla T4", "7.5"), Twin("NVIDIA H100 80GB HBM3", "9.0", memory="81559 MiB")])
+    try:
+        rows = verify({"t4": node}, tmp_path / "farm", {"min75": standin_variant("PASS", MIN75, "MIN_CC=75")})
+    finally:
+        fleet.stop()
+    assert {row["outcome"] for row in rows} == {"infra-error"}, [row["reason"] for row in rows]
+    assert "lists UUID GPU-11111111-2222-3333-4444-555555555555 for more than one GPU" in rows[0]["reason"]

@@ -168,6 +168,14 @@ class NodeSetup:
             )
         if (short := snapshot.room_problem()) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
+        uuids = [gpu.uuid for gpu in snapshot.gpus]
+        if twice := sorted({uuid for uuid in uuids if uuids.count(uuid) > 1}):
+            # the farm pins a cell to its card by UUID: one UUID on two cards (a T4 and an H100) is
+            # no card it can pin, and the cells ran on whichever CUDA took (a red-team finding)
+            raise NodeUnusable(
+                f"node {name!r}: nvidia-smi lists UUID {twice[0]} for more than one GPU: "
+                "no cell can be pinned to its card"
+            )
         if not snapshot.has_gpu and snapshot.unreadable_gpus:  # its only cards are in a bad state
             raise NodeUnusable(
                 f"node {name!r}: nvidia-smi lists a GPU whose row cannot be read ({snapshot.unreadable_gpus[0]}): "
