@@ -3,17 +3,18 @@
 A GPU name, a kernel's stdout or a --trigger may carry ESC or BEL bytes that
 would move the cursor, retitle the window or worse when printed raw. Every
 such text is passed through `printable` before it is echoed: control
-characters become visible escapes (\\x1b), newlines and tabs stay. The report's
-pages take the same text through `printable_on_page` (bidi overrides too).
+characters and bidi overrides become visible escapes (\\x1b, \\u202e), newlines and
+tabs stay. The report's pages take the same text through `printable_on_page`.
 """
 
 from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# and, for a page, the bidirectional overrides and isolates: U+202E makes a reason read backwards
-_CONTROL_ON_PAGE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# control characters, and the bidirectional overrides and isolates: U+202E makes a reason read backwards, on a page and
+# in a terminal that honours it (`farm show` printed one raw: a red-team finding)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_ON_PAGE = _CONTROL
 
 
 def _visible(match: re.Match[str]) -> str:

@@ -960,3 +960,14 @@ def test_a_run_refused_at_its_start_leaves_the_last_runs_site(tmp_path):
     assert done.returncode == 5, done.stderr
     text = (tmp_path / "reports" / "index.html").read_text()
     assert "Run 1: 1 of 1 cells as expected" in text and "is starting" not in text
+
+
+def test_farm_show_prints_a_bidi_override_as_an_escape(tmp_path):
+    """Found by a red-team helper: a reason holding U+202E (a kernel's words, a known
+    failure's reason) reached the terminal raw from `farm show`, and read backwards there."""
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        db.execute("UPDATE results SET reason = 'fine \u202eSSAP'")
+    shown = farm("show", "1", "--config", str(config))
+    assert shown.returncode == 0 and "fine \\u202eSSAP" in shown.stdout and "\u202e" not in shown.stdout

@@ -813,3 +813,11 @@ def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch
     monkeypatch.setattr(farm_module, "open", refusing, raising=False)
     err = load_error(config)
     assert err.key == "headers[0]" and "'kernels/inc/secret.h', which cannot be read (Permission denied)" in str(err)
+
+
+@pytest.mark.parametrize("key", ["nvcc", "cuobjdump", "compute_sanitizer"])
+def test_an_empty_tool_path_is_refused(tmp_path, key):
+    """Found by a red-team helper: `nvcc: ''` loaded, and every cell was infra-error at run time."""
+    farm = GOOD_FARM.replace('cc: "7.5"', f"cc: \"7.5\"\n    {key}: ''")
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert err.key == f"nodes.t4.{key}" and "at least 1 character" in str(err), str(err)

@@ -345,13 +345,17 @@ class NodeSpec(_Strict):
     known_hosts: str = "~/.ssh/known_hosts"
     gpu: str | None = None  # declared; the probe's reading wins
     cc: CCText | None = None
-    nvcc: str = "nvcc"
+    nvcc: Annotated[str, Field(min_length=1)] = "nvcc"  # '' loaded, and every cell was infra-error
     # several CUDA toolkits, each its own column (NODE+NAME): name -> nvcc's path on the node, or
     # {pypi: VERSION}; instead of `nvcc`
     toolchains: dict[ToolchainName, str | PypiToolchain] = Field(default={}, max_length=16)
     toolchain: str | None = None  # set by the farm on each column of `toolchains`, never in farm.yaml
-    cuobjdump: str | None = None  # default: "cuobjdump" on the node, the farm's own locally
-    compute_sanitizer: str | None = None  # default: on the node's PATH, else beside its nvcc
+    cuobjdump: Annotated[str, Field(min_length=1)] | None = (
+        None  # default: "cuobjdump" on the node, the farm's own locally
+    )
+    compute_sanitizer: Annotated[str, Field(min_length=1)] | None = (
+        None  # default: on the node's PATH, else beside its nvcc
+    )
     dependencies: dict[str, str] = {}  # dependency name -> path on the node (not shipped)
     workdir: str = ".cache/farm"  # relative paths are under the login's home
     env: dict[str, str] = {}
