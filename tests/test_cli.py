@@ -957,7 +957,7 @@ def test_a_run_refused_at_its_start_leaves_the_last_runs_site(tmp_path):
     shutil.rmtree(tmp_path / "results.db.journal")
     (tmp_path / "results.db.journal").write_text("not a folder\n")
     done = farm("verify", "--all", "--config", str(config))
-    assert done.returncode == 5, done.stderr
+    assert done.returncode == 5 and "results.db.journal is a file, where the journal's folder goes" in done.stderr
     text = (tmp_path / "reports" / "index.html").read_text()
     assert "Run 1: 1 of 1 cells as expected" in text and "is starting" not in text
 

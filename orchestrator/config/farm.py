@@ -251,7 +251,9 @@ def _expanded_size(root: yaml.Node) -> int:
 def read_yaml(path: Path, what: str) -> Any:
     """Parse one YAML file, turning every failure into a ConfigError on that file."""
     if not path.is_file():
-        raise ConfigError(str(path), "", "no such file", f"{what} (a YAML file)")
+        # a folder, a FIFO or a device was "no such file" (a red-team finding)
+        found = "a folder" if path.is_dir() else "no regular file" if path.exists() else "no such file"
+        raise ConfigError(str(path), "", found, f"{what} (a YAML file)")
     try:
         size = path.stat().st_size
         if size > MAX_YAML_BYTES:

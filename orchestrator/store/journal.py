@@ -95,7 +95,10 @@ class Journal:
                 self._handle.flush()
                 os.fsync(self._handle.fileno())
             except OSError as err:
-                raise StoreError(f"cannot append to the run's journal {self.path}: {err.strerror or err}") from err
+                why = err.strerror or str(err)
+                if self.folder.exists() and not self.folder.is_dir():  # was "File exists" (a red-team finding)
+                    why = f"{self.folder} is a file, where the journal's folder goes; move it away"
+                raise StoreError(f"cannot append to the run's journal {self.path}: {why}") from err
 
     def close(self) -> None:
         """Closed; a StoreError where what it held back could not be written (its disk full):
