@@ -1159,6 +1159,33 @@ def test_a_cut_session_leaves_nothing_of_its_try_beside_the_retry(own_nodes: lis
     assert summary.exit_code == EXIT_OK
 
 
+def test_a_frozen_session_is_left_for_a_fresh_one(own_nodes: list[SshNode], tmp_path: Path) -> None:
+    """Found by a red-team helper: the node's sshd session SIGSTOPped while the kernel ran, its
+    listener up. The resident runner said nothing for 20 s and the cell's try was infra-error;
+    its retries went to the same frozen runner, each waiting out the silence (6 tries, 128 s,
+    infra-error). The silent runner is now taken for lost, and the retry passes on a fresh one."""
+    node = start(own_nodes, SshNode("frozen", tmp_path / "node", CARDS["t4"]))
+    workdir = tmp_path / "work"
+    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
+    config = write_farm(tmp_path, {"frozen": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2)
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
+    thread.start()
+    wait_for(lambda: kernel_running(workdir, "frozen", "slow") or not thread.is_alive(), 60, "the slow kernel")
+    stopped = signal_pids([pid for pid, comm in descendants(node.proc.pid) if comm.startswith("sshd")], signal.SIGSTOP)
+    try:
+        thread.join(timeout=120)
+    finally:
+        signal_pids(stopped, signal.SIGCONT)
+    assert not thread.is_alive(), "the farm never finished"
+    summary, _ = outcome["run"]  # type: ignore[misc]
+    row = results(tmp_path / "results.db", summary.run_id)[("frozen", "slow")]
+    assert row["outcome"] == "pass", row["reason"]
+    tries = attempts(tmp_path / "results.db", summary.run_id, "frozen", "slow")
+    assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
+    assert "said nothing for" in tries[0]["error"]
+
+
 def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Issue 10, case 5: results.db on a 700 KiB tmpfs, the journal on another
     disk (farm.yaml `journal:`), a kernel whose kept output (1 MiB) cannot fit.

@@ -176,7 +176,12 @@ class ResidentRunner:
                     silent = 0.0 if waiting is None or not serving else time.monotonic() - max(waiting, sent)
                     if silent > SILENT_LIMIT:
                         served.gone = True
-                        self._kill(ident)
+                        with self._lock:
+                            # frozen (its session stopped, the node's listener up): the retries went to
+                            # it again, each waiting out the silence (a red-team finding); it is taken
+                            # for lost, killed over a fresh connection, and the next cell starts another
+                            if self._process is process:
+                                self._lost(process, f"it said nothing for {silent:.0f} s")
                         raise CommandTimeout(
                             f"node {self.name!r}: its resident runner said nothing for {silent:.0f} s with "
                             f"this cell in flight (it says it is there every {BEAT:g} s): the node froze or "
