@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1131,6 +1131,37 @@ def test_a_node_that_reboots_is_waited_for_and_its_cell_rerun(own_nodes: list[Ss
     assert summary.exit_code == EXIT_OK
 
 
+def session_signalled(
+    own_nodes: list[SshNode], tmp_path: Path, sig: signal.Signals, until: Callable[[list[int]], object] | None = None
+) -> tuple[RunSummary, dict, list[dict]]:
+    """A node's sshd sessions (not its listener) sent `sig` while a cell's slow kernel runs
+    (`until(kernel pids)` waited for after it; SIGSTOP is undone once the run ended, or
+    failed to): the run's summary, the cell's row and its attempts."""
+    node = start(own_nodes, SshNode("sessions", tmp_path / "node", CARDS["t4"]))
+    workdir = tmp_path / "work"
+    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
+    config = write_farm(
+        tmp_path, {"sessions": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2
+    )
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
+    thread.start()
+    kernel = wait_for(lambda: kernel_running(workdir, "sessions", "slow") or not thread.is_alive(), 60, "the kernel")
+    reached = signal_pids([pid for pid, comm in descendants(node.proc.pid) if comm.startswith("sshd")], sig)
+    try:
+        assert reached, "no session to signal"
+        if until is not None:
+            until(kernel)  # type: ignore[arg-type]
+        thread.join(timeout=120)
+    finally:
+        if sig == signal.SIGSTOP:
+            signal_pids(reached, signal.SIGCONT)
+    assert not thread.is_alive(), "the farm never finished"
+    summary, _ = outcome["run"]  # type: ignore[misc]
+    row = results(tmp_path / "results.db", summary.run_id)[("sessions", "slow")]
+    return summary, row, attempts(tmp_path / "results.db", summary.run_id, "sessions", "slow")
+
+
 @pytest.mark.usefixtures("runner")
 def test_a_cut_session_leaves_nothing_of_its_try_beside_the_retry(own_nodes: list[SshNode], tmp_path: Path) -> None:
     """Found by a red-team helper: the node's sshd session processes SIGKILLed while the
@@ -1140,24 +1171,15 @@ def test_a_cut_session_leaves_nothing_of_its_try_beside_the_retry(own_nodes: lis
     always passes was judged fail 3 times in 8). What is left is killed over a fresh
     connection (with each runner: the python3 of a cell's own was never killed), and each
     retry has a folder of its own: the cell passes."""
-    node = start(own_nodes, SshNode("cut", tmp_path / "node", CARDS["t4"]))
-    workdir = tmp_path / "work"
-    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
-    config = write_farm(tmp_path, {"cut": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2)
-    outcome: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
-    thread.start()
-    first = wait_for(lambda: kernel_running(workdir, "cut", "slow") or not thread.is_alive(), 60, "the slow kernel")
-    sessions = [pid for pid, comm in descendants(node.proc.pid) if comm.startswith("sshd")]  # not the listener
-    assert signal_pids(sessions, signal.SIGKILL), "no session to cut"
-    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in first), 10, "the interrupted try's kernel gone")
-    thread.join(timeout=120)
-    assert not thread.is_alive(), "the farm never finished"
-    summary, _ = outcome["run"]  # type: ignore[misc]
-    row = results(tmp_path / "results.db", summary.run_id)[("cut", "slow")]
+
+    def gone(pids: list[int]) -> None:
+        wait_for(
+            lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), 10, "the interrupted try's kernel gone"
+        )
+
+    summary, row, tries = session_signalled(own_nodes, tmp_path, signal.SIGKILL, gone)
     assert row["outcome"] == "pass", row["reason"]
-    tries = attempts(tmp_path / "results.db", summary.run_id, "cut", "slow")
-    assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
+    assert [t["status"] for t in tries] == ["infra", "ok"], tries
     assert summary.exit_code == EXIT_OK
 
 
@@ -1166,26 +1188,10 @@ def test_a_frozen_session_is_left_for_a_fresh_one(own_nodes: list[SshNode], tmp_
     listener up. The resident runner said nothing for 20 s and the cell's try was infra-error;
     its retries went to the same frozen runner, each waiting out the silence (6 tries, 128 s,
     infra-error). The silent runner is now taken for lost, and the retry passes on a fresh one."""
-    node = start(own_nodes, SshNode("frozen", tmp_path / "node", CARDS["t4"]))
-    workdir = tmp_path / "work"
-    variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
-    config = write_farm(tmp_path, {"frozen": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2)
-    outcome: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
-    thread.start()
-    wait_for(lambda: kernel_running(workdir, "frozen", "slow") or not thread.is_alive(), 60, "the slow kernel")
-    stopped = signal_pids([pid for pid, comm in descendants(node.proc.pid) if comm.startswith("sshd")], signal.SIGSTOP)
-    try:
-        thread.join(timeout=120)
-    finally:
-        signal_pids(stopped, signal.SIGCONT)
-    assert not thread.is_alive(), "the farm never finished"
-    summary, _ = outcome["run"]  # type: ignore[misc]
-    row = results(tmp_path / "results.db", summary.run_id)[("frozen", "slow")]
+    summary, row, tries = session_signalled(own_nodes, tmp_path, signal.SIGSTOP)
     assert row["outcome"] == "pass", row["reason"]
-    tries = attempts(tmp_path / "results.db", summary.run_id, "frozen", "slow")
-    assert [t["status"] for t in tries] == ["infra", "ok"], [dict(t) for t in tries]
-    assert "said nothing for" in tries[0]["error"]
+    assert [t["status"] for t in tries] == ["infra", "ok"], tries
+    assert "said nothing for" in tries[0]["error"] and summary.exit_code == EXIT_OK
 
 
 def test_a_full_disk_under_the_database_loses_nothing(ssh_fleet: Fleet, tmp_path: Path) -> None:
