@@ -244,7 +244,7 @@ class CellPipeline(CellTrips):
             and not ev.stopped
             and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
         ):
-            ev.room_short, ev.gpu_lost = self._room_short()
+            ev.room_short, ev.gpu_lost = self._node_trouble()
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             out = self.result.stdout
             ev.metrics = metrics.measure(
@@ -254,7 +254,7 @@ class CellPipeline(CellTrips):
         self.result.ended_at = datetime.now(UTC)
         return self.result
 
-    def _room_short(self) -> tuple[str, str]:
+    def _node_trouble(self) -> tuple[str, str]:
         """After a failed stage, once the cell's own files are gone: (why the node's work or
         temporary folder is short of room, why the cell's GPU no longer answers), each ""
         where not. The probe's checks are of the run's start: a disk another tenant fills
