@@ -576,7 +576,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             ) from err
         click.echo(str(out))
     # the exported run's own code: a CI step that only exports is never green on a red run
-    sys.exit(export.exit_code(model.run))
+    sys.exit(export.exit_code(model.run, model.unfinished))
 
 
 def _no_regular_file(path: Path) -> str | None:

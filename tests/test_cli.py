@@ -672,6 +672,34 @@ def test_exports_of_an_unfinished_run_never_look_green(tmp_path):
     assert "0 of 1 cells as expected" in summary and "1 without a result (the run did not finish)" in summary
 
 
+def test_a_finished_run_missing_a_planned_cells_result_is_incomplete_everywhere(tmp_path):
+    """A run stored finished (exit 0) that holds no result for a cell it planned (a
+    farm that lost it, or a row gone from the database) reads as whole nowhere: JSON
+    complete false with the cell listed, a JUnit error for it and complete false, an
+    export exit code that is not 0, and the index says so at the top."""
+    import json
+    import sqlite3
+
+    config = toy_farm(tmp_path)
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        assert db.execute("SELECT status, exit_code FROM runs").fetchall() == [("finished", 0)]
+        db.execute("DELETE FROM results")
+    exported = farm("report", "--format", "json", "--config", str(config))
+    document = json.loads(exported.stdout)
+    assert document["complete"] is False and document["run"]["status"] == "finished"
+    assert document["unfinished"] == [{"kernel": "toy", "variant": "plain", "node": "here", "device": None}]
+    assert document["summary"]["not_run"] == 1
+    junit = farm("report", "--format", "junit", "--config", str(config))
+    assert '<property name="complete" value="false"' in junit.stdout
+    assert "no result was stored for this planned cell" in junit.stdout and 'errors="1"' in junit.stdout
+    assert exported.returncode == junit.returncode == 4
+    assert farm("report", "--config", str(config)).returncode == 0
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert 'id="incomplete"' in index and "of the cells it planned has no result" in index
+    assert "1 without a result (planned, none stored: a bug in the farm)" in index
+
+
 def test_text_from_the_database_never_chooses_a_path_or_reaches_the_terminal_raw(tmp_path):
     """Issue 10, case 13: a database is input too. A node named "../../x" in it
     writes no page outside --out, and ESC/BEL bytes a kernel printed are

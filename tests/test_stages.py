@@ -153,6 +153,48 @@ def test_a_bug_on_one_card_of_a_node_leaves_no_planned_cell_unstored(tmp_path, m
     assert "TypeError: a bug planted by the test" in capsys.readouterr().err
 
 
+def test_a_planned_cell_the_farm_lost_is_stored_infra_and_the_run_exits_70(tmp_path, monkeypatch, capsys):
+    """A cell that ends with no result stored (a bug in the farm, as the one a red-team
+    helper found on a node of two cards) does not vanish: once every node ended, each
+    planned cell without a result is stored infra-error saying so, and the run exits 70,
+    not 0, whatever the other cells said."""
+    from nodes import query, standin_job, standin_variant, write_farm
+
+    from orchestrator.config.farm import load_farm
+    from orchestrator.errors import EXIT_INTERNAL
+    from orchestrator.plan import plan_cells
+    from orchestrator.run.scheduler import FarmRun, run_cells
+    from orchestrator.store.database import Store
+
+    nodes = {"here": {"transport": "local", "workdir": str(tmp_path / "work"), "nvcc": "/usr/local/bin/nvcc"}}
+    variants = {"a": standin_variant("PASS", {"min": "7.5"}), "b": standin_variant("PASS", {"min": "7.5"})}
+    config = write_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    real_finish = FarmRun._finish
+    dropped = []
+
+    def finish(self, cell, *args, **kwargs):
+        if cell.variant == "b" and not dropped:  # the planted bug: b's verdict is not stored
+            dropped.append(cell)
+            return None
+        return real_finish(self, cell, *args, **kwargs)
+
+    monkeypatch.setattr(FarmRun, "_finish", finish)
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None), cache_dir=tmp_path / "archives")
+    finally:
+        store.close()
+    assert dropped and summary.exit_code == EXIT_INTERNAL
+    rows = {r["variant"]: r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    assert set(rows) == {"a", "b"}, rows
+    assert rows["a"]["outcome"] == "compile-only", rows["a"]["reason"]
+    assert rows["b"]["outcome"] == "infra-error"
+    assert "no result was stored for this planned cell" in rows["b"]["reason"]
+    (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
+
+
 def test_a_run_that_cannot_be_stored_runs_no_cell(tmp_path):
     """The nodes connect and probe while the run is being stored; when storing it
     fails half-way (here: after its row, in the listener's run_started), no node

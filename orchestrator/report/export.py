@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
@@ -41,12 +42,25 @@ def _text_line(text: str) -> str:
     return _text(text.encode("utf-8"))[:1024]
 
 
-def exit_code(run: Any) -> int:
+def exit_code(run: Any, unfinished: Sequence[Any] = ()) -> int:
     """What an export of `run` exits with: the run's stored code once it finished; a
-    run that did not finish (stopped, still running, its farm killed) is never 0."""
-    if run.status == "finished":
+    run that did not finish (stopped, still running, its farm killed), or one that
+    planned cells it holds no result for (`unfinished`), is never 0."""
+    if run.status == "finished" and not unfinished:
         return run.exit_code if run.exit_code is not None else EXIT_INTERNAL
     return run.exit_code if run.exit_code not in (None, EXIT_OK) else EXIT_INFRA
+
+
+def complete(model: ReportModel) -> bool:
+    """The run finished and holds a result for every cell it planned: only then can
+    an export read as whole."""
+    return model.run.status == "finished" and not model.unfinished
+
+
+def _no_result(run: Any) -> str:
+    if run.status == "finished":
+        return "not-run: no result was stored for this planned cell"
+    return "not-run: no result, the run did not finish"
 
 
 def junit(model: ReportModel) -> str:
@@ -85,7 +99,7 @@ def junit(model: ReportModel) -> str:
     )
     props = ET.SubElement(suite, "properties")
     for key, value in (
-        ("complete", "true" if run.status == "finished" else "false"),
+        ("complete", "true" if complete(model) else "false"),
         ("trigger", run.trigger),
         ("farm_commit", run.farm_commit or ""),
         ("farm_version", run.farm_version),
@@ -100,7 +114,7 @@ def junit(model: ReportModel) -> str:
         case = ET.SubElement(
             suite, "testcase", classname=f"{kernel}.{variant}", name=node_name + (f"[{device}]" if device else "")
         )
-        ET.SubElement(case, "error", message="not-run: no result, the run did not finish", type=Outcome.NOT_RUN)
+        ET.SubElement(case, "error", message=_no_result(run), type=Outcome.NOT_RUN)
     for r in results:
         elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
         case = ET.SubElement(
@@ -164,12 +178,12 @@ def as_json(model: ReportModel) -> str:
             "exit_code": run.exit_code,
         },
         # a run that did not finish must never read as green, whatever its counts
-        "complete": run.status == "finished",
+        "complete": complete(model),
         "summary": {
             **model.counts,
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
         },
-        # the cells a run that did not finish planned and has no result for
+        # the cells the run planned and has no result for (it did not finish, or the farm lost them)
         "unfinished": [{"kernel": k, "variant": v, "node": n, "device": d or None} for k, v, n, d in model.unfinished],
         "cells": [
             {

@@ -448,7 +448,8 @@ def collect(
         speed=[m for m in run_metrics if m.regressed or m.value is None],
         measured=measured,
         sass_moves=sass,
-        unfinished=store.unfinished_cells(run.id) if run.status != "finished" else [],
+        # a finished run too: a planned cell with no result leaves it incomplete (exports, summary)
+        unfinished=store.unfinished_cells(run.id),
     )
     model.trends = trend_series(trend_rows, model.several)
     return model

@@ -337,6 +337,8 @@ class FarmRun:
         try:
             pool.begun(run_id)
             pool.wait()
+            if not self._stop.is_set():
+                self._lost(run_id, cells)
             # a stop that came once every planned cell had its verdict cut nothing short (it was
             # stored aborted, yet exited 0: its exports said incomplete): the run finished
             cut_short = self._stop.is_set() and (
@@ -370,11 +372,41 @@ class FarmRun:
         self.listener.run_finished(self.summary)
         return self.summary
 
+    def _lost(self, run_id: int, cells: list[Cell]) -> None:
+        """Planned cells with no result once every node ended: the farm lost them (a bug;
+        a red-team helper found one). Each is stored infra-error saying so, and the run
+        exits 70: a cell the farm never judged must neither vanish nor leave the run green."""
+        missing = self.store.unfinished_cells(run_id)
+        if not missing:
+            return
+        planned = {(c.kernel, c.variant, c.node): c for c in cells}
+        cards: dict[str, set[str]] = {}
+        for _, _, node, device in missing:
+            cards.setdefault(node, set()).add(device)
+        lost: dict[str, list[Cell]] = {}
+        for kernel, variant, node, device in missing:
+            cell = planned.get((kernel, variant, node), Cell(kernel, variant, node))
+            lost.setdefault(node, []).append(cell.on(device, len(cards[node]) > 1) if device else cell)
+        detail = "internal error in the farm: no result was stored for this planned cell; not a verdict: report it"
+        for node, lost_cells in lost.items():
+            with self._summary_lock:
+                self.summary.internal.append(f"node {node!r}: {len(lost_cells)} planned cells had no result")
+            self._node_failed(node, lost_cells, None, "internal", detail, [])
+
     def _begin(self, cells: list[Cell], selection: str) -> int:
         """Store the run, its plan and its sources; then let the nodes store theirs."""
         folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
         self.store.journal = Journal(folder, self.token)
+        sources: dict[str, tuple[str, str, bytes]] = {}  # sha256 -> the first file of those contents
+        for kernel in dict.fromkeys(c.kernel for c in cells):
+            job = self.farm.jobs[kernel]
+            for listed, path in job.files.items():
+                sha = job.file_sha256[listed]
+                if sha not in sources:
+                    sources[sha] = (sha, listed, path.read_bytes())
         run_id = self.store.begin_run(
+            planned=[(c.kernel, c.variant, c.node, c.device) for c in cells],
+            sources=list(sources.values()),
             token=self.token,
             trigger=self.trigger,
             farm_commit=farm_commit(self.farm.root),
@@ -385,11 +417,6 @@ class FarmRun:
             cell_env=CELL_ENV.strip(),
         )
         self.summary.run_id = run_id
-        self.store.add_planned(run_id, [(c.kernel, c.variant, c.node, c.device) for c in cells])
-        for kernel in dict.fromkeys(c.kernel for c in cells):
-            job = self.farm.jobs[kernel]
-            for listed, path in job.files.items():
-                self.store.add_source(job.file_sha256[listed], listed, path.read_bytes())
         self.listener.run_started(run_id, cells)
         self._begun.set()
         return run_id

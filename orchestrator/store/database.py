@@ -391,10 +391,43 @@ class Store(Queries):
             return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
     # writes ------------------------------------------------------------------
-    def begin_run(self, **fields: Any) -> int:
+    def begin_run(
+        self,
+        planned: Sequence[tuple[str, str, str, str]] = (),
+        sources: Sequence[tuple[str, str, bytes]] = (),
+        **fields: Any,
+    ) -> int:
+        """A new run (its columns, `fields`), with the cells it plans (as add_planned) and
+        its sources' files ((sha256, path, content), as add_source), in one journal
+        write and one transaction: three commits and syncs were on every run's start."""
         started = datetime.now(UTC)
-        self._journal("run", {"started_at": started, **fields})
-        return self._add(Run, {"started_at": started, "status": "running", **fields})
+        records: list[tuple[str, dict[str, Any]]] = [("run", {"started_at": started, **fields})]
+        if planned:
+            records.append(("planned", {"cells": [list(cell) for cell in planned]}))
+        records += [("source", {"sha256": sha, "path": path, "content": content}) for sha, path, content in sources]
+        if self.journal is not None:
+            self.journal.write_many(records)
+        postgres = self.engine.dialect.name == "postgresql"
+        run_fields = {"started_at": started, "status": "running", **fields}
+        with self._writing_rows() as connection:
+            run_id = connection.execute(
+                Run.__table__.insert(), _no_nul(run_fields) if postgres else run_fields
+            ).inserted_primary_key[0]
+            rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
+            if rows:
+                connection.execute(_INSERT_PLANNED, [_no_nul(row) for row in rows] if postgres else rows)
+            new = {sha: (path, content) for sha, path, content in sources}
+            if new:
+                have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
+                for sha in list(have):
+                    del new[sha]
+            if new:
+                kept = [
+                    {"sha256": sha, "path": path, "content": content, "first_seen": started}
+                    for sha, (path, content) in new.items()
+                ]
+                connection.execute(SourceFile.__table__.insert(), [_no_nul(row) for row in kept] if postgres else kept)
+        return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
         """How the run ended, journal first; where the journal cannot take it (its disk
