@@ -870,6 +870,65 @@ def test_the_resident_runners_probe_says_what_the_shell_probe_says(own_home_node
     assert (work / "incoming").is_dir()
 
 
+def test_the_resident_probe_places_the_small_bundles_sent_with_it(
+    own_home_node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold node's staging cost a round trip of its own (50 ms away: 58 ms): the
+    kernel's sources now go with the resident probe, which puts them in place where
+    they are not there intact, and staging ships nothing more. A copy there intact is
+    left alone; an altered one is replaced, and staging still says it was altered."""
+    src = tmp_path / "src"
+    (src / "include").mkdir(parents=True)
+    (src / "k.cu").write_text("__global__ void k() {}\n")
+    (src / "include" / "k.h").write_text("#pragma once\n")
+    made = bundle.Bundle.of_files("sources of k", {"k.cu": src / "k.cu", "include/k.h": src / "include" / "k.h"})
+    needs = bundle.Needs(sources={"k": made}, shipped={}, own={})
+    folder = f"bundles/{made.digest}"
+
+    def not_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("staged in a round trip of its own")
+
+    monkeypatch.setattr(bundle, "place", not_again)
+
+    def shipped(transport: object, workdir: str, bundles: list, cache: Path, runner: object) -> tuple[int, str]:
+        return (0, "") if all(found == b.digest for b, found in bundles) else not_again()
+
+    monkeypatch.setattr(bundle, "ship", shipped)
+    work = tmp_path / "work"
+    placed_at = work / folder
+
+    def probe_and_stage() -> tuple[object, bundle.Staging]:
+        with transport_for("t4", NodeSpec(**own_home_node.farm_entry(work))) as transport:
+            runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
+            try:
+                snapshot = resident_probe(runner, transport.node, needs.folders, bundle.offered(needs))
+                staged = bundle.stage(
+                    transport,
+                    snapshot.workdir,
+                    needs,
+                    snapshot.folder_digests,
+                    tmp_path / "cache",
+                    runner,
+                    snapshot.placed,
+                )
+            finally:
+                runner.close()
+        return snapshot, staged
+
+    snapshot, staged = probe_and_stage()  # cold: placed by the probe
+    assert snapshot.placed == {folder} and snapshot.folder_digests[folder] == ""
+    assert (placed_at / "k.cu").read_text() == "__global__ void k() {}\n" and shell_digest(placed_at) == made.digest
+    assert staged.shipped == made.size and not staged.notes
+    snapshot, staged = probe_and_stage()  # warm: nothing placed, nothing shipped
+    assert snapshot.placed == set() and snapshot.folder_digests[folder] == made.digest and staged.shipped == 0
+    (placed_at / "include" / "k.h").write_text("#define ALTERED\n")  # altered on the node: replaced, and said
+    snapshot, staged = probe_and_stage()
+    assert snapshot.placed == {folder} and snapshot.folder_digests[folder] not in ("", made.digest)
+    assert (placed_at / "include" / "k.h").read_text() == "#pragma once\n"
+    assert "the copy on the node was altered" in staged.notes[made.digest]
+    assert sorted(p.name for p in placed_at.parent.iterdir()) == [made.digest]  # nothing left beside it
+
+
 def test_an_nvidia_smi_that_prints_the_probes_own_sections_confirms_no_card(
     own_home_node: SshNode, tmp_path: Path
 ) -> None:

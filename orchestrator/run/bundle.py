@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 STAGE_TIMEOUT = 600.0
 INLINE_BYTES = 8 << 20  # archives shipped on a command's stdin, together at most (ship())
+# bundles sent with the resident runner's probe, together at most: each run sends them again to a
+# node that has them (a few KB of a kernel's sources), to save a cold node staging's round trip
+OFFERED_BYTES = 256 << 10
 # a placer killed mid-placing leaves FOLDER.part.PID (or .old.PID): swept by a later placing
 # once its pid is not alive and it was untouched this long (noderunner.LEFTOVER_AGE)
 LEFTOVER_MINUTES = 60
@@ -252,6 +255,25 @@ def _contents(bundle: Bundle) -> tuple[tuple[str, bytes, bool], ...]:
     return tuple((rel, path.read_bytes(), os.access(path, os.X_OK)) for rel, path in bundle.files)
 
 
+def offered(needs: Needs) -> dict[int, dict]:
+    """The bundles sent with the resident probe (index in needs.folders -> what
+    noderunner.place_one takes): the sources and shipped dependencies, smallest first,
+    up to OFFERED_BYTES together; never a toolchain."""
+    index = {folder: i for i, folder in enumerate(needs.folders)}
+    chosen: dict[int, dict] = {}
+    room = OFFERED_BYTES
+    for b in sorted({b.digest: b for b in [*needs.sources.values(), *needs.shipped.values()]}.values(), key=_size):
+        if b.size > room:
+            break
+        room -= b.size
+        chosen[index[f"bundles/{b.digest}"]] = {"name": b.name, "digest": b.digest, "files": _contents(b)}
+    return chosen
+
+
+def _size(b: Bundle) -> int:
+    return b.size
+
+
 def place(runner: ResidentRunner, workdir: str, missing: list[tuple[Bundle, str]]) -> tuple[int, str]:
     """ship() through the node's resident runner (noderunner.place): the files' bytes
     in one request, written, checked against the digest and renamed into place by
@@ -358,10 +380,12 @@ def stage(
     found: dict[str, str],
     cache_dir: Path,
     runner: ResidentRunner | None = None,
+    placed: frozenset[str] = frozenset(),
 ) -> Staging:
     """Ship what the node lacks of `needs`, given the digests the probe found there
     (`found`: folder -> digest, as Needs.folders names them), in one trip for all
-    (through the node's resident `runner` where it has one)."""
+    (through the node's resident `runner` where it has one); `placed`: the folders
+    the probe put in place itself (offered())."""
     staging = Staging()
     for dep, own in needs.own.items():
         digest = found.get(own, "")
@@ -369,9 +393,15 @@ def stage(
             raise NodeUnusable(f"node {transport.name!r}: its {dep} folder {own!r} (farm.yaml) is missing")
         staging.dependencies[dep] = Placed(own, digest, None, own)
     unique = list({b.digest: b for b in needs.bundles}.values())
+    sent = [b for b in unique if f"bundles/{b.digest}" in placed]
     staging.shipped, _ = ship(
-        transport, workdir, [(b, found.get(f"bundles/{b.digest}", "")) for b in unique], cache_dir, runner
+        transport,
+        workdir,
+        [(b, found.get(f"bundles/{b.digest}", "")) for b in unique if b not in sent],
+        cache_dir,
+        runner,
     )
+    staging.shipped += sum(b.size for b in sent)
     for bundle in unique:
         note = altered_note(bundle, found.get(f"bundles/{bundle.digest}", ""))
         if note:

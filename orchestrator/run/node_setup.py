@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -74,7 +73,7 @@ class NodeSetup:
             try:
                 if stage == "probe":
                     self.open(setup)
-                    snapshot = self.probe(setup, needs.folders if needs else (), resident)
+                    snapshot = self.probe(setup, needs, resident)
                     partial.append(snapshot)
                     if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
                         said = snapshot.nvcc_output.strip().splitlines()
@@ -109,6 +108,7 @@ class NodeSetup:
                         snapshot.folder_digests,
                         self.cache_dir,
                         resident[0] if resident else None,
+                        snapshot.placed,
                     )
                     detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
                     if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
@@ -122,16 +122,18 @@ class NodeSetup:
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staging
 
-    def probe(self, setup: Transport, folders: Sequence[str], resident: list[ResidentRunner]) -> NodeSnapshot:
+    def probe(self, setup: Transport, needs: bundle.Needs | None, resident: list[ResidentRunner]) -> NodeSnapshot:
         """Where a transport keeps processes, the node's resident runner is started at
-        once and answers the probe, then serves the cells (`runner: auto`); where it
-        cannot start (no python3 of 3.8 or later), the shell probe says what the node
-        has, and its cells run in a python3 each or in the shell."""
+        once and answers the probe (and places the small bundles sent with it), then
+        serves the cells (`runner: auto`); where it cannot start (no python3 of 3.8 or
+        later), the shell probe says what the node has, and its cells run in a python3
+        each or in the shell."""
         node = setup.node
+        folders = needs.folders if needs else []
         if node.runner == "auto" and setup.keeps_processes:
             runner = ResidentRunner(setup.sibling(), "python3", self.open)
             try:
-                snapshot = resident_probe(runner, node, folders)
+                snapshot = resident_probe(runner, node, folders, bundle.offered(needs) if needs else None)
             except SessionLost:
                 runner.close()
             except BaseException:

@@ -1107,10 +1107,17 @@ def probe(spec):
     lines += ["@@farm room", "work " + room(workdir), "tmp " + room(LOGIN_ENV.get("TMPDIR") or "/tmp")]
     uname = os.uname()
     lines += ["@@farm host", uname.nodename, uname.sysname + " " + uname.machine]
-    folders = []
+    folders, placed = [], []
+    offered = spec.get("place") or {}
     for index, folder in enumerate(spec["folders"]):
         digest = folder_digest(os.path.join(workdir, folder)) if workdir else ""
         folders.append(f"{index} {digest}")
+        # a small bundle the farm sent with the probe, put in place now where it is not there
+        # intact: staging then needs no round trip of its own (a node 50 ms away paid one)
+        bundle = offered.get(index)
+        if bundle is not None and workdir and digest != bundle["digest"]:
+            why = place_one(bundle, os.path.join(workdir, folder))
+            placed.append(str(index) if why is None else f"unplaced {index} {why}")
     text, smi_code = finished(smi, PROBE_TOOL_TIMEOUT)
     lines += ["@@farm smi", *_tool_lines(text), f"rc={124 if smi_code is None else smi_code}"]
     lines.append("@@farm driver")
@@ -1147,7 +1154,7 @@ def probe(spec):
             lines += names["query"]()
         except Exception as err:
             lines.append(f"error the NVML query failed: {err!r}")
-    lines += ["@@farm folders", *folders, "@@farm nvcc"]
+    lines += ["@@farm folders", *folders, "@@farm placed", *placed, "@@farm nvcc"]
     if nvcc is None:
         lines.append("shipped by the farm")
     else:
@@ -1229,32 +1236,40 @@ def place(spec):
     programs a node). Prints `@@farm placed DIGEST` for each one in place, or
     `@@farm unplaced DIGEST WHY`; what failed leaves nothing behind."""
     for bundle in spec["bundles"]:
-        digest, final = bundle["digest"], bundle["folder"]
-        part = final + ".part." + str(os.getpid())
-        try:  # noqa: SIM105 - sweeping is a courtesy: it never fails a placing
-            sweep_leftovers(final)
-        except Exception:
-            pass
-        try:
-            remove(part)  # a leftover of a runner killed here with the same pid
-            os.makedirs(part)  # an empty bundle is an empty folder
-            for rel, data, executable in bundle["files"]:
-                path = os.path.join(part, rel)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if executable else 0o644)
-                with open(fd, "wb") as handle:
-                    handle.write(data)
-            got = folder_digest(part)
-            if got != digest:
-                raise OSError(f"written digest {got}, expected {digest}")
-            put_in_place(part, final, digest)
-            said = "@@farm placed " + digest
-        except Exception as err:  # whatever it was, the bundle is not placed, and says why
-            remove(part)
-            why = str(err) if isinstance(err, OSError) else repr(err)
-            said = "@@farm unplaced " + digest + " " + bundle["name"] + ": " + why.replace("\n", " ")
+        why = place_one(bundle, bundle["folder"])
+        digest = bundle["digest"]
+        said = "@@farm placed " + digest if why is None else "@@farm unplaced " + digest + " " + why
         OUT.write((said + "\n").encode("utf-8", "surrogateescape"))
     OUT.flush()
+
+
+def place_one(bundle, final):
+    """BUNDLE's files written into a folder beside FINAL, checked against its digest and
+    renamed into place: None once it is there, else why not (nothing left behind)."""
+    digest = bundle["digest"]
+    part = final + ".part." + str(os.getpid())
+    try:  # noqa: SIM105 - sweeping is a courtesy: it never fails a placing
+        sweep_leftovers(final)
+    except Exception:
+        pass
+    try:
+        remove(part)  # a leftover of a runner killed here with the same pid
+        os.makedirs(part)  # an empty bundle is an empty folder
+        for rel, data, executable in bundle["files"]:
+            path = os.path.join(part, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755 if executable else 0o644)
+            with open(fd, "wb") as handle:
+                handle.write(data)
+        got = folder_digest(part)
+        if got != digest:
+            raise OSError(f"written digest {got}, expected {digest}")
+        put_in_place(part, final, digest)
+        return None
+    except Exception as err:  # whatever it was, the bundle is not placed, and says why
+        remove(part)
+        why = str(err) if isinstance(err, OSError) else repr(err)
+        return bundle["name"] + ": " + why.replace("\n", " ")
 
 
 def main():

@@ -28,7 +28,7 @@ import ast
 import marshal
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -193,6 +193,8 @@ class NodeSnapshot:
     # folder -> its digest as the node computed it ("" when missing), for the folders the probe
     # was asked about: what staging would otherwise ask in a round trip of its own per bundle
     folder_digests: dict[str, str] = field(default_factory=dict)
+    # of those, the ones the resident probe put in place from the bundles sent with it (probe_plan)
+    placed: frozenset[str] = frozenset()
     resident: bool = False  # one python3 runs all of the run's cells there (resident.py)
     # KiB free in the work folder and in the temporary folder, and whether a program in the work
     # folder can run (no noexec mount); None where the probe could not tell (scheduler._check_room)
@@ -484,6 +486,14 @@ def _folder_digests(lines: list[str], folders: Sequence[str]) -> dict[str, str]:
     return found
 
 
+def _placed(lines: list[str], folders: Sequence[str]) -> frozenset[str]:
+    """The folders whose index the probe said it placed (an `unplaced INDEX WHY` line is
+    left to staging, which ships that bundle and says why it fails, if it does)."""
+    return frozenset(
+        folders[int(line)] for line in map(str.strip, lines) if line.isdigit() and int(line) < len(folders)
+    )
+
+
 def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = ()) -> NodeSnapshot:
     sec = _sections(text)
     smi = sec.get("smi", [])
@@ -532,6 +542,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         **_runner_code(sec.get("runner") or []),
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
+        placed=_placed(sec.get("placed", []), folders),
         **_room(sec.get("room", [])),
         unreadable_gpus=tuple(unreadable),
     )
@@ -580,20 +591,24 @@ def shipped_nvcc(transport: Transport, snapshot: NodeSnapshot, tree: str) -> Nod
     return replace(snapshot, nvcc_path=path, nvcc_version=_nvcc_version(lines), nvcc_output=result.stdout)
 
 
-def probe_plan(node: NodeSpec, folders: Sequence[str] = ()) -> bytes:
+def probe_plan(node: NodeSpec, folders: Sequence[str] = (), offered: Mapping[int, dict] | None = None) -> bytes:
     """What the resident runner's probe (noderunner.probe) is asked: the shell
-    probe's questions, as a plan (marshal, as a cell's)."""
+    probe's questions, as a plan (marshal, as a cell's); `offered`: index in
+    `folders` -> a small bundle to put there where it is not (noderunner.place_one)."""
     spec = {
         "workdir": node.workdir,
         "nvcc": None if node.pypi_toolchain else node.nvcc,
         "folders": list(folders),
+        "place": dict(offered or {}),
         "gpu_query": GPU_QUERY,
         "nvml": NVML_QUERY,
     }
     return marshal.dumps({"probe": spec, "marker": {}}, 4)
 
 
-def resident_probe(runner: ResidentRunner, node: NodeSpec, folders: Sequence[str] = ()) -> NodeSnapshot:
+def resident_probe(
+    runner: ResidentRunner, node: NodeSpec, folders: Sequence[str] = (), offered: Mapping[int, dict] | None = None
+) -> NodeSnapshot:
     """The probe, asked of the node's resident runner as its first request: one
     python3 answers it and then serves the run's cells, where the shell probe
     starts a dozen programs and a python3 of its own before the runner starts.
@@ -601,7 +616,7 @@ def resident_probe(runner: ResidentRunner, node: NodeSpec, folders: Sequence[str
     the shell probe then says what the node has."""
     timeout = PROBE_TIMEOUT + (FOLDERS_TIMEOUT if folders else 0.0)
     out = bytearray()
-    result = runner.run(probe_plan(node, folders), "", Deadline(timeout), out.extend)
+    result = runner.run(probe_plan(node, folders, offered), "", Deadline(timeout), out.extend)
     if result.exit_code != 0:
         raise SessionLost(
             f"node {runner.name!r}: the resident runner's probe failed (exit {result.exit_code}: "
