@@ -63,6 +63,9 @@ class Evidence:
     # known), and the first one's non-zero status, else 0; run_exit is that status where it is
     # non-zero, else the run's own. What the run's other commands last printed, bounded.
     kernel_started: bool | None = None
+    # a kernel command's program (a launcher, or the copy) was not there to run, by the farm's
+    # own look before it (commands.CANNOT_START_NOTE): the node's trouble, whatever the kernel printed
+    kernel_cannot_start: bool = False
     kernel_exit: int | None = None
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
@@ -161,6 +164,14 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             Outcome.TIMEOUT, "run", _with_stderr("killed at the limit of the run's own `timeout` (exit 124)", ev)
         )
     never = ev.kernel_started is False
+    if ev.kernel_cannot_start and not ev.kernel_exit:  # no kernel command that did start failed
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            "run",
+            "its run could not be started on the node: the program of a command running the kernel "
+            "(a launcher, or the binary) is not there, or not executable"
+            + (f'; the run\'s last line: "{ev.other_last_line}"' if ev.other_last_line else ""),
+        )
     if ev.run_exit in CANNOT_START and (
         _SHELL_COULD_NOT.search(ev.stderr_last_line) or (never and _SHELL_COULD_NOT.search(ev.other_last_line))
     ):

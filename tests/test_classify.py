@@ -275,6 +275,24 @@ TABLE = [
         Outcome.INFRA_ERROR,
         "run",
     ),
+    # the farm's function found a kernel command's program missing (commands.CANNOT_START_NOTE),
+    # whatever the shell said of it in the node's language
+    (
+        "launcher-not-there",
+        built(
+            run_exit=127, kernel_started=False, kernel_cannot_start=True, other_last_line="nsys: Befehl nicht gefunden"
+        ),
+        MUST_REFUSE,
+        Outcome.INFRA_ERROR,
+        "run",
+    ),
+    (
+        "a-kernel-failed-before-a-launcher-was-missing",
+        built(run_exit=1, kernel_started=True, kernel_exit=1, kernel_cannot_start=True, stderr=b"FAIL at [3]"),
+        MUST_RUN,
+        Outcome.FAIL,
+        "run",
+    ),
     (
         "launcher-timeout-no-refusal",
         built(run_exit=124, kernel_started=True, kernel_exit=124, launcher_timed_out=True, stderr=b"needs CC 9.0"),

@@ -479,6 +479,21 @@ WARNS_AND_RUNS = (
 PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; }\n'
 
 
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_launcher_not_there_is_the_nodes_trouble_by_the_farms_own_look(tmp_path, monkeypatch, runner):
+    """The farm's function looks for the program of each kernel command before it runs it:
+    a missing launcher is the node's trouble by that look, not by the shell's words for it,
+    which a node's locale changes ("Befehl nicht gefunden") and a kernel could print."""
+
+    def job(text: str) -> str:
+        return text.replace("    cc:", "    run: 'nsys profile {binary}'\n    cc:")
+
+    summary = toy_run(tmp_path, monkeypatch, source=PLAIN, job=job, farm_yaml=_runner(runner))
+    ((_, result, _),) = summary.results
+    assert result.verdict.outcome.value == "infra-error", result.verdict
+    assert "is not there, or not executable" in result.verdict.reason, result.verdict
+
+
 @pytest.mark.parametrize("runner", ["auto", "cell", "shell"])
 @pytest.mark.parametrize(
     ("source", "run", "cc", "outcome"),
@@ -491,6 +506,8 @@ PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; 
         (WARNS_AND_RUNS, "{binary} && test -e no-such-file", "{min: '8.0'}", "missing-refusal"),
         # the node lacks the launcher that starts the kernel: the node's fault, not the kernel's
         (PLAIN, "nsys profile {binary}", None, "infra-error"),
+        # a kernel that failed before a launcher was missing: its failure is the verdict
+        (PLAIN.replace("return 0", "return 1"), "{binary}; nsys profile {binary}", None, "fail"),
         (PLAIN, "nice -n 1 {binary} 3", None, "pass"),  # a launcher's operand
         # a quoted substitution before the kernel: its output is the run's, not the kernel's (a red-team
         # helper's: the farm read it as the kernel's, and the kernel's own as the run's)
