@@ -57,6 +57,7 @@ from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.stages import CellPipeline
+from orchestrator.run.stopping import Stopping
 from orchestrator.run.summary import Listener, NullListener, RunSummary
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder
@@ -66,7 +67,6 @@ from orchestrator.transport import Transport, transport_for
 from orchestrator.transport.base import reap
 
 LEFT_BEHIND_TIMEOUT = 30.0  # seconds for killing what an interrupted try left, before its retry
-STOP_SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
 
 
 # A cell's PTX is compiled afresh each time it runs (CUDA_CACHE_DISABLE): the node's JIT
@@ -182,12 +182,10 @@ class FarmRun:
         self.trigger = trigger
         self.cache_dir = cache_dir or default_cache_dir()
         self._summary_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._stop_reason: str | None = None
-        self._ended = threading.Event()  # execute() has returned (or raised): a stop's sweeps end
         self._stored: set[tuple[str, str, str, str]] = set()  # (node, kernel, variant, device) a worker stored
         self._on_cards: dict[str, list[Cell]] = {}  # a node's cells, one per card model, once probed
         self.token = secrets.token_hex(6)  # FARM_RUN=<token> marks every process this run starts on a node
+        self._stopping = Stopping(self._transport, self.token)
         self._cell_count = itertools.count(1)
         self.cells_from = ""  # a worker process's own prefix of its cells' numbers: never another's
         # built once per run, shared by the nodes; toolchains are unpacked once per machine
@@ -195,78 +193,24 @@ class FarmRun:
         self.node_setup = NodeSetup(farm, self._bundles, self.cache_dir)
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
         self._begin_failed = False  # storing the run failed: its nodes store nothing
-        self._nodes_started: list[str] = []  # a stop before execute() has nothing to kill
         self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its GPUs' queues, shared by its columns
-        self._workers: workers.Workers | None = None  # the worker processes, where the nodes are split among them
 
-    # stopping --------------------------------------------------------------
+    # stopping (stopping.py) -----------------------------------------------
     @property
     def stopping(self) -> str | None:
         """Why the run is being stopped (e.g. "SIGTERM"), or None."""
-        return self._stop_reason if self._stop.is_set() else None
+        return self._stopping.why
 
     def stop(self, reason: str, grace: float = 10.0) -> int:
         """Stop the run: start no more cells, and kill every process it started on
-        every node (found by its FARM_RUN marker, through a connection of its own,
-        all nodes at once). Cells cut short are recorded not-run. Returns the
-        number of processes killed; waits at most `grace` seconds for the nodes."""
-        if self._stop.is_set():
-            return 0
-        self.halt(reason)
-        killed: list[int] = []
-
-        def kill_on(name: str) -> None:
-            transport = self._transport(name)
-            try:
-                transport.open()
-                killed.append(transport.stop_run(self.token, grace))  # Slurm: scancel of the run's jobs
-            except FarmError:
-                pass
-            finally:
-                transport.close()
-
-        if self._workers is not None:
-            self._workers.tell("stop", reason)
-        threads = [threading.Thread(target=kill_on, args=(n,), daemon=True) for n in self._nodes_started]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + grace
-        for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0))
-        # a cell whose trip was on its way when the stop came (a worker process hears of it in
-        # its own time; a thread may be past its last look at `stopping`) can reach its node
-        # after that kill: the nodes are swept again, every second, until the run has ended
-        threading.Thread(target=self._sweep_until_ended, daemon=True, name="stop-sweeps").start()
-        return sum(killed)
-
-    def _sweep_until_ended(self, limit: float = STOP_SWEEP_LIMIT) -> None:
-        """Kill what the run has left on its nodes each second (one connection per node,
-        kept), until execute() has ended, or for `limit` seconds at most."""
-        transports: dict[str, Transport] = {}
-        give_up = time.monotonic() + limit
-        try:
-            while not self._ended.wait(1.0) and time.monotonic() < give_up:
-                for name in list(self._nodes_started):
-                    transport = transports.get(name)
-                    try:
-                        if transport is None:
-                            transport = transports[name] = self._transport(name)
-                        transport.open()
-                        transport.stop_run(self.token, 10.0)
-                    except FarmError:
-                        transports.pop(name, None)  # reconnected on the next pass
-                        if transport is not None:
-                            transport.close()
-        finally:
-            for transport in transports.values():
-                transport.close()
+        every node. Cells cut short are recorded not-run. Returns the number of
+        processes killed; waits at most `grace` seconds for the nodes."""
+        return self._stopping.stop(reason, grace)
 
     # what a worker process hears from its parent (workers.py) -----------------
     def halt(self, reason: str) -> None:
         """Start no more cells, killing nothing (the parent's stop() kills on the nodes)."""
-        if not self._stop.is_set():
-            self._stop_reason = reason
-            self._stop.set()
+        self._stopping.halt(reason)
 
     def began(self, run_id: int) -> None:
         """The run is stored: its nodes may store theirs."""
@@ -314,19 +258,20 @@ class FarmRun:
         for cell in cells:
             by_node.setdefault(cell.node, []).append(cell)
         self.summary = RunSummary(run_id=0)
-        self._nodes_started = list(by_node)
+        self._stopping.nodes = list(by_node)
         count = workers.worker_count(self.farm, list(by_node))
         pool: workers.Workers | _InProcess = (
             workers.Workers(self, workers.split(self.farm, by_node, count)) if count > 1 else _InProcess(self, by_node)
         )
-        self._workers = pool if isinstance(pool, workers.Workers) else None
+        if isinstance(pool, workers.Workers):
+            self._stopping.tell = functools.partial(pool.tell, "stop")
         try:
             run_id = self._begin(cells, selection)
         except BaseException as err:
             # the nodes store nothing and start no cell; a run stored half-way is marked aborted
             self.not_begun("the run could not be stored")
             pool.not_begun()
-            self._ended.set()
+            self._stopping.ended.set()
             if self.summary.run_id:
                 with contextlib.suppress(FarmError):
                     code = err.exit_code if isinstance(err, FarmError) else EXIT_INTERNAL
@@ -337,11 +282,11 @@ class FarmRun:
         try:
             pool.begun(run_id)
             pool.wait()
-            if not self._stop.is_set():
+            if not self._stopping.is_set():
                 self._lost(run_id, cells)
             # a stop that came once every planned cell had its verdict cut nothing short (it was
             # stored aborted, yet exited 0: its exports said incomplete): the run finished
-            cut_short = self._stop.is_set() and (
+            cut_short = self._stopping.is_set() and (
                 self.summary.outcomes[Outcome.NOT_RUN.value] > 0 or bool(self.store.unfinished_cells(run_id))
             )
             status = "aborted" if cut_short else "finished"
@@ -353,7 +298,7 @@ class FarmRun:
             exit_code = EXIT_INTERNAL
             raise
         finally:
-            self._ended.set()
+            self._stopping.ended.set()
             self.summary.wall_seconds = time.monotonic() - clock
             stored = self.summary.exit_code if exit_code is None else exit_code
             ending: list[FarmError] = []  # the database or the journal failing at the run's end
@@ -430,7 +375,7 @@ class FarmRun:
     # per node ------------------------------------------------------------------
     def run_nodes(self, by_node: dict[str, list[Cell]]) -> None:
         """Every node in a thread of its own (a worker process's whole job)."""
-        self._nodes_started = list(by_node)  # what a stop kills on
+        self._stopping.nodes = list(by_node)  # what a stop kills on
         with ThreadPoolExecutor(max_workers=max(len(by_node), 1), thread_name_prefix="node") as pool:
             for future in [pool.submit(self._node_guarded, n, c) for n, c in by_node.items()]:
                 future.result()
