@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.config.farm import Farm, Job, load_farm, read_yaml
+from orchestrator.config.farm import Farm, Job, load_farm
+from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError
 
 GIT_TIMEOUT = 120.0

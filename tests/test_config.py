@@ -547,7 +547,7 @@ def test_the_farms_own_files_leave_a_layout_with_jobs_beside_their_kernels_alone
 def test_a_key_read_as_written_leaves_its_anchor_a_value_elsewhere(tmp_path):
     """Found in review: the key's node was retagged in place, so an anchor on it made a
     value elsewhere a string too (`y: *k` gave '075', not 61)."""
-    from orchestrator.config.farm import read_yaml
+    from orchestrator.config.yaml_file import read_yaml
 
     path = tmp_path / "x.yaml"
     path.write_text("&k 075: x\ny: *k\na: &v on\n*v : 1\n")

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import make_url
 
 from orchestrator.config import dependencies, header, output_paths, own_files, run_command, stage_commands
@@ -37,6 +35,8 @@ from orchestrator.config.schema import (
     NodeSpec,
     template_fields,
 )
+from orchestrator.config.validation import validate
+from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
 from orchestrator.store.location import sqlite_file
 
@@ -114,296 +114,6 @@ class Farm:
     def source_folders(self) -> dict[str, Path]:
         """The folders of the course's own files, by farm.yaml's key: no report goes there."""
         return {key: (self.root / getattr(self.spec, key)).resolve() for key in ("jobs", "kernels")}
-
-
-# ---------------------------------------------------------------- YAML reading
-
-
-# libyaml's C parser where PyYAML was built with it (10x faster), else the pure-Python one
-_SafeBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
-    """SafeLoader that refuses duplicate mapping keys instead of keeping the last."""
-
-
-_STR_TAG = "tag:yaml.org,2002:str"
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def _key(loader: _UniqueKeyLoader, key_node: yaml.Node, deep: bool) -> Any:
-    """A mapping's key: a scalar as written (every key the farm reads is a name: YAML 1.1
-    read `075:` as 61, `on:` as True and `1_0:` as 10, and the error named a key not in
-    the file). The node itself is left as it is: an anchor may make it a value elsewhere."""
-    if isinstance(key_node, yaml.ScalarNode):
-        return key_node.value
-    return loader.construct_object(key_node, deep=deep)  # `[a]: 1`, `? {a: 1}`: refused below
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == _MERGE_TAG:  # `<<: *base`: its keys join below, the ones written here win
-            continue
-        key = _key(loader, key_node, deep)
-        line = key_node.start_mark.line + 1
-        if not isinstance(key, str):
-            raise _BadKey(line, type(key).__name__)
-        if key in seen:
-            raise _DuplicateKey(key, seen[key], line)
-        seen[key] = line
-    loader.flatten_mapping(node)  # a merge's pairs first, then those written here: the later wins
-    mapping: dict[str, Any] = {}
-    for key_node, value_node in node.value:
-        key = _key(loader, key_node, deep)
-        if not isinstance(key, str):
-            raise _BadKey(key_node.start_mark.line + 1, type(key).__name__)
-        mapping[key] = loader.construct_object(value_node, deep=deep)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _first_duplicate(root: yaml.Node) -> _DuplicateKey | None:
-    """The first key given twice in one mapping, in the file's order, named by its
-    whole path (`nodes.t4.host`, not `host`), before anything is constructed."""
-    seen_nodes: set[int] = set()
-
-    def walk(node: yaml.Node, path: str) -> _DuplicateKey | None:
-        if id(node) in seen_nodes:  # an alias: its keys were checked where it was defined
-            return None
-        seen_nodes.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                if found := walk(item, f"{path}[{index}]"):
-                    return found
-        elif isinstance(node, yaml.MappingNode):
-            lines: dict[str, int] = {}
-            for key_node, value in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    continue  # not a key the farm reads: _BadKey says so
-                name = f"{path}.{key_node.value}" if path else str(key_node.value)
-                line = key_node.start_mark.line + 1
-                if key_node.value in lines:
-                    return _DuplicateKey(name, lines[key_node.value], line)
-                lines[key_node.value] = line
-                if found := walk(value, name):
-                    return found
-        return None
-
-    return walk(root, "")
-
-
-class _BadKey(Exception):
-    def __init__(self, line: int, kind: str) -> None:
-        self.line, self.kind = line, kind
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str, first: int, second: int) -> None:
-        self.key, self.first, self.second = key, first, second
-
-
-# A configuration is small: these bounds refuse what would otherwise crash or
-# exhaust the farm while loading (500 nested "[" is a RecursionError in the
-# parser; a 589-byte alias bomb expands to billions of nodes).
-MAX_YAML_BYTES = 1 << 20
-MAX_YAML_DEPTH = 64
-MAX_YAML_NODES = 100_000
-
-_OPEN = (
-    yaml.FlowSequenceStartToken,
-    yaml.FlowMappingStartToken,
-    yaml.BlockSequenceStartToken,
-    yaml.BlockMappingStartToken,
-)
-_CLOSE = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken, yaml.BlockEndToken)
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    """Nodes of the document with every alias expanded, counted without expanding
-    (each node's size once, memoised; aliases share their node)."""
-    sizes: dict[int, int] = {}
-    order: list[yaml.Node] = []
-    stack, seen = [root], set()
-    while stack:  # children before parents, iteratively: no recursion on deep input
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        order.append(node)
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend(item for pair in node.value for item in pair)
-    for node in reversed(order):
-        if isinstance(node, yaml.SequenceNode):
-            children = node.value
-        elif isinstance(node, yaml.MappingNode):
-            children = [item for pair in node.value for item in pair]
-        else:
-            children = []
-        sizes[id(node)] = min(1 + sum(sizes.get(id(c), 1) for c in children), MAX_YAML_NODES + 1)
-    return sizes[id(root)]
-
-
-def read_yaml(path: Path, what: str) -> Any:
-    """Parse one YAML file, turning every failure into a ConfigError on that file."""
-    if not path.is_file():
-        # a folder, a FIFO or a device was "no such file" (a red-team finding)
-        found = "a folder" if path.is_dir() else "no regular file" if path.exists() else "no such file"
-        raise ConfigError(str(path), "", found, f"{what} (a YAML file)")
-    try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ConfigError(str(path), "", f"a file of {size} bytes", f"{what} of at most {MAX_YAML_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(str(path), "", f"an unreadable file ({err})", "UTF-8 YAML") from err
-    try:
-        depth = 0
-        for token in yaml.scan(text, Loader=_SafeBase):
-            if isinstance(token, _OPEN):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
-                    line = token.start_mark.line + 1
-                    raise ConfigError(
-                        str(path), "", f"nesting deeper than {MAX_YAML_DEPTH} levels (line {line})", f"{what}"
-                    )
-            elif isinstance(token, _CLOSE):
-                depth -= 1
-        loader = _UniqueKeyLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                return None
-            if duplicate := _first_duplicate(node):
-                raise duplicate
-            # without an alias nothing can multiply (and the file is at most 1 MiB)
-            if "*" in text and _expanded_size(node) > MAX_YAML_NODES:
-                raise ConfigError(
-                    str(path),
-                    "",
-                    f"a document of more than {MAX_YAML_NODES} values once its aliases are expanded",
-                    f"{what} (aliases that do not multiply)",
-                )
-            return loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except _BadKey as bad:
-        raise ConfigError(
-            str(path), "", f"a {bad.kind} as a mapping key (line {bad.line})", "keys that are names"
-        ) from None
-    except _DuplicateKey as dup:
-        raise ConfigError(
-            str(path),
-            dup.key,
-            f"the key {dup.key.rpartition('.')[2]!r} twice (lines {dup.first} and {dup.second})",
-            "each key once",
-        ) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML") from None
-    except RecursionError:
-        raise ConfigError(str(path), "", "nesting too deep to read", what) from None
-
-
-# ------------------------------------------------------- validation messages
-
-
-def _key_path(loc: tuple[Any, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
-    return "".join(parts)
-
-
-def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """Walk a model class along an error location to the model that holds the key."""
-    current: Any = model
-    for item in loc:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            info = current.model_fields.get(str(item))
-            if info is None:
-                return None
-            current = info.annotation
-        else:
-            args = getattr(current, "__args__", ())
-            # dict[str, X] -> X; list[X] -> X; X | None -> X
-            candidates = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-            if candidates:
-                current = candidates[-1]
-            elif args:
-                current = args[-1]
-            else:
-                return None
-            if isinstance(current, type) and issubclass(current, BaseModel):
-                # the dict key / list index consumed this step
-                continue
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return current
-    args = getattr(current, "__args__", ())
-    for arg in args:
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
-def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> ConfigErrors:
-    """pydantic's errors, reworded as file / key / found / expected."""
-    errors: list[ConfigError] = []
-    for item in err.errors():
-        loc = tuple(item["loc"])
-        key = _key_path(loc)
-        kind = item["type"]
-        if kind == "extra_forbidden":
-            holder = _model_at(model, loc[:-1])
-            allowed = sorted(holder.model_fields) if holder else []
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            hint = f"Did you mean {close[0]!r}?" if close else ""
-            errors.append(
-                ConfigError(
-                    str(file),
-                    key,
-                    f"an unknown key {loc[-1]!r}",
-                    "one of " + ", ".join(allowed) if allowed else "no such key",
-                    hint,
-                )
-            )
-        elif kind == "missing":
-            errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
-        else:
-            message = item["msg"]
-            for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
-                if message.startswith(prefix):
-                    message = message[len(prefix) :]
-            found = _describe(item.get("input"))
-            errors.append(ConfigError(str(file), key, found, message))
-    return ConfigErrors(errors)
-
-
-def _validate(model: type[BaseModel], raw: Any, file: Path, what: str) -> Any:
-    if raw is None:
-        raise ConfigError(str(file), "", "an empty file", what)
-    if not isinstance(raw, dict):
-        raise ConfigError(str(file), "", _describe(raw), f"a mapping ({what})")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as err:
-        raise translate(err, file, model) from None
 
 
 def _check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigError]:
@@ -498,7 +208,7 @@ def _job(
 ) -> Job:
     errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
     try:
-        spec: JobSpec = _validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
+        spec: JobSpec = validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
     except ConfigErrors as many:
         raise ConfigErrors(errors + many.errors) from None
     errors += _check_templates(spec, file)
@@ -796,7 +506,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     if isinstance(raw, dict) and not raw.get("nodes"):
         raise ConfigError(str(file), "nodes", "no nodes", "at least one node under `nodes:`")
     try:
-        spec: FarmSpec = _validate(FarmSpec, raw, file, "the farm: nodes, database, jobs, reports")
+        spec: FarmSpec = validate(FarmSpec, raw, file, "the farm: nodes, database, jobs, reports")
     except ConfigErrors as many:
         raise ConfigErrors(errors + many.errors) from None
     if errors:

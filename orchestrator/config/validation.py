@@ -1,0 +1,105 @@
+"""Pydantic's validation errors told as the farm's: each a ConfigError naming the
+file, the key path, what was found and what was expected, with a did-you-mean
+for an unknown key."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import ConfigError, ConfigErrors
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk a model class along an error location to the model that holds the key."""
+    current: Any = model
+    for item in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            info = current.model_fields.get(str(item))
+            if info is None:
+                return None
+            current = info.annotation
+        else:
+            args = getattr(current, "__args__", ())
+            # dict[str, X] -> X; list[X] -> X; X | None -> X
+            candidates = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            if candidates:
+                current = candidates[-1]
+            elif args:
+                current = args[-1]
+            else:
+                return None
+            if isinstance(current, type) and issubclass(current, BaseModel):
+                # the dict key / list index consumed this step
+                continue
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current
+    args = getattr(current, "__args__", ())
+    for arg in args:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> ConfigErrors:
+    """pydantic's errors, reworded as file / key / found / expected."""
+    errors: list[ConfigError] = []
+    for item in err.errors():
+        loc = tuple(item["loc"])
+        key = _key_path(loc)
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            holder = _model_at(model, loc[:-1])
+            allowed = sorted(holder.model_fields) if holder else []
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else ""
+            errors.append(
+                ConfigError(
+                    str(file),
+                    key,
+                    f"an unknown key {loc[-1]!r}",
+                    "one of " + ", ".join(allowed) if allowed else "no such key",
+                    hint,
+                )
+            )
+        elif kind == "missing":
+            errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
+        else:
+            message = item["msg"]
+            for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
+                if message.startswith(prefix):
+                    message = message[len(prefix) :]
+            found = _describe(item.get("input"))
+            errors.append(ConfigError(str(file), key, found, message))
+    return ConfigErrors(errors)
+
+
+def validate(model: type[BaseModel], raw: Any, file: Path, what: str) -> Any:
+    if raw is None:
+        raise ConfigError(str(file), "", "an empty file", what)
+    if not isinstance(raw, dict):
+        raise ConfigError(str(file), "", _describe(raw), f"a mapping ({what})")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise translate(err, file, model) from None
