@@ -33,10 +33,8 @@ import contextlib
 import functools
 import gc
 import hashlib
-import json
 import os
-import re
-from collections import Counter, defaultdict, namedtuple
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
@@ -46,23 +44,28 @@ from typing import Any
 from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
 from jinja2.filters import do_truncate
 from markupsafe import Markup
-from markupsafe import escape as markup_escape
-from sqlalchemy import JSON
 
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
 from orchestrator.report import history, trends
+from orchestrator.report.cell_page import _UNFINISHED, Chrome, cell_body, decoded
+from orchestrator.report.escape import e as _e
+from orchestrator.report.escape import page_name
+from orchestrator.report.escape import t as _t
+from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect, unconfirmed
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
 from orchestrator.store.database import Store
-from orchestrator.store.tables import ResultRow
 from orchestrator.terminal import printable_on_page
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
 # what decides a page's bytes besides the database: a change to any of these renders every page again
-PAGE_SOURCES = ("site.py", "model.py", "history.py", "trends.py", "../outcomes.py", "../metrics.py")
+PAGE_SOURCES = (
+    *("site.py", "cell_page.py", "escape.py", "model.py", "history.py", "trends.py"),
+    *("../outcomes.py", "../metrics.py", "../terminal.py"),
+)
 
 
 def _bytecode_cache() -> BytecodeCache | None:
@@ -102,12 +105,6 @@ def _env() -> Environment:
     return env
 
 
-@functools.lru_cache(maxsize=4096)
-def _when(moment: datetime | None) -> str:
-    # cached: a run's start is printed on each of its thousands of cell pages
-    return moment.strftime("%Y-%m-%d %H:%M") if moment else "–"
-
-
 def _age(days: float) -> str:
     """How long before the shown run an earlier run's verdict was (the run's own cells
     show no age): "this run" would take a run started under a minute before for it."""
@@ -139,14 +136,6 @@ def _write(path: Path | str, text: str, pages: PageWriter, compare: bool = True,
     pages.put(FRESH if fresh else PAGE if compare else CHANGED, os.fspath(path), text.encode("utf-8"))
 
 
-@functools.lru_cache(maxsize=4096)
-def page_name(text: str) -> str:
-    """A file name for a node or kernel page: names were validated at load, but a
-    database is input too, so never let stored text choose a path."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", text).lstrip(".") or "_"
-    return safe[:80]
-
-
 @functools.cache
 def page_format() -> str:
     """A digest of the templates and of the code that fills them: part of every
@@ -163,10 +152,6 @@ def _moment(started: datetime) -> str:
     # to the microsecond: with the id, it tells this run from another database's run of the same id
     moment = started if started.tzinfo else started.replace(tzinfo=UTC)
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-_UNFINISHED = {"aborted": "did not finish", "running": "had not finished"}
-UNCONFIRMED_TEXT = '<small class="flag">on a card the NVIDIA driver did not confirm: certifies nothing</small>'
 
 
 def cell_stamp(result_id: int, run_id: int, started: datetime) -> str:
@@ -216,305 +201,6 @@ def _batches(ids: list[int]) -> Iterable[list[int]]:
         yield ids[start : start + BATCH]
 
 
-# the results' JSON columns, read as text (Store.result_rows(json_as_text=True)) and decoded here
-_JSON_COLUMNS = tuple(c.key for c in ResultRow.__table__.columns if isinstance(c.type, JSON))
-
-
-@functools.lru_cache(maxsize=4096)
-def _json(text: str) -> Any:
-    # cached: a run's rows repeat a few dozen values (targets, sources, instructions); the
-    # decoded values are shared between rows, so cell_body only reads them
-    return json.loads(text)
-
-
-@functools.lru_cache(maxsize=8)
-def _row_type(keys: tuple[str, ...]) -> type:
-    # a named tuple: made from a row's values at a fraction of a SimpleNamespace's cost
-    return namedtuple("ResultText", keys)
-
-
-def _decoded(rows: list[Any]) -> list[Any]:
-    """result_rows(json_as_text=True) rows with their JSON columns decoded (the
-    database's own JSON decoding, where it did it, is kept), as named tuples."""
-    if not rows:
-        return []
-    keys = tuple(rows[0]._fields)
-    at = [keys.index(key) for key in _JSON_COLUMNS]
-    make = _row_type(keys)._make
-    decoded = []
-    for row in rows:
-        values = list(row)
-        for i in at:
-            if type(values[i]) is str:
-                values[i] = _json(values[i])
-        decoded.append(make(values))
-    return decoded
-
-
-def _text(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", "replace")
-
-
-_SPECIAL = re.compile(r"[&<>\"']")
-
-
-def _e(value: Any) -> str:
-    """Text for HTML, as Jinja2's autoescape prints it: str() of it, & < > " ' escaped
-    (looked for first: most values have none, and one search is cheaper than five replaces)."""
-    kind = type(value)
-    if kind is str:
-        text = value
-    elif kind is int or kind is float:
-        return str(value)  # digits, ".", "-", "e", "inf", "nan": nothing to escape
-    else:
-        text = str(value)
-    text = printable_on_page(text)
-    return escape(text) if _SPECIAL.search(text) else text
-
-
-_e_cached = functools.lru_cache(maxsize=16384)(_e)
-
-
-def _ew(value: Any) -> str:
-    """_e of a value that repeats from page to page (names, outcomes, digests, stage
-    words), remembered: a run's pages print a few thousand distinct ones 10^5 times."""
-    try:
-        return _e_cached(value)
-    except TypeError:  # unhashable (a stored JSON value of an unexpected shape)
-        return _e(value)
-
-
-def _t(value: Any) -> str:
-    """Text for HTML as the templates print it (MarkupSafe: ' as &#39;, " as &#34;),
-    for the parts of template pages made here, so that their bytes stay the same."""
-    kind = type(value)
-    if kind is str:
-        text = value
-    elif kind is int or kind is float:
-        return str(value)
-    else:
-        text = str(value)
-    text = printable_on_page(text)
-    return str(markup_escape(text)) if _SPECIAL.search(text) else text
-
-
-def cell_body(
-    r: Any,
-    started: datetime,
-    prior: list[tuple[int, str, int]],
-    snapshot: Any,
-    change: history.Change | None = None,
-    measured: Iterable[Any] = (),
-    unfinished: str | None = None,
-) -> str:
-    """A cell page's body: result `r` (a row of every column) of a run started at
-    `started`, after its cell's earlier results `prior` (oldest first), on the node
-    as `snapshot` found it; `change` is r against `prior`, worked out when not given;
-    `measured` its metric values (metric_values rows).
-
-    Written here rather than as a template: a run writes a page per cell (thousands),
-    and Jinja2 spends about a microsecond on each of a page's ~150 lookups, filter
-    calls and escapes, which made these pages alone most of a re-render. Everything
-    from the database goes through _e (page_name's and _when's output are safe by
-    construction); the page around it is base.html.j2's."""
-    if change is None:
-        key = (r.kernel, r.variant, r.node, r.device)
-        change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
-    unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
-    if unfinished is not None and category(r.outcome) == "good":  # a page is written once: say how it stood then
-        unsure = " unconfirmed"
-        said = "did not finish" if unfinished == "aborted" else "had not finished when this page was written"
-        unsure_text += f'<small class="flag">run {_e(r.run_id)} {said}: certifies nothing</small>'
-    out = [
-        f'<p><a id="back" href="../index.html">back to the matrix</a> · '
-        f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
-        f'<a href="../nodes/{page_name(r.node)}.html">{_ew(r.node)}</a></p>\n'
-        f"<h1>{_ew(r.kernel)} : {_ew(r.variant)} on {_ew(r.node)}{f' ({_ew(r.device)})' if r.device else ''}</h1>\n"
-        f'<table><tr><td class="{category(r.outcome)}{unsure}" id="outcome">'
-        f'<span class="outcome">{_ew(r.outcome)}</span>'
-        f"{f' at {_ew(r.failed_stage)}' if r.failed_stage else ''}{unsure_text}</td>\n"
-        f"<td>expected {_ew(r.expected)}: {_ew(r.expected_reason)}</td></tr></table>\n"
-        f"<p>{_ew(r.reason)}</p>\n"
-    ]
-    # against the cell's results before it, never after: the page cannot change once written
-    if change.change:
-        was = f" (was {_ew(change.previous)} in run {_e(change.previous_run)})" if change.previous else ""
-        out.append(
-            f'<p>Against this cell\'s earlier results: <span class="change">{_ew(change.change)}</span>{was}.</p>\n'
-        )
-    line = " · ".join(f"run {rid} {outcome}" for rid, outcome, _ in [*prior, (r.run_id, r.outcome, r.id)])
-    out.append(f'<p class="meta">History up to this result (oldest first): {_e(line)}</p>\n')
-    if r.known_failure_reason:
-        out.append(f"<p><strong>Known failure declared:</strong> {_ew(r.known_failure_reason)}</p>\n")
-    identity = r.identity or "not identified (stored before the farm hashed every input): certifies nothing"
-    out.append(
-        '\n<h2>Provenance</h2>\n<dl class="kv">\n'
-        f"<dt>result</dt><dd>{_e(r.id)} in run {_e(r.run_id)} (started {_when(started)} UTC)</dd>\n"
-        f"<dt>contract</dt><dd>{_ew(r.contract)}</dd>\n"
-        f"<dt>identity</dt><dd>{_ew(identity)}</dd>\n"
-    )
-    sources = r.sources or {}
-    first = next(iter(sources), None)
-    for path, sha in sources.items():
-        term = "source" if path == first or str(path).endswith((".cu", ".cpp", ".cc")) else "file"
-        out.append(f"<dt>{term}</dt><dd>{_ew(path)} sha256 {_ew(sha)}</dd>")
-    for name, dep in (r.dependencies or {}).items():
-        dep = dep or {}
-        out.append(
-            f"<dt>dependency</dt><dd>{_ew(name)} {_ew(dep.get('version') or '')} ({_ew(dep.get('origin'))}) "
-            f"digest {_ew(dep.get('digest'))}</dd>"
-        )
-    if sources or r.dependencies:
-        out.append("\n")
-    cubins = ", ".join(map(str, r.elf_targets or [])) or "–"
-    code = f"cubins {cubins}; PTX {', '.join(map(str, r.ptx_targets or [])) or '–'}"
-    if r.code_path:
-        code += f"; on this card: {r.code_path}"
-    out.append(
-        f"<dt>binary sha256</dt><dd>{_ew(r.binary_sha256 or '–')}</dd>\n"
-        f"<dt>build command</dt><dd>{_e(r.build_command or '–')}</dd>\n"
-        f"<dt>build reused</dt><dd>{'yes (unchanged since an earlier run)' if r.build_cached else 'no'}</dd>\n"
-        f"<dt>machine code</dt><dd>{_ew(code)}</dd>\n"
-    )
-    s = snapshot
-    if s is not None:
-        if r.device:
-            gpu = f"{_ew(r.device)}, CC {_ew(r.cc or '–')}"
-            if r.gpu_index is not None:
-                gpu += f", GPU {_e(r.gpu_index)} ({_e(r.gpu_uuid)})"
-            if r.real_gpu:
-                confirmed = "confirmed by the NVIDIA driver: real hardware"
-            else:
-                confirmed = "not confirmed by the NVIDIA driver: certifies nothing"
-            gpu += f", driver {_ew(s.driver or '–')}; {confirmed}"
-        else:
-            gpu = "none (compile-only)"
-        mismatch = ' <span class="flag">differs from the probe</span>' if s.cc_mismatch else ""
-        out.append(
-            f"<dt>node</dt><dd>{_ew(s.node)} ({_ew(s.address)}, host {_ew(s.hostname or '–')}, "
-            f"{_ew(s.os or '–')})</dd>\n"
-            f"<dt>GPU</dt><dd>{gpu}</dd>\n"
-            f"<dt>declared</dt><dd>{_ew(s.declared_gpu or '–')}, CC {_ew(s.declared_cc or '–')}{mismatch}</dd>\n"
-            f"<dt>nvcc</dt><dd>{_ew(s.nvcc_path)} ({_ew(s.nvcc_version or 'not found')})</dd>\n"
-        )
-        if s.probe_error:
-            out.append(f'<dt>probe error</dt><dd class="flag">{_e(s.probe_error)}</dd>\n')
-    out.append(
-        "</dl>\n\n<h2>Stages</h2>\n"
-        '<table id="stages"><tr><th>stage</th><th>status</th><th>seconds</th><th>detail</th></tr>\n'
-    )
-    seconds = r.stage_seconds or {}
-    for name, info in (r.stage_details or {}).items():
-        info = info or {}
-        out.append(
-            f"<tr><td>{_ew(name)}</td><td>{_ew(info.get('status'))}</td><td>{_e(seconds.get(name, ''))}</td>"
-            f"<td>{_e(info.get('detail'))}</td></tr>\n"
-        )
-    out.append(
-        "</table>\n\n<h2>Instructions</h2>\n"
-        '<table id="instructions"><tr><th>instruction</th><th>required at least</th><th>found</th></tr>\n'
-    )
-    counts = r.instruction_counts or {}
-    for name, need in (r.required_instructions or {}).items():
-        found = _ew(counts.get(name, "not inspected"))
-        out.append(f"<tr><td>{_ew(name)}</td><td>{_ew(need)}</td><td>{found}</td></tr>\n")
-    markers = r.markers or {}
-    found_pass = f"stdout line {_e(markers['pass'])}" if markers.get("pass") else "not found"
-    found_refusal = f"stderr line {_e(markers['refusal'])}" if markers.get("refusal") else "not found"
-    out.append(
-        '</table>\n\n<h2>Run</h2>\n<dl class="kv">'
-        f"<dt>exit code</dt><dd>{_e(r.exit_code if r.exit_code is not None else 'not run')}</dd>\n"
-        f"<dt>pass marker</dt><dd>{found_pass} (matched over the whole stream)</dd>\n"
-        f"<dt>refusal marker</dt><dd>{found_refusal}</dd>\n"
-    )
-    if r.last_stderr_line:
-        out.append(f"<dt>last stderr line</dt><dd>{_e(r.last_stderr_line)}</dd>\n")
-    out.append("</dl>\n")
-    out.append(_speed_table(list(measured)))
-    out.append(_sanitizer_table(r.sanitizer or []))
-    cuts = r.output_cuts or {}
-    for name, data, size, sha in (
-        ("stdout", r.stdout, r.stdout_size, r.stdout_sha256),
-        ("stderr", r.stderr, r.stderr_size, r.stderr_sha256),
-    ):
-        digest = f", sha256 {_e(sha[:16])}…" if sha else ""
-        out.append(f"<h3>{name} ({_e(size)} bytes{digest})</h3>\n")
-        cut = cuts.get(name)
-        if cut:
-            out.append(
-                f'<p class="meta" id="{name}-cut">Cut: bytes {_e(cut[0])} to {_e(cut[1])} of {_e(size)} are left '
-                f"out below (the first {_e(cut[0])} and the last {_e(size - cut[1])} bytes are kept); the markers "
-                "were matched over all of it.</p>\n"
-            )
-        out.append(f'<pre id="{name}">{_e(_text(data))}</pre>\n')
-    out.append(f'<h2>Build log</h2>\n<pre id="build-log">{_e(_text(r.build_log))}</pre>\n')
-    return "".join(out)
-
-
-def _sanitizer_table(reports: list[dict[str, Any]]) -> str:
-    """A cell page's compute-sanitizer runs: each tool, its count, and its first findings."""
-    if not reports:
-        return ""
-    out = [
-        '<h3>compute-sanitizer</h3>\n<table id="sanitizer"><tr><th>tool</th><th>errors</th>'
-        "<th>exit code</th><th>first findings</th></tr>\n"
-    ]
-    for one in reports:
-        errors = "timed out" if one.get("timed_out") else one.get("errors")
-        flag = ' class="flag"' if one.get("timed_out") or one.get("errors") or one.get("exit_code") else ""
-        out.append(
-            f'<tr data-tool="{_e(one.get("tool"))}"><td>{_e(one.get("tool"))}</td><td{flag}>{_e(errors)}</td>'
-            f"<td>{_e(one.get('exit_code'))}</td><td><pre>{_e(one.get('findings') or '–')}</pre></td></tr>\n"
-        )
-    out.append("</table>\n")
-    return "".join(out)
-
-
-def _speed_table(measured: list[Any]) -> str:
-    """A cell page's metrics: each value, the median it was judged against, and how it was read."""
-    if not measured:
-        return ""
-    out = [
-        '<h3>Speed</h3>\n<table id="metrics"><tr><th>metric</th><th>value</th>'
-        f"<th>median of the {metrics.BASELINE} before</th><th>verdict</th><th>read</th></tr>\n"
-    ]
-    for m in measured:
-        value = f"{metrics.number(m.value)} {m.unit}" if m.value is not None else "no value"
-        median = metrics.number(m.baseline) if m.baseline is not None else "–"
-        if m.value is None:
-            verdict = "–"
-        elif m.regressed:
-            verdict = f"perf-regression ({m.better} is better; tolerance {metrics.percent(m.tolerance)})"
-        elif m.baseline is None:
-            verdict = f"no verdict (fewer than {metrics.BASELINE} earlier values)"
-        else:
-            verdict = f"within {metrics.percent(m.tolerance)}"
-        out.append(
-            f'<tr data-metric="{_e(m.name)}"><td>{_e(m.name)}</td><td>{_e(value)}</td><td>{_e(median)}</td>'
-            f"<td>{_e(verdict)}</td><td>{_e(m.note)}</td></tr>\n"
-        )
-    out.append("</table>\n")
-    return "".join(out)
-
-
-class _Chrome:
-    """base.html.j2 around a cell page's stamp, title and body, rendered once per
-    render: the page's style and navigation stay in the one template."""
-
-    def __init__(self, env: Environment) -> None:
-        child = (
-            '{% extends "base.html.j2" %}{% set root = "../" %}'
-            "{% block title %}\x00{% endblock %}{% block body %}\x00{% endblock %}"
-        )
-        # placeholders no page text holds: U+E001 for the stamp (an expression, which finalize would turn
-        # a control character into an escape), \x00 for the title and the body (the child's own text)
-        self.head, rest = env.from_string(child).render(stamp="\ue001").split("\ue001")
-        self.after_stamp, self.after_title, self.tail = rest.split("\x00")
-
-    def page(self, stamp: str, title: str, body: str) -> str:
-        return f"{self.head}{_e(stamp)}{self.after_stamp}{_e(title)}{self.after_title}{body}{self.tail}"
-
-
 def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Path, pages: PageWriter) -> None:
     """Write the cell pages the site links to that are not on disk yet (or were
     written by another version of the farm)."""
@@ -534,13 +220,13 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
     others = [rid for rid in todo if rid not in model.previous and wanted[rid] != model.run.id]
     previous = {**store.previous_results(result_ids=others, per_cell=history.WINDOW), **model.previous}
     run_id = model.run.id
-    chrome = _Chrome(env)
+    chrome = Chrome(env)
 
     folder = os.path.join(out_dir, "cells")  # a string: a Path per page cost more than its page's write
 
     def make(batch: list[int]) -> Iterable[tuple[str, str, bool]]:
         """One batch's pages: (path, text, whether the file is new)."""
-        rows = _decoded(store.result_rows(batch, json_as_text=True))
+        rows = decoded(store.result_rows(batch, json_as_text=True))
         snapshots = store.snapshot_rows([r.snapshot_id for r in rows if r.snapshot_id is not None])
         measured: dict[int, list[Any]] = {}
         for m in store.metric_values(result_ids=[rid for rid in batch if wanted[rid] != run_id]):
