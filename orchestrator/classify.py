@@ -66,6 +66,9 @@ class Evidence:
     # a kernel command's program (a launcher, or the copy) was not there to run, by the farm's
     # own look before it (commands.CANNOT_START_NOTE): the node's trouble, whatever the kernel printed
     kernel_cannot_start: bool = False
+    # the cell's copy was no longer there when a kernel command called it (commands.COPY_GONE_NOTE):
+    # the farm checked it just before the run, so the run (or its kernel) removed it
+    kernel_copy_gone: bool = False
     kernel_exit: int | None = None
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
@@ -172,8 +175,20 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "(a launcher, or the binary) is not there, or not executable"
             + (f'; the run\'s last line: "{ev.other_last_line}"' if ev.other_last_line else ""),
         )
-    if ev.run_exit in CANNOT_START and (
-        _SHELL_COULD_NOT.search(ev.stderr_last_line) or (never and _SHELL_COULD_NOT.search(ev.other_last_line))
+    if ev.kernel_copy_gone and not ev.kernel_exit:
+        again = " again" if ev.kernel_started else ""
+        return Verdict(
+            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
+            "run",
+            f"the kernel's copy was gone when the run called it{again}: checked just before the run, "
+            "it was removed or replaced by the run itself",
+        )
+    # the shell's words where no kernel command started (its stderr is the kernel's once one did:
+    # a kernel that printed them and exited 127 read as the node's trouble, a red-team finding)
+    if (
+        ev.run_exit in CANNOT_START
+        and not ev.kernel_started
+        and (_SHELL_COULD_NOT.search(ev.stderr_last_line) or (never and _SHELL_COULD_NOT.search(ev.other_last_line)))
     ):
         # nothing of the kernel ran, by the shell's own words (a noexec work folder, a missing
         # program); a kernel that ends with its own 126 or 127 is judged as any other exit

@@ -269,10 +269,30 @@ TABLE = [
     (
         "bash-no-launcher",
         built(
-            run_exit=127, kernel_started=True, kernel_exit=127, stderr=b"environment: line 1: nsys: command not found"
+            run_exit=127,
+            kernel_started=False,
+            kernel_cannot_start=True,
+            stderr=b"environment: line 1: nsys: command not found",
         ),
         MUST_RUN,
         Outcome.INFRA_ERROR,
+        "run",
+    ),
+    # a kernel that printed the shell's words and exited 127 is judged on its exit (a red-team finding:
+    # it read as the node's trouble); the farm's own look tells a missing launcher (above)
+    (
+        "kernel-prints-shell-words",
+        built(run_exit=127, kernel_started=True, kernel_exit=127, stderr=b"sh: 1: nvidia-cuda-mps-control: not found"),
+        MUST_RUN,
+        Outcome.FAIL,
+        "run",
+    ),
+    # the run removed the cell's copy after a first call: the farm checked it just before the run
+    (
+        "copy-gone-on-the-second-call",
+        built(run_exit=127, kernel_started=True, kernel_exit=0, kernel_copy_gone=True),
+        MUST_RUN,
+        Outcome.FAIL,
         "run",
     ),
     # the farm's function found a kernel command's program missing (commands.CANNOT_START_NOTE),

@@ -129,3 +129,13 @@ def test_a_gpu_whose_row_cannot_be_read_is_said_not_dropped():
     assert "left out: its row cannot be read" in snap.driver_check
     only = parse_probe("h200", NODE, probe_text(bad))
     assert (only.gpu_count, only.unreadable_gpus) == (0, (bad,))
+
+
+def test_a_placed_section_is_read_from_the_resident_probe_alone():
+    """The shell probe prints nvidia-smi's lines as they come: an nvidia-smi printing
+    `@@farm placed` made staging take an altered copy of the sources for replaced (a
+    red-team finding). Only the resident runner's probe places bundles, and says so."""
+    folders = ["bundles/" + "a" * 64, "bundles/" + "b" * 64]
+    text = probe_text(REAL_SMI + "\n@@farm placed\n0\n1\n@@farm smi") + "@@farm placed\n1\nunplaced 0 full disk\n"
+    assert parse_probe("h200", NODE, text, folders).placed == frozenset()
+    assert parse_probe("h200", NODE, text, folders, by_runner=True).placed == {folders[1]}

@@ -191,6 +191,11 @@ def test_a_planned_cell_the_farm_lost_is_stored_infra_and_the_run_exits_70(tmp_p
     assert rows["a"]["outcome"] == "compile-only", rows["a"]["reason"]
     assert rows["b"]["outcome"] == "infra-error"
     assert "no result was stored for this planned cell" in rows["b"]["reason"]
+    # against the node's own snapshot of the run: no second probe saying the node failed (a red-team finding)
+    snapshots = query(tmp_path / "results.db", "SELECT id, probe_error FROM node_snapshots")
+    assert [s["probe_error"] for s in snapshots] == [None], snapshots
+    assert rows["b"]["snapshot_id"] == rows["a"]["snapshot_id"] == snapshots[0]["id"]
+    assert rows["b"]["device"] == rows["a"]["device"]
     (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_INTERNAL)
 
@@ -477,6 +482,16 @@ WARNS_AND_RUNS = (
     ' std::printf("toy: PASS\\n"); return 0; }\n'
 )
 PLAIN = '#include <cstdio>\nint main() { std::printf("toy: PASS\\n"); return 0; }\n'
+FAILS = '#include <cstdio>\nint main() { std::printf("toy: wrong numbers\\n"); return 1; }\n'
+SAYS_NOT_FOUND = (
+    '#include <cstdio>\nint main() { std::fprintf(stderr, "sh: 1: nvidia-cuda-mps-control: not found\\n");'
+    " return 127; }\n"
+)
+REMOVES_ITSELF = (
+    "#include <cstdio>\n#include <unistd.h>\n"
+    "int main(int argc, char **argv) { if (argc > 1) { unlink(argv[0]); return 0; }"
+    ' std::printf("toy: PASS\\n"); return 0; }\n'
+)
 
 
 @pytest.mark.parametrize("runner", ["auto", "shell"])
@@ -514,6 +529,12 @@ def test_a_launcher_not_there_is_the_nodes_trouble_by_the_farms_own_look(tmp_pat
         (PLAIN, 'EXPECTED="$(echo toy: mismatch)" {binary}', None, "pass"),
         (WARNS_AND_RUNS.replace("return 0", "return 1"), "set -e; {binary}", "{min: '8.0'}", "expected-refusal"),
         (PLAIN, "true || {binary}", None, "fail"),  # the run never started the kernel
+        # found by a red-team helper: a function of the run's named like a launcher ran in place of
+        # the launcher (a false pass); a kernel printing the shell's words and exiting 127 read as the
+        # node's trouble; a run removing the kernel's copy before calling it again, as the node's too
+        (FAILS, 'nice() ( echo "toy: PASS" ); nice {binary}', None, "fail"),
+        (SAYS_NOT_FOUND, "{binary}", None, "fail"),
+        (REMOVES_ITSELF, "{binary} warmup && {binary}", None, "fail"),
     ],
 )
 def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(

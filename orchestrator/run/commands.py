@@ -99,24 +99,29 @@ STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
 OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
 
 
-CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where the command's program is not there to run
+CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where a command's launcher is not there to run
+COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy itself is no longer there to run
 
 
 def _kernel_call(name: str, binary: str) -> str:
     """The shell function each kernel command is called through. Its name is the cell's own
     (a run that called `farm_""kernel echo PASS` had echo's output and status noted as a
     kernel's that never ran: a red-team review's), and it runs only a command holding the
-    cell's copy among its words. Its program (a launcher, `nsys`, or the copy itself) is
-    looked for first: one that is not there, or not executable, is noted as such, the
-    node's trouble, where the shell's own words for it vary with its locale and a kernel
-    could print them. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would
-    end the shell before its status was noted (a red-team finding)."""
+    cell's copy among its words, by `command`: a function of the run's own named like a
+    launcher (`nice() { echo PASS; }`) is not what runs (a red-team finding: a failing
+    kernel passed so). Its program (a launcher, `nsys`, or the copy itself) is looked for
+    first: a launcher not there, or not executable, is noted as such, the node's trouble,
+    where the shell's own words for it vary with its locale and a kernel could print them;
+    the copy gone (a run that removed it after an earlier call) is noted apart. `|| farm_r=$?`:
+    under the run's own `set -e` a failing kernel would end the shell before its status
+    was noted (a red-team finding)."""
+    copy = shlex.quote(binary)
     return (
-        f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {shlex.quote(binary)}) farm_ok=1;; esac; '
+        f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1;; esac; '
         'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
         'case "$1" in */*) [ -f "$1" ] && [ -x "$1" ];; *) command -v "$1" >/dev/null 2>&1;; esac || '
-        f"{{ echo {CANNOT_START_NOTE} >&6; return 127; }}; "
-        'farm_r=0; "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
+        f'{{ case "$1" in {copy}) echo {COPY_GONE_NOTE} >&6;; *) echo {CANNOT_START_NOTE} >&6;; esac; return 127; }}; '
+        'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
     )
 
 

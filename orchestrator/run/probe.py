@@ -494,7 +494,12 @@ def _placed(lines: list[str], folders: Sequence[str]) -> frozenset[str]:
     )
 
 
-def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = ()) -> NodeSnapshot:
+def parse_probe(
+    name: str, node: NodeSpec, text: str, folders: Sequence[str] = (), by_runner: bool = False
+) -> NodeSnapshot:
+    """The snapshot the probe's output says. `by_runner`: the resident runner's probe,
+    which alone places bundles and indents what its tools print; the shell probe prints
+    nvidia-smi's lines as they come, so a section it could forge is not read there."""
     sec = _sections(text)
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
@@ -542,7 +547,7 @@ def parse_probe(name: str, node: NodeSpec, text: str, folders: Sequence[str] = (
         **_runner_code(sec.get("runner") or []),
         gpu_indexes=frozenset(g.index for g in every),
         folder_digests=_folder_digests(sec.get("folders", []), folders),
-        placed=_placed(sec.get("placed", []), folders),
+        placed=_placed(sec.get("placed", []), folders) if by_runner else frozenset(),
         **_room(sec.get("room", [])),
         unreadable_gpus=tuple(unreadable),
     )
@@ -622,7 +627,7 @@ def resident_probe(
             f"node {runner.name!r}: the resident runner's probe failed (exit {result.exit_code}: "
             f"{result.stderr.strip()[-300:]})"
         )
-    snapshot = parse_probe(runner.name, node, out.decode("utf-8", "replace"), folders)
+    snapshot = parse_probe(runner.name, node, out.decode("utf-8", "replace"), folders, by_runner=True)
     if snapshot.python:
         runner.python = snapshot.python  # a runner started again later is this very python3
     return replace(snapshot, resident=snapshot.python is not None)

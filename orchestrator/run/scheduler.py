@@ -36,6 +36,7 @@ from typing import TypeVar
 
 from orchestrator import __version__
 from orchestrator.classify import Evidence, classify
+from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm, Job
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import (
@@ -319,24 +320,39 @@ class FarmRun:
 
     def _lost(self, run_id: int, cells: list[Cell]) -> None:
         """Planned cells with no result once every node ended: the farm lost them (a bug;
-        a red-team helper found one). Each is stored infra-error saying so, and the run
-        exits 70: a cell the farm never judged must neither vanish nor leave the run green."""
+        a red-team helper found one). Each is stored infra-error saying so, on its card
+        and against its node's own snapshot of this run (never as the node failing its
+        probe or losing its card), and the run exits 70: a cell the farm never judged
+        must neither vanish nor leave the run green."""
         missing = self.store.unfinished_cells(run_id)
         if not missing:
             return
         planned = {(c.kernel, c.variant, c.node): c for c in cells}
-        cards: dict[str, set[str]] = {}
+        snapshots = {row.node: row for row in self.store.snapshots(run_id)}  # each node's latest
+        cards: dict[str, set[str]] = {}  # the card models each node's cells were judged on, or are missing on
+        for row in self.store.results(run_id):
+            cards.setdefault(row.node, set()).add(row.device or "")
         for _, _, node, device in missing:
             cards.setdefault(node, set()).add(device)
-        lost: dict[str, list[Cell]] = {}
-        for kernel, variant, node, device in missing:
-            cell = planned.get((kernel, variant, node), Cell(kernel, variant, node))
-            lost.setdefault(node, []).append(cell.on(device, len(cards[node]) > 1) if device else cell)
         detail = "internal error in the farm: no result was stored for this planned cell; not a verdict: report it"
-        for node, lost_cells in lost.items():
+        for kernel, variant, node, device in missing:
+            row = snapshots.get(node)
+            basis = declared_snapshot(node, self.farm)
+            card = device or (row.gpu_name if row is not None else "") or ""
+            if row is not None and row.cc and card == row.gpu_name:
+                with contextlib.suppress(ValueError):
+                    basis = replace(basis, gpu_name=row.gpu_name, cc=ComputeCapability.parse(row.cc))
+            cell = planned.get((kernel, variant, node), Cell(kernel, variant, node))
+            cell = cell.on(card, len(cards[node] - {""}) > 1) if card else cell
+            job = self.farm.jobs[kernel]
+            result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[variant], basis, basis.cc))
+            result.evidence = Evidence(infra_stage="internal", infra_detail=detail)
+            result.verdict = classify(result.evidence, result.expectation)
+            result.ended_at = datetime.now(UTC)
+            snapshot_id = row.id if row is not None else self._store_snapshot(node, None, detail, None, None, 0)
+            self._finish(cell, job, result, snapshot_id, None)
             with self._summary_lock:
-                self.summary.internal.append(f"node {node!r}: {len(lost_cells)} planned cells had no result")
-            self._node_failed(node, lost_cells, None, "internal", detail, [])
+                self.summary.internal.append(f"node {node!r}: {cell.label} had no result stored")
 
     def _begin(self, cells: list[Cell], selection: str) -> int:
         """Store the run, its plan and its sources; then let the nodes store theirs."""

@@ -53,6 +53,7 @@ from orchestrator.run.cell import CellPaths, CellResult, StageRecord
 from orchestrator.run.commands import (
     CANNOT_START_NOTE,
     CHANNEL_MARGIN,
+    COPY_GONE_NOTE,
     KILL_GRACE,
     NOW_NS,
     OTHER_LIMIT,
@@ -657,7 +658,9 @@ class CellPipeline(CellTrips):
         ev = self.result.evidence
         kernel = kernel_statuses(bytes(statuses))
         ev.kernel_started = bool(kernel)
-        ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in bytes(statuses).split()
+        notes = bytes(statuses).split()
+        ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in notes
+        ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
         clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
