@@ -180,8 +180,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(
             Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
             "run",
-            f"the kernel's copy was gone when the run called it{again}: checked just before the run, "
-            "it was removed or replaced by the run itself",
+            f"the kernel's copy was gone or not executable when the run called it{again}: checked just "
+            "before the run, it was removed or changed by the run itself",
         )
     # the shell's words where no kernel command started (its stderr is the kernel's once one did:
     # a kernel that printed them and exited 127 read as the node's trouble, a red-team finding)

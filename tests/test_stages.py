@@ -550,3 +550,31 @@ def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
     summary = toy_run(tmp_path, monkeypatch, source=source, job=job, farm_yaml=_runner(runner))
     ((_, result, _),) = summary.results
     assert result.verdict.outcome.value == outcome, result.verdict
+
+
+@pytest.mark.parametrize(
+    ("state", "note"), [("missing", "copy-gone"), ("mode-changed", "copy-gone"), ("noexec-mount", "cannot-start")]
+)
+def test_a_copy_the_run_cannot_call_is_told_from_a_node_that_cannot_run_it(tmp_path, state, note):
+    """The farm's function notes why the kernel's copy could not be called: gone or made not
+    executable (by the run: it was checked just before) fails the cell; a copy with its x bit
+    on a noexec mount is the node's trouble."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    if state == "noexec-mount":
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,noexec", "tmpfs", str(folder)], check=True)
+    try:
+        binary = folder / "k"
+        binary.write_text("#!/bin/sh\necho toy: PASS\n")
+        binary.chmod(0o755)
+        if state == "missing":
+            binary.unlink()
+        elif state == "mode-changed":
+            binary.chmod(0o644)
+        files = [str(tmp_path / "status"), str(tmp_path / "other")]
+        done = subprocess.run(["sh", "-c", kernel_run("{binary}", str(binary), files)], cwd=folder)
+        assert done.returncode == 127
+        assert (tmp_path / "status").read_text().split() == [note]
+    finally:
+        if state == "noexec-mount":
+            subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -100,7 +100,7 @@ OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their t
 
 
 CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where a command's launcher is not there to run
-COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy itself is no longer there to run
+COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
 
 
 def _kernel_call(name: str, binary: str) -> str:
@@ -112,15 +112,18 @@ def _kernel_call(name: str, binary: str) -> str:
     kernel passed so). Its program (a launcher, `nsys`, or the copy itself) is looked for
     first: a launcher not there, or not executable, is noted as such, the node's trouble,
     where the shell's own words for it vary with its locale and a kernel could print them;
-    the copy gone (a run that removed it after an earlier call) is noted apart. `|| farm_r=$?`:
-    under the run's own `set -e` a failing kernel would end the shell before its status
-    was noted (a red-team finding)."""
+    the copy gone or made not executable (by a run, after an earlier call) is noted apart.
+    `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
+    before its status was noted (a red-team finding)."""
     copy = shlex.quote(binary)
     return (
         f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1;; esac; '
         'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
         'case "$1" in */*) [ -f "$1" ] && [ -x "$1" ];; *) command -v "$1" >/dev/null 2>&1;; esac || '
-        f'{{ case "$1" in {copy}) echo {COPY_GONE_NOTE} >&6;; *) echo {CANNOT_START_NOTE} >&6;; esac; return 127; }}; '
+        # the copy still there with its x bit, yet not executable: a noexec mount, the node's
+        f'{{ case "$1" in {copy}) if [ -e "$1" ] && [ -n "$(find "$1" -prune -perm -u+x 2>/dev/null)" ]; '
+        f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi;; "
+        f"*) echo {CANNOT_START_NOTE} >&6;; esac; return 127; }}; "
         'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
     )
 
