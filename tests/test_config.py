@@ -723,7 +723,7 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("y=`true #`; {binary}", "a comment inside `$( )` or backquotes"),
         ("f\\\n() { :; }; echo\\\n() { :; }; {binary}", "a function named 'echo'"),
         ("env -i sh -c 'echo K: PA\\SS' {binary}", "`env -i`, which clears the environment"),
-        ("env -i PATH=/usr/bin {binary}", "`env -i`, which clears the environment"),
+        ("env -i HOME=/ {binary}", "`env -i`, which clears the environment"),
         ("env - {binary}", "`env -`, which clears the environment"),
         ("env -- printf -- 'K: PA\\123S\\n' {binary}", "'printf' between the launcher and {binary}"),
         ("stdbuf -oL sh -c 'echo K: PA\\SS' {binary}", "'sh' between the launcher and {binary}"),
@@ -749,6 +749,12 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ('export CUDA_VISIBLE_DEVICE""S=0; {binary}', "CUDA_VISIBLE_DEVICES other than read"),
         (": $(echo 0 >&6); {binary}", "a use of fds 6, 7 or 8"),
         ("true || {binary}; x=$(echo PASS >&7)", "a use of fds 6, 7 or 8"),
+        # a red-team round: a launcher of the run's own making ran in the real one's place (a false pass)
+        ("PATH=$PWD:$PATH nice {binary}", "PATH other than read"),
+        ("PATH=$PWD:$PATH; export PATH; nice {binary}", "PATH other than read"),
+        ("env PATH=$PWD nice {binary}", "PATH other than read"),
+        ("hash -p ./fake nice; nice {binary}", "`hash`"),
+        ("enable -n command; {binary}", "`enable`"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

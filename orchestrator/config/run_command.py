@@ -109,7 +109,14 @@ _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as
     "trap": "`trap`, whose text the farm cannot read as commands",
     "builtin": "`builtin` (bash), which runs `eval` and the others by another name",
     "function": "the bash keyword `function`, which sh reads as a program",
+    # where the farm's function finds a launcher, and the program a command name runs (red-team findings:
+    # `hash -p ./fake nice` and bash's `enable -n command` ran a fake in the launcher's place, a false pass)
+    "hash": "`hash`, which changes the program a command name runs",
+    "enable": "`enable` (bash), which turns off the builtins the farm's own commands use",
 }
+# the run's own PATH: a launcher looked up there could be a program of the run's (`PATH=.:$PATH nice
+# {binary}` ran a fake nice printing the marker: a false pass), or hidden (the node blamed); read is fine
+_PATH_CHANGED = re.compile(r"(?<![A-Za-z0-9_${])PATH(?![A-Za-z0-9_])")
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
 _FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
 _NOT_REDEFINED = frozenset({"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval"})
@@ -133,6 +140,8 @@ def _refusal(run: str, job: JobSpec) -> str | None:
     for pattern, name in _FARMS_OWN:
         if pattern.search(bare):
             return name
+    if _PATH_CHANGED.search(bare):
+        return "PATH other than read (`$PATH`): the farm looks the kernel's launcher up on the node's own PATH"
     if bare.count(_PIN) > len(_PIN_READ.findall(bare)):
         return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"
     for defined in _FUNCTION.findall(joined):

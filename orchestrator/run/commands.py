@@ -120,8 +120,9 @@ def _kernel_call(name: str, binary: str) -> str:
         f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1;; esac; '
         'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
         'case "$1" in */*) [ -f "$1" ] && [ -x "$1" ];; *) command -v "$1" >/dev/null 2>&1;; esac || '
-        # the copy still there with its x bit, yet not executable: a noexec mount, the node's
-        f'{{ case "$1" in {copy}) if [ -e "$1" ] && [ -n "$(find "$1" -prune -perm -u+x 2>/dev/null)" ]; '
+        # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's
+        f'{{ case "$1" in {copy}) if [ -f "$1" ] && [ ! -L "$1" ] && '
+        '[ -n "$(find "$1" -prune -perm -u+x 2>/dev/null)" ]; '
         f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi;; "
         f"*) echo {CANNOT_START_NOTE} >&6;; esac; return 127; }}; "
         'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
