@@ -943,7 +943,7 @@ def test_a_daemon_that_cleared_its_environment_is_killed_too(ssh_fleet: Fleet, t
     The shell scripts have no subreaper: there it lives on, as the README says."""
     workdir = tmp_path / "work-t4"
     token = f"{os.getpid()}{int(time.time() * 1000) % 100000}"
-    daemon = f"env -i PATH=/usr/bin:/bin setsid sh -c 'exec sleep 300.{token}' </dev/null >/dev/null 2>&1 &"
+    daemon = f"env -i /usr/bin/setsid /bin/sh -c 'exec sleep 300.{token}' </dev/null >/dev/null 2>&1 &"
     # a second for the daemon to leave the run's process group: a kernel that ended before its
     # setsid had it killed with the group, no leftover to count (a CI run's flake under load)
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", run=f"{daemon} sleep 1 && {{binary}}")
