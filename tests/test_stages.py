@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -521,6 +522,7 @@ def test_a_launcher_not_there_is_the_nodes_trouble_by_the_farms_own_look(tmp_pat
         (WARNS_AND_RUNS, "{binary} && test -e no-such-file", "{min: '8.0'}", "missing-refusal"),
         # the node lacks the launcher that starts the kernel: the node's fault, not the kernel's
         (PLAIN, "nsys profile {binary}", None, "infra-error"),
+        (PLAIN, "nice cuda-memcheck {binary}", None, "infra-error"),  # behind another launcher
         # a kernel that failed before a launcher was missing: its failure is the verdict
         (PLAIN.replace("return 0", "return 1"), "{binary}; nsys profile {binary}", None, "fail"),
         (PLAIN, "nice -n 1 {binary} 3", None, "pass"),  # a launcher's operand
@@ -550,6 +552,34 @@ def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
     summary = toy_run(tmp_path, monkeypatch, source=source, job=job, farm_yaml=_runner(runner))
     ((_, result, _),) = summary.results
     assert result.verdict.outcome.value == outcome, result.verdict
+
+
+@pytest.mark.parametrize("shell", ["dash", "bash"])
+@pytest.mark.parametrize("run", ["nice numactl {binary}", "time {binary}", "/no/such/nice {binary}"])
+def test_each_launcher_is_looked_for_as_a_file_on_the_nodes_path(tmp_path, shell, run):
+    """A red-team helper's: `nice numactl {binary}` on a node without numactl was the kernel's
+    fail (nice's 127), and bash's keyword `time` passed `command -v` where dash has none (one run,
+    two verdicts by the node's sh). Every launcher before the copy is looked for as a file."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name in ("nice", "find"):
+        (tools / name).symlink_to(shutil.which(name))
+    binary = tmp_path / "k"
+    binary.write_text("#!/bin/sh\necho toy: PASS\n")
+    binary.chmod(0o755)
+    files = [str(tmp_path / "status"), str(tmp_path / "other")]
+    command = kernel_run(run, str(binary), files)
+    done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=tmp_path, env={"PATH": str(tools)})
+    assert done.returncode == 127
+    assert (tmp_path / "status").read_text().split() == ["cannot-start"]
+    # the launchers there: the kernel runs
+    (tools / "numactl").symlink_to(shutil.which("env"))  # any program that runs its operands
+    (tools / "time").symlink_to(shutil.which("time") or shutil.which("env"))
+    if run.startswith("/no/"):
+        return
+    done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=tmp_path, env={"PATH": str(tools)})
+    assert done.returncode == 0
+    assert (tmp_path / "status").read_text().split() == ["0"]
 
 
 @pytest.mark.parametrize(

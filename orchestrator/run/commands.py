@@ -12,6 +12,7 @@ from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.run_command import prefix_kernel_commands
 from orchestrator.config.schema import VariantSpec
+from orchestrator.config.shell import LAUNCHERS
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.probe import RUNNER_SOURCE, NodeSnapshot
@@ -103,28 +104,43 @@ CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where a command's launcher is
 COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
 
 
+# Each launcher named before the kernel is looked for as a file on the node's PATH, not by
+# `command -v`: bash's keyword `time` passed that look where dash has none, so one run had two
+# verdicts by the node's sh, and `command "$@"` runs the file anyway. A launcher behind another
+# (`nice numactl {binary}`) is looked for too: nice's 127 for a numactl the node lacks read as the
+# kernel's failure (both red-team findings).
+_LAUNCHER_NAMES = "|".join(sorted(LAUNCHERS))
+_ON_PATH = (
+    # farm_a on $PATH as an executable file (an empty entry is the current folder, as the shell reads it)
+    'farm_f=; farm_p="$PATH:"; while [ -n "$farm_p" ]; do farm_d=${farm_p%%:*}; farm_p=${farm_p#*:}; '
+    '[ -f "${farm_d:-.}/$farm_a" ] && [ -x "${farm_d:-.}/$farm_a" ] && { farm_f=1; break; }; done; '
+    '[ -n "$farm_f" ]'
+)
+
+
 def _kernel_call(name: str, binary: str) -> str:
     """The shell function each kernel command is called through. Its name is the cell's own
     (a run that called `farm_""kernel echo PASS` had echo's output and status noted as a
     kernel's that never ran: a red-team review's), and it runs only a command holding the
     cell's copy among its words, by `command`: a function of the run's own named like a
     launcher (`nice() { echo PASS; }`) is not what runs (a red-team finding: a failing
-    kernel passed so). Its program (a launcher, `nsys`, or the copy itself) is looked for
-    first: a launcher not there, or not executable, is noted as such, the node's trouble,
+    kernel passed so). Each launcher before the copy (`nsys`, `nice numactl`) is looked
+    for first: one not there, or not executable, is noted as such, the node's trouble,
     where the shell's own words for it vary with its locale and a kernel could print them;
     the copy gone or made not executable (by a run, after an earlier call) is noted apart.
     `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
     before its status was noted (a red-team finding)."""
     copy = shlex.quote(binary)
     return (
-        f'{name}() {{ farm_ok=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1;; esac; '
+        f'{name}() {{ farm_ok=; farm_miss=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1; break;; esac; '
+        f'case "${{farm_a##*/}}" in {_LAUNCHER_NAMES}) ;; *) continue;; esac; '
+        f'case "$farm_a" in */*) [ -f "$farm_a" ] && [ -x "$farm_a" ];; *) {_ON_PATH};; esac || farm_miss=1; '
         'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
-        'case "$1" in */*) [ -f "$1" ] && [ -x "$1" ];; *) command -v "$1" >/dev/null 2>&1;; esac || '
+        f'case "$farm_miss" in 1) echo {CANNOT_START_NOTE} >&6; return 127;; esac; '
         # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's
-        f'{{ case "$1" in {copy}) if [ -f "$1" ] && [ ! -L "$1" ] && '
-        '[ -n "$(find "$1" -prune -perm -u+x 2>/dev/null)" ]; '
-        f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi;; "
-        f"*) echo {CANNOT_START_NOTE} >&6;; esac; return 127; }}; "
+        f"if ! {{ [ -f {copy} ] && [ -x {copy} ]; }}; then if [ -f {copy} ] && [ ! -L {copy} ] && "
+        f'[ -n "$(find {copy} -prune -perm -u+x 2>/dev/null)" ]; '
+        f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi; return 127; fi; "
         'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
     )
 
