@@ -463,7 +463,9 @@ def main() -> int:
         help="on a GPU machine, as root: each node's sshd in a mount namespace without /dev/nvidia* (no CUDA query)",
     )
     ap.add_argument("--warm-size", type=int, default=0, help="cold run to rerun warm (default 128, else the largest)")
-    ap.add_argument("--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' for none)")
+    ap.add_argument(
+        "--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' or 0 for none)"
+    )
     args = ap.parse_args()
     os.environ["FARM_TEST_RUNNER"] = args.runner  # tests/nodes.py puts it into every node's entry
     if args.hide_driver:
@@ -472,7 +474,7 @@ def main() -> int:
         print(f"error: no nvcc on PATH (nor {NVCC}): the nodes' probe needs one", file=sys.stderr)
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
-    delayed = [int(s) for s in args.delayed_sizes.split(",") if s]
+    delayed = [int(s) for s in args.delayed_sizes.split(",") if s and int(s) > 0]
     failed: list[str] = []  # runs whose cells did not all pass: no ratio is printed for them
     k, b, r = args.jobs, args.build, args.run
     if r < b or args.build_jobs < 2:
