@@ -834,8 +834,9 @@ def test_a_slower_run_is_a_perf_regression_under_what_changed_and_on_its_trend(
     assert ("gflops", 70.0, 100.0, 1) in [tuple(r) for r in rebuilt]
 
 
+@pytest.mark.parametrize("runner", ["auto", "shell"])
 def test_a_first_run_slower_than_the_median_runs_again_and_is_judged_on_the_second(
-    tmp_path: Path, ssh_fleet: Fleet
+    tmp_path: Path, ssh_fleet: Fleet, runner: str
 ) -> None:
     """One run is one sample: a passing run slower than the cell's median by more than the
     tolerance runs again at once, and the cell is judged on that second run (the first run on
@@ -851,7 +852,7 @@ def test_a_first_run_slower_than_the_median_runs_again_and_is_judged_on_the_seco
         f"if [ -e seen ]; then {{binary}} {root / 'warm.txt'}; else touch seen; {{binary}} {root / 'cold.txt'}; fi"
     )
     job["variants"] = {"gemm": gemm}
-    config = write_farm(root, {"t4": t4.farm_entry(root / "node-t4")}, [job])
+    config = write_farm(root, {"t4": t4.farm_entry(root / "node-t4", runner=runner)}, [job])
     (root / "kernels" / "speedy.cpp").write_text(SPEEDY)
     (root / "warm.txt").write_text("100\n")
     summaries = []
