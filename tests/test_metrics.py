@@ -834,49 +834,152 @@ def test_a_slower_run_is_a_perf_regression_under_what_changed_and_on_its_trend(
     assert ("gflops", 70.0, 100.0, 1) in [tuple(r) for r in rebuilt]
 
 
+COUNTING = r"""
+// A stand-in kernel whose figure of speed changes from one call to the next: it prints the
+// figure of the list in argv[1] that the call count in argv[2] (a file outside its folder)
+// selects, then its pass marker. argv[3] "unlink": it removes its own copy once it printed, and
+// the build's binary too, where it can (a confined kernel cannot: the farm's python runner).
+#include <cstdio>
+#include <cstring>
+#include <glob.h>
+#include <string>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int call = 0;
+    FILE *count = std::fopen(argv[2], "r");
+    if (count != nullptr) { if (std::fscanf(count, "%d", &call) != 1) call = 0; std::fclose(count); }
+    count = std::fopen(argv[2], "w");
+    if (count == nullptr) { std::fprintf(stderr, "cannot write %s\n", argv[2]); return 2; }
+    std::fprintf(count, "%d\n", call + 1);
+    std::fclose(count);
+    double figure = 0;
+    FILE *figures = std::fopen(argv[1], "r");
+    for (int i = 0; i <= call && figures != nullptr; i++) if (std::fscanf(figures, "%lf", &figure) != 1) break;
+    std::printf("GFLOP/s: %g\ncounting: PASS\n", figure);
+    std::fflush(stdout);
+    if (argc > 3 && std::strcmp(argv[3], "unlink") == 0) {
+        unlink(argv[0]);
+        std::string copy = argv[0];  // WORKDIR/cells/RUN/NODE/CELL/work/BINARY
+        glob_t built;
+        std::string pattern = copy.substr(0, copy.find("/cells/")) + "/builds/*/counting-plain-*/counting-plain";
+        if (glob(pattern.c_str(), 0, nullptr, &built) == 0)
+            for (size_t i = 0; i < built.gl_pathc; i++) unlink(built.gl_pathv[i]);
+        globfree(&built);
+    }
+    return 0;
+}
+"""
+
+
+def counting_farm(root: Path, node: dict, run: str) -> Path:
+    """A farm of one node and one job, COUNTING, whose run line is `run` ({figures}, {count})."""
+    job = {
+        "kernel": "counting",
+        "sources": ["kernels/counting.cpp"],
+        "pass_marker": "counting: PASS",
+        "refusal_marker": "needs CC",
+        "timeout": 30,
+        "metrics": {"gflops": {"regex": r"^GFLOP/s: (\S+)$", "unit": "GFLOP/s", "better": "higher", "tolerance": 0.1}},
+        "variants": {
+            "plain": {
+                "build": "g++ -O1 -o {binary} {sources}",
+                "run": run,
+                "inspect": "objdump -d {binary}",
+                "instructions": {"ret": 1},
+                "cc": {"min": "7.5"},
+            }
+        },
+    }
+    config = write_farm(root, {"t4": node}, [job])
+    (root / "kernels" / "counting.cpp").write_text(COUNTING)
+    return config
+
+
+def counting_runs(tmp_path: Path, node: Fleet, runner: str, runs: list[tuple[str, str]]) -> list[int]:
+    """Farm runs of COUNTING, each (its run line, the figures its calls print in turn); the call
+    count lives in /dev/shm, which a confined kernel may write. Returns their exit codes."""
+    root = tmp_path / "farm"
+    count = Path("/dev/shm") / f"farm-test-count-{secrets.token_hex(4)}"
+    codes = []
+    try:
+        for run, figures in runs:
+            (tmp_path / "figures.txt").write_text(figures + "\n")
+            count.write_text("0\n")
+            line = run.format(binary="{binary}", figures=tmp_path / "figures.txt", count=count)
+            farm = load_farm(counting_farm(root, node["t4"].farm_entry(root / "node-t4", runner=runner), line))
+            store = Store(farm.database_url)
+            try:
+                codes.append(run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives").exit_code)
+            finally:
+                store.close()
+    finally:
+        count.unlink(missing_ok=True)
+    return codes
+
+
+KERNEL_ONCE = "mkdir out && {binary} {figures} {count}"  # `mkdir out` fails in the first run's folder
+
+
 @pytest.mark.parametrize("runner", ["auto", "shell"])
 def test_a_first_run_slower_than_the_median_runs_again_and_is_judged_on_the_second(
     tmp_path: Path, ssh_fleet: Fleet, runner: str
 ) -> None:
-    """One run is one sample: a passing run slower than the cell's median by more than the
-    tolerance runs again at once, and the cell is judged on that second run (the first run on
-    a GPU machine just started was 51 % over the median of warm runs: a nightly run went red).
-    Here the cell's first run of the sixth farm run reads a slow figure, its second the usual
-    one: a pass, the first run's figure in the run's detail; five runs make the baseline."""
-    root = tmp_path / "farm"
-    t4 = ssh_fleet["t4"]
-    job = speedy_job(root)
-    gemm = job["variants"]["gemm"]
-    # the cell's work folder holds `seen` from its first run on: its second run reads the other file
-    gemm["run"] = (
-        f"if [ -e seen ]; then {{binary}} {root / 'warm.txt'}; else touch seen; {{binary}} {root / 'cold.txt'}; fi"
+    """One run is one sample: a run the cell would be judged perf-regression on runs again at
+    once, in a fresh folder with a fresh copy of the build, and the cell is judged on that
+    second run (the first run on a GPU machine just started was 51 % over the median of warm
+    runs: a nightly run went red). Five runs make the baseline (100); the sixth's first call
+    prints 70, its second 100: a pass, the first figure in the run's detail; the seventh's
+    calls print 70 and 69: the regression confirmed. Its `mkdir out` would fail in the first
+    run's folder (a red-team helper's: the farm's second run was the kernel's fail)."""
+    codes = counting_runs(
+        tmp_path, ssh_fleet, runner, [(KERNEL_ONCE, "100")] * 5 + [(KERNEL_ONCE, "70 100"), (KERNEL_ONCE, "70 69")]
     )
-    job["variants"] = {"gemm": gemm}
-    config = write_farm(root, {"t4": t4.farm_entry(root / "node-t4", runner=runner)}, [job])
-    (root / "kernels" / "speedy.cpp").write_text(SPEEDY)
-    (root / "warm.txt").write_text("100\n")
-    summaries = []
-    for cold in (100, 101, 99, 100, 102, 70, 70):
-        (root / "cold.txt").write_text(f"{cold}\n")
-        if len(summaries) == 6:  # the seventh: both runs slow, the regression confirmed
-            (root / "warm.txt").write_text("69\n")
-        farm = load_farm(config)
-        store = Store(farm.database_url)
-        try:
-            summaries.append(run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives"))
-        finally:
-            store.close()
-    assert [s.exit_code for s in summaries] == [EXIT_OK] * 6 + [EXIT_UNEXPECTED]
-    db = root / "results.db"
+    assert codes == [EXIT_OK] * 6 + [EXIT_UNEXPECTED]
+    db = tmp_path / "farm" / "results.db"
     rows = query(db, "select run_id, outcome, reason, stage_details from results order by run_id")
-    assert [r["outcome"] for r in rows] == ["pass"] * 6 + ["perf-regression"]
+    assert [r["outcome"] for r in rows] == ["pass"] * 6 + ["perf-regression"], [r["reason"] for r in rows]
     sixth, seventh = (json.loads(r["stage_details"])["run"]["detail"] for r in rows[5:])
     assert "a second run, since the first was slower than the cell's median: gflops 70 GFLOP/s is 30 % worse" in sixth
     assert "gflops 69 GFLOP/s is 31 % worse than the median 100" in rows[6]["reason"]
     assert "gflops 70 GFLOP/s is 30 % worse" in seventh
     stored = query(db, "select run_id, value, regressed from metric_values where name = 'gflops' order by run_id")
-    # the second run's figure is the cell's: the baseline of later runs is not moved by a cold one
+    # the second run's figure is the cell's: a cold first run does not move the baseline
     assert [(m["run_id"], m["value"], m["regressed"]) for m in stored][5:] == [(6, 100.0, 0), (7, 69.0, 1)]
-    # the first runs of the five before it did not regress: one run each
     firsts = [json.loads(r["stage_details"])["run"]["detail"] for r in rows[:5]]
     assert not any("a second run" in detail for detail in firsts)
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_slow_run_that_fails_or_leaves_no_copy_is_judged_on_itself(
+    tmp_path: Path, ssh_fleet: Fleet, runner: str
+) -> None:
+    """Found by a red-team helper: a first run the farm judges fail (its copy gone before a
+    later call: the run's doing) was run again for its slow figure, and the second run's pass
+    was the cell's; and a kernel that removed its own copy on a slow run made the second run an
+    infra-error, retried until its node was marked unhealthy. Only a run that would pass but for
+    its speed runs again; the second run takes a fresh copy of the build, and where it cannot
+    (an unconfined kernel removed the build too: the shell runner) the first run's verdict stands."""
+    gone_then_called = "{binary} {figures} {count} unlink; {binary} {figures} {count}; true"
+    codes = counting_runs(
+        tmp_path,
+        ssh_fleet,
+        runner,
+        [(KERNEL_ONCE, "100")] * 5 + [(gone_then_called, "70 100"), ("{binary} {figures} {count} unlink", "70 100")],
+    )
+    confined = runner == "auto"  # the kernel could not remove the build: its second run passed
+    assert codes == [EXIT_OK] * 5 + [EXIT_UNEXPECTED, EXIT_OK if confined else EXIT_UNEXPECTED]
+    db = tmp_path / "farm" / "results.db"
+    rows = query(db, "select outcome, reason, stage_details from results order by run_id")
+    failed, removed = rows[5:]
+    assert failed["outcome"] == "fail", failed["reason"]
+    assert "a second run" not in json.loads(failed["stage_details"])["run"]["detail"]
+    attempts = query(db, "select status from attempts where run_id = 7 and kernel is not null")
+    assert [a["status"] for a in attempts] == ["ok"]  # one try: no infra, no retry
+    detail = json.loads(removed["stage_details"])["run"]["detail"]
+    if confined:
+        assert removed["outcome"] == "pass", removed["reason"]
+        assert "a second run, since the first was slower" in detail, detail
+        return
+    assert removed["outcome"] == "perf-regression", removed["reason"]
+    assert "gflops 70 GFLOP/s is 30 % worse than the median 100" in removed["reason"]
+    assert "a second run could not start" in detail and "the first run's figures stand" in detail, detail

@@ -797,6 +797,10 @@ def run(out, spec, env, ahead):
     lock, queued = taken
     tmp = ()
     try:
+        # a second run (of a slow first one) in a fresh folder, with a fresh copy of the build
+        if spec.get("copy_from") and not take_copy(spec["copy_from"], spec["run_dir"], private):
+            out.say("@@farm binary-altered missing")
+            return
         # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
         # (killed before it let the lock go), can no longer swap the copy while this one waits
         got = sha_of(private)
