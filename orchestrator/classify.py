@@ -66,6 +66,9 @@ class Evidence:
     # a kernel command's program (a launcher, or the copy) was not there to run, by the farm's
     # own look before it (commands.CANNOT_START_NOTE): the node's trouble, whatever the kernel printed
     kernel_cannot_start: bool = False
+    # a kernel command's launcher lies where the run could have written it (its cell's folder, /tmp,
+    # /dev: commands.LAUNCHER_WRITABLE_NOTE): the farm runs no program it cannot tell from the run's own
+    kernel_launcher_writable: bool = False
     # the cell's copy was no longer there when a kernel command called it (commands.COPY_GONE_NOTE):
     # the farm checked it just before the run, so the run (or its kernel) removed it
     kernel_copy_gone: bool = False
@@ -174,6 +177,14 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "its run could not be started on the node: the program of a command running the kernel "
             "(a launcher, or the binary) is not there, or not executable"
             + (f'; the run\'s last line: "{ev.other_last_line}"' if ev.other_last_line else ""),
+        )
+    if ev.kernel_launcher_writable and not ev.kernel_exit:
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            "run",
+            "its run was not started: a launcher of a command running the kernel lies where the run "
+            "could have written it (its cell's folder, /tmp, /var/tmp or /dev, symlinks followed), so "
+            "what it prints is no evidence; install it elsewhere on the node's PATH",
         )
     if ev.kernel_copy_gone and not ev.kernel_exit:
         again = " again" if ev.kernel_started else ""

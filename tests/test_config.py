@@ -755,6 +755,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("env PATH=$PWD nice {binary}", "PATH other than read"),
         ("hash -p ./fake nice; nice {binary}", "`hash`"),
         ("enable -n command; {binary}", "`enable`"),
+        # another: a launcher by a path the run had written (`./nice`), and the commands the farm's
+        # function calls by name, redefined
+        ("printf '#!/bin/sh\\necho PASS' > nice; chmod +x nice; ./nice {binary}", "by a relative path"),
+        ("nice d/x/env {binary}", "by a relative path"),
+        ("$(echo nice) {binary}", "{binary} as an argument of"),
+        ("/usr/bin/$(echo env)/../nice {binary}", "named by a command's output"),
+        ("find() ( echo x ); {binary}", "a function named 'find'"),
+        ("test() ( true ); {binary}", "a function named 'test'"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

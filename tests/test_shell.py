@@ -141,3 +141,21 @@ def test_the_launchers_of_the_kernels_commands_are_named() -> None:
     assert kernel_launchers("timeout 5 nice -n 5 {binary}; timeout 1 true") == {"timeout", "nice"}
     assert kernel_launchers("/usr/bin/timeout -s KILL 5 {binary}") == {"timeout"}
     assert kernel_launchers("sleep 1; {binary} 5") == set()
+    # a variable or an option's value that names a launcher is none (red-team: `env -u nsys` was looked up)
+    assert kernel_launchers("env -u nsys PROFILER=/opt/nvidia/bin/nsys {binary}") == {"env"}
+
+
+def test_the_farms_function_is_told_each_commands_launchers_as_written() -> None:
+    """`FUNCTION K L1..LK COMMAND`: the function looks up and runs exactly the words the loader
+    read as launchers (run/commands.py), as the shell expands them in the command itself."""
+    from orchestrator.config.run_command import prefix_kernel_calls
+
+    assert prefix_kernel_calls("timeout -s KILL 60 nice -n 5 {binary}", "f") == (
+        "f 2 timeout nice timeout -s KILL 60 nice -n 5 {binary}"
+    )
+    assert (
+        prefix_kernel_calls("env -u nsys X=/opt/nsys {binary} 3", "f") == "f 1 env env -u nsys X=/opt/nsys {binary} 3"
+    )
+    assert prefix_kernel_calls("{binary} 1 && exec $HOME/bin/nice {binary}", "f") == (
+        "f 0 {binary} 1 && f 1 $HOME/bin/nice $HOME/bin/nice {binary}"
+    )

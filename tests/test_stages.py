@@ -554,32 +554,56 @@ def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
     assert result.verdict.outcome.value == outcome, result.verdict
 
 
+FAKE_LAUNCHER = '#!/bin/sh\necho "toy: PASS"\n'  # a launcher of the run's own making: the marker, exit 0
+
+
 @pytest.mark.parametrize("shell", ["dash", "bash"])
-@pytest.mark.parametrize("run", ["nice numactl {binary}", "time {binary}", "/no/such/nice {binary}"])
-def test_each_launcher_is_looked_for_as_a_file_on_the_nodes_path(tmp_path, shell, run):
-    """A red-team helper's: `nice numactl {binary}` on a node without numactl was the kernel's
-    fail (nice's 127), and bash's keyword `time` passed `command -v` where dash has none (one run,
-    two verdicts by the node's sh). Every launcher before the copy is looked for as a file."""
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    for name in ("nice", "find"):
+@pytest.mark.parametrize(
+    ("run", "path", "note"),
+    [
+        # not there: the node's trouble, by the farm's own look (behind another launcher too; bash's
+        # keyword `time` passed `command -v` where dash has none: one run, two verdicts)
+        ("nice numactl {binary}", "{tools}", "cannot-start"),
+        ("time {binary}", "{tools}", "cannot-start"),
+        ("/no/such/nice {binary}", "{tools}", "cannot-start"),
+        # a fake of the run's own in its work folder, which an empty or `.` entry of the node's PATH
+        # names: the farm runs the nice it found on the PATH's absolute entries (the kernel fails)
+        ("nice {binary}", ":{tools}", "1"),
+        ("nice {binary}", ".:{tools}", "1"),
+        # where the run could have written it: no evidence (a false pass before)
+        ("nice {binary}", "{fakes}:{tools}", "launcher-writable"),
+        ("{fakes}/nice {binary}", "{tools}", "launcher-writable"),
+        # words that name a launcher but are an option's value or a variable: no launchers
+        ("env -u nsys {binary}", "{tools}", "1"),
+        ("env PROFILER=/opt/nvidia/bin/nsys {binary}", "{tools}", "1"),
+        ("nice env {binary}", "{tools}", "1"),
+    ],
+)
+def test_each_launcher_is_the_file_the_farm_found_on_the_nodes_path(tmp_path, shell, run, path, note):
+    """Red-team findings: `nice numactl {binary}` on a node without numactl was the kernel's
+    fail (nice's 127); `./nice {binary}`, `/tmp/nice {binary}` or a node PATH with an empty
+    or `.` entry ran a fake nice the run had written (a false pass); `env -u nsys {binary}`
+    was the node's trouble on a node without nsys. Each launcher the loader names is looked
+    for on the node's PATH (its absolute entries), and run by the path found, unless it lies
+    where the run could have written it. The kernel here fails; a fake launcher would pass it."""
+    tools, fakes, work = tmp_path / "bin", tmp_path / "fakes", tmp_path / "cell" / "work"
+    for folder in (tools, fakes, work):
+        folder.mkdir(parents=True)
+    for name in ("nice", "find", "readlink", "env"):  # links to the system's: outside /tmp once followed
         (tools / name).symlink_to(shutil.which(name))
-    binary = tmp_path / "k"
-    binary.write_text("#!/bin/sh\necho toy: PASS\n")
+    for folder in (fakes, work):
+        (folder / "nice").write_text(FAKE_LAUNCHER)
+        (folder / "nice").chmod(0o755)
+    binary = work / "k"
+    binary.write_text('#!/bin/sh\necho "toy: wrong numbers"\nexit 1\n')
     binary.chmod(0o755)
     files = [str(tmp_path / "status"), str(tmp_path / "other")]
-    command = kernel_run(run, str(binary), files)
-    done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=tmp_path, env={"PATH": str(tools)})
-    assert done.returncode == 127
-    assert (tmp_path / "status").read_text().split() == ["cannot-start"]
-    # the launchers there: the kernel runs
-    (tools / "numactl").symlink_to(shutil.which("env"))  # any program that runs its operands
-    (tools / "time").symlink_to(shutil.which("time") or shutil.which("env"))
-    if run.startswith("/no/"):
-        return
-    done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=tmp_path, env={"PATH": str(tools)})
-    assert done.returncode == 0
-    assert (tmp_path / "status").read_text().split() == ["0"]
+    command = kernel_run(run.format(binary="{binary}", fakes=fakes), str(binary), files)
+    env = {"PATH": path.format(tools=tools, fakes=fakes)}
+    done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=work, env=env, capture_output=True, text=True)
+    assert (tmp_path / "status").read_text().split() == [note], done.stdout + done.stderr
+    assert done.returncode == (1 if note == "1" else 127)
+    assert "toy: PASS" not in done.stdout
 
 
 @pytest.mark.parametrize(

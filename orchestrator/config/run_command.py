@@ -24,6 +24,7 @@ from orchestrator.config.shell import (
     BINARY,
     Command,
     Redirect,
+    Word,
     before_kernel,
     kernel_command,
     launcher,
@@ -62,11 +63,8 @@ def kernel_launchers(run: str) -> set[str]:
     """The launchers (their names) of the commands of `run` that run the kernel."""
     found: set[str] = set()
     for command in lex(run).commands:
-        program = command.program()
-        if program is None or kernel_command(command) is None:
-            continue
-        words = [command.words[program[0]], *before_kernel(command)]
-        found |= {word.text.rsplit("/", 1)[-1] for word in words if launcher(word.text)}
+        if kernel_command(command) is not None:
+            found |= {word.text.rsplit("/", 1)[-1] for word in launcher_words(command)}
     return found
 
 
@@ -74,6 +72,23 @@ def prefix_kernel_commands(run: str, prefix: str) -> str:
     """`run` with `prefix` before the program of each command that runs the kernel, in
     place of a leading `exec ` or `command `."""
     for start, drop in sorted(kernel_commands(run), reverse=True):
+        run = run[:start] + prefix + run[start + drop :]
+    return run
+
+
+def prefix_kernel_calls(run: str, function: str) -> str:
+    """`run` with each command that runs the kernel called through `function`, told which of
+    the command's words are its launchers: `nice -n 1 numactl {binary}` becomes `FUNCTION 2 nice
+    numactl nice -n 1 numactl {binary}` (as written: the shell expands them alike). The words
+    that are option values or assignments (`env -u nsys`, `strace -o out/strace`) are no
+    launchers: the function looks up only these (run/commands.py)."""
+    calls = []
+    for command in lex(run).commands:
+        at = kernel_command(command)
+        if at is not None:
+            words = launcher_words(command)
+            calls.append((at, f"{function} {len(words)} " + "".join(w.text + " " for w in words)))
+    for (start, drop), prefix in sorted(calls, reverse=True):
         run = run[:start] + prefix + run[start + drop :]
     return run
 
@@ -119,7 +134,10 @@ _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as
 _PATH_CHANGED = re.compile(r"(?<![A-Za-z0-9_${])PATH(?![A-Za-z0-9_])")
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
 _FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
-_NOT_REDEFINED = frozenset({"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval"})
+# the commands the farm's own shell calls by name (`find` and `readlink` by `command` too)
+_NOT_REDEFINED = frozenset(
+    {"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval", "find", "readlink", "test"}
+)
 _NUMBER_LIKE = re.compile(r"[0-9][0-9A-Za-z.,:x-]*")
 
 
@@ -281,41 +299,68 @@ def _refused_option(program: str, option: str) -> str | None:
     return None
 
 
-def _launched_otherwise(command: Command) -> str | None:
-    """A launcher's word before {binary} that it could run as its program (`env echo {binary}
-    PASS` ran echo, with the kernel as its argument): only options (with the values of those
-    _VALUE_OPTIONS lists), assignments, numbers and other launchers may come before the kernel."""
-    words = before_kernel(command)
-    if not words:
-        return None
-    current = command.words[command.program()[0]].text.rsplit("/", 1)[-1]  # type: ignore[index]
+def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
+    """A kernel command's launchers as the shell will run them (its program, where it is one,
+    and the launchers among its words before {binary}), and why the command is refused, or
+    None: a launcher's word before {binary} that it could run as its program (`env echo
+    {binary} PASS` ran echo, with the kernel as its argument): only options (with the values
+    of those _VALUE_OPTIONS lists), assignments, numbers and other launchers may come before
+    the kernel. A launcher is named bare (looked up on the node's PATH) or by its absolute
+    path: `./nice {binary}` ran a nice the run had written (a red-team finding)."""
+    found = command.program()
+    if found is None or "whole" in command.words[found[0]].binaries:
+        return [], None
+    program = command.words[found[0]]
+    launchers = [program]
+    current = program.text.rsplit("/", 1)[-1]
     verbs = _SUBCOMMANDS.get(current, ())
     owed = 0  # values still owed to the last option
-    for index, word in enumerate(words):
+    for index, word in enumerate(before_kernel(command)):
         text = word.text
         if owed:
             owed -= 1
             continue
         if index == 0 and text in verbs:
             continue
+        if ASSIGNMENT.match(text):  # `env PROFILER=/opt/nvidia/bin/nsys {binary}`: a variable, no launcher
+            continue
         if launcher(text):
             current = text.rsplit("/", 1)[-1]
+            launchers.append(word)
             continue
         if text.startswith("-"):
             if why := _refused_option(current, text):
-                return why
+                return launchers, why
             name = text.split("=", 1)[0]
             if "=" not in text and name in _VALUE_OPTIONS.get(current, ()):
                 owed = 2 if name in _TWO_VALUES else 1
             continue
-        if ASSIGNMENT.match(text) or _NUMBER_LIKE.fullmatch(text):
+        if _NUMBER_LIKE.fullmatch(text):
             continue
-        return (
+        return launchers, (
             f"{text!r} between the launcher and {{binary}}, where only options (those of {current!r} that "
             "take a value: as `--option=value` where the farm does not know it takes one), numbers, "
             "assignments and other launchers may stand"
         )
-    return None
+    for word in launchers:
+        bare = re.sub(r"[\"'\\]", "", word.text)
+        if "$(" in bare or "`" in bare:
+            return launchers, f"the launcher {word.text!r}, named by a command's output"
+        if "/" in bare and not bare.startswith(("/", "~", "$")):
+            return launchers, (
+                f"the launcher {word.text!r} by a relative path (a file the run may have written): "
+                "name it bare, as the node's PATH has it, or by its absolute path"
+            )
+    return launchers, None
+
+
+def launcher_words(command: Command) -> list[Word]:
+    """The launchers of a kernel command, as written (_launcher_walk)."""
+    return _launcher_walk(command)[0]
+
+
+def _launched_otherwise(command: Command) -> str | None:
+    return _launcher_walk(command)[1]
 
 
 def _markers_before(command: Command, job: JobSpec) -> str | None:

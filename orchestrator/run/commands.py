@@ -5,14 +5,14 @@ runner. Built from quoted parts only."""
 
 from __future__ import annotations
 
+import posixpath
 import secrets
 import shlex
 
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.run_command import prefix_kernel_commands
+from orchestrator.config.run_command import prefix_kernel_calls
 from orchestrator.config.schema import VariantSpec
-from orchestrator.config.shell import LAUNCHERS
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.probe import RUNNER_SOURCE, NodeSnapshot
@@ -104,42 +104,65 @@ CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where a command's launcher is
 COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
 
 
-# Each launcher named before the kernel is looked for as a file on the node's PATH, not by
-# `command -v`: bash's keyword `time` passed that look where dash has none, so one run had two
-# verdicts by the node's sh, and `command "$@"` runs the file anyway. A launcher behind another
-# (`nice numactl {binary}`) is looked for too: nice's 127 for a numactl the node lacks read as the
-# kernel's failure (both red-team findings).
-_LAUNCHER_NAMES = "|".join(sorted(LAUNCHERS))
-_ON_PATH = (
-    # farm_a on $PATH as an executable file (an empty entry is the current folder, as the shell reads it)
-    'farm_f=; farm_p="$PATH:"; while [ -n "$farm_p" ]; do farm_d=${farm_p%%:*}; farm_p=${farm_p#*:}; '
-    '[ -f "${farm_d:-.}/$farm_a" ] && [ -x "${farm_d:-.}/$farm_a" ] && { farm_f=1; break; }; done; '
-    '[ -n "$farm_f" ]'
-)
+# Each launcher of a kernel command (the loader names them: config/run_command.py
+# prefix_kernel_calls) is looked for on the node's PATH as a file, its absolute entries only,
+# and run by the path found: not by `command -v` (bash's keyword `time` passed it where dash has
+# none: one run, two verdicts by the node's sh), and not by the shell's own lookup, which an
+# empty or `.` entry of a node's PATH sends to the run's work folder. One that lies where the run
+# could have written it (its cell's folder, /tmp, /var/tmp, /dev; symlinks followed) is not
+# run either: `./nice {binary}` and `/tmp/nice {binary}` ran a fake nice printing the marker, a
+# false pass; so is one behind another (`nice numactl {binary}`: nice's 127 for a missing
+# numactl read as the kernel's failure). All red-team findings.
+LAUNCHER_WRITABLE_NOTE = "launcher-writable"  # noted where a launcher lies where the run could write
+_RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev")
+
+
+def _launcher_look(cell: str) -> str:
+    """Shell setting farm_p to the file launcher farm_a runs, or farm_miss to why there is none."""
+    places = "|".join([f"{shlex.quote(cell)}/*", *(f"{place}/*" for place in _RUN_WRITABLE)])
+    return (
+        'farm_p=; case "$farm_a" in /*) farm_p=$farm_a;; */*) ;; '
+        '*) farm_s="$PATH:"; while [ -n "$farm_s" ]; do farm_d=${farm_s%%:*}; farm_s=${farm_s#*:}; '
+        'case "$farm_d" in /*) if [ -f "$farm_d/$farm_a" ] && [ -x "$farm_d/$farm_a" ]; then '
+        "farm_p=$farm_d/$farm_a; break; fi;; esac; done;; esac; "
+        'if [ -z "$farm_p" ] || [ ! -f "$farm_p" ] || [ ! -x "$farm_p" ]; then '
+        f"farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}}; else "
+        'farm_f=$(command readlink -f -- "$farm_p" 2>/dev/null); [ -n "$farm_f" ] || farm_f=$farm_p; '
+        f'case "$farm_f/" in {places}) farm_miss=${{farm_miss:-{LAUNCHER_WRITABLE_NOTE}}};; esac; fi; '
+        "farm_a=$farm_p; "
+    )
 
 
 def _kernel_call(name: str, binary: str) -> str:
-    """The shell function each kernel command is called through. Its name is the cell's own
-    (a run that called `farm_""kernel echo PASS` had echo's output and status noted as a
-    kernel's that never ran: a red-team review's), and it runs only a command holding the
-    cell's copy among its words, by `command`: a function of the run's own named like a
-    launcher (`nice() { echo PASS; }`) is not what runs (a red-team finding: a failing
-    kernel passed so). Each launcher before the copy (`nsys`, `nice numactl`) is looked
-    for first: one not there, or not executable, is noted as such, the node's trouble,
-    where the shell's own words for it vary with its locale and a kernel could print them;
-    the copy gone or made not executable (by a run, after an earlier call) is noted apart.
-    `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
+    """The shell function each kernel command is called through, as `NAME K L1..LK COMMAND`:
+    K launchers (the words of COMMAND before the copy the loader read as launchers, as
+    written). Its name is the cell's own (a run that called `farm_""kernel echo PASS` had
+    echo's output and status noted as a kernel's that never ran: a red-team review's), and
+    it runs only a command holding the cell's copy among its words, by `command`: a function
+    of the run's own named like a launcher (`nice() { echo PASS; }`) is not what runs (a
+    red-team finding: a failing kernel passed so). Each launcher is replaced by the file it
+    runs (_launcher_look): one not there, or not executable, is noted as such, the node's
+    trouble, where the shell's own words for it vary with its locale and a kernel could print
+    them; the copy gone or made not executable (by a run, after an earlier call) is noted
+    apart. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
     before its status was noted (a red-team finding)."""
     copy = shlex.quote(binary)
+    cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in the cell's work folder
     return (
-        f'{name}() {{ farm_ok=; farm_miss=; for farm_a in "$@"; do case "$farm_a" in {copy}) farm_ok=1; break;; esac; '
-        f'case "${{farm_a##*/}}" in {_LAUNCHER_NAMES}) ;; *) continue;; esac; '
-        f'case "$farm_a" in */*) [ -f "$farm_a" ] && [ -x "$farm_a" ];; *) {_ON_PATH};; esac || farm_miss=1; '
-        'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
-        f'case "$farm_miss" in 1) echo {CANNOT_START_NOTE} >&6; return 127;; esac; '
+        f"{name}() {{ farm_k=$1; shift; farm_i=1; "
+        r'while [ "$farm_i" -le "$farm_k" ]; do eval "farm_l$farm_i=\$1"; shift; farm_i=$((farm_i + 1)); done; '
+        'farm_ok=; farm_miss=; farm_j=1; farm_n=$#; while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; '
+        'farm_n=$((farm_n - 1)); if [ -z "$farm_ok" ]; then '
+        rf'case "$farm_a" in {copy}) farm_ok=1;; *) eval "farm_w=\${{farm_l$farm_j-}}"; '
+        'if [ "$farm_j" -le "$farm_k" ] && [ "$farm_a" = "$farm_w" ]; then farm_j=$((farm_j + 1)); '
+        f"{_launcher_look(cell)}fi;; esac; fi; "
+        'set -- "$@" "$farm_a"; done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
+        # a launcher the loader named that this command does not hold, as the shell expanded it
+        f'[ "$farm_j" -gt "$farm_k" ] || farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}}; '
+        'if [ -n "$farm_miss" ]; then echo "$farm_miss" >&6; return 127; fi; '
         # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's
-        f"if ! {{ [ -f {copy} ] && [ -x {copy} ]; }}; then if [ -f {copy} ] && [ ! -L {copy} ] && "
-        f'[ -n "$(find {copy} -prune -perm -u+x 2>/dev/null)" ]; '
+        f"if [ ! -f {copy} ] || [ ! -x {copy} ]; then if [ -f {copy} ] && [ ! -L {copy} ] && "
+        f'[ -n "$(command find {copy} -prune -perm -u+x 2>/dev/null)" ]; '
         f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi; return 127; fi; "
         'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
     )
@@ -153,7 +176,7 @@ def kernel_run(template: str, binary: str, files: list[str] | None = None) -> st
     and 8; without, they are open already (the node's python3 runner: noderunner.run)."""
     q = shlex.quote
     name = f"farm_kernel_{secrets.token_hex(6)}"
-    run = prefix_kernel_commands(template, name + " ").replace("{binary}", q(binary))
+    run = prefix_kernel_calls(template, name).replace("{binary}", q(binary))
     body = f"{_kernel_call(name, binary)}( {run}\n)"
     if files is None:
         return body

@@ -57,6 +57,7 @@ from orchestrator.run.commands import (
     CHANNEL_MARGIN,
     COPY_GONE_NOTE,
     KILL_GRACE,
+    LAUNCHER_WRITABLE_NOTE,
     NOW_NS,
     OTHER_LIMIT,
     OUTPUT_LIMIT,
@@ -713,6 +714,7 @@ class CellPipeline(CellTrips):
         ev.kernel_started = bool(kernel)
         notes = bytes(statuses).split()
         ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in notes
+        ev.kernel_launcher_writable = LAUNCHER_WRITABLE_NOTE.encode() in notes
         ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
