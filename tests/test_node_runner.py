@@ -628,7 +628,9 @@ def test_a_kernel_cannot_open_the_sanitizers_temporary_folder_nor_swap_its_copy_
     the folder it named opened to its sanitizer runs (a write-all rule for $HOME, say),
     while the stage said confined. (2) Its copy was hashed once before the tools: under
     the first tool the kernel could swap it for a program that always passes, and the
-    next tools gave that one their clean bill."""
+    next tools gave that one their clean bill. Each tool now runs a fresh copy of the
+    build, hashed (a swap was the node's infra-error since, retried until the node was
+    marked unhealthy: a red-team finding), so the swap is undone before the next tool."""
     install_sanitizer(own_home_node)
     opened = tmp_path / "opened"
     opened.mkdir()
@@ -647,8 +649,8 @@ def test_a_kernel_cannot_open_the_sanitizers_temporary_folder_nor_swap_its_copy_
         },
     )
     got = {row["variant"]: row for row in rows}
-    assert got["swapped"]["outcome"] == "infra-error", got["swapped"]["reason"]
-    assert "changed on the node after inspection" in got["swapped"]["reason"], got["swapped"]["reason"]
+    assert got["swapped"]["outcome"] == "pass", got["swapped"]["reason"]
+    assert [t["tool"] for t in json.loads(got["swapped"]["sanitizer"])] == tools
     planted_row = got["planted"]
     assert planted_row["outcome"] == "pass", planted_row["reason"]
     details = json.loads(planted_row["stage_details"])["sanitize"]["detail"]

@@ -234,6 +234,28 @@ def test_a_pass_that_hides_a_race_or_a_stray_write_is_a_sanitizer_error(fleet, m
     assert "sanitizer-error" in (out / "index.html").read_text()
 
 
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_kernel_that_removes_its_copy_is_still_checked_and_retires_no_node(
+    fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """A red-team helper's: a kernel may write its work folder, so it may remove its own copy
+    while it runs; the sanitize stage then found no copy, an infra-error retried until the node
+    was marked unhealthy (every later cell on it skipped). Each tool now runs a fresh copy of
+    the build (hashed as before), and the cell is judged on what the tools found."""
+    prelude = tmp_path / "prelude.sh"
+    prelude.write_text("rm -f ./standin-selfdel\n")  # the kernel's own doing, from its work folder
+    variants = {
+        "selfdel": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude, sanitize=["memcheck", "racecheck"])
+    }
+    nodes = {"t4san": fleet["t4san"].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)}
+    summary = run(make_farm(tmp_path, nodes, [standin_job("standin", variants)]))
+    row = results(tmp_path / "results.db", summary.run_id)["selfdel"]
+    assert row["outcome"] == "pass", row["reason"]
+    assert [t["tool"] for t in json.loads(row["sanitizer"])] == ["memcheck", "racecheck"]
+    attempts = query(tmp_path / "results.db", "SELECT status FROM attempts WHERE kernel IS NOT NULL")
+    assert [a["status"] for a in attempts] == ["ok"]
+
+
 def test_a_node_without_the_tool_cannot_give_a_clean_bill(fleet, make_farm, tmp_path: Path) -> None:
     variants = {"clean": standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=["memcheck"])}
     nodes = {"t4bare": fleet["t4bare"].farm_entry(tmp_path / "work", build_jobs=1)}

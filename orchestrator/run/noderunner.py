@@ -157,6 +157,23 @@ def make_dirs(path, tries=100):
     os.makedirs(path, exist_ok=True)
 
 
+def fresh_copy(binary, private):
+    """PRIVATE anew from BINARY (its mode too), whatever stands in its place now: the kernel may
+    write its work folder, and a link left there must not be written through."""
+    if not remove(private):
+        return False
+    try:
+        make_dirs(os.path.dirname(private))
+        with open(binary, "rb") as source, open(private, "xb") as copy:
+            mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
+            for block in iter(lambda: source.read(1 << 20), b""):
+                copy.write(block)
+        os.chmod(private, mode)
+    except OSError:
+        return False
+    return True
+
+
 def take_copy(binary, run_dir, private):
     """rm -rf RUN_DIR && mkdir -p RUN_DIR/work && cp BINARY PRIVATE (its mode too)."""
     if not remove(run_dir):
@@ -894,8 +911,13 @@ def sanitize(out, spec, env, ahead):
         env, private = own_tmp(env, spec["tmp"])
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
-                # again before each tool: the kernel under the one before could have swapped its copy
-                # (it may write its work folder), and nothing of it is left running by now
+                # a fresh copy of the build before each tool, hashed: the kernel under the run or the
+                # tool before may have removed or swapped its copy (it may write its work folder; one
+                # that did made each try an infra-error, until its node was marked unhealthy), and
+                # nothing of it is left running by now
+                if spec.get("copy_from") and not fresh_copy(spec["copy_from"], spec["private"]):
+                    out.say("@@farm binary-altered missing")
+                    return
                 got = sha_of(spec["private"])
                 if got != spec["expected"]:
                     out.say("@@farm binary-altered " + (got or "missing"))

@@ -815,15 +815,18 @@ class CellPipeline(CellTrips):
             self._detail.append(f"on {gpu.label}")
         quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
         make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
-        check = self._binary_check(shlex.quote(self._built_sha or ""))  # before each tool: see noderunner.sanitize
+        q = shlex.quote
+        # a fresh copy of the build before each tool, hashed: see noderunner.sanitize
+        fresh = f"rm -rf {q(private)} && mkdir -p {q(rdir + '/work')} && cp {q(self.paths.binary)} {q(private)}; "
+        check = self._binary_check(q(self._built_sha or ""))
         runs = "; ".join(
-            f"{check}t0=$({NOW_NS}); "
+            f"{fresh}{check}t0=$({NOW_NS}); "
             f"{guarded(sanitize.tool_command(tool, rdir, run, private), limit, quiet, self.marker)}; "
             f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
         script = (
-            f"{check}"
+            f"{fresh}{check}"
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
         )
@@ -837,6 +840,7 @@ class CellPipeline(CellTrips):
             release=True,
             spec={
                 "private": self.paths.private_binary,
+                "copy_from": self.paths.binary,
                 "expected": self._built_sha,
                 "lock": self._gpu_lock(gpu) if queue_on_node and gpu is not None else None,
                 "wait": wait,
