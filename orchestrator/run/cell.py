@@ -97,7 +97,8 @@ class CellPaths:
         node_dir = self.run_dir.rsplit("/", 1)[0]
         run_dir = node_dir.rsplit("/", 1)[0]
         q = shlex.quote
-        return f"rm -rf {q(self.run_dir)}; rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true"
+        # its status is rm's: a folder left (a timeout, a file rm could not remove) is swept at the node's end
+        return f"rm -rf {q(self.run_dir)} && {{ rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true; }}"
 
 
 def cell_paths(

@@ -365,9 +365,8 @@ class CellPipeline(CellTrips):
     def _clean_up(self) -> None:
         if self.cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
             return  # done already, or the session may be gone (the scheduler sweeps the node's folders at its end)
-        self.cleaned = True
-        with contextlib.suppress(InfraError):
-            self.t.run(self.paths.remove_run_dir(), timeout=60)
+        with contextlib.suppress(InfraError):  # where it fails, the scheduler sweeps the node's folders at its end
+            self.cleaned = self.t.run(self.paths.remove_run_dir(), timeout=60).ok
 
     def _release(self) -> None:
         if self._slot:

@@ -125,7 +125,7 @@ class CellTrips:
         if self.t.streams_output:
             token = new_token()
             sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
-            tail = [self.paths.remove_run_dir()] if trip.clean_up else []
+            tail = [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
             if self.python is not None and trip.spec is not None:
                 outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
@@ -259,7 +259,7 @@ class CellTrips:
                 *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
             ]
             if trip is last:
-                parts += [self.paths.remove_run_dir()] if trip.clean_up else []
+                parts += [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []
             else:
                 parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
             return "; ".join(parts)
