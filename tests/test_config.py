@@ -760,8 +760,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("printf '#!/bin/sh\\necho PASS' > nice; chmod +x nice; ./nice {binary}", "by a relative path"),
         ("nice d/x/env {binary}", "by a relative path"),
         ("$(echo nice) {binary}", "{binary} as an argument of"),
-        ("/usr/bin/$(echo env)/../nice {binary}", "named by a command's output"),
+        ("/usr/bin/$(echo env)/../nice {binary}", "may turn into several words"),
         ("find() ( echo x ); {binary}", "a function named 'find'"),
+        # a second round: words the shell may split or glob before the kernel (the function is told
+        # where its launchers stand: `$A/nice` with A="/usr/bin/nice /bin/echo PASS" ran echo)
+        ("$A/nice {binary}", "may turn into several words"),
+        ("nice /*/*/nice {binary}", "may turn into several words"),
+        ("env -u $X nice {binary}", "may turn into several words"),
+        ("nice -n {1,2} {binary}", "may turn into several words"),
         ("test() ( true ); {binary}", "a function named 'test'"),
     ],
 )

@@ -145,17 +145,18 @@ def test_the_launchers_of_the_kernels_commands_are_named() -> None:
     assert kernel_launchers("env -u nsys PROFILER=/opt/nvidia/bin/nsys {binary}") == {"env"}
 
 
-def test_the_farms_function_is_told_each_commands_launchers_as_written() -> None:
-    """`FUNCTION K L1..LK COMMAND`: the function looks up and runs exactly the words the loader
-    read as launchers (run/commands.py), as the shell expands them in the command itself."""
+def test_the_farms_function_is_told_where_each_commands_launchers_stand() -> None:
+    """`FUNCTION PLACES COMMAND`: the function looks up and runs exactly the arguments the loader
+    read as launchers (run/commands.py), by their places: an option's value named like one is
+    not (`env -u nice nice`: a red-team finding)."""
     from orchestrator.config.run_command import prefix_kernel_calls
 
     assert prefix_kernel_calls("timeout -s KILL 60 nice -n 5 {binary}", "f") == (
-        "f 2 timeout nice timeout -s KILL 60 nice -n 5 {binary}"
+        "f 1,5, timeout -s KILL 60 nice -n 5 {binary}"
     )
-    assert (
-        prefix_kernel_calls("env -u nsys X=/opt/nsys {binary} 3", "f") == "f 1 env env -u nsys X=/opt/nsys {binary} 3"
+    assert prefix_kernel_calls("env -u nice nice X=/opt/nsys {binary} 3", "f") == (
+        "f 1,4, env -u nice nice X=/opt/nsys {binary} 3"
     )
-    assert prefix_kernel_calls("{binary} 1 && exec $HOME/bin/nice {binary}", "f") == (
-        "f 0 {binary} 1 && f 1 $HOME/bin/nice $HOME/bin/nice {binary}"
+    assert prefix_kernel_calls('{binary} 1 && exec ~/bin/nice "$N" {binary}', "f") == (
+        'f - {binary} 1 && f 1, ~/bin/nice "$N" {binary}'
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -577,20 +578,32 @@ FAKE_LAUNCHER = '#!/bin/sh\necho "toy: PASS"\n'  # a launcher of the run's own m
         ("env -u nsys {binary}", "{tools}", "1"),
         ("env PROFILER=/opt/nvidia/bin/nsys {binary}", "{tools}", "1"),
         ("nice env {binary}", "{tools}", "1"),
+        # a second round: an option's value named like the launcher after it, with `.` on the PATH
+        # (the value was looked up, env found ./nice itself); a link in /tmp to the real folder,
+        # which the run could point elsewhere once looked at; a node without readlink, under set -e
+        ("env -u nice nice {binary}", ".:{tools}", "1"),
+        ("{fakes}/l/nice {binary}", "{tools}", "launcher-writable"),
+        ("set -e; nice {binary}", "{bare}", "1"),
     ],
 )
-def test_each_launcher_is_the_file_the_farm_found_on_the_nodes_path(tmp_path, shell, run, path, note):
+def test_each_launcher_is_the_file_the_farm_found_on_the_nodes_path(tmp_path, request, shell, run, path, note):
     """Red-team findings: `nice numactl {binary}` on a node without numactl was the kernel's
     fail (nice's 127); `./nice {binary}`, `/tmp/nice {binary}` or a node PATH with an empty
     or `.` entry ran a fake nice the run had written (a false pass); `env -u nsys {binary}`
     was the node's trouble on a node without nsys. Each launcher the loader names is looked
     for on the node's PATH (its absolute entries), and run by the path found, unless it lies
     where the run could have written it. The kernel here fails; a fake launcher would pass it."""
-    tools, fakes, work = tmp_path / "bin", tmp_path / "fakes", tmp_path / "cell" / "work"
-    for folder in (tools, fakes, work):
+    # the node's tools outside /tmp, where a run could write them (its cell's folder is under /tmp here)
+    home = Path(tempfile.mkdtemp(prefix="farm-test-tools-", dir=Path.home()))
+    request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
+    tools, bare, fakes, work = home / "bin", home / "bare", tmp_path / "fakes", tmp_path / "cell" / "work"
+    for folder in (tools, bare, fakes, work):
         folder.mkdir(parents=True)
     for name in ("nice", "find", "readlink", "env"):  # links to the system's: outside /tmp once followed
         (tools / name).symlink_to(shutil.which(name))
+        if name != "readlink":
+            (bare / name).symlink_to(shutil.which(name))
+    (fakes / "l").symlink_to(tools)
     for folder in (fakes, work):
         (folder / "nice").write_text(FAKE_LAUNCHER)
         (folder / "nice").chmod(0o755)
@@ -599,7 +612,7 @@ def test_each_launcher_is_the_file_the_farm_found_on_the_nodes_path(tmp_path, sh
     binary.chmod(0o755)
     files = [str(tmp_path / "status"), str(tmp_path / "other")]
     command = kernel_run(run.format(binary="{binary}", fakes=fakes), str(binary), files)
-    env = {"PATH": path.format(tools=tools, fakes=fakes)}
+    env = {"PATH": path.format(tools=tools, fakes=fakes, bare=bare)}
     done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=work, env=env, capture_output=True, text=True)
     assert (tmp_path / "status").read_text().split() == [note], done.stdout + done.stderr
     assert done.returncode == (1 if note == "1" else 127)

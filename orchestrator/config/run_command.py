@@ -77,17 +77,17 @@ def prefix_kernel_commands(run: str, prefix: str) -> str:
 
 
 def prefix_kernel_calls(run: str, function: str) -> str:
-    """`run` with each command that runs the kernel called through `function`, told which of
-    the command's words are its launchers: `nice -n 1 numactl {binary}` becomes `FUNCTION 2 nice
-    numactl nice -n 1 numactl {binary}` (as written: the shell expands them alike). The words
-    that are option values or assignments (`env -u nsys`, `strace -o out/strace`) are no
-    launchers: the function looks up only these (run/commands.py)."""
+    """`run` with each command that runs the kernel called through `function`, told where the
+    command's launchers stand among its arguments: `nice -n 1 numactl {binary}` becomes
+    `FUNCTION 1,4, nice -n 1 numactl {binary}`. The words that are option values or assignments
+    (`env -u nsys`, `strace -o out/strace`) are no launchers: the function looks up only these
+    (run/commands.py); each word up to {binary} stays one word (_launcher_walk)."""
     calls = []
     for command in lex(run).commands:
         at = kernel_command(command)
         if at is not None:
-            words = launcher_words(command)
-            calls.append((at, f"{function} {len(words)} " + "".join(w.text + " " for w in words)))
+            places = "".join(f"{place}," for place in launcher_places(command))
+            calls.append((at, f"{function} {places or '-'} "))
     for (start, drop), prefix in sorted(calls, reverse=True):
         run = run[:start] + prefix + run[start + drop :]
     return run
@@ -299,6 +299,25 @@ def _refused_option(program: str, option: str) -> str | None:
     return None
 
 
+def _splits(text: str) -> bool:
+    """A word the shell may turn into several, or none: an unquoted `$`, backquote, glob or
+    brace (bash) outside quotes. Inside double quotes a `$` expands to one word."""
+    quote = ""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "$`*?[{":
+            return True
+    return False
+
+
 def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
     """A kernel command's launchers as the shell will run them (its program, where it is one,
     and the launchers among its words before {binary}), and why the command is refused, or
@@ -342,11 +361,20 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
             "take a value: as `--option=value` where the farm does not know it takes one), numbers, "
             "assignments and other launchers may stand"
         )
+    # the farm's function is told where the launchers stand among the command's words: each word
+    # up to {binary} must stay one word (`$A/nice` with A="/usr/bin/nice /bin/echo PASS" ran echo,
+    # unchecked; `env -u nice nice {binary}` had the option's value looked up: red-team findings)
+    cut = command.words.index(next(w for w in command.words if "whole" in w.binaries))
+    for word in command.words[found[0] : cut]:
+        if _splits(word.text):
+            return launchers, (
+                f"{word.text!r} before {{binary}} in a launcher's command, which the shell may turn into "
+                "several words or none (an unquoted `$`, backquote, `*`, `?`, `[` or `{`): quote it, "
+                "and name launchers as they are"
+            )
     for word in launchers:
         bare = re.sub(r"[\"'\\]", "", word.text)
-        if "$(" in bare or "`" in bare:
-            return launchers, f"the launcher {word.text!r}, named by a command's output"
-        if "/" in bare and not bare.startswith(("/", "~", "$")):
+        if "/" in bare and not bare.startswith(("/", "~")):
             return launchers, (
                 f"the launcher {word.text!r} by a relative path (a file the run may have written): "
                 "name it bare, as the node's PATH has it, or by its absolute path"
@@ -357,6 +385,15 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
 def launcher_words(command: Command) -> list[Word]:
     """The launchers of a kernel command, as written (_launcher_walk)."""
     return _launcher_walk(command)[0]
+
+
+def launcher_places(command: Command) -> list[int]:
+    """Where a kernel command's launchers stand among its arguments, from 1 (its program)."""
+    found = command.program()
+    if found is None:
+        return []
+    ids = {id(word) for word in launcher_words(command)}
+    return [i - found[0] + 1 for i, word in enumerate(command.words) if i >= found[0] and id(word) in ids]
 
 
 def _launched_otherwise(command: Command) -> str | None:

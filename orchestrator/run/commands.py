@@ -118,7 +118,9 @@ _RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev")
 
 
 def _launcher_look(cell: str) -> str:
-    """Shell setting farm_p to the file launcher farm_a runs, or farm_miss to why there is none."""
+    """Shell setting farm_a to the file launcher farm_a runs, or farm_miss to why there is none.
+    The path is checked as found and as it resolves (a link swapped after the look: a red-team
+    finding); where the node has no readlink, as found."""
     places = "|".join([f"{shlex.quote(cell)}/*", *(f"{place}/*" for place in _RUN_WRITABLE)])
     return (
         'farm_p=; case "$farm_a" in /*) farm_p=$farm_a;; */*) ;; '
@@ -127,15 +129,18 @@ def _launcher_look(cell: str) -> str:
         "farm_p=$farm_d/$farm_a; break; fi;; esac; done;; esac; "
         'if [ -z "$farm_p" ] || [ ! -f "$farm_p" ] || [ ! -x "$farm_p" ]; then '
         f"farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}}; else "
-        'farm_f=$(command readlink -f -- "$farm_p" 2>/dev/null); [ -n "$farm_f" ] || farm_f=$farm_p; '
-        f'case "$farm_f/" in {places}) farm_miss=${{farm_miss:-{LAUNCHER_WRITABLE_NOTE}}};; esac; fi; '
+        # `|| farm_f=`: under the run's own `set -e` a missing readlink would end the shell
+        'farm_f=$(command readlink -f -- "$farm_p" 2>/dev/null) || farm_f=; '
+        f'for farm_x in "$farm_p" "${{farm_f:-$farm_p}}"; do case "$farm_x/" in {places}) '
+        f"farm_miss=${{farm_miss:-{LAUNCHER_WRITABLE_NOTE}}};; esac; done; fi; "
         "farm_a=$farm_p; "
     )
 
 
 def _kernel_call(name: str, binary: str) -> str:
-    """The shell function each kernel command is called through, as `NAME K L1..LK COMMAND`:
-    K launchers (the words of COMMAND before the copy the loader read as launchers, as
+    """The shell function each kernel command is called through, as `NAME PLACES COMMAND`:
+    PLACES ("1,4," or "-") where the loader read launchers among COMMAND's arguments
+    (config/run_command.py prefix_kernel_calls; each argument up to the copy is one word as
     written). Its name is the cell's own (a run that called `farm_""kernel echo PASS` had
     echo's output and status noted as a kernel's that never ran: a red-team review's), and
     it runs only a command holding the cell's copy among its words, by `command`: a function
@@ -149,16 +154,14 @@ def _kernel_call(name: str, binary: str) -> str:
     copy = shlex.quote(binary)
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in the cell's work folder
     return (
-        f"{name}() {{ farm_k=$1; shift; farm_i=1; "
-        r'while [ "$farm_i" -le "$farm_k" ]; do eval "farm_l$farm_i=\$1"; shift; farm_i=$((farm_i + 1)); done; '
-        'farm_ok=; farm_miss=; farm_j=1; farm_n=$#; while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; '
-        'farm_n=$((farm_n - 1)); if [ -z "$farm_ok" ]; then '
-        rf'case "$farm_a" in {copy}) farm_ok=1;; *) eval "farm_w=\${{farm_l$farm_j-}}"; '
-        'if [ "$farm_j" -le "$farm_k" ] && [ "$farm_a" = "$farm_w" ]; then farm_j=$((farm_j + 1)); '
-        f"{_launcher_look(cell)}fi;; esac; fi; "
-        'set -- "$@" "$farm_a"; done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
-        # a launcher the loader named that this command does not hold, as the shell expanded it
-        f'[ "$farm_j" -gt "$farm_k" ] || farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}}; '
+        f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_i=0; farm_n=$#; "
+        'while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; farm_n=$((farm_n - 1)); farm_i=$((farm_i + 1)); '
+        f'if [ -z "$farm_ok" ]; then case "$farm_a" in {copy}) farm_ok=1;; *) '
+        f'case "$farm_k" in *",$farm_i,"*) {_launcher_look(cell)}'
+        'farm_k=${farm_k%%",$farm_i,"*},${farm_k#*",$farm_i,"};; esac;; '
+        'esac; fi; set -- "$@" "$farm_a"; done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
+        # a launcher the loader placed after the copy, as the shell expanded the command: not looked at
+        f'case "$farm_k" in *[0-9]*) farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}};; esac; '
         'if [ -n "$farm_miss" ]; then echo "$farm_miss" >&6; return 127; fi; '
         # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's
         f"if [ ! -f {copy} ] || [ ! -x {copy} ]; then if [ -f {copy} ] && [ ! -L {copy} ] && "
