@@ -163,7 +163,7 @@ def kernel_running(workdir: Path, node: str, variant: str, kernel: str = FAULTS_
         for pid, cmdline in processes_matching(kernel_needle(workdir, node, variant, kernel))
         if " " not in cmdline
         and re.search(
-            rf"/cells/\d+-[0-9a-f]+/[^/]+/{kernel}\+{variant}(\+[A-Za-z0-9-]+)?(@\d+)?/work/{kernel}-{variant}$",
+            rf"/cells/\d+-[0-9a-f]+/[^/]+/{kernel}\+{variant}(\+[A-Za-z0-9-]+)?(@\d+)?/bin/{kernel}-{variant}$",
             cmdline,
         )
     ]

@@ -29,7 +29,7 @@ from docs import readme_yaml
 from orchestrator import metrics
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.farm import load_farm, load_job
-from orchestrator.errors import EXIT_OK, EXIT_UNEXPECTED, ConfigError, StoreError
+from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, ConfigError, StoreError
 from orchestrator.metrics import Measured, measure, stdout_value
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation, plan_cells
@@ -859,7 +859,7 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
     if (argc > 3 && std::strcmp(argv[3], "unlink") == 0) {
         unlink(argv[0]);
-        std::string copy = argv[0];  // WORKDIR/cells/RUN/NODE/CELL/work/BINARY
+        std::string copy = argv[0];  // WORKDIR/cells/RUN/NODE/CELL/bin/BINARY
         glob_t built;
         std::string pattern = copy.substr(0, copy.find("/cells/")) + "/builds/*/counting-plain-*/counting-plain";
         if (glob(pattern.c_str(), 0, nullptr, &built) == 0)
@@ -953,25 +953,26 @@ def test_a_first_run_slower_than_the_median_runs_again_and_is_judged_on_the_seco
 def test_a_slow_run_that_fails_or_leaves_no_copy_is_judged_on_itself(
     tmp_path: Path, ssh_fleet: Fleet, runner: str
 ) -> None:
-    """Found by a red-team helper: a first run the farm judges fail (its copy gone before a
-    later call: the run's doing) was run again for its slow figure, and the second run's pass
-    was the cell's; and a kernel that removed its own copy on a slow run made the second run an
+    """Found by a red-team helper: a first run the farm judges fail or infra-error (its copy
+    gone before a later call; a launcher missing) was run again for its slow figure, and the
+    second run's pass was the cell's; and a kernel that removed its own copy on a slow run made the second run an
     infra-error, retried until its node was marked unhealthy. Only a run that would pass but for
     its speed runs again; the second run takes a fresh copy of the build, and where it cannot
     (an unconfined kernel removed the build too: the shell runner) the first run's verdict stands."""
-    gone_then_called = "{binary} {figures} {count} unlink; {binary} {figures} {count}; true"
+    # its first call passes slowly, then a launcher the node lacks: not a run that would pass
+    then_no_launcher = "{binary} {figures} {count}; cuda-memcheck {binary} {figures} {count}; true"
     codes = counting_runs(
         tmp_path,
         ssh_fleet,
         runner,
-        [(KERNEL_ONCE, "100")] * 5 + [(gone_then_called, "70 100"), ("{binary} {figures} {count} unlink", "70 100")],
+        [(KERNEL_ONCE, "100")] * 5 + [(then_no_launcher, "70 100"), ("{binary} {figures} {count} unlink", "70 100")],
     )
     confined = runner == "auto"  # the kernel could not remove the build: its second run passed
-    assert codes == [EXIT_OK] * 5 + [EXIT_UNEXPECTED, EXIT_OK if confined else EXIT_UNEXPECTED]
+    assert codes == [EXIT_OK] * 5 + [EXIT_INFRA, EXIT_OK if confined else EXIT_UNEXPECTED]
     db = tmp_path / "farm" / "results.db"
     rows = query(db, "select outcome, reason, stage_details from results order by run_id")
     failed, removed = rows[5:]
-    assert failed["outcome"] == "fail", failed["reason"]
+    assert failed["outcome"] == "infra-error", failed["reason"]
     assert "a second run" not in json.loads(failed["stage_details"])["run"]["detail"]
     attempts = query(db, "select status from attempts where run_id = 7 and kernel is not null")
     assert [a["status"] for a in attempts] == ["ok"]  # one try: no infra, no retry

@@ -243,7 +243,7 @@ def test_a_kernel_that_removes_its_copy_is_still_checked_and_retires_no_node(
     was marked unhealthy (every later cell on it skipped). Each tool now runs a fresh copy of
     the build (hashed as before), and the cell is judged on what the tools found."""
     prelude = tmp_path / "prelude.sh"
-    prelude.write_text("rm -f ./standin-selfdel\n")  # the kernel's own doing, from its work folder
+    prelude.write_text("rm -f ../bin/standin-selfdel\n")  # the kernel's own doing (unconfined: the shell runner)
     variants = {
         "selfdel": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude, sanitize=["memcheck", "racecheck"])
     }

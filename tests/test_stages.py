@@ -537,7 +537,8 @@ def test_a_launcher_not_there_is_the_nodes_trouble_by_the_farms_own_look(tmp_pat
         # node's trouble; a run removing the kernel's copy before calling it again, as the node's too
         (FAILS, 'nice() ( echo "toy: PASS" ); nice {binary}', None, "fail"),
         (SAYS_NOT_FOUND, "{binary}", None, "fail"),
-        (REMOVES_ITSELF, "{binary} warmup && {binary}", None, "fail"),
+        # a confined kernel cannot remove its copy (it lies beside its work folder): its second call runs
+        (REMOVES_ITSELF, "{binary} warmup && {binary}", None, "fail unless confined"),
     ],
 )
 def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
@@ -552,7 +553,29 @@ def test_the_kernels_command_is_judged_whatever_the_run_does_around_it(
 
     summary = toy_run(tmp_path, monkeypatch, source=source, job=job, farm_yaml=_runner(runner))
     ((_, result, _),) = summary.results
+    if outcome == "fail unless confined":
+        outcome = "fail" if runner == "shell" else "pass"
     assert result.verdict.outcome.value == outcome, result.verdict
+
+
+@pytest.mark.parametrize("runner", ["auto", "cell"])
+def test_a_confined_run_cannot_rewrite_the_kernels_copy(tmp_path, monkeypatch, runner):
+    """A second red-team round: the copy lay in the work folder, which a confined run may
+    write, so `for f in *; do printf '...echo PASS' > "$f"; done; {binary}` ran a fake in its
+    place (a false pass). It lies beside the work folder now: the kernel that runs is the
+    one built (and fails here). The shell runner confines nothing, and says so."""
+    forge = (  # wherever the copy lies: in the work folder (before) or beside it
+        'printf "#!/bin/sh\\necho toy: PASS\\n" > fake; chmod +x fake; '
+        'for f in * ../bin/*; do cp fake "$f"; done; {binary}'
+    )
+
+    def job(text: str) -> str:
+        return text.replace("    cc:", f"    run: '{forge}'\n    cc:")
+
+    summary = toy_run(tmp_path, monkeypatch, source=FAILS, job=job, farm_yaml=_runner(runner))
+    ((_, result, _),) = summary.results
+    assert result.verdict.outcome.value == "fail", result.verdict
+    assert "wrong numbers" in result.stdout.kept.decode(), result.stdout.kept
 
 
 FAKE_LAUNCHER = '#!/bin/sh\necho "toy: PASS"\n'  # a launcher of the run's own making: the marker, exit 0

@@ -136,7 +136,7 @@ def test_a_copy_swapped_while_its_cell_waits_for_the_gpu_is_not_run(
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not (copies := list(work.glob("cells/*/t4/standin+f*/work/standin-f"))):
+        while not (copies := list(work.glob("cells/*/t4/standin+f*/bin/standin-f"))):
             assert time.monotonic() < deadline, "the cell never got its copy"
             time.sleep(0.05)
         time.sleep(1.0)  # inspected, and waiting for the lock

@@ -78,8 +78,12 @@ class CellPaths:
     @property
     def private_binary(self) -> str:
         """The cell's own copy of the binary, in its own folder: inspected and run
-        there, so a rebuild of the shared cache or another kernel cannot swap it."""
-        return f"{self.run_dir}/work/{self.binary_name}"
+        there, so a rebuild of the shared cache or another kernel cannot swap it. Beside
+        the work folder, not in it: a confined run may write only its work folder, so
+        neither the run's other commands nor the kernel can rewrite or remove the copy
+        between its calls (`for f in *; do ... > "$f"; done; {binary}` ran a fake in its
+        place, a false pass: a red-team finding)."""
+        return f"{self.run_dir}/bin/{self.binary_name}"
 
     @property
     def build_tmp(self) -> str:

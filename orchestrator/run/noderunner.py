@@ -175,11 +175,12 @@ def fresh_copy(binary, private):
 
 
 def take_copy(binary, run_dir, private):
-    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work && cp BINARY PRIVATE (its mode too)."""
+    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work PRIVATE's folder && cp BINARY PRIVATE (its mode too)."""
     if not remove(run_dir):
         return False
     try:
         make_dirs(os.path.join(run_dir, "work"))
+        make_dirs(os.path.dirname(private))
         with open(binary, "rb") as source, open(private, "wb") as copy:
             mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
             for block in iter(lambda: source.read(1 << 20), b""):

@@ -33,6 +33,7 @@ remote `timeout -k`, so a kernel that never ends is killed on the node itself
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import re
 import shlex
 import threading
@@ -393,9 +394,9 @@ class CellPipeline(CellTrips):
         limit = int(self.job.spec.build_timeout)
         make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
-        work = f"{rdir}/work"
+        work, held = f"{rdir}/work", q(posixpath.dirname(self.paths.private_binary))
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
-        copy = f"rm -rf {rdir} && {made} && cp {binary} {private}"
+        copy = f"rm -rf {rdir} && {made} && mkdir -p {held} && cp {binary} {private}"
         # one that does not hash to the record is said, and rebuilt in the same trip
         cached = (
             f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
@@ -645,7 +646,8 @@ class CellPipeline(CellTrips):
         word = '"$farm_sha"' if expected is None else q(expected)
         fresh = ""
         if self._fresh_copy:  # noderunner.take_copy, as the shell says it
-            fresh = f"rm -rf {q(rdir)} && mkdir -p {q(work)} && cp {q(self.paths.binary)} {q(copy)}; "
+            made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
+            fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
         script = (
             # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
             f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}t0=$({NOW_NS}); "
@@ -816,7 +818,8 @@ class CellPipeline(CellTrips):
         make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
         q = shlex.quote
         # a fresh copy of the build before each tool, hashed: see noderunner.sanitize
-        fresh = f"rm -rf {q(private)} && mkdir -p {q(rdir + '/work')} && cp {q(self.paths.binary)} {q(private)}; "
+        made = f"mkdir -p {q(rdir + '/work')} {q(posixpath.dirname(private))}"
+        fresh = f"rm -rf {q(private)} && {made} && cp {q(self.paths.binary)} {q(private)}; "
         check = self._binary_check(q(self._built_sha or ""))
         runs = "; ".join(
             f"{fresh}{check}t0=$({NOW_NS}); "
