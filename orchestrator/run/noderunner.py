@@ -180,15 +180,9 @@ def take_copy(binary, run_dir, private):
         return False
     try:
         make_dirs(os.path.join(run_dir, "work"))
-        make_dirs(os.path.dirname(private))
-        with open(binary, "rb") as source, open(private, "wb") as copy:
-            mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
-            for block in iter(lambda: source.read(1 << 20), b""):
-                copy.write(block)
-        os.chmod(private, mode)
     except OSError:
         return False
-    return True
+    return fresh_copy(binary, private)
 
 
 def kill_group(pid, sig):
