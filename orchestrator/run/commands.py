@@ -152,7 +152,7 @@ def _kernel_call(name: str, binary: str) -> str:
     apart. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
     before its status was noted (a red-team finding)."""
     copy = shlex.quote(binary)
-    cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in the cell's work folder
+    cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_i=0; farm_n=$#; "
         'while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; farm_n=$((farm_n - 1)); farm_i=$((farm_i + 1)); '

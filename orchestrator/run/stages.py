@@ -236,7 +236,7 @@ class CellPipeline(CellTrips):
                 self._release()
             self._confirm_regression()
             if self._sanitizing and ev.run_exit == 0 and ev.pass_line is not None:
-                # only a pass is worth checking again; the tools run the same copy, on a GPU of its kind
+                # only a pass is worth checking again; the tools run the same build, on a GPU of its kind
                 limit = len(self.variant.sanitize) * float(self.job.spec.sanitize_timeout + KILL_GRACE)
                 self._sanitize_gpu, self._ahead = self.gpu_slots.acquire(limit)
                 self._slot = [(self._sanitize_gpu, limit)]
