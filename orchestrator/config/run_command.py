@@ -364,7 +364,7 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
     # the farm's function is told where the launchers stand among the command's words: each word
     # up to {binary} must stay one word (`$A/nice` with A="/usr/bin/nice /bin/echo PASS" ran echo,
     # unchecked; `env -u nice nice {binary}` had the option's value looked up: red-team findings)
-    cut = command.words.index(next(w for w in command.words if "whole" in w.binaries))
+    cut = next((i for i, w in enumerate(command.words) if "whole" in w.binaries), len(command.words))
     for word in command.words[found[0] : cut]:
         if _splits(word.text):
             return launchers, (
@@ -392,8 +392,8 @@ def launcher_places(command: Command) -> list[int]:
     found = command.program()
     if found is None:
         return []
-    ids = {id(word) for word in launcher_words(command)}
-    return [i - found[0] + 1 for i, word in enumerate(command.words) if i >= found[0] and id(word) in ids]
+    # each word holds its own place in the text: equal words at two places are two words
+    return [command.words.index(word) - found[0] + 1 for word in launcher_words(command)]
 
 
 def _launched_otherwise(command: Command) -> str | None:

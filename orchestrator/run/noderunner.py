@@ -158,8 +158,9 @@ def make_dirs(path, tries=100):
 
 
 def fresh_copy(binary, private):
-    """PRIVATE anew from BINARY (its mode too), whatever stands in its place now: the kernel may
-    write its work folder, and a link left there must not be written through."""
+    """PRIVATE anew from BINARY (its mode too), whatever stands in its place now: an unconfined
+    kernel (the shell runner's) may have replaced it, and a link left there must not be written
+    through (hence remove, then O_EXCL)."""
     if not remove(private):
         return False
     try:
@@ -906,10 +907,9 @@ def sanitize(out, spec, env, ahead):
         env, private = own_tmp(env, spec["tmp"])
         with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
             for tool, command, log in spec["tools"]:
-                # a fresh copy of the build before each tool, hashed: the kernel under the run or the
-                # tool before may have removed or swapped its copy (it may write its work folder; one
-                # that did made each try an infra-error, until its node was marked unhealthy), and
-                # nothing of it is left running by now
+                # a fresh copy of the build before each tool, hashed: a kernel that removed or swapped
+                # its copy (unconfined, or before the copy moved out of its work folder) made each try
+                # an infra-error, until its node was marked unhealthy; nothing of it is running by now
                 if spec.get("copy_from") and not fresh_copy(spec["copy_from"], spec["private"]):
                     out.say("@@farm binary-altered missing")
                     return
