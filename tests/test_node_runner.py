@@ -532,7 +532,8 @@ def test_a_kernel_changes_nothing_beyond_its_own_work_folder(
                 "echo kernel > /proc/self/comm && echo proc-writable >&2",
                 f"touch {shm} && echo dev-writable >&2",
                 # its runner: the first process above it that is neither a shell nor the kernel (or its wrapper)
-                "p=$PPID; while case $(cat /proc/$p/comm) in sh|dash|bash|standin*|.farm-kernel) true;; "
+                "p=$PPID; while case $(cat /proc/$p/comm) in "
+                "sh|dash|bash|standin*|.farm-kernel|farm-trampoline) true;; "
                 "*) false;; esac; do p=$(cut -d' ' -f4 /proc/$p/stat); done",
                 "kill -0 $p 2>/dev/null && echo runner-signalled >&2",
                 # a forged claim of confinement into every process above it (refused where it is confined)

@@ -367,6 +367,57 @@ def test_a_kernel_cannot_forge_the_farms_status_line(ssh_fleet: Fleet, make_farm
     assert row["reason"] == "the kernel exited 0, but a command of the run after it failed (exit 3)", row["reason"]
 
 
+# a program among the run's other commands, with the kernel never started, writes a 0 status and
+# the pass marker where the shell scripts keep the kernel's files (fds 6 and 7): a red-team finding
+CHILD_FORGER_RUN = (
+    "if false; then {binary}; fi; python3 -c \"import os; os.write(6, b'0\\n'); os.write(7, b'standin: PASS\\n')\""
+)
+
+
+ASKER_RUN = (
+    "python3 -c \"import os, re, socket; n = re.search(b'farm' + b'_sock=([-0-9a-z]+)', "
+    "open('/proc/%d/cmdline' % os.getppid(), 'rb').read()).group(1); "
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.connect(b'\\0' + n); s.send(b'0' * 32 + b'\\0run'); "
+    "print('handed', s.recvmsg(1, 64)[1])\"; {binary}"
+)
+
+
+@pytest.mark.parametrize("runner_kind", ["auto", "cell"])
+def test_a_program_the_run_starts_holds_none_of_the_kernels_files(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the python runners the run's shell holds none of the kernel's files: each
+    kernel command gets them from the runner at its start (noderunner.KernelFiles). The
+    forger finds no fd 6 (EBADF) and the kernel never ran: fail, never pass. The shell
+    scripts (nodes without python3) cannot keep their fds from the run's programs, and
+    every cell they run says it ran unconfined."""
+    monkeypatch.setenv("FARM_TEST_RUNNER", runner_kind)
+    variants = {
+        "forged": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=CHILD_FORGER_RUN),
+        # asks the runner for the kernel's files as the trampoline would, but without the run's token
+        "asker": standin_variant("PASS", MIN75, "MIN_CC=75", run=ASKER_RUN),
+        "honest": standin_variant("PASS", MIN75, "MIN_CC=75", run="cd .. && cd work && {binary} 5; X=1 {binary}"),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    forged = got[("forged", "Tesla T4")]
+    assert forged["outcome"] == "fail", forged["reason"]
+    assert "never started the kernel" in forged["reason"], forged["reason"]
+    assert "Bad file descriptor" in forged["reason"], forged["reason"]
+    asker = got[("asker", "Tesla T4")]
+    assert asker["outcome"] == "pass", asker["reason"]
+    details = json.loads(asker["stage_details"])["run"]["detail"]
+    assert "without the farm's token (from a program of the run): 1, refused" in details, details
+    assert "handed []" in details, details
+    # each kernel command of a run through the runner, in the folder and with the variables the run gave it
+    honest = got[("honest", "Tesla T4")]
+    assert honest["outcome"] == "pass", honest["reason"]
+    details = json.loads(honest["stage_details"])["run"]["detail"]
+    assert "started the kernel 2 times (exits 0, 0)" in details, details
+
+
 KILLED_SHELL_RUN = (
     # the same forgery, and then the kernel kills that shell, so that the farm's own status
     # line never comes and the forged one would be the last (found in review, session 4)

@@ -82,10 +82,15 @@ def own_tmp(folder: str) -> tuple[str, str]:
 # failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
 # function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
 # closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
-# fds 6-8 are the farm's (a run naming them is refused at load). The two files lie beside the
-# kernel's work folder, not in it: where the node's python3 runs the cell, it opens them itself and
-# hands the run their fds, and the kernel, confined to its work folder, can write them by no path
-# (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding).
+# The two files lie beside the kernel's work folder, not in it: where the node's python3 runs the
+# cell, it opens them itself, and the kernel, confined to its work folder, can write them by no
+# path (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding). There the
+# run's shell holds none of the kernel's files either: each kernel command gets its stdout and
+# stderr from the runner as it starts (noderunner.KernelFiles), and its status goes back the same
+# way (a program among the other commands wrote a 0 status and the marker into fds the shell held,
+# the kernel never started: a red-team finding). The shell scripts (no python3 on the node) keep
+# them open as fds 6-8, which any program of the run inherits: unconfined, and said so on each
+# cell. A run naming fds 6-8 is refused at load.
 KERNEL_FILES = (".farm-status", ".farm-other")
 
 
@@ -100,7 +105,7 @@ STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
 OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
 
 
-CANNOT_START_NOTE = "cannot-start"  # noted (fd 6) where a command's launcher is not there to run
+CANNOT_START_NOTE = "cannot-start"  # noted (with the statuses) where a command's launcher is not there to run
 COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
 
 
@@ -137,7 +142,13 @@ def _launcher_look(cell: str) -> str:
     )
 
 
-def _kernel_call(name: str, binary: str) -> str:
+def _trampoline(*words: str) -> str:
+    """Shell running the node runner's trampoline (noderunner.TRAMPOLINE) with WORDS, handing
+    it the run's token on a heredoc; the lines after it go on the next line."""
+    return f'command "$farm_py" -I -S -c "$farm_tr" "$farm_sock" {" ".join(words)} 9<<farm_EOF'
+
+
+def _kernel_call(name: str, binary: str, runner: bool) -> str:
     """The shell function each kernel command is called through, as `NAME PLACES COMMAND`:
     PLACES ("1,4," or "-") where the loader read launchers among COMMAND's arguments
     (config/run_command.py prefix_kernel_calls; each argument up to the copy is one word as
@@ -150,8 +161,18 @@ def _kernel_call(name: str, binary: str) -> str:
     trouble, where the shell's own words for it vary with its locale and a kernel could print
     them; the copy gone or made not executable (by a run, after an earlier call) is noted
     apart. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
-    before its status was noted (a red-team finding)."""
+    before its status was noted (a red-team finding). RUNNER: the node's python3 runs the
+    cell, and the kernel and the notes go through its trampoline (noderunner.KernelFiles);
+    else through fds 6-8, which the shell scripts open."""
     copy = shlex.quote(binary)
+    if runner:
+        token = "\n$farm_tok\nfarm_EOF\n"
+        note = _trampoline("note", '"$farm_miss"') + token
+        call = "farm_r=0; " + _trampoline("run", '"$@"') + " || farm_r=$?" + token
+    else:
+        note = 'echo "$farm_miss" >&6; '
+        call = 'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
+
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_i=0; farm_n=$#; "
@@ -162,12 +183,13 @@ def _kernel_call(name: str, binary: str) -> str:
         'esac; fi; set -- "$@" "$farm_a"; done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
         # a launcher the loader placed after the copy, as the shell expanded the command: not looked at
         f'case "$farm_k" in *[0-9]*) farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}};; esac; '
-        'if [ -n "$farm_miss" ]; then echo "$farm_miss" >&6; return 127; fi; '
         # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's
-        f"if [ ! -f {copy} ] || [ ! -x {copy} ]; then if [ -f {copy} ] && [ ! -L {copy} ] && "
+        f'if [ -z "$farm_miss" ] && {{ [ ! -f {copy} ] || [ ! -x {copy} ]; }}; then '
+        f"if [ -f {copy} ] && [ ! -L {copy} ] && "
         f'[ -n "$(command find {copy} -prune -perm -u+x 2>/dev/null)" ]; '
-        f"then echo {CANNOT_START_NOTE} >&6; else echo {COPY_GONE_NOTE} >&6; fi; return 127; fi; "
-        'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; return "$farm_r"; }; '
+        f"then farm_miss={CANNOT_START_NOTE}; else farm_miss={COPY_GONE_NOTE}; fi; fi; "
+        f'if [ -n "$farm_miss" ]; then {note}return 127; fi; '
+        f'{call}return "$farm_r"; }}; '
     )
 
 
@@ -176,11 +198,12 @@ def kernel_run(template: str, binary: str, files: list[str] | None = None) -> st
     cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
     through the cell's own farm_kernel_* function. With `files` (kernel_files: the shell
     scripts) the shell opens them as fds 6 and 1-2, the kernel's stdout and stderr going to 7
-    and 8; without, they are open already (the node's python3 runner: noderunner.run)."""
+    and 8; without, the node's python3 runner hands each kernel command its files, and its
+    statuses go back to it (noderunner.KernelFiles, which starts the shell)."""
     q = shlex.quote
     name = f"farm_kernel_{secrets.token_hex(6)}"
     run = prefix_kernel_calls(template, name).replace("{binary}", q(binary))
-    body = f"{_kernel_call(name, binary)}( {run}\n)"
+    body = f"{_kernel_call(name, binary, files is None)}( {run}\n)"
     if files is None:
         return body
     status, other = (q(path) for path in files)

@@ -350,9 +350,12 @@ def exit_code(status):
     return os.WEXITSTATUS(status)
 
 
-def wait_for(pid, seconds):
+def wait_for(pid, seconds, served=None):
     """The child's $? once it ends within `seconds`, else None (it runs on).
-    SIGCHLD is blocked in the runner: sigtimedwait sleeps until a child ends."""
+    SIGCHLD is blocked in the runner: sigtimedwait sleeps until a child ends.
+    With SERVED (KernelFiles), its requests are answered meanwhile."""
+    if served is not None:
+        return served.wait(pid, seconds)
     deadline = time.monotonic() + seconds
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -372,11 +375,17 @@ def _above(fd, lowest=10):
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
 
 
-def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=()):
+def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), served=None):
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
     process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
-    EXTRA: (target, fd) pairs it gets besides its stdout and stderr."""
+    EXTRA: (target, fd) pairs it gets besides its stdout and stderr; SERVED: the
+    KernelFiles its kernel commands ask for, answered while it runs."""
     copies = []
+    token = None
+    if served is not None:
+        command = served.prelude() + command
+        token = served.token_pipe()
+        extra = (*extra, (9, token))
     with open(os.devnull, "rb") as nothing:
         fds = (nothing.fileno(), stdout, stderr)
         if extra:
@@ -389,11 +398,11 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=()):
             else:
                 pid = spawn_confined(argv, cwd, env, fds, rules, extra)
         finally:
-            for fd in copies:
+            for fd in copies if token is None else (*copies, token):
                 os.close(fd)
     if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
         raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
-    code = wait_for(pid, limit)
+    code = wait_for(pid, limit, served)
     if code is None:
         kill_group(pid, _signal.SIGTERM)
         kill_group(pid, _signal.SIGCONT)  # a stopped process of the group gets its TERM too
@@ -404,6 +413,214 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=()):
             code = 137
     kill_group(pid, _signal.SIGKILL)
     return code
+
+
+# The kernel's files (its stdout and stderr, and the statuses of the run's kernel commands) are
+# never open in the run's shell: whatever it starts inherits what it holds, and a program among
+# the run's other commands wrote the pass marker and a 0 status into them with the kernel never
+# started (`python3 -c "os.write(6, ...)"`: a red-team finding, a false pass). Each kernel command
+# goes instead through TRAMPOLINE, started by the run's farm_kernel function (run/commands.py): it
+# asks this runner, over a socket of its own, for the kernel's stdout and stderr, starts the
+# kernel with them, waits for it and reports its status; a note (cannot-start, ...) goes the same
+# way. A request counts only with the run's token, which the shell reads from fd 9 before the run
+# begins and hands each trampoline on a heredoc: no program the run starts holds it (the shell's
+# variables are not exported), nor any of the farm's files.
+TRAMPOLINE = """import os, sys, _signal, _socket as S
+a = sys.argv
+try:  # named in ps (and told from the runner, also python3)
+    with open("/proc/self/comm", "w") as f:
+        f.write("farm-trampoline")
+except OSError:
+    pass
+t = os.read(9, 64).strip()
+os.close(9)
+s = S.socket(S.AF_UNIX, S.SOCK_SEQPACKET | S.SOCK_CLOEXEC)
+s.connect(b"\\0" + a[1].encode())
+if a[2] == "note":
+    s.send(t + b"\\0note\\0" + a[3].encode())
+    s.recv(1)
+    os._exit(0)
+s.send(t + b"\\0run")
+c = s.recvmsg(1, S.CMSG_SPACE(8), S.MSG_CMSG_CLOEXEC)[1]
+if not c or len(c[0][2]) < 8:
+    os.write(2, b"farm: the runner handed no files for the kernel\\n")
+    os._exit(127)
+o, e = (int.from_bytes(c[0][2][i:i + 4], sys.byteorder) for i in (0, 4))
+try:  # as the shell passed it on: python3 may have added LC_CTYPE to its own (PEP 538)
+    with open("/proc/self/environ", "rb") as f:
+        v = dict(i.partition(b"=")[::2] for i in f.read().split(b"\\0") if b"=" in i)
+except OSError:
+    v = os.environ
+try:
+    d = os.POSIX_SPAWN_DUP2
+    g = (_signal.SIGPIPE, _signal.SIGXFSZ)  # python3 ignores them; the shell would not have
+    p = os.posix_spawn(a[3], a[3:], v, file_actions=[(d, o, 1), (d, e, 2)], setsigdef=g)
+except OSError as x:
+    os.write(e, ("%s: %s\\n" % (a[3], x.strerror)).encode())
+    r = 126 if x.errno in (1, 8, 13) else 127
+else:
+    w = os.waitpid(p, 0)[1]
+    r = 128 + os.WTERMSIG(w) if os.WIFSIGNALED(w) else os.WEXITSTATUS(w)
+s.send(b"%d" % r)
+os._exit(r)
+"""
+MAX_REQUESTS = 64  # connections held open at once; more are closed unanswered
+
+
+def _q(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+class KernelFiles:
+    """The run's kernel files, handed by this runner to its kernel commands' trampolines
+    (TRAMPOLINE): STATUS (the statuses and notes, one a line, written here), OUT and ERR
+    (the kernel's stdout and stderr, passed over the socket)."""
+
+    def __init__(self, status, out, err):
+        import _socket
+
+        self.S = _socket
+        self.status, self.files = status, (out, err)
+        self.token = os.urandom(16).hex().encode()
+        self.conns = {}  # fd -> [socket, running]
+        self.forged = 0  # requests without the token
+        for _ in range(3):
+            self.name = "farm-" + os.urandom(8).hex()
+            listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
+            try:
+                listener.bind(b"\0" + self.name.encode())  # abstract: no file a run could replace
+                listener.listen(16)
+                break
+            except OSError:
+                listener.close()
+        else:
+            raise RuntimeError("cannot listen for the kernel's requests")
+        listener.setblocking(False)
+        self.listener = listener
+
+    def prelude(self):
+        """Shell naming the trampoline and reading the run's token from fd 9, then closing it."""
+        python = sys.executable or "python3"
+        return (
+            f"farm_py={_q(python)}; farm_tr={_q(TRAMPOLINE)}; farm_sock={self.name}; read -r farm_tok <&9; exec 9<&-; "
+        )
+
+    def token_pipe(self):
+        read, write = os.pipe2(os.O_CLOEXEC)
+        os.write(write, self.token + b"\n")
+        os.close(write)
+        return read
+
+    def wait(self, pid, seconds):
+        """wait_for(), answering requests meanwhile."""
+        import select
+
+        deadline = time.monotonic() + seconds
+        pidfd = None
+        try:  # noqa: SIM105 - contextlib is an import the runner does without
+            pidfd = os.pidfd_open(pid)  # readable once the shell ends (Linux 5.3, Python 3.9)
+        except (AttributeError, OSError):
+            pass
+        poller = select.poll()
+        poller.register(self.listener.fileno(), select.POLLIN)
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
+        try:
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    for fd in list(self.conns):  # what its kernels said before it ended
+                        self.read(fd, poller, ended=True)
+                    return exit_code(status)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                pause = left if pidfd is not None else min(left, 0.02)
+                for fd, _ in poller.poll(int(pause * 1000) + 1):
+                    if fd == self.listener.fileno():
+                        self.accept(poller)
+                    elif fd in self.conns:
+                        self.read(fd, poller)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def accept(self, poller):
+        while True:
+            try:
+                fd = self.listener._accept()  # accept4, close-on-exec
+            except OSError:
+                return
+            fd = fd[0] if isinstance(fd, tuple) else fd
+            conn = self.S.socket(fileno=fd)
+            if len(self.conns) >= MAX_REQUESTS:
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self.conns[fd] = [conn, False]
+            poller.register(fd, 1)  # POLLIN
+
+    def drop(self, fd, poller):
+        conn, _ = self.conns.pop(fd)
+        try:  # noqa: SIM105
+            poller.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def note(self, line):
+        try:  # noqa: SIM105
+            os.write(self.status, line + b"\n")
+        except OSError:
+            pass
+
+    def read(self, fd, poller, ended=False):
+        conn, running = self.conns[fd]
+        try:
+            data = conn.recv(256)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.drop(fd, poller)
+            return
+        if running:  # the kernel's status, once it ended
+            if data.isdigit() and len(data) < 4:
+                self.note(data)
+            self.drop(fd, poller)
+            return
+        token, _, rest = data.partition(b"\0")
+        from _operator import _compare_digest
+
+        if not _compare_digest(token, self.token):
+            self.forged += 1
+            self.drop(fd, poller)
+            return
+        mode, _, word = rest.partition(b"\0")
+        if mode == b"note" and 0 < len(word) <= 40 and word.replace(b"-", b"").isalpha():
+            self.note(word)
+            try:  # noqa: SIM105
+                conn.send(b"k")
+            except OSError:
+                pass
+            self.drop(fd, poller)
+        elif mode == b"run" and not ended:  # none is started for a shell that has ended
+            fds = b"".join(f.to_bytes(4, sys.byteorder) for f in self.files)
+            try:
+                conn.sendmsg([b"k"], [(self.S.SOL_SOCKET, self.S.SCM_RIGHTS, fds)])
+            except OSError:
+                self.drop(fd, poller)
+                return
+            self.conns[fd][1] = True
+        else:
+            self.drop(fd, poller)
+
+    def close(self):
+        for conn, _ in self.conns.values():
+            conn.close()
+        self.conns.clear()
+        self.listener.close()
 
 
 def started(argv):
@@ -830,8 +1047,8 @@ def run(out, spec, env, ahead):
             env = dict(env, CUDA_VISIBLE_DEVICES=spec["gpu"])  # pinned by UUID
         stdout = open_or_none(os.path.join(run_dir, "stdout"))
         stderr = open_or_none(os.path.join(run_dir, "stderr"))
-        # the kernel commands' statuses (fd 6) and the run's other output (1 and 2), beside the
-        # work folder: opened here, where the confined run could not (commands.kernel_files)
+        # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
+        # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
         rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
@@ -839,14 +1056,18 @@ def run(out, spec, env, ahead):
         # timeout (found by a red-team helper; the shell runner still reads `date`)
         started, clock = now(), time.monotonic_ns()
         code = 1
+        served = None
         try:
             if None not in (stdout, stderr, status, other):
                 fd = rules[0] if rules else None
-                kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
-                code = guarded(spec["command"], spec["limit"], work, other.fileno(), other.fileno(), env, fd, kernels)
+                served = KernelFiles(status.fileno(), stdout.fileno(), stderr.fileno())
+                catch = other.fileno()  # the run's other commands' output
+                code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
         finally:
             if rules:
                 os.close(rules[0])
+            if served is not None:
+                served.close()
         ended = started + time.monotonic_ns() - clock
         for handle in (stdout, stderr, status, other):
             if handle is not None:
@@ -859,6 +1080,8 @@ def run(out, spec, env, ahead):
         if left is not None:
             out.say(f"@@farm leftover {left}")
         say_confinement(out, rules, unconfined)
+        if served is not None and served.forged:
+            out.say(f"@@farm forged {served.forged}")
         out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
         out.say("@@farm checked " + got)
         out.say(f"@@farm {code}")

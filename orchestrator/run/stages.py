@@ -733,6 +733,11 @@ class CellPipeline(CellTrips):
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
+        if forged := last_match(r"^@@farm forged (\d+)$", text):  # noderunner.KernelFiles
+            self._detail.append(
+                "requests for the kernel's files without the farm's token (from a program of the run): "
+                f"{forged.group(1)}, refused"
+            )
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
@@ -757,6 +762,8 @@ class CellPipeline(CellTrips):
                 f"{what} unconfined ("
                 + (why.group(1).strip()[:200] if why else "it went through the node's shell, which cannot confine it")
                 + "): it could have written other cells' files"
+                # the shell scripts hold the kernel's files open where every program of the run inherits them
+                + ("" if by_runner or what != "the kernel ran" else ", and the run's programs its output and status")
             )
 
     def _binary_check(self, expected: str) -> str:
