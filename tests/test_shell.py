@@ -145,6 +145,26 @@ def test_the_launchers_of_the_kernels_commands_are_named() -> None:
     assert kernel_launchers("env -u nsys PROFILER=/opt/nvidia/bin/nsys {binary}") == {"env"}
 
 
+def test_a_run_that_starts_other_programs_is_told_from_one_of_kernel_commands_alone() -> None:
+    """Where a run may start a program besides the kernel and its launchers, the python runner
+    hands each kernel command its files as it starts (noderunner.KernelFiles), so that such a
+    program inherits none: anything but kernel commands, however harmless, counts."""
+    from orchestrator.config.run_command import runs_other_programs
+
+    alone = ["{binary}", "{binary} 5; {binary} 6", "nice -n 5 {binary} 5 && X=1 env Y=2 {binary}", "( {binary} )"]
+    assert not any(runs_other_programs(run) for run in alone)
+    others = [
+        "./prep.sh && {binary}",
+        "cd sub && {binary}",  # a builtin: still read as another command
+        "X=$(python3 forge.py) {binary}",  # a substitution runs a program in a subshell
+        "{binary} `cat args`",
+        "nice {binary} $((1 + 2))",
+        "{binary} <<E\nline\nE\n",
+        "if {binary}; then {binary}; fi",
+    ]
+    assert all(runs_other_programs(run) for run in others)
+
+
 def test_the_farms_function_is_told_where_each_commands_launchers_stand() -> None:
     """`FUNCTION PLACES COMMAND`: the function looks up and runs exactly the arguments the loader
     read as launchers (run/commands.py), by their places: an option's value named like one is

@@ -392,11 +392,18 @@ def test_a_program_the_run_starts_holds_none_of_the_kernels_files(
     scripts (nodes without python3) cannot keep their fds from the run's programs, and
     every cell they run says it ran unconfined."""
     monkeypatch.setenv("FARM_TEST_RUNNER", runner_kind)
+    parent = tmp_path / "parent.sh"  # the kernel's parent, named on its stderr
+    parent.write_text(  # the prelude runs under a shell of the kernel's (system): its parent's parent
+        'k=$(cut -d" " -f4 /proc/$PPID/stat); echo "parent=$(cat /proc/$(cut -d" " -f4 /proc/$k/stat)/comm)" >&2\n'
+    )
     variants = {
         "forged": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=CHILD_FORGER_RUN),
         # asks the runner for the kernel's files as the trampoline would, but without the run's token
         "asker": standin_variant("PASS", MIN75, "MIN_CC=75", run=ASKER_RUN),
-        "honest": standin_variant("PASS", MIN75, "MIN_CC=75", run="cd .. && cd work && {binary} 5; X=1 {binary}"),
+        "honest": standin_variant(
+            "PASS", MIN75, "MIN_CC=75", run="cd .. && cd work && {binary} 5; X=1 {binary}", prelude=parent
+        ),
+        "alone": standin_variant("PASS", MIN75, "MIN_CC=75", run="{binary} 5; X=1 {binary}", prelude=parent),
     }
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
     config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
@@ -411,7 +418,11 @@ def test_a_program_the_run_starts_holds_none_of_the_kernels_files(
     details = json.loads(asker["stage_details"])["run"]["detail"]
     assert "without the farm's token (from a program of the run): 1, refused" in details, details
     assert "handed []" in details, details
-    # each kernel command of a run through the runner, in the folder and with the variables the run gave it
+    # each kernel command of a run that starts other programs through the runner's trampoline, in
+    # the folder and with the variables the run gave it; a run of kernel commands alone without
+    for variant, parent in (("honest", "farm-trampoline"), ("alone", "sh")):
+        stderr = bytes(got[(variant, "Tesla T4")]["stderr"]).decode()
+        assert f"parent={parent}\n" in stderr.replace("parent=dash", "parent=sh"), stderr
     honest = got[("honest", "Tesla T4")]
     assert honest["outcome"] == "pass", honest["reason"]
     details = json.loads(honest["stage_details"])["run"]["detail"]

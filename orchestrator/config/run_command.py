@@ -59,6 +59,23 @@ def kernel_commands(run: str) -> list[tuple[int, int]]:
     return found
 
 
+def runs_other_programs(run: str) -> bool:
+    """Whether `run` may start a program other than the kernel and its launchers: a command
+    that does not run the kernel (`./prep.sh`, `cd`, `fi`: read as such, however harmless), a
+    command substitution (`{binary} $(cat args)`, `$((` too) or a here-document. Such a run's
+    kernel commands go through the node runner's trampoline (run/commands.py kernel_run): what
+    the run starts would inherit the files a shell holds for the kernel."""
+    for command in lex(run).commands:
+        if kernel_command(command) is None:
+            return True
+        texts = [word.text for word in command.words] + [redirect.target for redirect in command.redirects]
+        if any("$(" in text or "`" in text for text in texts):
+            return True
+        if any(redirect.op.startswith("<<") for redirect in command.redirects):
+            return True
+    return False
+
+
 def kernel_launchers(run: str) -> set[str]:
     """The launchers (their names) of the commands of `run` that run the kernel."""
     found: set[str] = set()

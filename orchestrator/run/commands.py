@@ -84,13 +84,16 @@ def own_tmp(folder: str) -> tuple[str, str]:
 # closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
 # The two files lie beside the kernel's work folder, not in it: where the node's python3 runs the
 # cell, it opens them itself, and the kernel, confined to its work folder, can write them by no
-# path (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding). There the
-# run's shell holds none of the kernel's files either: each kernel command gets its stdout and
-# stderr from the runner as it starts (noderunner.KernelFiles), and its status goes back the same
-# way (a program among the other commands wrote a 0 status and the marker into fds the shell held,
-# the kernel never started: a red-team finding). The shell scripts (no python3 on the node) keep
-# them open as fds 6-8, which any program of the run inherits: unconfined, and said so on each
-# cell. A run naming fds 6-8 is refused at load.
+# path (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding). A run
+# that starts other programs than the kernel (`./prep.sh && {binary}`) holds none of the kernel's
+# files in its shell there either: each kernel command gets its stdout and stderr from the runner
+# as it starts (noderunner.KernelFiles), and its status goes back the same way (a program among
+# the other commands wrote a 0 status and the marker into fds the shell held, the kernel never
+# started: a red-team finding). A run of kernel commands alone (`{binary} 5`, `nice {binary}`)
+# starts nothing but the kernel and its launchers, which get them with fds 6-8 closed: there the
+# runner hands the shell fds 6-8, a python3 start less per kernel command. The shell scripts (no
+# python3 on the node) always hold them, unconfined, and say so on each cell. A run naming fds
+# 6-8 is refused at load.
 KERNEL_FILES = (".farm-status", ".farm-other")
 
 
@@ -148,7 +151,7 @@ def _trampoline(*words: str) -> str:
     return f'command "$farm_py" -I -S -c "$farm_tr" "$farm_sock" {" ".join(words)} 9<<farm_EOF'
 
 
-def _kernel_call(name: str, binary: str, runner: bool) -> str:
+def _kernel_call(name: str, binary: str, served: bool) -> str:
     """The shell function each kernel command is called through, as `NAME PLACES COMMAND`:
     PLACES ("1,4," or "-") where the loader read launchers among COMMAND's arguments
     (config/run_command.py prefix_kernel_calls; each argument up to the copy is one word as
@@ -161,11 +164,10 @@ def _kernel_call(name: str, binary: str, runner: bool) -> str:
     trouble, where the shell's own words for it vary with its locale and a kernel could print
     them; the copy gone or made not executable (by a run, after an earlier call) is noted
     apart. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
-    before its status was noted (a red-team finding). RUNNER: the node's python3 runs the
-    cell, and the kernel and the notes go through its trampoline (noderunner.KernelFiles);
-    else through fds 6-8, which the shell scripts open."""
+    before its status was noted (a red-team finding). SERVED: the kernel and the notes go
+    through the node runner's trampoline (noderunner.KernelFiles); else through fds 6-8."""
     copy = shlex.quote(binary)
-    if runner:
+    if served:
         token = "\n$farm_tok\nfarm_EOF\n"
         note = _trampoline("note", '"$farm_miss"') + token
         call = "farm_r=0; " + _trampoline("run", '"$@"') + " || farm_r=$?" + token
@@ -193,17 +195,18 @@ def _kernel_call(name: str, binary: str, runner: bool) -> str:
     )
 
 
-def kernel_run(template: str, binary: str, files: list[str] | None = None) -> str:
+def kernel_run(template: str, binary: str, files: list[str] | None = None, served: bool = False) -> str:
     """The run command for the shell (run in the cell's work folder, where `binary`, the
     cell's copy, lies): the job's `run` in a subshell, each command naming {binary} called
     through the cell's own farm_kernel_* function. With `files` (kernel_files: the shell
     scripts) the shell opens them as fds 6 and 1-2, the kernel's stdout and stderr going to 7
-    and 8; without, the node's python3 runner hands each kernel command its files, and its
-    statuses go back to it (noderunner.KernelFiles, which starts the shell)."""
+    and 8; without, the node's python3 runner opens them: as the same fds, or, SERVED (a run
+    that starts other programs: config/run_command.py runs_other_programs), for each kernel
+    command as it starts, its statuses going back to the runner (noderunner.KernelFiles)."""
     q = shlex.quote
     name = f"farm_kernel_{secrets.token_hex(6)}"
     run = prefix_kernel_calls(template, name).replace("{binary}", q(binary))
-    body = f"{_kernel_call(name, binary, files is None)}( {run}\n)"
+    body = f"{_kernel_call(name, binary, served)}( {run}\n)"
     if files is None:
         return body
     status, other = (q(path) for path in files)

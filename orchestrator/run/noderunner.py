@@ -1060,9 +1060,13 @@ def run(out, spec, env, ahead):
         try:
             if None not in (stdout, stderr, status, other):
                 fd = rules[0] if rules else None
-                served = KernelFiles(status.fileno(), stdout.fileno(), stderr.fileno())
                 catch = other.fileno()  # the run's other commands' output
-                code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
+                if spec.get("served"):  # it starts other programs: none may inherit the kernel's files
+                    served = KernelFiles(status.fileno(), stdout.fileno(), stderr.fileno())
+                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
+                else:
+                    kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
+                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, kernels)
         finally:
             if rules:
                 os.close(rules[0])

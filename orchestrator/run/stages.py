@@ -46,7 +46,7 @@ from orchestrator import metrics
 from orchestrator.classify import classify
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.run_command import kernel_launchers
+from orchestrator.config.run_command import kernel_launchers, runs_other_programs
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
@@ -635,7 +635,8 @@ class CellPipeline(CellTrips):
         work = f"{rdir}/work"
         copy = self.paths.private_binary
         files = kernel_files(rdir)
-        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy)  # the runner opens `files`
+        served = runs_other_programs(self.variant.run)  # the runner hands each kernel command its files
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
         shell_command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, files)
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
@@ -684,6 +685,7 @@ class CellPipeline(CellTrips):
                 "run_dir": rdir,
                 "command": command,
                 "kernel_files": files,
+                "served": served,
                 "tmp": self.paths.run_tmp,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
