@@ -1060,3 +1060,65 @@ def test_two_cards_with_one_uuid_are_no_cards_to_pin_a_cell_to(tmp_path: Path) -
         fleet.stop()
     assert {row["outcome"] for row in rows} == {"infra-error"}, [row["reason"] for row in rows]
     assert "lists UUID GPU-11111111-2222-3333-4444-555555555555 for more than one GPU" in rows[0]["reason"]
+
+
+SCOPE_CHECK = """
+import ctypes, os, sys, threading, _socket as S
+from orchestrator.run import noderunner as n
+from orchestrator.run.noderunner import KernelFiles
+libc = ctypes.CDLL(None, use_errno=True)
+files = KernelFiles(1, 1, 1)
+said, ready, done = {}, threading.Event(), threading.Event()
+
+def confined(then):
+    rules, why = n.ruleset((os.getcwd(),), own_sockets=True)
+    assert rules, why
+    assert libc.prctl(38, 1, 0, 0, 0) == 0 and libc.syscall(n.SYS_RESTRICT, ctypes.c_int(rules[0]), 0) == 0
+    then()
+
+def attempt(who):
+    client = S.socket(S.AF_UNIX, S.SOCK_SEQPACKET)
+    try:
+        client.connect(b"\\0" + files.name.encode())
+        said[who] = "connected"
+    except OSError as err:
+        said[who] = err.strerror
+
+def run():  # the run's own tree: the listener bound there, as guarded() binds it
+    assert files.listen()
+    attempt("its own run")
+    ready.set()
+    done.wait()
+
+def other():  # another cell's kernel: a confined tree of its own
+    ready.wait()
+    attempt("another cell")
+    done.set()
+
+threads = [threading.Thread(target=confined, args=(f,)) for f in (run, other)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(said)
+"""
+
+
+def test_only_its_own_run_reaches_the_socket_a_runner_hands_the_kernels_files_on(tmp_path: Path) -> None:
+    """The runner binds the socket its trampolines ask for the kernel's files on from the thread
+    that starts the run, once confined, and scopes the run's abstract unix sockets to its own tree
+    (Landlock ABI 6): another cell's kernel, confined in a tree of its own, cannot connect to it,
+    so it cannot crowd out that run's requests (64 idle connections made a passing kernel's run
+    fail, "never started": a red-team finding). Below ABI 6 nothing scopes them."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCOPE_CHECK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    said = ast.literal_eval(done.stdout.strip())
+    assert said["its own run"] == "connected", said
+    assert said["another cell"] == ("Operation not permitted" if landlock_abi() >= 6 else "connected"), said

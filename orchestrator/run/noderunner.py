@@ -240,13 +240,14 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True, extra=()):
 LL_WRITE_FILE = 1 << 1
 LL_WRITE = LL_WRITE_FILE | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
-LL_SCOPE_SIGNAL = 1 << 1
+LL_SCOPE_UNIX, LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
 
 
-def ruleset(writable):
+def ruleset(writable, own_sockets=False):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
-    WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree: ((its fd, the ABI), ""),
+    WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree
+    (OWN_SOCKETS: and connections to abstract unix sockets only there): ((its fd, the ABI), ""),
     or (None, why it cannot be had). Reads, runs and the GPU's ioctls are not handled: a
     kernel reads and runs what it likes."""
     try:
@@ -261,7 +262,8 @@ def ruleset(writable):
         handled = LL_WRITE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
         # ABI 6: signals only within the kernel's own tree (not to the runner, nor another
         # cell's kernel); the struct grew by its network and scope words
-        attr = (ctypes.c_uint64 * 3)(handled, 0, LL_SCOPE_SIGNAL if abi >= 6 else 0)
+        scoped = (LL_SCOPE_SIGNAL | (LL_SCOPE_UNIX if own_sockets else 0)) if abi >= 6 else 0
+        attr = (ctypes.c_uint64 * 3)(handled, 0, scoped)
         size = 24 if abi >= 6 else 8
         fd = call(SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
         if fd < 0:
@@ -311,13 +313,14 @@ def scratch(env, run_dir, guarded=()):
     return (real,)
 
 
-def spawn_confined(argv, cwd, env, fds, rules, extra=()):
+def spawn_confined(argv, cwd, env, fds, rules, extra=(), before=None):
     """spawn(), with the child confined to RULES (a ruleset's fd): from a thread of its
     own that confines itself first. Landlock and no_new_privs are a thread's, and what
     it starts inherits them, so the runner's own thread stays free (it removes the
     cell's folder after) and the child still starts by posix_spawn: a fork and exec of
     the runner cost 2-3 ms of CPU more per run. None where it cannot start (or cannot
-    be confined: it is then not started at all)."""
+    be confined: it is then not started at all). BEFORE: called in that thread once it is
+    confined, before the start (what it makes, a socket, is then the confined tree's)."""
     import _thread
     import ctypes
 
@@ -331,6 +334,8 @@ def spawn_confined(argv, cwd, env, fds, rules, extra=()):
             # no_new_privs: what an unprivileged thread must promise before it may confine itself
             if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
                 SPAWN_ERRORS.append(argv[0] + ": landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
+            elif before is not None and not before():
+                pass  # it said why (SPAWN_ERRORS)
             else:
                 started.append(spawn(argv, cwd, env, *fds, extra=extra))
         except Exception as err:
@@ -394,9 +399,9 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
         argv = ["sh", "-c", command]
         try:
             if rules is None:
-                pid = spawn(argv, cwd, env, *fds, extra=extra)
+                pid = spawn(argv, cwd, env, *fds, extra=extra) if served is None or served.listen() else None
             else:
-                pid = spawn_confined(argv, cwd, env, fds, rules, extra)
+                pid = spawn_confined(argv, cwd, env, fds, rules, extra, served and served.listen)
         finally:
             for fd in copies if token is None else (*copies, token):
                 os.close(fd)
@@ -464,7 +469,7 @@ else:
 s.send(b"%d" % r)
 os._exit(r)
 """
-MAX_REQUESTS = 64  # connections held open at once; more are closed unanswered
+MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
 
 
 def _q(text):
@@ -484,19 +489,24 @@ class KernelFiles:
         self.token = os.urandom(16).hex().encode()
         self.conns = {}  # fd -> [socket, running]
         self.forged = 0  # requests without the token
-        for _ in range(3):
-            self.name = "farm-" + os.urandom(8).hex()
-            listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
-            try:
-                listener.bind(b"\0" + self.name.encode())  # abstract: no file a run could replace
-                listener.listen(16)
-                break
-            except OSError:
-                listener.close()
-        else:
-            raise RuntimeError("cannot listen for the kernel's requests")
+        self.refused = 0  # connections past MAX_REQUESTS
+        self.name = "farm-" + os.urandom(8).hex()
+        self.listener = None
+
+    def listen(self):
+        """Binds the socket: from the thread that starts the run, once it is confined, so that
+        (Landlock ABI 6, scoped: confined_to own_sockets) no other cell's kernel can connect to it."""
+        listener = self.S.socket(self.S.AF_UNIX, self.S.SOCK_SEQPACKET | self.S.SOCK_CLOEXEC)
+        try:
+            listener.bind(b"\0" + self.name.encode())  # abstract: no file a run could replace
+            listener.listen(64)
+        except OSError as err:
+            listener.close()
+            SPAWN_ERRORS.append("cannot listen for the kernel's requests: " + repr(err))
+            return False
         listener.setblocking(False)
         self.listener = listener
+        return True
 
     def prelude(self):
         """Shell naming the trampoline and reading the run's token from fd 9, then closing it."""
@@ -553,8 +563,11 @@ class KernelFiles:
                 return
             fd = fd[0] if isinstance(fd, tuple) else fd
             conn = self.S.socket(fileno=fd)
-            if len(self.conns) >= MAX_REQUESTS:
+            if len(self.conns) >= MAX_REQUESTS:  # a kernel command may be among them: never a pass
                 conn.close()
+                if not self.refused:
+                    self.note(b"cannot-start")
+                self.refused += 1
                 continue
             conn.setblocking(False)
             self.conns[fd] = [conn, False]
@@ -620,7 +633,8 @@ class KernelFiles:
         for conn, _ in self.conns.values():
             conn.close()
         self.conns.clear()
-        self.listener.close()
+        if self.listener is not None:
+            self.listener.close()
 
 
 def started(argv):
@@ -1004,14 +1018,15 @@ def own_tmp(env, folder):
     return dict(env, TMPDIR=folder), (folder,)
 
 
-def confined_to(run_dir, env, guarded, *files):
+def confined_to(run_dir, env, guarded, *files, own_sockets=False):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
     descriptors and memory there need ptrace, which Landlock denies outside the domain),
     the temporary folder where the cells' folders are not in it, and FILES: not its
     output files (open already) nor any other cell's folder."""
-    return ruleset((os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files))
+    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
+    return ruleset(writable, own_sockets)
 
 
 def say_confinement(out, rules, unconfined):
@@ -1050,7 +1065,9 @@ def run(out, spec, env, ahead):
         # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
+        rules, unconfined = confined_to(
+            run_dir, node_env, spec.get("guarded") or (), *tmp, own_sockets=spec.get("served")
+        )
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
