@@ -88,9 +88,7 @@ def main() -> int:
             SPENT.clear()
             CALLS.clear()
             root = tmp / f"farm{rep}"
-            farm_file = fleet.write_farm(
-                root, members, 6, f"sleep 0.5 && {fleet.kernel_build()}", "sleep 1.0 && {binary}", 2
-            )
+            farm_file = fleet.write_farm(root, members, 6, f"sleep 0.5 && {fleet.kernel_build()}", "{binary} 1.0", 2)
             clock, cpu = time.monotonic(), time.process_time()
             summary = fleet.farm_run(farm_file, root / "archives")
             cpu = time.process_time() - cpu

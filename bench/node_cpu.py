@@ -77,7 +77,7 @@ def main() -> int:
                         [node],
                         cells,
                         f"sleep 0.01 && {fleet.kernel_build()}",
-                        "sleep 0.01 && {binary}",
+                        "{binary} 0.01",
                         2,
                     )
                     before = reaped_cpu(node.proc.pid)

@@ -126,7 +126,7 @@ def main() -> int:
                 fleet_nodes[:n],
                 6,
                 f"sleep 0.5 && {fleet.kernel_build()}",
-                "sleep 1.0 && {binary}",
+                "{binary} 1.0",
                 2,
                 processes=args.processes,
             )
