@@ -735,11 +735,8 @@ class CellPipeline(CellTrips):
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
-        if forged := last_match(r"^@@farm forged (\d+)$", text):  # noderunner.KernelFiles
-            self._detail.append(
-                "requests for the kernel's files without the farm's token (from a program of the run): "
-                f"{forged.group(1)}, refused"
-            )
+        forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
+        ev.kernel_files_forged = int(forged.group(1)) if forged else 0
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
