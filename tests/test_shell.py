@@ -161,6 +161,8 @@ def test_a_run_that_starts_other_programs_is_told_from_one_of_kernel_commands_al
         "nice {binary} $((1 + 2))",
         "{binary} <<E\nline\nE\n",
         "if {binary}; then {binary}; fi",
+        "f() { python3 forge.py; }; {binary}",
+        "{binary} 5 <(python3 forge.py)",  # bash's process substitution: not read (and refused at load)
     ]
     assert all(runs_other_programs(run) for run in others)
 

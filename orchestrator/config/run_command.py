@@ -64,8 +64,12 @@ def runs_other_programs(run: str) -> bool:
     that does not run the kernel (`./prep.sh`, `cd`, `fi`: read as such, however harmless), a
     command substitution (`{binary} $(cat args)`, `$((` too) or a here-document. Such a run's
     kernel commands go through the node runner's trampoline (run/commands.py kernel_run): what
-    the run starts would inherit the files a shell holds for the kernel."""
-    for command in lex(run).commands:
+    the run starts would inherit the files a shell holds for the kernel. Text it cannot read
+    (refused at load anyway) counts too."""
+    lexed = lex(run)
+    if lexed.problem or lexed.heredoc_binary:
+        return True
+    for command in lexed.commands:
         if kernel_command(command) is None:
             return True
         texts = [word.text for word in command.words] + [redirect.target for redirect in command.redirects]
