@@ -420,16 +420,19 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
     return code
 
 
-# The kernel's files (its stdout and stderr, and the statuses of the run's kernel commands) are
-# never open in the run's shell: whatever it starts inherits what it holds, and a program among
-# the run's other commands wrote the pass marker and a 0 status into them with the kernel never
-# started (`python3 -c "os.write(6, ...)"`: a red-team finding, a false pass). Each kernel command
-# goes instead through TRAMPOLINE, started by the run's farm_kernel function (run/commands.py): it
-# asks this runner, over a socket of its own, for the kernel's stdout and stderr, starts the
-# kernel with them, waits for it and reports its status; a note (cannot-start, ...) goes the same
-# way. A request counts only with the run's token, which the shell reads from fd 9 before the run
-# begins and hands each trampoline on a heredoc: no program the run starts holds it (the shell's
-# variables are not exported), nor any of the farm's files.
+# Where the run starts other programs than the kernel (its spec's `served`), the kernel's files
+# (its stdout and stderr, and the statuses of the run's kernel commands) are never open in the
+# run's shell: whatever it starts inherits what it holds, and a program among the run's other
+# commands wrote the pass marker and a 0 status into them with the kernel never started (`python3
+# -c "os.write(6, ...)"`: a red-team finding, a false pass). Each kernel command goes instead
+# through TRAMPOLINE, started by the run's farm_kernel function (run/commands.py): it asks this
+# runner, over a socket of its own, for the kernel's stdout and stderr, starts the kernel with
+# them, waits for it and reports its status; a note (cannot-start, ...) goes the same way. A
+# request counts only with the run's token, which the shell reads from fd 9 before the run begins
+# and hands each trampoline on a heredoc: no program the run starts inherits it (the shell's
+# variables are not exported), nor any of the farm's files. Not closed: a program that reads the
+# token out of the shell's memory or a starting trampoline's fd 9 through /proc (the same user, in
+# the same Landlock tree); the cure is this runner starting each kernel itself.
 TRAMPOLINE = """import os, sys, _signal, _socket as S
 a = sys.argv
 try:  # named in ps (and told from the runner, also python3)
