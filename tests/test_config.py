@@ -769,6 +769,16 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("env -u $X nice {binary}", "may turn into several words"),
         ("nice -n {1,2} {binary}", "may turn into several words"),
         ("test() ( true ); {binary}", "a function named 'test'"),
+        # session 22's red team: a launcher's output into a program holding the kernel's stdout, or
+        # into the kernel's streams, and a launcher that prints the kernel's arguments there
+        ("""strace -e trace=none -o '|python3 -c "print(1)"' {binary}""", "to a program or a stream"),
+        ("strace -o'!cat' {binary}", "to a program or a stream"),
+        ("strace -fo/dev/stdout {binary}", "to a program or a stream"),
+        ("time --output=/proc/self/fd/1 {binary}", "to a program or a stream"),
+        ("compute-sanitizer --log-file /dev/stderr {binary}", "to a program or a stream"),
+        ("valgrind --log-fd=1 {binary}", "`valgrind --log-fd`"),
+        ("time -o t.log -f %C {binary} PASS", "prints the command it starts"),
+        ("strace {binary} needs CC 9.0", "prints the command it starts"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:
@@ -841,3 +851,25 @@ def test_an_empty_tool_path_is_refused(tmp_path, key):
     farm = GOOD_FARM.replace('cc: "7.5"', f"cc: \"7.5\"\n    {key}: ''")
     err = load_error(make_farm(tmp_path, farm=farm))
     assert err.key == f"nodes.t4.{key}" and "at least 1 character" in str(err), str(err)
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "strace -o trace.log {binary}",
+        "strace -fo trace.log -e trace=openat {binary} 5",
+        "valgrind --log-file=valgrind.log {binary}",
+        "time -o time.log {binary}",
+        "srun -o out-%j.log {binary}",
+        "nice {binary} --expect PASS",  # a launcher that prints nothing of the kernel's arguments
+    ],
+)
+def test_a_launchers_output_into_a_file_loads(run: str) -> None:
+    """What the refusals of a launcher's output into a program or a stream leave alone."""
+    import yaml
+
+    from orchestrator.config.run_command import check_run
+    from orchestrator.config.schema import JobSpec
+
+    job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
+    assert check_run(job, "v1", run, Path("jobs/k.yaml")) is None

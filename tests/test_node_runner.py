@@ -1122,3 +1122,59 @@ def test_only_its_own_run_reaches_the_socket_a_runner_hands_the_kernels_files_on
     said = ast.literal_eval(done.stdout.strip())
     assert said["its own run"] == "connected", said
     assert said["another cell"] == ("Operation not permitted" if landlock_abi() >= 6 else "connected"), said
+
+
+OWN_CHECK = """
+import os, select, subprocess, sys, _socket as S
+from orchestrator.run.noderunner import KernelFiles
+files = KernelFiles(1, 1, 1)
+assert files.listen()
+poller = select.poll()
+address = b"\\0" + files.name.encode()
+stranger = subprocess.Popen(["sleep", "30"])  # a process that is not this one's ancestor
+
+def served(shell, connect):
+    files.shell = shell
+    before = len(files.conns)
+    connect()
+    files.accept(poller)
+    return len(files.conns) - before
+
+clients = []
+def from_here():
+    client = S.socket(S.AF_UNIX, S.SOCK_SEQPACKET)
+    client.connect(address)
+    clients.append(client)
+
+def from_child():
+    code = f"import _socket as S, time; s = S.socket(S.AF_UNIX, 5); s.connect({address!r}); time.sleep(2)"
+    clients.append(subprocess.Popen([sys.executable, "-c", code]))
+    import time
+    time.sleep(1)
+
+print({
+    "its own shell": served(os.getpid(), from_here),
+    "a descendant": served(os.getpid(), from_child),
+    "another tree": served(stranger.pid, from_here),
+})
+stranger.kill()
+"""
+
+
+def test_the_runner_serves_only_its_own_runs_processes(tmp_path: Path) -> None:
+    """A request for the kernel's files counts only from a descendant of the run's shell
+    (SO_PEERCRED): where Landlock does not scope the socket (ABI 5 and older, an unconfined
+    process), another cell's kernel connected and sent a request without the token, and the
+    victim cell was judged fail (a red-team finding). Connections from elsewhere are closed,
+    neither served nor counted."""
+    done = subprocess.run(
+        [sys.executable, "-c", OWN_CHECK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert said == {"its own shell": 1, "a descendant": 1, "another tree": 0}, said

@@ -307,6 +307,45 @@ _VALUE_OPTIONS: dict[str, set[str]] = {
 _TWO_VALUES = frozenset({"-mca", "--mca", "-genv", "-gmca", "--gmca"})  # `--mca NAME VALUE`
 
 
+# A launcher's options that name where it writes its own output: a pipe to a program (`strace -o
+# '|python3 ...'` ran one holding the kernel's stdout, printing the marker: a red-team finding), or
+# the kernel's own streams (`-o /dev/stdout`), are refused; a file is fine.
+_OUTPUT_OPTIONS = {
+    "strace": {"-o", "--output"},
+    "ltrace": {"-o", "--output"},
+    "time": {"-o", "--output"},
+    "valgrind": {"--log-file", "--xml-file", "--log-socket"},
+    "compute-sanitizer": {"--log-file", "--save"},
+    "cuda-memcheck": {"--log-file", "--save"},
+    "nsys": {"-o", "--output"},
+    "ncu": {"-o", "--export", "--log-file"},
+    "srun": {"-o", "--output", "-e", "--error", "-i", "--input"},
+}
+_STREAM = re.compile(r"[|!&]|/dev/|/proc/|.*/fd/")  # pipes, device and /proc files, fd paths
+
+
+def _refused_value(program: str, option: str, value: str) -> str | None:
+    """A launcher's output option sending it into a program or a stream (_OUTPUT_OPTIONS)."""
+    bare = re.sub(r"[\"'\\]", "", value)
+    if option in _OUTPUT_OPTIONS.get(program, ()) and _STREAM.match(bare):
+        return f"`{program} {option} {value}`, whose output would go to a program or a stream, not a file"
+    if program == "valgrind" and option in ("--log-fd", "--xml-fd"):
+        return f"`valgrind {option}`, whose output would go into the kernel's streams: name a --log-file"
+    return None
+
+
+def _glued(program: str, text: str) -> tuple[str, str] | None:
+    """The short option in a cluster that takes a value, as getopt reads it, and what is glued
+    to it (`-o|cmd`; `-fo/dev/stdout`: -f, then -o with the rest; `-fo`: its value the next word)."""
+    if not re.match(r"-[A-Za-z]", text):
+        return None
+    for at in range(1, len(text)):
+        option = "-" + text[at]
+        if option in _VALUE_OPTIONS.get(program, ()) or option in _OUTPUT_OPTIONS.get(program, ()):
+            return option, text[at + 1 :]
+    return None
+
+
 def _refused_option(program: str, option: str) -> str | None:
     """An option of `env` that clears the environment (the farm's GPU pin and the cell's
     marker with it) or runs a string of its own (`-S 'echo PASS'`)."""
@@ -355,10 +394,13 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
     current = program.text.rsplit("/", 1)[-1]
     verbs = _SUBCOMMANDS.get(current, ())
     owed = 0  # values still owed to the last option
+    option = ""
     for index, word in enumerate(before_kernel(command)):
         text = word.text
         if owed:
             owed -= 1
+            if why := _refused_value(current, option, text):
+                return launchers, why
             continue
         if index == 0 and text in verbs:
             continue
@@ -371,9 +413,17 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
         if text.startswith("-"):
             if why := _refused_option(current, text):
                 return launchers, why
-            name = text.split("=", 1)[0]
+            name, given, value = text.partition("=")
+            if why := _refused_value(current, name, value) if given else _refused_value(current, name, "-"):
+                return launchers, why
+            option = name
             if "=" not in text and name in _VALUE_OPTIONS.get(current, ()):
                 owed = 2 if name in _TWO_VALUES else 1
+            elif (glued := _glued(current, text)) is not None and not given:
+                option, rest = glued
+                if why := _refused_value(current, option, rest) if rest else None:
+                    return launchers, why
+                owed = 0 if rest else 1
             continue
         if _NUMBER_LIKE.fullmatch(text):
             continue
@@ -421,17 +471,31 @@ def _launched_otherwise(command: Command) -> str | None:
     return _launcher_walk(command)[1]
 
 
+# Launchers that print the command they start, its arguments included (strace's execve line,
+# valgrind's "Command:", `time -f %C`), on the kernel's stdout or stderr: there the kernel's
+# arguments may not hold the markers' words (`strace {binary} needs CC 9.0` printed a refusal the
+# kernel never did; `time -o /dev/stdout -f %C {binary} PASS` a pass: a red-team finding).
+_ECHOING = frozenset({"strace", "ltrace", "valgrind", "time"})
+
+
 def _markers_before(command: Command, job: JobSpec) -> str | None:
     """Marker text among the kernel command's words before {binary} (`env echo PASS {binary}`);
-    the kernel's own arguments may hold the markers' words (`--expect PASS`)."""
+    the kernel's own arguments may hold the markers' words (`--expect PASS`), but for a
+    launcher that prints them (_ECHOING)."""
+    echoing = {word.text.rsplit("/", 1)[-1] for word in launcher_words(command)} & _ECHOING
     before = []
     for word in command.words:
-        if "whole" in word.binaries:
+        if "whole" in word.binaries and not echoing:
             break
         before.append(word.text)
     text = " ".join(before).replace('"', "").replace("'", "").encode()  # as the shell passes them
     for key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
         if compile_marker(marker).search(text) is not None:
+            if echoing:
+                return (
+                    f"text in a command run under {sorted(echoing)[0]!r}, which prints the command it starts, "
+                    f"that the job's {key} {marker!r} matches"
+                )
             return f"text before the kernel that the job's {key} {marker!r} matches"
     return None
 

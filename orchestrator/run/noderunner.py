@@ -495,6 +495,7 @@ class KernelFiles:
         self.refused = 0  # connections past MAX_REQUESTS
         self.name = "farm-" + os.urandom(8).hex()
         self.listener = None
+        self.shell = 0  # the run's shell: only its descendants are served
 
     def listen(self):
         """Binds the socket: from the thread that starts the run, once it is confined, so that
@@ -529,6 +530,7 @@ class KernelFiles:
         import select
 
         deadline = time.monotonic() + seconds
+        self.shell = pid
         pidfd = None
         try:  # noqa: SIM105 - contextlib is an import the runner does without
             pidfd = os.pidfd_open(pid)  # readable once the shell ends (Linux 5.3, Python 3.9)
@@ -566,6 +568,9 @@ class KernelFiles:
                 return
             fd = fd[0] if isinstance(fd, tuple) else fd
             conn = self.S.socket(fileno=fd)
+            if not self.ours(conn):  # another cell's, or no cell's: neither served nor counted
+                conn.close()
+                continue
             if len(self.conns) >= MAX_REQUESTS:  # a kernel command may be among them: never a pass
                 conn.close()
                 if not self.refused:
@@ -575,6 +580,24 @@ class KernelFiles:
             conn.setblocking(False)
             self.conns[fd] = [conn, False]
             poller.register(fd, 1)  # POLLIN
+
+    def ours(self, conn):
+        """Whether the peer (SO_PEERCRED) is of this run: a descendant of its shell. Any process
+        of the node's user can connect where Landlock does not scope the socket (ABI 5 and
+        older, an unconfined process), and a request without the token fails the run's cell."""
+        try:
+            cred = conn.getsockopt(self.S.SOL_SOCKET, self.S.SO_PEERCRED, 12)
+            pid = int.from_bytes(cred[:4], sys.byteorder, signed=True)
+            for _ in range(256):
+                if pid == self.shell:
+                    return True
+                if pid <= 1:
+                    return False
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return False
 
     def drop(self, fd, poller):
         conn, _ = self.conns.pop(fd)
@@ -1021,7 +1044,7 @@ def own_tmp(env, folder):
     return dict(env, TMPDIR=folder), (folder,)
 
 
-def confined_to(run_dir, env, guarded, *files, own_sockets=False):
+def confined_to(run_dir, env, guarded, *files):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
@@ -1029,7 +1052,9 @@ def confined_to(run_dir, env, guarded, *files, own_sockets=False):
     the temporary folder where the cells' folders are not in it, and FILES: not its
     output files (open already) nor any other cell's folder."""
     writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
-    return ruleset(writable, own_sockets)
+    # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
+    # (KernelFiles), and a request without the token failed that cell (a red-team finding)
+    return ruleset(writable, own_sockets=True)
 
 
 def say_confinement(out, rules, unconfined):
@@ -1068,9 +1093,7 @@ def run(out, spec, env, ahead):
         # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(
-            run_dir, node_env, spec.get("guarded") or (), *tmp, own_sockets=spec.get("served")
-        )
+        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
