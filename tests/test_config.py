@@ -779,6 +779,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("valgrind --log-fd=1 {binary}", "`valgrind --log-fd`"),
         ("time -o t.log -f %C {binary} PASS", "prints the command it starts"),
         ("strace {binary} needs CC 9.0", "prints the command it starts"),
+        # a third round: an abbreviated long option (GNU time takes --out), and the markers' words
+        # hidden from the check by the shell's own words
+        ("time --out=/dev/stdout -f %C {binary} x", "to a program or a stream"),
+        ("strace {binary} needs\\ CC", "prints the command it starts"),
+        ('C=CC; strace {binary} "needs $C"', "prints the command it starts"),
+        ("valgrind {binary} PA$S", "prints the command it starts"),
+        ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options from outside"),
+        ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options from outside"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

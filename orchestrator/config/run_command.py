@@ -132,6 +132,9 @@ _FARMS_OWN = (
     ),
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
+    # valgrind's options from outside its command line: `VALGRIND_OPTS=--log-fd=1 valgrind {binary}`
+    # sent its output, the kernel's command line in it, into the kernel's stdout (a red-team finding)
+    (re.compile(r"VALGRIND_OPTS|valgrindrc"), "valgrind's options from outside its command line"),
 )
 # fds 6-8 named anywhere in the run's text: `6>x`, `>&7`, `/dev/fd/8`, inside `$( )` too (where
 # the lexer does not look: `$(echo PASS >&7)` printed for a kernel that never ran)
@@ -324,10 +327,17 @@ _OUTPUT_OPTIONS = {
 _STREAM = re.compile(r"[|!&]|/dev/|/proc/|.*/fd/")  # pipes, device and /proc files, fd paths
 
 
+def _output_option(program: str, option: str) -> bool:
+    """Whether OPTION names one of the launcher's output options, or abbreviates one (getopt_long
+    takes `--out` for `--output`: GNU time wrote to /dev/stdout so, a red-team finding)."""
+    known = _OUTPUT_OPTIONS.get(program, ())
+    return option in known or (len(option) > 2 and option.startswith("--") and any(o.startswith(option) for o in known))
+
+
 def _refused_value(program: str, option: str, value: str) -> str | None:
     """A launcher's output option sending it into a program or a stream (_OUTPUT_OPTIONS)."""
     bare = re.sub(r"[\"'\\]", "", value)
-    if option in _OUTPUT_OPTIONS.get(program, ()) and _STREAM.match(bare):
+    if _output_option(program, option) and _STREAM.match(bare):
         return f"`{program} {option} {value}`, whose output would go to a program or a stream, not a file"
     if program == "valgrind" and option in ("--log-fd", "--xml-fd"):
         return f"`valgrind {option}`, whose output would go into the kernel's streams: name a --log-file"
@@ -483,6 +493,14 @@ def _markers_before(command: Command, job: JobSpec) -> str | None:
     the kernel's own arguments may hold the markers' words (`--expect PASS`), but for a
     launcher that prints them (_ECHOING)."""
     echoing = {word.text.rsplit("/", 1)[-1] for word in launcher_words(command)} & _ECHOING
+    if echoing:  # words the shell changes would hide the markers from the check below
+        # (`strace {binary} needs\ CC`, `"needs $C"`: a refusal the kernel never printed, a red-team finding)
+        for word in command.words:
+            if re.search(r"[$`\\]", word.text):
+                return (
+                    f"{word.text!r} in a command run under {sorted(echoing)[0]!r}, which prints the command it "
+                    "starts: there its words are taken as written, without `$`, backquotes or backslashes"
+                )
     before = []
     for word in command.words:
         if "whole" in word.binaries and not echoing:
