@@ -785,6 +785,8 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("strace {binary} needs\\ CC", "prints the command it starts"),
         ('C=CC; strace {binary} "needs $C"', "prints the command it starts"),
         ("valgrind {binary} PA$S", "prints the command it starts"),
+        ("strace -o {binary} printf 'toy: P%sS' AS", "{binary} as the value of '-o'"),  # the README's own example
+        ("nice -n {binary} 5", "{binary} as the value of '-n'"),
         ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options from outside"),
         ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options from outside"),
     ],

@@ -442,6 +442,8 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
             "take a value: as `--option=value` where the farm does not know it takes one), numbers, "
             "assignments and other launchers may stand"
         )
+    if owed:  # `strace -o {binary} echo PASS`: the copy a file strace writes, echo the program it runs
+        return launchers, f"{{binary}} as the value of {option!r}, not the program {current!r} runs"
     # the farm's function is told where the launchers stand among the command's words: each word
     # up to {binary} must stay one word (`$A/nice` with A="/usr/bin/nice /bin/echo PASS" ran echo,
     # unchecked; `env -u nice nice {binary}` had the option's value looked up: red-team findings)
