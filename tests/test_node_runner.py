@@ -1147,10 +1147,11 @@ def from_here():
     clients.append(client)
 
 def from_child():
-    code = f"import _socket as S, time; s = S.socket(S.AF_UNIX, 5); s.connect({address!r}); time.sleep(2)"
+    code = f"import _socket as S, time; s = S.socket(S.AF_UNIX, 5); s.connect({address!r}); time.sleep(5)"
     clients.append(subprocess.Popen([sys.executable, "-c", code]))
-    import time
-    time.sleep(1)
+    waiting = select.poll()
+    waiting.register(files.listener.fileno(), select.POLLIN)
+    assert waiting.poll(30000), "the child never connected"
 
 print({
     "its own shell": served(os.getpid(), from_here),
