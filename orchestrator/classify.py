@@ -72,9 +72,9 @@ class Evidence:
     # the cell's copy was no longer there when a kernel command called it (commands.COPY_GONE_NOTE):
     # the farm checked it just before the run, so the run (or its kernel) removed it
     kernel_copy_gone: bool = False
-    # requests a program of the run made for the kernel's files without the run's token
-    # (noderunner.KernelFiles): something of the run tried to write as the kernel
-    kernel_files_forged: int = 0
+    # requests to start something other than one of the run's kernel commands, which the node's
+    # runner refused (noderunner.KernelFiles): something of the run tried to speak for the kernel
+    kernel_requests_forged: int = 0
     kernel_exit: int | None = None
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
@@ -197,12 +197,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             f"the kernel's copy was gone or not executable when the run called it{again}: checked just "
             "before the run, it was removed or changed by the run itself",
         )
-    if ev.kernel_files_forged:
+    if ev.kernel_requests_forged:
         return Verdict(
             Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
             "run",
-            f"a program of the run asked the node's runner for the kernel's files without the farm's token "
-            f"({ev.kernel_files_forged} refused): what the kernel's output says is no evidence",
+            "a program of the run asked the node's runner to start something other than one of the run's "
+            f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
         )
     # the shell's words where no kernel command started (its stderr is the kernel's once one did:
     # a kernel that printed them and exited 127 read as the node's trouble, a red-team finding)

@@ -1133,11 +1133,13 @@ poller = select.poll()
 address = b"\\0" + files.name.encode()
 stranger = subprocess.Popen(["sleep", "30"])  # a process that is not this one's ancestor
 
+files.poller = poller
+
 def served(shell, connect):
     files.shell = shell
     before = len(files.conns)
     connect()
-    files.accept(poller)
+    files.accept()
     return len(files.conns) - before
 
 clients = []
@@ -1163,11 +1165,11 @@ stranger.kill()
 
 
 def test_the_runner_serves_only_its_own_runs_processes(tmp_path: Path) -> None:
-    """A request for the kernel's files counts only from a descendant of the run's shell
+    """A request to start a kernel command counts only from a descendant of the run's shell
     (SO_PEERCRED): where Landlock does not scope the socket (ABI 5 and older, an unconfined
-    process), another cell's kernel connected and sent a request without the token, and the
-    victim cell was judged fail (a red-team finding). Connections from elsewhere are closed,
-    neither served nor counted."""
+    process), another cell's kernel connected and sent a request that was none of the run's,
+    and the victim cell was judged fail (a red-team finding). Connections from elsewhere are
+    closed, neither served nor counted."""
     done = subprocess.run(
         [sys.executable, "-c", OWN_CHECK],
         cwd=tmp_path,

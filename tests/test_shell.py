@@ -182,3 +182,85 @@ def test_the_farms_function_is_told_where_each_commands_launchers_stand() -> Non
     assert prefix_kernel_calls('{binary} 1 && exec ~/bin/nice "$N" {binary}', "f") == (
         'f - {binary} 1 && f 1, ~/bin/nice "$N" {binary}'
     )
+
+
+SERVED_CHECK = """
+import json, os, signal, sys
+from orchestrator.config.run_command import kernel_call_words
+from orchestrator.run import noderunner as n
+from orchestrator.run.commands import kernel_run, kernel_statuses
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # as run_plan has it
+runs, kernel, folder = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+env = {"PATH": os.environ["PATH"]}
+said = []
+for run in runs:
+    paths = [os.path.join(folder, name) for name in ("status", "out", "err", "other")]
+    files = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC) for path in paths]
+    served = n.KernelFiles(*files[:3], kernel_call_words(run), kernel, env)
+    try:
+        n.guarded(kernel_run(run, kernel, served=True), 5, folder, files[3], files[3], env, None, (), served)
+    finally:
+        served.close()
+        for fd in files:
+            os.close(fd)
+    read = [open(path, "rb").read() for path in paths]
+    said.append([run, kernel_statuses(read[0]), read[1].decode(), read[2].decode(), served.forged])
+print(json.dumps(said))
+"""
+
+
+def test_the_runner_starts_every_kernel_command_of_a_run_that_loads(tmp_path) -> None:
+    """Random runs of the shell's tokens that start other programs, as the python runner runs
+    them (noderunner.KernelFiles): every kernel command that the load check accepts and the
+    shell reaches is one the runner recognizes and starts (none refused: an honest run would
+    fail), and the kernel's stdout holds only the kernel's lines, one per run of it."""
+    import json
+    import os
+    import random
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from orchestrator.config.run_command import check_run, runs_other_programs
+    from orchestrator.config.schema import JobSpec
+
+    job = JobSpec.model_validate(
+        {
+            "kernel": "k",
+            "sources": ["k.cu"],
+            "pass_marker": "PASS",
+            "refusal_marker": "needs CC",
+            "variants": {"v": {"build": "{nvcc} -o {binary} {sources}", "cc": {"min": "7.5"}}},
+        }
+    )
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "work").mkdir()
+    kernel = tmp_path / "bin" / "k"
+    kernel.write_text("#!/bin/sh\necho K\necho E >&2\n")
+    kernel.chmod(0o755)
+    tokens = ["{binary}", " ", ";", "&&", "||", "(", ")", "'", '"', "\\", "\n", "exec ", "env ", "X=1 ",
+              "nice ", "-n ", "5 ", "timeout ", "'1' ", '"$HOME" ', "echo K", "echo E >&2", "true", "false",
+              "cd .", "printf 'K\\n'", "nice -n '5' ", 'env "Y=$HOME" ', "timeout -s KILL 9 ", "env X=\\$ ",
+              "/usr/bin/env ", "~/nice "]  # fmt: skip
+    rng = random.Random(5)
+    runs: list[str] = []
+    while len(runs) < 150:
+        run = "".join(rng.choice(tokens) for _ in range(rng.randint(1, 9)))
+        if runs_other_programs(run) and check_run(job, "v", run, tmp_path / "k.yaml") is None:
+            runs.append(run)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVED_CHECK, json.dumps(runs), str(kernel), str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    started = 0
+    for run, noted, out, err, forged in json.loads(done.stdout):
+        assert forged == 0, run
+        ran = noted.count(0)  # the kernel exits 0; a launcher that could not start it (`timeout {binary}`) does not
+        assert out.split() == ["K"] * ran, (run, noted, out)
+        assert [line for line in err.splitlines() if line == "E"] == ["E"] * ran, (run, noted, err)
+        started += ran
+    assert started > 50  # the runs did start kernels

@@ -22,7 +22,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Card, Fleet, landlock_abi, query, smi_on_path, standin_job, standin_variant
+from nodes import (
+    CARDS,
+    Card,
+    Fleet,
+    landlock_abi,
+    processes_matching,
+    query,
+    smi_on_path,
+    standin_job,
+    standin_variant,
+)
 
 from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
@@ -416,18 +426,67 @@ def test_a_program_the_run_starts_holds_none_of_the_kernels_files(
     # the kernel passed, but something of its run tried to write as it: no pass
     asker = got[("asker", "Tesla T4")]
     assert asker["outcome"] == "fail", asker["reason"]
-    assert "without the farm's token (1 refused)" in asker["reason"], asker["reason"]
+    assert "other than one of the run's kernel commands (1 refused)" in asker["reason"], asker["reason"]
     details = json.loads(asker["stage_details"])["run"]["detail"]
     assert "handed []" in details, details
     # each kernel command of a run that starts other programs through the runner's trampoline, in
     # the folder and with the variables the run gave it; a run of kernel commands alone without
-    for variant, parent in (("honest", "farm-trampoline"), ("alone", "sh")):
+    # the kernel is the runner's child, not the trampoline's (which could hand it no file then)
+    for variant, parent in (("honest", "python"), ("alone", "sh")):
         stderr = bytes(got[(variant, "Tesla T4")]["stderr"]).decode()
-        assert f"parent={parent}\n" in stderr.replace("parent=dash", "parent=sh"), stderr
+        assert f"parent={parent}" in stderr.replace("parent=dash", "parent=sh"), stderr
+        assert "parent=farm-trampoline" not in stderr, stderr
     honest = got[("honest", "Tesla T4")]
     assert honest["outcome"] == "pass", honest["reason"]
     details = json.loads(honest["stage_details"])["run"]["detail"]
     assert "started the kernel 2 times (exits 0, 0)" in details, details
+
+
+ASK_RUNNER = Path(__file__).parent / "forgers" / "ask_runner.py"
+
+
+def test_the_runner_starts_only_the_runs_own_kernel_commands(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """A run that starts other programs has its kernel commands started by the node's runner
+    (noderunner.KernelFiles), at its trampolines' request: no request gets a file. A program of
+    the run that asks, as the trampoline does, for other programs with the copy as their
+    argument, or another launcher than the run named, is refused each time, and the cell fails.
+    The kernels the runner starts keep what the run gave them: the folder, stdin, variables,
+    umask and limits, their status (a signal's too), and a timeout ends them."""
+    prelude = tmp_path / "seen.sh"
+    prelude.write_text('read -r line; echo "seen: $(basename "$PWD") $(umask) $(ulimit -s) $Y $line" >&2\n')
+    variants = {
+        "forger": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=f"python3 {ASK_RUNNER} && nice -n 5 {{binary}}"),
+        "kept": standin_variant(
+            "PASS",
+            MIN75,
+            "MIN_CC=75",
+            prelude=prelude,
+            run="mkdir -p sub && cd sub && umask 027 && ulimit -s 4096 && export Y=7 && echo in > in.txt && "
+            "{binary} < in.txt",
+        ),
+        "crash": standin_variant("CRASH", MIN75, "MIN_CC=75", run="cd . && {binary}"),
+        "crash-alone": standin_variant("CRASH", MIN75, "MIN_CC=75", run="{binary}"),
+        "hang": standin_variant("HANG", MIN75, "MIN_CC=75", run="cd . && {binary}", timeout=3),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    forger = got[("forger", "Tesla T4")]
+    assert forger["outcome"] == "fail", forger["reason"]
+    assert "(4 refused)" in forger["reason"], forger["reason"]
+    details = json.loads(forger["stage_details"])["run"]["detail"]
+    assert "replies r r r r" in details, details
+    assert b"standin: PASS" not in bytes(forger["stdout"])
+    kept = got[("kept", "Tesla T4")]
+    assert kept["outcome"] == "pass", kept["reason"]
+    assert "seen: sub 0027 4096 7 in\n" in bytes(kept["stderr"]).decode(), bytes(kept["stderr"])
+    crash, alone = got[("crash", "Tesla T4")], got[("crash-alone", "Tesla T4")]
+    assert (crash["outcome"], crash["exit_code"]) == (alone["outcome"], alone["exit_code"]) == ("fail", 134)
+    assert crash["reason"].startswith("killed by SIGABRT (exit 134)"), crash["reason"]
+    hang = got[("hang", "Tesla T4")]
+    assert hang["outcome"] == "timeout", hang["reason"]
+    assert not processes_matching(str(tmp_path / "work-t4")), "a process of the run outlived it"
 
 
 KILLED_SHELL_RUN = (

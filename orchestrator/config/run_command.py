@@ -114,6 +114,63 @@ def prefix_kernel_calls(run: str, function: str) -> str:
     return run
 
 
+def _value(text: str) -> tuple[str, bool]:
+    """A word as the shell hands it on, quotes and backslashes gone, up to its first expansion
+    (`$`, a backquote, or a tilde the shell may expand), and whether that is the whole word."""
+    value, quote, i = [], "", 0
+    while i < len(text):
+        char = text[i]
+        if quote == "'":
+            if char == "'":
+                quote = ""
+            else:
+                value.append(char)
+        elif char in "$`" or (char == "~" and not quote):
+            return "".join(value), False
+        elif char == "\\":
+            i += 1
+            if i < len(text):
+                escaped = text[i]
+                if quote == '"' and escaped not in '$`"\\\n':
+                    value.append("\\")
+                if escaped != "\n":
+                    value.append(escaped)
+        elif char == '"':
+            quote = "" if quote else '"'
+        elif char == "'" and not quote:
+            quote = "'"
+        else:
+            value.append(char)
+        i += 1
+    return "".join(value), True
+
+
+def kernel_call_words(run: str) -> list[list[list[str]]]:
+    """What the node runner starts a kernel command of `run` as (noderunner.KernelFiles): for each
+    command that runs the kernel, its words from its program to {binary}, each [KIND, TEXT] with
+    KIND "launcher" (TEXT its name or path as written, unquoted: a name is looked up on the
+    node's PATH), "word" (TEXT the word whole), "prefix" (TEXT what the word starts with, up to
+    an expansion) or "binary".
+    The words after {binary} are the kernel's own. A request that fits none is no kernel command
+    of the run's (a program of the run asking for the kernel in its own way), and is refused."""
+    calls = []
+    for command in lex(run).commands:
+        found = command.program()
+        if kernel_command(command) is None or found is None:
+            continue
+        launchers = set(launcher_places(command))
+        words: list[list[str]] = []
+        for place, word in enumerate(command.words[found[0] :], start=1):
+            if "whole" in word.binaries:
+                words.append(["binary", ""])
+                break
+            text, whole = _value(word.text)
+            kind = "launcher" if place in launchers else "word" if whole else "prefix"
+            words.append([kind, re.sub(r"[\"'\\]", "", word.text) if kind == "launcher" else text])
+        calls.append(words)
+    return calls
+
+
 # what sh and bash read differently (a bash /bin/sh on some nodes, dash on others), or what
 # could take the farm's own words away from it: refused wherever they stand
 _OTHER_SHELLS = (

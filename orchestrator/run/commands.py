@@ -86,9 +86,9 @@ def own_tmp(folder: str) -> tuple[str, str]:
 # cell, it opens them itself, and the kernel, confined to its work folder, can write them by no
 # path (`echo 0 > .farm-status` after a failing kernel passed it: a red-team finding). A run
 # that starts other programs than the kernel (`./prep.sh && {binary}`) holds none of the kernel's
-# files in its shell there either: each kernel command gets its stdout and stderr from the runner
-# as it starts (noderunner.KernelFiles), and its status goes back the same way (a program among
-# the other commands wrote a 0 status and the marker into fds the shell held, the kernel never
+# files in its shell there either: the runner starts each kernel command itself, with them, at
+# its trampoline's request, and notes its status (noderunner.KernelFiles; a program among the
+# other commands wrote a 0 status and the marker into fds the shell held, the kernel never
 # started: a red-team finding). A run of kernel commands alone (`{binary} 5`, `nice {binary}`)
 # starts nothing but the kernel and its launchers, which get them with fds 6-8 closed: there the
 # runner hands the shell fds 6-8, a python3 start less per kernel command. The shell scripts (no
@@ -145,12 +145,6 @@ def _launcher_look(cell: str) -> str:
     )
 
 
-def _trampoline(*words: str) -> str:
-    """Shell running the node runner's trampoline (noderunner.TRAMPOLINE) with WORDS, handing
-    it the run's token on a heredoc; the lines after it go on the next line."""
-    return f'command "$farm_py" -I -S -c "$farm_tr" "$farm_sock" {" ".join(words)} 9<<farm_EOF'
-
-
 def _kernel_call(name: str, binary: str, served: bool) -> str:
     """The shell function each kernel command is called through, as `NAME PLACES COMMAND`:
     PLACES ("1,4," or "-") where the loader read launchers among COMMAND's arguments
@@ -164,17 +158,17 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
     trouble, where the shell's own words for it vary with its locale and a kernel could print
     them; the copy gone or made not executable (by a run, after an earlier call) is noted
     apart. `|| farm_r=$?`: under the run's own `set -e` a failing kernel would end the shell
-    before its status was noted (a red-team finding). SERVED: the kernel and the notes go
-    through the node runner's trampoline (noderunner.KernelFiles); else through fds 6-8."""
-    copy = shlex.quote(binary)
+    before its status was noted (a red-team finding). SERVED: the command's words go to the
+    node runner's trampoline as they are, and the runner does all of that itself before it
+    starts the kernel, and notes its status (noderunner.KernelFiles); else through fds 6-8."""
     if served:
-        token = "\n$farm_tok\nfarm_EOF\n"
-        note = _trampoline("note", '"$farm_miss"') + token
-        call = "farm_r=0; " + _trampoline("run", '"$@"') + " || farm_r=$?" + token
-    else:
-        note = 'echo "$farm_miss" >&6; '
-        call = 'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
-
+        return (
+            f'{name}() {{ shift; farm_r=0; command "$farm_py" -I -S -c "$farm_tr" "$farm_sock" "$@" || farm_r=$?; '
+            'return "$farm_r"; }; '
+        )
+    copy = shlex.quote(binary)
+    note = 'echo "$farm_miss" >&6; '
+    call = 'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_i=0; farm_n=$#; "
@@ -201,8 +195,8 @@ def kernel_run(template: str, binary: str, files: list[str] | None = None, serve
     through the cell's own farm_kernel_* function. With `files` (kernel_files: the shell
     scripts) the shell opens them as fds 6 and 1-2, the kernel's stdout and stderr going to 7
     and 8; without, the node's python3 runner opens them: as the same fds, or, SERVED (a run
-    that starts other programs: config/run_command.py runs_other_programs), for each kernel
-    command as it starts, its statuses going back to the runner (noderunner.KernelFiles)."""
+    that starts other programs: config/run_command.py runs_other_programs), kept by the runner,
+    which starts each kernel command itself (noderunner.KernelFiles)."""
     q = shlex.quote
     name = f"farm_kernel_{secrets.token_hex(6)}"
     run = prefix_kernel_calls(template, name).replace("{binary}", q(binary))

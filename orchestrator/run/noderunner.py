@@ -384,13 +384,10 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
     process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
     EXTRA: (target, fd) pairs it gets besides its stdout and stderr; SERVED: the
-    KernelFiles its kernel commands ask for, answered while it runs."""
+    KernelFiles its kernel commands ask to be started, answered while it runs."""
     copies = []
-    token = None
     if served is not None:
         command = served.prelude() + command
-        token = served.token_pipe()
-        extra = (*extra, (9, token))
     with open(os.devnull, "rb") as nothing:
         fds = (nothing.fileno(), stdout, stderr)
         if extra:
@@ -403,7 +400,7 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
             else:
                 pid = spawn_confined(argv, cwd, env, fds, rules, extra, served and served.listen)
         finally:
-            for fd in copies if token is None else (*copies, token):
+            for fd in copies:
                 os.close(fd)
     if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
         raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
@@ -426,13 +423,14 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
 # commands wrote the pass marker and a 0 status into them with the kernel never started (`python3
 # -c "os.write(6, ...)"`: a red-team finding, a false pass). Each kernel command goes instead
 # through TRAMPOLINE, started by the run's farm_kernel function (run/commands.py): it asks this
-# runner, over a socket of its own, for the kernel's stdout and stderr, starts the kernel with
-# them, waits for it and reports its status; a note (cannot-start, ...) goes the same way. A
-# request counts only with the run's token, which the shell reads from fd 9 before the run begins
-# and hands each trampoline on a heredoc: no program the run starts inherits it (the shell's
-# variables are not exported), nor any of the farm's files. Not closed: a program that reads the
-# token out of the shell's memory or a starting trampoline's fd 9 through /proc (the same user, in
-# the same Landlock tree); the cure is this runner starting each kernel itself.
+# runner, over a socket of its own, to start the command (its words, environment, folder and
+# stdin), and waits for its status. The runner alone starts the kernel, with its files: a
+# request is served only where its words are one of the run's kernel commands as the loader read
+# them (config/run_command.py kernel_call_words), the launchers the ones the node's PATH has and
+# the program the cell's copy. No request hands out a file, so there is nothing a program of
+# the run could take to speak for the kernel (a token the shell handed each trampoline was read
+# out of the shell's memory, or a starting trampoline's fd 9, through /proc: a red-team finding), and a
+# trampoline the run replaced gets its commands' output and status noted by no one.
 TRAMPOLINE = """import os, sys, _signal, _socket as S
 a = sys.argv
 try:  # named in ps (and told from the runner, also python3)
@@ -440,39 +438,49 @@ try:  # named in ps (and told from the runner, also python3)
         f.write("farm-trampoline")
 except OSError:
     pass
-t = os.read(9, 64).strip()
-os.close(9)
 s = S.socket(S.AF_UNIX, S.SOCK_SEQPACKET | S.SOCK_CLOEXEC)
+try:
+    s.setsockopt(S.SOL_SOCKET, S.SO_SNDBUF, 1 << 21)
+except OSError:
+    pass
 s.connect(b"\\0" + a[1].encode())
-if a[2] == "note":
-    s.send(t + b"\\0note\\0" + a[3].encode())
-    s.recv(1)
-    os._exit(0)
-s.send(t + b"\\0run")
-c = s.recvmsg(1, S.CMSG_SPACE(8), S.MSG_CMSG_CLOEXEC)[1]
-if not c or len(c[0][2]) < 8:
-    os.write(2, b"farm: the runner handed no files for the kernel\\n")
-    os._exit(127)
-o, e = (int.from_bytes(c[0][2][i:i + 4], sys.byteorder) for i in (0, 4))
 try:  # as the shell passed it on: python3 may have added LC_CTYPE to its own (PEP 538)
     with open("/proc/self/environ", "rb") as f:
-        v = dict(i.partition(b"=")[::2] for i in f.read().split(b"\\0") if b"=" in i)
+        v = f.read()
 except OSError:
-    v = os.environ
+    v = b"".join(k + b"=" + x + b"\\0" for k, x in os.environb.items())
+w = [os.fsencode(x) for x in a[2:]]
+d = [os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
 try:
-    d = os.POSIX_SPAWN_DUP2
-    g = (_signal.SIGPIPE, _signal.SIGXFSZ)  # python3 ignores them; the shell would not have
-    p = os.posix_spawn(a[3], a[3:], v, file_actions=[(d, o, 1), (d, e, 2)], setsigdef=g)
+    os.fstat(0)
+    d.append(0)
+except OSError:
+    pass
+try:
+    s.sendmsg([b"\\0".join([b"run", b"%d" % len(w), *w]) + b"\\0" + v],
+              [(S.SOL_SOCKET, S.SCM_RIGHTS, b"".join(i.to_bytes(4, sys.byteorder) for i in d))])
+    r = s.recv(32)
 except OSError as x:
-    os.write(e, ("%s: %s\\n" % (a[3], x.strerror)).encode())
-    r = 126 if x.errno in (1, 8, 13) else 127
-else:
-    w = os.waitpid(p, 0)[1]
-    r = 128 + os.WTERMSIG(w) if os.WIFSIGNALED(w) else os.WEXITSTATUS(w)
-s.send(b"%d" % r)
-os._exit(r)
+    os.write(2, ("farm: cannot ask the node's runner to start the kernel: %s\\n" % x.strerror).encode())
+    os._exit(126)
+if r[:1] == b"s":  # the kernel was killed by this signal: so is this, for the shell to say so
+    n = int(r[1:])
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _signal.signal(n, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [n])
+        os.kill(os.getpid(), n)
+    except (OSError, ValueError, ImportError):
+        pass
+    os._exit(128 + n)
+if r[:1] == b"x":
+    os._exit(int(r[1:]))
+os.write(2, b"farm: the node's runner did not start this command as the kernel\\n")
+os._exit(126)
 """
 MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
+FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
 
 
 def _q(text):
@@ -480,22 +488,32 @@ def _q(text):
 
 
 class KernelFiles:
-    """The run's kernel files, handed by this runner to its kernel commands' trampolines
-    (TRAMPOLINE): STATUS (the statuses and notes, one a line, written here), OUT and ERR
-    (the kernel's stdout and stderr, passed over the socket)."""
+    """The run's kernel commands, started by this runner for its trampolines (TRAMPOLINE), with
+    the kernel's files: STATUS (their statuses and notes, one a line), OUT and ERR (the kernel's
+    stdout and stderr). CALLS: the run's kernel commands (config/run_command.py
+    kernel_call_words); COPY: the cell's copy of the binary; ENV: the run's environment (the
+    node's PATH and HOME, the variables FORCED keeps); RULES: the run's Landlock ruleset's fd,
+    each kernel confined to it in a domain of its own (no program of the run can trace it, or
+    open its files through /proc)."""
 
-    def __init__(self, status, out, err):
+    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None):
         import _socket
 
         self.S = _socket
         self.status, self.files = status, (out, err)
-        self.token = os.urandom(16).hex().encode()
-        self.conns = {}  # fd -> [socket, running]
-        self.forged = 0  # requests without the token
+        self.calls, self.copy = [list(call) for call in calls], copy
+        self.env = dict(env or {})
+        self.forced = {key.encode(): self.env.get(key) for key in (*FORCED, *forced)}
+        self.rules = rules
+        self.cell = os.path.dirname(os.path.dirname(copy))  # the copy lies in bin/ of the cell's folder
+        self.conns = {}  # fd -> [socket, the kernel's pid or None]
+        self.kernels = {}  # pid -> [its connection's fd or None, its pidfd or None]
+        self.forged = 0  # requests that are none of the run's kernel commands
         self.refused = 0  # connections past MAX_REQUESTS
         self.name = "farm-" + os.urandom(8).hex()
         self.listener = None
         self.shell = 0  # the run's shell: only its descendants are served
+        self.poller = None
 
     def listen(self):
         """Binds the socket: from the thread that starts the run, once it is confined, so that
@@ -513,20 +531,12 @@ class KernelFiles:
         return True
 
     def prelude(self):
-        """Shell naming the trampoline and reading the run's token from fd 9, then closing it."""
+        """Shell naming the trampoline and the socket."""
         python = sys.executable or "python3"
-        return (
-            f"farm_py={_q(python)}; farm_tr={_q(TRAMPOLINE)}; farm_sock={self.name}; read -r farm_tok <&9; exec 9<&-; "
-        )
-
-    def token_pipe(self):
-        read, write = os.pipe2(os.O_CLOEXEC)
-        os.write(write, self.token + b"\n")
-        os.close(write)
-        return read
+        return f"farm_py={_q(python)}; farm_tr={_q(TRAMPOLINE)}; farm_sock={self.name}; "
 
     def wait(self, pid, seconds):
-        """wait_for(), answering requests meanwhile."""
+        """wait_for(), answering requests and reaping the kernels meanwhile."""
         import select
 
         deadline = time.monotonic() + seconds
@@ -536,7 +546,7 @@ class KernelFiles:
             pidfd = os.pidfd_open(pid)  # readable once the shell ends (Linux 5.3, Python 3.9)
         except (AttributeError, OSError):
             pass
-        poller = select.poll()
+        poller = self.poller = select.poll()
         poller.register(self.listener.fileno(), select.POLLIN)
         if pidfd is not None:
             poller.register(pidfd, select.POLLIN)
@@ -544,23 +554,27 @@ class KernelFiles:
             while True:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
-                    for fd in list(self.conns):  # what its kernels said before it ended
-                        self.read(fd, poller, ended=True)
+                    for fd in list(self.conns):  # none is started for a shell that has ended
+                        if self.conns[fd][1] is None:
+                            self.drop(fd)
+                    self.reap()
                     return exit_code(status)
+                self.reap()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                pause = left if pidfd is not None else min(left, 0.02)
+                polled = pidfd is not None and all(k[1] is not None for k in self.kernels.values())
+                pause = left if polled else min(left, 0.02)
                 for fd, _ in poller.poll(int(pause * 1000) + 1):
                     if fd == self.listener.fileno():
-                        self.accept(poller)
+                        self.accept()
                     elif fd in self.conns:
-                        self.read(fd, poller)
+                        self.read(fd)
         finally:
             if pidfd is not None:
                 os.close(pidfd)
 
-    def accept(self, poller):
+    def accept(self):
         while True:
             try:
                 fd = self.listener._accept()  # accept4, close-on-exec
@@ -578,16 +592,15 @@ class KernelFiles:
                 self.refused += 1
                 continue
             conn.setblocking(False)
-            self.conns[fd] = [conn, False]
-            poller.register(fd, 1)  # POLLIN
+            self.conns[fd] = [conn, None]
+            self.poller.register(fd, 1)  # POLLIN
 
     def ours(self, conn):
         """Whether the peer (SO_PEERCRED) is of this run: a descendant of its shell. Any process
         of the node's user can connect where Landlock does not scope the socket (ABI 5 and
-        older, an unconfined process), and a request without the token fails the run's cell."""
+        older, an unconfined process)."""
+        pid = self.peer(conn)
         try:
-            cred = conn.getsockopt(self.S.SOL_SOCKET, self.S.SO_PEERCRED, 12)
-            pid = int.from_bytes(cred[:4], sys.byteorder, signed=True)
             for _ in range(256):
                 if pid == self.shell:
                     return True
@@ -599,13 +612,31 @@ class KernelFiles:
             pass
         return False
 
-    def drop(self, fd, poller):
-        conn, _ = self.conns.pop(fd)
+    def peer(self, conn):
+        try:
+            cred = conn.getsockopt(self.S.SOL_SOCKET, self.S.SO_PEERCRED, 12)
+            return int.from_bytes(cred[:4], sys.byteorder, signed=True)
+        except OSError:
+            return 0
+
+    def drop(self, fd):
+        conn, kernel = self.conns.pop(fd)
         try:  # noqa: SIM105
-            poller.unregister(fd)
+            self.poller.unregister(fd)
         except (KeyError, ValueError):
             pass
         conn.close()
+        if kernel is not None and kernel in self.kernels:
+            # its trampoline is gone (killed, or the run's `kill`): so is the kernel it stood for
+            self.kernels[kernel][0] = None
+            self._kill(kernel)
+
+    @staticmethod
+    def _kill(pid):
+        try:  # noqa: SIM105
+            os.kill(pid, _signal.SIGKILL)
+        except OSError:
+            pass
 
     def note(self, line):
         try:  # noqa: SIM105
@@ -613,49 +644,271 @@ class KernelFiles:
         except OSError:
             pass
 
-    def read(self, fd, poller, ended=False):
-        conn, running = self.conns[fd]
+    def reply(self, fd, answer):
+        if fd in self.conns:
+            try:  # noqa: SIM105
+                self.conns[fd][0].send(answer)
+            except OSError:
+                pass
+            self.drop(fd)
+
+    def read(self, fd):
+        conn, kernel = self.conns[fd]
+        fds = []
         try:
-            data = conn.recv(256)
+            data, ancillary, flags, _ = conn.recvmsg(1 << 21, self.S.CMSG_SPACE(8), self.S.MSG_CMSG_CLOEXEC)
+            for level, kind, given in ancillary:
+                if level == self.S.SOL_SOCKET and kind == self.S.SCM_RIGHTS:
+                    fds += [int.from_bytes(given[i : i + 4], sys.byteorder) for i in range(0, len(given) - 3, 4)]
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        if not data:
-            self.drop(fd, poller)
-            return
-        if running:  # the kernel's status, once it ended
-            if data.isdigit() and len(data) < 4:
-                self.note(data)
-            self.drop(fd, poller)
-            return
-        token, _, rest = data.partition(b"\0")
-        from _operator import _compare_digest
-
-        if not _compare_digest(token, self.token):
-            self.forged += 1
-            self.drop(fd, poller)
-            return
-        mode, _, word = rest.partition(b"\0")
-        if mode == b"note" and 0 < len(word) <= 40 and word.replace(b"-", b"").isalpha():
-            self.note(word)
-            try:  # noqa: SIM105
-                conn.send(b"k")
-            except OSError:
-                pass
-            self.drop(fd, poller)
-        elif mode == b"run" and not ended:  # none is started for a shell that has ended
-            fds = b"".join(f.to_bytes(4, sys.byteorder) for f in self.files)
-            try:
-                conn.sendmsg([b"k"], [(self.S.SOL_SOCKET, self.S.SCM_RIGHTS, fds)])
-            except OSError:
-                self.drop(fd, poller)
+            data, flags = b"", 0
+        try:
+            if not data or kernel is not None:  # gone, or a second message: no kernel command's
+                self.drop(fd)
                 return
-            self.conns[fd][1] = True
+            request = self.request(data, flags)
+            if request is None:
+                self.forged += 1
+                self.reply(fd, b"r")
+                return
+            argv, env, note = request
+            if note:
+                self.note(note)
+                self.reply(fd, b"x127")
+                return
+            self.start(fd, argv, env, fds)
+        finally:
+            for given in fds:
+                os.close(given)
+
+    def request(self, data, flags):
+        """(argv, environment, a note) of a request that is one of the run's kernel commands,
+        its launchers replaced by the files they run; None for any other."""
+        if flags & getattr(self.S, "MSG_TRUNC", 0x20) or flags & getattr(self.S, "MSG_CTRUNC", 0x8):
+            return None
+        fields = data.split(b"\0")
+        if len(fields) < 2 or fields[0] != b"run" or not fields[1].isdigit():
+            return None
+        count = int(fields[1])
+        argv = [os.fsdecode(word) for word in fields[2 : 2 + count]]
+        if len(argv) != count or not count:
+            return None
+        env = dict(item.partition(b"=")[::2] for item in fields[2 + count :] if b"=" in item)
+        for key, value in self.forced.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value.encode()
+        for call in self.calls:
+            found = self.matched(call, argv)
+            if found is not None:
+                return found[0], env, found[1]
+        return None
+
+    def matched(self, call, argv):
+        if len(argv) < len(call):
+            return None
+        argv, note = list(argv), None
+        for place, (kind, text) in enumerate(call):
+            word = argv[place]
+            if kind == "binary":
+                if word != self.copy:
+                    return None
+            elif kind == "word":
+                if word != text:
+                    return None
+            elif kind == "prefix":
+                if not word.startswith(text):
+                    return None
+            elif kind == "launcher":
+                if word != self.named(text):
+                    return None
+                path, why = self.launcher(text)
+                note = note or why
+                argv[place] = path or word
+            else:
+                return None
+        return argv, note or self.copy_gone()
+
+    def named(self, text):
+        """A launcher's word as the shell hands it on: `~/bin/nice` with the run's HOME."""
+        if text == "~" or text.startswith("~/"):
+            return self.env.get("HOME", "~") + text[1:]
+        if text.startswith("~"):
+            try:
+                import pwd
+
+                user, _, rest = text[1:].partition("/")
+                return pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
+            except (ImportError, KeyError):
+                return text
+        return text
+
+    def launcher(self, text):
+        """(the file launcher TEXT runs, a note): looked up on the run's PATH, its absolute
+        entries only (run/commands.py _launcher_look, which this replaces for served runs); one
+        not there is cannot-start, one where the run could have written it launcher-writable."""
+        name = self.named(text)
+        found = None
+        if "/" in name:
+            found = name
         else:
-            self.drop(fd, poller)
+            for folder in self.env.get("PATH", "").split(":"):
+                if folder.startswith("/"):
+                    path = folder.rstrip("/") + "/" + name
+                    if os.path.isfile(path) and os.access(path, os.X_OK):
+                        found = path
+                        break
+        if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            return None, b"cannot-start"
+        for path in (found, os.path.realpath(found)):
+            if any(path.startswith(place + "/") for place in (self.cell, "/tmp", "/var/tmp", "/dev")):
+                return None, b"launcher-writable"
+        return found, None
+
+    def copy_gone(self):
+        """The note where the cell's copy cannot run: gone or no longer executable (copy-gone),
+        or a file with its x bit that still cannot (a noexec mount: cannot-start)."""
+        if os.path.isfile(self.copy) and os.access(self.copy, os.X_OK):
+            return None
+        try:
+            held = os.lstat(self.copy)
+            if (held.st_mode & 0o170000) == 0o100000 and held.st_mode & 0o100:
+                return b"cannot-start"
+        except OSError:
+            pass
+        return b"copy-gone"
+
+    def start(self, fd, argv, env, fds):
+        """Starts the kernel command ARGV for the request on FD: in the run's process group, its
+        folder (the first of FDS) and stdin (the second, else /dev/null), its limits and umask
+        (the requester's: `ulimit -f` among them), confined to the run's rules in a domain of its
+        own, with the kernel's files as stdout and stderr."""
+        import resource
+
+        peer = self.peer(self.conns[fd][0])
+        limits = []
+        for name in dir(resource):
+            if name.startswith("RLIMIT_"):
+                try:  # noqa: SIM105 - contextlib is an import the runner does without
+                    limits.append((getattr(resource, name), resource.prlimit(peer, getattr(resource, name))))
+                except (OSError, ValueError):
+                    pass
+        mask = None
+        try:
+            with open(f"/proc/{peer}/status", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"Umask:"):
+                        mask = int(line.split()[1], 8)
+        except (OSError, ValueError, IndexError):
+            pass
+        folder = fds[0] if fds else None
+        stdin = fds[1] if len(fds) > 1 else None
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        restrict = None
+        if self.rules is not None:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            restrict = (libc, self.rules)
+        pid = os.fork()
+        if pid == 0:  # the child: nothing here may return to the runner's code
+            try:
+                try:  # noqa: SIM105
+                    os.setpgid(0, self.shell)  # the run's group: what the farm kills at its end
+                except OSError:
+                    pass
+                for resource_id, limit in limits:
+                    try:  # noqa: SIM105
+                        resource.setrlimit(resource_id, limit)
+                    except (OSError, ValueError):
+                        pass
+                if mask is not None:
+                    os.umask(mask)
+                if restrict is not None:
+                    libc, rules = restrict
+                    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
+                        os.write(report_w, b"confine")
+                        os._exit(127)
+                nothing = os.open(os.devnull, os.O_RDONLY) if stdin is None else stdin
+                os.dup2(nothing, 0)
+                os.dup2(self.files[0], 1)
+                os.dup2(self.files[1], 2)
+                if folder is not None:
+                    os.fchdir(folder)
+                for sig in DEFAULTS:
+                    try:  # noqa: SIM105
+                        _signal.signal(sig, _signal.SIG_DFL)
+                    except (OSError, ValueError):
+                        pass
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+                os.execve(argv[0], argv, env)
+            except OSError as err:
+                os.write(report_w, b"%d" % (err.errno or 0))
+            except BaseException:
+                os.write(report_w, b"0")
+            os._exit(127)
+        os.close(report_w)
+        try:
+            failed = os.read(report_r, 64)
+        finally:
+            os.close(report_r)
+        if failed:  # it never ran: its status as the shell would give it, and why on its stderr
+            os.waitpid(pid, 0)
+            if failed == b"confine":
+                self.note(b"cannot-start")
+                self.reply(fd, b"x127")
+                return
+            errno = int(failed) if failed.isdigit() else 0
+            write_all(self.files[1], f"{argv[0]}: {os.strerror(errno) if errno else 'cannot start'}\n".encode())
+            code = 126 if errno in (1, 8, 13) else 127
+            self.note(b"%d" % code)
+            self.reply(fd, b"x%d" % code)
+            return
+        pidfd = None
+        try:
+            pidfd = os.pidfd_open(pid)
+            self.poller.register(pidfd, 1)
+        except (AttributeError, OSError):
+            pass
+        self.kernels[pid] = [fd, pidfd]
+        self.conns[fd][1] = pid
+
+    def reap(self):
+        """Notes the status of each kernel that ended, and tells its trampoline."""
+        for pid in list(self.kernels):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if not done:
+                continue
+            fd, pidfd = self.kernels.pop(pid)
+            if pidfd is not None:
+                try:  # noqa: SIM105
+                    self.poller.unregister(pidfd)
+                except (KeyError, ValueError):
+                    pass
+                os.close(pidfd)
+            code = exit_code(status)
+            self.note(b"%d" % code)
+            if fd is not None:
+                self.conns[fd][1] = None
+                signaled = os.WIFSIGNALED(status)
+                self.reply(fd, b"s%d" % os.WTERMSIG(status) if signaled else b"x%d" % code)
 
     def close(self):
+        for pid, (_, pidfd) in list(self.kernels.items()):  # what the run left running: killed, not noted
+            self._kill(pid)
+            try:  # noqa: SIM105
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            if pidfd is not None:
+                os.close(pidfd)
+        self.kernels.clear()
         for conn, _ in self.conns.values():
             conn.close()
         self.conns.clear()
@@ -1053,7 +1306,7 @@ def confined_to(run_dir, env, guarded, *files):
     output files (open already) nor any other cell's folder."""
     writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
     # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
-    # (KernelFiles), and a request without the token failed that cell (a red-team finding)
+    # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
     return ruleset(writable, own_sockets=True)
 
 
@@ -1105,7 +1358,16 @@ def run(out, spec, env, ahead):
                 fd = rules[0] if rules else None
                 catch = other.fileno()  # the run's other commands' output
                 if spec.get("served"):  # it starts other programs: none may inherit the kernel's files
-                    served = KernelFiles(status.fileno(), stdout.fileno(), stderr.fileno())
+                    served = KernelFiles(
+                        status.fileno(),
+                        stdout.fileno(),
+                        stderr.fileno(),
+                        spec["calls"],
+                        private,
+                        env,
+                        ahead.get("forced", ()),
+                        fd,
+                    )
                     code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
                 else:
                     kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
@@ -1587,7 +1849,8 @@ def run_plan(plan):
     env = dict(LOGIN_ENV)
     env.pop("FARM_RUN", None)
     env.update(plan["marker"])  # every process of the cell carries it; this runner only FARM_RUN
-    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper()}
+    # the marker's variables: a kernel the runner starts for a request carries the run's, whatever it says
+    ahead = {"cell": plan["marker"].get("FARM_CELL"), "subreaper": subreaper(), "forced": tuple(plan["marker"])}
     stages = plan["stages"]
     if not plan["together"]:
         stage = stages[0]

@@ -46,7 +46,7 @@ from orchestrator import metrics
 from orchestrator.classify import classify
 from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.run_command import kernel_launchers, runs_other_programs
+from orchestrator.config.run_command import kernel_call_words, kernel_launchers, runs_other_programs
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
@@ -635,7 +635,7 @@ class CellPipeline(CellTrips):
         work = f"{rdir}/work"
         copy = self.paths.private_binary
         files = kernel_files(rdir)
-        served = runs_other_programs(self.variant.run)  # the runner hands each kernel command its files
+        served = runs_other_programs(self.variant.run)  # the runner starts each kernel command itself
         command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
         shell_command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, files)
         gpu = self.result.gpu
@@ -686,6 +686,7 @@ class CellPipeline(CellTrips):
                 "command": command,
                 "kernel_files": files,
                 "served": served,
+                "calls": kernel_call_words(self.variant.run) if served else [],
                 "tmp": self.paths.run_tmp,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
@@ -736,7 +737,7 @@ class CellPipeline(CellTrips):
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
         forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
-        ev.kernel_files_forged = int(forged.group(1)) if forged else 0
+        ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
