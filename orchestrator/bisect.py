@@ -14,7 +14,7 @@ inputs as they were at that commit, read out of git into a temporary folder
 (the user's working tree and index are never touched), on the node as the
 *current* farm.yaml describes it (the hosts and keys of the past are of no
 use). A commit whose inputs equal those of one built before has the same build
-key, so the node's cached build is reused (run/stages.py) and nvcc is not run.
+key, so the node's cached build is reused (run/stages/build.py) and nvcc is not run.
 
 The walk tests BAD first (it must be not as expected), then GOOD (it must be as
 expected), then halves the candidates. A commit whose job does not load there

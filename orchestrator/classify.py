@@ -59,7 +59,7 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
-    # the run's commands naming {binary} (run/stages.py kernel_run): whether one started (None: not
+    # the run's commands naming {binary} (run/commands.py kernel_run): whether one started (None: not
     # known), and the first one's non-zero status, else 0; run_exit is that status where it is
     # non-zero, else the run's own. What the run's other commands last printed, bounded.
     kernel_started: bool | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 # The stages, in pipeline order: the first two once per node (run/scheduler.py), the
-# rest per cell (stages.py); `sanitize` only for variants that ask for it. Progress,
+# rest per cell (run/stages/); `sanitize` only for variants that ask for it. Progress,
 # the CLI, the store and the report read these names from here.
 STAGES = ("probe", "stage", "build", "inspect", "run", "sanitize")
 NODE_STAGES = STAGES[:2]

@@ -566,7 +566,7 @@ def test_kernel_that_never_ends_is_killed_on_the_node(ssh_fleet: Fleet, tmp_path
     for pid, _ in left:  # do not leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert not left, (
-        "BUG in orchestrator/stages.py CellPipeline._run: `timeout -k 5 N sh -c CMD` sends TERM to its "
+        "BUG in orchestrator/run/stages/run.py RunStage._run: `timeout -k 5 N sh -c CMD` sends TERM to its "
         "child `sh` (and the group); sh dies, so timeout exits 124 at once and its KILL after the grace "
         "never comes: a kernel that ignores SIGTERM outlives its timeout on the node. "
         f"Left running {KILL_GRACE + 2} s after the run: {left}"
@@ -1270,8 +1270,8 @@ def test_a_cuobjdump_that_hangs_on_its_lists_costs_its_cell_seconds(
     """Found by a red-team helper: after the dump, the node ran cuobjdump's two lists with
     the dump's budget (300 s) each, past the farm's wait for the stage (330 s): the trip was
     taken for a lost node and sent again every 330 s, and each abandoned list lived on. Each
-    list has stages.LIST_TIMEOUT now (2 s here), within the stage's wait, and is killed."""
-    monkeypatch.setattr(stages, "LIST_TIMEOUT", 2)
+    list has stages.inspect.LIST_TIMEOUT now (2 s here), within the stage's wait, and is killed."""
+    monkeypatch.setattr(stages.inspect, "LIST_TIMEOUT", 2)
     tool = tmp_path / "cuobjdump"
     tool.write_text(HUNG_LISTS)
     tool.chmod(0o755)

@@ -234,7 +234,7 @@ def test_two_extracting_scripts_of_one_bundle_at_once_both_place_it(tmp_path: Pa
 
 
 def build_spec(build_dir: Path, run_dir: Path, command: str, inputs: list[list[str]]) -> dict[str, object]:
-    """A build stage's spec, as stages.py sends it to the runner (binary `kern`)."""
+    """A build stage's spec, as run/stages/build.py sends it to the runner (binary `kern`)."""
     return {
         "reuse": False,
         "build_dir": str(build_dir),

@@ -1,6 +1,6 @@
 """One round trip per cell, counted by a real sshd.
 
-A cell's build, inspect and run go out to the node as one command (stages.py):
+A cell's build, inspect and run go out to the node as one command (run/stages/):
 the node runs each next stage only when the one before it succeeded by its own
 reading, and the farm judges each stage from what came back. sshd logs every
 command session it starts (at LogLevel VERBOSE: "Starting session: command"),

@@ -75,6 +75,21 @@ def test_redirections_keep_their_fd_and_target_with_or_without_blanks() -> None:
     assert [w.text for w in command.words] == ["{binary}"]
 
 
+def _any_job():
+    """A job whose markers the random runs below are checked against."""
+    from orchestrator.config.schema import JobSpec
+
+    return JobSpec.model_validate(
+        {
+            "kernel": "k",
+            "sources": ["k.cu"],
+            "pass_marker": "PASS",
+            "refusal_marker": "needs CC",
+            "variants": {"v": {"build": "{nvcc} -o {binary} {sources}", "cc": {"min": "7.5"}}},
+        }
+    )
+
+
 def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_path) -> None:
     """Random runs of the shell's tokens: each that the load check accepts is run by dash as the
     node runs it (commands.kernel_run). Whatever it does, the farm's stdout and stderr hold
@@ -85,18 +100,9 @@ def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_pa
     import subprocess
 
     from orchestrator.config.run_command import check_run
-    from orchestrator.config.schema import JobSpec
     from orchestrator.run.commands import KERNEL_FILES, kernel_files, kernel_run, kernel_statuses
 
-    job = JobSpec.model_validate(
-        {
-            "kernel": "k",
-            "sources": ["k.cu"],
-            "pass_marker": "PASS",
-            "refusal_marker": "needs CC",
-            "variants": {"v": {"build": "{nvcc} -o {binary} {sources}", "cc": {"min": "7.5"}}},
-        }
-    )
+    job = _any_job()
     kernel = tmp_path / "k"
     kernel.write_text("#!/bin/sh\necho K\necho E >&2\n")
     kernel.chmod(0o755)
@@ -222,17 +228,8 @@ def test_the_runner_starts_every_kernel_command_of_a_run_that_loads(tmp_path) ->
     from pathlib import Path
 
     from orchestrator.config.run_command import check_run, runs_other_programs
-    from orchestrator.config.schema import JobSpec
 
-    job = JobSpec.model_validate(
-        {
-            "kernel": "k",
-            "sources": ["k.cu"],
-            "pass_marker": "PASS",
-            "refusal_marker": "needs CC",
-            "variants": {"v": {"build": "{nvcc} -o {binary} {sources}", "cc": {"min": "7.5"}}},
-        }
-    )
+    job = _any_job()
     (tmp_path / "bin").mkdir()
     (tmp_path / "work").mkdir()
     kernel = tmp_path / "bin" / "k"

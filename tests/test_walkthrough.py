@@ -69,7 +69,8 @@ def test_one_cell_through_the_six_stations(tmp_path: Path, monkeypatch: pytest.M
     from orchestrator.config import load_farm
     from orchestrator.plan import plan_cells
     from orchestrator.report import render
-    from orchestrator.run import run_cells, scheduler, stages
+    from orchestrator.run import run_cells, scheduler
+    from orchestrator.run.stages import pipeline
     from orchestrator.store import Store
 
     smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
@@ -80,7 +81,7 @@ def test_one_cell_through_the_six_stations(tmp_path: Path, monkeypatch: pytest.M
         decided.append(verdict.outcome.value)
         return verdict
 
-    monkeypatch.setattr(stages, "classify", spied)
+    monkeypatch.setattr(pipeline, "classify", spied)
     monkeypatch.setattr(scheduler, "classify", spied)
     written: list[str] = []
     add_result = Store.add_result

@@ -34,7 +34,7 @@ def test_a_passed_deadline_fires_once_and_a_cancelled_one_never(watchdog: ssh._W
 
 
 def test_a_deadline_moved_on_is_waited_for_anew(watchdog: ssh._Watchdog) -> None:
-    """A stage that starts moves the command's deadline on (stages.py): the watchdog
+    """A stage that starts moves the command's deadline on (run/stages/): the watchdog
     re-reads it when the old time comes, and waits for the new one."""
     order: list[str] = []
     fixed = threading.Event()

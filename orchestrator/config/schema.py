@@ -173,7 +173,7 @@ class VariantSpec(_Strict):
     timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""
-    # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (stages.py)
+    # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (run/stages/sanitize.py)
     sanitize: list[SanitizerTool] = []
 
     @field_validator("instructions")

@@ -1,7 +1,7 @@
 """Running a plan: the scheduler, the node-side stages and what travels to and from a node.
 
 Station 3 of a cell's path: `run_cells` (scheduler.py) probes and stages each
-node, then gives each cell to its pipeline (stages.py), which sends build,
+node, then gives each cell to its pipeline (stages/pipeline.py), which sends build,
 inspect and run to the node's runner (noderunner.py) in one round trip and
 hands what came back, as `Evidence`, to classify.py.
 """

@@ -79,7 +79,7 @@ def own_tmp(folder: str) -> tuple[str, str]:
 # itself runs in a subshell whose own output goes to a file of its own: what the other commands
 # print (`./prep.sh && {binary}`, `echo PA''SS`) is shown apart and never read for a marker, and
 # an `exit 0` after the kernel ends only the subshell. The farm then judges the kernel's first
-# failing status, else the run's own (run/stages.py _ran; classify says which failed). A shell
+# failing status, else the run's own (run/stages/run.py _ran; classify says which failed). A shell
 # function, not a wrapper file: `valgrind {binary}` checks the kernel itself, a launcher that
 # closes its descriptors (python's subprocess, sudo) still hands the kernel the farm's files.
 # The two files lie beside the kernel's work folder, not in it: where the node's python3 runs the

@@ -5,7 +5,7 @@ it is used, with the cell's plan after it (`python3 -I -S -c BOOTSTRAP`), so it
 is never a file on the node that a kernel of the same user could rewrite, and
 the plan's frame token is in no process's command line or environment.
 
-It prints exactly what stages.py's shell scripts print, status lines and
+It prints exactly what the stages' shell scripts print (stages/), status lines and
 frames alike, and the farm reads both with the same parsers: this is the same
 protocol, spoken by one process instead of about fifty short ones (hashes,
 copies, clocks, frames and the /proc scan for leftovers are done here, not by
@@ -1551,7 +1551,7 @@ def count(dump, name):
 
 
 def gate(name, text, spec, ahead):
-    """Whether the next stage goes on, read as stages.py's shell gate reads it."""
+    """Whether the next stage goes on, read as the stages' shell gate reads it."""
     lines = text.decode("utf-8", "replace").split("\n")
     if name == "build":
         sha = first_sha("cached", lines)

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.outcomes import is_as_expected, is_infra
-from orchestrator.plan import Cell
-from orchestrator.run.cell import CellResult
-from orchestrator.run.probe import NodeSnapshot
+
+if TYPE_CHECKING:  # annotations only: the command line imports this before any of the pipeline (`farm --help`)
+    from orchestrator.plan import Cell
+    from orchestrator.run.cell import CellResult
+    from orchestrator.run.probe import NodeSnapshot
 
 
 class Listener(Protocol):

@@ -12,7 +12,7 @@ noderunner.py as a plan (the node's resident runner, resident.py, or a python3 o
 the cell's own), else as shell. A transport that cannot stream a command's
 output (Slurm) runs each stage in a round trip of its own and reads those files
 in round trips of their own. What each stage's script holds, and what the farm
-reads from what came back, is stages.py's.
+reads from what came back, is the stages' (stages/).
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from orchestrator.errors import StoreError
 from orchestrator.store.location import real_sqlite_file
 
 if TYPE_CHECKING:  # database.py imports this module
-    from orchestrator.store.database import JournaledRun, Store
+    from orchestrator.store.database import Store
+    from orchestrator.store.recovery import JournaledRun
 
 KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
 

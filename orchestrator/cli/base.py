@@ -1,0 +1,140 @@
+"""The command line's shared parts: the `farm` group, its common options, and each failure
+as one "Error: ..." line and its documented exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_SIGPIPE, FarmError
+from orchestrator.terminal import printable
+
+if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
+    from orchestrator.config.farm import Farm
+
+
+EXIT_MEANING = {
+    0: "every cell as expected",
+    1: "at least one cell not as expected (a kernel or job problem)",
+    3: "configuration error",
+    4: "every verdict as expected, but some cells could not run (infra)",
+    5: "results database error",
+    6: "another farm run holds the lock",
+    70: "internal error: a bug in farm, not a verdict",
+}
+
+
+def farm_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--config and --database, identical on every command."""
+
+    @click.option(
+        "--config",
+        "config_path",
+        envvar="FARM_CONFIG",
+        default="farm.yaml",
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The farm's configuration (env FARM_CONFIG).",
+    )
+    @click.option(
+        "--database",
+        envvar="FARM_DATABASE",
+        default=None,
+        help="Database URL, overriding farm.yaml's (env FARM_DATABASE).",
+    )
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _fail(err: FarmError) -> None:
+    click.echo(f"Error: {printable(str(err))}", err=True)
+    sys.exit(err.exit_code)
+
+
+def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
+    # show and report only read the database: they need no CUTLASS installed, and a
+    # database that is not there is theirs to report ("no results database at")
+    from orchestrator.config.farm import check_database_folder, load_farm
+
+    farm = load_farm(config_path, database=database, check_dependencies=not read_only)
+    if not read_only:
+        check_database_folder(farm.database_url, "--database" if database else str(farm.file))
+    return farm
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Every failure becomes one "Error: ..." line and its documented exit code;
+    an exception nobody expected is the farm's own bug (70), never exit 1,
+    which says a kernel failed."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except FarmError as err:
+            _fail(err)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except BrokenPipeError:  # the reader stopped reading (`farm show 1 | head`): no error of ours
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more at exit
+            sys.exit(EXIT_SIGPIPE)
+        except Exception as err:  # the last line of defence
+            plan = sys.modules.get("orchestrator.plan")  # a selection names what is not there: imported if raised
+            if plan is not None and isinstance(err, plan.SelectionError):
+                click.echo(f"Error: {printable(str(err))}", err=True)
+                sys.exit(EXIT_CONFIG)
+            click.echo(
+                f"Error: internal error ({type(err).__name__}: {printable(str(err), keep_newlines=False)}); "
+                "this is a bug in farm, not a verdict",
+                err=True,
+            )
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="farm")
+def main() -> None:
+    """A multi-architecture GPU test farm: build, inspect and run every kernel
+    variant on every node, classify each cell, store it, render the matrix.
+
+    Example: farm verify --all
+    """
+
+
+def _finite(value: float) -> float:
+    if value != value:  # NaN passes every range check
+        raise click.BadParameter("nan is not a number of seconds")
+    return value
+
+
+# verify and bisect both take the run lock: one option, spelled once
+wait_option = click.option(
+    "--wait",
+    type=click.FloatRange(0, 86400),
+    callback=lambda _ctx, _param, value: _finite(value),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="If another run holds the lock, wait this long before giving up (exit 6).",
+)
+
+
+def _check_trigger(value: str) -> str:
+    if not 1 <= len(value) <= 32:
+        raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} is {len(value)} characters; give 1 to 32")
+    if printable(value, keep_newlines=False) != value:
+        raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} holds control characters")
+    return value

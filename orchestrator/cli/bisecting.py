@@ -1,0 +1,95 @@
+"""`farm bisect`: the commit where a cell stopped being as expected."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from orchestrator.errors import ConfigError
+from orchestrator.terminal import printable
+
+if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
+    pass
+
+from orchestrator.cli.base import EXIT_MEANING, _load, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.verify import _stopping_on_signals
+
+
+@main.command("bisect")
+@click.argument("selector", metavar="KERNEL[:VARIANT]")
+@click.option("--node", required=True, metavar="NAME", help="The node the cell runs on (farm.yaml as it is now).")
+@click.option("--good", required=True, metavar="REV", help="A commit where the cell was as expected.")
+@click.option("--bad", required=True, metavar="REV", help="A later commit where it is not.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the report is rendered (default: farm.yaml's `reports`).",
+)
+@wait_option
+@farm_options
+@handle_errors
+def bisect_(
+    selector: str,
+    node: str,
+    good: str,
+    bad: str,
+    out: Path | None,
+    wait: float,
+    config_path: Path,
+    database: str | None,
+) -> None:
+    """Find the first commit at which a cell stops being as expected.
+
+    Runs the cell at the commits between --good and --bad that touched the
+    kernel's job file, sources or headers (each an ordinary stored run, trigger
+    "bisect"; a build of the same inputs is reused), and prints the first bad
+    commit, its parent's verdict and the cell's page. Exit 0 when it is found,
+    1 when the revisions do not bracket a regression, 3 for a bad selection or
+    revision, 4 when the node failed (no verdict is guessed).
+
+    Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
+    """
+    from orchestrator.bisect import Bisector, Ending
+    from orchestrator.config.output_paths import site_folder_problem
+    from orchestrator.report import site as report_mod
+    from orchestrator.store.database import Store
+
+    farm = _load(config_path, database)
+    if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+        raise ConfigError("--out", str(out), *problem)
+    bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
+    with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
+        found = bisector.run()
+    click.echo("")
+    first, parent = found.first_bad, found.last_good
+    if found.ending is Ending.FOUND and first is not None and parent is not None and found.parent is not None:
+        commit = first.commit
+        click.echo(printable(f"first bad commit: {commit.sha} ({commit.date}) {commit.subject}", keep_newlines=False))
+        click.echo(printable(f"  there:      {first.reason} (run {first.run_id}, result {first.result_id})"))
+        same = "" if parent.commit == found.parent else f", the same inputs as {parent.commit.short}"
+        said = f"  its parent: {found.parent.short} {parent.reason} (result {parent.result_id}{same})"
+        click.echo(printable(said))
+    else:
+        click.echo(printable(found.message))
+    shown = found.shown
+    if shown is not None and shown.run_id is not None:
+        target = out or farm.reports_dir
+        try:
+            report_mod.render(Store(farm.database_url), target, shown.run_id, farm=farm)
+        except (OSError, report_mod.PageWriteError) as err:
+            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
+            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
+            raise ConfigError("--out", str(target), found_text, "a writable folder") from err
+        click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
+    skipped = sum(1 for t in found.tested if t.run_id is None)
+    click.echo(
+        f"runs: {len(found.runs)} ({found.builds_reused} with a build reused: no compiler run); untestable: {skipped}; "
+        f"commits after --good: {found.commits_in_range}, of which {found.candidates} touched the kernel's inputs"
+    )
+    meaning = {0: "first bad commit found", 1: "no first bad commit", 4: "stopped: no verdict guessed"}
+    click.echo(f"bisect: exit {found.exit_code} ({meaning.get(found.exit_code, EXIT_MEANING.get(found.exit_code))})")
+    sys.exit(found.exit_code)

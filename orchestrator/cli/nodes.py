@@ -1,0 +1,86 @@
+"""`farm nodes` and `farm jobs`: what the nodes really are, and the jobs as the farm reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from orchestrator.errors import EXIT_OK, FarmError
+from orchestrator.terminal import printable
+
+if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
+    pass
+
+from orchestrator.cli.base import _load, farm_options, handle_errors, main
+
+
+@main.command()
+@farm_options
+@handle_errors
+def nodes(config_path: Path, database: str | None) -> None:
+    """Probe every node and print what it really is (GPU, CC, driver, nvcc).
+
+    Example: farm nodes --config farms/hopper.yaml
+    """
+    from orchestrator.progress import describe_node
+    from orchestrator.run.probe import probe
+    from orchestrator.transport import transport_for
+
+    farm = _load(config_path, database)
+    header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} {'real':<5} notes"
+    click.echo(header)
+    worst = EXIT_OK
+    for name, node in farm.nodes.items():
+        if not node.enabled:
+            click.echo(f"{name:<12} {'no':<7} {'(declared) ' + (node.gpu or '-'):<28} {node.cc or '-':<5}")
+            continue
+        try:
+            with transport_for(name, node) as transport:
+                snap = probe(transport)
+        except FarmError as err:
+            click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(str(err), keep_newlines=False)}")
+            worst = 4
+            continue
+        notes = describe_node(name, snap, None) if snap.cc_mismatch else ""
+        if node.pypi_toolchain and snap.nvcc_version is None:  # not probed: the run ships it first
+            snap = dataclasses.replace(snap, nvcc_version=f"{node.pypi_toolchain} (PyPI, shipped by verify)")
+        if not snap.gpus:
+            click.echo(
+                f"{name:<12} {'yes':<7} {'no GPU':<28} {'-':<5} {'-':<14} {snap.nvcc_version or 'none':<10} "
+                f"{'no':<5} {notes.strip()}"
+            )
+        for gpu in snap.gpus:
+            why = "" if gpu.verified else f" {printable(gpu.check, keep_newlines=False)}: certifies nothing"
+            label = printable(f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name, keep_newlines=False)
+            click.echo(
+                f"{name:<12} {'yes':<7} {label:<28} {gpu.cc!s:<5} "
+                f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
+                f"{(notes + why).strip()}"
+            )
+    sys.exit(worst)
+
+
+@main.command()
+@click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
+@farm_options
+@handle_errors
+def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> None:
+    """Print each kernel's job as the farm reads it, as YAML, with where each
+    field came from: its job file, its source's header, or a default.
+    Reads the configuration only (no database, no node).
+
+    Examples: farm jobs;  farm jobs cutlass_gemm wgmma_gemm
+    """
+    from orchestrator.config.header import job_yaml
+    from orchestrator.plan import SelectionError
+
+    farm = _load(config_path, database)
+    unknown = [k for k in kernels if k not in farm.jobs]
+    if unknown:
+        raise SelectionError(f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}")
+    documents = [job_yaml(k, farm.jobs[k].spec, farm.jobs[k].provenance) for k in kernels or farm.jobs]
+    click.echo(printable("---\n".join(documents)), nl=False)

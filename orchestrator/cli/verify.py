@@ -1,0 +1,323 @@
+"""`farm verify`: a run of the selected cells, stored as they end, rendered at its start and end."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from orchestrator.errors import ConfigError, FarmError
+from orchestrator.outcomes import STAGES
+from orchestrator.run.summary import NullListener, RunSummary
+from orchestrator.terminal import printable
+
+if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
+    from orchestrator.config.farm import Farm
+    from orchestrator.run.scheduler import FarmRun
+    from orchestrator.store.database import Store
+
+from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
+
+
+def verdict_line(summary: RunSummary) -> str:
+    return (
+        f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
+        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
+    )
+
+
+def _matrix_text(summary: RunSummary) -> str:
+    columns = sorted({(cell.node, cell.device, cell.several) for cell, _, _ in summary.results})
+    rows = sorted({(cell.kernel, cell.variant) for cell, _, _ in summary.results})
+    by_key = {(c.kernel, c.variant, c.node, c.device): r for c, r, _ in summary.results}
+    # a node's card names come from the node: shown as text, never as the terminal's commands
+    rows = [(printable(k, keep_newlines=False), printable(v, keep_newlines=False), (k, v)) for k, v in rows]
+    first = max([len(f"{k}:{v}") for k, v, _ in rows] + [14])
+    names = {(n, d): printable(f"{n}[{d}]" if several else n, keep_newlines=False) for n, d, several in columns}
+    widths = {key: max(len(name), 18) for key, name in names.items()}
+    lines = ["kernel:variant".ljust(first) + "  " + "  ".join(names[k].ljust(widths[k]) for k in names)]
+    for shown_kernel, shown_variant, (kernel, variant) in rows:
+        cells = []
+        for node, device in names:
+            result = by_key.get((kernel, variant, node, device))
+            text = result.verdict.outcome.value if result and result.verdict else "-"
+            cells.append(text.ljust(widths[(node, device)]))
+        lines.append(f"{shown_kernel}:{shown_variant}".ljust(first) + "  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("selectors", nargs=-1, metavar="[KERNEL[:VARIANT]]...")
+@click.option("--all", "all_", is_flag=True, help="Every variant of every kernel.")
+@click.option(
+    "--node",
+    "nodes",
+    multiple=True,
+    metavar="NAME",
+    help="Only this node (repeatable); default every enabled node.",
+)
+@click.option(
+    "--trigger",
+    default="manual",
+    show_default=True,
+    envvar="FARM_TRIGGER",
+    callback=lambda _ctx, _param, value: _check_trigger(value),
+    help="Recorded with the run: manual, cron, ci... (at most 32 characters).",
+)
+@click.option("--no-report", is_flag=True, help="Do not render reports/ after the run.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print only what changed since the last run and the exit code's meaning (for cron mail).",
+)
+@click.option(
+    "--log",
+    "log_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also append plain progress lines to this file.",
+)
+@wait_option
+@farm_options
+@handle_errors
+def verify(
+    selectors: tuple[str, ...],
+    all_: bool,
+    nodes: tuple[str, ...],
+    trigger: str,
+    no_report: bool,
+    quiet: bool,
+    log_file: Path | None,
+    wait: float,
+    config_path: Path,
+    database: str | None,
+) -> None:
+    """Build, inspect and run kernels on nodes; store and report every cell.
+
+    One run at a time per database (a lock beside it). Exit 0 when every cell
+    is as expected, 1 when one is not, 4 when only infrastructure failed, 6
+    when another run holds the lock (see README, "Exit codes").
+
+    Examples: farm verify --all;  farm verify wgmma_gemm:gencode --node h100;
+    farm verify --all --quiet --trigger cron --log /var/log/farm.log --wait 600
+    """
+    from orchestrator.config.output_paths import farm_file_problem
+    from orchestrator.plan import SelectionError, plan_cells
+    from orchestrator.progress import Guarded, Listeners, LiveListener, PlainListener
+    from orchestrator.report import site as report_mod
+    from orchestrator.report.model import collect
+    from orchestrator.run.scheduler import FarmRun
+    from orchestrator.store import journal
+    from orchestrator.store.database import Store
+    from orchestrator.store.engine import redact_url
+    from orchestrator.store.location import same_database
+    from orchestrator.store.lock import run_lock
+
+    if not all_ and not selectors:
+        raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
+    farm = _load(config_path, database)
+    if log_file is not None and (problem := farm_file_problem(log_file, farm, "progress log")):
+        raise ConfigError("--log", str(log_file), *problem)
+    cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
+    disabled = [name for name, node in farm.nodes.items() if not node.enabled]
+    if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
+        if not nodes and not farm.enabled_nodes:
+            raise ConfigError(
+                str(farm.file),
+                "nodes",
+                f"every node disabled (enabled: false: {', '.join(disabled)})",
+                "at least one enabled node, or the nodes to run named with --node",
+            )
+        raise SelectionError(f"the selection {' '.join(selectors) or '--all'} matches no cell")
+    # stdout may close or fill mid-run (`| head -1`, a full disk): that stops what is printed, never the run
+    out = Guarded(sys.stdout)
+    say = functools.partial(click.echo, file=out)
+    if disabled and not nodes and not quiet:
+        say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
+    with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
+        store = Store(farm.database_url)
+        for run_id, not_run in store.abort_unfinished_runs():
+            say(
+                f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
+                f"{not_run} unfinished cells recorded as not-run"
+            )
+        listeners: list = []
+        own_site = not no_report and same_database(farm.database_url, farm.configured_database_url)
+        early = _RenderAtStart(store, farm) if own_site else None
+        if early is not None:
+            listeners.append(early)
+        if quiet:
+            listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
+        else:
+            listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
+        if log_file is not None:
+            stream = stack.enter_context(_open_log(log_file))
+            listeners.append(PlainListener(stream=stream, verdict=True))
+        selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
+        run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
+        stack.enter_context(_stopping_on_signals(run))
+        if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
+            report_mod.mark_unrendered(farm.reports_dir, None, "is starting; its report is rendered once it is stored")
+        try:
+            summary = run.execute(cells, selection.strip())
+        except BaseException as err:
+            if early is not None:  # the run is stored aborted: the site says so, whatever the thread had done
+                early.join()
+                _site_after_failed_start(store, farm, getattr(getattr(run, "summary", None), "run_id", 0), err)
+            raise
+        if quiet:
+            with store.reading():
+                changes = collect(store, summary.run_id, farm).listed_changes
+            for change in changes:
+                if change.change not in ("new", "changed"):
+                    was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
+                    say(f"{change.change}: {change.label}: {was}{change.outcome}")
+        else:
+            say("")
+            say(_matrix_text(summary))
+            # a stage no cell reached (sanitize, where no variant asks for it) is left out
+            stages = ", ".join(
+                f"{name} {summary.stage_seconds[name]:.1f} s" for name in STAGES if name in summary.stage_seconds
+            )
+            say(
+                f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
+                f"{summary.bytes_shipped} bytes shipped"
+            )
+        if summary.stopped:
+            say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
+        say(verdict_line(summary))
+        # the run's end is committed: older finished runs' journals beyond journal_keep can go
+        journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
+        journal.prune(journals, store, farm.spec.journal_keep)
+        if early is not None:
+            early.join()
+        if not no_report and not same_database(farm.database_url, farm.configured_database_url):
+            # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
+            # database's run would replace it (found by a red-team helper)
+            url = redact_url(farm.database_url)
+            click.echo(
+                f"report not rendered: the database {url} is not {farm.file.name}'s "
+                f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
+                f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
+                err=True,
+            )
+        elif not no_report:
+            try:
+                index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+            except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is
+                click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+                why = f"has no report: its render failed ({_render_failure(err)}); stored with exit {summary.exit_code}"
+                report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
+            else:
+                if not quiet:
+                    say(f"report: {index}")
+    sys.exit(summary.exit_code)
+
+
+class _RenderAtStart(NullListener):
+    """The site, rendered once as soon as the run is stored (beside the nodes' start):
+    a run that then dies (SIGKILL, the OOM killer, a reboot, a render that fails at the
+    end) leaves an index saying run N did not finish, never the night before's green
+    with no word of it (found by a red-team helper)."""
+
+    def __init__(self, store: Store, farm: Farm) -> None:
+        self.store, self.farm = store, farm
+        self.thread: threading.Thread | None = None
+
+    def run_started(self, run_id: int, cells: list) -> None:
+        # at once, before the render (a second or more on a big site): a farm killed meanwhile
+        # left the night before's green index over a run it did not show (a red-team finding)
+        from orchestrator.report import site as report_mod
+
+        report_mod.mark_unrendered(
+            self.farm.reports_dir, run_id, "started; its report is being rendered, or the run died first"
+        )
+        self.thread = threading.Thread(target=self._render, args=(run_id,), name="render-at-start", daemon=True)
+        self.thread.start()
+
+    def _render(self, run_id: int) -> None:
+        from orchestrator.report import site as report_mod
+
+        try:
+            report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
+        except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
+            click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
+            why = f"has no report yet: its render at the start failed ({_render_failure(err)})"
+            report_mod.mark_unrendered(self.farm.reports_dir, run_id, why)
+
+    def join(self) -> None:
+        """Before the end's render: one renderer at a time in the reports folder."""
+        if self.thread is not None:
+            self.thread.join()
+
+
+def _render_failure(err: Exception) -> str:
+    """Why a render after the run failed (farm.yaml's `reports` was checked at load:
+    what is left is a folder that cannot be written, a full disk, or a bug)."""
+    if isinstance(err, FarmError | OSError):  # a page that could not be written names itself
+        return printable(str(err), keep_newlines=False)
+    return f"internal error ({type(err).__name__}: {printable(str(err), keep_newlines=False)}), a bug in farm"
+
+
+def _stored(summary: RunSummary) -> str:
+    return (
+        f"run {summary.run_id} is stored with exit {summary.exit_code}, the code returned; "
+        f"`farm report --run {summary.run_id}` renders it"
+    )
+
+
+def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseException) -> None:
+    """The site once `verify` failed: its run's page where the run was stored (aborted),
+    else the last stored run's again, not the "is starting" page a run refused at its
+    start (a read-only database) left for good (a red-team finding); where neither
+    renders, the index says the run could not start."""
+    from orchestrator.report import site as report_mod
+
+    try:
+        report_mod.render(store, farm.reports_dir, run_id or None, farm=farm)
+    except Exception:
+        why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
+        with contextlib.suppress(Exception):
+            report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
+
+
+def _open_log(path: Path):
+    """The --log file, its folder made if missing (the README's cron line names /var/log/farm)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a", encoding="utf-8")  # closed by the caller's ExitStack
+    except OSError as err:
+        raise ConfigError(
+            "--log", str(path), f"a file that cannot be written ({err.strerror or err})", "a writable file"
+        ) from err
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(run: FarmRun):
+    """SIGTERM (systemctl stop, a killed cron job) and a first Ctrl-C stop the run
+    cleanly: no new cells, the running ones killed on every node, the unfinished
+    ones recorded not-run, the run stored aborted with the exit code the process
+    returns. A second Ctrl-C exits at once (the next run marks this one aborted)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if run.stopping is not None:
+            if signum == signal.SIGINT:
+                os._exit(130)
+            return
+        click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
+        threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,227 @@
+"""A cell's shared state on its way through the stages: what each stage reads and writes."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from orchestrator.config.farm import Job
+from orchestrator.config.schema import VariantSpec
+from orchestrator.errors import InfraError
+from orchestrator.run import probe
+from orchestrator.run.bundle import Placed
+from orchestrator.run.cell import CellPaths, CellResult
+from orchestrator.run.commands import KILL_GRACE, NOW_NS
+from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.resident import ResidentRunner
+from orchestrator.run.slots import GpuSlots
+from orchestrator.run.trips import CellTrips, Fetched, Trip, last_match
+from orchestrator.transport import Transport
+from orchestrator.transport.base import reap
+
+QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
+
+
+class CellStages(CellTrips):
+    """What every stage of a cell shares: its node, job, paths and result, the GPU it
+    holds, and the trips it sends (trips.CellTrips). The stages themselves are
+    build.BuildStage, inspect.InspectStage, run.RunStage and sanitize.SanitizeStage;
+    pipeline.CellPipeline runs them in order."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        job: Job,
+        variant: VariantSpec,
+        snapshot: NodeSnapshot,
+        paths: CellPaths,
+        result: CellResult,
+        gpu_slots: GpuSlots,
+        output_cap: int,
+        cuobjdump: str,
+        recorded_binary: Callable[[str], str | None] = lambda _key: None,
+        remember_binary: Callable[[str, str], None] = lambda _key, _sha: None,
+        restage: Callable[[Placed], str] | None = None,
+        build_lock: threading.Lock | None = None,
+        marker: str = "",
+        stopping: Callable[[], str | None] = lambda: None,
+        metric_baseline: Callable[[list[str]], Mapping[str, list[float]]] = lambda _names: {},
+        run_ahead: bool = True,
+        python: str | None = None,
+        resident: ResidentRunner | None = None,
+        guarded: tuple[str, ...] = (),
+    ) -> None:
+        self.t = transport
+        self.job = job
+        self.variant = variant
+        self.snapshot = snapshot
+        self.paths = paths
+        self.result = result
+        self.gpu_slots = gpu_slots
+        self.output_cap = output_cap
+        self.cuobjdump = cuobjdump
+        self.recorded_binary = recorded_binary  # build key -> the binary sha256 recorded for it
+        self.remember_binary = remember_binary  # a fresh build's sha256, for the run's later cells
+        self.restage = restage  # ships an altered bundle again; returns a note
+        self.build_lock = build_lock or threading.Lock()  # one build per build folder at a time
+        self.marker = marker  # "FARM_RUN=<run> FARM_CELL=<cell> " + CELL_ENV: the cell's processes carry it
+        self.marker_env = dict(part.split("=", 1) for part in marker.split())  # the same, as variables
+        self.stopping = stopping  # why the run is being stopped (a signal), or None
+        self.metric_baseline = metric_baseline  # metric names -> the cell's earlier values (metrics.py)
+        # the run may go out with the build (one round trip per cell); not where another cell
+        # shares the build folder, since the folder's lock is held for the whole trip
+        self.run_ahead = run_ahead
+        # the node's python3: a streamed trip goes to it as noderunner.py's plan, not as shell
+        self.python = python if transport.streams_output else None
+        self.resident = resident if self.python is not None else None  # the node's python3 serving all its cells
+        # the farm's own files (its folder, database, journal, reports): a confined kernel's temporary
+        # folder is opened to it only where none of them is in it (a local node, a farm under /tmp)
+        self.guarded = list(guarded)
+        self._built_sha: str | None = None
+        self.cleaned = False  # the cell's folder on the node is gone
+        self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit
+        self._ahead = 0.0  # seconds of runs queued on the node before this cell's
+        self._sanitize_gpu: Gpu | None = None  # the GPU the sanitizer runs hold
+        self._plan_ahead: Callable[[], list[Trip]] | None = None  # stages to send with the build
+        self._fetched: dict[str, Fetched | InfraError] = {}  # later stages read ahead, or why they broke
+        self._clock: tuple[datetime, float] | None = None  # a fetched stage's own start and seconds
+        self._fresh_copy = False  # the run takes a fresh copy of the build in a fresh folder first
+
+    def _node_trouble(self) -> tuple[str, str]:
+        """After a failed stage, once the cell's own files are gone: (why the node's work or
+        temporary folder is short of room, why the cell's GPU no longer answers), each ""
+        where not. The probe's checks are of the run's start: a disk another tenant fills
+        mid-run made build-fail, inspect-fail or fail, and so did a card lost mid-run. One
+        round trip, on failures only; "" where the node cannot say."""
+        q = shlex.quote
+        inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
+        command = (
+            f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
+            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
+        )
+        gpu = self.result.gpu if self.result.evidence.run_exit not in (None, 0) else None
+        if gpu is not None:
+            command += (
+                f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={probe.GPU_QUERY} "
+                f"--format=csv,noheader -i {q(gpu.uuid)} 2>&1); rc=$?; "
+                'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
+            )
+        try:
+            said = self.t.run(command, timeout=60).stdout
+        except InfraError:
+            return "", ""
+        room, _, answer = said.partition("@@farm-gpu\n")
+        return self._short_of_room(room.splitlines()), self._gpu_gone(gpu, answer)
+
+    @staticmethod
+    def _short_of_room(lines: list[str]) -> str:
+        need = probe.MIN_FREE >> 10
+        for where, line in zip(("work folder", "temporary folder"), lines, strict=False):
+            free, files = ([*line.split(), "", ""])[:2]
+            if free.isdigit() and int(free) < need:
+                return f"its {where} had {int(free) >> 10} MiB free, the farm needs {need >> 10} MiB there"
+            if files.isdigit() and int(files) < probe.MIN_FREE_INODES:
+                need_files = probe.MIN_FREE_INODES
+                return f"its {where} had {files} inodes free (files it can make), the farm needs {need_files}"
+        return ""
+
+    @staticmethod
+    def _gpu_gone(gpu: Gpu | None, answer: str) -> str:
+        """Why nvidia-smi's answer for the cell's GPU says it is gone, else "" (also where the
+        node said nothing of it: the check is for a card lost, not a node that cannot tell)."""
+        if gpu is None or not answer.strip():
+            return ""
+        lines = [line.strip() for line in answer.strip().splitlines()]
+        if lines[-1] == "rc=0" and any(gpu.uuid in line for line in lines):
+            return ""
+        said = " / ".join(line for line in lines[:-1] if line)[:200] or "nothing"
+        return f"nvidia-smi no longer lists {gpu.label} ({lines[-1]}: {said})"
+
+    def _hold_gpu(self) -> None:
+        limit = float(self.variant.timeout or self.job.spec.timeout) + KILL_GRACE
+        gpu, self._ahead = self.gpu_slots.acquire(limit)
+        self.result.gpu = gpu
+        self._slot = [(gpu, limit)]
+
+    def _clean_up(self) -> None:
+        if self.cleaned or self.result.evidence.infra_stage is not None or self.result.evidence.stopped:
+            return  # done already, or the session may be gone (the scheduler sweeps the node's folders at its end)
+        with contextlib.suppress(InfraError):  # where it fails, the scheduler sweeps the node's folders at its end
+            self.cleaned = self.t.run(self.paths.remove_run_dir(), timeout=60).ok
+
+    def _release(self) -> None:
+        if self._slot:
+            self.gpu_slots.release(*self._slot.pop())
+
+    def _note_job(self) -> None:
+        """The batch job and compute node of the command just run (where the transport has them)."""
+        if self.t.last_job_id is not None:
+            self.result.slurm_job_id = self.t.last_job_id
+            self.result.compute_node = self.t.last_compute_node
+
+    def _inspect_passed(self) -> bool:
+        ev = self.result.evidence
+        return ev.inspect_exit == 0 and not ev.missing_instructions
+
+    def _note_confinement(self, trip: Trip, text: str, what: str) -> None:
+        """A detail where the stage's kernel ran unconfined. Only the python runner
+        confines, and says so in its own stream: under the shell scripts a kernel
+        could print the line into the farm's shell (/proc/PPID/fd/1)."""
+        # the runner ran it where _round_trip (or _send_together, on a streaming transport) sent it there
+        by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
+        if not by_runner or last_match(r"^@@farm confined (\d+)$", text) is None:
+            why = last_match(r"^@@farm unconfined (.+)$", text) if by_runner else None
+            self._detail.append(
+                f"{what} unconfined ("
+                + (why.group(1).strip()[:200] if why else "it went through the node's shell, which cannot confine it")
+                + "): it could have written other cells' files"
+                # the shell scripts hold the kernel's files open where every program of the run inherits them
+                + ("" if by_runner or what != "the kernel ran" else ", and the run's programs its output and status")
+            )
+
+    def _binary_check(self, expected: str) -> str:
+        copy = shlex.quote(self.paths.private_binary)
+        return (
+            f'got=$(sha256sum < {copy} 2>/dev/null | cut -c1-64); if [ "$got" != {expected} ]; then '
+            f'echo "@@farm binary-altered ${{got:-missing}}"; exit 0; fi; '
+        )
+
+    def _queue_on_node(self, gpu: Gpu | None) -> tuple[int, str]:
+        """(seconds it may wait, shell) to take the GPU's lock on the node, or (0, "")."""
+        if not (self.gpu_slots.on_node and gpu is not None):
+            return 0, ""
+        # the GPU's lock, held by this subshell until the kernel and its leftovers are gone;
+        # the wait carries the run's marker, so a stop kills a queued run before it starts
+        # the runs ahead are bounded by their own limits; a lock held past them is another
+        # farm's or a stuck kernel's, and waiting longer would only stretch a dead node's timeout
+        wait = int(self._ahead) + QUEUE_SLACK
+        lock = shlex.quote(self._gpu_lock(gpu))
+        return wait, (
+            f"q0=$({NOW_NS}); exec 9>>{lock} && {self.marker}flock -w {wait} 9 || "
+            f'{{ echo "@@farm gpu-wait-failed $q0 $({NOW_NS})"; exit 0; }}; '
+        )
+
+    def _gpu_lock(self, gpu: Gpu) -> str:
+        return f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock"
+
+    def _check_started(self, text: str, gpu: Gpu | None, wait: int) -> None:
+        altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)
+        if altered:
+            raise InfraError(
+                f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
+                f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
+            )
+        if re.search(r"^@@farm gpu-wait-failed", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
+                "(another farm run on this node, or a stuck kernel): not run"
+            )
+
+    def _reap_cell(self, tag: str = "leftover") -> str:
+        """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
+        cell = self.marker_env.get("FARM_CELL")
+        return reap("FARM_CELL", cell, tag) if cell else "true"

@@ -1,0 +1,173 @@
+"""The build stage: nvcc on the node, its inputs checked around it, a cached binary reused only by its hash."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+
+from orchestrator.errors import InfraError
+from orchestrator.run.commands import (
+    CHANNEL_MARGIN,
+    KILL_GRACE,
+    guarded,
+    input_checks,
+    own_tmp,
+    render_build,
+    verify_inputs_script,
+)
+from orchestrator.run.stages.base import CellStages
+from orchestrator.run.trips import Trip
+
+VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
+
+
+class BuildStage(CellStages):
+    """Builds the cell's binary, or reuses the cached one the store vouches for."""
+
+    def _build_script(self, command: str, reuse: bool, recorded: str | None) -> str:
+        """Reuse a cached build whose copy (into the cell's own folder) hashes to
+        the binary the store recorded for it, or verify the inputs, build, verify
+        them again, hash the binary, mark the build reusable and take the copy."""
+        q = shlex.quote
+        bdir, binary = q(self.paths.build_dir), q(self.paths.binary)
+        rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
+        limit = int(self.job.spec.build_timeout)
+        make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
+        # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
+        work, held = f"{rdir}/work", q(posixpath.dirname(self.paths.private_binary))
+        made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
+        copy = f"rm -rf {rdir} && {made} && mkdir -p {held} && cp {binary} {private}"
+        # one that does not hash to the record is said, and rebuilt in the same trip
+        cached = (
+            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
+            f"got=$(sha256sum < {private} | cut -c1-64); "
+            f'if [ "$got" = {q(recorded or "none")} ]; then echo "@@farm cached $got"; exit 0; fi; '
+            f'echo "@@farm cache-mismatch ${{got:-none}}"; fi; '
+            if reuse
+            else ""
+        )
+        return (
+            f"{cached}"
+            f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
+            f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
+            f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', self.marker)}; {drop_tmp}; "
+            f"{verify_inputs_script(self.paths, 'altered-during')}; "
+            f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
+            # only a build whose inputs stayed intact is marked reusable
+            f'if [ -z "$bad" ]; then touch .farm-built && {copy} && '
+            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; else rm -rf {rdir}; fi; '
+            f'echo "@@farm rc=$rc"; }}'
+        )
+
+    def _build_trip(self, command: str, reuse: bool, recorded: str | None) -> Trip:
+        limit = int(self.job.spec.build_timeout)
+        log = bytearray()
+        return Trip(
+            "build",
+            self._build_script(command, reuse, recorded),
+            limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
+            [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
+            state=log,
+            spec={
+                "reuse": reuse,
+                "recorded": recorded or "none",
+                "build_dir": self.paths.build_dir,
+                "binary": self.paths.binary,
+                "run_dir": self.paths.run_dir,
+                "private": self.paths.private_binary,
+                "command": command,
+                "limit": limit,
+                "tmp": self.paths.build_tmp,
+                "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
+            },
+        )
+
+    def _build(self) -> str:
+        command = render_build(self.job, self.variant, self.snapshot, self.paths)
+        self.result.build_command = command
+        limit = int(self.job.spec.build_timeout)
+        reuse, restaged = True, False
+        while True:
+            recorded = self.recorded_binary(self.paths.build_key)
+            trip, outcome, text = self._go("build", lambda: self._build_trip(command, reuse, recorded))  # noqa: B023
+            log = trip.state
+            unrecorded = (
+                "cached build altered on the node (its binary is not the one recorded): rebuilt"
+                if recorded
+                else "a cached build with no record of its binary in the results database: rebuilt"
+            )
+            if re.search(r"^@@farm cache-mismatch ", text, re.M):
+                self._detail.append(unrecorded)
+            cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
+            if cached:
+                if recorded == cached.group(1):
+                    self.result.build_cached = True
+                    self._built_sha = recorded
+                    self.result.binary_sha256 = recorded
+                    self.result.evidence.build_exit = 0
+                    self.result.build_log = bytes(log)
+                    return "cached"
+                self._detail.append(unrecorded)
+                reuse = False
+                continue
+            altered = re.findall(r"^@@farm altered (\S+) (\S+)$", text, re.M)
+            if altered:
+                names = ", ".join(name for name, _ in altered)
+                if restaged or self.restage is None:
+                    raise InfraError(f"node {self.t.name!r}: staged inputs altered on the node ({names}) again")
+                for name, _ in altered:
+                    if name == "sources":
+                        placed = self.paths.sources
+                    elif name == "toolchain" and self.paths.toolchain is not None:
+                        placed = self.paths.toolchain
+                    else:
+                        placed = self.paths.dependencies[name.split(":", 1)[1]]
+                    self._detail.append(self.restage(placed) or f"{name} altered on the node: shipped again")
+                restaged = True
+                continue
+            break
+        during = re.findall(r"^@@farm altered-during (\S+) (\S+)$", text, re.M)
+        if during:
+            names = ", ".join(name for name, _ in during)
+            raise InfraError(
+                f"node {self.t.name!r}: inputs changed on the node while nvcc ran ({names}); "
+                "the binary cannot be trusted"
+            )
+        if re.search(r"^@@farm build-lock-failed$", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} was held past the "
+                f"build's limit ({limit} s), or could not be taken: another farm building the same cell in this "
+                "node's workdir?"
+            )
+        rc = re.search(r"^@@farm rc=(\d+)$", text, re.M)
+        if rc is None:
+            raise InfraError(
+                f"node {self.t.name!r}: the build wrapper printed no status "
+                f"({(outcome.stderr or text).strip()[-300:]!r})"
+            )
+        exit_code = int(rc.group(1))
+        built = re.search(r"^@@farm built ([0-9a-f]{64})$", text, re.M)
+        self._built_sha = built.group(1) if built else None
+        self.result.binary_sha256 = self._built_sha
+        self.result.evidence.build_exit = exit_code
+        self.result.build_log = bytes(log)
+        if exit_code in (124, 137):
+            self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
+        if exit_code != 0:
+            self.cleaned = True  # the script removed the cell's folder: nothing runs from it
+            return "failed"
+        if self._built_sha is None:  # nothing at {binary} to hash: a job whose build writes no binary there
+            self.result.evidence.build_no_binary = True
+            said = f"\n[farm] the build exited 0 but wrote no binary at {self.paths.binary}\n"
+            self.result.build_log += said.encode()
+            return "failed"
+        copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
+        if copy is None or copy.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the binary changed while it was copied into the cell's folder "
+                f"(built {str(self._built_sha)[:12]}, copy {copy.group(1)[:12] if copy else 'missing'})"
+            )
+        if self._built_sha:
+            self.remember_binary(self.paths.build_key, self._built_sha)
+        return "ok"

@@ -1,0 +1,111 @@
+"""The inspect stage: cuobjdump's disassembly and target lists of the binary that was built."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.errors import InfraError
+from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
+from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_instructions
+from orchestrator.run.stages.base import CellStages
+from orchestrator.run.trips import Trip
+
+INSPECT_TIMEOUT = 300.0
+# each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
+# stage: with the dump's budget each, a hung cuobjdump kept the node past it, and the cell's trip
+# went out again and again (found by a red-team helper; the runner's is noderunner.LIST_TIMEOUT)
+LIST_TIMEOUT = 30
+SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
+
+
+class InspectStage(CellStages):
+    """Reads the binary's machine code: the instructions it holds, the targets it carries."""
+
+    def _inspect(self) -> str:
+        trip, _, text = self._go("inspect", self._inspect_trip)
+        return self._inspected(text, trip.state)
+
+    def _inspect_trip(self) -> Trip:
+        binary = shlex.quote(self.paths.private_binary)
+        command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
+        bdir = shlex.quote(self.paths.run_dir)
+        cuda = "{cuobjdump}" in self.variant.inspect
+        tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
+        lists = (
+            f"echo '@@farm elf'; {tool} --list-elf {binary} 2>&1; echo '@@farm ptx'; {tool} --list-ptx {binary} 2>&1; "
+            if cuda
+            else ""
+        )
+        kit = self.paths.toolchain
+        # the disassembler of a shipped toolkit is the farm user's, writable by any kernel: checked
+        # right before it speaks for the binary (as the compiler is around each build)
+        kit_check = kit is not None and self.cuobjdump.startswith(kit.folder + "/")
+        kit_shell = (
+            f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
+            f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
+            if kit_check and kit is not None
+            else ""
+        )
+        script = (
+            f"{kit_shell}cd {bdir} && "
+            f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
+            f'echo "@@farm rc=$rc"; '
+            f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
+        )
+        dump = bytearray()
+        return Trip(
+            "inspect",
+            script,
+            INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN,
+            [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)],
+            state=dump,
+            # a compile-only cell ends here: its folder goes in the same round trip
+            clean_up=self.result.expectation.outcome.value == "compile-only",
+            spec={
+                "kit": [kit.folder, kit.digest] if kit_check else None,
+                "run_dir": self.paths.run_dir,
+                "private": self.paths.private_binary,
+                "command": command,
+                "limit": int(INSPECT_TIMEOUT),
+                "list_limit": LIST_TIMEOUT,
+                "cuobjdump": self.cuobjdump if cuda else None,
+                "instructions": dict(self.variant.instructions),
+                "sass_limit": SASS_LIMIT,
+            },
+        )
+
+    def _inspected(self, text: str, dump: bytearray) -> str:
+        ev = self.result.evidence
+        kit = self.paths.toolchain
+        cuda = "{cuobjdump}" in self.variant.inspect
+        altered = re.search(r"^@@farm toolkit-altered (\S+)$", text, re.M)
+        if altered:
+            raise InfraError(
+                f"node {self.t.name!r}: the shipped toolkit changed on the node before inspection "
+                f"(digest {altered.group(1)[:12]}, expected {kit.digest[:12] if kit else '?'}); not inspected"
+            )
+        rc = re.search(r"@@farm rc=(\d+)", text)
+        ev.inspect_exit = int(rc.group(1)) if rc else 255
+        sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
+        if sha is None or sha.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the cell's copy of the binary changed on the node before inspection "
+                f"(sha256 {sha.group(1)[:12] if sha else 'unreadable'}, built {str(self._built_sha)[:12]})"
+            )
+        if cuda:
+            elf_part = text.split("@@farm elf", 1)[-1].split("@@farm ptx", 1)[0]
+            ptx_part = text.split("@@farm ptx", 1)[-1]
+            self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in ELF_TARGETS.findall(elf_part)})
+            self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in PTX_TARGETS.findall(ptx_part)})
+            cc = self.result.expectation.cc
+            self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
+        if ev.inspect_exit != 0:
+            return "failed"
+        counts = count_instructions(dump.decode("utf-8", "replace"), list(self.variant.instructions))
+        self.result.instruction_counts = counts
+        ev.missing_instructions = {
+            name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
+        }
+        return "failed" if ev.missing_instructions else "ok"

@@ -1,0 +1,165 @@
+"""The run stage: the kernel on its GPU, its output scanned for markers as it streams."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import time
+
+from orchestrator.config.run_command import kernel_call_words, kernel_launchers, runs_other_programs
+from orchestrator.errors import InfraError
+from orchestrator.run.commands import (
+    CANNOT_START_NOTE,
+    CHANNEL_MARGIN,
+    COPY_GONE_NOTE,
+    KILL_GRACE,
+    LAUNCHER_WRITABLE_NOTE,
+    NOW_NS,
+    OTHER_LIMIT,
+    OUTPUT_LIMIT,
+    STATUS_LIMIT,
+    guarded,
+    kernel_files,
+    kernel_run,
+    kernel_statuses,
+    other_output,
+    own_tmp,
+)
+from orchestrator.run.stages.base import CellStages
+from orchestrator.run.streams import StreamScan
+from orchestrator.run.trips import Trip, last_match
+from orchestrator.transport import CommandResult
+
+
+class RunStage(CellStages):
+    """Runs the cell's own copy of the binary, pinned to its GPU, and reads what it printed."""
+
+    def _run(self) -> str:
+        try:
+            trip, outcome, text = self._go("run", lambda: self._run_trip(self._built_sha or ""))
+        finally:
+            self._release()
+        return self._ran(trip, outcome, text)
+
+    def _run_trip(self, expected: str | None) -> Trip:
+        """The run's trip; `expected` is the sha256 the cell's copy must hash to
+        (None: the one the node's build gate took, in a trip with the build)."""
+        limit = int(self.variant.timeout or self.job.spec.timeout)
+        rdir = self.paths.run_dir
+        work = f"{rdir}/work"
+        copy = self.paths.private_binary
+        files = kernel_files(rdir)
+        served = runs_other_programs(self.variant.run)  # the runner starts each kernel command itself
+        command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
+        shell_command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, files)
+        gpu = self.result.gpu
+        # pinned by UUID: CUDA's device order need not be nvidia-smi's
+        pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
+        q = shlex.quote
+        wait, queue_on_node = self._queue_on_node(gpu)
+        make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
+        word = '"$farm_sha"' if expected is None else q(expected)
+        fresh = ""
+        if self._fresh_copy:  # noderunner.take_copy, as the shell says it
+            made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
+            fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
+        script = (
+            # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
+            f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}t0=$({NOW_NS}); "
+            f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
+            # the clock is read before the leftovers are killed, and printed after: none can follow it
+            f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+            'echo "@@farm checked $got"; echo "@@farm $rc"; }'
+        )
+        spec = self.job.spec
+        stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
+        stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
+        statuses = bytearray()  # each kernel command's exit status (kernel_run)
+        other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
+        whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
+        return Trip(
+            "run",
+            script,
+            wait + limit + KILL_GRACE + CHANNEL_MARGIN,
+            [
+                ("stdout", f"{rdir}/stdout", whole, stdout.feed),
+                ("stderr", f"{rdir}/stderr", whole, stderr.feed),
+                ("status", files[0], STATUS_LIMIT, statuses.extend),
+                ("other", files[1], OTHER_LIMIT, other.extend),
+            ],
+            state=(stdout, stderr, statuses, other, gpu, wait, limit, time.monotonic()),
+            clean_up=not (self._sanitizing or self._may_confirm),  # a sanitize stage, a second run: the copy again
+            release=True,  # the GPU is free once the kernel is gone; its output needs none
+            spec={
+                "private": copy,
+                "copy_from": self.paths.binary if self._fresh_copy else None,
+                "expected": expected,
+                "lock": self._gpu_lock(gpu) if queue_on_node else None,
+                "wait": wait,
+                "run_dir": rdir,
+                "command": command,
+                "kernel_files": files,
+                "served": served,
+                "calls": kernel_call_words(self.variant.run) if served else [],
+                "tmp": self.paths.run_tmp,
+                "limit": limit,
+                "gpu": gpu.uuid if gpu is not None else None,
+                "guarded": self.guarded,
+            },
+        )
+
+    def _ran(self, trip: Trip, outcome: CommandResult, text: str) -> str:
+        stdout, stderr, statuses, other, gpu, wait, limit, clock = trip.state
+        elapsed = self._clock[1] if self._clock else time.monotonic() - clock
+        self._check_started(text, gpu, wait)
+        # the last of each status line: a kernel of the same user could have written a
+        # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
+        # but never after the farm's own, which come once it and its leftovers are gone
+        match = last_match(r"^@@farm (\d+)$", text)
+        if not match:
+            raise InfraError(
+                f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
+            )
+        # what the node checked its copy against before it ran, said once the kernel is gone
+        checked = last_match(r"^@@farm checked (\S*)$", text)
+        if checked is None or checked.group(1) != self._built_sha:
+            raise InfraError(
+                f"node {self.t.name!r}: the binary the node ran is not the one the farm inspected "
+                f"(checked {checked.group(1)[:12] if checked else 'nothing'}, built {str(self._built_sha)[:12]})"
+            )
+        ev = self.result.evidence
+        kernel = kernel_statuses(bytes(statuses))
+        ev.kernel_started = bool(kernel)
+        notes = bytes(statuses).split()
+        ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in notes
+        ev.kernel_launcher_writable = LAUNCHER_WRITABLE_NOTE.encode() in notes
+        ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
+        ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
+        ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
+        clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
+        if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
+            queued, started, ended = (int(c) for c in clocks.groups())
+            elapsed = (ended - started) / 1e9
+            if started - queued > 1e9:
+                self._detail.append(f"waited {(started - queued) / 1e9:.1f} s on the node for the GPU")
+        ev.run_timed_out = ev.run_exit in (124, 137) and elapsed >= limit * 0.98
+        ev.launcher_timed_out = ev.kernel_exit == 124 and "timeout" in kernel_launchers(self.variant.run)
+        self.result.run_seconds = elapsed
+        leftover = last_match(r"^@@farm leftover (\d+)$", text)
+        self.result.leftover = int(leftover.group(1)) if leftover else 0
+        if self.result.leftover:
+            self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
+        self._note_confinement(trip, text, "the kernel ran")
+        forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
+        ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
+        if said := other_output(bytes(other)):
+            self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
+        ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
+        if len(kernel) > 1:
+            self._detail.append(f"the run started the kernel {len(kernel)} times (exits {', '.join(map(str, kernel))})")
+        self.result.stdout = stdout.finish()
+        self.result.stderr = stderr.finish()
+        ev.pass_line = self.result.stdout.matches.get("pass")
+        ev.refusal_line = self.result.stderr.matches.get("refusal")
+        ev.stderr_last_line = self.result.stderr.last_line
+        return "ok" if ev.run_exit == 0 else "failed"

@@ -1,0 +1,115 @@
+"""The sanitize stage: compute-sanitizer's tools over a kernel that passed."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+
+from orchestrator.errors import InfraError
+from orchestrator.run import sanitize
+from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarded, own_tmp
+from orchestrator.run.stages.base import CellStages
+from orchestrator.run.trips import Trip, last_match
+
+
+class SanitizeStage(CellStages):
+    """Runs the variant's compute-sanitizer tools over the binary, once it passed."""
+
+    @property
+    def _sanitizing(self) -> bool:
+        """The variant asks for sanitizer runs and this cell runs on a GPU."""
+        return bool(self.variant.sanitize) and self.result.expectation.outcome.value == "pass"
+
+    def _sanitize(self) -> str:
+        """The cell's binary again under each of the variant's compute-sanitizer tools."""
+        tools = list(self.variant.sanitize)
+        limit = int(self.job.spec.sanitize_timeout)
+        rdir = self.paths.run_dir
+        run, private = self.variant.run, self.paths.private_binary
+        gpu = self._sanitize_gpu
+        pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
+        wait, queue_on_node = self._queue_on_node(gpu)
+        if gpu is not None and gpu != self.result.gpu:
+            self._detail.append(f"on {gpu.label}")
+        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
+        q = shlex.quote
+        # a fresh copy of the build before each tool, hashed: see noderunner.sanitize
+        made = f"mkdir -p {q(rdir + '/work')} {q(posixpath.dirname(private))}"
+        fresh = f"rm -rf {q(private)} && {made} && cp {q(self.paths.binary)} {q(private)}; "
+        check = self._binary_check(q(self._built_sha or ""))
+        runs = "; ".join(
+            f"{fresh}{check}t0=$({NOW_NS}); "
+            f"{guarded(sanitize.tool_command(tool, rdir, run, private), limit, quiet, self.marker)}; "
+            f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
+            for tool in tools
+        )
+        script = (
+            f"{fresh}{check}"
+            f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
+            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
+        )
+        logs = {tool: bytearray() for tool in tools}
+        trip = Trip(
+            "sanitize",
+            script,
+            wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
+            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
+            clean_up=True,
+            release=True,
+            spec={
+                "private": self.paths.private_binary,
+                "copy_from": self.paths.binary,
+                "expected": self._built_sha,
+                "lock": self._gpu_lock(gpu) if queue_on_node and gpu is not None else None,
+                "wait": wait,
+                "run_dir": rdir,
+                "limit": limit,
+                "tmp": self.paths.run_tmp,
+                "gpu": gpu.uuid if gpu is not None else None,
+                "tools": [
+                    [tool, sanitize.tool_command(tool, rdir, run, private), sanitize.log_path(rdir, tool)]
+                    for tool in tools
+                ],
+                "configured": self.t.node.compute_sanitizer,
+                "nvcc": self.snapshot.nvcc_path,
+                "workdir": self.snapshot.workdir,
+                "guarded": self.guarded,
+            },
+        )
+        try:
+            outcome, text = self._round_trip(trip)
+        finally:
+            self._release()
+        self._check_started(text, gpu, wait)
+        missing = re.search(r"^@@farm no-sanitizer (.*)$", text, re.M)
+        if missing:
+            error = InfraError(
+                f"node {self.t.name!r}: no compute-sanitizer (looked at {missing.group(1) or 'PATH'}); "
+                "set the node's compute_sanitizer, or drop `sanitize` from the variant"
+            )
+            error.retryable = False
+            raise error
+        reports = []
+        for tool in tools:
+            ran = last_match(rf"^@@farm tool {tool} (\d+) (\d+) (\d+)$", text)
+            if ran is None:
+                raise InfraError(
+                    f"node {self.t.name!r}: the sanitize script printed no status for {tool} "
+                    f"({(outcome.stderr or text).strip()[-300:]!r})"
+                )
+            code, started, ended = (int(x) for x in ran.groups())
+            timed_out = code in (124, 137) and (ended - started) / 1e9 >= limit * 0.98
+            found = sanitize.report(tool, code, timed_out, bytes(logs[tool]))
+            if isinstance(found, str):
+                error = InfraError(f"node {self.t.name!r}: {found}")
+                error.retryable = False
+                raise error
+            reports.append(found)
+            self._detail.append(
+                f"{tool}: " + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
+            )
+        self._note_confinement(trip, text, "its sanitizer runs ran")
+        self.result.evidence.sanitizer = tuple(reports)
+        return "ok" if all(r.clean for r in reports) else "failed"

@@ -1,0 +1,275 @@
+"""Runs that did not end well: aborted at the next start, rebuilt from their journals."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqlalchemy import func, select
+
+from orchestrator.errors import StoreError
+from orchestrator.outcomes import Outcome
+from orchestrator.store import journal
+from orchestrator.store.queries import CHUNK
+from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, INSERT_SNAPSHOT, insert_result, no_nul
+from orchestrator.store.tables import Attempt, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
+
+
+class JournaledRun(NamedTuple):
+    """A run found by its journal's token, with its rows that a journal also holds."""
+
+    run_id: int
+    status: str
+    exit_code: int | None  # None: finish_run never committed (the farm died; marked aborted later)
+    results: int
+    attempts: int
+    snapshots: int
+    planned: int
+
+
+# a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
+_JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "run": {
+        "trigger": (str,),
+        "farm_version": (str,),
+        "host": (str,),
+        "config_file": (str,),
+        "selection": (str,),
+        "started_at": (datetime,),
+        "token": (str, type(None)),
+        "farm_commit": (str, type(None)),
+        "cell_env": (str, type(None)),
+    },
+    "finish": {"status": (str,), "exit_code": (int, type(None)), "ended_at": (datetime,)},
+    "result": {
+        "kernel": (str,),
+        "variant": (str,),
+        "node": (str,),
+        "outcome": (str,),
+        "exit_code": (int, type(None)),
+        "started_at": (datetime,),
+    },
+    "source": {"sha256": (str,), "path": (str,), "content": (bytes,)},
+}
+
+
+def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
+    """A journal is read back as the farm wrote it, or refused whole (nothing imported):
+    the types of the fields that name and judge a run, one run and at most one finish,
+    known outcomes, and each source's bytes hashing to its sha256."""
+    counts = {"run": 0, "finish": 0}
+    for number, (kind, fields) in enumerate(records, 1):
+        counts[kind] = counts.get(kind, 0) + 1
+        for key, types in _JOURNAL_TYPES.get(kind, {}).items():
+            if key in fields and (not isinstance(fields[key], types) or isinstance(fields[key], bool)):
+                found = f"{key} is {fields[key]!r}"
+                raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
+        if kind == "result" and fields.get("outcome") not in {o.value for o in Outcome}:
+            raise StoreError(f"{path}: record {number} (result): outcome {fields.get('outcome')!r} is no outcome")
+        if kind == "finish" and fields.get("status") not in ("finished", "aborted"):
+            raise StoreError(f"{path}: record {number} (finish): status {fields.get('status')!r}")
+        if kind == "source" and hashlib.sha256(fields.get("content", b"")).hexdigest() != fields.get("sha256"):
+            raise StoreError(f"{path}: record {number} (source): its bytes do not hash to its sha256")
+    if counts["run"] != 1 or counts["finish"] > 1:
+        raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _unfinished(
+    planned: Sequence[tuple[str, str, str, str]], done: set[tuple[str, str, str, str]]
+) -> list[tuple[str, str, str, str]]:
+    """The planned cells (kernel, variant, node, device) with no result among `done`.
+    A node with several card models planned its cells again per card: a cell planned
+    per card needs that card's result; one planned for the node, any of its results
+    (or its per-card plans)."""
+    per_card = {(k, v, n) for k, v, n, d in planned if d}
+    covered = per_card | {(k, v, n) for k, v, n, _d in done}  # made once: per cell, 0.1 s at 3,200 cells
+    return [(k, v, n, d) for k, v, n, d in planned if ((k, v, n, d) not in done if d else (k, v, n) not in covered)]
+
+
+def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, str, str]]) -> list[PlannedCell]:
+    """_unfinished, of PlannedCell objects."""
+    keys = [(p.kernel, p.variant, p.node, p.device or "") for p in planned]
+    missing = set(_unfinished(keys, done))
+    return [p for p, key in zip(planned, keys, strict=True) if key in missing]
+
+
+def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
+    return ResultRow(
+        run_id=run_id,
+        kernel=cell.kernel,
+        variant=cell.variant,
+        node=cell.node,
+        device=cell.device,
+        contract="",
+        expected="unknown",
+        contract_expected="unknown",
+        expected_reason="",
+        outcome=Outcome.NOT_RUN.value,
+        failed_stage=None,
+        reason=reason,
+        stage_seconds={},
+        stage_details={},
+        build_command="",
+        build_log=b"",
+        stdout=b"",
+        stderr=b"",
+        source_sha256="",
+        sources={},
+        dependencies={},
+        output_cuts={},
+        markers={},
+        instruction_counts={},
+        required_instructions={},
+        elf_targets=[],
+        ptx_targets=[],
+        started_at=now,
+        ended_at=now,
+    )
+
+
+class Recovery:
+    """Store's part for runs that did not end well (database.py): a run whose farm died, marked
+    aborted with its unfinished cells not-run; a run rebuilt from its journal; what a journal
+    holds that the database has."""
+
+    def abort_unfinished_runs(self) -> list[tuple[int, int]]:
+        """Runs still marked running belong to a farm that died (the caller holds
+        the run lock, so none is alive): mark them aborted, and record each cell
+        they planned but never finished as not-run. Returns (run id, not-run count)."""
+        aborted = []
+        now = datetime.now(UTC)
+        with self._writing() as session:
+            for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
+                done = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
+                planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
+                missing = _never_finished(planned, done)
+                for cell in missing:
+                    session.add(
+                        _not_run_row(
+                            run.id,
+                            cell,
+                            now,
+                            "the farm was stopped before this cell finished (found at the next start)",
+                        )
+                    )
+                run.status = "aborted"
+                run.ended_at = run.ended_at or now
+                aborted.append((run.id, len(missing)))
+            session.commit()
+        return aborted
+
+    def journaled_runs(self, tokens: Sequence[str]) -> dict[str, JournaledRun]:
+        """token -> the run of that token and how many of each journaled row it
+        holds (journal.prune compares them with its journal); unknown tokens left out."""
+        found: dict[str, JournaledRun] = {}
+        tables = {"results": ResultRow, "attempts": Attempt, "snapshots": NodeSnapshotRow, "planned": PlannedCell}
+        with self._reading() as session:
+            for start in range(0, len(tokens), CHUNK):
+                chunk = sorted(set(tokens[start : start + CHUNK]))
+                query = select(Run.id, Run.token, Run.status, Run.exit_code).where(Run.token.in_(chunk))
+                runs = {rid: (token, status, code) for rid, token, status, code in session.execute(query)}
+                counts: dict[str, dict[int, int]] = {name: {} for name in tables}
+                if runs:
+                    for name, table in tables.items():
+                        grouped = select(table.run_id, func.count()).where(table.run_id.in_(list(runs)))
+                        counts[name] = dict(session.execute(grouped.group_by(table.run_id)).all())
+                for rid, (token, status, code) in runs.items():
+                    found[token] = JournaledRun(rid, status, code, *(counts[name].get(rid, 0) for name in tables))
+        return found
+
+    def import_journal(self, path: Path) -> tuple[int, str, int]:
+        """Rebuild a run from its journal (journal.py) as a new run of this database.
+        Returns (run id, status, results). A run already here is refused, and so is
+        one that started before the newest run here: every standing query takes the
+        highest id as the newest, so an older run imported later would pass for it."""
+        records = list(journal.read(path))
+        if not records or records[0][0] != "run":
+            raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
+        _check_journal(path, records)
+        run_fields = dict(records[0][1])
+        token = run_fields.get("token")
+        with self._guard("importing"), self._write_lock, self.session() as session:
+            if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
+                raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}")
+            newest = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
+            started = run_fields.get("started_at")
+            if newest is not None and isinstance(started, datetime) and _utc(started) < _utc(newest.started_at):
+                raise StoreError(
+                    f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
+                    f"{newest.id} ({_utc(newest.started_at).isoformat(timespec='seconds')}) already in "
+                    f"{self.redacted_url}; import journals oldest first (farm import takes several and sorts them). "
+                    "A run newer than it is already there (a later night's): its standing would go back in time; "
+                    "import it into a database of its own (farm import JOURNAL --database sqlite:///recovered.db) "
+                    "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
+                )
+            end = next((fields for kind, fields in records if kind == "finish"), None)
+            run = Run(
+                status=end["status"] if end else "aborted",
+                exit_code=end["exit_code"] if end else None,
+                ended_at=end["ended_at"] if end else run_fields["started_at"],
+                **run_fields,
+            )
+            session.add(run)
+            session.flush()
+            connection = session.connection()  # the rows a run writes many of, as Store writes them
+            postgres = self.engine.dialect.name == "postgresql"
+            clean = no_nul if postgres else dict
+            snapshots: dict[int, int] = {}
+            results = 0
+            done: set[tuple[str, str, str, str]] = set()
+            planned: list[PlannedCell] = []
+            for kind, fields in records[1:]:
+                if kind == "snapshot":
+                    ref = fields.pop("ref")
+                    inserted = connection.execute(INSERT_SNAPSHOT, clean({"run_id": run.id, **fields}))
+                    snapshots[ref] = inserted.inserted_primary_key[0]
+                elif kind == "result":
+                    ref = fields.pop("snapshot_ref")
+                    metrics = fields.pop("metrics", [])
+                    row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **fields}
+                    insert_result(connection, row, metrics, (), postgres=postgres)
+                    done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
+                    results += 1
+                elif kind == "attempt":
+                    connection.execute(ATTEMPTS.insert(), clean({**ATTEMPT_NULLABLE, "run_id": run.id, **fields}))
+                elif kind == "planned":
+                    cells = [
+                        PlannedCell(run_id=run.id, kernel=k, variant=v, node=n, device=d)
+                        for k, v, n, d in fields["cells"]
+                    ]
+                    session.add_all(cells)
+                    planned += cells
+                elif kind == "source" and session.get(SourceFile, fields["sha256"]) is None:
+                    session.add(SourceFile(first_seen=run.started_at, **fields))
+            # what the run planned but never finished: not-run, as abort_unfinished_runs records it
+            for cell in _never_finished(planned, done):
+                session.add(
+                    _not_run_row(
+                        run.id, cell, run.ended_at, "the run stopped before this cell finished (from its journal)"
+                    )
+                )
+            session.commit()
+            return run.id, run.status, results
+
+    def unfinished_cells(self, run_id: int) -> list[tuple[str, str, str, str]]:
+        """(kernel, variant, node, device) of the cells the run planned that have no
+        result (yet): a run still running, one whose farm died before the next start
+        marked it aborted (abort_unfinished_runs), or one that lost a cell. Asked at
+        every run's end and every render: plain rows of the run's index entries."""
+        with self._reading() as session:
+            connection = session.connection()
+            planned = select(PlannedCell.kernel, PlannedCell.variant, PlannedCell.node, PlannedCell.device)
+            cells = [
+                (k, v, n, d or "") for k, v, n, d in connection.execute(planned.where(PlannedCell.run_id == run_id))
+            ]
+            results = select(ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
+            done = {(k, v, n, d or "") for k, v, n, d in connection.execute(results.where(ResultRow.run_id == run_id))}
+        return _unfinished(cells, done)
