@@ -82,7 +82,7 @@ class Evidence:
     metrics: tuple[Measured, ...] = ()  # the job's metrics, each with the cell's earlier values
     sanitizer: tuple[SanitizerReport, ...] = ()  # the variant's `sanitize` tools, run after a pass
     # why the node had too little room once a stage had failed (its work or temporary folder
-    # short of probe.MIN_FREE, read after the cell's own files were removed), else ""
+    # short of snapshot.MIN_FREE, read after the cell's own files were removed), else ""
     room_short: str = ""
     # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
     # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)

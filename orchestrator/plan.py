@@ -19,7 +19,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm, Job
 from orchestrator.config.schema import TOOLCHAIN_SEP, KnownFailureSpec, VariantSpec
 from orchestrator.outcomes import Outcome
-from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.snapshot import NodeSnapshot
 
 
 @dataclass(frozen=True)

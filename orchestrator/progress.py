@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
-from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.summary import RunSummary
 from orchestrator.terminal import printable
 

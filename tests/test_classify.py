@@ -396,7 +396,7 @@ def test_a_known_failure_applies_only_where_its_outcome_can_happen() -> None:
     from orchestrator.config.capability import ComputeCapability
     from orchestrator.config.schema import VariantSpec
     from orchestrator.plan import expect
-    from orchestrator.run.probe import NodeSnapshot
+    from orchestrator.run.snapshot import NodeSnapshot
 
     variant = VariantSpec.model_validate(
         {

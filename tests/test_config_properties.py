@@ -28,7 +28,7 @@ from orchestrator.plan import expect, plan_cells
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import cell_paths
 from orchestrator.run.commands import render_build
-from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.snapshot import NodeSnapshot
 
 FARM = {
     "database": "sqlite:///results.db",

@@ -57,7 +57,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.plan import plan_cells
 from orchestrator.report import site as report
-from orchestrator.run import probe, stages
+from orchestrator.run import snapshot, stages
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.run.scheduler import run_cells
 from orchestrator.run.summary import RunSummary
@@ -881,9 +881,9 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path, monkeypatch: 
     ballast = "".join(f"// ballast line {i:06d}: nothing but a comment to fill the disk\n" for i in range(5000))
     assert len(ballast) > 256 << 10
     disk = Tmpfs(tmp_path / "full", "64k")
-    # the probe refuses a work folder with less than probe.MIN_FREE (test_verdicts.py): here the disk
+    # the probe refuses a work folder with less than snapshot.MIN_FREE (test_verdicts.py): here the disk
     # fills between the probe and the staging, as another tenant's files can
-    monkeypatch.setattr(probe, "MIN_FREE", 0)
+    monkeypatch.setattr(snapshot, "MIN_FREE", 0)
     try:
         job = standin_job("standin", {"pass": standin_variant("PASS", MIN75, "MIN_CC=75")})
         job["sources"] = ["kernels/standin.cpp", "kernels/ballast.cpp"]

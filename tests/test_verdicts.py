@@ -42,8 +42,8 @@ from orchestrator.report.model import cc_key, collect
 from orchestrator.report.site import render
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import cell_paths
-from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.scheduler import run_cells
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.store.database import Store
 
 MIN75 = {"min": "7.5"}
@@ -658,7 +658,7 @@ def test_a_node_whose_gpu_stack_fails_is_no_compile_only_node(
 
 
 def test_a_broken_gpu_is_told_from_a_machine_without_one() -> None:
-    from orchestrator.run.probe import NodeSnapshot
+    from orchestrator.run.snapshot import NodeSnapshot
 
     def problem(smi: str, driver: str = "") -> str | None:
         blank = NodeSnapshot("n", "/w", "h", "Linux", None, None, None, None, 0, "nvcc", "13.0.88", smi, None, None)

@@ -13,7 +13,7 @@ from orchestrator.classify import Evidence, Verdict
 from orchestrator.config.schema import VariantSpec
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run.bundle import Placed
-from orchestrator.run.probe import Gpu, NodeSnapshot
+from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult
 
 

@@ -13,7 +13,7 @@ from orchestrator.outcomes import CELL_STAGES
 from orchestrator.plan import Cell, expect
 from orchestrator.run.cell import CellResult, StageRecord
 from orchestrator.run.node_context import NodeContext
-from orchestrator.run.probe import NodeSnapshot
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.stages import CellPipeline
 from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
 from orchestrator.transport import Transport

@@ -15,7 +15,8 @@ from orchestrator.config.run_command import prefix_kernel_calls
 from orchestrator.config.schema import VariantSpec
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
-from orchestrator.run.probe import RUNNER_SOURCE, NodeSnapshot
+from orchestrator.run.probe import RUNNER_SOURCE
+from orchestrator.run.snapshot import NodeSnapshot
 
 
 def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[str, bytes]:

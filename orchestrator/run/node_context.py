@@ -14,9 +14,9 @@ from orchestrator.config.farm import Farm
 from orchestrator.run.bundle import Staging
 from orchestrator.run.cell import StageRecord
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
+from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.transport import Transport
 
 

@@ -21,8 +21,9 @@ from orchestrator.plan import Cell
 from orchestrator.run import bundle
 from orchestrator.run.bundle import Staging
 from orchestrator.run.cell import StageRecord
-from orchestrator.run.probe import NodeSnapshot, probe, resident_probe, shipped_nvcc
+from orchestrator.run.probe import probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import Transport
 
 

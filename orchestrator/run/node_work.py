@@ -22,8 +22,8 @@ from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background, node_devices
-from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.store.journal import journal_folder
 from orchestrator.store.location import sqlite_file
 from orchestrator.transport import Transport

@@ -48,8 +48,8 @@ from orchestrator.run.cell_work import CELL_ENV, CellWork
 from orchestrator.run.node_context import declared_snapshot, default_cache_dir
 from orchestrator.run.node_setup import NodeSetup
 from orchestrator.run.node_work import NodeWork, NotBegun
-from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.slots import GpuSlots
+from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.stopping import Stopping
 from orchestrator.run.summary import Listener, NullListener, RunSummary
 from orchestrator.store.database import Store

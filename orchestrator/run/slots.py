@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 
-from orchestrator.run.probe import Gpu
+from orchestrator.run.snapshot import Gpu
 
 
 class GpuSlots:

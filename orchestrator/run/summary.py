@@ -13,7 +13,7 @@ from orchestrator.outcomes import is_as_expected, is_infra
 if TYPE_CHECKING:  # annotations only: the command line imports this before any of the pipeline (`farm --help`)
     from orchestrator.plan import Cell
     from orchestrator.run.cell import CellResult
-    from orchestrator.run.probe import NodeSnapshot
+    from orchestrator.run.snapshot import NodeSnapshot
 
 
 class Listener(Protocol):

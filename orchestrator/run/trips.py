@@ -31,8 +31,8 @@ from orchestrator.errors import InfraError
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import NOW_NS, runner_command
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
-from orchestrator.run.probe import NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline
 

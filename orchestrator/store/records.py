@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the pipeline's objects, read here; the store imports this m
     from orchestrator.plan import Cell
     from orchestrator.run.bundle import Staging
     from orchestrator.run.cell import CellResult
-    from orchestrator.run.probe import Gpu, NodeSnapshot
+    from orchestrator.run.snapshot import Gpu, NodeSnapshot
 
 
 @functools.cache

@@ -12,13 +12,13 @@ from datetime import datetime
 from orchestrator.config.farm import Job
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
-from orchestrator.run import probe
+from orchestrator.run import probe, snapshot
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
-from orchestrator.run.probe import Gpu, NodeSnapshot
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
+from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.trips import CellTrips, Fetched, Trip, last_match
 from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
@@ -119,13 +119,13 @@ class CellStages(CellTrips):
 
     @staticmethod
     def _short_of_room(lines: list[str]) -> str:
-        need = probe.MIN_FREE >> 10
+        need = snapshot.MIN_FREE >> 10
         for where, line in zip(("work folder", "temporary folder"), lines, strict=False):
             free, files = ([*line.split(), "", ""])[:2]
             if free.isdigit() and int(free) < need:
                 return f"its {where} had {int(free) >> 10} MiB free, the farm needs {need >> 10} MiB there"
-            if files.isdigit() and int(files) < probe.MIN_FREE_INODES:
-                need_files = probe.MIN_FREE_INODES
+            if files.isdigit() and int(files) < snapshot.MIN_FREE_INODES:
+                need_files = snapshot.MIN_FREE_INODES
                 return f"its {where} had {files} inodes free (files it can make), the farm needs {need_files}"
         return ""
 
