@@ -30,13 +30,13 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import SessionLost
+from orchestrator.run.node import SOURCE
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.transport import Transport
 from orchestrator.transport.base import Deadline
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from orchestrator.run.resident import ResidentRunner
 
 # the node-side runner (noderunner.py says why it is sent, never a file on the node)
-RUNNER_SOURCE = (Path(__file__).with_name("noderunner.py")).read_bytes()
+RUNNER_SOURCE = SOURCE  # the node runner, as it is shipped (run/node/)
 PROBE_TIMEOUT = 60.0
 # nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them
 # (noderunner.PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the farm's deadline of

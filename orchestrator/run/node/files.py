@@ -1,0 +1,193 @@
+"""The node-side cell runner: a cell's stages in one python3 process on the node.
+
+Never imported by the farm. Its source is sent on the command's stdin each time
+it is used, with the cell's plan after it (`python3 -I -S -c BOOTSTRAP`), so it
+is never a file on the node that a kernel of the same user could rewrite, and
+the plan's frame token is in no process's command line or environment.
+
+It prints exactly what the stages' shell scripts print (stages/), status lines and
+frames alike, and the farm reads both with the same parsers: this is the same
+protocol, spoken by one process instead of about fifty short ones (hashes,
+copies, clocks, frames and the /proc scan for leftovers are done here, not by
+sha256sum, cp, date, head and grep). The commands the farm user wrote (build,
+inspect, run) still go to `sh -c`, under the same timeouts and process-group
+kills as the shell's `timeout -k`.
+
+Standard library only, Python 3.8 or later (the probe checks the version).
+"""
+
+import os
+import sys
+import time
+
+from orchestrator.run.node.spawn import spawn, wait_for
+from orchestrator.run.node.stages import LOGIN_ENV, UMASK
+
+OUT = sys.stdout.buffer
+KILL_GRACE = 5
+
+
+def now() -> int:
+    return time.time_ns()
+
+
+try:  # CPython's own SHA-256: no OpenSSL to load (hashlib's import is a tenth of a cell's CPU here)
+    from _sha2 import sha256 as _builtin_sha256  # 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256 as _builtin_sha256  # 3.8 to 3.11
+    except ImportError:  # a python built without its own hashes
+        _builtin_sha256 = None
+BIG = 1 << 18  # from here on OpenSSL's (six times faster per byte) repays its import
+
+
+def sha256(size=0):
+    """A sha256 object: OpenSSL's (hashlib) for a big input or once it is loaded, else the builtin's."""
+    if _builtin_sha256 is None or size >= BIG or "hashlib" in sys.modules:
+        import hashlib
+
+        return hashlib.sha256()
+    return _builtin_sha256()
+
+
+def sha_of(path):
+    """The file's sha256, or "" where `sha256sum < path` would print nothing."""
+    try:
+        with open(path, "rb") as handle:
+            digest = sha256(os.fstat(handle.fileno()).st_size)
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def folder_digest(folder):
+    """What config/inputs.py's FOLDER_DIGEST_SH prints for the folder ("" where it
+    is missing): the sorted listing of every entry that is not a folder, then
+    sha256sum's line for every regular file, hashed together."""
+    if not os.path.isdir(folder):
+        return ""
+    entries = []
+
+    def walk(path, rel):
+        try:
+            listing = os.scandir(path)
+        except OSError:
+            return  # find says so on stderr and goes on
+        with listing:
+            for entry in listing:
+                name = rel + b"/" + entry.name
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_file = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    is_dir = is_file = False
+                if is_dir:
+                    walk(entry.path, name)
+                else:
+                    entries.append((name, is_file, entry.path))
+
+    walk(os.fsencode(folder), b".")
+    entries.sort()
+    text = bytearray()
+    for name, _, _ in entries:
+        text += name + b"\n"
+    for name, is_file, path in entries:
+        if not is_file:
+            continue
+        digest = sha_of(path)
+        if not digest:
+            continue  # unreadable: sha256sum prints no line for it
+        if b"\\" in name or b"\n" in name:
+            text += b"\\" + digest.encode() + b"  " + name.replace(b"\\", b"\\\\").replace(b"\n", b"\\n") + b"\n"
+        else:
+            text += digest.encode() + b"  " + name + b"\n"
+    digest = sha256(len(text))
+    digest.update(bytes(text))
+    return digest.hexdigest()
+
+
+def _remove_in(folder):
+    """Empty an open folder, never following a link (as rm -rf and shutil.rmtree)."""
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            inner = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            try:
+                _remove_in(inner)
+            finally:
+                os.close(inner)
+            os.rmdir(entry.name, dir_fd=folder)
+        else:
+            os.unlink(entry.name, dir_fd=folder)
+
+
+def remove(path):
+    """rm -rf: True when nothing is left at `path`."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                _remove_in(folder)
+            finally:
+                os.close(folder)
+            os.rmdir(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+    except (OSError, RecursionError):  # deeper than the runner's stack or descriptors: rm's turn
+        with open(os.devnull, "rb") as nothing:
+            pid = spawn(["rm", "-rf", "--", path], None, LOGIN_ENV or os.environ, *(nothing.fileno(),) * 3)
+        if pid is None or wait_for(pid, 600) is None:
+            return False
+    return not os.path.lexists(path)
+
+
+def make_dirs(path, tries=100):
+    """mkdir -p, again where a parent went meanwhile: another cell's remove_cell
+    removes its node's and run's folders once they look empty, between the
+    parents made here and the folder made in them. Each try loses that race
+    again at a rate of its own (one in five, two threads doing nothing else):
+    five tries lost all of theirs about once in 1,500 copies on a loaded machine."""
+    for _ in range(tries - 1):
+        try:
+            os.makedirs(path, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    os.makedirs(path, exist_ok=True)
+
+
+def fresh_copy(binary, private):
+    """PRIVATE anew from BINARY (its mode too), whatever stands in its place now: an unconfined
+    kernel (the shell runner's) may have replaced it, and a link left there must not be written
+    through (hence remove, then O_EXCL)."""
+    if not remove(private):
+        return False
+    try:
+        make_dirs(os.path.dirname(private))
+        with open(binary, "rb") as source, open(private, "xb") as copy:
+            mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
+            for block in iter(lambda: source.read(1 << 20), b""):
+                copy.write(block)
+        os.chmod(private, mode)
+    except OSError:
+        return False
+    return True
+
+
+def take_copy(binary, run_dir, private):
+    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work PRIVATE's folder && cp BINARY PRIVATE (its mode too)."""
+    if not remove(run_dir):
+        return False
+    try:
+        make_dirs(os.path.join(run_dir, "work"))
+    except OSError:
+        return False
+    return fresh_copy(binary, private)
+
+
+def kill_group(pid, sig):
+    try:  # noqa: SIM105 - contextlib is an import the runner does without
+        os.killpg(pid, sig)
+    except OSError:
+        pass

@@ -1,0 +1,508 @@
+"""A run that starts other programs: its kernel commands, started by the runner at its trampolines'
+request (KernelFiles)."""
+
+import _signal  # not `signal`, nor subprocess or shutil: their imports (enum, re, threading) cost more than the rest
+import os
+import sys
+import time
+
+from orchestrator.run.node.serve import write_all
+from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code
+
+# Where the run starts other programs than the kernel (its spec's `served`), the kernel's files
+# (its stdout and stderr, and the statuses of the run's kernel commands) are never open in the
+# run's shell: whatever it starts inherits what it holds, and a program among the run's other
+# commands wrote the pass marker and a 0 status into them with the kernel never started (`python3
+# -c "os.write(6, ...)"`: a red-team finding, a false pass). Each kernel command goes instead
+# through TRAMPOLINE, started by the run's farm_kernel function (run/commands.py): it asks this
+# runner, over a socket of its own, to start the command (its words, environment, folder and
+# stdin), and waits for its status. The runner alone starts the kernel, with its files: a
+# request is served only where its words are one of the run's kernel commands as the loader read
+# them (config/run_command.py kernel_call_words), the launchers the ones the node's PATH has and
+# the program the cell's copy. No request hands out a file, so there is nothing a program of
+# the run could take to speak for the kernel (a token the shell handed each trampoline was read
+# out of the shell's memory, or a starting trampoline's fd 9, through /proc: a red-team finding), and a
+# trampoline the run replaced gets its commands' output and status noted by no one.
+TRAMPOLINE = """import os, sys, _signal, _socket as S
+a = sys.argv
+try:  # named in ps (and told from the runner, also python3)
+    with open("/proc/self/comm", "w") as f:
+        f.write("farm-trampoline")
+except OSError:
+    pass
+s = S.socket(S.AF_UNIX, S.SOCK_SEQPACKET | S.SOCK_CLOEXEC)
+try:
+    s.setsockopt(S.SOL_SOCKET, S.SO_SNDBUF, 1 << 21)
+except OSError:
+    pass
+s.connect(b"\\0" + a[1].encode())
+try:  # as the shell passed it on: python3 may have added LC_CTYPE to its own (PEP 538)
+    with open("/proc/self/environ", "rb") as f:
+        v = f.read()
+except OSError:
+    v = b"".join(k + b"=" + x + b"\\0" for k, x in os.environb.items())
+w = [os.fsencode(x) for x in a[2:]]
+d = [os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+try:
+    os.fstat(0)
+    d.append(0)
+except OSError:
+    pass
+try:
+    s.sendmsg([b"\\0".join([b"run", b"%d" % len(w), *w]) + b"\\0" + v],
+              [(S.SOL_SOCKET, S.SCM_RIGHTS, b"".join(i.to_bytes(4, sys.byteorder) for i in d))])
+    r = s.recv(32)
+except OSError as x:
+    os.write(2, ("farm: cannot ask the node's runner to start the kernel: %s\\n" % x.strerror).encode())
+    os._exit(126)
+if r[:1] == b"s":  # the kernel was killed by this signal: so is this, for the shell to say so
+    n = int(r[1:])
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _signal.signal(n, _signal.SIG_DFL)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [n])
+        os.kill(os.getpid(), n)
+    except (OSError, ValueError, ImportError):
+        pass
+    os._exit(128 + n)
+if r[:1] == b"x":
+    os._exit(int(r[1:]))
+os.write(2, b"farm: the node's runner did not start this command as the kernel\\n")
+os._exit(126)
+"""
+MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
+FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
+
+
+def _q(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+class KernelFiles:
+    """The run's kernel commands, started by this runner for its trampolines (TRAMPOLINE), with
+    the kernel's files: STATUS (their statuses and notes, one a line), OUT and ERR (the kernel's
+    stdout and stderr). CALLS: the run's kernel commands (config/run_command.py
+    kernel_call_words); COPY: the cell's copy of the binary; ENV: the run's environment (the
+    node's PATH and HOME, the variables FORCED keeps); RULES: the run's Landlock ruleset's fd,
+    each kernel confined to it in a domain of its own (no program of the run can trace it, or
+    open its files through /proc)."""
+
+    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None):
+        import _socket
+
+        self.S = _socket
+        self.status, self.files = status, (out, err)
+        self.calls, self.copy = [list(call) for call in calls], copy
+        self.env = dict(env or {})
+        self.forced = {key.encode(): self.env.get(key) for key in (*FORCED, *forced)}
+        self.rules = rules
+        self.cell = os.path.dirname(os.path.dirname(copy))  # the copy lies in bin/ of the cell's folder
+        self.conns = {}  # fd -> [socket, the kernel's pid or None]
+        self.kernels = {}  # pid -> [its connection's fd or None, its pidfd or None]
+        self.forged = 0  # requests that are none of the run's kernel commands
+        self.refused = 0  # connections past MAX_REQUESTS
+        self.name = "farm-" + os.urandom(8).hex()
+        self.listener = None
+        self.shell = 0  # the run's shell: only its descendants are served
+        self.poller = None
+
+    def listen(self):
+        """Binds the socket: from the thread that starts the run, once it is confined, so that
+        (Landlock ABI 6, scoped: confined_to own_sockets) no other cell's kernel can connect to it."""
+        listener = self.S.socket(self.S.AF_UNIX, self.S.SOCK_SEQPACKET | self.S.SOCK_CLOEXEC)
+        try:
+            listener.bind(b"\0" + self.name.encode())  # abstract: no file a run could replace
+            listener.listen(64)
+        except OSError as err:
+            listener.close()
+            SPAWN_ERRORS.append("cannot listen for the kernel's requests: " + repr(err))
+            return False
+        listener.setblocking(False)
+        self.listener = listener
+        return True
+
+    def prelude(self):
+        """Shell naming the trampoline and the socket."""
+        python = sys.executable or "python3"
+        return f"farm_py={_q(python)}; farm_tr={_q(TRAMPOLINE)}; farm_sock={self.name}; "
+
+    def wait(self, pid, seconds):
+        """wait_for(), answering requests and reaping the kernels meanwhile."""
+        import select
+
+        deadline = time.monotonic() + seconds
+        self.shell = pid
+        pidfd = None
+        try:  # noqa: SIM105 - contextlib is an import the runner does without
+            pidfd = os.pidfd_open(pid)  # readable once the shell ends (Linux 5.3, Python 3.9)
+        except (AttributeError, OSError):
+            pass
+        poller = self.poller = select.poll()
+        poller.register(self.listener.fileno(), select.POLLIN)
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
+        try:
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    for fd in list(self.conns):  # none is started for a shell that has ended
+                        if self.conns[fd][1] is None:
+                            self.drop(fd)
+                    self.reap()
+                    return exit_code(status)
+                self.reap()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                polled = pidfd is not None and all(k[1] is not None for k in self.kernels.values())
+                pause = left if polled else min(left, 0.02)
+                for fd, _ in poller.poll(int(pause * 1000) + 1):
+                    if fd == self.listener.fileno():
+                        self.accept()
+                    elif fd in self.conns:
+                        self.read(fd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def accept(self):
+        while True:
+            try:
+                fd = self.listener._accept()  # accept4, close-on-exec
+            except OSError:
+                return
+            fd = fd[0] if isinstance(fd, tuple) else fd
+            conn = self.S.socket(fileno=fd)
+            if not self.ours(conn):  # another cell's, or no cell's: neither served nor counted
+                conn.close()
+                continue
+            if len(self.conns) >= MAX_REQUESTS:  # a kernel command may be among them: never a pass
+                conn.close()
+                if not self.refused:
+                    self.note(b"cannot-start")
+                self.refused += 1
+                continue
+            conn.setblocking(False)
+            self.conns[fd] = [conn, None]
+            self.poller.register(fd, 1)  # POLLIN
+
+    def ours(self, conn):
+        """Whether the peer (SO_PEERCRED) is of this run: a descendant of its shell. Any process
+        of the node's user can connect where Landlock does not scope the socket (ABI 5 and
+        older, an unconfined process)."""
+        pid = self.peer(conn)
+        try:
+            for _ in range(256):
+                if pid == self.shell:
+                    return True
+                if pid <= 1:
+                    return False
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return False
+
+    def peer(self, conn):
+        try:
+            cred = conn.getsockopt(self.S.SOL_SOCKET, self.S.SO_PEERCRED, 12)
+            return int.from_bytes(cred[:4], sys.byteorder, signed=True)
+        except OSError:
+            return 0
+
+    def drop(self, fd):
+        conn, kernel = self.conns.pop(fd)
+        try:  # noqa: SIM105
+            self.poller.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+        if kernel is not None and kernel in self.kernels:
+            # its trampoline is gone (killed, or the run's `kill`): so is the kernel it stood for
+            self.kernels[kernel][0] = None
+            self._kill(kernel)
+
+    @staticmethod
+    def _kill(pid):
+        try:  # noqa: SIM105
+            os.kill(pid, _signal.SIGKILL)
+        except OSError:
+            pass
+
+    def note(self, line):
+        try:  # noqa: SIM105
+            os.write(self.status, line + b"\n")
+        except OSError:
+            pass
+
+    def reply(self, fd, answer):
+        if fd in self.conns:
+            try:  # noqa: SIM105
+                self.conns[fd][0].send(answer)
+            except OSError:
+                pass
+            self.drop(fd)
+
+    def read(self, fd):
+        conn, kernel = self.conns[fd]
+        fds = []
+        try:
+            data, ancillary, flags, _ = conn.recvmsg(1 << 21, self.S.CMSG_SPACE(8), self.S.MSG_CMSG_CLOEXEC)
+            for level, kind, given in ancillary:
+                if level == self.S.SOL_SOCKET and kind == self.S.SCM_RIGHTS:
+                    fds += [int.from_bytes(given[i : i + 4], sys.byteorder) for i in range(0, len(given) - 3, 4)]
+        except BlockingIOError:
+            return
+        except OSError:
+            data, flags = b"", 0
+        try:
+            if not data or kernel is not None:  # gone, or a second message: no kernel command's
+                self.drop(fd)
+                return
+            request = self.request(data, flags)
+            if request is None:
+                self.forged += 1
+                self.reply(fd, b"r")
+                return
+            argv, env, note = request
+            if note:
+                self.note(note)
+                self.reply(fd, b"x127")
+                return
+            self.start(fd, argv, env, fds)
+        finally:
+            for given in fds:
+                os.close(given)
+
+    def request(self, data, flags):
+        """(argv, environment, a note) of a request that is one of the run's kernel commands,
+        its launchers replaced by the files they run; None for any other."""
+        if flags & getattr(self.S, "MSG_TRUNC", 0x20) or flags & getattr(self.S, "MSG_CTRUNC", 0x8):
+            return None
+        fields = data.split(b"\0")
+        if len(fields) < 2 or fields[0] != b"run" or not fields[1].isdigit():
+            return None
+        count = int(fields[1])
+        argv = [os.fsdecode(word) for word in fields[2 : 2 + count]]
+        if len(argv) != count or not count:
+            return None
+        env = dict(item.partition(b"=")[::2] for item in fields[2 + count :] if b"=" in item)
+        for key, value in self.forced.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value.encode()
+        for call in self.calls:
+            found = self.matched(call, argv)
+            if found is not None:
+                return found[0], env, found[1]
+        return None
+
+    def matched(self, call, argv):
+        if len(argv) < len(call):
+            return None
+        argv, note = list(argv), None
+        for place, (kind, text) in enumerate(call):
+            word = argv[place]
+            if kind == "binary":
+                if word != self.copy:
+                    return None
+            elif kind == "word":
+                if word != text:
+                    return None
+            elif kind == "prefix":
+                if not word.startswith(text):
+                    return None
+            elif kind == "launcher":
+                if word != self.named(text):
+                    return None
+                path, why = self.launcher(text)
+                note = note or why
+                argv[place] = path or word
+            else:
+                return None
+        return argv, note or self.copy_gone()
+
+    def named(self, text):
+        """A launcher's word as the shell hands it on: `~/bin/nice` with the run's HOME."""
+        if text == "~" or text.startswith("~/"):
+            return self.env.get("HOME", "~") + text[1:]
+        if text.startswith("~"):
+            try:
+                import pwd
+
+                user, _, rest = text[1:].partition("/")
+                return pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
+            except (ImportError, KeyError):
+                return text
+        return text
+
+    def launcher(self, text):
+        """(the file launcher TEXT runs, a note): looked up on the run's PATH, its absolute
+        entries only (run/commands.py _launcher_look, which this replaces for served runs); one
+        not there is cannot-start, one where the run could have written it launcher-writable."""
+        name = self.named(text)
+        found = None
+        if "/" in name:
+            found = name
+        else:
+            for folder in self.env.get("PATH", "").split(":"):
+                if folder.startswith("/"):
+                    path = folder.rstrip("/") + "/" + name
+                    if os.path.isfile(path) and os.access(path, os.X_OK):
+                        found = path
+                        break
+        if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            return None, b"cannot-start"
+        for path in (found, os.path.realpath(found)):
+            if any(path.startswith(place + "/") for place in (self.cell, "/tmp", "/var/tmp", "/dev")):
+                return None, b"launcher-writable"
+        return found, None
+
+    def copy_gone(self):
+        """The note where the cell's copy cannot run: gone or no longer executable (copy-gone),
+        or a file with its x bit that still cannot (a noexec mount: cannot-start)."""
+        if os.path.isfile(self.copy) and os.access(self.copy, os.X_OK):
+            return None
+        try:
+            held = os.lstat(self.copy)
+            if (held.st_mode & 0o170000) == 0o100000 and held.st_mode & 0o100:
+                return b"cannot-start"
+        except OSError:
+            pass
+        return b"copy-gone"
+
+    def start(self, fd, argv, env, fds):
+        """Starts the kernel command ARGV for the request on FD: in the run's process group, its
+        folder (the first of FDS) and stdin (the second, else /dev/null), its limits and umask
+        (the requester's: `ulimit -f` among them), confined to the run's rules in a domain of its
+        own, with the kernel's files as stdout and stderr."""
+        import resource
+
+        peer = self.peer(self.conns[fd][0])
+        limits = []
+        for name in dir(resource):
+            if name.startswith("RLIMIT_"):
+                try:  # noqa: SIM105 - contextlib is an import the runner does without
+                    limits.append((getattr(resource, name), resource.prlimit(peer, getattr(resource, name))))
+                except (OSError, ValueError):
+                    pass
+        mask = None
+        try:
+            with open(f"/proc/{peer}/status", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"Umask:"):
+                        mask = int(line.split()[1], 8)
+        except (OSError, ValueError, IndexError):
+            pass
+        folder = fds[0] if fds else None
+        stdin = fds[1] if len(fds) > 1 else None
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        restrict = None
+        if self.rules is not None:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            restrict = (libc, self.rules)
+        pid = os.fork()
+        if pid == 0:  # the child: nothing here may return to the runner's code
+            try:
+                try:  # noqa: SIM105
+                    os.setpgid(0, self.shell)  # the run's group: what the farm kills at its end
+                except OSError:
+                    pass
+                for resource_id, limit in limits:
+                    try:  # noqa: SIM105
+                        resource.setrlimit(resource_id, limit)
+                    except (OSError, ValueError):
+                        pass
+                if mask is not None:
+                    os.umask(mask)
+                if restrict is not None:
+                    libc, rules = restrict
+                    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
+                        os.write(report_w, b"confine")
+                        os._exit(127)
+                nothing = os.open(os.devnull, os.O_RDONLY) if stdin is None else stdin
+                os.dup2(nothing, 0)
+                os.dup2(self.files[0], 1)
+                os.dup2(self.files[1], 2)
+                if folder is not None:
+                    os.fchdir(folder)
+                for sig in DEFAULTS:
+                    try:  # noqa: SIM105
+                        _signal.signal(sig, _signal.SIG_DFL)
+                    except (OSError, ValueError):
+                        pass
+                _signal.pthread_sigmask(_signal.SIG_SETMASK, [])
+                os.execve(argv[0], argv, env)
+            except OSError as err:
+                os.write(report_w, b"%d" % (err.errno or 0))
+            except BaseException:
+                os.write(report_w, b"0")
+            os._exit(127)
+        os.close(report_w)
+        try:
+            failed = os.read(report_r, 64)
+        finally:
+            os.close(report_r)
+        if failed:  # it never ran: its status as the shell would give it, and why on its stderr
+            os.waitpid(pid, 0)
+            if failed == b"confine":
+                self.note(b"cannot-start")
+                self.reply(fd, b"x127")
+                return
+            errno = int(failed) if failed.isdigit() else 0
+            write_all(self.files[1], f"{argv[0]}: {os.strerror(errno) if errno else 'cannot start'}\n".encode())
+            code = 126 if errno in (1, 8, 13) else 127
+            self.note(b"%d" % code)
+            self.reply(fd, b"x%d" % code)
+            return
+        pidfd = None
+        try:
+            pidfd = os.pidfd_open(pid)
+            self.poller.register(pidfd, 1)
+        except (AttributeError, OSError):
+            pass
+        self.kernels[pid] = [fd, pidfd]
+        self.conns[fd][1] = pid
+
+    def reap(self):
+        """Notes the status of each kernel that ended, and tells its trampoline."""
+        for pid in list(self.kernels):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if not done:
+                continue
+            fd, pidfd = self.kernels.pop(pid)
+            if pidfd is not None:
+                try:  # noqa: SIM105
+                    self.poller.unregister(pidfd)
+                except (KeyError, ValueError):
+                    pass
+                os.close(pidfd)
+            code = exit_code(status)
+            self.note(b"%d" % code)
+            if fd is not None:
+                self.conns[fd][1] = None
+                signaled = os.WIFSIGNALED(status)
+                self.reply(fd, b"s%d" % os.WTERMSIG(status) if signaled else b"x%d" % code)
+
+    def close(self):
+        for pid, (_, pidfd) in list(self.kernels.items()):  # what the run left running: killed, not noted
+            self._kill(pid)
+            try:  # noqa: SIM105
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            if pidfd is not None:
+                os.close(pidfd)
+        self.kernels.clear()
+        for conn, _ in self.conns.values():
+            conn.close()
+        self.conns.clear()
+        if self.listener is not None:
+            self.listener.close()

@@ -1,0 +1,129 @@
+"""The probe, where the resident runner is the node's first command: the node's GPUs, nvcc, python3
+and room."""
+
+import os
+import sys
+
+from orchestrator.run.node.files import OUT, folder_digest
+from orchestrator.run.node.place import place_one
+from orchestrator.run.node.processes import finished, started
+from orchestrator.run.node.stages import LOGIN_ENV, login_env
+
+# the probe, where the resident runner is the node's first command ---------------
+LIST_TIMEOUT = 30  # seconds for each of cuobjdump's lists (the stage's budget counts two: stages.LIST_TIMEOUT)
+PROBE_TOOL_TIMEOUT = 50  # seconds for nvidia-smi and nvcc --version each (the farm's probe deadline is 60)
+
+
+def _tool_lines(data):
+    """A tool's output as probe lines: one that starts like a section header of the
+    probe's own is indented (nvidia-smi is a program on PATH: it may not forge one)."""
+    text = data.decode("utf-8", "replace")
+    return [" " + line if line.startswith("@@farm") else line for line in text.splitlines()]
+
+
+def _which(name):
+    for folder in LOGIN_ENV.get("PATH", "").split(":"):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+def room(folder):
+    """KiB free in FOLDER's file system, whether it runs programs ("1": no noexec) and its
+    free inodes ("-" where it counts none), as the shell probe's df and test program say;
+    "" where it cannot be read."""
+    try:
+        found = os.statvfs(folder) if folder else None
+    except OSError:
+        found = None
+    if found is None:
+        return ""
+    runs = 0 if found.f_flag & getattr(os, "ST_NOEXEC", 8) else 1
+    inodes = found.f_favail if found.f_files > 0 else "-"
+    return f"{found.f_bavail * found.f_frsize // 1024} {runs} {inodes}"
+
+
+def probe(spec):
+    """What probe.py's shell probe prints (the same sections; probe.parse_probe reads
+    both), from this python3: nvidia-smi and nvcc are the only programs started,
+    side by side, while the files are read and the folders hashed here."""
+    LOGIN_ENV.update(login_env())
+    lines = []
+    smi = started(["nvidia-smi", "--query-gpu=" + spec["gpu_query"], "--format=csv,noheader"])
+    nvcc = started([spec["nvcc"], "--version"]) if spec["nvcc"] else None
+    workdir = spec["workdir"]
+    if workdir.startswith("~/"):
+        workdir = LOGIN_ENV.get("HOME", "") + "/" + workdir[2:]
+    here = LOGIN_ENV.get("PWD", "")  # the login's own name for where it is, as the shell's `cd` keeps it
+    try:
+        if not (here.startswith("/") and os.path.samefile(here, ".")):
+            here = os.getcwd()
+    except OSError:  # its folder is gone: a relative work folder then goes under HOME
+        here = LOGIN_ENV.get("HOME", "/")
+    workdir = os.path.normpath(os.path.join(here, workdir))
+    lines.append("@@farm workdir")
+    try:
+        os.makedirs(os.path.join(workdir, "incoming"), exist_ok=True)
+        lines.append(workdir)
+    except OSError as err:
+        sys.stderr.write(f"farm runner: cannot make {workdir}: {err}\n")
+        workdir = ""
+    lines += ["@@farm room", "work " + room(workdir), "tmp " + room(LOGIN_ENV.get("TMPDIR") or "/tmp")]
+    uname = os.uname()
+    lines += ["@@farm host", uname.nodename, uname.sysname + " " + uname.machine]
+    folders, placed = [], []
+    offered = spec.get("place") or {}
+    for index, folder in enumerate(spec["folders"]):
+        digest = folder_digest(os.path.join(workdir, folder)) if workdir else ""
+        folders.append(f"{index} {digest}")
+        # a small bundle the farm sent with the probe, put in place now where it is not there
+        # intact: staging then needs no round trip of its own (a node 50 ms away paid one)
+        bundle = offered.get(index)
+        if bundle is not None and workdir and digest != bundle["digest"]:
+            why = place_one(bundle, os.path.join(workdir, folder))
+            placed.append(str(index) if why is None else f"unplaced {index} {why}")
+    text, smi_code = finished(smi, PROBE_TOOL_TIMEOUT)
+    lines += ["@@farm smi", *_tool_lines(text), f"rc={124 if smi_code is None else smi_code}"]
+    lines.append("@@farm driver")
+    try:
+        with open("/proc/driver/nvidia/version", "rb") as handle:
+            lines.append(handle.readline().decode("utf-8", "replace").rstrip("\n"))
+    except OSError:
+        pass
+    control = os.path.exists("/dev/nvidiactl")
+    if control:
+        lines.append("/dev/nvidiactl")
+    lines.append("@@farm procgpus")
+    try:
+        boards = sorted(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        boards = []
+    for board in boards:
+        try:
+            with open("/proc/driver/nvidia/gpus/" + board + "/information", "rb") as handle:
+                said = handle.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            continue
+        lines += [line for line in said if line.startswith(("Model:", "GPU UUID:"))]
+    lines += ["@@farm flock", _which("flock")]
+    lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
+    if smi_code != 0:
+        lines.append("error nvidia-smi lists no GPU")
+    elif not control:
+        lines.append("error no /dev/nvidiactl: the driver was not asked")
+    else:
+        try:
+            names = {}
+            exec(spec["nvml"], names)
+            lines += names["query"]()
+        except Exception as err:
+            lines.append(f"error the NVML query failed: {err!r}")
+    lines += ["@@farm folders", *folders, "@@farm placed", *placed, "@@farm nvcc"]
+    if nvcc is None:
+        lines.append("shipped by the farm")
+    else:
+        text, code = finished(nvcc, PROBE_TOOL_TIMEOUT)
+        lines += [*_tool_lines(text), f"rc={124 if code is None else code}"]
+    OUT.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    OUT.flush()

@@ -1,0 +1,493 @@
+"""A cell's stages on the node: build, inspect, run and sanitize, each printing what the farm's shell
+scripts print."""
+
+import os
+import stat
+import sys
+import time
+
+from orchestrator.run.node.files import OUT, folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy
+from orchestrator.run.node.kernel_requests import KernelFiles
+from orchestrator.run.node.probe import LIST_TIMEOUT, _which
+from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
+from orchestrator.run.node.spawn import guarded, ruleset, scratch
+
+
+class Stage:
+    """One stage's control text, as the shell's `out=$( ... )` would hold it."""
+
+    def __init__(self):
+        self.text = bytearray()
+
+    def say(self, line):
+        self.text += line.encode("utf-8", "surrogateescape") + b"\n"
+
+    def raw(self, data):
+        self.text += data
+
+    def framed(self):
+        """The text as `printf '%s\\n' "$out"` prints it: trailing newlines cut, one added."""
+        return bytes(self.text).rstrip(b"\n") + b"\n"
+
+
+def open_or_none(path, mode="wb"):
+    try:
+        return open(path, mode)
+    except OSError:
+        return None
+
+
+def verify(out, checks, tag):
+    bad = False
+    for name, folder, digest in checks:
+        got = folder_digest(folder)
+        if got != digest:
+            out.say(f"@@farm {tag} {name} {got or 'missing'}")
+            bad = True
+    return bad
+
+
+def identities(checks):
+    """Each input folder's (device, inode): a folder put in its place again (a
+    re-staging, by this farm or another naming this machine) is another folder,
+    whose digest after a build says nothing of what the build read before."""
+    found = {}
+    for name, folder, _ in checks:
+        try:
+            info = os.stat(folder)
+            found[name] = (info.st_dev, info.st_ino)
+        except OSError:
+            found[name] = None
+    return found
+
+
+def build(out, spec, env, ahead):
+    """The build stage, holding its build folder's lock: a second farm on the same node
+    and workdir (another database, so no run lock between them) building the same key
+    would otherwise remove the folder this build writes into, or copy a binary from it
+    half-written."""
+    try:
+        make_dirs(os.path.dirname(spec["build_dir"]))
+        lock = os.open(spec["build_dir"] + ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        lock = None
+    if lock is None:
+        out.say("@@farm build-lock-failed")
+        return
+    try:
+        if not lock_within(lock, spec["limit"]):
+            out.say("@@farm build-lock-failed")
+            return
+        build_holding_lock(out, spec, env, ahead)
+    finally:
+        os.close(lock)
+
+
+def build_holding_lock(out, spec, env, ahead):
+    """The build stage once its folder's lock is held: the cached copy, or nvcc."""
+    bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
+    if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
+        got = sha_of(private) if take_copy(binary, run_dir, private) else ""
+        if got and got == spec["recorded"]:
+            out.say("@@farm cached " + got)
+            return
+        out.say("@@farm cache-mismatch " + (got or "none"))
+    before = identities(spec["inputs"])  # before the digests: a swap after this shows either way
+    if verify(out, spec["inputs"], "altered"):
+        return
+    if not remove(bdir):
+        return
+    try:
+        os.makedirs(bdir, exist_ok=True)
+    except OSError:
+        return
+    log = open_or_none(os.path.join(bdir, "build.log"))
+    env, tmp = own_tmp(env, spec["tmp"])
+    if log is None:
+        code = 1
+    else:
+        with log:
+            code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env)
+    if ahead.get("subreaper"):
+        kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
+    for folder in tmp:
+        remove(folder)
+    bad = verify(out, spec["inputs"], "altered-during")
+    for name, identity in identities(spec["inputs"]).items():
+        if not bad and identity != before[name]:
+            out.say(f"@@farm altered-during {name} replaced")
+            bad = True
+    if code == 0:
+        out.say("@@farm built " + sha_of(binary))
+        if not bad:
+            marked = open_or_none(os.path.join(bdir, ".farm-built"), "ab")
+            if marked is not None:
+                marked.close()
+                if take_copy(binary, run_dir, private):
+                    out.say("@@farm copy " + sha_of(private))
+    else:
+        remove(run_dir)
+    out.say(f"@@farm rc={code}")
+
+
+def inspect(out, spec, env, _ahead):
+    kit = spec.get("kit")
+    if kit:
+        got = folder_digest(kit[0])
+        if got != kit[1]:
+            out.say("@@farm toolkit-altered " + (got or "missing"))
+            return
+    run_dir, private = spec["run_dir"], spec["private"]
+    if os.path.isdir(run_dir):
+        dump = open_or_none(os.path.join(run_dir, "inspect.txt"))
+        errors = open_or_none(os.path.join(run_dir, "inspect.err"))
+        code = 1
+        if dump is not None and errors is not None:
+            code = guarded(spec["command"], spec["limit"], run_dir, dump.fileno(), errors.fileno(), env)
+        for handle in (dump, errors):
+            if handle is not None:
+                handle.close()
+        out.say(f"@@farm rc={code}")
+    else:
+        out.say("@@farm rc=")
+    out.say("@@farm sha")
+    digest = sha_of(private)
+    if digest:
+        out.say(digest)
+    if spec.get("cuobjdump"):
+        for kind in ("elf", "ptx"):
+            out.say("@@farm " + kind)
+            out.raw(captured([spec["cuobjdump"], "--list-" + kind, private], spec.get("list_limit") or LIST_TIMEOUT))
+
+
+def take_gpu(out, spec):
+    """(the GPU lock's fd or None, when the wait began or None), once the GPU is the
+    cell's; None when its lock stayed taken (said on OUT)."""
+    if not spec.get("lock"):
+        return None, None
+    queued = now()
+    try:
+        lock = os.open(spec["lock"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        lock = None
+    if lock is None or not lock_within(lock, spec["wait"]):
+        out.say(f"@@farm gpu-wait-failed {queued} {now()}")
+        if lock is not None:
+            os.close(lock)
+        return None
+    return lock, queued
+
+
+def own_tmp(env, folder):
+    """(env with $TMPDIR the stage's own FOLDER, made afresh, (FOLDER,)), or (env, ()) where it
+    cannot be made. A build's nvcc keeps its intermediate files there (in the node's /tmp a
+    kernel running beside it could rewrite them between ptxas and fatbinary), and what a
+    kernel leaves there is removed with it, not left to fill the node's folder night after
+    night. Removed first: a link left there by a kernel before would name another folder."""
+    if not remove(folder):
+        return env, ()
+    try:
+        os.mkdir(folder, 0o700)
+    except OSError:
+        return env, ()
+    return dict(env, TMPDIR=folder), (folder,)
+
+
+def confined_to(run_dir, env, guarded, *files):
+    """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
+    /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
+    without it cudaGetDeviceProperties fails, "OS call failed"; another process's
+    descriptors and memory there need ptrace, which Landlock denies outside the domain),
+    the temporary folder where the cells' folders are not in it, and FILES: not its
+    output files (open already) nor any other cell's folder."""
+    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
+    # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
+    # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
+    return ruleset(writable, own_sockets=True)
+
+
+def say_confinement(out, rules, unconfined):
+    out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+
+
+def run(out, spec, env, ahead):
+    private = spec["private"]
+    expected = spec["expected"] if spec["expected"] is not None else ahead.get("sha", "")
+    taken = take_gpu(out, spec)
+    if taken is None:
+        return
+    lock, queued = taken
+    tmp = ()
+    try:
+        # a second run (of a slow first one) in a fresh folder, with a fresh copy of the build
+        if spec.get("copy_from") and not take_copy(spec["copy_from"], spec["run_dir"], private):
+            out.say("@@farm binary-altered missing")
+            return
+        # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
+        # (killed before it let the lock go), can no longer swap the copy while this one waits
+        got = sha_of(private)
+        if got != expected:
+            out.say("@@farm binary-altered " + (got or "missing"))
+            return
+        run_dir = spec["run_dir"]
+        work = os.path.join(run_dir, "work")
+        if not os.path.isdir(work):
+            return
+        node_env = env
+        env, tmp = own_tmp(env, spec["tmp"])
+        if spec.get("gpu"):
+            env = dict(env, CUDA_VISIBLE_DEVICES=spec["gpu"])  # pinned by UUID
+        stdout = open_or_none(os.path.join(run_dir, "stdout"))
+        stderr = open_or_none(os.path.join(run_dir, "stderr"))
+        # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
+        # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
+        status, other = (open_or_none(path) for path in spec["kernel_files"])
+        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
+        # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
+        # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
+        # timeout (found by a red-team helper; the shell runner still reads `date`)
+        started, clock = now(), time.monotonic_ns()
+        code = 1
+        served = None
+        try:
+            if None not in (stdout, stderr, status, other):
+                fd = rules[0] if rules else None
+                catch = other.fileno()  # the run's other commands' output
+                if spec.get("served"):  # it starts other programs: none may inherit the kernel's files
+                    served = KernelFiles(
+                        status.fileno(),
+                        stdout.fileno(),
+                        stderr.fileno(),
+                        spec["calls"],
+                        private,
+                        env,
+                        ahead.get("forced", ()),
+                        fd,
+                    )
+                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
+                else:
+                    kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
+                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, kernels)
+        finally:
+            if rules:
+                os.close(rules[0])
+            if served is not None:
+                served.close()
+        ended = started + time.monotonic_ns() - clock
+        for handle in (stdout, stderr, status, other):
+            if handle is not None:
+                handle.close()
+        # first what its commands left under this (sub)reaper, whatever their environment; then,
+        # by the marker, whatever got away from it (each killed and counted once)
+        orphans = kill_orphans() if ahead.get("subreaper") else 0
+        left = reap("FARM_CELL", ahead["cell"])
+        left = None if left is None and not orphans else (left or 0) + orphans
+        if left is not None:
+            out.say(f"@@farm leftover {left}")
+        say_confinement(out, rules, unconfined)
+        if served is not None and served.forged:
+            out.say(f"@@farm forged {served.forged}")
+        out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
+        out.say("@@farm checked " + got)
+        out.say(f"@@farm {code}")
+    finally:
+        if lock is not None:
+            os.close(lock)  # the GPU is free: the kernel and its leftovers are gone
+        for folder in tmp:
+            remove(folder)
+
+
+def sanitizer(spec):
+    """The node's compute-sanitizer, as sanitize.locate finds it in the shell scripts."""
+    if spec["configured"]:
+        return spec["configured"]
+    found = _which("compute-sanitizer")
+    nvcc = spec["nvcc"]
+    if found or nvcc.startswith(spec["workdir"].rstrip("/") + "/"):  # never a shipped toolkit's
+        return found
+    if "/" not in nvcc:
+        nvcc = _which(nvcc) or "/none/nvcc"
+    return os.path.join(os.path.dirname(nvcc), "compute-sanitizer")
+
+
+def sanitize(out, spec, env, ahead):
+    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had,
+    confined as that run was; each tool's log is the one file outside the work folder
+    it may write (created empty here)."""
+    san = sanitizer(spec)
+    if not (os.path.isfile(san) and os.access(san, os.X_OK)):
+        out.say("@@farm no-sanitizer " + san)
+        return
+    taken = take_gpu(out, spec)
+    if taken is None:
+        return
+    lock, _ = taken
+    private = ()
+    try:
+        run_dir = spec["run_dir"]
+        node_env = env
+        env = dict(env, FARM_SANITIZER=san)
+        if spec.get("gpu"):
+            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
+        # compute-sanitizer will not start without a temporary folder it can write ("Failed to
+        # access the temporary directory", exit 13): the cell's own, beside the work folder, not in
+        # it, where the kernel could have left a link in its place (to a folder the rule would open)
+        env, private = own_tmp(env, spec["tmp"])
+        with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
+            for tool, command, log in spec["tools"]:
+                # a fresh copy of the build before each tool, hashed: a kernel that removed or swapped
+                # its copy (unconfined, or before the copy moved out of its work folder) made each try
+                # an infra-error, until its node was marked unhealthy; nothing of it is running by now
+                if spec.get("copy_from") and not fresh_copy(spec["copy_from"], spec["private"]):
+                    out.say("@@farm binary-altered missing")
+                    return
+                got = sha_of(spec["private"])
+                if got != spec["expected"]:
+                    out.say("@@farm binary-altered " + (got or "missing"))
+                    return
+                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
+                rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), log, *private)
+                started = now()
+                try:
+                    fd = rules[0] if rules else None
+                    work = os.path.join(run_dir, "work")
+                    code = guarded(command, spec["limit"], work, nothing.fileno(), nothing.fileno(), env, fd)
+                finally:
+                    if rules:
+                        os.close(rules[0])
+                ended = now()
+                if ahead.get("subreaper"):
+                    kill_orphans()
+                reap("FARM_CELL", ahead["cell"])
+                say_confinement(out, rules, unconfined)
+                out.say(f"@@farm tool {tool} {code} {started} {ended}")
+    finally:
+        if lock is not None:
+            os.close(lock)
+        for folder in private:
+            remove(folder)
+
+
+STAGES = {"build": build, "inspect": inspect, "run": run, "sanitize": sanitize}
+UMASK = os.umask(0o022)
+os.umask(UMASK)
+LOGIN_ENV = {}  # the farm's own tools (cuobjdump's lists) run in it, without the cell's marker (main)
+
+
+def frame(token, tag, path, limit):
+    """A file's first `limit` bytes as frames.py's emit() sends them (a missing
+    or not regular file is an empty frame: nothing blocks on a FIFO)."""
+    handle = None
+    size = 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        handle = os.fdopen(fd, "rb")
+        info = os.fstat(fd)
+        size = min(info.st_size, limit) if stat.S_ISREG(info.st_mode) else 0
+    except OSError:
+        size = 0
+    OUT.write(f"\n@@farm-frame {token} {tag} {size}\n".encode())
+    left = size
+    if handle is not None:
+        with handle:
+            while left > 0:
+                try:
+                    block = handle.read(min(left, 1 << 20))
+                except OSError:
+                    block = b""
+                if not block:
+                    break
+                OUT.write(block)
+                left -= len(block)
+    while left > 0:  # a file that shrank while it was read is padded: the stream cannot shift
+        pad = min(left, 1 << 20)
+        OUT.write(b"\0" * pad)
+        left -= pad
+    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
+
+
+def remove_cell(run_dir):
+    remove(run_dir)
+    node_dir = os.path.dirname(run_dir)
+    for folder in (node_dir, os.path.dirname(node_dir)):
+        try:  # noqa: SIM105 - as in kill_group
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+HEX = frozenset("0123456789abcdef")
+
+
+def first_sha(kind, lines):
+    """The first line `@@farm KIND SHA` (64 hex digits): its SHA, or None."""
+    prefix = "@@farm " + kind + " "
+    for line in lines:
+        rest = line[len(prefix) :] if line.startswith(prefix) else ""
+        if len(rest) == 64 and HEX.issuperset(rest):
+            return rest
+    return None
+
+
+def count(dump, name):
+    """machine_code.count_instructions without `re`: NAME not after a word character or a
+    dot, nor before a word character (str.isalnum() and "_" are re's \\w)."""
+    if not name:
+        return 0  # no pattern to find: the node holds the run back, the farm's own count decides
+    found, at, size = 0, dump.find(name), len(name)
+    while at >= 0:
+        before = dump[at - 1] if at else " "
+        after = dump[at + size] if at + size < len(dump) else " "
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
+            found += 1
+            at = dump.find(name, at + size)
+        else:
+            at = dump.find(name, at + 1)
+    return found
+
+
+def gate(name, text, spec, ahead):
+    """Whether the next stage goes on, read as the stages' shell gate reads it."""
+    lines = text.decode("utf-8", "replace").split("\n")
+    if name == "build":
+        sha = first_sha("cached", lines)
+        if sha is None:
+            built, copy = first_sha("built", lines), first_sha("copy", lines)
+            sha = built if built is not None and built == copy else None
+        ahead["sha"] = sha or ""
+        return sha is not None
+    if next((line for line in lines if line.startswith("@@farm rc=")), None) != "@@farm rc=0":
+        return False
+    try:
+        with open(os.path.join(spec["run_dir"], "inspect.txt"), "rb") as handle:
+            dump = handle.read(spec["sass_limit"]).decode("utf-8", "replace")
+    except OSError:
+        dump = ""
+    return all(count(dump, mnemonic) >= needed for mnemonic, needed in spec["instructions"].items())
+
+
+def stage_text(name, spec, env, ahead):
+    """The stage's control text, ending with the status the shell's `_wrap` prints."""
+    out = Stage()
+    try:
+        STAGES[name](out, spec, env, ahead)
+        out.say("@@farm end 0")
+    except Exception as err:  # a fault of the runner's own is no evidence: the farm is told
+        sys.stderr.write(f"farm runner: {name} stage: {err!r}\n")
+        left = reap("FARM_CELL", ahead["cell"])
+        if left is not None:
+            out.say(f"@@farm reaped {left}")
+        out.say("@@farm end 1")
+    return out
+
+
+def login_env():
+    """The environment the login started the runner with, as the shell scripts pass it
+    on: /proc/self/environ, since python3 may have added LC_CTYPE to its own (PEP 538)."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return dict(os.environ)
+    pairs = (item.partition(b"=") for item in raw.split(b"\0") if b"=" in item)
+    return {os.fsdecode(name): os.fsdecode(value) for name, _, value in pairs}
