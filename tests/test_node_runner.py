@@ -1181,3 +1181,48 @@ def test_the_runner_serves_only_its_own_runs_processes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert said == {"its own shell": 1, "a descendant": 1, "another tree": 0}, said
+
+
+GONE_CHECK = """
+import os, select, subprocess, sys
+from orchestrator.run.noderunner import KernelFiles
+os.mkdir("bin")
+copy = os.path.abspath("bin/k")
+with open(copy, "w") as kernel:
+    kernel.write("#!/bin/sh\\necho ran > ran.txt\\n")
+os.chmod(copy, 0o755)
+status = os.open("status", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC)
+files = KernelFiles(status, 1, 2, [[["binary", ""]]], copy, {"PATH": os.environ["PATH"]})
+assert files.listen()
+files.poller = select.poll()
+files.shell = os.getpid()
+address = b"\\0" + files.name.encode()
+ask = b"run\\0" + b"1\\0" + copy.encode()
+code = f"import _socket as S; s = S.socket(S.AF_UNIX, 5); s.connect({address!r}); s.send({ask!r})"
+subprocess.run([sys.executable, "-c", code], check=True)  # asks, and is gone
+fd = files.listener._accept()
+fd = fd[0] if isinstance(fd, tuple) else fd
+import _socket
+files.conns[fd] = [_socket.socket(fileno=fd), None]  # taken as ours before it went (the race)
+files.read(fd)
+files.close()
+print({"started": len(files.kernels), "ran": os.path.exists("ran.txt"), "forged": files.forged})
+"""
+
+
+def test_a_request_whose_asker_is_gone_starts_no_kernel(tmp_path: Path) -> None:
+    """The kernel a request asks for gets its asker's limits, the run's `ulimit -f` among them
+    (the farm's size limit on every file the kernel writes): where the asker is gone before its
+    limits are read, none is started (it would write without the limit), and nothing is noted."""
+    done = subprocess.run(
+        [sys.executable, "-c", GONE_CHECK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert said == {"started": 0, "ran": False, "forged": 0}, said
+    assert (tmp_path / "status").read_bytes() == b""

@@ -388,6 +388,11 @@ class KernelFiles:
                     limits.append((getattr(resource, name), resource.prlimit(peer, getattr(resource, name))))
                 except (OSError, ValueError):
                     pass
+        if resource.RLIMIT_FSIZE not in dict(limits):
+            # its requester is gone, and with it the run's `ulimit -f`: a kernel started without it
+            # could write past the farm's size limit; none is started (the shell notes no status)
+            self.drop(fd)
+            return
         mask = None
         try:
             with open(f"/proc/{peer}/status", "rb") as handle:
