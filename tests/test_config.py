@@ -789,6 +789,23 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("nice -n {binary} 5", "{binary} as the value of '-n'"),
         ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options from outside"),
         ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options from outside"),
+        # session 23's red team: env's refused options in other spellings (getopt's abbreviations, the
+        # shell's quotes), each a false pass; the loader's variables, which a program of the run put in
+        # its request to the runner (a library printing the marker); the farm's own variables
+        ("""env --split-s="printf 'K: P\\101SS\\n'" {binary}""", "which runs a command of its own text"),
+        ("""env -\\S"printf x" {binary}""", "which runs a command of its own text"),
+        ("""env -"S""printf x" {binary}""", "which runs a command of its own text"),
+        ("""cd . && env --sp="printf x" {binary}""", "which runs a command of its own text"),
+        ("env --ignore-e {binary}", "which clears the environment"),
+        ("env -\\i {binary}", "which clears the environment"),
+        ('env -"$O" {binary}', "whose name the shell fills in"),
+        ("LD_PRELOAD=/tmp/x.so {binary}", "LD_PRELOAD other than read"),
+        ("export LD_LIBRARY_PATH=.; {binary}", "LD_LIBRARY_PATH other than read"),
+        ("env -u LD_AUDIT {binary}", "LD_AUDIT other than read"),
+        ("CUDA_INJECTION64_PATH=./x.so {binary}", "CUDA_INJECTION64_PATH other than read"),
+        ('echo "${LD_PRELOAD:=/x.so}"; {binary}', "other than read"),
+        ("farm_py=/bin/echo; {binary}", "the farm's own shell names"),
+        ("unset farm_sock; {binary}", "the farm's own shell names"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:
@@ -872,10 +889,20 @@ def test_an_empty_tool_path_is_refused(tmp_path, key):
         "time -o time.log {binary}",
         "srun -o out-%j.log {binary}",
         "nice {binary} --expect PASS",  # a launcher that prints nothing of the kernel's arguments
+        # what session 23's refusals leave alone: env's other options, a value the shell fills in,
+        # the loader's variables read
+        "env -uS {binary}",  # -u takes S, a variable's name
+        "env --unset=X -v {binary}",
+        'nice -n "$N" {binary}',
+        'compute-sanitizer --tool="$T" {binary}',
+        'echo "$LD_LIBRARY_PATH ${LD_PRELOAD:-none}"; {binary}',
+        "BUILD_DIR=out ./prep.sh && {binary}",
+        "cat ./farm_notes.txt; {binary}",
     ],
 )
 def test_a_launchers_output_into_a_file_loads(run: str) -> None:
-    """What the refusals of a launcher's output into a program or a stream leave alone."""
+    """What the refusals of a launcher's output into a program or a stream, and of env's options
+    and the loader's variables, leave alone."""
     import yaml
 
     from orchestrator.config.run_command import check_run

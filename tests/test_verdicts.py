@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -443,6 +444,7 @@ def test_a_program_the_run_starts_holds_none_of_the_kernels_files(
 
 
 ASK_RUNNER = Path(__file__).parent / "forgers" / "ask_runner.py"
+MARKER_PRELOAD = Path(__file__).parent / "forgers" / "marker_preload.c"
 
 
 def test_the_runner_starts_only_the_runs_own_kernel_commands(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
@@ -452,10 +454,21 @@ def test_the_runner_starts_only_the_runs_own_kernel_commands(ssh_fleet: Fleet, m
     argument, or another launcher than the run named, is refused each time, and the cell fails.
     The kernels the runner starts keep what the run gave them: the folder, stdin, variables,
     umask and limits, their status (a signal's too), and a timeout ends them."""
+    preload = tmp_path / "marker.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(preload), str(MARKER_PRELOAD)], check=True)
     prelude = tmp_path / "seen.sh"
     prelude.write_text('read -r line; echo "seen: $(basename "$PWD") $(umask) $(ulimit -s) $Y $line" >&2\n')
     variants = {
-        "forger": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=f"python3 {ASK_RUNNER} && nice -n 5 {{binary}}"),
+        "forger": standin_variant(
+            "FAILNUM", MIN75, "MIN_CC=75", run=f"python3 {ASK_RUNNER} others && nice -n 5 {{binary}}"
+        ),
+        # the run's own kernel command asked for with LD_PRELOAD naming a library that prints the
+        # marker, and the shell's own call never made (a red-team finding: a false pass)
+        "preload": standin_variant(
+            "FAILNUM", MIN75, "MIN_CC=75", run=f"python3 {ASK_RUNNER} preload {preload} || {{binary}}"
+        ),
+        # connections held past the runner's limit: the run's doing, not the node's (it was infra-error)
+        "holder": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=f"python3 {ASK_RUNNER} hold && {{binary}}"),
         "kept": standin_variant(
             "PASS",
             MIN75,
@@ -474,10 +487,16 @@ def test_the_runner_starts_only_the_runs_own_kernel_commands(ssh_fleet: Fleet, m
     got = rows(tmp_path / "results.db", summary.run_id)
     forger = got[("forger", "Tesla T4")]
     assert forger["outcome"] == "fail", forger["reason"]
-    assert "(4 refused)" in forger["reason"], forger["reason"]
+    assert "(5 refused)" in forger["reason"], forger["reason"]
     details = json.loads(forger["stage_details"])["run"]["detail"]
-    assert "replies r r r r" in details, details
+    assert "replies r r r r r" in details, details
     assert b"standin: PASS" not in bytes(forger["stdout"])
+    preloaded = got[("preload", "Tesla T4")]  # the real kernel ran, with the node's LD_PRELOAD: it failed
+    assert (preloaded["outcome"], preloaded["exit_code"]) == ("fail", 1), preloaded["reason"]
+    assert b"standin: PASS" not in bytes(preloaded["stdout"]), bytes(preloaded["stdout"])
+    holder = got[("holder", "Tesla T4")]
+    assert holder["outcome"] == "fail", holder["reason"]
+    assert "refused)" in holder["reason"], holder["reason"]
     kept = got[("kept", "Tesla T4")]
     assert kept["outcome"] == "pass", kept["reason"]
     assert "seen: sub 0027 4096 7 in\n" in bytes(kept["stderr"]).decode(), bytes(kept["stderr"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.config.shell import ASSIGNMENT, Command, Word, before_kernel, launcher
+from orchestrator.config.shell import ASSIGNMENT, Command, Word, before_kernel, launcher, unquoted
 
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
 _NUMBER_LIKE = re.compile(r"[0-9][0-9A-Za-z.,:x-]*")
@@ -114,16 +114,35 @@ def _glued(program: str, text: str) -> tuple[str, str] | None:
     return None
 
 
+_ENV_LONG = {"--ignore-environment": "clears", "--split-string": "runs"}
+_ENV_VALUE_SHORT = "uCS"  # env's short options that take the rest of their cluster, or the next word
+
+
 def _refused_option(program: str, option: str) -> str | None:
     """An option of `env` that clears the environment (the farm's GPU pin and the cell's
-    marker with it) or runs a string of its own (`-S 'echo PASS'`)."""
+    marker with it) or runs a string of its own (`-S 'echo PASS'`), however getopt reads it:
+    OPTION as the shell hands it on (quotes gone), a long one abbreviated (`--split-s=...`),
+    a short one anywhere in a cluster before a letter that takes a value (`-vS...`). Each
+    spelling here once passed a kernel that failed (red-team findings)."""
     if program != "env":
         return None
-    short = re.fullmatch(r"-([A-Za-z0-9]+)", option)
-    if option in ("-", "--ignore-environment") or (short and "i" in short.group(1)):
-        return f"`env {option}`, which clears the environment: the GPU the farm pinned the cell to, and its marker"
-    if option.startswith("--split-string") or (short and "S" in short.group(1)):
-        return f"`env {option}`, which runs a command of its own text"
+    clears = f"`env {option}`, which clears the environment: the GPU the farm pinned the cell to, and its marker"
+    runs = f"`env {option}`, which runs a command of its own text"
+    if option == "-":
+        return clears
+    if option.startswith("--"):
+        name = option.partition("=")[0]
+        for full, does in _ENV_LONG.items():
+            if len(name) > 2 and full.startswith(name):
+                return clears if does == "clears" else runs
+        return None
+    for letter in option[1:]:
+        if letter == "i":
+            return clears
+        if letter == "S":
+            return runs
+        if letter in _ENV_VALUE_SHORT or not letter.isalnum():
+            break
     return None
 
 
@@ -165,6 +184,7 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
     option = ""
     for index, word in enumerate(before_kernel(command)):
         text = word.text
+        plain, whole = unquoted(text)  # as the launcher gets it: `-"S"` is `-S`
         if owed:
             owed -= 1
             if why := _refused_value(current, option, text):
@@ -179,15 +199,19 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
             launchers.append(word)
             continue
         if text.startswith("-"):
-            if why := _refused_option(current, text):
+            if not whole and "=" not in plain:  # `env -"$O"`: `env -`, which clears it, where O is empty
+                return launchers, (
+                    f"the option {text!r}, whose name the shell fills in: write a launcher's options as they are"
+                )
+            if why := _refused_option(current, plain):
                 return launchers, why
-            name, given, value = text.partition("=")
+            name, given, value = plain.partition("=")
             if why := _refused_value(current, name, value) if given else _refused_value(current, name, "-"):
                 return launchers, why
             option = name
-            if "=" not in text and name in _VALUE_OPTIONS.get(current, ()):
+            if "=" not in plain and name in _VALUE_OPTIONS.get(current, ()):
                 owed = 2 if name in _TWO_VALUES else 1
-            elif (glued := _glued(current, text)) is not None and not given:
+            elif (glued := _glued(current, plain)) is not None and not given:
                 option, rest = glued
                 if why := _refused_value(current, option, rest) if rest else None:
                     return launchers, why

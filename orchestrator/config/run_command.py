@@ -26,6 +26,7 @@ from orchestrator.config.shell import (
     Redirect,
     kernel_command,
     lex,
+    unquoted,
 )
 from orchestrator.errors import ConfigError
 from orchestrator.run.streams import compile_marker
@@ -111,37 +112,6 @@ def prefix_kernel_calls(run: str, function: str) -> str:
     return run
 
 
-def _value(text: str) -> tuple[str, bool]:
-    """A word as the shell hands it on, quotes and backslashes gone, up to its first expansion
-    (`$`, a backquote, or a tilde the shell may expand), and whether that is the whole word."""
-    value, quote, i = [], "", 0
-    while i < len(text):
-        char = text[i]
-        if quote == "'":
-            if char == "'":
-                quote = ""
-            else:
-                value.append(char)
-        elif char in "$`" or (char == "~" and not quote):
-            return "".join(value), False
-        elif char == "\\":
-            i += 1
-            if i < len(text):
-                escaped = text[i]
-                if quote == '"' and escaped not in '$`"\\\n':
-                    value.append("\\")
-                if escaped != "\n":
-                    value.append(escaped)
-        elif char == '"':
-            quote = "" if quote else '"'
-        elif char == "'" and not quote:
-            quote = "'"
-        else:
-            value.append(char)
-        i += 1
-    return "".join(value), True
-
-
 def kernel_call_words(run: str) -> list[list[list[str]]]:
     """What the node runner starts a kernel command of `run` as (noderunner.KernelFiles): for each
     command that runs the kernel, its words from its program to {binary}, each [KIND, TEXT] with
@@ -161,7 +131,7 @@ def kernel_call_words(run: str) -> list[list[list[str]]]:
             if "whole" in word.binaries:
                 words.append(["binary", ""])
                 break
-            text, whole = _value(word.text)
+            text, whole = unquoted(word.text)
             kind = "launcher" if place in launchers else "word" if whole else "prefix"
             words.append([kind, re.sub(r"[\"'\\]", "", word.text) if kind == "launcher" else text])
         calls.append(words)
@@ -181,8 +151,10 @@ _OTHER_SHELLS = (
 # into: a run naming them could speak for the kernel
 _FARMS_OWN = (
     (
-        re.compile(r"(?<![A-Za-z0-9_./-])farm_(?:kernel|r)(?![A-Za-z0-9_])"),
-        "the farm's own shell names (farm_kernel, farm_r)",
+        # its function and every variable it and the trampoline's call use (`farm_py=...` replaced
+        # the trampoline: a red-team review's); a file named so is fine (`./farm_x`, `a/farm_x`)
+        re.compile(r"(?<![A-Za-z0-9_./-])farm_[A-Za-z0-9_]"),
+        "the farm's own shell names (farm_kernel, farm_r, farm_py, ...: any farm_*)",
     ),
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
@@ -193,6 +165,14 @@ _FARMS_OWN = (
 # fds 6-8 named anywhere in the run's text: `6>x`, `>&7`, `/dev/fd/8`, inside `$( )` too (where
 # the lexer does not look: `$(echo PASS >&7)` printed for a kernel that never ran)
 _FARM_FDS_ANYWHERE = re.compile(r"(?<![0-9A-Za-z_])[678][<>]|[<>]&\s*[678](?![0-9])|/fd/+[678](?![0-9])")
+# the dynamic loader's variables and CUDA's injection libraries: the code the kernel's process
+# loads. Where the runner starts a kernel command for a request (noderunner.KernelFiles) it gives
+# the kernel the node's, whatever the request says (a program of the run asked for the copy with
+# LD_PRELOAD naming a library that printed the marker: a red-team finding); a run may read them
+# but not set them, so the kernel loads the same code on either path
+_LOADS_CODE = re.compile(
+    r"(?<![A-Za-z0-9_$])(?<!\$\{)(?:LD_[A-Za-z0-9_]*|[A-Za-z0-9_]*INJECTION[A-Za-z0-9_]*|GCONV_PATH)\b"
+)
 _PIN = "CUDA_VISIBLE_DEVICES"
 # reading the farm's pin is fine (`echo $CUDA_VISIBLE_DEVICES`); anything else that names it
 # (`CUDA_VISIBLE_DEVICES=0 {binary}`, `unset`, `env -u`, `${...:=0}`) could move the kernel to another GPU
@@ -236,6 +216,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
             return name
     if _PATH_CHANGED.search(bare):
         return "PATH other than read (`$PATH`): the farm looks the kernel's launcher up on the node's own PATH"
+    if loads := _LOADS_CODE.search(bare) or re.search(r"\$\{(?:LD_\w*|\w*INJECTION\w*|GCONV_PATH):?=", bare):
+        return (
+            f"{loads.group(0)} other than read: the code the kernel's process loads (the dynamic loader's "
+            "and CUDA's injection variables) is the node's"
+        )
     if bare.count(_PIN) > len(_PIN_READ.findall(bare)):
         return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"
     for defined in _FUNCTION.findall(joined):

@@ -259,3 +259,34 @@ def before_kernel(command: Command) -> list[Word]:
     words = command.words[found[0] + 1 :]
     cut = next((i for i, w in enumerate(words) if "whole" in w.binaries), len(words))
     return words[:cut]
+
+
+def unquoted(text: str) -> tuple[str, bool]:
+    """A word as the shell hands it on, quotes and backslashes gone, up to its first expansion
+    (`$`, a backquote, or a tilde the shell may expand), and whether that is the whole word."""
+    value, quote, i = [], "", 0
+    while i < len(text):
+        char = text[i]
+        if quote == "'":
+            if char == "'":
+                quote = ""
+            else:
+                value.append(char)
+        elif char in "$`" or (char == "~" and not quote):
+            return "".join(value), False
+        elif char == "\\":
+            i += 1
+            if i < len(text):
+                escaped = text[i]
+                if quote == '"' and escaped not in '$`"\\\n':
+                    value.append("\\")
+                if escaped != "\n":
+                    value.append(escaped)
+        elif char == '"':
+            quote = "" if quote else '"'
+        elif char == "'" and not quote:
+            quote = "'"
+        else:
+            value.append(char)
+        i += 1
+    return "".join(value), True

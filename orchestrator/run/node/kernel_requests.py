@@ -75,6 +75,14 @@ MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered 
 FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
 
 
+def loads_code(key):
+    """The dynamic loader's variables and CUDA's injection libraries: the code a process loads.
+    A kernel the runner starts gets the run's (the node's: a run may not set them,
+    config/run_command.py), never a request's (LD_PRELOAD naming a library of the run's that
+    printed the marker: a red-team finding)."""
+    return key.startswith(b"LD_") or b"INJECTION" in key or key == b"GCONV_PATH"
+
+
 def _q(text):
     return "'" + text.replace("'", "'\\''") + "'"
 
@@ -178,10 +186,11 @@ class KernelFiles:
                 conn.close()
                 continue
             if len(self.conns) >= MAX_REQUESTS:  # a kernel command may be among them: never a pass
+                # only the run's own processes get this far: the run's doing, not the node's (noted
+                # as the node's trouble, a run holding 900 connections made its failing kernel infra)
                 conn.close()
-                if not self.refused:
-                    self.note(b"cannot-start")
                 self.refused += 1
+                self.forged += 1
                 continue
             conn.setblocking(False)
             self.conns[fd] = [conn, None]
@@ -260,7 +269,10 @@ class KernelFiles:
             if not data or kernel is not None:  # gone, or a second message: no kernel command's
                 self.drop(fd)
                 return
-            request = self.request(data, flags)
+            try:
+                request = self.request(data, flags)
+            except Exception:  # whatever it holds, no request of the trampoline's: a crash would blame the node
+                request = None
             if request is None:
                 self.forged += 1
                 self.reply(fd, b"r")
@@ -281,13 +293,15 @@ class KernelFiles:
         if flags & getattr(self.S, "MSG_TRUNC", 0x20) or flags & getattr(self.S, "MSG_CTRUNC", 0x8):
             return None
         fields = data.split(b"\0")
-        if len(fields) < 2 or fields[0] != b"run" or not fields[1].isdigit():
+        if len(fields) < 2 or fields[0] != b"run" or not fields[1].isdigit() or len(fields[1]) > 6:
             return None
         count = int(fields[1])
         argv = [os.fsdecode(word) for word in fields[2 : 2 + count]]
         if len(argv) != count or not count:
             return None
-        env = dict(item.partition(b"=")[::2] for item in fields[2 + count :] if b"=" in item)
+        env = {key: value for key, _, value in (item.partition(b"=") for item in fields[2 + count :] if b"=" in item)}
+        env = {key: value for key, value in env.items() if not loads_code(key)}
+        env.update((key.encode(), value.encode()) for key, value in self.env.items() if loads_code(key.encode()))
         for key, value in self.forced.items():
             if value is None:
                 env.pop(key, None)
@@ -403,14 +417,24 @@ class KernelFiles:
             pass
         folder = fds[0] if fds else None
         stdin = fds[1] if len(fds) > 1 else None
-        report_r, report_w = os.pipe2(os.O_CLOEXEC)
         restrict = None
         if self.rules is not None:
             import ctypes
 
             libc = ctypes.CDLL(None, use_errno=True)
             restrict = (libc, self.rules)
-        pid = os.fork()
+        try:
+            report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as err:  # out of descriptors: as a shell that cannot fork, the kernel's failure
+            self.could_not_start(fd, argv, err)
+            return
+        try:
+            pid = os.fork()
+        except OSError as err:  # out of processes (the run's own, most likely: same user)
+            os.close(report_r)
+            os.close(report_w)
+            self.could_not_start(fd, argv, err)
+            return
         if pid == 0:  # the child: nothing here may return to the runner's code
             try:
                 try:  # noqa: SIM105
@@ -472,6 +496,12 @@ class KernelFiles:
             pass
         self.kernels[pid] = [fd, pidfd]
         self.conns[fd][1] = pid
+
+    def could_not_start(self, fd, argv, err):
+        """The kernel never started (the runner could not fork): 126 and why, as a shell says it."""
+        write_all(self.files[1], f"farm: the node's runner could not start {argv[0]}: {err.strerror}\n".encode())
+        self.note(b"126")
+        self.reply(fd, b"x126")
 
     def reap(self):
         """Notes the status of each kernel that ended, and tells its trampoline."""
