@@ -1226,3 +1226,39 @@ def test_a_request_whose_asker_is_gone_starts_no_kernel(tmp_path: Path) -> None:
     said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert said == {"started": 0, "ran": False, "forged": 0}, said
     assert (tmp_path / "status").read_bytes() == b""
+
+
+def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Path) -> None:
+    """A kernel command the runner starts for a request keeps the request's variables (what the
+    run exported), but for the code its process loads and what steers its launchers, which are
+    the node's whatever the request says (LD_PRELOAD naming a library of the run's that printed
+    the marker passed a failing kernel: a red-team finding); a launcher's word the shell filled
+    in may not name them either (`mpirun -x "$V"`)."""
+    (tmp_path / "bin").mkdir()
+    copy = str(tmp_path / "bin" / "k")
+    Path(copy).write_text("#!/bin/sh\n")
+    Path(copy).chmod(0o755)
+    files = noderunner.KernelFiles(
+        1, 1, 2, [[["binary", ""]], [["launcher", "mpirun"], ["word", "-x"], ["prefix", ""], ["binary", ""]]],
+        copy, {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": "/opt/node/lib", "FARM_CELL": "c1"}, ("FARM_CELL",),
+    )  # fmt: skip
+    sent = {
+        "FOO": "1",
+        "LD_PRELOAD": "/tmp/marker.so",
+        "LD_LIBRARY_PATH": "/tmp",
+        "CUDA_INJECTION64_PATH": "/tmp/x.so",
+        "VALGRIND_OPTS": "--log-fd=1",
+        "TIME": "standin: PASS",
+        "OMPI_MCA_plm": "x",
+        "FARM_CELL": "other",
+    }
+    environ = b"".join(f"{key}={value}\0".encode() for key, value in sent.items())
+    argv, env, note = files.request(b"run\0" + b"1\0" + copy.encode() + b"\0" + environ, 0)
+    assert argv == [copy] and note is None
+    assert env == {b"FOO": b"1", b"LD_LIBRARY_PATH": b"/opt/node/lib", b"FARM_CELL": b"c1"}, env
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:  # the launcher's word is read before its lookup: any name will do for the refusal
+        files.calls[1][0][1] = "env"
+        mpirun = "env"
+    asked = [mpirun.rsplit("/", 1)[-1] if "/" in mpirun else mpirun, "-x", "LD_PRELOAD=/tmp/marker.so", copy]
+    assert files.request(b"\0".join([b"run", b"4", *(w.encode() for w in asked)]) + b"\0", 0) is None

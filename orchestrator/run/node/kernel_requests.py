@@ -75,12 +75,23 @@ MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered 
 FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
 
 
-def loads_code(key):
-    """The dynamic loader's variables and CUDA's injection libraries: the code a process loads.
-    A kernel the runner starts gets the run's (the node's: a run may not set them,
-    config/run_command.py), never a request's (LD_PRELOAD naming a library of the run's that
-    printed the marker: a red-team finding)."""
-    return key.startswith(b"LD_") or b"INJECTION" in key or key == b"GCONV_PATH"
+def node_only(key):
+    """The variables a kernel the runner starts gets from the run's environment (the node's: a
+    run may not set the first of them, config/run_command.py), never from a request: the code a
+    process loads (the dynamic loader's, CUDA's injection libraries: LD_PRELOAD naming a library
+    of the run's that printed the marker, a red-team finding), and what steers the launchers that
+    print into the kernel's streams or start it elsewhere (valgrind's options, GNU time's format,
+    Open MPI's, PMIx's and Slurm's settings)."""
+    return (
+        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_"))
+        or b"INJECTION" in key
+        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME")
+    )
+
+
+def names_node_only(word):
+    """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
+    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_OPTS", "OMPI_", "PMIX_"))
 
 
 def _q(text):
@@ -300,8 +311,8 @@ class KernelFiles:
         if len(argv) != count or not count:
             return None
         env = {key: value for key, _, value in (item.partition(b"=") for item in fields[2 + count :] if b"=" in item)}
-        env = {key: value for key, value in env.items() if not loads_code(key)}
-        env.update((key.encode(), value.encode()) for key, value in self.env.items() if loads_code(key.encode()))
+        env = {key: value for key, value in env.items() if not node_only(key)}
+        env.update((key.encode(), value.encode()) for key, value in self.env.items() if node_only(key.encode()))
         for key, value in self.forced.items():
             if value is None:
                 env.pop(key, None)
@@ -325,8 +336,8 @@ class KernelFiles:
             elif kind == "word":
                 if word != text:
                     return None
-            elif kind == "prefix":
-                if not word.startswith(text):
+            elif kind == "prefix":  # what the shell filled in: anything but the node's own settings
+                if not word.startswith(text) or names_node_only(word):
                     return None
             elif kind == "launcher":
                 if word != self.named(text):
