@@ -1253,7 +1253,7 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
         "FARM_CELL": "other",
     }
     environ = b"".join(f"{key}={value}\0".encode() for key, value in sent.items())
-    argv, env, note = files.request(b"run\0" + b"1\0" + copy.encode() + b"\0" + environ, 0)
+    argv, env, note = files.request(b"run\0" + b"1\0" + copy.encode() + b"\0" + environ)
     assert argv == [copy] and note is None
     assert env == {b"FOO": b"1", b"LD_LIBRARY_PATH": b"/opt/node/lib", b"FARM_CELL": b"c1"}, env
     mpirun = shutil.which("mpirun")
@@ -1261,4 +1261,4 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
         files.calls[1][0][1] = "env"
         mpirun = "env"
     asked = [mpirun.rsplit("/", 1)[-1] if "/" in mpirun else mpirun, "-x", "LD_PRELOAD=/tmp/marker.so", copy]
-    assert files.request(b"\0".join([b"run", b"4", *(w.encode() for w in asked)]) + b"\0", 0) is None
+    assert files.request(b"\0".join([b"run", b"4", *(w.encode() for w in asked)]) + b"\0") is None

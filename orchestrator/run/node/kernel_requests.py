@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from orchestrator.run.node.kernel_commands import KernelCommands
 from orchestrator.run.node.serve import write_all
 from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code
 
@@ -72,51 +73,27 @@ os.write(2, b"farm: the node's runner did not start this command as the kernel\\
 os._exit(126)
 """
 MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
-FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
-
-
-def node_only(key):
-    """The variables a kernel the runner starts gets from the run's environment (the node's: a
-    run may not set the first of them, config/run_command.py), never from a request: the code a
-    process loads (the dynamic loader's, CUDA's injection libraries: LD_PRELOAD naming a library
-    of the run's that printed the marker, a red-team finding), and what steers the launchers that
-    print into the kernel's streams or start it elsewhere (valgrind's options, GNU time's format,
-    Open MPI's, PMIx's and Slurm's settings)."""
-    return (
-        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_"))
-        or b"INJECTION" in key
-        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME")
-    )
-
-
-def names_node_only(word):
-    """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
-    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_OPTS", "OMPI_", "PMIX_"))
 
 
 def _q(text):
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-class KernelFiles:
+class KernelFiles(KernelCommands):
     """The run's kernel commands, started by this runner for its trampolines (TRAMPOLINE), with
     the kernel's files: STATUS (their statuses and notes, one a line), OUT and ERR (the kernel's
-    stdout and stderr). CALLS: the run's kernel commands (config/run_command.py
-    kernel_call_words); COPY: the cell's copy of the binary; ENV: the run's environment (the
-    node's PATH and HOME, the variables FORCED keeps); RULES: the run's Landlock ruleset's fd,
+    stdout and stderr). CALLS, COPY, ENV, FORCED: which requests are the run's kernel commands
+    (KernelCommands, kernel_commands.py); RULES: the run's Landlock ruleset's fd,
     each kernel confined to it in a domain of its own (no program of the run can trace it, or
     open its files through /proc)."""
 
     def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None):
         import _socket
 
+        KernelCommands.__init__(self, calls, copy, env, forced)
         self.S = _socket
         self.status, self.files = status, (out, err)
-        self.calls, self.copy = [list(call) for call in calls], copy
-        self.env = dict(env or {})
-        self.forced = {key.encode(): self.env.get(key) for key in (*FORCED, *forced)}
         self.rules = rules
-        self.cell = os.path.dirname(os.path.dirname(copy))  # the copy lies in bin/ of the cell's folder
         self.conns = {}  # fd -> [socket, the kernel's pid or None]
         self.kernels = {}  # pid -> [its connection's fd or None, its pidfd or None]
         self.forged = 0  # requests that are none of the run's kernel commands
@@ -280,8 +257,9 @@ class KernelFiles:
             if not data or kernel is not None:  # gone, or a second message: no kernel command's
                 self.drop(fd)
                 return
-            try:
-                request = self.request(data, flags)
+            try:  # a message or its files cut short is no request of a trampoline's
+                cut = flags & (getattr(self.S, "MSG_TRUNC", 0x20) | getattr(self.S, "MSG_CTRUNC", 0x8))
+                request = None if cut else self.request(data)
             except Exception:  # whatever it holds, no request of the trampoline's: a crash would blame the node
                 request = None
             if request is None:
@@ -297,106 +275,6 @@ class KernelFiles:
         finally:
             for given in fds:
                 os.close(given)
-
-    def request(self, data, flags):
-        """(argv, environment, a note) of a request that is one of the run's kernel commands,
-        its launchers replaced by the files they run; None for any other."""
-        if flags & getattr(self.S, "MSG_TRUNC", 0x20) or flags & getattr(self.S, "MSG_CTRUNC", 0x8):
-            return None
-        fields = data.split(b"\0")
-        if len(fields) < 2 or fields[0] != b"run" or not fields[1].isdigit() or len(fields[1]) > 6:
-            return None
-        count = int(fields[1])
-        argv = [os.fsdecode(word) for word in fields[2 : 2 + count]]
-        if len(argv) != count or not count:
-            return None
-        env = {key: value for key, _, value in (item.partition(b"=") for item in fields[2 + count :] if b"=" in item)}
-        env = {key: value for key, value in env.items() if not node_only(key)}
-        env.update((key.encode(), value.encode()) for key, value in self.env.items() if node_only(key.encode()))
-        for key, value in self.forced.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value.encode()
-        for call in self.calls:
-            found = self.matched(call, argv)
-            if found is not None:
-                return found[0], env, found[1]
-        return None
-
-    def matched(self, call, argv):
-        if len(argv) < len(call):
-            return None
-        argv, note = list(argv), None
-        for place, (kind, text) in enumerate(call):
-            word = argv[place]
-            if kind == "binary":
-                if word != self.copy:
-                    return None
-            elif kind == "word":
-                if word != text:
-                    return None
-            elif kind == "prefix":  # what the shell filled in: anything but the node's own settings
-                if not word.startswith(text) or names_node_only(word):
-                    return None
-            elif kind == "launcher":
-                if word != self.named(text):
-                    return None
-                path, why = self.launcher(text)
-                note = note or why
-                argv[place] = path or word
-            else:
-                return None
-        return argv, note or self.copy_gone()
-
-    def named(self, text):
-        """A launcher's word as the shell hands it on: `~/bin/nice` with the run's HOME."""
-        if text == "~" or text.startswith("~/"):
-            return self.env.get("HOME", "~") + text[1:]
-        if text.startswith("~"):
-            try:
-                import pwd
-
-                user, _, rest = text[1:].partition("/")
-                return pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
-            except (ImportError, KeyError):
-                return text
-        return text
-
-    def launcher(self, text):
-        """(the file launcher TEXT runs, a note): looked up on the run's PATH, its absolute
-        entries only (run/commands.py _launcher_look, which this replaces for served runs); one
-        not there is cannot-start, one where the run could have written it launcher-writable."""
-        name = self.named(text)
-        found = None
-        if "/" in name:
-            found = name
-        else:
-            for folder in self.env.get("PATH", "").split(":"):
-                if folder.startswith("/"):
-                    path = folder.rstrip("/") + "/" + name
-                    if os.path.isfile(path) and os.access(path, os.X_OK):
-                        found = path
-                        break
-        if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
-            return None, b"cannot-start"
-        for path in (found, os.path.realpath(found)):
-            if any(path.startswith(place + "/") for place in (self.cell, "/tmp", "/var/tmp", "/dev")):
-                return None, b"launcher-writable"
-        return found, None
-
-    def copy_gone(self):
-        """The note where the cell's copy cannot run: gone or no longer executable (copy-gone),
-        or a file with its x bit that still cannot (a noexec mount: cannot-start)."""
-        if os.path.isfile(self.copy) and os.access(self.copy, os.X_OK):
-            return None
-        try:
-            held = os.lstat(self.copy)
-            if (held.st_mode & 0o170000) == 0o100000 and held.st_mode & 0o100:
-                return b"cannot-start"
-        except OSError:
-            pass
-        return b"copy-gone"
 
     def start(self, fd, argv, env, fds):
         """Starts the kernel command ARGV for the request on FD: in the run's process group, its
