@@ -437,7 +437,8 @@ def test_an_inspect_that_counts_nothing_may_be_any_command(tmp_path):
         "'{binary} --expect PASS'",  # the kernel's own argument: the shell prints none of it
         "'{binary}; echo PASS'",  # the run's other commands' output is never read for a marker
         "'set -e; for n in 1 2; do {binary} $n; done'",
-        "'EXPECTED=\"$(cat expected.txt)\" LD_LIBRARY_PATH=$(pwd)/lib {binary}'",
+        # (LD_LIBRARY_PATH here before session 23: the loader's variables are the node's, farm.yaml's `env`)
+        "'EXPECTED=\"$(cat expected.txt)\" DATA=$(pwd)/lib {binary}'",
         "'if {binary}; then echo ok; fi'",
         "'gen | {binary} $((N > 1 ? N : 1))'",
         "'exec {binary}'",
@@ -777,7 +778,8 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("time --output=/proc/self/fd/1 {binary}", "to a program or a stream"),
         ("compute-sanitizer --log-file /dev/stderr {binary}", "to a program or a stream"),
         ("valgrind --log-fd=1 {binary}", "`valgrind --log-fd`"),
-        ("time -o t.log -f %C {binary} PASS", "prints the command it starts"),
+        ("time -o t.log -f %C {binary} PASS", "its own format"),  # since session 23: any -f
+        ("time -v {binary} PASS", "prints the command it starts"),
         ("strace {binary} needs CC 9.0", "prints the command it starts"),
         # a third round: an abbreviated long option (GNU time takes --out), and the markers' words
         # hidden from the check by the shell's own words
@@ -806,6 +808,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ('echo "${LD_PRELOAD:=/x.so}"; {binary}', "other than read"),
         ("farm_py=/bin/echo; {binary}", "the farm's own shell names"),
         ("unset farm_sock; {binary}", "the farm's own shell names"),
+        # session 23's second red-team round: a variable named by the shell (PATH, which reached the
+        # runner-started kernel: it ran the run's fake nvidia-smi), and GNU time's own format
+        ('V=PAT && export "$V"H="$PWD:$PATH" && {binary}', "names a variable the shell fills in"),
+        ('read "$N" < names; {binary}', "names a variable the shell fills in"),
+        ('printf -v "$N" x; {binary}', "names a variable the shell fills in"),
+        ('time -f "K needs CC %x.%x" {binary}', "its own format"),
+        ("time --f=%e {binary}", "its own format"),
+        ('TIME="K needs CC %x.%x" time {binary}', "TIME other than read in a run under `time`"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:

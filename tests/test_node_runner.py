@@ -1230,8 +1230,8 @@ def test_a_request_whose_asker_is_gone_starts_no_kernel(tmp_path: Path) -> None:
 
 def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Path) -> None:
     """A kernel command the runner starts for a request keeps the request's variables (what the
-    run exported), but for the code its process loads and what steers its launchers, which are
-    the node's whatever the request says (LD_PRELOAD naming a library of the run's that printed
+    run exported), but for the code its process loads, what steers its launchers and PATH, which
+    are the node's whatever the request says (LD_PRELOAD naming a library of the run's that printed
     the marker passed a failing kernel: a red-team finding); a launcher's word the shell filled
     in may not name them either (`mpirun -x "$V"`)."""
     (tmp_path / "bin").mkdir()
@@ -1251,11 +1251,13 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
         "TIME": "standin: PASS",
         "OMPI_MCA_plm": "x",
         "FARM_CELL": "other",
+        "PATH": "/tmp/fake-bin:/usr/bin",  # a fake nvidia-smi the kernel would start (a red-team finding)
     }
     environ = b"".join(f"{key}={value}\0".encode() for key, value in sent.items())
     argv, env, note = files.request(b"run\0" + b"1\0" + copy.encode() + b"\0" + environ)
     assert argv == [copy] and note is None
-    assert env == {b"FOO": b"1", b"LD_LIBRARY_PATH": b"/opt/node/lib", b"FARM_CELL": b"c1"}, env
+    node_path = os.environ["PATH"].encode()
+    assert env == {b"FOO": b"1", b"LD_LIBRARY_PATH": b"/opt/node/lib", b"FARM_CELL": b"c1", b"PATH": node_path}, env
     mpirun = shutil.which("mpirun")
     if mpirun is None:  # the launcher's word is read before its lookup: any name will do for the refusal
         files.calls[1][0][1] = "env"

@@ -118,12 +118,31 @@ _ENV_LONG = {"--ignore-environment": "clears", "--split-string": "runs"}
 _ENV_VALUE_SHORT = "uCS"  # env's short options that take the rest of their cluster, or the next word
 
 
+def _time_format(option: str) -> str | None:
+    """GNU time's own format (`-f`, `--format`, however getopt reads it): `%x.%x` and `%e` print
+    the digits a refusal marker's `\\d+\\.\\d+` wants, on the kernel's stderr (`time -f "needs
+    CC %x.%x and this device is" {binary}` was an expected refusal for a kernel that failed: a
+    red-team finding)."""
+    why = f"`time {option}`, its own format, which prints text of the run's on the kernel's stderr"
+    if option.startswith("--"):
+        name = option.partition("=")[0]
+        return why if len(name) > 2 and "--format".startswith(name) else None
+    for letter in option[1:]:
+        if letter == "f":
+            return why
+        if letter == "o" or not letter.isalnum():
+            break
+    return None
+
+
 def _refused_option(program: str, option: str) -> str | None:
     """An option of `env` that clears the environment (the farm's GPU pin and the cell's
     marker with it) or runs a string of its own (`-S 'echo PASS'`), however getopt reads it:
     OPTION as the shell hands it on (quotes gone), a long one abbreviated (`--split-s=...`),
     a short one anywhere in a cluster before a letter that takes a value (`-vS...`). Each
-    spelling here once passed a kernel that failed (red-team findings)."""
+    spelling here once passed a kernel that failed (red-team findings). And GNU time's format."""
+    if program == "time":
+        return _time_format(option)
     if program != "env":
         return None
     clears = f"`env {option}`, which clears the environment: the GPU the farm pinned the cell to, and its marker"

@@ -173,6 +173,11 @@ _FARM_FDS_ANYWHERE = re.compile(r"(?<![0-9A-Za-z_])[678][<>]|[<>]&\s*[678](?![0-
 _LOADS_CODE = re.compile(
     r"(?<![A-Za-z0-9_$])(?<!\$\{)(?:LD_[A-Za-z0-9_]*|[A-Za-z0-9_]*INJECTION[A-Za-z0-9_]*|GCONV_PATH)\b"
 )
+_TIME_SET = re.compile(r"(?<![A-Za-z0-9_$])(?<!\$\{)TIME\b(?!\}|:?[-+?])")
+# the builtins that set or unset a variable by a name of their arguments: a name the shell fills in
+# (`V=PAT; export "$V"H=...`) is a variable the rules above cannot see (the run's PATH reached the
+# kernel so, and ran a fake nvidia-smi: a red-team finding)
+_NAMING = frozenset({"export", "readonly", "declare", "typeset", "local", "unset", "read", "getopts"})
 _PIN = "CUDA_VISIBLE_DEVICES"
 # reading the farm's pin is fine (`echo $CUDA_VISIBLE_DEVICES`); anything else that names it
 # (`CUDA_VISIBLE_DEVICES=0 {binary}`, `unset`, `env -u`, `${...:=0}`) could move the kernel to another GPU
@@ -216,6 +221,10 @@ def _refusal(run: str, job: JobSpec) -> str | None:
             return name
     if _PATH_CHANGED.search(bare):
         return "PATH other than read (`$PATH`): the farm looks the kernel's launcher up on the node's own PATH"
+    if named := _named_by_the_shell(lexed.commands):
+        return named
+    if "time" in kernel_launchers(run) and _TIME_SET.search(bare):
+        return "TIME other than read in a run under `time`: GNU time's format, printed on the kernel's stderr"
     if loads := _LOADS_CODE.search(bare) or re.search(r"\$\{(?:LD_\w*|\w*INJECTION\w*|GCONV_PATH):?=", bare):
         return (
             f"{loads.group(0)} other than read: the code the kernel's process loads (the dynamic loader's "
@@ -260,6 +269,27 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         return "a run that never runs {binary} as a command"
     if _FARM_FDS_ANYWHERE.search(bare):  # where the commands' own checks do not look
         return "a use of fds 6, 7 or 8 (inside `$( )` too): fds 6, 7 and 8 are the farm's"
+    return None
+
+
+def _named_by_the_shell(commands: list[Command]) -> str | None:
+    """A variable a builtin sets or unsets by a name with an expansion in it (`export "$V"H=x`,
+    `read "$N"`, `printf -v "$N"`): the run's rules on PATH, the GPU pin and the loader's
+    variables read names as written."""
+    for command in commands:
+        found = command.program()
+        if found is None:
+            continue
+        program = unquoted(command.words[found[0]].text)[0]
+        words = [word.text for word in command.words[found[0] + 1 :]]
+        if program == "printf":
+            words = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "-v"]
+        elif program not in _NAMING:
+            continue
+        for text in words:
+            name = text.split("=", 1)[0]
+            if "$" in name or "`" in name:
+                return f"{program} {text!r}, which names a variable the shell fills in: name variables as they are"
     return None
 
 

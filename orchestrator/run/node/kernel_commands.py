@@ -14,11 +14,13 @@ def node_only(key):
     process loads (the dynamic loader's, CUDA's injection libraries: LD_PRELOAD naming a library
     of the run's that printed the marker, a red-team finding), and what steers the launchers that
     print into the kernel's streams or start it elsewhere (valgrind's options, GNU time's format,
-    Open MPI's, PMIx's and Slurm's settings)."""
+    Open MPI's, PMIx's and Slurm's settings), and PATH, where the kernel finds the programs it
+    starts (a request's PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run
+    may not change PATH either)."""
     return (
         key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_"))
         or b"INJECTION" in key
-        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME")
+        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME", b"PATH")
     )
 
 
