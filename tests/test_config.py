@@ -729,7 +729,7 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("env -- printf -- 'K: PA\\123S\\n' {binary}", "'printf' between the launcher and {binary}"),
         ("stdbuf -oL sh -c 'echo K: PA\\SS' {binary}", "'sh' between the launcher and {binary}"),
         ("env --split-string='echo K:\\_PASS' {binary}", "which runs a command of its own text"),
-        ("env -vS 'echo PASS' {binary}", "which runs a command of its own text"),
+        ("env -vS 'echo PASS' {binary}", "`env -vS`"),  # -v prints, -S runs: either refuses
         ("CUDA_VISIBLE_DEVICES=0 {binary}", "CUDA_VISIBLE_DEVICES"),
         ("export CUDA_VISIBLE_DEVICES=; {binary}", "CUDA_VISIBLE_DEVICES"),
         ("env -u CUDA_VISIBLE_DEVICES {binary}", "CUDA_VISIBLE_DEVICES other than read"),
@@ -816,6 +816,19 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ('time -f "K needs CC %x.%x" {binary}', "its own format"),
         ("time --f=%e {binary}", "its own format"),
         ('TIME="K needs CC %x.%x" time {binary}', "TIME other than read in a run under `time`"),
+        # a third round: launchers that print their words or the environment into the kernel's
+        # streams, or start another program (each a false pass or a false expected refusal)
+        ('env -v {binary} "K needs CC 9.0"', "`env -v`"),
+        ("env --deb {binary}", "`env --deb`"),
+        ("timeout -k K\\ needs\\ CC\\ 9.0 5 {binary}", "text before the kernel that the job's refusal_marker"),
+        ('M="K needs CC 9.0" && env --"x=$M" {binary}', "which the shell fills in"),
+        ('nice -n "$N" {binary}', "which the shell fills in"),
+        ('export M="K: PASS" && strace -o t.log -e trace=execve {binary}', "prints the command it starts"),
+        ("strace -v -o t.log {binary}", "`strace -v`"),
+        ("srun --prolog=/bin/echo {binary} x", "`srun --prolog=/bin/echo`"),
+        ("mpirun -np 1 {binary} : -np 1 echo x", "starts another program beside the kernel"),
+        ("compute-sanitizer --prefix x {binary}", "`compute-sanitizer --prefix`"),
+        ("env 2to3 {binary}", "'2to3' between the launcher and {binary}"),
     ],
 )
 def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -> None:
@@ -902,9 +915,11 @@ def test_an_empty_tool_path_is_refused(tmp_path, key):
         # what session 23's refusals leave alone: env's other options, a value the shell fills in,
         # the loader's variables read
         "env -uS {binary}",  # -u takes S, a variable's name
-        "env --unset=X -v {binary}",
-        'nice -n "$N" {binary}',
-        'compute-sanitizer --tool="$T" {binary}',
+        "env --unset=X -0 {binary}",
+        "timeout 1.5 {binary}",
+        "timeout 10s taskset 0x3 numactl -C 0-3,5 {binary}",
+        "env -uv {binary}",  # -u takes v, a variable's name
+        "mpirun -np 2 {binary} 5",
         'echo "$LD_LIBRARY_PATH ${LD_PRELOAD:-none}"; {binary}',
         "BUILD_DIR=out ./prep.sh && {binary}",
         "cat ./farm_notes.txt; {binary}",

@@ -11,7 +11,8 @@ import re
 from orchestrator.config.shell import ASSIGNMENT, Command, Word, before_kernel, launcher, unquoted
 
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
-_NUMBER_LIKE = re.compile(r"[0-9][0-9A-Za-z.,:x-]*")
+# a number a launcher reads (`5`, `1.5`, `10s`, `0x3`, `0-3,5`), never a name (`2to3` ran 2to3)
+_NUMBER_LIKE = re.compile(r"0x[0-9a-fA-F]+|[0-9]+(?:\.[0-9]+)?[smhd]?|[0-9]+(?:[-,:][0-9]+)*")
 
 
 # The options that take the next word as their value, per launcher; any other option takes none
@@ -135,12 +136,42 @@ def _time_format(option: str) -> str | None:
     return None
 
 
+# options that run a program of the run's choosing, or print its text into the kernel's streams:
+# srun's prolog and epilog (`srun --prolog=/bin/echo {binary} PASS` passed: a red-team finding),
+# compute-sanitizer's prefix on each of the kernel's lines, strace's verbose environment
+_RUNS_OR_PRINTS = {
+    "srun": ("--prolog", "--epilog", "--task-prolog", "--task-epilog"),
+    "compute-sanitizer": ("--prefix",),
+    "cuda-memcheck": ("--prefix",),
+    "strace": ("--no-abbrev",),
+    "env": ("--debug",),
+}
+_RUNS_OR_PRINTS_SHORT = {"strace": "v", "env": "v"}  # env -v: "arg[1]= '...'" on the kernel's stderr
+
+
+def _prints_or_runs(program: str, option: str) -> str | None:
+    why = f"`{program} {option}`, which runs a program of the run's or prints its text into the kernel's streams"
+    if option.startswith("--"):
+        name = option.partition("=")[0]
+        if len(name) > 2 and any(full.startswith(name) for full in _RUNS_OR_PRINTS.get(program, ())):
+            return why
+        return None
+    for letter in option[1:]:
+        if letter in _RUNS_OR_PRINTS_SHORT.get(program, ""):
+            return why
+        if not letter.isalnum() or "-" + letter in _VALUE_OPTIONS.get(program, ()):
+            break
+    return None
+
+
 def _refused_option(program: str, option: str) -> str | None:
     """An option of `env` that clears the environment (the farm's GPU pin and the cell's
     marker with it) or runs a string of its own (`-S 'echo PASS'`), however getopt reads it:
     OPTION as the shell hands it on (quotes gone), a long one abbreviated (`--split-s=...`),
     a short one anywhere in a cluster before a letter that takes a value (`-vS...`). Each
     spelling here once passed a kernel that failed (red-team findings). And GNU time's format."""
+    if why := _prints_or_runs(program, option):
+        return why
     if program == "time":
         return _time_format(option)
     if program != "env":

@@ -21,6 +21,7 @@ from pathlib import Path
 from orchestrator.config.launchers import launched_otherwise, launcher_places, launcher_words
 from orchestrator.config.schema import JobSpec
 from orchestrator.config.shell import (
+    ASSIGNMENT,
     BINARY,
     Command,
     Redirect,
@@ -261,9 +262,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         runs_kernel = True
         if found := launched_otherwise(command):
             return found
+        if found := _second_program(command):
+            return found
         if found := _kernels_output_taken(command):
             return found
-        if found := _markers_before(command, job):
+        if found := _markers_before(command, job, run):
             return found
     if not runs_kernel:
         return "a run that never runs {binary} as a command"
@@ -290,6 +293,19 @@ def _named_by_the_shell(commands: list[Command]) -> str | None:
             name = text.split("=", 1)[0]
             if "$" in name or "`" in name:
                 return f"{program} {text!r}, which names a variable the shell fills in: name variables as they are"
+    return None
+
+
+_MPMD = frozenset({"mpirun", "mpiexec", "srun"})
+
+
+def _second_program(command: Command) -> str | None:
+    """An MPI or Slurm launcher told to start another program beside the kernel (`mpirun -np 1
+    {binary} : -np 1 echo PASS`: its output in the kernel's stdout)."""
+    names = {word.text.rsplit("/", 1)[-1] for word in launcher_words(command)} & _MPMD
+    at = next((i for i, word in enumerate(command.words) if "whole" in word.binaries), None)
+    if names and at is not None and any(unquoted(w.text)[0] == ":" for w in command.words[at + 1 :]):
+        return f"a `:` after {{binary}} under {sorted(names)[0]!r}, which starts another program beside the kernel"
     return None
 
 
@@ -330,7 +346,7 @@ def _farm_fd(redirect: Redirect) -> bool:
 _ECHOING = frozenset({"strace", "ltrace", "valgrind", "time"})
 
 
-def _markers_before(command: Command, job: JobSpec) -> str | None:
+def _markers_before(command: Command, job: JobSpec, whole_run: str = "") -> str | None:
     """Marker text among the kernel command's words before {binary} (`env echo PASS {binary}`);
     the kernel's own arguments may hold the markers' words (`--expect PASS`), but for a
     launcher that prints them (_ECHOING)."""
@@ -347,8 +363,19 @@ def _markers_before(command: Command, job: JobSpec) -> str | None:
     for word in command.words:
         if "whole" in word.binaries and not echoing:
             break
+        if not echoing and re.search(r"[$`]", word.text) and not ASSIGNMENT.match(word.text):
+            # a launcher's word the shell fills in: its own error message can hold whatever the
+            # run put there (`env --"x=$M" {binary}`: "unrecognized option" and the refusal's text,
+            # an expected refusal for a kernel that never ran: a red-team finding)
+            return (
+                f"{word.text!r} before the kernel, which the shell fills in: a launcher's words are written "
+                "as they are (a launcher prints them when it refuses them)"
+            )
         before.append(word.text)
-    text = " ".join(before).replace('"', "").replace("'", "").encode()  # as the shell passes them
+    # as the shell passes them: quotes and backslashes gone (`timeout -k needs\ CC\ 9.0 5 {binary}`)
+    text = re.sub(r"[\"'\\]", "", " ".join(before)).encode()
+    if echoing:  # what it prints of the environment, or of files, is the run's text too: all of it
+        text += b"\n" + re.sub(r"[\"'\\]", "", whole_run).encode()
     for key, marker in (("pass_marker", job.pass_marker), ("refusal_marker", job.refusal_marker)):
         if compile_marker(marker).search(text) is not None:
             if echoing:
