@@ -397,7 +397,16 @@ def test_a_run_whose_status_or_output_is_not_the_kernels_is_refused(tmp_path, ru
         ("inspect", "inspect: '{cuobjdump} --dump-sass {binary} /other/k.cubin'", "another file named"),
         ("inspect", "inspect: 'cat $(echo {binary})'", "a command substitution"),
         ("inspect", "inspect: '{cuobjdump} --dump-sass {binary} > dump.txt'", "its stdout redirected"),
-        ("inspect", "inspect: 'cat \"{binary}\"'", "{binary} not as an argument of its own"),
+        ("inspect", "inspect: 'objdump -d \"{binary}\"'", "{binary} not as an argument of its own"),
+        # session 23's red team: each a pass with instructions the binary never held, or a build of
+        # other sources certified as the job's
+        ("inspect", "inspect: 'echo HGMMA {binary}'", "no disassembler"),
+        ("inspect", "inspect: 'sh -c \"echo HGMMA\" {binary}'", "no disassembler"),
+        ("inspect", "inspect: 'objdump -d {binary} $SHELL'", "which the shell expands"),
+        ("inspect", "inspect: 'objdump -d {binary} ~/x'", "which the shell expands"),
+        ("inspect", "inspect: 'objdump -d {binary} ../*'", "which the shell expands"),
+        ("inspect", "inspect: 'objdump -d {binary} {binary}'", "{binary} named twice"),
+        ("build", "build: 'g++ -o {binary} e.cpp # {sources}'", "never names {sources}"),
     ],
 )
 def test_a_build_or_inspect_that_does_not_work_on_the_cells_own_files_is_refused(tmp_path, key, line, says):

@@ -846,7 +846,7 @@ def _storm(storm: TunedNode, tmp_path: Path) -> None:
     assert f"maxstartups {STORM_MAXSTARTUPS}" in effective.stdout, effective.stdout + effective.stderr
     # a shell script for a kernel: the test is about connections, not compilers
     script = "test -f {sources} && printf '#!/bin/sh\\necho \"standin: PASS\"\\n' > {binary} && chmod +x {binary}"
-    variants = {"tiny": {"build": script, "inspect": "cat {binary}", "instructions": {"echo": 1}, "cc": MIN75}}
+    variants = {"tiny": {"build": script, "inspect": "cat {binary}", "instructions": {}, "cc": MIN75}}
     nodes = {f"n{i:02d}": storm.farm_entry(tmp_path / f"work-{i:02d}", build_jobs=1) for i in range(STORM_NODES)}
     config = write_farm(tmp_path, nodes, [standin_job("tiny", variants)])
     assert "max_connections" not in config.read_text(), "the farm's default bound is what is tested"

@@ -52,7 +52,7 @@ def toy_run(tmp_path_factory):
 
 
 def toy_identity(farm) -> str:
-    return inputs.identity(farm.jobs["toy"].file_sha256, {})
+    return inputs.identity(farm.jobs["toy"].file_sha256, {}, farm.jobs["toy"].spec.sources)
 
 
 def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0", **fields: object) -> int:

@@ -146,13 +146,20 @@ def test_a_run_the_node_held_back_but_the_farm_judges_due_gets_its_own_trip(
     def plain(needed: int) -> dict[str, dict[str, object]]:
         return {
             "plain": standin_variant(
-                "PASS", MIN75, "MIN_CC=75", inspect="printf 'call call\\n' {binary}", instructions={"call": needed}
+                "PASS", MIN75, "MIN_CC=75", inspect="nvdisasm {binary}", instructions={"call": needed}
             )
         }
 
-    verify(node, tmp_path / "base", plain(1))  # ships the sources and builds
-    baseline, base_commands = verify(node, tmp_path / "base", plain(1))
-    summary, commands = verify(node, tmp_path / "pair", plain(2))
+    # a disassembler of the node's that prints "call call" (an inspect must be a disassembler's)
+    fake = node.node_bin / "nvdisasm"
+    fake.write_text("#!/bin/sh\nprintf 'call call\\n'\n")
+    fake.chmod(0o755)
+    try:
+        verify(node, tmp_path / "base", plain(1))  # ships the sources and builds
+        baseline, base_commands = verify(node, tmp_path / "base", plain(1))
+        summary, commands = verify(node, tmp_path / "pair", plain(2))
+    finally:
+        fake.unlink()
     assert dict(baseline.outcomes) == {"pass": 1}
     assert dict(summary.outcomes) == {"pass": 1}
     ((_, result, _),) = summary.results

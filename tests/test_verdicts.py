@@ -301,7 +301,9 @@ def test_headers_are_compiled_against_and_named_by_the_certificate(ssh_fleet: Fl
     assert "headered.cpp" in row["build_command"] and "headered.h" not in row["build_command"]
     files = json.loads(row["sources"])
     assert set(files) == {"kernels/headered.cpp", "kernels/headered.h"}
-    assert row["identity"] == inputs.identity(files, {})
+    assert row["identity"] == inputs.identity(files, {}, ["kernels/headered.cpp"])
+    # the same bytes with the header compiled too are another program: another identity
+    assert row["identity"] != inputs.identity(files, {}, ["kernels/headered.cpp", "kernels/headered.h"])
 
     # as if that card were real hardware: the pass certifies these inputs...
     with sqlite3.connect(tmp_path / "results.db") as db:
@@ -318,6 +320,37 @@ def test_headers_are_compiled_against_and_named_by_the_certificate(ssh_fleet: Fl
     assert "Changed since: kernels/headered.h" in flag
 
 
+WEAK_MAIN = r"""#include <cstdio>
+extern "C" __attribute__((weak)) int broken() { return 0; }
+int main() {
+    if (broken()) { fprintf(stderr, "standin: wrong numbers\n"); return 1; }
+    puts("standin: PASS");
+    return 0;
+}
+"""
+
+
+def test_a_file_moved_from_headers_to_sources_is_another_build_and_identity(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """Found by a red-team helper: a job that compiles b.cpp, once shipped only as a header, is
+    another program from the same bytes (here its strong `broken()` fails it). The build key and
+    the certificate identity both name which files are compiled: the second run builds afresh
+    and fails, where it reused the first run's cached binary and passed."""
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    variant = {"build": "g++ -O1 -o {binary} {sources}", "inspect": "objdump -d {binary}", "cc": MIN75}
+    got = {}
+    for sources, headers in ((["kernels/a.cpp"], ["kernels/b.cpp"]), (["kernels/a.cpp", "kernels/b.cpp"], [])):
+        config = make_farm(tmp_path, nodes, [standin_job("ab", {"v": variant}, sources=sources, headers=headers)])
+        (tmp_path / "kernels" / "a.cpp").write_text(WEAK_MAIN)
+        (tmp_path / "kernels" / "b.cpp").write_text('extern "C" int broken() { return 1; }\n')
+        _, summary = run(config)
+        got[len(sources)] = rows(tmp_path / "results.db", summary.run_id)[("v", "Tesla T4")]
+    assert got[1]["outcome"] == "pass", got[1]["reason"]
+    assert (got[2]["outcome"], got[2]["build_cached"]) == ("fail", 0), got[2]["reason"]
+    assert got[1]["identity"] != got[2]["identity"]
+
+
 def test_the_cutlass_dependency_is_part_of_the_identity(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     farm = load_farm(repo / "farm.yaml")
@@ -326,8 +359,9 @@ def test_the_cutlass_dependency_is_part_of_the_identity(tmp_path: Path) -> None:
     cutlass = model_inputs["cutlass_gemm"]
     assert cutlass.dependencies["cutlass"]["version"] == "4.2.0.0"
     digest = cutlass.dependencies["cutlass"]["digest"]
-    assert cutlass.identity == inputs.identity(farm.jobs["cutlass_gemm"].file_sha256, {"cutlass": digest})
-    assert cutlass.identity != inputs.identity(farm.jobs["cutlass_gemm"].file_sha256, {})
+    job = farm.jobs["cutlass_gemm"]
+    assert cutlass.identity == inputs.identity(job.file_sha256, {"cutlass": digest}, job.spec.sources)
+    assert cutlass.identity != inputs.identity(job.file_sha256, {}, job.spec.sources)
 
 
 # ------------------------------------------------------------------ case 7

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +70,12 @@ class DependencyInput:
     origin: str  # "shipped" or the node's own path
 
 
-def identity(files: Mapping[str, str], dependencies: Mapping[str, str]) -> str:
-    """One sha256 over every input file {path: sha256} and dependency {name: digest}."""
+def identity(files: Mapping[str, str], dependencies: Mapping[str, str], compiled: Sequence[str] = ()) -> str:
+    """One sha256 over every input file {path: sha256}, dependency {name: digest}, and which of
+    the files are compiled (the job's `sources`, in order; the rest are headers): a file moved
+    from `headers` to `sources` builds another program from the same bytes (its old certificate
+    matched the new job, and its cached build was reused: a red-team finding)."""
     lines = [f"file {files[path]} {path}\n" for path in sorted(files)]
     lines += [f"dep {name} {dependencies[name]}\n" for name in sorted(dependencies)]
+    lines += [f"compiled {path}\n" for path in compiled]
     return hashlib.sha256("".join(lines).encode()).hexdigest()

@@ -12,6 +12,7 @@ commands are the job's author's, and the reviewer reads them on the cell's page.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from orchestrator.config.shell import BINARY, lex
@@ -20,14 +21,20 @@ from orchestrator.errors import ConfigError
 SOURCES = "{sources}"
 BUILD_EXPECTED = "a build that compiles the job's sources: {sources} in its command, and {binary} as what it makes"
 INSPECT_EXPECTED = (
-    "an inspect that disassembles {binary} alone, where the variant counts `instructions`: one command "
-    "(no `;`, `&&`, `||`, `|`, `&`, `$( )` or backquotes) with {binary} as a word of its own, no other "
-    "file named by its path, and its stdout not redirected (its text is what the instructions are counted in)"
+    "an inspect that disassembles {binary} alone, where the variant counts `instructions`: one command of a "
+    "disassembler ({cuobjdump}, cuobjdump, nvdisasm, objdump, llvm-objdump) with {binary} once as a word of "
+    "its own, nothing the shell expands ($, backquotes, ~, globs), no other file, and its stdout not "
+    "redirected (its text is what the instructions are counted in)"
 )
+# the programs whose output is a disassembly of the file they are given (`echo HGMMA {binary}`
+# and `sh -c "echo ..." {binary}` passed with instructions the binary never held: red-team findings)
+DISASSEMBLERS = frozenset({"{cuobjdump}", "cuobjdump", "nvdisasm", "objdump", "llvm-objdump"})
 
 
 def check_build(vname: str, build: str, file: Path) -> ConfigError | None:
-    if SOURCES not in build:
+    # a word of a command, not text in a comment (`... e.cpp # {sources}` built another program
+    # and certified the job's sources: a red-team finding)
+    if not any(SOURCES in word.text for command in lex(build).commands for word in command.words):
         return ConfigError(
             str(file), f"variants.{vname}.build", f"{build!r}, which never names {SOURCES}", BUILD_EXPECTED
         )
@@ -47,8 +54,13 @@ def check_inspect(vname: str, inspect: str, counts_asked: bool, file: Path) -> C
 def _inspect_refusal(inspect: str) -> str | None:
     if BINARY not in inspect:
         return "no {binary}: it does not disassemble the cell's binary"
+    if inspect.count(BINARY) > 1:  # `objdump -d {binary} {binary}` counted each instruction twice
+        return "{binary} named twice: its instructions would be counted twice"
     if "$(" in inspect or "`" in inspect:
         return "a command substitution, whose output the farm cannot tell from the dump's"
+    if found := re.search(r"[$`~*?\[]|\.\.", inspect.replace(BINARY, "")):
+        # `objdump -d {binary} $SHELL` counted bash's instructions with the binary's (a red-team finding)
+        return f"{found.group(0)!r}, which the shell expands: another file's instructions could be counted"
     lexed = lex(inspect)
     if lexed.problem:
         return f"text the shell cannot read ({lexed.problem})"
@@ -60,6 +72,9 @@ def _inspect_refusal(inspect: str) -> str | None:
             return f"its stdout redirected ({redirect.fd}{redirect.op}{redirect.target}): the dump would be empty"
     program = command.program()
     words = command.words[program[0] :] if program else []
+    name = words[0].text.rsplit("/", 1)[-1] if words else ""
+    if name not in DISASSEMBLERS:
+        return f"{name!r} as its program, which is no disassembler (its output would be counted as the dump)"
     if not any("whole" in word.binaries for word in words[1:]):
         return "{binary} not as an argument of its own"
     for word in words[1:]:

@@ -205,7 +205,7 @@ def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]
                 main = job.main_source
                 found[kernel] = KernelInputs(
                     main,
-                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}),
+                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}, job.spec.sources),
                     job.files[main].read_bytes(),
                     dict(job.file_sha256),
                     deps,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -113,14 +114,17 @@ def cell_paths(
     sources: Placed,
     dependencies: dict[str, Placed],
     toolchain: Placed | None = None,
+    compiled: Sequence[str] = (),
 ) -> CellPaths:
     """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
     farm run: two farm hosts sharing a node (and its work folder) never share a
-    cell's folder, nor do two columns of one machine (toolchains) in one run."""
+    cell's folder, nor do two columns of one machine (toolchains) in one run. COMPILED: the
+    job's `sources`, the files its build compiles."""
     # The build folder is named by everything that determines the binary (the
     # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
     key_parts = [
         sources.digest,
+        "\0".join(compiled),  # which of the files are compiled: a header made a source is another build
         *(f"{name}={placed.digest}" for name, placed in sorted(dependencies.items())),
         variant.build,
         snapshot.nvcc_path,

@@ -302,7 +302,8 @@ class NodeWork:
         deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
         run = f"{self.summary.run_id}-{self.token}"
         variant = job.spec.variants[cell.variant]
-        return cell_paths(ctx.snapshot, variant, cell, run, staging.sources[cell.kernel], deps, staging.toolchain)
+        sources = staging.sources[cell.kernel]
+        return cell_paths(ctx.snapshot, variant, cell, run, sources, deps, staging.toolchain, job.spec.sources)
 
     @functools.cached_property
     def _farm_files(self) -> tuple[str, ...]:

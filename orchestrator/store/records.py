@@ -294,7 +294,9 @@ def result_record(
         source_sha256=job.file_sha256[job.main_source],
         sources=dict(job.file_sha256),
         dependencies={name: {"digest": d.digest, "version": d.version, "origin": d.origin} for name, d in deps.items()},
-        identity=inputs.identity(job.file_sha256, {n: d.digest for n, d in deps.items()}) if complete else None,
+        identity=inputs.identity(job.file_sha256, {n: d.digest for n, d in deps.items()}, job.spec.sources)
+        if complete
+        else None,
         binary_sha256=result.binary_sha256,
         instruction_counts=result.instruction_counts,
         required_instructions=dict(variant.instructions),
