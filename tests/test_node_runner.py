@@ -1062,6 +1062,21 @@ def test_two_cards_with_one_uuid_are_no_cards_to_pin_a_cell_to(tmp_path: Path) -
     assert "lists UUID GPU-11111111-2222-3333-4444-555555555555 for more than one GPU" in rows[0]["reason"]
 
 
+def _checked(script: str, folder: Path) -> dict:
+    """What a check script of the runner's parts prints last (a dict), run in a python3 of its
+    own in FOLDER (its sockets, threads and Landlock rules stay out of the test's process)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
 SCOPE_CHECK = """
 import ctypes, os, sys, threading, _socket as S
 from orchestrator.run import noderunner as n
@@ -1110,16 +1125,7 @@ def test_only_its_own_run_reaches_the_socket_a_runner_hands_the_kernels_files_on
     (Landlock ABI 6): another cell's kernel, confined in a tree of its own, cannot connect to it,
     so it cannot crowd out that run's requests (64 idle connections made a passing kernel's run
     fail, "never started": a red-team finding). Below ABI 6 nothing scopes them."""
-    done = subprocess.run(
-        [sys.executable, "-c", SCOPE_CHECK],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    assert done.returncode == 0, done.stderr
-    said = ast.literal_eval(done.stdout.strip())
+    said = _checked(SCOPE_CHECK, tmp_path)
     assert said["its own run"] == "connected", said
     assert said["another cell"] == ("Operation not permitted" if landlock_abi() >= 6 else "connected"), said
 
@@ -1170,16 +1176,7 @@ def test_the_runner_serves_only_its_own_runs_processes(tmp_path: Path) -> None:
     process), another cell's kernel connected and sent a request that was none of the run's,
     and the victim cell was judged fail (a red-team finding). Connections from elsewhere are
     closed, neither served nor counted."""
-    done = subprocess.run(
-        [sys.executable, "-c", OWN_CHECK],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    assert done.returncode == 0, done.stderr
-    said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    said = _checked(OWN_CHECK, tmp_path)
     assert said == {"its own shell": 1, "a descendant": 1, "another tree": 0}, said
 
 
@@ -1214,16 +1211,7 @@ def test_a_request_whose_asker_is_gone_starts_no_kernel(tmp_path: Path) -> None:
     """The kernel a request asks for gets its asker's limits, the run's `ulimit -f` among them
     (the farm's size limit on every file the kernel writes): where the asker is gone before its
     limits are read, none is started (it would write without the limit), and nothing is noted."""
-    done = subprocess.run(
-        [sys.executable, "-c", GONE_CHECK],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )
-    assert done.returncode == 0, done.stderr
-    said = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    said = _checked(GONE_CHECK, tmp_path)
     assert said == {"started": 0, "ran": False, "forged": 0}, said
     assert (tmp_path / "status").read_bytes() == b""
 
