@@ -836,7 +836,7 @@ def test_the_probe_brings_back_the_runner_compiled_by_the_nodes_python3(own_home
 PROBED = (
     "workdir", "hostname", "os", "gpu_name", "cc", "driver", "memory", "gpu_count", "nvcc_path", "nvcc_version",
     "nvcc_output", "smi_output", "driver_evidence", "gpus", "driver_check", "flock", "python", "gpu_indexes",
-    "folder_digests",
+    "folder_digests", "compilers",
 )  # fmt: skip
 
 
@@ -869,6 +869,8 @@ def test_the_resident_runners_probe_says_what_the_shell_probe_says(own_home_node
     assert served.folder_digests["deps/cutlass"] == served.folder_digests[str(tree)] == shell_digest(tree)
     assert served.folder_digests["deps/missing"] == ""
     assert served.gpus and served.gpus[0].name == "Tesla T4" and served.nvcc_version
+    gcc = os.path.realpath(shutil.which("gcc") or "gcc")
+    assert f"gcc {gcc} {os.stat(gcc).st_size} " in served.compilers, served.compilers
     assert (served.resident, shell.resident) == (True, False)
     assert (work / "incoming").is_dir()
 

@@ -539,3 +539,24 @@ def test_a_nodes_recorded_binaries_are_read_once_for_all_its_cells(
     assert dict(summary.outcomes) == {"pass": 3}
     rows = query(db, "SELECT build_cached, binary_sha256, build_key FROM results WHERE run_id = 2")
     assert all(r["build_cached"] and r["binary_sha256"] == recorded[r["build_key"]] for r in rows)
+
+
+def test_a_host_compiler_replaced_on_the_node_rebuilds_what_it_built(node: SshNode, tmp_path: Path) -> None:
+    """The build key names the host compilers' files (the probe's `compilers`): a g++ replaced
+    under the same name on the node's PATH (an upgrade) makes its builds again; an unchanged
+    one reuses them."""
+    wrapper = node.node_bin / "g++"
+    try:
+        wrapper.write_text('#!/bin/sh\n# g++ 1\nexec /usr/bin/g++ "$@"\n')
+        wrapper.chmod(0o755)
+        first, _ = verify(node, tmp_path / "farm", passing(1))
+        again, _ = verify(node, tmp_path / "farm", passing(1))
+        wrapper.write_text('#!/bin/sh\n# g++ 1.1, upgraded\nexec /usr/bin/g++ "$@"\n')
+        upgraded, _ = verify(node, tmp_path / "farm", passing(1))
+    finally:
+        wrapper.unlink(missing_ok=True)
+    for summary in (first, again, upgraded):
+        assert dict(summary.outcomes) == {"pass": 1}
+    rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
+    assert [r["build_cached"] for r in rows] == [0, 1, 0]
+    assert rows[0]["build_key"] == rows[1]["build_key"] != rows[2]["build_key"]

@@ -129,6 +129,10 @@ def cell_paths(
         variant.build,
         snapshot.nvcc_path,
         snapshot.nvcc_version or "",
+        # nvcc's whole --version (its build, not only its release) and the host compilers' files: an
+        # nvcc or gcc replaced under the same release number builds another binary
+        snapshot.nvcc_output,
+        snapshot.compilers,
     ]
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder

@@ -62,6 +62,7 @@ def free_inodes_sh(folder: str) -> str:
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
+HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++")  # noderunner.HOST_COMPILERS
 
 # Asks the driver itself (NVML, not the nvidia-smi program on PATH) for each GPU:
 # UUID, CC, name. NVML is the driver's own library for exactly these facts: it
@@ -221,6 +222,10 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             '} > "$d/python" 2>&1 &',
             "echo '@@farm flock'",
             "command -v flock || true",
+            # the host compilers by their files, as noderunner.compilers lists them: part of the build key
+            "echo '@@farm compilers'",
+            f'for c in {" ".join(HOST_COMPILERS)}; do p=$(command -v "$c") && r=$(readlink -f "$p") && '
+            's=$(stat -Lc \'%s %Y\' "$r") && echo "$c $r $s"; done 2>/dev/null',
             "wait",
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',
@@ -405,6 +410,7 @@ def parse_probe(
         driver_check="\n".join(checks),
         nvcc_output=_bounded("\n".join(nvcc)),
         flock=bool("".join(sec.get("flock") or []).strip()),
+        compilers="\n".join(line.strip() for line in sec.get("compilers", []) if line.strip()),
         python=_python(sec.get("python") or []),
         **_runner_code(sec.get("runner") or []),
         gpu_indexes=frozenset(g.index for g in every),

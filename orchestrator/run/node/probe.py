@@ -29,6 +29,29 @@ def _which(name):
     return ""
 
 
+# the compilers a build may call, nvcc's host compiler (gcc) first: a build made by another one is
+# another binary, so each one's file (resolved, its size and time) is part of the build key
+HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++")
+
+
+def compilers():
+    """One line per host compiler on the login's PATH: its name, the file it resolves to, that
+    file's size and modification time (ns); what probe.py's shell probe prints (stat, no start:
+    a compiler's --version costs a process per compiler and node)."""
+    lines = []
+    for name in HOST_COMPILERS:
+        path = _which(name)
+        if not path:
+            continue
+        real = os.path.realpath(path)
+        try:
+            found = os.stat(real)
+        except OSError:
+            continue
+        lines.append(f"{name} {real} {found.st_size} {found.st_mtime_ns // 10**9}")
+    return lines
+
+
 def room(folder):
     """KiB free in FOLDER's file system, whether it runs programs ("1": no noexec) and its
     free inodes ("-" where it counts none), as the shell probe's df and test program say;
@@ -106,7 +129,7 @@ def probe(spec):
         except OSError:
             continue
         lines += [line for line in said if line.startswith(("Model:", "GPU UUID:"))]
-    lines += ["@@farm flock", _which("flock")]
+    lines += ["@@farm flock", _which("flock"), "@@farm compilers", *compilers()]
     lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
     if smi_code != 0:
         lines.append("error nvidia-smi lists no GPU")
