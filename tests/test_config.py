@@ -886,7 +886,7 @@ def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch
     out of the bundle and the certificate unsaid. Each is a config error naming the entry."""
     import builtins
 
-    from orchestrator.config import farm as farm_module
+    from orchestrator.config import input_paths
 
     (tmp_path / "kernels" / "inc").mkdir(parents=True)
     (tmp_path / "kernels" / "inc" / "secret.h").write_text("int x;\n")
@@ -899,7 +899,7 @@ def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch
             raise PermissionError(13, "Permission denied", str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(farm_module, "open", refusing, raising=False)
+    monkeypatch.setattr(input_paths, "open", refusing, raising=False)
     err = load_error(config)
     assert err.key == "headers[0]" and "'kernels/inc/secret.h', which cannot be read (Permission denied)" in str(err)
 
