@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from orchestrator.config import dependencies, header, input_paths, output_paths, own_files, run_command, stage_commands
+from orchestrator.config.database_url import resolve_database
 from orchestrator.config.header import Provenance
 from orchestrator.config.schema import (
     NAME_EXPECTED,
@@ -37,7 +36,6 @@ from orchestrator.config.schema import (
 from orchestrator.config.validation import validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
-from orchestrator.store.location import sqlite_file
 
 # Fields a template may name; each dependency a job declares adds its own name.
 BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
@@ -107,7 +105,7 @@ class Farm:
     def configured_database_url(self) -> str:
         """farm.yaml's own `database`, resolved as database_url is (which --database or
         FARM_DATABASE may have replaced)."""
-        return _resolve_database(self.spec.database, self.root)
+        return resolve_database(self.spec.database, self.root)
 
     @property
     def source_folders(self) -> dict[str, Path]:
@@ -376,47 +374,6 @@ def _listed(raw: Any) -> list[str]:
     return [e for listed in entries if isinstance(listed, list) for e in listed if isinstance(e, str)]
 
 
-def _resolve_database(url: str, root: Path) -> str:
-    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us,
-    # however the URL is spelled (sqlite+pysqlite://); its query stays as written.
-    file = sqlite_file(url)
-    if file is None or file.is_absolute():
-        return url
-    return make_url(url).set(database=str((root / file).resolve())).render_as_string(hide_password=False)
-
-
-def check_database_folder(url: str, where: str) -> None:
-    """A SQLite database's folder must exist: the farm makes the file, never its
-    folder. Else a typo or a disk not mounted that night would put the run's
-    results (and its lock and journal) in a new folder of their own, out of the
-    history's sight."""
-    try:
-        parsed = make_url(url)
-        in_memory = parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
-    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
-        in_memory = False
-    if in_memory:
-        # an in-memory database: every result gone with the process, and the nodes' folders made first
-        raise ConfigError(
-            where,
-            "" if where == "--database" else "database",
-            url,
-            "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
-            "an in-memory database keeps nothing",
-        )
-    file = sqlite_file(url)
-    if file is None:
-        return
-    folder = file.parent
-    if not folder.is_dir():
-        raise ConfigError(
-            where,
-            "" if where == "--database" else "database",
-            f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
-            "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
-        )
-
-
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
@@ -488,8 +445,8 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     jobs, errors = _load_jobs(spec, project, job_files, kernels, check_dependencies)
     if not jobs and not job_files and all(e.key == "Build" for e in errors):
         errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
-    url = _resolve_database(database or spec.database, root)
-    own = own_files.own_files(file, spec, [url, _resolve_database(spec.database, root)])
+    url = resolve_database(database or spec.database, root)
+    own = own_files.own_files(file, spec, [url, resolve_database(spec.database, root)])
     errors += own_files.shipped(jobs, own)
     if errors:
         raise ConfigErrors(errors)
