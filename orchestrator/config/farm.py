@@ -12,7 +12,6 @@ two and passes overrides in; this module knows only the file and the defaults.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import re
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import dependencies, header, input_paths, output_paths, own_files, run_command, stage_commands
+from orchestrator.config import command_templates, dependencies, header, input_paths, output_paths, own_files
 from orchestrator.config.database_url import resolve_database
 from orchestrator.config.header import Provenance
 from orchestrator.config.schema import (
@@ -31,16 +30,10 @@ from orchestrator.config.schema import (
     FarmSpec,
     JobSpec,
     NodeSpec,
-    template_fields,
 )
 from orchestrator.config.validation import validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
-
-# Fields a template may name; each dependency a job declares adds its own name.
-BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
-RUN_FIELDS = frozenset({"binary"})
-INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
 
 COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
 
@@ -130,48 +123,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
-    errors = []
-    dep_fields = set(job.dependencies)
-    for vname, variant in job.variants.items():
-        for key, template, allowed in (
-            ("build", variant.build, BUILD_FIELDS | dep_fields),
-            ("run", variant.run, RUN_FIELDS),
-            ("inspect", variant.inspect, INSPECT_FIELDS),
-        ):
-            try:
-                names = template_fields(template)
-            except ValueError as err:
-                errors.append(
-                    ConfigError(
-                        str(file),
-                        f"variants.{vname}.{key}",
-                        f"{template!r} ({err})",
-                        "a command template of plain {name} fields with balanced braces",
-                    )
-                )
-                continue
-            for name in names:
-                if name not in allowed:
-                    close = difflib.get_close_matches(name, sorted(allowed), n=1)
-                    errors.append(
-                        ConfigError(
-                            str(file),
-                            f"variants.{vname}.{key}",
-                            f"the unknown template field {{{name}}}",
-                            "one of " + ", ".join("{" + a + "}" for a in sorted(allowed)),
-                            f"Did you mean {{{close[0]}}}?" if close else "",
-                        )
-                    )
-        if error := run_command.check_run(job, vname, variant.run, file):
-            errors.append(error)
-        if error := stage_commands.check_build(vname, variant.build, file):
-            errors.append(error)
-        if error := stage_commands.check_inspect(vname, variant.inspect, bool(variant.instructions), file):
-            errors.append(error)
-    return errors
-
-
 def _label(path: Path, root: Path) -> str:
     """A path as provenance shows it: relative to the project folder."""
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
@@ -208,7 +159,7 @@ def _job(
         spec: JobSpec = validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
     except ConfigErrors as many:
         raise ConfigErrors(errors + many.errors) from None
-    errors += _check_templates(spec, file)
+    errors += command_templates.check_templates(spec, file)
     if spec.kernel != file.stem:
         errors.append(
             ConfigError(

@@ -8,7 +8,6 @@ pydantic's errors into ConfigErrors that name file, key, found and expected.
 from __future__ import annotations
 
 import re
-import string
 from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -521,18 +520,3 @@ class FarmSpec(_Strict):
         if value == "auto" or (isinstance(value, int) and 1 <= value <= 256):
             return value
         raise ValueError("auto, or a whole number of worker processes from 1 to 256")
-
-
-def template_fields(template: str) -> list[str]:
-    """The {fields} a command template names. Only plain `{name}` fields are
-    allowed: a conversion (`{sources!r}`) would undo the farm's shell quoting
-    and a format spec could pad a field to gigabytes; both raise ValueError."""
-    fields = []
-    for _, field, spec, conversion in string.Formatter().parse(template):
-        if field is None:
-            continue
-        if conversion or spec or not field.isidentifier():
-            shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-            raise ValueError(f"the field {shown}: only plain {{name}} fields are allowed")
-        fields.append(field)
-    return fields
