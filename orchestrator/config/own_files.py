@@ -14,7 +14,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
 
 if TYPE_CHECKING:  # farm.py, which loads the jobs, calls this module
-    from orchestrator.config.farm import Job
+    from orchestrator.config.jobs import Job
 
 
 def own_files(file: Path, spec: FarmSpec, urls: list[str]) -> dict[Path, tuple[str, tuple[str, ...]]]:

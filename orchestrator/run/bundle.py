@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.config import dependencies, inputs
-from orchestrator.config.farm import Job
+from orchestrator.config.jobs import Job
 from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import InfraError, NodeUnusable
 from orchestrator.run import toolchain

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from orchestrator.config.farm import Job
+from orchestrator.config.jobs import Job
 from orchestrator.config.schema import VariantSpec
 from orchestrator.errors import InfraError
 from orchestrator.run import probe, snapshot
