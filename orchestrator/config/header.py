@@ -14,24 +14,24 @@ course's conventions. A header is untrusted input whose words end up in a
 shell command on the nodes, so anything that cannot be translated safely is a
 ConfigError naming the file and line, never a guess.
 
-Every field records where it came from (`Provenance`), so `farm jobs` can say
+Every field records where it came from (provenance.py), so `farm jobs` can say
 so; a job file without `sources` is merged over the derived job field by
-field (`merge`). Reading is bounded (the first HEADER_BYTES of the source)
-and has no side effects.
+field. Reading is bounded (the first HEADER_BYTES of the source) and has no
+side effects.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.provenance import DerivedJob, Provenance
 from orchestrator.config.schema import NAME_RE, JobSpec
 from orchestrator.errors import ConfigError, ConfigErrors
 
@@ -44,7 +44,6 @@ HEADER_BYTES = 64 * 1024  # a header is at the top; a 10 MB generated .cu is not
 PASS_MARKER = r"\bPASS\b|inside the tolerance"
 REFUSAL_MARKER = r"needs (?:CC|compute capability) \d+\.\d+"
 CONVENTION = "default: course convention"
-DEFAULT = "default"  # a key no job file, header or convention sets
 
 # A header's include folder -> the dependency that ships it (its template field).
 INCLUDE_DEPENDENCIES = {"cutlass/include": "cutlass"}
@@ -93,27 +92,6 @@ _FILE_READING = (  # noqa: SIM905
 _NO_OUTSIDE_FILE = "options that name no file outside the kernel (the farm ships only the kernel and its dependencies)"
 
 Words = list[tuple[str, int]]  # the words of a command, each with the line it is on
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a job and each of its fields came from.
-
-    `fields` maps a key path ("pass_marker", "variants.sm80.cc") to its origin:
-    "kernels/x.cu:41 Build (needs CC 8.0 to run)", "jobs/x.yaml", or
-    CONVENTION; a key it lacks holds the schema's default."""
-
-    origin: str = ""
-    fields: dict[str, str] = field(default_factory=dict)
-
-    def of(self, key: str) -> str:
-        return self.fields.get(key, DEFAULT)
-
-
-@dataclass(frozen=True)
-class DerivedJob:
-    document: dict[str, Any]  # a job file's document (JobSpec's shape), not yet validated
-    provenance: Provenance
 
 
 @dataclass
@@ -482,69 +460,6 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
     document |= {"pass_marker": PASS_MARKER, "refusal_marker": REFUSAL_MARKER, "variants": variants}
     fields |= {"pass_marker": CONVENTION, "refusal_marker": CONVENTION}
     return DerivedJob(document, Provenance(f"derived from the header of {rel}", fields))
-
-
-# ------------------------------------------------------------------- merging
-
-
-def merge(derived: DerivedJob, override: dict[str, Any], label: str, file: Path) -> DerivedJob:
-    """A job file without `sources`, laid over the derived job: each top-level key
-    it gives replaces the derived one; under `variants`, a variant the header
-    also builds (by its derived name) is merged key by key, and any other must
-    be a whole variant."""
-    document = dict(derived.document)
-    fields = dict(derived.provenance.fields)
-    errors: list[ConfigError] = []
-    for key, value in override.items():
-        if key == "variants" and isinstance(value, dict):
-            variants = dict(document["variants"])
-            for name, given in value.items():
-                if name in variants and isinstance(given, dict):
-                    variants[name] = {**variants[name], **given}
-                    fields |= {f"variants.{name}.{k}": label for k in given}
-                    continue
-                if isinstance(given, dict) and "build" not in given:
-                    close = difflib.get_close_matches(str(name), list(variants), n=1)
-                    errors.append(
-                        ConfigError(
-                            str(file),
-                            f"variants.{name}",
-                            f"a variant without `build` that the header of {derived.document['sources'][0]} "
-                            f"does not build (it builds {', '.join(variants)})",
-                            "one of the header's variants, to change some of its keys, or a whole variant "
-                            "with build and cc",
-                            f"Did you mean {close[0]!r}?" if close else "",
-                        )
-                    )
-                    continue
-                variants[name] = given
-                fields = {k: v for k, v in fields.items() if not k.startswith(f"variants.{name}.")}
-                fields[f"variants.{name}"] = label
-                if isinstance(given, dict):
-                    fields |= {f"variants.{name}.{k}": label for k in given}
-            document["variants"] = variants
-            continue
-        document[key] = value
-        fields = {k: v for k, v in fields.items() if not k.startswith(f"{key}.")}
-        fields[key] = label
-    if errors:
-        raise ConfigErrors(errors)
-    origin = f"{derived.provenance.origin}, with {label} over it"
-    return DerivedJob(document, Provenance(origin, fields))
-
-
-def file_provenance(document: Any, label: str) -> Provenance:
-    """A whole job file: every key it gives is its own."""
-    fields: dict[str, str] = {}
-    if isinstance(document, dict):
-        fields = {str(key): label for key in document}
-        variants = document.get("variants")
-        if isinstance(variants, dict):
-            for name, variant in variants.items():
-                fields[f"variants.{name}"] = label
-                if isinstance(variant, dict):
-                    fields |= {f"variants.{name}.{key}": label for key in variant}
-    return Provenance(f"{label} (a whole job: it lists sources, so no header is read)", fields)
 
 
 # ------------------------------------------------------------------ printing

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import command_templates, dependencies, header, input_paths
-from orchestrator.config.header import Provenance
+from orchestrator.config.provenance import Provenance, file_provenance, merge
 from orchestrator.config.schema import FarmSpec, JobSpec, NodeSpec
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
@@ -60,7 +60,7 @@ def _label(path: Path, root: Path) -> str:
 
 def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec], *, check_dependencies: bool = True) -> Job:
     raw = read_yaml(file, "a job file")
-    return _job(raw, file, root, nodes, check_dependencies, header.file_provenance(raw, _label(file, root)))
+    return _job(raw, file, root, nodes, check_dependencies, file_provenance(raw, _label(file, root)))
 
 
 def _derived_job(
@@ -77,7 +77,7 @@ def _derived_job(
     blame = source
     if override is not None:
         blame, raw = override
-        derived = header.merge(derived, raw, _label(blame, root), blame)
+        derived = merge(derived, raw, _label(blame, root), blame)
     return _job(derived.document, blame, root, nodes, check_dependencies, derived.provenance)
 
 
@@ -175,7 +175,7 @@ def load_jobs(
             overrides[job_file.stem] = (job_file, raw)
             continue
         whole.setdefault(job_file.stem, job_file)
-        provenance = header.file_provenance(raw, _label(job_file, project))
+        provenance = file_provenance(raw, _label(job_file, project))
         makers.append(
             (job_file, functools.partial(_job, raw, job_file, project, spec.nodes, check_dependencies, provenance))
         )
