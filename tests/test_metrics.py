@@ -223,7 +223,7 @@ def test_a_metric_without_a_regex_is_the_kernels_seconds() -> None:
 
 
 def load_metric_specs(raw: dict) -> dict:
-    from orchestrator.config.schema import MetricSpec
+    from orchestrator.config.job_spec import MetricSpec
 
     return {name: MetricSpec.model_validate(value) for name, value in raw.items()}
 

@@ -11,7 +11,7 @@ import string
 from pathlib import Path
 
 from orchestrator.config import run_command, stage_commands
-from orchestrator.config.schema import JobSpec
+from orchestrator.config.job_spec import JobSpec
 from orchestrator.errors import ConfigError
 
 # Fields a template may name; each dependency a job declares adds its own name.

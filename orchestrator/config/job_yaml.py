@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
+from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance
-from orchestrator.config.schema import JobSpec
 
 
 def _flow(value: Any) -> str:

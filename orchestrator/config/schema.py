@@ -1,8 +1,10 @@
-"""The shapes of farm.yaml and of a job file, as frozen pydantic models.
+"""The shape of farm.yaml, as frozen pydantic models, and the parts a job file's shape
+(job_spec.py) shares with it: names, compute capabilities as written, seconds, counts.
 
 Models only describe and validate; they never open a connection, a file beyond
-what validation needs, or a database. config.py loads YAML into them and turns
-pydantic's errors into ConfigErrors that name file, key, found and expected.
+what validation needs, or a database. farm.py loads YAML into them, and
+validation.py tells pydantic's errors as ConfigErrors that name file, key, found
+and expected.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -18,23 +19,19 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from orchestrator.config.capability import CapabilityContract, ComputeCapability
-from orchestrator.outcomes import Outcome
-from orchestrator.run.streams import compile_marker
+from orchestrator.config.capability import ComputeCapability
 
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.
-MNEMONIC_RE = re.compile(r"[!-~]{1,64}")  # an instruction's name: HMMA, HMMA.16816.F32, cp.async.bulk.shared::cluster
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always fullmatch: "$" admits a trailing newline
 NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
 
 
-def _check_name(value: str) -> str:
+def check_name(value: str) -> str:
     if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value:
         raise ValueError(f"expected {NAME_EXPECTED}")
     return value
@@ -50,7 +47,7 @@ def _cc_text(value: object) -> object:
     return value
 
 
-def _check_cc(value: str) -> str:
+def check_cc(value: str) -> str:
     if value != value.strip():
         raise ValueError(f"{value.strip()!r}, with no blanks around it")
     ComputeCapability.parse(value)
@@ -66,249 +63,11 @@ Seconds = Annotated[float, Strict(), Field(ge=1, le=WEEK, allow_inf_nan=False)]
 Count = Annotated[int, Strict()]
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ContractSpec(_Strict):
-    """A compute-capability range: `exactly`, or `min` and/or `max`."""
-
-    exactly: CCText | None = None
-    min: CCText | None = None
-    max: CCText | None = None
-
-    @field_validator("exactly", "min", "max")
-    @classmethod
-    def _valid_cc(cls, value: str | None) -> str | None:
-        return None if value is None else _check_cc(value)
-
-    @model_validator(mode="after")
-    def _one_form(self) -> ContractSpec:
-        if self.exactly is not None and (self.min is not None or self.max is not None):
-            raise ValueError("use either `exactly` or `min`/`max`, not both")
-        if self.exactly is None and self.min is None and self.max is None:
-            raise ValueError("give `exactly`, `min` or `max`")
-        low, high = self.min, self.max
-        if low is not None and high is not None and ComputeCapability.parse(low) > ComputeCapability.parse(high):
-            # an empty range admits no card: every run would count as an expected refusal
-            raise ValueError(f"a range that admits some card (min {low} is above max {high})")
-        return self
-
-    def contract(self) -> CapabilityContract:
-        def cc(text: str | None) -> ComputeCapability | None:
-            return None if text is None else ComputeCapability.parse(text)
-
-        return CapabilityContract(cc(self.exactly), cc(self.min), cc(self.max))
-
-
-def _each_once(value: list[str], expected: str) -> list[str]:
-    if len(set(value)) != len(value):
-        raise ValueError(expected)
-    return value
-
-
-class KnownFailureWhen(_Strict):
-    """Where a known failure applies: an nvcc version range (PEP 440 specifier,
-    e.g. ">=13.0,<13.4") and/or a compute-capability range. Both must hold."""
-
-    nvcc: str | None = None
-    cc: ContractSpec | None = None
-
-    @field_validator("nvcc")
-    @classmethod
-    def _valid_specifier(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                SpecifierSet(value)
-            except InvalidSpecifier:
-                raise ValueError('expected a version range such as ">=13.0,<13.4"') from None
-        return value
-
-
-DECLARABLE_FAILURES = frozenset(
-    {
-        Outcome.BUILD_FAIL,
-        Outcome.INSPECT_FAIL,
-        Outcome.FAIL,
-        Outcome.TIMEOUT,
-        Outcome.UNEXPECTED_REFUSAL,
-        Outcome.MISSING_REFUSAL,
-        Outcome.SANITIZER_ERROR,
-    }
-)
-
-
-class KnownFailureSpec(_Strict):
-    when: KnownFailureWhen
-    outcome: Outcome
-    reason: str = Field(min_length=1)
-
-    @field_validator("when")
-    @classmethod
-    def _says_where(cls, value: KnownFailureWhen) -> KnownFailureWhen:
-        if value.nvcc is None and value.cc is None:  # a failure declared everywhere hides every one
-            raise ValueError("where it applies: `nvcc` (a version range), `cc` (a CC range), or both")
-        return value
-
-    @field_validator("outcome")
-    @classmethod
-    def _a_kernels_failure(cls, value: Outcome) -> Outcome:
-        # infra-error is the node's, compile-only and expected-refusal are what a cell must do
-        if value not in DECLARABLE_FAILURES:
-            raise ValueError(f"a failure of the kernel's own ({', '.join(sorted(DECLARABLE_FAILURES))}), not {value}")
-        return value
-
-
-SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
-
-
-class VariantSpec(_Strict):
-    build: str = Field(min_length=1)
-    run: str = "{binary}"
-    inspect: str = "{cuobjdump} --dump-sass {binary}"
-    cc: ContractSpec
-    # each mnemonic found at least this often in the inspect stage's text (0 asks nothing)
-    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}
-    timeout: Seconds | None = None
-    known_failures: list[KnownFailureSpec] = []
-    description: str = ""
-    # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (run/stages/sanitize.py)
-    sanitize: list[SanitizerTool] = []
-
-    @field_validator("instructions")
-    @classmethod
-    def _mnemonics(cls, value: dict[str, int]) -> dict[str, int]:
-        for name in value:  # "" or " " was found everywhere in the text, by the farm's count
-            if not MNEMONIC_RE.fullmatch(name):
-                raise ValueError(f"mnemonics without spaces (HMMA, HMMA.16816, cp.async.shared::cluster), not {name!r}")
-        return value
-
-    @field_validator("sanitize")
-    @classmethod
-    def _each_tool_once(cls, value: list[str]) -> list[str]:
-        return _each_once(value, "each tool once, e.g. [memcheck, racecheck]")
-
-    @model_validator(mode="after")
-    def _sanitized_run_is_the_binary(self) -> VariantSpec:
-        # the tool wraps the run command: a second command ("true && {binary}") would run unchecked
-        if self.sanitize and not re.fullmatch(r"\{binary\}( [A-Za-z0-9_./=,:+@%-]+)*", self.run):
-            raise ValueError(
-                f"sanitize: the variant's run is {self.run!r}; a sanitized run must be the binary and plain "
-                "arguments ('{binary}' or '{binary} 512 fast'), which compute-sanitizer runs whole"
-            )
-        return self
-
-
-MetricName = Annotated[str, AfterValidator(_check_name)]
-
-
-class MetricSpec(_Strict):
-    """A figure of speed (metrics.py): the first group of `regex` on the kernel's
-    stdout, or, without a regex, the kernel's own seconds on the node. A value
-    worse than the cell's median of its last 5 by more than `tolerance` (a
-    fraction: 0.1 is 10 %) makes a passing cell perf-regression."""
-
-    regex: str | None = None
-    unit: str = Field(min_length=1, max_length=32)
-    better: Literal["higher", "lower"]
-    tolerance: Annotated[float, Strict(), Field(gt=0, le=10, allow_inf_nan=False)] = 0.1
-
-    @field_validator("regex")
-    @classmethod
-    def _one_group(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            compiled = compile_marker(value)
-        except ValueError as err:
-            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
-        if compiled.groups != 1:
-            raise ValueError(
-                f"a regular expression with exactly one capture group, the number (it has {compiled.groups})"
-            )
-        if compiled.search(b"") is not None:
-            raise ValueError("a regular expression that does not match an empty line")
-        return value
-
-    @field_validator("unit")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if not value.isprintable() or value != value.strip():
-            raise ValueError("a unit of printable characters, e.g. GFLOP/s or s")
-        return value
-
-    @field_validator("better")
-    @classmethod
-    def _seconds_are_lower_better(cls, value: str, info: ValidationInfo) -> str:
-        # `regex` is validated first (declared first); absent, the metric is the kernel's seconds
-        if "regex" in info.data and info.data["regex"] is None and value != "lower":
-            raise ValueError("lower: a metric without a regex is the kernel's own seconds")
-        return value
-
-
-class JobSpec(_Strict):
-    kernel: str
-    description: str = ""
-    sources: list[str] = Field(min_length=1)  # translation units, passed to nvcc as {sources}
-    headers: list[str] = []  # files or folders shipped and hashed with the sources, never passed to nvcc
-    dependencies: list[str] = []
-    pass_marker: str
-    refusal_marker: str
-    timeout: Seconds = 120.0
-    build_timeout: Seconds = 900.0
-    sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
-    variants: dict[str, VariantSpec] = Field(min_length=1)
-    metrics: dict[MetricName, MetricSpec] = Field(default={}, max_length=16)  # name -> figure of speed
-
-    @field_validator("kernel")
-    @classmethod
-    def _kernel_name(cls, value: str) -> str:
-        return _check_name(value)
-
-    @field_validator("dependencies")
-    @classmethod
-    def _each_dependency_once(cls, value: list[str]) -> list[str]:
-        return _each_once(value, "each dependency once")
-
-    @field_validator("pass_marker", "refusal_marker")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        if not value.strip():
-            # an empty marker matches every output: a kernel printing nothing would pass
-            raise ValueError("a regular expression that matches only the kernel's own words (not empty)")
-        try:
-            compile_marker(value)
-        except ValueError as err:
-            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
-        compiled = compile_marker(value)
-        if compiled.search(b"") is not None:
-            raise ValueError("a regular expression that does not match an empty line")
-        said = next((line for line in NOT_A_VERDICT if compiled.search(line) is not None), None)
-        if said is not None:  # `.`, `\s`, `[^x]`: a failing kernel's words would pass (or refuse)
-            raise ValueError(
-                f"a regular expression that matches only the kernel's own words (it matches {said.decode()!r}, "
-                "which any failing or crashing kernel may print)"
-            )
-        return value
-
-
-# lines any kernel may print whatever its verdict: a marker matching one of them proves nothing
-NOT_A_VERDICT = (
-    b"x",
-    b"0",
-    b" ",
-    b"-",
-    b"FAIL",
-    b"FAILED",
-    b"error",
-    b"mismatch at element 3: FAILED",
-    b"Segmentation fault (core dumped)",
-    b"CUDA error: an illegal memory access was encountered",
-    b"terminate called after throwing an instance of 'std::runtime_error'",
-)
-
-
-class PypiToolchain(_Strict):
+class PypiToolchain(StrictModel):
     """A CUDA toolkit the farm installs itself into the node's cache, from NVIDIA's
     wheels on PyPI (run/toolchain.py): no admin rights needed on the node."""
 
@@ -324,7 +83,7 @@ class PypiToolchain(_Strict):
         return value
 
 
-ToolchainName = Annotated[str, AfterValidator(_check_name)]
+ToolchainName = Annotated[str, AfterValidator(check_name)]
 TOOLCHAIN_SEP = "+"  # a (node, toolchain) column's name: "h200+cuda-13.5"
 
 
@@ -332,7 +91,7 @@ SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", 
 SSH_ONLY = ("host", "port", "user", "key_file", "jump", "known_hosts")  # a local node reads none of them
 
 
-class NodeSpec(_Strict):
+class NodeSpec(StrictModel):
     """One machine of the fleet, as declared. Passive: transports act on it."""
 
     transport: Literal["ssh", "local", "slurm"] = "ssh"
@@ -400,7 +159,7 @@ class NodeSpec(_Strict):
     @field_validator("cc")
     @classmethod
     def _valid_cc(cls, value: str | None) -> str | None:
-        return None if value is None else _check_cc(value)
+        return None if value is None else check_cc(value)
 
     @field_validator("jump")
     @classmethod
@@ -490,7 +249,7 @@ class NodeSpec(_Strict):
         return None if self.cc is None else ComputeCapability.parse(self.cc)
 
 
-class FarmSpec(_Strict):
+class FarmSpec(StrictModel):
     database: str = "sqlite:///results.db"
     reports: str = Field(default="reports", min_length=1)  # "" was the farm's folder itself
     jobs: str = Field(default="jobs", min_length=1)  # "" read farm.yaml as a job

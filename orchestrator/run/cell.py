@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from orchestrator.classify import Evidence, Verdict
-from orchestrator.config.schema import VariantSpec
+from orchestrator.config.job_spec import VariantSpec
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run.bundle import Placed
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
