@@ -17,9 +17,9 @@ from packaging.version import InvalidVersion, Version
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
+from orchestrator.config.farm_spec import TOOLCHAIN_SEP
 from orchestrator.config.job_spec import KnownFailureSpec, VariantSpec
 from orchestrator.config.jobs import Job
-from orchestrator.config.schema import TOOLCHAIN_SEP
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import NodeSnapshot
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from orchestrator.config import output_paths, own_files
 from orchestrator.config.database_url import resolve_database
+from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
-from orchestrator.config.schema import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors

@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator.config.nvcc_command import SAFE, SAFE_WORDS, BuildLine, Words, cc_contract, line_error, translate
 from orchestrator.config.provenance import DerivedJob, Provenance
-from orchestrator.config.schema import NAME_RE
+from orchestrator.config.spec_types import NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
 HEADER_BYTES = 64 * 1024  # a header is at the top; a 10 MB generated .cu is not read whole

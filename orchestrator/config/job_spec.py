@@ -15,7 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import CapabilityContract, ComputeCapability
-from orchestrator.config.schema import CCText, Seconds, StrictModel, check_cc, check_name
+from orchestrator.config.spec_types import CCText, Seconds, StrictModel, check_cc, check_name
 from orchestrator.outcomes import Outcome
 from orchestrator.run.streams import compile_marker
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import command_templates, dependencies, header, input_paths
+from orchestrator.config.farm_spec import FarmSpec, NodeSpec
 from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance, file_provenance, merge
-from orchestrator.config.schema import FarmSpec, NodeSpec
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors

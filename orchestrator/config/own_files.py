@@ -9,7 +9,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.config.schema import FarmSpec
+from orchestrator.config.farm_spec import FarmSpec
 from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.config.schema import NAME_EXPECTED, NAME_RE
+from orchestrator.config.spec_types import NAME_EXPECTED, NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
 
