@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from nodes import CARDS, nvidia_smi_script  # noqa: E402
 
-from orchestrator.config.schema import NodeSpec  # noqa: E402
+from orchestrator.config.farm_spec import NodeSpec  # noqa: E402
 from orchestrator.run import probe  # noqa: E402
 
 

@@ -30,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import paramiko  # noqa: E402
 from nodes import CARDS, Fleet  # noqa: E402
 
-from orchestrator.config.schema import NodeSpec  # noqa: E402
+from orchestrator.config.farm_spec import NodeSpec  # noqa: E402
 from orchestrator.transport import ssh, transport_for  # noqa: E402
 
 CELL = "cat > /dev/null; for i in 1 2 3 4; do printf '%2000s\\n' x; done"

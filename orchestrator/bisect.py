@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from orchestrator.config.farm import Farm, Job
+from orchestrator.config.farm import Farm
+from orchestrator.config.jobs import Job
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, ConfigError
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells

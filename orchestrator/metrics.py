@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.run.streams import MAX_LINE, compile_marker
 
 if TYPE_CHECKING:
-    from orchestrator.config.schema import MetricSpec
+    from orchestrator.config.job_spec import MetricSpec
 
 BASELINE = 5  # earlier values a verdict needs: the median of the cell's last 5
 NUMBER_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")

@@ -16,8 +16,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.farm import Farm, Job
-from orchestrator.config.schema import TOOLCHAIN_SEP, KnownFailureSpec, VariantSpec
+from orchestrator.config.farm import Farm
+from orchestrator.config.farm_spec import TOOLCHAIN_SEP
+from orchestrator.config.job_spec import KnownFailureSpec, VariantSpec
+from orchestrator.config.jobs import Job
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import NodeSnapshot
 

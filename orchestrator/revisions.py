@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.config.farm import Farm, Job, load_farm
+from orchestrator.config.farm import Farm, load_farm
+from orchestrator.config.jobs import Job
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.classify import Evidence, classify, exit_words
-from orchestrator.config.schema import KnownFailureSpec
+from orchestrator.config.job_spec import KnownFailureSpec
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
@@ -394,7 +394,7 @@ def test_a_known_failure_applies_only_where_its_outcome_can_happen() -> None:
     node without a GPU, and on a card the gate must refuse; the cell behaved as it must
     there whatever the kernel does now, and was `fixed` ("remove the declaration")."""
     from orchestrator.config.capability import ComputeCapability
-    from orchestrator.config.schema import VariantSpec
+    from orchestrator.config.job_spec import VariantSpec
     from orchestrator.plan import expect
     from orchestrator.run.snapshot import NodeSnapshot
 

@@ -477,8 +477,8 @@ def test_the_kernel_in_a_here_document_is_refused_and_the_documents_text_is_skip
     in it splits nothing."""
     import yaml
 
+    from orchestrator.config.job_spec import JobSpec
     from orchestrator.config.run_command import check_run, kernel_commands
-    from orchestrator.config.schema import JobSpec
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     inside = "cat > cfg <<EOF\nbin={binary}\nEOF\n{binary} cfg"
@@ -845,8 +845,8 @@ def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -
     or a false expected refusal (`env echo {binary} PASS` printed PASS and never ran the kernel)."""
     import yaml
 
+    from orchestrator.config.job_spec import JobSpec
     from orchestrator.config.run_command import check_run
-    from orchestrator.config.schema import JobSpec
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     refused = check_run(job, "v1", run, Path("jobs/k.yaml"))
@@ -868,8 +868,8 @@ def test_a_run_that_could_speak_for_the_kernel_is_refused(run: str, says: str) -
 def test_the_kernels_commands_get_the_farms_files_as_the_shell_reads_them(run: str, kernels: list[str] | None) -> None:
     import yaml
 
+    from orchestrator.config.job_spec import JobSpec
     from orchestrator.config.run_command import check_run, prefix_kernel_commands
-    from orchestrator.config.schema import JobSpec
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     refused = check_run(job, "v1", run, Path("jobs/k.yaml"))
@@ -886,7 +886,7 @@ def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch
     out of the bundle and the certificate unsaid. Each is a config error naming the entry."""
     import builtins
 
-    from orchestrator.config import farm as farm_module
+    from orchestrator.config import input_paths
 
     (tmp_path / "kernels" / "inc").mkdir(parents=True)
     (tmp_path / "kernels" / "inc" / "secret.h").write_text("int x;\n")
@@ -899,7 +899,7 @@ def test_a_source_or_header_this_user_cannot_read_is_named(tmp_path, monkeypatch
             raise PermissionError(13, "Permission denied", str(file))
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(farm_module, "open", refusing, raising=False)
+    monkeypatch.setattr(input_paths, "open", refusing, raising=False)
     err = load_error(config)
     assert err.key == "headers[0]" and "'kernels/inc/secret.h', which cannot be read (Permission denied)" in str(err)
 
@@ -939,8 +939,8 @@ def test_a_launchers_output_into_a_file_loads(run: str) -> None:
     and the loader's variables, leave alone."""
     import yaml
 
+    from orchestrator.config.job_spec import JobSpec
     from orchestrator.config.run_command import check_run
-    from orchestrator.config.schema import JobSpec
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     assert check_run(job, "v1", run, Path("jobs/k.yaml")) is None

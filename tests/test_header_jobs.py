@@ -23,7 +23,7 @@ from nodes import STANDIN_SOURCE, Fleet, query
 from orchestrator.cli import main
 from orchestrator.config.farm import load_farm
 from orchestrator.config.header import CONVENTION, PASS_MARKER, REFUSAL_MARKER
-from orchestrator.config.schema import JobSpec
+from orchestrator.config.job_spec import JobSpec
 from orchestrator.errors import ConfigError
 from orchestrator.run.streams import scan_bytes
 from orchestrator.transport.local import bundled_cuda_bin

@@ -28,7 +28,8 @@ from sqlalchemy import create_engine, make_url, text
 from docs import readme_yaml
 from orchestrator import metrics
 from orchestrator.classify import Evidence, classify
-from orchestrator.config.farm import load_farm, load_job
+from orchestrator.config.farm import load_farm
+from orchestrator.config.jobs import load_job
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, ConfigError, StoreError
 from orchestrator.metrics import Measured, measure, stdout_value
 from orchestrator.outcomes import Outcome
@@ -222,7 +223,7 @@ def test_a_metric_without_a_regex_is_the_kernels_seconds() -> None:
 
 
 def load_metric_specs(raw: dict) -> dict:
-    from orchestrator.config.schema import MetricSpec
+    from orchestrator.config.job_spec import MetricSpec
 
     return {name: MetricSpec.model_validate(value) for name, value in raw.items()}
 

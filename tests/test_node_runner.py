@@ -44,8 +44,8 @@ from nodes import (
 )
 
 from orchestrator.config.farm import load_farm
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
-from orchestrator.config.schema import NodeSpec
 from orchestrator.plan import plan_cells
 from orchestrator.report.site import render
 from orchestrator.run import bundle, cell, commands, noderunner, resident

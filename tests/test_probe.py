@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.run.probe import parse_probe
 
 H200_0 = "GPU-5dce72a8-3e24-b3db-85ad-337cf81b4a37"

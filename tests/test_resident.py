@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, SessionLost
 from orchestrator.run import resident
 from orchestrator.transport.base import Deadline
@@ -294,7 +294,7 @@ def test_a_local_process_says_its_stderr_after_it_was_closed() -> None:
     be after the farm closed it: reading a closed file printed a traceback from the
     reader's thread (a local node declaring a GPU it lacks; found by an adversarial
     review). What it said is kept."""
-    from orchestrator.config.schema import NodeSpec
+    from orchestrator.config.farm_spec import NodeSpec
     from orchestrator.transport import transport_for
 
     with transport_for("here", NodeSpec(transport="local")) as transport:

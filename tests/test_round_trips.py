@@ -21,7 +21,7 @@ import pytest
 from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
 from orchestrator.run import bundle, resident

@@ -77,7 +77,7 @@ def test_redirections_keep_their_fd_and_target_with_or_without_blanks() -> None:
 
 def _any_job():
     """A job whose markers the random runs below are checked against."""
-    from orchestrator.config.schema import JobSpec
+    from orchestrator.config.job_spec import JobSpec
 
     return JobSpec.model_validate(
         {

@@ -28,7 +28,7 @@ from nodes import processes_matching, query, standin_job, standin_variant, write
 from slurm import PARKED, SlurmCluster, missing_tools, node_name
 
 from orchestrator.config.farm import Farm, load_farm
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, ConfigError, InfraError
 from orchestrator.plan import plan_cells
 from orchestrator.run.scheduler import FarmRun, run_cells

@@ -269,7 +269,7 @@ def test_a_probe_of_a_work_folder_never_sees_anothers_exec_check(tmp_path):
     and called a healthy node noexec (a review's finding, 57 of 400 here)."""
     import subprocess
 
-    from orchestrator.config.schema import NodeSpec
+    from orchestrator.config.farm_spec import NodeSpec
     from orchestrator.run.probe import probe_command
 
     script = probe_command(NodeSpec.model_validate({"transport": "local", "workdir": str(tmp_path / "w")}))

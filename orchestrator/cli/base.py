@@ -64,7 +64,8 @@ def _fail(err: FarmError) -> None:
 def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
     # show and report only read the database: they need no CUTLASS installed, and a
     # database that is not there is theirs to report ("no results database at")
-    from orchestrator.config.farm import check_database_folder, load_farm
+    from orchestrator.config.database_url import check_database_folder
+    from orchestrator.config.farm import load_farm
 
     farm = load_farm(config_path, database=database, check_dependencies=not read_only)
     if not read_only:

@@ -75,7 +75,7 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
 
     Examples: farm jobs;  farm jobs cutlass_gemm wgmma_gemm
     """
-    from orchestrator.config.header import job_yaml
+    from orchestrator.config.job_yaml import job_yaml
     from orchestrator.plan import SelectionError
 
     farm = _load(config_path, database)

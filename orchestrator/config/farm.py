@@ -1,4 +1,4 @@
-"""Loading farm.yaml and jobs/*.yaml into validated, frozen objects.
+"""Loading farm.yaml, and every job it points at (jobs.py), into a validated, frozen Farm.
 
 Everything that can be wrong with the configuration is found here, before any
 connection or database is opened, and reported as ConfigErrors naming the file,
@@ -12,69 +12,19 @@ two and passes overrides in; this module knows only the file and the defaults.
 
 from __future__ import annotations
 
-import difflib
-import functools
-import hashlib
-import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy.engine import make_url
-
-from orchestrator.config import dependencies, header, output_paths, own_files, run_command, stage_commands
-from orchestrator.config.header import Provenance
-from orchestrator.config.schema import (
-    NAME_EXPECTED,
-    NAME_RE,
-    TOOLCHAIN_SEP,
-    FarmSpec,
-    JobSpec,
-    NodeSpec,
-    template_fields,
-)
-from orchestrator.config.validation import validate
+from orchestrator.config import output_paths, own_files
+from orchestrator.config.database_url import resolve_database
+from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
+from orchestrator.config.jobs import Job, load_jobs
+from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
-from orchestrator.store.location import sqlite_file
-
-# Fields a template may name; each dependency a job declares adds its own name.
-BUILD_FIELDS = frozenset({"nvcc", "sources", "binary"})
-RUN_FIELDS = frozenset({"binary"})
-INSPECT_FIELDS = frozenset({"cuobjdump", "binary"})
 
 COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
-
-
-@dataclass(frozen=True)
-class Job:
-    """A kernel's job, validated, with its inputs resolved on disk: from its job
-    file, or derived from its source's header (`file` is then the source, or
-    the job file laid over it; see header.py).
-
-    `files` is everything shipped in the kernel's sources bundle: the
-    translation units (`sources`, passed to nvcc) and every file of `headers`
-    (shipped and hashed, never passed to nvcc), by path relative to the
-    project folder. Their sha256 values, with the dependencies' digests, make
-    the certificate identity (inputs.py)."""
-
-    spec: JobSpec
-    file: Path
-    files: dict[str, Path]  # relative path -> absolute path, sorted by path
-    file_sha256: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
-    # where the job and each field came from: a job file, a kernel's header (header.py), a default
-    provenance: Provenance = field(default_factory=Provenance)
-
-    @property
-    def kernel(self) -> str:
-        return self.spec.kernel
-
-    @property
-    def main_source(self) -> str:
-        """The first translation unit: the file whose header holds the course's claims."""
-        return self.spec.sources[0]
 
 
 @dataclass(frozen=True)
@@ -108,325 +58,12 @@ class Farm:
     def configured_database_url(self) -> str:
         """farm.yaml's own `database`, resolved as database_url is (which --database or
         FARM_DATABASE may have replaced)."""
-        return _resolve_database(self.spec.database, self.root)
+        return resolve_database(self.spec.database, self.root)
 
     @property
     def source_folders(self) -> dict[str, Path]:
         """The folders of the course's own files, by farm.yaml's key: no report goes there."""
         return {key: (self.root / getattr(self.spec, key)).resolve() for key in ("jobs", "kernels")}
-
-
-def _check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigError]:
-    errors = []
-    mapping = raw.get(section)
-    if isinstance(mapping, dict):
-        for name in mapping:
-            if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
-                errors.append(ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED))
-    return errors
-
-
-# ------------------------------------------------------------------- loading
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _check_templates(job: JobSpec, file: Path) -> list[ConfigError]:
-    errors = []
-    dep_fields = set(job.dependencies)
-    for vname, variant in job.variants.items():
-        for key, template, allowed in (
-            ("build", variant.build, BUILD_FIELDS | dep_fields),
-            ("run", variant.run, RUN_FIELDS),
-            ("inspect", variant.inspect, INSPECT_FIELDS),
-        ):
-            try:
-                names = template_fields(template)
-            except ValueError as err:
-                errors.append(
-                    ConfigError(
-                        str(file),
-                        f"variants.{vname}.{key}",
-                        f"{template!r} ({err})",
-                        "a command template of plain {name} fields with balanced braces",
-                    )
-                )
-                continue
-            for name in names:
-                if name not in allowed:
-                    close = difflib.get_close_matches(name, sorted(allowed), n=1)
-                    errors.append(
-                        ConfigError(
-                            str(file),
-                            f"variants.{vname}.{key}",
-                            f"the unknown template field {{{name}}}",
-                            "one of " + ", ".join("{" + a + "}" for a in sorted(allowed)),
-                            f"Did you mean {{{close[0]}}}?" if close else "",
-                        )
-                    )
-        if error := run_command.check_run(job, vname, variant.run, file):
-            errors.append(error)
-        if error := stage_commands.check_build(vname, variant.build, file):
-            errors.append(error)
-        if error := stage_commands.check_inspect(vname, variant.inspect, bool(variant.instructions), file):
-            errors.append(error)
-    return errors
-
-
-def _label(path: Path, root: Path) -> str:
-    """A path as provenance shows it: relative to the project folder."""
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-
-
-def load_job(file: Path, root: Path, nodes: dict[str, NodeSpec], *, check_dependencies: bool = True) -> Job:
-    raw = read_yaml(file, "a job file")
-    return _job(raw, file, root, nodes, check_dependencies, header.file_provenance(raw, _label(file, root)))
-
-
-def _derived_job(
-    source: Path,
-    override: tuple[Path, dict[str, Any]] | None,
-    root: Path,
-    nodes: dict[str, NodeSpec],
-    check_dependencies: bool,
-) -> Job:
-    """A kernel's job from its header, with its job file (one without `sources`) laid over it."""
-    if source.is_symlink():  # a certificate is about the kernel's own bytes, never a link's target
-        raise ConfigError(str(source), "", "a symbolic link", "a regular file in the kernels folder")
-    derived = header.derive_job(source, _label(source, root))
-    blame = source
-    if override is not None:
-        blame, raw = override
-        derived = header.merge(derived, raw, _label(blame, root), blame)
-    return _job(derived.document, blame, root, nodes, check_dependencies, derived.provenance)
-
-
-def _job(
-    raw: Any, file: Path, root: Path, nodes: dict[str, NodeSpec], check_dependencies: bool, provenance: Provenance
-) -> Job:
-    errors = _check_names(raw, "variants", file) if isinstance(raw, dict) else []
-    try:
-        spec: JobSpec = validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
-    except ConfigErrors as many:
-        raise ConfigErrors(errors + many.errors) from None
-    errors += _check_templates(spec, file)
-    if spec.kernel != file.stem:
-        errors.append(
-            ConfigError(
-                str(file),
-                "kernel",
-                repr(spec.kernel),
-                f"the file's own name, {file.stem!r}, so each kernel has one job file",
-            )
-        )
-    files: dict[str, Path] = {}
-    for key, listed in [("sources", spec.sources), ("headers", spec.headers)]:
-        for index, entry in enumerate(listed):
-            found, expected = _input_files(entry, root, folder_ok=key == "headers")
-            if found:
-                errors.append(ConfigError(str(file), f"{key}[{index}]", found, expected))
-                continue
-            for rel, path in found_files(entry, root):
-                if rel in files:
-                    errors.append(
-                        ConfigError(
-                            str(file),
-                            f"{key}[{index}]",
-                            f"{rel!r} a second time",
-                            "each source and header once (a file listed twice would be compiled twice)",
-                        )
-                    )
-                files[rel] = path
-    for index, dep in enumerate(spec.dependencies):
-        if dep not in dependencies.KNOWN:
-            errors.append(
-                ConfigError(
-                    str(file),
-                    f"dependencies[{index}]",
-                    repr(dep),
-                    "one of " + ", ".join(sorted(dependencies.KNOWN)),
-                )
-            )
-            continue
-        needs_local = [n for n, node in nodes.items() if node.enabled and dep not in node.dependencies]
-        if check_dependencies and needs_local and dependencies.local_path(dep) is None:
-            errors.append(
-                ConfigError(
-                    str(file),
-                    f"dependencies[{index}]",
-                    f"{dep!r}, which is not installed on this machine",
-                    f"it installed ({dependencies.install_hint(dep)}) or named by every "
-                    f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})",
-                )
-            )
-    if errors:
-        raise ConfigErrors(errors)
-    ordered = dict(sorted(files.items()))
-    return Job(
-        spec=spec,
-        file=file,
-        files=ordered,
-        file_sha256={rel: _sha256(p) for rel, p in ordered.items()},
-        provenance=provenance,
-    )
-
-
-# a path inside the project, in plain words: no "..", no leading "/", no odd characters
-_INPUT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
-_INPUT_EXPECTED = "a path relative to the project folder of letters, digits, '_', '.', '+', '-' and '/' (no '..')"
-
-
-def _input_files(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
-    """("", "") when `entry` names an existing input, else (found, expected)."""
-    if not _INPUT_RE.fullmatch(entry) or ".." in entry.split("/"):
-        return repr(entry), _INPUT_EXPECTED
-    try:
-        return _existing_input(entry, root, folder_ok=folder_ok)
-    except OSError as err:  # a name too long for the file system (found by hypothesis), a folder it may not read
-        what = "a file or folder" if folder_ok else "a source file"
-        return f"{entry!r}, which cannot be read ({err.strerror})", f"{what}, relative to {root}"
-
-
-def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
-    path = root / entry
-    if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
-        return f"{entry!r}, which leads outside {root}", f"a file inside {root}"
-    if path.is_file():
-        if unread := _unreadable(path, root):
-            return f"{entry!r}, {unread}", "a source file this user may read"
-        return "", ""
-    if folder_ok and path.is_dir():
-        bad = [p for p in path.rglob("*") if p.is_symlink() or not _INPUT_RE.fullmatch(str(p.relative_to(root)))]
-        if bad:
-            return (
-                f"{entry!r}, holding {str(bad[0].relative_to(root))!r}",
-                f"a folder of plain files: {_INPUT_EXPECTED}",
-            )
-        if unread := _unreadable(path, root):
-            return f"{entry!r}, holding {unread}", "a folder whose files and folders this user may all read"
-        return "", ""
-    what = "a file or folder" if folder_ok else "a source file"
-    if path.is_dir():  # not folder_ok: a kernel's source is one file
-        return f"{entry!r}, which is a folder", f"{what}, relative to {root}"
-    if path.exists():
-        return f"{entry!r}, which is no regular file", f"{what}, relative to {root}"
-    return f"{entry!r}, which does not exist", f"{what}, relative to {root}"
-
-
-def _unreadable(path: Path, root: Path) -> str:
-    """What under PATH (a file, or a folder and everything in it) this user cannot read, in
-    words; "" where nothing. A folder rglob could not list dropped its files from the bundle
-    and the certificate unsaid, and a file of mode 000 was "a bug in farm" (red-team findings)."""
-    failed: list[OSError] = []
-    files = [path] if path.is_file() else []
-    for folder, _, names in os.walk(path, onerror=failed.append) if path.is_dir() else ():
-        files += [Path(folder) / name for name in names if (Path(folder) / name).is_file()]  # no FIFO's open
-    for file in files:
-        if failed:
-            break
-        try:
-            with open(file, "rb"):
-                pass
-        except OSError as err:
-            failed.append(err)
-    if not failed:
-        return ""
-    err = failed[0]
-    where = Path(err.filename) if err.filename else path
-    name = str(where.relative_to(root)) if where.is_relative_to(root) else str(where)
-    return (
-        f"which cannot be read ({err.strerror}: {name})"
-        if where == path
-        else f"{name!r}, which cannot be read ({err.strerror})"
-    )
-
-
-def found_files(entry: str, root: Path) -> list[tuple[str, Path]]:
-    path = root / entry
-    if path.is_dir():
-        return sorted((str(p.relative_to(root)), p) for p in path.rglob("*") if p.is_file())
-    return [(entry, path)]
-
-
-def _load_jobs(
-    spec: FarmSpec, project: Path, job_files: list[Path], kernels: list[Path], check_dependencies: bool
-) -> tuple[dict[str, Job], list[ConfigError]]:
-    """Every kernel's job, and every error found on the way.
-
-    A job file that lists `sources` is a whole job, as it always was, and no
-    header is read. A kernel source no job file lists gets the job its header
-    describes (header.py), with the job file of its name, one without
-    `sources`, laid over it field by field."""
-    errors: list[ConfigError] = []
-    raws: dict[Path, Any] = {}
-    for job_file in job_files:
-        try:
-            raws[job_file] = read_yaml(job_file, "a job file")
-        except ConfigError as one:
-            errors.append(one)
-    makers: list[tuple[Path, Callable[[], Job]]] = []
-    overrides: dict[str, tuple[Path, dict[str, Any]]] = {}
-    whole: dict[str, Path] = {}
-    for job_file, raw in raws.items():
-        if isinstance(raw, dict) and "sources" not in raw and job_file.stem not in overrides:
-            overrides[job_file.stem] = (job_file, raw)
-            continue
-        whole.setdefault(job_file.stem, job_file)
-        provenance = header.file_provenance(raw, _label(job_file, project))
-        makers.append(
-            (job_file, functools.partial(_job, raw, job_file, project, spec.nodes, check_dependencies, provenance))
-        )
-    listed = [entry for raw in raws.values() for entry in _listed(raw)]
-    for source in kernels:
-        rel = _label(source, project)
-        override = overrides.pop(source.stem, None)
-        if override is None and any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in listed):
-            continue  # a file of a job file's kernel
-        if override is None and source.stem in whole:
-            errors.append(
-                ConfigError(
-                    str(source),
-                    "",
-                    f"a kernel no job file lists, whose name {whole[source.stem]} already takes",
-                    "it listed under that job's sources or headers, or another file name",
-                )
-            )
-            continue
-        makers.append(
-            (source, functools.partial(_derived_job, source, override, project, spec.nodes, check_dependencies))
-        )
-    for stem, (job_file, _) in overrides.items():
-        errors.append(
-            ConfigError(
-                str(job_file),
-                "sources",
-                f"nothing, and no {spec.kernels}/{stem}.cu whose header gives the rest of the job",
-                f"the kernel's translation units (a whole job), or {spec.kernels}/{stem}.cu with a Build: line",
-            )
-        )
-    jobs: dict[str, Job] = {}
-    for job_file, make in makers:
-        try:
-            job = make()
-        except ConfigErrors as many:
-            errors.extend(many.errors)
-            continue
-        except ConfigError as one:
-            errors.append(one)
-            continue
-        if job.kernel in jobs:
-            errors.append(
-                ConfigError(
-                    str(job_file),
-                    "kernel",
-                    repr(job.kernel),
-                    f"a kernel name not already used by {jobs[job.kernel].file}",
-                )
-            )
-        jobs[job.kernel] = job
-    return jobs, errors
 
 
 def _kernel_sources(file: Path, spec: FarmSpec, project: Path) -> list[Path]:
@@ -446,55 +83,6 @@ def _kernel_sources(file: Path, spec: FarmSpec, project: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.cu") if p.is_file() or p.is_symlink())
 
 
-def _listed(raw: Any) -> list[str]:
-    """What a job file lists under sources and headers, as written (read before validation)."""
-    if not isinstance(raw, dict):
-        return []
-    entries = [raw.get("sources"), raw.get("headers")]
-    return [e for listed in entries if isinstance(listed, list) for e in listed if isinstance(e, str)]
-
-
-def _resolve_database(url: str, root: Path) -> str:
-    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us,
-    # however the URL is spelled (sqlite+pysqlite://); its query stays as written.
-    file = sqlite_file(url)
-    if file is None or file.is_absolute():
-        return url
-    return make_url(url).set(database=str((root / file).resolve())).render_as_string(hide_password=False)
-
-
-def check_database_folder(url: str, where: str) -> None:
-    """A SQLite database's folder must exist: the farm makes the file, never its
-    folder. Else a typo or a disk not mounted that night would put the run's
-    results (and its lock and journal) in a new folder of their own, out of the
-    history's sight."""
-    try:
-        parsed = make_url(url)
-        in_memory = parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
-    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
-        in_memory = False
-    if in_memory:
-        # an in-memory database: every result gone with the process, and the nodes' folders made first
-        raise ConfigError(
-            where,
-            "" if where == "--database" else "database",
-            url,
-            "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
-            "an in-memory database keeps nothing",
-        )
-    file = sqlite_file(url)
-    if file is None:
-        return
-    folder = file.parent
-    if not folder.is_dir():
-        raise ConfigError(
-            where,
-            "" if where == "--database" else "database",
-            f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
-            "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
-        )
-
-
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
@@ -502,7 +90,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     (show, report): they need no CUTLASS installed to print a stored cell."""
     file = Path(file).resolve()
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
-    errors = _check_names(raw, "nodes", file) if isinstance(raw, dict) else []
+    errors = check_names(raw, "nodes", file) if isinstance(raw, dict) else []
     if isinstance(raw, dict) and not raw.get("nodes"):
         raise ConfigError(str(file), "nodes", "no nodes", "at least one node under `nodes:`")
     try:
@@ -563,11 +151,11 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
             raise no_jobs
     if not job_files and not kernels:
         raise no_jobs
-    jobs, errors = _load_jobs(spec, project, job_files, kernels, check_dependencies)
+    jobs, errors = load_jobs(spec, project, job_files, kernels, check_dependencies)
     if not jobs and not job_files and all(e.key == "Build" for e in errors):
         errors.insert(0, no_jobs)  # no job file and no header with a Build line: no jobs at all, say so first
-    url = _resolve_database(database or spec.database, root)
-    own = own_files.own_files(file, spec, [url, _resolve_database(spec.database, root)])
+    url = resolve_database(database or spec.database, root)
+    own = own_files.own_files(file, spec, [url, resolve_database(spec.database, root)])
     errors += own_files.shipped(jobs, own)
     if errors:
         raise ConfigErrors(errors)

@@ -9,30 +9,26 @@ The course documents how to build each kernel in the source's leading comment:
 Each `Build` line becomes a variant. Its command becomes the job's template
 ({nvcc}, -I {cutlass}, -o {binary}, {sources}; every other flag kept, in
 order), its contract comes from the target (sm_90a: exactly 9.0; sm_80: 8.0
-and newer) or from the label's "needs CC X.Y", and the markers are the
-course's conventions. A header is untrusted input whose words end up in a
+and newer) or from the label's "needs CC X.Y" (both nvcc_command.py), and the
+markers are the course's conventions. A header is untrusted input whose words end up in a
 shell command on the nodes, so anything that cannot be translated safely is a
 ConfigError naming the file and line, never a guess.
 
-Every field records where it came from (`Provenance`), so `farm jobs` can say
+Every field records where it came from (provenance.py), so `farm jobs` can say
 so; a job file without `sources` is merged over the derived job field by
-field (`merge`). Reading is bounded (the first HEADER_BYTES of the source)
-and has no side effects.
+field. Reading is bounded (the first HEADER_BYTES of the source) and has no
+side effects.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
-import string
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.schema import NAME_RE, JobSpec
+from orchestrator.config.nvcc_command import SAFE, SAFE_WORDS, BuildLine, Words, cc_contract, line_error, translate
+from orchestrator.config.provenance import DerivedJob, Provenance
+from orchestrator.config.spec_types import NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
 HEADER_BYTES = 64 * 1024  # a header is at the top; a 10 MB generated .cu is not read whole
@@ -44,90 +40,9 @@ HEADER_BYTES = 64 * 1024  # a header is at the top; a 10 MB generated .cu is not
 PASS_MARKER = r"\bPASS\b|inside the tolerance"
 REFUSAL_MARKER = r"needs (?:CC|compute capability) \d+\.\d+"
 CONVENTION = "default: course convention"
-DEFAULT = "default"  # a key no job file, header or convention sets
-
-# A header's include folder -> the dependency that ships it (its template field).
-INCLUDE_DEPENDENCIES = {"cutlass/include": "cutlass"}
-
-# A word of a header's command may hold only these: no quoting, globbing,
-# expansion, redirection or `{field}` of a template can hide in it.
-_SAFE = frozenset(string.ascii_letters + string.digits + "_./=,:+-")
-SAFE_WORDS = "letters, digits and _ . / = , : + -"
 
 _BUILD_RE = re.compile(r"Build\s*(?:\((?P<label>[^()]*)\))?\s*:(?P<rest>.*)")
 _RUN_RE = re.compile(r"Run\s*:(?P<rest>.*)")
-_NEEDS_RE = re.compile(r"needs\s+(?:CC|compute\s+capability)\s+(\d+\.\d+)", re.I)
-_TARGET_RE = re.compile(r"\b(?:sm|compute|lto)_(\d{2,3})([af]?)\b")
-_SOURCE_EXT_RE = re.compile(r"\.(cu|cuh|c|cc|cpp|cxx|o|obj|a|so|ptx|cubin|fatbin|lib)$")
-
-_ARCH_OPTIONS = ("-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code")
-_INCLUDE_OPTIONS = ("-I", "--include-path")
-_OUTPUT_OPTIONS = ("-o", "--output-file")
-# nvcc modes that make something other than one executable, or run it at build time
-_OTHER_PRODUCTS = frozenset(
-    (  # noqa: SIM905 - a list of words reads best as words
-        "-c --compile -ptx --ptx -cubin --cubin -fatbin --fatbin -E --preprocess -M -MM -MD -MMD "
-        "--generate-dependencies -lib --lib -dc --device-c -dw --device-w -dlink --device-link -run --run "
-        "-optix-ir --optix-ir -dryrun --dryrun -V --version -h --help"
-    ).split()
-)
-# options naming a file or folder on the machine the header was written on: not shipped
-_PATH_OPTIONS = (  # noqa: SIM905
-    "-isystem --system-include -include --pre-include -L --library-path -odir --output-directory "
-    "-optf --options-file -ccbin --compiler-bindir -MF --dependency-output -keep-dir --keep-dir"
-).split()
-
-# options handing their value (comma-separated) to the host compiler, linker, ptxas, nvlink
-_PASSTHROUGH_OPTIONS = tuple(
-    (  # noqa: SIM905
-        "-Xcompiler --compiler-options -Xlinker --linker-options -Xptxas --ptxas-options -Xnvlink --nvlink-options "
-        "-Xarchive --archive-options"
-    ).split()
-)
-# what such a value may not hold: a path, or an option that reads a file (gcc's, ld's)
-_FILE_READING = (  # noqa: SIM905
-    "-fplugin -specs -include -imacros -isystem -idirafter -iquote -iprefix -iwithprefix -isysroot --sysroot -B "
-    "-T --script -L -rpath -I"
-).split()
-
-_NO_OUTSIDE_FILE = "options that name no file outside the kernel (the farm ships only the kernel and its dependencies)"
-
-Words = list[tuple[str, int]]  # the words of a command, each with the line it is on
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a job and each of its fields came from.
-
-    `fields` maps a key path ("pass_marker", "variants.sm80.cc") to its origin:
-    "kernels/x.cu:41 Build (needs CC 8.0 to run)", "jobs/x.yaml", or
-    CONVENTION; a key it lacks holds the schema's default."""
-
-    origin: str = ""
-    fields: dict[str, str] = field(default_factory=dict)
-
-    def of(self, key: str) -> str:
-        return self.fields.get(key, DEFAULT)
-
-
-@dataclass(frozen=True)
-class DerivedJob:
-    document: dict[str, Any]  # a job file's document (JobSpec's shape), not yet validated
-    provenance: Provenance
-
-
-@dataclass
-class _Build:
-    """One `Build` line of a header, read and translated."""
-
-    line: int  # where `Build` is
-    label: str
-    template: str
-    output: str | None  # the -o name
-    targets: list[tuple[str, str, int]]  # (digits "90", suffix "a", line) of every sm_/compute_ target
-    arch_words: Words  # every target option as written, with its line
-    dependencies: list[tuple[str, str, int]]  # (dependency, include folder as written, line)
-
 
 # ------------------------------------------------------------------- reading
 
@@ -146,10 +61,6 @@ def header_lines(path: Path) -> list[tuple[int, str]]:
         elif stripped:
             break
     return found
-
-
-def _error(path: Path, line: int, what: str, found: str, expected: str, hint: str = "") -> ConfigError:
-    return ConfigError(str(path), f"line {line}, {what}", found, expected, hint)
 
 
 def _commands(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[int, str, Words]], list[tuple[int, Words]]]:
@@ -175,7 +86,7 @@ def _commands(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[int,
             last_line, last = pieces.pop()
             pieces.append((last_line, last[:-1]))
             if index >= len(lines) or not lines[index][1]:
-                raise _error(
+                raise line_error(
                     path, last_line, "Build", "a line ending in '\\' with no comment line after it", "the command"
                 )
             pieces.append(lines[index])
@@ -188,203 +99,10 @@ def _commands(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[int,
     return builds, runs
 
 
-# --------------------------------------------------------------- translating
+# ------------------------------------------------------------------ deriving
 
 
-def _value(words: Words, at: int, option: str) -> tuple[str | None, int]:
-    """The value of an option written `-x V`, `-x=V` or (for short options) `-xV`; and how many words it took."""
-    word = words[at][0]
-    if word == option:
-        return (words[at + 1][0], 2) if at + 1 < len(words) else (None, 1)
-    if word.startswith(option + "="):
-        return word[len(option) + 1 :], 1
-    if option == "-I" and word.startswith("-I") and len(word) > 2:  # -Ifolder (nvcc has no -oNAME)
-        return word[2:], 1
-    return None, 0
-
-
-def _translate(path: Path, kernel: str, line: int, label: str, words: Words) -> _Build:
-    """A header's nvcc command as the job's build template, or a ConfigError naming the line."""
-    if not words:
-        raise _error(path, line, "Build", "no command", "an nvcc command after `Build:`")
-    for word, at in words:
-        bad = sorted({c for c in word if c not in _SAFE})
-        if bad:
-            raise _error(
-                path,
-                at,
-                "Build",
-                f"{''.join(bad)!r} in {word!r}",
-                f"an nvcc command of plain words ({SAFE_WORDS}): no shell syntax, quotes or braces",
-                f"Write jobs/{kernel}.yaml with this build instead.",
-            )
-    first, first_line = words[0]
-    if first != "nvcc" and not first.endswith("/nvcc"):
-        raise _error(path, first_line, "Build", repr(first), "a command that starts with nvcc")
-    template = ["{nvcc}"]
-    output: str | None = None
-    targets: list[tuple[str, str, int]] = []
-    arch_words: Words = []
-    dependencies: list[tuple[str, str, int]] = []
-    sources = 0
-    at = 1
-    while at < len(words):
-        word, number = words[at]
-        for option in _INCLUDE_OPTIONS + _OUTPUT_OPTIONS + _ARCH_OPTIONS + _PASSTHROUGH_OPTIONS:
-            value, taken = _value(words, at, option)
-            if taken:
-                break
-        else:
-            option, value, taken = "", None, 0
-        if taken and value is None:
-            raise _error(path, number, "Build", f"{word!r} at the end of the command", f"a value after {word}")
-        if option in _INCLUDE_OPTIONS:
-            folder = value.removeprefix("./").rstrip("/")
-            dependency = INCLUDE_DEPENDENCIES.get(folder)
-            if dependency is None:
-                known = ", ".join(f"{k} (the {v} dependency)" for k, v in INCLUDE_DEPENDENCIES.items())
-                raise _error(
-                    path,
-                    number,
-                    "Build",
-                    f"the include folder {value!r}, which the farm does not ship",
-                    f"one the farm knows: {known}",
-                    f"Write jobs/{kernel}.yaml with this build, listing the folder under headers.",
-                )
-            dependencies.append((dependency, value, number))
-            template += ["-I", "{" + dependency + "}"]
-        elif option in _OUTPUT_OPTIONS:
-            if output is not None:
-                raise _error(path, number, "Build", f"a second output ({value!r})", "one -o NAME")
-            output = value
-            template += ["-o", "{binary}"]
-        elif option in _PASSTHROUGH_OPTIONS:
-            for piece in value.split(","):
-                if "/" in piece or piece.startswith("@") or any(piece.startswith(o) for o in _FILE_READING):
-                    raise _error(
-                        path,
-                        number,
-                        "Build",
-                        f"{piece!r} handed on by {option}: a file on the machine the header was written on",
-                        _NO_OUTSIDE_FILE,
-                        f"Write jobs/{kernel}.yaml with this build instead.",
-                    )
-            template += [w for w, _ in words[at : at + taken]]
-        elif option in _ARCH_OPTIONS:
-            arch_words.append((" ".join(w for w, _ in words[at : at + taken]), number))
-            targets += [(digits, suffix, number) for digits, suffix in _TARGET_RE.findall(value)]
-            template += [w for w, _ in words[at : at + taken]]
-        elif word in _OTHER_PRODUCTS:
-            raise _error(path, number, "Build", repr(word), "a build that makes one executable (no -c, -ptx, --run...)")
-        elif any(word == o or word.startswith(o + "=") or (len(o) == 2 and word.startswith(o)) for o in _PATH_OPTIONS):
-            raise _error(
-                path,
-                number,
-                "Build",
-                f"{word!r}, a path on the machine the header was written on",
-                _NO_OUTSIDE_FILE,
-                f"Write jobs/{kernel}.yaml with this build instead.",
-            )
-        elif word == path.name or word.endswith("/" + path.name):
-            sources += 1
-            if sources > 1:
-                raise _error(path, number, "Build", f"{path.name} twice", "the source once")
-            template.append("{sources}")
-        elif word.startswith("@") or (not word.startswith("-") and _SOURCE_EXT_RE.search(word)):
-            raise _error(
-                path,
-                number,
-                "Build",
-                f"the input {word!r}",
-                f"a build of {path.name} alone",
-                f"A kernel of several files needs jobs/{kernel}.yaml listing them under sources.",
-            )
-        else:
-            template.append(word)
-        at += max(taken, 1)
-    if not sources:
-        raise _error(path, line, "Build", f"a command that does not name {path.name}", f"nvcc ... {path.name}")
-    if output is None:  # nvcc's a.out: the farm names the binary itself, just before the source
-        spot = template.index("{sources}")
-        template[spot:spot] = ["-o", "{binary}"]
-    return _Build(line, label, " ".join(template), output, targets, arch_words, dependencies)
-
-
-def _cc(digits: str) -> ComputeCapability:
-    return ComputeCapability(int(digits[:-1]), int(digits[-1]))
-
-
-def _contract(path: Path, rel: str, build: _Build) -> tuple[dict[str, str], str]:
-    """The variant's `cc` and where it came from: an arch-specific target (sm_90a)
-    runs on that CC alone, a family target (sm_100f) on its family, a plain one
-    on that CC and newer; a label's "needs CC X.Y" is the gate's own floor."""
-    needs = _NEEDS_RE.search(build.label)
-    label_cc = ComputeCapability.parse(needs.group(1)) if needs else None
-    where_label = f"{rel}:{build.line} Build ({build.label})"
-    written = "; ".join(w for w, _ in build.arch_words)
-    where_target = f"{rel}:{build.arch_words[0][1]} {written}" if build.arch_words else ""
-    kinds = {suffix for _, suffix, _ in build.targets}
-    lowest = min((_cc(d) for d, _, _ in build.targets), default=None)
-    if kinds == {"a"}:
-        ccs = {_cc(d) for d, _, _ in build.targets}
-        if len(ccs) > 1:
-            raise _error(
-                path,
-                build.line,
-                "Build",
-                f"arch-specific targets for several CCs ({written})",
-                "one arch-specific CC per Build line",
-            )
-        (only,) = ccs
-        if label_cc is not None and label_cc != only:
-            raise _error(
-                path,
-                build.line,
-                "Build",
-                f"a label that says needs CC {label_cc} and a target that runs on CC {only} alone ({written})",
-                "the two to agree",
-            )
-        return {"exactly": str(only)}, where_target
-    if label_cc is not None:
-        if lowest is not None and label_cc < lowest:
-            raise _error(
-                path,
-                build.line,
-                "Build",
-                f"a label that says needs CC {label_cc}, below the lowest target ({written})",
-                f"a target a CC {label_cc} card can run, or the label's CC raised",
-            )
-        contract = {"min": str(label_cc)}
-        if kinds == {"f"}:
-            contract["max"] = f"{lowest.major}.9"
-        return contract, where_label + (f"; {written}" if written else "")
-    if lowest is None:
-        raise _error(
-            path,
-            build.line,
-            "Build",
-            f"no compute capability to read ({written or 'no -arch'})",
-            "a target such as -arch=sm_80 or -arch=sm_90a, or `needs CC X.Y` in the label",
-            "e.g. // Build (needs CC 8.0 to run):",
-        )
-    if "a" in kinds or len(kinds) > 1:
-        raise _error(
-            path,
-            build.line,
-            "Build",
-            f"targets of different kinds ({written})",
-            "one kind of target, or the kernel's floor in the label",
-            "e.g. // Build (needs CC 8.0 to run):",
-        )
-    if kinds == {"f"}:
-        families = {_cc(d).major for d, _, _ in build.targets}
-        if len(families) > 1:
-            raise _error(path, build.line, "Build", f"family targets of several families ({written})", "one family")
-        return {"min": str(lowest), "max": f"{lowest.major}.9"}, where_target
-    return {"min": str(lowest)}, where_target
-
-
-def _variant_name(kernel: str, build: _Build, taken: set[str]) -> str:
+def _variant_name(kernel: str, build: BuildLine, taken: set[str]) -> str:
     """`-o cutlass_gemm_sm75` -> sm75; otherwise the first target (sm90a); unique within the kernel."""
     name = ""
     if build.output:
@@ -440,8 +158,8 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
     dependencies: dict[str, str] = {}
     for line, label, words in builds:
         try:
-            build = _translate(path, kernel, line, label, words)
-            contract, contract_from = _contract(path, rel, build)
+            build = translate(path, kernel, line, label, words)
+            contract, contract_from = cc_contract(path, rel, build)
         except ConfigError as err:
             errors.append(err)
             continue
@@ -462,9 +180,9 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
         if name is None:
             continue  # a Run line for something no Build line makes: prose, not a job field
         arguments = [w for w, _ in words[1:]]
-        bad = [w for w in arguments if not set(w) <= _SAFE]
+        bad = [w for w in arguments if not set(w) <= SAFE]
         if bad:
-            errors.append(_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
+            errors.append(line_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
             continue
         variants[name]["run"] = " ".join(["{binary}", *arguments])
         fields[f"variants.{name}.run"] = f"{rel}:{line} Run"
@@ -482,99 +200,3 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
     document |= {"pass_marker": PASS_MARKER, "refusal_marker": REFUSAL_MARKER, "variants": variants}
     fields |= {"pass_marker": CONVENTION, "refusal_marker": CONVENTION}
     return DerivedJob(document, Provenance(f"derived from the header of {rel}", fields))
-
-
-# ------------------------------------------------------------------- merging
-
-
-def merge(derived: DerivedJob, override: dict[str, Any], label: str, file: Path) -> DerivedJob:
-    """A job file without `sources`, laid over the derived job: each top-level key
-    it gives replaces the derived one; under `variants`, a variant the header
-    also builds (by its derived name) is merged key by key, and any other must
-    be a whole variant."""
-    document = dict(derived.document)
-    fields = dict(derived.provenance.fields)
-    errors: list[ConfigError] = []
-    for key, value in override.items():
-        if key == "variants" and isinstance(value, dict):
-            variants = dict(document["variants"])
-            for name, given in value.items():
-                if name in variants and isinstance(given, dict):
-                    variants[name] = {**variants[name], **given}
-                    fields |= {f"variants.{name}.{k}": label for k in given}
-                    continue
-                if isinstance(given, dict) and "build" not in given:
-                    close = difflib.get_close_matches(str(name), list(variants), n=1)
-                    errors.append(
-                        ConfigError(
-                            str(file),
-                            f"variants.{name}",
-                            f"a variant without `build` that the header of {derived.document['sources'][0]} "
-                            f"does not build (it builds {', '.join(variants)})",
-                            "one of the header's variants, to change some of its keys, or a whole variant "
-                            "with build and cc",
-                            f"Did you mean {close[0]!r}?" if close else "",
-                        )
-                    )
-                    continue
-                variants[name] = given
-                fields = {k: v for k, v in fields.items() if not k.startswith(f"variants.{name}.")}
-                fields[f"variants.{name}"] = label
-                if isinstance(given, dict):
-                    fields |= {f"variants.{name}.{k}": label for k in given}
-            document["variants"] = variants
-            continue
-        document[key] = value
-        fields = {k: v for k, v in fields.items() if not k.startswith(f"{key}.")}
-        fields[key] = label
-    if errors:
-        raise ConfigErrors(errors)
-    origin = f"{derived.provenance.origin}, with {label} over it"
-    return DerivedJob(document, Provenance(origin, fields))
-
-
-def file_provenance(document: Any, label: str) -> Provenance:
-    """A whole job file: every key it gives is its own."""
-    fields: dict[str, str] = {}
-    if isinstance(document, dict):
-        fields = {str(key): label for key in document}
-        variants = document.get("variants")
-        if isinstance(variants, dict):
-            for name, variant in variants.items():
-                fields[f"variants.{name}"] = label
-                if isinstance(variant, dict):
-                    fields |= {f"variants.{name}.{key}": label for key in variant}
-    return Provenance(f"{label} (a whole job: it lists sources, so no header is read)", fields)
-
-
-# ------------------------------------------------------------------ printing
-
-
-def _flow(value: Any) -> str:
-    # a one-element flow sequence, unwrapped: any value as one line of YAML
-    text = yaml.safe_dump([value], default_flow_style=True, width=1 << 30, allow_unicode=True, sort_keys=False)
-    return text.strip()[1:-1]
-
-
-def _comment(where: str) -> str:
-    return "  # " + " ".join(where.split())
-
-
-def job_yaml(kernel: str, spec: JobSpec, provenance: Provenance) -> str:
-    """The job as farm reads it, one YAML document: every key a job file, the
-    header or a convention set, each commented with where it came from. Keys
-    not shown hold the schema's defaults (README, "Job files")."""
-    lines = [f"# {kernel}: {provenance.origin} (keys not shown: defaults)"]
-    for key, value in spec.model_dump(mode="json", exclude_none=True).items():
-        if key != "variants":
-            if key in provenance.fields:
-                lines.append(f"{key}: {_flow(value)}{_comment(provenance.of(key))}")
-            continue
-        lines.append("variants:")
-        for name, variant in value.items():
-            lines.append(f"  {name}:{_comment(provenance.of(f'variants.{name}'))}")
-            for vkey, vvalue in variant.items():
-                path = f"variants.{name}.{vkey}"
-                if path in provenance.fields:
-                    lines.append(f"    {vkey}: {_flow(vvalue)}{_comment(provenance.of(path))}")
-    return "\n".join(lines) + "\n"

@@ -9,12 +9,12 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.config.schema import FarmSpec
+from orchestrator.config.farm_spec import FarmSpec
 from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
 
 if TYPE_CHECKING:  # farm.py, which loads the jobs, calls this module
-    from orchestrator.config.farm import Job
+    from orchestrator.config.jobs import Job
 
 
 def own_files(file: Path, spec: FarmSpec, urls: list[str]) -> dict[Path, tuple[str, tuple[str, ...]]]:

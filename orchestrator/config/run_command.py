@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.launchers import launched_otherwise, launcher_places, launcher_words
-from orchestrator.config.schema import JobSpec
 from orchestrator.config.shell import (
     ASSIGNMENT,
     BINARY,

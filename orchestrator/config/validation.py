@@ -1,6 +1,7 @@
 """Pydantic's validation errors told as the farm's: each a ConfigError naming the
 file, the key path, what was found and what was expected, with a did-you-mean
-for an unknown key."""
+for an unknown key; and the names of a section's entries, which pydantic leaves
+unchecked, told the same way."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.config.spec_types import NAME_EXPECTED, NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
 
@@ -103,3 +105,15 @@ def validate(model: type[BaseModel], raw: Any, file: Path, what: str) -> Any:
         return model.model_validate(raw)
     except ValidationError as err:
         raise translate(err, file, model) from None
+
+
+def check_names(raw: dict[str, Any], section: str, file: Path) -> list[ConfigError]:
+    """The names of a section's entries (`nodes`, `variants`), which end up in paths and
+    command lines: a model checks a mapping's values, not its keys."""
+    errors = []
+    mapping = raw.get(section)
+    if isinstance(mapping, dict):
+        for name in mapping:
+            if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
+                errors.append(ConfigError(str(file), f"{section}.{name}", f"the name {name!r}", NAME_EXPECTED))
+    return errors

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.config import dependencies, inputs
-from orchestrator.config.farm import Job
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError, NodeUnusable
 from orchestrator.run import toolchain
 from orchestrator.transport import Transport

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from orchestrator.classify import Evidence, Verdict
-from orchestrator.config.schema import VariantSpec
+from orchestrator.config.job_spec import VariantSpec
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run.bundle import Placed
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
@@ -137,7 +137,7 @@ def cell_paths(
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder
     build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
-    # '+' is in no kernel, variant or card slug (config.schema.NAME_RE): kernel `a-b` variant `c` and
+    # '+' is in no kernel, variant or card slug (config.spec_types.NAME_RE): kernel `a-b` variant `c` and
     # kernel `a` variant `b-c` get folders of their own (with '-' they shared one, and each other's output)
     slot = f"+{cell.device_slug}" if cell.device else ""
     return CellPaths(

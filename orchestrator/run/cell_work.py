@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from orchestrator.classify import classify
-from orchestrator.config.farm import Job
+from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import CELL_STAGES
 from orchestrator.plan import Cell, expect

@@ -9,10 +9,10 @@ import posixpath
 import secrets
 import shlex
 
-from orchestrator.config.farm import Job
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.job_spec import VariantSpec
+from orchestrator.config.jobs import Job
 from orchestrator.config.run_command import prefix_kernel_calls
-from orchestrator.config.schema import VariantSpec
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.probe import RUNNER_SOURCE

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.config.farm import Farm
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import InfraError, NodeUnusable, SessionLost
 from orchestrator.outcomes import NODE_STAGES
 from orchestrator.plan import Cell

@@ -33,8 +33,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.config.schema import NodeSpec
 from orchestrator.errors import SessionLost
 from orchestrator.run.node import SOURCE
 from orchestrator.run.snapshot import Gpu, NodeSnapshot

@@ -37,7 +37,7 @@ from orchestrator import __version__
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import EXIT_INTERNAL, FarmError
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Cell, expect

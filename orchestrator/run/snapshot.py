@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 
 # room a node's work folder and temporary folder must have for builds and runs: a full disk
 # made a build-fail, an inspect-fail (a dump cut short) or a fail (a marker never written)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from orchestrator.config.farm import Job
-from orchestrator.config.schema import VariantSpec
+from orchestrator.config.job_spec import VariantSpec
+from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import NOW_NS, runner_command

@@ -25,8 +25,8 @@ from orchestrator.outcomes import Outcome
 from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow
 
 if TYPE_CHECKING:  # the pipeline's objects, read here; the store imports this module without them
-    from orchestrator.config.farm import Job
-    from orchestrator.config.schema import NodeSpec
+    from orchestrator.config.farm_spec import NodeSpec
+    from orchestrator.config.jobs import Job
     from orchestrator.plan import Cell
     from orchestrator.run.bundle import Staging
     from orchestrator.run.cell import CellResult

@@ -7,7 +7,7 @@ of the other two). Stages only ever see the base interface.
 
 from __future__ import annotations
 
-from orchestrator.config.schema import NodeSpec
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.transport.base import CommandResult, Transport
 
 

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from orchestrator.config.farm import Job
-from orchestrator.config.schema import VariantSpec
+from orchestrator.config.job_spec import VariantSpec
+from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.run import probe, snapshot
 from orchestrator.run.bundle import Placed

@@ -1,0 +1,54 @@
+"""farm.yaml's `database` (or --database, FARM_DATABASE) as the farm opens it: a relative
+SQLite path resolved against farm.yaml, not wherever cron starts the farm, and a URL
+refused before anything runs where its results would be lost (in memory) or land out of
+the history's sight (a folder that does not exist)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from orchestrator.errors import ConfigError
+from orchestrator.store.location import sqlite_file
+
+
+def resolve_database(url: str, root: Path) -> str:
+    # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us,
+    # however the URL is spelled (sqlite+pysqlite://); its query stays as written.
+    file = sqlite_file(url)
+    if file is None or file.is_absolute():
+        return url
+    return make_url(url).set(database=str((root / file).resolve())).render_as_string(hide_password=False)
+
+
+def check_database_folder(url: str, where: str) -> None:
+    """A SQLite database's folder must exist: the farm makes the file, never its
+    folder. Else a typo or a disk not mounted that night would put the run's
+    results (and its lock and journal) in a new folder of their own, out of the
+    history's sight."""
+    try:
+        parsed = make_url(url)
+        in_memory = parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
+        in_memory = False
+    if in_memory:
+        # an in-memory database: every result gone with the process, and the nodes' folders made first
+        raise ConfigError(
+            where,
+            "" if where == "--database" else "database",
+            url,
+            "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
+            "an in-memory database keeps nothing",
+        )
+    file = sqlite_file(url)
+    if file is None:
+        return
+    folder = file.parent
+    if not folder.is_dir():
+        raise ConfigError(
+            where,
+            "" if where == "--database" else "database",
+            f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
+            "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
+        )

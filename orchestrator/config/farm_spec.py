@@ -1,0 +1,231 @@
+"""farm.yaml's shape, as frozen pydantic models: the farm's settings (FarmSpec) and each
+machine of its fleet (NodeSpec), with the CUDA toolchains a node's columns build with.
+
+Models only describe and validate; they never open a connection, a file beyond what
+validation needs, or a database. farm.py loads farm.yaml into them; a job file's
+shape is job_spec.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, Strict, field_validator, model_validator
+
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.spec_types import WEEK, CCText, Count, StrictModel, check_cc, check_name
+
+
+class PypiToolchain(StrictModel):
+    """A CUDA toolkit the farm installs itself into the node's cache, from NVIDIA's
+    wheels on PyPI (run/toolchain.py): no admin rights needed on the node."""
+
+    pypi: str
+
+    @field_validator("pypi")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.fullmatch(r"\d{1,3}\.\d{1,3}\.\d{1,6}", value):
+            raise ValueError('the full version of NVIDIA\'s nvcc wheel, e.g. "13.5.37"')
+        if not value.startswith("13."):  # the wheels' layout (nvidia/cu13) and names differ per major
+            raise ValueError(f"a CUDA 13 version (found {value}; other majors are not installed this way yet)")
+        return value
+
+
+ToolchainName = Annotated[str, AfterValidator(check_name)]
+TOOLCHAIN_SEP = "+"  # a (node, toolchain) column's name: "h200+cuda-13.5"
+
+
+SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "slurm_options")
+SSH_ONLY = ("host", "port", "user", "key_file", "jump", "known_hosts")  # a local node reads none of them
+
+
+class NodeSpec(StrictModel):
+    """One machine of the fleet, as declared. Passive: transports act on it."""
+
+    transport: Literal["ssh", "local", "slurm"] = "ssh"
+    host: str | None = None
+    port: Count = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    key_file: str | None = None
+    jump: str | None = None  # "[user@]host[:port]", reached with the same key and known_hosts
+    known_hosts: str = "~/.ssh/known_hosts"
+    gpu: str | None = None  # declared; the probe's reading wins
+    cc: CCText | None = None
+    nvcc: Annotated[str, Field(min_length=1)] = "nvcc"  # '' loaded, and every cell was infra-error
+    # several CUDA toolkits, each its own column (NODE+NAME): name -> nvcc's path on the node, or
+    # {pypi: VERSION}; instead of `nvcc`
+    toolchains: dict[ToolchainName, str | PypiToolchain] = Field(default={}, max_length=16)
+    toolchain: str | None = None  # set by the farm on each column of `toolchains`, never in farm.yaml
+    cuobjdump: Annotated[str, Field(min_length=1)] | None = (
+        None  # default: "cuobjdump" on the node, the farm's own locally
+    )
+    compute_sanitizer: Annotated[str, Field(min_length=1)] | None = (
+        None  # default: on the node's PATH, else beside its nvcc
+    )
+    dependencies: dict[str, str] = {}  # dependency name -> path on the node (not shipped)
+    workdir: str = ".cache/farm"  # relative paths are under the login's home
+    env: dict[str, str] = {}
+    tags: list[str] = []
+    enabled: bool = True
+    connect_timeout: Annotated[float, Strict(), Field(ge=1, le=600, allow_inf_nan=False)] = 10.0
+    build_jobs: Count = Field(default=2, ge=1, le=64)
+    gpus: list[int] | None = None  # the GPU indexes (nvidia-smi's) the farm may use; default all
+    # who runs a cell's stages on the node: its python3 where it has 3.8 or later (noderunner.py),
+    # else POSIX shell. `auto`: one python3 for all of the run's cells on the node (resident.py)
+    # where the transport keeps a process running, else one per cell; `cell`: one per cell;
+    # `shell` keeps the shell
+    runner: Literal["auto", "cell", "shell"] = "auto"
+    # transport: slurm -- a partition reached through a login node: the SSH fields
+    # above when `host` is set, the farm's own machine when it is not. Every
+    # command is a Slurm job (srun) on a compute node; see transport/slurm.py.
+    partition: str | None = None
+    gres: str | None = None  # a GPU request for each job, e.g. "gpu:1" or "gpu:a100:1"
+    constraint: str | None = None  # node features, e.g. "a100&nvlink"
+    time_limit: Count | None = Field(default=None, ge=1, le=WEEK // 60)  # minutes per job; default: timeout + 1
+    pending_limit: Count = Field(default=300, ge=1, le=WEEK)  # seconds a job may wait for its allocation
+    slurm_options: list[str] = []  # more srun options, one argument each: ["--account=proj", "--qos=debug"]
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        """No NUL in a path, a name or an environment value: no command line, file
+        name or environment can carry one (it failed mid-run, the farm's own error)."""
+        strings = (
+            [value]
+            if isinstance(value, str)
+            else [*value.keys(), *(v for v in value.values() if isinstance(v, str))]
+            if isinstance(value, dict)
+            else [v for v in value if isinstance(v, str)]
+            if isinstance(value, list)
+            else []
+        )
+        for text in strings:
+            if "\0" in text:
+                raise ValueError(f"no NUL character (no path, name or environment can carry one; in {text!r})")
+        return value
+
+    @field_validator("cc")
+    @classmethod
+    def _valid_cc(cls, value: str | None) -> str | None:
+        return None if value is None else check_cc(value)
+
+    @field_validator("jump")
+    @classmethod
+    def _jump_form(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+(?::\d{1,5})?", value):
+            raise ValueError("[user@]host[:port], e.g. farm@bastion.example.org:22")
+        if value is not None and ":" in value and not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
+            raise ValueError("a port from 1 to 65535 after the ':'")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indexes(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or len(set(value)) != len(value) or min(value) < 0):
+            raise ValueError("a list of distinct GPU indexes as nvidia-smi numbers them, e.g. [0, 1]")
+        return value
+
+    @field_validator("dependencies")
+    @classmethod
+    def _known_dependencies(cls, value: dict[str, str]) -> dict[str, str]:
+        from orchestrator.config.dependencies import KNOWN
+
+        for name in value:  # a name no job can ask for is a typo, or a copy the farm never uses
+            if name not in KNOWN:
+                raise ValueError(f"{name!r} is no dependency the farm knows (one of {', '.join(sorted(KNOWN))})")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_compiler(self) -> NodeSpec:
+        if "toolchain" in self.model_fields_set:
+            raise ValueError("`toolchain` is the farm's own (each column of `toolchains` gets it); use `toolchains`")
+        if self.toolchains and "nvcc" in self.model_fields_set:
+            raise ValueError("either `nvcc` or `toolchains` (each toolchain names its own nvcc), not both")
+        return self
+
+    @property
+    def pypi_toolchain(self) -> str | None:
+        """The wheel version of this column's toolchain, where the farm installs it."""
+        chosen = self.toolchains.get(self.toolchain or "")
+        return chosen.pypi if isinstance(chosen, PypiToolchain) else None
+
+    def columns(self, name: str) -> dict[str, NodeSpec]:
+        """This node as the matrix's columns: itself, or one per toolchain (NODE+NAME),
+        each with that toolchain's nvcc (a PyPI one's is found once it is shipped)."""
+        if not self.toolchains:
+            return {name: self}
+        return {
+            f"{name}{TOOLCHAIN_SEP}{tc}": self.model_copy(
+                update={"toolchain": tc, "toolchains": {tc: value}, "nvcc": value if isinstance(value, str) else "nvcc"}
+            )
+            for tc, value in self.toolchains.items()
+        }
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> NodeSpec:
+        if self.transport == "ssh" and not self.host:
+            raise ValueError("an ssh node needs `host`")
+        given = [key for key in SSH_ONLY if key in self.model_fields_set]
+        if self.transport == "local" and given:  # ignored without a word, the node would not be what it says
+            raise ValueError(f"{', '.join(given)}: only for `transport: ssh` or `slurm` (this node is local)")
+        return self
+
+    @model_validator(mode="after")
+    def _slurm_fields(self) -> NodeSpec:
+        if self.transport == "slurm":
+            if not self.partition:
+                raise ValueError("a slurm node needs `partition`")
+            for option in self.slurm_options:
+                if not option.startswith("-"):
+                    raise ValueError(f"slurm_options: {option!r} is not an srun option (expected e.g. --account=NAME)")
+            return self
+        given = [key for key in SLURM_ONLY if key in self.model_fields_set]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for `transport: slurm` (this node is {self.transport})")
+        return self
+
+    @property
+    def declared_cc(self) -> ComputeCapability | None:
+        return None if self.cc is None else ComputeCapability.parse(self.cc)
+
+
+class FarmSpec(StrictModel):
+    database: str = "sqlite:///results.db"
+    reports: str = Field(default="reports", min_length=1)  # "" was the farm's folder itself
+    jobs: str = Field(default="jobs", min_length=1)  # "" read farm.yaml as a job
+    # a *.cu here that no job file lists gets its job from its header (header.py)
+    kernels: str = Field(default="kernels", min_length=1)
+    # where each run's journal goes (relative to farm.yaml); default beside the database. On another
+    # disk, it keeps what a full disk under the database could not take.
+    journal: str | None = None
+    journal_keep: Count = Field(default=20, ge=1)  # finished runs' journals kept; older ones deleted (prune)
+    max_connections: Count = Field(default=8, ge=1, le=256)  # per sshd: under its default MaxStartups (10)
+    # worker processes for the nodes (run/workers.py); auto: one per 16 sshds on a big fleet, none below
+    processes: Annotated[int, Strict()] | Literal["auto"] = "auto"
+    output_cap: Count = Field(default=1 << 20, ge=1024, le=1 << 30)  # bytes of stdout/stderr/log kept per cell
+    retries: Count = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure
+    # seconds before the first retry, doubling
+    retry_backoff: Annotated[float, Strict(), Field(ge=0, le=3600, allow_inf_nan=False)] = 2.0
+    unhealthy_after: Count = Field(default=3, ge=1, le=1000)  # infra failures in a row that retire a node
+    # seconds a node that drops mid-run (a reboot) is waited for before its cells are infra-error
+    reconnect_window: Annotated[float, Strict(), Field(ge=0, le=86400, allow_inf_nan=False)] = 300.0
+    # a matrix cell older than this is marked stale
+    stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
+    nodes: dict[str, NodeSpec] = Field(min_length=1)
+
+    @field_validator("processes")
+    @classmethod
+    def _processes(cls, value: int | str) -> int | str:
+        if value == "auto" or (isinstance(value, int) and 1 <= value <= 256):
+            return value
+        raise ValueError("auto, or a whole number of worker processes from 1 to 256")

@@ -1,0 +1,260 @@
+"""A job file's shape, as frozen pydantic models: the kernel, its sources and markers,
+and each variant's commands, contract, known failures and metrics.
+
+Models only describe and validate; they never open a connection, a file beyond what
+validation needs, or a database. jobs.py loads a job file (or a kernel's header)
+into them, and checks what a model cannot: template fields, input paths, dependencies.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
+
+from orchestrator.config.capability import CapabilityContract, ComputeCapability
+from orchestrator.config.spec_types import CCText, Seconds, StrictModel, check_cc, check_name
+from orchestrator.outcomes import Outcome
+from orchestrator.run.streams import compile_marker
+
+MNEMONIC_RE = re.compile(r"[!-~]{1,64}")  # an instruction's name: HMMA, HMMA.16816.F32, cp.async.bulk.shared::cluster
+
+
+class ContractSpec(StrictModel):
+    """A compute-capability range: `exactly`, or `min` and/or `max`."""
+
+    exactly: CCText | None = None
+    min: CCText | None = None
+    max: CCText | None = None
+
+    @field_validator("exactly", "min", "max")
+    @classmethod
+    def _valid_cc(cls, value: str | None) -> str | None:
+        return None if value is None else check_cc(value)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ContractSpec:
+        if self.exactly is not None and (self.min is not None or self.max is not None):
+            raise ValueError("use either `exactly` or `min`/`max`, not both")
+        if self.exactly is None and self.min is None and self.max is None:
+            raise ValueError("give `exactly`, `min` or `max`")
+        low, high = self.min, self.max
+        if low is not None and high is not None and ComputeCapability.parse(low) > ComputeCapability.parse(high):
+            # an empty range admits no card: every run would count as an expected refusal
+            raise ValueError(f"a range that admits some card (min {low} is above max {high})")
+        return self
+
+    def contract(self) -> CapabilityContract:
+        def cc(text: str | None) -> ComputeCapability | None:
+            return None if text is None else ComputeCapability.parse(text)
+
+        return CapabilityContract(cc(self.exactly), cc(self.min), cc(self.max))
+
+
+def _each_once(value: list[str], expected: str) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError(expected)
+    return value
+
+
+class KnownFailureWhen(StrictModel):
+    """Where a known failure applies: an nvcc version range (PEP 440 specifier,
+    e.g. ">=13.0,<13.4") and/or a compute-capability range. Both must hold."""
+
+    nvcc: str | None = None
+    cc: ContractSpec | None = None
+
+    @field_validator("nvcc")
+    @classmethod
+    def _valid_specifier(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier:
+                raise ValueError('expected a version range such as ">=13.0,<13.4"') from None
+        return value
+
+
+DECLARABLE_FAILURES = frozenset(
+    {
+        Outcome.BUILD_FAIL,
+        Outcome.INSPECT_FAIL,
+        Outcome.FAIL,
+        Outcome.TIMEOUT,
+        Outcome.UNEXPECTED_REFUSAL,
+        Outcome.MISSING_REFUSAL,
+        Outcome.SANITIZER_ERROR,
+    }
+)
+
+
+class KnownFailureSpec(StrictModel):
+    when: KnownFailureWhen
+    outcome: Outcome
+    reason: str = Field(min_length=1)
+
+    @field_validator("when")
+    @classmethod
+    def _says_where(cls, value: KnownFailureWhen) -> KnownFailureWhen:
+        if value.nvcc is None and value.cc is None:  # a failure declared everywhere hides every one
+            raise ValueError("where it applies: `nvcc` (a version range), `cc` (a CC range), or both")
+        return value
+
+    @field_validator("outcome")
+    @classmethod
+    def _a_kernels_failure(cls, value: Outcome) -> Outcome:
+        # infra-error is the node's, compile-only and expected-refusal are what a cell must do
+        if value not in DECLARABLE_FAILURES:
+            raise ValueError(f"a failure of the kernel's own ({', '.join(sorted(DECLARABLE_FAILURES))}), not {value}")
+        return value
+
+
+SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
+
+
+class VariantSpec(StrictModel):
+    build: str = Field(min_length=1)
+    run: str = "{binary}"
+    inspect: str = "{cuobjdump} --dump-sass {binary}"
+    cc: ContractSpec
+    # each mnemonic found at least this often in the inspect stage's text (0 asks nothing)
+    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}
+    timeout: Seconds | None = None
+    known_failures: list[KnownFailureSpec] = []
+    description: str = ""
+    # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (run/stages/sanitize.py)
+    sanitize: list[SanitizerTool] = []
+
+    @field_validator("instructions")
+    @classmethod
+    def _mnemonics(cls, value: dict[str, int]) -> dict[str, int]:
+        for name in value:  # "" or " " was found everywhere in the text, by the farm's count
+            if not MNEMONIC_RE.fullmatch(name):
+                raise ValueError(f"mnemonics without spaces (HMMA, HMMA.16816, cp.async.shared::cluster), not {name!r}")
+        return value
+
+    @field_validator("sanitize")
+    @classmethod
+    def _each_tool_once(cls, value: list[str]) -> list[str]:
+        return _each_once(value, "each tool once, e.g. [memcheck, racecheck]")
+
+    @model_validator(mode="after")
+    def _sanitized_run_is_the_binary(self) -> VariantSpec:
+        # the tool wraps the run command: a second command ("true && {binary}") would run unchecked
+        if self.sanitize and not re.fullmatch(r"\{binary\}( [A-Za-z0-9_./=,:+@%-]+)*", self.run):
+            raise ValueError(
+                f"sanitize: the variant's run is {self.run!r}; a sanitized run must be the binary and plain "
+                "arguments ('{binary}' or '{binary} 512 fast'), which compute-sanitizer runs whole"
+            )
+        return self
+
+
+MetricName = Annotated[str, AfterValidator(check_name)]
+
+
+class MetricSpec(StrictModel):
+    """A figure of speed (metrics.py): the first group of `regex` on the kernel's
+    stdout, or, without a regex, the kernel's own seconds on the node. A value
+    worse than the cell's median of its last 5 by more than `tolerance` (a
+    fraction: 0.1 is 10 %) makes a passing cell perf-regression."""
+
+    regex: str | None = None
+    unit: str = Field(min_length=1, max_length=32)
+    better: Literal["higher", "lower"]
+    tolerance: Annotated[float, Strict(), Field(gt=0, le=10, allow_inf_nan=False)] = 0.1
+
+    @field_validator("regex")
+    @classmethod
+    def _one_group(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            compiled = compile_marker(value)
+        except ValueError as err:
+            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
+        if compiled.groups != 1:
+            raise ValueError(
+                f"a regular expression with exactly one capture group, the number (it has {compiled.groups})"
+            )
+        if compiled.search(b"") is not None:
+            raise ValueError("a regular expression that does not match an empty line")
+        return value
+
+    @field_validator("unit")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError("a unit of printable characters, e.g. GFLOP/s or s")
+        return value
+
+    @field_validator("better")
+    @classmethod
+    def _seconds_are_lower_better(cls, value: str, info: ValidationInfo) -> str:
+        # `regex` is validated first (declared first); absent, the metric is the kernel's seconds
+        if "regex" in info.data and info.data["regex"] is None and value != "lower":
+            raise ValueError("lower: a metric without a regex is the kernel's own seconds")
+        return value
+
+
+class JobSpec(StrictModel):
+    kernel: str
+    description: str = ""
+    sources: list[str] = Field(min_length=1)  # translation units, passed to nvcc as {sources}
+    headers: list[str] = []  # files or folders shipped and hashed with the sources, never passed to nvcc
+    dependencies: list[str] = []
+    pass_marker: str
+    refusal_marker: str
+    timeout: Seconds = 120.0
+    build_timeout: Seconds = 900.0
+    sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
+    variants: dict[str, VariantSpec] = Field(min_length=1)
+    metrics: dict[MetricName, MetricSpec] = Field(default={}, max_length=16)  # name -> figure of speed
+
+    @field_validator("kernel")
+    @classmethod
+    def _kernel_name(cls, value: str) -> str:
+        return check_name(value)
+
+    @field_validator("dependencies")
+    @classmethod
+    def _each_dependency_once(cls, value: list[str]) -> list[str]:
+        return _each_once(value, "each dependency once")
+
+    @field_validator("pass_marker", "refusal_marker")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        if not value.strip():
+            # an empty marker matches every output: a kernel printing nothing would pass
+            raise ValueError("a regular expression that matches only the kernel's own words (not empty)")
+        try:
+            compile_marker(value)
+        except ValueError as err:
+            raise ValueError(f"a regular expression RE2 accepts ({err}; no look-arounds or back-references)") from None
+        compiled = compile_marker(value)
+        if compiled.search(b"") is not None:
+            raise ValueError("a regular expression that does not match an empty line")
+        said = next((line for line in NOT_A_VERDICT if compiled.search(line) is not None), None)
+        if said is not None:  # `.`, `\s`, `[^x]`: a failing kernel's words would pass (or refuse)
+            raise ValueError(
+                f"a regular expression that matches only the kernel's own words (it matches {said.decode()!r}, "
+                "which any failing or crashing kernel may print)"
+            )
+        return value
+
+
+# lines any kernel may print whatever its verdict: a marker matching one of them proves nothing
+NOT_A_VERDICT = (
+    b"x",
+    b"0",
+    b" ",
+    b"-",
+    b"FAIL",
+    b"FAILED",
+    b"error",
+    b"mismatch at element 3: FAILED",
+    b"Segmentation fault (core dumped)",
+    b"CUDA error: an illegal memory access was encountered",
+    b"terminate called after throwing an instance of 'std::runtime_error'",
+)
