@@ -250,7 +250,7 @@ def as_json(model: ReportModel) -> str:
         "cells": [
             {
                 **(record := result_record(r, snaps.get(r.snapshot_id))),
-                # nothing of a run that did not finish certifies (queries.Queries._certifying)
+                # nothing of a run that did not finish certifies (certifying.CertifyingQueries._certifying)
                 "certifies_nothing": record["certifies_nothing"] or run.status != "finished",
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }

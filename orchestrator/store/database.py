@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.metrics import BASELINE
+from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
@@ -45,7 +46,7 @@ from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, no_nul
 from orchestrator.store.tables import Attempt, Base, MetricValue, NodeSnapshotRow, ResultRow, Run, SassCount, SourceFile
 
 
-class Store(Queries, Recovery):
+class Store(Queries, CertifyingQueries, Recovery):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
@@ -440,7 +441,7 @@ class Store(Queries, Recovery):
                 session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
                 session.commit()
 
-    # reads: queries.Queries
+    # reads: queries.Queries, certifying.CertifyingQueries
 
     def close(self) -> None:
         if self.journal is not None:
