@@ -859,7 +859,7 @@ def _instrument() -> dict[str, list]:
         setattr(owner, name, timed)
 
     members = {name: member for cls in reversed(store.Store.__mro__) for name, member in vars(cls).items()}
-    for name, member in members.items():  # the queries are Store's through its Queries base (queries.py)
+    for name, member in members.items():  # the queries are Store's through its bases (queries.py, certifying.py, ...)
         if callable(member) and not name.startswith("_") and name not in ("session", "close"):
             wrap(store.Store, name, lambda _a, n=name: f"query: Store.{n}")
     for name in ("collect",):

@@ -31,7 +31,7 @@ import paramiko  # noqa: E402
 from nodes import CARDS, Fleet  # noqa: E402
 
 from orchestrator.config.farm_spec import NodeSpec  # noqa: E402
-from orchestrator.transport import ssh, transport_for  # noqa: E402
+from orchestrator.transport import ssh, ssh_tuning, transport_for  # noqa: E402
 
 CELL = "cat > /dev/null; for i in 1 2 3 4; do printf '%2000s\\n' x; done"
 CELL_STDIN = b"#" * 23088
@@ -89,19 +89,19 @@ def main() -> int:
                 return 1
         transport.close()
         shaped = {}
-        farm_order = ssh._Transport._preferred_ciphers
+        farm_order = ssh_tuning.TunedTransport._preferred_ciphers
         contenders = (
             ("paramiko's defaults (AES-CTR + HMAC, Nagle on)", paramiko.Transport._preferred_ciphers, False),
             ("AES-GCM, Nagle on", farm_order, False),
             ("AES-GCM, TCP_NODELAY (the farm's)", farm_order, True),
         )
         for name, order, no_delay in contenders:
-            ssh._Transport._preferred_ciphers = order
+            ssh_tuning.TunedTransport._preferred_ciphers = order
             try:
                 one = transport_for("n0", NodeSpec.model_validate(node.farm_entry(tmp / "work")))
                 one.open()
             finally:
-                ssh._Transport._preferred_ciphers = farm_order
+                ssh_tuning.TunedTransport._preferred_ciphers = farm_order
             sock = one._conn.transport.sock
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(no_delay))
             used = one._conn.transport.remote_cipher
@@ -113,13 +113,13 @@ def main() -> int:
                 print(f"{name}: not every command exited 0 with {CELL_OUT} bytes ({answers}); no ratio")
                 return 1
         connects = {}
-        farm_transport = ssh._Transport
+        farm_transport = ssh_tuning.TunedTransport
         for name, factory in (("paramiko's Transport", paramiko.Transport), ("the farm's", farm_transport)):
-            ssh._Transport = factory
+            ssh.TunedTransport = factory  # where SSHTransport looks it up
             try:
                 cpu, wall, answers = timed(lambda: connect_and_true(node, tmp), max(args.commands // 10, 5))
             finally:
-                ssh._Transport = farm_transport
+                ssh.TunedTransport = farm_transport
             connects[name] = (cpu, wall)
             print(f"connect + first command, {name}: {cpu * 1000:.2f} ms CPU, {wall * 1000:.1f} ms wall")
             if answers != {0}:

@@ -39,7 +39,7 @@ class Outcome(StrEnum):
 
 # Outcomes that leave a run green: the cell behaved as its plan said it would. A
 # perf-regression is not among them (the run exits 1, so the night's reader sees it),
-# although its numbers were right: it still certifies (store/database.py _certifying).
+# although its numbers were right: it still certifies (store/certifying.py _certifying).
 AS_EXPECTED = frozenset(
     {
         Outcome.PASS,

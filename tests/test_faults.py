@@ -62,7 +62,7 @@ from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, OUTPUT_LIMIT
 from orchestrator.run.scheduler import run_cells
 from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
-from orchestrator.transport.ssh import WATCHDOG_GRACE
+from orchestrator.transport.ssh_watchdog import WATCHDOG_GRACE
 
 MIN75 = {"min": "7.5"}
 EXACT90 = {"exactly": "9.0"}

@@ -383,12 +383,12 @@ def test_site_pages_exist_and_link(toy_run, tmp_path):
 
 
 def test_rows_made_in_python_are_the_templates_bytes():
-    """The node pages' probe rows are made in Python for speed (site._probe_rows):
+    """The node pages' probe rows are made in Python for speed (grids.probe_rows):
     they must be the bytes the template loop made, quotes and all (MarkupSafe writes
     ' as &#39;, where html.escape writes &#x27;: a different page, a changed stamp)."""
     from types import SimpleNamespace
 
-    from orchestrator.report import site
+    from orchestrator.report import grids, site
 
     loop = (
         "{% set prev = namespace(s=none) %}\n{% for s in snaps %}\n"
@@ -415,7 +415,7 @@ def test_rows_made_in_python_are_the_templates_bytes():
         snap(4),
     ]
     expected = site._env().from_string(loop).render(snaps=snaps)
-    made = str(site._probe_rows(snaps))
+    made = str(grids.probe_rows(snaps))
     assert made == expected
     assert "&#39;h100-1&#39;" in made and "&lt;beta&gt;" in made and "&#34;SXM&#34;" in made
 
@@ -449,13 +449,13 @@ def test_a_cell_page_that_cannot_be_written_stops_the_render_before_any_page_lin
 
 
 def test_the_matrix_made_in_python_is_the_templates_bytes():
-    """index.html's matrix rows are made in Python (site._standing_matrix): the bytes
+    """index.html's matrix rows are made in Python (grids.standing_matrix): the bytes
     the template loop made, whatever the cell (infra, stale, ptx-jit, a stderr line
     to cut, a later infra result, none) and whatever its text holds."""
     from datetime import timedelta
     from types import SimpleNamespace
 
-    from orchestrator.report import site
+    from orchestrator.report import grids, site
     from orchestrator.report.model import StandingCell
 
     loop = (  # index.html.j2's loop as it was (357953a)
@@ -535,7 +535,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
     )
     env = site._env()
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
-    made = str(site._standing_matrix(model, env))
+    made = str(grids.standing_matrix(model, env))
     assert made == expected
     shown_words = (
         'class="why"',

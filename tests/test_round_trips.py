@@ -31,7 +31,8 @@ from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
 from orchestrator.transport.base import Transport
-from orchestrator.transport.ssh import SSHTransport, _QuickAck
+from orchestrator.transport.ssh import SSHTransport
+from orchestrator.transport.ssh_tuning import QuickAck
 
 MIN75 = {"min": "7.5"}
 # every test here, with either of the node runners (conftest.runner)
@@ -312,7 +313,7 @@ def test_the_connection_is_aes_gcm_both_ways_without_nagle(node: SshNode, tmp_pa
         session = transport._conn.transport
         assert (session.local_cipher, session.remote_cipher) == ("aes128-gcm@openssh.com",) * 2
         assert session.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-        assert isinstance(session.sock, _QuickAck)
+        assert isinstance(session.sock, QuickAck)
         assert transport.run("echo ok", timeout=30).stdout == "ok\n"
 
 
@@ -477,7 +478,7 @@ def test_a_node_behind_a_jump_host(node: SshNode, tmp_path: Path) -> None:
             assert isinstance(transport, SSHTransport)
             assert transport.run("echo $SSH_CONNECTION", timeout=30).stdout.split()[0] == "127.0.0.1"
             gateway = transport._conn.gateway.transport
-            assert isinstance(gateway.sock, _QuickAck)
+            assert isinstance(gateway.sock, QuickAck)
             assert gateway.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
         root = tmp_path / "farm"
         farm_file = write_farm(root, {"t4": entry}, [standin_job("standin", passing(1))])

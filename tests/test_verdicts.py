@@ -39,6 +39,7 @@ from orchestrator.config import inputs
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
 from orchestrator.report import export
+from orchestrator.report.kernel_inputs import current_inputs
 from orchestrator.report.model import cc_key, collect
 from orchestrator.report.site import render
 from orchestrator.run.bundle import Placed
@@ -355,7 +356,7 @@ def test_the_cutlass_dependency_is_part_of_the_identity(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     farm = load_farm(repo / "farm.yaml")
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
-    model_inputs = __import__("orchestrator.report.model", fromlist=["current_inputs"]).current_inputs(store, farm, {})
+    model_inputs = current_inputs(store, farm, {})
     cutlass = model_inputs["cutlass_gemm"]
     assert cutlass.dependencies["cutlass"]["version"] == "4.2.0.0"
     digest = cutlass.dependencies["cutlass"]["digest"]

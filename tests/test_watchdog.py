@@ -12,17 +12,17 @@ import threading
 
 import pytest
 
-from orchestrator.transport import ssh
+from orchestrator.transport import ssh_watchdog
 from orchestrator.transport.base import Deadline
 
 
 @pytest.fixture
-def watchdog(monkeypatch: pytest.MonkeyPatch) -> ssh._Watchdog:
-    monkeypatch.setattr(ssh, "WATCHDOG_GRACE", 0.0)
-    return ssh._Watchdog()
+def watchdog(monkeypatch: pytest.MonkeyPatch) -> ssh_watchdog.Watchdog:
+    monkeypatch.setattr(ssh_watchdog, "WATCHDOG_GRACE", 0.0)
+    return ssh_watchdog.Watchdog()
 
 
-def test_a_passed_deadline_fires_once_and_a_cancelled_one_never(watchdog: ssh._Watchdog) -> None:
+def test_a_passed_deadline_fires_once_and_a_cancelled_one_never(watchdog: ssh_watchdog.Watchdog) -> None:
     fired: list[str] = []
     done = threading.Event()
     with watchdog._cond:  # the watchdog's thread waits until both are in, whatever the machine's load
@@ -33,7 +33,7 @@ def test_a_passed_deadline_fires_once_and_a_cancelled_one_never(watchdog: ssh._W
     assert fired == ["late"] and late.fired and not cancelled.fired
 
 
-def test_a_deadline_moved_on_is_waited_for_anew(watchdog: ssh._Watchdog) -> None:
+def test_a_deadline_moved_on_is_waited_for_anew(watchdog: ssh_watchdog.Watchdog) -> None:
     """A stage that starts moves the command's deadline on (run/stages/): the watchdog
     re-reads it when the old time comes, and waits for the new one."""
     order: list[str] = []
@@ -46,10 +46,10 @@ def test_a_deadline_moved_on_is_waited_for_anew(watchdog: ssh._Watchdog) -> None
     assert fixed.wait(10)  # the moved entry came first in the queue, and was put back
     with watchdog._cond:
         assert order == ["fixed"] and not moving.fired
-        assert [due for due, _, entry in watchdog._heap if entry is moving] == [moved.at + ssh.WATCHDOG_GRACE]
+        assert [due for due, _, entry in watchdog._heap if entry is moving] == [moved.at + ssh_watchdog.WATCHDOG_GRACE]
 
 
-def test_a_close_that_blocks_holds_up_no_other_command(watchdog: ssh._Watchdog) -> None:
+def test_a_close_that_blocks_holds_up_no_other_command(watchdog: ssh_watchdog.Watchdog) -> None:
     """Closing a connection may block (a frozen jump host's channel): each close runs
     in a thread of its own, and the next command's deadline fires all the same."""
     stuck, second = threading.Event(), threading.Event()
@@ -62,7 +62,7 @@ def test_a_close_that_blocks_holds_up_no_other_command(watchdog: ssh._Watchdog) 
         stuck.set()
 
 
-def test_one_thread_serves_every_command(watchdog: ssh._Watchdog) -> None:
+def test_one_thread_serves_every_command(watchdog: ssh_watchdog.Watchdog) -> None:
     before = threading.active_count()
     watches = [watchdog.watch(Deadline(60), lambda: None) for _ in range(50)]
     assert threading.active_count() <= before + 1

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
-from orchestrator.report.model import ReportModel, result_record, unconfirmed, utc_iso
+from orchestrator.report.model import ReportModel, unconfirmed
+from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
@@ -162,6 +164,66 @@ def junit(model: ReportModel) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
+def utc_iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC; SQLite hands stored UTC times back without a zone."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def utc_date(moment: datetime) -> str:
+    return (utc_iso(moment) or "")[:10]
+
+
+def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any]:
+    """One cell as plain data (the JSON export's shape)."""
+    return {
+        "id": row.id,
+        "kernel": row.kernel,
+        "variant": row.variant,
+        "node": row.node,
+        "device": row.device,
+        "gpu": row.device or (snap.gpu_name if snap else None),
+        "gpu_index": row.gpu_index,
+        "gpu_uuid": row.gpu_uuid,
+        "cc": row.cc,
+        "driver": snap.driver if snap else None,
+        "nvcc": snap.nvcc_version if snap else None,
+        "real_gpu": bool(row.real_gpu),
+        "certifies_nothing": unconfirmed(row),  # as expected, but on a card the driver did not confirm
+        "contract": row.contract,
+        "expected": row.expected,
+        "outcome": row.outcome,
+        "failed_stage": row.failed_stage,
+        "reason": row.reason,
+        "exit_code": row.exit_code,
+        "known_failure_reason": row.known_failure_reason,
+        "source_sha256": row.source_sha256,
+        "sources": row.sources,
+        "dependencies": row.dependencies or {},
+        "identity": row.identity,
+        "last_stderr_line": row.last_stderr_line,
+        "stdout_size": row.stdout_size,
+        "stdout_sha256": row.stdout_sha256,
+        "stderr_size": row.stderr_size,
+        "stderr_sha256": row.stderr_sha256,
+        "output_cuts": row.output_cuts or {},
+        "binary_sha256": row.binary_sha256,
+        "build_command": row.build_command,
+        "build_cached": row.build_cached,
+        "instruction_counts": row.instruction_counts,
+        "required_instructions": row.required_instructions,
+        "elf_targets": row.elf_targets,
+        "ptx_targets": row.ptx_targets,
+        "code_path": row.code_path,
+        "stage_seconds": row.stage_seconds,
+        "started_at": utc_iso(row.started_at),
+        "ended_at": utc_iso(row.ended_at),
+    }
+
+
 def as_json(model: ReportModel) -> str:
     run = model.run
     snaps = {s.id: s for s in model.snapshots}
@@ -188,7 +250,7 @@ def as_json(model: ReportModel) -> str:
         "cells": [
             {
                 **(record := result_record(r, snaps.get(r.snapshot_id))),
-                # nothing of a run that did not finish certifies (queries.Queries._certifying)
+                # nothing of a run that did not finish certifies (certifying.CertifyingQueries._certifying)
                 "certifies_nothing": record["certifies_nothing"] or run.status != "finished",
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }

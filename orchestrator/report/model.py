@@ -20,30 +20,17 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import history, ledger
-from orchestrator.report.trends import Point, Series
+from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
+from orchestrator.report.trends import Series, trend_series
 from orchestrator.store.database import Store
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
 HISTORY_RUNS = 30  # runs in history.html, each with its own page
 GRID_RUNS = 10  # runs (columns) in a kernel page's history grid
-
-
-def utc_iso(moment: datetime | None) -> str | None:
-    """ISO 8601 in UTC; SQLite hands stored UTC times back without a zone."""
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="seconds")
-
-
-def utc_date(moment: datetime) -> str:
-    return (utc_iso(moment) or "")[:10]
 
 
 @functools.cache
@@ -176,49 +163,6 @@ class ReportModel:
 
 def _planned_ccs(named: set[str]) -> list[str]:
     return sorted(named, key=cc_key)
-
-
-@dataclass(frozen=True)
-class KernelInputs:
-    path: str  # main source
-    identity: str
-    source: bytes  # the main source's bytes (its header claims)
-    files: dict[str, str]
-    dependencies: dict[str, dict]
-
-
-def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]) -> dict[str, KernelInputs]:
-    """kernel -> its inputs as they are now: on disk when the farm's configuration
-    is at hand and every dependency is installed here (so an edit shows as a stale
-    certificate at once), else as the kernel's latest result recorded them."""
-    found: dict[str, KernelInputs] = {}
-    if farm is not None:
-        for kernel, job in farm.jobs.items():
-            deps: dict[str, dict] = {}
-            for name in job.spec.dependencies:
-                folder = dependencies.local_path(name)
-                if folder is None:
-                    break
-                sums = {rel: inputs.file_sha256(path) for rel, path in inputs.folder_files(folder).items()}
-                deps[name] = {"digest": inputs.files_digest(sums), "version": dependencies.local_version(name)}
-            else:
-                main = job.main_source
-                found[kernel] = KernelInputs(
-                    main,
-                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}, job.spec.sources),
-                    job.files[main].read_bytes(),
-                    dict(job.file_sha256),
-                    deps,
-                )
-    for kernel, row in latest.items():
-        if kernel in found or not row.identity:
-            continue
-        stored = store.source(row.source_sha256)
-        main = next((p for p, sha in row.sources.items() if sha == row.source_sha256), row.kernel)
-        found[kernel] = KernelInputs(
-            main, row.identity, stored.content if stored else b"", dict(row.sources), dict(row.dependencies or {})
-        )
-    return found
 
 
 def _days(later: datetime, earlier: datetime | None) -> float:
@@ -453,70 +397,3 @@ def collect(
     )
     model.trends = trend_series(trend_rows, model.several)
     return model
-
-
-def trend_series(rows: list[Any], several: set[str]) -> dict[str, dict[str, list[Series]]]:
-    """kernel -> metric -> one Series per cell, by cell label; `rows` are Store.TREND's.
-    Unpacked as tuples and sorted per cell: a big farm's window holds 10^5 values."""
-    points: dict[tuple, list[tuple]] = defaultdict(list)
-    for result_id, run_id, kernel, variant, node, device, name, value, unit, better, baseline, regressed in rows:
-        cell = (kernel, name, variant, node, device)
-        points[cell].append((result_id, run_id, value, unit, better, baseline, regressed))
-    found: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
-    for (kernel, name, variant, node, device), values in points.items():
-        values.sort()
-        label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
-        shown = tuple(Point(run, res, value, bool(bad), base) for res, run, value, _u, _b, base, bad in values)
-        unit, better = values[-1][3], values[-1][4]  # the newest result's
-        found[kernel][name].append(Series(name, label, unit, better, shown))
-    return {
-        kernel: {name: sorted(series, key=lambda s: s.cell) for name, series in sorted(by_name.items())}
-        for kernel, by_name in found.items()
-    }
-
-
-def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any]:
-    """One cell as plain data (the JSON export's shape)."""
-    return {
-        "id": row.id,
-        "kernel": row.kernel,
-        "variant": row.variant,
-        "node": row.node,
-        "device": row.device,
-        "gpu": row.device or (snap.gpu_name if snap else None),
-        "gpu_index": row.gpu_index,
-        "gpu_uuid": row.gpu_uuid,
-        "cc": row.cc,
-        "driver": snap.driver if snap else None,
-        "nvcc": snap.nvcc_version if snap else None,
-        "real_gpu": bool(row.real_gpu),
-        "certifies_nothing": unconfirmed(row),  # as expected, but on a card the driver did not confirm
-        "contract": row.contract,
-        "expected": row.expected,
-        "outcome": row.outcome,
-        "failed_stage": row.failed_stage,
-        "reason": row.reason,
-        "exit_code": row.exit_code,
-        "known_failure_reason": row.known_failure_reason,
-        "source_sha256": row.source_sha256,
-        "sources": row.sources,
-        "dependencies": row.dependencies or {},
-        "identity": row.identity,
-        "last_stderr_line": row.last_stderr_line,
-        "stdout_size": row.stdout_size,
-        "stdout_sha256": row.stdout_sha256,
-        "stderr_size": row.stderr_size,
-        "stderr_sha256": row.stderr_sha256,
-        "output_cuts": row.output_cuts or {},
-        "binary_sha256": row.binary_sha256,
-        "build_command": row.build_command,
-        "build_cached": row.build_cached,
-        "instruction_counts": row.instruction_counts,
-        "required_instructions": row.required_instructions,
-        "elf_targets": row.elf_targets,
-        "ptx_targets": row.ptx_targets,
-        "code_path": row.code_path,
-        "stage_seconds": row.stage_seconds,
-        "started_at": utc_iso(row.started_at),
-        "ended_at": utc_iso(row.ended_at),
-    }

@@ -39,7 +39,7 @@ def write_fresh(path: str, data: bytes) -> None:
     # A cell page not on disk yet: nothing links to it until the run's and the index
     # pages are written after it, so it is written in place, without a temporary file
     # and a rename (a run writes thousands). A render that dies halfway leaves a page
-    # without its end, which site._stamped does not trust: it is written again next time.
+    # without its end, which stamps.stamped does not trust: it is written again next time.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
         fd = os.open(path, flags, 0o666)

@@ -11,9 +11,9 @@
 
 Pages are static and self-contained (inline CSS, no scripts, fonts or CDNs), so
 they open from disk and read without JavaScript. Everything nodes and kernels
-printed is untrusted: autoescaped by Jinja2, and escaped by _e where report.py
-makes HTML itself (cell pages, and the cells of run pages and kernel grids, for
-speed). Each page is written to a temporary file and renamed, so a reader never
+printed is untrusted: autoescaped by Jinja2, and escaped by escape.py where the
+farm makes HTML itself, for speed (cell_page.py: cell pages; grids.py: matrices
+and grids). Each page is written to a temporary file and renamed, so a reader never
 sees half a page (but a new cell page, which nothing links to until the pages
 written after it); pages go to disk from a writer process, in order (pagewriter.py).
 
@@ -21,16 +21,15 @@ Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
 what came before it (never what came after), and a run's page one run, so once
 written they cannot change: each carries a stamp (its result or run, that run's
-start, and a digest of the templates and of the code that fills them), and a
-page whose stamp is already on disk is not rendered again. A running run's page
-is always rendered again. Index, kernel, node and history pages change with
+start, and a digest of the templates and of the code that fills them; stamps.py),
+and a page whose stamp is already on disk is not rendered again. A running run's
+page is always rendered again. Index, kernel, node and history pages change with
 every run and are rendered every time (and written only when their bytes differ).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import hashlib
 import os
@@ -42,30 +41,22 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
-from jinja2.filters import do_truncate
-from markupsafe import Markup
 
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError
-from orchestrator.report import history, trends
-from orchestrator.report.cell_page import _UNFINISHED, Chrome, cell_body, decoded
-from orchestrator.report.escape import e as _e
+from orchestrator.report import grids, history
+from orchestrator.report.cell_page import Chrome, cell_body, decoded
 from orchestrator.report.escape import page_name
-from orchestrator.report.escape import t as _t
 from orchestrator.report.escape import when as _when
-from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect, unconfirmed
+from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
+from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
-# what decides a page's bytes besides the database: a change to any of these renders every page again
-PAGE_SOURCES = (
-    *("site.py", "cell_page.py", "escape.py", "model.py", "history.py", "trends.py"),
-    *("../outcomes.py", "../metrics.py", "../terminal.py"),
-)
 
 
 def _bytecode_cache() -> BytecodeCache | None:
@@ -97,22 +88,12 @@ def _env() -> Environment:
     # the farm's own HTML, its untrusted parts already through _e)
     env.finalize = lambda value: printable_on_page(value) if type(value) is str else value
     env.filters["when"] = _when
-    env.filters["age"] = _age
+    env.filters["age"] = grids.age_text
     env.filters["number"] = metrics.number
     env.filters["percent"] = metrics.percent
     env.globals["category"] = category
     env.globals["regression_words"] = metrics.regression_words
     return env
-
-
-def _age(days: float) -> str:
-    """How long before the shown run an earlier run's verdict was (the run's own cells
-    show no age): "this run" would take a run started under a minute before for it."""
-    if days < 1 / 24:
-        return "<1 min before" if days < 1 / 1440 else f"{days * 1440:.0f} min before"
-    if days < 2:
-        return f"{days * 24:.0f} h before"
-    return f"{days:.0f} d before"
 
 
 class PageWriteError(FarmError):
@@ -134,50 +115,6 @@ def _write(path: Path | str, text: str, pages: PageWriter, compare: bool = True,
     place); else any page, written whole by a rename, and not at all when the page
     on disk has its bytes (`compare=False`: the caller knows it differs)."""
     pages.put(FRESH if fresh else PAGE if compare else CHANGED, os.fspath(path), text.encode("utf-8"))
-
-
-@functools.cache
-def page_format() -> str:
-    """A digest of the templates and of the code that fills them: part of every
-    stamp, so pages written by another version of the farm are rendered again."""
-    here = Path(__file__).parent
-    digest = hashlib.sha256()
-    for path in [*sorted((here / "templates").glob("*.j2")), *(here / name for name in PAGE_SOURCES)]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=256)
-def _moment(started: datetime) -> str:
-    # to the microsecond: with the id, it tells this run from another database's run of the same id
-    moment = started if started.tzinfo else started.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def cell_stamp(result_id: int, run_id: int, started: datetime) -> str:
-    return f"farm page {page_format()}: result {int(result_id)} of run {int(run_id)} started {_moment(started)}"
-
-
-def run_stamp(run_id: int, started: datetime, status: str, linked: bool) -> str:
-    state = f"{status}, {'linked' if linked else 'plain'}"
-    return f"farm page {page_format()}: run {int(run_id)} started {_moment(started)}, {state}"
-
-
-PAGE_END = b"</html>"  # the last bytes of every page (base.html.j2); never in a page's escaped text
-
-
-def _stamped(path: Path, stamp: str) -> bool:
-    """Whether the page on disk carries this stamp (its second line, base.html.j2)
-    and is whole (it ends as every page does: see pagewriter.write_fresh)."""
-    try:
-        with open(path, "rb") as page:
-            head = page.read(1024)
-            page.seek(-len(PAGE_END), os.SEEK_END)
-            end = page.read()
-    except OSError:  # not there, or shorter than its end
-        return False
-    lines = head.split(b"\n", 2)
-    return len(lines) > 2 and lines[1] == f"<!-- {stamp} -->".encode() and end == PAGE_END
 
 
 def _linked_results(model: ReportModel) -> dict[int, int]:
@@ -214,7 +151,7 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
     todo = [
         rid
         for rid in sorted(wanted)
-        if f"{rid}.html" not in present or not _stamped(out_dir / "cells" / f"{rid}.html", stamps[rid])
+        if f"{rid}.html" not in present or not stamped(out_dir / "cells" / f"{rid}.html", stamps[rid])
     ]
     # the run's own cells' earlier results are in the model; the others' are read here
     others = [rid for rid in todo if rid not in model.previous and wanted[rid] != model.run.id]
@@ -249,74 +186,6 @@ def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Pat
             _write(path, text, pages, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
 
 
-@functools.lru_cache(maxsize=256)
-def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
-    # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
-    if not outcome:
-        return '<td class="h none">–</td>'
-    return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}</td>'
-
-
-def _grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, Markup]]:
-    """A kernel page's history grid: per cell, its label and its row of outcomes, one
-    per run (oldest first), as HTML made here from escaped words (see _outcome_td)."""
-    several = model.several
-    unsure, unfinished = model.unconfirmed_ids, model.unfinished_runs  # neither is green: it certifies nothing
-    columns = [r.id for r in reversed(runs)]
-    grid = []
-    for key in sorted(k for k in model.cell_history if k[0] == kernel):
-        _kernel, variant, node, device = key
-        by_run = {rid: (outcome, res in unsure or rid in unfinished) for rid, outcome, res in model.cell_history[key]}
-        label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
-        grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False))) for rid in columns))))
-    return grid
-
-
-def _trend_rows(trends_by_metric: dict[str, list[trends.Series]]) -> list[tuple[str, list[trends.Series], Markup]]:
-    """A kernel page's speed section: per metric, its series and their table rows
-    (each cell's trend and latest value) as HTML made here, the bytes the template made."""
-    shown = []
-    for name, series in trends_by_metric.items():
-        rows = []
-        for s in series:
-            latest = s.latest
-            flag = ' <span class="flag">perf-regression</span>' if latest.regressed else ""
-            rows.append(
-                f"<tr><th>{_t(s.cell)}</th><td>{trends.svg(s)}</td><td>{_t(metrics.number(latest.value))} "
-                f"{_t(s.unit)}{flag}<small>run {_t(latest.run_id)}</small></td></tr>\n"
-            )
-        shown.append((name, series, Markup("".join(rows))))
-    return shown
-
-
-_PROBED = ("gpu_name", "cc", "driver", "nvcc_version")  # a change from the run before is marked
-
-
-def _probe_rows(snaps: list[Any]) -> Markup:
-    """A node page's probe table rows, one per snapshot (oldest first), as HTML made
-    here: the bytes the template made, at a fraction of its cost per value."""
-    out = []
-    prev = None
-    for s in snaps:
-        row = [f'<tr data-run="{_t(s.run_id)}">\n<td>{_t(s.run_id)}</td>\n']
-        for name in _PROBED:
-            value = getattr(s, name)
-            if prev is not None and getattr(prev, name) != value:
-                was = getattr(prev, name)
-                row.append(f'<td class="flag" title="changed">{_t(value or "–")} (was {_t(was or "–")})</td>\n')
-            else:
-                row.append(f"<td>{_t(value or '–')}</td>\n")
-        differs = ' <span class="flag">differs</span>' if s.cc_mismatch else ""
-        row.append(
-            f"<td>{'yes' if s.real_gpu else 'no'}</td>\n"
-            f"<td>{_t(s.declared_gpu or '–')}, CC {_t(s.declared_cc or '–')}{differs}</td>\n"
-            f"<td>{_t(s.probe_error or 'ok')}</td>\n</tr>\n"
-        )
-        out.append("".join(row))
-        prev = s
-    return Markup("".join(out))
-
-
 def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[str, int]]]:
     """run -> cell -> (outcome, result id) of the kernel grids' runs, from the model's
     cell history (in id order: a cell's last result in a run wins, as in run_matrix)."""
@@ -325,109 +194,6 @@ def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[s
         for run_id, outcome, result_id in entries:
             found[run_id][key] = (outcome, result_id)
     return found
-
-
-_NO_CELL = '<td class="none">–</td>'
-
-
-@functools.lru_cache(maxsize=256)
-def _run_td(outcome: str, unsure: bool = False) -> tuple[str, str]:
-    """A plain run-page cell, per outcome word: its HTML before the result id and after
-    it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
-    return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{_e(outcome)}</td>'
-
-
-def _run_matrix(
-    cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool, unsure: set[int]
-) -> list[tuple[str, str, Markup]]:
-    """A run page's matrix: per (kernel, variant), its row of cells, one per column
-    (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
-    and a template spends microseconds on each. `linked`: each cell links to its page
-    and carries data-node, data-device and data-cell (the rendered run's own matrix)."""
-    at = {column: i for i, column in enumerate(columns)}
-    blank = [_NO_CELL] * len(columns)
-    rows: dict[tuple[str, str], list[str]] = {}
-    for (kernel, variant, node, device), (outcome, rid) in cells.items():
-        row = rows.get((kernel, variant))
-        if row is None:
-            row = rows[(kernel, variant)] = blank.copy()
-        if linked:
-            row[at[(node, device)]] = (
-                f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
-                f'title="result {int(rid)}" data-node="{_e(node)}" '
-                f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
-                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
-            )
-        else:
-            before, after = _run_td(outcome, rid in unsure)
-            row[at[(node, device)]] = f"{before}{int(rid)}{after}"
-    return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
-
-
-def _standing_matrix(model: ReportModel, env: Environment) -> Markup:
-    """index.html's matrix rows (the fleet's standing), one <tr> per (kernel, variant)
-    and a cell per column, as HTML made here: Jinja2 spent microseconds on each of a
-    cell's dozen lookups, tests and escapes, times 10^3-10^4 cells. Every value from
-    the database goes through _e; the bytes are those the template made."""
-    run_id = model.run.id
-    standing = model.standing
-    heads = [(col.node, col.device, _t(col.node), _t(col.device)) for col in model.columns]
-    out = []
-    for kernel, variant, contract in model.rows:
-        kernel_text, variant_text = _t(kernel), _t(variant)
-        label = f"{kernel_text}:{variant_text}"
-        out.append(
-            f'<tr>\n<th><a href="kernels/{_t(page_name(kernel))}.html">{kernel_text}</a> : {variant_text}'
-            f"<small>{_t(contract)}</small></th>\n"
-        )
-        for node, device, node_text, device_text in heads:
-            s = standing.get((kernel, variant, node, device))
-            if s is None:
-                out.append('<td class="none">–</td>\n')
-                continue
-            r = s.result
-            cat = category(r.outcome)
-            # grey, flagged: no green for what certifies nothing (a stand-in card, a run that did not
-            # finish: a killed night's passes stayed green once a later run had finished)
-            unfinished = model.unfinished_runs.get(r.run_id)
-            if cat == "good" and (unconfirmed(r) or unfinished):
-                cat = "good unconfirmed"
-            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
-            changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
-            stale = " stale-cell" if s.stale or changed else ""
-            cell = [
-                f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
-                f'data-run="{_t(r.run_id)}"><a class="outcome" href="cells/{_t(r.id)}.html">{_t(r.outcome)}</a>\n'
-            ]
-            if cat == "infra":
-                cell.append("<small>no verdict</small>")
-            else:
-                if r.outcome != r.expected:
-                    cell.append(f"<small>expected {_t(r.expected)}</small>")
-                if cat == "good unconfirmed" and unfinished:
-                    said = _UNFINISHED.get(unfinished, "did not finish")
-                    cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
-                elif cat == "good unconfirmed":
-                    cell.append('<small class="flag">stand-in card: certifies nothing</small>')
-                if cat == "bad" and r.last_stderr_line:
-                    why = do_truncate(env, r.last_stderr_line, 90, True, "…")
-                    cell.append(f'<small class="why">{_t(why)}</small>')
-                if r.code_path == "ptx-jit":
-                    cell.append("<small>ptx-jit</small>")
-                if r.ended_at and r.started_at:
-                    cell.append(f"<small>{(r.ended_at - r.started_at).total_seconds():.1f} s</small>")
-            age = f", {_t(_age(s.age_days))}" if r.run_id != run_id else ""
-            flag = ' <span class="flag">stale</span>' if s.stale else ""
-            cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')
-            if changed:
-                cell.append('<small class="flag">inputs changed since</small>\n')
-            if s.infra_since:
-                then = s.infra_since
-                cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')
-            cell.append("</td>\n")
-            out.append("".join(cell))
-        out.append("</tr>\n")
-    return Markup("".join(out))
 
 
 def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
@@ -502,7 +268,7 @@ def _render(
             linked = past.id == run.id  # cell pages are written for the rendered run (and the matrix)
             stamp = run_stamp(past.id, past.started_at, past.status, linked)
             target = out_dir / "runs" / f"{int(past.id)}.html"
-            if past.status != "running" and _stamped(target, stamp):
+            if past.status != "running" and stamped(target, stamp):
                 continue  # a finished run's page never changes
             own = model.run_cells.get(past.id)
             if own is None and past.id in model.grid_run_ids:  # its cells were read with the kernel grids'
@@ -519,7 +285,7 @@ def _render(
             if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
                 unsure = unsure | {rid for _outcome, rid in own.values()}
             columns = sorted({(n, d) for (_k, _v, n, d) in own})
-            matrix = _run_matrix(own, columns, linked, unsure)
+            matrix = grids.run_matrix(own, columns, linked, unsure)
             _write(
                 target,
                 run_page.render(
@@ -542,16 +308,16 @@ def _render(
             kernel_page.render(
                 run=run,
                 entry=entry,
-                grid=_grid(model, entry.kernel, grid_runs),
+                grid=grids.history_grid(model, entry.kernel, grid_runs),
                 runs=grid_runs,
-                trends=_trend_rows(model.trends.get(entry.kernel, {})),
+                trends=grids.trend_rows(model.trends.get(entry.kernel, {})),
             ),
             pages,
         )
 
     node_page = env.get_template("node.html.j2")
     for node, snaps in model.node_history.items():
-        page = node_page.render(run=run, node=node, snaps=snaps, probes=_probe_rows(snaps))
+        page = node_page.render(run=run, node=node, snaps=snaps, probes=grids.probe_rows(snaps))
         _write(out_dir / "nodes" / f"{page_name(node)}.html", page, pages)
 
     _write(
@@ -573,7 +339,7 @@ def _render(
             total=len(model.results) + len(model.unfinished),  # a cell the run never finished counts too
             changes=model.listed_changes,
             ledgers=model.ledgers,
-            matrix=_standing_matrix(model, env),
+            matrix=grids.standing_matrix(model, env),
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
             page_name=page_name,
         ),

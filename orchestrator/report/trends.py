@@ -1,5 +1,6 @@
 """A metric's trend on one cell as a small inline SVG: the kernel pages' speed
-section, drawn without JavaScript, fonts or files.
+section, drawn without JavaScript, fonts or files; its series gathered from the
+stored values of the kernel grids' runs (trend_series), one per cell and metric.
 
 Each stored value is a point, in result order (x) against its value (y, the
 axis labelled with the lowest and highest value and the unit); a point that
@@ -13,9 +14,10 @@ number of points, so a page of many cells stays small.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from html import escape
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from markupsafe import Markup
 
@@ -124,3 +126,23 @@ def svg(series: Series) -> Markup:
             )
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def trend_series(rows: list[Any], several: set[str]) -> dict[str, dict[str, list[Series]]]:
+    """kernel -> metric -> one Series per cell, by cell label; `rows` are Store.TREND's.
+    Unpacked as tuples and sorted per cell: a big farm's window holds 10^5 values."""
+    points: dict[tuple, list[tuple]] = defaultdict(list)
+    for result_id, run_id, kernel, variant, node, device, name, value, unit, better, baseline, regressed in rows:
+        cell = (kernel, name, variant, node, device)
+        points[cell].append((result_id, run_id, value, unit, better, baseline, regressed))
+    found: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    for (kernel, name, variant, node, device), values in points.items():
+        values.sort()
+        label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
+        shown = tuple(Point(run, res, value, bool(bad), base) for res, run, value, _u, _b, base, bad in values)
+        unit, better = values[-1][3], values[-1][4]  # the newest result's
+        found[kernel][name].append(Series(name, label, unit, better, shown))
+    return {
+        kernel: {name: sorted(series, key=lambda s: s.cell) for name, series in sorted(by_name.items())}
+        for kernel, by_name in found.items()
+    }

@@ -34,18 +34,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
-from orchestrator.metrics import BASELINE
+from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
-from orchestrator.store.queries import BISECT_TRIGGER, Queries, chunks
+from orchestrator.store.measurements import MeasurementQueries
+from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.recovery import Recovery
 from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, no_nul
-from orchestrator.store.tables import Attempt, Base, MetricValue, NodeSnapshotRow, ResultRow, Run, SassCount, SourceFile
+from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow, Run, SourceFile
 
 
-class Store(Queries, Recovery):
+class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
@@ -321,107 +322,6 @@ class Store(Queries, Recovery):
                     found[key] = sha
         return found
 
-    def metric_baseline(
-        self,
-        kernel: str,
-        variant: str,
-        node: str,
-        device: str,
-        names: Sequence[str],
-        cell_env: str,
-        count: int = BASELINE,
-    ) -> dict[str, list[float]]:
-        """The cell's last `count` values of each metric on record (results that had
-        one), oldest first: what a new value is judged against (metrics.py). Only
-        values of runs whose cells ran with the same `cell_env` count (before 0012, with
-        the JIT cache on, a run's seconds were measured differently); nor those of a
-        bisection's old commits. Read from ix_metric_values_cell, newest first."""
-        found: dict[str, list[float]] = {}
-        comparable = select(Run.id).where(Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER)
-        with self._reading() as session:
-            for name in names:
-                query = (
-                    select(MetricValue.value)
-                    .where(
-                        MetricValue.kernel == kernel,
-                        MetricValue.variant == variant,
-                        MetricValue.node == node,
-                        MetricValue.device == device,
-                        MetricValue.name == name,
-                        MetricValue.value.is_not(None),
-                    )
-                    .where(MetricValue.run_id.in_(comparable))
-                    .order_by(MetricValue.result_id.desc())
-                    .limit(count)
-                )
-                found[name] = list(reversed(session.scalars(query).all()))
-        return found
-
-    _METRIC = (
-        MetricValue.result_id,
-        MetricValue.run_id,
-        MetricValue.kernel,
-        MetricValue.variant,
-        MetricValue.node,
-        MetricValue.device,
-        MetricValue.name,
-        MetricValue.value,
-        MetricValue.unit,
-        MetricValue.better,
-        MetricValue.tolerance,
-        MetricValue.note,
-        MetricValue.baseline,
-        MetricValue.regressed,
-    )
-    # what a trend draws, in this order (the report unpacks them as tuples: 10^5 rows)
-    TREND = (
-        MetricValue.result_id,
-        MetricValue.run_id,
-        MetricValue.kernel,
-        MetricValue.variant,
-        MetricValue.node,
-        MetricValue.device,
-        MetricValue.name,
-        MetricValue.value,
-        MetricValue.unit,
-        MetricValue.better,
-        MetricValue.baseline,
-        MetricValue.regressed,
-    )
-
-    def metric_values(self, *, run_id: int | None = None, result_ids: Sequence[int] = ()) -> list[Any]:
-        """Every column of the metric values (light rows, in result and name order)
-        of one run's results, or of these results."""
-        rows: list[Any] = []
-        with self._reading() as session:
-            rows_of = session.connection().execute  # Core rows: no ORM pass over each
-            if run_id is not None:
-                rows += rows_of(select(*self._METRIC).where(MetricValue.run_id == run_id)).all()
-            for chunk in chunks(sorted(set(result_ids))):
-                rows += rows_of(select(*self._METRIC).where(MetricValue.result_id.in_(chunk))).all()
-        return sorted(rows, key=lambda row: (row.result_id, row.name))
-
-    def metric_trends(self, run_ids: Sequence[int]) -> list[Any]:
-        """The values of these runs' results, as rows of Store.TREND (no value: left
-        out), from ix_metric_values_run; in no particular order."""
-        if not run_ids:
-            return []
-        query = select(*self.TREND).where(MetricValue.run_id.in_(sorted(set(run_ids))), MetricValue.value.is_not(None))
-        with self._reading() as session:
-            return session.connection().execute(query).all()
-
-    def sass_counts(self, result_ids: Sequence[int]) -> dict[int, tuple[str | None, dict[str, int]]]:
-        """result id -> (its inputs' identity, instruction -> count), for those inspected."""
-        found: dict[int, tuple[str | None, dict[str, int]]] = {}
-        with self._reading() as session:
-            for chunk in chunks(sorted(set(result_ids))):
-                query = select(SassCount.result_id, SassCount.identity, SassCount.instruction, SassCount.count).where(
-                    SassCount.result_id.in_(chunk)
-                )
-                for result_id, identity, instruction, count in session.connection().execute(query).all():
-                    found.setdefault(result_id, (identity, {}))[1][instruction] = count
-        return found
-
     def add_attempt(self, record: AttemptRecord) -> None:
         at = datetime.now(UTC)
         fields = record.columns()
@@ -440,7 +340,7 @@ class Store(Queries, Recovery):
                 session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
                 session.commit()
 
-    # reads: queries.Queries
+    # reads: queries.Queries, certifying.CertifyingQueries, measurements.MeasurementQueries
 
     def close(self) -> None:
         if self.journal is not None:

@@ -1,7 +1,7 @@
 """What the report, `farm show` and the history read from the results database:
-runs, their results and snapshots, each cell's standing and earlier verdicts, and
-the certifying passes. Read-only, each query in one snapshot (`Store._reading`);
-Store (database.py) holds them beside its writes.
+runs, their results and snapshots, each cell's standing and earlier verdicts (the
+certifying passes: certifying.py). Read-only, each query in one snapshot
+(`Store._reading`); Store (database.py) holds them beside its writes.
 """
 
 from __future__ import annotations
@@ -10,35 +10,17 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import Date, and_, cast, func, select, union
+from sqlalchemy import and_, cast, func, select, union
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator.outcomes import Outcome
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run, SourceFile
 
 CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
-# see Queries._certifying; a perf-regression passed its numbers: slower, still correct
-CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
 BISECT_TRIGGER = "bisect"  # the trigger of `farm bisect`'s runs
 NO_VERDICT = (Outcome.INFRA_ERROR.value, Outcome.NOT_RUN.value)  # the node's fault: no verdict on the kernel
-
-
-class CertifyingGroup(NamedTuple):
-    kernel: str
-    identity: str
-    cc: str
-    passes: int
-    first_id: int
-    last_id: int
-
-
-class CertifyingDay(NamedTuple):
-    kernel: str
-    identity: str
-    cc: str
-    day: str
 
 
 def chunks(ids: list[int]) -> Iterator[list[int]]:
@@ -326,69 +308,6 @@ class Queries:
         query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id.in_(run_ids))
         with self._reading() as session:
             return list(session.scalars(query.order_by(NodeSnapshotRow.id)))
-
-    def _certifying(self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES) -> list[Any]:
-        """What certifies: a pass, where the contract required one, on a GPU the
-        driver confirmed, of a result whose every input is identified, in a run that
-        finished (one that did not never looks green: 0013). The rule lives here and
-        nowhere else (`outcomes`: some of its outcomes only)."""
-        unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
-        return [
-            ResultRow.outcome.in_([o for o in outcomes if o in CERTIFYING_OUTCOMES]),
-            ResultRow.contract_expected == Outcome.PASS.value,
-            ResultRow.real_gpu.is_(True),
-            ResultRow.cc.is_not(None),
-            ResultRow.identity.is_not(None),
-            *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
-        ]
-
-    def certifying_passes(self) -> list[Any]:
-        """Every certifying pass (see _certifying): light rows (id, kernel,
-        identity, cc, started_at), oldest first."""
-        with self._reading() as session:
-            query = (
-                select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
-                .where(*self._certifying(session))
-                .order_by(ResultRow.id)
-            )
-            return list(session.execute(query))
-
-    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
-        """The certifying passes (see _certifying) per (kernel, identity, cc), counted
-        in the database from the ix_results_certifying index alone: rows (kernel,
-        identity, cc, passes, first_id, last_id); and for the (kernel, identity)
-        pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
-        passes ran on ("YYYY-MM-DD")."""
-        group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
-        groups: dict[tuple[str, str, str], list[int]] = {}
-        dates: list[CertifyingDay] = []
-        with self._reading() as session:
-            # one outcome at a time: each is one range of the index, in (kernel, identity, cc) order,
-            # so the database counts it in one pass without sorting
-            for outcome in CERTIFYING_OUTCOMES:
-                query = (
-                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
-                    .where(*self._certifying(session, (outcome,)))
-                    .group_by(*group)
-                )
-                for kernel, identity, cc, n, first_id, last_id in session.execute(query):
-                    found = groups.setdefault((kernel, identity, cc), [0, first_id, last_id])
-                    found[0] += n
-                    found[1] = min(found[1], first_id)
-                    found[2] = max(found[2], last_id)
-            if self.engine.dialect.name == "postgresql":  # a timestamptz's day in UTC, whatever the session's zone
-                day: Any = cast(func.timezone("UTC", ResultRow.started_at), Date)
-            else:  # SQLite holds UTC times as text without a zone
-                day = func.date(ResultRow.started_at)
-            for kernel, identity in sorted(set(dated or [])):
-                query = (
-                    select(ResultRow.cc, day)
-                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
-                    .distinct()
-                )
-                for cc, on in session.execute(query):
-                    dates.append(CertifyingDay(kernel, identity, cc, on if isinstance(on, str) else on.isoformat()))
-        return [CertifyingGroup(*key, *found) for key, found in sorted(groups.items())], dates
 
     def results_with_snapshots(self, result_ids: list[int]) -> list[Any]:
         """Full rows of these results, each with its node snapshot."""

@@ -8,12 +8,12 @@
   says how to reach a node (Fabric would silently ignore StrictHostKeyChecking
   from it anyway).
 - Timeouts everywhere: connect, banner and auth timeouts on the handshake;
-  each command's own deadline; and a watchdog that closes the client when even
-  that does not return (paramiko waits for a channel request's reply without a
-  timeout, and a SIGSTOPped sshd blocks it forever).
+  each command's own deadline; and a watchdog (ssh_watchdog.py) that closes the
+  client when even that does not return (paramiko waits for a channel request's
+  reply without a timeout, and a SIGSTOPped sshd blocks it forever).
 - Commands run on raw paramiko channels, read as they arrive: Fabric's runner
   starts three threads per command, which at fleet scale is the farm's main
-  CPU cost.
+  CPU cost; the connection is tuned for a command's latency (ssh_tuning.py).
 - One connection per node: a transport per worker thread, the workers' transports
   sharing one SSH connection (sibling()), each with its own channels and SFTP.
 - No pty (it merges stderr into stdout), no stdin; large output is written to
@@ -26,175 +26,30 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import heapq
-import itertools
 import logging
-import os
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import paramiko
 from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
+from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
+from orchestrator.transport.ssh_watchdog import WATCHDOG
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
 # Python prints on stderr: noise in a cron mail for what is already an infra-error.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 
-# Seconds beyond a command's own timeout before the watchdog drops the connection.
-WATCHDOG_GRACE = 15.0
 # Seconds a streamed file may stall before the read is given up (infra-error).
 STREAM_IDLE = 60.0
 # Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
 STDERR_KEEP = 1 << 16
-
-
-class _QuickAck:
-    """A TCP socket whose reads first turn Linux's delayed ACK off again (TCP_QUICKACK
-    does not stay set). sshd writes without TCP_NODELAY on a session without a
-    terminal, so a small message of its that follows another one the farm has not
-    ACKed yet waits for the farm's delayed ACK: 40 ms, at each of the handshake's
-    and the first command's such turns (measured: 42 ms in authentication, 44 ms
-    in opening the first channel, against 1 ms after)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-
-    def recv(self, size: int) -> bytes:
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-        return self._sock.recv(size)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-class _Transport(paramiko.Transport):
-    """paramiko's, asking for AES-GCM first. With its default AES-CTR and HMAC, paramiko
-    computes each packet's MAC and compares it in Python (a fifth of the farm's SSH
-    reader thread in bench/fleet.py's profile); GCM's tag is checked inside the
-    cipher, in C. Every OpenSSH since 6.2 offers it; a server that does not still
-    gets the others, in paramiko's order."""
-
-    _preferred_ciphers = (
-        "aes128-gcm@openssh.com",
-        "aes256-gcm@openssh.com",
-        *(name for name in paramiko.Transport._preferred_ciphers if "-gcm@" not in name),
-    )
-
-    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
-        # through a jump host `sock` is a channel of the jump's connection: nothing to set
-        if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Nagle off: a command is several small messages in a row (open, exec, stdin, EOF)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if hasattr(socket, "TCP_QUICKACK"):  # Linux
-                sock = _QuickAck(sock)
-        super().__init__(sock, *args, **kwargs)
-
-
-class _Watch:
-    """One command's entry in the watchdog: `fired` once its action ran."""
-
-    def __init__(self, deadline: Deadline, action: Callable[[], None]) -> None:
-        self.deadline = deadline
-        self.action: Callable[[], None] | None = action
-        self.fired = False
-
-    @property
-    def cancelled(self) -> bool:
-        return self.action is None
-
-    def cancel(self) -> None:
-        self.action = None  # the connection is not kept alive until the entry's time comes
-
-
-class _Watchdog:
-    """Closes a command's connection once its deadline (which may move) is past by
-    WATCHDOG_GRACE: paramiko's channel requests wait for a frozen peer forever.
-    One thread for every command of the process (a thread per command was a fifth
-    of the farm's CPU per cell), started on first use: a worker process forked
-    from the farm's starts its own, with none of the parent's entries."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, _Watch]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-        os.register_at_fork(after_in_child=self._forked)
-
-    def _forked(self) -> None:
-        """A forked child (a worker): the parent's commands, its thread and the state of
-        its lock are not the child's."""
-        self._cond = threading.Condition()
-        self._heap = []
-        self._thread = None
-
-    def watch(self, deadline: Deadline, action: Callable[[], None]) -> _Watch:
-        watch = _Watch(deadline, action)
-        with self._cond:
-            heapq.heappush(self._heap, (deadline.at + WATCHDOG_GRACE, next(self._order), watch))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
-                self._thread.start()
-            elif self._heap[0][2] is watch:  # due before any other: the thread must wake sooner
-                self._cond.notify()
-        return watch
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                while self._heap and self._heap[0][2].cancelled:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    self._cond.wait()
-                    continue
-                due, _, watch = self._heap[0]
-                now = time.monotonic()
-                if due > now:
-                    self._cond.wait(due - now)
-                    continue
-                heapq.heappop(self._heap)
-                moved = watch.deadline.at + WATCHDOG_GRACE
-                if moved > now:  # its deadline was moved on meanwhile
-                    heapq.heappush(self._heap, (moved, next(self._order), watch))
-                    continue
-                action = watch.action
-                if action is None:
-                    continue
-                watch.fired = True
-                # in a thread of its own: closing a connection may block (a frozen jump host's
-                # channel), and the other commands' deadlines must not wait for it
-                threading.Thread(target=_quietly, args=(action,), daemon=True, name="ssh-watchdog-close").start()
-
-
-def _quietly(action: Callable[[], None]) -> None:
-    with contextlib.suppress(Exception):  # a connection that cannot even be closed: nothing more to do
-        action()
-
-
-_WATCHDOG = _Watchdog()
-
-
-def _exec(channel: paramiko.Channel, command: str) -> None:
-    """paramiko's exec_command without waiting for sshd's reply (a round trip per
-    command: 50 ms to a node 50 ms away); its stdin may follow at once, as
-    OpenSSH's own client does. The reply is still asked for: a refusal (sshd
-    could not fork) makes paramiko close the channel, which _run_streamed reports
-    as a lost session, rather than a channel left open until the deadline."""
-    message = paramiko.Message()
-    message.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
-    message.add_int(channel.remote_chanid)
-    message.add_string("exec")
-    message.add_boolean(True)
-    message.add_string(command)
-    channel.transport._send_user_message(message)
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -304,7 +159,7 @@ class SSHTransport(Transport):
             "channel_timeout": node.connect_timeout,
             "look_for_keys": False,
             "allow_agent": key_file is None,
-            "transport_factory": _Transport,
+            "transport_factory": TunedTransport,
         }
         if key_file:
             connect_kwargs["key_filename"] = key_file
@@ -405,11 +260,11 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = _WATCHDOG.watch(deadline, self._conn.client.close)
+        watchdog = WATCHDOG.watch(deadline, self._conn.client.close)
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
-                _exec(channel, command)
+                exec_nowait(channel, command)
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
                 # command must read its stdin first (the farm's commands do: `cat >`, the runner)
                 try:
@@ -464,7 +319,7 @@ class SSHTransport(Transport):
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             channel.settimeout(PROCESS_IO_TIMEOUT)
-            _exec(channel, command)  # a refusal closes the channel: its first recv is b""
+            exec_nowait(channel, command)  # a refusal closes the channel: its first recv is b""
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         return _ChannelProcess(channel, self.name)

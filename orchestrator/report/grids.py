@@ -1,0 +1,205 @@
+"""The site's largest tables, made in Python to the bytes their templates made:
+index.html's standing matrix, a run page's matrix, a kernel page's history grid
+and speed rows, a node page's probe rows. A cold render holds 10^5 such cells,
+and Jinja2 spent microseconds on each one's lookups, tests and escapes. Every
+value from the database is escaped as the templates printed it (escape.py);
+tests/test_report.py holds the matrix and the probe rows to the loops they replaced.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from jinja2 import Environment
+from jinja2.filters import do_truncate
+from markupsafe import Markup
+
+from orchestrator import metrics
+from orchestrator.report import history, trends
+from orchestrator.report.cell_page import _UNFINISHED
+from orchestrator.report.escape import e as _e
+from orchestrator.report.escape import page_name
+from orchestrator.report.escape import t as _t
+from orchestrator.report.model import ReportModel, category, unconfirmed
+
+
+def age_text(days: float) -> str:
+    """How long before the shown run an earlier run's verdict was (the run's own cells
+    show no age): "this run" would take a run started under a minute before for it."""
+    if days < 1 / 24:
+        return "<1 min before" if days < 1 / 1440 else f"{days * 1440:.0f} min before"
+    if days < 2:
+        return f"{days * 24:.0f} h before"
+    return f"{days:.0f} d before"
+
+
+@functools.lru_cache(maxsize=256)
+def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
+    # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
+    if not outcome:
+        return '<td class="h none">–</td>'
+    return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}</td>'
+
+
+def history_grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, Markup]]:
+    """A kernel page's history grid: per cell, its label and its row of outcomes, one
+    per run (oldest first), as HTML made here from escaped words (see _outcome_td)."""
+    several = model.several
+    unsure, unfinished = model.unconfirmed_ids, model.unfinished_runs  # neither is green: it certifies nothing
+    columns = [r.id for r in reversed(runs)]
+    grid = []
+    for key in sorted(k for k in model.cell_history if k[0] == kernel):
+        _kernel, variant, node, device = key
+        by_run = {rid: (outcome, res in unsure or rid in unfinished) for rid, outcome, res in model.cell_history[key]}
+        label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
+        grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False))) for rid in columns))))
+    return grid
+
+
+def trend_rows(trends_by_metric: dict[str, list[trends.Series]]) -> list[tuple[str, list[trends.Series], Markup]]:
+    """A kernel page's speed section: per metric, its series and their table rows
+    (each cell's trend and latest value) as HTML made here, the bytes the template made."""
+    shown = []
+    for name, series in trends_by_metric.items():
+        rows = []
+        for s in series:
+            latest = s.latest
+            flag = ' <span class="flag">perf-regression</span>' if latest.regressed else ""
+            rows.append(
+                f"<tr><th>{_t(s.cell)}</th><td>{trends.svg(s)}</td><td>{_t(metrics.number(latest.value))} "
+                f"{_t(s.unit)}{flag}<small>run {_t(latest.run_id)}</small></td></tr>\n"
+            )
+        shown.append((name, series, Markup("".join(rows))))
+    return shown
+
+
+_PROBED = ("gpu_name", "cc", "driver", "nvcc_version")  # a change from the run before is marked
+
+
+def probe_rows(snaps: list[Any]) -> Markup:
+    """A node page's probe table rows, one per snapshot (oldest first), as HTML made
+    here: the bytes the template made, at a fraction of its cost per value."""
+    out = []
+    prev = None
+    for s in snaps:
+        row = [f'<tr data-run="{_t(s.run_id)}">\n<td>{_t(s.run_id)}</td>\n']
+        for name in _PROBED:
+            value = getattr(s, name)
+            if prev is not None and getattr(prev, name) != value:
+                was = getattr(prev, name)
+                row.append(f'<td class="flag" title="changed">{_t(value or "–")} (was {_t(was or "–")})</td>\n')
+            else:
+                row.append(f"<td>{_t(value or '–')}</td>\n")
+        differs = ' <span class="flag">differs</span>' if s.cc_mismatch else ""
+        row.append(
+            f"<td>{'yes' if s.real_gpu else 'no'}</td>\n"
+            f"<td>{_t(s.declared_gpu or '–')}, CC {_t(s.declared_cc or '–')}{differs}</td>\n"
+            f"<td>{_t(s.probe_error or 'ok')}</td>\n</tr>\n"
+        )
+        out.append("".join(row))
+        prev = s
+    return Markup("".join(out))
+
+
+_NO_CELL = '<td class="none">–</td>'
+
+
+@functools.lru_cache(maxsize=256)
+def _run_td(outcome: str, unsure: bool = False) -> tuple[str, str]:
+    """A plain run-page cell, per outcome word: its HTML before the result id and after
+    it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
+    return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{_e(outcome)}</td>'
+
+
+def run_matrix(
+    cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool, unsure: set[int]
+) -> list[tuple[str, str, Markup]]:
+    """A run page's matrix: per (kernel, variant), its row of cells, one per column
+    (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
+    and a template spends microseconds on each. `linked`: each cell links to its page
+    and carries data-node, data-device and data-cell (the rendered run's own matrix)."""
+    at = {column: i for i, column in enumerate(columns)}
+    blank = [_NO_CELL] * len(columns)
+    rows: dict[tuple[str, str], list[str]] = {}
+    for (kernel, variant, node, device), (outcome, rid) in cells.items():
+        row = rows.get((kernel, variant))
+        if row is None:
+            row = rows[(kernel, variant)] = blank.copy()
+        if linked:
+            row[at[(node, device)]] = (
+                f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
+                f'title="result {int(rid)}" data-node="{_e(node)}" '
+                f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
+            )
+        else:
+            before, after = _run_td(outcome, rid in unsure)
+            row[at[(node, device)]] = f"{before}{int(rid)}{after}"
+    return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
+
+
+def standing_matrix(model: ReportModel, env: Environment) -> Markup:
+    """index.html's matrix rows (the fleet's standing), one <tr> per (kernel, variant)
+    and a cell per column, as HTML made here: Jinja2 spent microseconds on each of a
+    cell's dozen lookups, tests and escapes, times 10^3-10^4 cells. Every value from
+    the database goes through _e; the bytes are those the template made."""
+    run_id = model.run.id
+    standing = model.standing
+    heads = [(col.node, col.device, _t(col.node), _t(col.device)) for col in model.columns]
+    out = []
+    for kernel, variant, contract in model.rows:
+        kernel_text, variant_text = _t(kernel), _t(variant)
+        label = f"{kernel_text}:{variant_text}"
+        out.append(
+            f'<tr>\n<th><a href="kernels/{_t(page_name(kernel))}.html">{kernel_text}</a> : {variant_text}'
+            f"<small>{_t(contract)}</small></th>\n"
+        )
+        for node, device, node_text, device_text in heads:
+            s = standing.get((kernel, variant, node, device))
+            if s is None:
+                out.append('<td class="none">–</td>\n')
+                continue
+            r = s.result
+            cat = category(r.outcome)
+            # grey, flagged: no green for what certifies nothing (a stand-in card, a run that did not
+            # finish: a killed night's passes stayed green once a later run had finished)
+            unfinished = model.unfinished_runs.get(r.run_id)
+            if cat == "good" and (unconfirmed(r) or unfinished):
+                cat = "good unconfirmed"
+            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
+            changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
+            stale = " stale-cell" if s.stale or changed else ""
+            cell = [
+                f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
+                f'data-run="{_t(r.run_id)}"><a class="outcome" href="cells/{_t(r.id)}.html">{_t(r.outcome)}</a>\n'
+            ]
+            if cat == "infra":
+                cell.append("<small>no verdict</small>")
+            else:
+                if r.outcome != r.expected:
+                    cell.append(f"<small>expected {_t(r.expected)}</small>")
+                if cat == "good unconfirmed" and unfinished:
+                    said = _UNFINISHED.get(unfinished, "did not finish")
+                    cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
+                elif cat == "good unconfirmed":
+                    cell.append('<small class="flag">stand-in card: certifies nothing</small>')
+                if cat == "bad" and r.last_stderr_line:
+                    why = do_truncate(env, r.last_stderr_line, 90, True, "…")
+                    cell.append(f'<small class="why">{_t(why)}</small>')
+                if r.code_path == "ptx-jit":
+                    cell.append("<small>ptx-jit</small>")
+                if r.ended_at and r.started_at:
+                    cell.append(f"<small>{(r.ended_at - r.started_at).total_seconds():.1f} s</small>")
+            age = f", {_t(age_text(s.age_days))}" if r.run_id != run_id else ""
+            flag = ' <span class="flag">stale</span>' if s.stale else ""
+            cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')
+            if changed:
+                cell.append('<small class="flag">inputs changed since</small>\n')
+            if s.infra_since:
+                then = s.infra_since
+                cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')
+            cell.append("</td>\n")
+            out.append("".join(cell))
+        out.append("</tr>\n")
+    return Markup("".join(out))

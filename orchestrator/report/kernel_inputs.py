@@ -1,0 +1,57 @@
+"""What a kernel's inputs are now, for the ledger to hold its certificates against:
+read from disk where the farm's configuration is at hand and every dependency is
+installed here, so an edited source shows as a stale certificate at once; else
+as the kernel's latest result recorded them (a report from the database alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.config import dependencies, inputs
+from orchestrator.config.farm import Farm
+from orchestrator.store.database import Store
+from orchestrator.store.tables import ResultRow
+
+
+@dataclass(frozen=True)
+class KernelInputs:
+    path: str  # main source
+    identity: str
+    source: bytes  # the main source's bytes (its header claims)
+    files: dict[str, str]
+    dependencies: dict[str, dict]
+
+
+def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]) -> dict[str, KernelInputs]:
+    """kernel -> its inputs as they are now: on disk when the farm's configuration
+    is at hand and every dependency is installed here (so an edit shows as a stale
+    certificate at once), else as the kernel's latest result recorded them."""
+    found: dict[str, KernelInputs] = {}
+    if farm is not None:
+        for kernel, job in farm.jobs.items():
+            deps: dict[str, dict] = {}
+            for name in job.spec.dependencies:
+                folder = dependencies.local_path(name)
+                if folder is None:
+                    break
+                sums = {rel: inputs.file_sha256(path) for rel, path in inputs.folder_files(folder).items()}
+                deps[name] = {"digest": inputs.files_digest(sums), "version": dependencies.local_version(name)}
+            else:
+                main = job.main_source
+                found[kernel] = KernelInputs(
+                    main,
+                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}, job.spec.sources),
+                    job.files[main].read_bytes(),
+                    dict(job.file_sha256),
+                    deps,
+                )
+    for kernel, row in latest.items():
+        if kernel in found or not row.identity:
+            continue
+        stored = store.source(row.source_sha256)
+        main = next((p for p, sha in row.sources.items() if sha == row.source_sha256), row.kernel)
+        found[kernel] = KernelInputs(
+            main, row.identity, stored.content if stored else b"", dict(row.sources), dict(row.dependencies or {})
+        )
+    return found

@@ -1,0 +1,105 @@
+"""What certifies, read from the results database: the passes a kernel's certificates
+rest on, counted per (kernel, identity, cc) for the ledger, and the days they ran
+on for the header claims it checks. The rule of what certifies lives here alone
+(_certifying); Store (database.py) holds these reads beside its others.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from sqlalchemy import Date, cast, func, select
+from sqlalchemy.orm import Session
+
+from orchestrator.outcomes import Outcome
+from orchestrator.store.tables import ResultRow, Run
+
+# see CertifyingQueries._certifying; a perf-regression passed its numbers: slower, still correct
+CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+
+
+class CertifyingGroup(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    passes: int
+    first_id: int
+    last_id: int
+
+
+class CertifyingDay(NamedTuple):
+    kernel: str
+    identity: str
+    cc: str
+    day: str
+
+
+class CertifyingQueries:
+    """The certifying reads; a Store gives them its `_reading()` sessions."""
+
+    def _reading(self) -> AbstractContextManager[Session]:
+        raise NotImplementedError
+
+    def _certifying(self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES) -> list[Any]:
+        """What certifies: a pass, where the contract required one, on a GPU the
+        driver confirmed, of a result whose every input is identified, in a run that
+        finished (one that did not never looks green: 0013). The rule lives here and
+        nowhere else (`outcomes`: some of its outcomes only)."""
+        unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
+        return [
+            ResultRow.outcome.in_([o for o in outcomes if o in CERTIFYING_OUTCOMES]),
+            ResultRow.contract_expected == Outcome.PASS.value,
+            ResultRow.real_gpu.is_(True),
+            ResultRow.cc.is_not(None),
+            ResultRow.identity.is_not(None),
+            *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
+        ]
+
+    def certifying_passes(self) -> list[Any]:
+        """Every certifying pass (see _certifying): light rows (id, kernel,
+        identity, cc, started_at), oldest first."""
+        with self._reading() as session:
+            query = (
+                select(ResultRow.id, ResultRow.kernel, ResultRow.identity, ResultRow.cc, ResultRow.started_at)
+                .where(*self._certifying(session))
+                .order_by(ResultRow.id)
+            )
+            return list(session.execute(query))
+
+    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
+        """The certifying passes (see _certifying) per (kernel, identity, cc), counted
+        in the database from the ix_results_certifying index alone: rows (kernel,
+        identity, cc, passes, first_id, last_id); and for the (kernel, identity)
+        pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
+        passes ran on ("YYYY-MM-DD")."""
+        group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
+        groups: dict[tuple[str, str, str], list[int]] = {}
+        dates: list[CertifyingDay] = []
+        with self._reading() as session:
+            # one outcome at a time: each is one range of the index, in (kernel, identity, cc) order,
+            # so the database counts it in one pass without sorting
+            for outcome in CERTIFYING_OUTCOMES:
+                query = (
+                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
+                    .where(*self._certifying(session, (outcome,)))
+                    .group_by(*group)
+                )
+                for kernel, identity, cc, n, first_id, last_id in session.execute(query):
+                    found = groups.setdefault((kernel, identity, cc), [0, first_id, last_id])
+                    found[0] += n
+                    found[1] = min(found[1], first_id)
+                    found[2] = max(found[2], last_id)
+            if self.engine.dialect.name == "postgresql":  # a timestamptz's day in UTC, whatever the session's zone
+                day: Any = cast(func.timezone("UTC", ResultRow.started_at), Date)
+            else:  # SQLite holds UTC times as text without a zone
+                day = func.date(ResultRow.started_at)
+            for kernel, identity in sorted(set(dated or [])):
+                query = (
+                    select(ResultRow.cc, day)
+                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .distinct()
+                )
+                for cc, on in session.execute(query):
+                    dates.append(CertifyingDay(kernel, identity, cc, on if isinstance(on, str) else on.isoformat()))
+        return [CertifyingGroup(*key, *found) for key, found in sorted(groups.items())], dates
