@@ -798,8 +798,10 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("valgrind {binary} PA$S", "prints the command it starts"),
         ("strace -o {binary} printf 'toy: P%sS' AS", "{binary} as the value of '-o'"),  # the README's own example
         ("nice -n {binary} 5", "{binary} as the value of '-n'"),
-        ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options from outside"),
-        ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options from outside"),
+        ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options or tools from outside"),
+        ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options or tools from outside"),
+        ("VALGRIND_LIB=v valgrind {binary}", "valgrind's options or tools from outside"),
+        ("mkdir v && export VALGRIND_LIB=$PWD/v && valgrind {binary}", "valgrind's options or tools from outside"),
         # session 23's red team: env's refused options in other spellings (getopt's abbreviations, the
         # shell's quotes), each a false pass; the loader's variables, which a program of the run put in
         # its request to the runner (a library printing the marker); the farm's own variables

@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -779,3 +780,20 @@ def test_a_node_whose_only_card_cannot_be_read_is_no_compile_only_node(
     assert row["outcome"] == "infra-error", row["reason"]
     assert "nvidia-smi lists a GPU whose row cannot be read" in row["reason"] and "[N/A]" in row["reason"]
     assert summary.exit_code == 4
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the node")
+def test_valgrind_starts_no_tool_of_the_runs_making(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """valgrind starts its tool from $VALGRIND_LIB (`$VALGRIND_LIB/memcheck-amd64-linux`), and the
+    tool runs the kernel: a program of the run that wrote a tool printing the marker and asked the
+    runner for the run's own `valgrind {binary}` with VALGRIND_LIB naming it passed a kernel that
+    failed its numbers, never run (a red-team finding). A kernel the runner starts gets the node's
+    (and a run may not set it: tests/test_config.py)."""
+    run_text = f"python3 {ASK_RUNNER} valgrind-lib || valgrind {{binary}}"
+    variants = {"tool": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=run_text)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    cell = rows(tmp_path / "results.db", summary.run_id)[("tool", "Tesla T4")]
+    assert cell["outcome"] == "fail", (cell["reason"], bytes(cell["stdout"]))
+    assert b"standin: PASS" not in bytes(cell["stdout"]), bytes(cell["stdout"])

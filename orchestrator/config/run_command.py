@@ -160,8 +160,10 @@ _FARMS_OWN = (
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
     # valgrind's options from outside its command line: `VALGRIND_OPTS=--log-fd=1 valgrind {binary}`
-    # sent its output, the kernel's command line in it, into the kernel's stdout (a red-team finding)
-    (re.compile(r"VALGRIND_OPTS|valgrindrc"), "valgrind's options from outside its command line"),
+    # sent its output, the kernel's command line in it, into the kernel's stdout; and the folder it
+    # starts its tool from: `VALGRIND_LIB=v valgrind {binary}` ran a tool the run wrote, printing the
+    # marker, in the kernel's place (red-team findings)
+    (re.compile(r"VALGRIND_|valgrindrc"), "valgrind's options or tools from outside its command line"),
 )
 # fds 6-8 named anywhere in the run's text: `6>x`, `>&7`, `/dev/fd/8`, inside `$( )` too (where
 # the lexer does not look: `$(echo PASS >&7)` printed for a kernel that never ran)

@@ -13,20 +13,22 @@ def node_only(key):
     run may not set the first of them, config/run_command.py), never from a request: the code a
     process loads (the dynamic loader's, CUDA's injection libraries: LD_PRELOAD naming a library
     of the run's that printed the marker, a red-team finding), and what steers the launchers that
-    print into the kernel's streams or start it elsewhere (valgrind's options, GNU time's format,
+    print into the kernel's streams or start it elsewhere (valgrind's options and the folder it
+    starts its tool from: VALGRIND_LIB naming a tool of the run's that printed the marker, a
+    red-team finding; GNU time's format,
     Open MPI's, PMIx's and Slurm's settings), and PATH, where the kernel finds the programs it
     starts (a request's PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run
     may not change PATH either)."""
     return (
-        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_"))
+        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_"))
         or b"INJECTION" in key
-        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME", b"PATH")
+        or key in (b"GCONV_PATH", b"TIME", b"PATH")
     )
 
 
 def names_node_only(word):
     """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
-    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_OPTS", "OMPI_", "PMIX_"))
+    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_"))
 
 
 class KernelCommands:
