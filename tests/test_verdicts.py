@@ -797,3 +797,20 @@ def test_valgrind_starts_no_tool_of_the_runs_making(ssh_fleet: Fleet, make_farm,
     cell = rows(tmp_path / "results.db", summary.run_id)[("tool", "Tesla T4")]
     assert cell["outcome"] == "fail", (cell["reason"], bytes(cell["stdout"]))
     assert b"standin: PASS" not in bytes(cell["stdout"]), bytes(cell["stdout"])
+
+
+def test_a_launcher_speaks_in_no_language_of_the_runs_making(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """gettext takes $LANGUAGE as a folder under the node's locales, `../` included: a program of
+    the run that wrote a catalog of coreutils' of its own and asked the runner for the run's own
+    `env -C nodir {binary}` with LANGUAGE naming it had env say the kernel's refusal where it could
+    not change folder (exit 125): an expected refusal for a kernel that never ran, on a card its
+    gate does not refuse (a red-team finding). A kernel the runner starts gets the node's LANGUAGE
+    (and a run may not set it: tests/test_config.py)."""
+    run_text = f"python3 {ASK_RUNNER} language || env -C nodir {{binary}}"
+    variants = {"ungated": standin_variant("PASS", EXACT90, run=run_text)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    cell = rows(tmp_path / "results.db", summary.run_id)[("ungated", "Tesla T4")]
+    assert cell["outcome"] == "missing-refusal", (cell["reason"], bytes(cell["stderr"]))
+    assert b"standin needs CC" not in bytes(cell["stderr"]), bytes(cell["stderr"])

@@ -6,6 +6,8 @@ settings kept."""
 import os
 
 FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
+# where gettext and catgets find the launchers' messages, and glibc its locales: the node's
+LANGUAGE_VARIABLES = (b"LANGUAGE", b"LOCPATH", b"NLSPATH")
 
 
 def node_only(key):
@@ -23,12 +25,17 @@ def node_only(key):
         key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_"))
         or b"INJECTION" in key
         or key in (b"GCONV_PATH", b"TIME", b"PATH")
+        # the messages a launcher prints: gettext reads LANGUAGE as a folder under the node's
+        # locales, `../` included (a catalog of the run's had `env -C nodir` print the kernel's
+        # refusal, an expected refusal for a kernel that never ran: a red-team finding)
+        or key in LANGUAGE_VARIABLES
     )
 
 
 def names_node_only(word):
     """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
-    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_"))
+    named = ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_", "LANGUAGE", "LOCPATH", "NLSPATH")
+    return any(part in word for part in named)
 
 
 class KernelCommands:
