@@ -8,6 +8,9 @@ import os
 FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
 # where gettext and catgets find the launchers' messages, and glibc its locales: the node's
 LANGUAGE_VARIABLES = (b"LANGUAGE", b"LOCPATH", b"NLSPATH")
+# valgrind reads ./.valgrindrc and ~/.valgrindrc too (a run wrote one that printed the marker): each
+# valgrind is told to read its command line alone (run/commands.py VALGRIND_ONLY_OPTION)
+VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 
 
 def node_only(key):
@@ -77,7 +80,7 @@ class KernelCommands:
     def matched(self, call, argv):
         if len(argv) < len(call):
             return None
-        argv, note = list(argv), None
+        argv, note, valgrinds = list(argv), None, []
         for place, (kind, text) in enumerate(call):
             word = argv[place]
             if kind == "binary":
@@ -95,8 +98,12 @@ class KernelCommands:
                 path, why = self.launcher(text)
                 note = note or why
                 argv[place] = path or word
+                if (path or word).rsplit("/", 1)[-1] == "valgrind":
+                    valgrinds.append(place + 1)
             else:
                 return None
+        for place in reversed(valgrinds):  # its options its command line's alone (run/commands.py)
+            argv.insert(place, VALGRIND_ONLY_OPTION)
         return argv, note or self.copy_gone()
 
     def named(self, text):
