@@ -798,8 +798,14 @@ def test_an_instruction_name_may_be_any_word_without_spaces(tmp_path):
         ("valgrind {binary} PA$S", "prints the command it starts"),
         ("strace -o {binary} printf 'toy: P%sS' AS", "{binary} as the value of '-o'"),  # the README's own example
         ("nice -n {binary} 5", "{binary} as the value of '-n'"),
-        ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options from outside"),
-        ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options from outside"),
+        ("VALGRIND_OPTS=--log-fd=1 valgrind {binary}", "valgrind's options or tools from outside"),
+        ("echo --log-fd=1 > .valgrindrc; valgrind {binary}", "valgrind's options or tools from outside"),
+        ("VALGRIND_LIB=v valgrind {binary}", "valgrind's options or tools from outside"),
+        ("LANGUAGE=../../../../tmp/m LC_ALL=C.UTF-8 env -C nodir {binary}", "LANGUAGE other than read"),
+        ("export LOCPATH=/tmp/l; {binary}", "LOCPATH other than read"),
+        ("env NLSPATH=/tmp/%N {binary}", "NLSPATH other than read"),
+        ('echo "${LANGUAGE:=../m}"; {binary}', "LANGUAGE other than read"),
+        ("mkdir v && export VALGRIND_LIB=$PWD/v && valgrind {binary}", "valgrind's options or tools from outside"),
         # session 23's red team: env's refused options in other spellings (getopt's abbreviations, the
         # shell's quotes), each a false pass; the loader's variables, which a program of the run put in
         # its request to the runner (a library printing the marker); the farm's own variables
@@ -930,6 +936,7 @@ def test_an_empty_tool_path_is_refused(tmp_path, key):
         "env -uv {binary}",  # -u takes v, a variable's name
         "mpirun -np 2 {binary} 5",
         'echo "$LD_LIBRARY_PATH ${LD_PRELOAD:-none}"; {binary}',
+        'echo "$LANGUAGE ${LOCPATH:-none} ${NLSPATH}"; {binary}',
         "BUILD_DIR=out ./prep.sh && {binary}",
         "cat ./farm_notes.txt; {binary}",
     ],

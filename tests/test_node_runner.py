@@ -1238,6 +1238,9 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
         "LD_LIBRARY_PATH": "/tmp",
         "CUDA_INJECTION64_PATH": "/tmp/x.so",
         "VALGRIND_OPTS": "--log-fd=1",
+        "VALGRIND_LIB": "/tmp/fake-tools",  # valgrind's tool, of the run's making (a red-team finding)
+        "LANGUAGE": "../../../../tmp/m",  # a launcher's messages from a catalog of the run's (a red-team finding)
+        "LOCPATH": "/tmp/locales",
         "TIME": "standin: PASS",
         "OMPI_MCA_plm": "x",
         "FARM_CELL": "other",

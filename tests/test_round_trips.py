@@ -561,3 +561,32 @@ def test_a_host_compiler_replaced_on_the_node_rebuilds_what_it_built(node: SshNo
     rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
     assert [r["build_cached"] for r in rows] == [0, 1, 0]
     assert rows[0]["build_key"] == rows[1]["build_key"] != rows[2]["build_key"]
+
+
+def test_a_nodes_env_changed_in_farm_yaml_rebuilds_what_it_built(node: SshNode, tmp_path: Path) -> None:
+    """The node's `env:` in farm.yaml reaches every build (nvcc reads NVCC_APPEND_FLAGS,
+    NVCC_PREPEND_FLAGS and NVCC_CCBIN, the host compiler CPATH and the like; a build command may
+    read its own): a build made under another env is another binary. The key did not name it, so a
+    build made while the env said -DMODE_PASS was reused, and passed, after it said
+    -DMODE_FAILNUM, whose build fails its numbers (a red-team finding)."""
+    build = "g++ -O1 $STANDIN_MODE -DMIN_CC=75 -o {binary} {sources}"
+    variants = {"p": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)}
+    root = tmp_path / "farm"
+    outcomes = []
+    for mode in ("-DMODE_PASS", "-DMODE_FAILNUM"):
+        farm_file = write_farm(
+            root,
+            {"t4": node.farm_entry(tmp_path / "work", env={"STANDIN_MODE": mode})},
+            [standin_job("standin", variants)],
+        )
+        farm = load_farm(farm_file)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=tmp_path / "cache")
+        finally:
+            store.close()
+        outcomes.append(dict(summary.outcomes))
+    rows = query(root / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
+    assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
+    assert [r["build_cached"] for r in rows] == [0, 0]
+    assert rows[0]["build_key"] != rows[1]["build_key"]

@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -779,3 +780,64 @@ def test_a_node_whose_only_card_cannot_be_read_is_no_compile_only_node(
     assert row["outcome"] == "infra-error", row["reason"]
     assert "nvidia-smi lists a GPU whose row cannot be read" in row["reason"] and "[N/A]" in row["reason"]
     assert summary.exit_code == 4
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the node")
+def test_valgrind_starts_no_tool_of_the_runs_making(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """valgrind starts its tool from $VALGRIND_LIB (`$VALGRIND_LIB/memcheck-amd64-linux`), and the
+    tool runs the kernel: a program of the run that wrote a tool printing the marker and asked the
+    runner for the run's own `valgrind {binary}` with VALGRIND_LIB naming it passed a kernel that
+    failed its numbers, never run (a red-team finding). A kernel the runner starts gets the node's
+    (and a run may not set it: tests/test_config.py)."""
+    run_text = f"python3 {ASK_RUNNER} valgrind-lib || valgrind {{binary}}"
+    variants = {"tool": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=run_text)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    cell = rows(tmp_path / "results.db", summary.run_id)[("tool", "Tesla T4")]
+    assert cell["outcome"] == "fail", (cell["reason"], bytes(cell["stdout"]))
+    assert b"standin: PASS" not in bytes(cell["stdout"]), bytes(cell["stdout"])
+
+
+def test_a_launcher_speaks_in_no_language_of_the_runs_making(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """gettext takes $LANGUAGE as a folder under the node's locales, `../` included: a program of
+    the run that wrote a catalog of coreutils' of its own and asked the runner for the run's own
+    `env -C nodir {binary}` with LANGUAGE naming it had env say the kernel's refusal where it could
+    not change folder (exit 125): an expected refusal for a kernel that never ran, on a card its
+    gate does not refuse (a red-team finding). A kernel the runner starts gets the node's LANGUAGE
+    (and a run may not set it: tests/test_config.py)."""
+    run_text = f"python3 {ASK_RUNNER} language || env -C nodir {{binary}}"
+    variants = {"ungated": standin_variant("PASS", EXACT90, run=run_text)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    cell = rows(tmp_path / "results.db", summary.run_id)[("ungated", "Tesla T4")]
+    assert cell["outcome"] == "missing-refusal", (cell["reason"], bytes(cell["stderr"]))
+    assert b"standin needs CC" not in bytes(cell["stderr"]), bytes(cell["stderr"])
+
+
+# valgrind's options in a file of the run's: its XML output, with a comment the marker matches, on
+# the kernel's stdout (base64: a run under valgrind may not hold the markers' words)
+VALGRINDRC = "LS14bWw9eWVzIC0teG1sLWZkPTEgLS14bWwtdXNlci1jb21tZW50PXN0YW5kaW4tdmVyaWZpZWQK"
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind on the node")
+def test_valgrind_reads_no_options_file_of_the_runs(ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str) -> None:
+    """valgrind reads options from ./.valgrindrc (and ~/.valgrindrc): a run that wrote one without
+    naming it (`'.valgrind' + 'rc'` in python) with `--xml-fd=1 --xml-user-comment=MARKER` had valgrind
+    print the pass marker on the kernel's stdout, a pass for a kernel that exited 0 without it (a
+    red-team finding). The farm starts valgrind with --command-line-only=yes."""
+    writes = f"import base64; open('.valgrind' + 'rc', 'wb').write(base64.b64decode('{VALGRINDRC}'))"
+    variants = {
+        "rc": standin_variant("PASS", MIN75, "MIN_CC=75", run=f'python3 -c "{writes}" && valgrind {{binary}}'),
+        "alone": standin_variant("PASS", MIN75, "MIN_CC=75", run="valgrind -q {binary}"),  # no other program
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants, pass_marker="standin-verified")])
+    _, summary = run(config)
+    got = rows(tmp_path / "results.db", summary.run_id)
+    for name in variants:  # the kernel ran under valgrind, exit 0, and printed its own line, not the job's marker
+        cell = got[(name, "Tesla T4")]
+        assert (cell["outcome"], cell["exit_code"]) == ("fail", 0), (cell["reason"], bytes(cell["stdout"]))
+        assert b"usercomment" not in bytes(cell["stdout"]), bytes(cell["stdout"])
+        assert b"standin: PASS" in bytes(cell["stdout"]), bytes(cell["stdout"])

@@ -160,8 +160,10 @@ _FARMS_OWN = (
     (re.compile(r"\.farm-"), "the farm's own files beside the kernel (.farm-status, .farm-other)"),
     (re.compile(r"BASH_XTRACEFD"), "BASH_XTRACEFD, which writes bash's trace into an fd the run names"),
     # valgrind's options from outside its command line: `VALGRIND_OPTS=--log-fd=1 valgrind {binary}`
-    # sent its output, the kernel's command line in it, into the kernel's stdout (a red-team finding)
-    (re.compile(r"VALGRIND_OPTS|valgrindrc"), "valgrind's options from outside its command line"),
+    # sent its output, the kernel's command line in it, into the kernel's stdout; and the folder it
+    # starts its tool from: `VALGRIND_LIB=v valgrind {binary}` ran a tool the run wrote, printing the
+    # marker, in the kernel's place (red-team findings)
+    (re.compile(r"VALGRIND_|valgrindrc"), "valgrind's options or tools from outside its command line"),
 )
 # fds 6-8 named anywhere in the run's text: `6>x`, `>&7`, `/dev/fd/8`, inside `$( )` too (where
 # the lexer does not look: `$(echo PASS >&7)` printed for a kernel that never ran)
@@ -174,6 +176,10 @@ _FARM_FDS_ANYWHERE = re.compile(r"(?<![0-9A-Za-z_])[678][<>]|[<>]&\s*[678](?![0-
 _LOADS_CODE = re.compile(
     r"(?<![A-Za-z0-9_$])(?<!\$\{)(?:LD_[A-Za-z0-9_]*|[A-Za-z0-9_]*INJECTION[A-Za-z0-9_]*|GCONV_PATH)\b"
 )
+# where the launchers find their messages (gettext reads LANGUAGE as a folder under the node's
+# locales, `../` included: a catalog of the run's had `env -C nodir {binary}` print the kernel's
+# refusal, an expected refusal for a kernel that never ran: a red-team finding); the node's
+_LANGUAGE_SET = re.compile(r"(?<![A-Za-z0-9_$])(?:LANGUAGE|LOCPATH|NLSPATH)\b(?!\}|:?[-+?])")
 _TIME_SET = re.compile(r"(?<![A-Za-z0-9_$])(?<!\$\{)TIME\b(?!\}|:?[-+?])")
 # the builtins that set or unset a variable by a name of their arguments: a name the shell fills in
 # (`V=PAT; export "$V"H=...`) is a variable the rules above cannot see (the run's PATH reached the
@@ -230,6 +236,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         return (
             f"{loads.group(0)} other than read: the code the kernel's process loads (the dynamic loader's "
             "and CUDA's injection variables) is the node's"
+        )
+    if spoken := _LANGUAGE_SET.search(bare):
+        return (
+            f"{spoken.group(0)} other than read: where the launchers find the messages they print "
+            "(gettext's catalogs, the locales) is the node's"
         )
     if bare.count(_PIN) > len(_PIN_READ.findall(bare)):
         return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -115,11 +115,13 @@ def cell_paths(
     dependencies: dict[str, Placed],
     toolchain: Placed | None = None,
     compiled: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> CellPaths:
     """Where a cell's build and run live on the node. `run` ("RUNID-TOKEN") names the
     farm run: two farm hosts sharing a node (and its work folder) never share a
     cell's folder, nor do two columns of one machine (toolchains) in one run. COMPILED: the
-    job's `sources`, the files its build compiles."""
+    job's `sources`, the files its build compiles. ENV: the node's `env:` in farm.yaml, which
+    every build runs under."""
     # The build folder is named by everything that determines the binary (the
     # inputs by content), so an unchanged cell reuses it and nvcc is not invoked.
     key_parts = [
@@ -134,6 +136,12 @@ def cell_paths(
         snapshot.nvcc_output,
         snapshot.compilers,
     ]
+    if env:
+        # the node's env (farm.yaml), under which every build runs: nvcc reads NVCC_APPEND_FLAGS and
+        # NVCC_CCBIN, the host compiler CPATH, a build command its own variables; changed, it made
+        # another binary, and the one made before was reused and passed (a red-team finding). Named
+        # only where there is one, so the keys of nodes without one stay as they were
+        key_parts.append("\0".join(f"env {name}={value}" for name, value in sorted(env.items())))
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder
     build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"

@@ -122,6 +122,10 @@ COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, 
 # run either: `./nice {binary}` and `/tmp/nice {binary}` ran a fake nice printing the marker, a
 # false pass; so is one behind another (`nice numactl {binary}`: nice's 127 for a missing
 # numactl read as the kernel's failure). All red-team findings.
+# valgrind reads options from ./.valgrindrc and ~/.valgrindrc too: a run that wrote one (without
+# naming it) had valgrind print its XML, with a comment the pass marker matched, on the kernel's
+# stdout (a red-team finding). Each valgrind a kernel command runs is told to read its command line alone.
+VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 LAUNCHER_WRITABLE_NOTE = "launcher-writable"  # noted where a launcher lies where the run could write
 _RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev")
 
@@ -172,12 +176,16 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
     call = 'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
-        f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_i=0; farm_n=$#; "
+        f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_i=0; farm_n=$#; "
         'while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; farm_n=$((farm_n - 1)); farm_i=$((farm_i + 1)); '
         f'if [ -z "$farm_ok" ]; then case "$farm_a" in {copy}) farm_ok=1;; *) '
         f'case "$farm_k" in *",$farm_i,"*) {_launcher_look(cell)}'
+        'case "$farm_a" in */valgrind) farm_v=1;; esac; '
         'farm_k=${farm_k%%",$farm_i,"*},${farm_k#*",$farm_i,"};; esac;; '
-        'esac; fi; set -- "$@" "$farm_a"; done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
+        'esac; fi; set -- "$@" "$farm_a"; '
+        # valgrind's options are its command line's alone (VALGRIND_ONLY_OPTION)
+        f'case "$farm_v" in 1) farm_v=; set -- "$@" {VALGRIND_ONLY_OPTION};; esac; '
+        'done; case "$farm_ok" in 1) ;; *) return 127;; esac; '
         # a launcher the loader placed after the copy, as the shell expanded the command: not looked at
         f'case "$farm_k" in *[0-9]*) farm_miss=${{farm_miss:-{CANNOT_START_NOTE}}};; esac; '
         # the copy still a file there with its x bit, yet not executable: a noexec mount, the node's

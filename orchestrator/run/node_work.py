@@ -303,7 +303,8 @@ class NodeWork:
         run = f"{self.summary.run_id}-{self.token}"
         variant = job.spec.variants[cell.variant]
         sources = staging.sources[cell.kernel]
-        return cell_paths(ctx.snapshot, variant, cell, run, sources, deps, staging.toolchain, job.spec.sources)
+        env = self.farm.nodes[cell.node].env
+        return cell_paths(ctx.snapshot, variant, cell, run, sources, deps, staging.toolchain, job.spec.sources, env)
 
     @functools.cached_property
     def _farm_files(self) -> tuple[str, ...]:

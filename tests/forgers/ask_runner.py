@@ -7,8 +7,13 @@ own way. Its replies are printed ("r" for each refused). Its first argument says
   preload   the run's own `{binary}`, word for word, with LD_PRELOAD (its second argument) in
             the environment it sends: the runner starts the kernel, with the node's LD_PRELOAD
   hold      900 connections held open by a child that outlives it (the runner's MAX_REQUESTS)
+  valgrind-lib  the run's own `valgrind {binary}`, with VALGRIND_LIB naming a folder it wrote, whose
+            memcheck tool prints the pass marker: valgrind starts that tool, not its own
+  language  the run's own `env -C nodir {binary}`, with LANGUAGE naming (by `../`) a catalog of
+            coreutils' it wrote, whose "cannot change directory to %s" is the stand-in's refusal
 """
 
+import base64
 import os
 import re
 import socket
@@ -22,6 +27,15 @@ folder = os.path.join(os.path.dirname(os.getcwd()), "bin")  # the cell's copy li
 copy = os.path.join(folder, os.listdir(folder)[0])
 with open("/proc/self/environ", "rb") as own:
     environ = own.read()
+
+
+# msgfmt's output for a catalog of coreutils' with msgstr "standin needs CC 9.0 and this device is %s"
+# for msgid "cannot change directory to %s" (env -C)
+REFUSING_CATALOG = (
+    "3hIElQAAAAACAAAAHAAAACwAAAAFAAAAPAAAAAAAAABQAAAAHQAAAFEAAAAoAAAAbwAAACoAAACYAAAAAQAAAAIAAAAAAAAAAAAAAAAAAAAAY2Fu"
+    "bm90IGNoYW5nZSBkaXJlY3RvcnkgdG8gJXMAQ29udGVudC1UeXBlOiB0ZXh0L3BsYWluOyBjaGFyc2V0PVVURi04CgBzdGFuZGluIG5lZWRzIEND"
+    "IDkuMCBhbmQgdGhpcyBkZXZpY2UgaXMgJXMA"
+)
 
 
 def ask(words, extra=b"", count=None):
@@ -64,3 +78,15 @@ elif sys.argv[1] == "hold":
         os._exit(0)
     os.read(ready_r, 1)
     print("holding 900")
+elif sys.argv[1] == "valgrind-lib":
+    os.mkdir("v")
+    with open("v/memcheck-amd64-linux", "w") as tool:
+        tool.write("#!/bin/sh\necho 'standin: PASS'\n")
+    os.chmod("v/memcheck-amd64-linux", 0o755)
+    print("replies", ask(["valgrind", copy], extra=b"VALGRIND_LIB=" + os.path.abspath("v").encode() + b"\0"))
+elif sys.argv[1] == "language":
+    os.makedirs("m/LC_MESSAGES")
+    with open("m/LC_MESSAGES/coreutils.mo", "wb") as catalog:
+        catalog.write(base64.b64decode(REFUSING_CATALOG))
+    language = b"../../../../../../../.." + os.path.abspath("m").encode()
+    print("replies", ask(["env", "-C", "nodir", copy], extra=b"LC_ALL=C.UTF-8\0LANGUAGE=" + language + b"\0"))

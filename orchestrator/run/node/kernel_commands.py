@@ -6,6 +6,11 @@ settings kept."""
 import os
 
 FORCED = ("CUDA_VISIBLE_DEVICES",)  # as the farm set it for the run (with the cell's marker), whatever a request says
+# where gettext and catgets find the launchers' messages, and glibc its locales: the node's
+LANGUAGE_VARIABLES = (b"LANGUAGE", b"LOCPATH", b"NLSPATH")
+# valgrind reads ./.valgrindrc and ~/.valgrindrc too (a run wrote one that printed the marker): each
+# valgrind is told to read its command line alone (run/commands.py VALGRIND_ONLY_OPTION)
+VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 
 
 def node_only(key):
@@ -13,20 +18,27 @@ def node_only(key):
     run may not set the first of them, config/run_command.py), never from a request: the code a
     process loads (the dynamic loader's, CUDA's injection libraries: LD_PRELOAD naming a library
     of the run's that printed the marker, a red-team finding), and what steers the launchers that
-    print into the kernel's streams or start it elsewhere (valgrind's options, GNU time's format,
+    print into the kernel's streams or start it elsewhere (valgrind's options and the folder it
+    starts its tool from: VALGRIND_LIB naming a tool of the run's that printed the marker, a
+    red-team finding; GNU time's format,
     Open MPI's, PMIx's and Slurm's settings), and PATH, where the kernel finds the programs it
     starts (a request's PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run
     may not change PATH either)."""
     return (
-        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_"))
+        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_"))
         or b"INJECTION" in key
-        or key in (b"GCONV_PATH", b"VALGRIND_OPTS", b"TIME", b"PATH")
+        or key in (b"GCONV_PATH", b"TIME", b"PATH")
+        # the messages a launcher prints: gettext reads LANGUAGE as a folder under the node's
+        # locales, `../` included (a catalog of the run's had `env -C nodir` print the kernel's
+        # refusal, an expected refusal for a kernel that never ran: a red-team finding)
+        or key in LANGUAGE_VARIABLES
     )
 
 
 def names_node_only(word):
     """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
-    return any(part in word for part in ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_OPTS", "OMPI_", "PMIX_"))
+    named = ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_", "LANGUAGE", "LOCPATH", "NLSPATH")
+    return any(part in word for part in named)
 
 
 class KernelCommands:
@@ -68,7 +80,7 @@ class KernelCommands:
     def matched(self, call, argv):
         if len(argv) < len(call):
             return None
-        argv, note = list(argv), None
+        argv, note, valgrinds = list(argv), None, []
         for place, (kind, text) in enumerate(call):
             word = argv[place]
             if kind == "binary":
@@ -86,8 +98,12 @@ class KernelCommands:
                 path, why = self.launcher(text)
                 note = note or why
                 argv[place] = path or word
+                if (path or word).rsplit("/", 1)[-1] == "valgrind":
+                    valgrinds.append(place + 1)
             else:
                 return None
+        for place in reversed(valgrinds):  # its options its command line's alone (run/commands.py)
+            argv.insert(place, VALGRIND_ONLY_OPTION)
         return argv, note or self.copy_gone()
 
     def named(self, text):
