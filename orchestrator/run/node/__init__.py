@@ -16,6 +16,7 @@ PARTS = (
     "files",
     "spawn",
     "kernel_commands",
+    "trampoline",
     "kernel_requests",
     "processes",
     "stages",
