@@ -9,7 +9,7 @@ a red-team finding, a false pass). Each kernel command goes instead through TRAM
 the run's farm_kernel function (run/commands.py): it asks the runner, over a socket of its own, to
 start the command (its words, environment, folder and stdin), and waits for its status. The runner
 alone starts the kernel, with its files: a request is served only where its words are one of the
-run's kernel commands as the loader read them (config/run_command.py kernel_call_words), the
+run's kernel commands as the loader read them (config/kernel_calls.py kernel_call_words), the
 launchers the ones the node's PATH has and the program the cell's copy. No request hands out a file,
 so there is nothing a program of the run could take to speak for the kernel (a token the shell
 handed each trampoline was read out of the shell's memory, or a starting trampoline's fd 9, through
