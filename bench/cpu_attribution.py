@@ -28,7 +28,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 import fleet  # noqa: E402
 from nodes import CARDS, Fleet  # noqa: E402
 
-from orchestrator.run import bundle, node_setup, resident, scheduler, stages  # noqa: E402
+from orchestrator.run import node_setup, resident, scheduler, stages, staging  # noqa: E402
 from orchestrator.store import database  # noqa: E402
 from orchestrator.transport import ssh  # noqa: E402
 
@@ -37,7 +37,7 @@ CALLS: Counter[str] = Counter()
 WRAPPED: list[tuple[Any, str]] = [
     (ssh.SSHTransport, "_connect"),
     (node_setup, "resident_probe"),
-    (bundle, "stage"),
+    (staging, "stage"),
     (scheduler.FarmRun, "_node"),
     (scheduler.FarmRun, "_store_snapshot"),
     (scheduler.FarmRun, "_attempt"),

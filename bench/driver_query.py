@@ -2,7 +2,7 @@
 """Benchmark (not a test): what the probe's driver query costs on a GPU machine.
 
 The probe checks nvidia-smi's word against the driver's own view of each card
-(orchestrator/run/probe.py). This times, side by side in one run, each in a fresh
+(orchestrator/run/driver_check.py). This times, side by side in one run, each in a fresh
 `python3 -I -S` as the probe starts it, --repeat times:
 
     cuda    the probe's query until session 7, through libcuda (cuInit, then name, CC, UUID)
@@ -54,13 +54,13 @@ def query():
     return lines
 """
 
-PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "orchestrator", "run", "probe.py")
+DRIVER_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "orchestrator", "run", "driver_check.py")
 
 
 def queries() -> dict[str, str]:
     """The probe's query texts, read from its source: this runs where the farm's
     dependencies may not be installed (a bare GPU machine's python3)."""
-    with open(PROBE, encoding="utf-8") as handle:
+    with open(DRIVER_CHECK, encoding="utf-8") as handle:
         tree = ast.parse(handle.read())
     return {
         node.targets[0].id: node.value.value

@@ -1,6 +1,6 @@
 """Benchmark aid (not a test): what NVML's start costs a fresh python3, by how it is started.
 
-The probe asks the driver through NVML (probe.NVML_QUERY) in every node's python3:
+The probe asks the driver through NVML (driver_check.NVML_QUERY) in every node's python3:
 on a fleet of nodes sharing one machine's cores, that start is paid once per node.
 Each mode runs 10 times in a fresh `python3 -I -S`, interleaved; prints the median
 and least CPU (the child's user + system) and wall per mode, and the first round's
@@ -8,7 +8,7 @@ answer of each (rc of init, rc of the device count, the count, the devices).
 
     pass     python3 alone
     ctypes   + loading libnvidia-ml.so.1
-    v2       nvmlInit_v2 and the probe's queries (what probe.py does)
+    v2       nvmlInit_v2 and the probe's queries (what driver_check.py asks)
     flags0   nvmlInitWithFlags(0), the same queries
     flags2   nvmlInitWithFlags(NVML_INIT_FLAG_NO_ATTACH): no GPU is attached
 

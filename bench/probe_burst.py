@@ -8,7 +8,7 @@ part of the probe, for each K of --sizes, and prints the burst's wall and the
 CPU per copy (the reaped children's), side by side in one run:
 
     pass     `python3 -I -S -c pass`: an interpreter's start
-    nvml     the probe's driver query (orchestrator/run/probe.py NVML_QUERY) in a fresh python3
+    nvml     the probe's driver query (orchestrator/run/driver_check.py NVML_QUERY) in a fresh python3
     python   the probe's whole python3 (driver query and the runner's compile)
     probe    the probe's whole shell command (a T4 nvidia-smi stand-in first on PATH)
 
@@ -36,13 +36,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from nodes import CARDS, nvidia_smi_script  # noqa: E402
 
 from orchestrator.config.farm_spec import NodeSpec  # noqa: E402
-from orchestrator.run import probe  # noqa: E402
+from orchestrator.run import driver_check, probe  # noqa: E402
 
 
 def commands(workdir: Path) -> dict[str, str]:
     nvcc = shutil.which("nvcc") or "/usr/local/bin/nvcc"
     node = NodeSpec.model_validate({"host": "localhost", "workdir": str(workdir), "nvcc": nvcc})
-    driver = probe.NVML_QUERY + probe.QUERY_PRINT
+    driver = driver_check.NVML_QUERY + driver_check.QUERY_PRINT
     return {
         "pass": "python3 -I -S -c pass",
         "nvml": f"python3 -I -S -c {shlex.quote(driver)}",

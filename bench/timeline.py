@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 import fleet  # noqa: E402
 from nodes import CARDS, Fleet  # noqa: E402
 
-from orchestrator.run import bundle, node_setup, resident, scheduler  # noqa: E402
+from orchestrator.run import node_setup, resident, scheduler, staging  # noqa: E402
 from orchestrator.store import database  # noqa: E402
 from orchestrator.transport import ssh  # noqa: E402
 
@@ -60,7 +60,7 @@ def instrument() -> None:
     timed(ssh.SSHTransport, "_connect", "connect", lambda a: a[0].name)
     timed(resident.ResidentRunner, "_running", "runner start", lambda a: a[0].name)
     timed(node_setup, "resident_probe", "probe", lambda a: a[0].name)
-    timed(bundle, "stage", "staging", lambda a: a[0].name)
+    timed(staging, "stage", "staging", lambda a: a[0].name)
     timed(scheduler.FarmRun, "_begin", "run stored")
     timed(scheduler.FarmRun, "_cells", "cells", lambda a: a[1])
     timed(database.Store, "finish_run", "run finished")

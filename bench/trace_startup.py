@@ -45,12 +45,12 @@ def _timed(owner: object, name: str, step: str, node_of) -> None:
 
 
 def install() -> None:
-    from orchestrator.run import bundle, resident, scheduler, workers
+    from orchestrator.run import resident, scheduler, staging, workers
     from orchestrator.transport import ssh
 
     _timed(ssh.SSHTransport, "_connect", "connected", lambda a: a[0].name)
     _timed(scheduler, "probe", "probed", lambda a: a[0].name)
-    _timed(bundle, "stage", "staged", lambda a: a[0].name)
+    _timed(staging, "stage", "staged", lambda a: a[0].name)
     _timed(scheduler.FarmRun, "_store_snapshot", "stored", lambda a: a[1])
     _timed(resident.ResidentRunner, "_running", "resident up", lambda a: a[0].name)
     first = scheduler.FarmRun._cell

@@ -11,7 +11,7 @@
         │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
         │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
         ├── NodeUnusable           reachable, but no nvcc, no work folder or a broken GPU (never retried)
-        ├── StagingFailed          the node could not take a bundle (bundle.py: disk full, permissions)
+        ├── StagingFailed          the node could not take a bundle (staging.py: disk full, permissions)
         ├── CommandTimeout         a command outlived its channel timeout
         └── SlurmJobError          Slurm ended the job or never started it (transport/slurm.py)
             ├── SlurmRejected      refused at submission (never retried)

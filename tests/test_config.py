@@ -478,7 +478,8 @@ def test_the_kernel_in_a_here_document_is_refused_and_the_documents_text_is_skip
     import yaml
 
     from orchestrator.config.job_spec import JobSpec
-    from orchestrator.config.run_command import check_run, kernel_commands
+    from orchestrator.config.kernel_calls import kernel_commands
+    from orchestrator.config.run_command import check_run
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     inside = "cat > cfg <<EOF\nbin={binary}\nEOF\n{binary} cfg"
@@ -875,7 +876,8 @@ def test_the_kernels_commands_get_the_farms_files_as_the_shell_reads_them(run: s
     import yaml
 
     from orchestrator.config.job_spec import JobSpec
-    from orchestrator.config.run_command import check_run, prefix_kernel_commands
+    from orchestrator.config.kernel_calls import prefix_kernel_commands
+    from orchestrator.config.run_command import check_run
 
     job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
     refused = check_run(job, "v1", run, Path("jobs/k.yaml"))

@@ -48,7 +48,7 @@ from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
 from orchestrator.plan import plan_cells
 from orchestrator.report.site import render
-from orchestrator.run import bundle, cell, commands, noderunner, resident
+from orchestrator.run import bundle, cell, commands, noderunner, resident, staging
 from orchestrator.run.probe import _python, probe, resident_probe
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
@@ -219,8 +219,8 @@ def test_two_extracting_scripts_of_one_bundle_at_once_both_place_it(tmp_path: Pa
             with transport_for("here", node) as transport:
                 start.wait()
                 try:
-                    bundle.ship(transport, str(work), [(one, "x")], tmp_path / "cache", runner=None)
-                except bundle.StagingFailed as err:
+                    staging.ship(transport, str(work), [(one, "x")], tmp_path / "cache", runner=None)
+                except staging.StagingFailed as err:
                     failed.append(str(err))
 
         shippers = [threading.Thread(target=ship) for _ in range(2)]
@@ -893,21 +893,21 @@ def test_the_resident_probe_places_the_small_bundles_sent_with_it(
     def not_again(*args: object, **kwargs: object) -> None:
         raise AssertionError("staged in a round trip of its own")
 
-    monkeypatch.setattr(bundle, "place", not_again)
+    monkeypatch.setattr(staging, "place", not_again)
 
     def shipped(transport: object, workdir: str, bundles: list, cache: Path, runner: object) -> tuple[int, str]:
         return (0, "") if all(found == b.digest for b, found in bundles) else not_again()
 
-    monkeypatch.setattr(bundle, "ship", shipped)
+    monkeypatch.setattr(staging, "ship", shipped)
     work = tmp_path / "work"
     placed_at = work / folder
 
-    def probe_and_stage() -> tuple[object, bundle.Staging]:
+    def probe_and_stage() -> tuple[object, staging.Staging]:
         with transport_for("t4", NodeSpec(**own_home_node.farm_entry(work))) as transport:
             runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
             try:
-                snapshot = resident_probe(runner, transport.node, needs.folders, bundle.offered(needs))
-                staged = bundle.stage(
+                snapshot = resident_probe(runner, transport.node, needs.folders, staging.offered(needs))
+                staged = staging.stage(
                     transport,
                     snapshot.workdir,
                     needs,

@@ -462,7 +462,7 @@ def test_node_without_nvcc_is_infra_error(first_run: FarmRunResult) -> None:
 def test_work_folder_with_a_space(first_run: FarmRunResult) -> None:
     row = result_row(first_run, "spaced", "min75")
     assert row["outcome"] == "pass", (
-        "BUG in orchestrator/bundle.py ensure(): the temporary folder `tmp = "
+        "BUG in orchestrator/run/staging.py ensure(): the temporary folder `tmp = "
         'f"{final}.part.$$"` is used unquoted in the extraction script, so a work '
         "folder whose path has a space fails staging as infra-error. "
         f"Stored: {row['outcome']} at {row['failed_stage']}: {row['reason']!r}"

@@ -24,9 +24,10 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import HostKeyError
 from orchestrator.plan import plan_cells
-from orchestrator.run import bundle, resident
-from orchestrator.run.bundle import Bundle, StagingFailed
+from orchestrator.run import bundle, resident, staging
+from orchestrator.run.bundle import Bundle
 from orchestrator.run.scheduler import run_cells
+from orchestrator.run.staging import StagingFailed
 from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.transport import transport_for
@@ -333,13 +334,13 @@ def test_bundles_ship_on_the_extracting_commands_stdin(
         files[name] = path
     bundles = [Bundle.of_files("sources of k", dict(list(files.items())[:2])), Bundle.of_files("dep", files)]
     if not inline:
-        monkeypatch.setattr(bundle, "INLINE_BYTES", 0)
+        monkeypatch.setattr(staging, "INLINE_BYTES", 0)
     work = tmp_path / "work"
     (work / "incoming").mkdir(parents=True)
     log = node.log.read_text(errors="replace")
     with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
-        shipped, notes = bundle.ship(transport, str(work), [(b, "") for b in bundles], tmp_path / "cache")
-        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in bundles]
+        shipped, notes = staging.ship(transport, str(work), [(b, "") for b in bundles], tmp_path / "cache")
+        digests = [staging.node_digest(transport, bundle.remote_dir(str(work), b)) for b in bundles]
     new = node.log.read_text(errors="replace")[len(log) :]
     assert shipped == sum(b.archive(tmp_path / "cache").stat().st_size for b in bundles) and notes == ""
     assert digests == [b.digest for b in bundles]
@@ -377,15 +378,15 @@ def test_the_resident_runner_places_bundles_without_a_session_or_program_of_thei
     with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
         runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
         try:
-            shipped, notes = bundle.place(runner, str(work), [(sources, "0" * 64), (tools, ""), (empty, "")])
+            shipped, notes = staging.place(runner, str(work), [(sources, "0" * 64), (tools, ""), (empty, "")])
             placed = node.log.read_text(errors="replace")[len(log) :]
             (here / "a.cu").write_text("// changed after it was hashed\n")
             changed = Bundle(sources.name, sources.files, "1" * 64, sources.size)
             with pytest.raises(StagingFailed, match=r"placing sources of k on t4 failed: sources of k: written digest"):
-                bundle.place(runner, str(work), [(changed, "")])
+                staging.place(runner, str(work), [(changed, "")])
         finally:
             runner.close()
-        digests = [bundle.node_digest(transport, bundle.remote_dir(str(work), b)) for b in (sources, tools, empty)]
+        digests = [staging.node_digest(transport, bundle.remote_dir(str(work), b)) for b in (sources, tools, empty)]
     assert placed.count("Starting session: command") == 1 and "subsystem" not in placed, placed
     assert shipped == sources.size + tools.size and "sources of k: the copy on the node was altered" in notes
     assert digests == [sources.digest, tools.digest, empty.digest]
@@ -443,12 +444,12 @@ def test_a_dead_placers_leftovers_are_swept_by_the_next_placing(node: SshNode, t
         if placer == "runner":
             runner = resident.ResidentRunner(transport.sibling(), "python3", Transport.open)
             try:
-                bundle.place(runner, str(work), [(sources, "")])
+                staging.place(runner, str(work), [(sources, "")])
             finally:
                 runner.close()
         else:
-            bundle.ship(transport, str(work), [(sources, "")], tmp_path / "cache")
-        assert bundle.node_digest(transport, final) == sources.digest
+            staging.ship(transport, str(work), [(sources, "")], tmp_path / "cache")
+        assert staging.node_digest(transport, final) == sources.digest
     left = {name for name, (path, _) in planted.items() if os.path.lexists(path)}
     assert left == {"part-alive-old", "part-dead-fresh", "not-a-pid", "unicode-digit", "too-big"}
     assert not os.path.lexists(link) and (outside / "keep").read_text() == "not the farm's"
@@ -511,7 +512,7 @@ def test_a_shipment_the_node_refuses_early_says_why(node: SshNode, tmp_path: Pat
     with transport_for("t4", NodeSpec(**node.farm_entry(work))) as transport:
         assert shipment.archive(tmp_path / "cache").stat().st_size > 2 << 20
         with pytest.raises(StagingFailed, match="Not a directory"):
-            bundle.ship(transport, str(work), [(shipment, "")], tmp_path / "cache")
+            staging.ship(transport, str(work), [(shipment, "")], tmp_path / "cache")
         assert transport.run("echo still here", timeout=30).stdout == "still here\n"
 
 

@@ -142,7 +142,7 @@ def test_a_run_that_loads_lets_only_the_kernel_print_into_the_farms_files(tmp_pa
 def test_the_launchers_of_the_kernels_commands_are_named() -> None:
     """What the farm reads a kernel command's 124 by: a run's own `timeout` killed it there
     (classify: a timeout, not the refusal whose text a hung kernel had printed)."""
-    from orchestrator.config.run_command import kernel_launchers
+    from orchestrator.config.kernel_calls import kernel_launchers
 
     assert kernel_launchers("timeout 5 nice -n 5 {binary}; timeout 1 true") == {"timeout", "nice"}
     assert kernel_launchers("/usr/bin/timeout -s KILL 5 {binary}") == {"timeout"}
@@ -155,7 +155,7 @@ def test_a_run_that_starts_other_programs_is_told_from_one_of_kernel_commands_al
     """Where a run may start a program besides the kernel and its launchers, the python runner
     hands each kernel command its files as it starts (noderunner.KernelFiles), so that such a
     program inherits none: anything but kernel commands, however harmless, counts."""
-    from orchestrator.config.run_command import runs_other_programs
+    from orchestrator.config.kernel_calls import runs_other_programs
 
     alone = ["{binary}", "{binary} 5; {binary} 6", "nice -n 5 {binary} 5 && X=1 env Y=2 {binary}", "( {binary} )"]
     assert not any(runs_other_programs(run) for run in alone)
@@ -177,7 +177,7 @@ def test_the_farms_function_is_told_where_each_commands_launchers_stand() -> Non
     """`FUNCTION PLACES COMMAND`: the function looks up and runs exactly the arguments the loader
     read as launchers (run/commands.py), by their places: an option's value named like one is
     not (`env -u nice nice`: a red-team finding)."""
-    from orchestrator.config.run_command import prefix_kernel_calls
+    from orchestrator.config.kernel_calls import prefix_kernel_calls
 
     assert prefix_kernel_calls("timeout -s KILL 60 nice -n 5 {binary}", "f") == (
         "f 1,5, timeout -s KILL 60 nice -n 5 {binary}"
@@ -192,7 +192,7 @@ def test_the_farms_function_is_told_where_each_commands_launchers_stand() -> Non
 
 SERVED_CHECK = """
 import json, os, signal, sys
-from orchestrator.config.run_command import kernel_call_words
+from orchestrator.config.kernel_calls import kernel_call_words
 from orchestrator.run import noderunner as n
 from orchestrator.run.commands import kernel_run, kernel_statuses
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # as run_plan has it
@@ -227,7 +227,8 @@ def test_the_runner_starts_every_kernel_command_of_a_run_that_loads(tmp_path) ->
     import sys
     from pathlib import Path
 
-    from orchestrator.config.run_command import check_run, runs_other_programs
+    from orchestrator.config.kernel_calls import runs_other_programs
+    from orchestrator.config.run_command import check_run
 
     job = _any_job()
     (tmp_path / "bin").mkdir()

@@ -516,7 +516,7 @@ def test_login_node_over_ssh(cluster: SlurmCluster, ssh_fleet, tmp_path: Path) -
         assert result.stdout == "9.0\n" and t.last_compute_node == "h100node"
         source = tmp_path / "source.txt"
         source.write_text("through sftp\n")
-        t.run(f"mkdir -p {tmp_path}/shared", timeout=30)  # as bundle.ensure does: SFTP makes no folders
+        t.run(f"mkdir -p {tmp_path}/shared", timeout=30)  # as staging.ensure does: SFTP makes no folders
         t.put(source, f"{tmp_path}/shared/sent")
         t.run(f"cd {tmp_path}/shared && tr a-z A-Z < sent > back", timeout=30)
         assert t.read(f"{tmp_path}/shared/back", 100) == b"THROUGH SFTP\n"

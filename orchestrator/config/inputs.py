@@ -12,7 +12,7 @@ and the earlier certificate turns stale.
 
 A folder's digest (a dependency, a staged bundle) is defined so the node can
 recompute it with coreutils alone, which is how a reused folder is verified
-before it is trusted (bundle.py, run/stages/build.py):
+before it is trusted (run/staging.py, run/stages/build.py):
 
     { find . ! -type d | LC_ALL=C sort
       find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -r sha256sum; } | sha256sum

@@ -19,7 +19,8 @@ import re
 from pathlib import Path
 
 from orchestrator.config.job_spec import JobSpec
-from orchestrator.config.launchers import launched_otherwise, launcher_places, launcher_words
+from orchestrator.config.kernel_calls import kernel_launchers
+from orchestrator.config.launchers import launched_otherwise, launcher_words
 from orchestrator.config.shell import (
     ASSIGNMENT,
     BINARY,
@@ -45,98 +46,6 @@ _CONTEXT = {
     "substituted": "inside `$( )` or backquotes (its output would be the run's, not the farm's)",
     "glued": "glued to other text or as a file (`{binary}.log`, `X={binary}`, `> {binary}`)",
 }
-
-
-def kernel_commands(run: str) -> list[tuple[int, int]]:
-    """(where `farm_kernel` goes, characters of a leading `exec ` dropped there) for each
-    command of `run` that runs the kernel, in order."""
-    found = []
-    for command in lex(run).commands:
-        at = kernel_command(command)
-        if at is not None:
-            found.append(at)
-    return found
-
-
-def runs_other_programs(run: str) -> bool:
-    """Whether `run` may start a program other than the kernel and its launchers: a command
-    that does not run the kernel (`./prep.sh`, `cd`, `fi`: read as such, however harmless), a
-    command substitution (`{binary} $(cat args)`, `$((` too) or a here-document. Such a run's
-    kernel commands go through the node runner's trampoline (run/commands.py kernel_run): what
-    the run starts would inherit the files a shell holds for the kernel. Text it cannot read
-    (refused at load anyway) counts too."""
-    lexed = lex(run)
-    if lexed.problem or lexed.heredoc_binary:
-        return True
-    for command in lexed.commands:
-        if kernel_command(command) is None:
-            return True
-        texts = [word.text for word in command.words] + [redirect.target for redirect in command.redirects]
-        if any("$(" in text or "`" in text for text in texts):
-            return True
-        if any(redirect.op.startswith("<<") for redirect in command.redirects):
-            return True
-    return False
-
-
-def kernel_launchers(run: str) -> set[str]:
-    """The launchers (their names) of the commands of `run` that run the kernel."""
-    found: set[str] = set()
-    for command in lex(run).commands:
-        if kernel_command(command) is not None:
-            found |= {word.text.rsplit("/", 1)[-1] for word in launcher_words(command)}
-    return found
-
-
-def prefix_kernel_commands(run: str, prefix: str) -> str:
-    """`run` with `prefix` before the program of each command that runs the kernel, in
-    place of a leading `exec ` or `command `."""
-    for start, drop in sorted(kernel_commands(run), reverse=True):
-        run = run[:start] + prefix + run[start + drop :]
-    return run
-
-
-def prefix_kernel_calls(run: str, function: str) -> str:
-    """`run` with each command that runs the kernel called through `function`, told where the
-    command's launchers stand among its arguments: `nice -n 1 numactl {binary}` becomes
-    `FUNCTION 1,4, nice -n 1 numactl {binary}`. The words that are option values or assignments
-    (`env -u nsys`, `strace -o out/strace`) are no launchers: the function looks up only these
-    (run/commands.py); each word up to {binary} stays one word (_launcher_walk)."""
-    calls = []
-    for command in lex(run).commands:
-        at = kernel_command(command)
-        if at is not None:
-            places = "".join(f"{place}," for place in launcher_places(command))
-            calls.append((at, f"{function} {places or '-'} "))
-    for (start, drop), prefix in sorted(calls, reverse=True):
-        run = run[:start] + prefix + run[start + drop :]
-    return run
-
-
-def kernel_call_words(run: str) -> list[list[list[str]]]:
-    """What the node runner starts a kernel command of `run` as (noderunner.KernelFiles): for each
-    command that runs the kernel, its words from its program to {binary}, each [KIND, TEXT] with
-    KIND "launcher" (TEXT its name or path as written, unquoted: a name is looked up on the
-    node's PATH), "word" (TEXT the word whole), "prefix" (TEXT what the word starts with, up to
-    an expansion) or "binary".
-    The words after {binary} are the kernel's own. A request that fits none is no kernel command
-    of the run's (a program of the run asking for the kernel in its own way), and is refused."""
-    calls = []
-    for command in lex(run).commands:
-        found = command.program()
-        if kernel_command(command) is None or found is None:
-            continue
-        launchers = set(launcher_places(command))
-        words: list[list[str]] = []
-        for place, word in enumerate(command.words[found[0] :], start=1):
-            if "whole" in word.binaries:
-                words.append(["binary", ""])
-                break
-            text, whole = unquoted(word.text)
-            kind = "launcher" if place in launchers else "word" if whole else "prefix"
-            words.append([kind, re.sub(r"[\"'\\]", "", word.text) if kind == "launcher" else text])
-        calls.append(words)
-    return calls
 
 
 # what sh and bash read differently (a bash /bin/sh on some nodes, dash on others), or what

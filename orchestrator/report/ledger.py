@@ -3,7 +3,7 @@
 For each kernel, by its identity (inputs.py: one sha256 over every source,
 header and dependency) and per compute capability: VERIFIED when a pass of a
 variant whose contract required it to run is on record on a GPU the driver
-confirmed (probe.py). Compile-only nodes, nvidia-smi stand-ins and results
+confirmed (run/driver_check.py). Compile-only nodes, nvidia-smi stand-ins and results
 stored before every input was identified certify nothing. A change to any one
 input (a second translation unit, a header, other CUTLASS bytes) gives another
 identity, and the certificate turns stale.

@@ -12,7 +12,7 @@ import shlex
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
-from orchestrator.config.run_command import prefix_kernel_calls
+from orchestrator.config.kernel_calls import prefix_kernel_calls
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.probe import RUNNER_SOURCE
@@ -74,7 +74,7 @@ def own_tmp(folder: str) -> tuple[str, str]:
 
 
 # A run's stdout and stderr are the kernel's own. Each command of the job's run that names
-# {binary} (config/run_command.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
+# {binary} (config/kernel_calls.py kernel_commands: `{binary} 5`, `env X=1 {binary}`,
 # `valgrind {binary}`, `bash -c "{binary}"`) is called through farm_kernel, which gives it the
 # farm's stdout and stderr and notes its exit status in a file the farm reads back. The run
 # itself runs in a subshell whose own output goes to a file of its own: what the other commands
@@ -113,7 +113,7 @@ CANNOT_START_NOTE = "cannot-start"  # noted (with the statuses) where a command'
 COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
 
 
-# Each launcher of a kernel command (the loader names them: config/run_command.py
+# Each launcher of a kernel command (the loader names them: config/kernel_calls.py
 # prefix_kernel_calls) is looked for on the node's PATH as a file, its absolute entries only,
 # and run by the path found: not by `command -v` (bash's keyword `time` passed it where dash has
 # none: one run, two verdicts by the node's sh), and not by the shell's own lookup, which an
@@ -153,7 +153,7 @@ def _launcher_look(cell: str) -> str:
 def _kernel_call(name: str, binary: str, served: bool) -> str:
     """The shell function each kernel command is called through, as `NAME PLACES COMMAND`:
     PLACES ("1,4," or "-") where the loader read launchers among COMMAND's arguments
-    (config/run_command.py prefix_kernel_calls; each argument up to the copy is one word as
+    (config/kernel_calls.py prefix_kernel_calls; each argument up to the copy is one word as
     written). Its name is the cell's own (a run that called `farm_""kernel echo PASS` had
     echo's output and status noted as a kernel's that never ran: a red-team review's), and
     it runs only a command holding the cell's copy among its words, by `command`: a function
@@ -204,7 +204,7 @@ def kernel_run(template: str, binary: str, files: list[str] | None = None, serve
     through the cell's own farm_kernel_* function. With `files` (kernel_files: the shell
     scripts) the shell opens them as fds 6 and 1-2, the kernel's stdout and stderr going to 7
     and 8; without, the node's python3 runner opens them: as the same fds, or, SERVED (a run
-    that starts other programs: config/run_command.py runs_other_programs), kept by the runner,
+    that starts other programs: config/kernel_calls.py runs_other_programs), kept by the runner,
     which starts each kernel command itself (noderunner.KernelFiles)."""
     q = shlex.quote
     name = f"farm_kernel_{secrets.token_hex(6)}"

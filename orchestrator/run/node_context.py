@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from orchestrator.config.farm import Farm
-from orchestrator.run.bundle import Staging
 from orchestrator.run.cell import StageRecord
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
+from orchestrator.run.staging import Staging
 from orchestrator.transport import Transport
 
 

@@ -18,8 +18,7 @@ from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import InfraError, NodeUnusable, SessionLost
 from orchestrator.outcomes import NODE_STAGES
 from orchestrator.plan import Cell
-from orchestrator.run import bundle
-from orchestrator.run.bundle import Staging
+from orchestrator.run import bundle, staging
 from orchestrator.run.cell import StageRecord
 from orchestrator.run.probe import probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
@@ -55,7 +54,7 @@ class NodeSetup:
         records: list[StageRecord],
         partial: list[NodeSnapshot],
         resident: list[ResidentRunner],
-    ) -> Staging:
+    ) -> staging.Staging:
         """probe, then stage; each stage stamped into `records`, the snapshot into `partial`,
         the resident runner that answered the probe into `resident`. The probe also
         reads the digests of what staging needs, so a node that holds it all is staged
@@ -102,7 +101,7 @@ class NodeSetup:
                             f"node {setup.name!r}: NVIDIA's PyPI toolkits are x86_64 builds; this node is "
                             f"{snapshot.os or 'of an unknown architecture'}"
                         )
-                    staging = bundle.stage(
+                    staged = staging.stage(
                         setup,
                         snapshot.workdir,
                         needs,
@@ -111,9 +110,9 @@ class NodeSetup:
                         resident[0] if resident else None,
                         snapshot.placed,
                     )
-                    detail = "; ".join([f"{staging.shipped} bytes shipped", *staging.notes.values()])
-                    if staging.toolchain is not None:  # its nvcc is there now: ask it what it is
-                        partial[0] = snapshot = shipped_nvcc(setup, snapshot, staging.toolchain.folder)
+                    detail = "; ".join([f"{staged.shipped} bytes shipped", *staged.notes.values()])
+                    if staged.toolchain is not None:  # its nvcc is there now: ask it what it is
+                        partial[0] = snapshot = shipped_nvcc(setup, snapshot, staged.toolchain.folder)
                         if snapshot.nvcc_version is None:
                             said = " / ".join(snapshot.nvcc_output.strip().splitlines()[-3:])[-300:]
                             raise NodeUnusable(f"node {setup.name!r}: the shipped nvcc does not run ({said})")
@@ -121,7 +120,7 @@ class NodeSetup:
                 records.append(StageRecord(stage, "infra", started, time.monotonic() - clock, str(err)))
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
-        return staging
+        return staged
 
     def probe(self, setup: Transport, needs: bundle.Needs | None, resident: list[ResidentRunner]) -> NodeSnapshot:
         """Where a transport keeps processes, the node's resident runner is started at
@@ -134,7 +133,7 @@ class NodeSetup:
         if node.runner == "auto" and setup.keeps_processes:
             runner = ResidentRunner(setup.sibling(), "python3", self.open)
             try:
-                snapshot = resident_probe(runner, node, folders, bundle.offered(needs) if needs else None)
+                snapshot = resident_probe(runner, node, folders, staging.offered(needs) if needs else None)
             except SessionLost:
                 runner.close()
             except BaseException:

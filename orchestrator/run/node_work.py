@@ -17,13 +17,14 @@ from pathlib import Path
 from orchestrator.classify import Evidence, classify
 from orchestrator.errors import FarmError, InfraError, NodeUnusable, StoreError
 from orchestrator.plan import Cell, expect
-from orchestrator.run import bundle, toolchain
+from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background, node_devices
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.run.staging import ensure
 from orchestrator.store.journal import journal_folder
 from orchestrator.store.location import sqlite_file
 from orchestrator.transport import Transport
@@ -291,7 +292,7 @@ class NodeWork:
         if shipped_bundle is None:  # the node's own dependency copy: nothing to ship
             raise NodeUnusable(f"node {transport.name!r}: its own folder {placed.folder} changed during the run")
         with ctx.lock:
-            shipped, note = bundle.ensure(transport, ctx.snapshot.workdir, shipped_bundle, self.cache_dir)
+            shipped, note = ensure(transport, ctx.snapshot.workdir, shipped_bundle, self.cache_dir)
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
         return note

@@ -7,19 +7,9 @@ asked of the node's resident runner (noderunner.probe) where it starts, else
 of the shell (probe_command); both print the same sections, read by parse_probe,
 and tests/test_node_runner.py holds them to the same answers.
 
-Every GPU nvidia-smi lists (index, UUID, name, CC, memory) is a slot of its own.
-nvidia-smi is only a program on PATH, so its word is checked against the
-driver's own view before any GPU may certify a kernel: the driver's device
-query (NVML, libnvidia-ml through python3's ctypes: name, CC and UUID of each
-GPU) and /proc/driver/nvidia/gpus/*/information (model and UUID, from the kernel
-module). A GPU is `verified` only when the NVIDIA kernel driver is loaded,
-/dev/nvidiactl exists, and the driver knows a GPU with that UUID, name and CC.
-A stand-in nvidia-smi, or one that misreports a card, is then never taken for
-real hardware. NVML confirms what the card is, not that CUDA can start on it
-(libcuda's cuInit, which the probe asked until session 7, at eight times the
-cost): a node whose CUDA cannot start (a fabric manager down, a libcuda that
-does not match the driver) is still confirmed, and its kernels' runs fail there,
-which is a failure or an infra error, never a pass.
+Every GPU nvidia-smi lists is a slot of its own, believed only where the driver's
+own view confirms it (driver_check.py): a stand-in nvidia-smi, or one that
+misreports a card, is never taken for real hardware.
 """
 
 from __future__ import annotations
@@ -28,16 +18,16 @@ import ast
 import marshal
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import SessionLost
+from orchestrator.run.driver_check import GPU_QUERY, NVML_QUERY, cross_check, driver_devices, proc_models, smi_gpus
 from orchestrator.run.node import SOURCE
-from orchestrator.run.snapshot import Gpu, NodeSnapshot
+from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import Transport
 from orchestrator.transport.base import Deadline
 
@@ -61,49 +51,7 @@ def free_inodes_sh(folder: str) -> str:
 
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
-GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++")  # noderunner.HOST_COMPILERS
-
-# Asks the driver itself (NVML, not the nvidia-smi program on PATH) for each GPU:
-# UUID, CC, name. NVML is the driver's own library for exactly these facts: it
-# answers in about 30 ms where libcuda's cuInit took 250 ms of CPU on an H200
-# (bench/driver_query.py), and it lists GPUs as nvidia-smi does, whatever
-# CUDA_VISIBLE_DEVICES says. A call that fails is an error line: nothing confirmed.
-# `query()` returns the lines; the probe prints them.
-NVML_QUERY = r"""
-def query():
-    import ctypes
-    try:
-        ml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as err:
-        return ["error cannot load libnvidia-ml.so.1 (%s)" % err]
-    rc = ml.nvmlInit_v2()
-    if rc:
-        return ["error nvmlInit returned %d" % rc]
-    count = ctypes.c_uint()
-    rc = ml.nvmlDeviceGetCount_v2(ctypes.byref(count))
-    if rc:
-        return ["error nvmlDeviceGetCount returned %d" % rc]
-    lines = []
-    for index in range(count.value):
-        dev = ctypes.c_void_p()
-        uuid = ctypes.create_string_buffer(96)
-        name = ctypes.create_string_buffer(96)
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        rc = (
-            ml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(dev))
-            or ml.nvmlDeviceGetUUID(dev, uuid, 96)
-            or ml.nvmlDeviceGetName(dev, name, 96)
-            or ml.nvmlDeviceGetCudaComputeCapability(dev, ctypes.byref(major), ctypes.byref(minor))
-        )
-        if rc:
-            return ["error NVML returned %d for GPU %d" % (rc, index)]
-        said = name.value.decode("utf-8", "replace")
-        lines.append("gpu|%s|%d.%d|%s" % (uuid.value.decode(), major.value, minor.value, said))
-    ml.nvmlShutdown()
-    return lines
-"""
-QUERY_PRINT = '\nprint("\\n".join(query()))\n'
 
 
 # The probe's one python3 (probe_python): its own path and whether it can run the
@@ -260,90 +208,6 @@ def _runner_code(lines: list[str]) -> dict[str, Any]:
     return {"python_version": version, "runner_code": bytes.fromhex(found[1])}
 
 
-def _smi_gpus(
-    lines: list[str], unreadable: list[str] | None = None
-) -> list[tuple[int, str, str, ComputeCapability, str, str]]:
-    """(index, uuid, name, cc, driver, memory) of each row nvidia-smi printed; a GPU's row
-    whose CC cannot be read ("[N/A]" for a card in a bad state) goes to `unreadable`."""
-    rows = []
-    for line in lines:
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 6 or not fields[0].isdigit():
-            continue
-        try:
-            rows.append(
-                (int(fields[0]), fields[1], fields[2], ComputeCapability.parse(fields[3]), fields[4], fields[5])
-            )
-        except ValueError:
-            if unreadable is not None:
-                unreadable.append(line.strip()[:200])
-    return rows
-
-
-def _driver_devices(lines: list[str]) -> tuple[dict[str, tuple[str, str]], str]:
-    """{uuid: (cc, name)} from the driver query (NVML), and its error if it failed."""
-    devices: dict[str, tuple[str, str]] = {}
-    error = ""
-    for line in lines:
-        if line.startswith("gpu|"):
-            parts = line.split("|", 3)
-            if len(parts) == 4:
-                devices[parts[1]] = (parts[2], parts[3].strip())
-        elif line.startswith("error "):
-            error = line[len("error ") :].strip()
-        elif line.strip() and not devices and not error:
-            error = line.strip()[:200]
-    return devices, error
-
-
-def _proc_models(lines: list[str]) -> dict[str, str]:
-    """{uuid: model} from /proc/driver/nvidia/gpus/*/information."""
-    models: dict[str, str] = {}
-    model = ""
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "Model":
-            model = value.strip()
-        elif key.strip() == "GPU UUID":
-            models[value.strip()] = model
-    return models
-
-
-def cross_check(
-    smi: Iterable[tuple[int, str, str, ComputeCapability, str, str]],
-    driver_evidence: str,
-    driver: dict[str, tuple[str, str]],
-    driver_error: str,
-    proc: dict[str, str],
-) -> list[Gpu]:
-    """Each nvidia-smi GPU, verified against the driver's own view or not, with why."""
-    kernel_driver = "NVRM version" in driver_evidence and "/dev/nvidiactl" in driver_evidence
-    gpus = []
-    for index, uuid, name, cc, _driver, memory in smi:
-        problems = []
-        if not kernel_driver:
-            problems.append("no NVIDIA kernel driver (/proc/driver/nvidia/version, /dev/nvidiactl)")
-        if driver_error:
-            problems.append(f"the driver (NVML) could not be asked ({driver_error})")
-        elif uuid not in driver:
-            known = "; ".join(f"{n}, CC {c}, {u}" for u, (c, n) in sorted(driver.items())) or "no GPU"
-            problems.append(f"the driver (NVML) knows no GPU {uuid} (it reports: {known})")
-        else:
-            driver_cc, driver_name = driver[uuid]
-            if driver_cc != str(cc):
-                problems.append(f"the driver (NVML) says CC {driver_cc}, nvidia-smi says {cc}")
-            if driver_name != name:
-                problems.append(f"the driver (NVML) names it {driver_name!r}, nvidia-smi {name!r}")
-        if proc and uuid in proc and proc[uuid] != name:
-            problems.append(f"/proc/driver/nvidia names it {proc[uuid]!r}")
-        if problems:
-            check = f"nvidia-smi's GPU {index} ({name}, CC {cc}) is not confirmed: " + "; ".join(problems)
-        else:
-            check = f"confirmed by the driver (NVML): {name}, CC {cc}, {uuid}"
-        gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check))
-    return gpus
-
-
 def _folder_digests(lines: list[str], folders: Sequence[str]) -> dict[str, str]:
     found = {folder: "" for folder in folders}
     for line in lines:
@@ -371,14 +235,14 @@ def parse_probe(
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
     unreadable: list[str] = []
-    rows = _smi_gpus(smi[:-1], unreadable) if smi_ok else []
+    rows = smi_gpus(smi[:-1], unreadable) if smi_ok else []
     driver_evidence = "\n".join(sec.get("driver", [])).strip()
     nvml = sec.get("nvml")
     if nvml is None:  # the python3 that was to ask died first: what it said instead is the reason
         said = next((line.strip() for line in sec.get("python", []) if line.strip()), "nothing")
         nvml = [f"error python3 gave no answer about the driver ({said[:200]})"]
-    known, error = _driver_devices(nvml)
-    every = cross_check(rows, driver_evidence, known, error, _proc_models(sec.get("procgpus", [])))
+    known, error = driver_devices(nvml)
+    every = cross_check(rows, driver_evidence, known, error, proc_models(sec.get("procgpus", [])))
     usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])
     nvcc_version = _nvcc_version(nvcc)

@@ -22,7 +22,7 @@ import re
 import shlex
 
 from orchestrator.classify import SanitizerReport
-from orchestrator.config.run_command import prefix_kernel_commands
+from orchestrator.config.kernel_calls import prefix_kernel_commands
 
 SANITIZER_EXIT = 86  # --error-exitcode: a code the course's kernels never return
 LOG_LIMIT = 64 << 10  # bytes of each tool's log read back

@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # the pipeline's objects, read here; the store imports this m
     from orchestrator.config.farm_spec import NodeSpec
     from orchestrator.config.jobs import Job
     from orchestrator.plan import Cell
-    from orchestrator.run.bundle import Staging
     from orchestrator.run.cell import CellResult
     from orchestrator.run.snapshot import Gpu, NodeSnapshot
+    from orchestrator.run.staging import Staging
 
 
 @functools.cache

@@ -76,7 +76,7 @@ class NodeSnapshotRow(Base):
     declared_gpu: Mapped[str | None] = mapped_column(String(255), nullable=True)
     declared_cc: Mapped[str | None] = mapped_column(String(8), nullable=True)
     cc_mismatch: Mapped[bool] = mapped_column(Boolean, default=False)
-    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # can certify (see probe.py)
+    real_gpu: Mapped[bool] = mapped_column(Boolean, default=False)  # can certify (see run/driver_check.py)
     driver_evidence: Mapped[str | None] = mapped_column(Text, nullable=True)
     probe_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     probe_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)

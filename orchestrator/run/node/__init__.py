@@ -12,7 +12,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-PARTS = ("files", "spawn", "kernel_commands", "kernel_requests", "processes", "stages", "probe", "place", "serve")
+PARTS = (
+    "files",
+    "spawn",
+    "kernel_commands",
+    "trampoline",
+    "kernel_requests",
+    "processes",
+    "stages",
+    "stage_flow",
+    "probe",
+    "place",
+    "serve",
+)
 # a part's import of another part (one line, or parenthesized over several): not shipped
 _OWN_IMPORT = re.compile(rb"^from orchestrator\.run\.node\.\w+ import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
 

@@ -43,7 +43,7 @@ def names_node_only(word):
 
 class KernelCommands:
     """The run's kernel commands as the runner reads a request for one. CALLS: each as the loader
-    read it (config/run_command.py kernel_call_words); COPY: the cell's copy of the binary; ENV:
+    read it (config/kernel_calls.py kernel_call_words); COPY: the cell's copy of the binary; ENV:
     the run's environment (the node's PATH and HOME, the variables FORCED and node_only keep);
     FORCED: the cell's marker's variables."""
 

@@ -5,7 +5,7 @@ import time
 
 from orchestrator.run.node.files import OUT, folder_digest, remove
 
-LEFTOVER_AGE = 3600  # seconds untouched before a dead placer's folder is swept (bundle.LEFTOVER_MINUTES)
+LEFTOVER_AGE = 3600  # seconds untouched before a dead placer's folder is swept (staging.LEFTOVER_MINUTES)
 
 
 def sweep_leftovers(final):
@@ -73,7 +73,7 @@ def put_in_place(part, final, digest):
 def place(spec):
     """Bundles sent whole (their files' bytes in the plan): each written into a folder
     beside its place, checked against its digest there, and renamed into place, as
-    bundle.py's extracting script does, without tar, gzip, find or sha256sum (a dozen
+    staging.py's extracting script does, without tar, gzip, find or sha256sum (a dozen
     programs a node). Prints `@@farm placed DIGEST` for each one in place, or
     `@@farm unplaced DIGEST WHY`; what failed leaves nothing behind."""
     for bundle in spec["bundles"]:

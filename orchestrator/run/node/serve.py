@@ -11,7 +11,8 @@ from orchestrator.run.node.place import place
 from orchestrator.run.node.probe import probe
 from orchestrator.run.node.processes import reap, subreaper
 from orchestrator.run.node.spawn import exit_code
-from orchestrator.run.node.stages import LOGIN_ENV, frame, gate, login_env, remove_cell, stage_text
+from orchestrator.run.node.stage_flow import frame, gate, remove_cell, stage_text
+from orchestrator.run.node.stages import LOGIN_ENV, login_env
 
 
 def main():

@@ -1,12 +1,10 @@
 """A cell's stages on the node: build, inspect, run and sanitize, each printing what the farm's shell
-scripts print."""
+scripts print (stage_flow.py goes from one to the next), and the login's environment they run in."""
 
 import os
-import stat
-import sys
 import time
 
-from orchestrator.run.node.files import OUT, folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy
+from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.probe import LIST_TIMEOUT, _which
 from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
@@ -372,113 +370,6 @@ STAGES = {"build": build, "inspect": inspect, "run": run, "sanitize": sanitize}
 UMASK = os.umask(0o022)
 os.umask(UMASK)
 LOGIN_ENV = {}  # the farm's own tools (cuobjdump's lists) run in it, without the cell's marker (main)
-
-
-def frame(token, tag, path, limit):
-    """A file's first `limit` bytes as frames.py's emit() sends them (a missing
-    or not regular file is an empty frame: nothing blocks on a FIFO)."""
-    handle = None
-    size = 0
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        handle = os.fdopen(fd, "rb")
-        info = os.fstat(fd)
-        size = min(info.st_size, limit) if stat.S_ISREG(info.st_mode) else 0
-    except OSError:
-        size = 0
-    OUT.write(f"\n@@farm-frame {token} {tag} {size}\n".encode())
-    left = size
-    if handle is not None:
-        with handle:
-            while left > 0:
-                try:
-                    block = handle.read(min(left, 1 << 20))
-                except OSError:
-                    block = b""
-                if not block:
-                    break
-                OUT.write(block)
-                left -= len(block)
-    while left > 0:  # a file that shrank while it was read is padded: the stream cannot shift
-        pad = min(left, 1 << 20)
-        OUT.write(b"\0" * pad)
-        left -= pad
-    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
-
-
-def remove_cell(run_dir):
-    remove(run_dir)
-    node_dir = os.path.dirname(run_dir)
-    for folder in (node_dir, os.path.dirname(node_dir)):
-        try:  # noqa: SIM105 - as in kill_group
-            os.rmdir(folder)
-        except OSError:
-            pass
-
-
-HEX = frozenset("0123456789abcdef")
-
-
-def first_sha(kind, lines):
-    """The first line `@@farm KIND SHA` (64 hex digits): its SHA, or None."""
-    prefix = "@@farm " + kind + " "
-    for line in lines:
-        rest = line[len(prefix) :] if line.startswith(prefix) else ""
-        if len(rest) == 64 and HEX.issuperset(rest):
-            return rest
-    return None
-
-
-def count(dump, name):
-    """machine_code.count_instructions without `re`: NAME not after a word character or a
-    dot, nor before a word character (str.isalnum() and "_" are re's \\w)."""
-    if not name:
-        return 0  # no pattern to find: the node holds the run back, the farm's own count decides
-    found, at, size = 0, dump.find(name), len(name)
-    while at >= 0:
-        before = dump[at - 1] if at else " "
-        after = dump[at + size] if at + size < len(dump) else " "
-        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_"):
-            found += 1
-            at = dump.find(name, at + size)
-        else:
-            at = dump.find(name, at + 1)
-    return found
-
-
-def gate(name, text, spec, ahead):
-    """Whether the next stage goes on, read as the stages' shell gate reads it."""
-    lines = text.decode("utf-8", "replace").split("\n")
-    if name == "build":
-        sha = first_sha("cached", lines)
-        if sha is None:
-            built, copy = first_sha("built", lines), first_sha("copy", lines)
-            sha = built if built is not None and built == copy else None
-        ahead["sha"] = sha or ""
-        return sha is not None
-    if next((line for line in lines if line.startswith("@@farm rc=")), None) != "@@farm rc=0":
-        return False
-    try:
-        with open(os.path.join(spec["run_dir"], "inspect.txt"), "rb") as handle:
-            dump = handle.read(spec["sass_limit"]).decode("utf-8", "replace")
-    except OSError:
-        dump = ""
-    return all(count(dump, mnemonic) >= needed for mnemonic, needed in spec["instructions"].items())
-
-
-def stage_text(name, spec, env, ahead):
-    """The stage's control text, ending with the status the shell's `_wrap` prints."""
-    out = Stage()
-    try:
-        STAGES[name](out, spec, env, ahead)
-        out.say("@@farm end 0")
-    except Exception as err:  # a fault of the runner's own is no evidence: the farm is told
-        sys.stderr.write(f"farm runner: {name} stage: {err!r}\n")
-        left = reap("FARM_CELL", ahead["cell"])
-        if left is not None:
-            out.say(f"@@farm reaped {left}")
-        out.say("@@farm end 1")
-    return out
 
 
 def login_env():

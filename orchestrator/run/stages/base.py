@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import probe, snapshot
+from orchestrator.run import driver_check, probe, snapshot
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -106,7 +106,7 @@ class CellStages(CellTrips):
         gpu = self.result.gpu if self.result.evidence.run_exit not in (None, 0) else None
         if gpu is not None:
             command += (
-                f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={probe.GPU_QUERY} "
+                f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={driver_check.GPU_QUERY} "
                 f"--format=csv,noheader -i {q(gpu.uuid)} 2>&1); rc=$?; "
                 'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
             )

@@ -6,7 +6,7 @@ import posixpath
 import shlex
 import time
 
-from orchestrator.config.run_command import kernel_call_words, kernel_launchers, runs_other_programs
+from orchestrator.config.kernel_calls import kernel_call_words, kernel_launchers, runs_other_programs
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
     CANNOT_START_NOTE,
