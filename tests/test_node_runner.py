@@ -43,6 +43,7 @@ from nodes import (
     write_farm,
 )
 
+from orchestrator.config import kernel_calls
 from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_digest
@@ -1231,6 +1232,7 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
     files = noderunner.KernelFiles(
         1, 1, 2, [[["binary", ""]], [["launcher", "mpirun"], ["word", "-x"], ["prefix", ""], ["binary", ""]]],
         copy, {"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": "/opt/node/lib", "FARM_CELL": "c1"}, ("FARM_CELL",),
+        None, ["FOO", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH", "LANGUAGE", "TIME", "VALGRIND_OPTS"],
     )  # fmt: skip
     sent = {
         "FOO": "1",
@@ -1257,3 +1259,41 @@ def test_a_request_gets_the_nodes_own_loader_and_launcher_settings(tmp_path: Pat
         mpirun = "env"
     asked = [mpirun.rsplit("/", 1)[-1] if "/" in mpirun else mpirun, "-x", "LD_PRELOAD=/tmp/marker.so", copy]
     assert files.request(b"\0".join([b"run", b"4", *(w.encode() for w in asked)]) + b"\0") is None
+
+
+def test_a_kernel_the_runner_starts_gets_of_a_requests_variables_only_those_the_run_names(tmp_path: Path) -> None:
+    """Of a request's environment, the kernel gets the variables whose names the run's text
+    holds (config/kernel_calls.py run_names: set, or unset) and the shell's PWD; the rest as the
+    run's shell started. A sourced script's BASH_ENV (read by a launcher that is a bash script)
+    or an MPI launcher's settings never reach it: a denylist of such names missed one after
+    another (red-team findings)."""
+    (tmp_path / "bin").mkdir()
+    copy = str(tmp_path / "bin" / "k")
+    Path(copy).write_text("#!/bin/sh\n")
+    Path(copy).chmod(0o755)
+    run = "export OMP_NUM_THREADS=4; unset GONE; . ./env.sh && cd sub && {binary}"
+    names = kernel_calls.run_names(run)
+    assert {"OMP_NUM_THREADS", "GONE", "env", "sh", "sub", "binary"} <= set(names)
+    started = {"PATH": os.environ["PATH"], "HOME": "/home/n", "GONE": "node's", "KEPT": "node's", "FARM_CELL": "c1"}
+    calls = kernel_calls.kernel_call_words(run)
+    files = noderunner.KernelFiles(1, 1, 2, calls, copy, started, ("FARM_CELL",), None, names)
+    sent = {
+        "OMP_NUM_THREADS": "4",
+        "BASH_ENV": str(tmp_path / "evil.sh"),
+        "HYDRA_LAUNCHER_EXEC": str(tmp_path / "fake"),
+        "KEPT": "the sourced script's",
+        "PWD": str(tmp_path / "sub"),
+        "PATH": "/tmp/fake-bin",
+        "FARM_CELL": "other",
+    }
+    environ = b"".join(f"{key}={value}\0".encode() for key, value in sent.items())
+    argv, env, note = files.request(b"run\0" + b"1\0" + copy.encode() + b"\0" + environ)
+    assert argv == [copy] and note is None
+    assert env == {
+        b"PATH": os.environ["PATH"].encode(),
+        b"HOME": b"/home/n",
+        b"KEPT": b"node's",
+        b"FARM_CELL": b"c1",
+        b"OMP_NUM_THREADS": b"4",
+        b"PWD": str(tmp_path / "sub").encode(),
+    }, env

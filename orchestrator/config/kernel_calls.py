@@ -106,3 +106,15 @@ def kernel_call_words(run: str) -> list[list[list[str]]]:
             words.append([kind, re.sub(r"[\"'\\]", "", word.text) if kind == "launcher" else text])
         calls.append(words)
     return calls
+
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def run_names(run: str) -> list[str]:
+    """Every name a variable the run's text sets could have: each word of letters, digits and
+    `_` in it, wherever it stands (`X=1`, `export X`, `read X`, `eval 'X=1'`, `${X:=1}`). Of a
+    request's environment, a kernel the runner starts gets these alone (node/kernel_commands.py):
+    what a sourced script or a program of the run set under another name (BASH_ENV for a launcher
+    that is a bash script, an MPI launcher's own settings) never reaches it."""
+    return sorted(set(_NAME_RE.findall(run)))

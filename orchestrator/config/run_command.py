@@ -89,6 +89,12 @@ _LOADS_CODE = re.compile(
 # locales, `../` included: a catalog of the run's had `env -C nodir {binary}` print the kernel's
 # refusal, an expected refusal for a kernel that never ran: a red-team finding); the node's
 _LANGUAGE_SET = re.compile(r"(?<![A-Za-z0-9_$])(?:LANGUAGE|LOCPATH|NLSPATH)\b(?!\}|:?[-+?])")
+# what a shell started as a launcher (nsys and ncu are bash scripts) reads before its own text: a
+# startup file (BASH_ENV, ENV), functions (BASH_FUNC_*), options (SHELLOPTS: xtrace) and the trace's
+# prefix (PS4), printed on the kernel's stderr; the node's
+_SHELL_STARTUP = re.compile(
+    r"(?<![A-Za-z0-9_$])(?<!\$\{)(?:BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|BASH_FUNC_[A-Za-z0-9_%]*)(?![A-Za-z0-9_])"
+)
 _TIME_SET = re.compile(r"(?<![A-Za-z0-9_$])(?<!\$\{)TIME\b(?!\}|:?[-+?])")
 # the builtins that set or unset a variable by a name of their arguments: a name the shell fills in
 # (`V=PAT; export "$V"H=...`) is a variable the rules above cannot see (the run's PATH reached the
@@ -145,6 +151,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         return (
             f"{loads.group(0)} other than read: the code the kernel's process loads (the dynamic loader's "
             "and CUDA's injection variables) is the node's"
+        )
+    if started := _SHELL_STARTUP.search(bare):
+        return (
+            f"{started.group(0)} other than read: what a shell started as a launcher reads before its "
+            "own text (its startup file, functions, options, trace prefix) is the node's"
         )
     if spoken := _LANGUAGE_SET.search(bare):
         return (

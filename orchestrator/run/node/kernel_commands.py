@@ -25,7 +25,11 @@ def node_only(key):
     starts (a request's PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run
     may not change PATH either)."""
     return (
-        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_"))
+        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_", b"BASH_FUNC_"))
+        # the MPI launchers' own settings (MPICH's Hydra, Open MPI 5's PRRTE and OPAL)
+        or key.startswith((b"HYDRA_", b"MPIEXEC_", b"PRTE_", b"OPAL_"))
+        # what a launcher that is a shell script reads first (nsys and ncu are bash scripts)
+        or key in (b"BASH_ENV", b"ENV", b"SHELLOPTS", b"BASHOPTS", b"PS4")
         or b"INJECTION" in key
         or key in (b"GCONV_PATH", b"TIME", b"PATH")
         # the messages a launcher prints: gettext reads LANGUAGE as a folder under the node's
@@ -38,18 +42,29 @@ def node_only(key):
 def names_node_only(word):
     """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
     named = ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_", "LANGUAGE", "LOCPATH", "NLSPATH")
-    return any(part in word for part in named)
+    named += ("BASH_", "SHELLOPTS", "PS4", "HYDRA_", "MPIEXEC_", "PRTE_", "OPAL_")
+    return any(part in word for part in named) or word.partition("=")[0] == "ENV"
+
+
+# what the shell itself keeps up to date as the run goes (`cd`), whatever its text names
+SHELL_KEPT = (b"PWD", b"OLDPWD")
 
 
 class KernelCommands:
     """The run's kernel commands as the runner reads a request for one. CALLS: each as the loader
     read it (config/kernel_calls.py kernel_call_words); COPY: the cell's copy of the binary; ENV:
-    the run's environment (the node's PATH and HOME, the variables FORCED and node_only keep);
-    FORCED: the cell's marker's variables."""
+    the run's environment as its shell started (the node's, the farm's settings, the cell's
+    marker); FORCED: the cell's marker's variables; NAMES: the names the run's text could give
+    a variable (config/kernel_calls.py run_names): of a request's environment, a kernel gets
+    those alone, all else as ENV says. A denylist of what steers loaders and launchers
+    (node_only) missed one after another (VALGRIND_LIB, LANGUAGE: red-team findings); BASH_ENV
+    for a launcher that is a bash script, or an MPI launcher's own settings, set by a sourced
+    script or a program of the run, now never reach it."""
 
-    def __init__(self, calls=(), copy="", env=None, forced=()):
+    def __init__(self, calls=(), copy="", env=None, forced=(), names=()):
         self.calls, self.copy = [list(call) for call in calls], copy
         self.env = dict(env or {})
+        self.names = (*(name.encode() for name in names), *SHELL_KEPT)
         self.forced = {key.encode(): self.env.get(key) for key in (*FORCED, *forced)}
         self.cell = os.path.dirname(os.path.dirname(copy))  # the copy lies in bin/ of the cell's folder
 
@@ -63,9 +78,15 @@ class KernelCommands:
         argv = [os.fsdecode(word) for word in fields[2 : 2 + count]]
         if len(argv) != count or not count:
             return None
-        env = {key: value for key, _, value in (item.partition(b"=") for item in fields[2 + count :] if b"=" in item)}
-        env = {key: value for key, value in env.items() if not node_only(key)}
-        env.update((key.encode(), value.encode()) for key, value in self.env.items() if node_only(key.encode()))
+        given = {key: value for key, _, value in (item.partition(b"=") for item in fields[2 + count :] if b"=" in item)}
+        env = {os.fsencode(key): os.fsencode(value) for key, value in self.env.items()}
+        for key in self.names:  # what the run's text set (or unset), but what is the node's alone
+            if node_only(key):
+                continue
+            if key in given:
+                env[key] = given[key]
+            else:
+                env.pop(key, None)
         for key, value in self.forced.items():
             if value is None:
                 env.pop(key, None)

@@ -21,15 +21,15 @@ def _q(text):
 class KernelFiles(KernelCommands):
     """The run's kernel commands, started by this runner for its trampolines (TRAMPOLINE), with
     the kernel's files: STATUS (their statuses and notes, one a line), OUT and ERR (the kernel's
-    stdout and stderr). CALLS, COPY, ENV, FORCED: which requests are the run's kernel commands
-    (KernelCommands, kernel_commands.py); RULES: the run's Landlock ruleset's fd,
+    stdout and stderr). CALLS, COPY, ENV, FORCED, NAMES: which requests are the run's kernel
+    commands, and what their kernels get (KernelCommands, kernel_commands.py); RULES: the run's Landlock ruleset's fd,
     each kernel confined to it in a domain of its own (no program of the run can trace it, or
     open its files through /proc)."""
 
-    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None):
+    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None, names=()):
         import _socket
 
-        KernelCommands.__init__(self, calls, copy, env, forced)
+        KernelCommands.__init__(self, calls, copy, env, forced, names)
         self.S = _socket
         self.status, self.files = status, (out, err)
         self.rules = rules

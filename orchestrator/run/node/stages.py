@@ -261,6 +261,7 @@ def run(out, spec, env, ahead):
                         env,
                         ahead.get("forced", ()),
                         fd,
+                        spec.get("names", ()),
                     )
                     code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
                 else:

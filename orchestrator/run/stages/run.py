@@ -6,7 +6,7 @@ import posixpath
 import shlex
 import time
 
-from orchestrator.config.kernel_calls import kernel_call_words, kernel_launchers, runs_other_programs
+from orchestrator.config.kernel_calls import kernel_call_words, kernel_launchers, run_names, runs_other_programs
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
     CANNOT_START_NOTE,
@@ -101,6 +101,7 @@ class RunStage(CellStages):
                 "kernel_files": files,
                 "served": served,
                 "calls": kernel_call_words(self.variant.run) if served else [],
+                "names": run_names(self.variant.run) if served else [],
                 "tmp": self.paths.run_tmp,
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
