@@ -591,3 +591,19 @@ def test_a_nodes_env_changed_in_farm_yaml_rebuilds_what_it_built(node: SshNode, 
     assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
     assert [r["build_cached"] for r in rows] == [0, 0]
     assert rows[0]["build_key"] != rows[1]["build_key"]
+
+
+def test_a_build_writes_only_in_its_own_folder(node: SshNode, tmp_path: Path, runner: str) -> None:
+    """A build runs confined (Landlock) to its build folder and its own $TMPDIR: a build of one
+    job could otherwise swap another cell's copy of its binary between the copy's hash and its
+    start (a red-team finding). Its compiler still works there; a write beside its folder fails.
+    The shell scripts (nodes without python3) confine nothing, and say so for the run."""
+    build = "touch ../escaped-{i}; g++ -O1 -DMODE_PASS -DMIN_CC=75 -DV={i} -o {{binary}} {{sources}}"
+    variants = {"p0": standin_variant("PASS", MIN75, "MIN_CC=75", build=build.format(i=0))}
+    summary, _ = verify(node, tmp_path / "farm", variants)
+    assert dict(summary.outcomes) == {"pass": 1}
+    escaped = list((tmp_path / "work").rglob("escaped-*"))
+    assert bool(escaped) == (runner == "shell"), escaped
+    log = query(tmp_path / "farm" / "results.db", "SELECT build_log FROM results")[0]["build_log"]
+    if runner != "shell":
+        assert b"Permission denied" in bytes(log), log

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -309,6 +313,30 @@ def test_the_shell_runners_clock_is_not_the_wall_clock(tmp_path, monkeypatch):
     assert 1.9 <= seconds < 10, seconds
 
 
+class Tenant:
+    """Another tenant of the node's disk, acting while the cells build: a build may write only
+    in its own folder (it is confined), so the tenant is this test's thread, not the build. The
+    builds wait (`wait`, a shell prefix) until it has acted, once their folders exist (the probe
+    has seen the room before)."""
+
+    def __init__(self, disk: Path, act: Callable[[], None]) -> None:
+        self.go = disk / "tenant-done"
+        self.pending = disk / "tenant-pending"  # renamed when done: that takes no inode the tenant left
+        self.pending.touch()
+        self.wait = f"for i in $(seq 600); do [ -e {self.go} ] && break; sleep 0.05; done; "
+        self.thread = threading.Thread(target=self._run, args=(disk, act), daemon=True)
+        self.thread.start()
+
+    def _run(self, disk: Path, act: Callable[[], None]) -> None:
+        deadline = time.monotonic() + 60
+        while not list((disk / "work").glob("builds/*/*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        try:
+            act()
+        finally:
+            self.pending.rename(self.go)
+
+
 def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, monkeypatch):
     """The probe checks a node's room at the run's start only: a disk another tenant
     fills mid-run made build-fail (the kernel's, on every cell after). A cell that
@@ -317,7 +345,8 @@ def test_a_disk_filled_mid_run_by_another_tenant_is_the_nodes_fault(tmp_path, mo
     from faults import Tmpfs
 
     disk = Tmpfs(tmp_path / "disk", "300m")  # the probe finds 300 MiB: room (256 MiB needed)
-    tenant = f"head -c 100000000 /dev/zero > {disk.path}/tenant; "  # 100 MB of someone else's, then fail
+    fill = Tenant(disk.path, lambda: (disk.path / "tenant").write_bytes(bytes(100_000_000)))  # then fail
+    tenant = fill.wait
     try:
         summary = toy_run(
             tmp_path,
@@ -346,7 +375,13 @@ def test_a_disk_out_of_inodes_mid_run_is_the_nodes_fault_as_one_out_of_room(tmp_
     from faults import Tmpfs
 
     disk = Tmpfs(tmp_path / "disk", "300m", inodes=3000)  # the probe finds nearly 3000 inodes free
-    tenant = f"(cd {disk.path} && seq 3000 | xargs touch 2>/dev/null); "  # every inode left, then a build
+
+    def every_inode() -> None:
+        with contextlib.suppress(OSError):
+            for i in range(3000):
+                (disk.path / f"t{i}").touch()
+
+    tenant = Tenant(disk.path, every_inode).wait  # every inode left, then a build
     try:
         summary = toy_run(
             tmp_path,

@@ -101,11 +101,20 @@ def build_holding_lock(out, spec, env, ahead):
         return
     log = open_or_none(os.path.join(bdir, "build.log"))
     env, tmp = own_tmp(env, spec["tmp"])
+    # its writes only in its build folder and its own $TMPDIR (and /dev, /proc, as a run's), its
+    # signals within its own tree: a build of one job could swap another cell's copy of its binary
+    # between its hash and its start, or stop another cell's processes (a red-team finding)
+    rules = ruleset((bdir, *tmp, "/dev", "/proc"), own_sockets=True)[0] if tmp else None
+    fd = rules[0] if rules else None
     if log is None:
         code = 1
     else:
-        with log:
-            code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env)
+        try:
+            with log:
+                code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
     if ahead.get("subreaper"):
         kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
     for folder in tmp:
