@@ -54,11 +54,14 @@ def sessions(node: SshNode) -> int:
     return node.log.read_text(errors="replace").count("Starting session: command")
 
 
-def verify(node: SshNode, root: Path, variants: dict[str, dict[str, object]]) -> tuple[RunSummary, int]:
-    """A run of these variants on the node: its summary and the commands sshd started for it."""
+def verify(
+    node: SshNode, root: Path, variants: dict[str, dict[str, object]], **entry: object
+) -> tuple[RunSummary, int]:
+    """A run of these variants on the node (ENTRY: more of its farm.yaml entry): its summary and
+    the commands sshd started for it."""
     farm_file = write_farm(
         root,
-        {"t4": node.farm_entry(root.parent / "work", build_jobs=2)},
+        {"t4": node.farm_entry(root.parent / "work", build_jobs=2, **entry)},
         [standin_job("standin", variants)],
     )
     farm = load_farm(farm_file)
@@ -575,17 +578,7 @@ def test_a_nodes_env_changed_in_farm_yaml_rebuilds_what_it_built(node: SshNode, 
     root = tmp_path / "farm"
     outcomes = []
     for mode in ("-DMODE_PASS", "-DMODE_FAILNUM"):
-        farm_file = write_farm(
-            root,
-            {"t4": node.farm_entry(tmp_path / "work", env={"STANDIN_MODE": mode})},
-            [standin_job("standin", variants)],
-        )
-        farm = load_farm(farm_file)
-        store = Store(farm.database_url)
-        try:
-            summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=tmp_path / "cache")
-        finally:
-            store.close()
+        summary, _ = verify(node, root, variants, env={"STANDIN_MODE": mode})
         outcomes.append(dict(summary.outcomes))
     rows = query(root / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
     assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
