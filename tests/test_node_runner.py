@@ -404,13 +404,14 @@ def verify(
     return [found[name] for name in variants]
 
 
-@pytest.mark.usefixtures("runner")
 def test_inputs_changed_while_nvcc_ran_and_a_binary_changed_in_inspection_get_no_verdict(
-    ssh_fleet: Fleet, tmp_path: Path
+    ssh_fleet: Fleet, tmp_path: Path, runner: str
 ) -> None:
     """A build that appends to its own staged source, and an inspection that rewrites
     the cell's copy of the binary after it disassembled it: neither cell can be
-    judged (infra-error, at its stage), and neither binary is remembered as built."""
+    judged (infra-error, at its stage), and neither binary is remembered as built. The
+    python runners confine both (a build to its folder, an inspection to its work folder):
+    there each write is refused, and the cell fails at that stage."""
     build = "g++ -O1 -DMODE_PASS -DMIN_CC=75 -o {binary} {sources} && echo '// changed' >> {sources}"
     # each in a farm of its own: the changed source is every build's of its farm
     (during,) = verify(ssh_fleet, tmp_path / "a", {"during": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)})
@@ -421,11 +422,16 @@ def test_inputs_changed_while_nvcc_ran_and_a_binary_changed_in_inspection_get_no
         "good": standin_variant("PASS", MIN75, "MIN_CC=75"),
     }
     inspect, good = verify(ssh_fleet, tmp_path / "b", variants)
+    assert good["outcome"] == "pass"
+    if runner != "shell":
+        assert (during["outcome"], during["failed_stage"]) == ("build-fail", "build"), during["reason"]
+        assert b"Permission denied" in bytes(during["build_log"])
+        assert (inspect["outcome"], inspect["failed_stage"]) == ("inspect-fail", "inspect"), inspect["reason"]
+        return
     assert (during["outcome"], during["failed_stage"]) == ("infra-error", "build"), during["reason"]
     assert "inputs changed on the node while nvcc ran (sources)" in during["reason"]
     assert (inspect["outcome"], inspect["failed_stage"]) == ("infra-error", "inspect"), inspect["reason"]
     assert "inspection" in inspect["reason"]
-    assert good["outcome"] == "pass"
 
 
 @pytest.fixture(scope="module")

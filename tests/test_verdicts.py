@@ -841,3 +841,34 @@ def test_valgrind_reads_no_options_file_of_the_runs(ssh_fleet: Fleet, make_farm,
         assert (cell["outcome"], cell["exit_code"]) == ("fail", 0), (cell["reason"], bytes(cell["stdout"]))
         assert b"usercomment" not in bytes(cell["stdout"]), bytes(cell["stdout"])
         assert b"standin: PASS" in bytes(cell["stdout"]), bytes(cell["stdout"])
+
+
+# an inspection that counts nothing may be any command: this one waits for the victim's run to
+# hash its copy (its stdout is opened just after), then puts a program printing the marker there
+SWAPPING_INSPECT = (
+    "objdump -d {binary} > /dev/null; cd ..; for i in $(seq 600); do "
+    "for d in victim+f*; do [ -e $d/stdout ] && break 2; done; sleep 0.05; done; "
+    "printf '#!/bin/sh\\necho \"standin: PASS\"\\n' > fake; chmod +x fake; "
+    "for d in victim+f*; do cp fake $d/bin/.fake && mv $d/bin/.fake $d/bin/victim-f; done"
+)
+
+
+def test_an_inspection_cannot_swap_another_cells_copy_between_its_hash_and_its_start(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A build runs confined (4bffb2e), but an inspection ran its command unconfined: one that
+    counts no instructions may be any command, so another job's inspect swapped the victim's
+    copy of its binary once the victim's run had hashed it, and the failing victim was judged
+    pass (a red-team finding). An inspection writes only in its own work folder now."""
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4", build_jobs=2)}
+    jobs = [
+        standin_job("victim", {"f": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run="sleep 3; {binary}")}),
+        standin_job(
+            "evil", {"e": standin_variant("PASS", MIN75, "MIN_CC=75", inspect=SWAPPING_INSPECT, instructions={})}
+        ),
+    ]
+    run(make_farm(tmp_path, nodes, jobs))
+    got = {(r["kernel"], r["variant"]): r for r in query(tmp_path / "results.db", "SELECT * FROM results")}
+    victim = got[("victim", "f")]
+    assert victim["outcome"] == "fail", (victim["outcome"], victim["reason"], bytes(victim["stdout"]))
+    assert b"standin: PASS" not in bytes(victim["stdout"])

@@ -137,7 +137,7 @@ def build_holding_lock(out, spec, env, ahead):
     out.say(f"@@farm rc={code}")
 
 
-def inspect(out, spec, env, _ahead):
+def inspect(out, spec, env, ahead):
     kit = spec.get("kit")
     if kit:
         got = folder_digest(kit[0])
@@ -149,8 +149,23 @@ def inspect(out, spec, env, _ahead):
         dump = open_or_none(os.path.join(run_dir, "inspect.txt"))
         errors = open_or_none(os.path.join(run_dir, "inspect.err"))
         code = 1
-        if dump is not None and errors is not None:
-            code = guarded(spec["command"], spec["limit"], run_dir, dump.fileno(), errors.fileno(), env)
+        # confined as the cell's run is (its work folder, its own $TMPDIR, /dev, /proc): an inspection
+        # that counts no instructions may be any command, and unconfined one swapped another cell's
+        # copy of its binary between that run's hash and its start, a false pass (a red-team finding)
+        node_env = env
+        env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
+        rules = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)[0] if tmp else None
+        try:
+            if dump is not None and errors is not None:
+                fd = rules[0] if rules else None
+                code = guarded(spec["command"], spec["limit"], run_dir, dump.fileno(), errors.fileno(), env, fd)
+        finally:
+            if rules:
+                os.close(rules[0])
+        if ahead.get("subreaper"):
+            kill_orphans()  # what it left, as a build's (build_holding_lock)
+        for folder in tmp:
+            remove(folder)
         for handle in (dump, errors):
             if handle is not None:
                 handle.close()

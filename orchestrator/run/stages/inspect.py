@@ -73,6 +73,9 @@ class InspectStage(CellStages):
                 "cuobjdump": self.cuobjdump if cuda else None,
                 "instructions": dict(self.variant.instructions),
                 "sass_limit": SASS_LIMIT,
+                # confined as the run is: its own $TMPDIR, and the farm's own files out of its reach
+                "tmp": self.paths.run_tmp,
+                "guarded": self.guarded,
             },
         )
 
