@@ -600,3 +600,16 @@ def test_a_build_writes_only_in_its_own_folder(node: SshNode, tmp_path: Path, ru
     log = query(tmp_path / "farm" / "results.db", "SELECT build_log FROM results")[0]["build_log"]
     if runner != "shell":
         assert b"Permission denied" in bytes(log), log
+
+
+def test_a_build_log_made_a_link_sends_back_nothing_it_names(node: SshNode, tmp_path: Path) -> None:
+    """A build may replace its build.log (it writes its own folder): made a link, the file it
+    names (any file of the node's user) was sent back as the build's log, onto the cell's page (a
+    red-team finding). No runner reads a link back."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-CONTENT of the node's user\n")
+    build = f"rm -f build.log; ln -s {secret} build.log; g++ -O1 -DMODE_PASS -DMIN_CC=75 -o {{binary}} {{sources}}"
+    summary, _ = verify(node, tmp_path / "farm", {"p0": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)})
+    assert dict(summary.outcomes) == {"pass": 1}
+    log = bytes(query(tmp_path / "farm" / "results.db", "SELECT build_log FROM results")[0]["build_log"])
+    assert b"SECRET-CONTENT" not in log, log

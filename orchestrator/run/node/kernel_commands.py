@@ -42,8 +42,8 @@ def node_only(key):
 def names_node_only(word):
     """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
     named = ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_", "LANGUAGE", "LOCPATH", "NLSPATH")
-    named += ("BASH_", "SHELLOPTS", "PS4", "HYDRA_", "MPIEXEC_", "PRTE_", "OPAL_")
-    return any(part in word for part in named) or word.partition("=")[0] == "ENV"
+    named += ("BASH_", "SHELLOPTS", "PS4", "HYDRA_", "MPIEXEC_", "PRTE_", "OPAL_", "SLURM_", "SRUN_")
+    return any(part in word for part in named) or word.partition("=")[0] in ("ENV", "TIME", "PATH")
 
 
 # what the shell itself keeps up to date as the run goes (`cd`), whatever its text names

@@ -12,11 +12,12 @@ from orchestrator.run.node.stages import STAGES, Stage
 
 def frame(token, tag, path, limit):
     """A file's first `limit` bytes as frames.py's emit() sends them (a missing
-    or not regular file is an empty frame: nothing blocks on a FIFO)."""
+    or not regular file is an empty frame: nothing blocks on a FIFO; nor is a link followed: a
+    build made its build.log a link, and the farm sent back a file of the node's user it named)."""
     handle = None
     size = 0
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         handle = os.fdopen(fd, "rb")
         info = os.fstat(fd)
         size = min(info.st_size, limit) if stat.S_ISREG(info.st_mode) else 0

@@ -35,6 +35,17 @@ def open_or_none(path, mode="wb"):
         return None
 
 
+def mark_built(path):
+    """The mark that a build folder is whole, made by the runner where the build left no link
+    (a build made it a link: the runner's own open made a file wherever it pointed)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        os.close(os.open(path, flags, 0o644))
+        return True
+    except OSError:
+        return False
+
+
 def verify(out, checks, tag):
     bad = False
     for name, folder, digest in checks:
@@ -126,12 +137,8 @@ def build_holding_lock(out, spec, env, ahead):
             bad = True
     if code == 0:
         out.say("@@farm built " + sha_of(binary))
-        if not bad:
-            marked = open_or_none(os.path.join(bdir, ".farm-built"), "ab")
-            if marked is not None:
-                marked.close()
-                if take_copy(binary, run_dir, private):
-                    out.say("@@farm copy " + sha_of(private))
+        if not bad and mark_built(os.path.join(bdir, ".farm-built")) and take_copy(binary, run_dir, private):
+            out.say("@@farm copy " + sha_of(private))
     else:
         remove(run_dir)
     out.say(f"@@farm rc={code}")
