@@ -31,13 +31,12 @@ import dataclasses
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
+from orchestrator.bisection import Bisection, Ending, State, Tested
 from orchestrator.config.farm import Farm
 from orchestrator.config.jobs import Job
-from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED, ConfigError
+from orchestrator.errors import EXIT_INFRA, ConfigError
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells
 from orchestrator.revisions import Commit, KernelHistory
@@ -48,80 +47,6 @@ from orchestrator.store.lock import run_lock
 from orchestrator.store.queries import BISECT_TRIGGER
 
 TRIGGER = BISECT_TRIGGER  # its runs are not the fleet's standing, nor a metric's baseline (store)
-
-
-class State(StrEnum):
-    GOOD = "good"  # every cell of the selection as expected
-    BAD = "bad"  # a cell not as expected (a kernel verdict)
-    SKIPPED = "untestable"  # the job does not load at this commit
-    INFRA = "infra"  # a cell could not run: no verdict either way
-
-
-class Ending(StrEnum):
-    FOUND = "found"
-    BAD_IS_GOOD = "bad-is-as-expected"
-    GOOD_IS_BAD = "good-is-not-as-expected"
-    AMBIGUOUS = "ambiguous"  # untestable commits hide which one it is
-    OUTSIDE = "outside-git"  # same inputs, other verdict: the node, a dependency, or flakiness
-    STOPPED = "stopped"  # infra, or a signal
-
-
-@dataclass(frozen=True)
-class Tested:
-    """One commit judged: its state, and the result that decided it."""
-
-    commit: Commit
-    role: str  # "bad end", "good end", "step", "parent"
-    state: State
-    reason: str  # the deciding cell's outcome and reason, or why it could not be judged
-    run_id: int | None = None
-    result_id: int | None = None  # the deciding cell's result (its page is cells/ID.html)
-    builds_reused: int = 0  # cells whose binary came from the node's cache, without nvcc
-    exit_code: int = EXIT_OK  # the run's own exit code
-
-
-@dataclass
-class Bisection:
-    selector: str
-    node: str
-    good: Commit
-    bad: Commit
-    paths: tuple[str, ...]  # the kernel's inputs, relative to the repository
-    commits_in_range: int = 0  # every commit of the ancestry path GOOD..BAD
-    candidates: int = 0  # ... of which touched the inputs
-    tested: list[Tested] = field(default_factory=list)
-    ending: Ending = Ending.STOPPED
-    first_bad: Tested | None = None
-    last_good: Tested | None = None  # the parent's verdict (its own run, or a commit of the same inputs)
-    parent: Commit | None = None  # the first bad commit's first parent
-    suspects: list[Commit] = field(default_factory=list)  # AMBIGUOUS: one of these is the first bad
-    message: str = ""
-
-    @property
-    def runs(self) -> list[Tested]:
-        return [t for t in self.tested if t.run_id is not None]
-
-    @property
-    def builds_reused(self) -> int:
-        return sum(t.builds_reused for t in self.tested)
-
-    @property
-    def shown(self) -> Tested | None:
-        """The tested commit whose cell page the user should read."""
-        if self.first_bad is not None:
-            return self.first_bad
-        return next((t for t in reversed(self.runs) if t.state is not State.GOOD), None) or (
-            self.runs[-1] if self.runs else None
-        )
-
-    @property
-    def exit_code(self) -> int:
-        if self.ending is Ending.FOUND:
-            return EXIT_OK
-        if self.ending is Ending.STOPPED:
-            last = self.runs[-1].exit_code if self.runs else EXIT_INFRA
-            return last if last > EXIT_UNEXPECTED else EXIT_INFRA  # 70 stays 70
-        return EXIT_UNEXPECTED
 
 
 class _OnStart(NullListener):
