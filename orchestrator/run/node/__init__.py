@@ -19,6 +19,7 @@ PARTS = (
     "trampoline",
     "kernel_requests",
     "processes",
+    "confine",
     "stages",
     "stage_flow",
     "probe",

@@ -4,11 +4,12 @@ scripts print (stage_flow.py goes from one to the next), and the login's environ
 import os
 import time
 
+from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.probe import LIST_TIMEOUT, _which
 from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
-from orchestrator.run.node.spawn import guarded, ruleset, scratch
+from orchestrator.run.node.spawn import guarded, ruleset
 
 
 class Stage:
@@ -205,38 +206,6 @@ def take_gpu(out, spec):
             os.close(lock)
         return None
     return lock, queued
-
-
-def own_tmp(env, folder):
-    """(env with $TMPDIR the stage's own FOLDER, made afresh, (FOLDER,)), or (env, ()) where it
-    cannot be made. A build's nvcc keeps its intermediate files there (in the node's /tmp a
-    kernel running beside it could rewrite them between ptxas and fatbinary), and what a
-    kernel leaves there is removed with it, not left to fill the node's folder night after
-    night. Removed first: a link left there by a kernel before would name another folder."""
-    if not remove(folder):
-        return env, ()
-    try:
-        os.mkdir(folder, 0o700)
-    except OSError:
-        return env, ()
-    return dict(env, TMPDIR=folder), (folder,)
-
-
-def confined_to(run_dir, env, guarded, *files):
-    """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
-    /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
-    without it cudaGetDeviceProperties fails, "OS call failed"; another process's
-    descriptors and memory there need ptrace, which Landlock denies outside the domain),
-    the temporary folder where the cells' folders are not in it, and FILES: not its
-    output files (open already) nor any other cell's folder."""
-    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
-    # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
-    # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
-    return ruleset(writable, own_sockets=True)
-
-
-def say_confinement(out, rules, unconfined):
-    out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
 
 
 def run(out, spec, env, ahead):
