@@ -13,6 +13,23 @@ LANGUAGE_VARIABLES = (b"LANGUAGE", b"LOCPATH", b"NLSPATH")
 VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 
 
+# the variables of node_only, in one place for both checks below
+NODE_ONLY_PREFIXES = (
+    *(b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_", b"BASH_FUNC_"),
+    # the MPI launchers' own settings (MPICH's Hydra, Open MPI 5's PRRTE and OPAL)
+    *(b"HYDRA_", b"MPIEXEC_", b"PRTE_", b"OPAL_"),
+)
+NODE_ONLY_NAMES = (
+    # what a launcher that is a shell script reads first (nsys and ncu are bash scripts)
+    *(b"BASH_ENV", b"ENV", b"SHELLOPTS", b"BASHOPTS", b"PS4"),
+    *(b"GCONV_PATH", b"TIME", b"PATH"),
+    # the messages a launcher prints: gettext reads LANGUAGE as a folder under the node's
+    # locales, `../` included (a catalog of the run's had `env -C nodir` print the kernel's
+    # refusal, an expected refusal for a kernel that never ran: a red-team finding)
+    *LANGUAGE_VARIABLES,
+)
+
+
 def node_only(key):
     """The variables a kernel the runner starts gets from the run's environment (the node's: a
     run may not set the first of them, config/run_command.py), never from a request: the code a
@@ -20,30 +37,21 @@ def node_only(key):
     of the run's that printed the marker, a red-team finding), and what steers the launchers that
     print into the kernel's streams or start it elsewhere (valgrind's options and the folder it
     starts its tool from: VALGRIND_LIB naming a tool of the run's that printed the marker, a
-    red-team finding; GNU time's format,
-    Open MPI's, PMIx's and Slurm's settings), and PATH, where the kernel finds the programs it
-    starts (a request's PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run
-    may not change PATH either)."""
-    return (
-        key.startswith((b"LD_", b"OMPI_", b"PMIX_", b"SLURM_", b"SRUN_", b"VALGRIND_", b"BASH_FUNC_"))
-        # the MPI launchers' own settings (MPICH's Hydra, Open MPI 5's PRRTE and OPAL)
-        or key.startswith((b"HYDRA_", b"MPIEXEC_", b"PRTE_", b"OPAL_"))
-        # what a launcher that is a shell script reads first (nsys and ncu are bash scripts)
-        or key in (b"BASH_ENV", b"ENV", b"SHELLOPTS", b"BASHOPTS", b"PS4")
-        or b"INJECTION" in key
-        or key in (b"GCONV_PATH", b"TIME", b"PATH")
-        # the messages a launcher prints: gettext reads LANGUAGE as a folder under the node's
-        # locales, `../` included (a catalog of the run's had `env -C nodir` print the kernel's
-        # refusal, an expected refusal for a kernel that never ran: a red-team finding)
-        or key in LANGUAGE_VARIABLES
-    )
+    red-team finding; GNU time's format, the MPI launchers' and Slurm's settings, a shell
+    launcher's startup), and PATH, where the kernel finds the programs it starts (a request's
+    PATH had it run a fake nvidia-smi of the run's: a red-team finding; a run may not change
+    PATH either)."""
+    return key.startswith(NODE_ONLY_PREFIXES) or b"INJECTION" in key or key in NODE_ONLY_NAMES
 
 
 def names_node_only(word):
-    """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...)."""
-    named = ("LD_", "INJECTION", "GCONV_PATH", "VALGRIND_", "OMPI_", "PMIX_", "LANGUAGE", "LOCPATH", "NLSPATH")
-    named += ("BASH_", "SHELLOPTS", "PS4", "HYDRA_", "MPIEXEC_", "PRTE_", "OPAL_", "SLURM_", "SRUN_")
-    return any(part in word for part in named) or word.partition("=")[0] in ("ENV", "TIME", "PATH")
+    """A launcher's word that sets one of them (`mpirun -x "$V"` with V=LD_PRELOAD=...): a
+    prefix of theirs anywhere in it, or one of their names as a whole name in it."""
+    text = os.fsencode(word)
+    if b"INJECTION" in text or any(prefix in text for prefix in NODE_ONLY_PREFIXES):
+        return True
+    names = bytes(c if chr(c).isalnum() or c == 95 else 32 for c in text).split()  # 95: "_"
+    return any(name in NODE_ONLY_NAMES for name in names)
 
 
 # what the shell itself keeps up to date as the run goes (`cd`), whatever its text names
