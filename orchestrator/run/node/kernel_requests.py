@@ -8,7 +8,7 @@ import time
 
 from orchestrator.run.node.kernel_commands import KernelCommands
 from orchestrator.run.node.serve import write_all
-from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code
+from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code, libc
 from orchestrator.run.node.trampoline import TRAMPOLINE
 
 MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
@@ -249,8 +249,7 @@ class KernelFiles(KernelCommands):
         if self.rules is not None:
             import ctypes
 
-            libc = ctypes.CDLL(None, use_errno=True)
-            restrict = (libc, self.rules)
+            restrict = (libc(), ctypes.c_int(self.rules))
         try:
             report_r, report_w = os.pipe2(os.O_CLOEXEC)
         except OSError as err:  # out of descriptors: as a shell that cannot fork, the kernel's failure
@@ -277,8 +276,8 @@ class KernelFiles(KernelCommands):
                 if mask is not None:
                     os.umask(mask)
                 if restrict is not None:
-                    libc, rules = restrict
-                    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
+                    c, rules = restrict
+                    if c.prctl(38, 1, 0, 0, 0) != 0 or c.syscall(SYS_RESTRICT, rules, 0) != 0:
                         os.write(report_w, b"confine")
                         os._exit(127)
                 nothing = os.open(os.devnull, os.O_RDONLY) if stdin is None else stdin

@@ -7,7 +7,7 @@ import time
 
 from orchestrator.run.node.files import KILL_GRACE, kill_group
 from orchestrator.run.node.serve import CHUNK
-from orchestrator.run.node.spawn import SPAWN_ERRORS, spawn, wait_for
+from orchestrator.run.node.spawn import SPAWN_ERRORS, libc, spawn, wait_for
 from orchestrator.run.node.stages import LOGIN_ENV
 
 
@@ -107,9 +107,7 @@ def subreaper():
     environment, which the FARM_CELL reap cannot find) is this process's child then,
     whatever it did; kill_orphans finds it. Linux only; elsewhere the reap alone."""
     try:
-        import ctypes
-
-        return ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0
+        return libc().prctl(36, 1, 0, 0, 0) == 0
     except Exception:
         return False
 

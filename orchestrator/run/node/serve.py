@@ -10,7 +10,7 @@ from orchestrator.run.node.files import OUT, now
 from orchestrator.run.node.place import place
 from orchestrator.run.node.probe import probe
 from orchestrator.run.node.processes import reap, subreaper
-from orchestrator.run.node.spawn import exit_code
+from orchestrator.run.node.spawn import exit_code, libc
 from orchestrator.run.node.stage_flow import frame, gate, remove_cell, stage_text
 from orchestrator.run.node.stages import LOGIN_ENV, login_env
 
@@ -124,10 +124,8 @@ def non_dumpable():
     (every cell's output) nor read the cells' frame tokens from its memory. Its
     forks keep it; what they exec (builds, kernels) does not. A kill still reaches
     it, and its process group is what the farm kills."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    try:  # noqa: SIM105  (contextlib is one more import on the node)
+        libc().prctl(4, 0, 0, 0, 0)
     except Exception:  # not Linux, or no libc to ask: as dumpable as a runner of its own
         pass
 
@@ -148,6 +146,7 @@ def serve(idle_limit, beat):
     connection cut without a reset leaves sshd and this waiting for hours). With
     cells in flight it says `b` when it has said nothing for `beat` seconds: the
     farm takes a node silent for much longer for frozen or cut off."""
+    import fcntl  # noqa: F401  loaded once here: each forked cell used to load it again (lock_within)
     import select
 
     non_dumpable()

@@ -58,6 +58,19 @@ LL_SCOPE_UNIX, LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
 
 
+_LIBC = []
+
+
+def libc():
+    """The C library through ctypes, loaded once: the resident runner loads it before it forks
+    its cells, which then call it several times each (0.5 ms a cell went to loading it again)."""
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
 def ruleset(writable, own_sockets=False):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
     WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree
@@ -67,8 +80,7 @@ def ruleset(writable, own_sockets=False):
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.syscall
+        call = libc().syscall
         call.restype = ctypes.c_long
         abi = call(SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
         if abi < 1:
@@ -144,9 +156,9 @@ def spawn_confined(argv, cwd, env, fds, rules, extra=(), before=None):
 
     def confined():
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
+            c = libc()
             # no_new_privs: what an unprivileged thread must promise before it may confine itself
-            if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
+            if c.prctl(38, 1, 0, 0, 0) != 0 or c.syscall(SYS_RESTRICT, ctypes.c_int(rules), 0) != 0:
                 SPAWN_ERRORS.append(argv[0] + ": landlock_restrict_self: " + os.strerror(ctypes.get_errno()))
             elif before is not None and not before():
                 pass  # it said why (SPAWN_ERRORS)
