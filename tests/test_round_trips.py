@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -565,6 +566,31 @@ def test_a_host_compiler_replaced_on_the_node_rebuilds_what_it_built(node: SshNo
     rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
     assert [r["build_cached"] for r in rows] == [0, 1, 0]
     assert rows[0]["build_key"] == rows[1]["build_key"] != rows[2]["build_key"]
+
+
+def test_a_host_compiler_rewritten_with_its_size_and_time_put_back_rebuilds(node: SshNode, tmp_path: Path) -> None:
+    """A compiler rewritten in place with its size kept and its modification time put back
+    (`touch -d`, a package tool restoring times) is still another compiler: the key names the
+    file's change time, which no user can set. With only size and time it reused the build
+    the old g++ made."""
+    wrapper = node.node_bin / "g++"
+    try:
+        wrapper.write_text('#!/bin/sh\n# g++ A\nexec /usr/bin/g++ "$@"\n')
+        wrapper.chmod(0o755)
+        first, _ = verify(node, tmp_path / "farm", passing(1))
+        held = wrapper.stat()
+        while int(time.time()) <= int(held.st_ctime):  # the key has the change time in seconds
+            time.sleep(0.05)
+        wrapper.write_text('#!/bin/sh\n# g++ B\nexec /usr/bin/g++ "$@"\n')  # the same size, the same inode
+        os.utime(wrapper, ns=(held.st_atime_ns, held.st_mtime_ns))
+        assert (wrapper.stat().st_size, wrapper.stat().st_mtime_ns) == (held.st_size, held.st_mtime_ns)
+        rewritten, _ = verify(node, tmp_path / "farm", passing(1))
+    finally:
+        wrapper.unlink(missing_ok=True)
+    assert [dict(s.outcomes) for s in (first, rewritten)] == [{"pass": 1}, {"pass": 1}]
+    rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
+    assert [r["build_cached"] for r in rows] == [0, 0]
+    assert rows[0]["build_key"] != rows[1]["build_key"]
 
 
 def test_a_nodes_env_changed_in_farm_yaml_rebuilds_what_it_built(node: SshNode, tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ def free_inodes_sh(folder: str) -> str:
 
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
-HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++")  # noderunner.HOST_COMPILERS
+HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
 
 
 # The probe's one python3 (probe_python): its own path and whether it can run the
@@ -173,7 +173,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             # the host compilers by their files, as noderunner.compilers lists them: part of the build key
             "echo '@@farm compilers'",
             f'for c in {" ".join(HOST_COMPILERS)}; do p=$(command -v "$c") && r=$(readlink -f "$p") && '
-            's=$(stat -Lc \'%s %Y\' "$r") && echo "$c $r $s"; done 2>/dev/null',
+            's=$(stat -Lc \'%s %Y %i %Z\' "$r") && echo "$c $r $s"; done 2>/dev/null',
             "wait",
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',

@@ -29,15 +29,18 @@ def _which(name):
     return ""
 
 
-# the compilers a build may call, nvcc's host compiler (gcc) first: a build made by another one is
-# another binary, so each one's file (resolved, its size and time) is part of the build key
-HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++")
+# the compilers a build may call, nvcc's host compiler (gcc) first, and the assembler and linker gcc
+# calls (binutils, upgraded apart from gcc): a build made by another one is another binary, so each
+# one's file is part of the build key
+HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")
 
 
 def compilers():
     """One line per host compiler on the login's PATH: its name, the file it resolves to, that
-    file's size and modification time (ns); what probe.py's shell probe prints (stat, no start:
-    a compiler's --version costs a process per compiler and node)."""
+    file's size, modification time, inode and change time (seconds); what probe.py's shell probe
+    prints (stat, no start: a compiler's --version costs a process per compiler and node). The
+    change time is the kernel's, set by any write or replacement: a file rewritten in the second of
+    its last change with its size and time put back (touch -d) still has a new one."""
     lines = []
     for name in HOST_COMPILERS:
         path = _which(name)
@@ -48,7 +51,7 @@ def compilers():
             found = os.stat(real)
         except OSError:
             continue
-        lines.append(f"{name} {real} {found.st_size} {found.st_mtime_ns // 10**9}")
+        lines.append(f"{name} {real} {found.st_size} {int(found.st_mtime)} {found.st_ino} {int(found.st_ctime)}")
     return lines
 
 
