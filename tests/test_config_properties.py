@@ -12,6 +12,7 @@ then plan and render every command of every cell without an exception.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shlex
 from pathlib import Path
@@ -23,12 +24,13 @@ from hypothesis import strategies as st
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
+from orchestrator.config.job_spec import VariantSpec
 from orchestrator.errors import ConfigError
-from orchestrator.plan import expect, plan_cells
+from orchestrator.plan import Cell, expect, plan_cells
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import cell_paths
 from orchestrator.run.commands import render_build
-from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.run.snapshot import Gpu, NodeSnapshot
 
 FARM = {
     "database": "sqlite:///results.db",
@@ -251,3 +253,28 @@ def test_mutated_farm_files_load_or_are_refused_with_a_located_error(project, ch
 def test_mutated_job_files_load_or_are_refused_with_a_located_error(project, choice, value, twice, other):
     write(project, FARM, mutated(JOB, JOB_PATHS, choice, value, other if twice else None))
     load_or_refuse(project)
+
+
+def test_a_native_arch_build_is_keyed_by_the_nodes_cards() -> None:
+    """`-arch=native` makes nvcc build for the cards where it runs: the same inputs on a node whose
+    T4 became an A100 make another binary, so the build key names the cards there; a build for a
+    named arch does not depend on them."""
+    t4 = dataclasses.replace(FAKE_SNAPSHOT, gpus=(Gpu(0, "GPU-a", "Tesla T4", ComputeCapability(7, 5), "16 GiB"),))
+    a100 = dataclasses.replace(t4, gpus=(Gpu(0, "GPU-b", "NVIDIA A100", ComputeCapability(8, 0), "40 GiB"),))
+    cell = Cell("k", "v", "n")
+
+    def key(snapshot: NodeSnapshot, build: str, env: dict[str, str] | None = None) -> str:
+        variant = VariantSpec(build=build, cc={"min": "7.0"})
+        return cell_paths(snapshot, variant, cell, "1-t", Placed("/s", "0"), {}, env=env).build_key
+
+    for build in (
+        "{nvcc} -arch=native -o {binary} {sources}",
+        "{nvcc} --gpu-architecture native -o {binary} {sources}",
+    ):
+        assert key(t4, build) != key(a100, build), build
+    named = "{nvcc} -arch=sm_75 -o {binary} {sources}"
+    assert key(t4, named) == key(a100, named)
+    # the node's env may be where it is said
+    assert key(t4, named, {"NVCC_APPEND_FLAGS": "-arch=native"}) != key(
+        a100, named, {"NVCC_APPEND_FLAGS": "-arch=native"}
+    )

@@ -5,6 +5,7 @@ the store keeps)."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,10 @@ class CellPaths:
         return f"rm -rf {q(self.run_dir)} && {{ rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true; }}"
 
 
+# nvcc's -arch / --gpu-architecture / -code naming the build machine's own cards
+_NATIVE_ARCH = re.compile(r"(?:-arch|--gpu-architecture|-code|--gpu-code)[= ]\S*\bnative\b")
+
+
 def cell_paths(
     snapshot: NodeSnapshot,
     variant: VariantSpec,
@@ -142,6 +147,11 @@ def cell_paths(
         # another binary, and the one made before was reused and passed (a red-team finding). Named
         # only where there is one, so the keys of nodes without one stay as they were
         key_parts.append("\0".join(f"env {name}={value}" for name, value in sorted(env.items())))
+    if _NATIVE_ARCH.search(" ".join([variant.build, *(env or {}).values()])):
+        # nvcc builds `-arch=native` for the cards it finds where it runs: a card swapped on the node
+        # makes another binary from the same inputs
+        cards = sorted({str(gpu.cc) for gpu in snapshot.gpus} or {str(snapshot.cc)})
+        key_parts.append("cards " + ",".join(cards))
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()
     # per farm node: two entries naming one machine never build in one folder
     build_dir = f"{snapshot.workdir}/builds/{cell.node}/{cell.kernel}-{cell.variant}-{key[:20]}"
