@@ -49,6 +49,8 @@ class Evidence:
     infra_unreachable: bool = False  # the node could not be reached at all (InfraError.unreachable)
     build_exit: int | None = None
     build_no_binary: bool = False  # the build exited 0 but wrote no binary where the job says it does
+    # it ran confined and its log says a write was refused: a build writing outside its folder
+    build_denied: bool = False
     inspect_exit: int | None = None
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
@@ -122,6 +124,13 @@ def signal_name(code: int) -> str | None:
         return None
 
 
+# what a build that was refused a write is told: where it may write
+CONFINED_BUILD = (
+    "it ran confined and its log says a write was refused: a build may write only in its own build "
+    "folder, its $TMPDIR, /dev and /proc"
+)
+
+
 def exit_words(code: int) -> str:
     """ "exit 3", or "killed by SIGSEGV (exit 139)" for a shell's 128+N."""
     name = signal_name(code)
@@ -145,7 +154,10 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.build_exit is None:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
-        return Verdict(Outcome.BUILD_FAIL, "build", f"the build {exit_words(ev.build_exit)}")
+        reason = f"the build {exit_words(ev.build_exit)}"
+        if ev.build_denied:
+            reason += f" ({CONFINED_BUILD})"
+        return Verdict(Outcome.BUILD_FAIL, "build", reason)
     if ev.build_no_binary:  # the job's mistake (its build writes no {binary}), not the node's
         return Verdict(Outcome.BUILD_FAIL, "build", "the build exited 0 but wrote no binary where the job says")
     if ev.inspect_exit is None:

@@ -628,6 +628,33 @@ def test_a_build_writes_only_in_its_own_folder(node: SshNode, tmp_path: Path, ru
         assert b"Permission denied" in bytes(log), log
 
 
+def test_a_build_failing_on_a_refused_write_says_where_a_build_may_write(
+    node: SshNode, tmp_path: Path, runner: str
+) -> None:
+    """A build whose write outside its folder was refused, and that fails on it, is build-fail
+    with a reason that says why: it ran confined, and where a build may write. A job author
+    read only "the build exit 1" and "Permission denied" in the log. The shell scripts
+    confine nothing: there the write succeeds and the build passes."""
+    build = "touch ../escaped-x && g++ -O1 -DMODE_PASS -DMIN_CC=75 -o {binary} {sources}"
+    summary, _ = verify(node, tmp_path / "farm", {"p0": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)})
+    row = query(tmp_path / "farm" / "results.db", "SELECT outcome, reason, build_log FROM results")[0]
+    if runner == "shell":
+        assert dict(summary.outcomes) == {"pass": 1}, row["reason"]
+        return
+    assert row["outcome"] == "build-fail", row["reason"]
+    assert "ran confined" in row["reason"] and "its own build folder" in row["reason"], row["reason"]
+    assert b"[farm] it ran confined" in bytes(row["build_log"]), row["build_log"]
+
+
+def test_a_build_failing_otherwise_gets_no_confinement_hint(node: SshNode, tmp_path: Path) -> None:
+    """A build that fails for its own reasons (a compile error) says nothing of confinement."""
+    build = "g++ -O1 -DMODE_PASS -DMIN_CC=75 -include no-such-header.h -o {binary} {sources}"
+    summary, _ = verify(node, tmp_path / "farm", {"p0": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)})
+    row = query(tmp_path / "farm" / "results.db", "SELECT outcome, reason FROM results")[0]
+    assert dict(summary.outcomes) == {"build-fail": 1}, row["reason"]
+    assert "confined" not in row["reason"], row["reason"]
+
+
 def test_a_build_log_made_a_link_sends_back_nothing_it_names(node: SshNode, tmp_path: Path) -> None:
     """A build may replace its build.log (it writes its own folder): made a link, the file it
     names (any file of the node's user) was sent back as the build's log, onto the cell's page (a

@@ -118,6 +118,8 @@ def build_holding_lock(out, spec, env, ahead):
     # between its hash and its start, or stop another cell's processes (a red-team finding)
     rules = ruleset((bdir, *tmp, "/dev", "/proc"), own_sockets=True)[0] if tmp else None
     fd = rules[0] if rules else None
+    if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
+        out.say("@@farm build-confined")
     if log is None:
         code = 1
     else:

@@ -6,6 +6,7 @@ import posixpath
 import re
 import shlex
 
+from orchestrator.classify import CONFINED_BUILD
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
     CHANNEL_MARGIN,
@@ -18,6 +19,9 @@ from orchestrator.run.commands import (
 )
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.trips import Trip
+
+# what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
+_REFUSED = re.compile(rb"Permission denied|Operation not permitted|Read-only file system")
 
 VERIFY_TIMEOUT = 300.0  # hashing the inputs on the node, around a build
 
@@ -155,6 +159,9 @@ class BuildStage(CellStages):
         if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
+            if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
+                self.result.evidence.build_denied = True
+                self.result.build_log += f"\n[farm] {CONFINED_BUILD}\n".encode()
             self.cleaned = True  # the script removed the cell's folder: nothing runs from it
             return "failed"
         if self._built_sha is None:  # nothing at {binary} to hash: a job whose build writes no binary there
