@@ -1,0 +1,58 @@
+"""Red-team round 42: runs whose kernel commands did not all end, or whose statuses were not all
+read, and that the farm still judged `pass`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodes import Fleet, standin_job
+from test_verdicts import MIN75, rows, run
+
+# a "kernel" the build writes as a script: it passes, but fails when called with `bad`, after
+# SLEEP seconds when called with `slow`
+SCRIPT_BUILD = (
+    'test -f {sources} && printf \'#!/bin/sh\\ncase "$1" in slow) sleep 3; echo broken >&2; exit 1;; '
+    'bad) echo broken >&2; exit 1;; esac\\necho "standin: PASS"\\n\' > {binary} && chmod +x {binary}'
+)
+
+
+def script_variant(run_text: str) -> dict[str, object]:
+    return {"build": SCRIPT_BUILD, "inspect": "test -x {binary}", "cc": MIN75, "run": run_text}
+
+
+def test_a_failing_kernel_command_past_the_statuses_the_farm_reads_is_no_pass(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """The farm read back the first 4096 bytes of the kernel commands' statuses: a run calling
+    the kernel 2048 times had the failing status of its next call cut off, and with the run's own
+    last command exit 0, a kernel command that failed passed the cell."""
+    many = "i=0; while [ $i -lt 2048 ]; do {binary}; i=$((i + 1)); done; {binary} bad; {binary}"
+    variants = {"many": dict(script_variant(many), timeout=300)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    many_row = rows(tmp_path / "results.db", summary.run_id)[("many", "Tesla T4")]
+    assert many_row["outcome"] == "fail", many_row["reason"]
+
+
+def test_statuses_past_what_the_farm_reads_back_are_no_pass() -> None:
+    """Past the farm's limit on the statuses it reads back (commands.STATUS_LIMIT), a failing
+    status may be among those not read: neither a pass nor an expected refusal."""
+    from orchestrator.classify import Evidence, classify
+    from orchestrator.outcomes import Outcome
+    from orchestrator.plan import Expectation
+
+    seen = {
+        "build_exit": 0,
+        "inspect_exit": 0,
+        "run_exit": 0,
+        "kernel_started": True,
+        "kernel_exit": 0,
+        "pass_line": 1,
+        "kernel_statuses_cut": True,
+    }
+    must_run = Expectation(Outcome.PASS, "CC 7.5 satisfies CC >= 7.5")
+    assert classify(Evidence(**seen), must_run).outcome is Outcome.FAIL
+    must_refuse = Expectation(Outcome.EXPECTED_REFUSAL, "CC 7.5 is outside CC == 9.0")
+    refused = dict(seen, run_exit=1, kernel_exit=1, pass_line=None, refusal_line=1)
+    assert classify(Evidence(**refused), must_refuse).outcome is Outcome.MISSING_REFUSAL
