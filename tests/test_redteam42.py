@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from nodes import Fleet, standin_job
 from test_verdicts import MIN75, rows, run
+
+from orchestrator.errors import ConfigErrors
 
 # a "kernel" the build writes as a script: it passes, but fails when called with `bad`, after
 # SLEEP seconds when called with `slow`
@@ -18,6 +21,31 @@ SCRIPT_BUILD = (
 
 def script_variant(run_text: str) -> dict[str, object]:
     return {"build": SCRIPT_BUILD, "inspect": "test -x {binary}", "cc": MIN75, "run": run_text}
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        "{binary}; ( {binary} slow ) &",  # a subshell: the `&` after its `)` went unseen
+        "{binary}; {binary} slow && true &",  # the and-or list whose last command goes to the background
+        "{binary}; { {binary} slow; } | cat &",  # a group in a pipeline
+        "f() { {binary} slow; }; {binary}; f &",  # a function of the run's
+    ],
+)
+def test_a_kernel_command_sent_to_the_background_in_a_list_or_compound_is_refused(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, sent: str
+) -> None:
+    """The loader refused `&` right after a kernel command, but not after a subshell, group, loop,
+    function call, or an and-or list or pipeline, holding one. The run's shell ended at once, the
+    farm killed the second kernel before it ended (its status never noted), and the first one's exit
+    0 and pass marker made the cell `pass` (under every runner), its second kernel command never
+    finished (it would have failed). Only a simple command without the kernel (a daemon) may go to
+    the background."""
+    variants = {"background": script_variant(sent)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    with pytest.raises(ConfigErrors, match="sends to the background what may run the kernel"):
+        run(config)
 
 
 def test_a_failing_kernel_command_past_the_statuses_the_farm_reads_is_no_pass(
