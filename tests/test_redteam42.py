@@ -28,8 +28,9 @@ def script_variant(run_text: str) -> dict[str, object]:
     [
         "{binary}; ( {binary} slow ) &",  # a subshell: the `&` after its `)` went unseen
         "{binary}; {binary} slow && true &",  # the and-or list whose last command goes to the background
-        "{binary}; { {binary} slow; } | cat &",  # a group in a pipeline
-        "f() { {binary} slow; }; {binary}; f &",  # a function of the run's
+        "{binary}; ( {binary} slow ) | cat &",  # a subshell in a pipeline
+        "f() ( {binary} slow ); {binary}; f &",  # a function of the run's
+        "f() ( {binary} slow )\nalias k='f &'\n{binary}; k",  # an alias, whose text no check read
     ],
 )
 def test_a_kernel_command_sent_to_the_background_in_a_list_or_compound_is_refused(
@@ -44,8 +45,26 @@ def test_a_kernel_command_sent_to_the_background_in_a_list_or_compound_is_refuse
     variants = {"background": script_variant(sent)}
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
     config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
-    with pytest.raises(ConfigErrors, match="sends to the background what may run the kernel"):
+    with pytest.raises(ConfigErrors, match=r"sends to the background what may run the kernel|`alias`"):
         run(config)
+
+
+def test_a_kernel_command_a_sourced_script_sends_to_the_background_is_no_pass(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """What a script the run sources does, no check at load can read: `f &` there ran the run's
+    function, with its kernel command, in the background. The kernel started, the run ended a second
+    later, the farm killed it with no status noted, and the first call's exit 0 and marker passed the
+    cell, its second kernel command cut off mid-run (it would have failed). Each kernel command's
+    start is noted now, and one with no status after it fails the cell."""
+    sourced = "f() ( {binary} slow ); {binary}; echo 'f &' > b.sh; . ./b.sh; sleep 1"
+    variants = {"sourced": script_variant(sourced)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    row = rows(tmp_path / "results.db", summary.run_id)[("sourced", "Tesla T4")]
+    assert row["outcome"] == "fail", row["reason"]
+    assert "had not ended when the run did" in row["reason"], row["reason"]
 
 
 def test_a_failing_kernel_command_past_the_statuses_the_farm_reads_is_no_pass(

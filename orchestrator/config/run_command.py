@@ -114,6 +114,9 @@ _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as
     "hash": "`hash`, which changes the program a command name runs",
     "enable": "`enable` (bash), which turns off the builtins the farm's own commands use",
     "coproc": "`coproc` (bash), which runs its command in the background, unwaited for",
+    # `alias k='f &'`: a background (or any text) the farm's checks never read (a red-team finding)
+    "alias": "`alias`, whose text the farm cannot read as commands",
+    "unalias": "`unalias`, which changes what the run's words run",
 }
 # the run's own PATH: a launcher looked up there could be a program of the run's (`PATH=.:$PATH nice
 # {binary}` ran a fake nice printing the marker: a false pass), or hidden (the node blamed); read is fine
