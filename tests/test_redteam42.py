@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nodes import Fleet, standin_job
-from test_verdicts import MIN75, rows, run
+from nodes import Fleet, standin_job, standin_variant
+from test_verdicts import EXACT90, MIN75, rows, run
 
 from orchestrator.errors import ConfigErrors
 
@@ -103,3 +103,24 @@ def test_statuses_past_what_the_farm_reads_back_are_no_pass() -> None:
     must_refuse = Expectation(Outcome.EXPECTED_REFUSAL, "CC 7.5 is outside CC == 9.0")
     refused = dict(seen, run_exit=1, kernel_exit=1, pass_line=None, refusal_line=1)
     assert classify(Evidence(**refused), must_refuse).outcome is Outcome.MISSING_REFUSAL
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a launcher that fails before it starts the kernel prints on the kernel's stderr, "
+    "and the farm cannot tell its words from the kernel's (no fix here)",
+)
+def test_a_launcher_that_fails_before_the_kernel_is_no_refusal(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """`taskset -c 4095 {binary}` on a node with fewer CPUs: taskset fails before it runs the kernel,
+    printing "failed to set pid N's affinity: Invalid argument" on the kernel's stderr, and exits 1.
+    With a refusal marker a CUDA gate might well print ("invalid argument", cudaErrorInvalidValue's
+    words), a kernel that never ran (and would have run on the card it must refuse) is an expected
+    refusal. The loader checks the run's own words before {binary} against the markers, never what
+    a launcher says of them."""
+    variants = {"pinned": standin_variant("NOGATE", EXACT90, "EXACT_CC=90", run="taskset -c 4095 {binary}")}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    job = standin_job("standin", variants, refusal_marker=r"(?i)invalid argument")
+    config = make_farm(tmp_path, nodes, [job])
+    _, summary = run(config)
+    row = rows(tmp_path / "results.db", summary.run_id)[("pinned", "Tesla T4")]
+    assert row["outcome"] != "expected-refusal", row["reason"]
