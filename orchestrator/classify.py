@@ -77,6 +77,12 @@ class Evidence:
     # requests to start something other than one of the run's kernel commands, which the node's
     # runner refused (noderunner.KernelFiles): something of the run tried to speak for the kernel
     kernel_requests_forged: int = 0
+    # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one
+    # may be among those not read
+    kernel_statuses_cut: bool = False
+    # kernel commands the run started that had not ended when its shell did (`f &` in a script it
+    # sourced): killed by the farm, their status never noted (commands.STARTED_NOTE)
+    kernel_unfinished: int = 0
     kernel_exit: int | None = None
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
@@ -215,6 +221,20 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "run",
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
+        )
+    if ev.kernel_unfinished:
+        return Verdict(
+            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
+            "run",
+            f"{ev.kernel_unfinished} kernel command(s) of the run had not ended when the run did (sent to the "
+            "background): killed by the farm, their status unknown, so what the kernel printed is no evidence",
+        )
+    if ev.kernel_statuses_cut:
+        return Verdict(
+            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
+            "run",
+            "the run's kernel commands noted more statuses than the farm reads back: a failing one may be "
+            "among those not read",
         )
     # the shell's words where no kernel command started (its stderr is the kernel's once one did:
     # a kernel that printed them and exited 127 read as the node's trouble, a red-team finding)

@@ -672,7 +672,8 @@ def test_each_launcher_is_the_file_the_farm_found_on_the_nodes_path(tmp_path, re
     command = kernel_run(run.format(binary="{binary}", fakes=fakes), str(binary), files)
     env = {"PATH": path.format(tools=tools, fakes=fakes, bare=bare)}
     done = subprocess.run([f"/bin/{shell}", "-c", command], cwd=work, env=env, capture_output=True, text=True)
-    assert (tmp_path / "status").read_text().split() == [note], done.stdout + done.stderr
+    started = ["started"] if note == "1" else []  # noted before the kernel starts (commands.STARTED_NOTE)
+    assert (tmp_path / "status").read_text().split() == [*started, note], done.stdout + done.stderr
     assert done.returncode == (1 if note == "1" else 127)
     assert "toy: PASS" not in done.stdout
 

@@ -113,6 +113,10 @@ _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as
     # `hash -p ./fake nice` and bash's `enable -n command` ran a fake in the launcher's place, a false pass)
     "hash": "`hash`, which changes the program a command name runs",
     "enable": "`enable` (bash), which turns off the builtins the farm's own commands use",
+    "coproc": "`coproc` (bash), which runs its command in the background, unwaited for",
+    # `alias k='f &'`: a background (or any text) the farm's checks never read (a red-team finding)
+    "alias": "`alias`, whose text the farm cannot read as commands",
+    "unalias": "`unalias`, which changes what the run's words run",
 }
 # the run's own PATH: a launcher looked up there could be a program of the run's (`PATH=.:$PATH nice
 # {binary}` ran a fake nice printing the marker: a false pass), or hidden (the node blamed); read is fine
@@ -201,6 +205,19 @@ def _refusal(run: str, job: JobSpec) -> str | None:
             return found
     if not runs_kernel:
         return "a run that never runs {binary} as a command"
+    functions = set(_FUNCTION.findall(joined))
+    for sent in lexed.background:
+        # `{binary}; ( {binary} slow ) &`: a subshell, group, loop or function call of the run's in the
+        # background may hold a kernel command; the run ended at once, the farm killed that kernel with
+        # its status never noted, and the first call's exit 0 and marker passed the cell (a red-team
+        # finding). A simple command (a daemon the run starts) may still go there.
+        if sent in (")", "}", "done", "fi", "esac", BINARY) or sent in functions:
+            what = "a subshell" if sent == ")" else repr(sent)
+            return (
+                f"`&` after {what} (or a list or pipeline holding it), which sends to the background what may "
+                "run the kernel: the run would not wait for it, and a kernel command in it would be killed "
+                "unnoted when the run ends"
+            )
     if _FARM_FDS_ANYWHERE.search(bare):  # where the commands' own checks do not look
         return "a use of fds 6, 7 or 8 (inside `$( )` too): fds 6, 7 and 8 are the farm's"
     return None

@@ -87,6 +87,10 @@ class Lexed:
     commands: list[Command]
     problem: str = ""  # what the shell's words could not be read as
     heredoc_binary: bool = False  # {binary} inside a here-document's text
+    # what each `&` sends to the background (_sent_away): the program word of each command of the
+    # and-or list or pipeline before it (or its first word: `}`, `done`, `fi`), ")" for a subshell,
+    # "{binary}" for a kernel command
+    background: list[str] = field(default_factory=list)
 
 
 def _word_end(run: str, i: int, word: Word) -> tuple[int, str]:
@@ -189,6 +193,8 @@ def lex(run: str) -> Lexed:
             if depth < 0:  # `k); (true`: a `)` closing what the run did not open (the farm's subshell)
                 lexed.problem = "a ')' that closes nothing"
                 return lexed
+            if separator == "&":
+                lexed.background += _sent_away(commands)
             commands[-1].after = separator
             commands.append(Command(before=separator))
             i += len(separator)
@@ -218,6 +224,35 @@ def lex(run: str) -> Lexed:
         lexed.problem = f"a redirection {pending[1]!r} without its target"
     lexed.commands = [command for command in commands if command.words or command.redirects]
     return lexed
+
+
+_LISTED = ("|", "&&", "||")
+
+
+def _sent_away(commands: list[Command]) -> list[str]:
+    """What a `&` after the last of COMMANDS sends to the background: the whole and-or list and
+    pipeline it ends (`( {binary} ) | cat &`, `{binary} && true &`), each command as its program
+    word (or first word), ")" for a subshell (an empty command after its `)`), BINARY for one
+    that runs the kernel."""
+    sent = []
+    k = len(commands) - 1
+    while k >= 0:
+        command = commands[k]
+        if command.words:
+            program = command.program()
+            whole = any("whole" in word.binaries for word in command.words)
+            sent.append(BINARY if whole else command.words[program[0] if program else 0].text)
+        elif command.before == ")":
+            sent.append(")")
+        joined = command.before in _LISTED
+        if command.before == "\n" and k > 0:  # `a &&<newline> b &`: an empty command between them
+            previous = commands[k - 1]
+            joined = not previous.words and not previous.redirects and previous.before in _LISTED
+            k -= 1 if joined else 0
+        if not joined:
+            break
+        k -= 1
+    return sent
 
 
 def _heredoc_bodies(run: str, i: int, heredocs: list[tuple[str, bool]], lexed: Lexed) -> int:

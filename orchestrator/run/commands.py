@@ -103,7 +103,9 @@ def kernel_files(run_dir: str) -> list[str]:
     return [f"{run_dir}/{name}" for name in KERNEL_FILES]
 
 
-STATUS_LIMIT = 4096  # bytes of the kernel commands' statuses read back
+# bytes of the kernel commands' statuses read back: a run that notes more has statuses the farm
+# never read (run/stages/run.py: no pass then; 4096 bytes cut off a failing status after 2048 calls)
+STATUS_LIMIT = 64 << 10
 
 
 OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their tail is shown)
@@ -111,6 +113,11 @@ OTHER_LIMIT = 64 << 10  # bytes of the other commands' output read back (their t
 
 CANNOT_START_NOTE = "cannot-start"  # noted (with the statuses) where a command's launcher is not there to run
 COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, or lost its x bit
+# noted as each kernel command starts, before its status (node/kernel_commands.py STARTED_NOTE): one
+# with no status after it had not ended when the run did, and was killed unnoted (`f &` in a script
+# the run sourced, where the loader cannot read it: the first call's exit 0 and marker passed the
+# cell with a later kernel command cut off mid-run, a red-team finding); the run then fails
+STARTED_NOTE = "started"
 
 
 # Each launcher of a kernel command (the loader names them: config/kernel_calls.py
@@ -173,7 +180,7 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
         )
     copy = shlex.quote(binary)
     note = 'echo "$farm_miss" >&6; '
-    call = 'farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
+    call = f'echo {STARTED_NOTE} >&6; farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_i=0; farm_n=$#; "

@@ -11,6 +11,9 @@ LANGUAGE_VARIABLES = (b"LANGUAGE", b"LOCPATH", b"NLSPATH")
 # valgrind reads ./.valgrindrc and ~/.valgrindrc too (a run wrote one that printed the marker): each
 # valgrind is told to read its command line alone (run/commands.py VALGRIND_ONLY_OPTION)
 VALGRIND_ONLY_OPTION = "--command-line-only=yes"
+# noted as a kernel command starts, before its status (run/commands.py STARTED_NOTE): one the run left
+# running when its shell ended is killed unnoted, and the farm counts it as unfinished
+STARTED_NOTE = b"started"
 
 
 # the variables of node_only, in one place for both checks below

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from orchestrator.run.node.kernel_commands import KernelCommands
+from orchestrator.run.node.kernel_commands import STARTED_NOTE, KernelCommands
 from orchestrator.run.node.serve import write_all
 from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code, libc
 from orchestrator.run.node.trampoline import TRAMPOLINE
@@ -315,6 +315,7 @@ class KernelFiles(KernelCommands):
             self.note(b"%d" % code)
             self.reply(fd, b"x%d" % code)
             return
+        self.note(STARTED_NOTE)  # its status follows once it ends; one killed at the run's end has none
         pidfd = None
         try:
             pidfd = os.pidfd_open(pid)

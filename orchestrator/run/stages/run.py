@@ -17,6 +17,7 @@ from orchestrator.run.commands import (
     NOW_NS,
     OTHER_LIMIT,
     OUTPUT_LIMIT,
+    STARTED_NOTE,
     STATUS_LIMIT,
     guarded,
     kernel_files,
@@ -135,6 +136,11 @@ class RunStage(CellStages):
         ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in notes
         ev.kernel_launcher_writable = LAUNCHER_WRITABLE_NOTE.encode() in notes
         ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
+        # statuses past what the farm reads back: not known, a failing one may be among them
+        ev.kernel_statuses_cut = len(statuses) >= STATUS_LIMIT
+        # a kernel command started with no status after it: still running when the run's shell ended
+        # (sent to the background), killed by the farm unnoted
+        ev.kernel_unfinished = max(notes.count(STARTED_NOTE.encode()) - len(kernel), 0)
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
         clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
