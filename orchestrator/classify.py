@@ -65,6 +65,9 @@ class Evidence:
     # known), and the first one's non-zero status, else 0; run_exit is that status where it is
     # non-zero, else the run's own. What the run's other commands last printed, bounded.
     kernel_started: bool | None = None
+    # the node's runner saw the kernel's binary never read during the run: what ran was its
+    # launcher alone (`taskset -c 4095 {binary}` failing with "Invalid argument")
+    kernel_unread: bool = False
     # a kernel command's program (a launcher, or the copy) was not there to run, by the farm's
     # own look before it (commands.CANNOT_START_NOTE): the node's trouble, whatever the kernel printed
     kernel_cannot_start: bool = False
@@ -190,7 +193,7 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(
             Outcome.TIMEOUT, "run", _with_stderr("killed at the limit of the run's own `timeout` (exit 124)", ev)
         )
-    never = ev.kernel_started is False
+    never = ev.kernel_started is False or ev.kernel_unread
     if ev.kernel_cannot_start and not ev.kernel_exit:  # no kernel command that did start failed
         return Verdict(
             Outcome.INFRA_ERROR,
@@ -253,6 +256,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     ended = exit_words(ev.run_exit)
     if never:  # whatever the run printed, no kernel of it did
         said = f"the run never started the kernel ({ended})"
+        if ev.kernel_unread and ev.kernel_started:
+            said = f"the kernel's binary was never read: its launcher ended before it ran ({ended})"
+            said = _with_stderr(said, ev)
         said += f'; the run\'s last line: "{ev.other_last_line}"' if ev.other_last_line else ""
         return Verdict(Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL, "run", said)
     # the kernel exited 0 and a command after it failed (`{binary} && ./verify`): the cell fails,

@@ -105,22 +105,24 @@ def test_statuses_past_what_the_farm_reads_back_are_no_pass() -> None:
     assert classify(Evidence(**refused), must_refuse).outcome is Outcome.MISSING_REFUSAL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a launcher that fails before it starts the kernel prints on the kernel's stderr, "
-    "and the farm cannot tell its words from the kernel's (no fix here)",
-)
-def test_a_launcher_that_fails_before_the_kernel_is_no_refusal(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+def test_a_launcher_that_fails_before_the_kernel_is_no_refusal(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
     """`taskset -c 4095 {binary}` on a node with fewer CPUs: taskset fails before it runs the kernel,
     printing "failed to set pid N's affinity: Invalid argument" on the kernel's stderr, and exits 1.
     With a refusal marker a CUDA gate might well print ("invalid argument", cudaErrorInvalidValue's
-    words), a kernel that never ran (and would have run on the card it must refuse) is an expected
-    refusal. The loader checks the run's own words before {binary} against the markers, never what
-    a launcher says of them."""
+    words), a kernel that never ran (and would have run on the card it must refuse) was an expected
+    refusal. The node now sets the copy's access time to 0 before the run and reads it after: still
+    0, no command read the kernel, and the cell is no refusal. A gated kernel that refuses through a
+    launcher that works is still an expected refusal."""
     variants = {"pinned": standin_variant("NOGATE", EXACT90, "EXACT_CC=90", run="taskset -c 4095 {binary}")}
+    gated = {"gated": standin_variant("PASS", EXACT90, "EXACT_CC=90", run="taskset -c 0 {binary}")}
     nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    job = standin_job("standin", variants, refusal_marker=r"(?i)invalid argument")
-    config = make_farm(tmp_path, nodes, [job])
+    jobs = [standin_job("standin", variants, refusal_marker=r"(?i)invalid argument"), standin_job("gate", gated)]
+    config = make_farm(tmp_path, nodes, jobs)
     _, summary = run(config)
-    row = rows(tmp_path / "results.db", summary.run_id)[("pinned", "Tesla T4")]
-    assert row["outcome"] != "expected-refusal", row["reason"]
+    found = rows(tmp_path / "results.db", summary.run_id)
+    row = found[("pinned", "Tesla T4")]
+    assert row["outcome"] == "missing-refusal", row["reason"]
+    assert "never read" in row["reason"], row["reason"]
+    assert found[("gated", "Tesla T4")]["outcome"] == "expected-refusal", found[("gated", "Tesla T4")]["reason"]

@@ -191,3 +191,29 @@ def kill_group(pid, sig):
         os.killpg(pid, sig)
     except OSError:
         pass
+
+
+def watch(private, folder):
+    """A function saying whether the kernel's copy is still unread, its access time set to 0 for
+    it, where the file system sets that time on a read, as a read of FOLDER beside it shows (not
+    on a noatime mount, nor a network one serving reads from its cache); None elsewhere. A
+    launcher that fails before it starts the kernel (`taskset -c 4095 {binary}`: "Invalid
+    argument", exit 1) never reads it, and its words read as the kernel's refusal (a red-team
+    finding); an exec, or a tool loading the file, does."""
+    try:
+        held = os.stat(folder)
+        os.utime(folder, ns=(0, held.st_mtime_ns))
+        os.listdir(folder)
+        if os.stat(folder).st_atime_ns == 0:
+            return None
+        os.utime(private, ns=(0, os.stat(private).st_mtime_ns))
+    except OSError:
+        return None
+
+    def unread():
+        try:
+            return os.stat(private).st_atime_ns == 0
+        except OSError:
+            return False
+
+    return unread

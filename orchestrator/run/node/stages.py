@@ -5,7 +5,7 @@ import os
 import time
 
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
-from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy
+from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.probe import LIST_TIMEOUT, _which
 from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
@@ -246,6 +246,7 @@ def run(out, spec, env, ahead):
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
+        unread = watch(private, work)  # an expected refusal needs the kernel to have been read
         started, clock = now(), time.monotonic_ns()
         code = 1
         served = None
@@ -285,6 +286,8 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
+        if unread and unread():
+            out.say("@@farm kernel-unread")
         say_confinement(out, rules, unconfined)
         if served is not None and served.forged:
             out.say(f"@@farm forged {served.forged}")

@@ -66,10 +66,14 @@ class RunStage(CellStages):
             fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
         script = (
             # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
-            f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}t0=$({NOW_NS}); "
+            f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}"
+            # whether its copy is read (noderunner.watch): its access time 0, where a read of its folder sets it
+            f'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
+            f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
             f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+            f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
             'echo "@@farm checked $got"; echo "@@farm $rc"; }'
         )
         spec = self.job.spec
@@ -136,6 +140,8 @@ class RunStage(CellStages):
         ev.kernel_cannot_start = CANNOT_START_NOTE.encode() in notes
         ev.kernel_launcher_writable = LAUNCHER_WRITABLE_NOTE.encode() in notes
         ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
+        # the runner saw the kernel's copy never read: no kernel command reached it (node/files.py watch)
+        ev.kernel_unread = last_match(r"^@@farm kernel-unread$", text) is not None
         # statuses past what the farm reads back: not known, a failing one may be among them
         ev.kernel_statuses_cut = len(statuses) >= STATUS_LIMIT
         # a kernel command started with no status after it: still running when the run's shell ended
