@@ -63,3 +63,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if os.environ.get("CI") and report.skipped and item.get_closest_marker("gpu") is None:
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where only tests marked gpu may skip: {report.longrepr}"
+        if hasattr(report, "wasxfail"):
+            # an expected failure (xfail) counts as one that did not run: pytest counts no failed
+            # report that carries wasxfail, and CI exited 0 with "1 failed" in its summary
+            del report.wasxfail
