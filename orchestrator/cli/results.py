@@ -76,8 +76,18 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             )
     if fmt == "html":
         target = out or farm.reports_dir
+        latest = store.latest_run()
+        shown = run_id if run_id is not None else latest.id if latest is not None else None
         try:
             index = report_mod.render(store, target, run_id, farm=farm)
+            # a run stored while this one rendered (a nightly `verify`'s start): the site is the latest
+            # run's, never the one read before it over the newer one (a red-team finding)
+            for _ in range(3):
+                latest = store.latest_run()
+                if not (the_site or run_id is None) or latest is None or shown is None or latest.id <= shown:
+                    break
+                shown = latest.id
+                index = report_mod.render(store, target, shown, farm=farm)
         except (OSError, report_mod.PageWriteError) as err:
             cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
             found = f"a folder that cannot be written ({cause.strerror or cause})"
