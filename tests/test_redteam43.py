@@ -18,6 +18,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.report import site
 from orchestrator.report.model import collect
 from orchestrator.store.database import Store
+from orchestrator.store.lock import run_lock
 from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 
@@ -160,5 +161,26 @@ def test_a_bisections_old_commit_is_not_the_kernels_inputs_now(tmp_path: Path) -
         entry = model.ledgers[0]
         assert entry.sha256 == new
         assert entry.capabilities["9.0"].state != "VERIFIED"
+    finally:
+        store.close()
+
+
+def test_a_journal_is_not_imported_while_a_run_holds_the_database(tmp_path: Path) -> None:
+    """`farm import` took no run lock: it wrote a finished run into results.db beside a live
+    `farm verify`, as the newest run, over the live one (which, killed then, stood unfinished
+    behind the imported green run: the site's and the exports' latest)."""
+    config = toy_farm(tmp_path)
+    loaded = load_farm(config)
+    store = Store(loaded.database_url)
+    try:
+        with run_lock(loaded.database_url, loaded.root, 0):  # a nightly `farm verify` holds results.db
+            live = store.begin_run(trigger="cron", farm_version="0", host="h", config_file="x", selection="--all")
+            scratch = f"sqlite:///{tmp_path}/scratch.db"  # meanwhile, a run on a scratch database
+            made = farm("verify", "--all", "--no-report", "--config", str(config), "--database", scratch)
+            assert made.returncode == 0, made.stdout + made.stderr
+            journal = next((tmp_path / "scratch.db.journal").glob("*.jsonl"))
+            done = farm("import", str(journal), "--config", str(config))
+        assert done.returncode == 6, done.stdout + done.stderr
+        assert store.latest_run().id == live
     finally:
         store.close()
