@@ -16,7 +16,7 @@ from orchestrator.terminal import printable
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     pass
 
-from orchestrator.cli.base import _load, farm_options, handle_errors, main
+from orchestrator.cli.base import _load, farm_options, handle_errors, main, wait_option
 
 
 @main.command()
@@ -76,8 +76,18 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             )
     if fmt == "html":
         target = out or farm.reports_dir
+        latest = store.latest_run()
+        shown = run_id if run_id is not None else latest.id if latest is not None else None
         try:
             index = report_mod.render(store, target, run_id, farm=farm)
+            # a run stored while this one rendered (a nightly `verify`'s start): the site is the latest
+            # run's, never the one read before it over the newer one (a red-team finding)
+            for _ in range(3):
+                latest = store.latest_run()
+                if not (the_site or run_id is None) or latest is None or shown is None or latest.id <= shown:
+                    break
+                shown = latest.id
+                index = report_mod.render(store, target, shown, farm=farm)
         except (OSError, report_mod.PageWriteError) as err:
             cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
             found = f"a folder that cannot be written ({cause.strerror or cause})"
@@ -131,9 +141,10 @@ def _no_regular_file(path: Path) -> str | None:
     required=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
 )
+@wait_option
 @farm_options
 @handle_errors
-def import_(journal_files: tuple[Path, ...], config_path: Path, database: str | None) -> None:
+def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, database: str | None) -> None:
     """Rebuild runs in the database from their journals (every run writes one
     beside the database: results.db.journal/TOKEN.jsonl), after results.db was
     lost, replaced or could not be written. Several journals are imported in the
@@ -144,15 +155,18 @@ def import_(journal_files: tuple[Path, ...], config_path: Path, database: str | 
     """
     from orchestrator.store import journal
     from orchestrator.store.database import Store
+    from orchestrator.store.lock import run_lock
 
     farm = _load(config_path, database, read_only=True)
-    store = Store(farm.database_url)
-    # a journal whose start cannot be read sorts first: its import then names what is wrong with it
-    oldest = datetime.min.replace(tzinfo=UTC)
-    starts = {path: journal.started_at(path) or oldest for path in journal_files}
-    for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
-        run_id, status, results = store.import_journal(path)
-        click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+    # one writer at a time: beside a live `farm verify` an import landed as the newest run over it
+    with run_lock(farm.database_url, farm.root, wait):
+        store = Store(farm.database_url)
+        # a journal whose start cannot be read sorts first: its import then names what is wrong with it
+        oldest = datetime.min.replace(tzinfo=UTC)
+        starts = {path: journal.started_at(path) or oldest for path in journal_files}
+        for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
+            run_id, status, results = store.import_journal(path)
+            click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
 
 
 @main.command()

@@ -149,10 +149,15 @@ def verify(
                 f"{not_run} unfinished cells recorded as not-run"
             )
         listeners: list = []
-        own_site = not no_report and same_database(farm.database_url, farm.configured_database_url)
+        same_site = same_database(farm.database_url, farm.configured_database_url)
+        own_site = not no_report and same_site
         early = _RenderAtStart(store, farm) if own_site else None
         if early is not None:
             listeners.append(early)
+        elif same_site and (farm.reports_dir / "index.html").is_file():
+            # --no-report: the site is not rendered, yet its index must not stay the last rendered
+            # run's green over this one (a red-team finding)
+            listeners.append(_UnrenderedAtStart(farm.reports_dir))
         if quiet:
             listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
         else:
@@ -256,6 +261,19 @@ class _RenderAtStart(NullListener):
         """Before the end's render: one renderer at a time in the reports folder."""
         if self.thread is not None:
             self.thread.join()
+
+
+class _UnrenderedAtStart(NullListener):
+    """`verify --no-report` on the site's own database: index.html says the run has no
+    report as soon as it is stored, never the last rendered run's verdicts as current."""
+
+    def __init__(self, reports: Path) -> None:
+        self.reports = reports
+
+    def run_started(self, run_id: int, cells: list) -> None:
+        from orchestrator.report import site as report_mod
+
+        report_mod.mark_unrendered(self.reports, run_id, "was run with --no-report: `farm report` renders it")
 
 
 def _render_failure(err: Exception) -> str:

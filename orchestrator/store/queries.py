@@ -281,11 +281,13 @@ class Queries:
     def latest_identified(self, upto: int, kernels: list[str] | None = None) -> list[ResultRow]:
         """Each kernel's latest result (up to run `upto`) whose inputs are all identified.
         Given the kernels, each is looked up alone, newest first (ix_results_kernel),
-        rather than by grouping every result on record."""
+        rather than by grouping every result on record. A bisection's runs test old
+        commits: their inputs are not the kernel's now (as in standing)."""
+        current = ResultRow.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
         if kernels is None:
             latest = (
                 select(func.max(ResultRow.id))
-                .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                .where(ResultRow.run_id <= upto, ResultRow.identity.is_not(None), current)
                 .group_by(ResultRow.kernel)
             )
             with self._reading() as session:
@@ -296,6 +298,7 @@ class Queries:
                 query = (
                     select(ResultRow)
                     .where(ResultRow.kernel == kernel, ResultRow.run_id <= upto, ResultRow.identity.is_not(None))
+                    .where(current)
                     .order_by(ResultRow.id.desc())
                     .limit(1)
                 )
