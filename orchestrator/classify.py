@@ -152,6 +152,11 @@ def _with_stderr(reason: str, ev: Evidence) -> str:
     return f'{reason}; last stderr line: "{ev.stderr_last_line}"' if ev.stderr_last_line else reason
 
 
+def _no_evidence(exp: Expectation, why: str) -> Verdict:
+    """The run's output is no evidence of the kernel: no pass, and no refusal either."""
+    return Verdict(Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL, "run", why)
+
+
 def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.stopped is not None:  # a stop may have killed its commands: whatever they left is no evidence
         return Verdict(
@@ -219,23 +224,20 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "before the run, it was removed or changed by the run itself",
         )
     if ev.kernel_requests_forged:
-        return Verdict(
-            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
-            "run",
+        return _no_evidence(
+            exp,
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
         )
     if ev.kernel_unfinished:
-        return Verdict(
-            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
-            "run",
+        return _no_evidence(
+            exp,
             f"{ev.kernel_unfinished} kernel command(s) of the run had not ended when the run did (sent to the "
             "background): killed by the farm, their status unknown, so what the kernel printed is no evidence",
         )
     if ev.kernel_statuses_cut:
-        return Verdict(
-            Outcome.FAIL if exp.outcome is Outcome.PASS else Outcome.MISSING_REFUSAL,
-            "run",
+        return _no_evidence(
+            exp,
             "the run's kernel commands noted more statuses than the farm reads back: a failing one may be "
             "among those not read",
         )

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_report import certify
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -19,7 +19,6 @@ from orchestrator.report import site
 from orchestrator.report.model import collect
 from orchestrator.store.database import Store
 from orchestrator.store.lock import run_lock
-from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 
 def farm(*args: str) -> subprocess.CompletedProcess:
@@ -83,61 +82,6 @@ def test_a_report_rendered_while_a_new_run_starts_leaves_no_green_index_over_it(
     assert "Run 2" in text
 
 
-def a_result(store: Store, run_id: int, identity: str, outcome: str) -> int:
-    """toy:plain on a real H100 (as if probed), of inputs `identity`."""
-    snapshot = store.add_snapshot(
-        SnapshotRecord(
-            run_id=run_id,
-            node="hopper",
-            transport="ssh",
-            address="farm@hopper:22",
-            gpu_name="NVIDIA H100",
-            cc="9.0",
-            driver="580.1",
-            gpu_count=1,
-            nvcc_path="nvcc",
-            nvcc_version="13.0.88",
-            real_gpu=True,
-            driver_evidence="NVRM version: ...\n/dev/nvidiactl",
-        )
-    )
-    now = datetime.now(UTC)
-    sha = identity[::-1]  # the one source's sha256, stood in for
-    return store.add_result(
-        ResultRecord(
-            run_id=run_id,
-            snapshot_id=snapshot,
-            kernel="toy",
-            variant="plain",
-            node="hopper",
-            device="NVIDIA H100",
-            cc="9.0",
-            real_gpu=True,
-            contract="CC == 9.0",
-            expected="pass",
-            contract_expected="pass",
-            expected_reason="r",
-            outcome=outcome,
-            reason="r",
-            stage_seconds={},
-            stage_details={},
-            build_command="nvcc ...",
-            build_log=b"",
-            stdout=b"toy: PASS" if outcome == "pass" else b"",
-            stderr=b"",
-            source_sha256=sha,
-            sources={"kernels/toy.cu": sha},
-            identity=identity,
-            instruction_counts={},
-            required_instructions={},
-            elf_targets=[],
-            ptx_targets=[],
-            started_at=now,
-            ended_at=now,
-        )
-    )
-
-
 def test_a_bisections_old_commit_is_not_the_kernels_inputs_now(tmp_path: Path) -> None:
     """A report from the database alone (no configuration, or a dependency not installed
     on the reporting host) took a kernel's inputs now from its latest identified result,
@@ -149,7 +93,8 @@ def test_a_bisections_old_commit_is_not_the_kernels_inputs_now(tmp_path: Path) -
 
         def a_run(trigger: str, identity: str, outcome: str) -> int:
             run_id = store.begin_run(trigger=trigger, farm_version="0", host="h", config_file="x", selection="--all")
-            a_result(store, run_id, identity, outcome)
+            stdout = b"toy: PASS" if outcome == "pass" else b""
+            certify(store, run_id, identity, real=True, outcome=outcome, stdout=stdout)
             store.finish_run(run_id, "finished", 0 if outcome == "pass" else 1)
             return run_id
 
