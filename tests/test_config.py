@@ -557,12 +557,12 @@ def test_the_farms_own_files_leave_a_layout_with_jobs_beside_their_kernels_alone
 
 def test_a_key_read_as_written_leaves_its_anchor_a_value_elsewhere(tmp_path):
     """Found in review: the key's node was retagged in place, so an anchor on it made a
-    value elsewhere a string too (`y: *k` gave '075', not 61)."""
+    value elsewhere a string too (`y: *k` gave '1_0', not 10; an octal 075 is refused, test_redteam44)."""
     from orchestrator.config.yaml_file import read_yaml
 
     path = tmp_path / "x.yaml"
-    path.write_text("&k 075: x\ny: *k\na: &v on\n*v : 1\n")
-    assert read_yaml(path, "a file") == {"075": "x", "y": 61, "a": True, "on": 1}
+    path.write_text("&k 1_0: x\ny: *k\na: &v on\n*v : 1\n")
+    assert read_yaml(path, "a file") == {"1_0": "x", "y": 10, "a": True, "on": 1}
 
 
 def test_a_marker_re2_cannot_run_in_linear_time_is_refused(tmp_path):

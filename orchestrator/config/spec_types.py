@@ -28,8 +28,9 @@ def check_name(value: str) -> str:
 def _cc_text(value: object) -> object:
     # YAML reads an unquoted 7.5 as a float; accept it, but never an int such as 9, nor a float
     # that rounding would change (8.96 read as 9.0: a red-team finding)
-    if isinstance(value, float):
-        return repr(value) if re.fullmatch(r"[0-9]+\.[0-9]", repr(value)) else f"{value!r} (unquoted)"
+    if isinstance(value, float):  # as written: `8.10` is the float 8.1 (yaml_file.WrittenFloat)
+        text = getattr(value, "written", repr(value))
+        return text if re.fullmatch(r"[0-9]+\.[0-9]", text) else f"{text} (unquoted)"
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return value

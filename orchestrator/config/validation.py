@@ -60,7 +60,7 @@ def _describe(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    return f"{text} ({'float' if isinstance(value, float) else type(value).__name__})"  # a WrittenFloat too
 
 
 def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> ConfigErrors:

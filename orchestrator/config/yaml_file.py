@@ -5,6 +5,7 @@ bounded (an alias bomb), and every problem a ConfigError naming the file.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,27 @@ class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+# YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60): `build_jobs: 010` ran 8 builds unsaid
+_UNCLEAR_NUMBER = re.compile(r"[-+]?(?:0[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)")
+
+
+class WrittenFloat(float):
+    """A float as the file wrote it: `cc: 8.10` is 8.1 to YAML, and "8.10" to the reader."""
+
+    written: str
+
+    def __new__(cls, value: float, written: str) -> WrittenFloat:
+        made = super().__new__(cls, value)
+        made.written = written
+        return made
+
+    def __repr__(self) -> str:  # as the file has it, in an error's `found`
+        return self.written
+
+
+def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
+    return WrittenFloat(loader.construct_yaml_float(node), node.value)
 
 
 def _key(loader: _UniqueKeyLoader, key_node: yaml.Node, deep: bool) -> Any:
@@ -56,18 +78,23 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
-def _first_duplicate(root: yaml.Node) -> _DuplicateKey | None:
-    """The first key given twice in one mapping, in the file's order, named by its
-    whole path (`nodes.t4.host`, not `host`), before anything is constructed."""
+def _first_duplicate(root: yaml.Node) -> _DuplicateKey | _UnclearNumber | None:
+    """The first key given twice in one mapping, or number YAML reads as octal or base 60,
+    in the file's order, named by its whole path (`nodes.t4.host`, not `host`), before
+    anything is constructed."""
     seen_nodes: set[int] = set()
 
-    def walk(node: yaml.Node, path: str) -> _DuplicateKey | None:
+    def walk(node: yaml.Node, path: str) -> _DuplicateKey | _UnclearNumber | None:
         if id(node) in seen_nodes:  # an alias: its keys were checked where it was defined
             return None
         seen_nodes.add(id(node))
-        if isinstance(node, yaml.SequenceNode):
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag in _NUMBER_TAGS and _UNCLEAR_NUMBER.fullmatch(node.value):
+                return _UnclearNumber(path, node.value, node.start_mark.line + 1)
+        elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 if found := walk(item, f"{path}[{index}]"):
                     return found
@@ -91,6 +118,11 @@ def _first_duplicate(root: yaml.Node) -> _DuplicateKey | None:
 class _BadKey(Exception):
     def __init__(self, line: int, kind: str) -> None:
         self.line, self.kind = line, kind
+
+
+class _UnclearNumber(Exception):
+    def __init__(self, key: str, text: str, line: int) -> None:
+        self.key, self.text, self.line = key, text, line
 
 
 class _DuplicateKey(Exception):
@@ -187,6 +219,13 @@ def read_yaml(path: Path, what: str) -> Any:
     except _BadKey as bad:
         raise ConfigError(
             str(path), "", f"a {bad.kind} as a mapping key (line {bad.line})", "keys that are names"
+        ) from None
+    except _UnclearNumber as bad:
+        raise ConfigError(
+            str(path),
+            bad.key,
+            f"{bad.text} (line {bad.line}), which YAML reads as an octal or base-60 number",
+            "a number written in decimal, without a leading 0 or ':' (quote it if it is text)",
         ) from None
     except _DuplicateKey as dup:
         raise ConfigError(

@@ -1,0 +1,57 @@
+"""Red-team round 44: bad input to the configuration read as something else than what it says,
+or refused without naming the file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_config import GOOD_JOB, load_error, make_farm
+
+from orchestrator.config.farm import load_farm
+
+
+@pytest.mark.parametrize(
+    ("where", "written", "key"),
+    [
+        ("farm", "    build_jobs: 010\n", "nodes.local.build_jobs"),
+        ("farm", "    connect_timeout: 030\n", "nodes.local.connect_timeout"),
+        ("farm", "    gpus: [0, 010]\n", "nodes.local.gpus[1]"),
+        ("job", "    instructions: {HMMA: 010}\n", "variants.v1.instructions.HMMA"),
+        ("job", "    timeout: 1:30\n", "variants.v1.timeout"),
+    ],
+)
+def test_a_number_yaml_reads_as_octal_or_base_60_is_refused_by_its_key(tmp_path: Path, where, written, key) -> None:
+    """YAML 1.1 reads `010` as octal 8 and `1:30` as 90: `build_jobs: 010` ran 8 builds,
+    `instructions: {HMMA: 010}` asked for 8, and nothing said so. Refused, naming the key."""
+    farm = "database: sqlite:///results.db\nnodes:\n  local:\n    transport: local\n"
+    if where == "farm":
+        config = make_farm(tmp_path, farm=farm + written)
+    else:
+        config = make_farm(tmp_path, farm=farm, job=GOOD_JOB + written)
+    err = load_error(config)
+    assert err.file.endswith("farm.yaml" if where == "farm" else "k.yaml")
+    assert err.key == key
+    assert "decimal" in err.expected
+
+
+@pytest.mark.parametrize("written", ["8.10", "7.50", "8.00"])
+def test_an_unquoted_capability_with_two_digits_after_the_dot_is_refused_as_the_quoted_one_is(
+    tmp_path: Path, written: str
+) -> None:
+    """`cc: {min: 8.10}` loaded as 8.1 (YAML's float drops the zero), while "8.10" quoted is
+    refused: the contract admitted cards its author did not write. Refused either way."""
+    config = make_farm(tmp_path, job=GOOD_JOB.replace('cc: {min: "7.5"}', f"cc: {{min: {written}}}"))
+    err = load_error(config)
+    assert err.file.endswith("k.yaml")
+    assert err.key == "variants.v1.cc.min"
+    assert written in err.found
+    farm = make_farm(tmp_path, farm=f"nodes:\n  local:\n    transport: local\n    cc: {written}\n")
+    err = load_error(farm)
+    assert err.key == "nodes.local.cc"
+    assert written in err.found
+
+
+def test_an_unquoted_capability_of_one_digit_after_the_dot_still_loads(tmp_path: Path) -> None:
+    config = make_farm(tmp_path, job=GOOD_JOB.replace('cc: {min: "7.5"}', "cc: {min: 7.5}"))
+    assert str(load_farm(config).jobs["k"].spec.variants["v1"].cc.contract()) == "CC >= 7.5"
