@@ -55,3 +55,14 @@ def test_an_unquoted_capability_with_two_digits_after_the_dot_is_refused_as_the_
 def test_an_unquoted_capability_of_one_digit_after_the_dot_still_loads(tmp_path: Path) -> None:
     config = make_farm(tmp_path, job=GOOD_JOB.replace('cc: {min: "7.5"}', "cc: {min: 7.5}"))
     assert str(load_farm(config).jobs["k"].spec.variants["v1"].cc.contract()) == "CC >= 7.5"
+
+
+def test_a_job_file_yaml_cannot_read_is_not_told_as_no_job_file(tmp_path: Path) -> None:
+    """jobs/k.yaml with a YAML mistake gave, after its own error, kernels/k.cu's 'a header
+    with no Build: line (and no job file)': a second error, on the wrong file, saying the
+    job file the user is editing is not there. The job file's error alone."""
+    config = make_farm(tmp_path, job=GOOD_JOB + "    instructions: {HMMA: 1\n")
+    err = load_error(config)
+    errors = getattr(err, "errors", [err])
+    assert [e.file for e in errors] == [str(tmp_path / "jobs" / "k.yaml")]
+    assert "malformed YAML" in errors[0].found

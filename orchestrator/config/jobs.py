@@ -168,6 +168,8 @@ def load_jobs(
             raws[job_file] = read_yaml(job_file, "a job file")
         except ConfigError as one:
             errors.append(one)
+    # a kernel whose job file YAML could not read has a job file: its header is not its job
+    unread = {job_file.stem for job_file in job_files if job_file not in raws}
     makers: list[tuple[Path, Callable[[], Job]]] = []
     overrides: dict[str, tuple[Path, dict[str, Any]]] = {}
     whole: dict[str, Path] = {}
@@ -184,6 +186,8 @@ def load_jobs(
     for source in kernels:
         rel = _label(source, project)
         override = overrides.pop(source.stem, None)
+        if source.stem in unread:
+            continue
         if override is None and any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in listed):
             continue  # a file of a job file's kernel
         if override is None and source.stem in whole:
