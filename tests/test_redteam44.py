@@ -66,3 +66,47 @@ def test_a_job_file_yaml_cannot_read_is_not_told_as_no_job_file(tmp_path: Path) 
     errors = getattr(err, "errors", [err])
     assert [e.file for e in errors] == [str(tmp_path / "jobs" / "k.yaml")]
     assert "malformed YAML" in errors[0].found
+
+
+@pytest.mark.parametrize(
+    ("record", "key", "value"),
+    [
+        ("planned", "cells", "x"),
+        ("planned", "cells", [["toy", "plain"]]),
+        ("planned", "cells", [[1, 2, 3, 4]]),
+        ("result", "exit_code", 10**30),
+        ("attempt", "attempt", 2**64),
+    ],
+)
+def test_a_forged_journal_is_refused_as_a_journal_not_a_bug_in_farm(tmp_path: Path, record, key, value) -> None:
+    """`farm import` of a journal whose planned cells were not (kernel, variant, node, device)
+    lists, or with a number past SQLite's 64 bits, was 'internal error (ValueError: not
+    enough values to unpack)' / '(OverflowError ...)', exit 70: a bug in farm. Now the
+    journal's own error (exit 5), naming the file and record, and the database untouched."""
+    import json
+
+    from click.testing import CliRunner
+    from toyfarm import toy_farm
+
+    from orchestrator.cli import main
+
+    config = toy_farm(tmp_path / "farm")
+    assert CliRunner().invoke(main, ["verify", "--all", "--no-report", "--config", str(config)]).exit_code == 0
+    (journal,) = (tmp_path / "farm" / "results.db.journal").glob("*.jsonl")
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == record:
+            line[key] = value
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    database = tmp_path / "other.db"
+    args = ["import", "--config", str(config), "--database", f"sqlite:///{database}", str(forged)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 5, result.output
+    assert "bug in farm" not in result.output
+    assert str(forged) in result.output and record in result.output
+    if database.exists():
+        import sqlite3
+
+        with sqlite3.connect(database) as db:
+            assert db.execute("select count(*) from runs").fetchone() == (0,)

@@ -56,6 +56,16 @@ _JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
+_INT64 = -(1 << 63)  # SQLite's and PostgreSQL's BIGINT: a number past it was an OverflowError, "a bug in farm"
+
+
+def _cells(cells: Any) -> bool:
+    """A planned record's cells as Store writes them: [kernel, variant, node, device] strings."""
+    return isinstance(cells, list) and all(
+        isinstance(c, list) and len(c) == 4 and all(isinstance(x, str) for x in c) for c in cells
+    )
+
+
 def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
     """A journal is read back as the farm wrote it, or refused whole (nothing imported):
     the types of the fields that name and judge a run, one run and at most one finish,
@@ -67,6 +77,13 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
             if key in fields and (not isinstance(fields[key], types) or isinstance(fields[key], bool)):
                 found = f"{key} is {fields[key]!r}"
                 raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
+        if big := next((v for v in fields.values() if isinstance(v, int) and not _INT64 <= v < -_INT64), None):
+            raise StoreError(f"{path}: record {number} ({kind}): the number {big}, past the 64 bits the farm writes")
+        if kind == "planned" and not _cells(fields.get("cells")):
+            found = repr(fields.get("cells"))[:80]
+            raise StoreError(
+                f"{path}: record {number} (planned): cells {found}, not [kernel, variant, node, device] lists"
+            )
         if kind == "result" and fields.get("outcome") not in {o.value for o in Outcome}:
             raise StoreError(f"{path}: record {number} (result): outcome {fields.get('outcome')!r} is no outcome")
         if kind == "finish" and fields.get("status") not in ("finished", "aborted"):
