@@ -110,3 +110,19 @@ def test_a_forged_journal_is_refused_as_a_journal_not_a_bug_in_farm(tmp_path: Pa
 
         with sqlite3.connect(database) as db:
             assert db.execute("select count(*) from runs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("needs", ["8.10", "0.5", "100.0"])
+def test_a_headers_label_with_a_capability_not_written_major_minor_is_a_config_error(
+    tmp_path: Path, needs: str
+) -> None:
+    """`// Build (needs CC 8.10): nvcc ...` was 'internal error (ValueError: a compute
+    capability written major.minor ...)', exit 70. Now the header's line and what it expects."""
+    config = make_farm(tmp_path, job=None)
+    (tmp_path / "kernels" / "k.cu").write_text(
+        f"// Build (needs CC {needs}): nvcc -O3 -arch=sm_80 -o k k.cu\nint main() {{ return 0; }}\n"
+    )
+    err = load_error(config)
+    assert err.file == str(tmp_path / "kernels" / "k.cu")
+    assert err.key == "line 1, Build"
+    assert needs in err.found and "major.minor" in err.expected

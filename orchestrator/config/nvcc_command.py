@@ -211,7 +211,10 @@ def cc_contract(path: Path, rel: str, build: BuildLine) -> tuple[dict[str, str],
     runs on that CC alone, a family target (sm_100f) on its family, a plain one
     on that CC and newer; a label's "needs CC X.Y" is the gate's own floor."""
     needs = _NEEDS_RE.search(build.label)
-    label_cc = ComputeCapability.parse(needs.group(1)) if needs else None
+    try:  # "needs CC 8.10" was a ValueError: "a bug in farm"
+        label_cc = ComputeCapability.parse(needs.group(1)) if needs else None
+    except ValueError as err:
+        raise line_error(path, build.line, "Build", f"a label that says needs CC {needs.group(1)}", str(err)) from None
     where_label = f"{rel}:{build.line} Build ({build.label})"
     written = "; ".join(w for w, _ in build.arch_words)
     where_target = f"{rel}:{build.arch_words[0][1]} {written}" if build.arch_words else ""
