@@ -126,3 +126,23 @@ def test_a_headers_label_with_a_capability_not_written_major_minor_is_a_config_e
     assert err.file == str(tmp_path / "kernels" / "k.cu")
     assert err.key == "line 1, Build"
     assert needs in err.found and "major.minor" in err.expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("reports", '"a\\0b"'),
+        ("journal", '"a\\0b"'),
+        ("database", '"sqlite:///a\\0b.db"'),
+        ("reports", "'~no_such_user_rt44/site'"),
+        ("journal", "'~no_such_user_rt44/journal'"),
+    ],
+)
+def test_a_farm_path_no_file_can_have_is_a_config_error(tmp_path: Path, key: str, value: str) -> None:
+    """farm.yaml's `reports`, `journal` or `database` with a NUL, or a `~user` this machine has
+    no home for, was 'internal error (ValueError: embedded null byte)' or '(RuntimeError:
+    Could not determine home directory.)', exit 70. Now a ConfigError on farm.yaml's key."""
+    config = make_farm(tmp_path, farm=f"{key}: {value}\nnodes:\n  local:\n    transport: local\n")
+    err = load_error(config)
+    assert err.file == str(config)
+    assert err.key == key

@@ -9,6 +9,7 @@ shape is job_spec.py.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, Strict, field_validator, model_validator
@@ -222,6 +223,19 @@ class FarmSpec(StrictModel):
     # a matrix cell older than this is marked stale
     stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)
+
+    @field_validator("database", "reports", "jobs", "kernels", "journal")
+    @classmethod
+    def _a_path_a_file_can_have(cls, value: str | None) -> str | None:
+        # a NUL, or a `~user` with no home here, was a ValueError or RuntimeError mid-run: "a bug in farm"
+        if value is not None and "\0" in value:
+            raise ValueError(f"no NUL character (no path can carry one; in {value!r})")
+        if value is not None and value.startswith("~"):
+            try:
+                Path(value).expanduser()
+            except RuntimeError:
+                raise ValueError(f"{value!r}: a home folder (~user) this machine knows") from None
+        return value
 
     @field_validator("processes")
     @classmethod
