@@ -146,3 +146,16 @@ def test_a_farm_path_no_file_can_have_is_a_config_error(tmp_path: Path, key: str
     err = load_error(config)
     assert err.file == str(config)
     assert err.key == key
+
+
+@pytest.mark.parametrize(
+    "url", ["''", "' sqlite:///results.db'", "'results.db'", "'postgresql+psycopg://farm:secret@db:54321x/farm'"]
+)
+def test_a_database_url_that_is_no_url_names_farm_yaml_and_its_key(tmp_path: Path, url: str) -> None:
+    """`database: ''` (or a blank before sqlite://) was refused only when the store opened it:
+    'the results database URL '' cannot be read', naming neither farm.yaml nor `database`."""
+    config = make_farm(tmp_path, farm=f"database: {url}\nnodes:\n  local:\n    transport: local\n")
+    err = load_error(config)
+    assert err.file == str(config)
+    assert err.key == "database"
+    assert "secret" not in str(err)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
@@ -20,6 +21,21 @@ def resolve_database(url: str, root: Path) -> str:
     if file is None or file.is_absolute():
         return url
     return make_url(url).set(database=str((root / file).resolve())).render_as_string(hide_password=False)
+
+
+def check_url(url: str, file: Path) -> None:
+    """farm.yaml's `database` read as a URL now, not when the store opens it ('' or a blank before
+    sqlite:// named neither file nor key; a NUL was "a bug in farm"); the URL is not shown, its
+    password with it."""
+    try:
+        if "\0" in url:
+            raise ValueError("a NUL character, which no path or address can carry")
+        make_url(url)
+    except (ArgumentError, ValueError) as err:
+        found = f"a URL that cannot be read ({err})"
+        raise ConfigError(
+            str(file), "database", found, "a URL such as sqlite:///results.db or postgresql+psycopg://..."
+        ) from None
 
 
 def check_database_folder(url: str, where: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import output_paths, own_files
-from orchestrator.config.database_url import resolve_database
+from orchestrator.config.database_url import check_url, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
 from orchestrator.config.validation import check_names, validate
@@ -99,6 +99,7 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
         raise ConfigErrors(errors + many.errors) from None
     if errors:
         raise ConfigErrors(errors)
+    check_url(spec.database, file)
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}

@@ -224,7 +224,7 @@ class FarmSpec(StrictModel):
     stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)
 
-    @field_validator("database", "reports", "jobs", "kernels", "journal")
+    @field_validator("reports", "jobs", "kernels", "journal")  # `database`: database_url.check_url
     @classmethod
     def _a_path_a_file_can_have(cls, value: str | None) -> str | None:
         # a NUL, or a `~user` with no home here, was a ValueError or RuntimeError mid-run: "a bug in farm"
