@@ -159,3 +159,19 @@ def test_a_database_url_that_is_no_url_names_farm_yaml_and_its_key(tmp_path: Pat
     assert err.file == str(config)
     assert err.key == "database"
     assert "secret" not in str(err)
+
+
+def test_a_float_kept_as_written_copies_pickles_and_dumps_as_a_float() -> None:
+    """The loader's WrittenFloat (a float with its text) goes wherever a float did: deepcopy and
+    pickle made none (its constructor needs the text), and yaml.safe_dump refused it."""
+    import copy
+    import pickle
+
+    import yaml
+
+    from orchestrator.config.yaml_file import WrittenFloat
+
+    value = WrittenFloat(0.5, "0.50")
+    for made in (copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
+        assert made == 0.5 and made.written == "0.50"
+    assert yaml.safe_load(yaml.safe_dump({"tolerance": value})) == {"tolerance": 0.5}

@@ -41,6 +41,13 @@ class WrittenFloat(float):
     def __repr__(self) -> str:  # as the file has it, in an error's `found`
         return self.written
 
+    def __reduce__(self) -> tuple[type, tuple[float, str]]:  # copy.deepcopy and pickle make one again
+        return (WrittenFloat, (float(self), self.written))
+
+
+# written back out (`farm jobs`) as the float it is: safe_dump knows no float subclass
+yaml.SafeDumper.add_representer(WrittenFloat, yaml.representer.SafeRepresenter.represent_float)
+
 
 def _construct_float(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> float:
     return WrittenFloat(loader.construct_yaml_float(node), node.value)
