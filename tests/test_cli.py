@@ -999,3 +999,21 @@ def test_farm_show_prints_a_bidi_override_as_an_escape(tmp_path):
         db.execute("UPDATE results SET reason = 'fine \u202eSSAP'")
     shown = farm("show", "1", "--config", str(config))
     assert shown.returncode == 0 and "fine \\u202eSSAP" in shown.stdout and "\u202e" not in shown.stdout
+
+
+@pytest.mark.parametrize("query", ["?mode=ro", "?mode=rwc&uri=true", "?immutable=1"])
+def test_a_sqlite_url_whose_query_changes_the_file_or_its_mode_is_refused(tmp_path, query):
+    """`sqlite:///file:r.db?mode=rwc&uri=true` stored the run in a file named `file:r.db?mode=rwc`
+    while the run lock and journal were kept beside `file:r.db`; `?mode=ro` was ignored and the
+    run wrote the database. Refused before anything is made; `?timeout=` still loads."""
+    config = toy_farm(tmp_path)
+    written = config.read_text()
+    config.write_text(re.sub(r"(?m)^database:.*$", f"database: 'sqlite:///file:r.db{query}'", written))
+    done = farm("verify", "--all", "--config", str(config))
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"{config}: database: found" in done.stderr and "whose query sets" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("file:")]
+    config.write_text(re.sub(r"(?m)^database:.*$", "database: 'sqlite:///r.db?timeout=20'", written))
+    assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
+    assert (tmp_path / "r.db").is_file()

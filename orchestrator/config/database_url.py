@@ -13,6 +13,9 @@ from sqlalchemy.exc import ArgumentError
 from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
 
+# what a SQLite URL's query may set: the wait for a lock, nothing that changes which file opens or how
+SQLITE_QUERY = frozenset({"timeout"})
+
 
 def resolve_database(url: str, root: Path) -> str:
     # A relative SQLite path is relative to farm.yaml, not to wherever cron starts us,
@@ -60,6 +63,16 @@ def check_database_folder(url: str, where: str) -> None:
     file = sqlite_file(url)
     if file is None:
         return
+    if unread := sorted(set(parsed.query) - SQLITE_QUERY):
+        # `uri=true` opened `file:r.db?mode=rwc` as another file than the one the lock and journal
+        # were kept beside, and `mode=ro` was ignored: the run wrote a database asked read-only
+        raise ConfigError(
+            where,
+            "" if where == "--database" else "database",
+            f"{url}, whose query sets {', '.join(unread)}",
+            "a SQLite file by its path, e.g. sqlite:///results.db or sqlite:///results.db?timeout=30 "
+            "(the farm writes it, and keeps its lock and journal beside it: no file: URI, uri or mode)",
+        )
     folder = file.parent
     if not folder.is_dir():
         raise ConfigError(
