@@ -175,3 +175,16 @@ def test_a_float_kept_as_written_copies_pickles_and_dumps_as_a_float() -> None:
     for made in (copy.deepcopy(value), pickle.loads(pickle.dumps(value))):
         assert made == 0.5 and made.written == "0.50"
     assert yaml.safe_load(yaml.safe_dump({"tolerance": value})) == {"tolerance": 0.5}
+
+
+@pytest.mark.parametrize("workdir", ["~farm/work", "~"])
+def test_a_work_folder_of_another_users_home_is_refused_by_its_key(tmp_path: Path, workdir: str) -> None:
+    """Only `~/` expands on the node: `workdir: ~farm/work` made a folder named `~farm` in the
+    login's home and ran there. Refused, naming the node's key; `~/work` still loads."""
+    farm = f"database: sqlite:///results.db\nnodes:\n  local:\n    transport: local\n    workdir: '{workdir}'\n"
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert err.file.endswith("farm.yaml")
+    assert err.key == "nodes.local.workdir"
+    assert "~user" in err.expected
+    loaded = load_farm(make_farm(tmp_path, farm=farm.replace(f"'{workdir}'", "'~/work'")))
+    assert loaded.nodes["local"].workdir == "~/work"

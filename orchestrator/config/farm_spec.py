@@ -121,6 +121,14 @@ class NodeSpec(StrictModel):
             raise ValueError("a port from 1 to 65535 after the ':'")
         return value
 
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_form(cls, value: str) -> str:
+        # only `~/` is expanded on the node: `~farm/w` made a folder named `~farm` under the login's home
+        if value.startswith("~") and not value.startswith("~/"):
+            raise ValueError(f"{value!r}: ~/path, an absolute path, or one relative to the login's home (no ~user)")
+        return value
+
     @field_validator("gpus")
     @classmethod
     def _gpu_indexes(cls, value: list[int] | None) -> list[int] | None:
