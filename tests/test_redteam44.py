@@ -188,3 +188,25 @@ def test_a_work_folder_of_another_users_home_is_refused_by_its_key(tmp_path: Pat
     assert "~user" in err.expected
     loaded = load_farm(make_farm(tmp_path, farm=farm.replace(f"'{workdir}'", "'~/work'")))
     assert loaded.nodes["local"].workdir == "~/work"
+
+
+@pytest.mark.parametrize(
+    ("journal", "found"),
+    [
+        ("farm.yaml", "which is a file"),
+        ("farm.yaml/j", "farm.yaml is a file"),
+        ("kernels", "which is the farm's `kernels` folder"),
+        ("reports/journal", "the farm's `reports` folder"),
+    ],
+)
+def test_a_journal_folder_that_is_a_file_or_the_farms_own_folder_is_refused(tmp_path: Path, journal, found) -> None:
+    """`journal: farm.yaml` loaded, and every run then failed at its start telling the user
+    to move farm.yaml away; `journal: reports` put the runs' journals (their outputs) on the
+    reviewers' site, `journal: kernels` among the course's sources. Refused by the key."""
+    farm = f"database: sqlite:///results.db\njournal: {journal}\nnodes:\n  local:\n    transport: local\n"
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert err.file.endswith("farm.yaml")
+    assert err.key == "journal"
+    assert found in err.found
+    assert not (tmp_path / "reports").exists()
+    assert load_farm(make_farm(tmp_path, farm=farm.replace(journal, "journals"))).spec.journal == "journals"

@@ -23,6 +23,7 @@ from orchestrator.config.jobs import Job, load_jobs
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
+from orchestrator.store.journal import journal_folder
 
 COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
 
@@ -105,6 +106,11 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
     if problem := output_paths.site_folder_problem(root / Path(spec.reports).expanduser(), sources):
         raise ConfigError(str(file), "reports", *problem)
+    if spec.journal is not None:
+        reports = (root / Path(spec.reports).expanduser()).resolve()
+        journal = journal_folder("", root, spec.journal)
+        if problem := output_paths.journal_folder_problem(journal, {**sources, "reports": reports}):
+            raise ConfigError(str(file), "journal", *problem)
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job

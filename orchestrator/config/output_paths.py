@@ -44,6 +44,23 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     return None
 
 
+def journal_folder_problem(path: Path, folders: dict[str, Path]) -> tuple[str, str] | None:
+    """(found, expected) when farm.yaml's `journal` cannot hold the runs' journals, else None:
+    a file there failed every run at its start with "move it away" (farm.yaml itself, so
+    named), and the reports folder published the journals' outputs with the site."""
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is not None and not found.is_dir():
+        what = "a file" if found.is_file() else "no folder"
+        return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), (
+            "a folder for the runs' journals (made if missing)"
+        )
+    for key, folder in folders.items():
+        if path == folder or folder in path.parents:
+            where = "which is" if path == folder else f"in {folder},"
+            return f"{path}, {where} the farm's `{key}` folder", "a folder of its own for the runs' journals"
+    return None
+
+
 SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
 
 
