@@ -83,11 +83,12 @@ def plan_cells(
         nodes = list(farm.enabled_nodes)
     chosen: list[tuple[str, str]] = []
     for selector in selectors or [f"{k}" for k in farm.jobs]:
-        kernel, _, variant = selector.partition(":")
+        kernel, colon, variant = selector.partition(":")
         job = farm.jobs.get(kernel)
         if job is None:
             raise SelectionError(f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))}")
-        if variant and variant not in job.spec.variants:
+        # `k:` (a script's `$K:$V` with V unset) ran every variant of k: say so rather than guess
+        if (colon and not variant) or (variant and variant not in job.spec.variants):
             raise SelectionError(
                 f"kernel {kernel!r} has no variant {variant!r}; variants: {', '.join(job.spec.variants)}"
             )

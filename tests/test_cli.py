@@ -59,6 +59,9 @@ def test_selectors_and_nodes(tmp_path):
     bad = farm("verify", "toy:nope", "--config", str(config))
     assert bad.returncode == 3
     assert bad.stderr.startswith("Error: kernel 'toy' has no variant 'nope'")
+    # `toy:` (a script's `$K:$V` with V unset) ran every variant of toy
+    bad = farm("verify", "toy:", "--config", str(config))
+    assert bad.returncode == 3 and bad.stderr.startswith("Error: kernel 'toy' has no variant ''"), bad.stderr
     bad = farm("verify", "--all", "--node", "mars", "--config", str(config))
     assert bad.returncode == 3 and "no node named mars" in bad.stderr
 
