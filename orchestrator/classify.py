@@ -87,6 +87,9 @@ class Evidence:
     # sourced): killed by the farm, their status never noted (commands.STARTED_NOTE)
     kernel_unfinished: int = 0
     kernel_exit: int | None = None
+    # a kernel command of the run exited 0: the kernel ran, and on a card it must refuse it refused
+    # nothing, whatever another command's failure printed (`{binary}; taskset -c 4095 {binary}`)
+    kernel_exited_0: bool = False
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
     stopped_stage: str | None = None
@@ -296,10 +299,16 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             )
         return Verdict(Outcome.FAIL, "run", _with_stderr(f"{ended} without the pass marker", ev))
     # the contract says this card must be refused
-    if refused:
+    if refused and not ev.kernel_exited_0:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0 or after:
         return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
+    if ev.kernel_exited_0:  # before `refused`: one failing command's text is no refusal of the one that ran
+        return Verdict(
+            Outcome.MISSING_REFUSAL,
+            "run",
+            f"a kernel command exited 0 on a card it must refuse ({exp.reason}), though another one failed ({ended})",
+        )
     if crashed and ev.refusal_line is not None:
         return Verdict(
             Outcome.MISSING_REFUSAL,

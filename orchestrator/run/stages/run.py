@@ -148,6 +148,8 @@ class RunStage(CellStages):
         # (sent to the background), killed by the farm unnoted
         ev.kernel_unfinished = max(notes.count(STARTED_NOTE.encode()) - len(kernel), 0)
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
+        # one that exited 0 ran the kernel: on a card it must refuse, another's failure is no refusal
+        ev.kernel_exited_0 = 0 in kernel
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
         clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
