@@ -80,6 +80,9 @@ class Evidence:
     # requests to start something other than one of the run's kernel commands, which the node's
     # runner refused (noderunner.KernelFiles): something of the run tried to speak for the kernel
     kernel_requests_forged: int = 0
+    # what the copy makes its loader read from where the run could write (node/loads.py: an RPATH
+    # `.`, an interpreter in /tmp): what ran was the run's code, not the binary's
+    kernel_loads_writable: str = ""
     # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one
     # may be among those not read
     kernel_statuses_cut: bool = False
@@ -231,6 +234,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             exp,
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
+        )
+    if ev.kernel_loads_writable:
+        return _no_evidence(
+            exp,
+            f"the kernel's binary loads code from where its run could write ({ev.kernel_loads_writable}: its "
+            "interpreter, RPATH, RUNPATH or a library named by path): what it printed is no evidence",
         )
     if ev.kernel_unfinished:
         return _no_evidence(

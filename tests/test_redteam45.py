@@ -48,3 +48,80 @@ def test_a_kernel_status_of_0_beside_a_failing_one_is_no_refusal() -> None:
     assert ran.outcome is Outcome.MISSING_REFUSAL, ran.reason
     gated = classify(Evidence(**seen, refusal_line=1), must_refuse)
     assert gated.outcome is Outcome.EXPECTED_REFUSAL, gated.reason
+
+
+# a library the build links the kernel against, found at run time through the binary's RUNPATH `.`:
+# the kernel's work folder, which the run's other commands write
+def _octal(c_text: str) -> str:
+    """C text for printf, its braces and parentheses as octal escapes (the loader reads `{...}` as a
+    template field and `((` as what sh and bash read differently)."""
+    return "".join(f"\\{ord(c):03o}" if c in "{}()" else c for c in c_text)
+
+
+RPATH_BUILD = (
+    f"printf '{_octal('void farm_x(void) {}')}\\n' > x.c && gcc -shared -fPIC -o libx.so x.c && "
+    "g++ -O1 -DMODE_FAILNUM -DMIN_CC=75 -o {binary} {sources} -L. -Wl,--no-as-needed -lx -Wl,-rpath,."
+)
+# the run's own library in its place, whose constructor prints the marker and ends the kernel with exit 0
+CONSTRUCTOR = (
+    "#include <stdio.h>\\n#include <unistd.h>\\n__attribute__((constructor)) static void f(void) "
+    '{ puts("standin: P" "ASS"); fflush(stdout); _exit(0); }\\n'
+)
+RPATH_RUN = f"printf '{_octal(CONSTRUCTOR)}' > y.c && gcc -shared -fPIC -o libx.so y.c && {{binary}}"
+
+
+@pytest.mark.parametrize("runner_kind", ["auto", "cell"])
+def test_a_kernel_that_loads_code_from_where_its_run_writes_is_no_pass(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner_kind: str
+) -> None:
+    """The run may not set LD_PRELOAD or LD_LIBRARY_PATH (the code the kernel's process loads is the
+    node's), but the build could write the same into the binary: linked with `-Wl,-rpath,.`, the
+    kernel's dynamic loader looks for its libraries in its current folder, the work folder the run's
+    other commands write. A run that compiled its own libx.so there, whose constructor printed the
+    marker and exited 0, passed a kernel that fails its numbers (MODE_FAILNUM), its copy hashed and
+    inspected as built. The node's runner now reads the copy's ELF (its interpreter, RPATH and
+    RUNPATH, or a script's `#!`) before the run: a folder named relative to the current one, or one
+    where a run may write (its cell's folder, /tmp, /var/tmp, /dev), fails the cell."""
+    monkeypatch.setenv("FARM_TEST_RUNNER", runner_kind)
+    variants = {
+        "rpath": {"build": RPATH_BUILD, "inspect": "objdump -d {binary}", "cc": {"min": "7.5"}, "run": RPATH_RUN}
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    row = rows(tmp_path / "results.db", summary.run_id)[("rpath", "Tesla T4")]
+    assert row["outcome"] == "fail", row["reason"]
+    assert "loads" in row["reason"], row["reason"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "refused"),
+    [
+        ("", ""),
+        ("-Wl,-rpath,'$ORIGIN'", ""),  # the copy's own bin/: only the runner writes there
+        ("-Wl,-rpath,/usr/lib", ""),
+        ("-Wl,-rpath,.", "."),
+        ("-Wl,-rpath,'$ORIGIN/../work'", "$ORIGIN/../work"),
+        ("-Wl,-rpath,/usr/lib:/tmp/lib", "/tmp/lib"),
+        ("-Wl,--enable-new-dtags,-rpath,/dev/shm", "/dev/shm"),  # RUNPATH, not RPATH
+        ("-Wl,--dynamic-linker=/tmp/ld.so", "/tmp/ld.so"),
+        ("-Wl,--no-as-needed ./libx.so", "./libx.so"),  # a library named by path (it has no soname)
+    ],
+)
+def test_what_a_copy_loads_from_where_its_run_writes_is_found(tmp_path: Path, flags: str, refused: str) -> None:
+    """node/loads.py: the ELF's interpreter, RPATH, RUNPATH and libraries named by path, checked."""
+    import subprocess
+
+    from orchestrator.run.node.loads import loads_writable
+
+    cell = tmp_path / "cell"
+    (cell / "bin").mkdir(parents=True)
+    (tmp_path / "x.c").write_text("void farm_x(void) {}\n")
+    (tmp_path / "k.c").write_text("int main(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "libx.so", "x.c"], cwd=tmp_path, check=True)
+    copy = cell / "bin" / "k"
+    subprocess.run(f"gcc -o {copy} k.c {flags}", shell=True, cwd=tmp_path, check=True)
+    assert loads_writable(str(copy), str(cell)) == refused
+    script = cell / "bin" / "s"
+    script.write_text("#!./sh\n")
+    assert loads_writable(str(script), str(cell)) == "./sh"

@@ -7,9 +7,10 @@ import time
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
+from orchestrator.run.node.loads import loads_writable
 from orchestrator.run.node.probe import LIST_TIMEOUT, _which
 from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
-from orchestrator.run.node.spawn import guarded, ruleset
+from orchestrator.run.node.spawn import guarded, ruleset, scratch
 
 
 class Stage:
@@ -246,6 +247,9 @@ def run(out, spec, env, ahead):
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
+        # code its loader would read from where the run writes (`-Wl,-rpath,.`: loads.py): no evidence;
+        # read before its access time is set to 0 (watch), which this read would set again
+        loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
         started, clock = now(), time.monotonic_ns()
         code = 1
@@ -288,6 +292,8 @@ def run(out, spec, env, ahead):
             out.say(f"@@farm leftover {left}")
         if unread and unread():
             out.say("@@farm kernel-unread")
+        if loads:
+            out.say("@@farm loads-writable " + loads.replace("\n", " "))
         say_confinement(out, rules, unconfined)
         if served is not None and served.forged:
             out.say(f"@@farm forged {served.forged}")

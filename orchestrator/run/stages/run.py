@@ -167,6 +167,8 @@ class RunStage(CellStages):
         self._note_confinement(trip, text, "the kernel ran")
         forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
+        loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
+        ev.kernel_loads_writable = loads.group(1)[:200] if loads else ""
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
