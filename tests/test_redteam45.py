@@ -125,3 +125,41 @@ def test_what_a_copy_loads_from_where_its_run_writes_is_found(tmp_path: Path, fl
     script = cell / "bin" / "s"
     script.write_text("#!./sh\n")
     assert loads_writable(str(script), str(cell)) == "./sh"
+
+
+def test_a_disassembler_where_a_run_may_write_is_refused(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """A confined kernel may write /dev (its GPU's nodes, /dev/shm) and the node's /tmp. One run's
+    kernel left /dev/shm/.../objdump, a script printing `HGMMA`; a later run's cell whose inspect
+    named it (`/dev/shm/.../objdump -d {binary}`, one command of a disassembler by its name, as the
+    loader asked) had its x86 binary counted with the HGMMA it asked for, and passed. A disassembler
+    named relative to the cell's folder or by a path in /tmp, /var/tmp, /dev or /proc is refused at
+    load, as a launcher there is not run."""
+    import shutil
+
+    from test_verdicts import MIN75
+
+    from orchestrator.errors import ConfigErrors
+
+    fake = f"/dev/shm/rt45-{tmp_path.name}"
+    plant = (
+        f"mkdir -p {fake} && printf '#!/bin/sh\\necho \"  0: HGMMA.64x128x16\"\\n' > {fake}/objdump && "
+        f"chmod +x {fake}/objdump && {{binary}}"
+    )
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    try:
+        planted = {"plant": standin_variant("PASS", MIN75, "MIN_CC=75", run=plant)}
+        _, summary = run(make_farm(tmp_path / "a", nodes, [standin_job("plant", planted)]))
+        assert rows(tmp_path / "a" / "results.db", summary.run_id)[("plant", "Tesla T4")]["outcome"] == "pass"
+        for named in (f"{fake}/objdump", "/dev//shm/./x/objdump", "/t'm'p/x/objdump", "bin/objdump"):
+            inspect = f"{named} -d {{binary}}"
+            counted = {
+                "counted": standin_variant("PASS", MIN75, "MIN_CC=75", inspect=inspect, instructions={"HGMMA": 1})
+            }
+            config = make_farm(tmp_path / "b", nodes, [standin_job("standin", counted)])
+            with pytest.raises(ConfigErrors, match=r"in a folder any kernel's run may write|named relative"):
+                run(config)
+    finally:
+        shutil.rmtree(fake, ignore_errors=True)
+    fine = {"fine": standin_variant("PASS", MIN75, "MIN_CC=75", inspect="/usr/bin/objdump -d {binary}")}
+    _, summary = run(make_farm(tmp_path / "c", nodes, [standin_job("standin", fine)]))
+    assert rows(tmp_path / "c" / "results.db", summary.run_id)[("fine", "Tesla T4")]["outcome"] == "pass"
