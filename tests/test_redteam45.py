@@ -163,3 +163,29 @@ def test_a_disassembler_where_a_run_may_write_is_refused(ssh_fleet: Fleet, make_
     fine = {"fine": standin_variant("PASS", MIN75, "MIN_CC=75", inspect="/usr/bin/objdump -d {binary}")}
     _, summary = run(make_farm(tmp_path / "c", nodes, [standin_job("standin", fine)]))
     assert rows(tmp_path / "c" / "results.db", summary.run_id)[("fine", "Tesla T4")]["outcome"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        "taskset -c 4095 {binary}; {binary}",  # kernel commands alone: the shell's function
+        "cd . && taskset -c 4095 {binary}; {binary}",  # with another command: the runner starts each
+    ],
+)
+def test_a_launcher_that_failed_before_the_kernel_beside_a_call_that_read_it_is_no_refusal(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str, sent: str
+) -> None:
+    """Round 42 made a run whose kernel's copy was never read no refusal (`taskset -c 4095 {binary}`
+    fails before it runs the kernel, "Invalid argument"). The check was the run's: a second kernel
+    command that did run the kernel read the copy, and the first, failing one was judged, its
+    launcher's words matching the refusal marker. A kernel whose gate let it run on the card it
+    must refuse (built for CC >= 7.5, its contract CC == 9.0), failing its numbers there, was an
+    expected refusal. Each kernel command's read is checked now: a failing one that never read the
+    copy is no refusal."""
+    failing = standin_variant("FAILNUM", EXACT90, "MIN_CC=75", run=sent)
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    jobs = [standin_job("standin", {"failing": failing}, refusal_marker=r"(?i)invalid argument")]
+    _, summary = run(make_farm(tmp_path, nodes, jobs))
+    row = rows(tmp_path / "results.db", summary.run_id)[("failing", "Tesla T4")]
+    assert row["outcome"] == "missing-refusal", row["reason"]
+    assert "never read" in row["reason"], row["reason"]

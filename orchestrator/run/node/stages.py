@@ -247,8 +247,7 @@ def run(out, spec, env, ahead):
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
-        # code its loader would read from where the run writes (`-Wl,-rpath,.`: loads.py): no evidence;
-        # read before its access time is set to 0 (watch), which this read would set again
+        # code its loader reads where the run writes (loads.py); before watch, as this read sets atime
         loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
         started, clock = now(), time.monotonic_ns()
@@ -269,11 +268,14 @@ def run(out, spec, env, ahead):
                         ahead.get("forced", ()),
                         fd,
                         spec.get("names", ()),
+                        unread is not None,  # each kernel command's read checked (KernelFiles.reset)
                     )
                     code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
                 else:
                     kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
-                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, kernels)
+                    # each kernel command's read checked by the shell's function (run/commands.py UNREAD_NOTE)
+                    command = ("farm_rd=1; " if unread else "") + spec["command"]
+                    code = guarded(command, spec["limit"], work, catch, catch, env, fd, kernels)
         finally:
             if rules:
                 os.close(rules[0])
