@@ -80,6 +80,9 @@ class Evidence:
     # requests to start something other than one of the run's kernel commands, which the node's
     # runner refused (noderunner.KernelFiles): something of the run tried to speak for the kernel
     kernel_requests_forged: int = 0
+    # what the copy makes its loader read from where the run could write (node/loads.py: an RPATH
+    # `.`, an interpreter in /tmp): what ran was the run's code, not the binary's
+    kernel_loads_writable: str = ""
     # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one
     # may be among those not read
     kernel_statuses_cut: bool = False
@@ -87,6 +90,9 @@ class Evidence:
     # sourced): killed by the farm, their status never noted (commands.STARTED_NOTE)
     kernel_unfinished: int = 0
     kernel_exit: int | None = None
+    # a kernel command of the run exited 0: the kernel ran, and on a card it must refuse it refused
+    # nothing, whatever another command's failure printed (`{binary}; taskset -c 4095 {binary}`)
+    kernel_exited_0: bool = False
     other_last_line: str = ""
     stopped: str | None = None  # the run was stopped (SIGTERM, SIGINT) during this cell: why
     stopped_stage: str | None = None
@@ -229,6 +235,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
         )
+    if ev.kernel_loads_writable:
+        return _no_evidence(
+            exp,
+            f"the kernel's binary loads code from where its run could write ({ev.kernel_loads_writable}: its "
+            "interpreter, RPATH, RUNPATH or a library named by path): what it printed is no evidence",
+        )
     if ev.kernel_unfinished:
         return _no_evidence(
             exp,
@@ -296,10 +308,16 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             )
         return Verdict(Outcome.FAIL, "run", _with_stderr(f"{ended} without the pass marker", ev))
     # the contract says this card must be refused
-    if refused:
+    if refused and not ev.kernel_exited_0:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")
     if passed or ev.run_exit == 0 or after:
         return Verdict(Outcome.MISSING_REFUSAL, "run", f"ran on a card it must refuse ({exp.reason})")
+    if ev.kernel_exited_0:  # before `refused`: one failing command's text is no refusal of the one that ran
+        return Verdict(
+            Outcome.MISSING_REFUSAL,
+            "run",
+            f"a kernel command exited 0 on a card it must refuse ({exp.reason}), though another one failed ({ended})",
+        )
     if crashed and ev.refusal_line is not None:
         return Verdict(
             Outcome.MISSING_REFUSAL,

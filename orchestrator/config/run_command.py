@@ -122,9 +122,10 @@ _NOT_PROGRAMS = {  # the program word of a command: what the farm cannot read as
 # {binary}` ran a fake nice printing the marker: a false pass), or hidden (the node blamed); read is fine
 _PATH_CHANGED = re.compile(r"(?<![A-Za-z0-9_${])PATH(?![A-Za-z0-9_])")
 _FUNCTION = re.compile(r"(?:^|[\s;&|(){}])([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*\)")
-# the commands the farm's own shell calls by name (`find` and `readlink` by `command` too)
+# the commands the farm's own shell calls by name (`find`, `readlink`, `touch` and `stat` by `command` too)
 _NOT_REDEFINED = frozenset(
     {"echo", "printf", "command", "exec", "return", "read", "exit", "trap", "set", "eval", "find", "readlink", "test"}
+    | {"touch", "stat"}
 )
 
 

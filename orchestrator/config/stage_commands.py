@@ -12,10 +12,11 @@ commands are the job's author's, and the reviewer reads them on the cell's page.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
-from orchestrator.config.shell import BINARY, lex
+from orchestrator.config.shell import BINARY, lex, unquoted
 from orchestrator.errors import ConfigError
 
 SOURCES = "{sources}"
@@ -24,11 +25,17 @@ INSPECT_EXPECTED = (
     "an inspect that disassembles {binary} alone, where the variant counts `instructions`: one command of a "
     "disassembler ({cuobjdump}, cuobjdump, nvdisasm, objdump, llvm-objdump) with {binary} once as a word of "
     "its own, nothing the shell expands ($, backquotes, ~, globs), no other file, and its stdout not "
-    "redirected (its text is what the instructions are counted in)"
+    "redirected (its text is what the instructions are counted in); the disassembler on the node's PATH "
+    "or by an absolute path outside /tmp, /var/tmp, /dev and /proc, where runs write"
 )
 # the programs whose output is a disassembly of the file they are given (`echo HGMMA {binary}`
 # and `sh -c "echo ..." {binary}` passed with instructions the binary never held: red-team findings)
 DISASSEMBLERS = frozenset({"{cuobjdump}", "cuobjdump", "nvdisasm", "objdump", "llvm-objdump"})
+# where a run (any cell's kernel, confined or not) may write on a node: a disassembler there is
+# the runs' program, not the node's (a kernel left a fake /dev/shm/x/objdump printing HGMMA, and a
+# later cell whose inspect named it passed with instructions its binary never held: a red-team
+# finding), as a launcher there is (run/commands.py LAUNCHER_WRITABLE_NOTE)
+RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev", "/proc")
 
 
 def check_build(vname: str, build: str, file: Path) -> ConfigError | None:
@@ -49,6 +56,20 @@ def check_inspect(vname: str, inspect: str, counts_asked: bool, file: Path) -> C
     if why is None:
         return None
     return ConfigError(str(file), f"variants.{vname}.inspect", f"{inspect!r}, with {why}", INSPECT_EXPECTED)
+
+
+def _writable_program(word: str) -> str | None:
+    """Why the disassembler named by WORD may be a program a run wrote, or None: named relative to
+    the cell's folder it runs in, or by a path in a folder any run may write (RUN_WRITABLE)."""
+    path, _ = unquoted(word)
+    if "/" not in path:
+        return None  # the node's, found on its PATH (as `{cuobjdump}` is its configured one)
+    if not path.startswith("/"):
+        return f"{word!r} as its program, named relative to the cell's folder, where the run writes"
+    normal = "/" + posixpath.normpath(path).lstrip("/")
+    if any(normal.startswith(place + "/") for place in RUN_WRITABLE):
+        return f"{word!r} as its program, in a folder any kernel's run may write (/tmp, /var/tmp, /dev, /proc)"
+    return None
 
 
 def _inspect_refusal(inspect: str) -> str | None:
@@ -75,6 +96,8 @@ def _inspect_refusal(inspect: str) -> str | None:
     name = words[0].text.rsplit("/", 1)[-1] if words else ""
     if name not in DISASSEMBLERS:
         return f"{name!r} as its program, which is no disassembler (its output would be counted as the dump)"
+    if why := _writable_program(words[0].text):
+        return why
     if not any("whole" in word.binaries for word in words[1:]):
         return "{binary} not as an argument of its own"
     for word in words[1:]:

@@ -118,6 +118,24 @@ COPY_GONE_NOTE = "copy-gone"  # noted where the cell's copy is no longer there, 
 # the run sourced, where the loader cannot read it: the first call's exit 0 and marker passed the
 # cell with a later kernel command cut off mid-run, a red-team finding); the run then fails
 STARTED_NOTE = "started"
+# noted before a kernel command's status where the copy's access time, set to 0 before it, was still 0
+# after it (node/files.py watch, for each command): its launcher failed before it ran the kernel. The
+# run's own check saw a read by any of its commands: `taskset -c 4095 {binary}; {binary}` had the second
+# read the copy, and the first's "Invalid argument" was judged a refusal (a red-team finding)
+UNREAD_NOTE = "unread"
+
+
+def unread_failing(notes: list[bytes]) -> bool:
+    """Whether a kernel command that failed was noted unread (UNREAD_NOTE just before its status)."""
+    flagged = False
+    for note in notes:
+        if note == UNREAD_NOTE.encode():
+            flagged = True
+        elif note.isdigit() and len(note) < 4:
+            if flagged and int(note):
+                return True
+            flagged = False
+    return False
 
 
 # Each launcher of a kernel command (the loader names them: config/kernel_calls.py
@@ -180,7 +198,17 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
         )
     copy = shlex.quote(binary)
     note = 'echo "$farm_miss" >&6; '
-    call = f'echo {STARTED_NOTE} >&6; farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; echo "$farm_r" >&6; '
+    # farm_rd: the copy's access time tells a read (the runner's watch, or the shell's farm_w): 0 before
+    # each command, and still 0 after it, noted (UNREAD_NOTE)
+    reset = f'if [ -n "${{farm_rd-}}" ]; then command touch -a -d @0 {copy} 2>/dev/null || :; fi; '
+    check = (
+        f'if [ -n "${{farm_rd-}}" ] && [ "$(command stat -c %X {copy} 2>/dev/null)" = 0 ]; then '
+        f"echo {UNREAD_NOTE} >&6; fi; "
+    )
+    call = (
+        f'echo {STARTED_NOTE} >&6; {reset}farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; '
+        f'{check}echo "$farm_r" >&6; '
+    )
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_i=0; farm_n=$#; "

@@ -20,6 +20,7 @@ PARTS = (
     "kernel_requests",
     "processes",
     "confine",
+    "loads",
     "stages",
     "stage_flow",
     "probe",

@@ -26,7 +26,7 @@ class KernelFiles(KernelCommands):
     each kernel confined to it in a domain of its own (no program of the run can trace it, or
     open its files through /proc)."""
 
-    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None, names=()):
+    def __init__(self, status, out, err, calls=(), copy="", env=None, forced=(), rules=None, names=(), watched=False):
         import _socket
 
         KernelCommands.__init__(self, calls, copy, env, forced, names)
@@ -41,6 +41,10 @@ class KernelFiles(KernelCommands):
         self.listener = None
         self.shell = 0  # the run's shell: only its descendants are served
         self.poller = None
+        # the copy's reads show in its access time (files.py watch): each kernel command's is checked,
+        # 0 before it and still 0 after it noted "unread" (a launcher that failed before it ran the
+        # kernel, beside a command that read it: a red-team finding)
+        self.watched = watched
 
     def listen(self):
         """Binds the socket: from the thread that starts the run, once it is confined, so that
@@ -255,6 +259,8 @@ class KernelFiles(KernelCommands):
         except OSError as err:  # out of descriptors: as a shell that cannot fork, the kernel's failure
             self.could_not_start(fd, argv, err)
             return
+        if self.watched:
+            self.reset()
         try:
             pid = os.fork()
         except OSError as err:  # out of processes (the run's own, most likely: same user)
@@ -325,6 +331,19 @@ class KernelFiles(KernelCommands):
         self.kernels[pid] = [fd, pidfd]
         self.conns[fd][1] = pid
 
+    def reset(self):
+        """The copy's access time 0 (its modification time kept), before a kernel command starts."""
+        try:  # noqa: SIM105 - contextlib is an import the runner does without
+            os.utime(self.copy, ns=(0, os.stat(self.copy).st_mtime_ns))
+        except OSError:
+            pass
+
+    def unread(self):
+        try:
+            return os.stat(self.copy).st_atime_ns == 0
+        except OSError:
+            return False
+
     def could_not_start(self, fd, argv, err):
         """The kernel never started (the runner could not fork): 126 and why, as a shell says it."""
         write_all(self.files[1], f"farm: the node's runner could not start {argv[0]}: {err.strerror}\n".encode())
@@ -348,6 +367,8 @@ class KernelFiles(KernelCommands):
                     pass
                 os.close(pidfd)
             code = exit_code(status)
+            if self.watched and self.unread():
+                self.note(b"unread")
             self.note(b"%d" % code)
             if fd is not None:
                 self.conns[fd][1] = None

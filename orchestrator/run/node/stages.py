@@ -7,9 +7,10 @@ import time
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
+from orchestrator.run.node.loads import loads_writable
 from orchestrator.run.node.probe import LIST_TIMEOUT, _which
 from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
-from orchestrator.run.node.spawn import guarded, ruleset
+from orchestrator.run.node.spawn import guarded, ruleset, scratch
 
 
 class Stage:
@@ -246,6 +247,8 @@ def run(out, spec, env, ahead):
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
+        # code its loader reads where the run writes (loads.py); before watch, as this read sets atime
+        loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
         started, clock = now(), time.monotonic_ns()
         code = 1
@@ -265,11 +268,14 @@ def run(out, spec, env, ahead):
                         ahead.get("forced", ()),
                         fd,
                         spec.get("names", ()),
+                        unread is not None,  # each kernel command's read checked (KernelFiles.reset)
                     )
                     code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, (), served)
                 else:
                     kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
-                    code = guarded(spec["command"], spec["limit"], work, catch, catch, env, fd, kernels)
+                    # each kernel command's read checked by the shell's function (run/commands.py UNREAD_NOTE)
+                    command = ("farm_rd=1; " if unread else "") + spec["command"]
+                    code = guarded(command, spec["limit"], work, catch, catch, env, fd, kernels)
         finally:
             if rules:
                 os.close(rules[0])
@@ -288,6 +294,8 @@ def run(out, spec, env, ahead):
             out.say(f"@@farm leftover {left}")
         if unread and unread():
             out.say("@@farm kernel-unread")
+        if loads:
+            out.say("@@farm loads-writable " + loads.replace("\n", " "))
         say_confinement(out, rules, unconfined)
         if served is not None and served.forged:
             out.say(f"@@farm forged {served.forged}")

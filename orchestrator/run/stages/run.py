@@ -25,6 +25,7 @@ from orchestrator.run.commands import (
     kernel_statuses,
     other_output,
     own_tmp,
+    unread_failing,
 )
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.streams import StreamScan
@@ -52,13 +53,17 @@ class RunStage(CellStages):
         files = kernel_files(rdir)
         served = runs_other_programs(self.variant.run)  # the runner starts each kernel command itself
         command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
-        shell_command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, files)
+        # farm_kw: whether the copy's reads show (farm_w below), for each kernel command's (commands.UNREAD_NOTE)
+        shell_command = f"farm_rd=${{farm_kw-}}; unset farm_kw; ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(
+            self.variant.run, copy, files
+        )
         gpu = self.result.gpu
         # pinned by UUID: CUDA's device order need not be nvidia-smi's
         pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
         q = shlex.quote
         wait, queue_on_node = self._queue_on_node(gpu)
         make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
+        marker = self.marker + "farm_kw=$farm_w "  # the run's shell is told whether reads show (farm_rd)
         word = '"$farm_sha"' if expected is None else q(expected)
         fresh = ""
         if self._fresh_copy:  # noderunner.take_copy, as the shell says it
@@ -70,7 +75,7 @@ class RunStage(CellStages):
             # whether its copy is read (noderunner.watch): its access time 0, where a read of its folder sets it
             f'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
             f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
-            f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', self.marker)}; "
+            f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
             # the clock is read before the leftovers are killed, and printed after: none can follow it
             f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
             f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
@@ -141,13 +146,16 @@ class RunStage(CellStages):
         ev.kernel_launcher_writable = LAUNCHER_WRITABLE_NOTE.encode() in notes
         ev.kernel_copy_gone = COPY_GONE_NOTE.encode() in notes
         # the runner saw the kernel's copy never read: no kernel command reached it (node/files.py watch)
-        ev.kernel_unread = last_match(r"^@@farm kernel-unread$", text) is not None
+        # or a kernel command that failed never read it, whatever another one did (commands.UNREAD_NOTE)
+        ev.kernel_unread = last_match(r"^@@farm kernel-unread$", text) is not None or unread_failing(notes)
         # statuses past what the farm reads back: not known, a failing one may be among them
         ev.kernel_statuses_cut = len(statuses) >= STATUS_LIMIT
         # a kernel command started with no status after it: still running when the run's shell ended
         # (sent to the background), killed by the farm unnoted
         ev.kernel_unfinished = max(notes.count(STARTED_NOTE.encode()) - len(kernel), 0)
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
+        # one that exited 0 ran the kernel: on a card it must refuse, another's failure is no refusal
+        ev.kernel_exited_0 = 0 in kernel
         ev.run_exit = ev.kernel_exit or int(match.group(1))  # the kernel's failure, else the run's own status
         clocks = last_match(r"^@@farm ns (\d+) (\d+) (\d+)$", text)
         if clocks:  # the kernel's own time on the node, without the round trip and its output's transfer
@@ -165,6 +173,8 @@ class RunStage(CellStages):
         self._note_confinement(trip, text, "the kernel ran")
         forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
+        loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
+        ev.kernel_loads_writable = loads.group(1)[:200] if loads else ""
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)
