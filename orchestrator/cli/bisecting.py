@@ -53,7 +53,7 @@ def bisect_(
 
     Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
     """
-    from orchestrator.bisect import Bisector, Ending
+    from orchestrator.bisect import Bisection, Bisector, Ending
     from orchestrator.config.output_paths import site_folder_problem
     from orchestrator.report import site as report_mod
     from orchestrator.store.database import Store
@@ -62,8 +62,28 @@ def bisect_(
     if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
         raise ConfigError("--out", str(out), *problem)
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
+    target = out or farm.reports_dir
+    unwritten: list[ConfigError] = []
+
+    def render(found: Bisection) -> None:
+        """The shown run's site, rendered under the walk's run lock (see Bisector.run); a
+        folder that cannot be written is said after the verdict is printed."""
+        shown = found.shown
+        if shown is None or shown.run_id is None:
+            return
+        store = Store(farm.database_url)
+        try:
+            report_mod.render(store, target, shown.run_id, farm=farm)
+        except (OSError, report_mod.PageWriteError) as err:
+            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
+            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
+            unwritten.append(ConfigError("--out", str(target), found_text, "a writable folder"))
+            unwritten[-1].__cause__ = err
+        finally:
+            store.close()
+
     with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
-        found = bisector.run()
+        found = bisector.run(then=render)
     click.echo("")
     first, parent = found.first_bad, found.last_good
     if found.ending is Ending.FOUND and first is not None and parent is not None and found.parent is not None:
@@ -77,13 +97,8 @@ def bisect_(
         click.echo(printable(found.message))
     shown = found.shown
     if shown is not None and shown.run_id is not None:
-        target = out or farm.reports_dir
-        try:
-            report_mod.render(Store(farm.database_url), target, shown.run_id, farm=farm)
-        except (OSError, report_mod.PageWriteError) as err:
-            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
-            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
-            raise ConfigError("--out", str(target), found_text, "a writable folder") from err
+        if unwritten:
+            raise unwritten[0]
         click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
     skipped = sum(1 for t in found.tested if t.run_id is None)
     click.echo(

@@ -1,0 +1,80 @@
+"""Red-team round 46: a finished, backed pass is the only green; here, ways an older or
+unfinished run still looked current or green."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from toyfarm import toy_farm
+
+from orchestrator import bisect as bisect_mod
+from orchestrator.cli import main
+from orchestrator.config.farm import load_farm
+from orchestrator.report import site
+from orchestrator.store.database import Store
+
+
+def git(root: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), "-c", "user.name=farm test", "-c", "user.email=farm@test", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+    )
+    return done.stdout.strip()
+
+
+def summary_of(index: Path) -> str:
+    found = re.search(r'<p id="summary">(.*?)</p>', index.read_text(), re.DOTALL)
+    return found.group(1) if found else index.read_text()
+
+
+def test_a_bisection_does_not_render_its_run_over_a_run_started_after_its_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`farm bisect` rendered the site for its first bad commit's run after its walk had
+    released the run lock: a nightly `farm verify` that started meanwhile (stored, its start
+    rendered) had its index overwritten by the bisection's older run, whose standing is the
+    night before's green; killed then, the nightly stood behind that index."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    good = git(root, "rev-parse", "HEAD")
+    done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 0, done.output  # run 1: green, the fleet's standing
+    (root / "kernels" / "toy.cpp").write_text("int main( {\n")
+    git(root, "commit", "-q", "-am", "toy: break the build")
+    url = load_farm(config).database_url
+    nightly: list[int] = []
+    taken = bisect_mod.run_lock
+
+    @contextlib.contextmanager
+    def lock_then_a_nightly_starts(*args: object, **kwargs: object) -> Iterator[object]:
+        with taken(*args, **kwargs) as held:  # type: ignore[arg-type]
+            yield held
+        store = Store(url)  # the lock is free: a nightly verify stores its run and renders its start
+        nightly.append(
+            store.begin_run(trigger="cron", farm_version="0", host="h", config_file=str(config), selection="--all")
+        )
+        site.render(store, root / "reports", nightly[0])
+        store.close()
+
+    monkeypatch.setattr(bisect_mod, "run_lock", lock_then_a_nightly_starts)
+    done = CliRunner().invoke(
+        main, ["bisect", "toy:plain", "--node", "here", "--good", good, "--bad", "HEAD", "--config", str(config)]
+    )
+    assert done.exit_code == 0, done.output
+    summary = summary_of(root / "reports" / "index.html")
+    assert f"Run {nightly[0]}" in summary, summary
