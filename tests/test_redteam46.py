@@ -78,3 +78,70 @@ def test_a_bisection_does_not_render_its_run_over_a_run_started_after_its_walk(
     assert done.exit_code == 0, done.output
     summary = summary_of(root / "reports" / "index.html")
     assert f"Run {nightly[0]}" in summary, summary
+
+
+def test_a_bisections_last_run_of_an_old_commit_is_not_the_latest_run_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`farm report` and its exports took the highest run id as the latest run: after a
+    `farm bisect`, whose last run tested the old, good commit, `farm report --format junit`
+    exited 0 and the site's summary read "1 of 1 cells as expected", while the fleet's
+    latest run (`farm verify` at HEAD) had failed: an old commit's green as current."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    good = git(root, "rev-parse", "HEAD")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0  # run 1
+    (root / "kernels" / "toy.cpp").write_text("int main( {\n")
+    git(root, "commit", "-q", "-am", "toy: break the build")
+    red = cli.invoke(main, ["verify", "--all", "--config", str(config)])  # run 2: the fleet's latest, red
+    assert red.exit_code == 1, red.output
+    walk = ["bisect", "toy:plain", "--node", "here", "--good", good, "--bad", "HEAD", "--config", str(config)]
+    done = cli.invoke(main, walk)  # runs 3 (HEAD, bad) and 4 (the good commit, as expected)
+    assert done.exit_code == 0, done.output
+    for fmt in ("junit", "json"):
+        exported = cli.invoke(main, ["report", "--format", fmt, "--config", str(config)])
+        assert exported.exit_code == 1, (fmt, exported.output[:300])
+        assert ('id="2"' if fmt == "junit" else '"id": 2,') in exported.output, exported.output[:300]
+    rendered = cli.invoke(main, ["report", "--config", str(config)])
+    assert rendered.exit_code == 0, rendered.output
+    summary = summary_of(root / "reports" / "index.html")
+    assert "Run 2: 0 of 1 cells as expected" in summary, summary
+
+
+def test_a_bisections_green_run_is_not_rendered_as_the_sites_current_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`farm bisect` rendered the reviewers' site as its shown run: for --bad an older commit
+    that is as expected ("nothing to bisect"), reports/index.html read "Run 3: 1 of 1 cells
+    as expected" (trigger bisect, an old commit), over the fleet's latest run, which had
+    failed at HEAD. The site stays the fleet's latest run; the cell's page is written beside it."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    good = git(root, "rev-parse", "HEAD")
+    source = root / "kernels" / "toy.cpp"
+    source.write_text("// still fine\n" + source.read_text())
+    git(root, "commit", "-q", "-am", "toy: a comment")
+    fine = git(root, "rev-parse", "HEAD")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0  # run 1
+    source.write_text("int main( {\n")
+    git(root, "commit", "-q", "-am", "toy: break the build")
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1  # run 2, red
+    walk = ["bisect", "toy:plain", "--node", "here", "--good", good, "--bad", fine, "--config", str(config)]
+    done = cli.invoke(main, walk)  # run 3: the fine commit, as expected: nothing to bisect
+    assert done.exit_code == 1, done.output
+    summary = summary_of(root / "reports" / "index.html")
+    assert "Run 2: 0 of 1 cells as expected" in summary, summary
+    page = Path(re.search(r"^page: (.+)$", done.output, re.M).group(1))
+    assert "result 3" in page.read_text()

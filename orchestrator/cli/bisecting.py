@@ -73,7 +73,13 @@ def bisect_(
             return
         store = Store(farm.database_url)
         try:
-            report_mod.render(store, target, shown.run_id, farm=farm)
+            fleet = store.latest_run(bisections=False)
+            if fleet is not None and shown.result_id is not None and target.resolve() == farm.reports_dir.resolve():
+                # the reviewers' site stays the fleet's latest run, with the shown cell's page beside it:
+                # rendered as the bisection's run, its old commit's green stood there as current (a red-team finding)
+                report_mod.render(store, target, fleet.id, farm=farm, also={shown.result_id: shown.run_id})
+            else:  # a folder of its own (--out), or a farm with no run but bisections'
+                report_mod.render(store, target, shown.run_id, farm=farm)
         except (OSError, report_mod.PageWriteError) as err:
             cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
             found_text = f"a folder that cannot be written ({cause.strerror or cause})"

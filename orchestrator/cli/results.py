@@ -20,7 +20,7 @@ from orchestrator.cli.base import _load, farm_options, handle_errors, main, wait
 
 
 @main.command()
-@click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest).")
+@click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest; no bisection's).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -65,7 +65,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     store = Store(farm.database_url, create=False)
     the_site = out is None or out.resolve() == farm.reports_dir.resolve()
     if fmt == "html" and the_site and run_id is not None:
-        latest = store.latest_run()
+        latest = store.latest_run(bisections=False)
         if latest is not None and run_id != latest.id and store.run(run_id) is not None:
             # the reviewers' site is the latest run's: rendered as of an older run it went back in
             # time, a red night's verdicts gone from it (a red-team finding)
@@ -76,14 +76,14 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             )
     if fmt == "html":
         target = out or farm.reports_dir
-        latest = store.latest_run()
+        latest = store.latest_run(bisections=False)
         shown = run_id if run_id is not None else latest.id if latest is not None else None
         try:
             index = report_mod.render(store, target, run_id, farm=farm)
             # a run stored while this one rendered (a nightly `verify`'s start): the site is the latest
             # run's, never the one read before it over the newer one (a red-team finding)
             for _ in range(3):
-                latest = store.latest_run()
+                latest = store.latest_run(bisections=False)
                 if not (the_site or run_id is None) or latest is None or shown is None or latest.id <= shown:
                     break
                 shown = latest.id
