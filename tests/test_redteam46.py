@@ -4,6 +4,7 @@ unfinished run still looked current or green."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -145,3 +146,19 @@ def test_a_bisections_green_run_is_not_rendered_as_the_sites_current_run(
     assert "Run 2: 0 of 1 cells as expected" in summary, summary
     page = Path(re.search(r"^page: (.+)$", done.output, re.M).group(1))
     assert "result 3" in page.read_text()
+
+
+def test_the_json_export_says_a_cell_that_never_ran_certifies_nothing(tmp_path: Path) -> None:
+    """The JUnit export skips a compile-only cell (the kernel never ran: a node without a GPU)
+    and a known failure, as certifying nothing; the JSON export marked both
+    `"certifies_nothing": false`, its only word for a backed cell: a CI gate reading the JSON
+    counted a kernel that never ran, or one that failed as declared, as a certified pass."""
+    config = toy_farm(tmp_path, broken="known-failure")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    exported = cli.invoke(main, ["report", "--format", "json", "--config", str(config)])
+    assert exported.exit_code == 0, exported.output
+    cells = {cell["variant"]: cell for cell in json.loads(exported.output)["cells"]}
+    assert cells["plain"]["outcome"] == "compile-only" and cells["broken"]["outcome"] == "known-failure"
+    assert cells["plain"]["certifies_nothing"] is True
+    assert cells["broken"]["certifies_nothing"] is True
