@@ -162,3 +162,18 @@ def test_the_json_export_says_a_cell_that_never_ran_certifies_nothing(tmp_path: 
     assert cells["plain"]["outcome"] == "compile-only" and cells["broken"]["outcome"] == "known-failure"
     assert cells["plain"]["certifies_nothing"] is True
     assert cells["broken"]["certifies_nothing"] is True
+
+
+def test_a_verify_run_cannot_take_the_trigger_of_a_bisections_runs(tmp_path: Path) -> None:
+    """`farm verify --trigger bisect` was accepted: the run was stored as a bisection's, which
+    the fleet's standing, the kernels' inputs and the latest run reported leave out. A red
+    nightly under that trigger vanished: the matrix and `farm report --format junit` (exit 0)
+    went on showing the night before's green."""
+    config = toy_farm(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    toy_farm(tmp_path, broken="fails")
+    done = cli.invoke(main, ["verify", "--all", "--trigger", "bisect", "--config", str(config)])
+    assert done.exit_code == 2 and "farm bisect" in done.output, done.output
+    exported = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)])
+    assert 'id="2"' not in exported.output
