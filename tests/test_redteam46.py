@@ -151,8 +151,9 @@ def test_a_bisections_green_run_is_not_rendered_as_the_sites_current_run(
 def test_the_json_export_says_a_cell_that_never_ran_certifies_nothing(tmp_path: Path) -> None:
     """The JUnit export skips a compile-only cell (the kernel never ran: a node without a GPU)
     and a known failure, as certifying nothing; the JSON export marked both
-    `"certifies_nothing": false`, its only word for a backed cell: a CI gate reading the JSON
-    counted a kernel that never ran, or one that failed as declared, as a certified pass."""
+    `"certifies_nothing": false`, its only word for a backed cell, and so a build-fail: a CI
+    gate reading the JSON counted a kernel that never ran, one that failed as declared, or
+    one that did not build, as certified."""
     config = toy_farm(tmp_path, broken="known-failure")
     cli = CliRunner()
     assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
@@ -162,6 +163,11 @@ def test_the_json_export_says_a_cell_that_never_ran_certifies_nothing(tmp_path: 
     assert cells["plain"]["outcome"] == "compile-only" and cells["broken"]["outcome"] == "known-failure"
     assert cells["plain"]["certifies_nothing"] is True
     assert cells["broken"]["certifies_nothing"] is True
+    toy_farm(tmp_path, broken="fails")
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1
+    exported = cli.invoke(main, ["report", "--format", "json", "--config", str(config)])
+    cells = {cell["variant"]: cell for cell in json.loads(exported.output)["cells"]}
+    assert cells["broken"]["outcome"] == "build-fail" and cells["broken"]["certifies_nothing"] is True
 
 
 def test_a_verify_run_cannot_take_the_trigger_of_a_bisections_runs(tmp_path: Path) -> None:

@@ -257,9 +257,11 @@ def as_json(model: ReportModel) -> str:
         "cells": [
             {
                 **result_record(r, snaps.get(r.snapshot_id)),
-                # what the JUnit export skips (certifies_nothing), and nothing of a run that did not
-                # finish (certifying.CertifyingQueries._certifying)
-                "certifies_nothing": certifies_nothing(r, run) or run.status != "finished",
+                # what the JUnit export skips (certifies_nothing), a cell not as expected (a fail is no
+                # certificate), and nothing of a run that did not finish (certifying: _certifying)
+                "certifies_nothing": certifies_nothing(r, run)
+                or not is_as_expected(r.outcome)
+                or run.status != "finished",
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }
             for r in model.results
