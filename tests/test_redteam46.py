@@ -183,3 +183,25 @@ def test_a_verify_run_cannot_take_the_trigger_of_a_bisections_runs(tmp_path: Pat
     assert done.exit_code == 2 and "farm bisect" in done.output, done.output
     exported = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)])
     assert 'id="2"' not in exported.output
+
+
+def test_a_report_of_another_database_does_not_replace_the_farms_site(tmp_path: Path) -> None:
+    """`farm verify --database SCRATCH` leaves farm.yaml's site alone (a scratch run would
+    replace the reviewers' site), but `farm report --database SCRATCH` with no --out rendered
+    the scratch database's green run into reports/, over the farm's own red night."""
+    config = toy_farm(tmp_path, broken="fails")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1  # the farm's night: red
+    index = tmp_path / "reports" / "index.html"
+    assert "Run 1: 1 of 2 cells as expected" in summary_of(index)
+    toy_farm(tmp_path)  # the broken variant gone: a scratch run on another database is green
+    scratch = f"sqlite:///{tmp_path}/scratch.db"
+    assert cli.invoke(main, ["verify", "--all", "--database", scratch, "--config", str(config)]).exit_code == 0
+    done = cli.invoke(main, ["report", "--database", scratch, "--config", str(config)])
+    assert done.exit_code == 2, done.output
+    assert "--out" in done.output
+    assert "Run 1: 1 of 2 cells as expected" in summary_of(index)
+    elsewhere = tmp_path / "scratch-site"
+    done = cli.invoke(main, ["report", "--database", scratch, "--out", str(elsewhere), "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    assert "Run 1: 1 of 1 cells as expected" in summary_of(elsewhere / "index.html")

@@ -49,6 +49,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     from orchestrator.report.model import collect
     from orchestrator.report.pagewriter import write_page
     from orchestrator.store.database import Store
+    from orchestrator.store.engine import redact_url
+    from orchestrator.store.location import same_database
 
     if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
         # the export replaces --out by a rename: a device, a FIFO or a link would be replaced, not written
@@ -62,8 +64,17 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         raise ConfigError("--out", str(out), *problem)
     if fmt != "html" and out is not None and (problem := farm_file_problem(out, farm, f"{fmt} export")):
         raise ConfigError("--out", str(out), *problem)
-    store = Store(farm.database_url, create=False)
+    store = Store(farm.database_url, create=False)  # first: a URL that cannot be read says so (exit 5)
     the_site = out is None or out.resolve() == farm.reports_dir.resolve()
+    if fmt == "html" and the_site and not same_database(farm.database_url, farm.configured_database_url):
+        # farm.yaml's reports/ is its own database's site: `verify --database` leaves it alone, and a
+        # scratch database's green run rendered there stood over the farm's red night (a red-team finding)
+        url = redact_url(farm.database_url)
+        raise click.BadParameter(
+            f"{url} is not {farm.file.name}'s database ({redact_url(farm.configured_database_url)}), whose site is "
+            f"{farm.reports_dir}; render it elsewhere with --out DIR",
+            param_hint="'--database'",
+        )
     if fmt == "html" and the_site and run_id is not None:
         latest = store.latest_run(bisections=False)
         if latest is not None and run_id != latest.id and store.run(run_id) is not None:
