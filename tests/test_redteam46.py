@@ -205,3 +205,34 @@ def test_a_report_of_another_database_does_not_replace_the_farms_site(tmp_path: 
     done = cli.invoke(main, ["report", "--database", scratch, "--out", str(elsewhere), "--config", str(config)])
     assert done.exit_code == 0, done.output
     assert "Run 1: 1 of 1 cells as expected" in summary_of(elsewhere / "index.html")
+
+
+def test_a_bisection_on_another_database_does_not_replace_the_farms_site(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`farm bisect --database SCRATCH` (or FARM_DATABASE) rendered its run into farm.yaml's
+    reports/, the site of farm.yaml's own database, as `farm verify --database` no longer
+    does: the farm's red night was replaced by the scratch database's site."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    good = git(root, "rev-parse", "HEAD")
+    (root / "kernels" / "toy.cpp").write_text("int main( {\n")
+    git(root, "commit", "-q", "-am", "toy: break the build")
+    cli = CliRunner()
+    for _night in (1, 2):  # the farm's: red, run 2
+        assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1
+    index = root / "reports" / "index.html"
+    before = index.read_text()
+    assert "Run 2: 0 of 1 cells as expected" in summary_of(index)
+    scratch = f"sqlite:///{tmp_path}/scratch.db"
+    assert cli.invoke(main, ["verify", "--all", "--database", scratch, "--config", str(config)]).exit_code == 1
+    walk = ["bisect", "toy:plain", "--node", "here", "--good", good, "--bad", "HEAD", "--config", str(config)]
+    done = cli.invoke(main, [*walk, "--database", scratch])
+    assert done.exit_code == 0, done.output
+    assert index.read_text() == before
+    assert "--out DIR" in done.output

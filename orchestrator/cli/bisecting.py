@@ -57,6 +57,8 @@ def bisect_(
     from orchestrator.config.output_paths import site_folder_problem
     from orchestrator.report import site as report_mod
     from orchestrator.store.database import Store
+    from orchestrator.store.engine import redact_url
+    from orchestrator.store.location import same_database
 
     farm = _load(config_path, database)
     if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
@@ -64,12 +66,17 @@ def bisect_(
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
     target = out or farm.reports_dir
     unwritten: list[ConfigError] = []
+    # farm.yaml's reports/ is its own database's site: a walk on another (--database, FARM_DATABASE)
+    # rendered its site there, over the farm's own (a red-team finding); `verify` leaves it alone too
+    elsewhere = target.resolve() == farm.reports_dir.resolve() and not same_database(
+        farm.database_url, farm.configured_database_url
+    )
 
     def render(found: Bisection) -> None:
         """The shown run's site, rendered under the walk's run lock (see Bisector.run); a
         folder that cannot be written is said after the verdict is printed."""
         shown = found.shown
-        if shown is None or shown.run_id is None:
+        if shown is None or shown.run_id is None or elsewhere:
             return
         store = Store(farm.database_url)
         try:
@@ -105,7 +112,16 @@ def bisect_(
     if shown is not None and shown.run_id is not None:
         if unwritten:
             raise unwritten[0]
-        click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
+        if elsewhere:
+            url = redact_url(farm.database_url)
+            click.echo(
+                f"report not rendered: the database {url} is not {farm.file.name}'s "
+                f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
+                f"`farm report --database {url} --run {shown.run_id} --out DIR` renders this run",
+                err=True,
+            )
+        else:
+            click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
     skipped = sum(1 for t in found.tested if t.run_id is None)
     click.echo(
         f"runs: {len(found.runs)} ({found.builds_reused} with a build reused: no compiler run); untestable: {skipped}; "
