@@ -236,3 +236,24 @@ def test_a_bisection_on_another_database_does_not_replace_the_farms_site(
     assert done.exit_code == 0, done.output
     assert index.read_text() == before
     assert "--out DIR" in done.output
+
+
+def test_an_imported_run_leaves_no_green_index_of_the_run_before(tmp_path: Path) -> None:
+    """`farm import JOURNAL` stored a newer run in farm.yaml's database (here red: a run whose
+    database was lost, rebuilt from its journal) and rendered nothing: reports/index.html
+    went on reading the run before's "1 of 1 cells as expected" as current, with no word of
+    the imported run (as `verify --no-report` once did)."""
+    config = toy_farm(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    index = tmp_path / "reports" / "index.html"
+    assert "Run 1: 1 of 1 cells as expected" in summary_of(index)
+    toy_farm(tmp_path, broken="fails")
+    scratch = f"sqlite:///{tmp_path}/scratch.db"  # the run whose database is gone: its journal is left
+    assert cli.invoke(main, ["verify", "--all", "--database", scratch, "--config", str(config)]).exit_code == 1
+    journal = next((tmp_path / "scratch.db.journal").glob("*.jsonl"))
+    done = cli.invoke(main, ["import", str(journal), "--config", str(config)])
+    assert done.exit_code == 0 and "as run 2" in done.output, done.output
+    text = index.read_text()
+    assert "1 of 1 cells as expected" not in text
+    assert "Run 2" in text

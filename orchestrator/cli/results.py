@@ -164,8 +164,10 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
 
     Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl results.db.journal/0a4f3c9d2e61.jsonl
     """
+    from orchestrator.report import site as report_mod
     from orchestrator.store import journal
     from orchestrator.store.database import Store
+    from orchestrator.store.location import same_database
     from orchestrator.store.lock import run_lock
 
     farm = _load(config_path, database, read_only=True)
@@ -175,9 +177,18 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
         # a journal whose start cannot be read sorts first: its import then names what is wrong with it
         oldest = datetime.min.replace(tzinfo=UTC)
         starts = {path: journal.started_at(path) or oldest for path in journal_files}
+        imported = []
         for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
             run_id, status, results = store.import_journal(path)
+            imported.append(run_id)
             click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+        latest = store.latest_run(bisections=False)
+        own_site = same_database(farm.database_url, farm.configured_database_url)
+        if own_site and latest is not None and latest.id in imported and (farm.reports_dir / "index.html").is_file():
+            # the site's database has a newer run than its index shows: the run before's green stood
+            # there as current, as after `verify --no-report` (a red-team finding)
+            why = "was imported from its journal: `farm report` renders it"
+            report_mod.mark_unrendered(farm.reports_dir, latest.id, why)
 
 
 @main.command()
