@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, FarmError
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -65,7 +65,7 @@ def bisect_(
         raise ConfigError("--out", str(out), *problem)
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
     target = out or farm.reports_dir
-    unwritten: list[ConfigError] = []
+    unwritten: list[FarmError] = []  # raised once the walk's verdict is printed, as before the render moved
     # farm.yaml's reports/ is its own database's site: a walk on another (--database, FARM_DATABASE)
     # rendered its site there, over the farm's own (a red-team finding); `verify` leaves it alone too
     elsewhere = target.resolve() == farm.reports_dir.resolve() and not same_database(
@@ -92,6 +92,8 @@ def bisect_(
             found_text = f"a folder that cannot be written ({cause.strerror or cause})"
             unwritten.append(ConfigError("--out", str(target), found_text, "a writable folder"))
             unwritten[-1].__cause__ = err
+        except FarmError as err:  # the database failing under the render
+            unwritten.append(err)
         finally:
             store.close()
 
