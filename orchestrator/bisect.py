@@ -193,8 +193,10 @@ class Bisector:
         )
 
     # the walk ---------------------------------------------------------------
-    def run(self) -> Bisection:
-        """Walk the history under the farm's run lock; every run is stored."""
+    def run(self, then: Callable[[Bisection], None] | None = None) -> Bisection:
+        """Walk the history under the farm's run lock; every run is stored. `then` (the
+        report's render) runs under the lock too: rendered after it, the walk's run was
+        written over a `farm verify` that started meanwhile (a red-team finding)."""
         with run_lock(self.farm.database_url, self.farm.root, self.wait):
             self.store = Store(self.farm.database_url)
             try:
@@ -203,6 +205,8 @@ class Bisector:
                 self._walk()
             finally:
                 self.store.close()
+            if then is not None:
+                then(self.result)
         return self.result
 
     def _finish(self, ending: Ending, message: str) -> None:

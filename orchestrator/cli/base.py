@@ -138,4 +138,8 @@ def _check_trigger(value: str) -> str:
         raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} is {len(value)} characters; give 1 to 32")
     if printable(value, keep_newlines=False) != value:
         raise click.BadParameter(f"{printable(value, keep_newlines=False)!r} holds control characters")
+    from orchestrator.store.queries import BISECT_TRIGGER  # here: `farm --help` imports no store
+
+    if value == BISECT_TRIGGER:  # such runs are left out of the standing and the latest run: a red night vanished
+        raise click.BadParameter(f"{value!r} is `farm bisect`'s runs' own trigger; give another")
     return value

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, FarmError
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -53,17 +53,52 @@ def bisect_(
 
     Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
     """
-    from orchestrator.bisect import Bisector, Ending
+    from orchestrator.bisect import Bisection, Bisector, Ending
     from orchestrator.config.output_paths import site_folder_problem
     from orchestrator.report import site as report_mod
     from orchestrator.store.database import Store
+    from orchestrator.store.engine import redact_url
+    from orchestrator.store.location import same_database
 
     farm = _load(config_path, database)
     if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
         raise ConfigError("--out", str(out), *problem)
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
+    target = out or farm.reports_dir
+    unwritten: list[FarmError] = []  # raised once the walk's verdict is printed, as before the render moved
+    # farm.yaml's reports/ is its own database's site: a walk on another (--database, FARM_DATABASE)
+    # rendered its site there, over the farm's own (a red-team finding); `verify` leaves it alone too
+    elsewhere = target.resolve() == farm.reports_dir.resolve() and not same_database(
+        farm.database_url, farm.configured_database_url
+    )
+
+    def render(found: Bisection) -> None:
+        """The shown run's site, rendered under the walk's run lock (see Bisector.run); a
+        folder that cannot be written is said after the verdict is printed."""
+        shown = found.shown
+        if shown is None or shown.run_id is None or elsewhere:
+            return
+        store = Store(farm.database_url)
+        try:
+            fleet = store.latest_run(bisections=False)
+            if fleet is not None and shown.result_id is not None and target.resolve() == farm.reports_dir.resolve():
+                # the reviewers' site stays the fleet's latest run, with the shown cell's page beside it:
+                # rendered as the bisection's run, its old commit's green stood there as current (a red-team finding)
+                report_mod.render(store, target, fleet.id, farm=farm, also={shown.result_id: shown.run_id})
+            else:  # a folder of its own (--out), or a farm with no run but bisections'
+                report_mod.render(store, target, shown.run_id, farm=farm)
+        except (OSError, report_mod.PageWriteError) as err:
+            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
+            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
+            unwritten.append(ConfigError("--out", str(target), found_text, "a writable folder"))
+            unwritten[-1].__cause__ = err
+        except FarmError as err:  # the database failing under the render
+            unwritten.append(err)
+        finally:
+            store.close()
+
     with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
-        found = bisector.run()
+        found = bisector.run(then=render)
     click.echo("")
     first, parent = found.first_bad, found.last_good
     if found.ending is Ending.FOUND and first is not None and parent is not None and found.parent is not None:
@@ -77,14 +112,18 @@ def bisect_(
         click.echo(printable(found.message))
     shown = found.shown
     if shown is not None and shown.run_id is not None:
-        target = out or farm.reports_dir
-        try:
-            report_mod.render(Store(farm.database_url), target, shown.run_id, farm=farm)
-        except (OSError, report_mod.PageWriteError) as err:
-            cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
-            found_text = f"a folder that cannot be written ({cause.strerror or cause})"
-            raise ConfigError("--out", str(target), found_text, "a writable folder") from err
-        click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
+        if unwritten:
+            raise unwritten[0]
+        if elsewhere:
+            url = redact_url(farm.database_url)
+            click.echo(
+                f"report not rendered: the database {url} is not {farm.file.name}'s "
+                f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
+                f"`farm report --database {url} --run {shown.run_id} --out DIR` renders this run",
+                err=True,
+            )
+        else:
+            click.echo(f"page: {target / 'cells' / f'{shown.result_id}.html'}")
     skipped = sum(1 for t in found.tested if t.run_id is None)
     click.echo(
         f"runs: {len(found.runs)} ({found.builds_reused} with a build reused: no compiler run); untestable: {skipped}; "

@@ -20,7 +20,7 @@ from orchestrator.cli.base import _load, farm_options, handle_errors, main, wait
 
 
 @main.command()
-@click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest).")
+@click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest; no bisection's).")
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -49,6 +49,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     from orchestrator.report.model import collect
     from orchestrator.report.pagewriter import write_page
     from orchestrator.store.database import Store
+    from orchestrator.store.engine import redact_url
+    from orchestrator.store.location import same_database
 
     if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
         # the export replaces --out by a rename: a device, a FIFO or a link would be replaced, not written
@@ -62,10 +64,19 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         raise ConfigError("--out", str(out), *problem)
     if fmt != "html" and out is not None and (problem := farm_file_problem(out, farm, f"{fmt} export")):
         raise ConfigError("--out", str(out), *problem)
-    store = Store(farm.database_url, create=False)
+    store = Store(farm.database_url, create=False)  # first: a URL that cannot be read says so (exit 5)
     the_site = out is None or out.resolve() == farm.reports_dir.resolve()
+    if fmt == "html" and the_site and not same_database(farm.database_url, farm.configured_database_url):
+        # farm.yaml's reports/ is its own database's site: `verify --database` leaves it alone, and a
+        # scratch database's green run rendered there stood over the farm's red night (a red-team finding)
+        url = redact_url(farm.database_url)
+        raise click.BadParameter(
+            f"{url} is not {farm.file.name}'s database ({redact_url(farm.configured_database_url)}), whose site is "
+            f"{farm.reports_dir}; render it elsewhere with --out DIR",
+            param_hint="'--database'",
+        )
     if fmt == "html" and the_site and run_id is not None:
-        latest = store.latest_run()
+        latest = store.latest_run(bisections=False)
         if latest is not None and run_id != latest.id and store.run(run_id) is not None:
             # the reviewers' site is the latest run's: rendered as of an older run it went back in
             # time, a red night's verdicts gone from it (a red-team finding)
@@ -76,14 +87,14 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
             )
     if fmt == "html":
         target = out or farm.reports_dir
-        latest = store.latest_run()
+        latest = store.latest_run(bisections=False)
         shown = run_id if run_id is not None else latest.id if latest is not None else None
         try:
             index = report_mod.render(store, target, run_id, farm=farm)
             # a run stored while this one rendered (a nightly `verify`'s start): the site is the latest
             # run's, never the one read before it over the newer one (a red-team finding)
             for _ in range(3):
-                latest = store.latest_run()
+                latest = store.latest_run(bisections=False)
                 if not (the_site or run_id is None) or latest is None or shown is None or latest.id <= shown:
                     break
                 shown = latest.id
@@ -153,8 +164,10 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
 
     Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl results.db.journal/0a4f3c9d2e61.jsonl
     """
+    from orchestrator.report import site as report_mod
     from orchestrator.store import journal
     from orchestrator.store.database import Store
+    from orchestrator.store.location import same_database
     from orchestrator.store.lock import run_lock
 
     farm = _load(config_path, database, read_only=True)
@@ -164,9 +177,18 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
         # a journal whose start cannot be read sorts first: its import then names what is wrong with it
         oldest = datetime.min.replace(tzinfo=UTC)
         starts = {path: journal.started_at(path) or oldest for path in journal_files}
+        imported = []
         for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
             run_id, status, results = store.import_journal(path)
+            imported.append(run_id)
             click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+        latest = store.latest_run(bisections=False)
+        own_site = same_database(farm.database_url, farm.configured_database_url)
+        if own_site and latest is not None and latest.id in imported and (farm.reports_dir / "index.html").is_file():
+            # the site's database has a newer run than its index shows: the run before's green stood
+            # there as current, as after `verify --no-report` (a red-team finding)
+            why = "was imported from its journal: `farm report` renders it"
+            report_mod.mark_unrendered(farm.reports_dir, latest.id, why)
 
 
 @main.command()

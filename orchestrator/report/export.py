@@ -59,6 +59,18 @@ def complete(model: ReportModel) -> bool:
     return model.run.status == "finished" and not model.unfinished
 
 
+def certifies_nothing(r: Any, run: Any) -> bool:
+    """An as-expected cell an export must not count a plain pass (JUnit: skipped; JSON:
+    `certifies_nothing`): a known failure, a compile-only cell (the kernel never ran), a
+    card the driver did not confirm, a run that did not finish. The JSON once said so of
+    the last two only: a kernel that never ran read as certified (a red-team finding)."""
+    return (
+        r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY)
+        or unconfirmed(r)
+        or (run.status != "finished" and is_as_expected(r.outcome))
+    )
+
+
 def _no_result(run: Any) -> str:
     if run.status == "finished":
         return "not-run: no result was stored for this planned cell"
@@ -74,12 +86,7 @@ def junit(model: ReportModel) -> str:
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
     # as expected yet certifying nothing: a known failure, compile-only, a stand-in card, a run that did not finish
-    unbacked = [
-        r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY)
-        or unconfirmed(r)
-        or (incomplete and is_as_expected(r.outcome))
-        for r in results
-    ]
+    unbacked = [certifies_nothing(r, run) for r in results]
     skipped = sum(unbacked)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
@@ -192,7 +199,7 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "driver": snap.driver if snap else None,
         "nvcc": snap.nvcc_version if snap else None,
         "real_gpu": bool(row.real_gpu),
-        "certifies_nothing": unconfirmed(row),  # as expected, but on a card the driver did not confirm
+        "certifies_nothing": unconfirmed(row),  # as expected, on a card the driver did not confirm (as_json: more)
         "contract": row.contract,
         "expected": row.expected,
         "outcome": row.outcome,
@@ -249,9 +256,12 @@ def as_json(model: ReportModel) -> str:
         "unfinished": [{"kernel": k, "variant": v, "node": n, "device": d or None} for k, v, n, d in model.unfinished],
         "cells": [
             {
-                **(record := result_record(r, snaps.get(r.snapshot_id))),
-                # nothing of a run that did not finish certifies (certifying.CertifyingQueries._certifying)
-                "certifies_nothing": record["certifies_nothing"] or run.status != "finished",
+                **result_record(r, snaps.get(r.snapshot_id)),
+                # what the JUnit export skips (certifies_nothing), a cell not as expected (a fail is no
+                # certificate), and nothing of a run that did not finish (certifying: _certifying)
+                "certifies_nothing": certifies_nothing(r, run)
+                or not is_as_expected(r.outcome)
+                or run.status != "finished",
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }
             for r in model.results

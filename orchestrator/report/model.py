@@ -186,9 +186,9 @@ def collect(
     """The model of one run's report (default: the latest run). `full=False`
     gives the run's results as light rows (id, run_id, kernel, variant, node,
     device, outcome): the site reads whole rows only for the pages it writes."""
-    run = store.run(run_id) if run_id is not None else store.latest_run()
+    run = store.run(run_id) if run_id is not None else store.latest_run(bisections=False)  # the fleet's latest
     if run is None:
-        which = f"run {run_id}" if run_id is not None else "run"
+        which = f"run {run_id}" if run_id is not None else "run but a bisection's (--run N shows one)"
         raise StoreError(f"no {which} in {store.redacted_url}: run `farm verify` first")
     runs = store.runs(limit=history_runs, upto=run.id)
     run_ids = [r.id for r in runs]

@@ -138,10 +138,12 @@ def _batches(ids: list[int]) -> Iterable[list[int]]:
         yield ids[start : start + BATCH]
 
 
-def _cell_pages(store: Store, model: ReportModel, env: Environment, out_dir: Path, pages: PageWriter) -> None:
-    """Write the cell pages the site links to that are not on disk yet (or were
-    written by another version of the farm)."""
-    wanted = _linked_results(model)
+def _cell_pages(
+    store: Store, model: ReportModel, env: Environment, out_dir: Path, pages: PageWriter, also: dict[int, int]
+) -> None:
+    """Write the cell pages the site links to, and those of `also` (result id -> run id),
+    that are not on disk yet (or were written by another version of the farm)."""
+    wanted = {**also, **_linked_results(model)}
     starts = store.run_starts(sorted(set(wanted.values())))
     stamps = {rid: cell_stamp(rid, run_id, starts[run_id]) for rid, run_id in wanted.items()}
     try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
@@ -224,8 +226,11 @@ def render(
     run_id: int | None = None,
     farm: Farm | None = None,
     history_runs: int = HISTORY_RUNS,
+    also: dict[int, int] | None = None,
 ) -> Path:
-    """Render the site for one run (default: the latest); returns index.html."""
+    """Render the site for one run (default: the fleet's latest); returns index.html.
+    `also` (result id -> run id): cell pages to write besides those the site links to
+    (a bisection's cell, in the site of the fleet's latest run)."""
     # A render makes 10^5-10^6 short-lived tuples, rows and strings while its model (the
     # run's cells, their histories, the standing) lives to the end: the cyclic collector
     # ran over all of it again and again, about a quarter of a render's time. Nothing a
@@ -238,7 +243,7 @@ def render(
         out_dir.mkdir(parents=True, exist_ok=True)
         pages = PageWriter()  # started now: it is ready by the time the first page is
         try:
-            index = _render(store, out_dir, run_id, farm, history_runs, pages)
+            index = _render(store, out_dir, run_id, farm, history_runs, pages, also or {})
         except BaseException:
             pages.close(check=False)  # what was handed over is written; the render's own error is the one to see
             raise
@@ -253,14 +258,20 @@ def render(
 
 
 def _render(
-    store: Store, out_dir: Path, run_id: int | None, farm: Farm | None, history_runs: int, pages: PageWriter
+    store: Store,
+    out_dir: Path,
+    run_id: int | None,
+    farm: Farm | None,
+    history_runs: int,
+    pages: PageWriter,
+    also: dict[int, int],
 ) -> Path:
     """Makes the site's pages and hands them to `pages`, cell pages first (see _cell_pages)."""
     env = _env()
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
-        _cell_pages(store, model, env, out_dir, pages)
+        _cell_pages(store, model, env, out_dir, pages, also)
 
         run_page = env.get_template("run.html.j2")
         from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None

@@ -34,9 +34,13 @@ class Queries:
     def _reading(self) -> AbstractContextManager[Session]:
         raise NotImplementedError
 
-    def latest_run(self) -> Run | None:
+    def latest_run(self, bisections: bool = True) -> Run | None:
+        """The run of the highest id; `bisections=False`: the fleet's, none of `farm bisect`'s
+        (they test old commits: its last, of the good end, was reported as the latest run, an
+        old commit's green over a red night: a red-team finding)."""
+        query = select(Run) if bisections else select(Run).where(Run.trigger != BISECT_TRIGGER)
         with self._reading() as session:
-            return session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+            return session.scalars(query.order_by(Run.id.desc()).limit(1)).first()
 
     def run(self, run_id: int) -> Run | None:
         if not 1 <= run_id < 2**63:  # no id a database holds (SQLite's INTEGER would overflow)
