@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_bisect import git
 from toyfarm import toy_farm
 
 from orchestrator import bisect as bisect_mod
@@ -22,15 +21,16 @@ from orchestrator.report import site
 from orchestrator.store.database import Store
 
 
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(root), "-c", "user.name=farm test", "-c", "user.email=farm@test", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-    return done.stdout.strip()
+def toy_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, str]:
+    """The toy farm in a git repository of one commit, the current folder: (root, farm.yaml, that commit)."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    return root, config, git(root, "rev-parse", "HEAD")
 
 
 def summary_of(index: Path) -> str:
@@ -45,14 +45,7 @@ def test_a_bisection_does_not_render_its_run_over_a_run_started_after_its_walk(
     released the run lock: a nightly `farm verify` that started meanwhile (stored, its start
     rendered) had its index overwritten by the bisection's older run, whose standing is the
     night before's green; killed then, the nightly stood behind that index."""
-    root = tmp_path / "toy"
-    config = toy_farm(root)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.chdir(root)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "farm.yaml", "jobs", "kernels")
-    git(root, "commit", "-q", "-m", "toy")
-    good = git(root, "rev-parse", "HEAD")
+    root, config, good = toy_repo(tmp_path, monkeypatch)
     done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
     assert done.exit_code == 0, done.output  # run 1: green, the fleet's standing
     (root / "kernels" / "toy.cpp").write_text("int main( {\n")
@@ -88,14 +81,7 @@ def test_a_bisections_last_run_of_an_old_commit_is_not_the_latest_run_reported(
     `farm bisect`, whose last run tested the old, good commit, `farm report --format junit`
     exited 0 and the site's summary read "1 of 1 cells as expected", while the fleet's
     latest run (`farm verify` at HEAD) had failed: an old commit's green as current."""
-    root = tmp_path / "toy"
-    config = toy_farm(root)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.chdir(root)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "farm.yaml", "jobs", "kernels")
-    git(root, "commit", "-q", "-m", "toy")
-    good = git(root, "rev-parse", "HEAD")
+    root, config, good = toy_repo(tmp_path, monkeypatch)
     cli = CliRunner()
     assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0  # run 1
     (root / "kernels" / "toy.cpp").write_text("int main( {\n")
@@ -122,14 +108,7 @@ def test_a_bisections_green_run_is_not_rendered_as_the_sites_current_run(
     that is as expected ("nothing to bisect"), reports/index.html read "Run 3: 1 of 1 cells
     as expected" (trigger bisect, an old commit), over the fleet's latest run, which had
     failed at HEAD. The site stays the fleet's latest run; the cell's page is written beside it."""
-    root = tmp_path / "toy"
-    config = toy_farm(root)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.chdir(root)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "farm.yaml", "jobs", "kernels")
-    git(root, "commit", "-q", "-m", "toy")
-    good = git(root, "rev-parse", "HEAD")
+    root, config, good = toy_repo(tmp_path, monkeypatch)
     source = root / "kernels" / "toy.cpp"
     source.write_text("// still fine\n" + source.read_text())
     git(root, "commit", "-q", "-am", "toy: a comment")
@@ -213,14 +192,7 @@ def test_a_bisection_on_another_database_does_not_replace_the_farms_site(
     """`farm bisect --database SCRATCH` (or FARM_DATABASE) rendered its run into farm.yaml's
     reports/, the site of farm.yaml's own database, as `farm verify --database` no longer
     does: the farm's red night was replaced by the scratch database's site."""
-    root = tmp_path / "toy"
-    config = toy_farm(root)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.chdir(root)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "farm.yaml", "jobs", "kernels")
-    git(root, "commit", "-q", "-m", "toy")
-    good = git(root, "rev-parse", "HEAD")
+    root, config, good = toy_repo(tmp_path, monkeypatch)
     (root / "kernels" / "toy.cpp").write_text("int main( {\n")
     git(root, "commit", "-q", "-am", "toy: break the build")
     cli = CliRunner()

@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 SQLITE_SIDES = ("-wal", "-shm", "-journal", ".lock", ".journal")  # beside a SQLite database: its own and the farm's
 
 
+def _no_folder(path: Path, expected: str) -> tuple[str, str] | None:
+    """(found, expected) where `path`, or the first of its parents that exists, is no folder."""
+    found = next((p for p in (path, *path.parents) if p.exists()), None)
+    if found is None or found.is_dir():
+        return None
+    what = "a file" if found.is_file() else "no folder"
+    return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), expected
+
+
 def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str] | None:
     """(found, expected) when the site cannot go to the folder `path`, else None.
 
@@ -26,12 +35,8 @@ def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str]
     course's sources. A folder that is there but cannot be written still fails at
     the render (nothing says so before a page is written)."""
     path = path.resolve()
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
-    if found is not None and not found.is_dir():
-        what = "a file" if found.is_file() else "no folder"
-        return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), (
-            "a folder for the report's pages (made if missing)"
-        )
+    if problem := _no_folder(path, "a folder for the report's pages (made if missing)"):
+        return problem
     for key, folder in sources.items():
         if path == folder:
             found_text = f"{path}, the farm's `{key}` folder"
@@ -48,12 +53,8 @@ def journal_folder_problem(path: Path, folders: dict[str, Path]) -> tuple[str, s
     """(found, expected) when farm.yaml's `journal` cannot hold the runs' journals, else None:
     a file there failed every run at its start with "move it away" (farm.yaml itself, so
     named), and the reports folder published the journals' outputs with the site."""
-    found = next((p for p in (path, *path.parents) if p.exists()), None)
-    if found is not None and not found.is_dir():
-        what = "a file" if found.is_file() else "no folder"
-        return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), (
-            "a folder for the runs' journals (made if missing)"
-        )
+    if problem := _no_folder(path, "a folder for the runs' journals (made if missing)"):
+        return problem
     for key, folder in folders.items():
         if path == folder or folder in path.parents:
             where = "which is" if path == folder else f"in {folder},"
