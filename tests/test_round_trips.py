@@ -235,7 +235,7 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     flood = tmp_path / "flood.sh"  # run by the kernel itself, before it passes
     flood.write_text(f"{sys.executable} {FORGERS / 'flood.py'}\n")
     variants = {
-        "flood": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=flood, run="{binary}; sleep 60", timeout=3)
+        "flood": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=flood, run="{binary}; sleep 60.731", timeout=3)
     }
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
@@ -247,7 +247,7 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     else:
         assert result.verdict.outcome.value == "infra-error", result.verdict
         assert "more than 1048576 bytes" in result.evidence.infra_detail
-    assert not processes_matching("sleep 60"), "the kernel outlived its cell"
+    assert not processes_matching("sleep 60.731"), "the kernel outlived its cell"
 
 
 def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path) -> None:
