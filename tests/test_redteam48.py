@@ -3,6 +3,7 @@ changed", "unstable" and the kernel pages' grids must never take them for today'
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -10,9 +11,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import text
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
+from orchestrator.config.farm import load_farm
+from orchestrator.store.database import Store
 
 
 def git(root: Path, *args: str) -> str:
@@ -70,3 +74,46 @@ def test_a_bisections_old_green_is_no_flip_in_what_changed_nor_the_kernel_grid(
     assert cell is not None
     page = (root / "reports" / "cells" / f"{cell.group(1)}.html").read_text()
     assert "run 4" not in page and "still-failing" in page
+
+
+def test_a_bisections_cell_page_says_which_old_commit_it_tested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bisection's cell page (here its good end's, run 4, at an old commit) read as any
+    nightly's: the old commit's compile-only green, "fixed (was build-fail in run 3)" against
+    the cell's earlier results, and no word that it was not the kernel's sources now (`farm
+    show` says "a bisection's run"). A reviewer opening it (the ledger, `farm report --run 4`)
+    took it for the cell's fix. It says now that it is a bisection's run of that commit, and
+    compares it with no fleet run."""
+    _root, config, good = bisected_farm(tmp_path, monkeypatch)
+    done = CliRunner().invoke(main, ["report", "--run", "4", "--out", str(tmp_path / "site"), "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    index = (tmp_path / "site" / "index.html").read_text()
+    cell = re.search(r'href="cells/(\d+)\.html">compile-only', index)
+    assert cell is not None
+    page = html.unescape((tmp_path / "site" / "cells" / f"{cell.group(1)}.html").read_text())
+    assert f"a bisection's run of commit {good}" in page, page[:3000]
+    assert "fixed" not in page
+
+
+def test_a_cell_page_written_while_its_run_ran_is_written_again_once_it_finished(tmp_path: Path) -> None:
+    """A cell page's stamp was its result and its run's start, not the run's status: a page
+    rendered while the run was still going (`farm report` beside a nightly, or the run's own
+    render at its start racing its first cells) said "run 1 had not finished when this page
+    was written: certifies nothing", greyed, and every later render, the run's own at its end
+    included, found the stamp on disk and left it so for good."""
+    config = toy_farm(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    store = Store(load_farm(config).database_url)
+    with store.engine.begin() as db:  # as a render during the run saw it
+        db.execute(text("UPDATE runs SET status = 'running' WHERE id = 1"))
+    page = tmp_path / "reports" / "cells" / "1.html"
+    page.unlink()  # first written by that render
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    assert "had not finished" in page.read_text()
+    with store.engine.begin() as db:  # the run ends
+        db.execute(text("UPDATE runs SET status = 'finished' WHERE id = 1"))
+    store.close()
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    assert "had not finished" not in page.read_text()

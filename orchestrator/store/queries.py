@@ -182,15 +182,17 @@ class Queries:
             found[this_id].append((rid, outcome, res))
         return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
 
-    def run_starts(self, run_ids: list[int]) -> dict[int, datetime]:
-        """run id -> when it started."""
-        found: dict[int, datetime] = {}
+    def run_states(self, run_ids: list[int]) -> dict[int, tuple[datetime, str, str | None]]:
+        """run id -> (when it started, its status, the commit a bisection's run tested, else
+        None): what a cell page says of its run, and so its stamp (stamps.cell_stamp)."""
+        found: dict[int, tuple[datetime, str, str | None]] = {}
+        query = select(Run.id, Run.started_at, Run.status, Run.trigger, Run.selection)
         with self._reading() as session:
             for chunk in chunks(sorted(set(run_ids))):
-                found.update(
-                    (rid, started)
-                    for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id.in_(chunk)))
-                )
+                for rid, started, status, trigger, selection in session.execute(query.where(Run.id.in_(chunk))):
+                    # bisect.py's selection: "bisect KERNEL:VARIANT --node NODE at SHA"
+                    commit = selection.rpartition(" at ")[2] if trigger == BISECT_TRIGGER else None
+                    found[rid] = (started, status, commit)
         return found
 
     def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
