@@ -83,14 +83,17 @@ def test_a_bisections_cell_page_says_which_old_commit_it_tested(
     nightly's: the old commit's compile-only green, "fixed (was build-fail in run 3)" against
     the cell's earlier results, and no word that it was not the kernel's sources now (`farm
     show` says "a bisection's run"). A reviewer opening it (the ledger, `farm report --run 4`)
-    took it for the cell's fix. It says now that it is a bisection's run of that commit, and
-    compares it with no fleet run."""
+    took it for the cell's fix, as that report's "what changed" did ("fixed"). Both say now
+    that it is a bisection's run of that commit, and compare it with no fleet run."""
     _root, config, good = bisected_farm(tmp_path, monkeypatch)
     done = CliRunner().invoke(main, ["report", "--run", "4", "--out", str(tmp_path / "site"), "--config", str(config)])
     assert done.exit_code == 0, done.output
     index = (tmp_path / "site" / "index.html").read_text()
-    cell = re.search(r'href="cells/(\d+)\.html">compile-only', index)
-    assert cell is not None
+    assert "data-change=" not in index  # its index listed "fixed: build-fail (run 2) → compile-only"
+    assert f"a bisection's run of commit {good}" in html.unescape(index)
+    own = (tmp_path / "site" / "runs" / "4.html").read_text()
+    cell = re.search(r'href="../cells/(\d+)\.html">compile-only', own)
+    assert cell is not None, own
     page = html.unescape((tmp_path / "site" / "cells" / f"{cell.group(1)}.html").read_text())
     assert f"a bisection's run of commit {good}" in page, page[:3000]
     assert "fixed" not in page
