@@ -120,3 +120,17 @@ def test_a_cell_page_written_while_its_run_ran_is_written_again_once_it_finished
     store.close()
     assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
     assert "had not finished" not in page.read_text()
+
+
+def test_a_bisections_runs_are_listed_apart_in_the_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """history.html listed a bisection's runs among the fleet's nights, each an old commit's
+    (its good end's green read as a night's "1 as expected"), and those newer than the fleet's
+    latest run not at all until the next `farm verify`: the walk that was rendered beside
+    run 2 left no word of its runs 3 and 4. The fleet's runs are listed alone now; the
+    bisections' below them, apart, each with the commit it tested."""
+    root, _config, good = bisected_farm(tmp_path, monkeypatch)
+    page = (root / "reports" / "history.html").read_text()
+    fleet, _, apart = page.partition('id="bisections"')
+    assert re.findall(r'<tr data-run="(\d+)">', fleet) == ["2", "1"], fleet
+    assert re.findall(r'<tr data-bisection-run="(\d+)">', apart) == ["4", "3"], apart
+    assert f"at {good}" in apart

@@ -272,6 +272,9 @@ def _render(
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
+        # listed apart in history.html, those after the rendered run too: a walk rendered beside the
+        # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
+        bisections = store.bisection_runs(limit=history_runs)
         _cell_pages(store, model, env, out_dir, pages, also)
 
         run_page = env.get_template("run.html.j2")
@@ -338,6 +341,7 @@ def _render(
             run=run,
             runs=model.runs,
             counts=model.run_counts,
+            bisections=bisections,
         ),
         pages,
     )

@@ -58,6 +58,12 @@ class Queries:
         with self._reading() as session:
             return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
 
+    def bisection_runs(self, limit: int = 50) -> list[Run]:
+        """`farm bisect`'s runs, newest first: listed apart from the fleet's (history.html)."""
+        query = select(Run).where(Run.trigger == BISECT_TRIGGER).order_by(Run.id.desc()).limit(limit)
+        with self._reading() as session:
+            return list(session.scalars(query))
+
     def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
         with self._reading() as session:
             query = select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)
