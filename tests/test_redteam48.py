@@ -134,3 +134,27 @@ def test_a_bisections_runs_are_listed_apart_in_the_history(tmp_path: Path, monke
     assert re.findall(r'<tr data-run="(\d+)">', fleet) == ["2", "1"], fleet
     assert re.findall(r'<tr data-bisection-run="(\d+)">', apart) == ["4", "3"], apart
     assert f"at {good}" in apart
+
+
+def test_a_subset_run_after_a_red_night_does_not_read_as_the_fleet_green(tmp_path: Path) -> None:
+    """After a red `farm verify --all` (toy:broken build-fail, run 2), a developer's
+    `farm verify toy:plain` (run 3) became the site's headline: "Run 3: 1 of 1 cells as
+    expected", "Nothing: every cell has the same outcome", and history.html's row 3 green
+    like a whole night's, with no word that it tested one cell of two: the regression was
+    left to one red cell of the matrix. The index now says the fleet's standing beside the
+    run's (1 of 2 as expected, 1 not), and history.html what each run tested."""
+    config = toy_farm(tmp_path)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    toy_farm(tmp_path, broken="fails")
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1  # run 2, red
+    assert cli.invoke(main, ["verify", "toy:plain", "--config", str(config)]).exit_code == 0  # run 3
+    index = (tmp_path / "reports" / "index.html").read_text()
+    fleet = re.search(r'<p id="fleet">(.*?)</p>', index, re.DOTALL)
+    assert fleet is not None, index[:3000]
+    said = re.sub(r"<[^>]+>", "", fleet.group(1))
+    assert "1 of 2 cells as expected, 1 not as expected" in said, said
+    assert "run 3 tested 1 of them" in said.lower(), said
+    history = (tmp_path / "reports" / "history.html").read_text()
+    row = re.search(r'<tr data-run="3">(.*?)</tr>', history, re.DOTALL)
+    assert row is not None and "toy:plain" in row.group(1), history[-1500:]

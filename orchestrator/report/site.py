@@ -356,6 +356,7 @@ def _render(
             changes=model.listed_changes,
             ledgers=model.ledgers,
             matrix=grids.standing_matrix(model, env),
+            fleet=grids.standing_counts(model),
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
             page_name=page_name,
         ),
