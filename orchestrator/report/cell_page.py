@@ -71,11 +71,13 @@ def cell_body(
     change: history.Change | None = None,
     measured: Iterable[Any] = (),
     unfinished: str | None = None,
+    bisected: str | None = None,
 ) -> str:
     """A cell page's body: result `r` (a row of every column) of a run started at
     `started`, after its cell's earlier results `prior` (oldest first), on the node
     as `snapshot` found it; `change` is r against `prior`, worked out when not given;
-    `measured` its metric values (metric_values rows).
+    `measured` its metric values (metric_values rows); `bisected`, for a bisection's run,
+    the old commit it tested: said so, and compared with none of the fleet's results.
 
     Written here rather than as a template: a run writes a page per cell (thousands),
     and Jinja2 spends about a microsecond on each of a page's ~150 lookups, filter
@@ -90,6 +92,11 @@ def cell_body(
         unsure = " unconfirmed"
         said = "did not finish" if unfinished == "aborted" else "had not finished when this page was written"
         unsure_text += f'<small class="flag">run {_e(r.run_id)} {said}: certifies nothing</small>'
+    if bisected is not None:  # read as a nightly's, its old commit's result was the cell's "fixed" (a red-team finding)
+        unsure_text += (
+            f"<small class=\"flag\">a bisection's run of commit {_e(bisected)}: not the kernel's sources now, "
+            "and compared with none of the fleet's runs</small>"
+        )
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
@@ -102,13 +109,14 @@ def cell_body(
         f"<p>{_ew(r.reason)}</p>\n"
     ]
     # against the cell's results before it, never after: the page cannot change once written
-    if change.change:
+    if change.change and bisected is None:
         was = f" (was {_ew(change.previous)} in run {_e(change.previous_run)})" if change.previous else ""
         out.append(
             f'<p>Against this cell\'s earlier results: <span class="change">{_ew(change.change)}</span>{was}.</p>\n'
         )
     line = " · ".join(f"run {rid} {outcome}" for rid, outcome, _ in [*prior, (r.run_id, r.outcome, r.id)])
-    out.append(f'<p class="meta">History up to this result (oldest first): {_e(line)}</p>\n')
+    said = "The fleet's results before it (other commits), then" if bisected else "History up to"
+    out.append(f'<p class="meta">{said} this result (oldest first): {_e(line)}</p>\n')
     if r.known_failure_reason:
         out.append(f"<p><strong>Known failure declared:</strong> {_ew(r.known_failure_reason)}</p>\n")
     identity = r.identity or "not identified (stored before the farm hashed every input): certifies nothing"

@@ -139,6 +139,20 @@ def run_matrix(
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 
+def standing_counts(model: ReportModel) -> dict[str, int]:
+    """The fleet's standing counted as the matrix colours it: good, bad, infra, and
+    "unconfirmed" (as expected, but greyed: a stand-in card, a run that did not finish).
+    Said beside the run's own counts: a run of a subset after a red night read as the
+    fleet green (a red-team finding)."""
+    counts = {"good": 0, "bad": 0, "infra": 0, "unconfirmed": 0, "total": len(model.standing)}
+    for s in model.standing.values():
+        cat = category(s.result.outcome)
+        if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs):
+            cat = "unconfirmed"
+        counts[cat] += 1
+    return counts
+
+
 def standing_matrix(model: ReportModel, env: Environment) -> Markup:
     """index.html's matrix rows (the fleet's standing), one <tr> per (kernel, variant)
     and a cell per column, as HTML made here: Jinja2 spent microseconds on each of a

@@ -27,6 +27,7 @@ from orchestrator.report import history, ledger
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.trends import Series, trend_series
 from orchestrator.store.database import Store
+from orchestrator.store.queries import BISECT_TRIGGER
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
 HISTORY_RUNS = 30  # runs in history.html, each with its own page
@@ -161,10 +162,6 @@ class ReportModel:
         return [(entry.kernel, kind, text) for entry in self.ledgers for kind, text in entry.flags]
 
 
-def _planned_ccs(named: set[str]) -> list[str]:
-    return sorted(named, key=cc_key)
-
-
 def _days(later: datetime, earlier: datetime | None) -> float:
     if earlier is None:
         return 0.0
@@ -190,7 +187,10 @@ def collect(
     if run is None:
         which = f"run {run_id}" if run_id is not None else "run but a bisection's (--run N shows one)"
         raise StoreError(f"no {which} in {store.redacted_url}: run `farm verify` first")
-    runs = store.runs(limit=history_runs, upto=run.id)
+    # the fleet's runs: a bisection's old commits made a red cell's grid and "what changed" flip (a
+    # red-team finding); a bisection's own report (--run N) shows its run before them
+    runs = store.runs(limit=history_runs, upto=run.id, bisections=False)
+    runs = runs if run.trigger != BISECT_TRIGGER else [run, *runs[: history_runs - 1]]
     run_ids = [r.id for r in runs]
     # The last runs' outcomes, read once from the index: the run's own cells, the
     # kernel pages' grids (GRID_RUNS runs) and each cell's earlier results (one run
@@ -354,7 +354,7 @@ def collect(
             found.identity,
             found.source,
             certs.get(kernel, []),
-            _planned_ccs(contracts[kernel]),
+            sorted(contracts[kernel], key=cc_key),
             records,
             found.files,
             found.dependencies,

@@ -144,8 +144,8 @@ def _cell_pages(
     """Write the cell pages the site links to, and those of `also` (result id -> run id),
     that are not on disk yet (or were written by another version of the farm)."""
     wanted = {**also, **_linked_results(model)}
-    starts = store.run_starts(sorted(set(wanted.values())))
-    stamps = {rid: cell_stamp(rid, run_id, starts[run_id]) for rid, run_id in wanted.items()}
+    states = store.run_states(sorted(set(wanted.values())))
+    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2]) for rid, run_id in wanted.items()}
     try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
         present = set(os.listdir(out_dir / "cells"))
     except OSError:
@@ -178,8 +178,9 @@ def _cell_pages(
             change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
             snapshot = snapshots.get(r.snapshot_id)
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
-            ended = model.unfinished_runs.get(r.run_id)
-            body = cell_body(r, starts[r.run_id], previous.get(r.id, []), snapshot, change, values, ended)
+            started, status, bisected = states[r.run_id]  # the status as stamped, not the model's
+            ended = status if status != "finished" else None
+            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected)
             name = f"{int(r.id)}.html"
             yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 
@@ -271,6 +272,9 @@ def _render(
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
+        # listed apart in history.html, those after the rendered run too: a walk rendered beside the
+        # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
+        bisections = store.bisection_runs(limit=history_runs)
         _cell_pages(store, model, env, out_dir, pages, also)
 
         run_page = env.get_template("run.html.j2")
@@ -337,6 +341,7 @@ def _render(
             run=run,
             runs=model.runs,
             counts=model.run_counts,
+            bisections=bisections,
         ),
         pages,
     )
@@ -351,6 +356,7 @@ def _render(
             changes=model.listed_changes,
             ledgers=model.ledgers,
             matrix=grids.standing_matrix(model, env),
+            fleet=grids.standing_counts(model),
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
             page_name=page_name,
         ),

@@ -2,7 +2,7 @@
 
 A cell page shows one result and what came before it, a finished run's page one
 run: once written they cannot change. Each carries a stamp on its second line
-(its result or run, that run's start, and a digest of the templates and of the
+(its result or run, that run's start and status, and a digest of the templates and of the
 code that fills them), and a whole page whose stamp is already on disk is not
 rendered again; a change to that code renders every page again.
 """
@@ -40,8 +40,11 @@ def _moment(started: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def cell_stamp(result_id: int, run_id: int, started: datetime) -> str:
-    return f"farm page {page_format()}: result {int(result_id)} of run {int(run_id)} started {_moment(started)}"
+def cell_stamp(result_id: int, run_id: int, started: datetime, status: str) -> str:
+    # the run's status too: a page says whether its run had finished, and one written while it
+    # ran said "had not finished" for good, every later render finding its stamp (a red-team finding)
+    moment = _moment(started)
+    return f"farm page {page_format()}: result {int(result_id)} of run {int(run_id)} started {moment}, {status}"
 
 
 def run_stamp(run_id: int, started: datetime, status: str, linked: bool) -> str:

@@ -48,13 +48,21 @@ class Queries:
         with self._reading() as session:
             return session.get(Run, run_id)
 
-    def runs(self, limit: int = 50, upto: int | None = None) -> list[Run]:
-        """The newest runs first, optionally none newer than run `upto`."""
-        query = select(Run)
+    def runs(self, limit: int = 50, upto: int | None = None, bisections: bool = True) -> list[Run]:
+        """The newest runs first, optionally none newer than run `upto`; `bisections=False`:
+        the fleet's, none of `farm bisect`'s (their old commits' results in the fleet's
+        history made a red cell look flaky: a red-team finding)."""
+        query = select(Run) if bisections else select(Run).where(Run.trigger != BISECT_TRIGGER)
         if upto is not None:
             query = query.where(Run.id <= upto)
         with self._reading() as session:
             return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
+
+    def bisection_runs(self, limit: int = 50) -> list[Run]:
+        """`farm bisect`'s runs, newest first: listed apart from the fleet's (history.html)."""
+        query = select(Run).where(Run.trigger == BISECT_TRIGGER).order_by(Run.id.desc()).limit(limit)
+        with self._reading() as session:
+            return list(session.scalars(query))
 
     def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
         with self._reading() as session:
@@ -134,6 +142,10 @@ class Queries:
         `per_cell` results from runs before that result's run, oldest first:
         result id -> [(run id, outcome, result id)]; a result with none is left out.
 
+        Earlier results are the fleet's: a bisection's runs test old commits, and its old
+        green read as a flip ("unstable", a regression invented or hidden) in every later
+        run's "what changed" (a red-team finding).
+
         Bounded by `per_cell` per result, whatever the history's length: read from
         the ix_results_cell index alone, from the result's run back. "Last" is in
         run order, then id order; ids grow with runs, so that is the order the
@@ -142,7 +154,8 @@ class Queries:
             raise ValueError("previous_results: give run_id or result_ids")
         this = aliased(ResultRow, name="this")
         earlier = aliased(ResultRow, name="earlier")
-        same_cell = [getattr(earlier, c.key) == getattr(this, c.key) for c in self._KEY]
+        fleet = earlier.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))  # see above
+        same_cell = [*(getattr(earlier, c.key) == getattr(this, c.key) for c in self._KEY), fleet]
         # the run of the cell's per_cell-th result back: every one of the last per_cell lies in it or
         # after, so the join below reads index entries only, and at most per_cell (more only when a
         # cell has several results in one run, trimmed below)
@@ -175,15 +188,17 @@ class Queries:
             found[this_id].append((rid, outcome, res))
         return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
 
-    def run_starts(self, run_ids: list[int]) -> dict[int, datetime]:
-        """run id -> when it started."""
-        found: dict[int, datetime] = {}
+    def run_states(self, run_ids: list[int]) -> dict[int, tuple[datetime, str, str | None]]:
+        """run id -> (when it started, its status, the commit a bisection's run tested, else
+        None): what a cell page says of its run, and so its stamp (stamps.cell_stamp)."""
+        found: dict[int, tuple[datetime, str, str | None]] = {}
+        query = select(Run.id, Run.started_at, Run.status, Run.trigger, Run.selection)
         with self._reading() as session:
             for chunk in chunks(sorted(set(run_ids))):
-                found.update(
-                    (rid, started)
-                    for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id.in_(chunk)))
-                )
+                for rid, started, status, trigger, selection in session.execute(query.where(Run.id.in_(chunk))):
+                    # bisect.py's selection: "bisect KERNEL:VARIANT --node NODE at SHA"
+                    commit = selection.rpartition(" at ")[2] if trigger == BISECT_TRIGGER else None
+                    found[rid] = (started, status, commit)
         return found
 
     def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
