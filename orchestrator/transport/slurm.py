@@ -18,8 +18,13 @@ Every run(command) is one Slurm job, started from the login node as
 in one round trip. Everything is a job (the probe, staging, build, inspect,
 run, clean-up): each command a stage sends then runs where the probed GPU,
 driver and nvcc are, and the transport needs no knowledge of what a command
-is for. The node's `env` is exported on the login node and travels into the
-job with --export=ALL (so SLURM_CONF in `env` also picks the cluster).
+is for. A partition's compute nodes may differ (a T4 node beside an A100
+node, another driver or nvcc), so the first job that starts (the probe) pins
+the transport and its siblings: every later job asks for its compute node
+(--nodelist, after slurm_options) and one whose shell reports another node is
+an InfraError, never a result. The node's `env` is exported on the login
+node and travels into the job with --export=ALL (so SLURM_CONF in `env` also
+picks the cluster).
 
 Outcomes come from Slurm's record of the job, not from srun's exit status (an
 srun whose node failed under it exits 0): COMPLETED and FAILED are the
@@ -42,12 +47,23 @@ import secrets
 import shlex
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, InfraError
 from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled: the module's API
+    INFRA_STATES,
+    RESULT_STATES,
+    STATE_WORDS,
+    SlurmCancelled,
+    SlurmJob,
+    SlurmJobError,
+    SlurmPendingLimit,
+    SlurmRejected,
+    SlurmTimeLimit,
+    _error_for,
+)
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -57,21 +73,6 @@ SETTLE_POLLS = 80
 SCANCEL_TIMEOUT = 30.0
 STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 
-# Slurm's job states (squeue %T; sacct State, first word).
-RESULT_STATES = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
-INFRA_STATES = frozenset(
-    {"CANCELLED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
-)
-STATE_WORDS = {
-    "CANCELLED": "was cancelled",
-    "NODE_FAIL": "lost its compute node (NODE_FAIL)",
-    "BOOT_FAIL": "could not boot its compute node (BOOT_FAIL)",
-    "DEADLINE": "passed its deadline (DEADLINE)",
-    "PREEMPTED": "was preempted by another job (PREEMPTED)",
-    "REVOKED": "was revoked by a sibling cluster (REVOKED)",
-    "SPECIAL_EXIT": "ended in SPECIAL_EXIT",
-    "TIMEOUT": "reached its Slurm time limit (TIMEOUT)",
-}
 # States in which a job whose srun has returned is still finishing.
 _UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
@@ -83,55 +84,6 @@ _SLURM_ENDING = re.compile(
 # srun's or slurmstepd's words for an ending that is Slurm's doing (a command's
 # own "task 0: Exited with exit code 1" or "task 0: Segmentation fault" is not)
 _SLURM_TROUBLE = re.compile(r"CANCELLED|Node failure|TIME LIMIT|Force Terminated|revoked|PREEMPT|Unable to allocate")
-
-
-@dataclass
-class SlurmJob:
-    """One job this transport submitted, as Slurm and srun told of it."""
-
-    name: str  # the unique --job-name
-    job_id: str | None = None  # None when Slurm refused it at submission
-    compute_node: str | None = None  # None when it never started
-    state: str | None = None  # Slurm's final state, e.g. COMPLETED, CANCELLED, NODE_FAIL
-    reason: str | None = None  # Slurm's reason for the state, e.g. why it pended
-    started: bool = False  # its shell ran on a compute node
-    messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
-
-
-class SlurmJobError(InfraError):
-    """Slurm ended the job, or never started it: the cluster's doing, not the kernel's."""
-
-    def __init__(self, message: str, job: SlurmJob) -> None:
-        super().__init__(message)
-        self.job = job
-
-
-class SlurmRejected(SlurmJobError):
-    """Refused at submission (unknown partition, a GPU request no node can meet):
-    the same request is refused every time."""
-
-    retryable = False
-
-
-class SlurmPendingLimit(SlurmJobError):
-    """Waited for its allocation past the node's pending_limit; withdrawn. Not
-    retried: a retry is only a longer wait, and the limit says how long is enough."""
-
-    retryable = False
-
-
-class SlurmCancelled(SlurmJobError):
-    """Cancelled (scancel) by a person or a policy: a resubmission would defy it."""
-
-    retryable = False
-
-
-class SlurmTimeLimit(SlurmJobError, CommandTimeout):
-    """Killed by Slurm at the job's time limit (state TIMEOUT)."""
-
-
-def _error_for(state: str) -> type[SlurmJobError]:
-    return {"TIMEOUT": SlurmTimeLimit, "CANCELLED": SlurmCancelled}.get(state, SlurmJobError)
 
 
 def _minutes(seconds: float) -> int:
@@ -155,9 +107,17 @@ class SlurmTransport(Transport):
             self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
         self.jobs: list[SlurmJob] = []
         self.last_job: SlurmJob | None = None
+        # the compute node of the first job that started (the probe's): the node whose card,
+        # driver and nvcc the farm read, where every later job must run (a red-team finding)
+        self.pinned: str | None = None
 
     streams_output = False  # a job's output comes back through srun as text: files are read separately
     pins_gpus = False  # Slurm places each job on a compute node (and, asked for one with gres, picks its GPU)
+
+    def sibling(self) -> SlurmTransport:
+        twin = type(self)(self.name, self.node, self.run_token)
+        twin.pinned = self.pinned  # a cell worker's jobs go where the probe's went
+        return twin
 
     @property
     def last_job_id(self) -> str | None:
@@ -210,7 +170,8 @@ class SlurmTransport(Transport):
             args.append(f"--gres={node.gres}")
         if node.constraint:
             args.append(f"--constraint={node.constraint}")
-        return args + list(node.slurm_options)
+        # the pin comes last: a --nodelist or -w among slurm_options cannot send a job elsewhere
+        return args + list(node.slurm_options) + ([f"--nodelist={self.pinned}"] if self.pinned else [])
 
     def _submission(self, command: str, token: str, job_name: str, timeout: float) -> str:
         # a run's own `srun {binary}` is a step inside this one, which holds the allocation: without
@@ -357,8 +318,6 @@ class SlurmTransport(Transport):
                 f"{srun}",
                 job,
             )
-        if job.state in RESULT_STATES:
-            return
         if job.state in INFRA_STATES:
             raise _error_for(job.state)(
                 f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} while it ran{why}; "
@@ -374,8 +333,23 @@ class SlurmTransport(Transport):
                     f"{'; '.join(trouble)[-400:]}",
                     job,
                 )
-            return
-        raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+        elif job.state not in RESULT_STATES:
+            raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+        self._check_pin(job, ident)
+
+    def _check_pin(self, job: SlurmJob, ident: str) -> None:
+        """A command's result counts only from the compute node the first job ran on: from
+        another, it is no verdict on the card the farm read there."""
+        if job.compute_node is None or self.pinned not in (None, job.compute_node):
+            error = SlurmJobError(
+                f"node {self.name!r}: {ident} ran on {job.compute_node or 'a compute node it did not name'}"
+                + (f", not on {self.pinned}, the compute node the probe read" if self.pinned else "")
+                + ": not a verdict on the command",
+                job,
+            )
+            error.retryable = False  # the same request is placed the same way
+            raise error
+        self.pinned = job.compute_node
 
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""

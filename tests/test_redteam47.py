@@ -1,0 +1,117 @@
+"""Red-team round 47: a Slurm partition whose compute nodes differ, and cells judged against a card
+their jobs did not run on.
+
+Every command of a Slurm node is a job of its own; the probe's job read one compute node, and Slurm
+was free to send each later job (staging, build, inspect, run) to any node of the partition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, query
+from slurm import SlurmCluster, missing_tools, node_name
+from test_slurm import make_farm, run, transport
+
+import orchestrator.run.node_setup as node_setup
+from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmPendingLimit, SlurmTransport
+
+MIXED = "mixed"  # one partition, two compute nodes: a T4 and an H100
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SlurmCluster]:
+    missing = missing_tools()
+    if missing:  # never a skip: a CI without Slurm must go red
+        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
+    c = SlurmCluster({"t4": CARDS["t4"], "h100": CARDS["h100"]}, shared={MIXED: ["t4", "h100"]})
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def drain(cluster: SlurmCluster, compute_node: str) -> None:
+    cluster.cmd(["scontrol", "update", f"nodename={compute_node}", "state=drain", "reason=farm test: busy"])
+
+
+def resume(cluster: SlurmCluster, compute_node: str) -> None:
+    cluster.cmd(["scontrol", "update", f"nodename={compute_node}", "state=resume"], check=False)
+    cluster.wait_idle()
+
+
+def test_a_cell_is_never_judged_against_a_compute_node_its_jobs_did_not_run_on(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition holding a T4 node and an H100 node: the probe's job read one of them, and once
+    that node was busy (drained here, right after the probe), the cell's build, inspect and run jobs
+    went to the other. `min75` ran and passed there, and the farm stored `pass` for the probed card:
+    a pass on the H100 for a kernel that ran on the T4 (or the other way round), its compute_node
+    column naming the node that did run it. Every job after the probe is now pinned to the probed
+    compute node (--nodelist): the busy node keeps the cell waiting, past its pending limit an
+    infra-error, never a verdict on a card the farm did not read."""
+    probed: list[str] = []
+    real_probe = node_setup.probe
+
+    def probe_then_drain(setup, folders):
+        snapshot = real_probe(setup, folders)
+        probed.append(setup.last_compute_node)
+        drain(cluster, setup.last_compute_node)
+        return snapshot
+
+    monkeypatch.setattr(node_setup, "probe", probe_then_drain)
+    farm = make_farm(tmp_path, cluster, {MIXED: (MIXED, {"pending_limit": 4})})
+    try:
+        summary = run(tmp_path, farm, {(MIXED, "min75"): None})
+    finally:
+        for name in probed:
+            resume(cluster, name)
+    assert probed and probed[0] in {node_name("t4"), node_name("h100")}
+    (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    (snap,) = query(tmp_path / "results.db", "SELECT * FROM node_snapshots WHERE run_id = ?", summary.run_id)
+    assert row["compute_node"] in (None, probed[0]), (
+        f"{row['outcome']} for {snap['gpu_name']} (probed on {probed[0]}), ran on {row['compute_node']}"
+    )
+    assert row["outcome"] == "infra-error", row["reason"]
+    assert "pending limit" in row["reason"], row["reason"]
+
+
+def test_every_job_after_the_first_goes_to_the_first_jobs_compute_node(cluster: SlurmCluster) -> None:
+    """The transport itself: its first job (the probe) started on one node of the partition; with that
+    node drained, the next job ran on the other one, its output taken as the probed node's. Now it
+    is asked for the first job's node, and waits for it (here past its pending limit). A sibling (a
+    cell worker's transport) is pinned to the same node."""
+    with transport(cluster, MIXED, pending_limit=3) as t:
+        first = t.run("nvidia-smi --query-gpu=compute_cap --format=csv,noheader", timeout=30)
+        where = t.last_compute_node
+        assert first.exit_code == 0 and where in {node_name("t4"), node_name("h100")}
+        twin = t.sibling()
+        assert isinstance(twin, SlurmTransport)
+        drain(cluster, where)
+        try:
+            for each in (t, twin):
+                each.open()
+                with pytest.raises(SlurmPendingLimit):
+                    result = each.run("nvidia-smi --query-gpu=compute_cap --format=csv,noheader", timeout=30)
+                    pytest.fail(f"ran on {each.last_compute_node} ({result.stdout.strip()}), probed on {where}")
+        finally:
+            twin.close()
+            resume(cluster, where)
+        assert t.run("true", timeout=30).ok and t.last_compute_node == where
+
+
+def test_a_job_reported_on_another_compute_node_is_infra_not_a_result() -> None:
+    """Whatever placed it there (an srun option, a cluster that ignored the request), a job whose
+    shell reports another compute node than the first job's is no result: an InfraError, not
+    retried (the same request lands the same way)."""
+    t = SlurmTransport("x", NodeSpec(transport="slurm", partition="p", slurm_options=["--nodelist=n2"]))
+    t.pinned = "n1"
+    args = t.srun_arguments("farm-x-1", 30)
+    assert args[-1] == "--nodelist=n1", "the farm's own placement comes after the node's slurm_options"
+    elsewhere = SlurmJob(name="farm-x-1", job_id="7", compute_node="n2", started=True, state="COMPLETED")
+    with pytest.raises(SlurmJobError, match="ran on n2, not on n1") as err:
+        t._judge(elsewhere, 0, 0.5)
+    assert not err.value.retryable
