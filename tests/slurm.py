@@ -16,6 +16,9 @@ Partitions, one compute node each:
     parked           node parkednode: declared DOWN and never started, so a
                      job for it waits until its pending limit
 
+A card partition's value may be a list of cards (a compute node with GPUs of
+several models); a file `visible` beside its stand-in holds the
+CUDA_VISIBLE_DEVICES its jobs get, as Slurm sets it for the GPU it allocated.
 `shared` adds partitions made of several of those compute nodes (a partition
 whose nodes differ: SlurmCluster(shared={"mixed": ["t4", "h100"]})).
 
@@ -64,7 +67,9 @@ def node_name(partition: str) -> str:
 class SlurmCluster:
     """munged + slurmctld + one slurmd per GPU partition; `start()`, `stop()`."""
 
-    def __init__(self, cards: dict[str, Card] | None = None, shared: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self, cards: dict[str, Card | list[Card]] | None = None, shared: dict[str, list[str]] | None = None
+    ) -> None:
         self.cards = dict(cards or {p: CARDS[p] for p in GPU_PARTITIONS})
         self.shared = dict(shared or {})  # partition -> the card partitions whose compute nodes it also holds
         # munged insists that every folder above its socket is searchable by
@@ -103,6 +108,8 @@ class SlurmCluster:
             "#!/bin/sh\n"
             "# a compute node's own GPU: its nvidia-smi stand-in first on PATH\n"
             f'echo "export PATH={self.root}/gpus/$SLURMD_NODENAME:$PATH"\n'
+            f"v={self.root}/gpus/$SLURMD_NODENAME/visible\n"
+            '[ ! -f "$v" ] || echo "export CUDA_VISIBLE_DEVICES=$(cat "$v")"\n'
         )
         prolog.chmod(0o755)
         self.ctld_port = free_port()
@@ -292,7 +299,7 @@ class SlurmCluster:
             "env": {"SLURM_CONF": str(self.conf)},
         }
         card = self.cards.get(partition)
-        if card is not None:
+        if isinstance(card, Card):
             entry["gpu"] = card.name
             entry["cc"] = card.cc
         entry.update(overrides)

@@ -19,6 +19,7 @@ from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmPendingLimit, SlurmTransport
 
 MIXED = "mixed"  # one partition, two compute nodes: a T4 and an H100
+DUO = "duo"  # one compute node with two GPUs of different models: a T4 (GPU 0) and an H100 (GPU 1)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +27,10 @@ def cluster() -> Iterator[SlurmCluster]:
     missing = missing_tools()
     if missing:  # never a skip: a CI without Slurm must go red
         pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster({"t4": CARDS["t4"], "h100": CARDS["h100"]}, shared={MIXED: ["t4", "h100"]})
+    cards = {"t4": CARDS["t4"], "h100": CARDS["h100"], DUO: [CARDS["t4"], CARDS["h100"]]}
+    c = SlurmCluster(cards, shared={MIXED: ["t4", "h100"]})
     c.start()
+    (c.gpu_bin(DUO) / "visible").write_text("1\n")  # Slurm allocated the job its GPU 1
     try:
         yield c
     finally:
@@ -115,3 +118,20 @@ def test_a_job_reported_on_another_compute_node_is_infra_not_a_result() -> None:
     with pytest.raises(SlurmJobError, match="ran on n2, not on n1") as err:
         t._judge(elsewhere, 0, 0.5)
     assert not err.value.retryable
+
+
+def test_a_compute_node_with_cards_of_several_models_is_unusable(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """One compute node, a T4 (GPU 0) and an H100 (GPU 1), and `gres: gpu:1`: Slurm chose each job's
+    GPU (here the H100, through CUDA_VISIBLE_DEVICES), while the farm, which cannot pin a GPU on a
+    Slurm node, labelled the node's cells with the probe's first card. `min75` ran on the H100 and
+    was stored `pass` for the Tesla T4. Such a node is now unusable, and says why: no cell on it
+    can be judged against the card it ran on."""
+    farm = make_farm(tmp_path, cluster, {DUO: (DUO, {})})
+    summary = run(tmp_path, farm, {(DUO, "min75"): None})
+    (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    ran = bytes(row["stdout"] or b"").decode(errors="replace").strip()
+    assert row["outcome"] == "infra-error", (
+        f"{row['outcome']} for {row['device'] or 'its one card'} ({row['reason']!r}): {ran}"
+    )
+    assert row["failed_stage"] == "probe"
+    assert "GPUs of more than one model" in row["reason"], row["reason"]
