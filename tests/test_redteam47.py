@@ -6,20 +6,23 @@ was free to send each later job (staging, build, inspect, run) to any node of th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, query
+from nodes import CARDS, nvidia_smi_script, query
 from slurm import SlurmCluster, missing_tools, node_name
 from test_slurm import make_farm, run, transport
 
 import orchestrator.run.node_setup as node_setup
 from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.transport import Transport
 from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmPendingLimit, SlurmTransport
 
 MIXED = "mixed"  # one partition, two compute nodes: a T4 and an H100
 DUO = "duo"  # one compute node with two GPUs of different models: a T4 (GPU 0) and an H100 (GPU 1)
+FENCED = "fenced"  # the same, each job seeing only the GPU Slurm gave it (cgroup ConstrainDevices)
 
 
 @pytest.fixture(scope="module")
@@ -27,14 +30,27 @@ def cluster() -> Iterator[SlurmCluster]:
     missing = missing_tools()
     if missing:  # never a skip: a CI without Slurm must go red
         pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    cards = {"t4": CARDS["t4"], "h100": CARDS["h100"], DUO: [CARDS["t4"], CARDS["h100"]]}
+    cards = {"t4": CARDS["t4"], "h100": CARDS["h100"], DUO: [CARDS["t4"], CARDS["h100"]], FENCED: CARDS["t4"]}
     c = SlurmCluster(cards, shared={MIXED: ["t4", "h100"]})
     c.start()
     (c.gpu_bin(DUO) / "visible").write_text("1\n")  # Slurm allocated the job its GPU 1
+    fence(c, "0")
     try:
         yield c
     finally:
         c.stop()
+
+
+def fence(cluster: SlurmCluster, allocated: str) -> None:
+    """FENCED's jobs see one card, as in a device cgroup: the T4 while `allocated` says 0, else the H100."""
+    folder = cluster.gpu_bin(FENCED)
+    for index, card in enumerate((CARDS["t4"], CARDS["h100"])):
+        (folder / f"card{index}").mkdir(exist_ok=True)
+        smi = folder / f"card{index}" / "nvidia-smi"
+        smi.write_text(nvidia_smi_script(card))
+        smi.chmod(0o755)
+    (folder / "allocated").write_text(allocated + "\n")
+    (folder / "nvidia-smi").write_text(f'#!/bin/sh\nexec {folder}/card$(cat {folder}/allocated)/nvidia-smi "$@"\n')
 
 
 def drain(cluster: SlurmCluster, compute_node: str) -> None:
@@ -59,7 +75,7 @@ def test_a_cell_is_never_judged_against_a_compute_node_its_jobs_did_not_run_on(
     probed: list[str] = []
     real_probe = node_setup.probe
 
-    def probe_then_drain(setup, folders):
+    def probe_then_drain(setup: Transport, folders: Sequence[str]) -> NodeSnapshot:
         snapshot = real_probe(setup, folders)
         probed.append(setup.last_compute_node)
         drain(cluster, setup.last_compute_node)
@@ -135,3 +151,37 @@ def test_a_compute_node_with_cards_of_several_models_is_unusable(cluster: SlurmC
     )
     assert row["failed_stage"] == "probe"
     assert "GPUs of more than one model" in row["reason"], row["reason"]
+
+
+def test_a_job_that_sees_another_card_model_than_the_probe_is_infra_not_a_verdict(
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same T4 + H100 compute node, but each job sees only the GPU Slurm gave it (a device
+    cgroup): the probe's job got the T4 and listed it alone, so the node looked like a T4 node. With
+    the T4 busy, the cell's jobs got the H100, and `min75`, run on the H100, was stored `pass` for
+    the Tesla T4. Every job now names the cards it sees, and one whose cards differ from the probe
+    job's is an infra-error, never a verdict: here the staging job, and the node, probed again,
+    is the H100 it is, its cell a pass for the H100."""
+    real_probe = node_setup.probe
+
+    def probe_then_move(setup: Transport, folders: Sequence[str]) -> NodeSnapshot:
+        snapshot = real_probe(setup, folders)
+        fence(cluster, "1")  # the T4 is taken: Slurm gives the next jobs the H100
+        return snapshot
+
+    monkeypatch.setattr(node_setup, "probe", probe_then_move)
+    farm = make_farm(tmp_path, cluster, {FENCED: (FENCED, {})})
+    try:
+        summary = run(tmp_path, farm, {(FENCED, "min75"): None})
+    finally:
+        fence(cluster, "0")
+    db = tmp_path / "results.db"
+    (row,) = query(db, "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    (snap,) = query(db, "SELECT * FROM node_snapshots WHERE run_id = ?", summary.run_id)
+    ran = bytes(row["stdout"] or b"").decode(errors="replace").strip()
+    assert "device CC 9.0" in ran, ran
+    assert (row["outcome"], snap["gpu_name"]) == ("pass", CARDS["h100"].name), (
+        f"{row['outcome']} for {snap['gpu_name']} ({row['reason']!r}): {ran}"
+    )
+    errors = [a["error"] or "" for a in query(db, "SELECT * FROM attempts WHERE run_id = ?", summary.run_id)]
+    assert any("saw NVIDIA H100 80GB HBM3, 9.0, not Tesla T4, 7.5 as the probe's job did" in e for e in errors), errors

@@ -10,9 +10,9 @@ Every run(command) is one Slurm job, started from the login node as
 
     export ENV...; srun --partition=P --nodes=1 --ntasks=1 --time=MIN
         --immediate=PENDING_LIMIT --job-name=farm-NODE-TOKEN --input=none
-        --export=ALL [--gres=G] [--constraint=C] [slurm_options...]
-        sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME";
-            COMMAND'
+        --export=ALL [--gres=G] [--constraint=C] [slurm_options...] [--nodelist=PINNED]
+        sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s %s\\n" "$SLURM_JOB_ID"
+            "$SLURMD_NODENAME" "(the GPU models nvidia-smi lists)"; COMMAND'
     rc=$?; printf '\\n@@slurm-end-TOKEN %s\\n' $rc; (the job's record from squeue, else sacct)
 
 in one round trip. Everything is a job (the probe, staging, build, inspect,
@@ -21,10 +21,10 @@ driver and nvcc are, and the transport needs no knowledge of what a command
 is for. A partition's compute nodes may differ (a T4 node beside an A100
 node, another driver or nvcc), so the first job that starts (the probe) pins
 the transport and its siblings: every later job asks for its compute node
-(--nodelist, after slurm_options) and one whose shell reports another node is
-an InfraError, never a result. The node's `env` is exported on the login
-node and travels into the job with --export=ALL (so SLURM_CONF in `env` also
-picks the cluster).
+(--nodelist, after slurm_options) and one whose shell reports another node,
+or other GPU models than the first job saw there, is an InfraError, never a
+result. The node's `env` is exported on the login node and travels into the
+job with --export=ALL (so SLURM_CONF in `env` also picks the cluster).
 
 Outcomes come from Slurm's record of the job, not from srun's exit status (an
 srun whose node failed under it exits 0): COMPLETED and FAILED are the
@@ -76,6 +76,13 @@ STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 # States in which a job whose srun has returned is still finishing.
 _UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
+# what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm
+# gave it, and the next job another, of another model: a red-team finding); bounded, as the probe's is
+_CARDS = (
+    '$(t=; command -v timeout >/dev/null 2>&1 && t="timeout 20"; $t nvidia-smi '
+    "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null "
+    '| cut -s -d, -f3,4 | tr "\\n" ";")'
+)
 _SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
 # what srun and slurmstepd print as a job ends, at the very end of stderr
 _SLURM_ENDING = re.compile(
@@ -110,13 +117,15 @@ class SlurmTransport(Transport):
         # the compute node of the first job that started (the probe's): the node whose card,
         # driver and nvcc the farm read, where every later job must run (a red-team finding)
         self.pinned: str | None = None
+        self.pinned_cards: tuple[str, ...] = ()  # the GPU models that first job saw there
 
     streams_output = False  # a job's output comes back through srun as text: files are read separately
     pins_gpus = False  # Slurm places each job on a compute node (and, asked for one with gres, picks its GPU)
 
     def sibling(self) -> SlurmTransport:
         twin = type(self)(self.name, self.node, self.run_token)
-        twin.pinned = self.pinned  # a cell worker's jobs go where the probe's went
+        # a cell worker's jobs go where the probe's went, to the cards it saw
+        twin.pinned, twin.pinned_cards = self.pinned, self.pinned_cards
         return twin
 
     @property
@@ -176,7 +185,10 @@ class SlurmTransport(Transport):
     def _submission(self, command: str, token: str, job_name: str, timeout: float) -> str:
         # a run's own `srun {binary}` is a step inside this one, which holds the allocation: without
         # --overlap it waits for resources until the cell's timeout (a red-team finding)
-        start = f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; '
+        start = (
+            f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME" '
+            f'"{_CARDS}"; '
+        )
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
         name = shlex.quote(job_name)
         unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
@@ -252,11 +264,12 @@ class SlurmTransport(Transport):
         body, tail = text[:cut], text[cut + len(end) :]
         rc_text, _, records = tail.partition("\n")
         rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
-        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*)\n", body)
+        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*) ?(.*)\n", body)
         if start:
             job.started = True
             job.job_id = start.group(1) or None
             job.compute_node = start.group(2) or None
+            job.cards = tuple(sorted({c.strip() for c in start.group(3).split(";") if c.strip()}))
             body = body[start.end() :]
         for line in records.splitlines():
             if not line.startswith(f"@@slurm-job-{token} "):
@@ -349,7 +362,16 @@ class SlurmTransport(Transport):
             )
             error.retryable = False  # the same request is placed the same way
             raise error
-        self.pinned = job.compute_node
+        if self.pinned is not None and job.cards != self.pinned_cards:
+            # the same node, another of its GPUs, of another model: what the probe read is not what ran.
+            # Retried: the GPU the probe's job had may be free by then
+            seen = "; ".join(job.cards) or "no GPU"
+            raise SlurmJobError(
+                f"node {self.name!r}: {ident} on {job.compute_node} saw {seen}, not {'; '.join(self.pinned_cards)}"
+                " as the probe's job did: not a verdict on the command",
+                job,
+            )
+        self.pinned, self.pinned_cards = job.compute_node, job.cards
 
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""

@@ -33,6 +33,7 @@ class SlurmJob:
     state: str | None = None  # Slurm's final state, e.g. COMPLETED, CANCELLED, NODE_FAIL
     reason: str | None = None  # Slurm's reason for the state, e.g. why it pended
     started: bool = False  # its shell ran on a compute node
+    cards: tuple[str, ...] = ()  # the GPU models (name, CC) its shell saw, sorted: a cgroup may show one
     messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
 
 
