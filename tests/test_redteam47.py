@@ -10,12 +10,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, nvidia_smi_script, query
+from nodes import CARDS, nvidia_smi_script, query, standin_job, write_farm
 from slurm import SlurmCluster, missing_tools, node_name
-from test_slurm import make_farm, run, transport
+from test_slurm import KERNEL, VARIANTS, make_farm, run, transport
 
 import orchestrator.run.node_setup as node_setup
+from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.errors import ConfigError
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import Transport
 from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmPendingLimit, SlurmTransport
@@ -185,3 +187,26 @@ def test_a_job_that_sees_another_card_model_than_the_probe_is_infra_not_a_verdic
     )
     errors = [a["error"] or "" for a in query(db, "SELECT * FROM attempts WHERE run_id = ?", summary.run_id)]
     assert any("saw NVIDIA H100 80GB HBM3, 9.0, not Tesla T4, 7.5 as the probe's job did" in e for e in errors), errors
+
+
+FARMS_OWN_OPTIONS = [
+    *("--job-name=mine", "-Jmine", "-vJmine", "--job-n=mine", "--output=/tmp/o", "--export=NONE", "--jobid=7", "--"),
+    *("--partition=h100", "-ph100", "--time=600", "--immediate=0", "--gres=gpu:0", "-N2", "--ntasks=2", "-Z"),
+]
+
+
+@pytest.mark.parametrize("option", FARMS_OWN_OPTIONS)
+def test_slurm_options_that_set_what_the_farm_sets_are_refused(tmp_path: Path, option: str) -> None:
+    """`slurm_options: ["--job-name=mine"]` came after the farm's own --job-name and won: a stop
+    (which finds a run's jobs by the names the farm gives them) cancelled 0 jobs and the run's job
+    ran on to its end; the state query found no record (state None), leaving only srun's words to
+    tell Slurm's endings from the command's. --output took the job's words, --export its
+    environment, --jobid made it a step of another job, and partition, time, pending limit and
+    gres have keys of their own. Each is refused at load (abbreviated, or in a bundle of short
+    options, as srun would read it); other options still pass."""
+    entry = {"transport": "slurm", "partition": "t4", "slurm_options": [option]}
+    path = write_farm(tmp_path, {"bad": entry}, [standin_job(KERNEL, VARIANTS)])
+    with pytest.raises(ConfigError, match=r"nodes\.bad.*which the farm sets on every job itself"):
+        load_farm(path)
+    fine = ["--account=gpu", "--qos=debug", "--exclude=n9", "--nodelist=n1", "--time-min=5", "-vAgpu"]
+    assert NodeSpec(transport="slurm", partition="t4", slurm_options=fine).slurm_options == fine
