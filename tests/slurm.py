@@ -16,6 +16,12 @@ Partitions, one compute node each:
     parked           node parkednode: declared DOWN and never started, so a
                      job for it waits until its pending limit
 
+A card partition's value may be a list of cards (a compute node with GPUs of
+several models); a file `visible` beside its stand-in holds the
+CUDA_VISIBLE_DEVICES its jobs get, as Slurm sets it for the GPU it allocated.
+`shared` adds partitions made of several of those compute nodes (a partition
+whose nodes differ: SlurmCluster(shared={"mixed": ["t4", "h100"]})).
+
 Needs root (slurmd starts jobs as their user) and the Debian packages munge,
 slurmctld, slurmd and slurm-client (scripts/setup.sh --test installs them).
 """
@@ -61,8 +67,11 @@ def node_name(partition: str) -> str:
 class SlurmCluster:
     """munged + slurmctld + one slurmd per GPU partition; `start()`, `stop()`."""
 
-    def __init__(self, cards: dict[str, Card] | None = None) -> None:
+    def __init__(
+        self, cards: dict[str, Card | list[Card]] | None = None, shared: dict[str, list[str]] | None = None
+    ) -> None:
         self.cards = dict(cards or {p: CARDS[p] for p in GPU_PARTITIONS})
+        self.shared = dict(shared or {})  # partition -> the card partitions whose compute nodes it also holds
         # munged insists that every folder above its socket is searchable by
         # all, which pytest's 0700 tmp folders are not: a folder of our own.
         self.root = Path(tempfile.mkdtemp(prefix="farm-slurm-", dir="/tmp" if os.path.isdir("/tmp") else None))
@@ -99,6 +108,8 @@ class SlurmCluster:
             "#!/bin/sh\n"
             "# a compute node's own GPU: its nvidia-smi stand-in first on PATH\n"
             f'echo "export PATH={self.root}/gpus/$SLURMD_NODENAME:$PATH"\n'
+            f"v={self.root}/gpus/$SLURMD_NODENAME/visible\n"
+            '[ ! -f "$v" ] || echo "export CUDA_VISIBLE_DEVICES=$(cat "$v")"\n'
         )
         prolog.chmod(0o755)
         self.ctld_port = free_port()
@@ -115,6 +126,10 @@ class SlurmCluster:
             )
             gres_lines.append(f"NodeName={name} Name=gpu File=/dev/null")
         partitions = [f"PartitionName={p} Nodes={node_name(p)} MaxTime=60 State=UP" for p in [*self.cards, PARKED]]
+        partitions += [
+            f"PartitionName={p} Nodes={','.join(node_name(n) for n in nodes)} MaxTime=60 State=UP"
+            for p, nodes in self.shared.items()
+        ]
         r = self.root
         self.conf.write_text(
             "\n".join(
@@ -284,7 +299,7 @@ class SlurmCluster:
             "env": {"SLURM_CONF": str(self.conf)},
         }
         card = self.cards.get(partition)
-        if card is not None:
+        if isinstance(card, Card):
             entry["gpu"] = card.name
             entry["cc"] = card.cc
         entry.update(overrides)

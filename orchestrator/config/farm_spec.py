@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, Strict, field_validator, model_validator
 
 from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.slurm_options import farms_own
 from orchestrator.config.spec_types import WEEK, CCText, Count, StrictModel, check_cc, check_name
 
 
@@ -197,6 +198,11 @@ class NodeSpec(StrictModel):
             for option in self.slurm_options:
                 if not option.startswith("-"):
                     raise ValueError(f"slurm_options: {option!r} is not an srun option (expected e.g. --account=NAME)")
+                if (own := farms_own(option)) is not None:
+                    raise ValueError(
+                        f"slurm_options: {option!r} sets {own}, which the farm sets on every job itself "
+                        "(partition, time_limit, pending_limit, gres and constraint are keys of the node)"
+                    )
             return self
         given = [key for key in SLURM_ONLY if key in self.model_fields_set]
         if given:

@@ -88,7 +88,7 @@ class NodeSetup:
                         raise error
                     if not snapshot.workdir:
                         raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
-                    self.check_usable(setup.name, node, snapshot)
+                    self.check_usable(setup.name, node, snapshot, setup.pins_gpus)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
@@ -148,7 +148,7 @@ class NodeSetup:
         return probe(setup, folders)
 
     @staticmethod
-    def check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot) -> None:
+    def check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot, pins_gpus: bool = True) -> None:
         """A node that cannot serve its cells is unusable, and says why, rather than turn
         its trouble into kernel verdicts or a green row of compile-only cells: a GPU
         farm.yaml declares that the probe does not find (a broken driver, a wrong `gpus:`
@@ -177,6 +177,14 @@ class NodeSetup:
             raise NodeUnusable(
                 f"node {name!r}: nvidia-smi lists UUID {twice[0]} for more than one GPU: "
                 "no cell can be pinned to its card"
+            )
+        if not pins_gpus and len(models := snapshot.devices()) > 1:
+            # Slurm picks each job's GPU, the farm cannot: its cells were labelled with the first card
+            # and run on whichever Slurm gave them (a pass for a T4 that ran on an H100: a red-team finding)
+            raise NodeUnusable(
+                f"node {name!r}: its compute node has GPUs of more than one model ({', '.join(models)}), and "
+                "the scheduler, not the farm, picks each job's GPU: no cell could be judged against the card "
+                "it ran on"
             )
         if not snapshot.has_gpu and snapshot.unreadable_gpus:  # its only cards are in a bad state
             raise NodeUnusable(

@@ -10,15 +10,20 @@ Every run(command) is one Slurm job, started from the login node as
 
     export ENV...; srun --partition=P --nodes=1 --ntasks=1 --time=MIN
         --immediate=PENDING_LIMIT --job-name=farm-NODE-TOKEN --input=none
-        --export=ALL [--gres=G] [--constraint=C] [slurm_options...]
-        sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME";
-            COMMAND'
+        --export=ALL [--gres=G] [--constraint=C] [slurm_options...] [--nodelist=PINNED]
+        sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s %s\\n" "$SLURM_JOB_ID"
+            "$SLURMD_NODENAME" "(the GPU models nvidia-smi lists)"; COMMAND'
     rc=$?; printf '\\n@@slurm-end-TOKEN %s\\n' $rc; (the job's record from squeue, else sacct)
 
 in one round trip. Everything is a job (the probe, staging, build, inspect,
 run, clean-up): each command a stage sends then runs where the probed GPU,
 driver and nvcc are, and the transport needs no knowledge of what a command
-is for. The node's `env` is exported on the login node and travels into the
+is for. A partition's compute nodes may differ (a T4 node beside an A100
+node, another driver or nvcc), so the first job that starts (the probe) pins
+the transport and its siblings: every later job asks for its compute node
+(--nodelist, after slurm_options) and one whose shell reports another node,
+or other GPU models than the first job saw there, is an InfraError, never a
+result. The node's `env` is exported on the login node and travels into the
 job with --export=ALL (so SLURM_CONF in `env` also picks the cluster).
 
 Outcomes come from Slurm's record of the job, not from srun's exit status (an
@@ -42,12 +47,23 @@ import secrets
 import shlex
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, InfraError
 from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled: the module's API
+    INFRA_STATES,
+    RESULT_STATES,
+    STATE_WORDS,
+    SlurmCancelled,
+    SlurmJob,
+    SlurmJobError,
+    SlurmPendingLimit,
+    SlurmRejected,
+    SlurmTimeLimit,
+    _error_for,
+)
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -57,24 +73,16 @@ SETTLE_POLLS = 80
 SCANCEL_TIMEOUT = 30.0
 STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 
-# Slurm's job states (squeue %T; sacct State, first word).
-RESULT_STATES = frozenset({"COMPLETED", "FAILED", "OUT_OF_MEMORY"})
-INFRA_STATES = frozenset(
-    {"CANCELLED", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
-)
-STATE_WORDS = {
-    "CANCELLED": "was cancelled",
-    "NODE_FAIL": "lost its compute node (NODE_FAIL)",
-    "BOOT_FAIL": "could not boot its compute node (BOOT_FAIL)",
-    "DEADLINE": "passed its deadline (DEADLINE)",
-    "PREEMPTED": "was preempted by another job (PREEMPTED)",
-    "REVOKED": "was revoked by a sibling cluster (REVOKED)",
-    "SPECIAL_EXIT": "ended in SPECIAL_EXIT",
-    "TIMEOUT": "reached its Slurm time limit (TIMEOUT)",
-}
 # States in which a job whose srun has returned is still finishing.
 _UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
+# what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm
+# gave it, and the next job another, of another model: a red-team finding); bounded, as the probe's is
+_CARDS = (
+    '$(t=; command -v timeout >/dev/null 2>&1 && t="timeout 20"; $t nvidia-smi '
+    "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null "
+    '| cut -s -d, -f3,4 | tr "\\n" ";")'
+)
 _SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
 # what srun and slurmstepd print as a job ends, at the very end of stderr
 _SLURM_ENDING = re.compile(
@@ -83,55 +91,6 @@ _SLURM_ENDING = re.compile(
 # srun's or slurmstepd's words for an ending that is Slurm's doing (a command's
 # own "task 0: Exited with exit code 1" or "task 0: Segmentation fault" is not)
 _SLURM_TROUBLE = re.compile(r"CANCELLED|Node failure|TIME LIMIT|Force Terminated|revoked|PREEMPT|Unable to allocate")
-
-
-@dataclass
-class SlurmJob:
-    """One job this transport submitted, as Slurm and srun told of it."""
-
-    name: str  # the unique --job-name
-    job_id: str | None = None  # None when Slurm refused it at submission
-    compute_node: str | None = None  # None when it never started
-    state: str | None = None  # Slurm's final state, e.g. COMPLETED, CANCELLED, NODE_FAIL
-    reason: str | None = None  # Slurm's reason for the state, e.g. why it pended
-    started: bool = False  # its shell ran on a compute node
-    messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
-
-
-class SlurmJobError(InfraError):
-    """Slurm ended the job, or never started it: the cluster's doing, not the kernel's."""
-
-    def __init__(self, message: str, job: SlurmJob) -> None:
-        super().__init__(message)
-        self.job = job
-
-
-class SlurmRejected(SlurmJobError):
-    """Refused at submission (unknown partition, a GPU request no node can meet):
-    the same request is refused every time."""
-
-    retryable = False
-
-
-class SlurmPendingLimit(SlurmJobError):
-    """Waited for its allocation past the node's pending_limit; withdrawn. Not
-    retried: a retry is only a longer wait, and the limit says how long is enough."""
-
-    retryable = False
-
-
-class SlurmCancelled(SlurmJobError):
-    """Cancelled (scancel) by a person or a policy: a resubmission would defy it."""
-
-    retryable = False
-
-
-class SlurmTimeLimit(SlurmJobError, CommandTimeout):
-    """Killed by Slurm at the job's time limit (state TIMEOUT)."""
-
-
-def _error_for(state: str) -> type[SlurmJobError]:
-    return {"TIMEOUT": SlurmTimeLimit, "CANCELLED": SlurmCancelled}.get(state, SlurmJobError)
 
 
 def _minutes(seconds: float) -> int:
@@ -155,9 +114,19 @@ class SlurmTransport(Transport):
             self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
         self.jobs: list[SlurmJob] = []
         self.last_job: SlurmJob | None = None
+        # the compute node of the first job that started (the probe's): the node whose card,
+        # driver and nvcc the farm read, where every later job must run (a red-team finding)
+        self.pinned: str | None = None
+        self.pinned_cards: tuple[str, ...] = ()  # the GPU models that first job saw there
 
     streams_output = False  # a job's output comes back through srun as text: files are read separately
     pins_gpus = False  # Slurm places each job on a compute node (and, asked for one with gres, picks its GPU)
+
+    def sibling(self) -> SlurmTransport:
+        twin = type(self)(self.name, self.node, self.run_token)
+        # a cell worker's jobs go where the probe's went, to the cards it saw
+        twin.pinned, twin.pinned_cards = self.pinned, self.pinned_cards
+        return twin
 
     @property
     def last_job_id(self) -> str | None:
@@ -210,12 +179,16 @@ class SlurmTransport(Transport):
             args.append(f"--gres={node.gres}")
         if node.constraint:
             args.append(f"--constraint={node.constraint}")
-        return args + list(node.slurm_options)
+        # the pin comes last: a --nodelist or -w among slurm_options cannot send a job elsewhere
+        return args + list(node.slurm_options) + ([f"--nodelist={self.pinned}"] if self.pinned else [])
 
     def _submission(self, command: str, token: str, job_name: str, timeout: float) -> str:
         # a run's own `srun {binary}` is a step inside this one, which holds the allocation: without
         # --overlap it waits for resources until the cell's timeout (a red-team finding)
-        start = f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME"; '
+        start = (
+            f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME" '
+            f'"{_CARDS}"; '
+        )
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
         name = shlex.quote(job_name)
         unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
@@ -291,11 +264,12 @@ class SlurmTransport(Transport):
         body, tail = text[:cut], text[cut + len(end) :]
         rc_text, _, records = tail.partition("\n")
         rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
-        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*)\n", body)
+        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*) ?(.*)\n", body)
         if start:
             job.started = True
             job.job_id = start.group(1) or None
             job.compute_node = start.group(2) or None
+            job.cards = tuple(sorted({c.strip() for c in start.group(3).split(";") if c.strip()}))
             body = body[start.end() :]
         for line in records.splitlines():
             if not line.startswith(f"@@slurm-job-{token} "):
@@ -357,8 +331,6 @@ class SlurmTransport(Transport):
                 f"{srun}",
                 job,
             )
-        if job.state in RESULT_STATES:
-            return
         if job.state in INFRA_STATES:
             raise _error_for(job.state)(
                 f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} while it ran{why}; "
@@ -374,8 +346,32 @@ class SlurmTransport(Transport):
                     f"{'; '.join(trouble)[-400:]}",
                     job,
                 )
-            return
-        raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+        elif job.state not in RESULT_STATES:
+            raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+        self._check_pin(job, ident)
+
+    def _check_pin(self, job: SlurmJob, ident: str) -> None:
+        """A command's result counts only from the compute node the first job ran on: from
+        another, it is no verdict on the card the farm read there."""
+        if job.compute_node is None or self.pinned not in (None, job.compute_node):
+            error = SlurmJobError(
+                f"node {self.name!r}: {ident} ran on {job.compute_node or 'a compute node it did not name'}"
+                + (f", not on {self.pinned}, the compute node the probe read" if self.pinned else "")
+                + ": not a verdict on the command",
+                job,
+            )
+            error.retryable = False  # the same request is placed the same way
+            raise error
+        if self.pinned is not None and job.cards != self.pinned_cards:
+            # the same node, another of its GPUs, of another model: what the probe read is not what ran.
+            # Retried: the GPU the probe's job had may be free by then
+            seen = "; ".join(job.cards) or "no GPU"
+            raise SlurmJobError(
+                f"node {self.name!r}: {ident} on {job.compute_node} saw {seen}, not {'; '.join(self.pinned_cards)}"
+                " as the probe's job did: not a verdict on the command",
+                job,
+            )
+        self.pinned, self.pinned_cards = job.compute_node, job.cards
 
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""
