@@ -163,9 +163,8 @@ def inspect(out, spec, env, ahead):
         # confined as the cell's run is (its work folder, its own $TMPDIR, /dev, /proc): an inspection
         # that counts no instructions may be any command, and unconfined one swapped another cell's
         # copy of its binary between that run's hash and its start, a false pass (a red-team finding)
-        node_env = env
         env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
-        rules = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)[0] if tmp else None
+        rules = confined_to(run_dir, *tmp)[0] if tmp else None
         try:
             if dump is not None and errors is not None:
                 fd = rules[0] if rules else None
@@ -243,7 +242,7 @@ def run(out, spec, env, ahead):
         # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
+        rules, unconfined = confined_to(run_dir, *tmp)
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
@@ -337,7 +336,6 @@ def sanitize(out, spec, env, ahead):
     private = ()
     try:
         run_dir = spec["run_dir"]
-        node_env = env
         env = dict(env, FARM_SANITIZER=san)
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
@@ -358,7 +356,7 @@ def sanitize(out, spec, env, ahead):
                     out.say("@@farm binary-altered " + (got or "missing"))
                     return
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), log, *private)
+                rules, unconfined = confined_to(run_dir, log, *private)
                 started = now()
                 try:
                     fd = rules[0] if rules else None

@@ -1,0 +1,58 @@
+"""Red-team round 49: cross-cell and cross-run interference on a node."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodes import Fleet, standin_job, standin_variant
+from test_verdicts import MIN75, rows, run
+
+
+@pytest.fixture
+def small_tmp(tmp_path: Path) -> Iterator[Path]:
+    """A node temporary folder on a tmpfs of its own with 1500 inodes (no memory to speak of): a
+    kernel that makes 600 empty files there leaves it short of the farm's 1024 free inodes, as one
+    that fills the node's /tmp would, without filling this shared machine's /tmp."""
+    folder = tmp_path / "node-tmp"
+    folder.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=300m,nr_inodes=1500,mode=1777", "rt49", str(folder)],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"cannot mount a tmpfs here: {err}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_kernel_that_fills_the_nodes_temporary_folder_hides_no_failure(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_tmp: Path
+) -> None:
+    """A confined kernel could write the node's own temporary folder by name ($TMPDIR of the
+    login, else /tmp), where the cells' folders are not in it. One that failed its numbers
+    (MODE_FAILNUM) after filling it (here: out of inodes) left the node short of room once its
+    own files were removed, and the farm judged its failure "the node ran out of room during the
+    cell": infra-error, which the ledger does not flag as now-failing. A later cell's failure on
+    that node was infra-error too. A confined run (inspection, sanitizer run) may now write only
+    its work folder, its own $TMPDIR, /dev and /proc: the node's temporary folder is not its to
+    fill, so a short one is still the node's fault, and this kernel's fail stays a fail."""
+    fill = f"cd {small_tmp} && seq 1 600 | sed s/^/rt49-/ | xargs touch; cd - >/dev/null; {{binary}}"
+    variants = {
+        "a-fills": standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=fill),
+        "b-later": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4", env={"TMPDIR": str(small_tmp)})}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    found = rows(tmp_path / "results.db", summary.run_id)
+    for name in variants:
+        row = found[(name, "Tesla T4")]
+        assert row["outcome"] == "fail", (name, row["reason"])
+    assert not list(small_tmp.glob("rt49-*"))
