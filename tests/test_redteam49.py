@@ -56,3 +56,30 @@ def test_a_kernel_that_fills_the_nodes_temporary_folder_hides_no_failure(
         row = found[(name, "Tesla T4")]
         assert row["outcome"] == "fail", (name, row["reason"])
     assert not list(small_tmp.glob("rt49-*"))
+
+
+def test_a_kernel_that_takes_the_execute_bits_of_cached_builds_fails_no_later_run(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """Landlock does not handle chmod (nor chown, utime, setxattr): a confined kernel could not
+    write the node's work folder, but it could change the mode of every file there. One that
+    passed, then took the execute bits of every file in it (`find WORKDIR -type f -perm -u+x |
+    xargs chmod a-x`), failed the next cell of the run, a plain pass, as "the kernel's copy was
+    gone or not executable when the run called it ... changed by the run itself" (its copy,
+    taken at its build, hashed as built), and in the next run both cells, whose copies took the
+    cached builds' mode ("as cp without -p"). A copy now gets the farm's mode (0755 less the
+    umask), and a run sets its folders' and its copy's modes again before it hashes it."""
+    workdir = tmp_path / "work-t4"
+    strip = f"{{binary}}; find {workdir} -type f -perm -u+x -print0 | xargs -0 chmod a-x"
+    variants = {
+        "a-strips": standin_variant("PASS", MIN75, "MIN_CC=75", run=strip),
+        "b-plain": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    }
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(workdir)}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    said = []
+    for _ in range(2):
+        _, summary = run(config)
+        found = rows(tmp_path / "results.db", summary.run_id)
+        said += [(name, found[(name, "Tesla T4")]["outcome"], found[(name, "Tesla T4")]["reason"]) for name in variants]
+    assert [outcome for _, outcome, _ in said] == ["pass"] * 4, said

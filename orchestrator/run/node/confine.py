@@ -6,6 +6,7 @@ import os
 
 from orchestrator.run.node.files import remove
 from orchestrator.run.node.spawn import ruleset
+from orchestrator.run.node.stages import UMASK
 
 
 def own_tmp(env, folder):
@@ -41,3 +42,17 @@ def confined_to(run_dir, *files):
 
 def say_confinement(out, rules, unconfined):
     out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+
+
+def runnable(run_dir, private):
+    """The cell's folders and its copy of the binary back at the farm's modes, just before its
+    hash and run: Landlock handles no chmod, and another cell's kernel that took their bits
+    meanwhile failed this cell's run as "copy gone", the run's own doing (a red-team finding).
+    False where it cannot."""
+    try:
+        for path in (run_dir, os.path.join(run_dir, "work"), os.path.dirname(private), private):
+            if not os.path.islink(path):  # a link (an unconfined kernel's) is not followed to its target
+                os.chmod(path, 0o755 & ~UMASK)
+    except OSError:
+        return False
+    return True

@@ -4,7 +4,7 @@ scripts print (stage_flow.py goes from one to the next), and the login's environ
 import os
 import time
 
-from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
+from orchestrator.run.node.confine import confined_to, own_tmp, runnable, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.loads import loads_writable
@@ -224,8 +224,9 @@ def run(out, spec, env, ahead):
             out.say("@@farm binary-altered missing")
             return
         # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
-        # (killed before it let the lock go), can no longer swap the copy while this one waits
-        got = sha_of(private)
+        # (killed before it let the lock go), can no longer swap the copy while this one waits;
+        # its modes the farm's again first (what another cell's chmod made them: confine.runnable)
+        got = sha_of(private) if runnable(spec["run_dir"], private) else ""
         if got != expected:
             out.say("@@farm binary-altered " + (got or "missing"))
             return
