@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import Fleet, standin_job, standin_variant
+from nodes import CARDS, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
 
@@ -83,3 +83,52 @@ def test_a_kernel_that_takes_the_execute_bits_of_cached_builds_fails_no_later_ru
         found = rows(tmp_path / "results.db", summary.run_id)
         said += [(name, found[(name, "Tesla T4")]["outcome"], found[(name, "Tesla T4")]["reason"]) for name in variants]
     assert [outcome for _, outcome, _ in said] == ["pass"] * 4, said
+
+
+HOLD = """import fcntl, glob, os, sys, time
+# every GPU lock of the node's work folder but its own (the runner holds that one): a read-only
+# open is all flock needs, and Landlock handles neither
+held = []
+end = time.monotonic() + 20
+while time.monotonic() < end and not held:
+    for path in glob.glob(sys.argv[1] + "/gpu-*.lock"):
+        f = open(path)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.append(f)
+        except OSError:
+            f.close()
+    time.sleep(0.05)
+print("rt49 held", len(held), file=sys.stderr)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_kernel_that_holds_another_gpus_lock_fails_no_cell_of_that_gpu(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A node's GPUs are queued on its lock files (flock on WORKDIR/gpu-UUID.lock), and a run waits
+    on its GPU's lock only as long as the runs the farm queued there before it, plus 10 s. A
+    kernel on GPU 0 could open GPU 1's lock read-only and flock it (Landlock handles no flock)
+    for its whole run: the next run on GPU 1 then gave up on its lock and was infra-error
+    ("stayed locked ... another farm run on this node, or a stuck kernel"). A run now waits as
+    long as the node's busiest GPU has runs queued (plus 10 s): whatever holds its lock is then
+    a kernel the farm will have killed by that time, or not the farm's."""
+    node = ssh_fleet.add(f"two-{tmp_path.name[-12:]}", [CARDS["t4"], CARDS["t4"]])
+    hold = tmp_path / "hold.py"
+    hold.write_text(HOLD)
+    workdir = tmp_path / "work-two"
+    prelude = tmp_path / "hold.sh"
+    prelude.write_text(f"python3 {hold} {workdir} 40\n")
+    variants = {
+        "a-holds": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude, timeout=90),
+        **{f"b{i}": standin_variant("PASS", MIN75, "MIN_CC=75") for i in range(3)},
+    }
+    try:
+        config = make_farm(tmp_path, {"two": node.farm_entry(workdir)}, [standin_job("standin", variants)])
+        _, summary = run(config)
+    finally:
+        node.stop()
+    found = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    said = {row["variant"]: (row["outcome"], row["reason"]) for row in found}
+    assert len(said) == len(variants) and all(outcome == "pass" for outcome, _ in said.values()), said
