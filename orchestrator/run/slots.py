@@ -38,7 +38,10 @@ class GpuSlots:
             return self._free.get(), 0.0
         with self._lock:
             gpu = min(self._gpus, key=lambda g: (sum(self._queued[g.uuid]), g.index))
-            ahead = sum(self._queued[gpu.uuid])
+            # the longest queue on the node, not this GPU's: a kernel on another GPU may flock this
+            # one's lock too (a read-only open is all it takes; Landlock handles no flock) until it
+            # is killed, and this run gave up on its lock, an infra-error (a red-team finding)
+            ahead = max(sum(limits) for limits in self._queued.values())
             self._queued[gpu.uuid].append(limit)
             return gpu, ahead
 

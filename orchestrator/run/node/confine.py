@@ -5,7 +5,8 @@ build, inspection or run can touch another cell's files or processes."""
 import os
 
 from orchestrator.run.node.files import remove
-from orchestrator.run.node.spawn import ruleset, scratch
+from orchestrator.run.node.spawn import ruleset
+from orchestrator.run.node.stages import UMASK
 
 
 def own_tmp(env, folder):
@@ -23,14 +24,17 @@ def own_tmp(env, folder):
     return dict(env, TMPDIR=folder), (folder,)
 
 
-def confined_to(run_dir, env, guarded, *files):
+def confined_to(run_dir, *files):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
-    descriptors and memory there need ptrace, which Landlock denies outside the domain),
-    the temporary folder where the cells' folders are not in it, and FILES: not its
-    output files (open already) nor any other cell's folder."""
-    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *scratch(env, run_dir, guarded), *files)
+    descriptors and memory there need ptrace, which Landlock denies outside the domain)
+    and FILES (its own $TMPDIR, a sanitizer's log): not its output files (open already),
+    nor any other cell's folder, nor the node's own temporary folder. A kernel that filled
+    that one (/tmp) before it failed left the node short of room once its own files were
+    gone, and its failure, and every later cell's on the node, read as the node's fault:
+    infra-error, no regression flagged (a red-team finding). Its $TMPDIR is its own."""
+    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *files)
     # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
     # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
     return ruleset(writable, own_sockets=True)
@@ -38,3 +42,17 @@ def confined_to(run_dir, env, guarded, *files):
 
 def say_confinement(out, rules, unconfined):
     out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+
+
+def runnable(run_dir, private):
+    """The cell's folders and its copy of the binary back at the farm's modes, just before its
+    hash and run: Landlock handles no chmod, and another cell's kernel that took their bits
+    meanwhile failed this cell's run as "copy gone", the run's own doing (a red-team finding).
+    False where it cannot."""
+    try:
+        for path in (run_dir, os.path.join(run_dir, "work"), os.path.dirname(private), private):
+            if not os.path.islink(path):  # a link (an unconfined kernel's) is not followed to its target
+                os.chmod(path, 0o755 & ~UMASK)
+    except OSError:
+        return False
+    return True

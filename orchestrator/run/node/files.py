@@ -158,25 +158,26 @@ def make_dirs(path, tries=100):
 
 
 def fresh_copy(binary, private):
-    """PRIVATE anew from BINARY (its mode too), whatever stands in its place now: an unconfined
-    kernel (the shell runner's) may have replaced it, and a link left there must not be written
-    through (hence remove, then O_EXCL)."""
+    """PRIVATE anew from BINARY, whatever stands in its place now: an unconfined kernel (the
+    shell runner's) may have replaced it, and a link left there must not be written through
+    (hence remove, then O_EXCL). Its mode is the farm's (runnable), not the build's: Landlock
+    does not handle chmod, and a confined kernel that took the execute bits of every cached
+    build failed later cells, and later runs, as "copy gone" (a red-team finding)."""
     if not remove(private):
         return False
     try:
         make_dirs(os.path.dirname(private))
         with open(binary, "rb") as source, open(private, "xb") as copy:
-            mode = os.fstat(source.fileno()).st_mode & 0o777 & ~UMASK  # as cp without -p
             for block in iter(lambda: source.read(1 << 20), b""):
                 copy.write(block)
-        os.chmod(private, mode)
+        os.chmod(private, 0o755 & ~UMASK)
     except OSError:
         return False
     return True
 
 
 def take_copy(binary, run_dir, private):
-    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work PRIVATE's folder && cp BINARY PRIVATE (its mode too)."""
+    """rm -rf RUN_DIR && mkdir -p RUN_DIR/work PRIVATE's folder && cp BINARY PRIVATE (fresh_copy)."""
     if not remove(run_dir):
         return False
     try:

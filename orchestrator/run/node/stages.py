@@ -4,7 +4,7 @@ scripts print (stage_flow.py goes from one to the next), and the login's environ
 import os
 import time
 
-from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
+from orchestrator.run.node.confine import confined_to, own_tmp, runnable, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.loads import loads_writable
@@ -163,9 +163,8 @@ def inspect(out, spec, env, ahead):
         # confined as the cell's run is (its work folder, its own $TMPDIR, /dev, /proc): an inspection
         # that counts no instructions may be any command, and unconfined one swapped another cell's
         # copy of its binary between that run's hash and its start, a false pass (a red-team finding)
-        node_env = env
         env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
-        rules = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)[0] if tmp else None
+        rules = confined_to(run_dir, *tmp)[0] if tmp else None
         try:
             if dump is not None and errors is not None:
                 fd = rules[0] if rules else None
@@ -225,8 +224,9 @@ def run(out, spec, env, ahead):
             out.say("@@farm binary-altered missing")
             return
         # hashed once the GPU is this cell's: the cell that ran before it, and whatever it left
-        # (killed before it let the lock go), can no longer swap the copy while this one waits
-        got = sha_of(private)
+        # (killed before it let the lock go), can no longer swap the copy while this one waits;
+        # its modes the farm's again first (what another cell's chmod made them: confine.runnable)
+        got = sha_of(private) if runnable(spec["run_dir"], private) else ""
         if got != expected:
             out.say("@@farm binary-altered " + (got or "missing"))
             return
@@ -243,7 +243,7 @@ def run(out, spec, env, ahead):
         # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), *tmp)
+        rules, unconfined = confined_to(run_dir, *tmp)
         # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
         # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
         # timeout (found by a red-team helper; the shell runner still reads `date`)
@@ -337,7 +337,6 @@ def sanitize(out, spec, env, ahead):
     private = ()
     try:
         run_dir = spec["run_dir"]
-        node_env = env
         env = dict(env, FARM_SANITIZER=san)
         if spec.get("gpu"):
             env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
@@ -358,7 +357,7 @@ def sanitize(out, spec, env, ahead):
                     out.say("@@farm binary-altered " + (got or "missing"))
                     return
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, node_env, spec.get("guarded") or (), log, *private)
+                rules, unconfined = confined_to(run_dir, log, *private)
                 started = now()
                 try:
                     fd = rules[0] if rules else None
