@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
@@ -47,3 +50,45 @@ def test_a_night_that_could_not_run_says_so_in_the_log_not_the_night_befores_gre
     assert "exit 5" in last and "cannot open the results database" in last, last
     # the log says which night: a line's time of day alone cannot tell tonight from the night before
     assert last.startswith("[20"), last
+
+
+def as_another_user(argv: list[str]) -> list[str]:
+    """Run as if cron's user were not the one who made results.db: as root, without the
+    capabilities that let root read and write every file; else as this user, unchanged."""
+    if os.geteuid() != 0:
+        return argv
+    if shutil.which("setpriv") is None:
+        pytest.skip("root without setpriv: cannot drop the file capabilities")
+    caps = "-dac_override,-dac_read_search,-fowner"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *argv]
+
+
+def test_a_database_this_user_cannot_write_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """cron run as another user than results.db's (or a umask-077 night before): the mail said
+    "unable to open database file" (no cause, nothing to do), or "attempt to write a readonly
+    database ... farm import results.db.journal/TOKEN.jsonl": a journal of a run that was never
+    stored, left behind each night (prune keeps it for good), pointing at an import that
+    cannot write either. Now: why, what to do, and nothing written."""
+    config = toy_farm(tmp_path)
+    log = tmp_path / "log" / "verify.log"
+    assert nightly(config, log).returncode == 0
+    journals = sorted((tmp_path / "results.db.journal").iterdir())
+    for mode in (0o444, 0o000):  # another user's results.db: readable (0644) or not (0600)
+        (tmp_path / "results.db").chmod(mode)
+        argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--log", str(log)]
+        done = subprocess.run(
+            as_another_user([*argv, "--config", str(config)]), capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 5, done.stdout + done.stderr
+        assert "results.db" in done.stderr and "cannot be read and written by this process" in done.stderr
+        assert "run the farm as" in done.stderr and "farm import" not in done.stderr, done.stderr
+        assert sorted((tmp_path / "results.db.journal").iterdir()) == journals  # no journal of a run never stored
+        assert "exit 5" in log.read_text().splitlines()[-1]
+    (tmp_path / "results.db").chmod(0o644)
+    # another user's lock file was exit 6, "another farm run holds the lock": none did
+    (tmp_path / "results.db.lock").chmod(0o444)
+    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
+    done = subprocess.run(as_another_user(argv), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 5 and "results.db.lock cannot be read and written" in done.stderr, done.stderr
+    (tmp_path / "results.db.lock").chmod(0o644)
+    assert nightly(config, log).returncode == 0

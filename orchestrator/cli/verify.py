@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, ConfigError, FarmError
+from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
@@ -117,6 +117,7 @@ def verify(
     from orchestrator.report.model import collect
     from orchestrator.run.scheduler import FarmRun
     from orchestrator.store import journal
+    from orchestrator.store.access import write_problem
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
     from orchestrator.store.location import same_database
@@ -130,6 +131,9 @@ def verify(
     # from here on every failure also ends the log: its last line was the night before's
     # verdict, green over a night refused at its start (a red-team finding)
     with _failure_logged(log_file):
+        journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
+        if problem := write_problem(farm.database_url, journals):  # before the lock: its exit 6 says "held"
+            raise StoreError(problem)
         cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
         disabled = [name for name, node in farm.nodes.items() if not node.enabled]
         if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
@@ -205,7 +209,6 @@ def verify(
                 say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
             say(verdict_line(summary))
             # the run's end is committed: older finished runs' journals beyond journal_keep can go
-            journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
             journal.prune(journals, store, farm.spec.journal_keep)
             if early is not None:
                 early.join()
