@@ -92,3 +92,19 @@ def test_a_database_this_user_cannot_write_is_refused_before_anything_is_written
     assert done.returncode == 5 and "results.db.lock cannot be read and written" in done.stderr, done.stderr
     (tmp_path / "results.db.lock").chmod(0o644)
     assert nightly(config, log).returncode == 0
+
+
+def test_the_crontab_line_in_crons_environment_says_how_to_find_nvcc(tmp_path: Path) -> None:
+    """The README's crontab line, from a fresh shell with cron's environment (PATH=/usr/bin:/bin,
+    no HOME, LANG=C): a node whose nvcc is found by PATH by hand (/usr/local/cuda/bin) was infra
+    every night, the mail saying "no working nvcc at 'nvcc' (... No such file ...)" and not what
+    to do: give the node's `nvcc:` its full path."""
+    if shutil.which("nvcc", path="/usr/bin:/bin"):
+        pytest.skip("nvcc is on cron's own PATH here")
+    toy_farm(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    line = f"cd {tmp_path} && {sys.executable} -m orchestrator.cli verify --all --quiet --trigger cron --wait 600"
+    done = subprocess.run(["/bin/sh", "-c", line], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "exit 4" in done.stdout.splitlines()[-1]
+    assert "not on PATH (/usr/bin:/bin)" in done.stdout and "`nvcc:` in farm.yaml" in done.stdout, done.stdout
