@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,31 @@ def test_the_crontab_line_in_crons_environment_says_how_to_find_nvcc(tmp_path: P
     assert done.returncode == 4, done.stdout + done.stderr
     assert "exit 4" in done.stdout.splitlines()[-1]
     assert "not on PATH (/usr/bin:/bin)" in done.stdout and "`nvcc:` in farm.yaml" in done.stdout, done.stdout
+
+
+def test_a_log_rotated_mid_run_gets_the_rest_of_the_run_in_the_new_file(tmp_path: Path) -> None:
+    """logrotate's move-and-create mid-run (a long night under a daily rotation): the run kept
+    writing into the moved file, and the new verify.log the operator reads stayed empty: no
+    verdict for the night. copytruncate: the lines go on after the cut, never after a hole."""
+    config = toy_farm(tmp_path)
+    job = tmp_path / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("build: 'g++", "build: 'sleep 2 && g++"))  # a cell that takes a while
+    log = tmp_path / "log" / "verify.log"
+    for run, rotation in ((1, "create"), (2, "copytruncate")):
+        argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--log", str(log)]
+        running = subprocess.Popen([*argv, "--config", str(config)], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (log.is_file() and f"run {run}: 1 cells on 1 nodes" in log.read_text()):
+            assert time.monotonic() < deadline and running.poll() is None
+            time.sleep(0.05)
+        if rotation == "create":
+            log.rename(log.with_name("verify.log.1"))
+            log.touch()
+        else:
+            shutil.copyfile(log, log.with_name("verify.log.2"))
+            os.truncate(log, 0)
+        out, _ = running.communicate(timeout=120)
+        assert running.returncode == 0, out
+        text = log.read_text()
+        assert "\0" not in text and text.splitlines()[-1].endswith("exit 0"), (rotation, text)
+        assert "toy:plain@here" in text, (rotation, text)

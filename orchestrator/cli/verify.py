@@ -8,14 +8,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, ConfigError, FarmError, StoreError
+from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
@@ -26,6 +24,7 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
     from orchestrator.store.database import Store
 
 from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.logfile import failure_logged, open_log
 
 
 def verdict_line(summary: RunSummary) -> str:
@@ -130,7 +129,7 @@ def verify(
         raise ConfigError("--log", str(log_file), *problem)
     # from here on every failure also ends the log: its last line was the night before's
     # verdict, green over a night refused at its start (a red-team finding)
-    with _failure_logged(log_file):
+    with failure_logged(log_file):
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         if problem := write_problem(farm.database_url, journals):  # before the lock: its exit 6 says "held"
             raise StoreError(problem)
@@ -172,7 +171,7 @@ def verify(
             else:
                 listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
             if log_file is not None:
-                stream = stack.enter_context(_open_log(log_file))
+                stream = stack.enter_context(open_log(log_file))
                 listeners.append(PlainListener(stream=stream, verdict=True))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
@@ -314,39 +313,6 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
         why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
         with contextlib.suppress(Exception):
             report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
-
-
-def _open_log(path: Path):
-    """The --log file, its folder made if missing (the README's cron line names /var/log/farm)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a", encoding="utf-8")  # closed by the caller's ExitStack
-    except OSError as err:
-        raise ConfigError(
-            "--log", str(path), f"a file that cannot be written ({err.strerror or err})", "a writable file"
-        ) from err
-
-
-@contextlib.contextmanager
-def _failure_logged(log_file: Path | None) -> Iterator[None]:
-    """A `verify` that fails (a lock held past --wait, a database that cannot be opened, a
-    run stopped by a failed commit) ends --log with why and its exit code, dated: the
-    log's last line was the night before's green verdict (a red-team finding). Only once
-    --log passed its checks: a path refused there (farm.yaml, the database) is never written."""
-    try:
-        yield
-    except Exception as err:
-        if log_file is not None:
-            if isinstance(err, FarmError):
-                code, why = err.exit_code, str(err)
-            elif type(err).__name__ == "SelectionError":  # handle_errors' exit 3 for it too
-                code, why = EXIT_CONFIG, str(err)
-            else:
-                code, why = EXIT_INTERNAL, f"internal error ({type(err).__name__}: {err}); this is a bug in farm"
-            line = f"farm verify failed: {why}; exit {code} ({EXIT_MEANING.get(code, 'see README, Exit codes')})"
-            with contextlib.suppress(OSError), open(log_file, "a", encoding="utf-8") as stream:
-                stream.write(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {printable(line, keep_newlines=False)}\n")
-        raise
 
 
 @contextlib.contextmanager
