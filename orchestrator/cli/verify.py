@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import ConfigError, FarmError
+from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.outcomes import STAGES
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
     from orchestrator.store.database import Store
 
 from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.logfile import failure_logged, open_log
 
 
 def verdict_line(summary: RunSummary) -> str:
@@ -115,6 +116,7 @@ def verify(
     from orchestrator.report.model import collect
     from orchestrator.run.scheduler import FarmRun
     from orchestrator.store import journal
+    from orchestrator.store.access import write_problem
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
     from orchestrator.store.location import same_database
@@ -125,104 +127,111 @@ def verify(
     farm = _load(config_path, database)
     if log_file is not None and (problem := farm_file_problem(log_file, farm, "progress log")):
         raise ConfigError("--log", str(log_file), *problem)
-    cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
-    disabled = [name for name, node in farm.nodes.items() if not node.enabled]
-    if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
-        if not nodes and not farm.enabled_nodes:
-            raise ConfigError(
-                str(farm.file),
-                "nodes",
-                f"every node disabled (enabled: false: {', '.join(disabled)})",
-                "at least one enabled node, or the nodes to run named with --node",
-            )
-        raise SelectionError(f"the selection {' '.join(selectors) or '--all'} matches no cell")
-    # stdout may close or fill mid-run (`| head -1`, a full disk): that stops what is printed, never the run
-    out = Guarded(sys.stdout)
-    say = functools.partial(click.echo, file=out)
-    if disabled and not nodes and not quiet:
-        say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-    with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
-        store = Store(farm.database_url)
-        for run_id, not_run in store.abort_unfinished_runs():
-            say(
-                f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
-                f"{not_run} unfinished cells recorded as not-run"
-            )
-        listeners: list = []
-        same_site = same_database(farm.database_url, farm.configured_database_url)
-        own_site = not no_report and same_site
-        early = _RenderAtStart(store, farm) if own_site else None
-        if early is not None:
-            listeners.append(early)
-        elif same_site and (farm.reports_dir / "index.html").is_file():
-            # --no-report: the site is not rendered, yet its index must not stay the last rendered
-            # run's green over this one (a red-team finding)
-            listeners.append(_UnrenderedAtStart(farm.reports_dir))
-        if quiet:
-            listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
-        else:
-            listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
-        if log_file is not None:
-            stream = stack.enter_context(_open_log(log_file))
-            listeners.append(PlainListener(stream=stream, verdict=True))
-        selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
-        run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
-        stack.enter_context(_stopping_on_signals(run))
-        if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
-            report_mod.mark_unrendered(farm.reports_dir, None, "is starting; its report is rendered once it is stored")
-        try:
-            summary = run.execute(cells, selection.strip())
-        except BaseException as err:
-            if early is not None:  # the run is stored aborted: the site says so, whatever the thread had done
-                early.join()
-                _site_after_failed_start(store, farm, getattr(getattr(run, "summary", None), "run_id", 0), err)
-            raise
-        if quiet:
-            with store.reading():
-                changes = collect(store, summary.run_id, farm).listed_changes
-            for change in changes:
-                if change.change not in ("new", "changed"):
-                    was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
-                    say(f"{change.change}: {change.label}: {was}{change.outcome}")
-        else:
-            say("")
-            say(_matrix_text(summary))
-            # a stage no cell reached (sanitize, where no variant asks for it) is left out
-            stages = ", ".join(
-                f"{name} {summary.stage_seconds[name]:.1f} s" for name in STAGES if name in summary.stage_seconds
-            )
-            say(
-                f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
-                f"{summary.bytes_shipped} bytes shipped"
-            )
-        if summary.stopped:
-            say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
-        say(verdict_line(summary))
-        # the run's end is committed: older finished runs' journals beyond journal_keep can go
+    # from here on every failure also ends the log: its last line was the night before's
+    # verdict, green over a night refused at its start (a red-team finding)
+    with failure_logged(log_file):
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
-        journal.prune(journals, store, farm.spec.journal_keep)
-        if early is not None:
-            early.join()
-        if not no_report and not same_database(farm.database_url, farm.configured_database_url):
-            # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
-            # database's run would replace it (found by a red-team helper)
-            url = redact_url(farm.database_url)
-            click.echo(
-                f"report not rendered: the database {url} is not {farm.file.name}'s "
-                f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
-                f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
-                err=True,
-            )
-        elif not no_report:
-            try:
-                index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
-            except Exception as err:  # the run is stored with its code: the process returns that one, whatever this is
-                click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
-                why = f"has no report: its render failed ({_render_failure(err)}); stored with exit {summary.exit_code}"
-                report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
+        if problem := write_problem(farm.database_url, journals):  # before the lock: its exit 6 says "held"
+            raise StoreError(problem)
+        cells = plan_cells(farm, list(selectors) or None, list(nodes) or None)
+        disabled = [name for name, node in farm.nodes.items() if not node.enabled]
+        if not cells:  # a run of nothing would exit 0 and export a green, empty suite: it verified nothing
+            if not nodes and not farm.enabled_nodes:
+                raise ConfigError(
+                    str(farm.file),
+                    "nodes",
+                    f"every node disabled (enabled: false: {', '.join(disabled)})",
+                    "at least one enabled node, or the nodes to run named with --node",
+                )
+            raise SelectionError(f"the selection {' '.join(selectors) or '--all'} matches no cell")
+        # stdout may close or fill mid-run (`| head -1`, a full disk): that stops what is printed, never the run
+        out = Guarded(sys.stdout)
+        say = functools.partial(click.echo, file=out)
+        if disabled and not nodes and not quiet:
+            say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
+        with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
+            store = Store(farm.database_url)
+            for run_id, not_run in store.abort_unfinished_runs():
+                say(
+                    f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
+                    f"{not_run} unfinished cells recorded as not-run"
+                )
+            listeners: list = []
+            same_site = same_database(farm.database_url, farm.configured_database_url)
+            own_site = not no_report and same_site
+            early = _RenderAtStart(store, farm) if own_site else None
+            if early is not None:
+                listeners.append(early)
+            elif same_site and (farm.reports_dir / "index.html").is_file():
+                # --no-report: the site is not rendered, yet its index must not stay the last rendered
+                # run's green over this one (a red-team finding)
+                listeners.append(_UnrenderedAtStart(farm.reports_dir))
+            if quiet:
+                listeners.append(PlainListener(out, quiet=True))  # each node's infra cause, once
             else:
-                if not quiet:
-                    say(f"report: {index}")
+                listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
+            if log_file is not None:
+                stream = stack.enter_context(open_log(log_file))
+                listeners.append(PlainListener(stream=stream, verdict=True))
+            selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
+            run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
+            stack.enter_context(_stopping_on_signals(run))
+            if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
+                starting = "is starting; its report is rendered once it is stored"
+                report_mod.mark_unrendered(farm.reports_dir, None, starting)
+            try:
+                summary = run.execute(cells, selection.strip())
+            except BaseException as err:
+                if early is not None:  # the run is stored aborted: the site says so, whatever the thread had done
+                    early.join()
+                    _site_after_failed_start(store, farm, getattr(getattr(run, "summary", None), "run_id", 0), err)
+                raise
+            if quiet:
+                with store.reading():
+                    changes = collect(store, summary.run_id, farm).listed_changes
+                for change in changes:
+                    if change.change not in ("new", "changed"):
+                        was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
+                        say(f"{change.change}: {change.label}: {was}{change.outcome}")
+            else:
+                say("")
+                say(_matrix_text(summary))
+                # a stage no cell reached (sanitize, where no variant asks for it) is left out
+                stages = ", ".join(
+                    f"{name} {summary.stage_seconds[name]:.1f} s" for name in STAGES if name in summary.stage_seconds
+                )
+                say(
+                    f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
+                    f"{summary.bytes_shipped} bytes shipped"
+                )
+            if summary.stopped:
+                say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
+            say(verdict_line(summary))
+            # the run's end is committed: older finished runs' journals beyond journal_keep can go
+            journal.prune(journals, store, farm.spec.journal_keep)
+            if early is not None:
+                early.join()
+            if not no_report and not same_database(farm.database_url, farm.configured_database_url):
+                # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
+                # database's run would replace it (found by a red-team helper)
+                url = redact_url(farm.database_url)
+                click.echo(
+                    f"report not rendered: the database {url} is not {farm.file.name}'s "
+                    f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
+                    f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
+                    err=True,
+                )
+            elif not no_report:
+                try:
+                    index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+                except Exception as err:  # the run is stored with its code: the process returns that one, whatever
+                    click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+                    why = f"has no report: its render failed ({_render_failure(err)}); "
+                    why += f"stored with exit {summary.exit_code}"
+                    report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
+                else:
+                    if not quiet:
+                        say(f"report: {index}")
     sys.exit(summary.exit_code)
 
 
@@ -304,17 +313,6 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
         why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
         with contextlib.suppress(Exception):
             report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
-
-
-def _open_log(path: Path):
-    """The --log file, its folder made if missing (the README's cron line names /var/log/farm)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a", encoding="utf-8")  # closed by the caller's ExitStack
-    except OSError as err:
-        raise ConfigError(
-            "--log", str(path), f"a file that cannot be written ({err.strerror or err})", "a writable file"
-        ) from err
 
 
 @contextlib.contextmanager

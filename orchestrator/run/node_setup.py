@@ -7,6 +7,7 @@ is raised to the scheduler, which retries the node or records its cells.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -80,7 +81,10 @@ class NodeSetup:
                         words = " / ".join(said[-3:])[-300:]
                         if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung
                             words = "`nvcc --version` did not answer within 50 s"
-                        error = NodeUnusable(f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})")
+                        error = NodeUnusable(
+                            f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})"
+                            f"{self._nvcc_advice(node, snapshot.nvcc_output)}"
+                        )
                         # missing is missing; anything else (a fork failing under load) may pass
                         error.retryable = not re.search(
                             r"not found|No such file|Permission denied", snapshot.nvcc_output
@@ -121,6 +125,18 @@ class NodeSetup:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staged
+
+    def _nvcc_advice(self, node: NodeSpec, said: str) -> str:
+        """What to do where a bare `nvcc` was not found: cron (PATH=/usr/bin:/bin) and systemd
+        start the farm with a PATH that lacks /usr/local/cuda/bin, and the node was infra
+        every night with no word of why (a red-team finding)."""
+        if "/" in node.nvcc or not re.search(r"not found|No such file", said):
+            return ""
+        path = f"PATH ({os.environ.get('PATH', '')})" if node.transport == "local" else "the node's PATH over SSH"
+        return (
+            f"; not on {path}, as under cron or systemd: give its full path as the node's `nvcc:` in "
+            f"{self.farm.file.name} (e.g. nvcc: /usr/local/cuda/bin/nvcc), or set PATH in the crontab or unit"
+        )
 
     def probe(self, setup: Transport, needs: bundle.Needs | None, resident: list[ResidentRunner]) -> NodeSnapshot:
         """Where a transport keeps processes, the node's resident runner is started at
