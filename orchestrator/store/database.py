@@ -42,8 +42,8 @@ from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.recovery import Recovery
-from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, no_nul
-from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow, Run, SourceFile
+from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, stored
+from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
 
 class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
@@ -184,8 +184,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
 
     def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
         """One row of `table` (an ORM model), committed; returns its id."""
-        if self.engine.dialect.name == "postgresql":
-            fields = no_nul(fields)
+        fields = stored(table.__table__, fields, self.engine.dialect.name == "postgresql")  # see stored
         with self._writing_rows() as connection:
             return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
@@ -210,11 +209,11 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         run_fields = {"started_at": started, "status": "running", **fields}
         with self._writing_rows() as connection:
             run_id = connection.execute(
-                Run.__table__.insert(), no_nul(run_fields) if postgres else run_fields
+                Run.__table__.insert(), stored(Run.__table__, run_fields, postgres)
             ).inserted_primary_key[0]
             rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
             if rows:
-                connection.execute(INSERT_PLANNED, [no_nul(row) for row in rows] if postgres else rows)
+                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row, postgres) for row in rows])
             new = {sha: (path, content) for sha, path, content in sources}
             if new:
                 have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
@@ -225,7 +224,9 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     {"sha256": sha, "path": path, "content": content, "first_seen": started}
                     for sha, (path, content) in new.items()
                 ]
-                connection.execute(SourceFile.__table__.insert(), [no_nul(row) for row in kept] if postgres else kept)
+                connection.execute(
+                    SourceFile.__table__.insert(), [stored(SourceFile.__table__, r, postgres) for r in kept]
+                )
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
@@ -288,7 +289,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
         with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
             postgres = self.engine.dialect.name == "postgresql"
-            connection.execute(INSERT_PLANNED, [no_nul(row) for row in rows] if postgres else rows)
+            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row, postgres) for row in rows])
 
     def recorded_binary(self, node: str, build_key: str) -> str | None:
         """The binary sha256 the latest result with this build key on this node

@@ -1,0 +1,104 @@
+"""Red-team round 50: PostgreSQL parity. The store claims SQLite and PostgreSQL alike; a
+reviewer must see on one what the other shows, never a green the other would not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_store_backends import database_url, postgres_admin  # noqa: F401 (fixtures: each test on both backends)
+from toyfarm import toy_farm
+
+from orchestrator.cli import main
+from orchestrator.store.database import Store
+
+# a SHA-256 repository's commit (64 hex digits) with tracked files changed: revisions.farm_commit
+DIRTY_SHA256_COMMIT = "9f" * 32 + "+dirty"
+
+
+def farm_on(root: Path, url: str, **toy: object) -> Path:
+    """The toy farm in `root`, its farm.yaml's database `url`."""
+    config = toy_farm(root, **toy)  # type: ignore[arg-type]
+    config.write_text(config.read_text().replace("database: sqlite:///results.db", f"database: {url}"))
+    return config
+
+
+def test_a_farm_commit_longer_than_its_column_is_stored_alike_on_both_backends(
+    tmp_path: Path,
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """runs.farm_commit is String(64): SQLite kept any length, PostgreSQL refused one longer.
+    A farm checked out of a SHA-256 repository (`git init --object-format=sha256`) with a
+    tracked file changed records 64 hex digits and "+dirty": on PostgreSQL every `farm
+    verify` failed at its start ("value too long for type character varying(64)", exit 5),
+    storing nothing: here the red night (toy:broken build-fail) was lost, `farm report
+    --format json` exited 0 on run 1 and the site read "Run 1: 1 of 1 cells as expected",
+    while on SQLite the same night was stored and shown red. Both store it now, cut to the
+    column alike (its middle given up), and its "+dirty" is kept."""
+    config = farm_on(tmp_path, database_url)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0  # run 1, green
+    farm_on(tmp_path, database_url, broken="fails")  # the next night: toy:broken fails to build
+    monkeypatch.setenv("FARM_COMMIT", DIRTY_SHA256_COMMIT)
+    done = cli.invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 1, done.output  # run 2, red; PostgreSQL: 5, nothing stored
+    exported = cli.invoke(main, ["report", "--format", "json", "--config", str(config)])
+    assert exported.exit_code == 1, exported.output[:300]  # PostgreSQL: 0, run 1's green
+    shown = json.loads(exported.output)["run"]
+    assert shown["id"] == 2
+    commit = str(shown["farm_commit"])
+    assert len(commit) <= 64 and commit.startswith("9f9f") and commit.endswith("+dirty"), commit
+
+
+def test_a_declared_gpu_longer_than_its_column_is_stored_alike_on_both_backends(
+    tmp_path: Path,
+    database_url: str,  # noqa: F811
+) -> None:
+    """node_snapshots.declared_gpu is String(255), and farm.yaml's `gpu:` has no bound: a
+    node declared with a longer description ran on SQLite, but on PostgreSQL the run failed
+    at its first node's snapshot (exit 5; "this run's records are in its journal", whose
+    `farm import` failed the same way), the run left "running", its cells never stored."""
+    config = farm_on(tmp_path, database_url)
+    config.write_text(config.read_text() + "    gpu: '" + "NVIDIA H200 " * 30 + "'\n")
+    done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    store = Store(database_url)
+    try:
+        (snapshot,) = store.snapshots(1)
+        assert snapshot.declared_gpu is not None and len(snapshot.declared_gpu) == 255
+        assert snapshot.declared_gpu.startswith("NVIDIA H200 NVIDIA H200")
+        assert store.run(1).status == "finished"  # type: ignore[union-attr]
+    finally:
+        store.close()
+
+
+def test_a_journal_of_values_longer_than_their_columns_is_imported_alike_on_both_backends(
+    tmp_path: Path,
+    database_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`farm import` rebuilds a run from its journal, which holds what the run meant to store,
+    uncut: the long declared GPU and farm commit above. Into PostgreSQL the import failed
+    ("value too long"), the run that `farm verify` could not store was not recoverable
+    either; into SQLite it was kept whole. Both import it as a run stores it now."""
+    monkeypatch.setenv("FARM_COMMIT", DIRTY_SHA256_COMMIT)
+    config = farm_on(tmp_path, database_url)
+    config.write_text(config.read_text() + "    gpu: '" + "NVIDIA H200 " * 30 + "'\n")
+    scratch = f"sqlite:///{tmp_path}/scratch.db"  # the run whose database is gone: its journal is left
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--database", scratch, "--config", str(config)]).exit_code == 0
+    journal = next((tmp_path / "scratch.db.journal").glob("*.jsonl"))
+    done = cli.invoke(main, ["import", str(journal), "--config", str(config)])
+    assert done.exit_code == 0 and "as run 1" in done.output, done.output
+    store = Store(database_url)
+    try:
+        (snapshot,) = store.snapshots(1)
+        assert snapshot.declared_gpu is not None and len(snapshot.declared_gpu) == 255
+        commit = store.run(1).farm_commit  # type: ignore[union-attr]
+        assert commit is not None and len(commit) == 64 and commit.endswith("+dirty"), commit
+        assert [r.outcome for r in store.results(1)] == ["compile-only"]
+    finally:
+        store.close()
