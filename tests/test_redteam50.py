@@ -102,3 +102,22 @@ def test_a_journal_of_values_longer_than_their_columns_is_imported_alike_on_both
         assert [r.outcome for r in store.results(1)] == ["compile-only"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("command", [["show", "3000000000"], ["report", "--format", "json", "--run", "3000000000"]])
+def test_an_id_past_postgresqls_integer_is_no_run_nor_result_on_both_backends(
+    tmp_path: Path,
+    database_url: str,  # noqa: F811
+    command: list[str],
+) -> None:
+    """The ids are INTEGER: 64 bits in SQLite, 32 in PostgreSQL. `farm show 3000000000` (or
+    `farm report --run 3000000000`, a mistyped id) said "no result 3000000000" on SQLite;
+    on PostgreSQL "the results database failed reading: DataError: integer out of range",
+    a database fault where there was only no such result. Both say there is none."""
+    config = farm_on(tmp_path, database_url)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    done = cli.invoke(main, [*command, "--config", str(config)])
+    assert done.exit_code == 5, done.output
+    assert f"no {'result' if command[0] == 'show' else 'run'} 3000000000 in" in done.output, done.output
+    assert "failed reading" not in done.output
