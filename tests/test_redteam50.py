@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_store_backends import database_url, postgres_admin  # noqa: F401 (fixtures: each test on both backends)
+from test_store_backends import (  # noqa: F401 (fixtures: each test on both backends)
+    database_url,
+    postgres_admin,
+    postgres_url,
+    standin_gpu,
+)
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -121,3 +126,31 @@ def test_an_id_past_postgresqls_integer_is_no_run_nor_result_on_both_backends(
     assert done.exit_code == 5, done.output
     assert f"no {'result' if command[0] == 'show' else 'run'} 3000000000 in" in done.output, done.output
     assert "failed reading" not in done.output
+
+
+NUL_STDERR = (  # passes its marker, then dies saying a line with a NUL in it
+    "#include <cstdio>\n"
+    'int main() { fputs("toy: PASS\\n", stdout); fwrite("fatal: bad\\0value\\n", 1, 17, stderr); return 3; }\n'
+)
+
+
+def test_a_nul_in_a_kernels_last_words_is_shown_alike_on_both_backends(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811
+    standin_gpu: None,  # noqa: F811
+) -> None:
+    """PostgreSQL's text cannot hold NUL: the store wrote U+FFFD there, and kept the NUL in
+    SQLite. A kernel whose last stderr line held one (binary garbage, a C string written
+    whole) was shown two ways: `farm show` and its cell page said `last stderr line:
+    "fatal: bad\\x00value"` on SQLite and `"fatal: bad\ufffdvalue"` on PostgreSQL, the same
+    run's words not the same on the two. Both keep U+FFFD now."""
+    shown = {}
+    for name, url in (("sqlite", f"sqlite:///{tmp_path / 'sqlite' / 'results.db'}"), ("postgresql", postgres_url)):
+        config = farm_on(tmp_path / name, url, source=NUL_STDERR)
+        cli = CliRunner()
+        assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1
+        done = cli.invoke(main, ["show", "1", "--config", str(config)])
+        assert done.exit_code == 0, done.output
+        shown[name] = done.output.split("\n")[1]  # the outcome's line, with the last stderr line
+    assert shown["sqlite"] == shown["postgresql"], shown
+    assert 'last stderr line: "fatal: bad\ufffdvalue"' in shown["sqlite"], shown

@@ -184,7 +184,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
 
     def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
         """One row of `table` (an ORM model), committed; returns its id."""
-        fields = stored(table.__table__, fields, self.engine.dialect.name == "postgresql")  # see stored
+        fields = stored(table.__table__, fields)  # see stored
         with self._writing_rows() as connection:
             return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
@@ -205,15 +205,14 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         records += [("source", {"sha256": sha, "path": path, "content": content}) for sha, path, content in sources]
         if self.journal is not None:
             self.journal.write_many(records)
-        postgres = self.engine.dialect.name == "postgresql"
         run_fields = {"started_at": started, "status": "running", **fields}
         with self._writing_rows() as connection:
-            run_id = connection.execute(
-                Run.__table__.insert(), stored(Run.__table__, run_fields, postgres)
-            ).inserted_primary_key[0]
+            run_id = connection.execute(Run.__table__.insert(), stored(Run.__table__, run_fields)).inserted_primary_key[
+                0
+            ]
             rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
             if rows:
-                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row, postgres) for row in rows])
+                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
             new = {sha: (path, content) for sha, path, content in sources}
             if new:
                 have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
@@ -224,9 +223,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     {"sha256": sha, "path": path, "content": content, "first_seen": started}
                     for sha, (path, content) in new.items()
                 ]
-                connection.execute(
-                    SourceFile.__table__.insert(), [stored(SourceFile.__table__, r, postgres) for r in kept]
-                )
+                connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
@@ -276,9 +273,8 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         records += [("attempt", {k: v for k, v in a.items() if k != "run_id"}) for a in tries]
         if self.journal is not None:
             self.journal.write_many(records)
-        postgres = self.engine.dialect.name == "postgresql"
         with self._writing_rows() as connection:
-            return insert_result(connection, fields, metrics, tries, postgres=postgres)
+            return insert_result(connection, fields, metrics, tries)
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -288,8 +284,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
             return
         rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
         with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
-            postgres = self.engine.dialect.name == "postgresql"
-            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row, postgres) for row in rows])
+            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
 
     def recorded_binary(self, node: str, build_key: str) -> str | None:
         """The binary sha256 the latest result with this build key on this node

@@ -237,8 +237,7 @@ class Recovery:
                     "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
                 )
             end = next((fields for kind, fields in records if kind == "finish"), None)
-            postgres = self.engine.dialect.name == "postgresql"
-            run_fields = stored(Run.__table__, run_fields, postgres)  # as begin_run stored it (result_rows.fit)
+            run_fields = stored(Run.__table__, run_fields)  # as begin_run stored it (result_rows.fit)
             planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's
             run = Run(
                 status=end["status"] if end else "aborted",
@@ -257,25 +256,23 @@ class Recovery:
                 if kind == "snapshot":
                     ref = fields.pop("ref")
                     inserted = connection.execute(
-                        INSERT_SNAPSHOT, stored(INSERT_SNAPSHOT.table, {"run_id": run.id, **fields}, postgres)
+                        INSERT_SNAPSHOT, stored(INSERT_SNAPSHOT.table, {"run_id": run.id, **fields})
                     )
                     snapshots[ref] = inserted.inserted_primary_key[0]
                 elif kind == "result":
                     ref = fields.pop("snapshot_ref")
                     metrics = fields.pop("metrics", [])
                     row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **fields}
-                    insert_result(connection, row, metrics, (), postgres=postgres)
+                    insert_result(connection, row, metrics, ())
                     kept = fit(RESULTS, fields)  # the cell as stored, to match its planned one's
                     done.add((kept["kernel"], kept["variant"], kept["node"], kept.get("device", "")))
                     results += 1
                 elif kind == "attempt":
                     attempt = {**ATTEMPT_NULLABLE, "run_id": run.id, **fields}
-                    connection.execute(ATTEMPTS.insert(), stored(ATTEMPTS, attempt, postgres))
+                    connection.execute(ATTEMPTS.insert(), stored(ATTEMPTS, attempt))
                 elif kind == "planned":
                     cells = [
-                        PlannedCell(
-                            **stored(planned_table, dict(zip(PLANNED_KEYS, [run.id, *cell], strict=True)), postgres)
-                        )
+                        PlannedCell(**stored(planned_table, dict(zip(PLANNED_KEYS, [run.id, *cell], strict=True))))
                         for cell in fields["cells"]
                     ]
                     session.add_all(cells)

@@ -16,7 +16,8 @@ from orchestrator.store.tables import Attempt, MetricValue, NodeSnapshotRow, Pla
 
 
 def no_nul(params: dict[str, Any]) -> dict[str, Any]:
-    # PostgreSQL's text cannot hold NUL (SQLite's can): show it as U+FFFD rather than lose the row
+    # PostgreSQL's text cannot hold NUL (SQLite's can): U+FFFD rather than lose the row, on both
+    # backends (SQLite showed a kernel's last words with "\x00", PostgreSQL with U+FFFD: a red-team finding)
     return {
         key: value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
         for key, value in params.items()
@@ -45,9 +46,9 @@ def fit(table: Table, params: dict[str, Any]) -> dict[str, Any]:
     return {**params, **cut} if cut else params
 
 
-def stored(table: Table, params: dict[str, Any], postgres: bool) -> dict[str, Any]:
-    """`params` as `table` keeps them on this backend (fit; no_nul on PostgreSQL)."""
-    return no_nul(fit(table, params)) if postgres else fit(table, params)
+def stored(table: Table, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` as `table` keeps them, alike on every backend (fit, no_nul)."""
+    return no_nul(fit(table, params))
 
 
 # A result's rows are written by inserts.py (SQLAlchemy's SQL and value conversions, the
@@ -67,14 +68,12 @@ def insert_result(
     fields: dict[str, Any],
     metrics: Sequence[dict[str, Any]],
     attempts: Sequence[dict[str, Any]],
-    *,
-    postgres: bool,
 ) -> int:
     """A result's row, then (its id known) its metric values (metrics.Measured.record),
     its instruction counts, each with the cell's key, and the attempts that led to
     it (each with its `at`), in the caller's transaction. Returns the result's id."""
     inserts = _inserts(connection.dialect)
-    result_id = inserts.one(connection, RESULTS, stored(RESULTS, fields, postgres))
+    result_id = inserts.one(connection, RESULTS, stored(RESULTS, fields))
     key = {
         "result_id": result_id,
         "run_id": fields["run_id"],
@@ -83,20 +82,18 @@ def insert_result(
         "node": fields["node"],
         "device": fields.get("device", ""),
     }
-    inserts.many(connection, METRICS, [stored(METRICS, {**key, **metric}, postgres) for metric in metrics])
+    inserts.many(connection, METRICS, [stored(METRICS, {**key, **metric}) for metric in metrics])
     if counts := fields.get("instruction_counts"):
         identity = fields.get("identity")
         inserts.many(
             connection,
             SASS,
             [
-                stored(
-                    SASS, {"result_id": result_id, "identity": identity, "instruction": name, "count": count}, postgres
-                )
+                stored(SASS, {"result_id": result_id, "identity": identity, "instruction": name, "count": count})
                 for name, count in counts.items()
             ],
         )
-    inserts.many(connection, ATTEMPTS, [stored(ATTEMPTS, {**ATTEMPT_NULLABLE, **a}, postgres) for a in attempts])
+    inserts.many(connection, ATTEMPTS, [stored(ATTEMPTS, {**ATTEMPT_NULLABLE, **a}) for a in attempts])
     return result_id
 
 
