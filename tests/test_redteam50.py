@@ -4,10 +4,13 @@ reviewer must see on one what the other shows, never a green the other would not
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
 from test_store_backends import (  # noqa: F401 (fixtures: each test on both backends)
     database_url,
     postgres_admin,
@@ -17,7 +20,11 @@ from test_store_backends import (  # noqa: F401 (fixtures: each test on both bac
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
+from orchestrator.errors import LockError, StoreError
+from orchestrator.store import lock
 from orchestrator.store.database import Store
+from orchestrator.store.lock import DatabaseLock, run_lock
+from orchestrator.store.records import AttemptRecord
 
 # a SHA-256 repository's commit (64 hex digits) with tracked files changed: revisions.farm_commit
 DIRTY_SHA256_COMMIT = "9f" * 32 + "+dirty"
@@ -154,3 +161,46 @@ def test_a_nul_in_a_kernels_last_words_is_shown_alike_on_both_backends(
         shown[name] = done.output.split("\n")[1]  # the outcome's line, with the last stderr line
     assert shown["sqlite"] == shown["postgresql"], shown
     assert 'last stderr line: "fatal: bad\ufffdvalue"' in shown["sqlite"], shown
+
+
+def test_a_run_whose_advisory_lock_the_server_ended_stops_writing(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811
+    postgres_admin: Engine,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run lock on PostgreSQL is an advisory lock of the lock's own session, idle for
+    the whole run: the server ending that session (idle_session_timeout, a DBA's
+    pg_terminate_backend, a pooler) released it without a word to the run, which went on
+    writing. A second farm host then took the lock, marked the live run aborted with its
+    cells not-run (abort_unfinished_runs) and wrote beside it: two runs at once on one
+    database, what the lock is for (SQLite's file lock lives as long as its process). The
+    run's next write now takes the lock again, or, another farm holding it, stops."""
+    monkeypatch.setattr(lock, "CHECK_EVERY", 0.0, raising=False)  # every write checks (else at most once a second)
+    config = farm_on(tmp_path, postgres_url)
+    with run_lock(postgres_url, tmp_path, 0):
+        store = Store(postgres_url)
+        run_id = store.begin_run(trigger="cron", farm_version="0", host="a", config_file=str(config), selection="--all")
+        with postgres_admin.connect() as db:  # the server ends the lock's session
+            ended = db.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE :me"),
+                {"me": f"farm pid {os.getpid()} %"},
+            ).all()
+        assert ended == [(True,)]
+        store.add_attempt(AttemptRecord(run_id=run_id, node="here", attempt=1, status="ok"))  # taken again
+        with pytest.raises(LockError):  # so no second farm host writes beside this run
+            DatabaseLock(postgres_url).__enter__()
+        with postgres_admin.connect() as db:
+            db.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE :me"),
+                {"me": f"farm pid {os.getpid()} %"},
+            )
+        other = create_engine(postgres_url, poolclass=NullPool)  # another host's run takes it, in between
+        try:
+            with other.connect() as host_b:
+                assert host_b.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock.ADVISORY_KEY}).scalar()
+                with pytest.raises(StoreError, match="run lock"):
+                    store.add_attempt(AttemptRecord(run_id=run_id, node="here", attempt=2, status="ok"))
+        finally:
+            other.dispose()
+            store.close()

@@ -38,6 +38,7 @@ from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
+from orchestrator.store.lock import check_held
 from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
@@ -106,6 +107,9 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
     def _check_file(self) -> None:
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
+        if self._file is None:  # a server database: the run lock this process holds, still held
+            check_held(self.url)
+            return
         if self._identity is None:
             return
         now = self._file_identity()
