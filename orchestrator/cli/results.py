@@ -205,7 +205,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
 
     farm = _load(config_path, database, read_only=True)
     store = Store(farm.database_url, create=False)
-    r = store.result(result_id) if 1 <= result_id < 2**63 else None
+    r = store.result(result_id)  # None for an id no database holds
     if r is None:
         raise StoreError(f"no result {result_id} in {redact_url(farm.database_url)}")
     text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731

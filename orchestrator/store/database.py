@@ -38,12 +38,13 @@ from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import sqlite_file
+from orchestrator.store.lock import check_held
 from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.recovery import Recovery
-from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, no_nul
-from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow, Run, SourceFile
+from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, stored
+from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
 
 class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
@@ -106,6 +107,9 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
     def _check_file(self) -> None:
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
+        if self._file is None:  # a server database: the run lock this process holds, still held
+            check_held(self.url)
+            return
         if self._identity is None:
             return
         now = self._file_identity()
@@ -184,8 +188,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
 
     def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
         """One row of `table` (an ORM model), committed; returns its id."""
-        if self.engine.dialect.name == "postgresql":
-            fields = no_nul(fields)
+        fields = stored(table.__table__, fields)  # see stored
         with self._writing_rows() as connection:
             return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
@@ -206,15 +209,14 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         records += [("source", {"sha256": sha, "path": path, "content": content}) for sha, path, content in sources]
         if self.journal is not None:
             self.journal.write_many(records)
-        postgres = self.engine.dialect.name == "postgresql"
         run_fields = {"started_at": started, "status": "running", **fields}
         with self._writing_rows() as connection:
-            run_id = connection.execute(
-                Run.__table__.insert(), no_nul(run_fields) if postgres else run_fields
-            ).inserted_primary_key[0]
+            run_id = connection.execute(Run.__table__.insert(), stored(Run.__table__, run_fields)).inserted_primary_key[
+                0
+            ]
             rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
             if rows:
-                connection.execute(INSERT_PLANNED, [no_nul(row) for row in rows] if postgres else rows)
+                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
             new = {sha: (path, content) for sha, path, content in sources}
             if new:
                 have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
@@ -225,7 +227,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     {"sha256": sha, "path": path, "content": content, "first_seen": started}
                     for sha, (path, content) in new.items()
                 ]
-                connection.execute(SourceFile.__table__.insert(), [no_nul(row) for row in kept] if postgres else kept)
+                connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
@@ -275,9 +277,8 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         records += [("attempt", {k: v for k, v in a.items() if k != "run_id"}) for a in tries]
         if self.journal is not None:
             self.journal.write_many(records)
-        postgres = self.engine.dialect.name == "postgresql"
         with self._writing_rows() as connection:
-            return insert_result(connection, fields, metrics, tries, postgres=postgres)
+            return insert_result(connection, fields, metrics, tries)
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -287,8 +288,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
             return
         rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
         with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
-            postgres = self.engine.dialect.name == "postgresql"
-            connection.execute(INSERT_PLANNED, [no_nul(row) for row in rows] if postgres else rows)
+            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
 
     def recorded_binary(self, node: str, build_key: str) -> str | None:
         """The binary sha256 the latest result with this build key on this node

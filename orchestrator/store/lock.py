@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import socket
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -77,6 +78,16 @@ class RunLock:
 
 # "farm run" as a number: the PostgreSQL advisory lock every farm run of a database takes
 ADVISORY_KEY = 0x6661726D_72756E
+CHECK_EVERY = 1.0  # seconds between two checks that a held advisory lock's session is still alive
+_HELD: dict[str, DatabaseLock] = {}  # server database (location.server_identity) -> its lock held here
+
+
+def check_held(url: str) -> None:
+    """Before a write: where this process holds `url`'s advisory lock, that its session still
+    holds it (see DatabaseLock.check); nothing else to check for SQLite or an unheld lock."""
+    held = _HELD.get(server_identity(url))
+    if held is not None:
+        held.check()
 
 
 class DatabaseLock:
@@ -91,6 +102,48 @@ class DatabaseLock:
         self.wait = wait
         self._connection = None
         self._engine = None
+        self._checked = 0.0
+        self._checking = threading.Lock()  # a run's writes come from several threads
+
+    def check(self) -> None:
+        """The server ends the lock's idle session (idle_session_timeout, pg_terminate_backend,
+        a restart) without a word, and the lock with it: a second farm host then took it and
+        wrote beside the run (a red-team finding). At most every CHECK_EVERY seconds, a round
+        trip on the session; ended, the lock is taken again on a new one, or, another farm
+        holding it, the run's writes stop (StoreError)."""
+        import time
+
+        from sqlalchemy import text
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from orchestrator.errors import StoreError
+        from orchestrator.store.engine import redact_url
+
+        with self._checking:
+            if self._engine is None or time.monotonic() - self._checked < CHECK_EVERY:
+                return
+            try:
+                if self._connection is not None:
+                    self._connection.execute(text("SELECT 1")).scalar()
+                    self._connection.rollback()
+                    self._checked = time.monotonic()
+                    return
+            except SQLAlchemyError:
+                with contextlib.suppress(Exception):
+                    self._connection.close()  # type: ignore[union-attr]
+                self._connection = None
+            try:
+                self._connection = self._engine.connect()
+                taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+                self._connection.commit()
+            except SQLAlchemyError:
+                taken = False
+            if not taken:
+                raise StoreError(
+                    f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "
+                    "farm run may hold it now: this run stops writing"
+                )
+            self._checked = time.monotonic()
 
     def __enter__(self) -> DatabaseLock:
         import time
@@ -113,6 +166,8 @@ class DatabaseLock:
                 taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
                 self._connection.commit()
                 if taken:
+                    self._checked = time.monotonic()
+                    _HELD[server_identity(self.url)] = self
                     return self
                 if time.monotonic() >= deadline:
                     holder = self._connection.execute(
@@ -140,6 +195,8 @@ class DatabaseLock:
 
     def _release(self) -> None:
         # NullPool: closing the connection ends the server session, and with it the lock
+        if _HELD.get(server_identity(self.url)) is self:
+            del _HELD[server_identity(self.url)]
         if self._connection is not None:
             with contextlib.suppress(Exception):
                 self._connection.close()

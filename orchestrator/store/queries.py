@@ -42,8 +42,14 @@ class Queries:
         with self._reading() as session:
             return session.scalars(query.order_by(Run.id.desc()).limit(1)).first()
 
+    def _holds(self, row_id: int) -> bool:
+        """Whether an id can be one this database holds: its INTEGER is 64 bits in SQLite (past
+        them, an overflow), 32 in PostgreSQL (past them "integer out of range", a database
+        fault where SQLite said there is no such row: a red-team finding)."""
+        return 1 <= row_id < (2**31 if self.engine.dialect.name == "postgresql" else 2**63)
+
     def run(self, run_id: int) -> Run | None:
-        if not 1 <= run_id < 2**63:  # no id a database holds (SQLite's INTEGER would overflow)
+        if not self._holds(run_id):
             return None
         with self._reading() as session:
             return session.get(Run, run_id)
@@ -345,5 +351,7 @@ class Queries:
             return list(session.execute(query))
 
     def result(self, result_id: int) -> ResultRow | None:
+        if not self._holds(result_id):
+            return None
         with self._reading() as session:
             return session.get(ResultRow, result_id)

@@ -14,7 +14,15 @@ from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
 from orchestrator.store.queries import CHUNK
-from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, INSERT_SNAPSHOT, insert_result, no_nul
+from orchestrator.store.result_rows import (
+    ATTEMPT_NULLABLE,
+    ATTEMPTS,
+    INSERT_SNAPSHOT,
+    RESULTS,
+    fit,
+    insert_result,
+    stored,
+)
 from orchestrator.store.tables import Attempt, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
 
 
@@ -56,6 +64,7 @@ _JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
+PLANNED_KEYS = ("run_id", "kernel", "variant", "node", "device")  # a planned cell's columns
 _INT64 = -(1 << 63)  # SQLite's and PostgreSQL's BIGINT: a number past it was an OverflowError, "a bug in farm"
 
 
@@ -228,6 +237,8 @@ class Recovery:
                     "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
                 )
             end = next((fields for kind, fields in records if kind == "finish"), None)
+            run_fields = stored(Run.__table__, run_fields)  # as begin_run stored it (result_rows.fit)
+            planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's
             run = Run(
                 status=end["status"] if end else "aborted",
                 exit_code=end["exit_code"] if end else None,
@@ -237,8 +248,6 @@ class Recovery:
             session.add(run)
             session.flush()
             connection = session.connection()  # the rows a run writes many of, as Store writes them
-            postgres = self.engine.dialect.name == "postgresql"
-            clean = no_nul if postgres else dict
             snapshots: dict[int, int] = {}
             results = 0
             done: set[tuple[str, str, str, str]] = set()
@@ -246,21 +255,25 @@ class Recovery:
             for kind, fields in records[1:]:
                 if kind == "snapshot":
                     ref = fields.pop("ref")
-                    inserted = connection.execute(INSERT_SNAPSHOT, clean({"run_id": run.id, **fields}))
+                    inserted = connection.execute(
+                        INSERT_SNAPSHOT, stored(INSERT_SNAPSHOT.table, {"run_id": run.id, **fields})
+                    )
                     snapshots[ref] = inserted.inserted_primary_key[0]
                 elif kind == "result":
                     ref = fields.pop("snapshot_ref")
                     metrics = fields.pop("metrics", [])
                     row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **fields}
-                    insert_result(connection, row, metrics, (), postgres=postgres)
-                    done.add((fields["kernel"], fields["variant"], fields["node"], fields.get("device", "")))
+                    insert_result(connection, row, metrics, ())
+                    kept = fit(RESULTS, fields)  # the cell as stored, to match its planned one's
+                    done.add((kept["kernel"], kept["variant"], kept["node"], kept.get("device", "")))
                     results += 1
                 elif kind == "attempt":
-                    connection.execute(ATTEMPTS.insert(), clean({**ATTEMPT_NULLABLE, "run_id": run.id, **fields}))
+                    attempt = {**ATTEMPT_NULLABLE, "run_id": run.id, **fields}
+                    connection.execute(ATTEMPTS.insert(), stored(ATTEMPTS, attempt))
                 elif kind == "planned":
                     cells = [
-                        PlannedCell(run_id=run.id, kernel=k, variant=v, node=n, device=d)
-                        for k, v, n, d in fields["cells"]
+                        PlannedCell(**stored(planned_table, dict(zip(PLANNED_KEYS, [run.id, *cell], strict=True))))
+                        for cell in fields["cells"]
                     ]
                     session.add_all(cells)
                     planned += cells

@@ -3,11 +3,12 @@ in the caller's transaction on the driver's cursor (inserts.py)."""
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import String, Table
 from sqlalchemy.engine import Connection, Dialect
 
 from orchestrator.store.inserts import Inserts
@@ -15,11 +16,39 @@ from orchestrator.store.tables import Attempt, MetricValue, NodeSnapshotRow, Pla
 
 
 def no_nul(params: dict[str, Any]) -> dict[str, Any]:
-    # PostgreSQL's text cannot hold NUL (SQLite's can): show it as U+FFFD rather than lose the row
+    # PostgreSQL's text cannot hold NUL (SQLite's can): U+FFFD rather than lose the row, on both
+    # backends (SQLite showed a kernel's last words with "\x00", PostgreSQL with U+FFFD: a red-team finding)
     return {
         key: value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
         for key, value in params.items()
     }
+
+
+@functools.cache
+def _limits(table: Table) -> tuple[tuple[str, int], ...]:
+    """(column, length) of the table's String(n) columns (Text has none)."""
+    return tuple((c.key, c.type.length) for c in table.columns if isinstance(c.type, String) and c.type.length)
+
+
+TAIL = 7  # the end a cut value keeps: a farm commit's "+dirty", a name's last part
+
+
+def fit(table: Table, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` with each string longer than its String(n) column cut to n, its middle
+    given up ("…"), on every backend: PostgreSQL refused a longer one and the run died
+    storing nothing (its previous night's green went on as the latest), while SQLite
+    kept it whole; both keep the same now (a red-team finding)."""
+    cut = {
+        key: value[: n - TAIL - 1] + "\u2026" + value[-TAIL:]
+        for key, n in _limits(table)
+        if isinstance(value := params.get(key), str) and len(value) > n
+    }
+    return {**params, **cut} if cut else params
+
+
+def stored(table: Table, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` as `table` keeps them, alike on every backend (fit, no_nul)."""
+    return no_nul(fit(table, params))
 
 
 # A result's rows are written by inserts.py (SQLAlchemy's SQL and value conversions, the
@@ -39,15 +68,12 @@ def insert_result(
     fields: dict[str, Any],
     metrics: Sequence[dict[str, Any]],
     attempts: Sequence[dict[str, Any]],
-    *,
-    postgres: bool,
 ) -> int:
     """A result's row, then (its id known) its metric values (metrics.Measured.record),
     its instruction counts, each with the cell's key, and the attempts that led to
     it (each with its `at`), in the caller's transaction. Returns the result's id."""
-    clean = no_nul if postgres else dict
     inserts = _inserts(connection.dialect)
-    result_id = inserts.one(connection, RESULTS, clean(fields))
+    result_id = inserts.one(connection, RESULTS, stored(RESULTS, fields))
     key = {
         "result_id": result_id,
         "run_id": fields["run_id"],
@@ -56,18 +82,18 @@ def insert_result(
         "node": fields["node"],
         "device": fields.get("device", ""),
     }
-    inserts.many(connection, METRICS, [clean({**key, **metric}) for metric in metrics])
+    inserts.many(connection, METRICS, [stored(METRICS, {**key, **metric}) for metric in metrics])
     if counts := fields.get("instruction_counts"):
         identity = fields.get("identity")
         inserts.many(
             connection,
             SASS,
             [
-                clean({"result_id": result_id, "identity": identity, "instruction": name, "count": count})
+                stored(SASS, {"result_id": result_id, "identity": identity, "instruction": name, "count": count})
                 for name, count in counts.items()
             ],
         )
-    inserts.many(connection, ATTEMPTS, [clean({**ATTEMPT_NULLABLE, **attempt}) for attempt in attempts])
+    inserts.many(connection, ATTEMPTS, [stored(ATTEMPTS, {**ATTEMPT_NULLABLE, **a}) for a in attempts])
     return result_id
 
 
