@@ -4,14 +4,14 @@ changed", "unstable" and the kernel pages' grids must never take them for today'
 from __future__ import annotations
 
 import html
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
+from test_bisect import git
+from test_redteam46 import toy_repo
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -19,28 +19,10 @@ from orchestrator.config.farm import load_farm
 from orchestrator.store.database import Store
 
 
-def git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(root), "-c", "user.name=farm test", "-c", "user.email=farm@test", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-    return done.stdout.strip()
-
-
 def bisected_farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, str]:
     """Run 1 green at the good commit; the build broken; run 2 red at HEAD; a `farm bisect`
     (runs 3: HEAD, bad; 4: the good commit, as expected). Returns (root, farm.yaml, good)."""
-    root = tmp_path / "toy"
-    config = toy_farm(root)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    monkeypatch.chdir(root)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "farm.yaml", "jobs", "kernels")
-    git(root, "commit", "-q", "-m", "toy")
-    good = git(root, "rev-parse", "HEAD")
+    root, config, good = toy_repo(tmp_path, monkeypatch)
     cli = CliRunner()
     assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0  # run 1
     (root / "kernels" / "toy.cpp").write_text("int main( {\n")
