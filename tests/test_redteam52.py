@@ -1,0 +1,73 @@
+"""Red-team round 52: inputs that change what a node's compilers build, but not the build key."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
+from test_verdicts import MIN75
+
+from orchestrator.config.farm import load_farm
+from orchestrator.plan import plan_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path / "fleet")
+    yield fleet
+    fleet.stop()
+
+
+def login_env(node: SshNode, **env: str) -> None:
+    """The node's login environment (sshd's SetEnv) made PATH, HOME and ENV: what an admin's
+    /etc/environment, a ~/.bashrc or a module load sets for every login, the farm's included."""
+    node.stop()
+    lines = node.config.read_text().splitlines()
+    base = next(line for line in lines if line.startswith("SetEnv "))
+    kept = " ".join(part for part in base.split()[1:] if part.split("=", 1)[0] in ("HOME", "PATH"))
+    extra = " ".join(f"{name}={value}" for name, value in env.items())
+    node.config.write_text("\n".join(f"SetEnv {kept} {extra}".rstrip() if line == base else line for line in lines))
+    node.start()
+
+
+def verify(node: SshNode, root: Path, variants: dict[str, dict[str, object]]) -> dict[str, int]:
+    farm_file = write_farm(root, {"t4": node.farm_entry(root.parent / "work")}, [standin_job("standin", variants)])
+    farm = load_farm(farm_file)
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm, None, None), cache_dir=root.parent / "cache")
+    finally:
+        store.close()
+    return dict(summary.outcomes)
+
+
+def test_a_compiler_variable_changed_in_the_nodes_login_environment_rebuilds(
+    fleet: Fleet, tmp_path: Path, runner: str
+) -> None:
+    """The node's login environment reaches every build as the node's `env:` does: g++ reads
+    CPATH (C_INCLUDE_PATH, LIBRARY_PATH, GCC_EXEC_PREFIX, ...), nvcc NVCC_APPEND_FLAGS,
+    NVCC_PREPEND_FLAGS and NVCC_CCBIN. Set by the admin (/etc/environment, a module load) or by a
+    kernel of the same user (~/.bashrc, which bash reads under sshd), it changes what every build
+    makes. The key named only farm.yaml's `env:`: with CPATH moved from a folder whose header says
+    MODE_PASS to one whose header says MODE_FAILNUM, the binary built under the first was reused
+    and passed, though the build from the same inputs now fails its numbers."""
+    node = fleet.add("t4", CARDS["t4"], start=False)
+    headers = {}
+    for mode in ("PASS", "FAILNUM"):
+        folder = tmp_path / f"include-{mode.lower()}"
+        folder.mkdir()
+        (folder / "farm_mode.h").write_text(f"#define MODE_{mode} 1\n")
+        headers[mode] = folder
+    build = "g++ -O1 -include farm_mode.h -DMIN_CC=75 -o {binary} {sources}"
+    variants = {"p": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)}
+    outcomes = []
+    for mode in ("PASS", "FAILNUM"):
+        login_env(node, CPATH=str(headers[mode]))
+        outcomes.append(verify(node, tmp_path / "farm", variants))
+    rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
+    assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
+    assert [r["build_cached"] for r in rows] == [0, 0]
