@@ -51,7 +51,7 @@ def test_a_compiler_variable_changed_in_the_nodes_login_environment_rebuilds(
     """The node's login environment reaches every build as the node's `env:` does: g++ reads
     CPATH (C_INCLUDE_PATH, LIBRARY_PATH, GCC_EXEC_PREFIX, ...), nvcc NVCC_APPEND_FLAGS,
     NVCC_PREPEND_FLAGS and NVCC_CCBIN. Set by the admin (/etc/environment, a module load) or by a
-    kernel of the same user (~/.bashrc, which bash reads under sshd), it changes what every build
+    kernel of the same user (a shell start-up file the login reads), it changes what every build
     makes. The key named only farm.yaml's `env:`: with CPATH moved from a folder whose header says
     MODE_PASS to one whose header says MODE_FAILNUM, the binary built under the first was reused
     and passed, though the build from the same inputs now fails its numbers."""
@@ -71,3 +71,17 @@ def test_a_compiler_variable_changed_in_the_nodes_login_environment_rebuilds(
     rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
     assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
     assert [r["build_cached"] for r in rows] == [0, 0]
+
+
+def test_both_probes_name_the_logins_compiler_variables_alike(fleet: Fleet, tmp_path: Path) -> None:
+    """The shell probe (nodes without python3) and the resident runner's list the login's
+    compiler variables alike, a value with spaces and an empty one included: a node's key must
+    not change with the runner that probed it."""
+    from test_node_runner import both_probes
+
+    node = fleet.add("t4", CARDS["t4"], start=False)
+    login_env(node, NVCC_APPEND_FLAGS='"-DA=1 -DB=2"', CPATH='""')
+    shell, served = both_probes(node, tmp_path / "work", [])
+    assert shell.compilers == served.compilers
+    assert f"env NVCC_APPEND_FLAGS {b'-DA=1 -DB=2'.hex()}" in served.compilers.splitlines(), served.compilers
+    assert "env CPATH" in served.compilers.splitlines()

@@ -52,6 +52,11 @@ def free_inodes_sh(folder: str) -> str:
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
+# the compilers' variables the login sets, keyed as the compilers are (noderunner.BUILD_ENV)
+BUILD_ENV = (
+    "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "OBJC_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "LD_RUN_PATH",
+)  # fmt: skip
 
 
 # The probe's one python3 (probe_python): its own path and whether it can run the
@@ -174,6 +179,9 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "echo '@@farm compilers'",
             f'for c in {" ".join(HOST_COMPILERS)}; do p=$(command -v "$c") && r=$(readlink -f "$p") && '
             's=$(stat -Lc \'%s %Y %i %Z\' "$r") && echo "$c $r $s"; done 2>/dev/null',
+            # the compilers' variables the login sets, as noderunner.compilers lists them: in hex (od)
+            f'for v in {" ".join(BUILD_ENV)}; do eval "s=\\${{$v+1}} x=\\${{$v-}}"; [ -n "$s" ] && '
+            'printf \'env %s %s\\n\' "$v" "$(printf %s "$x" | od -An -v -tx1 | tr -d \' \\n\')"; done 2>/dev/null',
             "wait",
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',

@@ -33,14 +33,23 @@ def _which(name):
 # calls (binutils, upgraded apart from gcc): a build made by another one is another binary, so each
 # one's file is part of the build key
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")
+# the login's variables that nvcc, gcc and ld read (flags, include and library folders, the host
+# compiler, the programs gcc calls, __DATE__, a run path): set by the admin or by a shell start-up
+# file a kernel wrote, they change what every build makes, as the node's `env:` in farm.yaml does,
+# and a binary built under the old ones was reused and passed (a red-team finding)
+BUILD_ENV = (
+    "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "OBJC_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "LD_RUN_PATH",
+)  # fmt: skip
 
 
 def compilers():
     """One line per host compiler on the login's PATH: its name, the file it resolves to, that
-    file's size, modification time, inode and change time (seconds); what probe.py's shell probe
-    prints (stat, no start: a compiler's --version costs a process per compiler and node). The
-    change time is the kernel's, set by any write or replacement: a file rewritten in the second of
-    its last change with its size and time put back (touch -d) still has a new one."""
+    file's size, modification time, inode and change time (seconds); then one per BUILD_ENV
+    variable the login sets, "env NAME HEX"; what probe.py's shell probe prints (stat, no start: a
+    compiler's --version costs a process per compiler and node). The change time is the kernel's,
+    set by any write or replacement: a file rewritten in the second of its last change with its
+    size and time put back (touch -d) still has a new one."""
     lines = []
     for name in HOST_COMPILERS:
         path = _which(name)
@@ -52,6 +61,11 @@ def compilers():
         except OSError:
             continue
         lines.append(f"{name} {real} {found.st_size} {int(found.st_mtime)} {found.st_ino} {int(found.st_ctime)}")
+    # each one set (empty too: an empty CPATH names the build's own folder), its value in hex, so
+    # no value can end the section or forge a line of the shell probe's
+    for name in BUILD_ENV:
+        if name in LOGIN_ENV:
+            lines.append(f"env {name} {LOGIN_ENV[name].encode('utf-8', 'surrogateescape').hex()}")
     return lines
 
 
