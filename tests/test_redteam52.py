@@ -34,8 +34,9 @@ def login_env(node: SshNode, **env: str) -> None:
     node.start()
 
 
-def verify(node: SshNode, root: Path, variants: dict[str, dict[str, object]]) -> dict[str, int]:
-    farm_file = write_farm(root, {"t4": node.farm_entry(root.parent / "work")}, [standin_job("standin", variants)])
+def verify(node: SshNode, root: Path, variants: dict[str, dict[str, object]], **entry: object) -> dict[str, int]:
+    nodes = {"t4": node.farm_entry(root.parent / "work", **entry)}
+    farm_file = write_farm(root, nodes, [standin_job("standin", variants)])
     farm = load_farm(farm_file)
     store = Store(farm.database_url)
     try:
@@ -85,3 +86,27 @@ def test_both_probes_name_the_logins_compiler_variables_alike(fleet: Fleet, tmp_
     assert shell.compilers == served.compilers
     assert f"env NVCC_APPEND_FLAGS {b'-DA=1 -DB=2'.hex()}" in served.compilers.splitlines(), served.compilers
     assert "env CPATH" in served.compilers.splitlines()
+
+
+REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"
+
+
+@pytest.mark.skipif(not Path(REAL_NVCC).is_file(), reason="no CUDA 13.0 nvcc on this machine")
+def test_the_nodes_nvcc_set_up_anew_under_the_same_version_rebuilds(fleet: Fleet, tmp_path: Path, runner: str) -> None:
+    """The node's nvcc a site's wrapper (a module shim, `exec .../nvcc -ccbin ... "$@"`) or one whose
+    nvcc.profile beside it says its INCLUDES, LIBRARIES, CUDAFE_FLAGS and PTXAS_FLAGS: rewritten, it
+    builds another binary, while `nvcc --version` (in the key) prints what it printed. The key named
+    only nvcc's path and that text: the wrapper's flag moved from -DMODE_PASS to -DMODE_FAILNUM,
+    the binary built under the first was reused and passed, though a build now fails its numbers."""
+    node = fleet.add("t4", CARDS["t4"])
+    wrapper = node.node_bin / "nvcc-site"
+    build = "{nvcc} -O1 -DMIN_CC=75 -o {binary} {sources}"
+    variants = {"p": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)}
+    outcomes = []
+    for mode in ("PASS", "FAILNUM"):
+        wrapper.write_text(f'#!/bin/sh\nexec {REAL_NVCC} -DMODE_{mode} "$@"\n')
+        wrapper.chmod(0o755)
+        outcomes.append(verify(node, tmp_path / "farm", variants, nvcc=str(wrapper)))
+    rows = query(tmp_path / "farm" / "results.db", "SELECT build_cached, build_key FROM results ORDER BY run_id")
+    assert outcomes == [{"pass": 1}, {"fail": 1}], outcomes
+    assert [r["build_cached"] for r in rows] == [0, 0]
