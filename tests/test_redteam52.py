@@ -76,8 +76,8 @@ def test_a_compiler_variable_changed_in_the_nodes_login_environment_rebuilds(
 
 def test_both_probes_name_the_logins_compiler_variables_alike(fleet: Fleet, tmp_path: Path) -> None:
     """The shell probe (nodes without python3) and the resident runner's list the login's
-    compiler variables alike, a value with spaces and an empty one included: a node's key must
-    not change with the runner that probed it."""
+    compiler variables alike, a value with spaces and an empty one included, and nvcc's set-up
+    alike: a node's key must not change with the runner that probed it."""
     from test_node_runner import both_probes
 
     node = fleet.add("t4", CARDS["t4"], start=False)
@@ -86,6 +86,7 @@ def test_both_probes_name_the_logins_compiler_variables_alike(fleet: Fleet, tmp_
     assert shell.compilers == served.compilers
     assert f"env NVCC_APPEND_FLAGS {b'-DA=1 -DB=2'.hex()}" in served.compilers.splitlines(), served.compilers
     assert "env CPATH" in served.compilers.splitlines()
+    assert any(line.startswith("nvcc-setup ") for line in served.compilers.splitlines()), served.compilers
 
 
 REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"

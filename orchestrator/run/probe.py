@@ -52,6 +52,7 @@ def free_inodes_sh(folder: str) -> str:
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
+NVCC_SETUP = ("-dryrun", "-x", "cu", "-E", "/dev/null")  # noderunner.NVCC_SETUP: nvcc's set-up, keyed
 # the compilers' variables the login sets, keyed as the compilers are (noderunner.BUILD_ENV)
 BUILD_ENV = (
     "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
@@ -182,6 +183,15 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             # the compilers' variables the login sets, as noderunner.compilers lists them: in hex (od)
             f'for v in {" ".join(BUILD_ENV)}; do eval "s=\\${{$v+1}} x=\\${{$v-}}"; [ -n "$s" ] && '
             'printf \'env %s %s\\n\' "$v" "$(printf %s "$x" | od -An -v -tx1 | tr -d \' \\n\')"; done 2>/dev/null',
+            *(
+                []
+                if node.pypi_toolchain  # its tree is shipped, by content
+                else [
+                    # nvcc's set-up (nvcc.profile, a wrapper's flags), as noderunner.probe hashes it
+                    f"o=$({TOOL} {nvcc} {' '.join(NVCC_SETUP)} 2>&1) && "
+                    "printf 'nvcc-setup %s\\n' \"$(printf '%s\\n' \"$o\" | sha256sum | cut -c1-64)\"",
+                ]
+            ),
             "wait",
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',

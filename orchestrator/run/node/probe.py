@@ -4,7 +4,7 @@ and room."""
 import os
 import sys
 
-from orchestrator.run.node.files import OUT, folder_digest
+from orchestrator.run.node.files import OUT, folder_digest, sha256
 from orchestrator.run.node.place import place_one
 from orchestrator.run.node.processes import finished, started
 from orchestrator.run.node.stages import LOGIN_ENV, login_env
@@ -41,6 +41,13 @@ BUILD_ENV = (
     "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
     "OBJC_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "LD_RUN_PATH",
 )  # fmt: skip
+
+
+# nvcc's dry run of nothing: what it set up from its nvcc.profile (INCLUDES, LIBRARIES, CUDAFE_FLAGS,
+# PTXAS_FLAGS, ...), its flags (a site's wrapper, NVCC_APPEND_FLAGS) and the host compiler it calls.
+# Changed, it builds another binary while `nvcc --version` prints what it printed: its sha256 is in
+# the build key, and a binary the wrapper built with other flags was reused and passed (a red-team finding)
+NVCC_SETUP = ("-dryrun", "-x", "cu", "-E", "/dev/null")
 
 
 def compilers():
@@ -92,6 +99,7 @@ def probe(spec):
     lines = []
     smi = started(["nvidia-smi", "--query-gpu=" + spec["gpu_query"], "--format=csv,noheader"])
     nvcc = started([spec["nvcc"], "--version"]) if spec["nvcc"] else None
+    setup = started([spec["nvcc"], *NVCC_SETUP]) if spec["nvcc"] else None
     workdir = spec["workdir"]
     if workdir.startswith("~/"):
         workdir = LOGIN_ENV.get("HOME", "") + "/" + workdir[2:]
@@ -147,6 +155,12 @@ def probe(spec):
             continue
         lines += [line for line in said if line.startswith(("Model:", "GPU UUID:"))]
     lines += ["@@farm flock", _which("flock"), "@@farm compilers", *compilers()]
+    if setup is not None:
+        text, code = finished(setup, PROBE_TOOL_TIMEOUT)
+        if code == 0:  # as the shell's $( ) takes it: its trailing newlines cut, then one
+            digest = sha256()
+            digest.update(text.rstrip(b"\n") + b"\n")
+            lines.append("nvcc-setup " + digest.hexdigest())
     lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
     if smi_code != 0:
         lines.append("error nvidia-smi lists no GPU")
