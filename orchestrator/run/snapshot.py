@@ -58,8 +58,8 @@ class NodeSnapshot:
     gpu_indexes: frozenset[int] = frozenset()  # every index nvidia-smi listed, before `gpus:` applied
     driver_check: str = ""  # the cross-check of nvidia-smi against the driver, in words
     # the host compilers, assembler and linker on the login's PATH (gcc is nvcc's): "NAME FILE SIZE
-    # MTIME INODE CTIME" lines, then "env NAME HEX" for the compilers' variables the login sets:
-    # in the build key
+    # MTIME INODE CTIME" lines, then "env NAME HEX" for the compilers' variables the login sets and
+    # "nvcc-setup SHA256" for nvcc's dry run (noderunner.NVCC_SETUP): in the build key
     compilers: str = ""
     flock: bool = False  # util-linux's flock is there: runs queue on the node itself (slots.GpuSlots)
     python: str | None = None  # the node's python3 (3.8 or later): cells go to noderunner.py, not to shell
