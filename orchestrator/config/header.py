@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.includes import included_headers
 from orchestrator.config.nvcc_command import SAFE, SAFE_WORDS, BuildLine, Words, cc_contract, line_error, translate
 from orchestrator.config.provenance import DerivedJob, Provenance
 from orchestrator.config.spec_types import NAME_RE
@@ -130,9 +131,11 @@ def _description(lines: list[tuple[int, str]]) -> tuple[str, int] | None:
     return None
 
 
-def derive_job(path: Path, rel: str) -> DerivedJob:
+def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
     """The job a kernel's header describes; ConfigErrors naming the file and
-    line for anything that cannot be read or translated safely."""
+    line for anything that cannot be read or translated safely. With the
+    project folder `root`, the files the source includes from beside it are
+    its `headers` (includes.py)."""
     kernel = path.stem
     if not NAME_RE.fullmatch(kernel) or ".." in kernel:
         raise ConfigError(
@@ -194,6 +197,10 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
         document["description"] = described[0]
         fields["description"] = f"{rel}:{described[1]}"
     document["sources"] = [rel]
+    included = included_headers(path, root) if root is not None else []
+    if included:  # shipped and hashed with the source: nvcc finds them beside it on the node too
+        document["headers"] = [header for header, _ in included]
+        fields["headers"] = "; ".join(where for _, where in included)
     if dependencies:
         document["dependencies"] = list(dependencies)
         fields["dependencies"] = "; ".join(dependencies.values())

@@ -74,7 +74,7 @@ def _derived_job(
     """A kernel's job from its header, with its job file (one without `sources`) laid over it."""
     if source.is_symlink():  # a certificate is about the kernel's own bytes, never a link's target
         raise ConfigError(str(source), "", "a symbolic link", "a regular file in the kernels folder")
-    derived = header.derive_job(source, _label(source, root))
+    derived = header.derive_job(source, _label(source, root), root)
     blame = source
     if override is not None:
         blame, raw = override

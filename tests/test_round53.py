@@ -1,0 +1,118 @@
+"""Round 53: kernels a course author adds, read as the README tells them to.
+
+Each test here failed before its fix: a header-derived kernel whose source
+includes a header beside it (the farm did not ship it: nvcc's "No such file" on
+the node), a job file adding a data file over such a kernel (it replaced the
+include), and a kernel put in a subfolder of kernels/ (no hint why it had no job).
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.farm import load_farm
+from orchestrator.errors import ConfigError
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import plan_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
+
+CHECK_CUH = """\
+#pragma once
+#include "detail/gate.cuh"
+#define CK(x) (x)
+"""
+GATE_CUH = "#pragma once\nstatic inline int gate() { return 0; }\n"
+WARP_REDUCE = """\
+// Day 91: a warp-shuffle reduction, with the checks in a shared header.
+//
+// Build (Turing and newer, needs CC 7.5 to run):
+//   nvcc -std=c++17 -O3 -arch=sm_75 -o warp_reduce warp_reduce.cu
+#include <cstdio>
+#include "common/check.cuh"   // the course's shared checks
+#include "missing_on_purpose.cuh"  // not beside it: nvcc's to report, not the farm's to guess
+__global__ void reduce(float* x) {
+  float v = x[threadIdx.x];
+  for (int o = 16; o; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+  if (threadIdx.x == 0) *x = v;
+}
+int main() { return gate(); }
+"""
+
+
+def farm_with(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    (root / "farm.yaml").write_text(f"nodes:\n  local:\n    transport: local\n    workdir: {root / 'node'}\n")
+    return root / "farm.yaml"
+
+
+def includes_farm(root: Path) -> Path:
+    return farm_with(
+        root,
+        {
+            "kernels/warp_reduce.cu": WARP_REDUCE.replace('#include "missing_on_purpose.cuh"  //', "//"),
+            "kernels/common/check.cuh": CHECK_CUH,
+            "kernels/common/detail/gate.cuh": GATE_CUH,
+        },
+    )
+
+
+def test_a_derived_kernel_ships_the_headers_it_includes_beside_it(tmp_path):
+    farm = load_farm(includes_farm(tmp_path))
+    job = farm.jobs["warp_reduce"]
+    # the include of the include too: check.cuh's own "detail/gate.cuh", beside check.cuh
+    assert job.spec.headers == ["kernels/common/check.cuh", "kernels/common/detail/gate.cuh"]
+    assert set(job.files) == {"kernels/warp_reduce.cu", "kernels/common/check.cuh", "kernels/common/detail/gate.cuh"}
+    assert job.provenance.fields["headers"] == "kernels/warp_reduce.cu:6 #include; kernels/common/check.cuh:2 #include"
+
+
+def test_an_include_found_nowhere_beside_the_source_is_left_to_nvcc(tmp_path):
+    path = farm_with(tmp_path, {"kernels/warp_reduce.cu": WARP_REDUCE, "kernels/common/check.cuh": "#pragma once\n"})
+    assert load_farm(path).jobs["warp_reduce"].spec.headers == ["kernels/common/check.cuh"]
+
+
+def test_an_include_that_leaves_the_project_or_is_a_link_is_refused_with_its_line(tmp_path):
+    (tmp_path / "outside.cuh").write_text("#pragma once\n")
+    source = WARP_REDUCE.replace("warp_reduce", "k").replace("common/check.cuh", "../../outside.cuh")
+    path = farm_with(tmp_path / "project", {"kernels/k.cu": source})
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    assert "kernels/k.cu" in str(info.value) and "line 6" in str(info.value) and "outside.cuh" in str(info.value)
+
+
+def test_a_job_file_adding_a_data_file_keeps_the_derived_includes(tmp_path):
+    path = includes_farm(tmp_path)
+    (tmp_path / "kernels" / "data").mkdir()
+    (tmp_path / "kernels" / "data" / "input.txt").write_text("1 2 3\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "warp_reduce.yaml").write_text("headers: [kernels/data/input.txt]\n")
+    job = load_farm(path).jobs["warp_reduce"]
+    assert job.spec.headers == [
+        "kernels/common/check.cuh",
+        "kernels/common/detail/gate.cuh",
+        "kernels/data/input.txt",
+    ]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_derived_kernel_with_a_shared_header_builds_with_the_real_nvcc(tmp_path):
+    farm = load_farm(includes_farm(tmp_path))
+    store = Store(farm.database_url)
+    summary = run_cells(farm, store, plan_cells(farm))
+    (row,) = store.results(summary.run_id)
+    assert row.outcome == Outcome.COMPILE_ONLY.value, row.build_log
+
+
+def test_a_job_file_listing_the_included_folder_itself_lists_each_header_once(tmp_path):
+    path = includes_farm(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "warp_reduce.yaml").write_text("headers: [kernels/common]\n")
+    job = load_farm(path).jobs["warp_reduce"]
+    assert job.spec.headers == ["kernels/common"]
+    assert set(job.files) == {"kernels/warp_reduce.cu", "kernels/common/check.cuh", "kernels/common/detail/gate.cuh"}
