@@ -13,7 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from orchestrator.cli import main
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError
 from orchestrator.outcomes import Outcome
@@ -116,3 +118,39 @@ def test_a_job_file_listing_the_included_folder_itself_lists_each_header_once(tm
     job = load_farm(path).jobs["warp_reduce"]
     assert job.spec.headers == ["kernels/common"]
     assert set(job.files) == {"kernels/warp_reduce.cu", "kernels/common/check.cuh", "kernels/common/detail/gate.cuh"}
+
+
+# --------------------------------------------- a kernel in a subfolder of kernels/
+
+SCAN97 = WARP_REDUCE.replace("warp_reduce", "scan97").replace("common/check.cuh", "../common/check.cuh")
+
+
+def test_a_kernel_in_a_subfolder_of_kernels_gets_the_job_its_header_gives(tmp_path):
+    """kernels/day97/scan97.cu was skipped unsaid: `farm jobs scan97` said only "no job for kernel"."""
+    path = farm_with(
+        tmp_path,
+        {
+            "kernels/day97/scan97.cu": SCAN97,
+            "kernels/common/check.cuh": CHECK_CUH,
+            "kernels/common/detail/gate.cuh": GATE_CUH,
+            # a helper translation unit with no Build: line is no kernel of its own (a job lists it)
+            "kernels/day97/helper.cu": "__device__ int helper() { return 1; }\n",
+        },
+    )
+    out = CliRunner().invoke(main, ["jobs", "scan97", "--config", str(path)])
+    assert out.exit_code == 0, out.output
+    assert "sources: [kernels/day97/scan97.cu]" in out.output
+    assert "headers: [kernels/common/check.cuh, kernels/common/detail/gate.cuh]" in out.output
+    assert set(load_farm(path).jobs) == {"scan97"}
+
+
+def test_a_subfolder_kernel_named_like_another_is_refused_naming_both(tmp_path):
+    path = farm_with(
+        tmp_path, {"kernels/a/k.cu": SCAN97.replace("scan97", "k"), "kernels/b/k.cu": SCAN97.replace("scan97", "k")}
+    )
+    for rel in ("kernels/common/check.cuh", "kernels/common/detail/gate.cuh"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(GATE_CUH)
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    assert "kernels/b/k.cu" in str(info.value) and "kernels/a/k.cu" in str(info.value)

@@ -64,6 +64,14 @@ def header_lines(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def has_build_line(path: Path) -> bool:
+    """Whether the file's leading comment has a Build: line (an unreadable file has none)."""
+    try:
+        return any(_BUILD_RE.fullmatch(text) for _, text in header_lines(path))
+    except OSError:
+        return False
+
+
 def _commands(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[int, str, Words]], list[tuple[int, Words]]]:
     """Each `Build` line as (line, label, words with their lines), and each `Run` line as (line, words)."""
     builds: list[tuple[int, str, Words]] = []
