@@ -154,3 +154,64 @@ def test_a_subfolder_kernel_named_like_another_is_refused_naming_both(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_farm(path)
     assert "kernels/b/k.cu" in str(info.value) and "kernels/a/k.cu" in str(info.value)
+
+
+# ------------------------------------------- a run that reads a file shipped beside it
+
+HISTO = """\
+// Day 96: a histogram of the numbers in data/histo_input.txt.
+//
+// Build: nvcc -std=c++17 -O3 -arch=sm_75 -o histo histo.cu
+// Run:   ./histo data/histo_input.txt
+int main() { return 0; }
+"""
+
+
+def test_a_run_naming_a_file_the_job_ships_is_refused_at_load(tmp_path):
+    """The run starts in an empty work folder of its own: `./histo data/histo_input.txt`
+    loaded, built, and failed on the T4 with "cannot open", read as the kernel's failure."""
+    path = farm_with(
+        tmp_path,
+        {
+            "kernels/histo.cu": HISTO,
+            "kernels/data/histo_input.txt": "1 2 3 4\n",
+            "jobs/histo.yaml": "headers: [kernels/data/histo_input.txt]\n",
+        },
+    )
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    said = str(info.value)
+    assert "jobs/histo.yaml" in said and "variants.sm75.run" in said and "kernels/histo.cu:4 Run" in said
+    assert "kernels/data/histo_input.txt" in said and "empty work folder" in said
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["cd data && {binary}", "{binary} --input=kernels/data/histo_input.txt", "{binary} 'data/histo_input.txt'"],
+)
+def test_a_job_files_run_naming_a_shipped_file_or_folder_is_refused(tmp_path, run):
+    path = farm_with(
+        tmp_path,
+        {
+            "kernels/histo.cu": HISTO.replace("// Run:   ./histo data/histo_input.txt\n", ""),
+            "kernels/data/histo_input.txt": "1 2 3 4\n",
+            "jobs/histo.yaml": f'headers: [kernels/data]\nvariants:\n  sm75:\n    run: "{run}"\n',
+        },
+    )
+    with pytest.raises(ConfigError) as info:
+        load_farm(path)
+    assert "variants.sm75.run" in str(info.value) and "empty work folder" in str(info.value)
+
+
+def test_a_run_with_plain_arguments_still_loads(tmp_path):
+    path = farm_with(tmp_path, {"kernels/histo.cu": HISTO.replace("data/histo_input.txt", "4096 data")})
+    assert load_farm(path).jobs["histo"].spec.variants["sm75"].run == "{binary} 4096 data"
+
+
+@pytest.mark.parametrize("run", ["cp /data/x.bin . && {binary} x.bin", "{binary} kernels", "cd .. && {binary}"])
+def test_a_run_naming_the_work_folder_or_the_kernels_folder_is_no_shipped_file(tmp_path, run):
+    path = farm_with(
+        tmp_path,
+        {"kernels/histo.cu": HISTO, "jobs/histo.yaml": f'variants:\n  sm75:\n    run: "{run}"\n'},
+    )
+    assert load_farm(path).jobs["histo"].spec.variants["sm75"].run == run

@@ -16,6 +16,7 @@ from orchestrator.config import command_templates, dependencies, header, input_p
 from orchestrator.config.farm_spec import FarmSpec, NodeSpec
 from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance, file_provenance, merge
+from orchestrator.config.run_files import run_file_errors
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
@@ -140,6 +141,8 @@ def _job(
                     f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})",
                 )
             )
+    if not errors:
+        errors += run_file_errors(spec, file, files, provenance)
     if errors:
         raise ConfigErrors(errors)
     ordered = dict(sorted(files.items()))
