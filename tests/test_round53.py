@@ -215,3 +215,24 @@ def test_a_run_naming_the_work_folder_or_the_kernels_folder_is_no_shipped_file(t
         {"kernels/histo.cu": HISTO, "jobs/histo.yaml": f'variants:\n  sm75:\n    run: "{run}"\n'},
     )
     assert load_farm(path).jobs["histo"].spec.variants["sm75"].run == run
+
+
+# ------------------------------------------- a Run: line that sets a variable first
+
+
+def test_a_run_line_with_a_variable_before_the_program_keeps_its_arguments(tmp_path):
+    """`Run: OMP_NUM_THREADS=2 ./coop_grid 4096` was read as prose: the variant ran `{binary}`, its 4096 lost."""
+    source = HISTO.replace("histo", "coop_grid").replace(
+        "./coop_grid data/coop_grid_input.txt", "OMP_NUM_THREADS=2 ./coop_grid 4096"
+    )
+    farm = load_farm(farm_with(tmp_path, {"kernels/coop_grid.cu": source}))
+    job = farm.jobs["coop_grid"]
+    assert job.spec.variants["sm75"].run == "OMP_NUM_THREADS=2 {binary} 4096"
+    assert job.provenance.fields["variants.sm75.run"] == "kernels/coop_grid.cu:4 Run"
+
+
+def test_a_run_line_setting_the_loaders_variable_is_refused_as_a_job_files_run_is(tmp_path):
+    source = HISTO.replace("./histo data/histo_input.txt", "LD_PRELOAD=libx.so ./histo")
+    with pytest.raises(ConfigError) as info:
+        load_farm(farm_with(tmp_path, {"kernels/histo.cu": source}))
+    assert "variants.sm75.run" in str(info.value) and "LD_PRELOAD" in str(info.value)

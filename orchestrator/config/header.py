@@ -44,6 +44,7 @@ CONVENTION = "default: course convention"
 
 _BUILD_RE = re.compile(r"Build\s*(?:\((?P<label>[^()]*)\))?\s*:(?P<rest>.*)")
 _RUN_RE = re.compile(r"Run\s*:(?P<rest>.*)")
+_ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a variable set for the run: `N=3 ./scan`
 
 # ------------------------------------------------------------------- reading
 
@@ -186,16 +187,22 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
         for dependency, folder, number in build.dependencies:
             dependencies.setdefault(dependency, f"{rel}:{number} -I {folder}")
     for line, words in runs:
-        program = words[0][0].removeprefix("./") if words else ""
+        # `OMP_NUM_THREADS=2 ./NAME 4096`: variables set before the program were read as the
+        # program, and the line as prose, so the variant ran without its arguments (round 53)
+        assigned = 0
+        while assigned < len(words) and _ASSIGNMENT_RE.match(words[assigned][0]):
+            assigned += 1
+        program = words[assigned][0].removeprefix("./") if assigned < len(words) else ""
         name = outputs.get(program)
         if name is None:
             continue  # a Run line for something no Build line makes: prose, not a job field
-        arguments = [w for w, _ in words[1:]]
-        bad = [w for w in arguments if not set(w) <= SAFE]
+        arguments = [w for w, _ in words[assigned + 1 :]]
+        bad = [w for w, _ in words[:assigned] if not set(w) <= SAFE] + [w for w in arguments if not set(w) <= SAFE]
         if bad:
             errors.append(line_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
             continue
-        variants[name]["run"] = " ".join(["{binary}", *arguments])
+        # the job's run rules (run_command.py) then judge the variables as a job file's (LD_PRELOAD: refused)
+        variants[name]["run"] = " ".join([*(w for w, _ in words[:assigned]), "{binary}", *arguments])
         fields[f"variants.{name}.run"] = f"{rel}:{line} Run"
     if errors:
         raise ConfigErrors(errors)
