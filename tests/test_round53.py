@@ -236,3 +236,49 @@ def test_a_run_line_setting_the_loaders_variable_is_refused_as_a_job_files_run_i
     with pytest.raises(ConfigError) as info:
         load_farm(farm_with(tmp_path, {"kernels/histo.cu": source}))
     assert "variants.sm75.run" in str(info.value) and "LD_PRELOAD" in str(info.value)
+
+
+# ------------------------------- a whole job (rdc: two translation units) missing its header
+
+RDC_MAIN = '#include <cstdio>\n#include "rdc/axpy_dev.cuh"\nint main() { return 0; }\n'
+RDC_JOB = """\
+kernel: rdc_axpy
+sources: [kernels/rdc_axpy.cu, kernels/rdc/axpy_dev.cu]
+pass_marker: 'PASS'
+refusal_marker: 'needs CC'
+variants:
+  sm75:
+    build: '{nvcc} -rdc=true -arch=sm_75 -o {binary} {sources}'
+    cc: {min: "7.5"}
+"""
+
+
+def rdc_farm(root: Path, job: str) -> Path:
+    return farm_with(
+        root,
+        {
+            "kernels/rdc_axpy.cu": RDC_MAIN,
+            "kernels/rdc/axpy_dev.cuh": "#pragma once\n__device__ float axpy_one(float, float, float);\n",
+            "kernels/rdc/axpy_dev.cu": '#include "axpy_dev.cuh"\n__device__ float axpy_one(float a, float x, float y) '
+            "{ return a * x + y; }\n",
+            "jobs/rdc_axpy.yaml": job,
+        },
+    )
+
+
+def test_a_whole_job_that_does_not_ship_a_header_its_source_includes_is_refused_at_load(tmp_path):
+    """It built on the node without it: nvcc's "No such file", stored as the kernel's build-fail."""
+    with pytest.raises(ConfigError) as info:
+        load_farm(rdc_farm(tmp_path, RDC_JOB))
+    said = str(info.value)
+    assert "jobs/rdc_axpy.yaml" in said and "headers" in said
+    assert "kernels/rdc/axpy_dev.cuh" in said and "kernels/rdc_axpy.cu:2" in said
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_whole_rdc_job_with_its_header_builds_and_counts_with_the_real_nvcc(tmp_path):
+    job = RDC_JOB.replace("variants:", "headers: [kernels/rdc/axpy_dev.cuh]\nvariants:")
+    farm = load_farm(rdc_farm(tmp_path, job))
+    store = Store(farm.database_url)
+    (row,) = store.results(run_cells(farm, store, plan_cells(farm)).run_id)
+    assert row.outcome == Outcome.COMPILE_ONLY.value, row.build_log

@@ -63,3 +63,29 @@ def included_headers(source: Path, root: Path) -> list[tuple[str, str]]:
             found[rel] = f"{includer_rel}:{line} #include"
             queue.append(target)
     return list(found.items())
+
+
+def unshipped_include_errors(sources: list[str], file: Path, root: Path, files: dict[str, Path]) -> list[ConfigError]:
+    """A ConfigError for each header a job's source includes from beside it that the job does
+    not ship: a whole job (`sources` listed) without it built on the node with nvcc's "No such
+    file", stored as the kernel's build-fail (round 53)."""
+    errors = []
+    for source in sources:
+        try:
+            included = included_headers(root / source, root)
+        except ConfigError as err:
+            errors.append(err)
+            continue
+        for rel, where in included:
+            if rel not in files:
+                errors.append(
+                    ConfigError(
+                        str(file),
+                        "headers",
+                        f"no {rel}, which {where} names",
+                        "every header the sources include from beside them, listed under headers "
+                        "(shipped with the sources, hashed into the certificate)",
+                        f"Add {rel} (or its folder) to headers.",
+                    )
+                )
+    return errors

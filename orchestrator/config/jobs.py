@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.config import command_templates, dependencies, header, input_paths
 from orchestrator.config.farm_spec import FarmSpec, NodeSpec
+from orchestrator.config.includes import unshipped_include_errors
 from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance, file_provenance, merge
 from orchestrator.config.run_files import run_file_errors
@@ -142,6 +143,7 @@ def _job(
                 )
             )
     if not errors:
+        errors += unshipped_include_errors(spec.sources, file, root, files)
         errors += run_file_errors(spec, file, files, provenance)
     if errors:
         raise ConfigErrors(errors)
