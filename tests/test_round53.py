@@ -282,3 +282,9 @@ def test_a_whole_rdc_job_with_its_header_builds_and_counts_with_the_real_nvcc(tm
     store = Store(farm.database_url)
     (row,) = store.results(run_cells(farm, store, plan_cells(farm)).run_id)
     assert row.outcome == Outcome.COMPILE_ONLY.value, row.build_log
+
+
+def test_an_include_too_long_for_the_file_system_is_left_to_nvcc(tmp_path):
+    source = WARP_REDUCE.replace("missing_on_purpose.cuh", "x" * 300 + ".cuh")
+    path = farm_with(tmp_path, {"kernels/warp_reduce.cu": source, "kernels/common/check.cuh": "#pragma once\n"})
+    assert load_farm(path).jobs["warp_reduce"].spec.headers == ["kernels/common/check.cuh"]
