@@ -273,6 +273,8 @@ def test_a_whole_job_that_does_not_ship_a_header_its_source_includes_is_refused_
     said = str(info.value)
     assert "jobs/rdc_axpy.yaml" in said and "headers" in said
     assert "kernels/rdc/axpy_dev.cuh" in said and "kernels/rdc_axpy.cu:2" in said
+    # both sources include it: said once, where the first does
+    assert said.count("found no kernels/rdc/axpy_dev.cuh") == 1, said
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

@@ -81,7 +81,7 @@ def unshipped_include_errors(sources: list[str], file: Path, root: Path, files: 
             errors.append(err)
             continue
         for rel, where in included:
-            if rel not in files:
+            if rel not in files and not any(f"no {rel}," in e.found for e in errors):  # each header once
                 errors.append(
                     ConfigError(
                         str(file),
