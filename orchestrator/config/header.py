@@ -10,7 +10,8 @@ Each `Build` line becomes a variant. Its command becomes the job's template
 ({nvcc}, -I {cutlass}, -o {binary}, {sources}; every other flag kept, in
 order), its contract comes from the target (sm_90a: exactly 9.0; sm_80: 8.0
 and newer) or from the label's "needs CC X.Y" (both nvcc_command.py), and the
-markers are the course's conventions. A header is untrusted input whose words end up in a
+markers are the course's conventions; the headers the source includes from
+beside it are shipped with it (includes.py). A header is untrusted input whose words end up in a
 shell command on the nodes, so anything that cannot be translated safely is a
 ConfigError naming the file and line, never a guess.
 
