@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import output_paths, own_files
+from orchestrator.config import header, output_paths, own_files
 from orchestrator.config.database_url import check_url, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
@@ -81,7 +81,26 @@ def _kernel_sources(file: Path, spec: FarmSpec, project: Path) -> list[Path]:
             f"{spec.kernels!r}, outside {project}",
             f"a folder inside {project}, the folder that holds the jobs (sources are relative to it)",
         )
-    return sorted(p for p in folder.glob("*.cu") if p.is_file() or p.is_symlink())
+    top = [p for p in folder.glob("*.cu") if p.is_file() or p.is_symlink()]
+    return sorted(top + _subfolder_kernels(folder))
+
+
+def _subfolder_kernels(folder: Path) -> list[Path]:
+    """The .cu files in kernels/'s subfolders (kernels/day97/scan97.cu) whose header has a
+    Build: line: skipped unsaid before round 53, so `farm jobs scan97` found no job. One
+    without a Build: line is a helper translation unit a job lists, not a kernel; hidden
+    and linked folders are not entered (a link's target is no file of the kernel's own)."""
+    found = []
+    for path in folder.rglob("*.cu"):
+        parts = path.relative_to(folder).parts
+        if len(parts) < 2 or any(p.startswith(".") for p in parts):
+            continue
+        inside = [folder.joinpath(*parts[:n]) for n in range(1, len(parts))]
+        if any(d.is_symlink() for d in inside) or not (path.is_file() or path.is_symlink()):
+            continue
+        if header.has_build_line(path):
+            found.append(path)
+    return found
 
 
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:

@@ -10,7 +10,8 @@ Each `Build` line becomes a variant. Its command becomes the job's template
 ({nvcc}, -I {cutlass}, -o {binary}, {sources}; every other flag kept, in
 order), its contract comes from the target (sm_90a: exactly 9.0; sm_80: 8.0
 and newer) or from the label's "needs CC X.Y" (both nvcc_command.py), and the
-markers are the course's conventions. A header is untrusted input whose words end up in a
+markers are the course's conventions; the headers the source includes from
+beside it are shipped with it (includes.py). A header is untrusted input whose words end up in a
 shell command on the nodes, so anything that cannot be translated safely is a
 ConfigError naming the file and line, never a guess.
 
@@ -26,6 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.includes import included_headers
 from orchestrator.config.nvcc_command import SAFE, SAFE_WORDS, BuildLine, Words, cc_contract, line_error, translate
 from orchestrator.config.provenance import DerivedJob, Provenance
 from orchestrator.config.spec_types import NAME_RE
@@ -43,6 +45,7 @@ CONVENTION = "default: course convention"
 
 _BUILD_RE = re.compile(r"Build\s*(?:\((?P<label>[^()]*)\))?\s*:(?P<rest>.*)")
 _RUN_RE = re.compile(r"Run\s*:(?P<rest>.*)")
+_ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a variable set for the run: `N=3 ./scan`
 
 # ------------------------------------------------------------------- reading
 
@@ -61,6 +64,14 @@ def header_lines(path: Path) -> list[tuple[int, str]]:
         elif stripped:
             break
     return found
+
+
+def has_build_line(path: Path) -> bool:
+    """Whether the file's leading comment has a Build: line (an unreadable file has none)."""
+    try:
+        return any(_BUILD_RE.fullmatch(text) for _, text in header_lines(path))
+    except OSError:
+        return False
 
 
 def _commands(path: Path, lines: list[tuple[int, str]]) -> tuple[list[tuple[int, str, Words]], list[tuple[int, Words]]]:
@@ -130,9 +141,11 @@ def _description(lines: list[tuple[int, str]]) -> tuple[str, int] | None:
     return None
 
 
-def derive_job(path: Path, rel: str) -> DerivedJob:
+def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
     """The job a kernel's header describes; ConfigErrors naming the file and
-    line for anything that cannot be read or translated safely."""
+    line for anything that cannot be read or translated safely. With the
+    project folder `root`, the files the source includes from beside it are
+    its `headers` (includes.py)."""
     kernel = path.stem
     if not NAME_RE.fullmatch(kernel) or ".." in kernel:
         raise ConfigError(
@@ -175,16 +188,22 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
         for dependency, folder, number in build.dependencies:
             dependencies.setdefault(dependency, f"{rel}:{number} -I {folder}")
     for line, words in runs:
-        program = words[0][0].removeprefix("./") if words else ""
+        # `OMP_NUM_THREADS=2 ./NAME 4096`: variables set before the program were read as the
+        # program, and the line as prose, so the variant ran without its arguments (round 53)
+        assigned = 0
+        while assigned < len(words) and _ASSIGNMENT_RE.match(words[assigned][0]):
+            assigned += 1
+        program = words[assigned][0].removeprefix("./") if assigned < len(words) else ""
         name = outputs.get(program)
         if name is None:
             continue  # a Run line for something no Build line makes: prose, not a job field
-        arguments = [w for w, _ in words[1:]]
-        bad = [w for w in arguments if not set(w) <= SAFE]
+        arguments = [w for w, _ in words[assigned + 1 :]]
+        bad = [w for w, _ in words[:assigned] if not set(w) <= SAFE] + [w for w in arguments if not set(w) <= SAFE]
         if bad:
             errors.append(line_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
             continue
-        variants[name]["run"] = " ".join(["{binary}", *arguments])
+        # the job's run rules (run_command.py) then judge the variables as a job file's (LD_PRELOAD: refused)
+        variants[name]["run"] = " ".join([*(w for w, _ in words[:assigned]), "{binary}", *arguments])
         fields[f"variants.{name}.run"] = f"{rel}:{line} Run"
     if errors:
         raise ConfigErrors(errors)
@@ -194,6 +213,10 @@ def derive_job(path: Path, rel: str) -> DerivedJob:
         document["description"] = described[0]
         fields["description"] = f"{rel}:{described[1]}"
     document["sources"] = [rel]
+    included = included_headers(path, root) if root is not None else []
+    if included:  # shipped and hashed with the source: nvcc finds them beside it on the node too
+        document["headers"] = [header for header, _ in included]
+        fields["headers"] = "; ".join(where for _, where in included)
     if dependencies:
         document["dependencies"] = list(dependencies)
         fields["dependencies"] = "; ".join(dependencies.values())

@@ -14,8 +14,10 @@ from typing import Any
 
 from orchestrator.config import command_templates, dependencies, header, input_paths
 from orchestrator.config.farm_spec import FarmSpec, NodeSpec
+from orchestrator.config.includes import unshipped_include_errors
 from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance, file_provenance, merge
+from orchestrator.config.run_files import run_file_errors
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
@@ -74,7 +76,7 @@ def _derived_job(
     """A kernel's job from its header, with its job file (one without `sources`) laid over it."""
     if source.is_symlink():  # a certificate is about the kernel's own bytes, never a link's target
         raise ConfigError(str(source), "", "a symbolic link", "a regular file in the kernels folder")
-    derived = header.derive_job(source, _label(source, root))
+    derived = header.derive_job(source, _label(source, root), root)
     blame = source
     if override is not None:
         blame, raw = override
@@ -140,6 +142,9 @@ def _job(
                     f"enabled node under dependencies.{dep} (missing on: {', '.join(needs_local)})",
                 )
             )
+    if not errors:
+        errors += unshipped_include_errors(spec.sources, file, root, files)
+        errors += run_file_errors(spec, file, files, provenance)
     if errors:
         raise ConfigErrors(errors)
     ordered = dict(sorted(files.items()))

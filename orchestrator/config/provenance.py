@@ -39,7 +39,7 @@ class DerivedJob:
 
 def merge(derived: DerivedJob, override: dict[str, Any], label: str, file: Path) -> DerivedJob:
     """A job file without `sources`, laid over the derived job: each top-level key
-    it gives replaces the derived one; under `variants`, a variant the header
+    it gives replaces the derived one (`headers` adds to the included ones); under `variants`, a variant the header
     also builds (by its derived name) is merged key by key, and any other must
     be a whole variant."""
     document = dict(derived.document)
@@ -73,6 +73,15 @@ def merge(derived: DerivedJob, override: dict[str, Any], label: str, file: Path)
                 if isinstance(given, dict):
                     fields |= {f"variants.{name}.{k}": label for k in given}
             document["variants"] = variants
+            continue
+        if key == "headers" and isinstance(value, list) and document.get("headers"):
+            # what the source includes stays shipped: a job file adding a data file dropped
+            # the derived includes, and the build failed on the node (round 53)
+            # (one the job file lists itself, or a folder of, is its own: listed once)
+            given = [str(v).rstrip("/") for v in value]
+            kept = [h for h in document["headers"] if not any(h == g or h.startswith(g + "/") for g in given)]
+            document[key] = [*kept, *value]
+            fields[key] = f"{fields[key]}; {label}"
             continue
         document[key] = value
         fields = {k: v for k, v in fields.items() if not k.startswith(f"{key}.")}
