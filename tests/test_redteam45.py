@@ -189,3 +189,24 @@ def test_a_launcher_that_failed_before_the_kernel_beside_a_call_that_read_it_is_
     row = rows(tmp_path / "results.db", summary.run_id)[("failing", "Tesla T4")]
     assert row["outcome"] == "missing-refusal", row["reason"]
     assert "never read" in row["reason"], row["reason"]
+
+
+@pytest.mark.parametrize(
+    ("run", "once"),
+    [
+        ("{binary}", True),
+        ("taskset -c 4095 {binary} 1.0", True),
+        ("{binary}; {binary}", False),
+        ("taskset -c 4095 {binary}; {binary}", False),
+        ("{binary} || {binary}", False),
+        ("for c in 0 4095; do taskset -c $c {binary}; done", False),
+        ("f() { {binary}; }; f; f", False),
+    ],
+)
+def test_the_check_around_each_kernel_command_is_spared_only_for_one_that_runs_once(run: str, once: bool) -> None:
+    """The per-command read check costs two process starts a call (bench/README, session 26):
+    a run of one kernel command that runs once has its run's own check, the same one. A loop or a
+    function may run one command twice, the second time through a launcher that fails: checked."""
+    from orchestrator.config.kernel_calls import runs_once
+
+    assert runs_once(run) is once

@@ -48,6 +48,14 @@ def runs_other_programs(run: str) -> bool:
     return False
 
 
+def runs_once(run: str) -> bool:
+    """Whether `run` is one kernel command alone, which runs once: no other program (a loop or a
+    function is a command that runs no kernel), so the run's own read check, before and after,
+    is that command's, and the check around each kernel command (two process starts) is spared."""
+    lexed = lex(run)
+    return not lexed.problem and len(lexed.commands) == 1 and not runs_other_programs(run)
+
+
 def kernel_launchers(run: str) -> set[str]:
     """The launchers (their names) of the commands of `run` that run the kernel."""
     found: set[str] = set()

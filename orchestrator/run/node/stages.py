@@ -274,7 +274,7 @@ def run(out, spec, env, ahead):
                 else:
                     kernels = ((6, status.fileno()), (7, stdout.fileno()), (8, stderr.fileno()))
                     # each kernel command's read checked by the shell's function (run/commands.py UNREAD_NOTE)
-                    command = ("farm_rd=1; " if unread else "") + spec["command"]
+                    command = ("farm_rd=1; " if unread and spec.get("each_read", True) else "") + spec["command"]
                     code = guarded(command, spec["limit"], work, catch, catch, env, fd, kernels)
         finally:
             if rules:

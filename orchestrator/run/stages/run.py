@@ -6,7 +6,13 @@ import posixpath
 import shlex
 import time
 
-from orchestrator.config.kernel_calls import kernel_call_words, kernel_launchers, run_names, runs_other_programs
+from orchestrator.config.kernel_calls import (
+    kernel_call_words,
+    kernel_launchers,
+    run_names,
+    runs_once,
+    runs_other_programs,
+)
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
     CANNOT_START_NOTE,
@@ -110,6 +116,7 @@ class RunStage(CellStages):
                 "command": command,
                 "kernel_files": files,
                 "served": served,
+                "each_read": not runs_once(self.variant.run),  # each kernel command's read checked
                 "calls": kernel_call_words(self.variant.run) if served else [],
                 "names": run_names(self.variant.run) if served else [],
                 "tmp": self.paths.run_tmp,
