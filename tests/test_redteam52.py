@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,10 +90,10 @@ def test_both_probes_name_the_logins_compiler_variables_alike(fleet: Fleet, tmp_
     assert any(line.startswith("nvcc-setup ") for line in served.compilers.splitlines()), served.compilers
 
 
-REAL_NVCC = "/usr/local/cuda-13.0/bin/nvcc"
+# the nvcc scripts/setup.sh gave this machine (the image's, else the venv's wheels): never a skip
+REAL_NVCC = str(Path(shutil.which("nvcc") or "nvcc").absolute())
 
 
-@pytest.mark.skipif(not Path(REAL_NVCC).is_file(), reason="no CUDA 13.0 nvcc on this machine")
 def test_the_nodes_nvcc_set_up_anew_under_the_same_version_rebuilds(fleet: Fleet, tmp_path: Path, runner: str) -> None:
     """The node's nvcc a site's wrapper (a module shim, `exec .../nvcc -ccbin ... "$@"`) or one whose
     nvcc.profile beside it says its INCLUDES, LIBRARIES, CUDAFE_FLAGS and PTXAS_FLAGS: rewritten, it
