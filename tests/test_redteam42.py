@@ -23,6 +23,13 @@ def script_variant(run_text: str) -> dict[str, object]:
     return {"build": SCRIPT_BUILD, "inspect": "test -x {binary}", "cc": MIN75, "run": run_text}
 
 
+def on_the_t4(ssh_fleet: Fleet, make_farm, tmp_path: Path, jobs: list) -> dict:
+    """The jobs run on the fleet's T4 node in a farm of tmp_path: its rows by (variant, device)."""
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
+    _, summary = run(make_farm(tmp_path, nodes, jobs))
+    return rows(tmp_path / "results.db", summary.run_id)
+
+
 @pytest.mark.parametrize(
     "sent",
     [
@@ -59,10 +66,7 @@ def test_a_kernel_command_a_sourced_script_sends_to_the_background_is_no_pass(
     start is noted now, and one with no status after it fails the cell."""
     sourced = "f() ( {binary} slow ); {binary}; echo 'f &' > b.sh; . ./b.sh; sleep 1"
     variants = {"sourced": script_variant(sourced)}
-    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
-    _, summary = run(config)
-    row = rows(tmp_path / "results.db", summary.run_id)[("sourced", "Tesla T4")]
+    row = on_the_t4(ssh_fleet, make_farm, tmp_path, [standin_job("standin", variants)])[("sourced", "Tesla T4")]
     assert row["outcome"] == "fail", row["reason"]
     assert "had not ended when the run did" in row["reason"], row["reason"]
 
@@ -75,10 +79,7 @@ def test_a_failing_kernel_command_past_the_statuses_the_farm_reads_is_no_pass(
     last command exit 0, a kernel command that failed passed the cell."""
     many = "i=0; while [ $i -lt 2048 ]; do {binary}; i=$((i + 1)); done; {binary} bad; {binary}"
     variants = {"many": dict(script_variant(many), timeout=300)}
-    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
-    _, summary = run(config)
-    many_row = rows(tmp_path / "results.db", summary.run_id)[("many", "Tesla T4")]
+    many_row = on_the_t4(ssh_fleet, make_farm, tmp_path, [standin_job("standin", variants)])[("many", "Tesla T4")]
     assert many_row["outcome"] == "fail", many_row["reason"]
 
 

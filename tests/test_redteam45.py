@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from nodes import Fleet, standin_job, standin_variant
+from test_redteam42 import on_the_t4
 from test_verdicts import EXACT90, rows, run
 
 
@@ -28,11 +29,9 @@ def test_a_kernel_command_that_exits_0_on_a_card_it_must_refuse_is_no_refusal(
     the cell was an expected refusal. A kernel command that exits 0 ran the kernel on that card:
     no refusal, whatever another command printed."""
     variants = {"twice": standin_variant("NOGATE", EXACT90, "EXACT_CC=90", run=sent)}
-    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    jobs = [standin_job("standin", variants, refusal_marker=r"(?i)invalid argument")]
-    config = make_farm(tmp_path, nodes, jobs)
-    _, summary = run(config)
-    row = rows(tmp_path / "results.db", summary.run_id)[("twice", "Tesla T4")]
+    row = on_the_t4(
+        ssh_fleet, make_farm, tmp_path, [standin_job("standin", variants, refusal_marker=r"(?i)invalid argument")]
+    )[("twice", "Tesla T4")]
     assert row["outcome"] == "missing-refusal", row["reason"]
 
 
@@ -86,10 +85,7 @@ def test_a_kernel_that_loads_code_from_where_its_run_writes_is_no_pass(
     variants = {
         "rpath": {"build": RPATH_BUILD, "inspect": "objdump -d {binary}", "cc": {"min": "7.5"}, "run": RPATH_RUN}
     }
-    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
-    _, summary = run(config)
-    row = rows(tmp_path / "results.db", summary.run_id)[("rpath", "Tesla T4")]
+    row = on_the_t4(ssh_fleet, make_farm, tmp_path, [standin_job("standin", variants)])[("rpath", "Tesla T4")]
     assert row["outcome"] == "fail", row["reason"]
     assert "loads" in row["reason"], row["reason"]
 
@@ -183,10 +179,12 @@ def test_a_launcher_that_failed_before_the_kernel_beside_a_call_that_read_it_is_
     expected refusal. Each kernel command's read is checked now: a failing one that never read the
     copy is no refusal."""
     failing = standin_variant("FAILNUM", EXACT90, "MIN_CC=75", run=sent)
-    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work-t4")}
-    jobs = [standin_job("standin", {"failing": failing}, refusal_marker=r"(?i)invalid argument")]
-    _, summary = run(make_farm(tmp_path, nodes, jobs))
-    row = rows(tmp_path / "results.db", summary.run_id)[("failing", "Tesla T4")]
+    row = on_the_t4(
+        ssh_fleet,
+        make_farm,
+        tmp_path,
+        [standin_job("standin", {"failing": failing}, refusal_marker=r"(?i)invalid argument")],
+    )[("failing", "Tesla T4")]
     assert row["outcome"] == "missing-refusal", row["reason"]
     assert "never read" in row["reason"], row["reason"]
 
