@@ -139,3 +139,24 @@ def test_a_placed_section_is_read_from_the_resident_probe_alone():
     text = probe_text(REAL_SMI + "\n@@farm placed\n0\n1\n@@farm smi") + "@@farm placed\n1\nunplaced 0 full disk\n"
     assert parse_probe("h200", NODE, text, folders).placed == frozenset()
     assert parse_probe("h200", NODE, text, folders, by_runner=True).placed == {folders[1]}
+
+
+def test_the_driver_is_asked_beside_nvidia_smi_and_a_hung_driver_still_lets_the_probe_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe asks NVML from a thread of its own while nvidia-smi runs (both wait on the
+    driver: tens of ms each on a real card). A driver that never answers gives an error line
+    once PROBE_TOOL_TIMEOUT has passed, not a probe that never ends."""
+    import time
+
+    from orchestrator.run.node import probe as noderunner
+
+    answering = noderunner._nvml({"nvml": "def query():\n    return ['gpu|GPU-1|9.0|NVIDIA H200']\n"})
+    assert answering() == ["gpu|GPU-1|9.0|NVIDIA H200"]
+    failing = noderunner._nvml({"nvml": "def query():\n    raise OSError('no driver')\n"})
+    assert failing() == ["error the NVML query failed: OSError('no driver')"]
+    monkeypatch.setattr(noderunner, "PROBE_TOOL_TIMEOUT", 0.3)
+    start = time.monotonic()
+    hung = noderunner._nvml({"nvml": "def query():\n    import time\n    time.sleep(30)\n    return []\n"})
+    assert hung() == ["error the NVML query did not answer in 0.3 s"]
+    assert time.monotonic() - start < 5

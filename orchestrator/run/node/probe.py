@@ -91,6 +91,37 @@ def room(folder):
     return f"{found.f_bavail * found.f_frsize // 1024} {runs} {inodes}"
 
 
+def _nvml(spec):
+    """The cards as the driver knows them (NVML), as probe lines: asked from a thread of its own,
+    beside nvidia-smi (which asks the driver too: tens of ms on a real card), not after it; a
+    function giving the lines, or an error line where the driver has not answered in
+    PROBE_TOOL_TIMEOUT s (a driver that hangs: the probe still answers)."""
+    import _thread
+
+    said = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def ask():
+        try:
+            names = {}
+            exec(spec["nvml"], names)
+            said.extend(names["query"]())
+        except Exception as err:
+            said.append(f"error the NVML query failed: {err!r}")
+        finally:
+            done.release()
+
+    _thread.start_new_thread(ask, ())
+
+    def answer():
+        if not done.acquire(timeout=PROBE_TOOL_TIMEOUT):
+            return [f"error the NVML query did not answer in {PROBE_TOOL_TIMEOUT} s"]
+        return said
+
+    return answer
+
+
 def probe(spec):
     """What probe.py's shell probe prints (the same sections; probe.parse_probe reads
     both), from this python3: nvidia-smi and nvcc are the only programs started,
@@ -100,6 +131,8 @@ def probe(spec):
     smi = started(["nvidia-smi", "--query-gpu=" + spec["gpu_query"], "--format=csv,noheader"])
     nvcc = started([spec["nvcc"], "--version"]) if spec["nvcc"] else None
     setup = started([spec["nvcc"], *NVCC_SETUP]) if spec["nvcc"] else None
+    control = os.path.exists("/dev/nvidiactl")
+    asked = _nvml(spec) if control else None
     workdir = spec["workdir"]
     if workdir.startswith("~/"):
         workdir = LOGIN_ENV.get("HOME", "") + "/" + workdir[2:]
@@ -139,7 +172,6 @@ def probe(spec):
             lines.append(handle.readline().decode("utf-8", "replace").rstrip("\n"))
     except OSError:
         pass
-    control = os.path.exists("/dev/nvidiactl")
     if control:
         lines.append("/dev/nvidiactl")
     lines.append("@@farm procgpus")
@@ -167,12 +199,7 @@ def probe(spec):
     elif not control:
         lines.append("error no /dev/nvidiactl: the driver was not asked")
     else:
-        try:
-            names = {}
-            exec(spec["nvml"], names)
-            lines += names["query"]()
-        except Exception as err:
-            lines.append(f"error the NVML query failed: {err!r}")
+        lines += asked()
     lines += ["@@farm folders", *folders, "@@farm placed", *placed, "@@farm nvcc"]
     if nvcc is None:
         lines.append("shipped by the farm")
