@@ -149,7 +149,7 @@ def test_the_driver_is_asked_beside_nvidia_smi_and_a_hung_driver_still_lets_the_
     once PROBE_TOOL_TIMEOUT has passed, not a probe that never ends."""
     import time
 
-    from orchestrator.run.node import probe as noderunner
+    from orchestrator.run import noderunner
 
     answering = noderunner._nvml({"nvml": "def query():\n    return ['gpu|GPU-1|9.0|NVIDIA H200']\n"})
     assert answering() == ["gpu|GPU-1|9.0|NVIDIA H200"]
