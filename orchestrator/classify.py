@@ -15,6 +15,7 @@ import re
 import signal
 from dataclasses import dataclass, field
 
+from orchestrator.blame import not_the_kernels
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -104,6 +105,10 @@ class Evidence:
     # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
     # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)
     gpu_lost: str = ""
+    # the target the node's nvcc said it cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
+    build_unsupported: str = ""
+    # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""
+    driver_short: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -354,21 +359,11 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
     raw = _raw_verdict(ev, exp)
-    if ev.room_short and not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
-        # a disk another tenant filled mid-run fails builds (ld), dumps and runs: the node's fault
-        return Verdict(
-            Outcome.INFRA_ERROR,
-            raw.failed_stage,
-            f"the node ran out of room during the cell ({ev.room_short}), so its {raw.outcome} "
-            f"({raw.reason}) is no verdict on the kernel",
-        )
-    if ev.gpu_lost and not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
-        return Verdict(
-            Outcome.INFRA_ERROR,
-            raw.failed_stage,
-            f"the node lost the cell's GPU during its run ({ev.gpu_lost}), so its {raw.outcome} "
-            f"({raw.reason}) is no verdict on the kernel",
-        )
+    if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
+        why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
+        if why:
+            reason = f"{why}, so its {raw.outcome} ({raw.reason}) is no verdict on the kernel"
+            return Verdict(Outcome.INFRA_ERROR, raw.failed_stage, reason)
     verdict = _known_failure(raw, exp)
     slower = [m for m in ev.metrics if m.regressed]
     if verdict.outcome is Outcome.PASS and slower:

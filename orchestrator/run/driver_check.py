@@ -77,13 +77,17 @@ def smi_gpus(
     whose CC cannot be read ("[N/A]" for a card in a bad state) goes to `unreadable`."""
     rows = []
     for line in lines:
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) != 6 or not fields[0].isdigit():
-            continue
+        # nvidia-smi quotes no field: a name with a comma made seven fields, and the row was skipped
+        # without a word (a node declaring no CC was then a green compile-only row: a red-team
+        # finding). The name is what lies between the UUID and the last three fields.
+        head = [f.strip() for f in line.split(",", 2)]
+        if not head[0].isdigit():
+            continue  # a warning nvidia-smi prints, not a GPU's row
+        tail = [f.strip() for f in head[-1].rsplit(",", 3)] if len(head) == 3 else []
         try:
-            rows.append(
-                (int(fields[0]), fields[1], fields[2], ComputeCapability.parse(fields[3]), fields[4], fields[5])
-            )
+            if len(tail) != 4 or not tail[0]:
+                raise ValueError("not a row of six fields")
+            rows.append((int(head[0]), head[1], tail[0], ComputeCapability.parse(tail[1]), tail[2], tail[3]))
         except ValueError:
             if unreadable is not None:
                 unreadable.append(line.strip()[:200])

@@ -55,7 +55,12 @@ def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) 
         for arch in elf
     ):
         return "native"
-    # arch-specific PTX (sm_90a) is not forward compatible; plain PTX is.
-    if any(int(re.sub(r"\D", "", arch)) <= target and not arch.endswith("a") for arch in ptx):
+    # arch-specific PTX (sm_90a) is not forward compatible; family-specific PTX (nvcc 13's compute_100f,
+    # named sm_100f) only within its family (10.3, not the 12.0 of an RTX 5090, where it was called
+    # ptx-jit: a red-team finding); plain PTX is.
+    if any(
+        number(arch) <= target and not arch.endswith("a") and (not arch.endswith("f") or number(arch) // 10 == cc.major)
+        for arch in ptx
+    ):
         return "ptx-jit"
     return "no-code"

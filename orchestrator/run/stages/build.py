@@ -6,6 +6,7 @@ import posixpath
 import re
 import shlex
 
+from orchestrator.blame import unsupported_arch
 from orchestrator.classify import CONFINED_BUILD
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
@@ -159,6 +160,9 @@ class BuildStage(CellStages):
         if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
+            # nvcc's own word that it cannot make code for the target: the toolchain's failure
+            ev = self.result.evidence
+            ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
             if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
                 self.result.evidence.build_denied = True
                 self.result.build_log += f"\n[farm] {CONFINED_BUILD}\n".encode()

@@ -8,6 +8,7 @@ from copy import copy as shallow
 from datetime import UTC, datetime
 
 from orchestrator import metrics
+from orchestrator.blame import driver_shortfall
 from orchestrator.classify import classify
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
@@ -121,6 +122,9 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
         ):
             ev.room_short, ev.gpu_lost = self._node_trouble()
+        # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
+        cuda = bool(self.result.elf_targets or self.result.ptx_targets)
+        ev.driver_short = driver_shortfall(self.snapshot.driver, self.snapshot.nvcc_version, cuda)
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             ev.metrics = self._measure()
         self.result.verdict = classify(ev, self.result.expectation)

@@ -1,0 +1,66 @@
+"""Failures that are not the kernel's: the node's room, its card, its driver, its toolchain.
+
+classify() judges a cell by what the stages saw; a failure that the node (or the toolchain on
+it) would have caused whatever the kernel is becomes infra-error here, saying why, so the
+ledger does not flag a regression the kernel never made. Each reason is read from the farm's
+own look at the node, not from the kernel's words, except nvcc's own fatal line, which a build
+prints before it reads a source.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from orchestrator.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.classify import Evidence
+    from orchestrator.plan import Expectation
+
+# The oldest driver branch that runs what each CUDA major's nvcc builds (CUDA's minor version
+# compatibility, Linux): cudart refuses an older one ("CUDA driver version is insufficient for
+# CUDA runtime version") before the kernel's first line of GPU code. A major not listed (10, 14)
+# is not judged.
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+
+# nvcc's own line for an architecture it cannot target (nvcc 13.0 dropped sm_50 to sm_72), printed
+# before any source is read; at the start of a line, where a compiler's `#error` never is
+_UNSUPPORTED_ARCH = re.compile(r"^nvcc fatal\s*:\s*Unsupported gpu architecture '((?:sm|compute)_(\d+)[a-z]?)'", re.M)
+
+
+def unsupported_arch(build_log: bytes, command: str, nvcc_version: str | None) -> str:
+    """The target the node's nvcc said it cannot build for, with that nvcc ("sm_70 (nvcc
+    13.0.88)"), where the build command names it; else ""."""
+    found = _UNSUPPORTED_ARCH.search(build_log.decode("utf-8", "replace"))
+    if found is None or not re.search(rf"(?<!\d){found.group(2)}(?!\d)", command):
+        return ""
+    return f"{found.group(1)} (nvcc {nvcc_version or 'of unknown version'})"
+
+
+def driver_shortfall(driver: str | None, nvcc_version: str | None, cuda_code: bool) -> str:
+    """Why the node's driver cannot load a binary of CUDA code its nvcc built, or ""."""
+    if not cuda_code or not driver or not nvcc_version:
+        return ""
+    branch, major = re.match(r"\d+", driver.strip()), re.match(r"\d+", nvcc_version)
+    need = MIN_DRIVER.get(int(major.group())) if major else None
+    if branch is None or need is None or int(branch.group()) >= need:
+        return ""
+    return f"its driver {driver.strip()} is older than nvcc {nvcc_version} needs (driver {need} or later)"
+
+
+def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str | None) -> str:
+    """Why this failing verdict is the node's or its toolchain's rather than the kernel's, or ""."""
+    if ev.room_short:  # a disk another tenant filled mid-run fails builds (ld), dumps and runs
+        return f"the node ran out of room during the cell ({ev.room_short})"
+    if ev.gpu_lost:
+        return f"the node lost the cell's GPU during its run ({ev.gpu_lost})"
+    known = exp.known_failure
+    if ev.build_unsupported and outcome is Outcome.BUILD_FAIL and not (known and known.outcome is outcome):
+        return (
+            f"the node's toolchain cannot target {ev.build_unsupported}: the toolchain's, not the kernel's "
+            "(build it with a toolchain that can, or declare the failure in the job's known_failures)"
+        )
+    if ev.driver_short and stage == "run":
+        return f"the node cannot run its CUDA binaries: {ev.driver_short}"
+    return ""
