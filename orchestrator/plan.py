@@ -9,6 +9,7 @@ applies to the node's toolchain or card is attached to the expectation.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -43,7 +44,12 @@ class Cell:
 
     @property
     def device_slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9]+", "-", self.device).strip("-")[:40] or "gpu"
+        """The card's name for a folder: its letters and digits, and a digest of the whole name, so
+        two models whose names differ elsewhere ("NVIDIA RTX Ω" and "NVIDIA RTX Δ", past 40
+        characters) do not share a cell's folder on the node (their cells removed each other's
+        files mid-run, and a kernel that must pass failed: a red-team finding)."""
+        digest = hashlib.sha256(self.device.encode()).hexdigest()[:8]
+        return f"{re.sub(r'[^A-Za-z0-9]+', '-', self.device).strip('-')[:40] or 'gpu'}-{digest}"
 
     def on(self, device: str, several: bool) -> Cell:
         return Cell(self.kernel, self.variant, self.node, device, several)

@@ -179,3 +179,27 @@ def test_rows_nvidia_smi_may_print_for_cards_never_seen() -> None:
 
 
 BAD_CCS = ("N/A", "", "9", "9.0.1", "10.0a", "[N/A]")
+
+
+def test_two_cards_whose_names_differ_only_in_unicode_get_folders_of_their_own(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A cell's folder on the node is named after its card, by the name's ASCII letters and digits:
+    "NVIDIA RTX Ω" (CC 7.5) and "NVIDIA RTX Δ" (CC 9.0) on one node both got `+NVIDIA-RTX`, and
+    the two cells of each variant, run side by side on their two GPUs, removed each other's
+    files: the 9.0 card's cells, which must pass, were `fail` ("the run never started the
+    kernel"), the 7.5 card's a missing-refusal. The folder now carries a digest of the name."""
+    cards = [Card("NVIDIA RTX Ω", "7.5"), Card("NVIDIA RTX Δ", "9.0")]
+    node = ssh_fleet.add(f"slug-{tmp_path.name[-12:]}", cards)
+    prelude = tmp_path / "slow.sh"
+    prelude.write_text("sleep 1\n")  # the two cards' runs overlap
+    variants = {f"v{i}": standin_variant("PASS", {"exactly": "9.0"}, "EXACT_CC=90", prelude=prelude) for i in range(2)}
+    try:
+        config = make_farm(tmp_path, {"n": node.farm_entry(tmp_path / "work")}, [standin_job("standin", variants)])
+        _, summary = run(config)
+    finally:
+        node.stop()
+    said = {k: (r["outcome"], r["reason"]) for k, r in rows(tmp_path / "results.db", summary.run_id).items()}
+    for variant in variants:
+        assert said[(variant, "NVIDIA RTX Δ")][0] == "pass", said
+        assert said[(variant, "NVIDIA RTX Ω")][0] == "expected-refusal", said
