@@ -109,6 +109,8 @@ class Evidence:
     build_unsupported: str = ""
     # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""
     driver_short: str = ""
+    # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
+    no_code: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -289,6 +291,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     crashed = signal_name(ev.run_exit) is not None
     refused = ev.run_exit != 0 and ev.refusal_line is not None and not crashed and not after
     if exp.outcome is Outcome.PASS:
+        if passed and ev.no_code:  # its pass line was printed without its GPU code (a launch unchecked)
+            why = f"the binary carries no code this card can load ({ev.no_code}): its GPU code never ran here"
+            return Verdict(Outcome.FAIL, "run", f"the pass marker was printed, but {why}")
         if passed:
             return _sanitized(ev) or Verdict(
                 Outcome.PASS, None, f"exit 0 and the pass marker on stdout (line {ev.pass_line})"

@@ -203,3 +203,49 @@ def test_two_cards_whose_names_differ_only_in_unicode_get_folders_of_their_own(
     for variant in variants:
         assert said[(variant, "NVIDIA RTX Δ")][0] == "pass", said
         assert said[(variant, "NVIDIA RTX Ω")][0] == "expected-refusal", said
+
+
+def test_a_pass_on_a_card_the_binary_carries_no_code_for_is_no_pass(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """Built by the real nvcc 13.0 and listed by the real cuobjdump: `compute_90a,code=sm_90a` holds
+    machine code for CC 9.0 alone, which a B200 (10.0) cannot load, and the farm says so (code path
+    `no-code`). A kernel that printed its pass line there anyway (its launches failed unchecked,
+    or it never launched) passed, certified on CC 10.0, its GPU code never run. A pass on a card
+    the binary carries no code for is now a fail, saying why; the same binary passes on a GH200
+    (9.0: native), `compute_75` PTX passes on an RTX 5090 (12.0: ptx-jit), and `sm_100f` on a GB300
+    (10.3: native, the family's cubin)."""
+    cuda_bin = bundled_cuda_bin()
+    assert cuda_bin is not None
+    named = {
+        "NVIDIA B200": "10.0",
+        "NVIDIA GH200 480GB": "9.0",
+        "NVIDIA GeForce RTX 5090": "12.0",
+        "NVIDIA GB300": "10.3",
+    }
+    cards = [Card(name, cc, driver="580.95.05") for name, cc in named.items()]  # a driver nvcc 13.0's code loads on
+    node = ssh_fleet.add(f"bw-{tmp_path.name[-12:]}", cards)
+    source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
+    source = "#define MODE_PASS\n" + source + "__global__ void touch(int *p) { p[threadIdx.x] += 1; }\n"
+    build = "{nvcc} -O1 %s -o {binary} {sources}"
+    variants = {
+        "sm90a": cuda_variant(build % "-gencode arch=compute_90a,code=sm_90a", {"min": "9.0"}),
+        "ptx75": cuda_variant(build % "-arch=compute_75", {"min": "7.5"}),
+        "sm100f": cuda_variant(build % "-gencode arch=compute_100f,code=sm_100f", {"min": "10.3", "max": "10.3"}),
+    }
+    try:
+        entry = node.farm_entry(tmp_path / "work", cuobjdump=str(cuda_bin / "cuobjdump"))
+        config = make_farm(tmp_path, {"bw": entry}, [cuda_job(variants)])
+        (tmp_path / "kernels" / "rt54.cu").write_text(source)
+        _, summary = run(config)
+    finally:
+        node.stop()
+    found = rows(tmp_path / "results.db", summary.run_id)
+    said = {k: (r["outcome"], r["code_path"], r["reason"]) for k, r in found.items()}
+    outcome, path, reason = said[("sm90a", "NVIDIA B200")]
+    assert (outcome, path) == ("fail", "no-code"), said
+    assert "no code" in reason and "sm_90a" in reason, reason
+    assert said[("sm90a", "NVIDIA GH200 480GB")][:2] == ("pass", "native"), said
+    assert said[("ptx75", "NVIDIA GeForce RTX 5090")][:2] == ("pass", "ptx-jit"), said
+    assert said[("sm100f", "NVIDIA GB300")][:2] == ("pass", "native"), said
+    assert said[("sm100f", "NVIDIA B200")][0] == "missing-refusal", said  # the stand-in's gate is MIN_CC 0

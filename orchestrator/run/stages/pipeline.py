@@ -125,6 +125,9 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
         ev.driver_short = driver_shortfall(self.snapshot.driver, self.snapshot.nvcc_version, cuda)
+        if cuda and self.result.code_path == "no-code":
+            elf, ptx = (", ".join(found) or "none" for found in (self.result.elf_targets, self.result.ptx_targets))
+            ev.no_code = f"cubins {elf}; PTX {ptx}"
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             ev.metrics = self._measure()
         self.result.verdict = classify(ev, self.result.expectation)
