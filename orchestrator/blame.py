@@ -24,16 +24,29 @@ if TYPE_CHECKING:
 # is not judged.
 MIN_DRIVER = {11: 450, 12: 525, 13: 580}
 
-# nvcc's own line for an architecture it cannot target (nvcc 13.0 dropped sm_50 to sm_72), printed
-# before any source is read; at the start of a line, where a compiler's `#error` never is
-_UNSUPPORTED_ARCH = re.compile(r"^nvcc fatal\s*:\s*Unsupported gpu architecture '((?:sm|compute)_(\d+)[a-z]?)'", re.M)
+# nvcc's own line for an architecture it cannot target (nvcc 13.0 dropped sm_50 to sm_72; older ones
+# said "Value 'sm_30' is not defined for option 'gpu-architecture'"), printed before any source is
+# read; at the start of a line, where a compiler's `#error` never is
+_UNSUPPORTED_ARCH = re.compile(
+    r"^nvcc fatal\s*:\s*(?:Unsupported gpu architecture |Value )'((?:sm|compute)_(\d+)[a-z]?)'"
+    r"(?:$| is not defined for option 'gpu-(?:architecture|code)')",
+    re.M,
+)
+# the architectures of NVIDIA's cards, which some nvcc targets: another number (`sm_999`, `sm_76`) is
+# the job's typo, its own build-fail
+CARD_ARCHS = frozenset(
+    {10, 11, 12, 13, 20, 21, 30, 32, 35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90}
+    | {100, 101, 103, 110, 120, 121}
+)
 
 
 def unsupported_arch(build_log: bytes, command: str, nvcc_version: str | None) -> str:
     """The target the node's nvcc said it cannot build for, with that nvcc ("sm_70 (nvcc
     13.0.88)"), where the build command names it; else ""."""
     found = _UNSUPPORTED_ARCH.search(build_log.decode("utf-8", "replace"))
-    if found is None or not re.search(rf"(?<!\d){found.group(2)}(?!\d)", command):
+    if found is None or int(found.group(2)) not in CARD_ARCHS:
+        return ""
+    if not re.search(rf"(?<!\d){found.group(2)}(?!\d)", command):  # set elsewhere (NVCC_APPEND_FLAGS)
         return ""
     return f"{found.group(1)} (nvcc {nvcc_version or 'of unknown version'})"
 

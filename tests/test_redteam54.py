@@ -11,6 +11,7 @@ from pathlib import Path
 from nodes import Card, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
+from orchestrator.blame import unsupported_arch
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.run.machine_code import code_path_for
 from orchestrator.transport.local import bundled_cuda_bin
@@ -31,6 +32,10 @@ int main() {
     return 0;
 }
 """
+
+
+# what nvcc 10 to 11 said for a target they did not know
+OLD_NVCC = b"nvcc fatal   : Value 'sm_30' is not defined for option 'gpu-architecture'\n"
 
 
 def cuda_job(variants: dict[str, dict[str, object]]) -> dict:
@@ -61,6 +66,7 @@ def test_a_build_for_an_arch_the_nodes_nvcc_cannot_target_is_the_toolchains_not_
             "known_failures": [{"when": {"nvcc": ">=13.0"}, "outcome": "build-fail", "reason": "sm_70 left CUDA 13"}],
         },
         "e-broken": cuda_variant("{nvcc} -arch=sm_75 -DBROKEN -o {binary} {sources}", MIN75),
+        "e-typo": cuda_variant("{nvcc} -arch=sm_79 -o {binary} {sources}", MIN75),  # no card's: the job's
         "f75": cuda_variant("{nvcc} -arch=sm_75 -o {binary} {sources}", MIN75),
     }
     nodes = {"box": ssh_fleet["nogpu"].farm_entry(tmp_path / "work", cuobjdump=str(cuda_bin / "cuobjdump"))}
@@ -74,8 +80,10 @@ def test_a_build_for_an_arch_the_nodes_nvcc_cannot_target_is_the_toolchains_not_
         assert outcome == "infra-error", said
         assert arch in reason and "13.0" in reason and "not the kernel" in reason, reason
     assert said["d70-declared"][0] == "known-failure", said
+    assert unsupported_arch(OLD_NVCC, "nvcc -arch=sm_30 -o k k.cu", "10.2.89") == "sm_30 (nvcc 10.2.89)"
     # the kernel's own build failure stays its own, whatever its #error says
     assert said["e-broken"][0] == "build-fail", said
+    assert said["e-typo"][0] == "build-fail", said
     assert said["f75"][0] == "compile-only", said
 
 
