@@ -51,15 +51,33 @@ def unsupported_arch(build_log: bytes, command: str, nvcc_version: str | None) -
     return f"{found.group(1)} (nvcc {nvcc_version or 'of unknown version'})"
 
 
-def driver_shortfall(driver: str | None, nvcc_version: str | None, cuda_code: bool) -> str:
-    """Why the node's driver cannot load a binary of CUDA code its nvcc built, or ""."""
-    if not cuda_code or not driver or not nvcc_version:
+# The CUDA release each driver branch is (R580 is CUDA 13.0): the newest PTX it compiles at load.
+# Minor version compatibility covers machine code, not PTX: 13.5's PTX on driver 580 fails to load
+# ("the provided PTX was compiled with an unsupported toolchain"). Branches past the table are not judged.
+DRIVER_CUDA = {
+    450: (11, 0), 455: (11, 1), 460: (11, 2), 465: (11, 3), 470: (11, 4), 495: (11, 5), 510: (11, 6),
+    515: (11, 7), 520: (11, 8), 525: (12, 0), 530: (12, 1), 535: (12, 2), 545: (12, 3), 550: (12, 4),
+    555: (12, 5), 560: (12, 6), 565: (12, 7), 570: (12, 8), 575: (12, 9), 580: (13, 0),
+}  # fmt: skip
+
+
+def driver_shortfall(driver: str | None, nvcc_version: str | None, cuda_code: bool, ptx_jit: bool = False) -> str:
+    """Why the node's driver cannot load a binary of CUDA code its nvcc built (`ptx_jit`: the card
+    runs its PTX, compiled by the driver at load), or ""."""
+    branch, version = re.match(r"\d+", (driver or "").strip()), re.match(r"(\d+)\.(\d+)", nvcc_version or "")
+    if not cuda_code or branch is None or version is None:
         return ""
-    branch, major = re.match(r"\d+", driver.strip()), re.match(r"\d+", nvcc_version)
-    need = MIN_DRIVER.get(int(major.group())) if major else None
-    if branch is None or need is None or int(branch.group()) >= need:
-        return ""
-    return f"its driver {driver.strip()} is older than nvcc {nvcc_version} needs (driver {need} or later)"
+    have, (major, minor) = int(branch.group()), (int(version.group(1)), int(version.group(2)))
+    need = MIN_DRIVER.get(major)
+    if need is not None and have < need:
+        return f"its driver {driver} is older than nvcc {nvcc_version} needs (driver {need} or later)"
+    cuda = next((DRIVER_CUDA[b] for b in sorted(DRIVER_CUDA, reverse=True) if b <= have), None)
+    if ptx_jit and cuda is not None and have < max(DRIVER_CUDA) + 5 and cuda < (major, minor):
+        return (
+            f"its driver {driver} (CUDA {cuda[0]}.{cuda[1]}) cannot compile at load the PTX nvcc {nvcc_version} "
+            "wrote, which is all the binary holds for this card"
+        )
+    return ""
 
 
 def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str | None) -> str:

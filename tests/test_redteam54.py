@@ -257,3 +257,39 @@ def test_a_pass_on_a_card_the_binary_carries_no_code_for_is_no_pass(
     assert said[("ptx75", "NVIDIA GeForce RTX 5090")][:2] == ("pass", "ptx-jit"), said
     assert said[("sm100f", "NVIDIA GB300")][:2] == ("pass", "native"), said
     assert said[("sm100f", "NVIDIA B200")][0] == "missing-refusal", said  # the stand-in's gate is MIN_CC 0
+
+
+def test_ptx_a_newer_toolkit_wrote_on_an_older_driver_fails_no_kernel(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """CUDA's minor version compatibility covers machine code, not PTX: a driver of branch 580
+    (CUDA 13.0) cannot compile at load the PTX nvcc 13.5 writes. A `compute_75` build (PTX
+    only) of NVIDIA's nvcc 13.5.37 (the farm's own PyPI toolchain) on a T4 with driver 580 failed
+    as the kernel's `fail` (the README's cutlass runs on the H200 with 13.5 were such cells); it
+    is now infra-error, naming the driver's CUDA and the nvcc. The same binary's `sm_75` machine
+    code is not covered by this: its failure stays the kernel's."""
+    from orchestrator.run.toolchain import cuobjdump_in, prepare
+
+    tree = prepare("13.5.37", Path.home() / ".cache" / "farm")
+    node = ssh_fleet.add(f"r580-{tmp_path.name[-12:]}", Card("Tesla T4", "7.5", driver="580.95.05"))
+    variants = {
+        "ptx75": cuda_variant("{nvcc} -arch=compute_75 -o {binary} {sources}", MIN75),
+        "sm75": cuda_variant("{nvcc} -gencode arch=compute_75,code=sm_75 -o {binary} {sources}", MIN75),
+    }
+    try:
+        entry = node.farm_entry(
+            tmp_path / "work", nvcc=f"{tree}/nvidia/cu13/bin/nvcc", cuobjdump=cuobjdump_in(str(tree))
+        )
+        config = make_farm(tmp_path, {"t4": entry}, [cuda_job(variants)])
+        (tmp_path / "kernels" / "rt54.cu").write_text(CUDA_SOURCE)
+        _, summary = run(config)
+    finally:
+        node.stop()
+    said = {
+        k[0]: (r["outcome"], r["code_path"], r["reason"])
+        for k, r in rows(tmp_path / "results.db", summary.run_id).items()
+    }
+    outcome, path, reason = said["ptx75"]
+    assert (outcome, path) == ("infra-error", "ptx-jit"), said
+    assert "CUDA 13.0" in reason and "13.5.37" in reason, reason
+    assert said["sm75"][:2] == ("fail", "native"), said

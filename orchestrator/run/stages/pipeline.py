@@ -124,7 +124,8 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             ev.room_short, ev.gpu_lost = self._node_trouble()
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
-        ev.driver_short = driver_shortfall(self.snapshot.driver, self.snapshot.nvcc_version, cuda)
+        jit = self.result.code_path == "ptx-jit"
+        ev.driver_short = driver_shortfall(self.snapshot.driver, self.snapshot.nvcc_version, cuda, jit)
         if cuda and self.result.code_path == "no-code":
             elf, ptx = (", ".join(found) or "none" for found in (self.result.elf_targets, self.result.ptx_targets))
             ev.no_code = f"cubins {elf}; PTX {ptx}"
