@@ -91,6 +91,7 @@ class Queries:
         *_KEY,
         ResultRow.contract,
         ResultRow.contract_ccs,
+        ResultRow.contract_expected,  # the report holds it against the job now (report/rejudged.py)
         ResultRow.expected,
         ResultRow.outcome,
         ResultRow.failed_stage,

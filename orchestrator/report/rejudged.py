@@ -1,0 +1,91 @@
+"""The fleet's standing held against the jobs as they are now.
+
+A standing cell is a verdict judged against its variant's job as it was then.
+Between runs the course edits jobs/: a raised `cc: min` makes a card the kernel
+passed on one its gate must now refuse, a dropped known-failure declaration makes
+the declared failure a plain one, a renamed or removed variant leaves its old
+row with nothing to judge it. The verdict stands on record, but the current jobs
+would not call it as expected; the matrix must not show it green as current (a
+red-team finding: "1 of 1 cells as expected" after the T4 became a refusal).
+
+The farm's configuration is needed to say so; a report from the database alone
+(no farm) judges nothing again. A kernel in no job of the farm is left alone: a
+second farm file on the same database (farms/hopper.yaml) may list it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import Farm
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import CAN_FAIL_AS
+from orchestrator.report.ledger import KernelLedger
+
+CellKey = tuple[str, str, str, str]
+
+_MUST = {"pass": "pass", "expected-refusal": "be refused", "compile-only": "build only"}  # by contract_expected
+
+
+def rejudged(farm: Farm | None, standing: dict[CellKey, Any]) -> dict[CellKey, str]:
+    """cell -> why its job now would not judge its standing verdict so, for every
+    standing cell (`.result`: a light row with contract, contract_expected, expected,
+    cc) of a kernel the farm has a job for."""
+    found: dict[CellKey, str] = {}
+    if farm is None:
+        return found
+    for key, cell in standing.items():
+        kernel, variant, _node, _device = key
+        job = farm.jobs.get(kernel)
+        if job is None:
+            continue
+        r = cell.result
+        name = job.file.name
+        spec = job.spec.variants.get(variant)
+        if spec is None:
+            found[key] = f"variant {variant} is no longer in {name}: nothing judges this verdict now"
+            continue
+        contract = spec.cc.contract()
+        try:
+            cc = ComputeCapability.parse(r.cc) if r.cc else None
+        except ValueError:
+            cc = None
+        now = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
+        then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
+        if then is not None and then != now.value:
+            found[key] = (
+                f"{name} now says {contract} (then {r.contract}): on CC {r.cc} the kernel must now "
+                f"{_MUST[now.value]}; this verdict held it to {_MUST.get(then, then)}"
+            )
+        elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
+            kf.outcome in CAN_FAIL_AS[now] for kf in spec.known_failures
+        ):
+            found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
+    return found
+
+
+def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
+    """Flags each CC a kernel is VERIFIED on that no variant of its job admits now
+    (`contract-changed`): the bytes passed there, but the job says the kernel must
+    be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it."""
+    for entry in ledgers:
+        job = farm.jobs.get(entry.kernel) if farm is not None else None
+        if job is None:
+            continue
+        contracts = [v.cc.contract() for v in job.spec.variants.values()]
+        for cc in entry.verified_ccs:
+            try:
+                admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
+            except ValueError:  # a CC as an older farm wrote it: no contract to hold it against
+                continue
+            if not admitted:
+                entry.flags.append(
+                    (
+                        "contract-changed",
+                        f"CC {cc} is VERIFIED (these inputs passed there), but no variant of {job.file.name} "
+                        f"admits CC {cc} now ({'; '.join(sorted({str(c) for c in contracts}))}): the kernel "
+                        "must be refused there, and no run has shown it is.",
+                    )
+                )
+    return ledgers

@@ -1,0 +1,109 @@
+"""Red-team round 56: the site and the certificates after farm.yaml and jobs/ change
+between runs. A verdict judged against a job the course has since edited (a raised
+`cc: min`, a variant removed, a known failure no longer declared) stayed green as the
+fleet's standing, and the ledger kept a CC the job now refuses as VERIFIED."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from nodes import CARDS, nvidia_smi_script, smi_on_path
+from test_report_browser import CHROMIUM, CHROMIUM_ARGS
+from toyfarm import toy_farm
+
+from orchestrator.cli import main
+
+
+def green_on_a_t4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **toy: object) -> tuple[Path, CliRunner]:
+    """The toy farm run on a T4 (a stand-in nvidia-smi, taken as confirmed by the driver: the
+    GPU is the only stand-in), its cells as expected: (farm.yaml, the CLI runner)."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path / "farm", **toy)  # type: ignore[arg-type]
+    cli = CliRunner()
+    done = cli.invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
+        db.execute("UPDATE results SET real_gpu = 1")
+        db.execute("UPDATE node_snapshots SET real_gpu = 1")
+    return config, cli
+
+
+def matrix_cell(index: Path, variant: str) -> str:
+    found = re.search(rf'<td class="[^"]*"[^>]*data-cell="toy:{variant}".*?</td>', index.read_text(), re.S)
+    assert found is not None, index.read_text()
+    return found.group()
+
+
+def fleet_line(index: Path) -> str:
+    found = re.search(r'<p id="fleet">(.*?)</p>', index.read_text(), re.S)
+    assert found is not None
+    return " ".join(found.group(1).split())
+
+
+def test_a_pass_on_a_card_the_job_now_refuses_is_not_green_nor_its_cc_plainly_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a green run on a confirmed T4, the course raised toy's `cc: min` to 8.0 (the T4's
+    kernel must now be refused by its gate) and rendered with `farm report`: the matrix kept the
+    T4's pass green ("1 of 1 cells as expected"), though the jobs now would call that run
+    missing-refusal, and the ledger kept "CC 7.5: VERIFIED" with nothing beside it."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+    index = tmp_path / "farm" / "reports" / "index.html"
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    assert matrix_cell(index, "plain").startswith('<td class="good" ')
+    job = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("min: '7.5'", "min: '8.0'"))
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    cell = matrix_cell(index, "plain")
+    assert cell.startswith('<td class="good unconfirmed" '), cell
+    assert "job changed since" in cell and "must now be refused" in cell, cell
+    assert fleet_line(index).startswith("The fleet's standing (each cell's latest verdict, the matrix below): 0 of 1")
+    assert 'data-flag="contract-changed"' in index.read_text()
+    with chromium_page() as page:  # what the reviewer sees: no green on that cell
+        page.goto(index.as_uri())
+        td = page.locator('table#matrix td[data-cell="toy:plain"]')
+        colour = td.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert colour != "rgb(220, 243, 220)", colour
+        assert "job changed since" in td.inner_text()
+
+
+@pytest.mark.parametrize("after", ["removed", "undeclared"])
+def test_a_known_failure_whose_variant_or_declaration_is_gone_is_not_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: str
+) -> None:
+    """The variant `broken` failed as declared (known-failure, green); then the course removed
+    the variant (or its known-failure declaration) from jobs/toy.yaml. `farm verify toy:plain`
+    (a subset run) rendered the old known-failure green as the fleet's standing: a variant no job
+    has, or a failure no longer declared, counted among the cells as expected."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch, broken="known-failure")
+    toy_farm(tmp_path / "farm", broken=None if after == "removed" else "fails")
+    done = cli.invoke(main, ["verify", "toy:plain", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    index = tmp_path / "farm" / "reports" / "index.html"
+    cell = matrix_cell(index, "broken")
+    assert cell.startswith('<td class="good unconfirmed" '), cell
+    said = "is no longer in toy.yaml" if after == "removed" else "no longer declares this known failure"
+    assert said in cell, cell
+    with sqlite3.connect(tmp_path / "farm" / "results.db") as db:  # run 2's T4 confirmed too
+        db.execute("UPDATE results SET real_gpu = 1")
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    assert ": 1 of 2 cells as expected" in fleet_line(index), fleet_line(index)
+
+
+class chromium_page:
+    """A page of Debian's headless Chromium, JavaScript off, as a wary reviewer reads."""
+
+    def __enter__(self) -> object:
+        from playwright.sync_api import sync_playwright
+
+        self._playwright = sync_playwright().start()
+        self._browser = self._playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        return self._browser.new_context(java_script_enabled=False).new_page()
+
+    def __exit__(self, *exc: object) -> None:
+        self._browser.close()
+        self._playwright.stop()
