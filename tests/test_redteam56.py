@@ -107,3 +107,24 @@ class chromium_page:
     def __exit__(self, *exc: object) -> None:
         self._browser.close()
         self._playwright.stop()
+
+
+def test_a_renamed_kernels_old_rows_and_certificate_are_not_the_courses_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The course renamed toy to toy2 (its job and its source) after toy's green run on a
+    confirmed T4; the next `farm verify --all` kept toy's old pass green as the fleet's standing
+    and "kernels/toy.cpp: CC 7.5 VERIFIED" in the ledger, a file the course no longer has."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+    root = tmp_path / "farm"
+    (root / "kernels" / "toy.cpp").rename(root / "kernels" / "toy2.cpp")
+    job = (root / "jobs" / "toy.yaml").read_text().replace("toy.cpp", "toy2.cpp").replace("kernel: toy", "kernel: toy2")
+    (root / "jobs" / "toy.yaml").unlink()
+    (root / "jobs" / "toy2.yaml").write_text(job)
+    done = cli.invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    index = root / "reports" / "index.html"
+    cell = matrix_cell(index, "plain")  # toy's, the first row
+    assert cell.startswith('<td class="good unconfirmed" ') and "(kernels/toy.cpp) are gone" in cell, cell
+    assert 'data-flag="removed"' in index.read_text()
+    assert 'data-flag="removed"' in (root / "reports" / "kernels" / "toy.html").read_text()

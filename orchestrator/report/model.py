@@ -385,7 +385,7 @@ def collect(
         columns=columns,
         rows=rows,
         standing=standing,
-        rejudged=rejudged(farm, standing),
+        rejudged=rejudged(farm, standing, now_inputs),
         stale_after_days=stale_after,
         identities={kernel: found.identity for kernel, found in now_inputs.items() if found.identity},
         previous=previous,

@@ -9,8 +9,11 @@ would not call it as expected; the matrix must not show it green as current (a
 red-team finding: "1 of 1 cells as expected" after the T4 became a refusal).
 
 The farm's configuration is needed to say so; a report from the database alone
-(no farm) judges nothing again. A kernel in no job of the farm is left alone: a
-second farm file on the same database (farms/hopper.yaml) may list it.
+(no farm) judges nothing again. A kernel in no job of the farm is left alone while
+its sources are in the farm's folder (a second farm file on the same database may
+run it); once they are gone too, the kernel is removed or renamed, and its rows
+were the fleet's green with kernels/toy.cpp VERIFIED in the ledger, a file the
+course no longer has (a red-team finding).
 """
 
 from __future__ import annotations
@@ -28,17 +31,32 @@ CellKey = tuple[str, str, str, str]
 _MUST = {"pass": "pass", "expected-refusal": "be refused", "compile-only": "build only"}  # by contract_expected
 
 
-def rejudged(farm: Farm | None, standing: dict[CellKey, Any]) -> dict[CellKey, str]:
-    """cell -> why its job now would not judge its standing verdict so, for every
+def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
+    """Why `kernel` (its inputs as last recorded: relative path -> sha256) is no longer the
+    course's: in no job of the farm, and none of its recorded files in the farm's folder."""
+    if farm is None or kernel in farm.jobs or not files:
+        return None
+    project = farm.source_folders["jobs"].parent  # sources are relative to it (config/farm.py)
+    if any((project / path).exists() for path in files):
+        return None
+    return f"no job of {farm.file.name} runs {kernel}, and its sources ({', '.join(sorted(files))}) are gone"
+
+
+def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
+    """cell -> why the jobs now would not judge its standing verdict so, for every
     standing cell (`.result`: a light row with contract, contract_expected, expected,
-    cc) of a kernel the farm has a job for."""
+    cc) of a kernel the farm has a job for, or whose kernel is gone (`now`: kernel ->
+    its KernelInputs, kernel_inputs.py)."""
     found: dict[CellKey, str] = {}
     if farm is None:
         return found
+    removed = {k: why for k, inputs in now.items() if (why := gone(farm, k, inputs.files))}
     for key, cell in standing.items():
         kernel, variant, _node, _device = key
         job = farm.jobs.get(kernel)
         if job is None:
+            if kernel in removed:
+                found[key] = removed[kernel]
             continue
         r = cell.result
         name = job.file.name
@@ -70,6 +88,8 @@ def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelL
     (`contract-changed`): the bytes passed there, but the job says the kernel must
     be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it."""
     for entry in ledgers:
+        if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files)):
+            entry.flags.append(("removed", f"{why}: its certificates are of a kernel the course no longer has."))
         job = farm.jobs.get(entry.kernel) if farm is not None else None
         if job is None:
             continue
