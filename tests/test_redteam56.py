@@ -5,12 +5,14 @@ fleet's standing, and the ledger kept a CC the job now refuses as VERIFIED."""
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from junitparser import JUnitXml, Skipped
 from nodes import CARDS, nvidia_smi_script, smi_on_path
 from test_report_browser import CHROMIUM, CHROMIUM_ARGS
 from toyfarm import toy_farm
@@ -63,6 +65,14 @@ def test_a_pass_on_a_card_the_job_now_refuses_is_not_green_nor_its_cc_plainly_ve
     assert "job changed since" in cell and "must now be refused" in cell, cell
     assert fleet_line(index).startswith("The fleet's standing (each cell's latest verdict, the matrix below): 0 of 1")
     assert 'data-flag="contract-changed"' in index.read_text()
+    # a CI gate exporting the latest run (no run since the edit): no plain pass either
+    (suite,) = JUnitXml.fromstring(cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output)
+    (case,) = suite
+    (skipped,) = case.result
+    assert isinstance(skipped, Skipped) and "the job changed since" in skipped.message, skipped
+    exported = cli.invoke(main, ["report", "--format", "json", "--config", str(config)]).output
+    (record,) = json.loads(exported)["cells"]
+    assert record["certifies_nothing"] is True and "must now be refused" in record["job_changed_since"], record
     with chromium_page() as page:  # what the reviewer sees: no green on that cell
         page.goto(index.as_uri())
         td = page.locator('table#matrix td[data-cell="toy:plain"]')
