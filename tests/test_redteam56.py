@@ -138,3 +138,18 @@ def test_a_renamed_kernels_old_rows_and_certificate_are_not_the_courses_green(
     assert cell.startswith('<td class="good unconfirmed" ') and "(kernels/toy.cpp) are gone" in cell, cell
     assert 'data-flag="removed"' in index.read_text()
     assert 'data-flag="removed"' in (root / "reports" / "kernels" / "toy.html").read_text()
+
+
+def test_a_card_swapped_under_the_nodes_name_is_said_on_its_old_column(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node `here` held a T4 (green), then an A100 under the same name: the T4's column kept
+    its pass, headed by the A100 probe's driver and nvcc, with nothing saying the node no longer
+    holds a T4."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["a100"]), monkeypatch)
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    index = (tmp_path / "farm" / "reports" / "index.html").read_text()
+    heads = dict(re.findall(r'<th data-node="here" data-device="([^"]+)">(.*?)</th>', index, re.S))
+    assert "no Tesla T4 in run 2's probe" in heads["Tesla T4"], heads
+    assert "gone-card" not in heads["NVIDIA A100-SXM4-40GB"], heads
