@@ -153,3 +153,24 @@ def test_a_card_swapped_under_the_nodes_name_is_said_on_its_old_column(
     heads = dict(re.findall(r'<th data-node="here" data-device="([^"]+)">(.*?)</th>', index, re.S))
     assert "no Tesla T4 in run 2's probe" in heads["Tesla T4"], heads
     assert "gone-card" not in heads["NVIDIA A100-SXM4-40GB"], heads
+
+
+def test_a_pass_of_bytes_since_edited_is_not_green_nor_a_plain_pass_in_the_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's source was edited after its green on a confirmed T4 and `farm report` run (no
+    run since): the matrix flagged "inputs changed since" but kept the cell green and counted it as
+    expected, and the JUnit export of the latest run passed it: the bytes in kernels/ never ran."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+    source = tmp_path / "farm" / "kernels" / "toy.cpp"
+    source.write_text(source.read_text() + "// edited after the run\n")
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    index = tmp_path / "farm" / "reports" / "index.html"
+    cell = matrix_cell(index, "plain")
+    assert cell.startswith('<td class="good unconfirmed stale-cell" ') and "inputs changed since" in cell, cell
+    assert "stand-in card" not in cell, cell
+    assert ": 0 of 1 cells as expected" in fleet_line(index), fleet_line(index)
+    (suite,) = JUnitXml.fromstring(cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output)
+    (case,) = suite
+    (skipped,) = case.result
+    assert isinstance(skipped, Skipped) and "inputs changed since" in skipped.message, skipped

@@ -77,7 +77,11 @@ def rejudged(model: ReportModel, r: Any) -> str | None:
     read its old green as current."""
     key = (r.kernel, r.variant, r.node, r.device)
     standing = model.standing.get(key)
-    return model.rejudged.get(key) if standing is not None and standing.result.id == r.id else None
+    if standing is None or standing.result.id != r.id:
+        return None
+    if r.identity and model.identities.get(r.kernel, r.identity) != r.identity:  # grids.changed_inputs
+        return "inputs changed since: the kernel's sources, headers or dependencies are no longer these bytes"
+    return model.rejudged.get(key)
 
 
 def _no_result(run: Any) -> str:

@@ -139,6 +139,11 @@ def run_matrix(
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 
+def changed_inputs(model: ReportModel, kernel: str, r: Any) -> bool:
+    """The verdict `r` is about inputs that are no longer the kernel's (model.identities)."""
+    return bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
+
+
 def standing_counts(model: ReportModel) -> dict[str, int]:
     """The fleet's standing counted as the matrix colours it: good, bad, infra, and
     "unconfirmed" (as expected, but greyed: a stand-in card, a run that did not finish).
@@ -147,7 +152,7 @@ def standing_counts(model: ReportModel) -> dict[str, int]:
     counts = {"good": 0, "bad": 0, "infra": 0, "unconfirmed": 0, "total": len(model.standing)}
     for key, s in model.standing.items():
         cat = category(s.result.outcome)
-        moot = key in model.rejudged  # judged against a job since changed (rejudged.py)
+        moot = key in model.rejudged or changed_inputs(model, key[0], s.result)  # not what the course has now
         if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs or moot):
             cat = "unconfirmed"
         counts[cat] += 1
@@ -183,10 +188,11 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             # judged against a job since changed (a raised `cc: min`, a variant gone): the jobs now
             # would not call it as expected, and it stayed green as current (a red-team finding)
             moot = model.rejudged.get((kernel, variant, node, device))
-            if cat == "good" and (unconfirmed(r) or unfinished or moot):
+            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS): those
+            # bytes never ran there, and the cell stayed green under its flag (a red-team finding)
+            changed = changed_inputs(model, kernel, r)
+            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed):
                 cat = "good unconfirmed"
-            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
-            changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
             stale = " stale-cell" if s.stale or changed else ""
             cell = [
                 f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
@@ -200,7 +206,7 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if cat == "good unconfirmed" and unfinished:
                     said = _UNFINISHED.get(unfinished, "did not finish")
                     cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
-                elif cat == "good unconfirmed" and not moot:
+                elif cat == "good unconfirmed" and unconfirmed(r):
                     cell.append('<small class="flag">stand-in card: certifies nothing</small>')
                 if cat == "bad" and r.last_stderr_line:
                     why = do_truncate(env, r.last_stderr_line, 90, True, "…")
