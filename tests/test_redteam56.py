@@ -6,6 +6,7 @@ fleet's standing, and the ledger kept a CC the job now refuses as VERIFIED."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -174,3 +175,28 @@ def test_a_pass_of_bytes_since_edited_is_not_green_nor_a_plain_pass_in_the_expor
     (case,) = suite
     (skipped,) = case.result
     assert isinstance(skipped, Skipped) and "inputs changed since" in skipped.message, skipped
+
+
+def test_two_farms_on_one_sqlite_file_under_two_hard_linked_names_do_not_run_at_once(tmp_path: Path) -> None:
+    """Two farm roots, each with `database: sqlite:///results.db`, the second a hard link of the
+    first (one file, two names): each took the lock beside its own name, so the second farm's run
+    started during the first's, marked the live run aborted (its cells not-run) and wrote one
+    database through a second WAL file. A database file with several names is refused."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.store.database import Store
+    from orchestrator.store.lock import run_lock
+
+    first, second = toy_farm(tmp_path / "a"), toy_farm(tmp_path / "b")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(first)]).exit_code == 0
+    farm = load_farm(first)
+    with run_lock(farm.database_url, farm.root, 0):  # the first farm's run, live
+        store = Store(farm.database_url)
+        live = store.begin_run(trigger="cron", farm_version="0", host="h", config_file=str(first), selection="--all")
+        store.close()
+        os.link(tmp_path / "a" / "results.db", tmp_path / "b" / "results.db")
+        done = cli.invoke(main, ["verify", "--all", "--config", str(second)])
+    assert done.exit_code == 5 and "has 2 names (hard links)" in done.output, done.output
+    with sqlite3.connect(tmp_path / "a" / "results.db") as db:
+        (status,) = db.execute("SELECT status FROM runs WHERE id = ?", (live,)).fetchone()
+    assert status == "running", status
