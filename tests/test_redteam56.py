@@ -200,3 +200,27 @@ def test_two_farms_on_one_sqlite_file_under_two_hard_linked_names_do_not_run_at_
     with sqlite3.connect(tmp_path / "a" / "results.db") as db:
         (status,) = db.execute("SELECT status FROM runs WHERE id = ?", (live,)).fetchone()
     assert status == "running", status
+
+
+def test_every_node_the_matrix_heads_has_its_page_after_a_rename(tmp_path: Path) -> None:
+    """The node `here` was renamed `there` in farm.yaml: its old column stays (the fleet's standing)
+    and links nodes/here.html, but node pages were written only for nodes probed in the history's
+    runs, so once `here` was out of them a fresh site (`--out`) linked a page never written."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.report.site import render
+    from orchestrator.store.database import Store
+
+    config = toy_farm(tmp_path / "farm")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    config.write_text(config.read_text().replace("  here:", "  there:"))
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 0
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    try:  # a history of one run: `here` is out of it, as after 30 runs without it
+        index = render(store, tmp_path / "fresh", farm=farm, history_runs=1)
+    finally:
+        store.close()
+    links = set(re.findall(r'href="([^"#]+)"', index.read_text()))
+    assert "nodes/here.html" in links
+    assert not [link for link in links if not (index.parent / link).exists()]
