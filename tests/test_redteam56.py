@@ -224,3 +224,29 @@ def test_every_node_the_matrix_heads_has_its_page_after_a_rename(tmp_path: Path)
     links = set(re.findall(r'href="([^"#]+)"', index.read_text()))
     assert "nodes/here.html" in links
     assert not [link for link in links if not (index.parent / link).exists()]
+
+
+def test_a_pass_of_a_build_since_changed_in_the_job_is_not_green(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """toy:plain passed on a confirmed T4 built with -O1; the course changed the variant's build
+    (here -O1 to -O0; -arch=sm_75 to -arch=sm_90a alike). The job file is no part of the identity,
+    the variant kept its name, and the old pass stayed green as the standing of a build never run."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+    job = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("g++ -O1", "g++ -O0"))
+    assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
+    cell = matrix_cell(tmp_path / "farm" / "reports" / "index.html", "plain")
+    assert cell.startswith('<td class="good unconfirmed" ') and "this verdict is of another build" in cell, cell
+
+
+def test_a_build_as_run_is_matched_against_its_template_outside_the_fields() -> None:
+    from orchestrator.report.rejudged import same_build
+
+    template = "{nvcc} -O3 -arch=sm_75 -I {cutlass} -o {binary} {sources}"
+    ran = "'/usr/local/cuda/bin/nvcc' -O3 -arch=sm_75 -I /b/2c84 -o /b/k-sm75 /b/55a4/kernels/k.cu"
+    assert same_build(template, ran)
+    assert not same_build(template.replace("sm_75", "sm_90a"), ran)
+    assert not same_build(template + " -DEXTRA", ran)
+    assert not same_build(template, ran + " -DDROPPED")  # a flag after {sources} removed from the job
+    assert same_build("{nvcc} -o {binary} {sources}", "nvcc -o '/a b/k' /s/k.cu '/s/x y.cu'", sources=2)

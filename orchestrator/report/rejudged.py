@@ -18,6 +18,8 @@ course no longer has (a red-team finding).
 
 from __future__ import annotations
 
+import re
+import string
 from typing import Any
 
 from orchestrator.config.capability import ComputeCapability
@@ -29,6 +31,24 @@ from orchestrator.report.ledger import KernelLedger
 CellKey = tuple[str, str, str, str]
 
 _MUST = {"pass": "pass", "expected-refusal": "be refused", "compile-only": "build only"}  # by contract_expected
+
+
+# one field's value as shlex.quote wrote it (commands.render_build); a character at a time, so that a
+# command that does not match fails in linear time (`(?:[^\s']+)+` backtracked exponentially)
+_WORD = r"(?:[^\s']|'[^']*')+"
+
+
+def same_build(template: str, command: str, sources: int = 1) -> bool:
+    """Whether `command` (a build as run: commands.render_build) is `template` filled in: its
+    text outside the {fields} unchanged, each field one quoted word ({sources}: `sources` of
+    them). A variant's flags edited (-arch=sm_75 to -arch=sm_90a) kept the name and the
+    identity (the job file is none of it), and its old pass stayed green."""
+    several = _WORD + f"(?: {_WORD}){{{max(sources - 1, 0)}}}"
+    pattern = "".join(
+        re.escape(literal) + ("" if field is None else several if field == "sources" else _WORD)
+        for literal, field, _spec, _conv in string.Formatter().parse(template)
+    )
+    return re.fullmatch(pattern, command, re.S) is not None
 
 
 def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
@@ -71,7 +91,9 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
             cc = None
         now = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
         then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
-        if then is not None and then != now.value:
+        if r.build_command and not same_build(spec.build, r.build_command, len(job.spec.sources)):
+            found[key] = f"{name} now builds {variant} with `{spec.build}`: this verdict is of another build"
+        elif then is not None and then != now.value:
             found[key] = (
                 f"{name} now says {contract} (then {r.contract}): on CC {r.cc} the kernel must now "
                 f"{_MUST[now.value]}; this verdict held it to {_MUST.get(then, then)}"
