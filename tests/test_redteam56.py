@@ -136,7 +136,7 @@ def test_a_renamed_kernels_old_rows_and_certificate_are_not_the_courses_green(
     assert done.exit_code == 0, done.output
     index = root / "reports" / "index.html"
     cell = matrix_cell(index, "plain")  # toy's, the first row
-    assert cell.startswith('<td class="good unconfirmed" ') and "(kernels/toy.cpp) are gone" in cell, cell
+    assert cell.startswith('<td class="good unconfirmed" ') and "(kernels/toy.cpp) are not in" in cell, cell
     assert 'data-flag="removed"' in index.read_text()
     assert 'data-flag="removed"' in (root / "reports" / "kernels" / "toy.html").read_text()
 

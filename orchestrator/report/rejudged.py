@@ -59,7 +59,8 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
     project = farm.source_folders["jobs"].parent  # sources are relative to it (config/farm.py)
     if any((project / path).exists() for path in files):
         return None
-    return f"no job of {farm.file.name} runs {kernel}, and its sources ({', '.join(sorted(files))}) are gone"
+    # "not in", not "gone": a second farm root on the same database, with kernels of its own, reads so too
+    return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
 
 
 def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
@@ -111,7 +112,7 @@ def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelL
     be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it."""
     for entry in ledgers:
         if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files)):
-            entry.flags.append(("removed", f"{why}: its certificates are of a kernel the course no longer has."))
+            entry.flags.append(("removed", f"{why}: its certificates are of a kernel this farm does not have."))
         job = farm.jobs.get(entry.kernel) if farm is not None else None
         if job is None:
             continue
