@@ -471,7 +471,12 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         # since session 18: as expected in a run that did not finish is grey and says so
         "{% set unfinished = model.unfinished_runs.get(r.run_id) %}\n"
         '{% if cat == "good" and unfinished %}{% set cat = "good unconfirmed" %}{% endif %}\n'
+        # since session 56: a verdict the jobs now would not call so (rejudged.py) is grey and says why
+        "{% set moot = model.rejudged.get((kernel, variant, col.node, col.device)) %}\n"
+        '{% if cat == "good" and moot %}{% set cat = "good unconfirmed" %}{% endif %}\n'
         "{% set changed = r.identity and model.identities.get(kernel, r.identity) != r.identity %}\n"
+        # since session 56: as expected on inputs since changed is grey too
+        '{% if cat == "good" and changed %}{% set cat = "good unconfirmed" %}{% endif %}\n'
         '<td class="{{ cat }}{% if s.stale or changed %} stale-cell{% endif %}" data-node="{{ col.node }}" '
         'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
         '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
@@ -479,7 +484,8 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "{% if r.outcome != r.expected %}<small>expected {{ r.expected }}</small>{% endif %}\n"
         '{% if cat == "good unconfirmed" and unfinished %}<small class="flag">run {{ r.run_id }} '
         '{{ "had not finished" if unfinished == "running" else "did not finish" }}: certifies nothing</small>'
-        '{% elif cat == "good unconfirmed" %}<small class="flag">stand-in card: certifies nothing</small>{% endif %}\n'
+        '{% elif cat == "good unconfirmed" and r.outcome in ("pass", "expected-refusal", "fixed") and r.device '
+        'and not r.real_gpu %}<small class="flag">stand-in card: certifies nothing</small>{% endif %}\n'
         '{% if cat == "bad" and r.last_stderr_line %}<small class="why">'
         '{{ r.last_stderr_line|truncate(90, True, "…") }}</small>{% endif %}\n'
         '{% if r.code_path == "ptx-jit" %}<small>ptx-jit</small>{% endif %}\n'
@@ -489,6 +495,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         '<small class="age">run {{ r.run_id }}{% if r.run_id != run.id %}, {{ s.age_days|age }}{% endif %}'
         '{% if s.stale %} <span class="flag">stale</span>{% endif %}</small>\n'
         '{% if changed %}<small class="flag">inputs changed since</small>\n{% endif %}'
+        '{% if moot %}<small class="flag rejudged">job changed since: {{ moot }}</small>\n{% endif %}'
         '{% if s.infra_since %}<small class="flag">then {{ s.infra_since.outcome }} in run '
         "{{ s.infra_since.run_id }}</small>{% endif %}\n"
         "</td>\n{% else %}\n"
@@ -532,6 +539,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         standing=standing,
         identities=identities,
         unfinished_runs={5: "aborted"},
+        rejudged={("k2", "v2", "n2", ""): "variant v2 is no longer in <k2>.yaml"},
     )
     env = site._env()
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
@@ -548,6 +556,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "ptx-jit",
         "k&amp;1",
         'class="none"',
+        "job changed since: variant v2 is no longer in &lt;k2&gt;.yaml",
     )
     assert made.count("inputs changed since") == 1
     for shown in shown_words:

@@ -71,6 +71,19 @@ def certifies_nothing(r: Any, run: Any) -> bool:
     )
 
 
+def rejudged(model: ReportModel, r: Any) -> str | None:
+    """Why the jobs now would not judge this cell of the run so (report/rejudged.py), where
+    it is its cell's standing verdict: a CI gate exporting the latest run after jobs/ changed
+    read its old green as current."""
+    key = (r.kernel, r.variant, r.node, r.device)
+    standing = model.standing.get(key)
+    if standing is None or standing.result.id != r.id:
+        return None
+    if r.identity and model.identities.get(r.kernel, r.identity) != r.identity:  # grids.changed_inputs
+        return "inputs changed since: the kernel's sources, headers or dependencies are no longer these bytes"
+    return model.rejudged.get(key)
+
+
 def _no_result(run: Any) -> str:
     if run.status == "finished":
         return "not-run: no result was stored for this planned cell"
@@ -86,7 +99,7 @@ def junit(model: ReportModel) -> str:
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
     # as expected yet certifying nothing: a known failure, compile-only, a stand-in card, a run that did not finish
-    unbacked = [certifies_nothing(r, run) for r in results]
+    unbacked = [certifies_nothing(r, run) or bool(is_as_expected(r.outcome) and rejudged(model, r)) for r in results]
     skipped = sum(unbacked)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
@@ -152,6 +165,8 @@ def junit(model: ReportModel) -> str:
         elif incomplete and is_as_expected(r.outcome):  # nothing of a run that did not finish certifies
             message = f"{r.outcome}, in run {run.id}, which did not finish ({run.status}): it certifies nothing"
             ET.SubElement(case, "skipped", message=message)
+        elif is_as_expected(r.outcome) and (moot := rejudged(model, r)):
+            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but the job changed since: {moot}"))
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
@@ -261,7 +276,9 @@ def as_json(model: ReportModel) -> str:
                 # certificate), and nothing of a run that did not finish (certifying: _certifying)
                 "certifies_nothing": certifies_nothing(r, run)
                 or not is_as_expected(r.outcome)
-                or run.status != "finished",
+                or run.status != "finished"
+                or rejudged(model, r) is not None,
+                "job_changed_since": rejudged(model, r),  # the jobs now would not judge it so
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
             }
             for r in model.results

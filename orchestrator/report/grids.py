@@ -139,15 +139,21 @@ def run_matrix(
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 
+def changed_inputs(model: ReportModel, kernel: str, r: Any) -> bool:
+    """The verdict `r` is about inputs that are no longer the kernel's (model.identities)."""
+    return bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
+
+
 def standing_counts(model: ReportModel) -> dict[str, int]:
     """The fleet's standing counted as the matrix colours it: good, bad, infra, and
     "unconfirmed" (as expected, but greyed: a stand-in card, a run that did not finish).
     Said beside the run's own counts: a run of a subset after a red night read as the
     fleet green (a red-team finding)."""
     counts = {"good": 0, "bad": 0, "infra": 0, "unconfirmed": 0, "total": len(model.standing)}
-    for s in model.standing.values():
+    for key, s in model.standing.items():
         cat = category(s.result.outcome)
-        if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs):
+        moot = key in model.rejudged or changed_inputs(model, key[0], s.result)  # not what the course has now
+        if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs or moot):
             cat = "unconfirmed"
         counts[cat] += 1
     return counts
@@ -179,10 +185,14 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             # grey, flagged: no green for what certifies nothing (a stand-in card, a run that did not
             # finish: a killed night's passes stayed green once a later run had finished)
             unfinished = model.unfinished_runs.get(r.run_id)
-            if cat == "good" and (unconfirmed(r) or unfinished):
+            # judged against a job since changed (a raised `cc: min`, a variant gone): the jobs now
+            # would not call it as expected, and it stayed green as current (a red-team finding)
+            moot = model.rejudged.get((kernel, variant, node, device))
+            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS): those
+            # bytes never ran there, and the cell stayed green under its flag (a red-team finding)
+            changed = changed_inputs(model, kernel, r)
+            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed):
                 cat = "good unconfirmed"
-            # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS)
-            changed = bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
             stale = " stale-cell" if s.stale or changed else ""
             cell = [
                 f'<td class="{cat}{stale}" data-node="{node_text}" data-device="{device_text}" data-cell="{label}" '
@@ -196,7 +206,7 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if cat == "good unconfirmed" and unfinished:
                     said = _UNFINISHED.get(unfinished, "did not finish")
                     cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
-                elif cat == "good unconfirmed":
+                elif cat == "good unconfirmed" and unconfirmed(r):
                     cell.append('<small class="flag">stand-in card: certifies nothing</small>')
                 if cat == "bad" and r.last_stderr_line:
                     why = do_truncate(env, r.last_stderr_line, 90, True, "…")
@@ -210,6 +220,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')
             if changed:
                 cell.append('<small class="flag">inputs changed since</small>\n')
+            if moot:
+                cell.append(f'<small class="flag rejudged">job changed since: {_t(moot)}</small>\n')
             if s.infra_since:
                 then = s.infra_since
                 cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')

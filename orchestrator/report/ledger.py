@@ -20,6 +20,9 @@ and flags each disagreement:
     now-failing       a certificate stands, but the latest result of a cell of these same
                       inputs on real hardware failed where it must pass (wrong numbers, a
                       crash, a timeout): the card, the driver or the kernel's luck changed
+    contract-changed  a certificate stands on a CC that no variant of the job admits now
+                      (report/rejudged.py: the job file is edited between runs)
+    removed           certificates of a kernel in no job of the farm whose sources are gone
 """
 
 from __future__ import annotations

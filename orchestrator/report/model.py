@@ -1,14 +1,13 @@
-"""Everything the report and the exports show, gathered from the store in a few
-queries: a run's cells, what changed against earlier runs, node probe history
-and the certification ledger. Pages and exports only format this model.
+"""Everything the report and the exports show, gathered from the store in a few queries: a run's
+cells, what changed against earlier runs, node probe history and the certification ledger.
+Pages and exports only format this model.
 
-What is read is bounded by the rendered run, not by the history on record:
-its own cells, each cell's last few earlier results, the last GRID_RUNS runs'
-outcomes (the kernel pages' grids) and the last HISTORY_RUNS runs' counts.
-The fleet's standing (each cell's latest verdict from any run) and the
-ledger's counts of certifying passes are over all history by definition; both
-are aggregated in the database from indexes (store.py), so they cost little
-per row on record. Logs are read only for the cells shown in full.
+What is read is bounded by the rendered run, not by the history on record: its own cells,
+each cell's last few earlier results, the last GRID_RUNS runs' outcomes (the kernel pages'
+grids) and the last HISTORY_RUNS runs' counts. The fleet's standing (each cell's latest
+verdict from any run) and the ledger's counts of certifying passes are over all history by
+definition; both are aggregated in the database from indexes (store.py), so they cost
+little per row on record. Logs are read only for the cells shown in full.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import history, ledger
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
+from orchestrator.report.rejudged import flag_ledgers, rejudged
 from orchestrator.report.trends import Series, trend_series
 from orchestrator.store.database import Store
 from orchestrator.store.queries import BISECT_TRIGGER
@@ -119,18 +119,19 @@ class ReportModel:
     unfinished_runs: dict[int, str] = field(default_factory=dict)  # run -> status, every run that did not finish
     # kernel -> its inputs' identity now (current_inputs): a standing cell of other inputs is flagged
     identities: dict[str, str] = field(default_factory=dict)
+    # standing cell -> why the jobs now would not judge its verdict so (rejudged.py): never green
+    rejudged: dict[history.CellKey, str] = field(default_factory=dict)
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
-    # under "what changed": the run's metric values that regressed or found no value (light rows
-    # of metric_values), and instruction counts that moved against the cell's previous result
+    # under "what changed": the run's metrics regressed or without a value, and moved instruction counts
     speed: list[Any] = field(default_factory=list)
     sass_moves: list[history.SassMove] = field(default_factory=list)
     # kernel -> metric -> each cell's values over the report's runs (the kernel pages' trends)
     trends: dict[str, dict[str, list[Series]]] = field(default_factory=dict)
     # result id (of the run's cells) -> its metric values (light rows of metric_values), in name order
     measured: dict[int, list[Any]] = field(default_factory=dict)
-    # (kernel, variant, node, device) of the cells a run that did not finish planned and has no
-    # result for (a run still running, or one whose farm died): not-run in the exports' counts
+    # cells (kernel, variant, node, device) a run planned and has no result for (a run still running,
+    # or one whose farm died): not-run in the exports' counts
     unfinished: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
@@ -187,14 +188,13 @@ def collect(
     if run is None:
         which = f"run {run_id}" if run_id is not None else "run but a bisection's (--run N shows one)"
         raise StoreError(f"no {which} in {store.redacted_url}: run `farm verify` first")
-    # the fleet's runs: a bisection's old commits made a red cell's grid and "what changed" flip (a
-    # red-team finding); a bisection's own report (--run N) shows its run before them
+    # the fleet's runs: a bisection's old commits flipped a red cell's grid and "what changed"; its own report
+    # (--run N) shows its run before them
     runs = store.runs(limit=history_runs, upto=run.id, bisections=False)
     runs = runs if run.trigger != BISECT_TRIGGER else [run, *runs[: history_runs - 1]]
     run_ids = [r.id for r in runs]
-    # The last runs' outcomes, read once from the index: the run's own cells, the
-    # kernel pages' grids (GRID_RUNS runs) and each cell's earlier results (one run
-    # more than history.WINDOW, so a cell that ran every time has them all here).
+    # The last runs' outcomes, read once from the index: the run's own cells, the kernel pages' grids
+    # (GRID_RUNS runs) and each cell's earlier results (one run more than history.WINDOW: all of them).
     recent = store.run_matrix(run_ids[: max(GRID_RUNS, history.WINDOW + 1)])
     this_run = run.id  # an ORM attribute: read once, not per row
     light = [row for row in recent if row[1] == this_run]  # by position: a Row's attributes cost more
@@ -298,9 +298,8 @@ def collect(
         contracts[kernel].update(named_by_row[(kernel, variant)])
         # on record, but no result identifies its inputs and no configuration is at hand
         now_inputs.setdefault(kernel, KernelInputs(kernel, "", b"", {}, {}))
-    # A ledger shows, per identity and CC, the first and the latest certificate
-    # with their evidence, and how many there are: counted in the database, full
-    # rows (logs included) for those shown only.
+    # A ledger shows, per identity and CC, the first and the latest certificate with their
+    # evidence, and how many there are: counted in the database, full rows for those shown only.
     # the days passes ran on matter only where a header claims VERIFIED on a date (ledger.build)
     claimed = [
         (kernel, found.identity)
@@ -381,11 +380,12 @@ def collect(
         run_counts=run_counts,
         run_cells=run_cells,
         node_history=dict(node_history),
-        ledgers=ledgers,
+        ledgers=flag_ledgers(farm, ledgers),
         counts=counts,
         columns=columns,
         rows=rows,
         standing=standing,
+        rejudged=rejudged(farm, standing, now_inputs),
         stale_after_days=stale_after,
         identities={kernel: found.identity for kernel, found in now_inputs.items() if found.identity},
         previous=previous,

@@ -331,7 +331,10 @@ def _render(
         )
 
     node_page = env.get_template("node.html.j2")
-    for node, snaps in model.node_history.items():
+    # every column's node has its page, which its head links to: a node out of the last runs (removed
+    # or renamed in farm.yaml since) had none in a fresh folder, and a stale one in an old folder
+    probed = {col.node: [col.snapshot] for col in model.columns if col.snapshot is not None}
+    for node, snaps in {**probed, **model.node_history}.items():
         page = node_page.render(run=run, node=node, snaps=snaps, probes=grids.probe_rows(snaps))
         _write(out_dir / "nodes" / f"{page_name(node)}.html", page, pages)
 

@@ -37,7 +37,7 @@ from orchestrator.errors import StoreError
 from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
-from orchestrator.store.location import sqlite_file
+from orchestrator.store.location import several_names, sqlite_file
 from orchestrator.store.lock import check_held
 from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
@@ -70,6 +70,8 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     f"{path} holds no farm results (none of its tables is the farm's); nothing was written "
                     "to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
                 )
+        if (problem := several_names(url)) is not None:
+            raise StoreError(f"cannot open the results database {self.redacted_url}: {problem}")
         try:
             self.engine = open_engine(url)
         except ImportError as err:

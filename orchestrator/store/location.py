@@ -60,3 +60,22 @@ def same_database(url: str, other: str) -> bool:
     if file is not None or other_file is not None:
         return file == other_file
     return server_identity(url) == server_identity(other)
+
+
+def several_names(url: str) -> str | None:
+    """Why a SQLite file with more than one name (hard links) cannot be the farm's database:
+    each name took its own run lock (beside it) and its own WAL files, so two farm roots on
+    one file under two names ran at once, the second marking the live run aborted, or met
+    SQLite's bare "disk I/O error" (a red-team finding). None for one name, or no file yet."""
+    file = real_sqlite_file(url)
+    try:
+        links = file.stat().st_nlink if file is not None else 1
+    except OSError:  # not there yet (made by this run), or unreadable: the open says so
+        return None
+    if links <= 1:
+        return None
+    return (
+        f"{file} has {links} names (hard links): each takes its own run lock and its own WAL file, and "
+        "two farms writing it at once corrupt it; keep one name and give the other farm that path "
+        "(or a symbolic link to it)"
+    )

@@ -91,6 +91,8 @@ class Queries:
         *_KEY,
         ResultRow.contract,
         ResultRow.contract_ccs,
+        ResultRow.contract_expected,  # the report holds it and the build against the job now (report/rejudged.py)
+        ResultRow.build_command,
         ResultRow.expected,
         ResultRow.outcome,
         ResultRow.failed_stage,

@@ -1,0 +1,134 @@
+"""The fleet's standing held against the jobs as they are now.
+
+A standing cell is a verdict judged against its variant's job as it was then.
+Between runs the course edits jobs/: a raised `cc: min` makes a card the kernel
+passed on one its gate must now refuse, a dropped known-failure declaration makes
+the declared failure a plain one, a renamed or removed variant leaves its old
+row with nothing to judge it. The verdict stands on record, but the current jobs
+would not call it as expected; the matrix must not show it green as current (a
+red-team finding: "1 of 1 cells as expected" after the T4 became a refusal).
+
+The farm's configuration is needed to say so; a report from the database alone
+(no farm) judges nothing again. A kernel in no job of the farm is left alone while
+its sources are in the farm's folder (a second farm file on the same database may
+run it); once they are gone too, the kernel is removed or renamed, and its rows
+were the fleet's green with kernels/toy.cpp VERIFIED in the ledger, a file the
+course no longer has (a red-team finding).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import Any
+
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import Farm
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import CAN_FAIL_AS
+from orchestrator.report.ledger import KernelLedger
+
+CellKey = tuple[str, str, str, str]
+
+_MUST = {"pass": "pass", "expected-refusal": "be refused", "compile-only": "build only"}  # by contract_expected
+
+
+# one field's value as shlex.quote wrote it (commands.render_build); a character at a time, so that a
+# command that does not match fails in linear time (`(?:[^\s']+)+` backtracked exponentially)
+_WORD = r"(?:[^\s']|'[^']*')+"
+
+
+def same_build(template: str, command: str, sources: int = 1) -> bool:
+    """Whether `command` (a build as run: commands.render_build) is `template` filled in: its
+    text outside the {fields} unchanged, each field one quoted word ({sources}: `sources` of
+    them). A variant's flags edited (-arch=sm_75 to -arch=sm_90a) kept the name and the
+    identity (the job file is none of it), and its old pass stayed green."""
+    several = _WORD + f"(?: {_WORD}){{{max(sources - 1, 0)}}}"
+    pattern = "".join(
+        re.escape(literal) + ("" if field is None else several if field == "sources" else _WORD)
+        for literal, field, _spec, _conv in string.Formatter().parse(template)
+    )
+    return re.fullmatch(pattern, command, re.S) is not None
+
+
+def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
+    """Why `kernel` (its inputs as last recorded: relative path -> sha256) is no longer the
+    course's: in no job of the farm, and none of its recorded files in the farm's folder."""
+    if farm is None or kernel in farm.jobs or not files:
+        return None
+    project = farm.source_folders["jobs"].parent  # sources are relative to it (config/farm.py)
+    if any((project / path).exists() for path in files):
+        return None
+    # "not in", not "gone": a second farm root on the same database, with kernels of its own, reads so too
+    return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
+
+
+def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
+    """cell -> why the jobs now would not judge its standing verdict so, for every
+    standing cell (`.result`: a light row with contract, contract_expected, expected,
+    cc) of a kernel the farm has a job for, or whose kernel is gone (`now`: kernel ->
+    its KernelInputs, kernel_inputs.py)."""
+    found: dict[CellKey, str] = {}
+    if farm is None:
+        return found
+    removed = {k: why for k, inputs in now.items() if (why := gone(farm, k, inputs.files))}
+    for key, cell in standing.items():
+        kernel, variant, _node, _device = key
+        job = farm.jobs.get(kernel)
+        if job is None:
+            if kernel in removed:
+                found[key] = removed[kernel]
+            continue
+        r = cell.result
+        name = job.file.name
+        spec = job.spec.variants.get(variant)
+        if spec is None:
+            found[key] = f"variant {variant} is no longer in {name}: nothing judges this verdict now"
+            continue
+        contract = spec.cc.contract()
+        try:
+            cc = ComputeCapability.parse(r.cc) if r.cc else None
+        except ValueError:
+            cc = None
+        now = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
+        then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
+        if r.build_command and not same_build(spec.build, r.build_command, len(job.spec.sources)):
+            found[key] = f"{name} now builds {variant} with `{spec.build}`: this verdict is of another build"
+        elif then is not None and then != now.value:
+            found[key] = (
+                f"{name} now says {contract} (then {r.contract}): on CC {r.cc} the kernel must now "
+                f"{_MUST[now.value]}; this verdict held it to {_MUST.get(then, then)}"
+            )
+        elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
+            kf.outcome in CAN_FAIL_AS[now] for kf in spec.known_failures
+        ):
+            found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
+    return found
+
+
+def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
+    """Flags each CC a kernel is VERIFIED on that no variant of its job admits now
+    (`contract-changed`): the bytes passed there, but the job says the kernel must
+    be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it."""
+    for entry in ledgers:
+        if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files)):
+            entry.flags.append(("removed", f"{why}: its certificates are of a kernel this farm does not have."))
+        job = farm.jobs.get(entry.kernel) if farm is not None else None
+        if job is None:
+            continue
+        contracts = [v.cc.contract() for v in job.spec.variants.values()]
+        for cc in entry.verified_ccs:
+            try:
+                admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
+            except ValueError:  # a CC as an older farm wrote it: no contract to hold it against
+                continue
+            if not admitted:
+                entry.flags.append(
+                    (
+                        "contract-changed",
+                        f"CC {cc} is VERIFIED (these inputs passed there), but no variant of {job.file.name} "
+                        f"admits CC {cc} now ({'; '.join(sorted({str(c) for c in contracts}))}): the kernel "
+                        "must be refused there, and no run has shown it is.",
+                    )
+                )
+    return ledgers
