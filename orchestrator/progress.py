@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
@@ -185,8 +186,8 @@ class LiveListener(PlainListener):
         self.task = None
 
     def _line(self, text: str) -> None:
-        with self._lock:
-            self.console.print(printable(text, keep_newlines=False), markup=False, highlight=False)
+        with self._lock:  # no emoji codes either: a card's name ":white_check_mark:" is text
+            self.console.print(printable(text, keep_newlines=False), markup=False, highlight=False, emoji=False)
 
     def run_started(self, run_id: int, cells: list[Cell]) -> None:
         super().run_started(run_id, cells)
@@ -194,7 +195,11 @@ class LiveListener(PlainListener):
         self.task = self.progress.add_task("", total=len(cells))
 
     def cell_started(self, cell: Cell) -> None:
-        self.progress.update(self.task, description=cell.label)
+        # the label names the card (nvidia-smi's name, the node's to choose) on a node of several card
+        # models: shown raw, its ESC sequences drew a green "ok   pass" line of their own over the bar,
+        # and rich read "[link=...]" in it as markup (a red-team finding); escaped twice, for the
+        # terminal and for rich's markup
+        self.progress.update(self.task, description=escape(printable(cell.label, keep_newlines=False)))
 
     def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
         super().cell_finished(cell, result, result_id)
