@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import Card, Fleet, standin_job, standin_variant
+from nodes import Card, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75
 
 # a node's nvidia-smi answers what it likes: escape sequences in a card's name and driver field
@@ -37,12 +37,14 @@ def evil_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         fleet.stop()
 
 
-def farm_cli(*args: str, tty: bool = False) -> tuple[int, bytes]:
+def farm_cli(*args: str, tty: bool = False, terminal: tuple[int, int] | None = None) -> tuple[int, bytes]:
+    """The farm's command line in a subprocess; `tty`: on a terminal of its own (`terminal`: this one,
+    from pty.openpty()), as an operator runs it, its live display on."""
     argv = [sys.executable, "-m", "orchestrator.cli", *args]
     if not tty:
         done = subprocess.run(argv, capture_output=True, timeout=300, check=False)
         return done.returncode, done.stdout + done.stderr
-    master, slave = pty.openpty()
+    master, slave = terminal or pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env)
     os.close(slave)
@@ -152,3 +154,23 @@ def test_the_junit_export_carries_a_kernels_terminal_controls_as_character_refer
     code, out = farm_cli("report", "--format", "json", "--config", str(config))
     assert code == 1 and all(ch < 0x7F and (ch >= 0x20 or ch == 0x0A) for ch in out), out
     assert json.loads(out)["cells"][0]["outcome"] == "fail"
+
+
+def test_a_confined_kernel_cannot_write_into_the_operators_terminal(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A confined kernel could write anywhere beneath /dev, the operator's terminal included: where
+    the farm runs on the node (a `local` node, or here the loopback node, the same user), one
+    that wrote "ESC[2K\\r ok   pass" into /dev/pts/N put its own green line among the farm's live
+    ones, whatever its cell's verdict. /dev's terminals are no longer the kernel's to write."""
+    terminal = pty.openpty()
+    prelude = tmp_path / "tty.sh"
+    prelude.write_text(f"printf '\\033[2K\\rFROM-THE-KERNEL ok   pass\\n' > {os.ttyname(terminal[1])}\n")
+    variants = {"tty": standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude)}
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}
+    config = make_farm(tmp_path, nodes, [standin_job("standin", variants)])
+    code, out = farm_cli("verify", "--all", "--no-report", "--config", str(config), tty=True, terminal=terminal)
+    assert code == 1, out
+    assert b"FROM-THE-KERNEL" not in out, out
+    (row,) = query(tmp_path / "results.db", "SELECT stderr FROM results")
+    assert b"Permission denied" in row["stderr"], row["stderr"]
