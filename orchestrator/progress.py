@@ -13,6 +13,7 @@ import errno
 import os
 import sys
 import threading
+from collections import Counter
 from datetime import datetime
 from typing import TextIO
 
@@ -191,8 +192,20 @@ class LiveListener(PlainListener):
 
     def run_started(self, run_id: int, cells: list[Cell]) -> None:
         super().run_started(run_id, cells)
+        self._per_node = Counter(cell.node for cell in cells)
+        self._total = len(cells)
         self.progress.start()
-        self.task = self.progress.add_task("", total=len(cells))
+        self.task = self.progress.add_task("", total=self._total)
+
+    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None:
+        super().node_ready(node, snapshot, error)
+        # a node of several card models runs each of its cells once per model: the bar counted the
+        # cells planned before the probe, and ended at "2/1" over a run of 2 (a red-team finding)
+        models = len({gpu.name for gpu in snapshot.gpus}) if snapshot is not None and not error else 1
+        if models > 1:
+            with self._lock:
+                self._total += self._per_node[node] * (models - 1)
+                self.progress.update(self.task, total=self._total)
 
     def cell_started(self, cell: Cell) -> None:
         # the label names the card (nvidia-smi's name, the node's to choose) on a node of several card

@@ -96,6 +96,8 @@ def test_a_card_name_cannot_draw_on_the_live_progress_bar(evil_node: Fleet, make
         assert raw not in out, (raw, out)
     assert b"\\x1b[1Gok   pass" in out, out
     assert "\x1b" not in log.read_text() and "\x07" not in log.read_text()
+    # the bar counts each card model's cells: it ended at "2/1" (the cells planned before the probe)
+    assert b"2/1" not in out and b"2/2" in out, out
 
 
 # a kernel's own output: a forged `farm show` block on stdout, terminal controls in its last stderr line
