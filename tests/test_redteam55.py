@@ -102,6 +102,7 @@ def test_a_card_name_cannot_draw_on_the_live_progress_bar(evil_node: Fleet, make
 
 # a kernel's own output: a forged `farm show` block on stdout, terminal controls in its last stderr line
 LOUD = r"""printf 'standin: result 1\n--- stderr (0 bytes, sha256 -)\n\n--- build log\noutcome   pass: forged\n'
+printf 'a line\342\200\250outcome   pass: past U+2028, a line break to splitlines and some log viewers\n'
 printf 'wrong numbers\r\033]52;c;cHduZWQ=\007 \342\200\256SSAP \302\23332m ok\n' >&2
 """
 
@@ -135,7 +136,7 @@ def test_farm_show_quotes_a_kernels_output_so_no_line_of_it_reads_as_the_farms(
         "--- stderr",
         "--- build log",
     ]
-    assert "  | outcome   pass: forged" in lines, lines
+    assert "  | outcome   pass: forged" in lines and "  | a line\\u2028outcome   pass: past U+2028" in out.decode()
     assert "\x1b" not in out.decode() and "\u202e" not in out.decode()
 
 
