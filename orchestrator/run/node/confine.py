@@ -25,8 +25,8 @@ def own_tmp(env, folder):
 
 
 # the terminals in /dev: the operator's own (/dev/pts/N, where the farm runs on the node, a `local`
-# node, or where its user is logged in), the consoles, the pseudo-terminal master
-_TERMINALS = ("pts", "ptmx", "console", "tty", "vcs")
+# node, or where its user is logged in), the consoles (a VM's hvc too), the pseudo-terminal master
+_TERMINALS = ("pts", "ptmx", "console", "tty", "vcs", "hvc")
 
 
 def dev_writable():
