@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import TextIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
@@ -180,7 +179,7 @@ class LiveListener(PlainListener):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # a label is text: no rich markup, no emoji codes
             console=self.console,
             transient=True,
         )
@@ -210,9 +209,9 @@ class LiveListener(PlainListener):
     def cell_started(self, cell: Cell) -> None:
         # the label names the card (nvidia-smi's name, the node's to choose) on a node of several card
         # models: shown raw, its ESC sequences drew a green "ok   pass" line of their own over the bar,
-        # and rich read "[link=...]" in it as markup (a red-team finding); escaped twice, for the
-        # terminal and for rich's markup
-        self.progress.update(self.task, description=escape(printable(cell.label, keep_newlines=False)))
+        # and rich read "[link=...]" in it as markup (a red-team finding); escaped for the terminal,
+        # and shown by a column that reads no markup
+        self.progress.update(self.task, description=printable(cell.label, keep_newlines=False))
 
     def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
         super().cell_finished(cell, result, result_id)

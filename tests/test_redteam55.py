@@ -22,8 +22,16 @@ OSC52 = "\x1b]52;c;cHduZWQ=\x07"  # OSC 52: sets the operator's clipboard
 LINK = "\x1b]8;;https://evil.example/\x07here\x1b]8;;\x07"  # OSC 8: a hyperlink
 FORGED = "\x1b[2K\x1b[1Gok   pass"  # erase the line, back to column 1, a green line of our own
 EVIL = [
-    Card(f"Tesla T4 {LINK} [link=https://evil.example/]x[/link] [/oops]", "7.5", driver=f"550.54.15{OSC52}"),
-    Card(f"NVIDIA H100{FORGED}", "9.0", driver=f"550.54.15{OSC52}"),
+    Card(
+        f"Tesla T4 {LINK} [link=https://evil.example/]x[/link] [/oops]",
+        "7.5",
+        driver=f"550.54.15{OSC52}",
+    ),
+    Card(
+        f"NVIDIA H100{FORGED} [link=https://evil.example/]x[/link] :white_check_mark:",
+        "9.0",
+        driver=f"550.54.15{OSC52}",
+    ),
 ]
 
 
@@ -92,7 +100,7 @@ def test_a_card_name_cannot_draw_on_the_live_progress_bar(evil_node: Fleet, make
     code, out = farm_cli("verify", "--all", "--no-report", "--log", str(log), "--config", str(config), tty=True)
     assert code == 0, out
     assert b"\x1b[?25l" in out, "no live display: the terminal was not one"
-    for raw in (b"\x1b]52", b"\x1b]8;", b"\x1b[1Gok   pass"):
+    for raw in (b"\x1b]52", b"\x1b]8;", b"\x1b[1Gok   pass", "\u2705".encode()):  # U+2705: rich's emoji
         assert raw not in out, (raw, out)
     assert b"\\x1b[1Gok   pass" in out, out
     assert "\x1b" not in log.read_text() and "\x07" not in log.read_text()
