@@ -13,6 +13,7 @@ import errno
 import os
 import sys
 import threading
+from collections import Counter
 from datetime import datetime
 from typing import TextIO
 
@@ -178,23 +179,39 @@ class LiveListener(PlainListener):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),  # a label is text: no rich markup, no emoji codes
             console=self.console,
             transient=True,
         )
         self.task = None
 
     def _line(self, text: str) -> None:
-        with self._lock:
-            self.console.print(printable(text, keep_newlines=False), markup=False, highlight=False)
+        with self._lock:  # no emoji codes either: a card's name ":white_check_mark:" is text
+            self.console.print(printable(text, keep_newlines=False), markup=False, highlight=False, emoji=False)
 
     def run_started(self, run_id: int, cells: list[Cell]) -> None:
         super().run_started(run_id, cells)
+        self._per_node = Counter(cell.node for cell in cells)
+        self._total = len(cells)
         self.progress.start()
-        self.task = self.progress.add_task("", total=len(cells))
+        self.task = self.progress.add_task("", total=self._total)
+
+    def node_ready(self, node: str, snapshot: NodeSnapshot | None, error: str | None) -> None:
+        super().node_ready(node, snapshot, error)
+        # a node of several card models runs each of its cells once per model: the bar counted the
+        # cells planned before the probe, and ended at "2/1" over a run of 2 (a red-team finding)
+        models = len({gpu.name for gpu in snapshot.gpus}) if snapshot is not None and not error else 1
+        if models > 1:
+            with self._lock:
+                self._total += self._per_node[node] * (models - 1)
+                self.progress.update(self.task, total=self._total)
 
     def cell_started(self, cell: Cell) -> None:
-        self.progress.update(self.task, description=cell.label)
+        # the label names the card (nvidia-smi's name, the node's to choose) on a node of several card
+        # models: shown raw, its ESC sequences drew a green "ok   pass" line of their own over the bar,
+        # and rich read "[link=...]" in it as markup (a red-team finding); escaped for the terminal,
+        # and shown by a column that reads no markup
+        self.progress.update(self.task, description=printable(cell.label, keep_newlines=False))
 
     def cell_finished(self, cell: Cell, result: CellResult, result_id: int) -> None:
         super().cell_finished(cell, result, result_id)

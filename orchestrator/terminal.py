@@ -13,7 +13,9 @@ import re
 
 # control characters, and the bidirectional overrides and isolates: U+202E makes a reason read backwards, on a page and
 # in a terminal that honours it (`farm show` printed one raw: a red-team finding)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# (and the marks U+061C, U+200E, U+200F; U+2028 and U+2029, which Python's splitlines and some
+# log viewers take for a line's end: a forged line of its own)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _CONTROL_ON_PAGE = _CONTROL
 
 

@@ -104,10 +104,12 @@ def bisect_(
     if found.ending is Ending.FOUND and first is not None and parent is not None and found.parent is not None:
         commit = first.commit
         click.echo(printable(f"first bad commit: {commit.sha} ({commit.date}) {commit.subject}", keep_newlines=False))
-        click.echo(printable(f"  there:      {first.reason} (run {first.run_id}, result {first.result_id})"))
+        # a reason may quote what a node or a kernel printed: one line, never a line of its own after it
+        there = f"  there:      {first.reason} (run {first.run_id}, result {first.result_id})"
+        click.echo(printable(there, keep_newlines=False))
         same = "" if parent.commit == found.parent else f", the same inputs as {parent.commit.short}"
         said = f"  its parent: {found.parent.short} {parent.reason} (result {parent.result_id}{same})"
-        click.echo(printable(said))
+        click.echo(printable(said, keep_newlines=False))
     else:
         click.echo(printable(found.message))
     shown = found.shown

@@ -53,12 +53,17 @@ def nodes(config_path: Path, database: str | None) -> None:
                 f"{name:<12} {'yes':<7} {'no GPU':<28} {'-':<5} {'-':<14} {snap.nvcc_version or 'none':<10} "
                 f"{'no':<5} {notes.strip()}"
             )
+        # the card's name, its driver field and the notes (describe_node quotes the name) are what the
+        # node's nvidia-smi printed: an escape sequence in the driver field reached the terminal raw
+        # (OSC 52 set the operator's clipboard: a red-team finding); so each field is escaped
+        notes = printable(notes, keep_newlines=False)
         for gpu in snap.gpus:
             why = "" if gpu.verified else f" {printable(gpu.check, keep_newlines=False)}: certifies nothing"
             label = printable(f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name, keep_newlines=False)
+            driver = printable(snap.driver or "-", keep_newlines=False)
             click.echo(
                 f"{name:<12} {'yes':<7} {label:<28} {gpu.cc!s:<5} "
-                f"{snap.driver or '-':<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
+                f"{driver:<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
                 f"{(notes + why).strip()}"
             )
     sys.exit(worst)

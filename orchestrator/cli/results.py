@@ -208,8 +208,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     r = store.result(result_id)  # None for an id no database holds
     if r is None:
         raise StoreError(f"no result {result_id} in {redact_url(farm.database_url)}")
-    text = lambda data: (data or b"").decode("utf-8", "replace").rstrip()  # noqa: E731
-    say = lambda line: click.echo(printable(line))  # noqa: E731 - everything shown is stored input
+    say = lambda line: click.echo(printable(line, keep_newlines=False))  # noqa: E731 - everything shown is stored input
     card = f" ({r.device}, CC {r.cc}" + (f", GPU {r.gpu_index} {r.gpu_uuid}" if r.gpu_uuid else "") + ")"
     say(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     say(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
@@ -254,5 +253,17 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     ):
         cut = (r.output_cuts or {}).get(name)
         kept = f"; bytes {cut[0]} to {cut[1]} left out" if cut else ""
-        say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})\n{text(data)}")
-    say(f"--- build log\n{text(r.build_log)}")
+        say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})")
+        if data:
+            click.echo(quoted(data))
+    say("--- build log")
+    if r.build_log:
+        click.echo(quoted(r.build_log))
+
+
+def quoted(data: bytes | None) -> str:
+    """A kernel's stdout or stderr, or its build log, each line behind "  | ": printed as it
+    came, a kernel's "outcome   pass" line or a "--- stderr (0 bytes" of its own read as
+    `farm show`'s, under or instead of the real ones (a red-team finding)."""
+    text = printable((data or b"").decode("utf-8", "replace").rstrip())
+    return "\n".join(f"  | {line}" for line in text.split("\n"))

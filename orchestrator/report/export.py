@@ -12,6 +12,7 @@ expected in a run that did not finish.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -183,7 +184,19 @@ def junit(model: ReportModel) -> str:
         for key, value in element.attrib.items():
             element.attrib[key] = _xml_safe(value)
     ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + _inert(ET.tostring(suites, encoding="unicode")) + "\n"
+
+
+# what XML carries but a terminal or a CI log acts on: a kernel's carriage return drew its own
+# text over the <failure> line, U+009B is an 8-bit CSI, U+202E turns the line around (a red-team
+# finding: `farm report --format junit` to stdout, or `cat junit.xml`)
+_ACTIVE = re.compile(r"[\r\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _inert(xml: str) -> str:
+    """The document with each such character as a character reference: the same text to an XML
+    parser, inert to a terminal. Only text and attribute values can hold them (names are the farm's)."""
+    return _ACTIVE.sub(lambda m: f"&#x{ord(m.group()):x};", xml)
 
 
 def utc_iso(moment: datetime | None) -> str | None:

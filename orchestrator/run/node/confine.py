@@ -24,9 +24,32 @@ def own_tmp(env, folder):
     return dict(env, TMPDIR=folder), (folder,)
 
 
+# the terminals in /dev: the operator's own (/dev/pts/N, where the farm runs on the node, a `local`
+# node, or where its user is logged in), the consoles (a VM's hvc too), the pseudo-terminal master
+_TERMINALS = ("pts", "ptmx", "console", "tty", "vcs", "hvc")
+
+
+def dev_writable():
+    """What of /dev a confined command may write: each of its entries but the terminals. With
+    /dev whole, a kernel wrote "ESC[2K ok   pass" into the operator's terminal by name
+    (/dev/pts/N), over the farm's own live lines (a red-team finding). A rule names only what is
+    there when it is made; where the NVIDIA driver's nodes are there without nvidia-uvm (CUDA's
+    first start makes it, through nvidia-modprobe), /dev stays writable whole, as before, so
+    that first start does not fail."""
+    try:
+        names = sorted(os.listdir("/dev"))
+    except OSError:
+        return ("/dev",)
+    if any(name.startswith("nvidia") for name in names) and "nvidia-uvm" not in names:
+        return ("/dev",)
+    paths = [os.path.join("/dev", name) for name in names if not name.startswith(_TERMINALS)]
+    # a link's target has its own rule, or is /proc's (/dev/fd, /dev/stdout)
+    return tuple(path for path in paths if os.path.lexists(path) and not os.path.islink(path))
+
+
 def confined_to(run_dir, *files):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
-    /dev (the GPU's nodes, /dev/shm), /proc (CUDA names its threads in /proc/self/task:
+    /dev (the GPU's nodes, /dev/shm; not its terminals: dev_writable), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
     descriptors and memory there need ptrace, which Landlock denies outside the domain)
     and FILES (its own $TMPDIR, a sanitizer's log): not its output files (open already),
@@ -34,7 +57,7 @@ def confined_to(run_dir, *files):
     that one (/tmp) before it failed left the node short of room once its own files were
     gone, and its failure, and every later cell's on the node, read as the node's fault:
     infra-error, no regression flagged (a red-team finding). Its $TMPDIR is its own."""
-    writable = (os.path.join(run_dir, "work"), "/dev", "/proc", *files)
+    writable = (os.path.join(run_dir, "work"), *dev_writable(), "/proc", *files)
     # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
     # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
     return ruleset(writable, own_sockets=True)

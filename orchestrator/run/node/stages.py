@@ -4,7 +4,7 @@ scripts print (stage_flow.py goes from one to the next), and the login's environ
 import os
 import time
 
-from orchestrator.run.node.confine import confined_to, own_tmp, runnable, say_confinement
+from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.loads import loads_writable
@@ -117,7 +117,7 @@ def build_holding_lock(out, spec, env, ahead):
     # its writes only in its build folder and its own $TMPDIR (and /dev, /proc, as a run's), its
     # signals within its own tree: a build of one job could swap another cell's copy of its binary
     # between its hash and its start, or stop another cell's processes (a red-team finding)
-    rules = ruleset((bdir, *tmp, "/dev", "/proc"), own_sockets=True)[0] if tmp else None
+    rules = ruleset((bdir, *tmp, *dev_writable(), "/proc"), own_sockets=True)[0] if tmp else None
     fd = rules[0] if rules else None
     if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
         out.say("@@farm build-confined")
