@@ -185,3 +185,19 @@ def test_a_confined_kernel_cannot_write_into_the_operators_terminal(
     assert b"FROM-THE-KERNEL" not in out, out
     (row,) = query(tmp_path / "results.db", "SELECT stderr FROM results")
     assert b"Permission denied" in row["stderr"], row["stderr"]
+
+
+def test_a_dev_entry_gone_since_it_was_listed_costs_no_command_its_confinement(tmp_path: Path) -> None:
+    """The confined commands' rules name each /dev entry but the terminals (dev_writable), as
+    listed when the rules are made. An entry removed between that listing and its rule (a device
+    node taken away, a hot-unplugged card) made the whole ruleset fail: a build then ran
+    unconfined, and a run could not start at all. Such an entry is left out now; a missing work
+    folder still fails the ruleset."""
+    from orchestrator.run import noderunner
+
+    gone = str(tmp_path / "no-such-device")
+    rules, why = noderunner.ruleset((str(tmp_path), gone), own_sockets=True, optional=(gone,))
+    assert rules is not None, why
+    os.close(rules[0])
+    rules, why = noderunner.ruleset((str(tmp_path), gone), own_sockets=True)
+    assert rules is None and "no-such-device" in why

@@ -57,10 +57,11 @@ def confined_to(run_dir, *files):
     that one (/tmp) before it failed left the node short of room once its own files were
     gone, and its failure, and every later cell's on the node, read as the node's fault:
     infra-error, no regression flagged (a red-team finding). Its $TMPDIR is its own."""
-    writable = (os.path.join(run_dir, "work"), *dev_writable(), "/proc", *files)
+    dev = dev_writable()
+    writable = (os.path.join(run_dir, "work"), *dev, "/proc", *files)
     # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
     # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
-    return ruleset(writable, own_sockets=True)
+    return ruleset(writable, own_sockets=True, optional=dev)
 
 
 def say_confinement(out, rules, unconfined):

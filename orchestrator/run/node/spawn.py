@@ -71,12 +71,14 @@ def libc():
     return _LIBC[0]
 
 
-def ruleset(writable, own_sockets=False):
+def ruleset(writable, own_sockets=False, optional=()):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
     WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree
     (OWN_SOCKETS: and connections to abstract unix sockets only there): ((its fd, the ABI), ""),
     or (None, why it cannot be had). Reads, runs and the GPU's ioctls are not handled: a
-    kernel reads and runs what it likes."""
+    kernel reads and runs what it likes. A path of OPTIONAL gone since it was listed (a /dev
+    entry removed meanwhile) is left out: there is nothing there to write, and a vanished
+    device node must not cost the command its confinement."""
     try:
         import ctypes
 
@@ -102,7 +104,13 @@ def ruleset(writable, own_sockets=False):
         for path in writable:
             folder = os.path.isdir(path)
             # not through a link: what is named is what the rule opens
-            parent = os.open(path, os.O_PATH | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
+            try:
+                parent = os.open(path, os.O_PATH | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
+            except FileNotFoundError:
+                if path in optional:
+                    continue
+                os.close(fd)
+                return None, "landlock_add_rule " + path + ": no such file or folder"
             # a file (a sanitizer's log outside the work folder) may be written, never removed
             allowed = handled if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
             try:

@@ -117,7 +117,8 @@ def build_holding_lock(out, spec, env, ahead):
     # its writes only in its build folder and its own $TMPDIR (and /dev, /proc, as a run's), its
     # signals within its own tree: a build of one job could swap another cell's copy of its binary
     # between its hash and its start, or stop another cell's processes (a red-team finding)
-    rules = ruleset((bdir, *tmp, *dev_writable(), "/proc"), own_sockets=True)[0] if tmp else None
+    dev = dev_writable()
+    rules = ruleset((bdir, *tmp, *dev, "/proc"), own_sockets=True, optional=dev)[0] if tmp else None
     fd = rules[0] if rules else None
     if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
         out.say("@@farm build-confined")
