@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.errors import SessionLost
+from orchestrator.errors import NodeUnusable, SessionLost
 from orchestrator.run.driver_check import GPU_QUERY, NVML_QUERY, cross_check, driver_devices, proc_models, smi_gpus
 from orchestrator.run.node import SOURCE
 from orchestrator.run.snapshot import NodeSnapshot
-from orchestrator.transport import Transport
+from orchestrator.transport import Transport, login_shell
 from orchestrator.transport.base import Deadline
 
 if TYPE_CHECKING:
@@ -387,4 +387,6 @@ def probe(transport: Transport, folders: Sequence[str] = ()) -> NodeSnapshot:
     # hashing what staging needs (CUTLASS, a toolkit) may take longer than the probe itself
     timeout = PROBE_TIMEOUT + (FOLDERS_TIMEOUT if folders else 0.0)
     result = transport.run(probe_command(transport.node, folders), timeout=timeout)
+    if "@@farm workdir" not in result.stdout.splitlines():
+        raise NodeUnusable(login_shell.refused(transport.name, transport.node, result))
     return parse_probe(transport.name, transport.node, result.stdout, folders)
