@@ -66,7 +66,13 @@ def outcomes(make_farm, tmp_path: Path, node: SshNode, runner: str) -> dict[str,
 
 @pytest.mark.parametrize(
     ("shell", "runner"),
-    [("/usr/bin/tcsh", "auto"), ("/usr/bin/tcsh", "shell"), ("/usr/bin/fish", "shell"), ("/usr/bin/zsh", "shell")],
+    [
+        ("/usr/bin/tcsh", "auto"),
+        ("/usr/bin/tcsh", "cell"),
+        ("/bin/bash", "cell"),
+        ("/usr/bin/fish", "shell"),
+        ("/usr/bin/zsh", "shell"),
+    ],
 )
 def test_a_node_whose_login_shell_is_not_posix_runs_its_cells(
     odd_node, make_farm, tmp_path: Path, shell: str, runner: str
@@ -90,3 +96,46 @@ def test_a_login_that_runs_no_command_is_told_so(odd_node, make_farm, tmp_path: 
         assert outcome == "infra-error"
         assert "nvcc" not in reason, reason
         assert "login shell of" in reason and "getent passwd" in reason, reason
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_login_umask_that_masks_the_owner_fails_no_kernel(ssh_fleet, make_farm, tmp_path: Path, runner: str) -> None:
+    """A ~/.bashrc with `umask 0777` (the login's start-up file, read by sshd's `bash -c`): the
+    farm's builds and copies had mode 0, and the passing kernel was judged fail, "the kernel's
+    copy was gone or not executable when the run called it" (resident runner), or the node
+    infra-error "its work folder is mounted noexec" (shell runner), which it is not. The farm's
+    commands now give the owner its own bits back (`umask u+rwx`); group and others stay as masked."""
+    node = SshNode("umask", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    (node.home / ".bashrc").write_text("umask 0777\n")
+    node.start()
+    try:
+        found = outcomes(make_farm, tmp_path, node, runner)
+    finally:
+        node.stop()
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+
+
+def test_a_read_only_home_names_the_folder_and_why(make_farm, tmp_path: Path) -> None:
+    """A login whose HOME is read-only (a site's NFS home mounted ro on compute nodes), with the
+    usual `workdir: ~/...`: the node was infra-error "cannot create its work folder '~/farm'",
+    leaving the operator to guess which folder and why. It now says the folder, mkdir's own
+    words, the login's HOME, and the key to set."""
+    node = SshNode("rohome", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    home = shlex.quote(str(node.home))
+    node.prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+    node.prefix += [f'mount --bind -o ro {home} {home} && exec "$@"', "sh"]
+    node.start()
+    try:
+        entry = node.farm_entry("~/farm", runner="auto")
+        config = make_farm(tmp_path / "farm", {"rohome": entry}, [standin_job("standin", VARIANTS)])
+        _, summary = run(config)
+    finally:
+        node.stop()
+    found = rows(tmp_path / "farm" / "results.db", summary.run_id)
+    for row in found.values():
+        assert row["outcome"] == "infra-error"
+        assert "Read-only file system" in row["reason"], row["reason"]
+        assert f"HOME is {node.home}" in row["reason"] and "`workdir`" in row["reason"], row["reason"]

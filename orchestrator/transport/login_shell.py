@@ -8,7 +8,7 @@ commands are POSIX sh; on such a login they failed their first line, and the nod
 was told "no working nvcc" or a GPU "stayed locked" (a red-team finding, round 57).
 
 So the command goes as one word of printable ASCII inside single quotes, which
-each of those shells passes on unchanged: `exec /bin/sh -c 'eval "$(printf "…")"'`,
+each of those shells passes on unchanged: `exec /bin/sh -c 'umask u+rwx; eval "$(printf "…")"'`,
 where every byte a shell could read (quotes, `$`, backquote, backslash, `%`, `!`,
 newline, anything outside printable ASCII) is printf's `\\ooo` octal escape. The
 login shell still reads its start-up files; what it prints before the command is
@@ -37,7 +37,10 @@ def portable(command: str) -> str:
         chr(byte) if byte in _PLAIN and not (i == 0 and byte == ord("-")) else f"\\{byte:03o}"
         for i, byte in enumerate(command.encode("utf-8", "surrogateescape"))
     )
-    return f'exec /bin/sh -c \'eval "$(printf "{encoded}")"\''
+    # `umask u+rwx`: a login's umask that masks the owner's own bits (0777 in a ~/.bashrc) left the
+    # farm's built copies unrunnable, and a passing kernel was judged fail ("the kernel's copy was
+    # gone or not executable"); the group's and others' bits stay as the login masks them
+    return f'exec /bin/sh -c \'umask u+rwx; eval "$(printf "{encoded}")"\''
 
 
 def refused(name: str, node: NodeSpec, result: CommandResult) -> str:
@@ -49,5 +52,6 @@ def refused(name: str, node: NodeSpec, result: CommandResult) -> str:
         f"node {name!r}: its login ran none of the farm's probe (exit {result.exit_code}; it said: {said}). "
         f"sshd runs each command as `SHELL -c COMMAND` with the login shell of {node.user or 'the login'} on "
         f"{node.host or 'the node'}, which must be able to start /bin/sh (not nologin, false or a bare busybox; "
-        "a ForceCommand must run the command it is given): see `getent passwd` on the node"
+        "its start-up files must not exit, a ForceCommand must run the command it is given): see "
+        "`getent passwd` on the node"
     )
