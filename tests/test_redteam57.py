@@ -31,7 +31,9 @@ def login_node(root: Path, shell: str) -> SshNode:
     lines = []
     for line in Path("/etc/passwd").read_text().splitlines():
         fields = line.split(":")
-        lines.append(":".join([*fields[:6], shell]) if fields[0] == user else line)
+        # its home the node's own (sshd starts the command there): a login shell that misread the
+        # farm's commands wrote files named "2" and "=" into this machine's /root
+        lines.append(":".join([*fields[:5], str(node.home), shell]) if fields[0] == user else line)
     passwd.write_text("\n".join(lines) + "\n")
     bind = f'mount --bind {shlex.quote(str(passwd))} /etc/passwd && exec "$@"'
     node.prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind, "sh"]
