@@ -44,6 +44,8 @@ fi
 
 if [ "$want_tests" = yes ]; then
     apt_install openssh-server openssh-client binutils g++ procps iproute2
+    # other login shells for the test nodes (tests/test_redteam57.py): sshd runs `SHELL -c COMMAND`
+    apt_install tcsh fish zsh busybox
     # the report's browser tests: Debian's Chromium, driven by playwright (from
     # the test extra); Playwright's own browser download is never used
     apt_install chromium

@@ -142,6 +142,8 @@ class SshNode:
         self.log = root / "sshd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_handle = None
+        # a command sshd runs under, given sshd's own command line (a mount namespace of its own)
+        self.prefix: list[str] = []
 
     # set-up ------------------------------------------------------------
     def prepare(self) -> None:
@@ -203,7 +205,7 @@ class SshNode:
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation
         self._log_handle = open(self.log, "ab")  # noqa: SIM115 - closed in stop()
-        command = [SSHD, "-D", "-e", "-f", str(self.config)]
+        command = [*self.prefix, SSHD, "-D", "-e", "-f", str(self.config)]
         if os.environ.get("FARM_TEST_HIDE_DRIVER") and os.geteuid() == 0:
             # bench/fleet.py --hide-driver: a stand-in node on a GPU machine sees no NVIDIA driver
             command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_DRIVER, "sh", *command]

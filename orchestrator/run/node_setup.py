@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import threading
 import time
 from datetime import UTC, datetime
@@ -91,7 +92,7 @@ class NodeSetup:
                         )
                         raise error
                     if not snapshot.workdir:
-                        raise NodeUnusable(f"node {setup.name!r}: cannot create its work folder {node.workdir!r}")
+                        raise NodeUnusable(self._workdir_refused(setup))
                     self.check_usable(setup.name, node, snapshot, setup.pins_gpus)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
@@ -125,6 +126,25 @@ class NodeSetup:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staged
+
+    def _workdir_refused(self, setup: Transport) -> str:
+        """Why the work folder could not be made, asked once more of the node: "cannot create its
+        work folder '~/farm'" alone left the operator to guess which folder (HOME is the login's)
+        and why (a read-only HOME, a missing parent, a full disk)."""
+        workdir = setup.node.workdir
+        # as probe_command names it: "~" expands on the node
+        target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
+        try:
+            said = setup.run(f'echo "$HOME"; mkdir -p {target}/incoming 2>&1 | tail -n 2', timeout=30).stdout
+        except InfraError as err:
+            said = f"\n(asking why failed: {err})"
+        home, _, why = said.partition("\n")
+        reason = " / ".join(line.strip() for line in why.splitlines() if line.strip())[-300:]
+        return (
+            f"node {setup.name!r}: cannot create its work folder {workdir!r} ({reason or 'no reason given'}; "
+            f"the login's HOME is {home.strip() or 'unset'}): set `workdir` in {self.farm.file.name} to a folder "
+            "that login can write"
+        )
 
     def _nvcc_advice(self, node: NodeSpec, said: str) -> str:
         """What to do where a bare `nvcc` was not found: cron (PATH=/usr/bin:/bin) and systemd

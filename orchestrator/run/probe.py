@@ -15,20 +15,22 @@ misreports a card, is never taken for real hardware.
 from __future__ import annotations
 
 import ast
+import base64
 import marshal
 import re
 import shlex
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
-from orchestrator.errors import SessionLost
+from orchestrator.errors import NodeUnusable, SessionLost
 from orchestrator.run.driver_check import GPU_QUERY, NVML_QUERY, cross_check, driver_devices, proc_models, smi_gpus
 from orchestrator.run.node import SOURCE
 from orchestrator.run.snapshot import NodeSnapshot
-from orchestrator.transport import Transport
+from orchestrator.transport import Transport, login_shell
 from orchestrator.transport.base import Deadline
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 # the node-side runner (noderunner.py says why it is sent, never a file on the node)
 RUNNER_SOURCE = SOURCE  # the node runner, as it is shipped (run/node/)
+PACKED = base64.b64encode(zlib.compress(RUNNER_SOURCE, 9)).decode()  # as the shell probe's python3 gets it
 PROBE_TIMEOUT = 60.0
 # nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them
 # (noderunner.PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the farm's deadline of
@@ -69,7 +72,9 @@ def probe_python(runner: bool) -> str:
     """The probe's python3 script; `runner`: it compiles the node runner too."""
     return (
         NVML_QUERY
-        + f"RUNNER = {RUNNER_SOURCE if runner else None!r}\n"
+        # compressed, in base64: the source's repr (quotes, backslashes) grew fourfold in the
+        # login-shell-proof encoding (transport/login_shell.py), past Linux's 128 KiB an argument
+        + f"RUNNER = {PACKED if runner else None!r}\n"
         + r"""
 import sys
 print(sys.executable)
@@ -83,7 +88,8 @@ except Exception as err:
 sys.stdout.flush()
 if RUNNER is not None and sys.version_info >= (3, 8):
     try:
-        import marshal
+        import binascii, marshal, zlib
+        RUNNER = zlib.decompress(binascii.a2b_base64(RUNNER))
         code = marshal.dumps(compile(RUNNER, "farm-runner", "exec")).hex()
         print("@@farm runner")
         print(repr(sys.version))
@@ -387,4 +393,6 @@ def probe(transport: Transport, folders: Sequence[str] = ()) -> NodeSnapshot:
     # hashing what staging needs (CUTLASS, a toolkit) may take longer than the probe itself
     timeout = PROBE_TIMEOUT + (FOLDERS_TIMEOUT if folders else 0.0)
     result = transport.run(probe_command(transport.node, folders), timeout=timeout)
+    if "@@farm workdir" not in result.stdout.splitlines():
+        raise NodeUnusable(login_shell.refused(transport.name, transport.node, result))
     return parse_probe(transport.name, transport.node, result.stdout, folders)

@@ -38,6 +38,7 @@ from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
+from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
 
@@ -264,7 +265,7 @@ class SSHTransport(Transport):
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             try:
-                exec_nowait(channel, command)
+                exec_nowait(channel, portable(command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
                 # command must read its stdin first (the farm's commands do: `cat >`, the runner)
                 try:
@@ -319,7 +320,7 @@ class SSHTransport(Transport):
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             channel.settimeout(PROCESS_IO_TIMEOUT)
-            exec_nowait(channel, command)  # a refusal closes the channel: its first recv is b""
+            exec_nowait(channel, portable(command))  # a refusal closes the channel: its first recv is b""
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         return _ChannelProcess(channel, self.name)
@@ -354,7 +355,7 @@ class SSHTransport(Transport):
         try:
             channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
             channel.settimeout(STREAM_IDLE)
-            channel.exec_command(f"cat -- {shlex.quote(remote)}")
+            channel.exec_command(portable(f"cat -- {shlex.quote(remote)}"))
             while block := channel.recv(chunk):
                 yield block
             status = channel.recv_exit_status()
