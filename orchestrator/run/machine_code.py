@@ -55,12 +55,18 @@ def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) 
         for arch in elf
     ):
         return "native"
-    # arch-specific PTX (sm_90a) is not forward compatible; family-specific PTX (nvcc 13's compute_100f,
+
+    # arch-specific PTX (compute_90a) is compiled for its own CC only (it was called no-code there, and a
+    # pass on no-code is a fail since round 54: a false red); family-specific PTX (nvcc 13's compute_100f,
     # named sm_100f) only within its family (10.3, not the 12.0 of an RTX 5090, where it was called
-    # ptx-jit: a red-team finding); plain PTX is.
-    if any(
-        number(arch) <= target and not arch.endswith("a") and (not arch.endswith("f") or number(arch) // 10 == cc.major)
-        for arch in ptx
-    ):
+    # ptx-jit: a red-team finding); plain PTX is forward compatible.
+    def jits(arch: str) -> bool:
+        if arch.endswith("a"):
+            return number(arch) == target
+        if arch.endswith("f"):
+            return number(arch) // 10 == cc.major and number(arch) <= target
+        return number(arch) <= target
+
+    if any(jits(arch) for arch in ptx):
         return "ptx-jit"
     return "no-code"
