@@ -90,17 +90,17 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
             cc = ComputeCapability.parse(r.cc) if r.cc else None
         except ValueError:
             cc = None
-        now = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
+        must = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
         then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
         if r.build_command and not same_build(spec.build, r.build_command, len(job.spec.sources)):
             found[key] = f"{name} now builds {variant} with `{spec.build}`: this verdict is of another build"
-        elif then is not None and then != now.value:
+        elif then is not None and then != must.value:
             found[key] = (
                 f"{name} now says {contract} (then {r.contract}): on CC {r.cc} the kernel must now "
-                f"{_MUST[now.value]}; this verdict held it to {_MUST.get(then, then)}"
+                f"{_MUST[must.value]}; this verdict held it to {_MUST.get(then, then)}"
             )
         elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
-            kf.outcome in CAN_FAIL_AS[now] for kf in spec.known_failures
+            kf.outcome in CAN_FAIL_AS[must] for kf in spec.known_failures
         ):
             found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
     return found
