@@ -57,7 +57,12 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
         if s.name in CELL_STAGES
     )
     expected = "" if verdict.outcome.value == result.expectation.label else f" (expected {result.expectation.label})"
-    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"
+    # the cell's own line says it: "ok   pass" on a stand-in card read as a certificate in a CI log or
+    # a cron mail, where "certifies nothing" was on the node's line alone (a red-team finding)
+    gpu = result.gpu
+    unconfirmed = is_as_expected(verdict.outcome) and gpu is not None and not gpu.verified
+    note = " [card not confirmed by the NVIDIA driver (stand-in): certifies nothing]" if unconfirmed else ""
+    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}"
 
 
 class Guarded:

@@ -54,7 +54,8 @@ def toy_run(tmp_path, monkeypatch, source=None, broken=None, job=lambda text: te
         ("8.0", ["sm_80"], ["sm_80"], "native"),
         ("8.6", ["sm_80"], ["sm_80"], "native"),  # same major, newer minor: the cubin loads
         ("7.5", ["sm_80"], ["sm_80"], "no-code"),  # PTX for a newer arch cannot be compiled down
-        ("9.0", [], ["sm_90a"], "no-code"),
+        ("9.0", [], ["sm_90a"], "ptx-jit"),  # arch-specific PTX is compiled for its own CC (round 58)
+        ("10.0", [], ["sm_90a"], "no-code"),
     ],
 )
 def test_code_path(cc, elf, ptx, expected):

@@ -8,7 +8,7 @@ import shlex
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
-from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_instructions
+from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.trips import Trip
 
@@ -106,7 +106,15 @@ class InspectStage(CellStages):
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
-        counts = count_instructions(dump.decode("utf-8", "replace"), list(self.variant.instructions))
+        text, names = dump.decode("utf-8", "replace"), list(self.variant.instructions)
+        if cuda and names:
+            # in the code the card runs, not over every cubin of a fat binary (a red-team finding)
+            r = self.result
+            counted = count_for_card(text, names, r.expectation.cc, r.elf_targets, r.ptx_targets)
+            counts, ev.counted_in = counted.counts, counted.where
+            self._detail.append(counted.where)
+        else:
+            counts = count_instructions(text, names)
         self.result.instruction_counts = counts
         ev.missing_instructions = {
             name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
