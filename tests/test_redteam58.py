@@ -71,7 +71,13 @@ def fat_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
             "build": "{nvcc} -O1 " + FAT + " -o {binary} {sources}",
             "cc": {"min": "8.0"},
             "instructions": {"HGMMA": 1},
-        }
+        },
+        # the course's wgmma shape: sm_90a code alone, a gate for 9.0 (the stand-in's, in its host code)
+        "hopper": {
+            "build": "{nvcc} -O1 -DEXACT_CC=90 -gencode arch=compute_90a,code=sm_90a -o {binary} {sources}",
+            "cc": {"exactly": "9.0"},
+            "instructions": {"HGMMA": 1},
+        },
     }
     lines = io.StringIO()
     try:
@@ -87,7 +93,7 @@ def fat_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
             store.close()
     finally:
         node.stop()
-    found = {card: r for (_, card), r in rows(tmp_path / "results.db", summary.run_id).items()}
+    found = {key: r for key, r in rows(tmp_path / "results.db", summary.run_id).items()}
     yield found, lines.getvalue(), model
 
 
@@ -98,7 +104,7 @@ def test_an_instruction_met_by_a_cubin_the_card_does_not_load_is_no_pass(fat_run
     sm_90a cubin neither card runs. Now each counts the code its card runs: inspect-fail, saying
     where it counted; the GH200 (9.0), which loads the sm_90a cubin, passes."""
     found, _, _ = fat_run
-    said = {card: (r["outcome"], r["code_path"], r["reason"]) for card, r in found.items()}
+    said = {card: (r["outcome"], r["code_path"], r["reason"]) for (v, card), r in found.items() if v == "fat"}
     outcome, path, reason = said["NVIDIA GH200 480GB"]
     assert (outcome, path) == ("pass", "native"), said
     outcome, path, reason = said["NVIDIA A100-SXM4-80GB"]
@@ -107,7 +113,7 @@ def test_an_instruction_met_by_a_cubin_the_card_does_not_load_is_no_pass(fat_run
     outcome, path, reason = said["NVIDIA B200"]
     assert (outcome, path) == ("inspect-fail", "ptx-jit"), said
     assert "compiles the binary's sm_80 PTX at load" in reason, reason
-    counts = json.loads(found["NVIDIA A100-SXM4-80GB"]["instruction_counts"])
+    counts = json.loads(found[("fat", "NVIDIA A100-SXM4-80GB")]["instruction_counts"])
     assert counts == {"HGMMA": 0}, counts
 
 
@@ -116,7 +122,7 @@ def test_the_cell_says_which_code_it_counted_and_what_the_inspect_cannot_see(fat
     (`hopper`, not `plain`), and says what no dump can show: which kernels the run launched,
     or code loaded at run time (a cubin file, NVRTC)."""
     found, _, _ = fat_run
-    detail = json.loads(found["NVIDIA GH200 480GB"]["stage_details"])["inspect"]["detail"]
+    detail = json.loads(found[("fat", "NVIDIA GH200 480GB")]["stage_details"])["inspect"]["detail"]
     assert "sm_90a cubin a CC 9.0 card loads" in detail, detail
     assert "HGMMA in _Z6hopper" in detail and "plain" not in detail, detail
     assert "not which kernels the run launches nor code loaded at run time" in detail, detail
@@ -131,6 +137,7 @@ def test_a_pass_on_a_stand_in_card_says_so_on_its_own_line(fat_run) -> None:
     assert passed and all("certifies nothing" in line for line in passed), lines
     record = next(c for c in json.loads(export.as_json(model))["cells"] if c["outcome"] == "pass")
     assert record["certifies_nothing"] is True, record
+    assert "sm_90a cubin a CC 9.0 card loads" in record["instructions_counted_in"], record
     assert "<skipped" in export.junit(model)
 
 
@@ -164,3 +171,17 @@ def test_counts_in_a_real_dump_follow_the_card(tmp_path: Path) -> None:
     only_a = count_for_card(dump, ["HGMMA"], nine, ["sm_90a"], [])
     assert only_a.counts == {"HGMMA": 1}, only_a
     assert count_for_card(dump, ["HGMMA"], None, ["sm_90", "sm_90a"], []).counts == {"HGMMA": 1}
+
+
+def test_a_card_the_kernel_must_refuse_is_not_inspected_for_code_it_never_runs(fat_run) -> None:
+    """The course's wgmma shape (sm_90a code alone, `cc: {exactly: "9.0"}`): an A100 and a B200
+    must be refused by the kernel's gate, which is host code. Counted for the card they had no
+    HGMMA (no cubin they load) and were inspect-fail, the gate never run; what the requirement
+    is about is the cards the contract serves, so there the whole dump counts."""
+    found, _, _ = fat_run
+    said = {card: r["outcome"] for (v, card), r in found.items() if v == "hopper"}
+    assert said == {
+        "NVIDIA GH200 480GB": "pass",
+        "NVIDIA A100-SXM4-80GB": "expected-refusal",
+        "NVIDIA B200": "expected-refusal",
+    }, said

@@ -128,7 +128,7 @@ def count_for_card(
     a card (compile-only) or a dump cuobjdump cut into parts, the whole dump counts."""
     parts = dump_parts(disassembly)
     if cc is None or not parts:
-        return Counted(count_instructions(disassembly, names), "counted over the whole dump")
+        return Counted(count_instructions(disassembly, names), "counted over the whole dump (no card that must run it)")
     path = code_path_for(cc, elf, ptx)
     kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
     chosen = [text for k, arch, text in parts if k == kind and arch in archs]

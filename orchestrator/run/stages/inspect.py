@@ -7,6 +7,7 @@ import shlex
 
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import InfraError
+from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
@@ -110,7 +111,11 @@ class InspectStage(CellStages):
         if cuda and names:
             # in the code the card runs, not over every cubin of a fat binary (a red-team finding)
             r = self.result
-            counted = count_for_card(text, names, r.expectation.cc, r.elf_targets, r.ptx_targets)
+            # a card the kernel must refuse runs none of its GPU code: what it needs is about the
+            # cards it serves, so the whole dump counts (counted for the card, a T4 that must
+            # refuse an sm_90a build had it inspect-fail, its gate never run)
+            runs = r.expectation.outcome is Outcome.PASS
+            counted = count_for_card(text, names, r.expectation.cc if runs else None, r.elf_targets, r.ptx_targets)
             counts, ev.counted_in = counted.counts, counted.where
             self._detail.append(counted.where)
         else:
