@@ -185,3 +185,22 @@ def test_a_card_the_kernel_must_refuse_is_not_inspected_for_code_it_never_runs(f
         "NVIDIA A100-SXM4-80GB": "expected-refusal",
         "NVIDIA B200": "expected-refusal",
     }, said
+
+
+def test_a_family_cubin_is_counted_for_its_family(tmp_path: Path) -> None:
+    """cuobjdump's dump heads a family cubin `arch = sm_100f`, while its --list-elf (the code
+    path's source) names it `sm_100`: read by the dump's name, a `compute_100f,code=sm_100f`
+    build had nothing counted on a B200 or a GB300, a false inspect-fail."""
+    source = tmp_path / "k.cu"
+    source.write_text(KERNELS + "int main() { return 0; }\n")
+    binary = tmp_path / "k"
+    nvcc = shutil.which("nvcc") or "nvcc"
+    build = ["-gencode", "arch=compute_100f,code=sm_100f"]
+    subprocess.run([nvcc, "-O1", *build, "-o", str(binary), str(source)], check=True, timeout=300)
+    dump = subprocess.run([cuobjdump(), "--dump-sass", binary], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run([cuobjdump(), "--list-elf", binary], capture_output=True, text=True, check=True).stdout
+    elf = sorted({f"sm_{a}{s}" for a, s in machine_code.ELF_TARGETS.findall(listed)})
+    assert elf == ["sm_100"] and "arch = sm_100f" in dump, (elf, dump[:300])
+    for cc in ("10.0", "10.3"):
+        counted = machine_code.count_for_card(dump, ["STG"], ComputeCapability.parse(cc), elf, [])
+        assert counted.counts["STG"] >= 2, counted

@@ -101,7 +101,12 @@ _FUNCTION = re.compile(r"^[ \t]*Function : (\S+)[ \t]*$", re.MULTILINE)
 def dump_parts(disassembly: str) -> list[tuple[str, str, str]]:
     """cuobjdump's dump cut at each embedded file: (elf or ptx, its arch, its text). Empty where
     the text is no cuobjdump dump of CUDA code (another disassembler's, a dump of no code)."""
-    marks = [(m.start(), m.group(1), m.group(2)) for m in _FATBIN_PART.finditer(disassembly)]
+    # a family cubin's part says "arch = sm_100f" where --list-elf (and its "code for") say sm_100:
+    # read as the list names it (a family build on a B200 had its instructions counted in nothing)
+    marks = [
+        (m.start(), m.group(1), m.group(2)[:-1] if m.group(1) == "elf" and m.group(2).endswith("f") else m.group(2))
+        for m in _FATBIN_PART.finditer(disassembly)
+    ]
     if not marks:
         marks = [(m.start(), "elf", m.group(1)) for m in _CUBIN_PART.finditer(disassembly)]
     ends = [at for at, _, _ in marks[1:]] + [len(disassembly)]
