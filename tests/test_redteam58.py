@@ -204,3 +204,25 @@ def test_a_family_cubin_is_counted_for_its_family(tmp_path: Path) -> None:
     for cc in ("10.0", "10.3"):
         counted = machine_code.count_for_card(dump, ["STG"], ComputeCapability.parse(cc), elf, [])
         assert counted.counts["STG"] >= 2, counted
+
+
+def test_the_committed_ptx_jit_passes_no_longer_read_as_backing_their_instructions(tmp_path: Path) -> None:
+    """The course's own record: both cutlass builds passed on the H200 (CC 9.0) through PTX compiled
+    at load, their `HMMA` counted in sm_75 / sm_80 cubins the H200 never ran, and stayed green and
+    VERIFIED. Against the farm as it is they are grey (a run now is inspect-fail), and the ledger
+    says why; wgmma's native pass is left as it is."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copy(root / "results.db", tmp_path / "results.db")
+    farm = load_farm(root / "farm.yaml")
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        model = collect(store, None, farm)
+    finally:
+        store.close()
+    moot = {key[:2]: why for key, why in model.rejudged.items() if "ptx-jit" in why}
+    assert set(moot) == {("cutlass_gemm", "sm75"), ("cutlass_gemm", "sm80")}, model.rejudged
+    assert all("a run now is inspect-fail" in why for why in moot.values()), moot
+    cutlass = next(entry for entry in model.ledgers if entry.kernel == "cutlass_gemm")
+    assert any(kind == "instructions-unbacked" and "CC 9.0" in why for kind, why in cutlass.flags), cutlass.flags
+    wgmma = next(entry for entry in model.ledgers if entry.kernel == "wgmma_gemm")
+    assert not any(kind == "instructions-unbacked" for kind, _ in wgmma.flags), wgmma.flags

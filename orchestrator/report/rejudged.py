@@ -63,6 +63,22 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
     return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
 
 
+_PASSED = (Outcome.PASS.value, Outcome.PERF_REGRESSION.value)
+
+
+def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None) -> str | None:
+    """Why a pass stored before round 58 on a card that compiled the binary's PTX at load does not
+    back its variant's SASS `instructions:` (they were counted in cubins the card never ran; a
+    run now is inspect-fail: run/machine_code.py), else None."""
+    sass = sorted(n for n in instructions or {} if n[:1].isupper())
+    if code_path != "ptx-jit" or not sass:
+        return None
+    return (
+        f"its {', '.join(sass)} were counted in cubins a CC {cc} card does not run (it compiled the "
+        "binary's PTX at load: ptx-jit); the farm no longer counts them so, and a run now is inspect-fail"
+    )
+
+
 def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
     """cell -> why the jobs now would not judge its standing verdict so, for every
     standing cell (`.result`: a light row with contract, contract_expected, expected,
@@ -103,7 +119,13 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
             kf.outcome in CAN_FAIL_AS[now] for kf in spec.known_failures
         ):
             found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
+        elif r.outcome in _PASSED and (why := jit_unbacked(r.code_path, spec.instructions, r.cc)):
+            found[key] = why
     return found
+
+
+def _jit(cert: Any, spec: Any) -> bool:
+    return jit_unbacked(cert.code_path, spec.instructions, cert.cc) is not None
 
 
 def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
@@ -117,6 +139,12 @@ def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelL
         if job is None:
             continue
         contracts = [v.cc.contract() for v in job.spec.variants.values()]
+        for cc, state in entry.capabilities.items():
+            variants = job.spec.variants
+            unbacked = [c for c in state.current if c.variant in variants and _jit(c, variants[c.variant])]
+            if unbacked and len(unbacked) == len(state.current):
+                why = jit_unbacked("ptx-jit", variants[unbacked[0].variant].instructions, cc)
+                entry.flags.append(("instructions-unbacked", f"CC {cc} is VERIFIED on passes whose {why}."))
         for cc in entry.verified_ccs:
             try:
                 admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
