@@ -143,8 +143,10 @@ def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelL
             variants = job.spec.variants
             unbacked = [c for c in state.current if c.variant in variants and _jit(c, variants[c.variant])]
             if unbacked and len(unbacked) == len(state.current):
-                why = jit_unbacked("ptx-jit", variants[unbacked[0].variant].instructions, cc)
-                entry.flags.append(("instructions-unbacked", f"CC {cc} is VERIFIED on passes whose {why}."))
+                variant = unbacked[0].variant
+                why = jit_unbacked("ptx-jit", variants[variant].instructions, cc)
+                said = f"CC {cc} is VERIFIED only by passes that do not back their `instructions:` ({variant}: {why})."
+                entry.flags.append(("instructions-unbacked", said))
         for cc in entry.verified_ccs:
             try:
                 admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
