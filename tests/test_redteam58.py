@@ -18,6 +18,7 @@ import pytest
 from nodes import Card, Fleet, standin_job
 from test_verdicts import rows
 
+from orchestrator.cli.verify import verdict_line
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
@@ -87,14 +88,14 @@ def fat_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
         farm = load_farm(config)
         store = Store(farm.database_url)
         try:
-            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(lines))
+            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(lines, verdict=True))
             model = collect(store, summary.run_id, farm)
         finally:
             store.close()
     finally:
         node.stop()
     found = {key: r for key, r in rows(tmp_path / "results.db", summary.run_id).items()}
-    yield found, lines.getvalue(), model
+    yield found, lines.getvalue(), model, summary
 
 
 def test_an_instruction_met_by_a_cubin_the_card_does_not_load_is_no_pass(fat_run) -> None:
@@ -103,7 +104,7 @@ def test_an_instruction_met_by_a_cubin_the_card_does_not_load_is_no_pass(fat_run
     and the B200 (10.0) compiles the sm_80 PTX at load. Both passed, the HGMMA counted in the
     sm_90a cubin neither card runs. Now each counts the code its card runs: inspect-fail, saying
     where it counted; the GH200 (9.0), which loads the sm_90a cubin, passes."""
-    found, _, _ = fat_run
+    found, *_ = fat_run
     said = {card: (r["outcome"], r["code_path"], r["reason"]) for (v, card), r in found.items() if v == "fat"}
     outcome, path, reason = said["NVIDIA GH200 480GB"]
     assert (outcome, path) == ("pass", "native"), said
@@ -121,7 +122,7 @@ def test_the_cell_says_which_code_it_counted_and_what_the_inspect_cannot_see(fat
     """The pass's inspect stage names the cubin counted and the function holding the HGMMA
     (`hopper`, not `plain`), and says what no dump can show: which kernels the run launched,
     or code loaded at run time (a cubin file, NVRTC)."""
-    found, _, _ = fat_run
+    found, *_ = fat_run
     detail = json.loads(found[("fat", "NVIDIA GH200 480GB")]["stage_details"])["inspect"]["detail"]
     assert "sm_90a cubin a CC 9.0 card loads" in detail, detail
     assert "HGMMA in _Z6hopper" in detail and "plain" not in detail, detail
@@ -131,10 +132,13 @@ def test_the_cell_says_which_code_it_counted_and_what_the_inspect_cannot_see(fat
 def test_a_pass_on_a_stand_in_card_says_so_on_its_own_line(fat_run) -> None:
     """The terminal and --log line of a pass on a card the driver did not confirm read
     `ok   pass ...`; "certify nothing" was on the node's line alone, far above in a long log.
-    The cell's line says it too; JSON and JUnit already did."""
-    _, lines, model = fat_run
+    The cell's line says it too, and the run's verdict line (--log's, the CLI's) counts such
+    cells; JSON and JUnit already said so."""
+    _, lines, model, summary = fat_run
     passed = [line for line in lines.splitlines() if "] ok   pass " in line]
     assert passed and all("certifies nothing" in line for line in passed), lines
+    assert "4 of them on stand-in cards: certify nothing" in lines.splitlines()[-1], lines  # --log's verdict
+    assert "4 of them on cards the NVIDIA driver did not confirm" in verdict_line(summary)  # the CLI's stdout
     record = next(c for c in json.loads(export.as_json(model))["cells"] if c["outcome"] == "pass")
     assert record["certifies_nothing"] is True, record
     assert "sm_90a cubin a CC 9.0 card loads" in record["instructions_counted_in"], record
@@ -178,7 +182,7 @@ def test_a_card_the_kernel_must_refuse_is_not_inspected_for_code_it_never_runs(f
     must be refused by the kernel's gate, which is host code. Counted for the card they had no
     HGMMA (no cubin they load) and were inspect-fail, the gate never run; what the requirement
     is about is the cards the contract serves, so there the whole dump counts."""
-    found, _, _ = fat_run
+    found, *_ = fat_run
     said = {card: r["outcome"] for (v, card), r in found.items() if v == "hopper"}
     assert said == {
         "NVIDIA GH200 480GB": "pass",
