@@ -230,3 +230,15 @@ def test_the_committed_ptx_jit_passes_no_longer_read_as_backing_their_instructio
     assert any(kind == "instructions-unbacked" and "CC 9.0" in why for kind, why in cutlass.flags), cutlass.flags
     wgmma = next(entry for entry in model.ledgers if entry.kernel == "wgmma_gemm")
     assert not any(kind == "instructions-unbacked" for kind, _ in wgmma.flags), wgmma.flags
+
+
+def test_a_dump_with_no_parts_and_a_cubin_of_no_functions_are_counted_whole() -> None:
+    """A dump cuobjdump did not cut into parts (another tool's, a stand-in's) counts whole, and a
+    cubin part without a `Function :` line names no holder: both raised ValueError (an internal
+    error, exit 70) while this round's change was being made."""
+    nine = ComputeCapability.parse("9.0")
+    loose = machine_code.count_for_card("/*0000*/ HMMA.16816 R0, R1 ;\n", ["HMMA"], nine, [], [])
+    assert loose.counts == {"HMMA": 1}, loose
+    bare = "Fatbin elf code:\n====\narch = sm_90\n/*0000*/ HMMA.16816 R0, R1 ;\n"
+    counted = machine_code.count_for_card(bare, ["HMMA"], nine, ["sm_90"], [])
+    assert counted.counts == {"HMMA": 1} and "HMMA in no function" in counted.where, counted

@@ -109,7 +109,7 @@ def dump_parts(disassembly: str) -> list[tuple[str, str, str]]:
     ]
     if not marks:
         marks = [(m.start(), "elf", m.group(1)) for m in _CUBIN_PART.finditer(disassembly)]
-    ends = [at for at, _, _ in marks[1:]] + [len(disassembly)]
+    ends = [at for at, _, _ in marks[1:]] + [len(disassembly)] * bool(marks)
     return [(kind, arch, disassembly[at:end]) for (at, kind, arch), end in zip(marks, ends, strict=True)]
 
 
@@ -177,7 +177,7 @@ def _add(counted: list[dict[str, int]]) -> dict[str, int]:
 def _holders(text: str, names: list[str]) -> str:
     """Which functions of one cubin's dump hold each name ("HGMMA in _Z6hopperPf")."""
     cuts = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(text)]
-    ends = [at for at, _ in cuts[1:]] + [len(text)]
+    ends = [at for at, _ in cuts[1:]] + [len(text)] * bool(cuts)
     said = []
     for name in names:
         spans = zip(cuts, ends, strict=True)
