@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.farm import load_farm
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import Outcome, is_as_expected
 from orchestrator.plan import plan_cells
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
@@ -167,7 +167,11 @@ def test_gpu_every_cell_as_expected(course_run):
             f"{row.kernel}:{row.variant} -> {row.outcome} ({row.reason}); "
             f"code path {row.code_path}; stdout {row.stdout.decode(errors='replace').strip()!r}"
         )
-    assert summary.exit_code == 0, {k: r.outcome for k, r in rows.items()}
+    # since round 58 a build this card runs as PTX compiled at load (cutlass on a Hopper) cannot back
+    # its SASS `instructions:`: inspect-fail, the course's to fix (a cubin for the card), not the farm's
+    unbacked = {k for k, r in rows.items() if r.code_path == "ptx-jit" and r.outcome == "inspect-fail"}
+    assert all(is_as_expected(r.outcome) for k, r in rows.items() if k not in unbacked), rows
+    assert summary.exit_code == (1 if unbacked else 0), {k: r.outcome for k, r in rows.items()}
     assert all(r.outcome != "compile-only" for r in rows.values())
 
 
@@ -183,8 +187,9 @@ def test_gpu_hopper_wgmma_passes_natively(course_run):
     assert b"PASS" in row.stdout
     for variant in ("sm75", "sm80"):
         cutlass = rows[("cutlass_gemm", variant)]
-        assert cutlass.outcome == "pass"
         assert cutlass.code_path == "ptx-jit"  # no CC 9.0 machine code in either build
+        # its HMMA were counted in sm_75 / sm_80 cubins the H200 never runs (round 58)
+        assert cutlass.outcome == "inspect-fail" and "PTX at load" in cutlass.reason, cutlass.reason
 
 
 @pytest.mark.gpu
