@@ -111,6 +111,8 @@ class Evidence:
     driver_short: str = ""
     # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
     no_code: str = ""
+    # which of the binary's code its `instructions:` were counted in (machine_code.count_for_card)
+    counted_in: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -200,7 +202,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler {exit_words(ev.inspect_exit)}")
     if ev.missing_instructions:
         missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
-        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}")
+        where = f" ({ev.counted_in})" if ev.counted_in else ""
+        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}{where}")
     if exp.outcome is Outcome.COMPILE_ONLY:
         return Verdict(Outcome.COMPILE_ONLY, None, "built and inspected; no GPU to run on")
     if ev.run_timed_out:

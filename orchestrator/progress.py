@@ -47,6 +47,12 @@ def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -
     return f"node {node}: {gpu}; nvcc {snapshot.nvcc_version}{drift}{stand_in}"
 
 
+def on_standin(result: CellResult) -> bool:
+    """An as-expected cell whose kernel ran on a card the NVIDIA driver did not confirm."""
+    gpu, verdict = result.gpu, result.verdict
+    return verdict is not None and is_as_expected(verdict.outcome) and gpu is not None and not gpu.verified
+
+
 def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     verdict = result.verdict
     assert verdict is not None
@@ -57,7 +63,10 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
         if s.name in CELL_STAGES
     )
     expected = "" if verdict.outcome.value == result.expectation.label else f" (expected {result.expectation.label})"
-    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}  [{stages}]  #{result_id}"
+    # the cell's own line says it: "ok   pass" on a stand-in card read as a certificate in a CI log or
+    # a cron mail, where "certifies nothing" was on the node's line alone (a red-team finding)
+    note = " [card not confirmed by the NVIDIA driver (stand-in): certifies nothing]" if on_standin(result) else ""
+    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}"
 
 
 class Guarded:
@@ -162,9 +171,11 @@ class PlainListener:
 
     def run_finished(self, summary: RunSummary) -> None:
         if self.verdict:
+            standin = sum(on_standin(result) for _, result, _ in summary.results)
+            note = f"; {standin} of them on stand-in cards: certify nothing" if standin else ""
             self._line(
                 f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-                f"{summary.infra} infra; exit {summary.exit_code}"
+                f"{summary.infra} infra; exit {summary.exit_code}{note}"
             )
 
 

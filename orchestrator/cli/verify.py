@@ -28,9 +28,16 @@ from orchestrator.cli.logfile import failure_logged, open_log
 
 
 def verdict_line(summary: RunSummary) -> str:
+    from orchestrator.progress import on_standin  # rich: not for `farm --help`
+
+    # "as expected" on stand-in cards alone read as a green night in CI (a red-team finding)
+    standin = sum(on_standin(result) for _, result, _ in summary.results)
+    note = (
+        f"; {standin} of them on cards the NVIDIA driver did not confirm (stand-in): certify nothing" if standin else ""
+    )
     return (
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]})"
+        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]}){note if standin else ''}"
     )
 
 

@@ -250,6 +250,8 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "build_cached": row.build_cached,
         "instruction_counts": row.instruction_counts,
         "required_instructions": row.required_instructions,
+        # which code of the binary the counts are of (the cubin the card loads: run/machine_code.py)
+        "instructions_counted_in": ((row.stage_details or {}).get("inspect") or {}).get("detail") or None,
         "elf_targets": row.elf_targets,
         "ptx_targets": row.ptx_targets,
         "code_path": row.code_path,

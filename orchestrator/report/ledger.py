@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 _CLAIM_RE = re.compile(r"^\s*(?://|\*|#)?\s*(UNVERIFIED|VERIFIED)(?:\s+(\d{4}-\d{2}-\d{2}))?\s*:(.*)$", re.M)
 
@@ -58,6 +59,7 @@ class Certificate:
     build_command: str
     code_path: str | None
     output: str  # the run's stdout: the kernel's own words
+    stages: dict[str, Any] = field(default_factory=dict)  # its stage_details: how its inspect counted (rejudged.py)
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every source and header
     dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
     gpu_uuid: str | None = None

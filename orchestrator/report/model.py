@@ -332,6 +332,7 @@ def collect(
                 build_command=result.build_command,
                 code_path=result.code_path,
                 output=(result.stdout or b"").decode("utf-8", "replace"),
+                stages=dict(result.stage_details or {}),
                 files=dict(result.sources or {}),
                 dependencies=dict(result.dependencies or {}),
                 gpu_uuid=result.gpu_uuid,

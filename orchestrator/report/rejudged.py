@@ -27,6 +27,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS
 from orchestrator.report.ledger import KernelLedger
+from orchestrator.run.machine_code import JIT_COUNTED
 
 CellKey = tuple[str, str, str, str]
 
@@ -61,6 +62,27 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
         return None
     # "not in", not "gone": a second farm root on the same database, with kernels of its own, reads so too
     return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
+
+
+_PASSED = (Outcome.PASS.value, Outcome.PERF_REGRESSION.value)
+
+
+def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None, stages: Any) -> str | None:
+    """Why a pass on a card that compiled the binary's PTX at load does not back its variant's
+    SASS `instructions:`, else None. Before round 58 they were counted in cubins the card never
+    ran; since, in the node nvcc's compile of that PTX for the card (node/jit.py), which its
+    inspect stage's detail (`stages`: the row's stage_details) says."""
+    sass = sorted(n for n in instructions or {} if n[:1].isupper())
+    if code_path != "ptx-jit" or not sass:
+        return None
+    detail = str(((stages or {}).get("inspect") or {}).get("detail") or "")
+    if JIT_COUNTED in detail:
+        return None
+    return (
+        f"its {', '.join(sass)} were counted in cubins a CC {cc} card does not run (it compiled the "
+        "binary's PTX at load: ptx-jit); the farm now counts them in the node's compile of that PTX "
+        "for the card: it certifies once it runs again"
+    )
 
 
 def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
@@ -103,7 +125,15 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
             kf.outcome in CAN_FAIL_AS[must] for kf in spec.known_failures
         ):
             found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
+        elif r.outcome in _PASSED and (
+            why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None))
+        ):
+            found[key] = why
     return found
+
+
+def _jit(cert: Any, spec: Any) -> str | None:
+    return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages)
 
 
 def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
@@ -117,6 +147,14 @@ def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelL
         if job is None:
             continue
         contracts = [v.cc.contract() for v in job.spec.variants.values()]
+        for cc, state in entry.capabilities.items():
+            variants = job.spec.variants
+            unbacked = [c for c in state.current if c.variant in variants and _jit(c, variants[c.variant])]
+            if unbacked and len(unbacked) == len(state.current):
+                variant = unbacked[0].variant
+                why = _jit(unbacked[0], variants[variant])
+                said = f"CC {cc} is VERIFIED only by passes that do not back their `instructions:` ({variant}: {why})."
+                entry.flags.append(("instructions-unbacked", said))
         for cc in entry.verified_ccs:
             try:
                 admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)

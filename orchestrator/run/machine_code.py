@@ -5,6 +5,7 @@ none)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from orchestrator.config.capability import ComputeCapability
 
@@ -14,7 +15,7 @@ from orchestrator.config.capability import ComputeCapability
 _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
 
 
-def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
+def count_instructions(disassembly: str, names: list[str], sass: bool = False) -> dict[str, int]:
     """Occurrences of each mnemonic ("HMMA" counts HMMA.16816.F32). In cuobjdump's SASS
     only opcodes count: a kernel named HGMMA (its `Function : HGMMA` line, a call to it)
     met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
@@ -22,7 +23,9 @@ def count_instructions(disassembly: str, names: list[str]) -> dict[str, int]:
     opcodes = _SASS_OPCODE.findall(disassembly)
     counts = {}
     for name in names:
-        if opcodes and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
+        # `sass`: one cubin's part of the dump, read for opcodes even where it holds none (a cubin
+        # of no code whose only function is named HGMMA)
+        if (opcodes or sass) and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
             counts[name] = sum(op == name or op.startswith(name + ".") for op in opcodes)
         else:
             counts[name] = len(re.findall(rf"(?<![\w.]){re.escape(name)}(?!\w)", disassembly))
@@ -38,35 +41,179 @@ ELF_TARGETS = re.compile(r"\.sm_(\d+)([a-z]?)\.cubin[ \t]*$", re.MULTILINE)
 PTX_TARGETS = re.compile(r"\.sm_(\d+)([a-z]?)\.ptx[ \t]*$", re.MULTILINE)
 
 
+def _number(arch: str) -> int:
+    return int(re.sub(r"\D", "", arch))
+
+
+def loaded_cubins(cc: ComputeCapability, elf: list[str]) -> list[str]:
+    """The cubins a card of this CC may load, by CUDA's rules: the exact sm_XY (sm_90, sm_90a,
+    sm_90f alike: where the binary holds more than one, which the driver takes is not the farm's
+    to guess, and a requirement must hold in each), else the highest compatible cubin of the same
+    major (a plain or family one at or below its CC; never another CC's arch-specific one).
+    Empty: the card loads no cubin of the binary (PTX compiled at load, or nothing)."""
+    target = cc.major * 10 + cc.minor
+    exact = [arch for arch in elf if _number(arch) == target]
+    if exact:
+        return sorted(exact)
+    older = [a for a in elf if not a.endswith("a") and _number(a) // 10 == cc.major and _number(a) < target]
+    best = max((_number(a) for a in older), default=None)
+    return sorted(a for a in older if _number(a) == best)
+
+
+def jit_ptx(cc: ComputeCapability, ptx: list[str]) -> list[str]:
+    """The PTX a card of this CC compiles at load where it has no cubin: the highest it may
+    compile (at or below its CC; arch-specific PTX for its own CC only, family PTX in its family)."""
+    target = cc.major * 10 + cc.minor
+    usable = [
+        a
+        for a in ptx
+        if _number(a) <= target
+        and (not a.endswith("a") or _number(a) == target)
+        and (not a.endswith("f") or _number(a) // 10 == cc.major)
+    ]
+    best = max((_number(a) for a in usable), default=None)
+    return sorted(a for a in usable if _number(a) == best)
+
+
 def code_path_for(cc: ComputeCapability | None, elf: list[str], ptx: list[str]) -> str | None:
     """Which code a device of this CC runs from the binary: its own machine code
-    (a cubin for exactly its sm_XY), PTX the driver compiles at load (PTX for an
-    older or equal virtual arch), or nothing it can load."""
+    (a cubin it loads: `loaded_cubins`), PTX the driver compiles at load (`jit_ptx`),
+    or nothing it can load."""
     if cc is None:
         return None
-    target = cc.major * 10 + cc.minor
-
-    def number(arch: str) -> int:
-        return int(re.sub(r"\D", "", arch))
-
-    # a cubin for sm_XY runs on X.Z for Z >= Y (same major); an arch-specific one (sm_90a) on X.Y only
-    if any(
-        number(arch) == target or (not arch.endswith("a") and number(arch) // 10 == cc.major and number(arch) <= target)
-        for arch in elf
-    ):
+    if loaded_cubins(cc, elf):
         return "native"
-
     # arch-specific PTX (compute_90a) is compiled for its own CC only (it was called no-code there, and a
     # pass on no-code is a fail since round 54: a false red); family-specific PTX (nvcc 13's compute_100f,
     # named sm_100f) only within its family (10.3, not the 12.0 of an RTX 5090, where it was called
     # ptx-jit: a red-team finding); plain PTX is forward compatible.
-    def jits(arch: str) -> bool:
-        if arch.endswith("a"):
-            return number(arch) == target
-        if arch.endswith("f"):
-            return number(arch) // 10 == cc.major and number(arch) <= target
-        return number(arch) <= target
-
-    if any(jits(arch) for arch in ptx):
+    if jit_ptx(cc, ptx):
         return "ptx-jit"
     return "no-code"
+
+
+# where cuobjdump's dump of a fat binary opens each embedded file: "Fatbin elf code:" (or
+# "Fatbin ptx code:"), its rule, then "arch = sm_90a"; a lone cubin's dump has only "code for sm_90a"
+_FATBIN_PART = re.compile(r"^Fatbin (elf|ptx) code:\n=+\narch = (sm_\d+[a-z]?)[ \t]*$", re.MULTILINE)
+_CUBIN_PART = re.compile(r"^[ \t]*code for (sm_\d+[a-z]?)[ \t]*$", re.MULTILINE)
+_FUNCTION = re.compile(r"^[ \t]*Function : (\S+)[ \t]*$", re.MULTILINE)
+
+
+def dump_parts(disassembly: str) -> list[tuple[str, str, str]]:
+    """cuobjdump's dump cut at each embedded file: (elf or ptx, its arch, its text). Empty where
+    the text is no cuobjdump dump of CUDA code (another disassembler's, a dump of no code)."""
+    # a family cubin's part says "arch = sm_100f" where --list-elf (and its "code for") say sm_100:
+    # read as the list names it (a family build on a B200 had its instructions counted in nothing)
+    marks = [
+        (m.start(), m.group(1), m.group(2)[:-1] if m.group(1) == "elf" and m.group(2).endswith("f") else m.group(2))
+        for m in _FATBIN_PART.finditer(disassembly)
+    ]
+    if not marks:
+        marks = [(m.start(), "elf", m.group(1)) for m in _CUBIN_PART.finditer(disassembly)]
+    ends = [at for at, _, _ in marks[1:]] + [len(disassembly)] * bool(marks)
+    return [(kind, arch, disassembly[at:end]) for (at, kind, arch), end in zip(marks, ends, strict=True)]
+
+
+# how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
+JIT_COUNTED = "counted in the node nvcc's compile"
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Instructions counted in the code a card runs, and where they were found."""
+
+    counts: dict[str, int]
+    where: str  # in words: which of the binary's code was counted, and which functions hold each name
+
+
+def count_for_card(
+    disassembly: str,
+    names: list[str],
+    cc: ComputeCapability | None,
+    elf: list[str],
+    ptx: list[str],
+    jit: tuple[str, str] | None = None,
+) -> Counted:
+    """Each name counted in the code a card of this CC runs, not over the whole binary: a fat
+    binary met `HGMMA: 1` through its sm_90a cubin while a B200 (10.0) ran its sm_100 one (a
+    red-team finding). Native: the cubin it loads (each, where the binary holds several it may
+    take); PTX compiled at load: SASS names count nothing (the SASS dumped is not what runs; the
+    card's own is made by its driver, which the farm never sees) but in JIT: (the SASS of the
+    node nvcc's compile of that PTX for the card, node/jit.py; or "" and why there is none),
+    PTX names (wgmma.mma_async) count in the PTX the card compiles, where the inspect dumps PTX;
+    no code: nothing. Without a card (compile-only) or a dump cuobjdump cut into parts, the
+    whole dump counts."""
+    parts = dump_parts(disassembly)
+    if cc is None or not parts:
+        return Counted(count_instructions(disassembly, names), "counted over the whole dump (no card that must run it)")
+    path = code_path_for(cc, elf, ptx)
+    kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
+    chosen = [text for k, arch, text in parts if k == kind and arch in archs]
+    counts = {name: 0 for name in names}
+    if chosen:
+        # each module of the binary (a translation unit, nvlink's own) has a part per arch: the
+        # card loads them all, so one arch's parts add up; between archs the card may take
+        # either (sm_90 beside sm_90a), so the requirement must hold in each
+        sums = [
+            _add([count_instructions(t, names, sass=kind == "elf") for k, a, t in parts if k == kind and a == arch])
+            for arch in archs
+        ]
+        counts = {name: min(c.get(name, 0) for c in sums) for name in names}
+    sass, failed = jit or ("", "the node did not compile it")
+    compiled = _per_target(sass, names) if kind == "ptx" and sass else None
+    if kind == "ptx":
+        counts = {name: (compiled or {}).get(name, 0) if name[:1].isupper() else n for name, n in counts.items()}
+    if path == "native":
+        what = f"counted in the {' and '.join(archs)} cubin a CC {cc} card loads"
+    elif path == "ptx-jit":
+        what = f"a CC {cc} card compiles the binary's {' and '.join(archs)} PTX at load: its SASS is the driver's, "
+        if compiled is not None:
+            # the driver's JIT is a ptxas of the driver's CUDA: close to the node toolkit's, not the same
+            what += f"never dumped: SASS names {JIT_COUNTED} of that PTX for {_targets(sass)}"
+        else:
+            what += f"never dumped, so SASS names count nothing ({failed})"
+        what += "; PTX names count in that PTX"
+    else:
+        what = f"none of the binary's code loads on a CC {cc} card: nothing counted"
+    if kind == "elf" and any(counts.values()):
+        what += "; " + _holders("".join(chosen), [n for n in names if counts[n]])
+    elif compiled is not None and any(compiled.values()):
+        what += "; " + _holders(sass, [n for n in names if compiled[n] and n[:1].isupper()])
+    # what no dump shows: a kernel of the cubin never launched, a cubin loaded from a file or NVRTC
+    what += "; the inspect sees the code the binary embeds, not which kernels the run launches"
+    what += " nor code loaded at run time"
+    return Counted(counts, what)
+
+
+def _per_target(sass: str, names: list[str]) -> dict[str, int]:
+    """SASS names in the node's compile of the PTX a card JITs: its modules' cubins of one target
+    add up; where PTX of two archs was compiled (sm_90 and sm_90a), the requirement holds in each."""
+    by_target: dict[str, list[str]] = {}
+    for _, target, text in dump_parts(sass):
+        by_target.setdefault(target, []).append(text)
+    sums = [_add([count_instructions(t, names, sass=True) for t in texts]) for texts in by_target.values()]
+    return {name: min((c.get(name, 0) for c in sums), default=0) for name in names}
+
+
+def _targets(sass: str) -> str:
+    return " and ".join(sorted({target for _, target, _ in dump_parts(sass)})) or "the card"
+
+
+def _add(counted: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counted:
+        for name, n in one.items():
+            total[name] = total.get(name, 0) + n
+    return total
+
+
+def _holders(text: str, names: list[str]) -> str:
+    """Which functions of one cubin's dump hold each name ("HGMMA in _Z6hopperPf")."""
+    cuts = [(m.start(), m.group(1)) for m in _FUNCTION.finditer(text)]
+    ends = [at for at, _ in cuts[1:]] + [len(text)] * bool(cuts)
+    said = []
+    for name in names:
+        spans = zip(cuts, ends, strict=True)
+        held = [fn for (at, fn), end in spans if count_instructions(text[at:end], [name], sass=True)[name]]
+        said.append(f"{name} in {', '.join(held[:3]) + (' ...' if held[3:] else '') if held else 'no function'}")
+    return "; ".join(said)

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, cast, func, select, union
+from sqlalchemy import and_, case, cast, func, select, union
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator.outcomes import Outcome
@@ -101,6 +101,8 @@ class Queries:
         ResultRow.cc,
         ResultRow.real_gpu,
         ResultRow.code_path,
+        # how a ptx-jit pass counted its SASS `instructions:` (report/rejudged.py), its row's alone
+        case((ResultRow.code_path == "ptx-jit", ResultRow.stage_details), else_=None).label("jit_stages"),
         ResultRow.identity,  # the ledger flags a certificate whose bytes a sanitizer now faults
         ResultRow.started_at,
         ResultRow.ended_at,

@@ -21,6 +21,7 @@ PARTS = (
     "processes",
     "confine",
     "loads",
+    "jit",
     "stages",
     "stage_flow",
     "probe",

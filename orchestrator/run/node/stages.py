@@ -6,10 +6,11 @@ import time
 
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
+from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.loads import loads_writable
-from orchestrator.run.node.probe import LIST_TIMEOUT, _which
-from orchestrator.run.node.processes import captured, kill_orphans, lock_within, reap
+from orchestrator.run.node.probe import _which
+from orchestrator.run.node.processes import kill_orphans, lock_within, reap
 from orchestrator.run.node.spawn import guarded, ruleset, scratch
 
 
@@ -188,9 +189,7 @@ def inspect(out, spec, env, ahead):
     if digest:
         out.say(digest)
     if spec.get("cuobjdump"):
-        for kind in ("elf", "ptx"):
-            out.say("@@farm " + kind)
-            out.raw(captured([spec["cuobjdump"], "--list-" + kind, private], spec.get("list_limit") or LIST_TIMEOUT))
+        listed_and_compiled(out, spec, private, digest)
 
 
 def take_gpu(out, spec):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import InfraError
+from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
-from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_instructions
+from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.trips import Trip
 
@@ -18,6 +20,9 @@ INSPECT_TIMEOUT = 300.0
 # went out again and again (found by a red-team helper; the runner's is noderunner.LIST_TIMEOUT)
 LIST_TIMEOUT = 30
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
+# the node's compile of the PTX a card JITs (node/jit.py): per tool it starts (the PTX cut out,
+# each module's nvcc, each cubin's dump); three for the trip's budget
+JIT_LIMIT = 120
 
 
 class InspectStage(CellStages):
@@ -54,13 +59,17 @@ class InspectStage(CellStages):
             f'echo "@@farm rc=$rc"; '
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
-        dump = bytearray()
+        dump, jit_sass = bytearray(), bytearray()
+        jit = self._jit_spec(cuda)
+        files = [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)]
+        if jit is not None:
+            files.append(("jit", f"{jit['folder']}/sass.txt", SASS_LIMIT, jit_sass.extend))
         return Trip(
             "inspect",
             script,
-            INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN,
-            [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)],
-            state=dump,
+            INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN + (3 * JIT_LIMIT if jit else 0),
+            files,
+            state=(dump, jit_sass if jit is not None else None),
             # a compile-only cell ends here: its folder goes in the same round trip
             clean_up=self.result.expectation.outcome.value == "compile-only",
             spec={
@@ -76,10 +85,24 @@ class InspectStage(CellStages):
                 # confined as the run is: its own $TMPDIR, and the farm's own files out of its reach
                 "tmp": self.paths.run_tmp,
                 "guarded": self.guarded,
+                "jit": jit,
             },
         )
 
-    def _inspected(self, text: str, dump: bytearray) -> str:
+    def _jit_spec(self, cuda: bool) -> dict[str, object] | None:
+        """Where the card may run the binary's PTX (which the lists tell the node): what the
+        node's runner needs to compile it for the card, so that SASS `instructions:` are
+        counted in code like the driver's (node/jit.py). Only a card the kernel must pass on,
+        only for SASS names, only from the runner (the shell path says it did not)."""
+        cc, r = self.result.expectation.cc, self.result
+        sass = any(name[:1].isupper() for name in self.variant.instructions)
+        if not (cuda and sass and self.python and cc is not None and r.expectation.outcome is Outcome.PASS):
+            return None
+        folder = f"{self.paths.run_dir}/jit-{secrets.token_hex(8)}"  # no inspect command can know it
+        return {"card": cc.major * 10 + cc.minor, "folder": folder, "nvcc": self.snapshot.nvcc_path, "limit": JIT_LIMIT}
+
+    def _inspected(self, text: str, state: tuple[bytearray, bytearray | None]) -> str:
+        dump, jit_sass = state
         ev = self.result.evidence
         kit = self.paths.toolchain
         cuda = "{cuobjdump}" in self.variant.inspect
@@ -99,14 +122,41 @@ class InspectStage(CellStages):
             )
         if cuda:
             elf_part = text.split("@@farm elf", 1)[-1].split("@@farm ptx", 1)[0]
-            ptx_part = text.split("@@farm ptx", 1)[-1]
+            ptx_part = text.split("@@farm ptx", 1)[-1].split("\n@@farm jit", 1)[0]
             self.result.elf_targets = sorted({f"sm_{a}{s}" for a, s in ELF_TARGETS.findall(elf_part)})
             self.result.ptx_targets = sorted({f"sm_{a}{s}" for a, s in PTX_TARGETS.findall(ptx_part)})
             cc = self.result.expectation.cc
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
             return "failed"
-        counts = count_instructions(dump.decode("utf-8", "replace"), list(self.variant.instructions))
+        text_said = text
+        text, names = dump.decode("utf-8", "replace"), list(self.variant.instructions)
+        if cuda and names:
+            # in the code the card runs, not over every cubin of a fat binary (a red-team finding)
+            r = self.result
+            # a card the kernel must refuse runs none of its GPU code: what it needs is about the
+            # cards it serves, so the whole dump counts (counted for the card, a T4 that must
+            # refuse an sm_90a build had it inspect-fail, its gate never run)
+            runs = r.expectation.outcome is Outcome.PASS
+            failed = re.search(r"^@@farm jit-failed (.*)$", text_said, re.M)
+            if failed and r.code_path == "ptx-jit" and runs:
+                # the node's toolkit could not make what the card runs (a card newer than its nvcc):
+                # the farm cannot count, which is not the kernel's failure
+                raise InfraError(
+                    f"node {self.t.name!r}: could not compile the binary's PTX for the CC {r.expectation.cc} card "
+                    f"to count its `instructions:` ({failed.group(1)}); not inspected"
+                )
+            why = f"its compile failed: {failed.group(1)}" if failed else "the node compiled none of it"
+            if jit_sass is None:
+                why = "the node has no python3 for the farm's runner, which compiles it"
+            # a compile that failed part way wrote some modules' SASS: none of it counts
+            jit = ((jit_sass if jit_sass is not None and not failed else b"").decode("utf-8", "replace"), why)
+            cc = r.expectation.cc if runs else None
+            counted = count_for_card(text, names, cc, r.elf_targets, r.ptx_targets, jit)
+            counts, ev.counted_in = counted.counts, counted.where
+            self._detail.append(counted.where)
+        else:
+            counts = count_instructions(text, names)
         self.result.instruction_counts = counts
         ev.missing_instructions = {
             name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
