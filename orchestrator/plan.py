@@ -104,13 +104,15 @@ def plan_cells(
     return [Cell(k, v, n) for n in nodes for k, v in chosen]
 
 
-def _known_failure_applies(spec: KnownFailureSpec, snapshot: NodeSnapshot, cc: ComputeCapability | None) -> bool:
+def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: ComputeCapability | None) -> bool:
+    """Whether a declared known failure covers a cell built by this nvcc, on a card of this CC
+    (the plan's question, and the report's of a verdict stored before the job was edited)."""
     when = spec.when
     if when.nvcc is not None:
-        if snapshot.nvcc_version is None:
+        if nvcc_version is None:
             return False
         try:
-            if Version(snapshot.nvcc_version) not in SpecifierSet(when.nvcc):
+            if Version(nvcc_version) not in SpecifierSet(when.nvcc):
                 return False
         except InvalidVersion:
             return False
@@ -152,7 +154,7 @@ def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCa
         (
             kf
             for kf in variant.known_failures
-            if kf.outcome in CAN_FAIL_AS[outcome] and _known_failure_applies(kf, snapshot, cc)
+            if kf.outcome in CAN_FAIL_AS[outcome] and known_failure_applies(kf, snapshot.nvcc_version, cc)
         ),
         None,
     )

@@ -25,7 +25,7 @@ from typing import Any
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
-from orchestrator.plan import CAN_FAIL_AS
+from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
 from orchestrator.report.ledger import KernelLedger
 from orchestrator.run.machine_code import JIT_COUNTED
 
@@ -125,6 +125,16 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
             kf.outcome in CAN_FAIL_AS[must] for kf in spec.known_failures
         ):
             found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
+        elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
+            kf.outcome in CAN_FAIL_AS[must] and known_failure_applies(kf, getattr(r, "nvcc_version", None), cc)
+            for kf in spec.known_failures
+        ):
+            # its `when` narrowed (`nvcc: ">=13.0,<13.1"` to `"<13.0"`): the old failure stayed grey-green
+            built = getattr(r, "nvcc_version", None) or "an unrecorded nvcc"
+            found[key] = (
+                f"{name}'s known failures no longer cover this cell (nvcc {built}, CC {r.cc or 'none'}): "
+                "the failure is the kernel's now"
+            )
         elif r.outcome in _PASSED and (
             why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None))
         ):

@@ -103,6 +103,11 @@ class Queries:
         ResultRow.code_path,
         # how a ptx-jit pass counted its SASS `instructions:` (report/rejudged.py), its row's alone
         case((ResultRow.code_path == "ptx-jit", ResultRow.stage_details), else_=None).label("jit_stages"),
+        # the nvcc it was built by: a known failure's `when` is held against it again (report/rejudged.py)
+        select(NodeSnapshotRow.nvcc_version)
+        .where(NodeSnapshotRow.id == ResultRow.snapshot_id)
+        .scalar_subquery()
+        .label("nvcc_version"),
         ResultRow.identity,  # the ledger flags a certificate whose bytes a sanitizer now faults
         ResultRow.started_at,
         ResultRow.ended_at,
