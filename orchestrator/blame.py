@@ -92,6 +92,11 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
             f"the node's toolchain cannot target {ev.build_unsupported}: the toolchain's, not the kernel's "
             "(build it with a toolchain that can, or declare the failure in the job's known_failures)"
         )
+    if ev.jit_failed and outcome is Outcome.INSPECT_FAIL:
+        return (
+            f"the node's nvcc could not compile the binary's PTX for the CC {exp.cc} card to count its "
+            f"`instructions:` ({ev.jit_failed})"
+        )
     if ev.driver_short and stage == "run":
         return f"the node cannot run its CUDA binaries: {ev.driver_short}"
     return ""

@@ -111,6 +111,8 @@ class Evidence:
     driver_short: str = ""
     # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
     no_code: str = ""
+    # why the node's nvcc could not compile the PTX the card runs, to count SASS in (run/node/jit.py)
+    jit_failed: str = ""
     # which of the binary's code its `instructions:` were counted in (machine_code.count_for_card)
     counted_in: str = ""
 

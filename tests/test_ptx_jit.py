@@ -53,6 +53,12 @@ def jit_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
     source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
     variants = {
         "ampere": {"build": "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}", **MIN80, "instructions": {"HMMA": 1}},
+        # PTX alone: no SASS in the binary's dump at all (the node's own gate reads that dump)
+        "ptxonly": {
+            "build": "{nvcc} -O1 -gencode arch=compute_80,code=compute_80 -o {binary} {sources}",
+            **MIN80,
+            "instructions": {"HMMA": 1},
+        },
         # a requirement no code for a 9.0 card meets: HGMMA is wgmma's, which an sm_80 build has not
         "hgmma": {"build": "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}", **MIN80, "instructions": {"HGMMA": 1}},
     }
@@ -83,6 +89,15 @@ def test_hmma_is_counted_in_the_nodes_compile_of_the_ptx_the_card_runs(jit_run) 
     assert json.loads(r["instruction_counts"])["HMMA"] >= 1
 
 
+def test_a_binary_of_ptx_alone_is_counted_and_run_alike(jit_run) -> None:
+    """`code=compute_80` alone: the dump of the binary has no SASS, so the node's own reading of
+    it (whether the run goes on in the same round trip) differs from the farm's, which counts the
+    compile: the cell still runs and passes, its HMMA counted where the card's code is."""
+    r = jit_run[("ptxonly", H200)]
+    assert (r["outcome"], r["code_path"]) == ("pass", "ptx-jit"), r["reason"]
+    assert json.loads(r["instruction_counts"])["HMMA"] >= 1
+
+
 def test_an_instruction_no_compile_for_the_card_holds_is_still_missing(jit_run) -> None:
     """Counting in the compile is no free pass: HGMMA, in no code a 9.0 card makes of sm_80 PTX."""
     r = jit_run[("hgmma", H200)]
@@ -93,11 +108,13 @@ def test_an_instruction_no_compile_for_the_card_holds_is_still_missing(jit_run) 
 def test_a_card_the_nodes_nvcc_cannot_compile_for_is_infra_not_the_kernels(jit_run) -> None:
     """A card newer than the node's toolkit (12.5; nvcc 13.0 knows no sm_125) runs the PTX
     through its driver, but the farm cannot make what it runs to count it: infra-error, naming
-    nvcc's words, never inspect-fail (the kernel's) nor pass."""
+    nvcc's words, never inspect-fail (the kernel's) nor pass; and that card's cells do not mark
+    the node unhealthy (a raised infra error did: the H200's cells of the same node went too)."""
     for variant in ("ampere", "hgmma"):
         r = jit_run[(variant, FUTURE)]
         assert r["outcome"] == "infra-error", (variant, r["outcome"], r["reason"])
         assert "could not compile the binary's PTX for the CC 12.5 card" in r["reason"], r["reason"]
+        assert "is no verdict on the kernel" in r["reason"], r["reason"]
         assert "sm_125" in r["reason"], r["reason"]
 
 
