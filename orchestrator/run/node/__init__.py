@@ -21,6 +21,7 @@ PARTS = (
     "processes",
     "confine",
     "loads",
+    "built",
     "stages",
     "stage_flow",
     "probe",

@@ -1,0 +1,49 @@
+"""The shell scripts' list of the files a build's compiler read, as node/built.py's for the python3
+runners (the same `.farm-read`, in sha256sum's format, so either runner checks the other's cache).
+
+The build key names the job's files, the command, nvcc and the host compilers, not a header the
+build read from elsewhere on the node (`-I /opt/lib/include`, `/usr/include`): one changed there
+rebuilt nothing, and the binary made from the old one passed (red-team round 61). gcc's
+SUNPRO_DEPENDENCIES (nvcc's preprocessing is gcc's) lists every file the compiler read.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+READ_LIST = ".farm-read"
+READ_DEPS = ".farm-read.d"
+_ERE_SPECIAL = frozenset(".[]()*+?{}|^$\\")  # what a POSIX ERE reads as other than itself
+NO_LIST = "(no list of the files it read)"
+
+
+def reads_env(bdir: str) -> str:
+    """An assignment for the build's environment (before its command), or "" where the folder's
+    path holds white space: gcc would take what follows a space for the rule's target and write
+    elsewhere, refused by the build's confinement (a build failed for the farm's sake)."""
+    path = f"{bdir}/{READ_DEPS}"
+    return "" if re.search(r"\s", path) else f"SUNPRO_DEPENDENCIES={shlex.quote(path)} "
+
+
+def stale_check(bdir: str) -> str:
+    """Shell run in a cached build's folder's parent setting $stale to the first file the build
+    read that hashes to something else now (sha256sum -c's `NAME: FAILED`), or NO_LIST."""
+    q = shlex.quote
+    return (
+        f"stale=$(cd {q(bdir)} 2>/dev/null && if [ -f {READ_LIST} ]; then "
+        f"sha256sum -c {READ_LIST} 2>/dev/null | grep -v ': OK$' | head -n 1; else echo {q(NO_LIST + ': ')}; fi); "
+    )
+
+
+def write_list(skip: Sequence[str]) -> str:
+    """Shell run in the build folder after a build that succeeded: `.farm-read` from gcc's rules
+    (its words, less the targets and the folders in SKIP, which the farm verifies by digest or
+    the build made), status 1 where a file cannot be hashed (then the build is not reused)."""
+    ere = "|".join("".join("\\" + c if c in _ERE_SPECIAL else c for c in f"{s.rstrip('/')}/") for s in skip)
+    keep = f"grep -v -E {shlex.quote(f'^({ere})')}" if skip else "cat"
+    return (
+        f"{{ if [ -f {READ_DEPS} ]; then tr ' \\\\' '\\n\\n' < {READ_DEPS} | grep -v -e ':$' -e '^$' | {keep} "
+        f"| LC_ALL=C sort -u | tr '\\n' '\\0' | xargs -0 -r sha256sum --; fi; }} > {READ_LIST}"
+    )
