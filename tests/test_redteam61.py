@@ -6,6 +6,7 @@ reads is what a real build reads."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,9 @@ int main() {
 """
 
 
-def only_cell(db: Path, run_id: int) -> dict:
-    """The run's one row (its device column names the card the cell ran on)."""
-    found = list(rows(db, run_id).values())
-    assert len(found) == 1, [dict(r) for r in found]
-    return dict(found[0])
+def cells(db: Path, run_id: int) -> dict[str, dict]:
+    """The run's rows by variant (its device column names the card the cell ran on)."""
+    return {variant: dict(row) for (variant, _), row in rows(db, run_id).items()}
 
 
 def outside_job(include: Path) -> dict:
@@ -49,7 +48,14 @@ def outside_job(include: Path) -> dict:
                 "inspect": "objdump -d {binary}",
                 "instructions": {"call": 1},
                 "cc": MIN75,
-            }
+            },
+            # the real nvcc 13 of this machine, whose preprocessing and host compile are gcc's
+            "n": {
+                "build": f"{{nvcc}} -x cu -I {include} -o {{binary}} {{sources}}",
+                "inspect": "objdump -d {binary}",
+                "instructions": {"call": 1},
+                "cc": MIN75,
+            },
         },
     }
 
@@ -72,20 +78,21 @@ def test_a_header_from_outside_the_project_changed_on_the_node_rebuilds_the_cach
     config = make_farm(tmp_path, nodes, [outside_job(include)])
     (tmp_path / "kernels" / "rt61.cpp").write_text(OUTSIDE_SOURCE)
 
+    db = tmp_path / "results.db"
     _, first = run(config)
-    cell = only_cell(tmp_path / "results.db", first.run_id)
-    assert (cell["outcome"], cell["build_cached"]) == ("pass", 0), cell
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, first.run_id).items()}
+    assert said == {"v": ("pass", 0), "n": ("pass", 0)}, said
 
-    _, again = run(config)  # nothing changed: the cached build is reused
-    cell = only_cell(tmp_path / "results.db", again.run_id)
-    assert (cell["outcome"], cell["build_cached"]) == ("pass", 1), cell
+    _, again = run(config)  # nothing changed: the cached builds are reused
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, again.run_id).items()}
+    assert said == {"v": ("pass", 1), "n": ("pass", 1)}, said
 
     header.write_text('#define RT61_VERDICT "standin: FAIL (the new header)"\n')
     _, changed = run(config)
-    cell = only_cell(tmp_path / "results.db", changed.run_id)
-    assert cell["build_cached"] == 0, cell
-    assert cell["outcome"] == "fail", cell
-    assert "rt61_verdict.h" in str(cell["stage_details"]), cell
+    found = cells(db, changed.run_id)
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in found.items()}
+    assert said == {"v": ("fail", 0), "n": ("fail", 0)}, said
+    assert all("rt61_verdict.h" in str(c["stage_details"]) for c in found.values()), found
 
 
 def _include_folder_job(tmp_path: Path, build: str) -> Path:
@@ -133,3 +140,75 @@ def test_a_build_naming_only_its_fields_still_loads(tmp_path: Path) -> None:
     folder of the node's and options that look like paths load as before."""
     file = _include_folder_job(tmp_path, "g++ -O1 -std=c++17 -I /opt/x/include -DNAME=rt61 -o {binary} {sources}")
     assert load_job(file, tmp_path, {}).spec.kernel == "rt61b"
+
+
+LIB_SOURCE = """#include <cstdio>
+const char *rt61_verdict();
+int main() {
+    puts(rt61_verdict());
+    return 0;
+}
+"""
+
+
+def _static_library(folder: Path, verdict: str) -> None:
+    """librt61.a in FOLDER, its one function returning VERDICT (a library the node's admin built)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "rt61lib.cpp").write_text(f'const char *rt61_verdict() {{ return "{verdict}"; }}\n')
+    subprocess.run(["g++", "-c", "-o", str(folder / "rt61lib.o"), str(folder / "rt61lib.cpp")], check=True)
+    (folder / "librt61.a").unlink(missing_ok=True)
+    subprocess.run(["ar", "rcs", str(folder / "librt61.a"), str(folder / "rt61lib.o")], check=True)
+
+
+def test_a_static_library_from_outside_the_project_changed_on_the_node_rebuilds_the_cached_binary(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """A static library the build links from the node (`-L /opt/lib -lfoo`, or `/opt/lib/libfoo.a`
+    by its path) is in no key and in no compiler's list of what it read (the linker reads it):
+    rebuilt on the node, the cached binary with the old library's code was reused and passed. The
+    build's list now holds each file the build command names by an absolute path, and each
+    `lib NAME .a` / `.so` of its `-l NAME` in its `-L` folders, as they were when it built."""
+    lib = tmp_path / "opt-lib"
+    _static_library(lib, "standin: PASS")
+    job = outside_job(tmp_path)
+    job["variants"] = {
+        "l": {**job["variants"]["v"], "build": f"g++ -O1 -o {{binary}} {{sources}} -L{lib} -lrt61"},
+        "p": {**job["variants"]["v"], "build": f"g++ -O1 -o {{binary}} {{sources}} {lib}/librt61.a"},
+    }
+    config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [job])
+    (tmp_path / "kernels" / "rt61.cpp").write_text(LIB_SOURCE)
+    db = tmp_path / "results.db"
+    _, first = run(config)
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, first.run_id).items()}
+    assert said == {"l": ("pass", 0), "p": ("pass", 0)}, said
+    _, again = run(config)
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, again.run_id).items()}
+    assert said == {"l": ("pass", 1), "p": ("pass", 1)}, said
+
+    _static_library(lib, "standin: FAIL (the new library)")
+    _, changed = run(config)
+    found = cells(db, changed.run_id)
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in found.items()}
+    assert said == {"l": ("fail", 0), "p": ("fail", 0)}, said
+    assert all("librt61.a" in str(c["stage_details"]) for c in found.values()), found
+
+
+def test_an_include_on_the_first_line_after_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """An editor that saves UTF-8 with a byte order mark puts it before the first line; gcc skips
+    it, so `#include "x.cuh"` there is an include, but the scan for a source's own headers did not
+    read the line (it starts with the mark): a job without the header under `headers` loaded, and
+    the node's build failed with nvcc's "No such file", the kernel's build-fail. The scan now
+    skips the mark as gcc does, and the job is refused at load naming the header."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "rt61bom.cuh").write_text('#define RT61_VERDICT "standin: PASS"\n')
+    (tmp_path / "kernels" / "rt61c.cpp").write_bytes(
+        b'\xef\xbb\xbf#include "rt61bom.cuh"\n' + OUTSIDE_SOURCE.split("\n", 2)[2].encode()
+    )
+    job = outside_job(tmp_path) | {"kernel": "rt61c", "sources": ["kernels/rt61c.cpp"]}
+    (tmp_path / "jobs").mkdir()
+    file = tmp_path / "jobs" / "rt61c.yaml"
+    file.write_text(yaml.safe_dump(job, sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        load_job(file, tmp_path, {})
+    said = str(caught.value)
+    assert "headers" in said and "kernels/rt61bom.cuh" in said and "rt61c.cpp:1" in said, said

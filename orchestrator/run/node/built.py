@@ -39,22 +39,26 @@ def reads_env(env, bdir):
     return dict(env, SUNPRO_DEPENDENCIES=path)
 
 
-def _read_files(bdir, skip):
+def _read_files(bdir, skip, named):
     try:
         with open(os.path.join(bdir, READ_DEPS), "rb") as handle:
             text = handle.read().decode("utf-8", "surrogateescape")
     except OSError:
-        return []  # no compiler of gcc's family ran: nothing listed, as before this list
+        text = ""  # no compiler of gcc's family ran: the named files only
     words = text.replace("\\\n", " ").replace("\\", " ").split()
-    found = {w for w in words if not w.endswith(":")}
+    found = {w for w in words if not w.endswith(":")} | set(named)
     return sorted(w for w in found if not any(w == s or w.startswith(s + "/") for s in skip))
 
 
-def write_reads(bdir, skip):
-    """`.farm-read` for a build that succeeded; False where a file it read cannot be hashed (the
-    build is then not reused: a list that lacks a file would vouch for it)."""
+def write_reads(bdir, skip, named):
+    """`.farm-read` for a build that succeeded, of what its compilers read and the NAMED files (the
+    command's absolute paths and libraries: stages/build_reads.py), those that are files now (a
+    temporary file of the build's is gone); False where one cannot be hashed (the build is then
+    not reused: a list that lacks a file would vouch for it)."""
     lines = []
-    for name in _read_files(bdir, skip):
+    for name in _read_files(bdir, skip, named):
+        if not os.path.isfile(os.path.join(bdir, name)):
+            continue
         sha = sha_of(os.path.join(bdir, name))
         if not sha or "\n" in name:
             return False

@@ -138,7 +138,7 @@ def build_holding_lock(out, spec, env, ahead):
         # the files it read, but the farm's own (verified by digest) and its own products; where one
         # cannot be hashed, it runs unmarked, never reused
         skip = [bdir, *tmp, *(folder for _, folder, _ in spec["inputs"])]
-        listed = not bad and write_reads(bdir, skip)
+        listed = not bad and write_reads(bdir, skip, spec.get("named", ()))
         if (
             not bad
             and (not listed or mark_built(os.path.join(bdir, ".farm-built")))

@@ -19,7 +19,7 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.build_reads import READ_LIST, reads_env, stale_check, write_list
+from orchestrator.run.stages.build_reads import READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.trips import Trip
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
@@ -59,7 +59,7 @@ class BuildStage(CellStages):
         # whose list cannot be made runs unmarked, never reused
         skip = [self.paths.build_dir, self.paths.build_tmp, *(p.folder for _, p in input_checks(self.paths))]
         reading = reads_env(self.paths.build_dir)  # gcc lists what it read (build_reads.py)
-        listed = f"{{ {write_list(skip)} && touch .farm-built || rm -f {READ_LIST}; }}; "
+        listed = f"{{ {write_list(skip, named_files(command))} && touch .farm-built || rm -f {READ_LIST}; }}; "
         return (
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
@@ -91,6 +91,7 @@ class BuildStage(CellStages):
                 "run_dir": self.paths.run_dir,
                 "private": self.paths.private_binary,
                 "command": command,
+                "named": named_files(command),  # files the linker may read, listed with the compiler's
                 "limit": limit,
                 "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
