@@ -94,6 +94,10 @@ def test_a_header_from_outside_the_project_changed_on_the_node_rebuilds_the_cach
     assert said == {"v": ("fail", 0), "n": ("fail", 0)}, said
     assert all("rt61_verdict.h" in str(c["stage_details"]) for c in found.values()), found
 
+    _, after = run(config)  # the binary built from the new header is the one reused from now on
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, after.run_id).items()}
+    assert said == {"v": ("fail", 1), "n": ("fail", 1)}, said
+
 
 def _include_folder_job(tmp_path: Path, build: str) -> Path:
     """jobs/rt61b.yaml shipping kernels/rt61inc (as the header's hint for an include folder said
@@ -174,22 +178,23 @@ def test_a_static_library_from_outside_the_project_changed_on_the_node_rebuilds_
     job["variants"] = {
         "l": {**job["variants"]["v"], "build": f"g++ -O1 -o {{binary}} {{sources}} -L{lib} -lrt61"},
         "p": {**job["variants"]["v"], "build": f"g++ -O1 -o {{binary}} {{sources}} {lib}/librt61.a"},
+        "w": {**job["variants"]["v"], "build": f"g++ -O1 -o {{binary}} {{sources}} -Wl,{lib}/librt61.a"},
     }
     config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [job])
     (tmp_path / "kernels" / "rt61.cpp").write_text(LIB_SOURCE)
     db = tmp_path / "results.db"
     _, first = run(config)
     said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, first.run_id).items()}
-    assert said == {"l": ("pass", 0), "p": ("pass", 0)}, said
+    assert said == {"l": ("pass", 0), "p": ("pass", 0), "w": ("pass", 0)}, said
     _, again = run(config)
     said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, again.run_id).items()}
-    assert said == {"l": ("pass", 1), "p": ("pass", 1)}, said
+    assert said == {"l": ("pass", 1), "p": ("pass", 1), "w": ("pass", 1)}, said
 
     _static_library(lib, "standin: FAIL (the new library)")
     _, changed = run(config)
     found = cells(db, changed.run_id)
     said = {v: (c["outcome"], c["build_cached"]) for v, c in found.items()}
-    assert said == {"l": ("fail", 0), "p": ("fail", 0)}, said
+    assert said == {"l": ("fail", 0), "p": ("fail", 0), "w": ("fail", 0)}, said
     assert all("librt61.a" in str(c["stage_details"]) for c in found.values()), found
 
 

@@ -31,13 +31,17 @@ def reads_env(bdir: str) -> str:
 
 
 def named_files(command: str) -> list[str]:
-    """The files a build command may read that no compiler lists: each word (or option's value)
-    that is an absolute path, and `DIR/libNAME.a` and `.so` for each `-L DIR` and `-l NAME`.
-    Folders among them are dropped on the node, where what is a file is known."""
+    """The files a build command may read that no compiler lists: each word (or option's value,
+    or piece of one for the linker) that is an absolute path, and `DIR/libNAME.a` and `.so` for
+    each `-L DIR` and `-l NAME`. Folders among them are dropped on the node, where what is a file
+    is known."""
     try:
         words = shlex.split(command)
     except ValueError:
         words = command.split()
+    # what gcc's -Wl, and nvcc's -Xlinker= hand the linker, comma-separated: its own words
+    for prefix in ("-Wl,", "-Xlinker=", "--linker-options=", "-Xlinker,"):
+        words += [piece for w in words if w.startswith(prefix) for piece in w[len(prefix) :].split(",")]
     paths, dirs, libs = [], [], []
     for at, word in enumerate(words):
         following = words[at + 1] if at + 1 < len(words) else ""
