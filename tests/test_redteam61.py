@@ -141,9 +141,15 @@ def test_a_build_naming_a_shipped_folder_by_the_projects_path_is_refused_at_load
 
 def test_a_build_naming_only_its_fields_still_loads(tmp_path: Path) -> None:
     """The refusal reads the build's words for the job's own paths only: `{sources}`, an absolute
-    folder of the node's and options that look like paths load as before."""
+    folder of the node's and options that look like paths load as before, and so does a build
+    that changes its folder first (`cd`), whose relative words the loader cannot place."""
     file = _include_folder_job(tmp_path, "g++ -O1 -std=c++17 -I /opt/x/include -DNAME=rt61 -o {binary} {sources}")
     assert load_job(file, tmp_path, {}).spec.kernel == "rt61b"
+    # a build that goes to the sources' folder first names the folder from there, and works
+    (tmp_path / "jobs" / "rt61b.yaml").write_text(
+        file.read_text().replace("g++ -O1 -std=c++17", 'cd "$(dirname {sources})" && g++ -O1 -I rt61inc')
+    )
+    assert load_job(file, tmp_path, {}).spec.variants["v"].build.startswith("cd ")
 
 
 LIB_SOURCE = """#include <cstdio>
