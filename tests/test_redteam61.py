@@ -98,6 +98,17 @@ def test_a_header_from_outside_the_project_changed_on_the_node_rebuilds_the_cach
     said = {v: (c["outcome"], c["build_cached"]) for v, c in cells(db, after.run_id).items()}
     assert said == {"v": ("fail", 1), "n": ("fail", 1)}, said
 
+    # a cached build with no list (made by an earlier farm, or the list lost) is not vouched for
+    lists = sorted((tmp_path / "work" / "builds").glob("*/rt61-*/.farm-read"))
+    assert len(lists) == 2, lists
+    for listed in lists:
+        listed.unlink()
+    _, unlisted = run(config)
+    found = cells(db, unlisted.run_id)
+    said = {v: (c["outcome"], c["build_cached"]) for v, c in found.items()}
+    assert said == {"v": ("fail", 0), "n": ("fail", 0)}, said
+    assert all("no list of the files it read" in str(c["stage_details"]) for c in found.values()), found
+
 
 def _include_folder_job(tmp_path: Path, build: str) -> Path:
     """jobs/rt61b.yaml shipping kernels/rt61inc (as the header's hint for an include folder said

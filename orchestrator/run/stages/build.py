@@ -19,7 +19,7 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.build_reads import READ_LIST, named_files, reads_env, stale_check, write_list
+from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.trips import Trip
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
@@ -114,8 +114,11 @@ class BuildStage(CellStages):
             )
             stale = re.search(r"^@@farm cache-stale (.*)$", text, re.M)
             if stale:
+                read = stale.group(1)
                 self._detail.append(
-                    f"a file the cached build read changed on the node since ({stale.group(1)}): rebuilt"
+                    "a cached build with no list of the files it read (made before round 61): rebuilt"
+                    if read == NO_LIST
+                    else f"a file the cached build read changed on the node since ({read}): rebuilt"
                 )
             if re.search(r"^@@farm cache-mismatch ", text, re.M):
                 self._detail.append(unrecorded)
