@@ -31,6 +31,8 @@ def _quoted_includes(path: Path) -> list[tuple[int, str]]:
             text = handle.read(INCLUDE_BYTES)
     except OSError:  # the job's check of its headers says which cannot be read (input_paths.py)
         return []
+    # gcc skips a UTF-8 byte order mark before the first line: an include there is one (round 61)
+    text = text.removeprefix(b"\xef\xbb\xbf")
     return [
         (text.count(b"\n", 0, m.start()) + 1, m.group(1).decode("utf-8", "replace")) for m in _INCLUDE_RE.finditer(text)
     ]

@@ -17,7 +17,7 @@ from orchestrator.config.farm_spec import FarmSpec, NodeSpec
 from orchestrator.config.includes import unshipped_include_errors
 from orchestrator.config.job_spec import JobSpec
 from orchestrator.config.provenance import Provenance, file_provenance, merge
-from orchestrator.config.run_files import run_file_errors
+from orchestrator.config.run_files import build_file_errors, run_file_errors
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
@@ -145,6 +145,7 @@ def _job(
     if not errors:
         errors += unshipped_include_errors(spec.sources, file, root, files)
         errors += run_file_errors(spec, file, files, provenance)
+        errors += build_file_errors(spec, file, files)
     if errors:
         raise ConfigErrors(errors)
     ordered = dict(sorted(files.items()))

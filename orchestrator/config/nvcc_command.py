@@ -139,7 +139,9 @@ def translate(path: Path, kernel: str, line: int, label: str, words: Words) -> B
                     "Build",
                     f"the include folder {value!r}, which the farm does not ship",
                     f"one the farm knows: {known}",
-                    f"Write jobs/{kernel}.yaml with this build, listing the folder under headers.",
+                    # a job's `-I kernels/inc` finds nothing in the node's build folder (run_files.py)
+                    f'Include its headers from beside the source (#include "{folder}/x.h"), or write '
+                    f"jobs/{kernel}.yaml listing the folder under headers with its build naming no -I for it.",
                 )
             dependencies.append((dependency, value, number))
             template += ["-I", "{" + dependency + "}"]

@@ -22,6 +22,7 @@ PARTS = (
     "confine",
     "loads",
     "jit",
+    "built",
     "stages",
     "stage_flow",
     "probe",

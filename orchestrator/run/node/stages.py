@@ -4,6 +4,7 @@ scripts print (stage_flow.py goes from one to the next), and the login's environ
 import os
 import time
 
+from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.jit import listed_and_compiled
@@ -36,17 +37,6 @@ def open_or_none(path, mode="wb"):
         return open(path, mode)
     except OSError:
         return None
-
-
-def mark_built(path):
-    """The mark that a build folder is whole, made by the runner where the build left no link
-    (a build made it a link: the runner's own open made a file wherever it pointed)."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        os.close(os.open(path, flags, 0o644))
-        return True
-    except OSError:
-        return False
 
 
 def verify(out, checks, tag):
@@ -99,11 +89,12 @@ def build_holding_lock(out, spec, env, ahead):
     """The build stage once its folder's lock is held: the cached copy, or nvcc."""
     bdir, binary, run_dir, private = spec["build_dir"], spec["binary"], spec["run_dir"], spec["private"]
     if spec["reuse"] and os.path.isfile(os.path.join(bdir, ".farm-built")) and os.path.isfile(binary):
-        got = sha_of(private) if take_copy(binary, run_dir, private) else ""
+        stale = stale_read(bdir)  # a header of the node's changed since: another binary (built.py)
+        got = "" if stale else sha_of(private) if take_copy(binary, run_dir, private) else ""
         if got and got == spec["recorded"]:
             out.say("@@farm cached " + got)
             return
-        out.say("@@farm cache-mismatch " + (got or "none"))
+        out.say(f"@@farm cache-stale {stale}" if stale else "@@farm cache-mismatch " + (got or "none"))
     before = identities(spec["inputs"])  # before the digests: a swap after this shows either way
     if verify(out, spec["inputs"], "altered"):
         return
@@ -128,7 +119,9 @@ def build_holding_lock(out, spec, env, ahead):
     else:
         try:
             with log:
-                code = guarded(spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), env, fd)
+                code = guarded(
+                    spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), reads_env(env, bdir), fd
+                )
         finally:
             if fd is not None:
                 os.close(fd)
@@ -143,7 +136,15 @@ def build_holding_lock(out, spec, env, ahead):
             bad = True
     if code == 0:
         out.say("@@farm built " + sha_of(binary))
-        if not bad and mark_built(os.path.join(bdir, ".farm-built")) and take_copy(binary, run_dir, private):
+        # the files it read, but the farm's own (verified by digest) and its own products; where one
+        # cannot be hashed, it runs unmarked, never reused
+        skip = [bdir, *tmp, *(folder for _, folder, _ in spec["inputs"])]
+        listed = not bad and write_reads(bdir, skip, spec.get("named", ()))
+        if (
+            not bad
+            and (not listed or mark_built(os.path.join(bdir, ".farm-built")))
+            and take_copy(binary, run_dir, private)
+        ):
             out.say("@@farm copy " + sha_of(private))
     else:
         remove(run_dir)

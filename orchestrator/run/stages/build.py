@@ -19,6 +19,7 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.trips import Trip
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
@@ -44,23 +45,31 @@ class BuildStage(CellStages):
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
         copy = f"rm -rf {rdir} && {made} && mkdir -p {held} && cp {binary} {private}"
         # one that does not hash to the record is said, and rebuilt in the same trip
+        # a cached build one of whose files (a header of the node's) changed since is built again
         cached = (
-            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {copy} && "
+            f"if [ -f {bdir}/.farm-built ] && [ -f {binary} ]; then {stale_check(self.paths.build_dir)}"
+            f'if [ -n "$stale" ]; then echo "@@farm cache-stale ${{stale%: *}}"; else {copy} && '
             f"got=$(sha256sum < {private} | cut -c1-64); "
             f'if [ "$got" = {q(recorded or "none")} ]; then echo "@@farm cached $got"; exit 0; fi; '
-            f'echo "@@farm cache-mismatch ${{got:-none}}"; fi; '
+            f'echo "@@farm cache-mismatch ${{got:-none}}"; fi; fi; '
             if reuse
             else ""
         )
+        # what the build read, but the farm's own verified folders and its own products; a build
+        # whose list cannot be made runs unmarked, never reused
+        skip = [self.paths.build_dir, self.paths.build_tmp, *(p.folder for _, p in input_checks(self.paths))]
+        reading = reads_env(self.paths.build_dir)  # gcc lists what it read (build_reads.py)
+        listed = f"{{ {write_list(skip, named_files(command))} && touch .farm-built || rm -f {READ_LIST}; }}; "
         return (
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', self.marker)}; {drop_tmp}; "
+            f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
+            f"{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
-            f'if [ -z "$bad" ]; then touch .farm-built && {copy} && '
+            f'if [ -z "$bad" ]; then {listed}{copy} && '
             f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; else rm -rf {rdir}; fi; '
             f'echo "@@farm rc=$rc"; }}'
         )
@@ -82,6 +91,7 @@ class BuildStage(CellStages):
                 "run_dir": self.paths.run_dir,
                 "private": self.paths.private_binary,
                 "command": command,
+                "named": named_files(command),  # files the linker may read, listed with the compiler's
                 "limit": limit,
                 "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
@@ -102,6 +112,14 @@ class BuildStage(CellStages):
                 if recorded
                 else "a cached build with no record of its binary in the results database: rebuilt"
             )
+            stale = re.search(r"^@@farm cache-stale (.*)$", text, re.M)
+            if stale:
+                read = stale.group(1)
+                self._detail.append(
+                    "a cached build with no list of the files it read (made before round 61): rebuilt"
+                    if read == NO_LIST
+                    else f"a file the cached build read changed on the node since ({read}): rebuilt"
+                )
             if re.search(r"^@@farm cache-mismatch ", text, re.M):
                 self._detail.append(unrecorded)
             cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
