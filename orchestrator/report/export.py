@@ -1,7 +1,7 @@
 """Exports of a stored run for CI systems: JUnit XML and JSON, on stdout.
 
-JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
-name NODE). A cell not as expected is a <failure> whose message is the outcome
+JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT, or
+KERNEL:VARIANT where a name holds a dot; name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
 kernel); known failures are <skipped> with their declared reason, and so are a
 cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing),
@@ -22,6 +22,7 @@ from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
+from orchestrator.terminal import ci_inert
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
@@ -85,6 +86,14 @@ def rejudged(model: ReportModel, r: Any) -> str | None:
     return model.rejudged.get(key)
 
 
+def classname(kernel: str, variant: str) -> str:
+    """A cell's testcase classname: KERNEL.VARIANT, or KERNEL:VARIANT where either name holds a
+    dot (names may; never a colon). Kernel `a` variant `b.c` and kernel `a.b` variant `c` were
+    both `a.b.c`, and Jenkins and the GitHub JUnit reporters, which key a testcase by its
+    classname and name, kept one result for the two cells (a red-team finding)."""
+    return f"{kernel}:{variant}" if "." in kernel or "." in variant else f"{kernel}.{variant}"
+
+
 def _no_result(run: Any) -> str:
     if run.status == "finished":
         return "not-run: no result was stored for this planned cell"
@@ -135,7 +144,7 @@ def junit(model: ReportModel) -> str:
         node.text = f"run {run.id} is {run.status}; its cells that did not finish are not-run, no verdict"
     for kernel, variant, node_name, device in model.unfinished:
         case = ET.SubElement(
-            suite, "testcase", classname=f"{kernel}.{variant}", name=node_name + (f"[{device}]" if device else "")
+            suite, "testcase", classname=classname(kernel, variant), name=node_name + (f"[{device}]" if device else "")
         )
         ET.SubElement(case, "error", message=_no_result(run), type=Outcome.NOT_RUN)
     for r in results:
@@ -143,7 +152,7 @@ def junit(model: ReportModel) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"{r.kernel}.{r.variant}",
+            classname=classname(r.kernel, r.variant),
             name=r.node + (f"[{r.device}]" if r.node in model.several and r.device else ""),
             time=f"{elapsed:.3f}",
         )
@@ -195,8 +204,9 @@ _ACTIVE = re.compile(r"[\r\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u
 
 def _inert(xml: str) -> str:
     """The document with each such character as a character reference: the same text to an XML
-    parser, inert to a terminal. Only text and attribute values can hold them (names are the farm's)."""
-    return _ACTIVE.sub(lambda m: f"&#x{ord(m.group()):x};", xml)
+    parser, inert to a terminal. Only text and attribute values can hold them (names are the farm's),
+    and so a CI runner's workflow commands in a kernel's output (terminal.ci_inert)."""
+    return ci_inert(_ACTIVE.sub(lambda m: f"&#x{ord(m.group()):x};", xml), "&#x3a;", "&#x23;")
 
 
 def utc_iso(moment: datetime | None) -> str | None:
@@ -336,4 +346,6 @@ def as_json(model: ReportModel) -> str:
             for e in model.ledgers
         ],
     }
-    return json.dumps(document, indent=2) + "\n"
+    # a `#` is only ever inside a JSON string, where \u0023 is the same character to a parser
+    # and no `##vso[` command to a CI runner that logs the export (terminal.ci_inert)
+    return ci_inert(json.dumps(document, indent=2), ":", "\\u0023") + "\n"
