@@ -181,3 +181,28 @@ def test_a_hangup_under_nohup_does_not_stop_the_run(ssh_fleet: Fleet, tmp_path: 
     assert code == EXIT_OK, log.read_text()
     (run,) = query(tmp_path / "results.db", "SELECT * FROM runs")
     assert run["status"] == "finished"
+
+
+def test_a_long_output_in_junit_keeps_its_end_and_says_what_it_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel printed 200,000 bytes before its verdict line: the farm stores them all (1 MiB
+    kept), but JUnit's <system-out> was their first 65,536 characters, cut mid-line with nothing
+    saying so: the kernel's last lines (its verdict, a mismatch report), which a reviewer reads
+    in Jenkins, were gone. Now its head and its end are kept with a line saying what is left out."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    source = (
+        "#include <cstdio>\n"
+        'int main() { for (int i = 0; i < 4000; i++) std::printf("%049d\\n", i);\n'
+        '  std::printf("the last words\\ntoy: PASS\\n"); return 0; }\n'
+    )
+    config = toy_farm(tmp_path / "farm", source=source)
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == EXIT_OK
+    done = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)])
+    (case,) = ET.fromstring(done.output).iter("testcase")
+    out = case.findtext("system-out") or ""
+    assert out.startswith("0" * 49 + "\n") and out.endswith("the last words\ntoy: PASS\n"), out[-200:]
+    (note,) = [line for line in out.splitlines() if line.startswith("[farm: ")]
+    assert "characters left out here" in note and "farm show 1" in note, note
+    assert len(out) < 70_000

@@ -38,12 +38,25 @@ def _xml_safe(text: str) -> str:
     )
 
 
-def _text(data: bytes | None) -> str:
-    return _xml_safe((data or b"").decode("utf-8", "replace"))[:OUTPUT_LIMIT]
+def _text(data: bytes | None, result_id: int | None = None) -> str:
+    """A kernel's stream for <system-out>/<system-err>: past OUTPUT_LIMIT its head and its end,
+    with a line saying what is left out between. It was the head alone, cut mid-line with
+    nothing saying so: the kernel's last lines (its verdict, the mismatch it reports), which a
+    reviewer reads in Jenkins, were gone (a red-team finding)."""
+    text = _xml_safe((data or b"").decode("utf-8", "replace"))
+    if len(text) <= OUTPUT_LIMIT:
+        return text
+    half = OUTPUT_LIMIT // 2
+    whole = f"`farm show {result_id}`" if result_id is not None else "`farm show`"
+    note = (
+        f"\n[farm: {len(text) - 2 * half} characters left out here of this JUnit copy; "
+        f"{whole} and the cell's page have the stored output]\n"
+    )
+    return text[:half] + note + text[-half:]
 
 
 def _text_line(text: str) -> str:
-    return _text(text.encode("utf-8"))[:1024]
+    return _xml_safe(text)[:1024]
 
 
 def exit_code(run: Any, unfinished: Sequence[Any] = ()) -> int:
@@ -184,8 +197,8 @@ def junit(model: ReportModel) -> str:
             said = f": {r.last_stderr_line}" if r.last_stderr_line else ""
             node = ET.SubElement(case, "failure", message=_text_line(f"{r.outcome}{stage}{said}"), type=r.outcome)
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
-        ET.SubElement(case, "system-out").text = _text(r.stdout)
-        ET.SubElement(case, "system-err").text = _text(r.stderr)
+        ET.SubElement(case, "system-out").text = _text(r.stdout, r.id)
+        ET.SubElement(case, "system-err").text = _text(r.stderr, r.id)
     # every text and attribute, whoever wrote it (a kernel's stderr in a reason, a node's card
     # name in a testcase's name): one byte XML cannot carry would make the whole file unreadable
     for element in suites.iter():
