@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -206,3 +207,31 @@ def test_a_long_output_in_junit_keeps_its_end_and_says_what_it_left_out(
     (note,) = [line for line in out.splitlines() if line.startswith("[farm: ")]
     assert "characters left out here" in note and "farm show 1" in note, note
     assert len(out) < 70_000
+
+
+@pytest.mark.parametrize("damage", ["killed", "row lost"])
+def test_the_json_exports_exit_code_of_a_run_that_is_not_whole_is_never_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A farm SIGKILLed mid-run (its run left `running`, no exit code) or a finished run that lost a
+    cell's row: the export exits 4 and says `"complete": false`, but its `run.exit_code` was null
+    (`jq '.run.exit_code // 0'` reads 0) or the stored 0. It is the export's code now, never 0;
+    the stored one is `stored_exit_code`, and JUnit carries the code as a property."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path / "farm", broken="known-failure")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == EXIT_OK
+    with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
+        if damage == "killed":
+            db.execute("UPDATE runs SET status = 'running', exit_code = NULL, ended_at = NULL")
+        else:
+            db.execute("DELETE FROM results WHERE variant = 'broken'")
+    done = cli.invoke(main, ["report", "--format", "json", "--config", str(config)])
+    assert done.exit_code == EXIT_INFRA, done.output
+    document = json.loads(done.output)
+    assert document["complete"] is False
+    assert document["run"]["exit_code"] == EXIT_INFRA, document["run"]
+    assert document["run"]["stored_exit_code"] == (None if damage == "killed" else EXIT_OK)
+    junit = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(junit).iter("property")}
+    assert props["exit_code"] == str(EXIT_INFRA), props

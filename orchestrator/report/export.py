@@ -149,6 +149,7 @@ def junit(model: ReportModel) -> str:
         ("farm_commit", run.farm_commit or ""),
         ("farm_version", run.farm_version),
         ("status", run.status),
+        ("exit_code", str(exit_code(run, model.unfinished))),  # what the export exits with
     ):
         ET.SubElement(props, "property", name=key, value=value)
     if incomplete:
@@ -295,7 +296,11 @@ def as_json(model: ReportModel) -> str:
             "farm_commit": run.farm_commit,
             "farm_version": run.farm_version,
             "host": run.host,
-            "exit_code": run.exit_code,
+            # what the export exits with, never 0 for a run that is not whole: a reader of this
+            # field alone once read a SIGKILLed run's null, or a run's stored 0 after it lost a
+            # cell's row, as green (a red-team finding); the stored code is beside it
+            "exit_code": exit_code(run, model.unfinished),
+            "stored_exit_code": run.exit_code,
         },
         # a run that did not finish must never read as green, whatever its counts
         "complete": complete(model),
