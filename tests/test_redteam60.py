@@ -235,3 +235,23 @@ def test_the_json_exports_exit_code_of_a_run_that_is_not_whole_is_never_0(
     junit = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output
     props = {p.get("name"): p.get("value") for p in ET.fromstring(junit).iter("property")}
     assert props["exit_code"] == str(EXIT_INFRA), props
+
+
+def test_the_json_summary_counts_a_killed_runs_unfinished_cells_as_infra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stopped run's unfinished cells are stored not-run and counted `infra` in the JSON's
+    summary; a SIGKILLed run's (no row: listed under `unfinished`) were counted under `not_run`
+    only, so its summary read `bad: 0, infra: 0`, the same as a green night's."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path / "farm", broken="known-failure")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == EXIT_OK
+    with sqlite3.connect(tmp_path / "farm" / "results.db") as db:
+        db.execute("UPDATE runs SET status = 'running', exit_code = NULL, ended_at = NULL")
+        db.execute("DELETE FROM results WHERE variant = 'broken'")
+    document = json.loads(cli.invoke(main, ["report", "--format", "json", "--config", str(config)]).output)
+    assert len(document["unfinished"]) == 1
+    assert document["summary"] == {"good": 1, "bad": 0, "infra": 1, "not_run": 1}, document["summary"]
+    junit = ET.fromstring(cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output)
+    assert junit.get("errors") == "2"  # the run itself and its unfinished cell

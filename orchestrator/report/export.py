@@ -306,6 +306,9 @@ def as_json(model: ReportModel) -> str:
         "complete": complete(model),
         "summary": {
             **model.counts,
+            # a cell planned with no row is not-run, which is infra: a SIGKILLed run's read `bad: 0,
+            # infra: 0`, a green night's summary, where a stopped run's not-run rows count here
+            "infra": model.counts.get("infra", 0) + len(model.unfinished),
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
         },
         # the cells the run planned and has no result for (it did not finish, or the farm lost them)
