@@ -255,3 +255,19 @@ def test_the_json_summary_counts_a_killed_runs_unfinished_cells_as_infra(
     assert document["summary"] == {"good": 1, "bad": 0, "infra": 1, "not_run": 1}, document["summary"]
     junit = ET.fromstring(cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output)
     assert junit.get("errors") == "2"  # the run itself and its unfinished cell
+
+
+def test_the_exports_say_what_a_run_selected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer's `farm verify toy:plain` after the nightly `--all`: a CI step exporting the
+    latest run got a whole, green suite of one cell, with nothing saying the run tested a
+    selection, not the fleet (the site's history says so; the exports did not)."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    config = toy_farm(tmp_path / "farm", broken="fails")
+    cli = CliRunner()
+    assert cli.invoke(main, ["verify", "--all", "--config", str(config)]).exit_code == 1
+    assert cli.invoke(main, ["verify", "toy:plain", "--config", str(config)]).exit_code == EXIT_OK
+    document = json.loads(cli.invoke(main, ["report", "--format", "json", "--config", str(config)]).output)
+    assert document["run"]["id"] == 2 and document["run"]["selection"] == "toy:plain", document["run"]
+    junit = cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(junit).iter("property")}
+    assert props["selection"] == "toy:plain", props

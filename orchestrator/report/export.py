@@ -146,6 +146,7 @@ def junit(model: ReportModel) -> str:
     for key, value in (
         ("complete", "true" if complete(model) else "false"),
         ("trigger", run.trigger),
+        ("selection", run.selection or ""),  # `--all`, or what it was asked for (as_json)
         ("farm_commit", run.farm_commit or ""),
         ("farm_version", run.farm_version),
         ("status", run.status),
@@ -292,6 +293,9 @@ def as_json(model: ReportModel) -> str:
             "start": utc_iso(run.started_at),
             "end": utc_iso(run.ended_at),
             "trigger": run.trigger,
+            # `--all` or the kernels and nodes it was asked for: the latest run a CI step exports may
+            # be a reviewer's one-cell check, whole and green, not the fleet's night
+            "selection": run.selection,
             "status": run.status,
             "farm_commit": run.farm_commit,
             "farm_version": run.farm_version,
