@@ -133,10 +133,13 @@ def start_slow(ssh_fleet: Fleet, tmp_path: Path, slow_s: int, nohup: bool) -> tu
     }
     config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir, build_jobs=1)}, [faults_job(variants)])
     log = tmp_path / "farm.log"
+    # this checkout's farm, whatever PYTHONPATH says: a relative one (`PYTHONPATH=.`) is read from the
+    # farm's cwd, and the package installed in the virtual environment (another checkout) ran instead
+    env = {**cli_env(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     command = (["nohup"] if nohup else []) + farm_cmd("verify", "--all", "--config", str(config), "--no-report")
     with open(log, "wb") as out:
         farm = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=cli_env(tmp_path), start_new_session=True
+            command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, start_new_session=True
         )
     try:
         wait_for(lambda: kernel_running(workdir, "t4", "slow") or farm.poll() is not None, 60, "the slow kernel")
