@@ -24,8 +24,24 @@ def _visible(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+# what a CI runner takes from its log for a command of its own: GitHub Actions' `::name::` at a
+# line's start (after blanks) and its older `##[name]` anywhere in a line, Azure Pipelines'
+# `##vso[`. A kernel printing `::add-mask::1` (every "1" of the job's log masked after it, the
+# failure counts too) or `##vso[task.complete result=Succeeded;]` reached a CI job's log through
+# a quoted stderr line, `farm show` or a JUnit export to stdout (a red-team finding).
+_CI_COMMAND_START = re.compile(r"^([^\S\n]*):(?=:)", re.M)
+_CI_COMMAND_ANYWHERE = re.compile(r"#(?=#(?:vso)?\[)", re.I)
+
+
+def ci_inert(text: str, colon: str, hash_sign: str) -> str:
+    """`text` with the first character of each CI workflow command written as `colon` or
+    `hash_sign` (an escape its reader decodes, or shows): no runner acts on it."""
+    text = _CI_COMMAND_START.sub(lambda m: m.group(1) + colon, text)
+    return _CI_COMMAND_ANYWHERE.sub(lambda _m: hash_sign, text)
+
+
 def printable(text: str, keep_newlines: bool = True) -> str:
-    escaped = _CONTROL.sub(_visible, text)
+    escaped = ci_inert(_CONTROL.sub(_visible, text), "\\x3a", "\\x23")
     return escaped if keep_newlines else escaped.replace("\n", "\\n")
 
 

@@ -324,7 +324,7 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
 
 @contextlib.contextmanager
 def _stopping_on_signals(run: FarmRun):
-    """SIGTERM (systemctl stop, a killed cron job) and a first Ctrl-C stop the run
+    """SIGTERM (systemctl stop, a killed cron job), SIGHUP and a first Ctrl-C stop the run
     cleanly: no new cells, the running ones killed on every node, the unfinished
     ones recorded not-run, the run stored aborted with the exit code the process
     returns. A second Ctrl-C exits at once (the next run marks this one aborted)."""
@@ -338,7 +338,11 @@ def _stopping_on_signals(run: FarmRun):
         click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
         threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # a hangup (the ssh session `farm verify` ran in closed) killed the farm outright: its kernels
+    # ran on, the run stayed `running` (a red-team finding); it stops the run as SIGTERM does,
+    # unless it is ignored (`nohup`: the run is meant to outlive its session)
+    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
     try:
         yield
     finally:

@@ -1,7 +1,7 @@
 """Exports of a stored run for CI systems: JUnit XML and JSON, on stdout.
 
-JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT,
-name NODE). A cell not as expected is a <failure> whose message is the outcome
+JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT, or
+KERNEL:VARIANT where a name holds a dot; name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
 kernel); known failures are <skipped> with their declared reason, and so are a
 cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing),
@@ -22,6 +22,7 @@ from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
+from orchestrator.terminal import ci_inert
 
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
@@ -37,12 +38,25 @@ def _xml_safe(text: str) -> str:
     )
 
 
-def _text(data: bytes | None) -> str:
-    return _xml_safe((data or b"").decode("utf-8", "replace"))[:OUTPUT_LIMIT]
+def _text(data: bytes | None, result_id: int | None = None) -> str:
+    """A kernel's stream for <system-out>/<system-err>: past OUTPUT_LIMIT its head and its end,
+    with a line saying what is left out between. It was the head alone, cut mid-line with
+    nothing saying so: the kernel's last lines (its verdict, the mismatch it reports), which a
+    reviewer reads in Jenkins, were gone (a red-team finding)."""
+    text = _xml_safe((data or b"").decode("utf-8", "replace"))
+    if len(text) <= OUTPUT_LIMIT:
+        return text
+    half = OUTPUT_LIMIT // 2
+    whole = f"`farm show {result_id}`" if result_id is not None else "`farm show`"
+    note = (
+        f"\n[farm: {len(text) - 2 * half} characters left out here of this JUnit copy; "
+        f"{whole} and the cell's page have the stored output]\n"
+    )
+    return text[:half] + note + text[-half:]
 
 
 def _text_line(text: str) -> str:
-    return _text(text.encode("utf-8"))[:1024]
+    return _xml_safe(text)[:1024]
 
 
 def exit_code(run: Any, unfinished: Sequence[Any] = ()) -> int:
@@ -85,6 +99,14 @@ def rejudged(model: ReportModel, r: Any) -> str | None:
     return model.rejudged.get(key)
 
 
+def classname(kernel: str, variant: str) -> str:
+    """A cell's testcase classname: KERNEL.VARIANT, or KERNEL:VARIANT where either name holds a
+    dot (names may; never a colon). Kernel `a` variant `b.c` and kernel `a.b` variant `c` were
+    both `a.b.c`, and Jenkins and the GitHub JUnit reporters, which key a testcase by its
+    classname and name, kept one result for the two cells (a red-team finding)."""
+    return f"{kernel}:{variant}" if "." in kernel or "." in variant else f"{kernel}.{variant}"
+
+
 def _no_result(run: Any) -> str:
     if run.status == "finished":
         return "not-run: no result was stored for this planned cell"
@@ -124,9 +146,11 @@ def junit(model: ReportModel) -> str:
     for key, value in (
         ("complete", "true" if complete(model) else "false"),
         ("trigger", run.trigger),
+        ("selection", run.selection or ""),  # `--all`, or what it was asked for (as_json)
         ("farm_commit", run.farm_commit or ""),
         ("farm_version", run.farm_version),
         ("status", run.status),
+        ("exit_code", str(exit_code(run, model.unfinished))),  # what the export exits with
     ):
         ET.SubElement(props, "property", name=key, value=value)
     if incomplete:
@@ -135,7 +159,7 @@ def junit(model: ReportModel) -> str:
         node.text = f"run {run.id} is {run.status}; its cells that did not finish are not-run, no verdict"
     for kernel, variant, node_name, device in model.unfinished:
         case = ET.SubElement(
-            suite, "testcase", classname=f"{kernel}.{variant}", name=node_name + (f"[{device}]" if device else "")
+            suite, "testcase", classname=classname(kernel, variant), name=node_name + (f"[{device}]" if device else "")
         )
         ET.SubElement(case, "error", message=_no_result(run), type=Outcome.NOT_RUN)
     for r in results:
@@ -143,7 +167,7 @@ def junit(model: ReportModel) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"{r.kernel}.{r.variant}",
+            classname=classname(r.kernel, r.variant),
             name=r.node + (f"[{r.device}]" if r.node in model.several and r.device else ""),
             time=f"{elapsed:.3f}",
         )
@@ -175,8 +199,8 @@ def junit(model: ReportModel) -> str:
             said = f": {r.last_stderr_line}" if r.last_stderr_line else ""
             node = ET.SubElement(case, "failure", message=_text_line(f"{r.outcome}{stage}{said}"), type=r.outcome)
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
-        ET.SubElement(case, "system-out").text = _text(r.stdout)
-        ET.SubElement(case, "system-err").text = _text(r.stderr)
+        ET.SubElement(case, "system-out").text = _text(r.stdout, r.id)
+        ET.SubElement(case, "system-err").text = _text(r.stderr, r.id)
     # every text and attribute, whoever wrote it (a kernel's stderr in a reason, a node's card
     # name in a testcase's name): one byte XML cannot carry would make the whole file unreadable
     for element in suites.iter():
@@ -195,8 +219,9 @@ _ACTIVE = re.compile(r"[\r\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u
 
 def _inert(xml: str) -> str:
     """The document with each such character as a character reference: the same text to an XML
-    parser, inert to a terminal. Only text and attribute values can hold them (names are the farm's)."""
-    return _ACTIVE.sub(lambda m: f"&#x{ord(m.group()):x};", xml)
+    parser, inert to a terminal. Only text and attribute values can hold them (names are the farm's),
+    and so a CI runner's workflow commands in a kernel's output (terminal.ci_inert)."""
+    return ci_inert(_ACTIVE.sub(lambda m: f"&#x{ord(m.group()):x};", xml), "&#x3a;", "&#x23;")
 
 
 def utc_iso(moment: datetime | None) -> str | None:
@@ -270,16 +295,26 @@ def as_json(model: ReportModel) -> str:
             "start": utc_iso(run.started_at),
             "end": utc_iso(run.ended_at),
             "trigger": run.trigger,
+            # `--all` or the kernels and nodes it was asked for: the latest run a CI step exports may
+            # be a reviewer's one-cell check, whole and green, not the fleet's night
+            "selection": run.selection,
             "status": run.status,
             "farm_commit": run.farm_commit,
             "farm_version": run.farm_version,
             "host": run.host,
-            "exit_code": run.exit_code,
+            # what the export exits with, never 0 for a run that is not whole: a reader of this
+            # field alone once read a SIGKILLed run's null, or a run's stored 0 after it lost a
+            # cell's row, as green (a red-team finding); the stored code is beside it
+            "exit_code": exit_code(run, model.unfinished),
+            "stored_exit_code": run.exit_code,
         },
         # a run that did not finish must never read as green, whatever its counts
         "complete": complete(model),
         "summary": {
             **model.counts,
+            # a cell planned with no row is not-run, which is infra: a SIGKILLed run's read `bad: 0,
+            # infra: 0`, a green night's summary, where a stopped run's not-run rows count here
+            "infra": model.counts.get("infra", 0) + len(model.unfinished),
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
         },
         # the cells the run planned and has no result for (it did not finish, or the farm lost them)
@@ -338,4 +373,6 @@ def as_json(model: ReportModel) -> str:
             for e in model.ledgers
         ],
     }
-    return json.dumps(document, indent=2) + "\n"
+    # a `#` is only ever inside a JSON string, where \u0023 is the same character to a parser
+    # and no `##vso[` command to a CI runner that logs the export (terminal.ci_inert)
+    return ci_inert(json.dumps(document, indent=2), ":", "\\u0023") + "\n"
