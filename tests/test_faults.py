@@ -86,8 +86,11 @@ def run_farm(config: Path, selectors: list[str] | None = None) -> tuple[RunSumma
 
 
 def cli_env(root: Path) -> dict[str, str]:
-    # the archive cache of the farm's own machine, kept inside the test's folder
-    return {**os.environ, "XDG_CACHE_HOME": str(root / "xdg-cache")}
+    # the archive cache of the farm's own machine, kept inside the test's folder; this checkout's
+    # farm first on the path: run from the test's folder, `PYTHONPATH=.` named that folder, and
+    # a checkout's tests ran the farm the virtual environment had installed (a red-team note)
+    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "XDG_CACHE_HOME": str(root / "xdg-cache"), "PYTHONPATH": path}
 
 
 def farm_cmd(*args: str) -> list[str]:
