@@ -105,6 +105,9 @@ class Evidence:
     # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
     # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)
     gpu_lost: str = ""
+    # why no program of the farm could have the cell's GPU once its run had failed (MIG mode,
+    # compute mode Prohibited, or Exclusive_Process held by another: gpu_state.py), else ""
+    gpu_unfit: str = ""
     # the target the node's nvcc said it cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
     build_unsupported: str = ""
     # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""

@@ -121,7 +121,7 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             and not ev.stopped
             and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
         ):
-            ev.room_short, ev.gpu_lost = self._node_trouble()
+            ev.room_short, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
         jit = self.result.code_path == "ptx-jit"

@@ -1,0 +1,123 @@
+"""Red-team round 59: node faults and GPU states the farm had never seen, as a night operator meets them.
+
+Each node is a real OpenSSH sshd on loopback; only the GPU is a stand-in: its nvidia-smi, wrapped
+here to answer as a card in the state under test would (compute mode, MIG mode, a card that needs
+a reset), while what a CUDA program of the kernel gets from such a card is what the stand-in
+kernel gets from it: its device query (`nvidia-smi --query-gpu=compute_cap`) failing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, SshNode, standin_job, standin_variant
+from test_verdicts import EXACT90, MIN75, rows, run
+
+from orchestrator.run.gpu_state import gpu_unfit
+
+VARIANTS = {
+    "a-pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    # a T4 must be refused by this one: its refusal needs the card's CC, as a CUDA gate's does
+    "b-refuse": standin_variant("PASS", EXACT90, "EXACT_CC=90"),
+}
+
+T4 = CARDS["t4"]
+
+
+def card_node(root: Path, answers: str, device_query: str) -> SshNode:
+    """A T4 stand-in node whose nvidia-smi answers the cases of `answers` (sh `case "$*"` arms)
+    itself, and whose device query (the kernel's view of the card) prints `device_query` on
+    stderr and fails; anything else goes to the usual stand-in."""
+    node = SshNode("odd", root, T4)
+    node.prepare()
+    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    smi.write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        + answers
+        + f'  *--query-gpu=compute_cap\\ *) echo "{device_query}" >&2; exit 1 ;;\n'
+        + f'esac\nexec {real} "$@"\n'
+    )
+    smi.chmod(0o755)
+    return node
+
+
+def outcomes(make_farm, tmp_path: Path, node: SshNode) -> dict[str, tuple[str, str]]:
+    node.start()
+    try:
+        entry = node.farm_entry(tmp_path / "work", runner="auto")
+        config = make_farm(tmp_path / "farm", {"odd": entry}, [standin_job("standin", VARIANTS)], retries=0)
+        _, summary = run(config)
+    finally:
+        node.stop()
+    found = rows(tmp_path / "farm" / "results.db", summary.run_id)
+    return {variant: (row["outcome"], row["reason"] or "") for (variant, _), row in found.items()}
+
+
+def test_a_card_held_by_another_process_in_exclusive_mode_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+    """A card in compute mode EXCLUSIVE_PROCESS that another tenant's training job holds: every
+    CUDA program of the farm gets "all CUDA-capable devices are busy or unavailable". The farm
+    judged its passing kernel `fail` and its gate `missing-refusal`, kernel bugs both, the night's
+    report red for a card someone else held. A failed run now has its card's compute mode and
+    holders asked after it, as its room is: held exclusively by another, it is infra-error."""
+    uuid = T4.uuid(0)
+    answers = (
+        '  *--query-compute-apps=*) echo "4242, /opt/lab/venv/bin/python3, ' + uuid + '" ;;\n'
+        '  *--query-gpu=mig.mode.current,compute_mode*) echo "[N/A], Exclusive_Process" ;;\n'
+    )
+    node = card_node(tmp_path / "node", answers, "cudaGetDeviceProperties: all CUDA-capable devices are busy")
+    found = outcomes(make_farm, tmp_path, node)
+    for variant, (outcome, reason) in found.items():
+        assert outcome == "infra-error", (variant, reason)
+        assert "Exclusive_Process" in reason and "4242" in reason and "/opt/lab/venv/bin/python3" in reason, reason
+
+
+def test_a_card_in_mig_mode_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+    """A card whose MIG mode an operator turned on (an A100 split for a class): nvidia-smi still
+    lists the whole card, which the farm probed and pins its cells to, but CUDA runs on MIG slices
+    only, and a program pinned to the card finds no device. Every cell was a kernel bug (`fail`,
+    `missing-refusal`). A failed run on a card in MIG mode is now infra-error, saying so."""
+    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Enabled, Default" ;;\n'
+    node = card_node(tmp_path / "node", answers, "cudaGetDeviceCount: no CUDA-capable device is detected")
+    found = outcomes(make_farm, tmp_path, node)
+    for variant, (outcome, reason) in found.items():
+        assert outcome == "infra-error", (variant, reason)
+        assert "MIG mode" in reason, reason
+
+
+def test_a_card_that_needs_a_reset_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+    """An Xid mid-run leaves the card listed, nvidia-smi exiting 0, its fields reading "[GPU
+    requires reset]". The farm's check after a failed run took the card's UUID in the answer for a
+    card still there, and failed the kernel. A row whose fields are the driver's error words is a
+    card gone bad: infra-error, with nvidia-smi's words."""
+    row = f"0, {T4.uuid(0)}, {T4.name}, [GPU requires reset], {T4.driver}, [GPU requires reset]"
+    # the probe asks of every card (no `-i`) and was answered as the card was then; the check
+    # after the run asks of the cell's card by its UUID
+    answers = f'  *--query-gpu=index,uuid*-i\\ *) echo "{row}" ;;\n'
+    node = card_node(tmp_path / "node", answers, "cudaMalloc: unspecified launch failure")
+    found = outcomes(make_farm, tmp_path, node)
+    for variant, (outcome, reason) in found.items():
+        assert outcome == "infra-error", (variant, reason)
+        assert "GPU requires reset" in reason and "the node lost the cell's GPU" in reason, reason
+
+
+@pytest.mark.parametrize(
+    ("mode", "apps", "expected"),
+    [
+        ("Disabled, Default", "4242, /opt/x, {uuid}", ""),  # sharing is allowed
+        ("[N/A], Exclusive_Process", "", ""),  # held by nobody once the run ended
+        ("[N/A], Exclusive_Process", "4242, /opt/x, GPU-other", ""),  # another card's
+        ("[N/A], Exclusive_Process", "77, {work}/cells/1-t/n/k+v/k, {uuid}", ""),  # the farm's own next cell
+        ("[N/A], Exclusive_Process", "4242, [Not Found], {uuid}", "pid 4242"),
+        ("Disabled, Prohibited", "", "Prohibited"),
+        ("Enabled, Default", "", "MIG mode"),
+        ("nvidia-smi stand-in: unsupported query", "", ""),  # a node that cannot say
+        ("", "", ""),
+    ],
+)
+def test_reading_the_cards_state(mode: str, apps: str, expected: str) -> None:
+    """What gpu_unfit makes of nvidia-smi's answers: only the card's own state, and a holder
+    that is neither the farm's (its work folder) nor on another card, is blamed."""
+    uuid, work = T4.uuid(0), "/srv/farm"
+    said = gpu_unfit(uuid, work, mode, apps.format(uuid=uuid, work=work))
+    assert (expected in said) if expected else said == "", said
