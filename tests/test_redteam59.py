@@ -63,7 +63,7 @@ def test_a_card_held_by_another_process_in_exclusive_mode_is_the_nodes_fault(mak
     uuid = T4.uuid(0)
     answers = (
         '  *--query-compute-apps=*) echo "4242, /opt/lab/venv/bin/python3, ' + uuid + '" ;;\n'
-        '  *--query-gpu=mig.mode.current,compute_mode*) echo "[N/A], Exclusive_Process" ;;\n'
+        '  *--query-gpu=mig.mode.current,compute_mode*) echo "[N/A], Exclusive_Process, [N/A]" ;;\n'
     )
     node = card_node(tmp_path / "node", answers, "cudaGetDeviceProperties: all CUDA-capable devices are busy")
     found = outcomes(make_farm, tmp_path, node)
@@ -77,7 +77,7 @@ def test_a_card_in_mig_mode_is_the_nodes_fault(make_farm, tmp_path: Path) -> Non
     lists the whole card, which the farm probed and pins its cells to, but CUDA runs on MIG slices
     only, and a program pinned to the card finds no device. Every cell was a kernel bug (`fail`,
     `missing-refusal`). A failed run on a card in MIG mode is now infra-error, saying so."""
-    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Enabled, Default" ;;\n'
+    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Enabled, Default, 0" ;;\n'
     node = card_node(tmp_path / "node", answers, "cudaGetDeviceCount: no CUDA-capable device is detected")
     found = outcomes(make_farm, tmp_path, node)
     for variant, (outcome, reason) in found.items():
@@ -101,16 +101,31 @@ def test_a_card_that_needs_a_reset_is_the_nodes_fault(make_farm, tmp_path: Path)
         assert "GPU requires reset" in reason and "the node lost the cell's GPU" in reason, reason
 
 
+def test_a_card_with_uncorrectable_ecc_errors_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+    """A card whose memory took uncorrectable ECC errors (a failing HBM row; nvidia-smi's
+    volatile count, since the driver loaded, is non-zero): a kernel's numbers come back wrong, or
+    CUDA ends it with "uncorrectable ECC error encountered", and the farm judged the kernel `fail`.
+    A failed run on such a card is now infra-error, naming the count and that the card needs a reset."""
+    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Disabled, Default, 2" ;;\n'
+    node = card_node(tmp_path / "node", answers, "CUDA error: uncorrectable ECC error encountered")
+    found = outcomes(make_farm, tmp_path, node)
+    for variant, (outcome, reason) in found.items():
+        assert outcome == "infra-error", (variant, reason)
+        assert "2 uncorrectable ECC errors" in reason, reason
+
+
 @pytest.mark.parametrize(
     ("mode", "apps", "expected"),
     [
-        ("Disabled, Default", "4242, /opt/x, {uuid}", ""),  # sharing is allowed
-        ("[N/A], Exclusive_Process", "", ""),  # held by nobody once the run ended
-        ("[N/A], Exclusive_Process", "4242, /opt/x, GPU-other", ""),  # another card's
-        ("[N/A], Exclusive_Process", "77, {work}/cells/1-t/n/k+v/k, {uuid}", ""),  # the farm's own next cell
-        ("[N/A], Exclusive_Process", "4242, [Not Found], {uuid}", "pid 4242"),
-        ("Disabled, Prohibited", "", "Prohibited"),
-        ("Enabled, Default", "", "MIG mode"),
+        ("Disabled, Default, 0", "4242, /opt/x, {uuid}", ""),  # sharing is allowed
+        ("[N/A], Exclusive_Process, [N/A]", "", ""),  # held by nobody once the run ended
+        ("[N/A], Exclusive_Process, [N/A]", "4242, /opt/x, GPU-other", ""),  # another card's
+        ("[N/A], Exclusive_Process, [N/A]", "77, {work}/cells/1-t/n/k+v/k, {uuid}", ""),  # the farm's own next cell
+        ("[N/A], Exclusive_Process, [N/A]", "4242, [Not Found], {uuid}", "pid 4242"),
+        ("Disabled, Prohibited, 0", "", "Prohibited"),
+        ("Enabled, Default, 0", "", "MIG mode"),
+        ("Disabled, Default, 3", "", "3 uncorrectable ECC errors"),
+        ("[N/A], Default, [N/A]", "", ""),
         ("nvidia-smi stand-in: unsupported query", "", ""),  # a node that cannot say
         ("", "", ""),
     ],

@@ -1,10 +1,11 @@
 """A card the kernel could not have, though nvidia-smi lists it: asked after a failed run.
 
 The probe confirms what each card is (driver_check.py), not that a CUDA program of the farm may
-use it. Three states of a listed card fail every kernel pinned to it, whatever the kernel is:
-MIG mode (CUDA runs on its MIG slices, not on the card the farm pins its cells to by UUID),
-compute mode Prohibited (no CUDA context at all), and compute mode Exclusive_Process while
-another process holds it ("all CUDA-capable devices are busy or unavailable"). Each was a kernel
+use it. Four states of a listed card fail kernels pinned to it, whatever the kernel is: MIG
+mode (CUDA runs on its MIG slices, not on the card the farm pins its cells to by UUID), compute
+mode Prohibited (no CUDA context at all), compute mode Exclusive_Process while another process
+holds it ("all CUDA-capable devices are busy or unavailable"), and uncorrectable ECC errors
+since the driver loaded (memory that returns wrong numbers, or ends a run). Each was a kernel
 bug in the report (`fail`, `missing-refusal`: a red-team finding). Like the room and the card
 itself (stages/base.py _node_trouble), the card's state is read from nvidia-smi after a failed
 run, not from the kernel's words; an answer it cannot read (an older nvidia-smi, a stand-in
@@ -16,8 +17,9 @@ from __future__ import annotations
 import re
 import shlex
 
-# nvidia-smi's fields for the card's state; MIG mode reads "[N/A]" on cards without MIG
-STATE_QUERY = "mig.mode.current,compute_mode"
+# nvidia-smi's fields for the card's state; MIG mode reads "[N/A]" on cards without MIG, the
+# count of uncorrectable ECC errors since the driver loaded "[N/A]" on cards with ECC off
+STATE_QUERY = "mig.mode.current,compute_mode,ecc.errors.uncorrected.volatile.total"
 # every process with a CUDA context, on every card (filtered here by UUID: `-i` is not taken
 # by --query-compute-apps on every driver)
 APPS_QUERY = "pid,process_name,gpu_uuid"
@@ -50,9 +52,17 @@ def gpu_unfit(uuid: str, workdir: str, state: str, apps: str) -> str:
     """Why no CUDA program of the farm could have the card `uuid`, by nvidia-smi's answers, or ""."""
     first = next((line.strip() for line in state.splitlines() if line.strip()), "")
     fields = [f.strip() for f in first.split(",")]
-    if len(fields) != 2 or fields[1] not in _MODES:
+    if len(fields) != 3 or fields[1] not in _MODES:
         return ""  # not an answer to the query: the node cannot say
-    mig, mode = fields
+    mig, mode, ecc = fields
+    if ecc.isdigit() and int(ecc):
+        # the card's memory failed under some program since the driver loaded: what a kernel
+        # computes there (or CUDA's "uncorrectable ECC error encountered") is the card's doing
+        return (
+            f"the cell's GPU has had {ecc} uncorrectable ECC errors since its driver loaded (nvidia-smi: "
+            "ecc.errors.uncorrected.volatile.total): its memory is failing, reset the card (nvidia-smi -r) "
+            "or leave it out with the node's `gpus:`"
+        )
     if mig == "Enabled":
         return (
             "the cell's GPU is in MIG mode (nvidia-smi: mig.mode.current Enabled): CUDA runs on its MIG "
