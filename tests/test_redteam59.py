@@ -10,9 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, SshNode, standin_job, standin_variant
+from nodes import CARDS, SshNode, query, standin_job, standin_variant
+from test_metrics import KERNEL_ONCE, counting_runs
 from test_verdicts import EXACT90, MIN75, rows, run
 
+from orchestrator.errors import EXIT_OK
+from orchestrator.run import gpu_state
 from orchestrator.run.gpu_state import gpu_unfit
 
 VARIANTS = {
@@ -135,4 +138,41 @@ def test_reading_the_cards_state(mode: str, apps: str, expected: str) -> None:
     that is neither the farm's (its work folder) nor on another card, is blamed."""
     uuid, work = T4.uuid(0), "/srv/farm"
     said = gpu_unfit(uuid, work, mode, apps.format(uuid=uuid, work=work))
+    assert (expected in said) if expected else said == "", said
+
+
+def test_a_card_slowed_by_its_own_trouble_is_no_verdict_on_the_kernels_speed(tmp_path: Path) -> None:
+    """A card whose clocks its hardware holds down (a failed fan: HW thermal slowdown; a power
+    supply's brake): every kernel on it is slower, and the farm judged the kernel perf-regression
+    (exit 1, "worse than the median"), a regression the kernel never made, confirmed by a second
+    run on the same slowed card. A confirmed regression now has its card's slowdown reasons asked
+    of nvidia-smi: the card's own slowdown is infra-error, naming it; the kernel's speed is unjudged."""
+    node = card_node(
+        tmp_path / "node",
+        f"  *--query-gpu={gpu_state.SLOW_QUERY}*) echo 'Active, Active, Not Active, Not Active' ;;\n",
+        "unused",
+    )
+    node.start()
+    try:
+        codes = counting_runs(tmp_path, {"t4": node}, "auto", [(KERNEL_ONCE, "100")] * 5 + [(KERNEL_ONCE, "70 69")])
+    finally:
+        node.stop()
+    assert codes[:5] == [EXIT_OK] * 5, codes
+    found = query(tmp_path / "farm" / "results.db", "select outcome, reason from results order by run_id")
+    assert [r["outcome"] for r in found] == ["pass"] * 5 + ["infra-error"], [r["reason"] for r in found]
+    assert "HW thermal slowdown" in found[-1]["reason"] and "69 GFLOP/s" in found[-1]["reason"], found[-1]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("Not Active, Not Active, Not Active, Not Active", ""),
+        ("Not Active, Not Active, Not Active, Active", "HW power brake slowdown"),
+        ("[N/A], [N/A], [N/A], [N/A]", ""),  # a card that cannot say
+        ('Field "clocks_throttle_reasons.hw_slowdown" is not a valid field to query.', ""),
+        ("", ""),
+    ],
+)
+def test_reading_the_cards_slowdown(answer: str, expected: str) -> None:
+    said = gpu_state.gpu_slowed(answer)
     assert (expected in said) if expected else said == "", said

@@ -90,3 +90,30 @@ def gpu_unfit(uuid: str, workdir: str, state: str, apps: str) -> str:
         f"the cell's GPU is in compute mode {mode} and held by another process ({'; '.join(holders[:3])}): "
         "no program of the farm could have it while that one did"
     )
+
+
+# nvidia-smi's reasons a card's clocks are held down by the card's own trouble (not by the load:
+# sw_power_cap, the power limit a busy kernel reaches, is left out); the names older drivers
+# take, which newer ones (clocks_event_reasons) still answer
+SLOW_REASONS = {
+    "hw_slowdown": "HW slowdown",
+    "hw_thermal_slowdown": "HW thermal slowdown",
+    "sw_thermal_slowdown": "SW thermal slowdown",
+    "hw_power_brake_slowdown": "HW power brake slowdown",
+}
+SLOW_QUERY = ",".join(f"clocks_throttle_reasons.{name}" for name in SLOW_REASONS)
+
+
+def slowed_sh(uuid: str, tool: str) -> str:
+    """The shell that prints the card's slowdown reasons, bounded."""
+    return f"{tool} nvidia-smi --query-gpu={SLOW_QUERY} --format=csv,noheader -i {shlex.quote(uuid)} 2>/dev/null"
+
+
+def gpu_slowed(answer: str) -> str:
+    """Which of the card's own slowdowns nvidia-smi says are active ("HW thermal slowdown"), or ""
+    (also for an answer it cannot read: a driver without the fields says nothing)."""
+    first = next((line.strip() for line in answer.splitlines() if line.strip()), "")
+    fields = [f.strip() for f in first.split(",")]
+    if len(fields) != len(SLOW_REASONS) or not all(f in ("Active", "Not Active") for f in fields):
+        return ""
+    return ", ".join(words for words, f in zip(SLOW_REASONS.values(), fields, strict=True) if f == "Active")

@@ -121,6 +121,20 @@ class CellStages(CellTrips):
         unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
         return self._short_of_room(room.splitlines()), lost, unfit
 
+    def _gpu_slowed(self) -> str:
+        """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi
+        says after a run confirmed slower than the cell's median, else "": a card held down made
+        every kernel on it perf-regression, a regression no kernel made (a red-team finding)."""
+        gpu = self.result.gpu
+        if gpu is None:
+            return ""
+        try:
+            said = self.t.run(gpu_state.slowed_sh(gpu.uuid, probe.TOOL), timeout=60).stdout
+        except InfraError:
+            return ""
+        slowed = gpu_state.gpu_slowed(said)
+        return f"nvidia-smi says {gpu.label} is held down by its own {slowed}" if slowed else ""
+
     @staticmethod
     def _short_of_room(lines: list[str]) -> str:
         need = snapshot.MIN_FREE >> 10

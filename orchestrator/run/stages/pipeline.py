@@ -182,3 +182,6 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             return
         again = f"a second run, since the first was slower than the cell's median: {first}"
         second.detail = f"{again}; {second.detail}" if second.detail else again
+        ev.metrics = self._measure()
+        if classify(ev, self.result.expectation).outcome is Outcome.PERF_REGRESSION:
+            ev.gpu_slowed = self._gpu_slowed()  # confirmed: is the card itself held down?
