@@ -125,6 +125,9 @@ def test_a_card_with_uncorrectable_ecc_errors_is_the_nodes_fault(make_farm, tmp_
         ("[N/A], Exclusive_Process, [N/A]", "4242, /opt/x, GPU-other", ""),  # another card's
         ("[N/A], Exclusive_Process, [N/A]", "77, {work}/cells/1-t/n/k+v/k, {uuid}", ""),  # the farm's own next cell
         ("[N/A], Exclusive_Process, [N/A]", "4242, [Not Found], {uuid}", "pid 4242"),
+        # the farm's own next cell, named by the work folder's real path (a /home that is a link)
+        ("[N/A], Exclusive_Process, [N/A]", "@@farm-workdir /data{work}\n77, /data{work}/cells/k, {uuid}", ""),
+        ("[N/A], Exclusive_Process, [N/A]", "@@farm-workdir /data{work}\n77, /data{work}x/k, {uuid}", "pid 77"),
         ("Disabled, Prohibited, 0", "", "Prohibited"),
         ("Enabled, Default, 0", "", "MIG mode"),
         ("Disabled, Default, 3", "", "3 uncorrectable ECC errors"),

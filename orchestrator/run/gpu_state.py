@@ -30,12 +30,17 @@ _MODES = {"Default", "Exclusive_Process", "Exclusive_Thread", "Prohibited"}
 BAD_FIELD = re.compile(r"\[(?:GPU requires reset|GPU is lost|Unknown Error)\]")
 
 
-def state_sh(uuid: str, tool: str) -> str:
+WORKDIR_MARK = "@@farm-workdir"
+
+
+def state_sh(uuid: str, tool: str, workdir: str) -> str:
     """The shell that prints the card's state and the processes holding cards, each after its
-    mark, bounded (`tool`: the probe's timeout around nvidia-smi)."""
+    mark, bounded (`tool`: the probe's timeout around nvidia-smi), with the real path of the
+    work folder (nvidia-smi names a process by its executable's real path)."""
     return (
         f"; echo {STATE_MARK}; {tool} nvidia-smi --query-gpu={STATE_QUERY} --format=csv,noheader "
         f"-i {shlex.quote(uuid)} 2>/dev/null | head -c 500; echo; echo {APPS_MARK}; "
+        f'echo "{WORKDIR_MARK} $(cd {shlex.quote(workdir)} 2>/dev/null && pwd -P)"; '
         f"{tool} nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv,noheader 2>/dev/null | head -c 4000"
     )
 
@@ -73,15 +78,19 @@ def gpu_unfit(uuid: str, workdir: str, state: str, apps: str) -> str:
         return "the cell's GPU is in compute mode Prohibited: no CUDA program may use it (nvidia-smi -c DEFAULT)"
     if mode == "Default":
         return ""  # shared: another's process does not keep a kernel off it
+    lines = apps.splitlines()
+    ours = {workdir.rstrip("/") + "/"}
+    if lines and lines[0].startswith(WORKDIR_MARK + " /"):
+        ours.add(lines.pop(0).split(" ", 1)[1].strip().rstrip("/") + "/")
     holders = []
-    for line in apps.splitlines():
+    for line in lines:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 3 or parts[-1] != uuid or not parts[0].isdigit():
             continue  # another card's, or not a row
         name = ", ".join(parts[1:-1])
         # the farm's own kernels run from under its work folder: the next cell on this card may
         # hold it already (the card was released before this look), which kept none of this run off
-        if name.startswith(workdir.rstrip("/") + "/"):
+        if any(name.startswith(folder) for folder in ours):
             continue
         holders.append(f"pid {parts[0]}" + (f", {name}" if name and not name.startswith("[") else ""))
     if not holders:

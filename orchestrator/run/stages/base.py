@@ -109,7 +109,8 @@ class CellStages(CellTrips):
             command += (
                 f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={driver_check.GPU_QUERY} "
                 f"--format=csv,noheader -i {q(gpu.uuid)} 2>&1); rc=$?; "
-                'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"' + gpu_state.state_sh(gpu.uuid, probe.TOOL)
+                'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
+                + gpu_state.state_sh(gpu.uuid, probe.TOOL, self.snapshot.workdir)
             )
         try:
             said = self.t.run(command, timeout=60).stdout
