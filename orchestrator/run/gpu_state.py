@@ -1,4 +1,5 @@
-"""A card the kernel could not have, though nvidia-smi lists it: asked after a failed run.
+"""A card the kernel could not have, though nvidia-smi lists it (asked after a failed run), and
+a card held down by its own trouble (asked after a run confirmed slower than its median).
 
 The probe confirms what each card is (driver_check.py), not that a CUDA program of the farm may
 use it. Four states of a listed card fail kernels pinned to it, whatever the kernel is: MIG
@@ -23,14 +24,11 @@ STATE_QUERY = "mig.mode.current,compute_mode,ecc.errors.uncorrected.volatile.tot
 # every process with a CUDA context, on every card (filtered here by UUID: `-i` is not taken
 # by --query-compute-apps on every driver)
 APPS_QUERY = "pid,process_name,gpu_uuid"
-STATE_MARK, APPS_MARK = "@@farm-gpu-state", "@@farm-gpu-apps"
+STATE_MARK, APPS_MARK, WORKDIR_MARK = "@@farm-gpu-state", "@@farm-gpu-apps", "@@farm-workdir"
 _MODES = {"Default", "Exclusive_Process", "Exclusive_Thread", "Prohibited"}
 # the driver's words for a card gone bad in a field nvidia-smi could not read (an Xid, a card that
 # needs a reset): the card is still listed, its UUID in the row, nvidia-smi exiting 0
 BAD_FIELD = re.compile(r"\[(?:GPU requires reset|GPU is lost|Unknown Error)\]")
-
-
-WORKDIR_MARK = "@@farm-workdir"
 
 
 def state_sh(uuid: str, tool: str, workdir: str) -> str:
