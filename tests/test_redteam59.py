@@ -7,10 +7,11 @@ kernel gets from it: its device query (`nvidia-smi --query-gpu=compute_cap`) fai
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, SshNode, query, standin_job, standin_variant
+from nodes import CARDS, SshNode, install_sanitizer, query, standin_job, standin_variant
 from test_metrics import KERNEL_ONCE, counting_runs
 from test_verdicts import EXACT90, MIN75, rows, run
 
@@ -179,3 +180,35 @@ def test_a_card_slowed_by_its_own_trouble_is_no_verdict_on_the_kernels_speed(tmp
 def test_reading_the_cards_slowdown(answer: str, expected: str) -> None:
     said = gpu_state.gpu_slowed(answer)
     assert (expected in said) if expected else said == "", said
+
+
+def test_a_card_lost_during_the_sanitizer_run_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+    """The card falls off the bus after the kernel passed, while compute-sanitizer runs it again
+    (from then on nvidia-smi says "No devices were found"): the program fails under the tool, and
+    the farm judged the kernel sanitizer-error, "the program exit 1 under it", a kernel bug. The
+    look at the node after a failed run (its room, its card) was made for a failed run only; a
+    sanitizer run that is not clean now has its card asked after it too: gone, it is infra-error."""
+    node = SshNode("odd", tmp_path / "node", T4)
+    node.prepare()
+    install_sanitizer(node)
+    # where the confined kernel (whose nvidia-smi call this is) may write: the card's state
+    lost = Path("/dev/shm") / f"farm-test-lost-{secrets.token_hex(4)}"
+    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    smi.write_text(
+        f'#!/bin/sh\n[ -n "$STANDIN_SANITIZER_TOOL" ] && touch {lost}\n'
+        f'if [ -e {lost} ]; then echo "No devices were found" >&2; exit 6; fi\nexec {real} "$@"\n'
+    )
+    smi.chmod(0o755)
+    node.start()
+    try:
+        variant = standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=["memcheck"])
+        entry = node.farm_entry(tmp_path / "work", runner="auto")
+        config = make_farm(tmp_path / "farm", {"odd": entry}, [standin_job("standin", {"s": variant})], retries=0)
+        _, summary = run(config)
+    finally:
+        node.stop()
+        lost.unlink(missing_ok=True)
+    (row,) = rows(tmp_path / "farm" / "results.db", summary.run_id).values()
+    assert (row["outcome"], row["failed_stage"]) == ("infra-error", "sanitize"), row["reason"]
+    assert "the node lost the cell's GPU" in row["reason"] and "No devices were found" in row["reason"], row["reason"]

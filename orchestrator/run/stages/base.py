@@ -104,7 +104,12 @@ class CellStages(CellTrips):
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
             f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
         )
-        gpu = self.result.gpu if self.result.evidence.run_exit not in (None, 0) else None
+        ev = self.result.evidence
+        # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
+        # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
+        gpu = self.result.gpu if ev.run_exit not in (None, 0) else None
+        if gpu is None and any(not report.clean for report in ev.sanitizer):
+            gpu = self._sanitize_gpu
         if gpu is not None:
             command += (
                 f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={driver_check.GPU_QUERY} "

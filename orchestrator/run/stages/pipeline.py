@@ -119,7 +119,10 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         if (
             ev.infra_stage is None
             and not ev.stopped
-            and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
+            and (
+                any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
+                or any(not report.clean for report in ev.sanitizer)  # a pass run again, failing: its card too
+            )
         ):
             ev.room_short, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
