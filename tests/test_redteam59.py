@@ -89,12 +89,23 @@ def test_a_card_in_mig_mode_is_the_nodes_fault(make_farm, tmp_path: Path) -> Non
         assert "MIG mode" in reason, reason
 
 
-def test_a_card_that_needs_a_reset_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("cc", "memory", "says"),
+    [
+        ("[GPU requires reset]", "[GPU requires reset]", "GPU requires reset"),
+        # a card whose CC no longer reads: the probe leaves such a card out; after a run, it is gone bad
+        ("[N/A]", "15360 MiB", "[N/A]"),
+    ],
+)
+def test_a_card_that_needs_a_reset_is_the_nodes_fault(
+    make_farm, tmp_path: Path, cc: str, memory: str, says: str
+) -> None:
     """An Xid mid-run leaves the card listed, nvidia-smi exiting 0, its fields reading "[GPU
     requires reset]". The farm's check after a failed run took the card's UUID in the answer for a
-    card still there, and failed the kernel. A row whose fields are the driver's error words is a
-    card gone bad: infra-error, with nvidia-smi's words."""
-    row = f"0, {T4.uuid(0)}, {T4.name}, [GPU requires reset], {T4.driver}, [GPU requires reset]"
+    card still there, and failed the kernel. A row whose fields are the driver's error words, or
+    whose CC no longer reads ("[N/A]", a card the probe would have left out), is a card gone bad:
+    infra-error, with nvidia-smi's words."""
+    row = f"0, {T4.uuid(0)}, {T4.name}, {cc}, {T4.driver}, {memory}"
     # the probe asks of every card (no `-i`) and was answered as the card was then; the check
     # after the run asks of the cell's card by its UUID
     answers = f'  *--query-gpu=index,uuid*-i\\ *) echo "{row}" ;;\n'
@@ -102,7 +113,7 @@ def test_a_card_that_needs_a_reset_is_the_nodes_fault(make_farm, tmp_path: Path)
     found = outcomes(make_farm, tmp_path, node)
     for variant, (outcome, reason) in found.items():
         assert outcome == "infra-error", (variant, reason)
-        assert "GPU requires reset" in reason and "the node lost the cell's GPU" in reason, reason
+        assert says in reason and "the node lost the cell's GPU" in reason, reason
 
 
 def test_a_card_with_uncorrectable_ecc_errors_is_the_nodes_fault(make_farm, tmp_path: Path) -> None:

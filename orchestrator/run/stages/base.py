@@ -163,7 +163,9 @@ class CellStages(CellTrips):
         row = [line for line in lines if gpu.uuid in line]
         # listed, but its fields the driver's error words (an Xid, a card that needs a reset): gone
         # bad, though nvidia-smi exits 0 (it failed the kernel: a red-team finding)
-        if lines[-1] == "rc=0" and row and not any(gpu_state.BAD_FIELD.search(line) for line in row):
+        unreadable: list[str] = []  # its CC no longer reads ("[N/A]"): the probe leaves such a card out
+        driver_check.smi_gpus(row, unreadable)
+        if lines[-1] == "rc=0" and row and not unreadable and not any(gpu_state.BAD_FIELD.search(x) for x in row):
             return ""
         said = " / ".join(line for line in lines[:-1] if line)[:200] or "nothing"
         if lines[-1] == "rc=0" and row:
