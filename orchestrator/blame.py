@@ -85,7 +85,11 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     if ev.room_short:  # a disk another tenant filled mid-run fails builds (ld), dumps and runs
         return f"the node ran out of room during the cell ({ev.room_short})"
     if ev.gpu_lost:
-        return f"the node lost the cell's GPU during its run ({ev.gpu_lost})"
+        during = "its sanitizer runs" if stage == "sanitize" else "its run"
+        return f"the node lost the cell's GPU during {during} ({ev.gpu_lost})"
+    # the card's state, read by the farm after the run, not the kernel's words
+    if ev.gpu_unfit and stage in ("run", "sanitize"):
+        return ev.gpu_unfit
     known = exp.known_failure
     if ev.build_unsupported and outcome is Outcome.BUILD_FAIL and not (known and known.outcome is outcome):
         return (

@@ -105,6 +105,10 @@ class Evidence:
     # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
     # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)
     gpu_lost: str = ""
+    # why no program of the farm could have the cell's GPU once its run had failed (MIG mode,
+    # compute mode Prohibited, or Exclusive_Process held by another: gpu_state.py), else ""
+    gpu_unfit: str = ""
+    gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
     # the target the node's nvcc said it cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
     build_unsupported: str = ""
     # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""
@@ -378,6 +382,8 @@ def classify(ev: Evidence, exp: Expectation) -> Verdict:
     slower = [m for m in ev.metrics if m.regressed]
     if verdict.outcome is Outcome.PASS and slower:
         words = "; ".join(m.words() for m in slower)
+        if ev.gpu_slowed:  # read by the farm of the card, not the kernel's: its speed is unjudged
+            return Verdict(Outcome.INFRA_ERROR, "run", f"{ev.gpu_slowed}, so its {words} is no verdict on the kernel")
         return Verdict(Outcome.PERF_REGRESSION, "run", f"{words}; its numbers passed ({verdict.reason})")
     return verdict
 

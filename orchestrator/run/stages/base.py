@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import driver_check, probe, snapshot
+from orchestrator.run import driver_check, gpu_state, probe, snapshot
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -91,11 +91,12 @@ class CellStages(CellTrips):
         self._clock: tuple[datetime, float] | None = None  # a fetched stage's own start and seconds
         self._fresh_copy = False  # the run takes a fresh copy of the build in a fresh folder first
 
-    def _node_trouble(self) -> tuple[str, str]:
+    def _node_trouble(self) -> tuple[str, str, str]:
         """After a failed stage, once the cell's own files are gone: (why the node's work or
-        temporary folder is short of room, why the cell's GPU no longer answers), each ""
-        where not. The probe's checks are of the run's start: a disk another tenant fills
-        mid-run made build-fail, inspect-fail or fail, and so did a card lost mid-run. One
+        temporary folder is short of room, why the cell's GPU no longer answers, why no program
+        of the farm could have it: gpu_state.py), each "" where not. The probe's checks are of
+        the run's start: a disk another tenant fills mid-run made build-fail, inspect-fail or
+        fail, and so did a card lost mid-run. One
         round trip, on failures only; "" where the node cannot say."""
         q = shlex.quote
         inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
@@ -103,19 +104,42 @@ class CellStages(CellTrips):
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
             f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
         )
-        gpu = self.result.gpu if self.result.evidence.run_exit not in (None, 0) else None
+        ev = self.result.evidence
+        # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
+        # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
+        gpu = self.result.gpu if ev.run_exit not in (None, 0) else None
+        if gpu is None and any(not report.clean for report in ev.sanitizer):
+            gpu = self._sanitize_gpu
         if gpu is not None:
             command += (
                 f"; echo @@farm-gpu; said=$({probe.TOOL} nvidia-smi --query-gpu={driver_check.GPU_QUERY} "
                 f"--format=csv,noheader -i {q(gpu.uuid)} 2>&1); rc=$?; "
                 'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
+                + gpu_state.state_sh(gpu.uuid, probe.TOOL, self.snapshot.workdir)
             )
         try:
             said = self.t.run(command, timeout=60).stdout
         except InfraError:
-            return "", ""
+            return "", "", ""
         room, _, answer = said.partition("@@farm-gpu\n")
-        return self._short_of_room(room.splitlines()), self._gpu_gone(gpu, answer)
+        answer, state, apps = gpu_state.split_answer(answer)
+        lost = self._gpu_gone(gpu, answer)
+        unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
+        return self._short_of_room(room.splitlines()), lost, unfit
+
+    def _gpu_slowed(self) -> str:
+        """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi
+        says after a run confirmed slower than the cell's median, else "": a card held down made
+        every kernel on it perf-regression, a regression no kernel made (a red-team finding)."""
+        gpu = self.result.gpu
+        if gpu is None:
+            return ""
+        try:
+            said = self.t.run(gpu_state.slowed_sh(gpu.uuid, probe.TOOL), timeout=60).stdout
+        except InfraError:
+            return ""
+        slowed = gpu_state.gpu_slowed(said)
+        return f"nvidia-smi says {gpu.label} is held down by its own {slowed}" if slowed else ""
 
     @staticmethod
     def _short_of_room(lines: list[str]) -> str:
@@ -136,9 +160,16 @@ class CellStages(CellTrips):
         if gpu is None or not answer.strip():
             return ""
         lines = [line.strip() for line in answer.strip().splitlines()]
-        if lines[-1] == "rc=0" and any(gpu.uuid in line for line in lines):
+        row = [line for line in lines if gpu.uuid in line]
+        # listed, but its fields the driver's error words (an Xid, a card that needs a reset): gone
+        # bad, though nvidia-smi exits 0 (it failed the kernel: a red-team finding)
+        unreadable: list[str] = []  # its CC no longer reads ("[N/A]"): the probe leaves such a card out
+        driver_check.smi_gpus(row, unreadable)
+        if lines[-1] == "rc=0" and row and not unreadable and not any(gpu_state.BAD_FIELD.search(x) for x in row):
             return ""
         said = " / ".join(line for line in lines[:-1] if line)[:200] or "nothing"
+        if lines[-1] == "rc=0" and row:
+            return f"nvidia-smi lists {gpu.label} with the driver's error words ({said})"
         return f"nvidia-smi no longer lists {gpu.label} ({lines[-1]}: {said})"
 
     def _hold_gpu(self) -> None:

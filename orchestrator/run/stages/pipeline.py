@@ -119,9 +119,12 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         if (
             ev.infra_stage is None
             and not ev.stopped
-            and any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
+            and (
+                any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
+                or any(not report.clean for report in ev.sanitizer)  # a pass run again, failing: its card too
+            )
         ):
-            ev.room_short, ev.gpu_lost = self._node_trouble()
+            ev.room_short, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
         jit = self.result.code_path == "ptx-jit"
@@ -182,3 +185,6 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             return
         again = f"a second run, since the first was slower than the cell's median: {first}"
         second.detail = f"{again}; {second.detail}" if second.detail else again
+        ev.metrics = self._measure()
+        if classify(ev, self.result.expectation).outcome is Outcome.PERF_REGRESSION:
+            ev.gpu_slowed = self._gpu_slowed()  # confirmed: is the card itself held down?
