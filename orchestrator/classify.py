@@ -84,8 +84,7 @@ class Evidence:
     # what the copy makes its loader read from where the run could write (node/loads.py: an RPATH
     # `.`, an interpreter in /tmp): what ran was the run's code, not the binary's
     kernel_loads_writable: str = ""
-    # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one
-    # may be among those not read
+    # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one unread
     kernel_statuses_cut: bool = False
     # kernel commands the run started that had not ended when its shell did (`f &` in a script it
     # sourced): killed by the farm, their status never noted (commands.STARTED_NOTE)
@@ -102,11 +101,9 @@ class Evidence:
     # why the node had too little room once a stage had failed (its work or temporary folder
     # short of snapshot.MIN_FREE, read after the cell's own files were removed), else ""
     room_short: str = ""
-    # why the cell's GPU no longer answered once its run had failed (nvidia-smi, asked of its
-    # UUID after the run), else "": a card lost mid-run failed the kernel (a red-team finding)
+    # once its run had failed, nvidia-smi asked of the cell's GPU: why it no longer answered (a card
+    # lost mid-run failed the kernel), why no program of the farm could have it (gpu_state.py); ""
     gpu_lost: str = ""
-    # why no program of the farm could have the cell's GPU once its run had failed (MIG mode,
-    # compute mode Prohibited, or Exclusive_Process held by another: gpu_state.py), else ""
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
     # the target the node's nvcc said it cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
@@ -115,10 +112,8 @@ class Evidence:
     driver_short: str = ""
     # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
     no_code: str = ""
-    # why the node's nvcc could not compile the PTX the card runs, to count SASS in (run/node/jit.py)
-    jit_failed: str = ""
-    # which of the binary's code its `instructions:` were counted in (machine_code.count_for_card)
-    counted_in: str = ""
+    jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
+    counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
