@@ -40,9 +40,8 @@ if TYPE_CHECKING:
 RUNNER_SOURCE = SOURCE  # the node runner, as it is shipped (run/node/)
 PACKED = base64.b64encode(zlib.compress(RUNNER_SOURCE, 9)).decode()  # as the shell probe's python3 gets it
 PROBE_TIMEOUT = 60.0
-# nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them
-# (noderunner.PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the farm's deadline of
-# 660 s, and lived on after it (found by a red-team helper); 124 is then its rc
+# nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them (noderunner.
+# PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the 660 s deadline, and outlived it (rc 124)
 TOOL = "timeout -k 5 50"
 
 
@@ -193,7 +192,9 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
                 []
                 if node.pypi_toolchain  # its tree is shipped, by content
                 else [
-                    # nvcc's set-up (nvcc.profile, a wrapper's flags), as noderunner.probe hashes it
+                    # nvcc's file (checked after each build: node/drift.py) and set-up, as noderunner.probe says
+                    f'p=$(command -v {nvcc}) && r=$(readlink -f "$p") && s=$(stat -Lc \'%s %Y %i %Z\' "$r") && '
+                    'echo "nvcc-file $r $s"',
                     f"o=$({TOOL} {nvcc} {' '.join(NVCC_SETUP)} 2>&1) && "
                     "printf 'nvcc-setup %s\\n' \"$(printf '%s\\n' \"$o\" | sha256sum | cut -c1-64)\"",
                 ]

@@ -23,6 +23,7 @@ PARTS = (
     "loads",
     "jit",
     "built",
+    "drift",
     "stages",
     "stage_flow",
     "probe",

@@ -76,6 +76,20 @@ def compilers():
     return lines
 
 
+def nvcc_file(nvcc):
+    """`nvcc-file FILE SIZE MTIME INODE CTIME` of the configured nvcc (a name on the login's PATH, or
+    a path), as a compiler's line: in the build key, and checked again after each build (drift.py)."""
+    path = nvcc if "/" in nvcc else _which(nvcc)
+    if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
+        return []
+    real = os.path.realpath(path)
+    try:
+        found = os.stat(real)
+    except OSError:
+        return []
+    return [f"nvcc-file {real} {found.st_size} {int(found.st_mtime)} {found.st_ino} {int(found.st_ctime)}"]
+
+
 def room(folder):
     """KiB free in FOLDER's file system, whether it runs programs ("1": no noexec) and its
     free inodes ("-" where it counts none), as the shell probe's df and test program say;
@@ -187,6 +201,7 @@ def probe(spec):
             continue
         lines += [line for line in said if line.startswith(("Model:", "GPU UUID:"))]
     lines += ["@@farm flock", _which("flock"), "@@farm compilers", *compilers()]
+    lines += nvcc_file(spec["nvcc"]) if spec["nvcc"] else []
     if setup is not None:
         text, code = finished(setup, PROBE_TOOL_TIMEOUT)
         if code == 0:  # as the shell's $( ) takes it: its trailing newlines cut, then one

@@ -6,6 +6,7 @@ import time
 
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
+from orchestrator.run.node.drift import drifted, identities, verify
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
@@ -37,30 +38,6 @@ def open_or_none(path, mode="wb"):
         return open(path, mode)
     except OSError:
         return None
-
-
-def verify(out, checks, tag):
-    bad = False
-    for name, folder, digest in checks:
-        got = folder_digest(folder)
-        if got != digest:
-            out.say(f"@@farm {tag} {name} {got or 'missing'}")
-            bad = True
-    return bad
-
-
-def identities(checks):
-    """Each input folder's (device, inode): a folder put in its place again (a
-    re-staging, by this farm or another naming this machine) is another folder,
-    whose digest after a build says nothing of what the build read before."""
-    found = {}
-    for name, folder, _ in checks:
-        try:
-            info = os.stat(folder)
-            found[name] = (info.st_dev, info.st_ino)
-        except OSError:
-            found[name] = None
-    return found
 
 
 def build(out, spec, env, ahead):
@@ -134,6 +111,9 @@ def build_holding_lock(out, spec, env, ahead):
         if not bad and identity != before[name]:
             out.say(f"@@farm altered-during {name} replaced")
             bad = True
+    for label in drifted(spec.get("tools"), env):  # nvcc or a host compiler not the probed one (drift.py)
+        out.say("@@farm toolchain-changed " + label)
+        bad = True
     if code == 0:
         out.say("@@farm built " + sha_of(binary))
         # the files it read, but the farm's own (verified by digest) and its own products; where one

@@ -20,6 +20,7 @@ from orchestrator.run.commands import (
 )
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
+from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.trips import Trip
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
@@ -67,6 +68,7 @@ class BuildStage(CellStages):
             f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
             f"{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
+            f"{toolchain_script(self._toolchain)}"  # nvcc, a host compiler replaced since the probe
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
             f'if [ -z "$bad" ]; then {listed}{copy} && '
@@ -95,8 +97,13 @@ class BuildStage(CellStages):
                 "limit": limit,
                 "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
+                "tools": self._toolchain,  # checked after the build, as the shell's toolchain_script does
             },
         )
+
+    @property
+    def _toolchain(self) -> dict | None:
+        return toolchain_checks(self.snapshot, self.paths.toolchain is not None)
 
     def _build(self) -> str:
         command = render_build(self.job, self.variant, self.snapshot, self.paths)
@@ -150,6 +157,13 @@ class BuildStage(CellStages):
                 restaged = True
                 continue
             break
+        drift = re.findall(r"^@@farm toolchain-changed (\S+)$", text, re.M)
+        if drift:  # whatever the build's status: nvcc's word about another toolchain is not the node's
+            raise InfraError(
+                f"node {self.t.name!r}: the toolchain the build ran with ({', '.join(drift)}) changed on the node "
+                "since its probe, whose nvcc and host compilers name the build and its record: the binary cannot "
+                "be vouched for"
+            )
         during = re.findall(r"^@@farm altered-during (\S+) (\S+)$", text, re.M)
         if during:
             names = ", ".join(name for name, _ in during)

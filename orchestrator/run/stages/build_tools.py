@@ -1,0 +1,58 @@
+"""The node's toolchain as the probe saw it, for the build to be checked against (node/drift.py).
+
+The build key and the recorded nvcc come from the probe's `compilers`: nvcc's file, the host
+compilers' on the login's PATH, the compilers' variables the login set. A build is checked against
+them once it ran, in the shell scripts as in the python runner, so that a toolchain replaced
+between the probe and the build (red-team round 62) is the node's failure, never a pass under the
+probed toolchain's key.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from orchestrator.run.probe import BUILD_ENV, HOST_COMPILERS
+from orchestrator.run.snapshot import NodeSnapshot
+
+
+def toolchain_checks(snapshot: NodeSnapshot, shipped: bool) -> dict[str, Any] | None:
+    """{"files": [[LABEL, NAME, IDENTITY]], "env": [[NAME, VALUE or None]]} of the probe's lines;
+    IDENTITY "" where the probe found no such file (one there now is a change too). SHIPPED: nvcc is
+    the farm's own toolchain, checked by its folder's digest. None where the probe said nothing."""
+    if not snapshot.compilers:
+        return None
+    seen: dict[str, str] = {}
+    env: dict[str, str] = {}
+    for line in snapshot.compilers.splitlines():
+        words = line.split(" ")
+        if words[0] == "env" and len(words) in (2, 3):  # "env NAME HEX"; the hex of "" is cut away
+            env[words[1]] = bytes.fromhex(words[2] if len(words) == 3 else "").decode("utf-8", "surrogateescape")
+        elif words[0] != "nvcc-setup" and len(words) >= 6:  # "NAME FILE SIZE MTIME INODE CTIME"
+            seen["nvcc" if words[0] == "nvcc-file" else words[0]] = " ".join(words[-4:])
+    files = [[name, name, seen.get(name, "")] for name in HOST_COMPILERS]
+    if not shipped:
+        files.append(["nvcc", snapshot.nvcc_path, seen.get("nvcc", "")])
+    return {"files": files, "env": [[name, env.get(name)] for name in BUILD_ENV]}
+
+
+def toolchain_script(checks: dict[str, Any] | None) -> str:
+    """Shell, after the build, that says `@@farm toolchain-changed WHAT` and sets bad=1 where the
+    toolchain is not the probe's: one `stat` of every file the build's shell finds by its names
+    (a file not found is left out, as the probe left it out), the variables by the shell alone."""
+    if checks is None:
+        return ""
+    names = " ".join(shlex.quote(name) for _, name, _ in checks["files"])
+    expected = "\n".join(seen for _, _, seen in checks["files"] if seen)
+    parts = [
+        f'tc=$(for c in {names}; do command -v "$c"; done 2>/dev/null); '
+        f"tc=$(stat -Lc '%s %Y %i %Z' $tc 2>/dev/null); "
+        f'[ "$tc" = {shlex.quote(expected)} ] || {{ echo "@@farm toolchain-changed compilers"; bad=1; }}'
+    ]
+    for name, seen in checks["env"]:
+        value = "" if seen is None else "s" + seen
+        parts.append(
+            f'[ "${{{name}+s}}${{{name}-}}" = {shlex.quote(value)} ] || '
+            f'{{ echo "@@farm toolchain-changed env:{name}"; bad=1; }}'
+        )
+    return "; ".join(parts) + "; "
