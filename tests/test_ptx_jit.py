@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
 from orchestrator.progress import PlainListener
 from orchestrator.run import machine_code, noderunner, run_cells
+from orchestrator.run.stages import jit_shell
 from orchestrator.store import Store
 
 # HMMA in SASS wherever mma.sync is compiled for 8.0 or later; nothing on older archs
@@ -43,11 +45,17 @@ MIN80: dict[str, object] = {"cc": {"min": "8.0"}}
 H200, FUTURE = "NVIDIA H200", "NVIDIA Future 12.5"
 
 
-@pytest.fixture(scope="module")
-def jit_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+@pytest.fixture(scope="module", params=["resident", "shell"])
+def jit_run(
+    request: pytest.FixtureRequest, ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict]:
     """One farm run of an `-arch=sm_80` build on an H200 (9.0) and on a card newer than the
-    node's nvcc 13.0 knows (12.5): both compile its compute_80 PTX at load."""
+    node's nvcc 13.0 knows (12.5): both compile its compute_80 PTX at load. Through the node's
+    resident python runner (node/jit.py), and through the shell scripts of a node the runner
+    does not serve (stages/jit_shell.py: no python3, or Slurm)."""
     tmp_path = tmp_path_factory.mktemp("jit")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     cards = [Card(H200, "9.0", driver="580.95.05"), Card(FUTURE, "12.5", driver="580.95.05")]
     node = ssh_fleet.add(f"jit-{tmp_path.name[-12:]}", cards)
     source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
@@ -74,6 +82,7 @@ def jit_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
             store.close()
     finally:
         node.stop()
+        patch.undo()
     yield rows(tmp_path / "results.db", summary.run_id)
 
 
@@ -119,8 +128,8 @@ def test_a_card_the_nodes_nvcc_cannot_compile_for_is_infra_not_the_kernels(jit_r
 
 
 def test_the_node_and_the_farm_read_the_loading_rules_alike() -> None:
-    """The node decides whether to compile (node/jit.py), the farm what to count
-    (machine_code.py): over every card and every binary of a few archs, both say the same."""
+    """The node decides whether to compile (node/jit.py, and its shell twin's awk), the farm what
+    to count (machine_code.py): over every card and every binary of a few archs, all say the same."""
     archs = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_103a", "sm_120"]
     for cc in ("7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "10.3", "12.0", "12.1"):
         card = ComputeCapability.parse(cc)
@@ -129,6 +138,16 @@ def test_the_node_and_the_farm_read_the_loading_rules_alike() -> None:
             elf_plain = [a for a in elf if not a.endswith("f")]  # --list-elf names a family cubin sm_100
             farm = machine_code.jit_ptx(card, list(ptx)) if not machine_code.loaded_cubins(card, elf_plain) else []
             assert noderunner.jit_archs(number, elf_plain, list(ptx)) == farm, (cc, elf_plain, ptx)
+            listing = "".join(f"ELF file 1: k.1.{a}.cubin\n" for a in elf_plain) + "@@ptx\n"
+            listing += "".join(f"PTX file {i}: k.{i}.{a}.ptx\n" for i, a in enumerate(ptx, 1))
+            awk = subprocess.run(
+                ["awk", "-v", f"card={number}", jit_shell.PICK_AWK],
+                input=listing,
+                text=True,
+                capture_output=True,
+                check=True,
+            )
+            assert sorted(awk.stdout.split()) == farm, (cc, elf_plain, ptx, awk.stdout)
         assert noderunner.listed(b"ELF file    1: k.1.sm_80.cubin\nPTX file    1: k.1.sm_90a.ptx\n") == (
             ["sm_80"],
             ["sm_90a"],

@@ -12,6 +12,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.jit_shell import jit_script
 from orchestrator.run.trips import Trip
 
 INSPECT_TIMEOUT = 300.0
@@ -53,6 +54,9 @@ class InspectStage(CellStages):
             if kit_check and kit is not None
             else ""
         )
+        jit = self._jit_spec(cuda)
+        if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
+            lists += jit_script(jit, self.cuobjdump, binary)
         script = (
             f"{kit_shell}cd {bdir} && "
             f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
@@ -60,7 +64,6 @@ class InspectStage(CellStages):
             f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
         )
         dump, jit_sass = bytearray(), bytearray()
-        jit = self._jit_spec(cuda)
         files = [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)]
         if jit is not None:
             files.append(("jit", f"{jit['folder']}/sass.txt", SASS_LIMIT, jit_sass.extend))
@@ -92,11 +95,12 @@ class InspectStage(CellStages):
     def _jit_spec(self, cuda: bool) -> dict[str, object] | None:
         """Where the card may run the binary's PTX (which the lists tell the node): what the
         node's runner needs to compile it for the card, so that SASS `instructions:` are
-        counted in code like the driver's (node/jit.py). Only a card the kernel must pass on,
-        only for SASS names, only from the runner (the shell path says it did not)."""
+        counted in code like the driver's (node/jit.py; stages/jit_shell.py where the farm's
+        python runner does not serve the node). Only a card the kernel must pass on, only for
+        SASS names."""
         cc, r = self.result.expectation.cc, self.result
         sass = any(name[:1].isupper() for name in self.variant.instructions)
-        if not (cuda and sass and self.python and cc is not None and r.expectation.outcome is Outcome.PASS):
+        if not (cuda and sass and cc is not None and r.expectation.outcome is Outcome.PASS):
             return None
         folder = f"{self.paths.run_dir}/jit-{secrets.token_hex(8)}"  # no inspect command can know it
         return {"card": cc.major * 10 + cc.minor, "folder": folder, "nvcc": self.snapshot.nvcc_path, "limit": JIT_LIMIT}
@@ -145,7 +149,7 @@ class InspectStage(CellStages):
                 ev.jit_failed = failed.group(1)
             why = f"its compile failed: {failed.group(1)}" if failed else "the node compiled none of it"
             if jit_sass is None:
-                why = "the node has no python3 for the farm's runner, which compiles it"
+                why = "the farm did not compile it"
             # a compile that failed part way wrote some modules' SASS: none of it counts
             jit = ((jit_sass if jit_sass is not None and not failed else b"").decode("utf-8", "replace"), why)
             cc = r.expectation.cc if runs else None
