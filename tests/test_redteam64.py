@@ -122,6 +122,16 @@ def test_an_srun_terminated_on_the_login_node_is_infra(cluster: SlurmCluster, tm
     assert any("forcing job termination" in m for m in t.last_job.messages)
 
 
+def test_the_commands_own_srun_ended_by_its_own_timeout_stays_its_result(cluster: SlurmCluster) -> None:
+    """A run whose launcher is `srun` (a step of the farm's job) killed at the run's own `timeout`:
+    that srun says "forcing job termination" and slurmstepd cancels its step 1, the command's
+    doing, read as the command's result (a timeout verdict), never as Slurm's."""
+    with transport(cluster, "t4") as t:
+        result = t.run("timeout 3 srun sleep 30; echo rc=$?", timeout=30)
+        assert (result.exit_code, result.stdout) == (0, "rc=124\n"), result
+        assert any("forcing job termination" in m for m in t.last_job.messages), t.last_job.messages
+
+
 def test_a_job_whose_srun_was_killed_is_cancelled_not_left_holding_the_gpu(
     cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -165,9 +175,13 @@ def test_slurmstepds_words_on_the_farms_own_step_only() -> None:
         job.messages = [f"slurmstepd-n1: error: {said}"]
         with pytest.raises(SlurmJobError, match=f"Slurm job 12 on n1 {words}"):
             t._judge(job, 0, 1.0)
-    for said in (f"*** STEP 12.1 ON n1 CANCELLED AT {stamp} ***", f"*** STEP 120.0 ON n1 CANCELLED AT {stamp} ***"):
+    for said in (
+        f"slurmstepd-n1: error: *** STEP 12.1 ON n1 CANCELLED AT {stamp} ***",
+        f"slurmstepd-n1: error: *** STEP 120.0 ON n1 CANCELLED AT {stamp} ***",
+        "srun: forcing job termination",  # the command's own srun, killed by the command's own timeout
+    ):
         own = SlurmJob(name="farm-x-2", job_id="12", compute_node="n1", started=True, state="COMPLETED")
-        own.messages = [f"slurmstepd-n1: error: {said}"]
+        own.messages = [said]
         t.pinned = None
         t._judge(own, 0, 1.0)  # the command's own step, or another job's: a result
 

@@ -91,10 +91,10 @@ def ended_by_slurm(job: SlurmJob) -> str | None:
         return None
     pattern = re.compile(_STEPD_ENDED.format(id=re.escape(job.job_id)))
     for message in job.messages:
+        # not srun's "forcing job termination": the command's own srun (a launcher the farm's timeout
+        # kills) says it too, and the farm's srun terminated makes slurmstepd say the above
         if found := pattern.search(message):
             return _DUE_TO.get(found.group(1) or "", "CANCELLED")
-        if message.startswith("srun: forcing job termination"):  # srun itself told to stop (SIGTERM, SIGINT)
-            return "CANCELLED"
     return None
 
 
