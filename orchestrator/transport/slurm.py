@@ -63,6 +63,8 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     SlurmRejected,
     SlurmTimeLimit,
     _error_for,
+    ended_by_slurm,
+    within_time_limit,
 )
 
 # Seconds the login node's side may take beyond the job's own wait and run:
@@ -221,7 +223,14 @@ class SlurmTransport(Transport):
         seconds = time.monotonic() - clock
         stdout, rc = self._parse(job, token, outcome.stdout)
         stderr = self._split_stderr(job, outcome.stderr)
-        self._judge(job, rc, seconds)
+        if job.state in _UNSETTLED:
+            # srun is gone (killed on the login node) while Slurm still runs the job: left alone it
+            # holds its compute node's GPU until its time limit, and the next job waits behind it
+            self._cancel(job)
+        try:
+            self._judge(job, rc, seconds)
+        except SlurmTimeLimit as err:
+            raise within_time_limit(err, self.node.time_limit, timeout)  # noqa: B904 - err itself, or err said again
         return CommandResult(command=command, exit_code=rc, stdout=stdout, stderr=stderr, seconds=seconds)
 
     def stop_run(self, token: str, timeout: float) -> int:
@@ -331,9 +340,12 @@ class SlurmTransport(Transport):
                 f"{srun}",
                 job,
             )
-        if job.state in INFRA_STATES:
-            raise _error_for(job.state)(
-                f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} while it ran{why}; "
+        # slurmstepd's word that Slurm ended the farm's step outweighs a record that reads a result
+        ended = job.state if job.state in INFRA_STATES else ended_by_slurm(job) if job.state in RESULT_STATES else None
+        if ended is not None:
+            record = f" (its record says {job.state})" if job.state and job.state != ended else ""
+            raise _error_for(ended)(
+                f"node {self.name!r}: {ident}{where} {STATE_WORDS[ended]} while it ran{record}{why}; "
                 f"not a verdict on the command{srun}",
                 job,
             )
@@ -347,7 +359,9 @@ class SlurmTransport(Transport):
                     job,
                 )
         elif job.state not in RESULT_STATES:
-            raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{why}{srun}", job)
+            gone = "; its srun returned while Slurm still had it: cancelled by the farm"
+            gone = gone if job.state in _UNSETTLED else ""
+            raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{gone}{why}{srun}", job)
         self._check_pin(job, ident)
 
     def _check_pin(self, job: SlurmJob, ident: str) -> None:
