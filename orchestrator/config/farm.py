@@ -23,6 +23,7 @@ from orchestrator.config.jobs import Job, load_jobs
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
+from orchestrator.report.escape import page_name
 from orchestrator.store.journal import journal_folder
 
 COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
@@ -101,6 +102,33 @@ def _subfolder_kernels(folder: Path) -> list[Path]:
         if header.has_build_line(path):
             found.append(path)
     return found
+
+
+def _column_key(col: str) -> str:
+    """A column's key path in farm.yaml: nodes.NODE, or nodes.NODE.toolchains.NAME."""
+    node, _, toolchain = col.partition(TOOLCHAIN_SEP)
+    return f"nodes.{node}.toolchains.{toolchain}" if toolchain else f"nodes.{node}"
+
+
+def _shared_pages(file: Path, columns: dict[str, NodeSpec]) -> list[ConfigError]:
+    """Columns whose report pages would be one file: page_name reads '+' as '_' (h200+cuda-13 and
+    a node h200_cuda-13), and a case-insensitive disk (macOS, a Windows share) takes T4.html for
+    t4.html. The later page overwrote the earlier, both heads linking to it (a red-team finding)."""
+    seen: dict[str, str] = {}
+    errors = []
+    for col in columns:
+        page = page_name(col)
+        if (first := seen.setdefault(page.casefold(), col)) != col:
+            errors.append(
+                ConfigError(
+                    str(file),
+                    _column_key(col),
+                    f"the column {col!r}, whose report page nodes/{page}.html is also {first!r}'s",
+                    "a name no other node's page shares (names differing only in case, or in '+' and '_', "
+                    "are one file)",
+                )
+            )
+    return errors
 
 
 def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
@@ -199,6 +227,8 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     ]
     if too_long:
         raise ConfigErrors(too_long)
+    if shared := _shared_pages(file, columns):
+        raise ConfigErrors(shared)
     if columns.keys() != spec.nodes.keys():
         spec = spec.model_copy(update={"nodes": columns})
     return Farm(file=file, spec=spec, jobs=jobs, database_url=url)

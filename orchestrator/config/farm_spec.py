@@ -8,6 +8,7 @@ shape is job_spec.py.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -120,6 +121,22 @@ class NodeSpec(StrictModel):
             raise ValueError("[user@]host[:port], e.g. farm@bastion.example.org:22")
         if value is not None and ":" in value and not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
             raise ValueError("a port from 1 to 65535 after the ':'")
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_form(cls, value: str | None) -> str | None:
+        # any text loaded: "h:2222", "farm@h", "ssh://h" or "[::1]" (ssh_config's habits) left every
+        # cell of the node infra-error "could not resolve", run after run (a red-team finding)
+        if value is None or re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?", value):
+            return value
+        try:
+            ipaddress.IPv6Address(value)  # ::1, fe80::1: an address, as ssh's HostName takes it
+        except ValueError:
+            raise ValueError(
+                "a host name or an IP address alone (IPv6 without brackets): the port goes in `port`, "
+                "the login in `user`"
+            ) from None
         return value
 
     @field_validator("workdir")
