@@ -15,14 +15,32 @@ from orchestrator.config.capability import ComputeCapability
 _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
 
 
-def count_instructions(disassembly: str, names: list[str], sass: bool = False) -> dict[str, int]:
+# what in PTX is no statement: a string (a `.pragma "mma.sync"`'s), a comment
+_PTX_NOISE = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.DOTALL)
+# a PTX statement's opcode, after its labels ("$L__BB0_1:") and its guard ("@%p1", "@!%p1");
+# a directive (".pragma") opens with a dot and is none
+_PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z][\w.]*)")
+
+
+def _ptx_opcodes(ptx: str) -> list[str]:
+    statements = re.split(r"[;{}\n]", _PTX_NOISE.sub(" ", ptx))
+    return [m.group(1) for m in (_PTX_OPCODE.match(s.strip()) for s in statements) if m]
+
+
+def count_instructions(disassembly: str, names: list[str], sass: bool = False, ptx: bool = False) -> dict[str, int]:
     """Occurrences of each mnemonic ("HMMA" counts HMMA.16816.F32). In cuobjdump's SASS
     only opcodes count: a kernel named HGMMA (its `Function : HGMMA` line, a call to it)
-    met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
+    met `instructions: {HGMMA: 1}` with no HGMMA in its code. In PTX (`ptx`: a PTX part of
+    cuobjdump's dump) a PTX name counts as a statement's opcode only: `mma.sync: 1` was met by
+    a kernel's `.pragma "mma.sync"` (a red-team finding). Other disassemblers'
     text (the tests' objdump) is searched as a whole, for each name as a whole word."""
     opcodes = _SASS_OPCODE.findall(disassembly)
+    statements = _ptx_opcodes(disassembly) if ptx else []
     counts = {}
     for name in names:
+        if ptx and not name[:1].isupper():
+            counts[name] = sum(op == name or op.startswith(name + ".") for op in statements)
+            continue
         # `sass`: one cubin's part of the dump, read for opcodes even where it holds none (a cubin
         # of no code whose only function is named HGMMA)
         if (opcodes or sass) and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
@@ -155,12 +173,20 @@ def count_for_card(
         # card loads them all, so one arch's parts add up; between archs the card may take
         # either (sm_90 beside sm_90a), so the requirement must hold in each
         sums = [
-            _add([count_instructions(t, names, sass=kind == "elf") for k, a, t in parts if k == kind and a == arch])
+            _add(
+                [
+                    count_instructions(t, names, kind == "elf", kind == "ptx")
+                    for k, a, t in parts
+                    if k == kind and a == arch
+                ]
+            )
             for arch in archs
         ]
         counts = {name: min(c.get(name, 0) for c in sums) for name in names}
     sass, failed = jit or ("", "the node did not compile it")
-    compiled = _per_target(sass, names) if kind == "ptx" and sass else None
+    # what the node compiled each arch's PTX for (node/jit.py: arch-specific PTX for its own arch)
+    targets = sorted({a if a.endswith("a") else f"sm_{cc.major}{cc.minor}" for a in archs})
+    compiled = _per_target(sass, names, targets) if kind == "ptx" and sass else None
     if kind == "ptx":
         counts = {name: (compiled or {}).get(name, 0) if name[:1].isupper() else n for name, n in counts.items()}
     if path == "native":
@@ -185,10 +211,12 @@ def count_for_card(
     return Counted(counts, what)
 
 
-def _per_target(sass: str, names: list[str]) -> dict[str, int]:
+def _per_target(sass: str, names: list[str], targets: list[str]) -> dict[str, int]:
     """SASS names in the node's compile of the PTX a card JITs: its modules' cubins of one target
-    add up; where PTX of two archs was compiled (sm_90 and sm_90a), the requirement holds in each."""
-    by_target: dict[str, list[str]] = {}
+    add up; where PTX of two archs was compiled (sm_90 and sm_90a), the requirement holds in each
+    of the TARGETS, one missing from the text read back counting nothing (the sm_90 compile alone
+    met it where the sm_90a one was cut off at the frame's limit: a red-team finding)."""
+    by_target: dict[str, list[str]] = {target: [] for target in targets}
     for _, target, text in dump_parts(sass):
         by_target.setdefault(target, []).append(text)
     sums = [_add([count_instructions(t, names, sass=True) for t in texts]) for texts in by_target.values()]

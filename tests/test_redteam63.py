@@ -1,0 +1,145 @@
+"""Red-team round 63: the machine-code evidence behind a pass, after the node's compile of the PTX a card JITs.
+
+Binaries built by the real nvcc 13.0 and read by the real cuobjdump, run through the farm on real
+sshd nodes whose nvidia-smi is a stand-in (tests/nodes.py): a PTX name met by a `.pragma` string,
+round 58's finding back through an inspect that names cuobjdump by its path, and a compile of the
+PTX a card JITs whose dump lost a target."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodes import Card, Fleet, standin_job
+from test_redteam58 import cuobjdump
+from test_verdicts import rows
+
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.config.farm import load_farm
+from orchestrator.plan import plan_cells
+from orchestrator.progress import PlainListener
+from orchestrator.run import machine_code, run_cells
+from orchestrator.store import Store
+
+# `told` holds no mma.sync, but its PTX holds the words in a `.pragma` string (ptxas only warns of
+# it); `tensor` holds a real mma.sync where TENSOR_CODE is defined and the arch is 8.0 or later
+KERNELS = r"""
+__global__ void told(float *out) {
+    asm volatile(".pragma \"mma.sync.aligned.m16n8k16 wgmma.mma_async\";");
+    out[threadIdx.x] = 1.0f;
+}
+__global__ void tensor(float *out, const unsigned *a, const unsigned *b) {
+#if defined(TENSOR_CODE) && __CUDA_ARCH__ >= 800
+    float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    out[threadIdx.x] = c0 + c1 + c2 + c3;
+#else
+    out[threadIdx.x] = 2.0f;
+#endif
+}
+"""
+H200, T4 = "NVIDIA H200", "Tesla T4"
+PTX_DUMP = "{cuobjdump} -ptx {binary}"
+SM80 = "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}"
+# HMMA in the sm_90 cubin; the sm_75 one, which a T4 loads, holds none
+FAT = "{nvcc} -O1 -DTENSOR_CODE -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=sm_75"
+
+
+@pytest.fixture(scope="module")
+def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One farm run on a node holding an H200 (9.0: sm_80 builds are ptx-jit there) and a T4 (7.5)."""
+    tmp_path = tmp_path_factory.mktemp("rt63")
+    cards = [Card(H200, "9.0", driver="580.95.05"), Card(T4, "7.5", driver="580.95.05")]
+    node = ssh_fleet.add(f"rt63-{tmp_path.name[-12:]}", cards)
+    source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
+    tool = str(cuobjdump())
+    min80, min75 = {"cc": {"min": "8.0"}}, {"cc": {"min": "7.5"}}
+    variants = {
+        "pragma": {"build": SM80, "inspect": PTX_DUMP, **min80, "instructions": {"mma.sync": 1}},
+        "ptxreal": {
+            "build": SM80.replace("-O1", "-O1 -DTENSOR_CODE"),
+            "inspect": PTX_DUMP,
+            **min80,
+            "instructions": {"mma.sync": 1},
+        },
+        # cuobjdump named by its path, not as the farm's {cuobjdump}: the same dump of the same binary
+        "bypath": {
+            "build": FAT + " -o {binary} {sources}",
+            "inspect": tool + " -sass {binary}",
+            **min75,
+            "instructions": {"HMMA": 1},
+        },
+    }
+    try:
+        entry = node.farm_entry(tmp_path / "work", cuobjdump=tool)
+        config = make_farm(tmp_path, {"rt63": entry}, [standin_job("rt63", variants, sources=["kernels/rt63.cu"])])
+        (tmp_path / "kernels" / "rt63.cu").write_text("#define MODE_PASS\n" + source + KERNELS)
+        farm = load_farm(config)
+        store = Store(farm.database_url)
+        try:
+            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(io.StringIO()))
+        finally:
+            store.close()
+    finally:
+        node.stop()
+    yield rows(tmp_path / "results.db", summary.run_id)
+
+
+def test_a_ptx_name_in_a_pragma_string_is_no_instruction(run63) -> None:
+    """`mma.sync: 1` counted in the PTX an H200 compiles at load (`{cuobjdump} -ptx`): a kernel with
+    no mma.sync passed on the words in its `.pragma "mma.sync..."` (fatbinary strips comments, not
+    directives' strings). PTX names now count as the opcodes of PTX statements only."""
+    r = run63[("pragma", H200)]
+    assert r["code_path"] == "ptx-jit", r["reason"]
+    assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
+    assert json.loads(r["instruction_counts"])["mma.sync"] == 0
+    real = run63[("ptxreal", H200)]
+    assert (real["outcome"], real["code_path"]) == ("pass", "ptx-jit"), real["reason"]
+    assert json.loads(real["instruction_counts"])["mma.sync"] >= 1
+
+
+def test_cuobjdump_named_by_its_path_counts_in_the_code_the_card_loads(run63) -> None:
+    """Round 58's finding back: an inspect naming cuobjdump by its path (not `{cuobjdump}`) was
+    read as another disassembler's text, counted whole: a T4 (7.5), which loads the sm_75 cubin
+    holding no HMMA, passed on the sm_90 cubin's HMMA, with no code path said. It now counts, as
+    `{cuobjdump}` does, in the cubin the card loads."""
+    r = run63[("bypath", T4)]
+    assert r["code_path"] == "native", (r["code_path"], r["reason"])
+    assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
+    assert "HMMA (0 < 1)" in r["reason"], r["reason"]
+    hopper = run63[("bypath", H200)]
+    assert (hopper["outcome"], hopper["code_path"]) == ("pass", "native"), hopper["reason"]
+
+
+def test_ptx_names_count_only_as_ptx_opcodes() -> None:
+    """The PTX reading itself: a directive's string, a comment, a label are no instruction; a
+    predicated one and one after a label are."""
+    ptx = (
+        "Fatbin ptx code:\n================\narch = sm_80\n"
+        '.pragma "mma.sync.aligned";\n// mma.sync.aligned\n/* wgmma.mma_async */\n'
+        "@%p1 mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};\n"
+        "$L__BB0_1: mma.sync.aligned.m16n8k16 {%f1}, {%r1}, {%r2}, {%f1}; wgmma.fence.sync.aligned;\n"
+    )
+    counted = machine_code.count_for_card(
+        ptx, ["mma.sync", "wgmma.mma_async", "wgmma.fence"], ComputeCapability.parse("9.0"), [], ["sm_80"]
+    )
+    assert counted.counts == {"mma.sync": 2, "wgmma.mma_async": 0, "wgmma.fence": 1}, counted.counts
+
+
+def test_a_target_missing_from_the_nodes_compile_counts_nothing() -> None:
+    """PTX of compute_90 and compute_90a on a 9.0 card: either may be what it compiles, so an
+    instruction must be in both compiles. Where the sm_90a one is not in the text read back (its
+    frame cut at the limit), the sm_90 one alone met the requirement; a target missing counts 0."""
+    sass = "\n\tcode for sm_90\n\t\tFunction : k\n        /*0000*/                   HMMA.16816.F32 R0, R0, R0, R0 ;\n"
+    nine = ComputeCapability.parse("9.0")
+    fat = "Fatbin ptx code:\n================\narch = sm_90\n" + ".version 9.0\n"
+    counted = machine_code.count_for_card(fat, ["HMMA"], nine, [], ["sm_90", "sm_90a"], (sass, ""))
+    assert counted.counts == {"HMMA": 0}, counted
+    both = sass + sass.replace("sm_90", "sm_90a")
+    assert machine_code.count_for_card(fat, ["HMMA"], nine, [], ["sm_90", "sm_90a"], (both, "")).counts == {"HMMA": 1}
