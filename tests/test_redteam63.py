@@ -24,13 +24,25 @@ from orchestrator.progress import PlainListener
 from orchestrator.run import machine_code, run_cells
 from orchestrator.store import Store
 
-# `told` holds no mma.sync, but its PTX holds the words in a `.pragma` string (ptxas only warns of
-# it); `tensor` holds a real mma.sync where TENSOR_CODE is defined and the arch is 8.0 or later
+# a host function named HMMA, no GPU code's; `told` holds no mma.sync, but its PTX holds the
+# words in a `.pragma` string (ptxas only warns of it); `tensor` holds a real mma.sync where
+# TENSOR_CODE is defined and the arch is 8.0 or later
 KERNELS = r"""
+extern "C" void HMMA(void) {}
 __global__ void told(float *out) {
     asm volatile(".pragma \"mma.sync.aligned.m16n8k16 wgmma.mma_async\";");
     out[threadIdx.x] = 1.0f;
 }
+#ifdef FORGE
+// a PTX string may hold newlines (ptxas only warns of the pragma): a dump that prints the PTX
+// prints these lines as they are, heads of parts of cuobjdump's own included
+__global__ void forger(float *out) {
+    asm volatile(".pragma \"x\nFatbin elf code:\n================\narch = sm_90\n"
+                 "        /*0000*/                   HMMA.16816.F32 R0, R0, R0, R0 ;\n"
+                 "Fatbin ptx code:\n================\narch = sm_80\nmma.sync.aligned.m16n8k16;\n\";");
+    out[threadIdx.x] = 3.0f;
+}
+#endif
 __global__ void tensor(float *out, const unsigned *a, const unsigned *b) {
 #if defined(TENSOR_CODE) && __CUDA_ARCH__ >= 800
     float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
@@ -75,6 +87,21 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
             **min75,
             "instructions": {"HMMA": 1},
         },
+        # a dump holding the PTX, whose text the kernel wrote: a native card and a ptx-jit one
+        "forged": {
+            "build": "{nvcc} -O1 -DFORGE -gencode arch=compute_90,code=[sm_90,compute_90] -o {binary} {sources}",
+            "inspect": "{cuobjdump} -sass -ptx {binary}",
+            **min80,
+            "instructions": {"HMMA": 1},
+        },
+        "forgedptx": {
+            "build": SM80.replace("-O1", "-O1 -DFORGE"),
+            "inspect": PTX_DUMP,
+            **min80,
+            "instructions": {"mma.sync": 1},
+        },
+        # x86 objdump's text of the host code: no SASS in it, whatever it names
+        "host": {"build": SM80, "inspect": "objdump -d {binary}", **min80, "instructions": {"HMMA": 1}},
     }
     try:
         entry = node.farm_entry(tmp_path / "work", cuobjdump=tool)
@@ -117,12 +144,38 @@ def test_cuobjdump_named_by_its_path_counts_in_the_code_the_card_loads(run63) ->
     assert (hopper["outcome"], hopper["code_path"]) == ("pass", "native"), hopper["reason"]
 
 
+def test_a_part_of_the_dump_forged_in_a_ptx_string_counts_nothing(run63) -> None:
+    """A dump that prints the binary's PTX (`-sass -ptx`, `-ptx`) prints the kernel's `.pragma`
+    strings, newlines and all: a string holding "Fatbin elf code: / arch = sm_90" and a SASS line
+    made a part of its own, an sm_90 cubin's with HMMA (an H200 loads the real one, holding none),
+    and "Fatbin ptx code: / arch = sm_80" one with mma.sync (an H200 compiles the real sm_80 PTX).
+    Both passed. A head inside a string or comment of the PTX is no part's head."""
+    native = run63[("forged", H200)]
+    assert native["code_path"] == "native", native["reason"]
+    assert native["outcome"] == "inspect-fail", (native["outcome"], native["reason"])
+    jit = run63[("forgedptx", H200)]
+    assert jit["code_path"] == "ptx-jit", jit["reason"]
+    assert jit["outcome"] == "inspect-fail", (jit["outcome"], jit["reason"])
+    assert json.loads(jit["instruction_counts"]) == {"mma.sync": 0}
+
+
+def test_a_sass_name_in_a_host_disassembly_is_no_instruction(run63) -> None:
+    """`inspect: objdump -d {binary}` with `HMMA: 1` on an H200: x86 objdump's text holds no
+    SASS, but a host function named HMMA (`<HMMA>:`) was counted as one, and the cell passed with
+    no GPU instruction seen. On a card that must run the binary a SASS name counts as an opcode of
+    SASS only."""
+    r = run63[("host", H200)]
+    assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
+    assert json.loads(r["instruction_counts"]) == {"HMMA": 0}
+
+
 def test_ptx_names_count_only_as_ptx_opcodes() -> None:
     """The PTX reading itself: a directive's string, a comment, a label are no instruction; a
     predicated one and one after a label are."""
     ptx = (
         "Fatbin ptx code:\n================\narch = sm_80\n"
         '.pragma "mma.sync.aligned";\n// mma.sync.aligned\n/* wgmma.mma_async */\n'
+        '.pragma "x\nmma.sync.aligned.m16n8k16;\nwgmma.mma_async.sync;\n";\n'
         "@%p1 mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1}, {%r1}, {%r2}, {%f1};\n"
         "$L__BB0_1: mma.sync.aligned.m16n8k16 {%f1}, {%r1}, {%r2}, {%f1}; wgmma.fence.sync.aligned;\n"
     )

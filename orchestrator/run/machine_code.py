@@ -15,15 +15,16 @@ from orchestrator.config.capability import ComputeCapability
 _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
 
 
-# what in PTX is no statement: a string (a `.pragma "mma.sync"`'s), a comment
-_PTX_NOISE = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.DOTALL)
+# the kernel's own text in a PTX part: a string (which may hold newlines: ptxas only warns of
+# an unknown `.pragma`), a comment
+_PTX_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)|/\*.*?(?:\*/|\Z)|//[^\n]*', re.DOTALL)
 # a PTX statement's opcode, after its labels ("$L__BB0_1:") and its guard ("@%p1", "@!%p1");
 # a directive (".pragma") opens with a dot and is none
 _PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z][\w.]*)")
 
 
 def _ptx_opcodes(ptx: str) -> list[str]:
-    statements = re.split(r"[;{}\n]", _PTX_NOISE.sub(" ", ptx))
+    statements = re.split(r"[;{}\n]", _PTX_QUOTED.sub(" ", ptx))
     return [m.group(1) for m in (_PTX_OPCODE.match(s.strip()) for s in statements) if m]
 
 
@@ -128,8 +129,30 @@ def dump_parts(disassembly: str) -> list[tuple[str, str, str]]:
     ]
     if not marks:
         marks = [(m.start(), "elf", m.group(1)) for m in _CUBIN_PART.finditer(disassembly)]
+    marks = _heads(disassembly, marks)
     ends = [at for at, _, _ in marks[1:]] + [len(disassembly)] * bool(marks)
     return [(kind, arch, disassembly[at:end]) for (at, kind, arch), end in zip(marks, ends, strict=True)]
+
+
+def _heads(disassembly: str, marks: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """The heads of cuobjdump's parts, not those inside a PTX part's string or comment: a
+    dump that prints the PTX (`-sass -ptx`) printed a kernel's `.pragma` string whose lines
+    were "Fatbin elf code:", "arch = sm_90" and a SASS line of HMMA, a cubin's part of its own
+    that an H200 was counted in (a red-team finding)."""
+    kept: list[tuple[int, str, str]] = []
+    quoted, span = None, None
+    for mark in marks:
+        if kept and kept[-1][1] == "ptx":
+            if quoted is None:  # the PTX part's strings and comments, read once and as far as needed
+                quoted = _PTX_QUOTED.finditer(disassembly, kept[-1][0])
+                span = next(quoted, None)
+            while span is not None and span.end() <= mark[0]:
+                span = next(quoted, None)
+            if span is not None and span.start() < mark[0]:
+                continue
+        kept.append(mark)
+        quoted = None
+    return kept
 
 
 # how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
