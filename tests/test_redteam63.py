@@ -34,10 +34,11 @@ __global__ void told(float *out) {
     out[threadIdx.x] = 1.0f;
 }
 #ifdef FORGE
-// a PTX string may hold newlines (ptxas only warns of the pragma): a dump that prints the PTX
-// prints these lines as they are, heads of parts of cuobjdump's own included
+// a PTX string may hold newlines (ptxas only warns of the pragma), and a backslash is no escape
+// in it ("a\" ends there): a dump that prints the PTX prints the lines of the second as they
+// are, heads of parts of cuobjdump's own included
 __global__ void forger(float *out) {
-    asm volatile(".pragma \"x\nFatbin elf code:\n================\narch = sm_90\n"
+    asm volatile(".pragma \"a\\\"; .pragma \"x\nFatbin elf code:\n================\narch = sm_90\n"
                  "        /*0000*/                   HMMA.16816.F32 R0, R0, R0, R0 ;\n"
                  "Fatbin ptx code:\n================\narch = sm_80\nmma.sync.aligned.m16n8k16;\n\";");
     out[threadIdx.x] = 3.0f;

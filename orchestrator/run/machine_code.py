@@ -16,8 +16,9 @@ _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w
 
 
 # the kernel's own text in a PTX part: a string (which may hold newlines: ptxas only warns of
-# an unknown `.pragma`), a comment
-_PTX_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)|/\*.*?(?:\*/|\Z)|//[^\n]*', re.DOTALL)
+# an unknown `.pragma`; a backslash is no escape in it, `"a\"` ends at its second quote, and read
+# as one a forged head after it was taken for cuobjdump's), a comment
+_PTX_QUOTED = re.compile(r'"[^"]*(?:"|\Z)|/\*.*?(?:\*/|\Z)|//[^\n]*', re.DOTALL)
 # a PTX statement's opcode, after its labels ("$L__BB0_1:") and its guard ("@%p1", "@!%p1");
 # a directive (".pragma") opens with a dot and is none
 _PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z][\w.]*)")
