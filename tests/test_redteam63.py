@@ -21,6 +21,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
 from orchestrator.progress import PlainListener
+from orchestrator.report.rejudged import jit_unbacked
 from orchestrator.run import machine_code, run_cells
 from orchestrator.store import Store
 
@@ -45,7 +46,7 @@ __global__ void forger(float *out) {
 }
 #endif
 __global__ void tensor(float *out, const unsigned *a, const unsigned *b) {
-#if defined(TENSOR_CODE) && __CUDA_ARCH__ >= 800
+#if defined(TENSOR_CODE) && __CUDA_ARCH__ >= 800 && !(defined(PLAIN_ONLY) && defined(__CUDA_ARCH_FEAT_SM90_ALL))
     float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -100,6 +101,13 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
             "inspect": PTX_DUMP,
             **min80,
             "instructions": {"mma.sync": 1},
+        },
+        # PTX of compute_90 and compute_90a, HMMA in the first only: a 9.0 card may compile either
+        "twoarch": {
+            "build": "{nvcc} -O1 -DTENSOR_CODE -DPLAIN_ONLY -gencode arch=compute_90,code=compute_90 "
+            "-gencode arch=compute_90a,code=compute_90a -o {binary} {sources}",
+            **min80,
+            "instructions": {"HMMA": 1},
         },
         # x86 objdump's text of the host code: no SASS in it, whatever it names
         "host": {"build": SM80, "inspect": "objdump -d {binary}", **min80, "instructions": {"HMMA": 1}},
@@ -186,6 +194,15 @@ def test_ptx_names_count_only_as_ptx_opcodes() -> None:
     assert counted.counts == {"mma.sync": 2, "wgmma.mma_async": 0, "wgmma.fence": 1}, counted.counts
 
 
+def test_ptx_of_two_archs_at_one_number_must_each_hold_it(run63) -> None:
+    """compute_90 and compute_90a PTX on an H200: the node compiles each (sm_90, sm_90a); HMMA in
+    the compute_90 one alone is no pass, the driver may take the other."""
+    r = run63[("twoarch", H200)]
+    assert r["code_path"] == "ptx-jit", r["reason"]
+    assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
+    assert "sm_90 and sm_90a" in r["reason"], r["reason"]
+
+
 def test_a_target_missing_from_the_nodes_compile_counts_nothing() -> None:
     """PTX of compute_90 and compute_90a on a 9.0 card: either may be what it compiles, so an
     instruction must be in both compiles. Where the sm_90a one is not in the text read back (its
@@ -197,3 +214,22 @@ def test_a_target_missing_from_the_nodes_compile_counts_nothing() -> None:
     assert counted.counts == {"HMMA": 0}, counted
     both = sass + sass.replace("sm_90", "sm_90a")
     assert machine_code.count_for_card(fat, ["HMMA"], nine, [], ["sm_90", "sm_90a"], (both, "")).counts == {"HMMA": 1}
+
+
+def test_a_stored_ptx_jit_pass_on_ptx_names_read_as_words_is_not_current() -> None:
+    """A pass stored before this round, on a card that compiled the binary's PTX at load, whose
+    variant counts a PTX name: it was counted as a word of the PTX (a `.pragma` string met it),
+    so the report holds it grey until it runs again; one counted as opcodes stands."""
+    old = {"inspect": {"detail": "a CC 9.0 card compiles ...; PTX names count in that PTX; the inspect sees ..."}}
+    why = jit_unbacked("ptx-jit", {"mma.sync": 1}, "9.0", old)
+    assert why is not None and "mma.sync" in why and "runs again" in why, why
+    counted = machine_code.count_for_card(
+        "Fatbin ptx code:\n================\narch = sm_80\nmma.sync.aligned.m16n8k16 {%f1};\n",
+        ["mma.sync"],
+        ComputeCapability.parse("9.0"),
+        [],
+        ["sm_80"],
+    )
+    assert jit_unbacked("ptx-jit", {"mma.sync": 1}, "9.0", {"inspect": {"detail": counted.where}}) is None
+    # SASS names alone are judged as round 58 left them; a native pass is never held so
+    assert jit_unbacked("native", {"mma.sync": 1}, "9.0", old) is None

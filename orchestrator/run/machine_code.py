@@ -156,6 +156,8 @@ def _heads(disassembly: str, marks: list[tuple[int, str, str]]) -> list[tuple[in
     return kept
 
 
+# how an inspect detail says PTX names were counted as opcodes, not words (report/rejudged.py reads it)
+PTX_OPCODES = "PTX names count as the opcodes of that PTX's statements"
 # how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
 JIT_COUNTED = "counted in the node nvcc's compile"
 
@@ -222,7 +224,7 @@ def count_for_card(
             what += f"never dumped: SASS names {JIT_COUNTED} of that PTX for {_targets(sass)}"
         else:
             what += f"never dumped, so SASS names count nothing ({failed})"
-        what += "; PTX names count in that PTX"
+        what += f"; {PTX_OPCODES}"
     else:
         what = f"none of the binary's code loads on a CC {cc} card: nothing counted"
     if kind == "elf" and any(counts.values()):
