@@ -25,11 +25,11 @@ from orchestrator.report.rejudged import jit_unbacked
 from orchestrator.run import machine_code, run_cells
 from orchestrator.store import Store
 
-# a host function named HMMA, no GPU code's; `told` holds no mma.sync, but its PTX holds the
+# a kernel named HMMA (its host stub too), holding no HMMA; `told` holds no mma.sync, but its PTX holds the
 # words in a `.pragma` string (ptxas only warns of it); `tensor` holds a real mma.sync where
 # TENSOR_CODE is defined and the arch is 8.0 or later
 KERNELS = r"""
-extern "C" void HMMA(void) {}
+extern "C" __global__ void HMMA(float *out) { out[threadIdx.x] = 4.0f; }
 __global__ void told(float *out) {
     asm volatile(".pragma \"mma.sync.aligned.m16n8k16 wgmma.mma_async\";");
     out[threadIdx.x] = 1.0f;
@@ -109,6 +109,13 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
             **min80,
             "instructions": {"HMMA": 1},
         },
+        # cuobjdump's list of the SASS text sections: names, no code ("x-HMMA.sm_90.elf.bin")
+        "ltext": {
+            "build": "{nvcc} -O1 -arch=sm_90 -o {binary} {sources}",
+            "inspect": "{cuobjdump} -ltext {binary}",
+            **min80,
+            "instructions": {"HMMA": 1},
+        },
         # x86 objdump's text of the host code: no SASS in it, whatever it names
         "host": {"build": SM80, "inspect": "objdump -d {binary}", **min80, "instructions": {"HMMA": 1}},
     }
@@ -170,10 +177,20 @@ def test_a_part_of_the_dump_forged_in_a_ptx_string_counts_nothing(run63) -> None
 
 def test_a_sass_name_in_a_host_disassembly_is_no_instruction(run63) -> None:
     """`inspect: objdump -d {binary}` with `HMMA: 1` on an H200: x86 objdump's text holds no
-    SASS, but a host function named HMMA (`<HMMA>:`) was counted as one, and the cell passed with
+    SASS, but the host stub of a kernel named HMMA (`<HMMA>:`) was counted as one, and the cell passed with
     no GPU instruction seen. On a card that must run the binary a SASS name counts as an opcode of
     SASS only."""
     r = run63[("host", H200)]
+    assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
+    assert json.loads(r["instruction_counts"]) == {"HMMA": 0}
+
+
+def test_a_sass_name_in_a_dump_of_no_code_is_no_instruction(run63) -> None:
+    """`{cuobjdump} -ltext {binary}` lists the binary's SASS sections by name, no part of code in
+    it: counted whole, its kernel named HMMA ("SASS text section 1 : x-HMMA.sm_90.elf.bin") met
+    `HMMA: 1` on an H200. A dump cuobjdump did not cut into parts, for a card that must run the
+    binary, holds a SASS name only as an opcode."""
+    r = run63[("ltext", H200)]
     assert r["outcome"] == "inspect-fail", (r["outcome"], r["reason"])
     assert json.loads(r["instruction_counts"]) == {"HMMA": 0}
 

@@ -185,11 +185,16 @@ def count_for_card(
     card's own is made by its driver, which the farm never sees) but in JIT: (the SASS of the
     node nvcc's compile of that PTX for the card, node/jit.py; or "" and why there is none),
     PTX names (wgmma.mma_async) count in the PTX the card compiles, where the inspect dumps PTX;
-    no code: nothing. Without a card (compile-only) or a dump cuobjdump cut into parts, the
-    whole dump counts."""
+    no code: nothing. Without a card (compile-only) the whole dump counts; so it does where
+    cuobjdump cut it into no parts of code, a SASS name there only as an opcode."""
     parts = dump_parts(disassembly)
-    if cc is None or not parts:
+    if cc is None:
         return Counted(count_instructions(disassembly, names), "counted over the whole dump (no card that must run it)")
+    if not parts:
+        # no part of code for a card that must run it (`{cuobjdump} -ltext` names sections): a SASS name
+        # counts as an opcode only (a kernel named HMMA, "x-HMMA.sm_90.elf.bin", met `HMMA: 1`)
+        counts = count_instructions(disassembly, names, sass=True)
+        return Counted(counts, "counted over the whole dump, which cuobjdump did not cut into parts of code")
     path = code_path_for(cc, elf, ptx)
     kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
     chosen = [text for k, arch, text in parts if k == kind and arch in archs]
