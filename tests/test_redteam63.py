@@ -1,9 +1,10 @@
 """Red-team round 63: the machine-code evidence behind a pass, after the node's compile of the PTX a card JITs.
 
 Binaries built by the real nvcc 13.0 and read by the real cuobjdump, run through the farm on real
-sshd nodes whose nvidia-smi is a stand-in (tests/nodes.py): a PTX name met by a `.pragma` string,
-round 58's finding back through an inspect that names cuobjdump by its path, and a compile of the
-PTX a card JITs whose dump lost a target."""
+sshd nodes whose nvidia-smi is a stand-in (tests/nodes.py): a PTX name met by a `.pragma` string;
+parts of cuobjdump's dump forged in a PTX string; round 58's finding back through an inspect that
+names cuobjdump by its path; a SASS name met by a name in x86 objdump's text or in a dump of no
+code; a compile of the PTX a card JITs whose text lost a target; stored passes of the old reading."""
 
 from __future__ import annotations
 
