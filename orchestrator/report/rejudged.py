@@ -27,7 +27,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
 from orchestrator.report.ledger import KernelLedger
-from orchestrator.run.machine_code import JIT_COUNTED
+from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES
 
 CellKey = tuple[str, str, str, str]
 
@@ -73,10 +73,18 @@ def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None, stage
     ran; since, in the node nvcc's compile of that PTX for the card (node/jit.py), which its
     inspect stage's detail (`stages`: the row's stage_details) says."""
     sass = sorted(n for n in instructions or {} if n[:1].isupper())
-    if code_path != "ptx-jit" or not sass:
+    ptx = sorted(n for n in instructions or {} if not n[:1].isupper())
+    if code_path != "ptx-jit" or not (sass or ptx):
         return None
     detail = str(((stages or {}).get("inspect") or {}).get("detail") or "")
-    if JIT_COUNTED in detail:
+    if ptx and PTX_OPCODES not in detail:
+        # before round 63 a PTX name counted as a word of the PTX: a kernel's `.pragma "mma.sync"` met it
+        return (
+            f"its {', '.join(ptx)} were counted as words of the PTX a CC {cc} card compiles at load (a "
+            "string or a comment of it met them); the farm now counts them as its statements' opcodes: "
+            "it certifies once it runs again"
+        )
+    if not sass or JIT_COUNTED in detail:
         return None
     return (
         f"its {', '.join(sass)} were counted in cubins a CC {cc} card does not run (it compiled the "

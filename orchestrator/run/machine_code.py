@@ -15,14 +15,34 @@ from orchestrator.config.capability import ComputeCapability
 _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w+[ \t]+)?([A-Z][\w.]*)", re.MULTILINE)
 
 
-def count_instructions(disassembly: str, names: list[str], sass: bool = False) -> dict[str, int]:
+# the kernel's own text in a PTX part: a string (which may hold newlines: ptxas only warns of
+# an unknown `.pragma`; a backslash is no escape in it, `"a\"` ends at its second quote, and read
+# as one a forged head after it was taken for cuobjdump's), a comment
+_PTX_QUOTED = re.compile(r'"[^"]*(?:"|\Z)|/\*.*?(?:\*/|\Z)|//[^\n]*', re.DOTALL)
+# a PTX statement's opcode, after its labels ("$L__BB0_1:") and its guard ("@%p1", "@!%p1");
+# a directive (".pragma") opens with a dot and is none
+_PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z][\w.]*)")
+
+
+def _ptx_opcodes(ptx: str) -> list[str]:
+    statements = re.split(r"[;{}\n]", _PTX_QUOTED.sub(" ", ptx))
+    return [m.group(1) for m in (_PTX_OPCODE.match(s.strip()) for s in statements) if m]
+
+
+def count_instructions(disassembly: str, names: list[str], sass: bool = False, ptx: bool = False) -> dict[str, int]:
     """Occurrences of each mnemonic ("HMMA" counts HMMA.16816.F32). In cuobjdump's SASS
     only opcodes count: a kernel named HGMMA (its `Function : HGMMA` line, a call to it)
-    met `instructions: {HGMMA: 1}` with no HGMMA in its code. Other disassemblers'
+    met `instructions: {HGMMA: 1}` with no HGMMA in its code. In PTX (`ptx`: a PTX part of
+    cuobjdump's dump) a PTX name counts as a statement's opcode only: `mma.sync: 1` was met by
+    a kernel's `.pragma "mma.sync"` (a red-team finding). Other disassemblers'
     text (the tests' objdump) is searched as a whole, for each name as a whole word."""
     opcodes = _SASS_OPCODE.findall(disassembly)
+    statements = _ptx_opcodes(disassembly) if ptx else []
     counts = {}
     for name in names:
+        if ptx and not name[:1].isupper():
+            counts[name] = sum(op == name or op.startswith(name + ".") for op in statements)
+            continue
         # `sass`: one cubin's part of the dump, read for opcodes even where it holds none (a cubin
         # of no code whose only function is named HGMMA)
         if (opcodes or sass) and name[:1].isupper():  # a SASS opcode's name; a PTX one (wgmma.mma_async) is searched
@@ -110,10 +130,34 @@ def dump_parts(disassembly: str) -> list[tuple[str, str, str]]:
     ]
     if not marks:
         marks = [(m.start(), "elf", m.group(1)) for m in _CUBIN_PART.finditer(disassembly)]
+    marks = _heads(disassembly, marks)
     ends = [at for at, _, _ in marks[1:]] + [len(disassembly)] * bool(marks)
     return [(kind, arch, disassembly[at:end]) for (at, kind, arch), end in zip(marks, ends, strict=True)]
 
 
+def _heads(disassembly: str, marks: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """The heads of cuobjdump's parts, not those inside a PTX part's string or comment: a
+    dump that prints the PTX (`-sass -ptx`) printed a kernel's `.pragma` string whose lines
+    were "Fatbin elf code:", "arch = sm_90" and a SASS line of HMMA, a cubin's part of its own
+    that an H200 was counted in (a red-team finding)."""
+    kept: list[tuple[int, str, str]] = []
+    quoted, span = None, None
+    for mark in marks:
+        if kept and kept[-1][1] == "ptx":
+            if quoted is None:  # the PTX part's strings and comments, read once and as far as needed
+                quoted = _PTX_QUOTED.finditer(disassembly, kept[-1][0])
+                span = next(quoted, None)
+            while span is not None and span.end() <= mark[0]:
+                span = next(quoted, None)
+            if span is not None and span.start() < mark[0]:
+                continue
+        kept.append(mark)
+        quoted = None
+    return kept
+
+
+# how an inspect detail says PTX names were counted as opcodes, not words (report/rejudged.py reads it)
+PTX_OPCODES = "PTX names count as the opcodes of that PTX's statements"
 # how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
 JIT_COUNTED = "counted in the node nvcc's compile"
 
@@ -141,11 +185,16 @@ def count_for_card(
     card's own is made by its driver, which the farm never sees) but in JIT: (the SASS of the
     node nvcc's compile of that PTX for the card, node/jit.py; or "" and why there is none),
     PTX names (wgmma.mma_async) count in the PTX the card compiles, where the inspect dumps PTX;
-    no code: nothing. Without a card (compile-only) or a dump cuobjdump cut into parts, the
-    whole dump counts."""
+    no code: nothing. Without a card (compile-only) the whole dump counts; so it does where
+    cuobjdump cut it into no parts of code, a SASS name there only as an opcode."""
     parts = dump_parts(disassembly)
-    if cc is None or not parts:
+    if cc is None:
         return Counted(count_instructions(disassembly, names), "counted over the whole dump (no card that must run it)")
+    if not parts:
+        # no part of code for a card that must run it (`{cuobjdump} -ltext` names sections): a SASS name
+        # counts as an opcode only (a kernel named HMMA, "x-HMMA.sm_90.elf.bin", met `HMMA: 1`)
+        counts = count_instructions(disassembly, names, sass=True)
+        return Counted(counts, "counted over the whole dump, which cuobjdump did not cut into parts of code")
     path = code_path_for(cc, elf, ptx)
     kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
     chosen = [text for k, arch, text in parts if k == kind and arch in archs]
@@ -155,12 +204,20 @@ def count_for_card(
         # card loads them all, so one arch's parts add up; between archs the card may take
         # either (sm_90 beside sm_90a), so the requirement must hold in each
         sums = [
-            _add([count_instructions(t, names, sass=kind == "elf") for k, a, t in parts if k == kind and a == arch])
+            _add(
+                [
+                    count_instructions(t, names, kind == "elf", kind == "ptx")
+                    for k, a, t in parts
+                    if k == kind and a == arch
+                ]
+            )
             for arch in archs
         ]
         counts = {name: min(c.get(name, 0) for c in sums) for name in names}
     sass, failed = jit or ("", "the node did not compile it")
-    compiled = _per_target(sass, names) if kind == "ptx" and sass else None
+    # what the node compiled each arch's PTX for (node/jit.py: arch-specific PTX for its own arch)
+    targets = sorted({a if a.endswith("a") else f"sm_{cc.major}{cc.minor}" for a in archs})
+    compiled = _per_target(sass, names, targets) if kind == "ptx" and sass else None
     if kind == "ptx":
         counts = {name: (compiled or {}).get(name, 0) if name[:1].isupper() else n for name, n in counts.items()}
     if path == "native":
@@ -172,7 +229,7 @@ def count_for_card(
             what += f"never dumped: SASS names {JIT_COUNTED} of that PTX for {_targets(sass)}"
         else:
             what += f"never dumped, so SASS names count nothing ({failed})"
-        what += "; PTX names count in that PTX"
+        what += f"; {PTX_OPCODES}"
     else:
         what = f"none of the binary's code loads on a CC {cc} card: nothing counted"
     if kind == "elf" and any(counts.values()):
@@ -185,10 +242,12 @@ def count_for_card(
     return Counted(counts, what)
 
 
-def _per_target(sass: str, names: list[str]) -> dict[str, int]:
+def _per_target(sass: str, names: list[str], targets: list[str]) -> dict[str, int]:
     """SASS names in the node's compile of the PTX a card JITs: its modules' cubins of one target
-    add up; where PTX of two archs was compiled (sm_90 and sm_90a), the requirement holds in each."""
-    by_target: dict[str, list[str]] = {}
+    add up; where PTX of two archs was compiled (sm_90 and sm_90a), the requirement holds in each
+    of the TARGETS, one missing from the text read back counting nothing (the sm_90 compile alone
+    met it where the sm_90a one was cut off at the frame's limit: a red-team finding)."""
+    by_target: dict[str, list[str]] = {target: [] for target in targets}
     for _, target, text in dump_parts(sass):
         by_target.setdefault(target, []).append(text)
     sums = [_add([count_instructions(t, names, sass=True) for t in texts]) for texts in by_target.values()]

@@ -7,6 +7,7 @@ import secrets
 import shlex
 
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
+from orchestrator.config.shell import lex, unquoted
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
@@ -26,6 +27,23 @@ SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 JIT_LIMIT = 120
 
 
+def reads_cuda(inspect: str) -> bool:
+    """Whether the inspect is cuobjdump's dump, `{cuobjdump}` or cuobjdump named by its path: its
+    instructions count in the code the card runs (machine_code.count_for_card), the binary's
+    targets listed by the farm's cuobjdump. Named by its path it was read as another
+    disassembler's text, counted whole: a T4 passed `HMMA: 1` on an sm_90 cubin it never loads
+    (round 58's finding back, by a red-team helper)."""
+    if "{cuobjdump}" in inspect:
+        return True
+    lexed = lex(inspect)
+    for command in [] if lexed.problem else lexed.commands:
+        program = command.program()
+        words = command.words[program[0] :] if program else []
+        if words and unquoted(words[0].text)[0].rsplit("/", 1)[-1] == "cuobjdump":
+            return True
+    return False
+
+
 class InspectStage(CellStages):
     """Reads the binary's machine code: the instructions it holds, the targets it carries."""
 
@@ -37,7 +55,7 @@ class InspectStage(CellStages):
         binary = shlex.quote(self.paths.private_binary)
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
         bdir = shlex.quote(self.paths.run_dir)
-        cuda = "{cuobjdump}" in self.variant.inspect
+        cuda = reads_cuda(self.variant.inspect)
         tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
         lists = (
             f"echo '@@farm elf'; {tool} --list-elf {binary} 2>&1; echo '@@farm ptx'; {tool} --list-ptx {binary} 2>&1; "
@@ -109,7 +127,7 @@ class InspectStage(CellStages):
         dump, jit_sass = state
         ev = self.result.evidence
         kit = self.paths.toolchain
-        cuda = "{cuobjdump}" in self.variant.inspect
+        cuda = reads_cuda(self.variant.inspect)
         altered = re.search(r"^@@farm toolkit-altered (\S+)$", text, re.M)
         if altered:
             raise InfraError(
@@ -157,7 +175,11 @@ class InspectStage(CellStages):
             counts, ev.counted_in = counted.counts, counted.where
             self._detail.append(counted.where)
         else:
-            counts = count_instructions(text, names)
+            # another disassembler's text (x86 objdump's) on a card that must run the binary: a SASS
+            # name counts as an opcode of SASS only (a host function named HMMA, `<HMMA>:`, met
+            # `HMMA: 1` with no GPU instruction seen: a red-team finding); other names as before
+            must_run = self.result.expectation.cc is not None and self.result.expectation.outcome is Outcome.PASS
+            counts = count_instructions(text, names, sass=must_run)
         self.result.instruction_counts = counts
         ev.missing_instructions = {
             name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
