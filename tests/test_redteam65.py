@@ -3,6 +3,7 @@ node names the farm turns into one report page, and hosts written as ssh_config 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_one_card_under_two_node_names_is_run_and_certified_once(
     refused = [r for r in found if r["node"] == other]
     assert len(refused) == 3 and all(r["outcome"] == "infra-error" for r in refused), refused
     for r in refused:
-        assert CARDS["t4"].uuid(0) in r["reason"] and repr(runner) in r["reason"], r["reason"]
+        assert t4.cards[0].uuid(0) in r["reason"] and repr(runner) in r["reason"], r["reason"]
     spans = spans_of(log)
     assert sum(len(v) for v in spans.values()) == 3, spans
     for intervals in spans.values():
@@ -150,8 +151,9 @@ def test_one_card_behind_two_sshds_in_two_worker_processes_is_run_once(make_farm
     of the other's could be seen. Claims are made in the parent: one name runs the card."""
     fleet = Fleet(tmp_path / "fleet")
     try:
-        first = fleet.add("port-a", CARDS["t4"])
-        second = fleet.add("port-b", CARDS["t4"])  # the same card: the same UUID
+        same = dataclasses.replace(CARDS["t4"], salt="one machine")  # the same card: the same UUID
+        first = fleet.add("port-a", same)
+        second = fleet.add("port-b", same)
         nodes = {"a": first.farm_entry(tmp_path / "work-a"), "b": second.farm_entry(tmp_path / "work-b")}
         variants = {"v": standin_variant("PASS", MIN75, "MIN_CC=75")}
         config = make_farm(tmp_path / "farm", nodes, [standin_job("standin", variants)], processes=2)
@@ -164,7 +166,7 @@ def test_one_card_behind_two_sshds_in_two_worker_processes_is_run_once(make_farm
     }
     assert sorted(o for o, _ in by_node.values()) == ["infra-error", "pass"], by_node
     (refused,) = [why for o, why in by_node.values() if o == "infra-error"]
-    assert CARDS["t4"].uuid(0) in refused and "card too" in refused, refused
+    assert same.uuid(0) in refused and "card too" in refused, refused
 
 
 FARM_YAML = """\
