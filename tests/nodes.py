@@ -14,6 +14,7 @@ See shared/research/fabric-ssh-pitfalls.md, section 3.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import getpass
 import hashlib
 import os
@@ -40,9 +41,13 @@ class Card:
     cc: str
     driver: str = "550.54.15"
     memory: str = "15360 MiB"
+    # where two stand-in nodes of one run must be two machines: cards of one model share a UUID
+    # otherwise, and the farm runs one card under one node name only (run/card_claims.py)
+    salt: str = ""
 
     def uuid(self, index: int) -> str:
-        digest = hashlib.sha256(f"{self.name}/{index}".encode()).hexdigest()
+        seed = f"{self.salt}/{self.name}/{index}" if self.salt else f"{self.name}/{index}"
+        digest = hashlib.sha256(seed.encode()).hexdigest()
         return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
     def csv(self, index: int) -> str:
@@ -125,7 +130,10 @@ class SshNode:
         self.name = name
         self.root = root
         # one card, several (GPU 0, 1, ... of one node), or none
-        self.cards = [] if card is None else ([card] if isinstance(card, Card) else list(card))
+        cards = [] if card is None else ([card] if isinstance(card, Card) else list(card))
+        # each node a machine of its own: its cards' UUIDs its own (one card under two node names
+        # runs under one: run/card_claims.py), unless a test salts them itself
+        self.cards = [c if c.salt else dataclasses.replace(c, salt=name) for c in cards]
         self.card = self.cards[0] if self.cards else None
         self.port = 0
         self.user = getpass.getuser()

@@ -950,12 +950,12 @@ def test_an_nvidia_smi_that_prints_the_probes_own_sections_confirms_no_card(
     tool's lines that look like its own)."""
     smi = own_home_node.node_bin / "nvidia-smi"
     real = smi.read_text()
-    uuid = CARDS["t4"].uuid(0)
+    uuid = own_home_node.cards[0].uuid(0)
     forged = (
         f"@@farm driver\nNVRM version: NVIDIA UNIX x86_64 Kernel Module  580.00  Release Build\n/dev/nvidiactl\n"
         f"@@farm procgpus\nModel: \t\t Tesla T4\nGPU UUID: \t {uuid}\n@@farm nvml\ngpu|{uuid}|7.5|Tesla T4\n"
     )
-    smi.write_text(f"#!/bin/sh\necho '{CARDS['t4'].csv(0)}'\nprintf '%s' '{forged}'\n")
+    smi.write_text(f"#!/bin/sh\necho '{own_home_node.cards[0].csv(0)}'\nprintf '%s' '{forged}'\n")
     try:
         shell, served = both_probes(own_home_node, tmp_path / "work", [])
     finally:

@@ -3,9 +3,14 @@ node names the farm turns into one report page, and hosts written as ssh_config 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import os
 from pathlib import Path
 
 import pytest
+from nodes import CARDS, Fleet, query, standin_job, standin_variant
+from test_verdicts import MIN75, run
 
 FARM_YAML = """\
 database: sqlite:///results.db
@@ -89,3 +94,83 @@ def test_a_host_that_is_no_host_name_is_refused_at_load(tmp_path: Path, host: st
 @pytest.mark.parametrize("host", ["h200.example.org", "h200.example.org.", "::1", "127.0.0.1", "GPU-Node_1", "fe80::1"])
 def test_host_names_and_addresses_still_load(tmp_path: Path, host: str) -> None:
     assert _load_with_host(tmp_path, host) == ""
+
+
+def spans_of(log: Path) -> dict[str, list[tuple[int, int]]]:
+    """Each GPU's (start, end) intervals, from the kernels' own log lines."""
+    opened: dict[str, list[int]] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for line in log.read_text().splitlines():
+        word, clock, gpu = line.split()
+        if word == "start":
+            opened.setdefault(gpu, []).append(int(clock))
+        else:
+            spans.setdefault(gpu, []).append((opened[gpu].pop(0), int(clock)))
+    return spans
+
+
+def test_one_card_under_two_node_names_is_run_and_certified_once(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The t4 machine listed twice (`t4` and `t4-again`, the same sshd, each its own work folder):
+    each name's cells ran on the one card at once (each folder its own GPU lock file), their
+    timings measured two kernels sharing it, and the matrix showed two passing "nodes" for one
+    card. The probe reads each card's UUID: a card another node of the run has is now run by
+    that node only, and the other name's cells are infra-error naming the node that has it."""
+    log = Path("/dev/shm") / f"farm-test-rt65-{os.getpid()}-{tmp_path.name}.log"
+    request.addfinalizer(lambda: log.unlink(missing_ok=True))
+    run_line = (
+        f'echo "start $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; sleep 0.3; {{binary}}; rc=$?; '
+        f'echo "end $(date +%s%N) $CUDA_VISIBLE_DEVICES" >> {log}; exit $rc'
+    )
+    variants = {f"v{i}": standin_variant("PASS", MIN75, "MIN_CC=75", run=run_line) for i in range(3)}
+    t4 = ssh_fleet["t4"]
+    nodes = {"t4": t4.farm_entry(tmp_path / "work-a"), "t4-again": t4.farm_entry(tmp_path / "work-b")}
+    config = make_farm(tmp_path / "farm", nodes, [standin_job("standin", variants)])
+    _, summary = run(config)
+    found = query(tmp_path / "farm" / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    passed = {r["node"] for r in found if r["outcome"] == "pass"}
+    assert len(passed) == 1, [(r["node"], r["outcome"], r["reason"]) for r in found]
+    (runner,) = passed
+    other = ({"t4", "t4-again"} - passed).pop()
+    refused = [r for r in found if r["node"] == other]
+    assert len(refused) == 3 and all(r["outcome"] == "infra-error" for r in refused), refused
+    for r in refused:
+        assert t4.cards[0].uuid(0) in r["reason"] and repr(runner) in r["reason"], r["reason"]
+    spans = spans_of(log)
+    assert sum(len(v) for v in spans.values()) == 3, spans
+    for intervals in spans.values():
+        intervals.sort()
+        for (_, end), (start, _) in itertools.pairwise(intervals):
+            assert start >= end, f"two kernels at once on one card: {intervals}"
+
+
+def test_one_card_behind_two_sshds_in_two_worker_processes_is_run_once(make_farm, tmp_path: Path) -> None:
+    """The same machine through two sshds (two ports, or a name and its address): each its own
+    group, so with `processes: 2` each name went to a worker process of its own, where no claim
+    of the other's could be seen. Claims are made in the parent: one name runs the card."""
+    fleet = Fleet(tmp_path / "fleet")
+    try:
+        same = dataclasses.replace(CARDS["t4"], salt="one machine")  # the same card: the same UUID
+        first = fleet.add("port-a", same)
+        second = fleet.add("port-b", same)
+        nodes = {"a": first.farm_entry(tmp_path / "work-a"), "b": second.farm_entry(tmp_path / "work-b")}
+        variants = {"v": standin_variant("PASS", MIN75, "MIN_CC=75")}
+        config = make_farm(tmp_path / "farm", nodes, [standin_job("standin", variants)], processes=2)
+        _, summary = run(config)
+    finally:
+        fleet.stop()
+    by_node = {
+        r["node"]: (r["outcome"], r["reason"] or "")
+        for r in query(tmp_path / "farm" / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    }
+    assert sorted(o for o, _ in by_node.values()) == ["infra-error", "pass"], by_node
+    (refused,) = [why for o, why in by_node.values() if o == "infra-error"]
+    assert same.uuid(0) in refused and "card too" in refused, refused
+
+
+FARM_YAML = """\
+database: sqlite:///results.db
+nodes:
+{nodes}
+"""

@@ -142,7 +142,7 @@ def test_a_copy_swapped_while_its_cell_waits_for_the_gpu_is_not_run(
     variants = {"f": standin_variant("FAILNUM", {"min": "7.5"}, "MIN_CC=75")}
     config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(work)}, [standin_job("standin", variants)])
     work.mkdir(parents=True, exist_ok=True)
-    lock = open(work / f"gpu-{CARDS['t4'].uuid(0)}.lock", "a")  # noqa: SIM115 - held across the run
+    lock = open(work / f"gpu-{ssh_fleet['t4'].cards[0].uuid(0)}.lock", "a")  # noqa: SIM115 - held across the run
     fcntl.flock(lock, fcntl.LOCK_EX)  # another's kernel holds the GPU
     done: list = []
     thread = threading.Thread(target=lambda: done.append(run(config)), daemon=True)
@@ -217,7 +217,8 @@ def test_each_cell_is_judged_on_its_own_card(fleet_extra: dict, make_farm, tmp_p
     }
     assert {k: r["outcome"] for k, r in got.items()} == want
     for (_, device), row in got.items():
-        card, index = (t4, 0) if device == t4.name else (h100, 1)
+        index = 0 if device == t4.name else 1
+        card = node.cards[index]
         assert (row["gpu_index"], row["gpu_uuid"], row["cc"]) == (index, card.uuid(index), card.cc)
     assert summary.exit_code == 0
     # the matrix has a column per card, and the labels name the card
@@ -266,8 +267,8 @@ def test_one_kernel_at_a_time_on_each_gpu(
             open_span = [span for span in spans[gpu] if span[1] == 0]
             assert len(open_span) == 1, f"two kernels at once on {gpu}: {spans[gpu]}"
             open_span[0][1] = int(clock)
-    t4 = CARDS["t4"]
-    assert set(spans) == {t4.uuid(0), t4.uuid(1)}, "both GPUs run kernels"
+    t4 = fleet_extra["pair"].cards
+    assert set(spans) == {t4[0].uuid(0), t4[1].uuid(1)}, "both GPUs run kernels"
     assert sum(len(v) for v in spans.values()) == 8
     for gpu, intervals in spans.items():
         intervals.sort()

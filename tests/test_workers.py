@@ -41,15 +41,18 @@ VARIANTS = {
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     fleet = Fleet(tmp_path_factory.mktemp("workers"))
     for name in ("w0", "w1", "w2"):
-        fleet.add(name, CARDS["t4"])
+        # three machines, three cards (a UUID each); w0's second card is w0b's (farm_file)
+        fleet.add(name, [CARDS["t4"]] * (2 if name == "w0" else 1))
     yield fleet
     fleet.stop()
 
 
 def farm_file(fleet: Fleet, root: Path, processes: object, variants: dict | None = None, **keys: object) -> Path:
-    """Four farm nodes on three sshds: w0 and w0b share w0's sshd."""
+    """Four farm nodes on three sshds: w0 and w0b share w0's sshd, each with a card of its own
+    (one card under two node names runs under one only: run/card_claims.py)."""
     nodes = {name: fleet[name].farm_entry(root / f"work-{name}") for name in ("w0", "w1", "w2")}
-    nodes["w0b"] = fleet["w0"].farm_entry(root / "work-w0b")
+    nodes["w0b"] = {**fleet["w0"].farm_entry(root / "work-w0b"), "gpus": [1]}
+    nodes["w0"]["gpus"] = [0]
     return write_farm(root, nodes, [standin_job("standin", variants or VARIANTS)], processes=processes, **keys)
 
 

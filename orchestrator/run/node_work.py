@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shlex
 import sys
@@ -19,6 +20,7 @@ from orchestrator.errors import FarmError, InfraError, NodeUnusable, StoreError
 from orchestrator.plan import Cell, expect
 from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
+from orchestrator.run.card_claims import CardClaims, RemoteCardClaims, claimant, refusal
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background, node_devices
@@ -38,6 +40,8 @@ class NodeWork:
     """FarmRun's part per node (scheduler.py): connect, probe and stage it, retrying what the
     node's trouble failed, then give its cells to their pipelines (CellWork); a bug on one
     node stays with that node."""
+
+    cards: CardClaims | RemoteCardClaims  # which node of the run has each GPU (card_claims.py)
 
     # per node ------------------------------------------------------------------
     def run_nodes(self, by_node: dict[str, list[Cell]]) -> None:
@@ -122,6 +126,16 @@ class NodeWork:
         try:
             self._when_begun()  # no cell starts before the run is stored
             health.succeeded()
+            devices, slots = node_devices(setup, snapshot)
+            if setup.pins_gpus and snapshot.gpus:  # Slurm places its jobs: no card is known ahead
+                taken = self.cards.claim(claimant(name, node), [g.uuid for g in snapshot.gpus])
+                kept = tuple(g for g in snapshot.gpus if g.uuid not in taken)
+                if not kept:  # every card is another node's: none of this name's cells runs
+                    why = "; ".join(refusal(g, taken[g.uuid]) for g in snapshot.gpus)
+                    self._node_failed(name, cells, snapshot, "probe", why, records)
+                    return
+                if taken:  # the node's other cards run its cells
+                    devices, slots = node_devices(setup, dataclasses.replace(snapshot, gpus=kept))
             probe_seconds = records[0].seconds
             stage_seconds = records[1].seconds
 
@@ -133,7 +147,7 @@ class NodeWork:
             # fleet every node's writes queue at the one process that writes the database
             stored = in_background(store_node, f"{name}-records")
             self.listener.node_ready(name, snapshot, None)
-            devices, slots = self._machine_slots(node, snapshot, *node_devices(setup, snapshot))
+            devices, slots = self._machine_slots(node, snapshot, devices, slots)
             context = NodeContext(
                 stage_record=records[1],
                 snapshot=snapshot,

@@ -43,6 +43,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.plan import Cell, expect
 from orchestrator.revisions import farm_commit
 from orchestrator.run import bundle, workers
+from orchestrator.run.card_claims import CardClaims
 from orchestrator.run.cell import CellResult
 from orchestrator.run.cell_work import CELL_ENV, CellWork
 from orchestrator.run.node_context import declared_snapshot, default_cache_dir
@@ -86,6 +87,7 @@ class FarmRun(NodeWork, CellWork):
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
         self._begin_failed = False  # storing the run failed: its nodes store nothing
         self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its GPUs' queues, shared by its columns
+        self.cards = CardClaims()  # a worker's claims are made in its parent's (workers.py)
 
     # stopping (stopping.py) -----------------------------------------------
     @property

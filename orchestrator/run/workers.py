@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import FarmError, StoreError
+from orchestrator.run.card_claims import RemoteCardClaims
 
 if TYPE_CHECKING:
     from orchestrator.config.farm import Farm
@@ -190,6 +191,7 @@ def worker_main(
     run.token = token
     run.cells_from = f"w{index}."  # its cells' markers differ from every other worker's: a reap kills its own
     run.summary = RunSummary(run_id=0)
+    run.cards = RemoteCardClaims(caller)
 
     def read() -> None:
         try:
@@ -291,9 +293,12 @@ class Workers:
                 if kind == "call":
                     _, ident, target, method, args, kwargs = message
                     try:
-                        if target != "store" or method not in STORE_CALLS:
+                        if (target, method) == ("cards", "claim"):  # one card, one node: card_claims.py
+                            value = run.cards.claim(*args, **kwargs)
+                        elif target != "store" or method not in STORE_CALLS:
                             raise StoreError(f"a worker asked for {target}.{method}, which it may not")
-                        value = getattr(run.store, method)(*args, **kwargs)
+                        else:
+                            value = getattr(run.store, method)(*args, **kwargs)
                         if method == "add_result":  # stored: the worker may die before it says so
                             record = args[0]
                             run.stored_result(record.node, record.kernel, record.variant, record.device)
