@@ -9,13 +9,14 @@ then checks that nothing is shipped and unchanged cells are not rebuilt.
 Nodes of the farm (several may share one sshd):
 
     t4, a100, h100, nogpu   their own sshd, stand-in card (or none)
-    drift     t4's sshd, but farm.yaml declares CC 8.0 (an A100): probe drift
+    drift     a T4 machine of its own, but farm.yaml declares CC 8.0 (an A100): probe drift
+              (on t4's sshd it would be one card under two names, run under one: card_claims.py)
     down      a port where sshd was stopped
     frozen    an sshd that is SIGSTOPped: TCP connects, no banner ever comes
     stranger  a100's sshd with a known_hosts that lacks a100's key
     impostor  h100's sshd with a known_hosts holding another key for it
     nonvcc    a100's sshd, with an nvcc path that does not exist
-    spaced    h100's sshd, with a work folder whose path has a space
+    spaced    an H100 machine of its own, with a work folder whose path has a space
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from nodes import Fleet, processes_matching, query, standin_job, standin_variant
+from nodes import CARDS, Fleet, processes_matching, query, standin_job, standin_variant
 
 from orchestrator.config.farm import Farm, load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
@@ -124,7 +125,7 @@ class FarmRunResult:
         return self.root / f"work-{node}"
 
     def port(self, node: str) -> int:
-        host = {"drift": "t4", "stranger": "a100", "impostor": "h100", "nonvcc": "a100"}
+        host = {"drift": "pipeline-drift", "stranger": "a100", "impostor": "h100", "nonvcc": "a100"}
         return self.fleet[host.get(node, node)].port
 
 
@@ -191,18 +192,23 @@ def first_run(
     def wd(node: str) -> Path:
         return root / f"work-{node}"
 
+    # machines of their own: a card reached under two node names runs under one (run/card_claims.py)
+    for machine, card in (("pipeline-drift", CARDS["t4"]), ("pipeline-spaced", CARDS["h100"])):
+        if machine not in fleet.nodes:
+            fleet.add(machine, card)
+
     nodes = {
         "t4": fleet["t4"].farm_entry(wd("t4")),
         "a100": fleet["a100"].farm_entry(wd("a100")),
         "h100": fleet["h100"].farm_entry(wd("h100")),
         "nogpu": fleet["nogpu"].farm_entry(wd("nogpu")),
-        "drift": fleet["t4"].farm_entry(wd("drift"), gpu="NVIDIA A100-SXM4-40GB", cc="8.0"),
+        "drift": fleet["pipeline-drift"].farm_entry(wd("drift"), gpu="NVIDIA A100-SXM4-40GB", cc="8.0"),
         "down": fleet["down"].farm_entry(wd("down"), connect_timeout=5),
         "stranger": fleet["a100"].farm_entry(wd("stranger"), known_hosts=str(stranger_hosts)),
         "impostor": fleet["h100"].farm_entry(wd("impostor"), known_hosts=str(impostor_hosts)),
         "frozen": fleet["frozen"].farm_entry(wd("frozen"), connect_timeout=2),
         "nonvcc": fleet["a100"].farm_entry(wd("nonvcc"), nvcc="/usr/local/bin/no-such-nvcc"),
-        "spaced": fleet["h100"].farm_entry(root / "work spaced"),
+        "spaced": fleet["pipeline-spaced"].farm_entry(root / "work spaced"),
     }
     farm = load_farm(make_farm(root, nodes, [standin_job(KERNEL, VARIANTS)]))
     assert farm.database_url == f"sqlite:///{root / 'results.db'}"

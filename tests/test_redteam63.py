@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,7 +74,13 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
     cards = [Card(H200, "9.0", driver="580.95.05"), Card(T4, "7.5", driver="580.95.05")]
     node = ssh_fleet.add(f"rt63-{tmp_path.name[-12:]}", cards)
     source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
-    tool = str(cuobjdump())
+    # its path outside /tmp, as a node's toolkit is (a disassembler under /tmp is refused at load:
+    # stage_commands.py); a CI checkout, its virtual environment with it, may itself be under /tmp
+    outside = Path.home() / ".cache" / "farm-tests" / f"cuda-bin-{os.getpid()}"
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    if not outside.is_symlink():
+        outside.symlink_to(cuobjdump().parent)
+    tool = str(outside / "cuobjdump")
     min80, min75 = {"cc": {"min": "8.0"}}, {"cc": {"min": "7.5"}}
     variants = {
         "pragma": {"build": SM80, "inspect": PTX_DUMP, **min80, "instructions": {"mma.sync": 1}},
@@ -132,6 +139,7 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
             store.close()
     finally:
         node.stop()
+        outside.unlink(missing_ok=True)
     yield rows(tmp_path / "results.db", summary.run_id)
 
 

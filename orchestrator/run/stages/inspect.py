@@ -13,7 +13,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.jit_shell import jit_script
+from orchestrator.run.stages.jit_shell import jit_script, lists_kept
 from orchestrator.run.trips import Trip
 
 INSPECT_TIMEOUT = 300.0
@@ -74,7 +74,7 @@ class InspectStage(CellStages):
         )
         jit = self._jit_spec(cuda)
         if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
-            lists += jit_script(jit, self.cuobjdump, binary)
+            lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
         script = (
             f"{kit_shell}cd {bdir} && "
             f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "

@@ -30,8 +30,16 @@ END { if (native) exit; for (a in arch) if (arch[a] == best) print a }
 """
 
 
+def lists_kept(tool: str, binary: str) -> str:
+    """The inspect's lists as its shell prints them, kept in `$jle` and `$jlp` for jit_script."""
+    return (
+        f"jle=$({tool} --list-elf {binary} 2>&1); echo '@@farm elf'; printf '%s\\n' \"$jle\"; "
+        f"jlp=$({tool} --list-ptx {binary} 2>&1); echo '@@farm ptx'; printf '%s\\n' \"$jlp\"; "
+    )
+
+
 def jit_script(jit: dict[str, object], cuobjdump: str, binary: str) -> str:
-    """Shell, after the inspect's lists, that compiles the PTX the card JITs into the jit folder's
+    """Shell, after the inspect's lists (lists_kept), that compiles the PTX the card JITs into the jit folder's
     sass.txt and says `@@farm jit ARCH TARGET rc=0` per module or `@@farm jit-failed WHY`."""
     q = shlex.quote
     card, folder, limit = int(str(jit["card"])), str(jit["folder"]), int(str(jit["limit"]))
@@ -39,8 +47,9 @@ def jit_script(jit: dict[str, object], cuobjdump: str, binary: str) -> str:
     cut = f"{tool} {q(cuobjdump)}"
     said = 'echo "$jo" | tr -s "[:space:]" " " | tail -c 300'
     return (
-        f"jp=$({{ {cut} --list-elf {binary}; echo @@ptx; {cut} --list-ptx {binary}; }} 2>/dev/null "
-        f"| awk -v card={card} {q(PICK_AWK)}); "
+        # the lists the inspect took (`$jle`, `$jlp`: lists_kept), not taken again: a cuobjdump that
+        # hangs on them cost the cell its lists' limit twice more (a review's finding)
+        f'jp=$(printf \'%s\n@@ptx\n%s\n\' "$jle" "$jlp" | awk -v card={card} {q(PICK_AWK)}); '
         'if [ -n "$jp" ]; then '
         f"jd={q(folder)}; ji=0; jf=; "
         f'if ! mkdir -m 700 "$jd" 2>/dev/null; then echo "@@farm jit-failed the folder for it: it could not be made"; '
