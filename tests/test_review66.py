@@ -65,3 +65,36 @@ def test_a_card_whose_nvidia_smi_hangs_after_a_failed_run_is_lost_not_the_kernel
     # and where each query answers at its bound, the look's own timeout outlasts them all
     bound = getattr(probe, "TOOL_SECONDS", 50) + getattr(probe, "TOOL_GRACE", 5)
     assert shell.timeouts[0] > (1 + getattr(gpu_state, "STATE_CALLS", 2)) * bound
+
+
+def test_the_shells_toolchain_check_reads_a_compiler_in_a_folder_with_a_space_as_python_does(tmp_path: Path) -> None:
+    """The build's check that the toolchain is still the probe's, in the shell scripts (nodes without
+    python3, Slurm), stat'ed every compiler it found in one unquoted `stat $tc`: a gcc in a folder
+    whose name holds a space ("/opt/gnu tools/bin", a WSL node's "/mnt/c/Program Files/...") was two
+    words, neither a file, and every build of the node was infra-error ("the toolchain ... changed
+    on the node since its probe") though nothing changed; the python runner's check (node/drift.py)
+    read the same node as unchanged."""
+    from orchestrator.run import noderunner
+    from orchestrator.run.stages.build_tools import toolchain_script
+
+    drifted, file_identity = noderunner.drifted, noderunner.file_identity
+
+    folder = tmp_path / "gnu tools" / "bin"
+    folder.mkdir(parents=True)
+    (folder / "gcc").write_text("#!/bin/sh\nexit 0\n")
+    (folder / "gcc").chmod(0o755)
+    path = f"{folder}:/usr/bin:/bin"
+    checks = {
+        "files": [["gcc", "gcc", file_identity(str(folder / "gcc"))], ["nvcc-x", "nvcc-x", ""]],
+        "env": [["CPATH", None]],
+    }
+    assert drifted(checks, {"PATH": path}) == []  # the python runner: unchanged
+    script = f'bad=; {toolchain_script(checks)}echo "bad=$bad"'
+    said = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env={"PATH": path}, check=False)
+    assert "toolchain-changed" not in said.stdout and "bad=\n" in said.stdout, said.stdout
+    # and a compiler replaced there is still seen
+    (folder / "gcc").unlink()
+    (folder / "gcc").write_text("#!/bin/sh\nexit 10\n")  # another size: the same second, maybe inode
+    (folder / "gcc").chmod(0o755)
+    said = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env={"PATH": path}, check=False)
+    assert "@@farm toolchain-changed compilers" in said.stdout, said.stdout
