@@ -34,13 +34,19 @@ BAD_FIELD = re.compile(r"\[(?:GPU requires reset|GPU is lost|Unknown Error)\]")
 def state_sh(uuid: str, tool: str, workdir: str) -> str:
     """The shell that prints the card's state and the processes holding cards, each after its
     mark, bounded (`tool`: the probe's timeout around nvidia-smi), with the real path of the
-    work folder (nvidia-smi names a process by its executable's real path)."""
+    work folder (nvidia-smi names a process by its executable's real path). Asked only where the
+    card's row query before it ($rc) answered: after a hung one (a card lost off the bus hangs
+    nvidia-smi) two more hangs outlasted the look's own timeout, and the lost card read as nothing,
+    the kernel `fail` (review round 66)."""
     return (
-        f"; echo {STATE_MARK}; {tool} nvidia-smi --query-gpu={STATE_QUERY} --format=csv,noheader "
-        f"-i {shlex.quote(uuid)} 2>/dev/null | head -c 500; echo; echo {APPS_MARK}; "
+        f'; if [ "$rc" = 0 ]; then echo {STATE_MARK}; {tool} nvidia-smi --query-gpu={STATE_QUERY} '
+        f"--format=csv,noheader -i {shlex.quote(uuid)} 2>/dev/null | head -c 500; echo; echo {APPS_MARK}; "
         f'echo "{WORKDIR_MARK} $(cd {shlex.quote(workdir)} 2>/dev/null && pwd -P)"; '
-        f"{tool} nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv,noheader 2>/dev/null | head -c 4000"
+        f"{tool} nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv,noheader 2>/dev/null | head -c 4000; fi"
     )
+
+
+STATE_CALLS = 2  # the nvidia-smi calls of state_sh, each bounded by the probe's TOOL
 
 
 def split_answer(answer: str) -> tuple[str, str, str]:

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 RUNNER_SOURCE = SOURCE  # the node runner, as it is shipped (run/node/)
 PACKED = base64.b64encode(zlib.compress(RUNNER_SOURCE, 9)).decode()  # as the shell probe's python3 gets it
 PROBE_TIMEOUT = 60.0
-# nvidia-smi and nvcc --version in the shell probe, as the python runner bounds them (noderunner.
-# PROBE_TOOL_TIMEOUT): a hung nvidia-smi held the probe to the 660 s deadline, and outlived it (rc 124)
-TOOL = "timeout -k 5 50"
+# nvidia-smi, nvcc --version bounded as noderunner.PROBE_TOOL_TIMEOUT: a hung one outlived the 660 s deadline
+TOOL_SECONDS, TOOL_GRACE = 50, 5
+TOOL = f"timeout -k {TOOL_GRACE} {TOOL_SECONDS}"
 
 
 def free_inodes_sh(folder: str) -> str:

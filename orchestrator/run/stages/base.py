@@ -117,8 +117,11 @@ class CellStages(CellTrips):
                 'printf "%s\\n" "$said" | head -c 2000; echo; echo "rc=$rc"'
                 + gpu_state.state_sh(gpu.uuid, probe.TOOL, self.snapshot.workdir)
             )
+        # the df and, for a card, every nvidia-smi it may ask, each to its own bound: a look cut off
+        # by its own timeout says nothing, and a lost card (whose nvidia-smi hangs) failed the kernel
+        calls = 1 + gpu_state.STATE_CALLS if gpu is not None else 0
         try:
-            said = self.t.run(command, timeout=60).stdout
+            said = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE)).stdout
         except InfraError:
             return "", "", ""
         room, _, answer = said.partition("@@farm-gpu\n")

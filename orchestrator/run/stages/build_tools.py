@@ -44,9 +44,10 @@ def toolchain_script(checks: dict[str, Any] | None) -> str:
         return ""
     names = " ".join(shlex.quote(name) for _, name, _ in checks["files"])
     expected = "\n".join(seen for _, _, seen in checks["files"] if seen)
+    # each one stat'ed by its own quoted path: one `stat $tc` split a folder's name holding a space
+    # ("/opt/gnu tools/bin/gcc") into words, no file, and every build of the node was infra-error
     parts = [
-        f'tc=$(for c in {names}; do command -v "$c"; done 2>/dev/null); '
-        f"tc=$(stat -Lc '%s %Y %i %Z' $tc 2>/dev/null); "
+        f'tc=$(for c in {names}; do p=$(command -v "$c") && stat -Lc \'%s %Y %i %Z\' "$p"; done 2>/dev/null); '
         f'[ "$tc" = {shlex.quote(expected)} ] || {{ echo "@@farm toolchain-changed compilers"; bad=1; }}'
     ]
     for name, seen in checks["env"]:
