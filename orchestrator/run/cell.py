@@ -139,7 +139,8 @@ def cell_paths(
         # nvcc's whole --version (its build, not only its release) and the host compilers' files: an
         # nvcc or gcc replaced under the same release number builds another binary
         snapshot.nvcc_output,
-        snapshot.compilers,
+        # but cuobjdump's file, which builds nothing (checked around each inspect instead)
+        "\n".join(line for line in snapshot.compilers.splitlines() if not line.startswith("cuobjdump-file ")),
     ]
     if env:
         # the node's env (farm.yaml), under which every build runs: nvcc reads NVCC_APPEND_FLAGS and

@@ -29,6 +29,7 @@ from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import NodeUnusable, SessionLost
 from orchestrator.run.driver_check import GPU_QUERY, NVML_QUERY, cross_check, driver_devices, proc_models, smi_gpus
 from orchestrator.run.node import SOURCE
+from orchestrator.run.probe_toolkit import node_cuobjdump, toolkit_sh
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import Transport, login_shell
 from orchestrator.transport.base import Deadline
@@ -54,7 +55,6 @@ def free_inodes_sh(folder: str) -> str:
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
-NVCC_SETUP = ("-dryrun", "-x", "cu", "-E", "/dev/null")  # noderunner.NVCC_SETUP: nvcc's set-up, keyed
 # the compilers' variables the login sets, keyed as the compilers are (noderunner.BUILD_ENV)
 BUILD_ENV = (
     "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
@@ -188,17 +188,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             # the compilers' variables the login sets, as noderunner.compilers lists them: in hex (od)
             f'for v in {" ".join(BUILD_ENV)}; do eval "s=\\${{$v+1}} x=\\${{$v-}}"; [ -n "$s" ] && '
             'printf \'env %s %s\\n\' "$v" "$(printf %s "$x" | od -An -v -tx1 | tr -d \' \\n\')"; done 2>/dev/null',
-            *(
-                []
-                if node.pypi_toolchain  # its tree is shipped, by content
-                else [
-                    # nvcc's file (checked after each build: node/drift.py) and set-up, as noderunner.probe says
-                    f'p=$(command -v {nvcc}) && r=$(readlink -f "$p") && s=$(stat -Lc \'%s %Y %i %Z\' "$r") && '
-                    'echo "nvcc-file $r $s"',
-                    f"o=$({TOOL} {nvcc} {' '.join(NVCC_SETUP)} 2>&1) && "
-                    "printf 'nvcc-setup %s\\n' \"$(printf '%s\\n' \"$o\" | sha256sum | cut -c1-64)\"",
-                ]
-            ),
+            *toolkit_sh(node, TOOL),  # nvcc's file, set-up and tools, cuobjdump's file
             "wait",
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',
@@ -360,6 +350,7 @@ def probe_plan(node: NodeSpec, folders: Sequence[str] = (), offered: Mapping[int
     spec = {
         "workdir": node.workdir,
         "nvcc": None if node.pypi_toolchain else node.nvcc,
+        "cuobjdump": node_cuobjdump(node),
         "folders": list(folders),
         "place": dict(offered or {}),
         "gpu_query": GPU_QUERY,

@@ -65,3 +65,13 @@ def drifted(tools, env):
         return []
     changed = [label for label, name, seen in tools["files"] if file_identity(_found(name, env)) != seen]
     return changed + ["env:" + name for name, seen in tools["env"] if env.get(name) != seen]
+
+
+def tool_changed(out, tool, env):
+    """Whether TOOL ([NAME, the probe's identity of its file], or None) is another file now, as the
+    inspect's shell finds it (said on OUT): a cuobjdump replaced since the probe reads the binary
+    unchecked (red-team round 67). One stat, no process."""
+    if tool is None or file_identity(_found(tool[0], env)) == tool[1]:
+        return False
+    out.say("@@farm toolchain-changed cuobjdump")
+    return True

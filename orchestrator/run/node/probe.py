@@ -76,9 +76,10 @@ def compilers():
     return lines
 
 
-def nvcc_file(nvcc):
-    """`nvcc-file FILE SIZE MTIME INODE CTIME` of the configured nvcc (a name on the login's PATH, or
-    a path), as a compiler's line: in the build key, and checked again after each build (drift.py)."""
+def nvcc_file(nvcc, label="nvcc-file"):
+    """`LABEL FILE SIZE MTIME INODE CTIME` of the configured nvcc (or cuobjdump: a name on the
+    login's PATH, or a path), as a compiler's line: nvcc's in the build key, and checked again
+    after each build (drift.py); cuobjdump's around each inspect (stages.inspect)."""
     path = nvcc if "/" in nvcc else _which(nvcc)
     if not (path and os.path.isfile(path) and os.access(path, os.X_OK)):
         return []
@@ -87,7 +88,31 @@ def nvcc_file(nvcc):
         found = os.stat(real)
     except OSError:
         return []
-    return [f"nvcc-file {real} {found.st_size} {int(found.st_mtime)} {found.st_ino} {int(found.st_ctime)}"]
+    return [f"{label} {real} {found.st_size} {int(found.st_mtime)} {found.st_ino} {int(found.st_ctime)}"]
+
+
+# the programs nvcc runs from its own folders, by the dry run's variable naming each folder: one
+# replaced in place (ptxas of another release, a site's wrapper rewritten) builds another binary
+# under the same `nvcc --version` and nvcc file (red-team round 67), so each file is keyed and
+# checked after each build as nvcc's is. Stat only: no process more (probe_toolkit.NVCC_TOOLS)
+NVCC_TOOLS = (
+    ("ptxas", "_HERE_"), ("fatbinary", "_HERE_"), ("nvlink", "_HERE_"), ("cudafe++", "_HERE_"), ("cicc", "CICC_PATH"),
+)  # fmt: skip
+
+
+def nvcc_tools(said):
+    """`nvcc-tool NAME FILE SIZE MTIME INODE CTIME` of each NVCC_TOOLS program where nvcc's dry run
+    SAID its folder (the first `#$ VAR=` line of each), as the shell probe's sed finds it."""
+    where = {}
+    for line in said.decode("utf-8", "surrogateescape").splitlines():
+        if line.startswith("#$ ") and "=" in line:
+            name, _, value = line[3:].partition("=")
+            where.setdefault(name, value)
+    lines = []
+    for tool, folder in NVCC_TOOLS:
+        path = where.get(folder, "") + "/" + tool
+        lines += [f"nvcc-tool {tool} " + line.split(" ", 1)[1] for line in nvcc_file(path)]
+    return lines
 
 
 def room(folder):
@@ -208,6 +233,9 @@ def probe(spec):
             digest = sha256()
             digest.update(text.rstrip(b"\n") + b"\n")
             lines.append("nvcc-setup " + digest.hexdigest())
+            lines += nvcc_tools(text)
+    if spec.get("cuobjdump"):  # checked around each inspect (stages.inspect), not keyed (cell.py)
+        lines += nvcc_file(spec["cuobjdump"], "cuobjdump-file")
     lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
     if smi_code != 0:
         lines.append("error nvidia-smi lists no GPU")

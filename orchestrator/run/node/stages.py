@@ -6,7 +6,7 @@ import time
 
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
-from orchestrator.run.node.drift import drifted, identities, verify
+from orchestrator.run.node.drift import drifted, identities, tool_changed, verify
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
@@ -138,6 +138,8 @@ def inspect(out, spec, env, ahead):
         if got != kit[1]:
             out.say("@@farm toolkit-altered " + (got or "missing"))
             return
+    if tool_changed(out, spec.get("tool"), env):  # the node's cuobjdump not the probed one (drift.py)
+        return
     run_dir, private = spec["run_dir"], spec["private"]
     if os.path.isdir(run_dir):
         dump = open_or_none(os.path.join(run_dir, "inspect.txt"))
@@ -171,6 +173,7 @@ def inspect(out, spec, env, ahead):
         out.say(digest)
     if spec.get("cuobjdump"):
         listed_and_compiled(out, spec, private, digest)
+    tool_changed(out, spec.get("tool"), env)
 
 
 def take_gpu(out, spec):

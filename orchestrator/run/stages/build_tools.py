@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from orchestrator.run.probe import BUILD_ENV, HOST_COMPILERS
+from orchestrator.run.probe_toolkit import STAT
 from orchestrator.run.snapshot import NodeSnapshot
 
 
@@ -24,16 +25,41 @@ def toolchain_checks(snapshot: NodeSnapshot, shipped: bool) -> dict[str, Any] | 
         return None
     seen: dict[str, str] = {}
     env: dict[str, str] = {}
+    tools: list[list[str]] = []  # nvcc's own programs, by the files the probe found (probe_toolkit)
     for line in snapshot.compilers.splitlines():
         words = line.split(" ")
         if words[0] == "env" and len(words) in (2, 3):  # "env NAME HEX"; the hex of "" is cut away
             env[words[1]] = bytes.fromhex(words[2] if len(words) == 3 else "").decode("utf-8", "surrogateescape")
-        elif words[0] != "nvcc-setup" and len(words) >= 6:  # "NAME FILE SIZE MTIME INODE CTIME"
+        elif words[0] == "nvcc-tool" and len(words) >= 7:  # "nvcc-tool NAME FILE SIZE MTIME INODE CTIME"
+            tools.append([words[1], " ".join(words[2:-4]), " ".join(words[-4:])])
+        elif words[0] not in ("nvcc-setup", "cuobjdump-file") and len(words) >= 6:  # "NAME FILE SIZE ..."
             seen["nvcc" if words[0] == "nvcc-file" else words[0]] = " ".join(words[-4:])
     files = [[name, name, seen.get(name, "")] for name in HOST_COMPILERS]
     if not shipped:
         files.append(["nvcc", snapshot.nvcc_path, seen.get("nvcc", "")])
+        files += tools
     return {"files": files, "env": [[name, env.get(name)] for name in BUILD_ENV]}
+
+
+def cuobjdump_seen(snapshot: NodeSnapshot) -> str | None:
+    """The identity ("SIZE MTIME INODE CTIME") the probe saw of the node's cuobjdump, "" where it
+    found none (one there now is a change too); None where the probe said nothing of its tools."""
+    if not snapshot.compilers:
+        return None
+    for line in snapshot.compilers.splitlines():
+        words = line.split(" ")
+        if words[0] == "cuobjdump-file" and len(words) >= 6:
+            return " ".join(words[-4:])
+    return ""
+
+
+def cuobjdump_check_sh(name: str, seen: str) -> str:
+    """Shell saying `@@farm toolchain-changed cuobjdump` (and setting cw=1) where the file the
+    shell runs for NAME is not the one the probe saw (SEEN): one `stat`, no process of the tool."""
+    return (
+        f'oc=$(command -v {shlex.quote(name)}) && oc=$({STAT} "$oc" 2>/dev/null); '
+        f'[ "${{oc:-}}" = {shlex.quote(seen)} ] || {{ echo "@@farm toolchain-changed cuobjdump"; cw=1; }}; '
+    )
 
 
 def toolchain_script(checks: dict[str, Any] | None) -> str:

@@ -13,6 +13,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
 from orchestrator.run.trips import Trip
 
@@ -72,14 +73,18 @@ class InspectStage(CellStages):
             if kit_check and kit is not None
             else ""
         )
+        # the node's cuobjdump as the probe saw it, checked before and after it speaks for the binary
+        # (a shipped one is checked by its toolkit's digest): one replaced since read another binary
+        seen = cuobjdump_seen(self.snapshot) if cuda and not kit_check else None
+        tool_check = cuobjdump_check_sh(self.cuobjdump, seen) if seen is not None else ""
         jit = self._jit_spec(cuda)
         if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
             lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
         script = (
-            f"{kit_shell}cd {bdir} && "
+            f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}cd {bdir} && "
             f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
             f'echo "@@farm rc=$rc"; '
-            f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}exit 0"
+            f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}{tool_check}exit 0"
         )
         dump, jit_sass = bytearray(), bytearray()
         files = [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)]
@@ -95,6 +100,7 @@ class InspectStage(CellStages):
             clean_up=self.result.expectation.outcome.value == "compile-only",
             spec={
                 "kit": [kit.folder, kit.digest] if kit_check else None,
+                "tool": [self.cuobjdump, seen] if seen is not None else None,
                 "run_dir": self.paths.run_dir,
                 "private": self.paths.private_binary,
                 "command": command,
@@ -133,6 +139,11 @@ class InspectStage(CellStages):
             raise InfraError(
                 f"node {self.t.name!r}: the shipped toolkit changed on the node before inspection "
                 f"(digest {altered.group(1)[:12]}, expected {kit.digest[:12] if kit else '?'}); not inspected"
+            )
+        if re.search(r"^@@farm toolchain-changed cuobjdump$", text, re.M):
+            raise InfraError(
+                f"node {self.t.name!r}: its cuobjdump ({self.cuobjdump}) changed on the node since its probe; "
+                "what it said of the binary is not taken"
             )
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
