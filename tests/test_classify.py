@@ -430,3 +430,14 @@ def test_only_a_kernels_own_failure_can_be_declared(declared: str) -> None:
 
     with pytest.raises(ValidationError, match="a failure of the kernel's own"):
         KnownFailureSpec.model_validate({"when": {"nvcc": ">=13.0"}, "outcome": declared, "reason": "r"})
+
+
+def test_a_failed_jit_compile_excuses_missing_sass_names_only() -> None:
+    """The node's nvcc could not compile the PTX a card JITs (a card newer than it): the SASS names
+    it would have counted are not the kernel's to miss (infra-error), but a PTX name is counted in the
+    PTX itself, and missing it stays the kernel's inspect-fail (a red-team note: any was excused)."""
+    jit = "nvcc -cubin -arch=sm_125 k.1.sm_80.ptx: nvcc fatal : Unsupported gpu architecture 'sm_125'"
+    sass = classify(built(jit_failed=jit, missing_instructions={"HMMA": (0, 1)}), MUST_RUN)
+    assert sass.outcome is Outcome.INFRA_ERROR and "sm_125" in sass.reason, sass
+    ptx = classify(built(jit_failed=jit, missing_instructions={"mma.sync": (0, 1)}), MUST_RUN)
+    assert ptx.outcome is Outcome.INSPECT_FAIL, ptx
