@@ -8,25 +8,20 @@ Real nvcc 13.0 and cuobjdump, real sshd nodes, stand-in cards (tests/nodes.py)."
 
 from __future__ import annotations
 
-import io
 import itertools
 import json
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from nodes import Card, Fleet, standin_job
+from cuda_farm import cuda_farm_run
+from nodes import Card, Fleet
 from test_redteam58 import cuobjdump
 from test_verdicts import rows
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.farm import load_farm
-from orchestrator.plan import plan_cells
-from orchestrator.progress import PlainListener
-from orchestrator.run import machine_code, noderunner, run_cells
+from orchestrator.run import machine_code, noderunner
 from orchestrator.run.stages import jit_shell
-from orchestrator.store import Store
 
 # HMMA in SASS wherever mma.sync is compiled for 8.0 or later; nothing on older archs
 TENSOR = r"""
@@ -58,7 +53,6 @@ def jit_run(
     patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     cards = [Card(H200, "9.0", driver="580.95.05"), Card(FUTURE, "12.5", driver="580.95.05")]
     node = ssh_fleet.add(f"jit-{tmp_path.name[-12:]}", cards)
-    source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
     variants = {
         "ampere": {"build": "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}", **MIN80, "instructions": {"HMMA": 1}},
         # PTX alone: no SASS in the binary's dump at all (the node's own gate reads that dump)
@@ -71,17 +65,8 @@ def jit_run(
         "hgmma": {"build": "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}", **MIN80, "instructions": {"HGMMA": 1}},
     }
     try:
-        entry = node.farm_entry(tmp_path / "work", cuobjdump=str(cuobjdump()))
-        config = make_farm(tmp_path, {"jit": entry}, [standin_job("jit", variants, sources=["kernels/jit.cu"])])
-        (tmp_path / "kernels" / "jit.cu").write_text("#define MODE_PASS\n" + source + TENSOR)
-        farm = load_farm(config)
-        store = Store(farm.database_url)
-        try:
-            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(io.StringIO()))
-        finally:
-            store.close()
+        summary, _ = cuda_farm_run(node, tmp_path, make_farm, "jit", "jit", variants, TENSOR, str(cuobjdump()))
     finally:
-        node.stop()
         patch.undo()
     yield rows(tmp_path / "results.db", summary.run_id)
 

@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodes import Card, Fleet, standin_job
+from cuda_farm import cuda_farm_run
+from nodes import Card, Fleet
 from test_verdicts import rows
 
 from orchestrator.cli.verify import verdict_line
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
-from orchestrator.plan import plan_cells
-from orchestrator.progress import PlainListener
 from orchestrator.report import export
 from orchestrator.report.model import collect
-from orchestrator.run import machine_code, run_cells
+from orchestrator.run import machine_code
 from orchestrator.store import Store
 from orchestrator.transport.local import bundled_cuda_bin
 
@@ -68,7 +67,6 @@ def fat_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
     tmp_path = tmp_path_factory.mktemp("rt58")
     cards = [Card(name, cc, driver="580.95.05") for name, cc in CARDS.items()]
     node = ssh_fleet.add(f"fat-{tmp_path.name[-12:]}", cards)
-    source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
     variants = {
         "fat": {
             "build": "{nvcc} -O1 " + FAT + " -o {binary} {sources}",
@@ -83,19 +81,7 @@ def fat_run(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactor
         },
     }
     lines = io.StringIO()
-    try:
-        entry = node.farm_entry(tmp_path / "work", cuobjdump=str(cuobjdump()))
-        config = make_farm(tmp_path, {"fat": entry}, [standin_job("rt58", variants, sources=["kernels/rt58.cu"])])
-        (tmp_path / "kernels" / "rt58.cu").write_text("#define MODE_PASS\n" + source + KERNELS)
-        farm = load_farm(config)
-        store = Store(farm.database_url)
-        try:
-            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(lines, verdict=True))
-            model = collect(store, summary.run_id, farm)
-        finally:
-            store.close()
-    finally:
-        node.stop()
+    summary, model = cuda_farm_run(node, tmp_path, make_farm, "fat", "rt58", variants, KERNELS, str(cuobjdump()), lines)
     found = {key: r for key, r in rows(tmp_path / "results.db", summary.run_id).items()}
     yield found, lines.getvalue(), model, summary
 

@@ -8,24 +8,20 @@ code; a compile of the PTX a card JITs whose text lost a target; stored passes o
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import Card, Fleet, standin_job
+from cuda_farm import cuda_farm_run
+from nodes import Card, Fleet
 from test_redteam58 import cuobjdump
 from test_verdicts import rows
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.farm import load_farm
-from orchestrator.plan import plan_cells
-from orchestrator.progress import PlainListener
 from orchestrator.report.rejudged import jit_unbacked
-from orchestrator.run import machine_code, run_cells
-from orchestrator.store import Store
+from orchestrator.run import machine_code
 
 # a kernel named HMMA (its host stub too), holding no HMMA; `told` holds no mma.sync, but its PTX holds the
 # words in a `.pragma` string (ptxas only warns of it); `tensor` holds a real mma.sync where
@@ -73,7 +69,6 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
     tmp_path = tmp_path_factory.mktemp("rt63")
     cards = [Card(H200, "9.0", driver="580.95.05"), Card(T4, "7.5", driver="580.95.05")]
     node = ssh_fleet.add(f"rt63-{tmp_path.name[-12:]}", cards)
-    source = (Path(__file__).parent / "standin" / "standin.cpp").read_text()
     # its path outside /tmp, as a node's toolkit is (a disassembler under /tmp is refused at load:
     # stage_commands.py); a CI checkout, its virtual environment with it, may itself be under /tmp
     outside = Path.home() / ".cache" / "farm-tests" / f"cuda-bin-{os.getpid()}"
@@ -128,17 +123,8 @@ def run63(ssh_fleet: Fleet, make_farm, tmp_path_factory: pytest.TempPathFactory)
         "host": {"build": SM80, "inspect": "objdump -d {binary}", **min80, "instructions": {"HMMA": 1}},
     }
     try:
-        entry = node.farm_entry(tmp_path / "work", cuobjdump=tool)
-        config = make_farm(tmp_path, {"rt63": entry}, [standin_job("rt63", variants, sources=["kernels/rt63.cu"])])
-        (tmp_path / "kernels" / "rt63.cu").write_text("#define MODE_PASS\n" + source + KERNELS)
-        farm = load_farm(config)
-        store = Store(farm.database_url)
-        try:
-            summary = run_cells(farm, store, plan_cells(farm, None), listener=PlainListener(io.StringIO()))
-        finally:
-            store.close()
+        summary, _ = cuda_farm_run(node, tmp_path, make_farm, "rt63", "rt63", variants, KERNELS, tool)
     finally:
-        node.stop()
         outside.unlink(missing_ok=True)
     yield rows(tmp_path / "results.db", summary.run_id)
 

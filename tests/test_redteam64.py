@@ -15,30 +15,25 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import test_slurm
 from nodes import processes_matching, query
-from slurm import SlurmCluster, missing_tools
-from test_slurm import KERNEL, make_farm, run, transport
+from slurm import SlurmCluster
+from test_slurm import (
+    KERNEL,
+    make_farm,
+    run,
+    transport,
+)
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import InfraError
 from orchestrator.transport.slurm import SlurmCancelled, SlurmJob, SlurmJobError, SlurmTimeLimit, SlurmTransport
 
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster()
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()
+cluster = test_slurm.cluster  # a Slurm cluster of this module's own, started as test_slurm starts its own
 
 
 def wait_for(what: str, ready: Callable[[], object], seconds: float = 60) -> None:
