@@ -234,3 +234,17 @@ def test_an_include_on_the_first_line_after_a_byte_order_mark_is_read(tmp_path: 
         load_job(file, tmp_path, {})
     said = str(caught.value)
     assert "headers" in said and "kernels/rt61bom.cuh" in said and "rt61c.cpp:1" in said, said
+
+
+def test_the_read_list_is_never_written_through_a_link_the_build_left(tmp_path: Path) -> None:
+    """A build (confined to its folder) may leave `.farm-read` as a link to a file elsewhere: the
+    runner's own write of the list went through it, where the build itself could not write."""
+    from orchestrator.run import noderunner
+
+    bdir, victim = tmp_path / "build", tmp_path / "victim.txt"
+    bdir.mkdir()
+    victim.write_text("the farm's own\n")
+    (bdir / ".farm-read").symlink_to(victim)
+    assert noderunner.write_reads(str(bdir), [], []) is True
+    assert victim.read_text() == "the farm's own\n"
+    assert (bdir / ".farm-read").is_file() and not (bdir / ".farm-read").is_symlink()

@@ -63,8 +63,14 @@ def write_reads(bdir, skip, named):
         if not sha or "\n" in name:
             return False
         lines.append(f"{sha}  {name}\n")
+    # the build may have left a link by that name: written through it, the runner's own write went
+    # wherever it pointed, outside the build's confinement (as mark_built guards its mark)
+    path = os.path.join(bdir, READ_LIST)
     try:
-        with open(os.path.join(bdir, READ_LIST), "w", encoding="utf-8", errors="surrogateescape") as handle:
+        if os.path.lexists(path):
+            os.unlink(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with open(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
             handle.write("".join(lines))
     except OSError:
         return False

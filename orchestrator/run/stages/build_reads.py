@@ -65,7 +65,9 @@ def stale_check(bdir: str) -> str:
     q = shlex.quote
     return (
         f"stale=$(cd {q(bdir)} 2>/dev/null && if [ -f {READ_LIST} ]; then "
-        f"sha256sum -c {READ_LIST} 2>/dev/null | grep -v ': OK$' | head -n 1; else echo {q(NO_LIST + ': ')}; fi); "
+        # its words in C's locale: a translated `OK` made every cached build stale (a review's note)
+        f"LC_ALL=C sha256sum -c {READ_LIST} 2>/dev/null | grep -v ': OK$' | head -n 1; "
+        f"else echo {q(NO_LIST + ': ')}; fi); "
     )
 
 
@@ -79,6 +81,7 @@ def write_list(skip: Sequence[str], named: Sequence[str]) -> str:
     listed = " ".join(shlex.quote(n) for n in named)
     names = f"printf '%s\\n' {listed}; " if named else ""
     return (
+        f"rm -f {READ_LIST} && "  # not written through a link the build left by that name
         f"{{ {{ {names}[ ! -f {READ_DEPS} ] || tr ' \\\\' '\\n\\n' < {READ_DEPS}; }} "
         f"| grep -v -e ':$' -e '^$' | {keep} "
         '| LC_ALL=C sort -u | while IFS= read -r f; do [ ! -f "$f" ] || printf \'%s\\0\' "$f"; done '
