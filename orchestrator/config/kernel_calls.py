@@ -10,6 +10,7 @@ shell reads it (shell.py).
 
 from __future__ import annotations
 
+import functools
 import re
 
 from orchestrator.config.launchers import launcher_places, launcher_words
@@ -27,6 +28,7 @@ def kernel_commands(run: str) -> list[tuple[int, int]]:
     return found
 
 
+@functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
 def runs_other_programs(run: str) -> bool:
     """Whether `run` may start a program other than the kernel and its launchers: a command
     that does not run the kernel (`./prep.sh`, `cd`, `fi`: read as such, however harmless), a
@@ -48,6 +50,7 @@ def runs_other_programs(run: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
 def runs_once(run: str) -> bool:
     """Whether `run` is one kernel command alone, which runs once: no other program (a loop or a
     function is a command that runs no kernel), so the run's own read check, before and after,
@@ -73,6 +76,7 @@ def prefix_kernel_commands(run: str, prefix: str) -> str:
     return run
 
 
+@functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
 def prefix_kernel_calls(run: str, function: str) -> str:
     """`run` with each command that runs the kernel called through `function`, told where the
     command's launchers stand among its arguments: `nice -n 1 numactl {binary}` becomes

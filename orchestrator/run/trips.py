@@ -52,13 +52,20 @@ class Trip:
     does with what came back (`state` holds the sinks the parser reads)."""
 
     stage: str
-    script: str
+    # the shell's script, or what writes it: made only where a shell runs the stage (the resident
+    # runner reads `spec`), since writing it cost the farm a tenth of its CPU per cell (issue 11)
+    script: str | Callable[[], str]
     timeout: float
     files: list[tuple[str, str, int, Callable[[bytes], None]]]
     state: Any = None
     clean_up: bool = False  # the cell's folder goes once its files are read
     release: bool = False  # the GPU is free once the script's own part ended
     spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
+
+    def shell(self) -> str:
+        if callable(self.script):
+            self.script = self.script()
+        return self.script
 
 
 @dataclass
@@ -131,14 +138,14 @@ class CellTrips:
                 outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
             else:
                 outcome = self.t.run_streamed(
-                    "; ".join([self._wrap(trip.script), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
+                    "; ".join([self._wrap(trip.shell()), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
                 )
             control = reader.finish()
             self._check_files(trip, reader, outcome)
             self.cleaned = self.cleaned or trip.clean_up
             self._check_ended(control, outcome)
             return outcome, control
-        outcome = self.t.run(self._wrap(trip.script), timeout=trip.timeout)
+        outcome = self.t.run(self._wrap(trip.shell()), timeout=trip.timeout)
         self._check_ended(outcome.stdout, outcome)
         if on_output is not None:
             on_output()
@@ -249,7 +256,7 @@ class CellTrips:
             tag = f"ctl-{trip.stage}"
             parts = [
                 f'echo "@@farm section {trip.stage} $({NOW_NS})"; ran="$ran {trip.stage}"',
-                f"out=$( {self._wrap(trip.script)} )",
+                f"out=$( {self._wrap(trip.shell())} )",
                 # its control text as a frame: read by length, a forged copy is a duplicate
                 "n=$(LC_ALL=C; echo $((${#out} + 1)))",
                 f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
@@ -264,11 +271,6 @@ class CellTrips:
                 parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
             return "; ".join(parts)
 
-        # the cell's processes are gone before the last line: the run reaps its own after the
-        # kernel; a cell that stopped before its run has its build's and inspect's reaped here
-        script = (
-            f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; echo "@@farm ran$ran"'
-        )
         controls = {trip.stage: bytearray() for trip in trips}
 
         def keep(into: bytearray) -> Callable[[bytes], None]:
@@ -300,6 +302,12 @@ class CellTrips:
             if by_runner:
                 outcome = self._run_plan(token, trips, True, deadline, feed)
             else:
+                # the cell's processes are gone before the last line: the run reaps its own after the
+                # kernel; a cell that stopped before its run has its build's and inspect's reaped here
+                script = (
+                    f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; '
+                    'echo "@@farm ran$ran"'
+                )
                 outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
             control = reader.finish()
         except InfraError as err:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 import shlex
@@ -81,7 +82,7 @@ class BuildStage(CellStages):
         log = bytearray()
         return Trip(
             "build",
-            self._build_script(command, reuse, recorded),
+            lambda: self._build_script(command, reuse, recorded),
             limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
             [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
             state=log,
@@ -101,7 +102,7 @@ class BuildStage(CellStages):
             },
         )
 
-    @property
+    @functools.cached_property
     def _toolchain(self) -> dict | None:
         return toolchain_checks(self.snapshot, self.paths.toolchain is not None)
 

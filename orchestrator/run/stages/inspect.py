@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import shlex
@@ -28,6 +29,7 @@ SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
 JIT_LIMIT = 120
 
 
+@functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
 def reads_cuda(inspect: str) -> bool:
     """Whether the inspect is cuobjdump's dump, `{cuobjdump}` or cuobjdump named by its path: its
     instructions count in the code the card runs (machine_code.count_for_card), the binary's
@@ -55,37 +57,41 @@ class InspectStage(CellStages):
     def _inspect_trip(self) -> Trip:
         binary = shlex.quote(self.paths.private_binary)
         command = self.variant.inspect.format(cuobjdump=shlex.quote(self.cuobjdump), binary=binary)
-        bdir = shlex.quote(self.paths.run_dir)
         cuda = reads_cuda(self.variant.inspect)
-        tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
-        lists = (
-            f"echo '@@farm elf'; {tool} --list-elf {binary} 2>&1; echo '@@farm ptx'; {tool} --list-ptx {binary} 2>&1; "
-            if cuda
-            else ""
-        )
         kit = self.paths.toolchain
         # the disassembler of a shipped toolkit is the farm user's, writable by any kernel: checked
         # right before it speaks for the binary (as the compiler is around each build)
         kit_check = kit is not None and self.cuobjdump.startswith(kit.folder + "/")
-        kit_shell = (
-            f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
-            f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
-            if kit_check and kit is not None
-            else ""
-        )
         # the node's cuobjdump as the probe saw it, checked before and after it speaks for the binary
         # (a shipped one is checked by its toolkit's digest): one replaced since read another binary
         seen = cuobjdump_seen(self.snapshot) if cuda and not kit_check else None
-        tool_check = cuobjdump_check_sh(self.cuobjdump, seen) if seen is not None else ""
         jit = self._jit_spec(cuda)
-        if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
-            lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
-        script = (
-            f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}cd {bdir} && "
-            f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
-            f'echo "@@farm rc=$rc"; '
-            f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}{tool_check}exit 0"
-        )
+
+        def script() -> str:  # the shell's (trips.Trip.shell): the python runner reads the spec
+            bdir = shlex.quote(self.paths.run_dir)
+            tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
+            lists = (
+                f"echo '@@farm elf'; {tool} --list-elf {binary} 2>&1; echo '@@farm ptx'; "
+                f"{tool} --list-ptx {binary} 2>&1; "
+                if cuda
+                else ""
+            )
+            kit_shell = (
+                f"d=$(cd {shlex.quote(kit.folder)} 2>/dev/null && {FOLDER_DIGEST_SH}); "
+                f'[ "$d" = {kit.digest} ] || {{ echo "@@farm toolkit-altered ${{d:-missing}}"; exit 0; }}; '
+                if kit_check and kit is not None
+                else ""
+            )
+            tool_check = cuobjdump_check_sh(self.cuobjdump, seen) if seen is not None else ""
+            if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
+                lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
+            return (
+                f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}cd {bdir} && "
+                f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
+                f'echo "@@farm rc=$rc"; '
+                f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}{tool_check}exit 0"
+            )
+
         dump, jit_sass = bytearray(), bytearray()
         files = [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)]
         if jit is not None:

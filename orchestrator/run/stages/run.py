@@ -59,34 +59,37 @@ class RunStage(CellStages):
         files = kernel_files(rdir)
         served = runs_other_programs(self.variant.run)  # the runner starts each kernel command itself
         command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
-        # farm_kw: whether the copy's reads show (farm_w below), for each kernel command's (commands.UNREAD_NOTE)
-        shell_command = f"farm_rd=${{farm_kw-}}; unset farm_kw; ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(
-            self.variant.run, copy, files
-        )
         gpu = self.result.gpu
-        # pinned by UUID: CUDA's device order need not be nvidia-smi's
-        pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
-        q = shlex.quote
         wait, queue_on_node = self._queue_on_node(gpu)
-        make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
-        marker = self.marker + "farm_kw=$farm_w "  # the run's shell is told whether reads show (farm_rd)
-        word = '"$farm_sha"' if expected is None else q(expected)
-        fresh = ""
-        if self._fresh_copy:  # noderunner.take_copy, as the shell says it
-            made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
-            fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
-        script = (
-            # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
-            f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}"
-            # whether its copy is read (noderunner.watch): its access time 0, where a read of its folder sets it
-            f'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
-            f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
-            f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
-            # the clock is read before the leftovers are killed, and printed after: none can follow it
-            f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
-            f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
-            'echo "@@farm checked $got"; echo "@@farm $rc"; }'
-        )
+
+        def script() -> str:  # the shell's (trips.Trip.shell): the python runner reads the spec
+            # farm_kw: whether the copy's reads show (farm_w below), for each kernel command's (commands.UNREAD_NOTE)
+            shell_command = f"farm_rd=${{farm_kw-}}; unset farm_kw; ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(
+                self.variant.run, copy, files
+            )
+            # pinned by UUID: CUDA's device order need not be nvidia-smi's
+            pin = f"export CUDA_VISIBLE_DEVICES={shlex.quote(gpu.uuid)}; " if gpu is not None else ""
+            q = shlex.quote
+            make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
+            marker = self.marker + "farm_kw=$farm_w "  # the run's shell is told whether reads show (farm_rd)
+            word = '"$farm_sha"' if expected is None else q(expected)
+            fresh = ""
+            if self._fresh_copy:  # noderunner.take_copy, as the shell says it
+                made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
+                fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
+            return (
+                # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
+                f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}"
+                # whether its copy is read (noderunner.watch): its access time 0, where a read of its folder sets it
+                f'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
+                f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
+                f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
+                # the clock is read before the leftovers are killed, and printed after: none can follow it
+                f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+                f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
+                'echo "@@farm checked $got"; echo "@@farm $rc"; }'
+            )
+
         spec = self.job.spec
         stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
         stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
