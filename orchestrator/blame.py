@@ -10,13 +10,16 @@ prints before it reads a source.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator.outcomes import Outcome
 
 if TYPE_CHECKING:
     from orchestrator.classify import Evidence
     from orchestrator.plan import Expectation
+
+V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
 
 # The oldest driver branch that runs what each CUDA major's nvcc builds (CUDA's minor version
 # compatibility, Linux): cudart refuses an older one ("CUDA driver version is insufficient for
@@ -105,3 +108,19 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     if ev.driver_short and stage == "run":
         return f"the node cannot run its CUDA binaries: {ev.driver_short}"
     return ""
+
+
+def runtime_unbacked(verdict: V, ev: Evidence) -> V:
+    """A pass whose `instructions:` were counted in code the run may not execute (the binary imports
+    a module loader or NVRTC, needs a library with its own GPU code, or runs under a JIT variable:
+    machine_code.runtime_loads) as infra-error, saying why: what the card ran was never inspected,
+    and a binary that met `HGMMA: 1` on its embedded code while running a cubin of NVRTC's passed
+    (a red-team finding). Not the kernel's failure either: no node could count that code."""
+    if not ev.runtime_code or getattr(verdict, "outcome", None) is not Outcome.PASS:
+        return verdict
+    reason = (
+        f"{getattr(verdict, 'reason', '')}, but its `instructions:` were counted in the code the binary embeds and "
+        f"{ev.runtime_code}: code loaded at run time was not inspected, so the farm cannot back them "
+        "(drop the requirement, or embed the code the kernel runs)"
+    )
+    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="inspect", reason=reason)

@@ -1,12 +1,11 @@
 """From what the stages saw to one outcome word: a pure function, tested as a table.
 
-Order matters and mirrors the pipeline: an infra failure anywhere wins (the node
-is at fault, not the kernel); then build, inspect; a node without a GPU stops
-there (compile-only); then the run, judged against the expectation. A declared
-known failure is applied next: the same failure becomes known-failure, and the
-expected behaviour becomes fixed. Speed comes last: only a cell that is `pass`
-by then becomes perf-regression, when one of its metrics regressed against its
-own recent median (metrics.py); a cell that failed is judged on that failure.
+Order matters and mirrors the pipeline: an infra failure anywhere wins (the node is at fault, not the kernel); then
+build, inspect; a node without a GPU stops there (compile-only); then the run, judged against the expectation. A
+declared known failure is applied next: the same failure becomes known-failure, and the expected behaviour becomes
+fixed. Speed comes last: only a cell that is `pass` by then becomes perf-regression, when one of its metrics
+regressed against its own recent median (metrics.py); a cell that failed is judged on that failure. A pass on
+`instructions:` counted where the run may not execute (blame.py) is infra-error.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-from orchestrator.blame import not_the_kernels
+from orchestrator.blame import not_the_kernels, runtime_unbacked
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -114,6 +113,7 @@ class Evidence:
     no_code: str = ""
     jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
     counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
+    runtime_code: str = ""  # why the run may execute code the inspect never counted (machine_code.runtime_loads)
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -367,7 +367,7 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    raw = _raw_verdict(ev, exp)
+    raw = runtime_unbacked(_raw_verdict(ev, exp), ev)  # a pass on code it may not have run is none
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

@@ -276,3 +276,48 @@ def _holders(text: str, names: list[str]) -> str:
         held = [fn for (at, fn), end in spans if count_instructions(text[at:end], [name], sass=True)[name]]
         said.append(f"{name} in {', '.join(held[:3]) + (' ...' if held[3:] else '') if held else 'no function'}")
     return "; ".join(said)
+
+
+# the imports through which a binary runs GPU code it does not embed: NVRTC's and nvJitLink's
+# compiles, the driver's module and library loaders, and what hands out any driver function by
+# name (node/imports.py, stages/inspect.py list the undefined dynamic symbols opening so)
+RUNTIME_LOADERS = (
+    "nvrtc",
+    "nvJitLink",
+    "nvPTXCompiler",
+    "cuModuleLoad",
+    "cuLibraryLoad",
+    "cudaLibraryLoad",
+    "cuLink",
+    "cuGetProcAddress",
+    "cudaGetDriverEntryPoint",
+)
+# the libraries an ordinary CUDA binary needs, none of which holds GPU code it runs as the kernel's;
+# any other (libnvrtc, libcublas: its own fatbin) runs code the inspect never saw
+ORDINARY_LIBRARY = re.compile(
+    r"(?:lib(?:c|m|dl|pthread|rt|util|gcc_s|stdc\+\+|cuda|cudart)|ld-linux[\w.-]*)\.so(?:\.\d+)*"
+)
+# the driver's variables that change which of the binary's codes a card runs (a cubin, or its PTX)
+JIT_VARIABLES = re.compile(r"(?<![A-Za-z0-9_])CUDA_(?:FORCE|DISABLE)_PTX_JIT(?![A-Za-z0-9_])")
+
+
+def runtime_loads(said: str) -> str:
+    """Why the code counted may not be what the run executes, from the node's `@@farm needs`,
+    `imports`, `imports-unread` and `cuda-env` lines (node/imports.py, or readelf in shell), or "".
+    A binary that passed `HGMMA: 1` on its embedded code could run a cubin of NVRTC's or a file's."""
+    imports = sorted(set(re.findall(r"^@@farm imports (\S+)$", said, re.M)))
+    needs = sorted({n for n in re.findall(r"^@@farm needs (\S+)$", said, re.M) if not ORDINARY_LIBRARY.fullmatch(n)})
+    env = sorted({e for e in re.findall(r"^@@farm cuda-env (\w+=.*)$", said, re.M) if e.split("=", 1)[1] != "0"})
+    why = []
+    if re.search(r"^@@farm imports-unread$", said, re.M):
+        why.append("the binary's dynamic symbols could not be read (no ELF the farm follows)")
+    if imports:
+        more = " ..." if imports[4:] else ""
+        why.append(f"the binary imports {', '.join(imports[:4])}{more}: code it loads or compiles at run time")
+    if needs:
+        why.append(f"it needs {', '.join(needs[:4])}{' ...' if needs[4:] else ''}, whose own GPU code runs in it")
+    if env:
+        why.append(
+            f"the node's login sets {', '.join(env)}: the card may run other code of the binary than the counted"
+        )
+    return "; ".join(why)

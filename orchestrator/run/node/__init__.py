@@ -21,6 +21,7 @@ PARTS = (
     "processes",
     "confine",
     "loads",
+    "imports",
     "jit",
     "built",
     "drift",

@@ -8,6 +8,7 @@ from orchestrator.run.node.built import mark_built, reads_env, stale_read, write
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, tool_changed, verify
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
+from orchestrator.run.node.imports import say_imports
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.loads import loads_writable
@@ -171,6 +172,8 @@ def inspect(out, spec, env, ahead):
     digest = sha_of(private)
     if digest:
         out.say(digest)
+    if spec.get("loaders"):  # code the run may execute that the dump never holds (imports.py)
+        say_imports(out, private, spec["loaders"], env)
     if spec.get("cuobjdump"):
         listed_and_compiled(out, spec, private, digest)
     tool_changed(out, spec.get("tool"), env)

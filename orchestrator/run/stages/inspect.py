@@ -12,7 +12,16 @@ from orchestrator.config.shell import lex, unquoted
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
-from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
+from orchestrator.run.machine_code import (
+    ELF_TARGETS,
+    JIT_VARIABLES,
+    PTX_TARGETS,
+    RUNTIME_LOADERS,
+    code_path_for,
+    count_for_card,
+    count_instructions,
+    runtime_loads,
+)
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
@@ -47,6 +56,25 @@ def reads_cuda(inspect: str) -> bool:
     return False
 
 
+def imports_sh(binary: str) -> str:
+    """Shell saying what node/imports.py says of the copy, through readelf: the libraries it
+    needs, its undefined dynamic symbols of RUNTIME_LOADERS, and the login's JIT variables."""
+    pattern = "^(" + "|".join(RUNTIME_LOADERS) + ")"
+    awk = (
+        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); print "@@farm needs " n; next } '
+        '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) print "@@farm imports " n }'
+    )
+    return (
+        f"if farm_re=$(LC_ALL=C readelf -W -d --dyn-syms {binary} 2>/dev/null); then "
+        f'printf "%s\\n" "$farm_re" | awk -v p={shlex.quote(pattern)} {shlex.quote(awk)} | LC_ALL=C sort -u; '
+        "else echo '@@farm imports-unread'; fi; "
+        + "".join(
+            f'[ -z "${{{v}-}}" ] || echo "@@farm cuda-env {v}=$(printf %s "${v}" | tr -s "\\n\\t" "  " | cut -c1-64)"; '
+            for v in ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT")
+        )
+    )
+
+
 class InspectStage(CellStages):
     """Reads the binary's machine code: the instructions it holds, the targets it carries."""
 
@@ -66,6 +94,7 @@ class InspectStage(CellStages):
         # (a shipped one is checked by its toolkit's digest): one replaced since read another binary
         seen = cuobjdump_seen(self.snapshot) if cuda and not kit_check else None
         jit = self._jit_spec(cuda)
+        loaders = self._loaders(cuda)
 
         def script() -> str:  # the shell's (trips.Trip.shell): the python runner reads the spec
             bdir = shlex.quote(self.paths.run_dir)
@@ -89,7 +118,8 @@ class InspectStage(CellStages):
                 f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}cd {bdir} && "
                 f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
                 f'echo "@@farm rc=$rc"; '
-                f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {lists}{tool_check}exit 0"
+                f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {imports_sh(binary) if loaders else ''}"
+                f"{lists}{tool_check}exit 0"
             )
 
         dump, jit_sass = bytearray(), bytearray()
@@ -119,6 +149,7 @@ class InspectStage(CellStages):
                 "tmp": self.paths.run_tmp,
                 "guarded": self.guarded,
                 "jit": jit,
+                "loaders": list(RUNTIME_LOADERS) if loaders else None,
             },
         )
 
@@ -134,6 +165,12 @@ class InspectStage(CellStages):
             return None
         folder = f"{self.paths.run_dir}/jit-{secrets.token_hex(8)}"  # no inspect command can know it
         return {"card": cc.major * 10 + cc.minor, "folder": folder, "nvcc": self.snapshot.nvcc_path, "limit": JIT_LIMIT}
+
+    def _loaders(self, cuda: bool) -> bool:
+        """Whether the node says what the copy imports and needs, and the login's JIT variables
+        (node/imports.py): only where `instructions:` are counted for a card the kernel must pass on."""
+        exp = self.result.expectation
+        return bool(cuda and self.variant.instructions and exp.cc is not None and exp.outcome is Outcome.PASS)
 
     def _inspected(self, text: str, state: tuple[bytearray, bytearray | None]) -> str:
         dump, jit_sass = state
@@ -191,6 +228,13 @@ class InspectStage(CellStages):
             counted = count_for_card(text, names, cc, r.elf_targets, r.ptx_targets, jit)
             counts, ev.counted_in = counted.counts, counted.where
             self._detail.append(counted.where)
+            if runs:  # code the run may execute that was not counted (classify: no pass on it)
+                ran = runtime_loads(text_said)
+                if JIT_VARIABLES.search(self.variant.run):
+                    ran += "; " * bool(ran) + "its run command names CUDA_FORCE_PTX_JIT or CUDA_DISABLE_PTX_JIT"
+                ev.runtime_code = ran
+                if ran:
+                    self._detail.append(f"{ran}: code the run may execute was not inspected")
         else:
             # another disassembler's text (x86 objdump's) on a card that must run the binary: a SASS
             # name counts as an opcode of SASS only (a host function named HMMA, `<HMMA>:`, met
