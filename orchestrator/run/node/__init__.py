@@ -22,6 +22,7 @@ PARTS = (
     "confine",
     "loads",
     "jit",
+    "linked",
     "built",
     "drift",
     "stages",

@@ -1,0 +1,87 @@
+"""Red-team round 69: libraries the linker found on its own, where the build command names no file.
+
+Real sshd nodes on loopback with a stand-in nvidia-smi; each kernel is built on the node by its
+real g++ and ld, so the library the linker opens is the one a real build opens."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from nodes import PASS_MARKER, Fleet
+from test_verdicts import MIN75, rows, run
+
+LIB_SOURCE = """#include <cstdio>
+const char *rt69_verdict();
+int main() {
+    puts(rt69_verdict());
+    return 0;
+}
+"""
+
+
+def cells(db: Path, run_id: int) -> dict[str, tuple[str, int, str]]:
+    """(outcome, build_cached, stage details) of the run's cells, by variant."""
+    return {v: (r["outcome"], r["build_cached"], str(r["stage_details"])) for (v, _), r in rows(db, run_id).items()}
+
+
+def static_library(folder: Path, verdict: str) -> None:
+    """librt69.a in FOLDER, its one function returning VERDICT (a library the node's admin built)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "rt69lib.cpp").write_text(f'const char *rt69_verdict() {{ return "{verdict}"; }}\n')
+    subprocess.run(["g++", "-c", "-o", str(folder / "rt69lib.o"), str(folder / "rt69lib.cpp")], check=True)
+    (folder / "librt69.a").unlink(missing_ok=True)
+    subprocess.run(["ar", "rcs", str(folder / "librt69.a"), str(folder / "rt69lib.o")], check=True)
+
+
+def library_job(builds: dict[str, str]) -> dict:
+    variant = {"inspect": "objdump -d {binary}", "instructions": {"call": 1}, "cc": MIN75}
+    return {
+        "kernel": "rt69",
+        "sources": ["kernels/rt69.cpp"],
+        "pass_marker": PASS_MARKER,
+        "refusal_marker": r"rt69 needs CC \d+\.\d+",
+        "timeout": 30,
+        "build_timeout": 120,
+        "variants": {name: {**variant, "build": build} for name, build in builds.items()},
+    }
+
+
+def test_a_library_the_linker_found_on_its_own_search_path_changed_on_the_node_rebuilds(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """Round 61 listed the files a build command names by path and `-l NAME` in its `-L` folders,
+    but not a library the linker found on its own: through LIBRARY_PATH (the node's `env:` here;
+    /usr/lib/x86_64-linux-gnu, /usr/local/lib and nvcc's lib folder alike), by `-l:FILE`, or
+    named inside a linker script (`INPUT(/opt/lib/libfoo.a)`, as glibc's libc.so is). Rebuilt on
+    the node, such a library left the cached binary with the old code reused, and passed. Each
+    `-l` is now resolved on the node in the linker's folders as well, each linker script's files
+    listed with it; unchanged, the cached builds are still reused."""
+    lib, scripts = tmp_path / "opt-lib", tmp_path / "opt-scripts"
+    static_library(lib, "standin: PASS")
+    scripts.mkdir()
+    (scripts / "librt69s.so").write_text(f"/* GNU ld script */\nINPUT ( {lib}/librt69.a )\n")
+    job = library_job(
+        {
+            "e": "g++ -O1 -o {binary} {sources} -lrt69",  # found through LIBRARY_PATH
+            "c": "g++ -O1 -o {binary} {sources} -l:librt69.a",
+            "s": f"g++ -O1 -o {{binary}} {{sources}} -L{scripts} -lrt69s",  # a linker script
+        }
+    )
+    node = ssh_fleet["t4"].farm_entry(tmp_path / "work", env={"LIBRARY_PATH": str(lib)})
+    config = make_farm(tmp_path, {"t4": node}, [job])
+    (tmp_path / "kernels" / "rt69.cpp").write_text(LIB_SOURCE)
+    db = tmp_path / "results.db"
+    _, first = run(config)
+    said = {v: c[:2] for v, c in cells(db, first.run_id).items()}
+    assert said == {"e": ("pass", 0), "c": ("pass", 0), "s": ("pass", 0)}, said
+    _, again = run(config)
+    said = {v: c[:2] for v, c in cells(db, again.run_id).items()}
+    assert said == {"e": ("pass", 1), "c": ("pass", 1), "s": ("pass", 1)}, said
+
+    static_library(lib, "standin: FAIL (the new library)")
+    _, changed = run(config)
+    found = cells(db, changed.run_id)
+    said = {v: c[:2] for v, c in found.items()}
+    assert said == {"e": ("fail", 0), "c": ("fail", 0), "s": ("fail", 0)}, said
+    assert all("librt69.a" in c[2] for c in found.values()), found
