@@ -85,3 +85,54 @@ def test_a_library_the_linker_found_on_its_own_search_path_changed_on_the_node_r
     said = {v: c[:2] for v, c in found.items()}
     assert said == {"e": ("fail", 0), "c": ("fail", 0), "s": ("fail", 0)}, said
     assert all("librt69.a" in c[2] for c in found.values()), found
+
+
+def test_a_library_found_in_no_folder_the_farm_can_name_is_never_reused(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """A build that changes its folder first (`cd /opt/lib && g++ ... -L. -lrt69`) has its `-L`
+    folder where the farm cannot place it: the library its linker took is unknown, so the list
+    cannot vouch for the binary, and the build is not reused (it passes, built afresh each run)."""
+    lib = tmp_path / "opt-lib"
+    static_library(lib, "standin: PASS")
+    job = library_job({"d": f"cd {lib} && g++ -O1 -o {{binary}} {{sources}} -L. -lrt69"})
+    config = make_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [job])
+    (tmp_path / "kernels" / "rt69.cpp").write_text(LIB_SOURCE)
+    db = tmp_path / "results.db"
+    for _ in range(2):
+        _, done = run(config)
+        said = {v: c[:2] for v, c in cells(db, done.run_id).items()}
+        assert said == {"d": ("pass", 0)}, said
+
+
+def test_both_runners_look_for_a_library_in_the_same_folders(tmp_path: Path) -> None:
+    """The shell scripts (stages/build_links.py) and the python runner (node/linked.py) list the
+    same files for the same build: LIBRARY_PATH's library, a linker script's members, nothing for
+    nvcc's `-lineinfo`, and status 1 (None) for a library found nowhere."""
+    from orchestrator.run import noderunner
+    from orchestrator.run.snapshot import NodeSnapshot
+    from orchestrator.run.stages.build_links import library_search, linked_sh
+    from orchestrator.run.stages.build_reads import named_files
+
+    lib, scripts, bdir = tmp_path / "lib", tmp_path / "scripts", tmp_path / "build"
+    static_library(lib, "x")
+    scripts.mkdir()
+    bdir.mkdir()
+    (scripts / "librt69s.so").write_text(f"/* GNU ld script */\nGROUP ( {lib}/librt69.a -lrt69 )\n")
+    env = {"PATH": "/usr/bin:/bin", "LIBRARY_PATH": str(lib)}
+    snapshot = NodeSnapshot.__new__(NodeSnapshot)
+    object.__setattr__(snapshot, "compilers", "")
+    for command, expected in (
+        ("g++ -o b a.cpp -lrt69", {f"{lib}/librt69.a"}),
+        (f"g++ -o b a.cpp -L {scripts} -lrt69s", {f"{lib}/librt69.a", f"{scripts}/librt69s.so"}),
+        (f"g++ -o b a.cpp {scripts}/librt69s.so", {f"{lib}/librt69.a"}),
+        ("nvcc -lineinfo -o b a.cu", set()),
+        ("g++ -o b a.cpp -lrt69_nowhere", None),
+    ):
+        search, named = library_search(command, snapshot), named_files(command)
+        got = noderunner.linked_files(search, env, str(bdir), named)
+        assert (None if got is None else set(got)) == expected, (command, got)
+        shell = f"{linked_sh(search, named)} && printf '%s\\n' \"$lf\""
+        done = subprocess.run(["sh", "-c", shell], cwd=bdir, env=env, capture_output=True, text=True)
+        listed = None if done.returncode else {line for line in done.stdout.splitlines() if line}
+        assert listed == expected, (command, done.stdout, done.stderr)

@@ -77,7 +77,10 @@ def linked_sh(search: dict[str, Any] | None, named: list[str]) -> str:
             f'for t in {tops} ""; do [ -n "$t" ] || continue; for l in "$t/lib64" "$t/lib" "$t"/targets/*/lib; do '
             'printf \'%s\\n\' "$l" "$l/stubs"; done; done; '
             f"printf '%s\\n' {' '.join(LINKER_DIRS)}; }} | grep -v '^$' | while IFS= read -r d; do "
-            "case $d in /*) ;; *) d=$PWD/$d ;; esac; printf '%s\\n' \"$d\"; done); "
+            "case $d in /*) ;; *) d=$PWD/$d ;; esac; printf '%s\\n' \"$d\"; done "
+            # each folder once, by its path as python's normpath says it (`lib/../lib/` is `lib`)
+            "| sed -e 's#//*#/#g' -e 's#/\\./#/#g' -e ':a' -e 's#/[^/.][^/]*/\\.\\./#/#' -e 'ta' "
+            "-e 's#/\\.\\{0,1\\}$##' | awk '!seen[$0]++'); "
         )
         for files in search["libs"]:
             look = "; ".join(f"lk_ {q(f)}" for f in files)
