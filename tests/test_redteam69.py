@@ -136,3 +136,27 @@ def test_both_runners_look_for_a_library_in_the_same_folders(tmp_path: Path) -> 
         done = subprocess.run(["sh", "-c", shell], cwd=bdir, env=env, capture_output=True, text=True)
         listed = None if done.returncode else {line for line in done.stdout.splitlines() if line}
         assert listed == expected, (command, done.stdout, done.stderr)
+
+
+def test_a_library_in_nvccs_own_lib_folder_is_looked_for_there(tmp_path: Path) -> None:
+    """nvcc hands the linker its toolkit's lib folders (nvcc.profile's LIBRARIES): `-lcublas_static`
+    is found there, where nvcc's file (a wrapper in /usr/local/bin, say) gives no hint. The folder is
+    the one the probe found nvcc's ptxas in (its `_HERE_`), and both runners look under it."""
+    from orchestrator.run import noderunner
+    from orchestrator.run.snapshot import NodeSnapshot
+    from orchestrator.run.stages.build_links import library_search, linked_sh
+
+    top, bdir = tmp_path / "cuda", tmp_path / "build"
+    (top / "targets" / "x86_64-linux").mkdir(parents=True)
+    static_library(top / "targets" / "x86_64-linux" / "lib", "x")
+    bdir.mkdir()
+    snapshot = NodeSnapshot.__new__(NodeSnapshot)
+    object.__setattr__(snapshot, "compilers", f"nvcc-tool ptxas {top}/bin/ptxas 1 2 3 4")
+    search = library_search("/usr/local/bin/nvcc -o b a.cu -lrt69", snapshot)
+    assert search is not None and str(top) in search["tops"], search
+    expected = {f"{top}/targets/x86_64-linux/lib/librt69.a"}
+    env = {"PATH": "/usr/bin:/bin"}
+    assert set(noderunner.linked_files(search, env, str(bdir), []) or ()) == expected
+    shell = f"{linked_sh(search, [])} && printf '%s\\n' \"$lf\""
+    done = subprocess.run(["sh", "-c", shell], cwd=bdir, env=env, capture_output=True, text=True, check=True)
+    assert {line for line in done.stdout.splitlines() if line} == expected, done.stdout
