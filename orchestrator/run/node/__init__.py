@@ -23,6 +23,7 @@ PARTS = (
     "loads",
     "imports",
     "jit",
+    "linked",
     "built",
     "drift",
     "stages",

@@ -11,6 +11,7 @@ from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, no
 from orchestrator.run.node.imports import say_imports
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
+from orchestrator.run.node.linked import linked_files
 from orchestrator.run.node.loads import loads_writable
 from orchestrator.run.node.probe import _which
 from orchestrator.run.node.processes import kill_orphans, lock_within, reap
@@ -120,7 +121,9 @@ def build_holding_lock(out, spec, env, ahead):
         # the files it read, but the farm's own (verified by digest) and its own products; where one
         # cannot be hashed, it runs unmarked, never reused
         skip = [bdir, *tmp, *(folder for _, folder, _ in spec["inputs"])]
-        listed = not bad and write_reads(bdir, skip, spec.get("named", ()))
+        # with the libraries its linker found on its own (linked.py); None: one is found nowhere
+        linked = None if bad else linked_files(spec.get("linked"), env, bdir, spec.get("named", ()))
+        listed = linked is not None and write_reads(bdir, skip, [*spec.get("named", ()), *linked])
         if (
             not bad
             and (not listed or mark_built(os.path.join(bdir, ".farm-built")))

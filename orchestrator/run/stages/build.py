@@ -20,6 +20,7 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.trips import Trip
@@ -61,7 +62,11 @@ class BuildStage(CellStages):
         # whose list cannot be made runs unmarked, never reused
         skip = [self.paths.build_dir, self.paths.build_tmp, *(p.folder for _, p in input_checks(self.paths))]
         reading = reads_env(self.paths.build_dir)  # gcc lists what it read (build_reads.py)
-        listed = f"{{ {write_list(skip, named_files(command))} && touch .farm-built || rm -f {READ_LIST}; }}; "
+        named, search = named_files(command), library_search(command, self.snapshot)
+        # with the libraries its linker found on its own (build_links.py)
+        listed = (
+            f"{{ {write_list(skip, named, linked_sh(search, named))} && touch .farm-built || rm -f {READ_LIST}; }}; "
+        )
         return (
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
@@ -95,6 +100,7 @@ class BuildStage(CellStages):
                 "private": self.paths.private_binary,
                 "command": command,
                 "named": named_files(command),  # files the linker may read, listed with the compiler's
+                "linked": library_search(command, self.snapshot),  # and where it looks for its -l
                 "limit": limit,
                 "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],

@@ -30,11 +30,8 @@ def reads_env(bdir: str) -> str:
     return "" if re.search(r"\s", path) else f"SUNPRO_DEPENDENCIES={shlex.quote(path)} "
 
 
-def named_files(command: str) -> list[str]:
-    """The files a build command may read that no compiler lists: each word (or option's value,
-    or piece of one for the linker) that is an absolute path, and `DIR/libNAME.a` and `.so` for
-    each `-L DIR` and `-l NAME`. Folders among them are dropped on the node, where what is a file
-    is known."""
+def command_words(command: str) -> list[str]:
+    """A build command's words, and the pieces of those that hand the linker several."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -42,6 +39,15 @@ def named_files(command: str) -> list[str]:
     # what gcc's -Wl, and nvcc's -Xlinker= hand the linker, comma-separated: its own words
     for prefix in ("-Wl,", "-Xlinker=", "--linker-options=", "-Xlinker,"):
         words += [piece for w in words if w.startswith(prefix) for piece in w[len(prefix) :].split(",")]
+    return words
+
+
+def named_files(command: str) -> list[str]:
+    """The files a build command may read that no compiler lists: each word (or option's value,
+    or piece of one for the linker) that is an absolute path, and `DIR/libNAME.a` and `.so` for
+    each `-L DIR` and `-l NAME`. Folders among them are dropped on the node, where what is a file
+    is known."""
+    words = command_words(command)
     paths, dirs, libs = [], [], []
     for at, word in enumerate(words):
         following = words[at + 1] if at + 1 < len(words) else ""
@@ -71,17 +77,21 @@ def stale_check(bdir: str) -> str:
     )
 
 
-def write_list(skip: Sequence[str], named: Sequence[str]) -> str:
+def write_list(skip: Sequence[str], named: Sequence[str], linked: str = "") -> str:
     """Shell run in the build folder after a build that succeeded: `.farm-read` from gcc's rules
     (its words, less the targets and the folders in SKIP, which the farm verifies by digest or
     the build made) and the NAMED files, those that are files now (a temporary file of the
-    build's is gone), status 1 where one cannot be hashed (then the build is not reused)."""
+    build's is gone), status 1 where one cannot be hashed (then the build is not reused). LINKED:
+    shell setting $lf to the libraries its linker found on its own (build_links.py), status 1
+    where one is found nowhere (then neither)."""
     ere = "|".join("".join("\\" + c if c in _ERE_SPECIAL else c for c in f"{s.rstrip('/')}/") for s in skip)
     keep = f"grep -v -E {shlex.quote(f'^({ere})')}" if skip else "cat"
     listed = " ".join(shlex.quote(n) for n in named)
     names = f"printf '%s\\n' {listed}; " if named else ""
+    names += "printf '%s\\n' \"$lf\"; " if linked else ""
     return (
         f"rm -f {READ_LIST} && "  # not written through a link the build left by that name
+        f"{linked + ' && ' if linked else ''}"
         f"{{ {{ {names}[ ! -f {READ_DEPS} ] || tr ' \\\\' '\\n\\n' < {READ_DEPS}; }} "
         f"| grep -v -e ':$' -e '^$' | {keep} "
         '| LC_ALL=C sort -u | while IFS= read -r f; do [ ! -f "$f" ] || printf \'%s\\0\' "$f"; done '
