@@ -80,7 +80,7 @@ def test_the_runner_notes_the_jit_variables_a_kernel_command_starts_with() -> No
     commands = KernelCommands(copy="/c/bin/k", env={"CUDA_CACHE_DISABLE": "1"})
     assert commands.jit_notes(["/usr/bin/env", "/c/bin/k"], {b"CUDA_CACHE_DISABLE": b"1"}) == []
     assert commands.jit_notes(["/c/bin/k"], {b"CUDA_FORCE_PTX_JIT": b"0", b"CUDA_CACHE_DISABLE": b"1"}) == []
-    assert commands.jit_notes(["/c/bin/k"], {b"CUDA_DISABLE_PTX_JIT": b"1"}) == [
+    assert commands.jit_notes(["/c/bin/k"], {b"CUDA_DISABLE_PTX_JIT": b"1", b"CUDA_CACHE_DISABLE": b"0"}) == [
         b"jit-env=CUDA_DISABLE_PTX_JIT",
         b"jit-env=CUDA_CACHE_DISABLE",
     ]

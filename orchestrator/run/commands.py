@@ -137,7 +137,8 @@ def _jit_check() -> str:
     variable the run set but did not export is noted too: no pass on a doubt."""
     said = "".join(f'case "${{{v}-}}" in ""|0) ;; *) echo jit-env={v} >&6;; esac; ' for v in JIT_ENV)
     name, value = CACHE_OFF
-    return said + f'case "${{{name}-}}" in {value}) ;; *) echo jit-env={name} >&6;; esac; '
+    # set but not as the farm sets it (unset: a node or a test without the marker, not noted)
+    return said + f'case "${{{name}-{value}}}" in {value}) ;; *) echo jit-env={name} >&6;; esac; '
 
 
 def _jit_words() -> str:

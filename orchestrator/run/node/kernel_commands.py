@@ -125,12 +125,13 @@ class KernelCommands:
         return None
 
     def jit_notes(self, argv, env):
-        """`jit-env=NAME` for each driver variable (JIT_ENV set and not 0, CACHE_OFF other than the
-        farm's) in ENV, the environment the kernel command is started with; `jit-word=NAME` for
+        """`jit-env=NAME` for each driver variable (JIT_ENV set and not 0, CACHE_OFF set other than
+        the farm's) in ENV, the environment the kernel command is started with; `jit-word=NAME` for
         each of JIT_ENV named in its words up to the copy (a launcher's: `env NAME=1`), as the
         shell expanded them. One token each: the status file's words that are digits are statuses."""
         notes = [b"jit-env=" + key for key in JIT_ENV if env.get(key, b"0") not in (b"", b"0")]
-        if env.get(CACHE_OFF[0]) != CACHE_OFF[1]:
+        # set, but not as the farm sets it (unset is not noted: a node or a test without the marker)
+        if env.get(CACHE_OFF[0], CACHE_OFF[1]) != CACHE_OFF[1]:
             notes.append(b"jit-env=" + CACHE_OFF[0])
         words = argv[: argv.index(self.copy)] if self.copy in argv else argv
         said = b"\0".join(os.fsencode(word) for word in words)
