@@ -125,6 +125,48 @@ STARTED_NOTE = "started"
 UNREAD_NOTE = "unread"
 
 
+# the driver's variables a kernel command starts with (node/kernel_commands.py JIT_ENV, CACHE_OFF,
+# jit_notes says why): noted as `jit-env=NAME` (in its environment) or `jit-word=NAME` (in its
+# launchers' words), each one token, before it starts
+JIT_ENV = ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT")
+CACHE_OFF = ("CUDA_CACHE_DISABLE", "1")
+
+
+def _jit_check() -> str:
+    """Shell noting the driver's variables the kernel command is about to start with. A shell
+    variable the run set but did not export is noted too: no pass on a doubt."""
+    said = "".join(f'case "${{{v}-}}" in ""|0) ;; *) echo jit-env={v} >&6;; esac; ' for v in JIT_ENV)
+    name, value = CACHE_OFF
+    # set but not as the farm sets it (unset: a node or a test without the marker, not noted)
+    return said + f'case "${{{name}-{value}}}" in {value}) ;; *) echo jit-env={name} >&6;; esac; '
+
+
+def _jit_words() -> str:
+    """Shell adding `jit-word=NAME` to farm_j where the word farm_a names one of JIT_ENV."""
+    return "".join(f'case "$farm_a" in *{v}*) farm_j="$farm_j jit-word={v}";; esac; ' for v in JIT_ENV)
+
+
+def jit_started(notes: list[bytes]) -> str:
+    """Why a kernel command may have run other code than the counted, from its `jit-env=` and
+    `jit-word=` notes (node/kernel_commands.py jit_notes, _kernel_call), or ""."""
+    said = {note.decode("ascii", "replace") for note in notes if note.startswith((b"jit-env=", b"jit-word="))}
+    env = sorted(n.split("=", 1)[1] for n in said if n.startswith("jit-env=") and n != f"jit-env={CACHE_OFF[0]}")
+    words = sorted(n.split("=", 1)[1] for n in said if n.startswith("jit-word="))
+    why = []
+    if env:
+        why.append(
+            f"a kernel command started with {', '.join(env)} set in its environment (its run or the node set it)"
+        )
+    if words:
+        why.append(f"a kernel command's launcher words name {', '.join(words)}")
+    if f"jit-env={CACHE_OFF[0]}" in said:
+        why.append(
+            f"a kernel command started with {CACHE_OFF[0]} other than the farm's {CACHE_OFF[1]} in its "
+            "environment: the driver's JIT cache may have handed it code the farm never saw"
+        )
+    return "; ".join(why)
+
+
 def unread_failing(notes: list[bytes]) -> bool:
     """Whether a kernel command that failed was noted unread (UNREAD_NOTE just before its status)."""
     flagged = False
@@ -206,14 +248,17 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
         f"echo {UNREAD_NOTE} >&6; fi; "
     )
     call = (
+        # what it starts with, as it starts (jit_started): a file the run sourced set it out of its text's sight
+        f'{_jit_check()}case "$farm_j" in ?*) echo "$farm_j" >&6;; esac; '
         f'echo {STARTED_NOTE} >&6; {reset}farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; '
         f'{check}echo "$farm_r" >&6; '
     )
     cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
-        f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_i=0; farm_n=$#; "
+        f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_j=; farm_i=0; farm_n=$#; "
         'while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; farm_n=$((farm_n - 1)); farm_i=$((farm_i + 1)); '
-        f'if [ -z "$farm_ok" ]; then case "$farm_a" in {copy}) farm_ok=1;; *) '
+        # a launcher's words as the shell expanded them, up to the copy: what they set (JIT_ENV)
+        f'if [ -z "$farm_ok" ]; then {_jit_words()}case "$farm_a" in {copy}) farm_ok=1;; *) '
         f'case "$farm_k" in *",$farm_i,"*) {_launcher_look(cell)}'
         'case "$farm_a" in */valgrind) farm_v=1;; esac; '
         'farm_k=${farm_k%%",$farm_i,"*},${farm_k#*",$farm_i,"};; esac;; '

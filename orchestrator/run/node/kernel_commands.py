@@ -1,7 +1,18 @@
 """Which requests to the runner are the run's kernel commands (KernelCommands), and what a
 kernel started for one gets: its words checked against the run's kernel commands as the loader
 read them, its launchers found as the node's PATH has them, its environment with the node's own
-settings kept."""
+settings kept.
+
+Each kernel command's start is also where the farm learns the driver's variables it carries
+(jit_notes): CUDA_FORCE_PTX_JIT / CUDA_DISABLE_PTX_JIT (the card runs the binary's PTX, not the
+cubin the inspect counted, or the reverse) and CUDA_CACHE_DISABLE other than the farm's 1 (the
+driver's JIT cache hands the kernel code the farm never saw). Round 68 read them in the run's text
+and the login's environment; a file the run sourced, or a launcher's word as the shell expanded it,
+set them out of that sight. They are noted, not forced: a run that has the card take the PTX on
+purpose tests something real, and forcing would change what the kernel did behind the reviewer's
+back; what the farm cannot do is back `instructions:` counted in other code (classify: no pass).
+CUDA_MODULE_LOADING (lazy or eager) and the other CUDA_ variables change when or how code loads,
+not which: not noted."""
 
 import os
 
@@ -14,6 +25,10 @@ VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 # noted as a kernel command starts, before its status (run/commands.py STARTED_NOTE): one the run left
 # running when its shell ended is killed unnoted, and the farm counts it as unfinished
 STARTED_NOTE = b"started"
+
+# the driver's variables that choose which of the binary's codes a card runs (run/commands.py JIT_ENV)
+JIT_ENV = (b"CUDA_FORCE_PTX_JIT", b"CUDA_DISABLE_PTX_JIT")
+CACHE_OFF = (b"CUDA_CACHE_DISABLE", b"1")  # as the farm's marker sets it (cell_work.CELL_ENV)
 
 
 # the variables of node_only, in one place for both checks below
@@ -108,6 +123,19 @@ class KernelCommands:
             if found is not None:
                 return found[0], env, found[1]
         return None
+
+    def jit_notes(self, argv, env):
+        """`jit-env=NAME` for each driver variable (JIT_ENV set and not 0, CACHE_OFF set other than
+        the farm's) in ENV, the environment the kernel command is started with; `jit-word=NAME` for
+        each of JIT_ENV named in its words up to the copy (a launcher's: `env NAME=1`), as the
+        shell expanded them. One token each: the status file's words that are digits are statuses."""
+        notes = [b"jit-env=" + key for key in JIT_ENV if env.get(key, b"0") not in (b"", b"0")]
+        # set, but not as the farm sets it (unset is not noted: a node or a test without the marker)
+        if env.get(CACHE_OFF[0], CACHE_OFF[1]) != CACHE_OFF[1]:
+            notes.append(b"jit-env=" + CACHE_OFF[0])
+        words = argv[: argv.index(self.copy)] if self.copy in argv else argv
+        said = b"\0".join(os.fsencode(word) for word in words)
+        return notes + [b"jit-word=" + key for key in JIT_ENV if key in said]
 
     def matched(self, call, argv):
         if len(argv) < len(call):

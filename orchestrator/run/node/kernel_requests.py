@@ -210,6 +210,8 @@ class KernelFiles(KernelCommands):
                 self.reply(fd, b"r")
                 return
             argv, env, note = request
+            for said in self.jit_notes(argv, env):  # what it starts with, as it starts (kernel_commands.py)
+                self.note(said)
             if note:
                 self.note(note)
                 self.reply(fd, b"x127")

@@ -14,6 +14,7 @@ from orchestrator.config.kernel_calls import (
     runs_other_programs,
 )
 from orchestrator.errors import InfraError
+from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import (
     CANNOT_START_NOTE,
     CHANNEL_MARGIN,
@@ -26,6 +27,7 @@ from orchestrator.run.commands import (
     STARTED_NOTE,
     STATUS_LIMIT,
     guarded,
+    jit_started,
     kernel_files,
     kernel_run,
     kernel_statuses,
@@ -163,6 +165,12 @@ class RunStage(CellStages):
         # a kernel command started with no status after it: still running when the run's shell ended
         # (sent to the background), killed by the farm unnoted
         ev.kernel_unfinished = max(notes.count(STARTED_NOTE.encode()) - len(kernel), 0)
+        # the driver's variables each kernel command started with (node/kernel_commands.py jit_notes):
+        # where `instructions:` were counted, code the card ran may not be it (classify: no pass)
+        exp = self.result.expectation
+        if (started_with := jit_started(notes)) and self.variant.instructions and exp.outcome is Outcome.PASS:
+            ev.runtime_code += "; " * bool(ev.runtime_code) + started_with
+            self._detail.append(f"{started_with}: code the run may execute was not inspected")
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         # one that exited 0 ran the kernel: on a card it must refuse, another's failure is no refusal
         ev.kernel_exited_0 = 0 in kernel
