@@ -129,7 +129,7 @@ def forged_ptxas(path: Path, root: Path) -> None:
     (root / "hmma.cu").write_text(HMMA_KERNEL)
     subprocess.run([REAL_NVCC, "-ptx", "-arch=sm_75", "-o", str(ptx), str(root / "hmma.cu")], check=True)
     path.write_text(
-        "#!/bin/sh\nfor a; do shift; case $a in *.ptx) set -- \"$@\" "
+        '#!/bin/sh\nfor a; do shift; case $a in *.ptx) set -- "$@" '
         f'{ptx};; *) set -- "$@" "$a";; esac; done\nexec {real_bin() / "ptxas"} "$@"\n'
     )
     path.chmod(0o755)
