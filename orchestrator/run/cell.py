@@ -139,8 +139,8 @@ def cell_paths(
         # nvcc's whole --version (its build, not only its release) and the host compilers' files: an
         # nvcc or gcc replaced under the same release number builds another binary
         snapshot.nvcc_output,
-        # but cuobjdump's file, which builds nothing (checked around each inspect instead)
-        "\n".join(line for line in snapshot.compilers.splitlines() if not line.startswith("cuobjdump-file ")),
+        # but cuobjdump's file and release, which build nothing (checked at each inspect instead)
+        "\n".join(line for line in snapshot.compilers.splitlines() if not line.startswith("cuobjdump-")),
     ]
     if env:
         # the node's env (farm.yaml), under which every build runs: nvcc reads NVCC_APPEND_FLAGS and

@@ -190,6 +190,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             'printf \'env %s %s\\n\' "$v" "$(printf %s "$x" | od -An -v -tx1 | tr -d \' \\n\')"; done 2>/dev/null',
             *toolkit_sh(node, TOOL),  # nvcc's file, set-up and tools, cuobjdump's file
             "wait",
+            'cat "$d/cuobjdump" 2>/dev/null',  # its release (toolkit_sh), the compilers' section's last line
             "echo '@@farm python'",
             'cat "$d/python" 2>/dev/null',
             "echo '@@farm folders'",

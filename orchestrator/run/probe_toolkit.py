@@ -37,6 +37,21 @@ def toolkit_sh(node: NodeSpec, tool: str) -> list[str]:
     """The probe's steps for the node's nvcc (none for a shipped one: its tree is checked by
     content) and cuobjdump; TOOL: the probe's `timeout` prefix."""
     steps = []
+    cuobjdump = node_cuobjdump(node)
+    if cuobjdump:
+        # its release too, once per node (no process per cell): one older than nvcc reads nvcc's
+        # cubins as nothing, an error or a part (red-team round 70), as noderunner's cuobjdump_version
+        release = r"s/.*[[:space:],]V\([0-9][0-9]*[.][0-9][0-9]*[.][0-9][0-9]*\).*/\1/p"
+        # in the background, beside nvcc's dry run, into the probe's "$d/cuobjdump" (its file line
+        # too), printed after the probe's `wait` (probe.py): the compilers' section's last lines, as
+        # the resident probe prints them, and a hung cuobjdump costs the probe no more time
+        steps.append(
+            "{ "
+            + _file_sh(cuobjdump, "cuobjdump-file")
+            + f' && {{ v=$({tool} "$r" --version 2>&1)'
+            + f" && v=$(printf '%s\\n' \"$v\" | sed -n {shlex.quote(release)} | head -n 1)"
+            + ' && [ -n "$v" ] && echo "cuobjdump-version $v"; }; } > "$d/cuobjdump" 2>/dev/null &'
+        )
     if not node.pypi_toolchain:
         nvcc = shlex.quote(node.nvcc)
         folder = {var: f"$(printf '%s\\n' \"$o\" | sed -n 's/^#\\$ {var}=//p' | head -n 1)" for _, var in NVCC_TOOLS}
@@ -51,7 +66,4 @@ def toolkit_sh(node: NodeSpec, tool: str) -> list[str]:
             f'[ -f "$t" ] && [ -x "$t" ] && r=$(readlink -f "$t") && s=$({STAT} "$r") && '
             'echo "nvcc-tool ${t##*/} $r $s"; done; }',
         ]
-    cuobjdump = node_cuobjdump(node)
-    if cuobjdump:
-        steps.append(_file_sh(cuobjdump, "cuobjdump-file"))
     return steps

@@ -75,3 +75,16 @@ def tool_changed(out, tool, env):
         return False
     out.say("@@farm toolchain-changed cuobjdump")
     return True
+
+
+def jit_changed(out, jit, env):
+    """Whether nvcc or its ptxas (JIT's `tools`: [LABEL, NAME, the probe's identity]) is another file
+    now than the probe saw, where the JIT step compiled the card's PTX with them (its folder made):
+    said on OUT as `@@farm toolchain-changed jit:LABEL`. Checked after the build, they were not after
+    it: replaced before the inspect, they made the SASS counted unsaid (red-team round 70)."""
+    if not jit or not jit.get("tools") or not os.path.isdir(jit["folder"]):
+        return False
+    changed = [label for label, name, seen in jit["tools"] if file_identity(_found(name, env)) != seen]
+    for label in changed:
+        out.say("@@farm toolchain-changed jit:" + label)
+    return bool(changed)

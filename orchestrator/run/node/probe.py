@@ -2,6 +2,7 @@
 and room."""
 
 import os
+import re
 import sys
 
 from orchestrator.run.node.files import OUT, folder_digest, sha256
@@ -115,6 +116,13 @@ def nvcc_tools(said):
     return lines
 
 
+def cuobjdump_version(said, code):
+    """`cuobjdump-version X.Y.Z` of what `cuobjdump --version` SAID ("..., release 13.0, V13.0.85"),
+    where it exited 0: the last V-number of its first line holding one, as the shell probe's sed."""
+    found = re.search(rb"^.*[\s,]V([0-9]+[.][0-9]+[.][0-9]+)", said, re.M) if code == 0 else None
+    return ["cuobjdump-version " + found.group(1).decode()] if found else []
+
+
 def room(folder):
     """KiB free in FOLDER's file system, whether it runs programs ("1": no noexec) and its
     free inodes ("-" where it counts none), as the shell probe's df and test program say;
@@ -170,6 +178,10 @@ def probe(spec):
     smi = started(["nvidia-smi", "--query-gpu=" + spec["gpu_query"], "--format=csv,noheader"])
     nvcc = started([spec["nvcc"], "--version"]) if spec["nvcc"] else None
     setup = started([spec["nvcc"], *NVCC_SETUP]) if spec["nvcc"] else None
+    found = nvcc_file(spec["cuobjdump"], "cuobjdump-file") if spec.get("cuobjdump") else []
+    # its release, once per node (not a process per cell): one older than nvcc reads the cubins of
+    # nvcc's newer release as nothing, an error or a part (red-team round 70; stages/inspect.py)
+    release = started([" ".join(found[0].split(" ")[1:-4]), "--version"]) if found else None
     control = os.path.exists("/dev/nvidiactl")
     asked = _nvml(spec) if control else None
     workdir = spec["workdir"]
@@ -234,8 +246,9 @@ def probe(spec):
             digest.update(text.rstrip(b"\n") + b"\n")
             lines.append("nvcc-setup " + digest.hexdigest())
             lines += nvcc_tools(text)
-    if spec.get("cuobjdump"):  # checked around each inspect (stages.inspect), not keyed (cell.py)
-        lines += nvcc_file(spec["cuobjdump"], "cuobjdump-file")
+    lines += found  # checked around each inspect (stages.inspect), not keyed (cell.py)
+    if release is not None:
+        lines += cuobjdump_version(*finished(release, PROBE_TOOL_TIMEOUT))
     lines += ["@@farm python", sys.executable, str(sys.version_info >= (3, 8)), "@@farm nvml"]
     if smi_code != 0:
         lines.append("error nvidia-smi lists no GPU")

@@ -6,7 +6,7 @@ import time
 
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
-from orchestrator.run.node.drift import drifted, identities, tool_changed, verify
+from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.imports import say_imports
 from orchestrator.run.node.jit import listed_and_compiled
@@ -179,6 +179,7 @@ def inspect(out, spec, env, ahead):
         say_imports(out, private, spec["loaders"], env)
     if spec.get("cuobjdump"):
         listed_and_compiled(out, spec, private, digest)
+        jit_changed(out, spec.get("jit"), env)  # the nvcc and ptxas it ran, not the probed ones (drift.py)
     tool_changed(out, spec.get("tool"), env)
 
 

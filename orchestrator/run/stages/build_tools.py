@@ -53,13 +53,56 @@ def cuobjdump_seen(snapshot: NodeSnapshot) -> str | None:
     return ""
 
 
-def cuobjdump_check_sh(name: str, seen: str) -> str:
-    """Shell saying `@@farm toolchain-changed cuobjdump` (and setting cw=1) where the file the
+def cuobjdump_check_sh(name: str, seen: str, label: str = "cuobjdump") -> str:
+    """Shell saying `@@farm toolchain-changed LABEL` (and setting cw=1) where the file the
     shell runs for NAME is not the one the probe saw (SEEN): one `stat`, no process of the tool."""
     return (
         f'oc=$(command -v {shlex.quote(name)}) && oc=$({STAT} "$oc" 2>/dev/null); '
-        f'[ "${{oc:-}}" = {shlex.quote(seen)} ] || {{ echo "@@farm toolchain-changed cuobjdump"; cw=1; }}; '
+        f'[ "${{oc:-}}" = {shlex.quote(seen)} ] || {{ echo "@@farm toolchain-changed {label}"; cw=1; }}; '
     )
+
+
+def _release(version: str | None) -> tuple[int, int] | None:
+    parts = (version or "").split(".")
+    return (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() else None
+
+
+def cuobjdump_release(snapshot: NodeSnapshot) -> tuple[int, int] | None:
+    """(major, minor) of the node's cuobjdump as the probe's `cuobjdump --version` said it."""
+    for line in (snapshot.compilers or "").splitlines():
+        if line.startswith("cuobjdump-version "):
+            return _release(line.split(" ")[1])
+    return None
+
+
+def older_cuobjdump(snapshot: NodeSnapshot) -> str | None:
+    """Why the node's cuobjdump cannot speak for what its nvcc built, or None: a release older
+    than nvcc's reads a newer release's cubins (a newer arch, a newer ELF or fatbin) as nothing,
+    an error or a part, and names what it decodes its own way (red-team round 70). A newer one
+    reads older code, as NVIDIA ships it to; an unknown release is not judged."""
+    dump, nvcc = cuobjdump_release(snapshot), _release(snapshot.nvcc_version)
+    if dump is None or nvcc is None or dump >= nvcc:
+        return None
+    return (
+        f"the node's cuobjdump is of CUDA {dump[0]}.{dump[1]} (`cuobjdump --version`), older than its nvcc "
+        f"of CUDA {nvcc[0]}.{nvcc[1]} (`nvcc --version`) that built the binary: what it says of the binary's "
+        "machine code is no verdict on the kernel (configure the node's `cuobjdump:` of nvcc's toolkit)"
+    )
+
+
+def jit_tools(snapshot: NodeSnapshot) -> list[list[str]] | None:
+    """[[LABEL, NAME, IDENTITY]] of nvcc and its ptxas as the probe saw them, for the JIT step's
+    check (node/drift.jit_changed, jit_shell): the compile of the card's PTX runs them at inspect
+    time, after the build's check, and one replaced between (an upgrade landing mid-run) made the
+    SASS the farm counted unsaid (red-team round 70). None where the probe said nothing of them."""
+    found: list[list[str]] = []
+    for line in (snapshot.compilers or "").splitlines():
+        words = line.split(" ")
+        if words[0] == "nvcc-file" and len(words) >= 6:
+            found.insert(0, ["nvcc", snapshot.nvcc_path, " ".join(words[-4:])])
+        elif words[0] == "nvcc-tool" and words[1:2] == ["ptxas"] and len(words) >= 7:
+            found.append(["ptxas", " ".join(words[2:-4]), " ".join(words[-4:])])
+    return found or None
 
 
 def toolchain_script(checks: dict[str, Any] | None) -> str:

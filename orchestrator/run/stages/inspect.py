@@ -23,7 +23,7 @@ from orchestrator.run.machine_code import (
     runtime_loads,
 )
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen
+from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
 from orchestrator.run.trips import Trip
 
@@ -164,7 +164,10 @@ class InspectStage(CellStages):
         if not (cuda and sass and cc is not None and r.expectation.outcome is Outcome.PASS):
             return None
         folder = f"{self.paths.run_dir}/jit-{secrets.token_hex(8)}"  # no inspect command can know it
-        return {"card": cc.major * 10 + cc.minor, "folder": folder, "nvcc": self.snapshot.nvcc_path, "limit": JIT_LIMIT}
+        # nvcc and ptxas checked after it (node/drift.jit_changed); a shipped toolkit's by its digest
+        tools = None if self.paths.toolchain is not None else jit_tools(self.snapshot)
+        nvcc = self.snapshot.nvcc_path
+        return {"card": cc.major * 10 + cc.minor, "folder": folder, "nvcc": nvcc, "limit": JIT_LIMIT, "tools": tools}
 
     def _loaders(self, cuda: bool) -> bool:
         """Whether the node says what the copy imports and needs, and the login's JIT variables
@@ -188,6 +191,16 @@ class InspectStage(CellStages):
                 f"node {self.t.name!r}: its cuobjdump ({self.cuobjdump}) changed on the node since its probe; "
                 "what it said of the binary is not taken"
             )
+        jit_tool = re.search(r"^@@farm toolchain-changed jit:(\S+)$", text, re.M)
+        if jit_tool:
+            raise InfraError(
+                f"node {self.t.name!r}: its {jit_tool.group(1)} changed on the node since its probe, before the "
+                "JIT step compiled the PTX the card runs with it; the SASS it counted is not taken"
+            )
+        shipped = kit is not None and self.cuobjdump.startswith(kit.folder + "/")  # of nvcc's own toolkit
+        older = older_cuobjdump(self.snapshot) if cuda and not shipped else None
+        if older:  # said once per node by the probe: no process per cell
+            raise InfraError(f"node {self.t.name!r}: {older}")
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)

@@ -10,8 +10,10 @@ together); what it prints and writes is what the python runner prints and writes
 from __future__ import annotations
 
 import shlex
+from typing import cast
 
 from orchestrator.run.commands import KILL_GRACE
+from orchestrator.run.stages.build_tools import cuobjdump_check_sh
 
 # reads `cuobjdump --list-elf`, a line "@@ptx", then `--list-ptx`; prints the PTX archs a card of
 # CC `card` (90 for 9.0) compiles at load, nothing where it loads a cubin of the binary
@@ -46,6 +48,8 @@ def jit_script(jit: dict[str, object], cuobjdump: str, binary: str) -> str:
     tool = f"timeout -k {KILL_GRACE} {limit}"
     cut = f"{tool} {q(cuobjdump)}"
     said = 'echo "$jo" | tr -s "[:space:]" " " | tail -c 300'
+    tools = cast("list[list[str]]", jit.get("tools") or [])  # [[LABEL, NAME, IDENTITY]] (build_tools.jit_tools)
+    checks = "".join(cuobjdump_check_sh(name, seen, "jit:" + label) for label, name, seen in tools)
     return (
         # the lists the inspect took (`$jle`, `$jlp`: lists_kept), not taken again: a cuobjdump that
         # hangs on them cost the cell its lists' limit twice more (a review's finding)
@@ -65,5 +69,7 @@ def jit_script(jit: dict[str, object], cuobjdump: str, binary: str) -> str:
         'else echo "@@farm jit $ja $jt rc=0"; fi; done; done; '
         'if [ "$ji" -eq 0 ]; then '
         'echo "@@farm jit-failed cuobjdump -xptx wrote no $(echo $jp | sed "s/ / or /g") PTX"; fi; '
-        "fi; fi; "
+        # the nvcc and ptxas it ran, against the probe's (node/drift.jit_changed): checked after the
+        # build, not before this compile, one replaced between made the SASS counted unsaid
+        f"fi; {checks}fi; "
     )
