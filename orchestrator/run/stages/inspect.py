@@ -200,7 +200,9 @@ class InspectStage(CellStages):
         shipped = kit is not None and self.cuobjdump.startswith(kit.folder + "/")  # of nvcc's own toolkit
         older = older_cuobjdump(self.snapshot) if cuda and not shipped else None
         if older:  # said once per node by the probe: no process per cell
-            raise InfraError(f"node {self.t.name!r}: {older}")
+            error = InfraError(f"node {self.t.name!r}: {older}")
+            error.retryable = False  # the same cuobjdump on a retry: its cells need the node's `cuobjdump:` fixed
+            raise error
         rc = re.search(r"@@farm rc=(\d+)", text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
