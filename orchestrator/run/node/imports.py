@@ -6,7 +6,7 @@ change which of the binary's embedded codes the card runs. The farm judges what 
 
 import os
 
-SHT_DYNAMIC, SHT_DYNSYM = 6, 11
+SHT_DYNAMIC, SHT_DYNSYM, PT_DYNAMIC = 6, 11, 2
 NAME_LIMIT = 4096  # bytes of one symbol's or library's name read from a string table
 
 
@@ -36,19 +36,26 @@ def dynamic_imports(path):
     try:
         if wide:
             shoff, (shentsize, shnum) = _fields(data, 40, "Q", little)[0], _fields(data, 58, "HH", little)
+            phoff, (phentsize, phnum) = _fields(data, 32, "Q", little)[0], _fields(data, 54, "HH", little)
             header, sym, dyn = "IIQQQQIIQQ", ("IBBHQQ", 24), ("qQ", 16)
         else:
             shoff, (shentsize, shnum) = _fields(data, 32, "I", little)[0], _fields(data, 46, "HH", little)
+            phoff, (phentsize, phnum) = _fields(data, 28, "I", little)[0], _fields(data, 42, "HH", little)
             header, sym, dyn = "IIIIIIIIII", ("IIIBBH", 16), ("iI", 8)
+        # the loader links through the PT_DYNAMIC segment, whatever the section headers say
+        linked = any(_fields(data, phoff + i * phentsize, "I", little)[0] == PT_DYNAMIC for i in range(phnum))
         # each section: (type, offset, size, link)
         sections = []
         for index in range(shnum):
             f = _fields(data, shoff + index * shentsize, header, little)
             sections.append((f[1], f[4], f[5], f[6]))
         kinds = [kind for kind, _, _, _ in sections]
-        if SHT_DYNSYM not in kinds and SHT_DYNAMIC not in kinds:
-            # a static binary has neither; one whose section headers were stripped cannot be told from it
-            return ([], []) if sections else None
+        if not sections or ((linked or SHT_DYNAMIC in kinds) and SHT_DYNSYM not in kinds):
+            # its section headers stripped, or its .dynsym's retyped: the loader still resolves its
+            # imports (cuModuleLoadData's among them), which no section here names (a review finding)
+            return None
+        if not linked and SHT_DYNAMIC not in kinds:
+            return [], []  # a static binary: it imports nothing
         needs, imports = [], []
         for kind, offset, size, link in sections:
             if kind not in (SHT_DYNAMIC, SHT_DYNSYM):

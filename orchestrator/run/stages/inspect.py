@@ -60,9 +60,14 @@ def imports_sh(binary: str) -> str:
     """Shell saying what node/imports.py says of the copy, through readelf: the libraries it
     needs, its undefined dynamic symbols of RUNTIME_LOADERS, and the login's JIT variables."""
     pattern = "^(" + "|".join(RUNTIME_LOADERS) + ")"
+    # a binary linked dynamically (readelf finds its dynamic section, by its segment where its
+    # section headers are stripped) with no .dynsym section names none of the imports the loader
+    # resolves: unread, as node/imports.py says it (a review finding: it passed on its NEEDED lines)
     awk = (
-        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); print "@@farm needs " n; next } '
-        '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) print "@@farm imports " n }'
+        "/^Dynamic section at offset/ { d = 1 } /^Symbol table '\\.dynsym'/ { s = 1 } "
+        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); o[++k] = "@@farm needs " n; next } '
+        '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) o[++k] = "@@farm imports " n } '
+        'END { if (d && !s) { print "@@farm imports-unread"; exit } for (i = 1; i <= k; i++) print o[i] }'
     )
     return (
         f"if farm_re=$(LC_ALL=C readelf -W -d --dyn-syms {binary} 2>/dev/null); then "
