@@ -10,12 +10,17 @@ import os
 import shlex
 import struct
 import subprocess
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from orchestrator.run import noderunner
 from orchestrator.run.machine_code import RUNTIME_LOADERS, runtime_loads
+from orchestrator.run.node import linked
+from orchestrator.run.stages import build_links
+from orchestrator.run.stages.build_links import library_search
 from orchestrator.run.stages.inspect import imports_sh
 
 
@@ -83,3 +88,70 @@ def test_imports_no_section_names_are_never_nothing(loader: Path, tmp_path: Path
     hidden = hide(loader, tmp_path / "k")
     said = _said(python, hidden, env)
     assert said == "@@farm imports-unread\n", said
+
+
+SNAPSHOT = SimpleNamespace(compilers="", nvcc_path="/usr/local/cuda/bin/nvcc")
+
+
+def test_nvcc_lists_in_one_value_are_its_libraries_and_folders() -> None:
+    """nvcc hands the linker `-lm,dl` as -lm -ldl and `-L/opt/a,/opt/b` as two folders (its
+    --dryrun says so): read whole, /opt/b was looked in by nobody and a libfoo.a in /usr/lib was
+    listed in place of /opt/b's, the one linked, which rebuilt left the old binary reused."""
+    got = library_search("/usr/local/cuda/bin/nvcc -o b a.cu -L/opt/a,/opt/b -lfoo,dl --library=rt", SNAPSHOT)
+    assert got is not None
+    assert got["dirs"] == ["/opt/a", "/opt/b"], got
+    assert got["libs"] == [[f"lib{n}.so", f"lib{n}.a"] for n in ("foo", "dl", "rt")], got
+    # g++ hands ld the value whole: its name is what ld looks for
+    whole = library_search("g++ -o b a.cpp -lfoo,bar", SNAPSHOT)
+    assert whole is not None and whole["libs"] == [["libfoo,bar.so", "libfoo,bar.a"]], whole
+
+
+@pytest.mark.parametrize("option", ["-lto", "-ltoir", "-lib", "-link", "-ldir=/opt/libdevice", "-lineinfo"])
+def test_nvcc_options_that_open_as_l_name_no_library(option: str) -> None:
+    """`-lto` (--lto), `-lib`, `-ldir=X`: read as libraries (libto.a) they were found nowhere and
+    the build was never reused; nvcc reads them as its options."""
+    assert library_search(f"{{nvcc}} -O3 {option} -o b a.cu", SNAPSHOT) is None
+
+
+@pytest.fixture
+def hanging_compilers(tmp_path: Path) -> dict[str, str]:
+    """A PATH whose compilers and ld never answer (wrappers stuck on a lock)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("gcc", "g++", "cc", "c++", "clang", "clang++", "ld"):
+        (folder / name).write_text("#!/bin/sh\nexec sleep 600\n")
+        (folder / name).chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def test_the_linkers_folders_asked_within_a_bound_in_python(
+    hanging_compilers: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """node/linked.py asked each of 6 compilers and ld for 30 s each: 210 s past the build's own
+    limit, more than its trip's margin. All of them now share one bound."""
+    monkeypatch.setattr(linked, "ASK_TIMEOUT", 2)
+    search = library_search("{nvcc} -o b a.cu -lm", SNAPSHOT)
+    start = time.monotonic()
+    found = linked.linked_files(search, hanging_compilers, str(tmp_path), [])
+    assert time.monotonic() - start < 6
+    assert found is not None and any(f.endswith(("/libm.so", "/libm.a")) for f in found), found
+
+
+def test_the_linkers_folders_asked_within_a_bound_in_shell(
+    hanging_compilers: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stages/build_links.py's shell asked them with no bound at all: a hanging wrapper held the
+    build stage until its channel's timeout."""
+    monkeypatch.setattr(build_links, "ASK_TIMEOUT", 4, raising=False)
+    monkeypatch.setattr(build_links, "KILL_GRACE", 1, raising=False)
+    search = library_search("{nvcc} -o b a.cu -lm", SNAPSHOT)
+    script = build_links.linked_sh(search, []) + '; echo "rc=$?"; printf "%s\\n" "$lf"'
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            ["sh", "-c", script], cwd=tmp_path, env=hanging_compilers, capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the shell's ask of the linker's folders never ended")
+    assert time.monotonic() - start < 20
+    assert "rc=0" in done.stdout and ("/libm.so" in done.stdout or "/libm.a" in done.stdout), done.stdout
