@@ -16,6 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.classify import Evidence, classify
+from orchestrator.config.capability import ComputeCapability
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import Expectation
 from orchestrator.run import noderunner
 from orchestrator.run.machine_code import RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.node import linked
@@ -155,3 +159,25 @@ def test_the_linkers_folders_asked_within_a_bound_in_shell(
         pytest.fail("the shell's ask of the linker's folders never ended")
     assert time.monotonic() - start < 20
     assert "rc=0" in done.stdout and ("/libm.so" in done.stdout or "/libm.a" in done.stdout), done.stdout
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["runner", "shell"])
+def test_a_jit_variable_of_zero_with_spaces_is_zero_on_both_paths(loader: Path, python: bool) -> None:
+    """CUDA_FORCE_PTX_JIT="0 " is 0 to the driver: the runner stripped it and passed, the shell
+    said it unstripped and the cell went grey."""
+    env = {"PATH": os.environ["PATH"], "CUDA_FORCE_PTX_JIT": "0 "}
+    said = _said(python, loader, env).replace("@@farm imports cuModuleLoadData\n", "")
+    assert runtime_loads(said) == "", said
+
+
+def test_the_reason_names_the_cause_once_and_truly() -> None:
+    """A pass under the login's CUDA_FORCE_PTX_JIT=1 read "...: code loaded at run time was not
+    inspected", untrue of a JIT variable, its clauses chained by colons."""
+    exp = Expectation(Outcome.PASS, "contract admits", cc=ComputeCapability.parse("8.0"))
+    ev = Evidence(build_exit=0, inspect_exit=0, run_exit=0, pass_line=1, kernel_started=True)
+    ev.runtime_code = runtime_loads("@@farm cuda-env CUDA_FORCE_PTX_JIT=1\n")
+    verdict = classify(ev, exp)
+    assert verdict.outcome is Outcome.INFRA_ERROR, verdict
+    assert "loaded at run time" not in verdict.reason, verdict.reason
+    assert verdict.reason.count("CUDA_FORCE_PTX_JIT=1") == 1, verdict.reason
+    assert "need not be what the card ran" in verdict.reason, verdict.reason

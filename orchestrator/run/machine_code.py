@@ -307,7 +307,10 @@ def runtime_loads(said: str) -> str:
     A binary that passed `HGMMA: 1` on its embedded code could run a cubin of NVRTC's or a file's."""
     imports = sorted(set(re.findall(r"^@@farm imports (\S+)$", said, re.M)))
     needs = sorted({n for n in re.findall(r"^@@farm needs (\S+)$", said, re.M) if not ORDINARY_LIBRARY.fullmatch(n)})
-    env = sorted({e for e in re.findall(r"^@@farm cuda-env (\w+=.*)$", said, re.M) if e.split("=", 1)[1] != "0"})
+    # "0 " is 0 to the driver: the shell says the value unstripped, the python runner stripped
+    env = sorted(
+        {e for e in re.findall(r"^@@farm cuda-env (\w+=.*)$", said, re.M) if e.split("=", 1)[1].strip() != "0"}
+    )
     why = []
     if re.search(r"^@@farm imports-unread$", said, re.M):
         why.append("the binary's dynamic symbols could not be read (no ELF the farm follows)")

@@ -235,8 +235,9 @@ class InspectStage(CellStages):
             self._detail.append(counted.where)
             if runs:  # code the run may execute that was not counted (classify: no pass on it)
                 ran = runtime_loads(text_said)
-                if JIT_VARIABLES.search(self.variant.run):
-                    ran += "; " * bool(ran) + "its run command names CUDA_FORCE_PTX_JIT or CUDA_DISABLE_PTX_JIT"
+                named = sorted(set(JIT_VARIABLES.findall(self.variant.run)))
+                if named:  # which one, as the login's are said
+                    ran += "; " * bool(ran) + f"its run command names {' and '.join(named)}"
                 ev.runtime_code = ran
                 if ran:
                     self._detail.append(f"{ran}: code the run may execute was not inspected")
