@@ -181,3 +181,17 @@ def test_the_reason_names_the_cause_once_and_truly() -> None:
     assert "loaded at run time" not in verdict.reason, verdict.reason
     assert verdict.reason.count("CUDA_FORCE_PTX_JIT=1") == 1, verdict.reason
     assert "need not be what the card ran" in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["runner", "shell"])
+def test_a_library_whose_name_holds_a_space_is_not_dropped(tmp_path: Path, python: bool) -> None:
+    """A binary that needs `libmy gpu.so` (its soname so: the loader opens it as any other) had the
+    name dropped on both paths (the runner's filter, the `\\S+` of runtime_loads), and passed."""
+    (tmp_path / "gpu.c").write_text("int gpu(void) { return 1; }\n")
+    (tmp_path / "k.c").write_text("int gpu(void);\nint main(void) { return gpu(); }\n")
+    lib = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libmy gpu.so", "-o", str(tmp_path / "libmygpu.so")]
+    subprocess.run([*lib, str(tmp_path / "gpu.c")], check=True)
+    binary = tmp_path / "k"
+    subprocess.run(["gcc", "-o", str(binary), str(tmp_path / "k.c"), f"-L{tmp_path}", "-lmygpu"], check=True)
+    said = runtime_loads(_said(python, binary, {"PATH": os.environ["PATH"]}))
+    assert "it needs libmy?gpu.so" in said, said

@@ -65,13 +65,14 @@ def imports_sh(binary: str) -> str:
     # resolves: unread, as node/imports.py says it (a review finding: it passed on its NEEDED lines)
     awk = (
         "/^Dynamic section at offset/ { d = 1 } /^Symbol table '\\.dynsym'/ { s = 1 } "
-        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); o[++k] = "@@farm needs " n; next } '
+        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); gsub(/[^!-~]/, "?", n); '
+        'o[++k] = "@@farm needs " n; next } '
         '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) o[++k] = "@@farm imports " n } '
         'END { if (d && !s) { print "@@farm imports-unread"; exit } for (i = 1; i <= k; i++) print o[i] }'
     )
     return (
         f"if farm_re=$(LC_ALL=C readelf -W -d --dyn-syms {binary} 2>/dev/null); then "
-        f'printf "%s\\n" "$farm_re" | awk -v p={shlex.quote(pattern)} {shlex.quote(awk)} | LC_ALL=C sort -u; '
+        f'printf "%s\\n" "$farm_re" | LC_ALL=C awk -v p={shlex.quote(pattern)} {shlex.quote(awk)} | LC_ALL=C sort -u; '
         "else echo '@@farm imports-unread'; fi; "
         + "".join(
             f'[ -z "${{{v}-}}" ] || echo "@@farm cuda-env {v}=$(printf %s "${v}" | tr -s "\\n\\t" "  " | cut -c1-64)"; '
