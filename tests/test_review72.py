@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import struct
 import subprocess
 import time
@@ -151,14 +152,19 @@ def test_the_linkers_folders_asked_within_a_bound_in_shell(
     search = library_search("{nvcc} -o b a.cu -lm", SNAPSHOT)
     script = build_links.linked_sh(search, []) + '; echo "rc=$?"; printf "%s\\n" "$lf"'
     start = time.monotonic()
+    # its own session: a hang's sleeping compilers are ended with it, never left behind
+    shell = subprocess.Popen(
+        ["sh", "-c", script], cwd=tmp_path, env=hanging_compilers, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
     try:
-        done = subprocess.run(
-            ["sh", "-c", script], cwd=tmp_path, env=hanging_compilers, capture_output=True, text=True, timeout=30
-        )
+        stdout, _ = shell.communicate(timeout=30)
     except subprocess.TimeoutExpired:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.communicate()
         pytest.fail("the shell's ask of the linker's folders never ended")
     assert time.monotonic() - start < 20
-    assert "rc=0" in done.stdout and ("/libm.so" in done.stdout or "/libm.a" in done.stdout), done.stdout
+    assert "rc=0" in stdout and ("/libm.so" in stdout or "/libm.a" in stdout), stdout
 
 
 @pytest.mark.parametrize("python", [True, False], ids=["runner", "shell"])
