@@ -201,3 +201,24 @@ def test_a_library_whose_name_holds_a_space_is_not_dropped(tmp_path: Path, pytho
     subprocess.run(["gcc", "-o", str(binary), str(tmp_path / "k.c"), f"-L{tmp_path}", "-lmygpu"], check=True)
     said = runtime_loads(_said(python, binary, {"PATH": os.environ["PATH"]}))
     assert "it needs libmy?gpu.so" in said, said
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["runner", "shell"])
+def test_an_ordinary_name_from_the_builds_own_folder_is_not_ordinary(tmp_path: Path, python: bool) -> None:
+    """`-cudart shared` with `-Wl,-rpath,BUILD_DIR` loads a `libcudart.so.13` the build made, whose
+    GPU code no inspect saw: judged by its name alone, it passed. Its folder is said, and an rpath
+    to CUDA's own lib folder (an honest `-cudart shared` build) is not."""
+    (tmp_path / "rt.c").write_text("int cudaMalloc(void **p, unsigned long n) { return 0; }\n")
+    (tmp_path / "k.c").write_text(
+        "int cudaMalloc(void **, unsigned long);\nint main(void) { void *p; return cudaMalloc(&p, 1); }\n"
+    )
+    lib = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcudart.so.13", "-o", str(tmp_path / "libcudart.so")]
+    subprocess.run([*lib, str(tmp_path / "rt.c")], check=True)
+    env = {"PATH": os.environ["PATH"]}
+    said = {}
+    for name, rpath in (("own", str(tmp_path)), ("cuda", "/usr/local/cuda/lib64")):
+        link = [f"-L{tmp_path}", "-lcudart", f"-Wl,-rpath,{rpath}"]
+        subprocess.run(["gcc", "-o", str(tmp_path / name), str(tmp_path / "k.c"), *link], check=True)
+        said[name] = runtime_loads(_said(python, tmp_path / name, env))
+    assert f"it loads its libraries from {tmp_path} first" in said["own"], said
+    assert said["cuda"] == "", said

@@ -23,8 +23,8 @@ def _string(data, table, value):
 
 def dynamic_imports(path):
     """(the libraries the ELF at PATH needs, the symbols it leaves undefined in its dynamic symbol
-    table), read from its section headers; None where it is no ELF this reader can follow (a
-    script, a cut header, sections stripped): no evidence either way."""
+    table, its RPATH's and RUNPATH's folders), read from its section headers; None where it is no
+    ELF this reader can follow (a script, a cut header, sections stripped): no evidence either way."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -55,8 +55,8 @@ def dynamic_imports(path):
             # imports (cuModuleLoadData's among them), which no section here names (a review finding)
             return None
         if not linked and SHT_DYNAMIC not in kinds:
-            return [], []  # a static binary: it imports nothing
-        needs, imports = [], []
+            return [], [], []  # a static binary: it imports nothing
+        needs, imports, paths = [], [], []
         for kind, offset, size, link in sections:
             if kind not in (SHT_DYNAMIC, SHT_DYNSYM):
                 continue
@@ -68,13 +68,15 @@ def dynamic_imports(path):
                         break
                     if tag == 1:  # DT_NEEDED
                         needs.append(_string(data, table, value))
+                    elif tag in (15, 29):  # DT_RPATH, DT_RUNPATH: looked in before the system's folders
+                        paths += _string(data, table, value).split(":")
                 continue
             for at in range(offset + sym[1], offset + size - sym[1] + 1, sym[1]):  # entry 0 is the null one
                 f = _fields(data, at, sym[0], little)
                 name, shndx = f[0], f[3] if wide else f[5]
                 if shndx == 0 and name:  # SHN_UNDEF: the loader finds it in a library
                     imports.append(_string(data, table, name))
-        return needs, imports
+        return needs, imports, paths
     except Exception:  # struct.error, an index past the table: a binary cut or made to confuse
         return None
 
@@ -82,7 +84,8 @@ def dynamic_imports(path):
 def say_imports(out, private, prefixes, env):
     """`@@farm needs LIB` per library the copy needs, `@@farm imports SYMBOL` per undefined
     symbol of its dynamic table that opens with one of PREFIXES (the loaders and compilers of
-    CUDA code: machine_code.RUNTIME_LOADERS), `@@farm imports-unread` where it could not be read,
+    CUDA code: machine_code.RUNTIME_LOADERS), `@@farm runpath FOLDER` per RPATH or RUNPATH entry,
+    `@@farm imports-unread` where it could not be read,
     and `@@farm cuda-env NAME=VALUE` for each of CUDA's JIT variables the login sets."""
     found = dynamic_imports(private)
     if found is None:
@@ -93,6 +96,10 @@ def say_imports(out, private, prefixes, env):
         # the shell's awk says it
         for name in sorted({"".join(c if 32 < ord(c) < 127 else "?" for c in n) for n in found[0]}):
             out.say("@@farm needs " + name)
+        # where the loader looks first: a `libcudart.so.13` of the build's own there is no ordinary
+        # one (machine_code.runtime_loads); an empty entry (the current folder) said as "(empty)"
+        for folder in sorted({"".join(c if 32 < ord(c) < 127 else "?" for c in f) or "(empty)" for f in found[2]}):
+            out.say("@@farm runpath " + folder)
         printable = [n for n in found[1] if n.isprintable() and " " not in n]
         for name in sorted(set(printable)):
             if name.split("@", 1)[0].startswith(tuple(prefixes)):

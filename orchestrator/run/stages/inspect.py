@@ -67,6 +67,9 @@ def imports_sh(binary: str) -> str:
         "/^Dynamic section at offset/ { d = 1 } /^Symbol table '\\.dynsym'/ { s = 1 } "
         '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); gsub(/[^!-~]/, "?", n); '
         'o[++k] = "@@farm needs " n; next } '
+        '$2 == "(RPATH)" || $2 == "(RUNPATH)" { n = $0; sub(/^[^[]*\\[/, "", n); sub(/\\][^]]*$/, "", n); '
+        'gsub(/[^!-~]/, "?", n); c = split(n, f, ":"); '
+        'for (i = 1; i <= c; i++) o[++k] = "@@farm runpath " (f[i] == "" ? "(empty)" : f[i]); next } '
         '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) o[++k] = "@@farm imports " n } '
         'END { if (d && !s) { print "@@farm imports-unread"; exit } for (i = 1; i <= k; i++) print o[i] }'
     )
