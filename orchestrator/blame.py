@@ -118,9 +118,11 @@ def runtime_unbacked(verdict: V, ev: Evidence) -> V:
     (a red-team finding). Not the kernel's failure either: no node could count that code."""
     if not ev.runtime_code or getattr(verdict, "outcome", None) is not Outcome.PASS:
         return verdict
+    # one clause for the cause: "code loaded at run time" said of a JIT variable was untrue, and
+    # chained after the cause's own colon it read as a third (a review's note)
     reason = (
-        f"{getattr(verdict, 'reason', '')}, but its `instructions:` were counted in the code the binary embeds and "
-        f"{ev.runtime_code}: code loaded at run time was not inspected, so the farm cannot back them "
+        f"{getattr(verdict, 'reason', '')}, but its `instructions:` were counted in the code the binary embeds, "
+        f"which need not be what the card ran ({ev.runtime_code}), so the farm cannot back them "
         "(drop the requirement, or embed the code the kernel runs)"
     )
     return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="inspect", reason=reason)

@@ -122,6 +122,7 @@ def test_both_runners_look_for_a_library_in_the_same_folders(tmp_path: Path) -> 
     env = {"PATH": "/usr/bin:/bin", "LIBRARY_PATH": str(lib)}
     snapshot = NodeSnapshot.__new__(NodeSnapshot)
     object.__setattr__(snapshot, "compilers", "")
+    object.__setattr__(snapshot, "nvcc_path", "/usr/local/bin/nvcc")
     for command, expected in (
         ("g++ -o b a.cpp -lrt69", {f"{lib}/librt69.a"}),
         (f"g++ -o b a.cpp -L {scripts} -lrt69s", {f"{lib}/librt69.a", f"{scripts}/librt69s.so"}),
@@ -152,6 +153,7 @@ def test_a_library_in_nvccs_own_lib_folder_is_looked_for_there(tmp_path: Path) -
     bdir.mkdir()
     snapshot = NodeSnapshot.__new__(NodeSnapshot)
     object.__setattr__(snapshot, "compilers", f"nvcc-tool ptxas {top}/bin/ptxas 1 2 3 4")
+    object.__setattr__(snapshot, "nvcc_path", "/usr/local/bin/nvcc")
     search = library_search("/usr/local/bin/nvcc -o b a.cu -lrt69", snapshot)
     assert search is not None and str(top) in search["tops"], search
     expected = {f"{top}/targets/x86_64-linux/lib/librt69.a"}

@@ -16,20 +16,28 @@ import glob
 import os
 import re
 import subprocess
+import time
 
 # ld's own folders where it cannot say them (`ld --verbose` names them on GNU ld)
 LINKER_DIRS = (
     "/usr/local/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib64",
     "/lib64", "/usr/lib64", "/usr/local/lib", "/lib", "/usr/lib",
 )  # fmt: skip
-ASK_TIMEOUT = 30  # one compiler's or ld's word on its folders
+# all compilers' and ld's words on their folders together (each answers in milliseconds): the build
+# stage's budget holds no more after the build's own limit (a review finding: 7 asks of 30 s each,
+# unbounded in shell, outran it); one that says nothing in time leaves its folders unlooked in, so
+# a library only there is found nowhere and the build is not reused
+ASK_TIMEOUT = 20
 SCRIPT_MAX = 65536  # a linker script is a few lines; larger text is not read as one
 LIBRARY_NAME = re.compile(r"\.(a|so|so\.[0-9.]+)$")  # a file the linker takes as a library (or its script)
 
 
-def _asked(argv, env):
+def _asked(argv, env, deadline):
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return ""
     try:
-        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=ASK_TIMEOUT)
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=left)
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout.decode("utf-8", "surrogateescape")
@@ -38,11 +46,12 @@ def _asked(argv, env):
 def linker_dirs(search, env, cwd):
     """The folders the build's linker may have looked in, in the build's ENV (CWD its folder)."""
     dirs = list(search["dirs"]) + env.get("LIBRARY_PATH", "").split(":")
+    deadline = time.monotonic() + ASK_TIMEOUT
     for name in search["compilers"]:
-        for line in _asked([name, "-print-search-dirs"], env).splitlines():
+        for line in _asked([name, "-print-search-dirs"], env, deadline).splitlines():
             if line.startswith("libraries: ="):
                 dirs += line[len("libraries: =") :].split(":")
-    dirs += re.findall(r'SEARCH_DIR\("=?([^"]*)"\)', _asked(["ld", "--verbose"], env))
+    dirs += re.findall(r'SEARCH_DIR\("=?([^"]*)"\)', _asked(["ld", "--verbose"], env, deadline))
     for top in search["tops"]:  # nvcc's own -L folders (its nvcc.profile's LIBRARIES)
         for lib in [top + "/lib64", top + "/lib", *sorted(glob.glob(glob.escape(top) + "/targets/*/lib"))]:
             dirs += [lib, lib + "/stubs"]

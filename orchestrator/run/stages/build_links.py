@@ -12,13 +12,15 @@ import posixpath
 import shlex
 from typing import Any
 
-from orchestrator.run.node.linked import LINKER_DIRS
+from orchestrator.run.commands import KILL_GRACE
+from orchestrator.run.node.linked import ASK_TIMEOUT, LINKER_DIRS
 from orchestrator.run.probe import HOST_COMPILERS
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.stages.build_reads import command_words
 
-# nvcc's options that begin as `-l` does and name no library (`-ldir` is --libdevice-directory)
-_NOT_LIBRARIES = frozenset({"-lineinfo", "-ldir"})
+# nvcc's options that begin as `-l` does and name no library (`-ldir` is --libdevice-directory,
+# `-lto` --lto, `-lib` --lib): read as libraries they were found nowhere, the build never reused
+_NOT_LIBRARIES = frozenset({"-lineinfo", "-ldir", "-lto", "-ltoir", "-lib", "-link"})
 
 
 def library_search(command: str, snapshot: NodeSnapshot) -> dict[str, Any] | None:
@@ -34,8 +36,14 @@ def library_search(command: str, snapshot: NodeSnapshot) -> dict[str, Any] | Non
                 into.append(following)
             elif word.startswith(long + "="):
                 into.append(word[len(long) + 1 :])
-            elif word.startswith(short) and not word.startswith("--") and word not in _NOT_LIBRARIES:
+            elif word.startswith(short) and not word.startswith("--") and word.split("=")[0] not in _NOT_LIBRARIES:
                 into.append(word[len(short) :])
+    # nvcc takes a list in one value (`-lcublas,cublasLt`, `-L/opt/a,/opt/b`): a folder read as
+    # "/opt/a,/opt/b" was looked in by nobody, and a library found in /usr/lib listed, not the
+    # /opt/b one the linker took (a review finding); gcc hands ld the value whole
+    if words and (words[0] in ("{nvcc}", snapshot.nvcc_path) or posixpath.basename(words[0]) == "nvcc"):
+        dirs = [piece for value in dirs for piece in value.split(",")]
+        names = [piece for value in names for piece in value.split(",")]
     libs = [[n[1:]] if n.startswith(":") else [f"lib{n}.so", f"lib{n}.a"] for n in names if n not in ("", ":")]
     if not libs:
         return None
@@ -67,12 +75,15 @@ def linked_sh(search: dict[str, Any] | None, named: list[str]) -> str:
     if search:
         fixed = " ".join(q(d) for d in search["dirs"])
         tops = " ".join(q(t) for t in search["tops"])
+        # each compiler's and ld's word bounded, as node/linked.py bounds them all (ASK_TIMEOUT):
+        # a wrapper that hangs held the build stage past its budget
+        ask = f"timeout -k {KILL_GRACE} {ASK_TIMEOUT // 4}"
         shell += (
             f"ld_=$({{ printf '%s\\n' {fixed} ''; printf '%s\\n' \"$LIBRARY_PATH\" | tr ':' '\\n'; "
             f"for c in {' '.join(q(c) for c in search['compilers'])}; do "
-            'command -v "$c" >/dev/null 2>&1 && "$c" -print-search-dirs 2>/dev/null '
+            f'command -v "$c" >/dev/null 2>&1 && {ask} "$c" -print-search-dirs 2>/dev/null '
             "| sed -n 's/^libraries: =//p' | tr ':' '\\n'; done; "
-            "ld --verbose 2>/dev/null | tr ';' '\\n' "
+            f"{ask} ld --verbose 2>/dev/null | tr ';' '\\n' "
             "| sed -n 's/^[[:space:]]*SEARCH_DIR(\"=\\{0,1\\}\\(.*\\)\")$/\\1/p'; "
             f'for t in {tops} ""; do [ -n "$t" ] || continue; for l in "$t/lib64" "$t/lib" "$t"/targets/*/lib; do '
             'printf \'%s\\n\' "$l" "$l/stubs"; done; done; '

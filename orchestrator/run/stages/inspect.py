@@ -60,13 +60,22 @@ def imports_sh(binary: str) -> str:
     """Shell saying what node/imports.py says of the copy, through readelf: the libraries it
     needs, its undefined dynamic symbols of RUNTIME_LOADERS, and the login's JIT variables."""
     pattern = "^(" + "|".join(RUNTIME_LOADERS) + ")"
+    # a binary linked dynamically (readelf finds its dynamic section, by its segment where its
+    # section headers are stripped) with no .dynsym section names none of the imports the loader
+    # resolves: unread, as node/imports.py says it (a review finding: it passed on its NEEDED lines)
     awk = (
-        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); print "@@farm needs " n; next } '
-        '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) print "@@farm imports " n }'
+        "/^Dynamic section at offset/ { d = 1 } /^Symbol table '\\.dynsym'/ { s = 1 } "
+        '$2 == "(NEEDED)" { n = $0; sub(/.*\\[/, "", n); sub(/\\].*$/, "", n); gsub(/[^!-~]/, "?", n); '
+        'o[++k] = "@@farm needs " n; next } '
+        '$2 == "(RPATH)" || $2 == "(RUNPATH)" { n = $0; sub(/^[^[]*\\[/, "", n); sub(/\\][^]]*$/, "", n); '
+        'gsub(/[^!-~]/, "?", n); c = split(n, f, ":"); '
+        'for (i = 1; i <= c; i++) o[++k] = "@@farm runpath " (f[i] == "" ? "(empty)" : f[i]); next } '
+        '$7 == "UND" && $8 != "" { n = $8; sub(/@.*/, "", n); if (n ~ p) o[++k] = "@@farm imports " n } '
+        'END { if (d && !s) { print "@@farm imports-unread"; exit } for (i = 1; i <= k; i++) print o[i] }'
     )
     return (
         f"if farm_re=$(LC_ALL=C readelf -W -d --dyn-syms {binary} 2>/dev/null); then "
-        f'printf "%s\\n" "$farm_re" | awk -v p={shlex.quote(pattern)} {shlex.quote(awk)} | LC_ALL=C sort -u; '
+        f'printf "%s\\n" "$farm_re" | LC_ALL=C awk -v p={shlex.quote(pattern)} {shlex.quote(awk)} | LC_ALL=C sort -u; '
         "else echo '@@farm imports-unread'; fi; "
         + "".join(
             f'[ -z "${{{v}-}}" ] || echo "@@farm cuda-env {v}=$(printf %s "${v}" | tr -s "\\n\\t" "  " | cut -c1-64)"; '
@@ -245,8 +254,9 @@ class InspectStage(CellStages):
             self._detail.append(counted.where)
             if runs:  # code the run may execute that was not counted (classify: no pass on it)
                 ran = runtime_loads(text_said)
-                if JIT_VARIABLES.search(self.variant.run):
-                    ran += "; " * bool(ran) + "its run command names CUDA_FORCE_PTX_JIT or CUDA_DISABLE_PTX_JIT"
+                named = sorted(set(JIT_VARIABLES.findall(self.variant.run)))
+                if named:  # which one, as the login's are said
+                    ran += "; " * bool(ran) + f"its run command names {' and '.join(named)}"
                 ev.runtime_code = ran
                 if ran:
                     self._detail.append(f"{ran}: code the run may execute was not inspected")
