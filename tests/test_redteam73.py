@@ -104,10 +104,10 @@ def test_no_ptx_of_the_cubins_arch_is_no_verdict_on_the_kernel(tmp_path: Path) -
     """`-gencode arch=compute_80,code=sm_80` embeds the cubin alone: no PTX the farm can count
     `mma.sync` in. The kernel's inspect-fail was a false red; it is infra-error, saying to embed
     the PTX or name SASS opcodes. So is a dump that does not print the PTX the binary embeds."""
-    cases = [_built(tmp_path, "-gencode arch=compute_80,code=sm_80")[:3]]
+    cases = [(*_built(tmp_path, "-gencode arch=compute_80,code=sm_80")[:3], "-arch=sm_80")]
     _, elf, ptx, sass = _built(tmp_path, "-arch=sm_80")
-    cases.append((sass, elf, ptx))
-    for dump, elf, ptx in cases:
+    cases.append((sass, elf, ptx, "-sass -ptx"))  # `--dump-sass` heads the PTX's part, printing none of it
+    for dump, elf, ptx, how in cases:
         counted = machine_code.count_for_card(dump, ["mma.sync"], EIGHT, elf, ptx)
         assert counted.counts == {"mma.sync": 0}, counted
         ev = Evidence(build_exit=0, inspect_exit=0, missing_instructions={"mma.sync": (0, 1)})
@@ -115,7 +115,7 @@ def test_no_ptx_of_the_cubins_arch_is_no_verdict_on_the_kernel(tmp_path: Path) -
         must = pytest.importorskip("test_classify").MUST_RUN
         verdict = classify(ev, must)
         assert verdict.outcome.value == "infra-error", (verdict, ptx)
-        assert "-arch=sm_80" in verdict.reason and "SASS" in verdict.reason, verdict.reason
+        assert how in verdict.reason and "name SASS opcodes instead" in verdict.reason, verdict.reason
 
 
 def test_a_stored_native_pass_on_ptx_names_read_as_words_is_not_current() -> None:
