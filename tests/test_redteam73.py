@@ -126,6 +126,8 @@ def test_a_stored_native_pass_on_ptx_names_read_as_words_is_not_current() -> Non
     why = jit_unbacked("native", {"ldmatrix": 1}, "8.0", old)
     assert why is not None and "ldmatrix" in why and "runs again" in why, why
     assert jit_unbacked("native", {"HMMA": 1}, "8.0", old) is None
+    # a lower-case name of another disassembler's text (objdump's `ret`) is no PTX name
+    assert jit_unbacked("native", {"ret": 1}, "8.0", old, "objdump -d {binary}") is None
 
 
 @pytest.fixture(scope="module", params=["resident", "shell"])

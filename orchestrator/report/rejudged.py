@@ -28,6 +28,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
 from orchestrator.report.ledger import KernelLedger
 from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, SOURCE_PTX
+from orchestrator.run.stages.inspect import reads_cuda
 
 CellKey = tuple[str, str, str, str]
 
@@ -67,7 +68,9 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
 _PASSED = (Outcome.PASS.value, Outcome.PERF_REGRESSION.value)
 
 
-def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None, stages: Any) -> str | None:
+def jit_unbacked(
+    code_path: str | None, instructions: Any, cc: str | None, stages: Any, inspect: str = "{cuobjdump}"
+) -> str | None:
     """Why a pass on a card that compiled the binary's PTX at load does not back its variant's
     SASS `instructions:`, else None. Before round 58 they were counted in cubins the card never
     ran; since, in the node nvcc's compile of that PTX for the card (node/jit.py), which its
@@ -76,7 +79,8 @@ def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None, stage
     sass = sorted(n for n in instructions or {} if n[:1].isupper())
     ptx = sorted(n for n in instructions or {} if not n[:1].isupper())
     detail = str(((stages or {}).get("inspect") or {}).get("detail") or "")
-    if code_path == "native" and ptx and SOURCE_PTX not in detail:
+    # lower-case names in another disassembler's text (objdump's `ret`) are no PTX names
+    if code_path == "native" and ptx and reads_cuda(inspect) and SOURCE_PTX not in detail:
         # before round 73 a PTX name on a card running a cubin was a word of that cubin's dump: a kernel
         # named ldmatrix met `ldmatrix: 1`; since, it counts in the PTX the cubin was compiled from
         return (
@@ -153,14 +157,14 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
                 "the failure is the kernel's now"
             )
         elif r.outcome in _PASSED and (
-            why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None))
+            why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None), spec.inspect)
         ):
             found[key] = why
     return found
 
 
 def _jit(cert: Any, spec: Any) -> str | None:
-    return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages)
+    return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages, spec.inspect)
 
 
 def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
