@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator.outcomes import Outcome
+from orchestrator.run.machine_code import PTX_UNCOUNTED
 
 if TYPE_CHECKING:
     from orchestrator.classify import Evidence
@@ -105,6 +106,14 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
             f"the node's nvcc could not compile the binary's PTX for the CC {exp.cc} card to count its "
             f"`instructions:` ({ev.jit_failed})"
         )
+    # PTX names the farm found no PTX to count in for the card (a cubin built by `code=sm_80` alone, a
+    # dump that prints no PTX): their 0 is its blind spot, and called the kernel's a false red; a SASS
+    # name missing beside them is counted in the card's cubin, and stays the kernel's
+    missing = ev.missing_instructions
+    uncounted = outcome is Outcome.INSPECT_FAIL and PTX_UNCOUNTED in ev.counted_in
+    if uncounted and missing and not any(n[:1].isupper() for n in missing):
+        said = ev.counted_in.split(PTX_UNCOUNTED, 1)[1].split("; the inspect sees", 1)[0]
+        return f"the PTX names it misses cannot be counted in the code the card runs{said}"
     if ev.driver_short and stage == "run":
         return f"the node cannot run its CUDA binaries: {ev.driver_short}"
     return ""

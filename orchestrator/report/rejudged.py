@@ -27,7 +27,8 @@ from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
 from orchestrator.report.ledger import KernelLedger
-from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES
+from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, SOURCE_PTX
+from orchestrator.run.stages.inspect import reads_cuda
 
 CellKey = tuple[str, str, str, str]
 
@@ -67,16 +68,28 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
 _PASSED = (Outcome.PASS.value, Outcome.PERF_REGRESSION.value)
 
 
-def jit_unbacked(code_path: str | None, instructions: Any, cc: str | None, stages: Any) -> str | None:
+def jit_unbacked(
+    code_path: str | None, instructions: Any, cc: str | None, stages: Any, inspect: str = "{cuobjdump}"
+) -> str | None:
     """Why a pass on a card that compiled the binary's PTX at load does not back its variant's
     SASS `instructions:`, else None. Before round 58 they were counted in cubins the card never
     ran; since, in the node nvcc's compile of that PTX for the card (node/jit.py), which its
-    inspect stage's detail (`stages`: the row's stage_details) says."""
+    inspect stage's detail (`stages`: the row's stage_details) says. On a card that ran a cubin
+    (native), a pass on PTX names counted before round 73, as words of the cubin's dump."""
     sass = sorted(n for n in instructions or {} if n[:1].isupper())
     ptx = sorted(n for n in instructions or {} if not n[:1].isupper())
+    detail = str(((stages or {}).get("inspect") or {}).get("detail") or "")
+    # lower-case names in another disassembler's text (objdump's `ret`) are no PTX names
+    if code_path == "native" and ptx and reads_cuda(inspect) and SOURCE_PTX not in detail:
+        # before round 73 a PTX name on a card running a cubin was a word of that cubin's dump: a kernel
+        # named ldmatrix met `ldmatrix: 1`; since, it counts in the PTX the cubin was compiled from
+        return (
+            f"its {', '.join(ptx)} were counted as words of the cubin a CC {cc} card runs (a kernel's name "
+            "met them); the farm now counts them in the PTX that cubin was compiled from: it certifies once it "
+            "runs again"
+        )
     if code_path != "ptx-jit" or not (sass or ptx):
         return None
-    detail = str(((stages or {}).get("inspect") or {}).get("detail") or "")
     if ptx and PTX_OPCODES not in detail:
         # before round 63 a PTX name counted as a word of the PTX: a kernel's `.pragma "mma.sync"` met it
         return (
@@ -144,14 +157,14 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
                 "the failure is the kernel's now"
             )
         elif r.outcome in _PASSED and (
-            why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None))
+            why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None), spec.inspect)
         ):
             found[key] = why
     return found
 
 
 def _jit(cert: Any, spec: Any) -> str | None:
-    return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages)
+    return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages, spec.inspect)
 
 
 def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:

@@ -160,6 +160,11 @@ def _heads(disassembly: str, marks: list[tuple[int, str, str]]) -> list[tuple[in
 PTX_OPCODES = "PTX names count as the opcodes of that PTX's statements"
 # how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
 JIT_COUNTED = "counted in the node nvcc's compile"
+# how it says PTX names were counted where the card runs a cubin: in the PTX it came from (rejudged.py reads it)
+SOURCE_PTX = "PTX names counted in the binary's"
+# how it says PTX names could not be counted for the card: the farm's blind spot, not the kernel's
+# inspect-fail (blame.py reads it)
+PTX_UNCOUNTED = "its PTX names cannot be counted"
 
 
 @dataclass(frozen=True)
@@ -190,11 +195,16 @@ def count_for_card(
     parts = dump_parts(disassembly)
     if cc is None:
         return Counted(count_instructions(disassembly, names), "counted over the whole dump (no card that must run it)")
+    ptx_names = [n for n in names if not n[:1].isupper()]
     if not parts:
         # no part of code for a card that must run it (`{cuobjdump} -ltext` names sections): a SASS name
-        # counts as an opcode only (a kernel named HMMA, "x-HMMA.sm_90.elf.bin", met `HMMA: 1`)
-        counts = count_instructions(disassembly, names, sass=True)
-        return Counted(counts, "counted over the whole dump, which cuobjdump did not cut into parts of code")
+        # counts as an opcode only (a kernel named HMMA, "x-HMMA.sm_90.elf.bin", met `HMMA: 1`); a PTX
+        # name in none (a kernel named ldmatrix, "x-ldmatrix.sm_80.elf.bin", met `ldmatrix: 1` as a word)
+        counts = count_instructions(disassembly, names, sass=True) | {n: 0 for n in ptx_names}
+        what = "counted over the whole dump, which cuobjdump did not cut into parts of code"
+        if ptx_names:
+            what += f"; {PTX_UNCOUNTED} ({', '.join(ptx_names)}) in it: {_DUMP_OR_SASS}"
+        return Counted(counts, what)
     path = code_path_for(cc, elf, ptx)
     kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
     chosen = [text for k, arch, text in parts if k == kind and arch in archs]
@@ -222,6 +232,9 @@ def count_for_card(
         counts = {name: (compiled or {}).get(name, 0) if name[:1].isupper() else n for name, n in counts.items()}
     if path == "native":
         what = f"counted in the {' and '.join(archs)} cubin a CC {cc} card loads"
+        if ptx_names:
+            source, said = _source_ptx(parts, ptx_names, archs, ptx)
+            counts, what = counts | source, f"{what}; {said}"
     elif path == "ptx-jit":
         what = f"a CC {cc} card compiles the binary's {' and '.join(archs)} PTX at load: its SASS is the driver's, "
         if compiled is not None:
@@ -230,16 +243,71 @@ def count_for_card(
         else:
             what += f"never dumped, so SASS names count nothing ({failed})"
         what += f"; {PTX_OPCODES}"
+        if ptx_names and not all(_printed(parts, a) for a in archs):
+            # the default `--dump-sass` prints no PTX: its names counted nothing, a false inspect-fail
+            what += f"; {PTX_UNCOUNTED} ({', '.join(ptx_names)}): {_undumped(archs)}"
     else:
         what = f"none of the binary's code loads on a CC {cc} card: nothing counted"
-    if kind == "elf" and any(counts.values()):
-        what += "; " + _holders("".join(chosen), [n for n in names if counts[n]])
+    if kind == "elf" and (held := [n for n in names if counts[n] and n[:1].isupper()]):
+        what += "; " + _holders("".join(chosen), held)  # a cubin's functions hold SASS names only
     elif compiled is not None and any(compiled.values()):
         what += "; " + _holders(sass, [n for n in names if compiled[n] and n[:1].isupper()])
     # what no dump shows: a kernel of the cubin never launched, a cubin loaded from a file or NVRTC
     what += "; the inspect sees the code the binary embeds, not which kernels the run launches"
     what += " nor code loaded at run time"
     return Counted(counts, what)
+
+
+_DUMP_OR_SASS = "dump the binary's PTX (`{cuobjdump} -sass -ptx {binary}`) or name SASS opcodes instead"
+
+
+def _compute(archs: list[str]) -> str:
+    return " and ".join("compute_" + a[3:] for a in archs)
+
+
+def _undumped(archs: list[str]) -> str:
+    return f"the inspect's dump does not print the binary's {_compute(archs)} PTX; {_DUMP_OR_SASS}"
+
+
+def _printed(parts: list[tuple[str, str, str]], arch: str) -> bool:
+    """Whether the dump prints this arch's PTX: `--dump-sass` heads each PTX part ("Fatbin ptx code:",
+    "arch = sm_80") but prints none of it, and a name counted there counted nothing (a false red)."""
+    return any(k == "ptx" and a == arch and _PTX_VERSION.search(t) for k, a, t in parts)
+
+
+_PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+\d", re.MULTILINE)  # each PTX module's first directive
+
+
+def _source_ptx(
+    parts: list[tuple[str, str, str]], names: list[str], cubins: list[str], ptx: list[str]
+) -> tuple[dict[str, int], str]:
+    """PTX names on a card that runs a cubin: counted, as opcodes, in the PTX of the cubin's own arch
+    (sm_90a's: compute_90a), which nvcc embeds beside the cubin it compiled from it under `-arch=sm_80`
+    or `code=[sm_80,compute_80]`, and not under `code=sm_80`. Never in a cubin's dump: no PTX name
+    is a SASS opcode, `mma.sync: 1` counted nothing on an A100 whose compute_80 PTX held it (a false
+    red), and `ldmatrix: 1` was met as a word by a kernel named ldmatrix (a false pass). Where no
+    such PTX is in the dump they count 0, and the detail says why (PTX_UNCOUNTED: not the kernel's)."""
+    zero = {name: 0 for name in names}
+    cubin, missing = " and ".join(cubins), [a for a in cubins if a not in ptx]
+    head = f"{PTX_UNCOUNTED} ({', '.join(names)})"
+    if missing:
+        how = ", or ".join(f"`-arch={a}` or `code=[{a},compute_{a[3:]}]`" for a in missing)
+        return zero, (
+            f"{head}: the binary embeds no {_compute(missing)} PTX, from which the {cubin} cubin the card "
+            f"runs was compiled; embed it ({how} in the build) or name SASS opcodes instead"
+        )
+    if not all(_printed(parts, arch) for arch in cubins):
+        return zero, f"{head}: {_undumped(cubins)}"
+    # one arch's modules add up (the card loads them all); between archs the requirement holds in each
+    sums = [
+        _add([count_instructions(t, names, ptx=True) for k, a, t in parts if k == "ptx" and a == arch])
+        for arch in cubins
+    ]
+    counts = {name: min(c.get(name, 0) for c in sums) for name in names}
+    return (
+        counts,
+        f"{SOURCE_PTX} {_compute(cubins)} PTX, from which the {cubin} cubin the card runs was compiled; {PTX_OPCODES}",
+    )
 
 
 def _per_target(sass: str, names: list[str], targets: list[str]) -> dict[str, int]:

@@ -101,8 +101,8 @@ class Queries:
         ResultRow.cc,
         ResultRow.real_gpu,
         ResultRow.code_path,
-        # how a ptx-jit pass counted its SASS `instructions:` (report/rejudged.py), its row's alone
-        case((ResultRow.code_path == "ptx-jit", ResultRow.stage_details), else_=None).label("jit_stages"),
+        # how a ptx-jit pass counted its SASS `instructions:`, a native one its PTX names (report/rejudged.py)
+        case((ResultRow.code_path.in_(("ptx-jit", "native")), ResultRow.stage_details), else_=None).label("jit_stages"),
         # the nvcc it was built by: a known failure's `when` is held against it again (report/rejudged.py)
         select(NodeSnapshotRow.nvcc_version)
         .where(NodeSnapshotRow.id == ResultRow.snapshot_id)
