@@ -122,7 +122,7 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
 def runtime_unbacked(verdict: V, ev: Evidence) -> V:
     """A pass whose `instructions:` were counted in code the run may not execute (the binary imports
     a module loader or NVRTC, needs a library with its own GPU code, or runs under a JIT variable:
-    machine_code.runtime_loads) as infra-error, saying why: what the card ran was never inspected,
+    runtime_code.runtime_loads) as infra-error, saying why: what the card ran was never inspected,
     and a binary that met `HGMMA: 1` on its embedded code while running a cubin of NVRTC's passed
     (a red-team finding). Not the kernel's failure either: no node could count that code."""
     if not ev.runtime_code or getattr(verdict, "outcome", None) is not Outcome.PASS:

@@ -113,7 +113,7 @@ class Evidence:
     no_code: str = ""
     jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
     counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
-    runtime_code: str = ""  # why the run may execute code the inspect never counted (machine_code.runtime_loads)
+    runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the

@@ -28,7 +28,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run import noderunner
-from orchestrator.run.machine_code import RUNTIME_LOADERS, runtime_loads
+from orchestrator.run.runtime_code import RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.stages.inspect import imports_sh
 
 # host code that links the driver's module loader and NVRTC (weak: the stand-in node has neither

@@ -22,8 +22,8 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run import noderunner
-from orchestrator.run.machine_code import RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.node import linked
+from orchestrator.run.runtime_code import RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.stages import build_links
 from orchestrator.run.stages.build_links import library_search
 from orchestrator.run.stages.inspect import imports_sh

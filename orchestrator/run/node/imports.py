@@ -2,7 +2,7 @@
 the run may execute that no dump of the binary holds (NVRTC's compile, a cubin the driver's module
 loaders take at run time, a library's own fatbin), and the CUDA variables of the node's login that
 change which of the binary's embedded codes the card runs. The farm judges what is said
-(machine_code.runtime_loads); the shell path says the same through readelf (stages/inspect.py)."""
+(runtime_code.runtime_loads); the shell path says the same through readelf (stages/inspect.py)."""
 
 import os
 
@@ -84,7 +84,7 @@ def dynamic_imports(path):
 def say_imports(out, private, prefixes, env):
     """`@@farm needs LIB` per library the copy needs, `@@farm imports SYMBOL` per undefined
     symbol of its dynamic table that opens with one of PREFIXES (the loaders and compilers of
-    CUDA code: machine_code.RUNTIME_LOADERS), `@@farm runpath FOLDER` per RPATH or RUNPATH entry,
+    CUDA code: runtime_code.RUNTIME_LOADERS), `@@farm runpath FOLDER` per RPATH or RUNPATH entry,
     `@@farm imports-unread` where it could not be read,
     and `@@farm cuda-env NAME=VALUE` for each of CUDA's JIT variables the login sets."""
     found = dynamic_imports(private)
@@ -97,7 +97,7 @@ def say_imports(out, private, prefixes, env):
         for name in sorted({"".join(c if 32 < ord(c) < 127 else "?" for c in n) for n in found[0]}):
             out.say("@@farm needs " + name)
         # where the loader looks first: a `libcudart.so.13` of the build's own there is no ordinary
-        # one (machine_code.runtime_loads); an empty entry (the current folder) said as "(empty)"
+        # one (runtime_code.runtime_loads); an empty entry (the current folder) said as "(empty)"
         for folder in sorted({"".join(c if 32 < ord(c) < 127 else "?" for c in f) or "(empty)" for f in found[2]}):
             out.say("@@farm runpath " + folder)
         printable = [n for n in found[1] if n.isprintable() and " " not in n]

@@ -12,16 +12,8 @@ from orchestrator.config.shell import lex, unquoted
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
-from orchestrator.run.machine_code import (
-    ELF_TARGETS,
-    JIT_VARIABLES,
-    PTX_TARGETS,
-    RUNTIME_LOADERS,
-    code_path_for,
-    count_for_card,
-    count_instructions,
-    runtime_loads,
-)
+from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
+from orchestrator.run.runtime_code import JIT_VARIABLES, RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
