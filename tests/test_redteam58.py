@@ -31,7 +31,7 @@ from orchestrator.store import Store
 from orchestrator.transport.local import bundled_cuda_bin
 
 # a kernel whose wgmma (HGMMA in SASS) is in its sm_90a cubin only, and one that never has any
-KERNELS = r"""
+HOPPER = r"""
 #include <cstdint>
 __global__ void hopper(float *out, uint64_t da, uint64_t db) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -46,8 +46,12 @@ __global__ void hopper(float *out, uint64_t da, uint64_t db) {
     out[threadIdx.x] = 1.0f;
 #endif
 }
-__global__ void plain(float *out) { out[threadIdx.x] = 2.0f; }
 """
+KERNELS = (
+    HOPPER
+    + r"""__global__ void plain(float *out) { out[threadIdx.x] = 2.0f; }
+"""
+)
 
 FAT = (
     "-gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80"

@@ -11,6 +11,7 @@ stand-in cards (tests/nodes.py), through the node's python runner and through it
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +60,8 @@ def _said(python: bool, binary: Path, env: dict[str, str]) -> str:
         out = Out()
         noderunner.say_imports(out, str(binary), list(RUNTIME_LOADERS), env)
         return out.text
-    done = subprocess.run(["sh", "-c", imports_sh(str(binary))], env=env, capture_output=True, text=True, check=True)
-    return done.stdout
+    script = imports_sh(shlex.quote(str(binary)))
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")

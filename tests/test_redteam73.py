@@ -18,7 +18,7 @@ import pytest
 from cuda_farm import cuda_farm_run
 from nodes import CARDS, Card, Fleet
 from test_redteam52 import REAL_NVCC
-from test_redteam58 import cuobjdump
+from test_redteam58 import HOPPER, cuobjdump
 from test_verdicts import rows
 
 from orchestrator.classify import Evidence, classify
@@ -42,22 +42,6 @@ __global__ void tensor(float *out, const unsigned *a, const unsigned *b) {
 extern "C" __global__ void ldmatrix(float *out) { out[threadIdx.x] = 2.0f; }
 """
 # wgmma (HGMMA in SASS) in the sm_90a code alone
-HOPPER = r"""
-#include <cstdint>
-__global__ void hopper(float *out, uint64_t da, uint64_t db) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    asm volatile("wgmma.fence.sync.aligned;");
-    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, %4, %5, 1, 1, 1, 0, 0;"
-                 : "+f"(a0), "+f"(a1), "+f"(a2), "+f"(a3) : "l"(da), "l"(db));
-    asm volatile("wgmma.commit_group.sync.aligned;");
-    asm volatile("wgmma.wait_group.sync.aligned 0;");
-    out[threadIdx.x] = a0 + a1 + a2 + a3;
-#else
-    out[threadIdx.x] = 1.0f;
-#endif
-}
-"""
 A100 = Card(CARDS["a100"].name, "8.0", driver="580.95.05")
 H100 = Card(CARDS["h100"].name, "9.0", driver="580.95.05")
 BOTH = "{cuobjdump} -sass -ptx {binary}"

@@ -7,7 +7,6 @@ no section names; the linker's search of round 69 must read `-l` as nvcc and gcc
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import struct
 import subprocess
@@ -16,34 +15,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_redteam68 import _said
 
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
-from orchestrator.run import noderunner
 from orchestrator.run.node import linked
-from orchestrator.run.runtime_code import RUNTIME_LOADERS, runtime_loads
+from orchestrator.run.runtime_code import runtime_loads
 from orchestrator.run.stages import build_links
 from orchestrator.run.stages.build_links import library_search
-from orchestrator.run.stages.inspect import imports_sh
-
-
-def _said(python: bool, binary: Path, env: dict[str, str]) -> str:
-    """What the node says of BINARY's imports: the python runner's say_imports, or the shell's."""
-    if python:
-
-        class Out:
-            text = ""
-
-            def say(self, line: str) -> None:
-                self.text += line + "\n"
-
-        out = Out()
-        noderunner.say_imports(out, str(binary), list(RUNTIME_LOADERS), env)
-        return out.text
-    script = imports_sh(shlex.quote(str(binary)))
-    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture(scope="module")
