@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from cuda_farm import cuda_farm_run
 from nodes import CARDS, Card, Fleet
+from test_ptx_jit import TENSOR
 from test_redteam52 import REAL_NVCC
 from test_redteam58 import HOPPER, cuobjdump
 from test_verdicts import rows
@@ -28,19 +29,12 @@ from orchestrator.run import machine_code
 
 # `tensor` holds an mma.sync (HMMA in SASS) where compiled for 8.0 or later; `ldmatrix` is a kernel
 # named as a PTX instruction it never holds
-KERNELS = r"""
-__global__ void tensor(float *out, const unsigned *a, const unsigned *b) {
-#if __CUDA_ARCH__ >= 800
-    float c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    out[threadIdx.x] = c0 + c1 + c2 + c3;
-#endif
-}
+KERNELS = (
+    TENSOR
+    + r"""
 extern "C" __global__ void ldmatrix(float *out) { out[threadIdx.x] = 2.0f; }
 """
+)
 # wgmma (HGMMA in SASS) in the sm_90a code alone
 A100 = Card(CARDS["a100"].name, "8.0", driver="580.95.05")
 H100 = Card(CARDS["h100"].name, "9.0", driver="580.95.05")
