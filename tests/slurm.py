@@ -68,9 +68,15 @@ class SlurmCluster:
     """munged + slurmctld + one slurmd per GPU partition; `start()`, `stop()`."""
 
     def __init__(
-        self, cards: dict[str, Card | list[Card]] | None = None, shared: dict[str, list[str]] | None = None
+        self,
+        cards: dict[str, Card | list[Card]] | None = None,
+        shared: dict[str, list[str]] | None = None,
+        def_mem_per_cpu: dict[str, int] | None = None,
     ) -> None:
         self.cards = dict(cards or {p: CARDS[p] for p in GPU_PARTITIONS})
+        # partition -> DefMemPerCPU (MB): memory enforced as a real cluster does, by slurmstepd's
+        # OverMemoryKill (no cgroups in a container); off by default, as memory then is a consumable
+        self.def_mem_per_cpu = dict(def_mem_per_cpu or {})
         self.shared = dict(shared or {})  # partition -> the card partitions whose compute nodes it also holds
         # munged insists that every folder above its socket is searchable by
         # all, which pytest's 0700 tmp folders are not: a folder of our own.
@@ -116,16 +122,26 @@ class SlurmCluster:
         node_lines = []
         gres_lines = []
         self.node_ports: dict[str, int] = {}
+        memory = "RealMemory=4000 " if self.def_mem_per_cpu else ""
         for partition in [*self.cards, PARKED]:
             name = node_name(partition)
             self.node_ports[name] = free_port()
             state = 'State=DOWN Reason="never started: the farm\'s pending-limit test"' if partition == PARKED else ""
             node_lines.append(
                 f"NodeName={name} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={self.node_ports[name]} "
-                f"CPUs=4 Gres=gpu:1 {state}".rstrip()
+                f"CPUs=4 {memory}Gres=gpu:1 {state}".rstrip()
             )
             gres_lines.append(f"NodeName={name} Name=gpu File=/dev/null")
-        partitions = [f"PartitionName={p} Nodes={node_name(p)} MaxTime=60 State=UP" for p in [*self.cards, PARKED]]
+        partitions = [
+            f"PartitionName={p} Nodes={node_name(p)} MaxTime=60 State=UP"
+            + (f" DefMemPerCPU={self.def_mem_per_cpu[p]}" if p in self.def_mem_per_cpu else "")
+            for p in [*self.cards, PARKED]
+        ]
+        gather = (
+            ["JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=1", "JobAcctGatherParams=OverMemoryKill"]
+            if self.def_mem_per_cpu
+            else ["JobAcctGatherType=jobacct_gather/none"]
+        )
         partitions += [
             f"PartitionName={p} Nodes={','.join(node_name(n) for n in nodes)} MaxTime=60 State=UP"
             for p, nodes in self.shared.items()
@@ -153,11 +169,11 @@ class SlurmCluster:
                     "SlurmdDebug=info",
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
-                    "JobAcctGatherType=jobacct_gather/none",
+                    *gather,
                     "AccountingStorageType=accounting_storage/none",
                     "JobCompType=jobcomp/none",
                     "SelectType=select/cons_tres",
-                    "SelectTypeParameters=CR_Core",
+                    f"SelectTypeParameters=CR_Core{'_Memory' if self.def_mem_per_cpu else ''}",
                     # the declared CPUs (4 per node) need not match this machine
                     "SlurmdParameters=config_overrides",
                     "MpiDefault=none",
