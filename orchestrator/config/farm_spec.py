@@ -40,7 +40,7 @@ ToolchainName = Annotated[str, AfterValidator(check_name)]
 TOOLCHAIN_SEP = "+"  # a (node, toolchain) column's name: "h200+cuda-13.5"
 
 
-SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "slurm_options")
+SLURM_ONLY = ("partition", "gres", "constraint", "time_limit", "pending_limit", "memory", "slurm_options")
 SSH_ONLY = ("host", "port", "user", "key_file", "jump", "known_hosts")  # a local node reads none of them
 
 
@@ -88,6 +88,9 @@ class NodeSpec(StrictModel):
     constraint: str | None = None  # node features, e.g. "a100&nvlink"
     time_limit: Count | None = Field(default=None, ge=1, le=WEEK // 60)  # minutes per job; default: timeout + 1
     pending_limit: Count = Field(default=300, ge=1, le=WEEK)  # seconds a job may wait for its allocation
+    # each job's --mem, e.g. "16G": without it a job gets the partition's DefMemPerCPU, and a
+    # build (nvcc with CUTLASS takes GBs) or a kernel over it is killed by Slurm (a red-team finding)
+    memory: str | None = Field(default=None, pattern=r"^[1-9][0-9]*[KMGT]?$")
     slurm_options: list[str] = []  # more srun options, one argument each: ["--account=proj", "--qos=debug"]
 
     @field_validator("*")
@@ -220,6 +223,10 @@ class NodeSpec(StrictModel):
                         f"slurm_options: {option!r} sets {own}, which the farm sets on every job itself "
                         "(partition, time_limit, pending_limit, gres and constraint are keys of the node)"
                     )
+                # srun refuses --mem beside --mem-per-cpu/-gpu, and a second --mem would make the
+                # limit a reason names another than the job had
+                if self.memory and re.match(r"--mem(=|$|-per-)", option):
+                    raise ValueError(f"slurm_options: {option!r} beside `memory`: give the job's memory once")
             return self
         given = [key for key in SLURM_ONLY if key in self.model_fields_set]
         if given:

@@ -64,6 +64,8 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     SlurmTimeLimit,
     _error_for,
     ended_by_slurm,
+    read_records,
+    slurms_kill,
     within_time_limit,
 )
 
@@ -181,6 +183,8 @@ class SlurmTransport(Transport):
             args.append(f"--gres={node.gres}")
         if node.constraint:
             args.append(f"--constraint={node.constraint}")
+        if node.memory:
+            args.append(f"--mem={node.memory}")
         # the pin comes last: a --nodelist or -w among slurm_options cannot send a job elsewhere
         return args + list(node.slurm_options) + ([f"--nodelist={self.pinned}"] if self.pinned else [])
 
@@ -195,11 +199,14 @@ class SlurmTransport(Transport):
         name = shlex.quote(job_name)
         unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
         query = (
-            f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r' 2>/dev/null); "
+            f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m' 2>/dev/null); "
             f'case "$s" in {unsettled}) [ $n -lt {SETTLE_POLLS} ] || break; n=$((n+1)); sleep 0.25;; '
             "*) break;; esac; done; "
-            f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason 2>/dev/null); '
-            f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'"
+            f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason,ReqMem 2>/dev/null); '
+            f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
+            # who killed a failed step: accounting's step record, where the cluster keeps one
+            f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | head -n 1 | cut -d"|" -f1); [ -z "$i" ] || '
+            f"sacct -n -P -j \"$i.0\" -o JobID,State 2>/dev/null | sed 's/^/@@slurm-step-{token} /'; }}"
         )
         return f"{self._exports()}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
 
@@ -280,18 +287,7 @@ class SlurmTransport(Transport):
             job.compute_node = start.group(2) or None
             job.cards = tuple(sorted({c.strip() for c in start.group(3).split(";") if c.strip()}))
             body = body[start.end() :]
-        for line in records.splitlines():
-            if not line.startswith(f"@@slurm-job-{token} "):
-                continue
-            fields = line.split(" ", 1)[1].split("|")
-            if len(fields) < 2 or not fields[0]:
-                continue
-            job.job_id = job.job_id or fields[0]
-            job.state = fields[1].split()[0] if fields[1].split() else None  # sacct: "CANCELLED by 0"
-            if len(fields) > 2 and fields[2] and fields[2] != "None assigned":
-                job.compute_node = job.compute_node or fields[2]
-            if len(fields) > 3 and fields[3] not in ("", "None"):
-                job.reason = fields[3]
+        read_records(job, token, records)
         return body, rc
 
     def _split_stderr(self, job: SlurmJob, text: str) -> str:
@@ -340,6 +336,9 @@ class SlurmTransport(Transport):
                 f"{srun}",
                 job,
             )
+        # Slurm's memory limit, a step someone killed: Slurm's doing, whatever the record and the exit say
+        if (killed := slurms_kill(job, f"node {self.name!r}: {ident}{where}", node.memory, srun)) is not None:
+            raise killed
         # slurmstepd's word that Slurm ended the farm's step outweighs a record that reads a result
         ended = job.state if job.state in INFRA_STATES else ended_by_slurm(job) if job.state in RESULT_STATES else None
         if ended is not None:

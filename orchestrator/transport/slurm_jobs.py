@@ -36,6 +36,8 @@ class SlurmJob:
     started: bool = False  # its shell ran on a compute node
     cards: tuple[str, ...] = ()  # the GPU models (name, CC) its shell saw, sorted: a cgroup may show one
     messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
+    memory: str | None = None  # the memory its record says it asked for (squeue %m, sacct ReqMem), e.g. "50M"
+    step_state: str | None = None  # accounting's record of its step .0 (sacct), e.g. "CANCELLED by 1234"
 
 
 class SlurmJobError(InfraError):
@@ -62,6 +64,13 @@ class SlurmPendingLimit(SlurmJobError):
 
 class SlurmCancelled(SlurmJobError):
     """Cancelled (scancel) by a person or a policy: a resubmission would defy it."""
+
+    retryable = False
+
+
+class SlurmOutOfMemory(SlurmJobError):
+    """Killed by Slurm over the job's memory limit (OUT_OF_MEMORY, OverMemoryKill): a resubmission
+    asks for the same memory and is killed the same way."""
 
     retryable = False
 
@@ -112,3 +121,77 @@ def within_time_limit(err: SlurmTimeLimit, time_limit: int | None, timeout: floa
     )
     short.retryable = False
     return short
+
+
+# Slurm's words for a kill over the job's memory: slurmstepd's OverMemoryKill ("StepId=12.0 exceeded
+# memory limit (272887808 > 52428800), being killed"; srun: "Exceeded job memory limit") and the
+# cgroup's OOM handler ("Detected 1 oom-kill event(s) in StepId=12.0..."; srun: "task 0: Out Of Memory")
+_OOM = re.compile(r"exceeded memory limit|Exceeded job memory limit|oom[-_]kill event|tasks? [\d,-]+: Out Of Memory")
+_OVER = re.compile(r"exceeded memory limit \(\d+ > (\d+)\)")
+_STEP = re.compile(r"StepId=(\d+)\.")
+
+
+def memory_kill(job: SlurmJob) -> str | None:
+    """What Slurm says of a kill over the job's memory, any step of it (the command's own srun's step
+    runs under the same job's limit), or None. A cgroup's OOM kills one process (the kernel, cicc)
+    and its shell goes on: the record may read COMPLETED or FAILED (a red-team finding)."""
+    said = [
+        m
+        for m in job.messages
+        if _OOM.search(m) and (job.job_id is None or (step := _STEP.search(m)) is None or step.group(1) == job.job_id)
+    ]
+    if not said and "OUT_OF_MEMORY" not in (job.state, (job.step_state or "").split(" ")[0]):
+        return None
+    limit = job.memory
+    if limit is None and (over := next((found for m in said if (found := _OVER.search(m))), None)):
+        limit = f"{int(over.group(1)) >> 20}M"
+    return f"the memory limit of {limit}" if limit and limit != "0" else "its memory limit"
+
+
+def cancelled_by(job: SlurmJob) -> str | None:
+    """Who cancelled (signalled with SIGKILL) the farm's step, by accounting's step record: srun says
+    the same ("task 0: Killed", "Force Terminated StepId=12.0") whether `scancel --signal=KILL 12.0`
+    or the step's own shell killed by its command; only sacct's step State "CANCELLED by UID" names
+    a requester (a step dead of its own signal reads CANCELLED, by no one)."""
+    found = re.fullmatch(r"CANCELLED by (\d+)", job.step_state or "")
+    return f"uid {found.group(1)}" if found else None
+
+
+def slurms_kill(job: SlurmJob, said: str, memory: str | None, srun: str) -> SlurmJobError | None:
+    """The error for a step Slurm killed over its memory, or someone killed by name; `said` names the
+    node and the job, `memory` is the node's, `srun` what srun and slurmstepd said."""
+    if (limit := memory_kill(job)) is not None:
+        mem = f"raise the node's `memory` (now {memory}" if memory else "set the node's `memory` ("
+        return SlurmOutOfMemory(
+            f"{said} was killed by Slurm over {limit} while it ran (its record says {job.state}); not a verdict "
+            f"on the command: {mem}, passed as srun --mem) above what its builds and kernels need{srun}",
+            job,
+        )
+    if (who := cancelled_by(job)) is not None:
+        return SlurmCancelled(
+            f"{said} was cancelled while it ran: its step killed by {who} (Slurm's accounting: {job.step_state}); "
+            f"not a verdict on the command{srun}",
+            job,
+        )
+    return None
+
+
+def read_records(job: SlurmJob, token: str, records: str) -> None:
+    """The job's record (squeue's or sacct's: id|state|node|reason|memory) and its step's (sacct's)."""
+    for line in records.splitlines():
+        if line.startswith(f"@@slurm-step-{token} ") and job.job_id:
+            step, _, state = line.split(" ", 1)[1].partition("|")
+            job.step_state = state.strip() if step == f"{job.job_id}.0" else job.step_state
+        if not line.startswith(f"@@slurm-job-{token} "):
+            continue
+        fields = line.split(" ", 1)[1].split("|")
+        if len(fields) < 2 or not fields[0]:
+            continue
+        job.job_id = job.job_id or fields[0]
+        job.state = fields[1].split()[0] if fields[1].split() else None  # sacct: "CANCELLED by 0"
+        if len(fields) > 2 and fields[2] and fields[2] != "None assigned":
+            job.compute_node = job.compute_node or fields[2]
+        if len(fields) > 3 and fields[3] not in ("", "None"):
+            job.reason = fields[3]
+        if len(fields) > 4 and fields[4].strip():
+            job.memory = fields[4].strip()
