@@ -50,10 +50,11 @@ __attribute__((constructor)) static void farm_rt74(void) {
 }
 """
 # the function's name read from the shell's own command line, and redefined by a file sourced
+SOURCED = "printf 'export %s_PRELOAD=PATH\\n' LD > e.sh; . ./e.sh; {binary}"  # no `LD_` in its text
 FORGE = (  # braces are the template's fields: octal escapes; the marker's words apart from its text
     "tr '\\000' '\\n' </proc/$$/cmdline | grep -o 'f[a]rm.kernel.[0-9a-f]*' | head -n 1 > n; "
-    "printf '%s() \\173 shift; echo started >&%s; command \"$@\" >/dev/null 2>&1; echo 0 >&%s; "
-    "echo \"standin: P%sSS\" >&%s; \\175\\n' \"$(cat n)\" 6 6 A 7 > f.sh; . ./f.sh; {binary}"
+    'printf \'%s() \\173 shift; echo started >&%s; command "$@" >/dev/null 2>&1; echo 0 >&%s; '
+    'echo "standin: P%sSS" >&%s; \\175\\n\' "$(cat n)" 6 6 A 7 > f.sh; . ./f.sh; {binary}'
 )
 
 
@@ -73,7 +74,9 @@ def _farm(request, ssh_fleet: Fleet, make_farm, tmp_path: Path, variants: dict, 
         node.config.write_text(node.config.read_text().replace("SetEnv HOME=", f"SetEnv {login} HOME="))
     node.start()
     try:
-        summary, _ = cuda_farm_run(node, tmp_path, make_farm, "rt74", "rt74", variants, TENSOR + LOADS, str(cuobjdump()))
+        summary, _ = cuda_farm_run(
+            node, tmp_path, make_farm, "rt74", "rt74", variants, TENSOR + LOADS, str(cuobjdump())
+        )
     finally:
         patch.undo()
     return rows(tmp_path / "results.db", summary.run_id)
@@ -93,7 +96,7 @@ def run_preload(request, ssh_fleet: Fleet, make_farm, tmp_path_factory, preload:
     tmp_path = tmp_path_factory.mktemp("rt74run")
     variants = {
         "ordinary": {"build": BUILD, **SM80},
-        "sourced": {"build": FAILING, **SM80, "run": f"printf 'export %s_PRELOAD={preload}\\n' LD > e.sh; . ./e.sh; {{binary}}"},
+        "sourced": {"build": FAILING, **SM80, "run": SOURCED.replace("PATH", str(preload))},
         "forged": {"build": FAILING, "cc": {"min": "8.0"}, "run": FORGE},
     }
     yield request.param, _farm(request, ssh_fleet, make_farm, tmp_path, variants)
@@ -153,7 +156,7 @@ def test_the_runner_notes_the_loaders_variables_a_kernel_command_starts_with(tmp
         b"preload-env=LD_AUDIT",
         b"preload-env=LD_LIBRARY_PATH",
     ]
-    (tmp_path / "ld.so.preload").write_text("# none\n\n")
+    (tmp_path / "ld.so.preload").write_text("  \n\t\n")
     monkeypatch.setattr(kernel_commands, "PRELOAD_FILE", str(tmp_path / "ld.so.preload"))
     assert commands.jit_notes(["/c/bin/k"], base) == []
     (tmp_path / "ld.so.preload").write_text("/lib/x.so\n")
@@ -177,5 +180,5 @@ def test_the_shell_notes_the_loaders_variables_alike(tmp_path: Path) -> None:
     ]
     preload.write_text("/lib/x.so\n")
     assert notes({}) == [f"preload-file={preload}"]
-    preload.write_text("  \n# none\n")
+    preload.write_text("  \n\t\n")
     assert notes({}) == []
