@@ -156,6 +156,9 @@ def test_the_runner_notes_the_loaders_variables_a_kernel_command_starts_with(tmp
         b"preload-env=LD_AUDIT",
         b"preload-env=LD_LIBRARY_PATH",
     ]
+    assert commands.jit_notes(["/c/bin/k"], {**base, b"CUDA_INJECTION64_PATH": b"/i.so"}) == [
+        b"preload-env=CUDA_INJECTION64_PATH"
+    ]
     (tmp_path / "ld.so.preload").write_text("  \n\t\n")
     monkeypatch.setattr(kernel_commands, "PRELOAD_FILE", str(tmp_path / "ld.so.preload"))
     assert commands.jit_notes(["/c/bin/k"], base) == []
@@ -178,6 +181,7 @@ def test_the_shell_notes_the_loaders_variables_alike(tmp_path: Path) -> None:
         "preload-env=LD_AUDIT",
         "preload-env=LD_LIBRARY_PATH",
     ]
+    assert notes({"CUDA_INJECTION64_PATH": "/i.so", "LD_PRELOAD": " : "}) == ["preload-env=CUDA_INJECTION64_PATH"]
     preload.write_text("/lib/x.so\n")
     assert notes({}) == [f"preload-file={preload}"]
     preload.write_text("  \n\t\n")

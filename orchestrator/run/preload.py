@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 # the loader's variables and file (node/kernel_commands.py PRELOAD_ENV, PRELOAD_FILE, RUN_WRITABLE)
-PRELOAD_ENV = ("LD_PRELOAD", "LD_AUDIT")
+PRELOAD_ENV = ("LD_PRELOAD", "LD_AUDIT", "CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH")
 PRELOAD_FILE = "/etc/ld.so.preload"
 RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev", "/proc")
 

@@ -37,7 +37,9 @@ CACHE_OFF = (b"CUDA_CACHE_DISABLE", b"1")  # as the farm's marker sets it (cell_
 # is the kernel's work folder (empty, relative) or one the run could write, where a build's library
 # would shadow libcuda.so.1 or a shared cudart. Read as each kernel command starts, not once by the
 # probe: the file can appear, and the variables differ per command, after any probe.
-PRELOAD_ENV = (b"LD_PRELOAD", b"LD_AUDIT")
+# CUDA's and NVTX's injection libraries are loaded by libcuda (cuInit) and NVTX into the kernel's
+# process alike: set for the kernel command itself (a launcher such as nsys sets them for its child)
+PRELOAD_ENV = (b"LD_PRELOAD", b"LD_AUDIT", b"CUDA_INJECTION64_PATH", b"NVTX_INJECTION64_PATH")
 LIBRARY_PATH = b"LD_LIBRARY_PATH"
 PRELOAD_FILE = "/etc/ld.so.preload"
 RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev", "/proc")  # beside the cell's own folder
