@@ -57,6 +57,13 @@ FORGE = (  # braces are the template's fields: octal escapes; the marker's words
     'echo "standin: P%sSS" >&%s; \\175\\n\' "$(cat n)" 6 6 A 7 > f.sh; . ./f.sh; {binary}'
 )
 
+# a program the run starts after the kernel, which inherits the shell's fds: it opens the kernel's
+# status and stdout files anew through /proc (truncating them) and writes a 0 and the marker there
+REWRITE = (
+    "{binary}; printf 'exec 3>/proc/self/fd/%s 4>/proc/self/fd/%s; echo started >&3; echo 0 >&3; "
+    'echo "standin: P%sSS" >&4\\n\' 6 7 A > p.sh; sh ./p.sh'
+)
+
 
 @pytest.fixture(scope="module")
 def preload(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -98,6 +105,7 @@ def run_preload(request, ssh_fleet: Fleet, make_farm, tmp_path_factory, preload:
         "ordinary": {"build": BUILD, **SM80},
         "sourced": {"build": FAILING, **SM80, "run": SOURCED.replace("PATH", str(preload))},
         "forged": {"build": FAILING, "cc": {"min": "8.0"}, "run": FORGE},
+        "rewritten": {"build": FAILING, "cc": {"min": "8.0"}, "run": REWRITE},
     }
     yield request.param, _farm(request, ssh_fleet, make_farm, tmp_path, variants)
 
@@ -138,7 +146,7 @@ def test_a_redefined_kernel_function_forges_no_pass(run_preload) -> None:
     r = got[("forged", A100)]
     assert r["outcome"] != "pass", r["reason"]
     if path == "shell":
-        assert r["outcome"] == "infra-error" and "sourced" in r["reason"], (r["outcome"], r["reason"])
+        assert r["outcome"] == "infra-error" and "shell scripts" in r["reason"], (r["outcome"], r["reason"])
 
 
 def test_the_runner_notes_the_loaders_variables_a_kernel_command_starts_with(tmp_path: Path, monkeypatch) -> None:
@@ -186,3 +194,14 @@ def test_the_shell_notes_the_loaders_variables_alike(tmp_path: Path) -> None:
     assert notes({}) == [f"preload-file={preload}"]
     preload.write_text("  \n\t\n")
     assert notes({}) == []
+
+
+def test_a_program_after_the_kernel_rewrites_no_status(run_preload) -> None:
+    """Under the shell scripts every program of the run inherits the kernel's status and stdout files:
+    one after a failing kernel truncated both and wrote a 0 and the marker. Never pass: the python
+    runner keeps both files itself (fail); the shell scripts say why the run's programs are doubted."""
+    path, got = run_preload
+    r = got[("rewritten", A100)]
+    assert r["outcome"] != "pass", r["reason"]
+    if path == "shell":
+        assert r["outcome"] == "infra-error" and "shell scripts" in r["reason"], (r["outcome"], r["reason"])
