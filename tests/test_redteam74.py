@@ -146,7 +146,7 @@ def test_a_redefined_kernel_function_forges_no_pass(run_preload) -> None:
     r = got[("forged", A100)]
     assert r["outcome"] != "pass", r["reason"]
     if path == "shell":
-        assert r["outcome"] == "infra-error" and "shell scripts" in r["reason"], (r["outcome"], r["reason"])
+        assert r["outcome"] == "infra-error" and "sourced" in r["reason"], (r["outcome"], r["reason"])
 
 
 def test_the_runner_notes_the_loaders_variables_a_kernel_command_starts_with(tmp_path: Path, monkeypatch) -> None:
@@ -196,12 +196,14 @@ def test_the_shell_notes_the_loaders_variables_alike(tmp_path: Path) -> None:
     assert notes({}) == []
 
 
-def test_a_program_after_the_kernel_rewrites_no_status(run_preload) -> None:
-    """Under the shell scripts every program of the run inherits the kernel's status and stdout files:
-    one after a failing kernel truncated both and wrote a 0 and the marker. Never pass: the python
-    runner keeps both files itself (fail); the shell scripts say why the run's programs are doubted."""
+def test_a_program_after_the_kernel_rewrites_no_status_under_the_runner(run_preload) -> None:
+    """A program after a failing kernel reopened its status and stdout files through /proc/self/fd
+    (truncating them) and wrote a 0 and the marker. The python runner keeps both itself: the
+    kernel's failure stands. Left open under the shell scripts, where it passes: their kernel files
+    are held by the run's shell and lie at known paths, which every program of the run can write
+    (said on each such cell, base._note_confinement); taking the green of every shell-path run that
+    starts another program away broke their ordinary runs (`set -e; {binary}`): round 74's report."""
     path, got = run_preload
     r = got[("rewritten", A100)]
-    assert r["outcome"] != "pass", r["reason"]
-    if path == "shell":
-        assert r["outcome"] == "infra-error" and "shell scripts" in r["reason"], (r["outcome"], r["reason"])
+    if path == "resident":
+        assert r["outcome"] == "fail", (r["outcome"], r["reason"])

@@ -12,6 +12,7 @@ from orchestrator.config.kernel_calls import (
     run_names,
     runs_once,
     runs_other_programs,
+    runs_unseen_text,
 )
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
@@ -172,23 +173,15 @@ class RunStage(CellStages):
         if (started_with := jit_started(notes)) and self.variant.instructions and exp.outcome is Outcome.PASS:
             ev.runtime_code += "; " * bool(ev.runtime_code) + started_with
             self._detail.append(f"{started_with}: code the run may execute was not inspected")
-        # code other than the kernel's in its process (the loader's: preload.py), or where it noted its
-        # statuses. Under the shell scripts (where base._note_confinement says the runner did not run
-        # it) the run's shell and every program it starts hold the kernel's status and output files
-        # and see the farm's function (its name is on the shell's own command line, /proc/$$/cmdline):
-        # a file the run sourced redefined the function to note a 0 and the marker for a failing
-        # kernel, and a program after it reopened both files through /proc/self/fd, truncating them,
-        # and wrote the same (red-team findings). An unguessable name, or a hash of the function's
-        # text checked after (dash shows none), closes neither; so a run that starts any program but
-        # the kernel and its launchers (which get the files closed) is no green there: the criterion
-        # by which the python runner serves each kernel command itself, keeping the files from them.
+        # code other than the kernel's in its process (the loader's: preload.py), or in the shell that
+        # noted its statuses: under the shell scripts (where base._note_confinement says the runner did
+        # not run it) a run that sources or evals text (kernel_calls.runs_unseen_text). No green then
         injected, shown = preload_started(notes)
         by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
-        if not by_runner and runs_other_programs(self.variant.run):
+        if not by_runner and runs_unseen_text(self.variant.run):
             injected += "; " * bool(injected) + (
-                "under the node's shell scripts the run started programs other than the kernel (or sourced text), "
-                "each holding the kernel's status and output files and able to redefine the farm's function "
-                "that notes them"
+                "the run sourced or eval'd text in the node's shell, which held the kernel's status and output "
+                "files and defined the farm's function that notes them"
             )
         ev.injected = injected
         self._detail += [said for said in (injected, shown) if said]
