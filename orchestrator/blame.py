@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import Outcome, is_as_expected
 from orchestrator.run.machine_code import PTX_UNCOUNTED
 
 if TYPE_CHECKING:
@@ -135,3 +135,19 @@ def runtime_unbacked(verdict: V, ev: Evidence) -> V:
         "(drop the requirement, or embed the code the kernel runs)"
     )
     return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="inspect", reason=reason)
+
+
+def injected_unbacked(verdict: V, ev: Evidence) -> V:
+    """A verdict as expected (a pass, an expected refusal) where code other than the kernel's ran
+    in its process or in the shell that noted its status (ev.injected: a library the loader put in
+    first, LD_PRELOAD or /etc/ld.so.preload; text the shell scripts' run sourced) as infra-error,
+    saying why: such code printed the marker and exited 0 for a kernel that failed its numbers (a
+    red-team finding), so the lines the farm read need not be the kernel's. Not the kernel's
+    failure either: the node, or the run's shell, made the doubt."""
+    if not ev.injected or not is_as_expected(getattr(verdict, "outcome", "")):
+        return verdict
+    reason = (
+        f"{getattr(verdict, 'reason', '')}, but {ev.injected}: what the farm read need not be the kernel's, "
+        "so the farm cannot back it"
+    )
+    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="run", reason=reason)

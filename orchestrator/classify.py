@@ -14,7 +14,7 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-from orchestrator.blame import not_the_kernels, runtime_unbacked
+from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -105,8 +105,7 @@ class Evidence:
     gpu_lost: str = ""
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
-    # the target the node's nvcc said it cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
-    build_unsupported: str = ""
+    build_unsupported: str = ""  # the target its nvcc cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
     # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""
     driver_short: str = ""
     # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
@@ -114,6 +113,7 @@ class Evidence:
     jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
     counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
     runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
+    injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the
@@ -367,7 +367,7 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    raw = runtime_unbacked(_raw_verdict(ev, exp), ev)  # a pass on code it may not have run is none
+    raw = injected_unbacked(runtime_unbacked(_raw_verdict(ev, exp), ev), ev)  # a pass it may not have made: none
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

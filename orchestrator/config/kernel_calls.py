@@ -50,6 +50,38 @@ def runs_other_programs(run: str) -> bool:
     return False
 
 
+# The shell's own ways to run text the run's words do not show (round 74). Under the shell scripts
+# that text runs in the shell that defines the farm's kernel function and holds the kernel's status
+# and output files: a file the run sourced read the function's name off /proc/$$/cmdline and
+# redefined it to run the kernel mute and note a 0 and the marker, and a failing kernel passed (a
+# red-team finding). A name made unguessable is on that command line, and dash shows no function's
+# text to check after; so the run stage takes such a run's green away there instead (the python
+# runner keeps the kernel's files and statuses itself: there it is an ordinary run). Not every run
+# starting other programs: those (`set -e`, `./prep.sh`) are the shell path's ordinary runs, and a
+# program's write to the kernel's files, which lie at known paths there, is said on each cell
+# (base._note_confinement) and left open (round 74's report).
+SHELL_TEXT = frozenset({".", "source", "eval", "trap", "alias"})
+_PASSED_ON = frozenset({"command", "builtin", "exec"})  # words that run the next word as the program
+
+
+@functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
+def runs_unseen_text(run: str) -> bool:
+    """Whether `run` has the shell itself run text it builds or reads (SHELL_TEXT), or a program
+    named by an expansion (`c=.; $c ./f.sh` sources too). Text it cannot read counts too."""
+    lexed = lex(run)
+    if lexed.problem:
+        return True
+    for command in lexed.commands:
+        found = command.program()
+        for word in command.words[found[0] :] if found else []:
+            name, whole = unquoted(word.text)
+            if not whole or name in SHELL_TEXT:
+                return True
+            if name not in _PASSED_ON:
+                break
+    return False
+
+
 @functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
 def runs_once(run: str) -> bool:
     """Whether `run` is one kernel command alone, which runs once: no other program (a loop or a

@@ -15,6 +15,7 @@ from orchestrator.config.jobs import Job
 from orchestrator.config.kernel_calls import prefix_kernel_calls
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
+from orchestrator.run.preload import PRELOAD_FILE, preload_check
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.snapshot import NodeSnapshot
 
@@ -132,13 +133,15 @@ JIT_ENV = ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT")
 CACHE_OFF = ("CUDA_CACHE_DISABLE", "1")
 
 
-def _jit_check() -> str:
-    """Shell noting the driver's variables the kernel command is about to start with. A shell
-    variable the run set but did not export is noted too: no pass on a doubt."""
+def _jit_check(cell: str, preload_file: str = PRELOAD_FILE) -> str:
+    """Shell noting the driver's variables the kernel command is about to start with, and the
+    loader's (preload.py preload_check). A shell variable the run set but did not export is noted too: no
+    pass on a doubt."""
     said = "".join(f'case "${{{v}-}}" in ""|0) ;; *) echo jit-env={v} >&6;; esac; ' for v in JIT_ENV)
     name, value = CACHE_OFF
     # set but not as the farm sets it (unset: a node or a test without the marker, not noted)
-    return said + f'case "${{{name}-{value}}}" in {value}) ;; *) echo jit-env={name} >&6;; esac; '
+    said += f'case "${{{name}-{value}}}" in {value}) ;; *) echo jit-env={name} >&6;; esac; '
+    return said + preload_check(cell, preload_file)
 
 
 def _jit_words() -> str:
@@ -239,6 +242,7 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
             'return "$farm_r"; }; '
         )
     copy = shlex.quote(binary)
+    cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     note = 'echo "$farm_miss" >&6; '
     # farm_rd: the copy's access time tells a read (the runner's watch, or the shell's farm_w): 0 before
     # each command, and still 0 after it, noted (UNREAD_NOTE)
@@ -249,11 +253,10 @@ def _kernel_call(name: str, binary: str, served: bool) -> str:
     )
     call = (
         # what it starts with, as it starts (jit_started): a file the run sourced set it out of its text's sight
-        f'{_jit_check()}case "$farm_j" in ?*) echo "$farm_j" >&6;; esac; '
+        f'{_jit_check(cell)}case "$farm_j" in ?*) echo "$farm_j" >&6;; esac; '
         f'echo {STARTED_NOTE} >&6; {reset}farm_r=0; command "$@" >&7 2>&8 6>&- 7>&- 8>&- || farm_r=$?; '
         f'{check}echo "$farm_r" >&6; '
     )
-    cell = posixpath.dirname(posixpath.dirname(binary))  # the copy lies in bin/ of the cell's folder
     return (
         f"{name}() {{ farm_k=,$1; shift; farm_ok=; farm_miss=; farm_v=; farm_j=; farm_i=0; farm_n=$#; "
         'while [ "$farm_n" -gt 0 ]; do farm_a=$1; shift; farm_n=$((farm_n - 1)); farm_i=$((farm_i + 1)); '

@@ -29,6 +29,20 @@ STARTED_NOTE = b"started"
 # the driver's variables that choose which of the binary's codes a card runs (run/commands.py JIT_ENV)
 JIT_ENV = (b"CUDA_FORCE_PTX_JIT", b"CUDA_DISABLE_PTX_JIT")
 CACHE_OFF = (b"CUDA_CACHE_DISABLE", b"1")  # as the farm's marker sets it (cell_work.CELL_ENV)
+# The dynamic loader's variables that put code in the kernel's process (round 74): a library of
+# LD_PRELOAD or LD_AUDIT runs before its main (one printed the marker and exited 0 for a kernel that
+# failed its numbers: a red-team finding), and /etc/ld.so.preload does so for every process. Noted
+# `preload-env=NAME` / `preload-file=PATH`: no pass (blame.injected_unbacked). LD_LIBRARY_PATH is
+# where most nodes name CUDA's own folder: `libpath-env=` (shown), but `preload-env=` where an entry
+# is the kernel's work folder (empty, relative) or one the run could write, where a build's library
+# would shadow libcuda.so.1 or a shared cudart. Read as each kernel command starts, not once by the
+# probe: the file can appear, and the variables differ per command, after any probe.
+# CUDA's and NVTX's injection libraries are loaded by libcuda (cuInit) and NVTX into the kernel's
+# process alike: set for the kernel command itself (a launcher such as nsys sets them for its child)
+PRELOAD_ENV = (b"LD_PRELOAD", b"LD_AUDIT", b"CUDA_INJECTION64_PATH", b"NVTX_INJECTION64_PATH")
+LIBRARY_PATH = b"LD_LIBRARY_PATH"
+PRELOAD_FILE = "/etc/ld.so.preload"
+RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev", "/proc")  # beside the cell's own folder
 
 
 # the variables of node_only, in one place for both checks below
@@ -135,7 +149,34 @@ class KernelCommands:
             notes.append(b"jit-env=" + CACHE_OFF[0])
         words = argv[: argv.index(self.copy)] if self.copy in argv else argv
         said = b"\0".join(os.fsencode(word) for word in words)
-        return notes + [b"jit-word=" + key for key in JIT_ENV if key in said]
+        return notes + [b"jit-word=" + key for key in JIT_ENV if key in said] + self.preload_notes(env)
+
+    def preload_notes(self, env):
+        """`preload-env=NAME`, `libpath-env=LD_LIBRARY_PATH` and `preload-file=PATH` (PRELOAD_ENV says
+        why) for the environment ENV a kernel command starts with and the node's PRELOAD_FILE."""
+        # the loader splits them at spaces and colons: one of only those names no library
+        notes = [b"preload-env=" + key for key in PRELOAD_ENV if env.get(key, b"").strip(b": \t")]
+        if env.get(LIBRARY_PATH):
+            places = [self.cell, *RUN_WRITABLE]
+            places += [os.path.realpath(place) for place in places if place]
+            written = False
+            for entry in os.fsdecode(env[LIBRARY_PATH]).split(":"):
+                if not entry.startswith("/"):  # "", "lib": the folder the kernel runs in
+                    written = True
+                    continue
+                for found in (os.path.normpath(entry), os.path.realpath(entry)):
+                    written = written or any(p and (found == p or found.startswith(p + "/")) for p in places)
+            notes.append((b"preload-env=" if written else b"libpath-env=") + LIBRARY_PATH)
+        try:
+            with open(PRELOAD_FILE, "rb") as handle:
+                held = handle.read(1 << 16).strip()
+        except FileNotFoundError:
+            held = b""
+        except OSError:  # there but unreadable to the farm: no evidence it names nothing
+            held = b"?"
+        if held:
+            notes.append(b"preload-file=" + os.fsencode(PRELOAD_FILE))
+        return notes
 
     def matched(self, call, argv):
         if len(argv) < len(call):

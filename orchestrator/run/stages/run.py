@@ -12,6 +12,7 @@ from orchestrator.config.kernel_calls import (
     run_names,
     runs_once,
     runs_other_programs,
+    runs_unseen_text,
 )
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
@@ -35,6 +36,7 @@ from orchestrator.run.commands import (
     own_tmp,
     unread_failing,
 )
+from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.streams import StreamScan
 from orchestrator.run.trips import Trip, last_match
@@ -171,6 +173,18 @@ class RunStage(CellStages):
         if (started_with := jit_started(notes)) and self.variant.instructions and exp.outcome is Outcome.PASS:
             ev.runtime_code += "; " * bool(ev.runtime_code) + started_with
             self._detail.append(f"{started_with}: code the run may execute was not inspected")
+        # code other than the kernel's in its process (the loader's: preload.py), or in the shell that
+        # noted its statuses: under the shell scripts (where base._note_confinement says the runner did
+        # not run it) a run that sources or evals text (kernel_calls.runs_unseen_text). No green then
+        injected, shown = preload_started(notes)
+        by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
+        if not by_runner and runs_unseen_text(self.variant.run):
+            injected += "; " * bool(injected) + (
+                "the run sourced or eval'd text in the node's shell, which held the kernel's status and output "
+                "files and defined the farm's function that notes them"
+            )
+        ev.injected = injected
+        self._detail += [said for said in (injected, shown) if said]
         ev.kernel_exit = next((code for code in kernel if code), 0) if kernel else None
         # one that exited 0 ran the kernel: on a card it must refuse, another's failure is no refusal
         ev.kernel_exited_0 = 0 in kernel
