@@ -259,14 +259,19 @@ class Queries:
         confirm (report.model.unconfirmed): no page paints them green."""
         if not run_ids:
             return set()
-        query = select(ResultRow.id).where(
-            ResultRow.run_id.in_(run_ids),
-            ResultRow.device != "",
-            ResultRow.real_gpu.is_(False),
-            ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
-        )
+        found: set[int] = set()
         with self._reading() as session:
-            return {row[0] for row in session.connection().execute(query)}
+            # one run at a time: each is answered from ix_results_run_cell alone (0014), where SQLite
+            # took ix_results_outcome for several runs at once and read every pass's wide row
+            for run_id in dict.fromkeys(run_ids):
+                query = select(ResultRow.id).where(
+                    ResultRow.run_id == run_id,
+                    ResultRow.device != "",
+                    ResultRow.real_gpu.is_(False),
+                    ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
+                )
+                found.update(row[0] for row in session.connection().execute(query))
+        return found
 
     def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
         """Whole results (logs included) as plain rows, not ORM objects: what a cell

@@ -99,7 +99,8 @@ class ResultRow(Base):
     # counts), and the certifying passes per kernel, identity and CC (the ledger).
     __table_args__ = (
         Index("ix_results_cell", "kernel", "variant", "node", "device", "run_id", "outcome"),
-        Index("ix_results_run_cell", "run_id", "kernel", "variant", "node", "device", "outcome"),
+        # 0014: real_gpu too, so a run's unconfirmed results (no page paints them green) need no wide row
+        Index("ix_results_run_cell", "run_id", "kernel", "variant", "node", "device", "outcome", "real_gpu"),
         Index(
             "ix_results_certifying",
             "outcome",
