@@ -33,12 +33,16 @@ def cuda_farm_run(
     device_code: str,
     cuobjdump: str,
     lines: io.StringIO | None = None,
+    runner: str | None = None,
 ) -> tuple[RunSummary, Any]:
     """The run's summary and its report model, `kernel`'s variants run on `node` (farm.yaml's node
     `key`; stopped after);
-    `lines`: the run's terminal lines, the verdict line among them."""
+    `lines`: the run's terminal lines, the verdict line among them; `runner`: the node's runner for a
+    module's fixture run once per runner ("resident": the resident python runner, `auto`; "shell")."""
     try:
         entry = node.farm_entry(root / "work", cuobjdump=cuobjdump)
+        if runner is not None:
+            entry["runner"] = "auto" if runner == "resident" else runner
         config = make_farm(root, {key: entry}, [standin_job(kernel, variants, sources=[f"kernels/{kernel}.cu"])])
         (root / "kernels" / f"{kernel}.cu").write_text("#define MODE_PASS\n" + STANDIN.read_text() + device_code)
         farm = load_farm(config)

@@ -49,8 +49,6 @@ def jit_run(
     resident python runner (node/jit.py), and through the shell scripts of a node the runner
     does not serve (stages/jit_shell.py: no python3, or Slurm)."""
     tmp_path = tmp_path_factory.mktemp("jit")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     cards = [Card(H200, "9.0", driver="580.95.05"), Card(FUTURE, "12.5", driver="580.95.05")]
     node = ssh_fleet.add(f"jit-{tmp_path.name[-12:]}", cards)
     variants = {
@@ -64,10 +62,9 @@ def jit_run(
         # a requirement no code for a 9.0 card meets: HGMMA is wgmma's, which an sm_80 build has not
         "hgmma": {"build": "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}", **MIN80, "instructions": {"HGMMA": 1}},
     }
-    try:
-        summary, _ = cuda_farm_run(node, tmp_path, make_farm, "jit", "jit", variants, TENSOR, str(cuobjdump()))
-    finally:
-        patch.undo()
+    summary, _ = cuda_farm_run(
+        node, tmp_path, make_farm, "jit", "jit", variants, TENSOR, str(cuobjdump()), runner=request.param
+    )
     yield rows(tmp_path / "results.db", summary.run_id)
 
 

@@ -119,8 +119,6 @@ def loads_run(
     """One farm run on an A100 (8.0: the sm_80 cubin is what it loads, HMMA in it) of the ordinary
     build, the build importing the loaders, and the ordinary one run with CUDA_FORCE_PTX_JIT=1."""
     tmp_path = tmp_path_factory.mktemp("rt68")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     node = ssh_fleet.add(f"rt68-{tmp_path.name[-12:]}", [Card(A100, "8.0", driver="580.95.05")])
     build = "{nvcc} -O1 -arch=sm_80 -o {binary} {sources}"
     variants = {
@@ -128,12 +126,9 @@ def loads_run(
         "loads": {"build": build.replace("-O1", "-O1 -DFARM_LOADS"), **SM80},
         "forced": {"build": build, **SM80, "run": "CUDA_FORCE_PTX_JIT=1 {binary}"},
     }
-    try:
-        summary, _ = cuda_farm_run(
-            node, tmp_path, make_farm, "rt68", "rt68", variants, TENSOR + LOADS, str(cuobjdump())
-        )
-    finally:
-        patch.undo()
+    summary, _ = cuda_farm_run(
+        node, tmp_path, make_farm, "rt68", "rt68", variants, TENSOR + LOADS, str(cuobjdump()), runner=request.param
+    )
     yield rows(tmp_path / "results.db", summary.run_id)
 
 

@@ -115,8 +115,6 @@ def run73(
     """One farm run on a node holding an A100 (8.0) and an H100 (9.0), through the node's resident
     python runner and through the shell scripts of a node it does not serve."""
     tmp_path = tmp_path_factory.mktemp("rt73")
-    patch = pytest.MonkeyPatch()
-    patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     node = ssh_fleet.add(f"rt73-{request.param[:3]}-{tmp_path.name[-8:]}", [A100, H100])
     ampere = {"cc": {"exactly": "8.0"}, "instructions": {"mma.sync": 1}}
     nvcc = "{nvcc} -O1 -DEXACT_CC=80 "
@@ -140,12 +138,9 @@ def run73(
             "instructions": {"wgmma.mma_async": 1, "HGMMA": 1},
         },
     }
-    try:
-        summary, _ = cuda_farm_run(
-            node, tmp_path, make_farm, "rt73", "rt73", variants, KERNELS + HOPPER, str(cuobjdump())
-        )
-    finally:
-        patch.undo()
+    summary, _ = cuda_farm_run(
+        node, tmp_path, make_farm, "rt73", "rt73", variants, KERNELS + HOPPER, str(cuobjdump()), runner=request.param
+    )
     yield rows(tmp_path / "results.db", summary.run_id)
 
 

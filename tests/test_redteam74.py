@@ -74,18 +74,13 @@ def preload(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _farm(request, ssh_fleet: Fleet, make_farm, tmp_path: Path, variants: dict, login: str = "") -> dict:
-    patch = pytest.MonkeyPatch()
-    patch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     node = ssh_fleet.add(f"rt74-{tmp_path.name[-12:]}", [Card(A100, "8.0", driver="580.95.05")], start=False)
     if login:
         node.config.write_text(node.config.read_text().replace("SetEnv HOME=", f"SetEnv {login} HOME="))
     node.start()
-    try:
-        summary, _ = cuda_farm_run(
-            node, tmp_path, make_farm, "rt74", "rt74", variants, TENSOR + LOADS, str(cuobjdump())
-        )
-    finally:
-        patch.undo()
+    summary, _ = cuda_farm_run(
+        node, tmp_path, make_farm, "rt74", "rt74", variants, TENSOR + LOADS, str(cuobjdump()), runner=request.param
+    )
     return rows(tmp_path / "results.db", summary.run_id)
 
 
