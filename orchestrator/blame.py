@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from orchestrator.outcomes import Outcome, is_as_expected
-from orchestrator.run.machine_code import PTX_UNCOUNTED
 
 if TYPE_CHECKING:
     from orchestrator.classify import Evidence
@@ -110,10 +109,8 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     # dump that prints no PTX): their 0 is its blind spot, and called the kernel's a false red; a SASS
     # name missing beside them is counted in the card's cubin, and stays the kernel's
     missing = ev.missing_instructions
-    uncounted = outcome is Outcome.INSPECT_FAIL and PTX_UNCOUNTED in ev.counted_in
-    if uncounted and missing and not any(n[:1].isupper() for n in missing):
-        said = ev.counted_in.split(PTX_UNCOUNTED, 1)[1].split("; the inspect sees", 1)[0]
-        return f"the PTX names it misses cannot be counted in the code the card runs{said}"
+    if outcome is Outcome.INSPECT_FAIL and ev.ptx_uncounted and missing and not any(n[:1].isupper() for n in missing):
+        return f"the PTX names it misses cannot be counted in the code the card runs {ev.ptx_uncounted}"
     if ev.driver_short and stage == "run":
         return f"the node cannot run its CUDA binaries: {ev.driver_short}"
     return ""

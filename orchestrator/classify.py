@@ -5,8 +5,7 @@ build, inspect; a node without a GPU stops there (compile-only); then the run, j
 declared known failure is applied next: the same failure becomes known-failure, and the expected behaviour becomes
 fixed. Speed comes last: only a cell that is `pass` by then becomes perf-regression, when one of its metrics
 regressed against its own recent median (metrics.py); a cell that failed is judged on that failure. A pass on
-`instructions:` counted where the run may not execute (blame.py) is infra-error.
-"""
+`instructions:` counted where the run may not execute (blame.py) is infra-error."""
 
 from __future__ import annotations
 
@@ -112,6 +111,7 @@ class Evidence:
     no_code: str = ""
     jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
     counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
+    ptx_uncounted: str = ""  # PTX names with no PTX to count them in, and why (machine_code.Counted.uncounted)
     runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
 

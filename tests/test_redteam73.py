@@ -89,7 +89,7 @@ def test_no_ptx_of_the_cubins_arch_is_no_verdict_on_the_kernel(tmp_path: Path) -
         counted = machine_code.count_for_card(dump, ["mma.sync"], EIGHT, elf, ptx)
         assert counted.counts == {"mma.sync": 0}, counted
         ev = Evidence(build_exit=0, inspect_exit=0, missing_instructions={"mma.sync": (0, 1)})
-        ev.counted_in = counted.where
+        ev.counted_in, ev.ptx_uncounted = counted.where, counted.uncounted  # as the inspect stage sets them
         must = pytest.importorskip("test_classify").MUST_RUN
         verdict = classify(ev, must)
         assert verdict.outcome.value == "infra-error", (verdict, ptx)

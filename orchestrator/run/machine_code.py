@@ -173,6 +173,9 @@ class Counted:
 
     counts: dict[str, int]
     where: str  # in words: which of the binary's code was counted, and which functions hold each name
+    # PTX names with no PTX to count them in, and why ("(mma.sync): the binary embeds no ..."); "" where
+    # none: their 0 is the farm's blind spot, not the kernel's failure (blame.py)
+    uncounted: str = ""
 
 
 def count_for_card(
@@ -202,13 +205,14 @@ def count_for_card(
         # name in none (a kernel named ldmatrix, "x-ldmatrix.sm_80.elf.bin", met `ldmatrix: 1` as a word)
         counts = count_instructions(disassembly, names, sass=True) | {n: 0 for n in ptx_names}
         what = "counted over the whole dump, which cuobjdump did not cut into parts of code"
-        if ptx_names:
-            what += f"; {PTX_UNCOUNTED} ({', '.join(ptx_names)}) in it: {_DUMP_OR_SASS}"
-        return Counted(counts, what)
+        uncounted = f"({', '.join(ptx_names)}) in it: {_DUMP_OR_SASS}" if ptx_names else ""
+        what += f"; {PTX_UNCOUNTED} {uncounted}" if uncounted else ""
+        return Counted(counts, what, uncounted)
     path = code_path_for(cc, elf, ptx)
     kind, archs = ("elf", loaded_cubins(cc, elf)) if path == "native" else ("ptx", jit_ptx(cc, ptx))
     chosen = [text for k, arch, text in parts if k == kind and arch in archs]
     counts = {name: 0 for name in names}
+    uncounted = ""
     if chosen:
         # each module of the binary (a translation unit, nvlink's own) has a part per arch: the
         # card loads them all, so one arch's parts add up; between archs the card may take
@@ -233,7 +237,7 @@ def count_for_card(
     if path == "native":
         what = f"counted in the {' and '.join(archs)} cubin a CC {cc} card loads"
         if ptx_names:
-            source, said = _source_ptx(parts, ptx_names, archs, ptx)
+            source, said, uncounted = _source_ptx(parts, ptx_names, archs, ptx)
             counts, what = counts | source, f"{what}; {said}"
     elif path == "ptx-jit":
         what = f"a CC {cc} card compiles the binary's {' and '.join(archs)} PTX at load: its SASS is the driver's, "
@@ -245,7 +249,8 @@ def count_for_card(
         what += f"; {PTX_OPCODES}"
         if ptx_names and not all(_printed(parts, a) for a in archs):
             # the default `--dump-sass` prints no PTX: its names counted nothing, a false inspect-fail
-            what += f"; {PTX_UNCOUNTED} ({', '.join(ptx_names)}): {_undumped(archs)}"
+            uncounted = f"({', '.join(ptx_names)}): {_undumped(archs)}"
+            what += f"; {PTX_UNCOUNTED} {uncounted}"
     else:
         what = f"none of the binary's code loads on a CC {cc} card: nothing counted"
     if kind == "elf" and (held := [n for n in names if counts[n] and n[:1].isupper()]):
@@ -255,7 +260,7 @@ def count_for_card(
     # what no dump shows: a kernel of the cubin never launched, a cubin loaded from a file or NVRTC
     what += "; the inspect sees the code the binary embeds, not which kernels the run launches"
     what += " nor code loaded at run time"
-    return Counted(counts, what)
+    return Counted(counts, what, uncounted)
 
 
 _DUMP_OR_SASS = "dump the binary's PTX (`{cuobjdump} -sass -ptx {binary}`) or name SASS opcodes instead"
@@ -280,24 +285,26 @@ _PTX_VERSION = re.compile(r"^[ \t]*\.version[ \t]+\d", re.MULTILINE)  # each PTX
 
 def _source_ptx(
     parts: list[tuple[str, str, str]], names: list[str], cubins: list[str], ptx: list[str]
-) -> tuple[dict[str, int], str]:
+) -> tuple[dict[str, int], str, str]:
     """PTX names on a card that runs a cubin: counted, as opcodes, in the PTX of the cubin's own arch
     (sm_90a's: compute_90a), which nvcc embeds beside the cubin it compiled from it under `-arch=sm_80`
     or `code=[sm_80,compute_80]`, and not under `code=sm_80`. Never in a cubin's dump: no PTX name
     is a SASS opcode, `mma.sync: 1` counted nothing on an A100 whose compute_80 PTX held it (a false
     red), and `ldmatrix: 1` was met as a word by a kernel named ldmatrix (a false pass). Where no
-    such PTX is in the dump they count 0, and the detail says why (PTX_UNCOUNTED: not the kernel's)."""
+    such PTX is in the dump they count 0, and the detail says why (PTX_UNCOUNTED: not the kernel's);
+    returned with the counts and the detail, that why alone (Counted.uncounted), or ""."""
     zero = {name: 0 for name in names}
     cubin, missing = " and ".join(cubins), [a for a in cubins if a not in ptx]
-    head = f"{PTX_UNCOUNTED} ({', '.join(names)})"
+    said = f"({', '.join(names)})"
     if missing:
         how = ", or ".join(f"`-arch={a}` or `code=[{a},compute_{a[3:]}]`" for a in missing)
-        return zero, (
-            f"{head}: the binary embeds no {_compute(missing)} PTX, from which the {cubin} cubin the card "
+        why = (
+            f"{said}: the binary embeds no {_compute(missing)} PTX, from which the {cubin} cubin the card "
             f"runs was compiled; embed it ({how} in the build) or name SASS opcodes instead"
         )
+        return zero, f"{PTX_UNCOUNTED} {why}", why
     if not all(_printed(parts, arch) for arch in cubins):
-        return zero, f"{head}: {_undumped(cubins)}"
+        return zero, f"{PTX_UNCOUNTED} {said}: {_undumped(cubins)}", f"{said}: {_undumped(cubins)}"
     # one arch's modules add up (the card loads them all); between archs the requirement holds in each
     sums = [
         _add([count_instructions(t, names, ptx=True) for k, a, t in parts if k == "ptx" and a == arch])
@@ -307,6 +314,7 @@ def _source_ptx(
     return (
         counts,
         f"{SOURCE_PTX} {_compute(cubins)} PTX, from which the {cubin} cubin the card runs was compiled; {PTX_OPCODES}",
+        "",
     )
 
 

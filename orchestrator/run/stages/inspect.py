@@ -242,7 +242,7 @@ class InspectStage(CellStages):
             jit = ((jit_sass if jit_sass is not None and not failed else b"").decode("utf-8", "replace"), why)
             cc = r.expectation.cc if runs else None
             counted = count_for_card(text, names, cc, r.elf_targets, r.ptx_targets, jit)
-            counts, ev.counted_in = counted.counts, counted.where
+            counts, ev.counted_in, ev.ptx_uncounted = counted.counts, counted.where, counted.uncounted
             self._detail.append(counted.where)
             if runs:  # code the run may execute that was not counted (classify: no pass on it)
                 ran = runtime_loads(text_said)
