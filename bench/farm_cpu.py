@@ -82,6 +82,8 @@ if profiles:
             stats.add(own)
         except TypeError:  # a thread still running (a daemon): its profile has nothing to add yet
             pass
+    if os.environ.get("FARM_CPU_STATS"):  # for pstats' callers view: python3 -m pstats FILE
+        stats.dump_stats(os.environ["FARM_CPU_STATS"])
     stats.sort_stats("tottime").print_stats(profile)
     stats.sort_stats("cumulative").print_stats("orchestrator", profile)
     stats.sort_stats("tottime").print_stats("orchestrator", profile)

@@ -1260,6 +1260,7 @@ def test_a_kernel_seeking_gigabytes_ahead_in_its_output_fails_on_its_own(ssh_fle
 
 HUNG_LISTS = """#!/bin/sh
 case "$1" in
+  --version) echo 'Cuda compiler driver, release 13.0, V13.0.88'; exit 0 ;;
   --dump-sass) echo '        /*0000*/                   HMMA.16816.F32 R4, R8, R12, R4 ;'; exit 0 ;;
   *) exec sleep 307 ;;
 esac
