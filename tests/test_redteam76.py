@@ -98,3 +98,38 @@ def test_the_cron_mail_says_when_a_metric_has_no_value(speedy: Path) -> None:
     said = [line for line in lost.stdout.splitlines() if "gflops" in line]
     assert len(said) == 1, lost.stdout
     assert said[0].startswith("no value: toy:plain@here") and 'not a plain number ("n/a")' in said[0], said
+
+
+def test_a_gpu_the_driver_holds_but_nvidia_smi_cannot_list_is_no_machine_without_one(tmp_path: Path) -> None:
+    """The probe as a node whose T4 failed to start answers it: nvidia-smi "No devices were found"
+    (exit 6), the kernel driver loaded, and /proc/driver/nvidia/gpus still naming the board. The
+    farm read a machine with a driver and no card, and ran the node compile-only: exit 0, every
+    cell "as expected", for a GPU node whose card ran nothing."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.errors import NodeUnusable
+    from orchestrator.run.node_setup import NodeSetup
+    from orchestrator.run.probe import parse_probe
+
+    node = load_farm(toy_farm(tmp_path)).spec.nodes["here"]  # declares no `cc`, as farm.yaml's `local`
+    text = "\n".join(
+        [
+            "@@farm smi",
+            "No devices were found",
+            "rc=6",
+            "@@farm driver",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jul  8 2025",
+            "/dev/nvidiactl",
+            "@@farm procgpus",
+            "Model: \t\t Tesla T4",
+            f"GPU UUID: \t {CARDS['t4'].uuid(0)}",
+        ]
+    )
+    snapshot = parse_probe("here", node, text)
+    assert not snapshot.has_gpu
+    with pytest.raises(NodeUnusable) as refused:
+        NodeSetup.check_usable("here", node, snapshot)
+    said = str(refused.value)
+    assert "No devices were found" in said and "Tesla T4" in said and "/proc/driver/nvidia/gpus" in said, said
+    # a driver and no board (a build machine with the driver installed) is still a node without a GPU
+    bare = parse_probe("here", node, text.split("@@farm procgpus")[0])
+    NodeSetup.check_usable("here", node, bare)
