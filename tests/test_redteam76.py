@@ -4,7 +4,10 @@ judged against the old unit's values: 0.1 TFLOP/s "100 % worse than the median 1
 a red night, and in the other direction a real slowdown hidden until the old values left the
 baseline. And a metric that stopped having a value (the kernel's line changed, the regex no
 longer reads it) turned the speed check off in silence: the cron mail (`--quiet`, "what
-changed") never said so, though the index lists it under "what changed"."""
+changed") never said so, though the index lists it under "what changed". And a node whose
+GPU the NVIDIA driver still holds (/proc/driver/nvidia/gpus) while nvidia-smi says "No devices
+were found" (a card that failed to start: RmInitAdapter, off the bus) was taken for a machine
+without a GPU: a green row of compile-only cells, exit 0, unless farm.yaml declared its `cc`."""
 
 from __future__ import annotations
 
