@@ -195,11 +195,18 @@ def verify(
                 raise
             if quiet:
                 with store.reading():
-                    changes = collect(store, summary.run_id, farm).listed_changes
+                    model = collect(store, summary.run_id, farm)
+                    changes = model.listed_changes
+                    # a metric with no value judges no speed: the index lists it under "what changed", and
+                    # the mail said nothing, the check off unseen (a red-team finding)
+                    unread = [(model.label((m.kernel, m.variant, m.node, m.device)), m) for m in model.speed]
+                    unread = [(label, m) for label, m in unread if m.value is None]
                 for change in changes:
                     if change.change not in ("new", "changed"):
                         was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
                         say(f"{change.change}: {change.label}: {was}{change.outcome}")
+                for label, m in unread:
+                    say(printable(f"no value: {label}: {m.name}: {m.note}", keep_newlines=False))
             else:
                 say("")
                 say(_matrix_text(summary))

@@ -97,8 +97,15 @@ class CellWork:
                     build_lock=ctx.build_lock(paths.build_dir),
                     marker=marker,
                     stopping=lambda: self.stopping,
+                    # values in the unit the job says now: an edited `unit:` starts the baseline anew
                     metric_baseline=lambda names: self.store.metric_baseline(
-                        cell.kernel, cell.variant, cell.node, cell.device, names, CELL_ENV.strip()
+                        cell.kernel,
+                        cell.variant,
+                        cell.node,
+                        cell.device,
+                        names,
+                        CELL_ENV.strip(),
+                        units={name: job.spec.metrics[name].unit for name in names},
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),

@@ -241,6 +241,12 @@ def _placed(lines: list[str], folders: Sequence[str]) -> frozenset[str]:
     )
 
 
+def _driver_boards(lines: list[str]) -> tuple[str, ...]:
+    """The models of the boards in /proc/driver/nvidia/gpus (a board whose card failed to start
+    may have no UUID there, so each `Model:` line counts)."""
+    return tuple(value.strip() or "?" for key, _, value in (line.partition(":") for line in lines) if key == "Model")
+
+
 def parse_probe(
     name: str, node: NodeSpec, text: str, folders: Sequence[str] = (), by_runner: bool = False
 ) -> NodeSnapshot:
@@ -298,6 +304,7 @@ def parse_probe(
         placed=_placed(sec.get("placed", []), folders) if by_runner else frozenset(),
         **_room(sec.get("room", [])),
         unreadable_gpus=tuple(unreadable),
+        driver_boards=_driver_boards(sec.get("procgpus", [])),
     )
 
 

@@ -81,6 +81,8 @@ class NodeSnapshot:
     tmp_free_inodes: int | None = None
     work_executes: bool | None = None
     unreadable_gpus: tuple[str, ...] = ()  # nvidia-smi's rows of GPUs whose CC could not be read ("[N/A]")
+    # the boards the NVIDIA kernel driver holds (/proc/driver/nvidia/gpus/*/information's models)
+    driver_boards: tuple[str, ...] = ()
 
     def room_problem(self) -> str | None:
         """Why the node cannot hold builds and runs, or None: a work folder or temporary folder
@@ -101,7 +103,8 @@ class NodeSnapshot:
     def gpu_problem(self) -> str | None:
         """Why a node that lists no GPU has one that does not work, or None: nvidia-smi is
         there but failed (not "No devices were found"), or the NVIDIA driver is loaded and
-        nvidia-smi is not on the login's PATH."""
+        nvidia-smi is not on the login's PATH, or nvidia-smi lists none of the boards the
+        driver holds."""
         lines = self.smi_output.strip().splitlines()
         rc = lines[-1].strip() if lines else ""
         said = " / ".join(line.strip() for line in lines[:-1] if line.strip())[-200:] or "no output"
@@ -111,6 +114,15 @@ class NodeSnapshot:
         if rc == "rc=127" and self.driver_evidence.strip():
             first = self.driver_evidence.strip().splitlines()[0][:120]
             return f"the NVIDIA driver is loaded ({first}) but nvidia-smi cannot be started ({said})"
+        if self.driver_boards and not self.gpu_indexes and not self.unreadable_gpus:
+            # "No devices were found" from a driver that holds a board is a card that failed to start
+            # (RmInitAdapter, off the bus), not a machine without one: it was a green compile-only
+            # row, exit 0 (a red-team finding)
+            boards = ", ".join(self.driver_boards)[:200]
+            return (
+                f"nvidia-smi lists no GPU ({said}), yet the NVIDIA driver holds {len(self.driver_boards)} "
+                f"(/proc/driver/nvidia/gpus: {boards})"
+            )
         return None
 
     def runner_python(self, node: NodeSpec) -> str | None:

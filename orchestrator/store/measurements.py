@@ -6,7 +6,7 @@ holds these reads beside its others.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -33,12 +33,16 @@ class MeasurementQueries:
         names: Sequence[str],
         cell_env: str,
         count: int = BASELINE,
+        units: Mapping[str, str] | None = None,
     ) -> dict[str, list[float]]:
         """The cell's last `count` values of each metric on record (results that had
         one), oldest first: what a new value is judged against (metrics.py). Only
         values of runs whose cells ran with the same `cell_env` count (before 0012, with
         the JIT cache on, a run's seconds were measured differently); nor those of a
-        bisection's old commits. Read from ix_metric_values_cell, newest first."""
+        bisection's old commits; nor, where `units` names the metric's unit now, values
+        stored in another (a job moved from GFLOP/s to TFLOP/s had 0.1 judged "100 %
+        worse" than a median of 100: a red-team finding). Read from
+        ix_metric_values_cell, newest first."""
         found: dict[str, list[float]] = {}
         comparable = select(Run.id).where(Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER)
         with self._reading() as session:
@@ -54,6 +58,7 @@ class MeasurementQueries:
                         MetricValue.value.is_not(None),
                     )
                     .where(MetricValue.run_id.in_(comparable))
+                    .where(*([MetricValue.unit == units[name]] if units and name in units else []))
                     .order_by(MetricValue.result_id.desc())
                     .limit(count)
                 )
