@@ -108,6 +108,18 @@ class Measured:
         }
 
 
+def stored_words(row: Any) -> str:
+    """A stored value's verdict on speed in words (a metric_values row: its median, not the values
+    it came from), as the JSON export gives it beside the figures."""
+    if row.value is None:
+        return f"no value ({row.note})"
+    if row.regressed and row.baseline is not None:
+        return regression_words(row.name, row.value, row.unit, row.baseline, row.tolerance, row.better)
+    if row.baseline is None:
+        return f"no verdict: fewer than {BASELINE} earlier values on record"
+    return f"within the tolerance of the median {number(row.baseline)} of its last {BASELINE} results"
+
+
 def worse_by(value: float | None, median: float | None, better: str) -> float | None:
     """How much worse `value` is than `median`, as a fraction of the median's size
     (negative: better); None without both, or with a median of 0."""

@@ -15,6 +15,7 @@ import re
 import secrets
 import shutil
 import textwrap
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -439,6 +440,7 @@ def test_values_measured_with_the_jit_cache_on_are_kept_but_are_no_baseline(tmp_
     for value in (2.0, 2.1, 1.9, 2.0):
         run_id, snapshot = new_run(store)
         store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value)])
+        store.finish_run(run_id, "finished", 0)  # only a finished run's values are a baseline
     assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [2.0, 2.1, 1.9, 2.0]}
     store.close()
     # a database made at 0011 counts all of its values
@@ -446,6 +448,7 @@ def test_values_measured_with_the_jit_cache_on_are_kept_but_are_no_baseline(tmp_
     fresh.journal = None
     run_id, snapshot = new_run(fresh)
     fresh.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 3.0)])
+    fresh.finish_run(run_id, "finished", 0)
     assert fresh.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": [3.0]}
     fresh.close()
 
@@ -492,6 +495,7 @@ def test_a_run_imported_from_an_older_farms_journal_is_no_baseline(tmp_path: Pat
     target.journal = None
     run_id, snapshot = new_run(target)
     target.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", 1.0)])
+    target.finish_run(run_id, "finished", 0)
     # the journals' runs start after target's own (an older run is not imported after a newer one)
     for name, env in (("old", None), ("other", "CUDA_CACHE_DISABLE=0"), ("same", ENV)):
         store = Store(f"sqlite:///{tmp_path}/{name}.db")
@@ -594,6 +598,12 @@ def test_the_migration_and_the_values_on_postgresql() -> None:
         run_id, snapshot = new_run(store)
         for value in (10.0, 11.0, 9.0, 10.0, 10.0):
             store.add_result(result_record(run_id, snapshot), metrics=[metric("gflops", value, note="read \x00 here")])
+        assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {"gflops": []}  # running
+        store.finish_run(run_id, "finished", 0)  # red-team 77: the baseline's query (finished runs, the card) here too
+        stand_in, snapshot = new_run(store)
+        store.add_result(replace(result_record(stand_in, snapshot), real_gpu=False), metrics=[metric("gflops", 3.0)])
+        store.finish_run(stand_in, "finished", 0)
+        assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV, real_gpu=False) == {"gflops": [3.0]}
         assert store.metric_baseline("k", "v", "n", "NVIDIA H100", ["gflops"], ENV) == {
             "gflops": [10.0, 11.0, 9.0, 10.0, 10.0]
         }

@@ -64,13 +64,26 @@ def _fail(err: FarmError) -> None:
 def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
     # show and report only read the database: they need no CUTLASS installed, and a
     # database that is not there is theirs to report ("no results database at")
-    from orchestrator.config.database_url import check_database_folder
+    from orchestrator.config.database_url import check_database_folder, check_sqlite_timeout
     from orchestrator.config.farm import load_farm
 
     farm = load_farm(config_path, database=database, check_dependencies=not read_only)
+    where = database_origin() if database else str(farm.file)
     if not read_only:
-        check_database_folder(farm.database_url, "--database" if database else str(farm.file))
+        check_database_folder(farm.database_url, where)
+    else:
+        check_sqlite_timeout(farm.database_url, where)
     return farm
+
+
+def database_origin() -> str:
+    """Where the command's database URL came from, as its errors name it: --database, or the
+    FARM_DATABASE that click reads for it (a bad URL in the environment was reported as
+    `--database: ...`, an option nobody typed: red-team 77)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source("database") == click.core.ParameterSource.ENVIRONMENT:
+        return "FARM_DATABASE"
+    return "--database"
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:

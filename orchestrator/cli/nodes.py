@@ -86,6 +86,11 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
     farm = _load(config_path, database)
     unknown = [k for k in kernels if k not in farm.jobs]
     if unknown:
-        raise SelectionError(f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}")
+        said = f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}"
+        # a cell (`toy:plain`, as verify and bisect take it) names its kernel first: `jobs` shows whole jobs
+        meant = [k.split(":", 1)[0] for k in unknown if ":" in k and k.split(":", 1)[0] in farm.jobs]
+        if meant:
+            said += f" (`farm jobs` takes kernel names, not kernel:variant: farm jobs {' '.join(dict.fromkeys(meant))})"
+        raise SelectionError(said)
     documents = [job_yaml(k, farm.jobs[k].spec, farm.jobs[k].provenance) for k in kernels or farm.jobs]
     click.echo(printable("---\n".join(documents)), nl=False)

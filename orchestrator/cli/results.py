@@ -16,7 +16,7 @@ from orchestrator.terminal import printable
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     pass
 
-from orchestrator.cli.base import _load, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.base import _load, database_origin, farm_options, handle_errors, main, wait_option
 
 
 @main.command()
@@ -73,7 +73,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         raise click.BadParameter(
             f"{url} is not {farm.file.name}'s database ({redact_url(farm.configured_database_url)}), whose site is "
             f"{farm.reports_dir}; render it elsewhere with --out DIR",
-            param_hint="'--database'",
+            param_hint=f"'{database_origin()}'",
         )
     if fmt == "html" and the_site and run_id is not None:
         latest = store.latest_run(bisections=False)

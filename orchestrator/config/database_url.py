@@ -5,6 +5,7 @@ the history's sight (a folder that does not exist)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -15,6 +16,12 @@ from orchestrator.store.location import sqlite_file
 
 # what a SQLite URL's query may set: the wait for a lock, nothing that changes which file opens or how
 SQLITE_QUERY = frozenset({"timeout"})
+# where a URL can come from besides farm.yaml: its errors name these, and no key in them
+COMMAND_LINE = ("--database", "FARM_DATABASE")
+
+
+def _key(where: str) -> str:
+    return "" if where in COMMAND_LINE else "database"
 
 
 def resolve_database(url: str, root: Path) -> str:
@@ -55,7 +62,7 @@ def check_database_folder(url: str, where: str) -> None:
         # an in-memory database: every result gone with the process, and the nodes' folders made first
         raise ConfigError(
             where,
-            "" if where == "--database" else "database",
+            _key(where),
             url,
             "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
             "an in-memory database keeps nothing",
@@ -68,16 +75,44 @@ def check_database_folder(url: str, where: str) -> None:
         # were kept beside, and `mode=ro` was ignored: the run wrote a database asked read-only
         raise ConfigError(
             where,
-            "" if where == "--database" else "database",
+            _key(where),
             f"{url}, whose query sets {', '.join(unread)}",
             "a SQLite file by its path, e.g. sqlite:///results.db or sqlite:///results.db?timeout=30 "
             "(the farm writes it, and keeps its lock and journal beside it: no file: URI, uri or mode)",
         )
+    check_sqlite_timeout(url, where)
     folder = file.parent
     if not folder.is_dir():
         raise ConfigError(
             where,
-            "" if where == "--database" else "database",
+            _key(where),
             f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
             "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
         )
+
+
+def check_sqlite_timeout(url: str, where: str) -> None:
+    """A SQLite URL's `timeout` is the seconds to wait for a lock: `?timeout=abc` was the store's
+    bare "could not convert string to float: 'abc'", naming neither the key nor what it takes
+    (red-team 77). Read-only commands check it too: they open the database as well."""
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite":
+            return
+    except Exception:  # not a URL SQLAlchemy reads: the store's open says so
+        return
+    value = parsed.query.get("timeout")
+    if value is None:
+        return
+    try:
+        seconds = float(value) if isinstance(value, str) else math.nan  # a tuple: the key given twice
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds >= 0:
+        return
+    raise ConfigError(
+        where,
+        _key(where),
+        f"{url}, whose timeout is {value!r}",
+        "timeout, once, as a number of seconds to wait for a lock, e.g. sqlite:///results.db?timeout=30",
+    )

@@ -19,11 +19,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
+from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 from orchestrator.terminal import ci_inert
 
+METRIC_KEYS = ("name", "value", "unit", "better", "tolerance", "note", "baseline", "regressed")
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
 
@@ -330,6 +332,11 @@ def as_json(model: ReportModel) -> str:
                 or rejudged(model, r) is not None,
                 "job_changed_since": rejudged(model, r),  # the jobs now would not judge it so
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
+                # each figure of speed with its verdict: a perf-regression's value and median, not only its prose
+                "metrics": [
+                    {**{key: getattr(m, key) for key in METRIC_KEYS}, "verdict": stored_words(m)}
+                    for m in model.measured.get(r.id, [])
+                ],
             }
             for r in model.results
         ],

@@ -66,6 +66,9 @@ def trend_rows(trends_by_metric: dict[str, list[trends.Series]]) -> list[tuple[s
         for s in series:
             latest = s.latest
             flag = ' <span class="flag">perf-regression</span>' if latest.regressed else ""
+            if s.other_units:  # the job's `unit:` changed: the older values are not on this axis
+                left = "; ".join(f"{n} earlier value{'s' * (n > 1)} in {unit}" for unit, n in s.other_units)
+                flag += f"<small>{_t(left)} not drawn: the metric's unit changed</small>"
             rows.append(
                 f"<tr><th>{_t(s.cell)}</th><td>{trends.svg(s)}</td><td>{_t(metrics.number(latest.value))} "
                 f"{_t(s.unit)}{flag}<small>run {_t(latest.run_id)}</small></td></tr>\n"

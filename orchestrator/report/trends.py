@@ -2,7 +2,8 @@
 section, drawn without JavaScript, fonts or files; its series gathered from the
 stored values of the kernel grids' runs (trend_series), one per cell and metric.
 
-Each stored value is a point, in result order (x) against its value (y, the
+Each stored value in the unit of the newest is a point (values in another unit, before
+the job's `unit:` was edited, are left out and counted in a note), in result order (x) against its value (y, the
 axis labelled with the lowest and highest value and the unit); a point that
 made its cell perf-regression is red and larger; the dashed line is the median
 the newest value was judged against. Every point carries a <title> (a tooltip
@@ -48,6 +49,9 @@ class Series:
     unit: str
     better: str
     points: tuple[Point, ...]
+    # the earlier values not drawn, in units other than the newest's, by unit: one axis in one unit
+    # (100 GFLOP/s beside 0.1 TFLOP/s, the job's `unit:` edited, read as a cliff: red-team 77)
+    other_units: tuple[tuple[str, int], ...] = ()
 
     @property
     def latest(self) -> Point:
@@ -139,9 +143,15 @@ def trend_series(rows: list[Any], several: set[str]) -> dict[str, dict[str, list
     for (kernel, name, variant, node, device), values in points.items():
         values.sort()
         label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
-        shown = tuple(Point(run, res, value, bool(bad), base) for res, run, value, _u, _b, base, bad in values)
         unit, better = values[-1][3], values[-1][4]  # the newest result's
-        found[kernel][name].append(Series(name, label, unit, better, shown))
+        shown = tuple(
+            Point(run, res, value, bool(bad), base) for res, run, value, u, _b, base, bad in values if u == unit
+        )
+        others: dict[str, int] = defaultdict(int)
+        for value in values:
+            if value[3] != unit:
+                others[value[3]] += 1
+        found[kernel][name].append(Series(name, label, unit, better, shown, tuple(sorted(others.items()))))
     return {
         kernel: {name: sorted(series, key=lambda s: s.cell) for name, series in sorted(by_name.items())}
         for kernel, by_name in found.items()

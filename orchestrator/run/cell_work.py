@@ -15,7 +15,14 @@ from orchestrator.run.cell import CellResult, StageRecord
 from orchestrator.run.node_context import NodeContext
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.stages import CellPipeline
-from orchestrator.store.records import AttemptRecord, attempt_record, result_metrics, result_record, snapshot_record
+from orchestrator.store.records import (
+    AttemptRecord,
+    attempt_record,
+    card_confirmed,
+    result_metrics,
+    result_record,
+    snapshot_record,
+)
 from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
 
@@ -97,8 +104,9 @@ class CellWork:
                     build_lock=ctx.build_lock(paths.build_dir),
                     marker=marker,
                     stopping=lambda: self.stopping,
-                    # values in the unit the job says now: an edited `unit:` starts the baseline anew
-                    metric_baseline=lambda names: self.store.metric_baseline(
+                    # values in the unit the job says now (an edited `unit:` starts the baseline anew),
+                    # measured on the same kind of card, confirmed or not, as the card this try ran on
+                    metric_baseline=lambda names, result=result: self.store.metric_baseline(
                         cell.kernel,
                         cell.variant,
                         cell.node,
@@ -106,6 +114,7 @@ class CellWork:
                         names,
                         CELL_ENV.strip(),
                         units={name: job.spec.metrics[name].unit for name in names},
+                        real_gpu=card_confirmed(result.gpu, gpus),
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.metrics import BASELINE
 from orchestrator.store.queries import BISECT_TRIGGER, chunks
-from orchestrator.store.tables import MetricValue, Run, SassCount
+from orchestrator.store.tables import MetricValue, ResultRow, Run, SassCount
 
 
 class MeasurementQueries:
@@ -34,6 +34,7 @@ class MeasurementQueries:
         cell_env: str,
         count: int = BASELINE,
         units: Mapping[str, str] | None = None,
+        real_gpu: bool = True,
     ) -> dict[str, list[float]]:
         """The cell's last `count` values of each metric on record (results that had
         one), oldest first: what a new value is judged against (metrics.py). Only
@@ -41,10 +42,18 @@ class MeasurementQueries:
         the JIT cache on, a run's seconds were measured differently); nor those of a
         bisection's old commits; nor, where `units` names the metric's unit now, values
         stored in another (a job moved from GFLOP/s to TFLOP/s had 0.1 judged "100 %
-        worse" than a median of 100: a red-team finding). Read from
-        ix_metric_values_cell, newest first."""
+        worse" than a median of 100: a red-team finding). Only values of finished runs (one
+        aborted, or left "running" by a killed farm, certifies nothing, and its odd figures
+        judged the next night), and only those measured on the same kind of card as the new
+        value: `real_gpu`, confirmed by the driver or not (a stand-in's or an unconfirmed
+        card's figures are no yardstick for a real card's, nor the other way: red-team 77).
+        Read from ix_metric_values_cell, newest first."""
         found: dict[str, list[float]] = {}
-        comparable = select(Run.id).where(Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER)
+        comparable = select(Run.id).where(
+            Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER, Run.status == "finished"
+        )
+        # the result's own row says which card it ran on (records.card_confirmed): by its primary key
+        same_card = select(ResultRow.id).where(ResultRow.id == MetricValue.result_id, ResultRow.real_gpu.is_(real_gpu))
         with self._reading() as session:
             for name in names:
                 query = (
@@ -57,7 +66,7 @@ class MeasurementQueries:
                         MetricValue.name == name,
                         MetricValue.value.is_not(None),
                     )
-                    .where(MetricValue.run_id.in_(comparable))
+                    .where(MetricValue.run_id.in_(comparable), same_card.exists())
                     .where(*([MetricValue.unit == units[name]] if units and name in units else []))
                     .order_by(MetricValue.result_id.desc())
                     .limit(count)

@@ -225,6 +225,13 @@ def snapshot_record(
     )
 
 
+def card_confirmed(gpu: Gpu | None, device_gpus: list[Gpu]) -> bool:
+    """Whether a cell ran on a card the driver confirmed (results.real_gpu): the card it ran on;
+    where a transport picked the GPU itself, the model's (all of its GPUs confirmed). Its speed
+    baseline is values of the same kind of card (Store.metric_baseline)."""
+    return gpu.verified if gpu is not None else bool(device_gpus) and all(g.verified for g in device_gpus)
+
+
 def result_record(
     run_id: int,
     snapshot_id: int | None,
@@ -252,8 +259,7 @@ def result_record(
     )
     complete = staging is not None and len(deps) == len(job.spec.dependencies)
     gpu = result.gpu
-    # the card it ran on; where a transport picked the GPU itself, the model's (all of its GPUs confirmed)
-    real = gpu.verified if gpu is not None else bool(device_gpus) and all(g.verified for g in device_gpus)
+    real = card_confirmed(gpu, device_gpus)
     cuts = {name: list(scan.cut) for name, scan in (("stdout", result.stdout), ("stderr", result.stderr)) if scan.cut}
     return ResultRecord(
         run_id=run_id,
