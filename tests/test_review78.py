@@ -52,7 +52,10 @@ def test_a_called_function_named_as_a_ptx_instruction_is_no_instruction(tmp_path
 
 def test_ptx_statements_over_lines_and_after_line_directives() -> None:
     """What nvcc writes: a label alone on its line, `.loc` lines (no `;`) before a statement."""
-    ptx = "$L__BB0_1:\n\t.loc\t1 5 1\n\tmma.sync.aligned.m16n8k8 {%f1}, {%r1}, {%r2}, {%f2};\n\tcall.uni \n\tmma, \n\t(\n\tp\n\t);"
+    ptx = (
+        "$L__BB0_1:\n\t.loc\t1 5 1\n\tmma.sync.aligned.m16n8k8 {%f1}, {%r1}, {%r2}, {%f2};\n"
+        "\tcall.uni \n\tmma, \n\t(\n\tp\n\t);"
+    )
     assert machine_code.count_instructions(ptx, ["mma.sync", "mma", "call.uni"], ptx=True) == {
         "mma.sync": 1,
         "mma": 1,  # the mma.sync's, not the callee named mma
