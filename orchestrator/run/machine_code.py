@@ -25,8 +25,17 @@ _PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z
 
 
 def _ptx_opcodes(ptx: str) -> list[str]:
-    statements = re.split(r"[;{}\n]", _PTX_QUOTED.sub(" ", ptx))
-    return [m.group(1) for m in (_PTX_OPCODE.match(s.strip()) for s in statements) if m]
+    """Each PTX statement's opcode. A statement ends at its `;` (or a block's brace), not at a line's
+    end: nvcc writes a call over lines (`call.uni \n ldmatrix, \n (param0);`), and cut at each line
+    the callee's name read as an opcode (a device function named ldmatrix met `ldmatrix: 1`: a review
+    finding). The lines of a statement that open with a dot are the directives that end at their
+    line (`.loc`, `.file`, `.version`: no `;`), dropped before the statement's words are read."""
+    opcodes = []
+    for statement in re.split(r"[;{}]", _PTX_QUOTED.sub(" ", ptx)):
+        words = " ".join(line.strip() for line in statement.split("\n") if not line.strip().startswith("."))
+        if found := _PTX_OPCODE.match(words.strip()):
+            opcodes.append(found.group(1))
+    return opcodes
 
 
 def count_instructions(disassembly: str, names: list[str], sass: bool = False, ptx: bool = False) -> dict[str, int]:
