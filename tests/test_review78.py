@@ -9,6 +9,7 @@
    opcodes `arch` and `host` too. A statement now ends at its `;` (or a brace); the lines that open
    with a dot (`.loc`, `.version`: directives with no `;`) are dropped from it. Checked against the
    real CUTLASS sm_80 build's PTX, and -lineinfo and -G builds: the same instructions counted.
+   A pass stored on PTX names counted so is flagged until it runs again (report/rejudged.py).
 2. A false green of round 74's shell check against its python twin: an empty LD_LIBRARY_PATH
    entry (a trailing `:`, as `export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH` leaves
    where none was set) is the kernel's current folder to the loader, its work folder (seen with
@@ -29,6 +30,7 @@ import pytest
 from test_redteam73 import _built
 
 from orchestrator.config.capability import ComputeCapability
+from orchestrator.report.rejudged import jit_unbacked
 from orchestrator.run import commands as shell_commands
 from orchestrator.run import machine_code
 from orchestrator.run.node import kernel_commands
@@ -61,6 +63,23 @@ def test_ptx_statements_over_lines_and_after_line_directives() -> None:
         "mma": 1,  # the mma.sync's, not the callee named mma
         "call.uni": 1,
     }
+
+
+def test_a_stored_pass_on_ptx_names_cut_at_lines_is_not_current(tmp_path: Path) -> None:
+    """A pass stored before this review on PTX names counted as opcodes of PTX cut at each line (a
+    called function's name met them): flagged until it runs again; one counted now stands."""
+    for path, cc in (("native", "8.0"), ("ptx-jit", "9.0")):
+        said = machine_code.PTX_OPCODES
+        head = f"{machine_code.SOURCE_PTX} compute_80 PTX" if path == "native" else machine_code.JIT_COUNTED
+        old = {"inspect": {"detail": f"{head} ...; {said}"}}
+        why = jit_unbacked(path, {"ldmatrix": 1}, cc, old)
+        assert why is not None and "ldmatrix" in why and "runs again" in why, why
+        assert jit_unbacked(path, {"HMMA": 1}, cc, old) is None
+    dump, elf, ptx, _ = _built(tmp_path, "-arch=sm_80", CALLS_LDMATRIX)
+    for cc in ("8.0", "9.0"):
+        counted = machine_code.count_for_card(dump, ["st.global"], ComputeCapability.parse(cc), elf, ptx)
+        path = "native" if cc == "8.0" else "ptx-jit"
+        assert jit_unbacked(path, {"st.global": 1}, cc, {"inspect": {"detail": counted.where}}) is None, counted
 
 
 @pytest.mark.parametrize("path", ["/usr/local/cuda/lib64:", ":/usr/local/cuda/lib64", "/usr/lib::/opt/l", "/$ORIGIN"])
