@@ -26,6 +26,8 @@ nvidia-smi --query-gpu=index,uuid,name,compute_cap,driver_version,memory.total -
 nvcc --version | tail -2
 nproc
 head -n 1 /proc/driver/nvidia/version; ls -l /dev/nvidiactl
+# what round 74 notes as each kernel command starts (a non-empty ld.so.preload: no cell as expected)
+ls -l /etc/ld.so.preload 2>&1  # the login's LD_LIBRARY_PATH: start-node.sh's SetEnv (the kit's lib)
 
 log "farm nodes"
 farm nodes --config $CFG

@@ -27,7 +27,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
 from orchestrator.report.ledger import KernelLedger
-from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, SOURCE_PTX
+from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, PTX_STATEMENTS, SOURCE_PTX
 from orchestrator.run.stages.inspect import reads_cuda
 
 CellKey = tuple[str, str, str, str]
@@ -89,7 +89,7 @@ def jit_unbacked(
             "runs again"
         )
     if code_path != "ptx-jit" or not (sass or ptx):
-        return None
+        return _cut_at_lines(code_path, ptx, detail, cc)
     if ptx and PTX_OPCODES not in detail:
         # before round 63 a PTX name counted as a word of the PTX: a kernel's `.pragma "mma.sync"` met it
         return (
@@ -98,11 +98,23 @@ def jit_unbacked(
             "it certifies once it runs again"
         )
     if not sass or JIT_COUNTED in detail:
-        return None
+        return _cut_at_lines(code_path, ptx, detail, cc)
     return (
         f"its {', '.join(sass)} were counted in cubins a CC {cc} card does not run (it compiled the "
         "binary's PTX at load: ptx-jit); the farm now counts them in the node's compile of that PTX "
         "for the card: it certifies once it runs again"
+    )
+
+
+def _cut_at_lines(code_path: str | None, ptx: list[str], detail: str, cc: str | None) -> str | None:
+    """Why a pass on PTX names counted as opcodes before review 78 is not backed: the PTX was cut
+    at each line, and nvcc writes a call over lines, its callee's name alone on one (a device
+    function named ldmatrix met `ldmatrix: 1`)."""
+    if code_path not in ("native", "ptx-jit") or not ptx or PTX_OPCODES not in detail or PTX_STATEMENTS in detail:
+        return None
+    return (
+        f"its {', '.join(ptx)} were counted in PTX cut at each line, where a called function's name read as an "
+        f"opcode; the farm now reads each statement to its `;`: it certifies once it runs again (CC {cc})"
     )
 
 

@@ -21,12 +21,26 @@ _SASS_OPCODE = re.compile(r"^[ \t]*/\*[0-9a-f]{4,}\*/[ \t]*(?:\{[ \t]*)?(?:@!?\w
 _PTX_QUOTED = re.compile(r'"[^"]*(?:"|\Z)|/\*.*?(?:\*/|\Z)|//[^\n]*', re.DOTALL)
 # a PTX statement's opcode, after its labels ("$L__BB0_1:") and its guard ("@%p1", "@!%p1");
 # a directive (".pragma") opens with a dot and is none
+# cuobjdump's head of a part ("Fatbin ptx code:", its rule, "arch = sm_80", "code version = [9,0]",
+# "host = linux", "has debug info", "compressed"); no PTX statement holds " = " or is one bare word
+_DUMP_HEAD = re.compile(r"Fatbin (?:elf|ptx) code:|=+|\w[\w ]* = .*|has debug info|compressed")
 _PTX_OPCODE = re.compile(r"^(?:[\w$%]+[ \t]*:[ \t]*)*(?:@!?%?[\w$]+[ \t]+)?([a-z][\w.]*)")
 
 
 def _ptx_opcodes(ptx: str) -> list[str]:
-    statements = re.split(r"[;{}\n]", _PTX_QUOTED.sub(" ", ptx))
-    return [m.group(1) for m in (_PTX_OPCODE.match(s.strip()) for s in statements) if m]
+    """Each PTX statement's opcode. A statement ends at its `;` (or a block's brace), not at a line's
+    end: nvcc writes a call over lines (`call.uni \n ldmatrix, \n (param0);`), and cut at each line
+    the callee's name read as an opcode (a device function named ldmatrix met `ldmatrix: 1`: a review
+    finding). The lines of a statement that open with a dot are the directives that end at their
+    line (`.loc`, `.file`, `.version`: no `;`), dropped before the statement's words are read, as
+    are cuobjdump's own head lines of the part (`arch = sm_80`: once read as an opcode `arch`)."""
+    opcodes = []
+    for statement in re.split(r"[;{}]", _PTX_QUOTED.sub(" ", ptx)):
+        lines = (line.strip() for line in statement.split("\n"))
+        words = " ".join(line for line in lines if not line.startswith(".") and not _DUMP_HEAD.fullmatch(line))
+        if found := _PTX_OPCODE.match(words.strip()):
+            opcodes.append(found.group(1))
+    return opcodes
 
 
 def count_instructions(disassembly: str, names: list[str], sass: bool = False, ptx: bool = False) -> dict[str, int]:
@@ -158,6 +172,9 @@ def _heads(disassembly: str, marks: list[tuple[int, str, str]]) -> list[tuple[in
 
 # how an inspect detail says PTX names were counted as opcodes, not words (report/rejudged.py reads it)
 PTX_OPCODES = "PTX names count as the opcodes of that PTX's statements"
+# how it says each statement was read to its `;` (since review 78; before, cut at each line, a called
+# function's name was an opcode): rejudged.py reads it
+PTX_STATEMENTS = "each read to its `;`"
 # how an inspect detail says SASS names were counted where the card JITs PTX (report/rejudged.py reads it)
 JIT_COUNTED = "counted in the node nvcc's compile"
 # how it says PTX names were counted where the card runs a cubin: in the PTX it came from (rejudged.py reads it)
@@ -246,7 +263,7 @@ def count_for_card(
             what += f"never dumped: SASS names {JIT_COUNTED} of that PTX for {_targets(sass)}"
         else:
             what += f"never dumped, so SASS names count nothing ({failed})"
-        what += f"; {PTX_OPCODES}"
+        what += f"; {PTX_OPCODES}, {PTX_STATEMENTS}"
         if ptx_names and not all(_printed(parts, a) for a in archs):
             # the default `--dump-sass` prints no PTX: its names counted nothing, a false inspect-fail
             uncounted = f"({', '.join(ptx_names)}): {_undumped(archs)}"
@@ -313,7 +330,8 @@ def _source_ptx(
     counts = {name: min(c.get(name, 0) for c in sums) for name in names}
     return (
         counts,
-        f"{SOURCE_PTX} {_compute(cubins)} PTX, from which the {cubin} cubin the card runs was compiled; {PTX_OPCODES}",
+        f"{SOURCE_PTX} {_compute(cubins)} PTX, from which the {cubin} cubin the card runs was compiled; {PTX_OPCODES}, "
+        f"{PTX_STATEMENTS}",
         "",
     )
 

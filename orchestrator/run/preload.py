@@ -14,14 +14,17 @@ RUN_WRITABLE = ("/tmp", "/var/tmp", "/dev", "/proc")
 
 def preload_check(cell: str, preload_file: str) -> str:
     """Shell noting what node/kernel_commands.py preload_notes notes, alike: LD_PRELOAD, LD_AUDIT
-    naming a library, LD_LIBRARY_PATH (an entry the work folder, one the run could write, or one
-    with `..` it does not resolve: preload-env), a non-empty PRELOAD_FILE (one it cannot read too)."""
+    naming a library, LD_LIBRARY_PATH (an entry the work folder, empty or relative, one the run could
+    write, one with `..` it does not resolve or a `$` the loader expands: preload-env), a non-empty
+    PRELOAD_FILE (one it cannot read too)."""
     said = "".join(f'case "${{{v}-}}" in *[!:\\ ]*) echo preload-env={v} >&6;; esac; ' for v in PRELOAD_ENV)
     places = "|".join(f"{p}/*" for p in (shlex.quote(cell), *(w for w in RUN_WRITABLE)))
     said += (
         'case "${LD_LIBRARY_PATH-}" in "") ;; *) farm_lw=libpath; farm_ls="$LD_LIBRARY_PATH:"; '
         'while [ -n "$farm_ls" ]; do farm_ld=${farm_ls%%:*}; farm_ls=${farm_ls#*:}; '
-        f'case "$farm_ld/" in */../*) farm_lw=preload;; {places}) farm_lw=preload;; /*) ;; '
+        # "/": an empty entry (a trailing `:`), the loader's current folder; `$`: a token it expands
+        # ($ORIGIN: the binary's own folder, in the cell)
+        f'case "$farm_ld/" in /|*\\$*|*/../*) farm_lw=preload;; {places}) farm_lw=preload;; /*) ;; '
         '*) farm_lw=preload;; esac; done; echo "$farm_lw-env=LD_LIBRARY_PATH" >&6;; esac; '
     )
     q = shlex.quote(preload_file)

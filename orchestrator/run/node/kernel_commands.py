@@ -161,7 +161,9 @@ class KernelCommands:
             places += [os.path.realpath(place) for place in places if place]
             written = False
             for entry in os.fsdecode(env[LIBRARY_PATH]).split(":"):
-                if not entry.startswith("/"):  # "", "lib": the folder the kernel runs in
+                # "", "lib": the folder the kernel runs in; `$ORIGIN` (`/$ORIGIN` too) the loader expands
+                # to the binary's folder, in the cell
+                if not entry.startswith("/") or "$" in entry:
                     written = True
                     continue
                 for found in (os.path.normpath(entry), os.path.realpath(entry)):
