@@ -121,7 +121,8 @@ class NodeSnapshot:
             boards = ", ".join(self.driver_boards)[:200]
             return (
                 f"nvidia-smi lists no GPU ({said}), yet the NVIDIA driver holds {len(self.driver_boards)} "
-                f"(/proc/driver/nvidia/gpus: {boards})"
+                f"(/proc/driver/nvidia/gpus: {boards}): a card that failed to start, or one kept from this "
+                "login (a Slurm job given no GPU: the node's `gres:`)"
             )
         return None
 
