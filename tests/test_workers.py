@@ -9,6 +9,7 @@ verdict; a stop reaches the workers' cells; `processes` is validated.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -100,6 +101,13 @@ def test_a_split_run_stores_what_one_process_stores(fleet: Fleet, tmp_path: Path
     assert summaries[2].exit_code == summaries[1].exit_code == EXIT_UNEXPECTED
     assert summaries[2].outcomes == summaries[1].outcomes
     assert summaries[2].stage_seconds["probe"] > 0  # the workers' node sums reach the parent's summary
+    # each cell's stage seconds once: the parent counts them as each result comes, and a worker's own
+    # sums repeated them (the run's "build/run s" line and the fleet bench's stage sums were doubled)
+    for n in (1, 2):
+        stored = query(tmp_path / f"p{n}" / "results.db", "SELECT stage_seconds FROM results")
+        for stage in ("build", "run"):
+            want = sum(json.loads(r["stage_seconds"]).get(stage, 0.0) for r in stored)
+            assert summaries[n].stage_seconds[stage] == pytest.approx(want, abs=0.01), (n, stage)
     (run,) = query(tmp_path / "p2" / "results.db", "SELECT status, exit_code FROM runs")
     assert (run["status"], run["exit_code"]) == ("finished", EXIT_UNEXPECTED)
     snapshots = query(tmp_path / "p2" / "results.db", "SELECT node, probe_error AS error FROM node_snapshots")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import FarmError, StoreError
+from orchestrator.outcomes import CELL_STAGES
 from orchestrator.run.card_claims import RemoteCardClaims
 
 if TYPE_CHECKING:
@@ -217,7 +218,10 @@ def worker_main(
         error = f"{type(err).__name__}: {err}"
         traceback.print_exception(err)
     summary = run.summary
-    caller.send(("done", dict(summary.stage_seconds), summary.bytes_shipped, summary.internal, error))
+    # the nodes' sums (probe, stage) only: the parent counted each cell's stages as its result came
+    # (run.counted), and sent again they were doubled in the run's summary
+    nodes = {name: seconds for name, seconds in summary.stage_seconds.items() if name not in CELL_STAGES}
+    caller.send(("done", nodes, summary.bytes_shipped, summary.internal, error))
     conn.close()
 
 
