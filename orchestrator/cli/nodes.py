@@ -26,7 +26,9 @@ def nodes(config_path: Path, database: str | None) -> None:
 
     Example: farm nodes --config farms/hopper.yaml
     """
+    from orchestrator.errors import NodeUnusable
     from orchestrator.progress import describe_node
+    from orchestrator.run.node_setup import check_probed
     from orchestrator.run.probe import probe
     from orchestrator.transport import transport_for
 
@@ -41,6 +43,13 @@ def nodes(config_path: Path, database: str | None) -> None:
         try:
             with transport_for(name, node) as transport:
                 snap = probe(transport)
+                # what `farm verify` refuses is not a node to print as usable: a failing nvidia-smi was a
+                # green "no GPU" row, exit 0, while the night's run made every cell of it infra-error
+                check_probed(farm, transport, snap)
+        except NodeUnusable as err:
+            click.echo(f"{name:<12} {'yes':<7} unusable: {printable(str(err), keep_newlines=False)}")
+            worst = 4
+            continue
         except FarmError as err:
             click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(str(err), keep_newlines=False)}")
             worst = 4
