@@ -61,7 +61,7 @@ def _fail(err: FarmError) -> None:
     sys.exit(err.exit_code)
 
 
-def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
+def _load(config_path: Path, database: str | None, *, read_only: bool = False, opens_database: bool = True) -> Farm:
     # show and report only read the database: they need no CUTLASS installed, and a
     # database that is not there is theirs to report ("no results database at")
     from orchestrator.config.database_url import check_database_folder, check_sqlite_timeout
@@ -69,6 +69,10 @@ def _load(config_path: Path, database: str | None, *, read_only: bool = False) -
 
     farm = load_farm(config_path, database=database, check_dependencies=not read_only)
     where = database_origin() if database else str(farm.file)
+    if not opens_database:
+        # `jobs` and `nodes` never open it: a database on a disk not mounted refused them, exit 3, and
+        # the operator could not look at the fleet while it was away (a red-team finding)
+        return farm
     if not read_only:
         check_database_folder(farm.database_url, where)
     else:

@@ -32,7 +32,7 @@ def nodes(config_path: Path, database: str | None) -> None:
     from orchestrator.run.probe import probe
     from orchestrator.transport import transport_for
 
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, opens_database=False)
     header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} {'real':<5} notes"
     click.echo(header)
     worst = EXIT_OK
@@ -92,7 +92,7 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
     from orchestrator.config.job_yaml import job_yaml
     from orchestrator.plan import SelectionError
 
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, opens_database=False)
     unknown = [k for k in kernels if k not in farm.jobs]
     if unknown:
         said = f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}"
