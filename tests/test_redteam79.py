@@ -6,7 +6,10 @@ import` of several journals, one of them unreadable or refused, stored the ones 
 exited 5 without a word on reports/index.html, whose green run before went on standing as
 current over the imported red one; and a journal that cannot be read upgraded an older
 database's schema before it was refused. `farm jobs` ("reads the configuration only") and `farm
-nodes` refused to start while the database's folder was missing (an unmounted disk)."""
+nodes` refused to start while the database's folder was missing (an unmounted disk). And a
+database URL naming the farm's own files: `verify --database sqlite:///jobs/toy.yaml` left its
+run lock's files in jobs/, and every later command of the farm refused them as job files; one
+naming a kernel source was said as the job's error, a folder as "9 names (hard links)"."""
 
 from __future__ import annotations
 
@@ -154,3 +157,45 @@ def test_jobs_and_nodes_start_without_the_database_folder(tmp_path: Path) -> Non
     nodes = farm("nodes", "--config", str(config), env=env)
     assert nodes.returncode == 0 and "no GPU" in nodes.stdout, nodes.stdout + nodes.stderr
     assert not (tmp_path / "unmounted").exists()
+
+
+# ------------------------------------------------------------ 4. a database URL that names the farm's own files
+
+
+def test_a_database_in_the_jobs_folder_is_refused_before_its_lock_is_taken(tmp_path: Path) -> None:
+    """`farm verify --database sqlite:///jobs/toy.yaml` (a slip of the shell's completion): the
+    run lock was taken beside it, jobs/toy.yaml.lock and .lock.holder, before the open said "file
+    is not a database"; from then on every command, `farm jobs` too, was refused: "toy.yaml.lock.holder:
+    found a job file's name the farm does not read". It is refused at once, naming the URL's origin."""
+    config = toy_farm(tmp_path)
+    job = tmp_path / "jobs" / "toy.yaml"
+    for args, env, where in (
+        (["verify", "--all", "--database", f"sqlite:///{job}"], {}, "--database"),
+        (["import", str(config), "--database", f"sqlite:///{job}"], {}, "--database"),
+        (["verify", "--all"], {"FARM_DATABASE": f"sqlite:///{tmp_path}/jobs/new.yaml"}, "FARM_DATABASE"),
+    ):
+        done = farm(*args, "--config", str(config), env=env)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert done.stderr.startswith(f"Error: {where}: found sqlite:///{tmp_path}/jobs/"), done.stderr
+        assert "in the farm's `jobs` folder" in done.stderr, done.stderr
+        assert sorted(p.name for p in job.parent.iterdir()) == ["toy.yaml"]
+    assert farm("jobs", "--config", str(config)).returncode == 0
+
+
+def test_a_database_that_is_a_kernel_source_or_a_folder_is_said_as_the_urls_error(tmp_path: Path) -> None:
+    """`--database sqlite:///kernels/toy.cpp` was said as the job's error ("jobs/toy.yaml:
+    sources[0]: found 'kernels/toy.cpp', which is the farm's results database"), and a folder as
+    "has 9 names (hard links)": neither named what was wrong, the URL."""
+    config = toy_farm(tmp_path)
+    source = tmp_path / "kernels" / "toy.cpp"
+    done = farm("show", "1", "--config", str(config), "--database", f"sqlite:///{source}")
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith(f"Error: --database: found sqlite:///{source}, whose file would be {source}"), (
+        done.stderr
+    )
+    folder = tmp_path / "node"
+    folder.mkdir()
+    done = farm("verify", "--all", "--config", str(config), "--database", f"sqlite:///{folder}")
+    assert done.returncode == 3, done.stderr
+    assert f"which names the folder {folder}" in done.stderr and "hard links" not in done.stderr, done.stderr
+    assert not list(tmp_path.glob("node.lock*"))
