@@ -190,9 +190,7 @@ def test_a_database_that_is_a_kernel_source_or_a_folder_is_said_as_the_urls_erro
     source = tmp_path / "kernels" / "toy.cpp"
     done = farm("show", "1", "--config", str(config), "--database", f"sqlite:///{source}")
     assert done.returncode == 3, done.stderr
-    assert done.stderr.startswith(f"Error: --database: found sqlite:///{source}, whose file would be {source}"), (
-        done.stderr
-    )
+    assert done.stderr.startswith(f"Error: --database: found sqlite:///{source}, whose file is {source}"), done.stderr
     folder = tmp_path / "node"
     folder.mkdir()
     done = farm("verify", "--all", "--config", str(config), "--database", f"sqlite:///{folder}")

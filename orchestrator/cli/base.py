@@ -67,7 +67,7 @@ def _load(config_path: Path, database: str | None, *, read_only: bool = False, o
     from orchestrator.config.database_url import check_database_folder, check_sqlite_timeout
     from orchestrator.config.farm import load_farm
 
-    farm = load_farm(config_path, database=database, check_dependencies=not read_only)
+    farm = load_farm(config_path, database=database, check_dependencies=not read_only, database_where=database_origin())
     where = database_origin() if database else str(farm.file)
     if not opens_database:
         # `jobs` and `nodes` never open it: a database on a disk not mounted refused them, exit 3, and
