@@ -61,14 +61,18 @@ def _fail(err: FarmError) -> None:
     sys.exit(err.exit_code)
 
 
-def _load(config_path: Path, database: str | None, *, read_only: bool = False) -> Farm:
+def _load(config_path: Path, database: str | None, *, read_only: bool = False, opens_database: bool = True) -> Farm:
     # show and report only read the database: they need no CUTLASS installed, and a
     # database that is not there is theirs to report ("no results database at")
     from orchestrator.config.database_url import check_database_folder, check_sqlite_timeout
     from orchestrator.config.farm import load_farm
 
-    farm = load_farm(config_path, database=database, check_dependencies=not read_only)
+    farm = load_farm(config_path, database=database, check_dependencies=not read_only, database_where=database_origin())
     where = database_origin() if database else str(farm.file)
+    if not opens_database:
+        # `jobs` and `nodes` never open it: a database on a disk not mounted refused them, exit 3, and
+        # the operator could not look at the fleet while it was away (a red-team finding)
+        return farm
     if not read_only:
         check_database_folder(farm.database_url, where)
     else:

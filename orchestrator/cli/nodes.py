@@ -26,11 +26,13 @@ def nodes(config_path: Path, database: str | None) -> None:
 
     Example: farm nodes --config farms/hopper.yaml
     """
+    from orchestrator.errors import NodeUnusable
     from orchestrator.progress import describe_node
+    from orchestrator.run.node_setup import check_probed
     from orchestrator.run.probe import probe
     from orchestrator.transport import transport_for
 
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, opens_database=False)
     header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} {'real':<5} notes"
     click.echo(header)
     worst = EXIT_OK
@@ -41,6 +43,13 @@ def nodes(config_path: Path, database: str | None) -> None:
         try:
             with transport_for(name, node) as transport:
                 snap = probe(transport)
+                # what `farm verify` refuses is not a node to print as usable: a failing nvidia-smi was a
+                # green "no GPU" row, exit 0, while the night's run made every cell of it infra-error
+                check_probed(farm, transport, snap)
+        except NodeUnusable as err:
+            click.echo(f"{name:<12} {'yes':<7} unusable: {printable(str(err), keep_newlines=False)}")
+            worst = 4
+            continue
         except FarmError as err:
             click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(str(err), keep_newlines=False)}")
             worst = 4
@@ -83,7 +92,7 @@ def jobs(kernels: tuple[str, ...], config_path: Path, database: str | None) -> N
     from orchestrator.config.job_yaml import job_yaml
     from orchestrator.plan import SelectionError
 
-    farm = _load(config_path, database)
+    farm = _load(config_path, database, opens_database=False)
     unknown = [k for k in kernels if k not in farm.jobs]
     if unknown:
         said = f"no job for kernel {', '.join(map(repr, unknown))}; kernels: {', '.join(farm.jobs)}"

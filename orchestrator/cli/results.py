@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import ConfigError, StoreError
+from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
-    pass
+    from orchestrator.store.database import Store
 
 from orchestrator.cli.base import _load, database_origin, farm_options, handle_errors, main, wait_option
 
@@ -164,13 +164,15 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
 
     Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl results.db.journal/0a4f3c9d2e61.jsonl
     """
-    from orchestrator.report import site as report_mod
     from orchestrator.store import journal
     from orchestrator.store.database import Store
     from orchestrator.store.location import same_database
     from orchestrator.store.lock import run_lock
+    from orchestrator.store.recovery import read_journal
 
     farm = _load(config_path, database, read_only=True)
+    for path in journal_files:  # every one read before any is stored, or the database touched (its schema)
+        read_journal(path)
     # one writer at a time: beside a live `farm verify` an import landed as the newest run over it
     with run_lock(farm.database_url, farm.root, wait):
         store = Store(farm.database_url)
@@ -178,17 +180,29 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
         oldest = datetime.min.replace(tzinfo=UTC)
         starts = {path: journal.started_at(path) or oldest for path in journal_files}
         imported = []
-        for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
-            run_id, status, results = store.import_journal(path)
-            imported.append(run_id)
-            click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+        try:
+            for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
+                run_id, status, results = store.import_journal(path)
+                imported.append(run_id)
+                click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+        finally:  # also where a later journal is refused (its run already there): those before it are stored
+            if imported and same_database(farm.database_url, farm.configured_database_url):
+                _mark_imported(store, farm.reports_dir, imported)
+
+
+def _mark_imported(store: Store, reports: Path, imported: list[int]) -> None:
+    """reports/index.html says the newest run has no report where an imported run is the fleet's
+    newest: the site's database has a newer run than its index shows, and the run before's green
+    stood there as current, as after `verify --no-report` (a red-team finding)."""
+    from orchestrator.report import site as report_mod
+
+    try:
         latest = store.latest_run(bisections=False)
-        own_site = same_database(farm.database_url, farm.configured_database_url)
-        if own_site and latest is not None and latest.id in imported and (farm.reports_dir / "index.html").is_file():
-            # the site's database has a newer run than its index shows: the run before's green stood
-            # there as current, as after `verify --no-report` (a red-team finding)
-            why = "was imported from its journal: `farm report` renders it"
-            report_mod.mark_unrendered(farm.reports_dir, latest.id, why)
+        newest = latest.id if latest is not None else None
+    except FarmError:  # the database failed after storing them (what is raised says so): the last one stored
+        newest = imported[-1]
+    if newest in imported and (reports / "index.html").is_file():
+        report_mod.mark_unrendered(reports, newest, "was imported from its journal: `farm report` renders it")
 
 
 @main.command()

@@ -131,11 +131,14 @@ def _shared_pages(file: Path, columns: dict[str, NodeSpec]) -> list[ConfigError]
     return errors
 
 
-def load_farm(file: Path | str, *, database: str | None = None, check_dependencies: bool = True) -> Farm:
+def load_farm(
+    file: Path | str, *, database: str | None = None, check_dependencies: bool = True, database_where: str | None = None
+) -> Farm:
     """Load and validate farm.yaml and every job it points at.
 
     `check_dependencies=False` is for commands that only read the database
-    (show, report): they need no CUTLASS installed to print a stored cell."""
+    (show, report): they need no CUTLASS installed to print a stored cell.
+    `database_where` names where `database` came from in its errors (--database, FARM_DATABASE)."""
     file = Path(file).resolve()
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
     errors = check_names(raw, "nodes", file) if isinstance(raw, dict) else []
@@ -153,6 +156,10 @@ def load_farm(file: Path | str, *, database: str | None = None, check_dependenci
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
     if problem := output_paths.site_folder_problem(root / Path(spec.reports).expanduser(), sources):
         raise ConfigError(str(file), "reports", *problem)
+    # before the jobs load: a source that is the database was said as the job's error, not the URL's
+    if problem := output_paths.database_place_problem(resolve_database(database or spec.database, root), file, sources):
+        where = (database_where or "--database") if database else str(file)
+        raise ConfigError(where, "" if database else "database", *problem)
     if spec.journal is not None:
         reports = (root / Path(spec.reports).expanduser()).resolve()
         journal = journal_folder("", root, spec.journal)

@@ -6,6 +6,7 @@ farm's own: an export given `--out results.db` replaced the database with JSON, 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -90,3 +91,37 @@ def farm_file_problem(path: Path, farm: Farm, what: str) -> tuple[str, str] | No
         if path == folder or folder in path.parents:
             return f"{path}, in {name} {folder}", f"a file of its own for the {what}, outside it"
     return None
+
+
+# the names the farm writes beside a SQLite database: SQLite's own, the run lock and its holder, the journal
+DATABASE_SIDES = ("", *SQLITE_SIDES, ".lock.holder")
+
+
+def database_place_problem(url: str, config: Path, sources: dict[str, Path]) -> tuple[str, str] | None:
+    """(found, expected) when a SQLite database (or a file the farm keeps beside it) would be
+    farm.yaml, or lie in the farm's jobs or kernels folder, or the database is a folder; else
+    None. `verify --database sqlite:///jobs/toy.yaml` took the run lock beside it before the
+    open failed: jobs/toy.yaml.lock.holder then refused every command of the farm as a job
+    file it does not read, and a folder read as "has 9 names (hard links)" (a red-team finding)."""
+    database = real_sqlite_file(url)
+    if database is None:
+        return None
+    if database.is_dir():
+        return f"{url}, which names the folder {database}", "a database file (the farm makes it in an existing folder)"
+    for side in DATABASE_SIDES:
+        path = database.with_name(database.name + side)
+        named = f"{url}, whose {side.lstrip('-.') or 'file'} {'would be' if side else 'is'} {path}"
+        if path == config.resolve():
+            return f"{named}, the farm's configuration", _APART
+        for key, folder in sources.items():
+            if folder not in path.parents:
+                continue
+            # a folder that holds farm.yaml too (`jobs: .`) holds the database as well: there only the
+            # names the farm reads as the course's are refused (KERNEL.yaml, or kernels/KERNEL.cu)
+            read = re.search(r"\.ya?ml(\.|$)" if key == "jobs" else r"\.cu$", path.name, re.IGNORECASE)
+            if read or not (folder == config.parent or folder in config.parents):
+                return f"{named}, in the farm's `{key}` folder", _APART
+    return None
+
+
+_APART = "a database file apart from farm.yaml and the course's jobs and kernels (e.g. sqlite:///results.db)"

@@ -77,23 +77,7 @@ class NodeSetup:
                     self.open(setup)
                     snapshot = self.probe(setup, needs, resident)
                     partial.append(snapshot)
-                    if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
-                        said = snapshot.nvcc_output.strip().splitlines()
-                        words = " / ".join(said[-3:])[-300:]
-                        if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung
-                            words = "`nvcc --version` did not answer within 50 s"
-                        error = NodeUnusable(
-                            f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})"
-                            f"{self._nvcc_advice(node, snapshot.nvcc_output)}"
-                        )
-                        # missing is missing; anything else (a fork failing under load) may pass
-                        error.retryable = not re.search(
-                            r"not found|No such file|Permission denied", snapshot.nvcc_output
-                        )
-                        raise error
-                    if not snapshot.workdir:
-                        raise NodeUnusable(self._workdir_refused(setup))
-                    self.check_usable(setup.name, node, snapshot, setup.pins_gpus)
+                    check_probed(self.farm, setup, snapshot)
                     # who runs the cells' stages there: said on every cell's page
                     detail = f"stages run by {snapshot.runner_label(node)}"
                 else:
@@ -126,37 +110,6 @@ class NodeSetup:
                 raise
             records.append(StageRecord(stage, "ok", started, time.monotonic() - clock, detail))
         return staged
-
-    def _workdir_refused(self, setup: Transport) -> str:
-        """Why the work folder could not be made, asked once more of the node: "cannot create its
-        work folder '~/farm'" alone left the operator to guess which folder (HOME is the login's)
-        and why (a read-only HOME, a missing parent, a full disk)."""
-        workdir = setup.node.workdir
-        # as probe_command names it: "~" expands on the node
-        target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
-        try:
-            said = setup.run(f'echo "$HOME"; mkdir -p {target}/incoming 2>&1 | tail -n 2', timeout=30).stdout
-        except InfraError as err:
-            said = f"\n(asking why failed: {err})"
-        home, _, why = said.partition("\n")
-        reason = " / ".join(line.strip() for line in why.splitlines() if line.strip())[-300:]
-        return (
-            f"node {setup.name!r}: cannot create its work folder {workdir!r} ({reason or 'no reason given'}; "
-            f"the login's HOME is {home.strip() or 'unset'}): set `workdir` in {self.farm.file.name} to a folder "
-            "that login can write"
-        )
-
-    def _nvcc_advice(self, node: NodeSpec, said: str) -> str:
-        """What to do where a bare `nvcc` was not found: cron (PATH=/usr/bin:/bin) and systemd
-        start the farm with a PATH that lacks /usr/local/cuda/bin, and the node was infra
-        every night with no word of why (a red-team finding)."""
-        if "/" in node.nvcc or not re.search(r"not found|No such file", said):
-            return ""
-        path = f"PATH ({os.environ.get('PATH', '')})" if node.transport == "local" else "the node's PATH over SSH"
-        return (
-            f"; not on {path}, as under cron or systemd: give its full path as the node's `nvcc:` in "
-            f"{self.farm.file.name} (e.g. nvcc: /usr/local/cuda/bin/nvcc), or set PATH in the crontab or unit"
-        )
 
     def probe(self, setup: Transport, needs: bundle.Needs | None, resident: list[ResidentRunner]) -> NodeSnapshot:
         """Where a transport keeps processes, the node's resident runner is started at
@@ -231,3 +184,59 @@ class NodeSetup:
             # a node declaring nothing (farm.yaml's `local`) whose GPU stack is there but fails: its cells
             # were a green compile-only row, the failure said nowhere (found by a red-team helper)
             raise NodeUnusable(f"node {name!r}: {broken}: a broken GPU is not a node without one")
+
+
+def check_probed(farm: Farm, setup: Transport, snapshot: NodeSnapshot) -> None:
+    """Raises NodeUnusable where a probed node cannot serve its cells: no working nvcc, no work
+    folder, or what NodeSetup.check_usable refuses. `farm verify` and `farm nodes` both ask it:
+    `farm nodes` printed a green row, exit 0, for a node every cell of which the night's run
+    made infra-error (a red-team finding)."""
+    node = setup.node
+    if snapshot.nvcc_version is None and not node.pypi_toolchain:  # that one is shipped first
+        said = snapshot.nvcc_output.strip().splitlines()
+        words = " / ".join(said[-3:])[-300:]
+        if said and said[-1].strip() == "rc=124":  # the probe's bound on it: hung
+            words = "`nvcc --version` did not answer within 50 s"
+        error = NodeUnusable(
+            f"node {setup.name!r}: no working nvcc at {node.nvcc!r} ({words})"
+            f"{_nvcc_advice(farm, node, snapshot.nvcc_output)}"
+        )
+        # missing is missing; anything else (a fork failing under load) may pass
+        error.retryable = not re.search(r"not found|No such file|Permission denied", snapshot.nvcc_output)
+        raise error
+    if not snapshot.workdir:
+        raise NodeUnusable(_workdir_refused(farm, setup))
+    NodeSetup.check_usable(setup.name, node, snapshot, setup.pins_gpus)
+
+
+def _nvcc_advice(farm: Farm, node: NodeSpec, said: str) -> str:
+    """What to do where a bare `nvcc` was not found: cron (PATH=/usr/bin:/bin) and systemd
+    start the farm with a PATH that lacks /usr/local/cuda/bin, and the node was infra
+    every night with no word of why (a red-team finding)."""
+    if "/" in node.nvcc or not re.search(r"not found|No such file", said):
+        return ""
+    path = f"PATH ({os.environ.get('PATH', '')})" if node.transport == "local" else "the node's PATH over SSH"
+    return (
+        f"; not on {path}, as under cron or systemd: give its full path as the node's `nvcc:` in "
+        f"{farm.file.name} (e.g. nvcc: /usr/local/cuda/bin/nvcc), or set PATH in the crontab or unit"
+    )
+
+
+def _workdir_refused(farm: Farm, setup: Transport) -> str:
+    """Why the work folder could not be made, asked once more of the node: "cannot create its
+    work folder '~/farm'" alone left the operator to guess which folder (HOME is the login's)
+    and why (a read-only HOME, a missing parent, a full disk)."""
+    workdir = setup.node.workdir
+    # as probe_command names it: "~" expands on the node
+    target = '"$HOME"/' + shlex.quote(workdir[2:]) if workdir.startswith("~/") else shlex.quote(workdir)
+    try:
+        said = setup.run(f'echo "$HOME"; mkdir -p {target}/incoming 2>&1 | tail -n 2', timeout=30).stdout
+    except InfraError as err:
+        said = f"\n(asking why failed: {err})"
+    home, _, why = said.partition("\n")
+    reason = " / ".join(line.strip() for line in why.splitlines() if line.strip())[-300:]
+    return (
+        f"node {setup.name!r}: cannot create its work folder {workdir!r} ({reason or 'no reason given'}; "
+        f"the login's HOME is {home.strip() or 'unset'}): set `workdir` in {farm.file.name} to a folder "
+        "that login can write"
+    )

@@ -103,6 +103,17 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
         raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
 
 
+def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """A journal's records, as the farm wrote them, or StoreError saying what is wrong. `farm
+    import` reads every journal it is given first: a damaged second one was refused after the
+    first was stored, and a file that is no journal after an older database was upgraded."""
+    records = list(journal.read(path))
+    if not records or records[0][0] != "run":
+        raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
+    _check_journal(path, records)
+    return records
+
+
 def _utc(moment: datetime) -> datetime:
     """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
@@ -216,10 +227,7 @@ class Recovery:
         Returns (run id, status, results). A run already here is refused, and so is
         one that started before the newest run here: every standing query takes the
         highest id as the newest, so an older run imported later would pass for it."""
-        records = list(journal.read(path))
-        if not records or records[0][0] != "run":
-            raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
-        _check_journal(path, records)
+        records = read_journal(path)
         run_fields = dict(records[0][1])
         token = run_fields.get("token")
         with self._guard("importing"), self._write_lock, self.session() as session:
