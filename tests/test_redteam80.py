@@ -1,0 +1,116 @@
+"""Red-team round 80: SSH servers and known_hosts files as real sites keep them.
+
+Findings:
+
+1. A known_hosts with a `@cert-authority` line (a site's host CA), or any line paramiko cannot
+   parse (a key type it lacks, a truncated key), made every cell of the node infra-error
+   "internal error in the farm (InvalidHostKey: ...); please report it", a traceback on
+   stderr, though the node's own key was listed on the next line and OpenSSH connects.
+2. A `@revoked` line (OpenSSH: "must not ever be accepted") did the same: the farm's checking
+   never read it. Loaded past the crash, paramiko would accept a revoked key listed plainly too.
+3. A host listed with two keys of one type (a key rotation in progress, one name for an HA
+   pair) was refused as "a man-in-the-middle, or the host was reinstalled" whenever its key
+   was the second line: paramiko compares only the first key of each type. OpenSSH accepts
+   any listed key.
+
+The farm now reads known_hosts itself (transport/known_hosts.py): markers, hashed names,
+patterns, bad lines skipped as OpenSSH does, a revoked key refused for every node.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, SSH_KEYGEN, SshNode, fingerprint, standin_job, standin_variant
+from test_verdicts import MIN75, rows, run
+
+VARIANTS = {
+    "a-pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    "b-fail": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+}
+
+
+def other_key(folder: Path) -> str:
+    """Another ed25519 public key ("ssh-ed25519 AAAA..."), no node's."""
+    path = folder / "other_ed25519"
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, capture_output=True)
+    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
+
+
+def outcomes(make_farm, tmp_path: Path, node: SshNode) -> dict[str, tuple[str, str]]:
+    entry = node.farm_entry(tmp_path / "work", runner="auto")
+    config = make_farm(tmp_path / "farm", {"odd": entry}, [standin_job("standin", VARIANTS)])
+    _, summary = run(config)
+    found = rows(tmp_path / "farm" / "results.db", summary.run_id)
+    return {variant: (row["outcome"], row["reason"] or "") for (variant, _), row in found.items()}
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    made = SshNode("odd", tmp_path / "node", CARDS["t4"])
+    made.prepare()
+    made.start()
+    yield made
+    made.stop()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "@cert-authority *.example.org {other}",  # a site's host CA
+        "@cert-authority {name} {other}",  # ... naming this very host
+        "gpu7.example.org sk-ssh-ed25519@openssh.com AAAAGnNrLXNzaC1lZDI1NTE5QG9wZW5zc2guY29tAAAA",
+        "gpu8.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDMk+t7",  # a truncated line
+    ],
+)
+def test_known_hosts_lines_the_farm_does_not_use_leave_the_node_known(
+    node: SshNode, make_farm, tmp_path: Path, extra: str
+) -> None:
+    """OpenSSH connects with such a file (it skips what it cannot use); the farm said "internal
+    error in the farm (InvalidHostKey ...)" for every cell, its own key line right below."""
+    line = extra.format(other=other_key(tmp_path), name=node.known_hosts_name)
+    node.known_hosts.write_text(f"{line}\n{node.known_hosts_line()}\n")
+    found = outcomes(make_farm, tmp_path, node)
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_revoked_host_key_is_refused(node: SshNode, make_farm, tmp_path: Path, where: str) -> None:
+    """`@revoked` says the key must never be accepted, even where a plain line lists it too (a
+    stolen key, still in the file of an operator who has not cleaned up). The farm made it an
+    internal error; it is now infra-error naming the node, the key and the line."""
+    revoked = f"@revoked {node.known_hosts_line()}"
+    lines = [revoked, node.known_hosts_line()] if where == "before" else [node.known_hosts_line(), revoked]
+    node.known_hosts.write_text("\n".join(lines) + "\n")
+    found = outcomes(make_farm, tmp_path, node)
+    for outcome, reason in found.values():
+        assert outcome == "infra-error", found
+        assert "internal error" not in reason, reason
+        assert "'odd'" in reason and "@revoked" in reason and node.host_fingerprint in reason, reason
+        assert str(node.known_hosts) in reason, reason
+    assert not (tmp_path / "work").exists(), "nothing may run on a host whose key is revoked"
+
+
+def test_a_host_listed_with_two_keys_of_one_type_is_known_by_either(node: SshNode, make_farm, tmp_path: Path) -> None:
+    """Two ed25519 keys for one name, the node's second: OpenSSH accepts it; the farm refused it
+    as "a man-in-the-middle, or the host was reinstalled"."""
+    first = other_key(tmp_path)
+    node.known_hosts.write_text(f"{node.known_hosts_line(first)}\n{node.known_hosts_line()}\n")
+    found = outcomes(make_farm, tmp_path, node)
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+
+
+def test_a_changed_key_is_still_refused_with_both_fingerprints(node: SshNode, make_farm, tmp_path: Path) -> None:
+    """The other side of finding 3: a host listed with keys that are none of the one it offers
+    stays refused, naming what it offered and what the file holds."""
+    first = other_key(tmp_path)
+    node.known_hosts.write_text(f"{node.known_hosts_line(first)}\n")
+    found = outcomes(make_farm, tmp_path, node)
+    for outcome, reason in found.values():
+        assert outcome == "infra-error", found
+        assert node.host_fingerprint in reason and fingerprint(first) in reason, reason
+        assert "man-in-the-middle" in reason, reason
