@@ -114,3 +114,25 @@ def test_a_changed_key_is_still_refused_with_both_fingerprints(node: SshNode, ma
         assert outcome == "infra-error", found
         assert node.host_fingerprint in reason and fingerprint(first) in reason, reason
         assert "man-in-the-middle" in reason, reason
+
+
+def test_known_hosts_names_are_matched_as_openssh_matches_them(tmp_path: Path) -> None:
+    """Hashed names (`ssh-keygen -H`), comma lists, `*`/`?` patterns and `!` negations, `[host]:port`
+    literal (its brackets no character class); bad lines and unknown markers skipped."""
+    from orchestrator.transport import known_hosts
+
+    key = other_key(tmp_path)
+    path = tmp_path / "known_hosts"
+    path.write_text(f"[gpu1.site.net]:2222 {key}\n")
+    subprocess.run([SSH_KEYGEN, "-H", "-f", str(path)], check=True, capture_output=True)
+    assert path.read_text().startswith("|1|")
+    with path.open("a") as out:
+        out.write(f"# a comment\n\n*.example.org,!bastion.example.org {key}\n@marker gpu3 {key}\n")
+        out.write("gpu4 ssh-ed25519 !!!notbase64\n")
+    known = known_hosts.load(str(path))
+    assert known.listed("[gpu1.site.net]:2222") and not known.listed("gpu1.site.net")
+    assert not known.listed("[gpu1.site.net]:2223")
+    assert known.listed("GPU9.example.org") and not known.listed("bastion.example.org")
+    assert not known.listed("gpu3") and not known.listed("gpu4") and not known.listed("example.org")
+    assert known.algorithms("[gpu1.site.net]:2222") == {"ssh-ed25519"}
+    assert known_hosts.load(str(tmp_path / "absent")).entries == []

@@ -1,9 +1,10 @@
 """A node over OpenSSH, through Fabric, with the pitfalls of
 ../shared/research/fabric-ssh-pitfalls.md designed out:
 
-- Strict host keys. Fabric always installs AutoAddPolicy; we load the node's
-  known_hosts and replace the policy with one that refuses an unknown host and
-  says its fingerprint and the exact line to add.
+- Strict host keys. Fabric always installs AutoAddPolicy; we replace it with a
+  policy that checks every host key against the node's known_hosts, read as
+  OpenSSH reads it (known_hosts.py), and refuses an unknown host saying its
+  fingerprint and the exact line to add, a changed key, and a revoked one.
 - No ~/.ssh/config surprises: SSH config files are not loaded; farm.yaml alone
   says how to reach a node (Fabric would silently ignore StrictHostKeyChecking
   from it anyway).
@@ -23,9 +24,7 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import logging
 import shlex
 import threading
@@ -37,6 +36,7 @@ import paramiko
 from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
+from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
@@ -54,19 +54,45 @@ STDERR_KEEP = 1 << 16
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
-    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return known_hosts.fingerprint(key.asbytes())
 
 
-class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
-    def __init__(self, known_hosts: str) -> None:
-        self.known_hosts = known_hosts
+class _CheckHostKey(paramiko.MissingHostKeyPolicy):
+    """Every host key is checked here: paramiko is given no known keys (its reader raised on
+    `@cert-authority` and `@revoked` lines and compared one key per type: known_hosts.py)."""
+
+    def __init__(self, node: str, address: str, known: known_hosts.KnownHosts) -> None:
+        self.node = node
+        self.address = address  # host:port, as the node's entry gives them
+        self.known = known
 
     def missing_host_key(self, client, hostname, key) -> None:
-        digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+        blob, path, kind = key.asbytes(), self.known.path, key.get_name()
+        offered = f"node {self.node!r}: {self.address} offered the {kind} key {_fingerprint(key)}"
+        if self.known.revoked(blob):
+            raise HostKeyError(
+                f"{offered}, which {path} marks @revoked: it is never accepted. Nothing was run. "
+                f"If the node has a new key, list that one; a revoked key is refused for every node of {path}"
+            )
+        listed = self.known.listed(hostname)
+        if any(entry.blob == blob for entry in listed):
+            return
+        line = f"{hostname} {kind} {key.get_base64()}"
+        if listed:
+            held = " and ".join(known_hosts.fingerprint(e.blob) for e in listed)
+            raise HostKeyError(
+                f"{offered}, but {path} holds {held} for it (a man-in-the-middle, or the host was "
+                f"reinstalled). Nothing was run. If the host was reinstalled and you trust the new key: "
+                f"ssh-keygen -R '{hostname}' -f {path}, then add this line: {line}"
+            )
+        ca = (
+            " (its @cert-authority lines are not used: the farm does not check host certificates)"
+            if self.known.has_authorities
+            else ""
+        )
         raise HostKeyError(
-            f"host {hostname} is not in {self.known_hosts} (strict host-key checking). "
-            f"It offered the {key.get_name()} key SHA256:{digest}. If that is the node's key, "
-            f"add this line to {self.known_hosts}: {hostname} {key.get_name()} {key.get_base64()}"
+            f"host {hostname} is not in {path} (strict host-key checking){ca}. It offered the {kind} key "
+            f"{_fingerprint(key)}. If that is the node's key, add this line to {path}: {line}"
         )
 
 
@@ -164,6 +190,21 @@ class SSHTransport(Transport):
         }
         if key_file:
             connect_kwargs["key_filename"] = key_file
+        path = str(Path(node.known_hosts).expanduser())
+        try:
+            known = known_hosts.load(path)  # without the file every host is unknown, and refused with the line to add
+        except (OSError, UnicodeDecodeError) as err:
+            raise HostKeyError(
+                f"node {self.name!r}: cannot read its known_hosts {path} ({type(err).__name__}: {err}); "
+                "it must be an OpenSSH known_hosts file"
+            ) from err
+        # paramiko knows no key, so each comes to _CheckHostKey; it is asked only for the
+        # algorithms of the keys listed for the host (as paramiko did given them, and OpenSSH does)
+        name = host if port == 22 else f"[{host}]:{port}"
+        allowed = known.algorithms(name)
+        preferred = TunedTransport._preferred_keys
+        if allowed & set(preferred):
+            connect_kwargs["disabled_algorithms"] = {"keys": [alg for alg in preferred if alg not in allowed]}
         conn = Connection(
             host,
             user=user,
@@ -173,19 +214,8 @@ class SSHTransport(Transport):
             connect_timeout=node.connect_timeout,
             connect_kwargs=connect_kwargs,
         )
-        known_hosts = str(Path(node.known_hosts).expanduser())
         conn.client.get_host_keys().clear()
-        # without the file every host is unknown, and refused with the line to add
-        try:
-            conn.client.load_host_keys(known_hosts)
-        except FileNotFoundError:
-            pass
-        except (OSError, UnicodeDecodeError, paramiko.SSHException, ValueError) as err:
-            raise HostKeyError(
-                f"node {self.name!r}: cannot read its known_hosts {known_hosts} ({type(err).__name__}: {err}); "
-                "it must be an OpenSSH known_hosts file"
-            ) from err
-        conn.client.set_missing_host_key_policy(_RefuseUnknownHost(known_hosts))
+        conn.client.set_missing_host_key_policy(_CheckHostKey(self.name, f"{host}:{port}", known))
         return conn
 
     def _connect(self) -> None:
@@ -203,17 +233,6 @@ class SSHTransport(Transport):
         except HostKeyError:
             self._conn.close()
             raise
-        except paramiko.BadHostKeyException as err:
-            self._conn.close()
-            name = node.host if node.port == 22 else f"[{node.host}]:{node.port}"
-            known = str(Path(node.known_hosts).expanduser())
-            raise HostKeyError(
-                f"node {self.name!r}: {node.host}:{node.port} offered the {err.key.get_name()} key "
-                f"{_fingerprint(err.key)}, but {known} holds {_fingerprint(err.expected_key)} for it "
-                f"(a man-in-the-middle, or the host was reinstalled). Nothing was run. If the host was "
-                f"reinstalled and you trust the new key: ssh-keygen -R '{name}' -f {known}, then add "
-                f"this line: {name} {err.key.get_name()} {err.key.get_base64()}"
-            ) from err
         except paramiko.AuthenticationException as err:
             self._conn.close()
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
