@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from faults import TunedNode
 from nodes import CARDS, SSH_KEYGEN, SshNode, fingerprint, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
@@ -136,3 +137,32 @@ def test_known_hosts_names_are_matched_as_openssh_matches_them(tmp_path: Path) -
     assert not known.listed("gpu3") and not known.listed("gpu4") and not known.listed("example.org")
     assert known.algorithms("[gpu1.site.net]:2222") == {"ssh-ed25519"}
     assert known_hosts.load(str(tmp_path / "absent")).entries == []
+
+
+@pytest.mark.parametrize("sessions", ["1", "2"])
+def test_a_card_lost_on_a_node_of_few_sessions_is_still_the_nodes_fault(
+    make_farm, tmp_path: Path, sessions: str
+) -> None:
+    """sshd's `MaxSessions 1` (or 2: sites set it low): the resident runner holds a channel for the
+    whole run, and the look at the node after a failed run (its disk's room, its card: one more
+    channel) was refused, "no more sessions", taken as "the node cannot say". A card lost mid-run
+    (nvidia-smi: "No devices were found") then failed the kernel: verdict `fail`, where on any
+    other node it is infra-error."""
+    node = TunedNode("odd", tmp_path / "node", CARDS["t4"], {"MaxSessions": sessions})
+    node.prepare()
+    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    # the probe's call answers; every later one finds no device
+    smi.write_text(
+        f'#!/bin/sh\nif [ -e {tmp_path}/probed ]; then echo "No devices were found" >&2; exit 6; fi\n'
+        f'touch {tmp_path}/probed\nexec {real} "$@"\n'
+    )
+    smi.chmod(0o755)
+    node.start()
+    try:
+        found = outcomes(make_farm, tmp_path, node)
+    finally:
+        node.stop()
+    for outcome, reason in found.values():
+        assert outcome == "infra-error", found
+        assert "the node lost the cell's GPU" in reason and "No devices were found" in reason, reason
