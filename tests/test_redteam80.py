@@ -12,9 +12,17 @@ Findings:
    pair) was refused as "a man-in-the-middle, or the host was reinstalled" whenever its key
    was the second line: paramiko compares only the first key of each type. OpenSSH accepts
    any listed key.
+4. Under sshd's `MaxSessions 1` (or 2) the resident runner's channel left no room for the look
+   at the node after a failed run (its disk, its card: one more channel, refused "no more
+   sessions", read as "the node cannot say"): a card lost mid-run was judged the kernel's
+   `fail`. A thread whose channel sshd refuses now opens a connection of its own.
 
 The farm now reads known_hosts itself (transport/known_hosts.py): markers, hashed names,
 patterns, bad lines skipped as OpenSSH does, a revoked key refused for every node.
+
+Checked and sound (short runs, resident and shell runners): ClientAliveInterval 1 with
+ClientAliveCountMax 1, no sftp Subsystem, a Banner, PermitTTY no, DisableForwarding yes,
+MaxAuthTries 1, LoginGraceTime 1, MaxStartups 1:100:1, a hashed known_hosts.
 """
 
 from __future__ import annotations

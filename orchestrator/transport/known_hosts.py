@@ -26,6 +26,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import paramiko
+
+from orchestrator.errors import HostKeyError
+
 REVOKED = "@revoked"
 CERT_AUTHORITY = "@cert-authority"
 # the host-key algorithms a listed key type may be offered under
@@ -125,3 +129,42 @@ def load(path: str) -> KnownHosts:
         if line and not line.startswith("#") and (entry := _entry(line)) is not None:
             entries.append(entry)
     return KnownHosts(path, entries)
+
+
+class CheckHostKey(paramiko.MissingHostKeyPolicy):
+    """Every host key is checked here: ssh.py gives paramiko no known keys (its reader raised on
+    `@cert-authority` and `@revoked` lines, and it compared one key per type)."""
+
+    def __init__(self, node: str, address: str, known: KnownHosts) -> None:
+        self.node = node
+        self.address = address  # host:port, as the node's entry gives them
+        self.known = known
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        blob, path, kind = key.asbytes(), self.known.path, key.get_name()
+        offered = f"node {self.node!r}: {self.address} offered the {kind} key {fingerprint(key.asbytes())}"
+        if self.known.revoked(blob):
+            raise HostKeyError(
+                f"{offered}, which {path} marks @revoked: it is never accepted. Nothing was run. "
+                f"If the node has a new key, list that one; a revoked key is refused for every node of {path}"
+            )
+        listed = self.known.listed(hostname)
+        if any(entry.blob == blob for entry in listed):
+            return
+        line = f"{hostname} {kind} {key.get_base64()}"
+        if listed:
+            held = " and ".join(fingerprint(e.blob) for e in listed)
+            raise HostKeyError(
+                f"{offered}, but {path} holds {held} for it (a man-in-the-middle, or the host was "
+                f"reinstalled). Nothing was run. If the host was reinstalled and you trust the new key: "
+                f"ssh-keygen -R '{hostname}' -f {path}, then add this line: {line}"
+            )
+        ca = (
+            " (its @cert-authority lines are not used: the farm does not check host certificates)"
+            if self.known.has_authorities
+            else ""
+        )
+        raise HostKeyError(
+            f"host {hostname} is not in {path} (strict host-key checking){ca}. It offered the {kind} key "
+            f"{fingerprint(key.asbytes())}. If that is the node's key, add this line to {path}: {line}"
+        )

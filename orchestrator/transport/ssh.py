@@ -53,49 +53,6 @@ STREAM_IDLE = 60.0
 STDERR_KEEP = 1 << 16
 
 
-def _fingerprint(key: paramiko.PKey) -> str:
-    return known_hosts.fingerprint(key.asbytes())
-
-
-class _CheckHostKey(paramiko.MissingHostKeyPolicy):
-    """Every host key is checked here: paramiko is given no known keys (its reader raised on
-    `@cert-authority` and `@revoked` lines and compared one key per type: known_hosts.py)."""
-
-    def __init__(self, node: str, address: str, known: known_hosts.KnownHosts) -> None:
-        self.node = node
-        self.address = address  # host:port, as the node's entry gives them
-        self.known = known
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        blob, path, kind = key.asbytes(), self.known.path, key.get_name()
-        offered = f"node {self.node!r}: {self.address} offered the {kind} key {_fingerprint(key)}"
-        if self.known.revoked(blob):
-            raise HostKeyError(
-                f"{offered}, which {path} marks @revoked: it is never accepted. Nothing was run. "
-                f"If the node has a new key, list that one; a revoked key is refused for every node of {path}"
-            )
-        listed = self.known.listed(hostname)
-        if any(entry.blob == blob for entry in listed):
-            return
-        line = f"{hostname} {kind} {key.get_base64()}"
-        if listed:
-            held = " and ".join(known_hosts.fingerprint(e.blob) for e in listed)
-            raise HostKeyError(
-                f"{offered}, but {path} holds {held} for it (a man-in-the-middle, or the host was "
-                f"reinstalled). Nothing was run. If the host was reinstalled and you trust the new key: "
-                f"ssh-keygen -R '{hostname}' -f {path}, then add this line: {line}"
-            )
-        ca = (
-            " (its @cert-authority lines are not used: the farm does not check host certificates)"
-            if self.known.has_authorities
-            else ""
-        )
-        raise HostKeyError(
-            f"host {hostname} is not in {path} (strict host-key checking){ca}. It offered the {kind} key "
-            f"{_fingerprint(key)}. If that is the node's key, add this line to {path}: {line}"
-        )
-
-
 def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, int]:
     user = default_user
     hostport = jump
@@ -170,7 +127,7 @@ class SSHTransport(Transport):
         if not self._open:
             return super().sibling()
         twin = SSHTransport(self.name, self.node, self.run_token)
-        twin._conn, twin._sftp, twin._share = self._conn, None, self._share
+        twin._conn, twin._sftp, twin._share, twin._overflow = self._conn, None, self._share, None
         with self._share.lock:
             self._share.users += 1
         twin._open = True
@@ -198,7 +155,7 @@ class SSHTransport(Transport):
                 f"node {self.name!r}: cannot read its known_hosts {path} ({type(err).__name__}: {err}); "
                 "it must be an OpenSSH known_hosts file"
             ) from err
-        # paramiko knows no key, so each comes to _CheckHostKey; it is asked only for the
+        # paramiko knows no key, so each comes to CheckHostKey; it is asked only for the
         # algorithms of the keys listed for the host (as paramiko did given them, and OpenSSH does)
         name = host if port == 22 else f"[{host}]:{port}"
         allowed = known.algorithms(name)
@@ -215,36 +172,65 @@ class SSHTransport(Transport):
             connect_kwargs=connect_kwargs,
         )
         conn.client.get_host_keys().clear()
-        conn.client.set_missing_host_key_policy(_CheckHostKey(self.name, f"{host}:{port}", known))
+        conn.client.set_missing_host_key_policy(known_hosts.CheckHostKey(self.name, f"{host}:{port}", known))
         return conn
 
     def _connect(self) -> None:
+        self._conn = self._dial()
+        self._sftp = None
+        self._share = _Shared(self._conn)
+        self._overflow: Connection | None = None  # this thread's own, where sshd refused a session
+
+    def _dial(self) -> Connection:
         node = self.node
         gateway = None
         if node.jump:
             juser, jhost, jport = _parse_jump(node.jump, node.user)
             gateway = self._connection(jhost, jport, juser)
-        self._conn = self._connection(node.host or "", node.port, node.user, gateway)
-        self._sftp = None
-        self._share = _Shared(self._conn)
+        conn = self._connection(node.host or "", node.port, node.user, gateway)
         try:
-            self._conn.open()
-            self._conn.transport.set_keepalive(30)
+            conn.open()
+            conn.transport.set_keepalive(30)
+            return conn
         except HostKeyError:
-            self._conn.close()
+            conn.close()
             raise
         except paramiko.AuthenticationException as err:
-            self._conn.close()
+            conn.close()
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
         except paramiko.ssh_exception.NoValidConnectionsError as err:
-            self._conn.close()
+            conn.close()
             causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
             raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
-            self._conn.close()
+            conn.close()
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"
             ) from err
+
+    def _session(self) -> paramiko.Channel:
+        """A channel for one command. sshd's MaxSessions bounds the channels of one connection
+        (sites set 1 or 2), and the node's threads and its resident runner share one: where
+        sshd refuses one more, the command goes on a connection of this thread's own, opened
+        once (the look at a node after a failed run had been refused, a lost card judged the
+        kernel's fail: a red-team finding)."""
+        timeout = self.node.connect_timeout
+        try:
+            return self._conn.client.get_transport().open_session(timeout=timeout)
+        except paramiko.ChannelException as err:
+            if self._overflow is not None:
+                raise SessionLost(
+                    f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
+                    f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
+                ) from err
+        self._overflow = self._dial()
+        return self._overflow.client.get_transport().open_session(timeout=timeout)
+
+    def _drop(self) -> None:
+        """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
+        self._conn.client.close()
+        if self._overflow is not None:
+            self._overflow.client.close()
 
     def _disconnect(self) -> None:
         try:
@@ -257,6 +243,9 @@ class SSHTransport(Transport):
             last = self._share.users <= 0
         if last:
             self._conn.close()
+        if self._overflow is not None:
+            self._overflow.close()
+            self._overflow = None
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         # on a raw channel, like _run_streamed: Fabric's runner would start three
@@ -280,9 +269,9 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = WATCHDOG.watch(deadline, self._conn.client.close)
+        watchdog = WATCHDOG.watch(deadline, self._drop)
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             try:
                 exec_nowait(channel, portable(command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
@@ -337,7 +326,7 @@ class SSHTransport(Transport):
 
     def _start(self, command: str) -> Process:
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             channel.settimeout(PROCESS_IO_TIMEOUT)
             exec_nowait(channel, portable(command))  # a refusal closes the channel: its first recv is b""
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
@@ -346,7 +335,11 @@ class SSHTransport(Transport):
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:
-            self._sftp = self._conn.sftp()
+            try:
+                self._sftp = self._conn.sftp()
+            except paramiko.ChannelException:  # sshd's MaxSessions: as _session()
+                self._overflow = self._overflow or self._dial()
+                self._sftp = self._overflow.sftp()
         return self._sftp
 
     def _put(self, local: Path, remote: str) -> None:
@@ -372,7 +365,7 @@ class SSHTransport(Transport):
         # 100 MB stdout streams at link speed with one chunk in memory
         # (paramiko's SFTP prefetch would buffer the whole file).
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             channel.settimeout(STREAM_IDLE)
             channel.exec_command(portable(f"cat -- {shlex.quote(remote)}"))
             while block := channel.recv(chunk):
