@@ -27,7 +27,9 @@ MaxAuthTries 1, LoginGraceTime 1, MaxStartups 1:100:1, a hashed known_hosts.
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,50 @@ def test_a_card_lost_on_a_node_of_few_sessions_is_still_the_nodes_fault(
     for outcome, reason in found.values():
         assert outcome == "infra-error", found
         assert "the node lost the cell's GPU" in reason and "No devices were found" in reason, reason
+
+
+def test_a_node_back_with_another_host_key_is_refused_not_rerun(tmp_path: Path) -> None:
+    """The node drops mid-run and its sshd comes back on the same port with a new host key (a
+    reinstall, or someone else's sshd on that address): the farm waits for it within
+    reconnect_window as for a reboot, but the reconnection must be refused, nothing rerun
+    there, its cells infra-error naming the node and both fingerprints, and the run not green."""
+    from faults import faults_job, faults_variant, signal_pids, sshd_tree, wait_for
+    from faults import write_fault_farm as write_farm
+    from test_faults import kernel_running, results, run_farm
+
+    from orchestrator.errors import EXIT_OK
+
+    node = SshNode("rekeyed", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    old = node.host_fingerprint
+    node.start()
+    workdir = tmp_path / "work"
+    variants = {
+        "slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=3", timeout=60),
+        "after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0"),
+    }
+    entry = node.farm_entry(workdir, build_jobs=1, connect_timeout=2)
+    config = write_farm(tmp_path, {"rekeyed": entry}, [faults_job(variants)], reconnect_window=60.0, retries=1)
+    outcome: dict[str, object] = {}
+    thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
+    try:
+        thread.start()
+        wait_for(lambda: kernel_running(workdir, "rekeyed", "slow") or not thread.is_alive(), 60, "the slow kernel")
+        signal_pids(sshd_tree(node), signal.SIGKILL)
+        assert node.proc is not None
+        node.proc.wait()
+        for path in (node.host_key, node.host_key.with_suffix(".pub")):
+            path.unlink()
+        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(node.host_key)], check=True)
+        node.start()
+        thread.join(timeout=120)
+        assert not thread.is_alive(), "the farm never finished"
+    finally:
+        node.stop()
+    summary, _ = outcome["run"]  # type: ignore[misc]
+    found = results(tmp_path / "results.db", summary.run_id)
+    for row in found.values():
+        assert row["outcome"] == "infra-error", found
+        assert "'rekeyed'" in row["reason"] and old in row["reason"], row["reason"]
+        assert node.host_fingerprint in row["reason"], row["reason"]
+    assert summary.exit_code != EXIT_OK
