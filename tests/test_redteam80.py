@@ -16,6 +16,12 @@ Findings:
    at the node after a failed run (its disk, its card: one more channel, refused "no more
    sessions", read as "the node cannot say"): a card lost mid-run was judged the kernel's
    `fail`. A thread whose channel sshd refuses now opens a connection of its own.
+5. A node whose sshd came back mid-run with another host key was tried for the whole
+   reconnect_window (60 s here) and its cells said "unreachable", the changed key (a possible
+   man-in-the-middle) unsaid. It is now refused at once, its cells naming both keys.
+6. No key_file, an agent of several keys, sshd's `MaxAuthTries 1`: "cannot connect (SSHException:
+   No existing session)", as for a node that is down. It now says authentication, MaxAuthTries
+   and key_file.
 
 The farm now reads known_hosts itself (transport/known_hosts.py): markers, hashed names,
 patterns, bad lines skipped as OpenSSH does, a revoked key refused for every node.
@@ -30,6 +36,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +230,47 @@ def test_a_node_back_with_another_host_key_is_refused_not_rerun(tmp_path: Path) 
         assert "'rekeyed'" in row["reason"] and old in row["reason"], row["reason"]
         assert node.host_fingerprint in row["reason"], row["reason"]
     assert summary.exit_code != EXIT_OK
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An ssh-agent of the test's own (SSH_AUTH_SOCK set); `add(key)` loads a key into it."""
+    sock = tmp_path / "agent.sock"
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+    for _ in range(100):
+        if sock.exists():
+            break
+        time.sleep(0.05)
+
+    def add(key: Path) -> None:
+        subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True)
+
+    yield add
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_an_agent_of_several_keys_past_max_auth_tries_is_told_so(agent, make_farm, tmp_path: Path) -> None:
+    """No key_file: the agent's keys are offered, the node's second. Under sshd's `MaxAuthTries
+    1` sshd drops the connection after the first, and the farm said "cannot connect to
+    127.0.0.1:PORT (SSHException: No existing session)", as for a node down; it was
+    authentication, and the way out is the node's own key in key_file."""
+    node = TunedNode("odd", tmp_path / "node", CARDS["t4"], {"MaxAuthTries": "1"})
+    node.prepare()
+    node.start()
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k1")], check=True)
+    agent(tmp_path / "k1")
+    agent(node.client_key)
+    try:
+        entry = node.farm_entry(tmp_path / "work")
+        del entry["key_file"]
+        config = make_farm(tmp_path / "farm", {"odd": entry}, [standin_job("standin", VARIANTS)], retries=0)
+        _, summary = run(config)
+    finally:
+        node.stop()
+    for row in rows(tmp_path / "farm" / "results.db", summary.run_id).values():
+        reason = row["reason"]
+        assert row["outcome"] == "infra-error", reason
+        assert "'odd'" in reason and "authentication" in reason and "MaxAuthTries" in reason, reason
+        assert "key_file" in reason, reason
