@@ -203,7 +203,16 @@ class SSHTransport(Transport):
             causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
             raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
+            link = conn.client.get_transport()
+            # its host key checked, not yet authenticated: sshd dropped the farm while it offered keys
+            in_auth = link is not None and link.host_key is not None and not link.is_authenticated()
             conn.close()
+            if in_auth:
+                raise ConnectError(
+                    f"node {self.name!r}: authentication failed: {node.host}:{node.port} closed the connection "
+                    f"while the farm offered its keys ({type(err).__name__}: {err}); an sshd whose "
+                    "MaxAuthTries is below the keys an agent holds does this: give the node's own key in key_file"
+                ) from err
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"
             ) from err
