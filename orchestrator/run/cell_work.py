@@ -143,8 +143,12 @@ class CellWork:
                 if self.stopping:  # stopped while waiting for the node: no verdict either way
                     self._not_run(result)
                     break
+                # what the reconnections met: a changed host key had been hidden behind "unreachable"
                 result.evidence.infra_detail += (
-                    f"; unreachable for the whole reconnect window ({self.farm.spec.reconnect_window:g} s)"
+                    f"; when it answered again: {ctx.down_why}"
+                    if ctx.refused
+                    else f"; unreachable for the whole reconnect window ({self.farm.spec.reconnect_window:g} s)"
+                    + (f": {ctx.down_why}" if ctx.down_why else "")
                 )
                 result.verdict = classify(result.evidence, result.expectation)
                 ctx.health.failed(result.evidence.infra_detail)

@@ -82,6 +82,9 @@ class NodeContext:
     # build key -> its binary as the store had it at the start, read beside the first cells
     recorded: Future[dict[str, str | None]] = field(default_factory=Future)
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
+    # why the node did not come back: its last reconnection's error; a refused host key is final
+    down_why: str = ""
+    refused: bool = False
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
     unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
     resident: ResidentRunner | None = None  # the node's python3 serving all of its cells

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.classify import Evidence, classify
-from orchestrator.errors import FarmError, InfraError, NodeUnusable, StoreError
+from orchestrator.errors import FarmError, HostKeyError, InfraError, NodeUnusable, StoreError
 from orchestrator.plan import Cell, expect
 from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
@@ -281,7 +281,7 @@ class NodeWork:
                 ctx.down_since = time.monotonic()
             deadline = ctx.down_since + window
         delay = 1.0
-        while not self.stopping:
+        while not self.stopping and not ctx.refused:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -294,7 +294,14 @@ class NodeWork:
                     with ctx.lock:
                         ctx.down_since = None
                     return True
-            except InfraError:
+            except HostKeyError as err:
+                # back with another host key (reinstalled, or another machine on its address):
+                # refused every time, and a possible man-in-the-middle: no more waiting
+                with ctx.lock:
+                    ctx.down_why, ctx.refused = str(err), True
+                return False
+            except InfraError as err:
+                ctx.down_why = str(err)
                 continue
             finally:
                 probe_transport.close()

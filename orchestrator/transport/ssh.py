@@ -1,9 +1,10 @@
 """A node over OpenSSH, through Fabric, with the pitfalls of
 ../shared/research/fabric-ssh-pitfalls.md designed out:
 
-- Strict host keys. Fabric always installs AutoAddPolicy; we load the node's
-  known_hosts and replace the policy with one that refuses an unknown host and
-  says its fingerprint and the exact line to add.
+- Strict host keys. Fabric always installs AutoAddPolicy; we replace it with a
+  policy that checks every host key against the node's known_hosts, read as
+  OpenSSH reads it (known_hosts.py), and refuses an unknown host saying its
+  fingerprint and the exact line to add, a changed key, and a revoked one.
 - No ~/.ssh/config surprises: SSH config files are not loaded; farm.yaml alone
   says how to reach a node (Fabric would silently ignore StrictHostKeyChecking
   from it anyway).
@@ -23,9 +24,7 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import logging
 import shlex
 import threading
@@ -37,6 +36,7 @@ import paramiko
 from fabric import Config, Connection
 
 from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
+from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
@@ -51,23 +51,6 @@ logging.getLogger("paramiko").propagate = False
 STREAM_IDLE = 60.0
 # Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
 STDERR_KEEP = 1 << 16
-
-
-def _fingerprint(key: paramiko.PKey) -> str:
-    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-
-
-class _RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
-    def __init__(self, known_hosts: str) -> None:
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-        raise HostKeyError(
-            f"host {hostname} is not in {self.known_hosts} (strict host-key checking). "
-            f"It offered the {key.get_name()} key SHA256:{digest}. If that is the node's key, "
-            f"add this line to {self.known_hosts}: {hostname} {key.get_name()} {key.get_base64()}"
-        )
 
 
 def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, int]:
@@ -144,7 +127,7 @@ class SSHTransport(Transport):
         if not self._open:
             return super().sibling()
         twin = SSHTransport(self.name, self.node, self.run_token)
-        twin._conn, twin._sftp, twin._share = self._conn, None, self._share
+        twin._conn, twin._sftp, twin._share, twin._overflow = self._conn, None, self._share, None
         with self._share.lock:
             self._share.users += 1
         twin._open = True
@@ -164,6 +147,21 @@ class SSHTransport(Transport):
         }
         if key_file:
             connect_kwargs["key_filename"] = key_file
+        path = str(Path(node.known_hosts).expanduser())
+        try:
+            known = known_hosts.load(path)  # without the file every host is unknown, and refused with the line to add
+        except (OSError, UnicodeDecodeError) as err:
+            raise HostKeyError(
+                f"node {self.name!r}: cannot read its known_hosts {path} ({type(err).__name__}: {err}); "
+                "it must be an OpenSSH known_hosts file"
+            ) from err
+        # paramiko knows no key, so each comes to CheckHostKey; it is asked only for the
+        # algorithms of the keys listed for the host (as paramiko did given them, and OpenSSH does)
+        name = host if port == 22 else f"[{host}]:{port}"
+        allowed = known.algorithms(name)
+        preferred = TunedTransport._preferred_keys
+        if allowed & set(preferred):
+            connect_kwargs["disabled_algorithms"] = {"keys": [alg for alg in preferred if alg not in allowed]}
         conn = Connection(
             host,
             user=user,
@@ -173,59 +171,75 @@ class SSHTransport(Transport):
             connect_timeout=node.connect_timeout,
             connect_kwargs=connect_kwargs,
         )
-        known_hosts = str(Path(node.known_hosts).expanduser())
         conn.client.get_host_keys().clear()
-        # without the file every host is unknown, and refused with the line to add
-        try:
-            conn.client.load_host_keys(known_hosts)
-        except FileNotFoundError:
-            pass
-        except (OSError, UnicodeDecodeError, paramiko.SSHException, ValueError) as err:
-            raise HostKeyError(
-                f"node {self.name!r}: cannot read its known_hosts {known_hosts} ({type(err).__name__}: {err}); "
-                "it must be an OpenSSH known_hosts file"
-            ) from err
-        conn.client.set_missing_host_key_policy(_RefuseUnknownHost(known_hosts))
+        conn.client.set_missing_host_key_policy(known_hosts.CheckHostKey(self.name, f"{host}:{port}", known))
         return conn
 
     def _connect(self) -> None:
+        self._conn = self._dial()
+        self._sftp = None
+        self._share = _Shared(self._conn)
+        self._overflow: Connection | None = None  # this thread's own, where sshd refused a session
+
+    def _dial(self) -> Connection:
         node = self.node
         gateway = None
         if node.jump:
             juser, jhost, jport = _parse_jump(node.jump, node.user)
             gateway = self._connection(jhost, jport, juser)
-        self._conn = self._connection(node.host or "", node.port, node.user, gateway)
-        self._sftp = None
-        self._share = _Shared(self._conn)
+        conn = self._connection(node.host or "", node.port, node.user, gateway)
         try:
-            self._conn.open()
-            self._conn.transport.set_keepalive(30)
+            conn.open()
+            conn.transport.set_keepalive(30)
+            return conn
         except HostKeyError:
-            self._conn.close()
+            conn.close()
             raise
-        except paramiko.BadHostKeyException as err:
-            self._conn.close()
-            name = node.host if node.port == 22 else f"[{node.host}]:{node.port}"
-            known = str(Path(node.known_hosts).expanduser())
-            raise HostKeyError(
-                f"node {self.name!r}: {node.host}:{node.port} offered the {err.key.get_name()} key "
-                f"{_fingerprint(err.key)}, but {known} holds {_fingerprint(err.expected_key)} for it "
-                f"(a man-in-the-middle, or the host was reinstalled). Nothing was run. If the host was "
-                f"reinstalled and you trust the new key: ssh-keygen -R '{name}' -f {known}, then add "
-                f"this line: {name} {err.key.get_name()} {err.key.get_base64()}"
-            ) from err
         except paramiko.AuthenticationException as err:
-            self._conn.close()
+            conn.close()
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
         except paramiko.ssh_exception.NoValidConnectionsError as err:
-            self._conn.close()
+            conn.close()
             causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
             raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
-            self._conn.close()
+            link = conn.client.get_transport()
+            # its host key checked, not yet authenticated: sshd dropped the farm while it offered keys
+            in_auth = link is not None and link.host_key is not None and not link.is_authenticated()
+            conn.close()
+            if in_auth:
+                raise ConnectError(
+                    f"node {self.name!r}: authentication failed: {node.host}:{node.port} closed the connection "
+                    f"while the farm offered its keys ({type(err).__name__}: {err}); an sshd whose "
+                    "MaxAuthTries is below the keys an agent holds does this: give the node's own key in key_file"
+                ) from err
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"
             ) from err
+
+    def _session(self) -> paramiko.Channel:
+        """A channel for one command. sshd's MaxSessions bounds the channels of one connection
+        (sites set 1 or 2), and the node's threads and its resident runner share one: where
+        sshd refuses one more, the command goes on a connection of this thread's own, opened
+        once (the look at a node after a failed run had been refused, a lost card judged the
+        kernel's fail: a red-team finding)."""
+        timeout = self.node.connect_timeout
+        try:
+            return self._conn.client.get_transport().open_session(timeout=timeout)
+        except paramiko.ChannelException as err:
+            if self._overflow is not None:
+                raise SessionLost(
+                    f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
+                    f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
+                ) from err
+        self._overflow = self._dial()
+        return self._overflow.client.get_transport().open_session(timeout=timeout)
+
+    def _drop(self) -> None:
+        """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
+        self._conn.client.close()
+        if self._overflow is not None:
+            self._overflow.client.close()
 
     def _disconnect(self) -> None:
         try:
@@ -238,6 +252,9 @@ class SSHTransport(Transport):
             last = self._share.users <= 0
         if last:
             self._conn.close()
+        if self._overflow is not None:
+            self._overflow.close()
+            self._overflow = None
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         # on a raw channel, like _run_streamed: Fabric's runner would start three
@@ -261,9 +278,9 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = WATCHDOG.watch(deadline, self._conn.client.close)
+        watchdog = WATCHDOG.watch(deadline, self._drop)
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             try:
                 exec_nowait(channel, portable(command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
@@ -318,7 +335,7 @@ class SSHTransport(Transport):
 
     def _start(self, command: str) -> Process:
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             channel.settimeout(PROCESS_IO_TIMEOUT)
             exec_nowait(channel, portable(command))  # a refusal closes the channel: its first recv is b""
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
@@ -327,7 +344,11 @@ class SSHTransport(Transport):
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         if self._sftp is None:
-            self._sftp = self._conn.sftp()
+            try:
+                self._sftp = self._conn.sftp()
+            except paramiko.ChannelException:  # sshd's MaxSessions: as _session()
+                self._overflow = self._overflow or self._dial()
+                self._sftp = self._overflow.sftp()
         return self._sftp
 
     def _put(self, local: Path, remote: str) -> None:
@@ -353,7 +374,7 @@ class SSHTransport(Transport):
         # 100 MB stdout streams at link speed with one chunk in memory
         # (paramiko's SFTP prefetch would buffer the whole file).
         try:
-            channel = self._conn.client.get_transport().open_session(timeout=self.node.connect_timeout)
+            channel = self._session()
             channel.settimeout(STREAM_IDLE)
             channel.exec_command(portable(f"cat -- {shlex.quote(remote)}"))
             while block := channel.recv(chunk):
