@@ -274,3 +274,27 @@ def test_an_agent_of_several_keys_past_max_auth_tries_is_told_so(agent, make_far
         assert row["outcome"] == "infra-error", reason
         assert "'odd'" in reason and "authentication" in reason and "MaxAuthTries" in reason, reason
         assert "key_file" in reason, reason
+
+
+def test_each_command_a_full_sshd_refuses_goes_on_the_threads_own_connection(tmp_path: Path) -> None:
+    """sshd's `MaxSessions 1`, its one channel held by a long command: every later command of a
+    sibling (a worker thread sharing the connection) goes on that thread's own connection, opened
+    once; the second had been refused as a lost session once the first had opened it (review)."""
+    from orchestrator.config.farm_spec import NodeSpec
+    from orchestrator.transport import transport_for
+
+    node = TunedNode("odd", tmp_path / "node", CARDS["t4"], {"MaxSessions": "1"})
+    node.prepare()
+    node.start()
+    try:
+        with transport_for("odd", NodeSpec(**node.farm_entry(tmp_path / "work"))) as transport:
+            holder = transport.start("sleep 30")  # the connection's only session
+            try:
+                twin = transport.sibling()
+                said = [twin.run(f"echo {n}", timeout=30).stdout.strip() for n in range(3)]
+                assert said == ["0", "1", "2"]
+                twin.close()
+            finally:
+                holder.close()
+    finally:
+        node.stop()

@@ -119,6 +119,7 @@ class _ChannelProcess(Process):
 class SSHTransport(Transport):
     streams_output = True
     keeps_processes = True
+    _overflow: Connection | None = None  # a connection of this thread's own (_session), once sshd refused one
 
     def sibling(self) -> Transport:
         """Shares this transport's open connection: a node's worker threads need one
@@ -226,14 +227,17 @@ class SSHTransport(Transport):
         timeout = self.node.connect_timeout
         try:
             return self._conn.client.get_transport().open_session(timeout=timeout)
+        except paramiko.ChannelException:
+            pass
+        # the thread's own, kept for its later commands (each refused on the shared one again)
+        self._overflow = self._overflow or self._dial()
+        try:
+            return self._overflow.client.get_transport().open_session(timeout=timeout)
         except paramiko.ChannelException as err:
-            if self._overflow is not None:
-                raise SessionLost(
-                    f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
-                    f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
-                ) from err
-        self._overflow = self._dial()
-        return self._overflow.client.get_transport().open_session(timeout=timeout)
+            raise SessionLost(
+                f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
+                f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
+            ) from err
 
     def _drop(self) -> None:
         """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
