@@ -51,6 +51,7 @@ logging.getLogger("paramiko").propagate = False
 STREAM_IDLE = 60.0
 # Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
 STDERR_KEEP = 1 << 16
+OVERFLOW_WAIT = 5.0  # seconds a thread's own connection is asked again for a session (_session)
 
 
 def _parse_jump(jump: str, default_user: str | None) -> tuple[str | None, str, int]:
@@ -231,13 +232,19 @@ class SSHTransport(Transport):
             pass
         # the thread's own, kept for its later commands (each refused on the shared one again)
         self._overflow = self._overflow or self._dial()
-        try:
-            return self._overflow.client.get_transport().open_session(timeout=timeout)
-        except paramiko.ChannelException as err:
-            raise SessionLost(
-                f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
-                f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
-            ) from err
+        # sshd frees a closed session's place a moment after the close: the thread's next command,
+        # sent at once, was refused on a busy node (MaxSessions 1), so it is asked again for a while
+        until = time.monotonic() + OVERFLOW_WAIT
+        while True:
+            try:
+                return self._overflow.client.get_transport().open_session(timeout=timeout)
+            except paramiko.ChannelException as err:
+                if time.monotonic() >= until:
+                    raise SessionLost(
+                        f"node {self.name!r}: sshd refused a session on the farm's shared connection and on "
+                        f"this thread's own ({err}): raise the node's MaxSessions (sshd_config) to 2 or more"
+                    ) from err
+            time.sleep(0.05)
 
     def _drop(self) -> None:
         """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
