@@ -528,3 +528,15 @@ def smi_on_path(folder: Path, script: str, monkeypatch: object) -> None:
     smi.write_text(script)
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")  # type: ignore[attr-defined]
+
+
+def lose_card_after_probe(node_bin: Path, flag: Path) -> None:
+    """The node's nvidia-smi stand-in answers the probe's call (which leaves `flag`); every later
+    call finds no device, as a card that fell off the bus mid-run."""
+    smi, real = node_bin / "nvidia-smi", node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    smi.write_text(
+        f'#!/bin/sh\nif [ -e {flag} ]; then echo "No devices were found" >&2; exit 6; fi\n'
+        f'touch {flag}\nexec {real} "$@"\n'
+    )
+    smi.chmod(0o755)

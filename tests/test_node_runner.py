@@ -36,6 +36,7 @@ from nodes import (
     SshNode,
     install_sanitizer,
     landlock_abi,
+    lose_card_after_probe,
     processes_matching,
     query,
     standin_job,
@@ -1032,14 +1033,7 @@ def test_a_card_lost_during_the_run_is_the_nodes_fault(tmp_path: Path) -> None:
     that fails has its card asked after it, as its disk's room is: gone, it is infra-error."""
     fleet = Fleet(tmp_path / "fleet")
     node = fleet.add("t4", CARDS["t4"], start=False)
-    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
-    smi.rename(real)
-    # the probe's call answers; every later one finds no device
-    smi.write_text(
-        f'#!/bin/sh\nif [ -e {tmp_path}/probed ]; then echo "No devices were found" >&2; exit 6; fi\n'
-        f'touch {tmp_path}/probed\nexec {real} "$@"\n'
-    )
-    smi.chmod(0o755)
+    lose_card_after_probe(node.node_bin, tmp_path / "probed")
     node.start()
     try:
         (row,) = verify({"t4": node}, tmp_path / "farm", {"pass": standin_variant("PASS", MIN75, "MIN_CC=75")})

@@ -20,9 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, nvidia_smi_script, smi_on_path
 from test_metrics import ENV, metric, new_run, result_record
-from test_redteam76 import FIGURE_SOURCE, GFLOPS, night
+from test_redteam76 import (
+    night,
+    speedy,  # noqa: F401 - round 76's fixture
+)
 from toyfarm import toy_farm
 
 from orchestrator.report import grids, trends
@@ -142,17 +144,7 @@ def test_jobs_given_a_cell_says_it_takes_a_kernel_name(toy: Path) -> None:
 # ------------------------------------------------------------ 4. the JSON export's figures
 
 
-@pytest.fixture
-def speedy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Round 76's: the toy farm, a stand-in T4 on PATH, its job with a gflops metric."""
-    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)
-    config = toy_farm(tmp_path, source=FIGURE_SOURCE.replace("@FIGURE@", str(tmp_path / "figure.txt")))
-    job = tmp_path / "jobs" / "toy.yaml"
-    job.write_text(job.read_text() + GFLOPS)
-    return config
-
-
-def test_the_json_export_carries_each_cells_figures_and_their_verdict(speedy: Path) -> None:
+def test_the_json_export_carries_each_cells_figures_and_their_verdict(speedy: Path) -> None:  # noqa: F811 - the fixture
     """A perf-regression exported as JSON said its outcome and reason, but no value, unit or
     median: a CI step charting speed, or checking which metric regressed, had to parse prose."""
     for figure in ("100", "101", "99", "100", "102", "50"):

@@ -16,12 +16,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 from click.testing import CliRunner
 from test_redteam46 import summary_of
+from test_redteam77 import farm
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -30,17 +29,6 @@ from orchestrator.store.database import Store
 DATA = Path(__file__).resolve().parent / "data"
 # what nvidia-smi says where the driver and its library disagree (after a driver upgrade, before a reboot)
 MISMATCH = '#!/bin/sh\necho "Failed to initialize NVML: Driver/library version mismatch"\nexit 18\n'
-
-
-def farm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 # ------------------------------------------------------------ 1. farm nodes agrees with farm verify

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 from faults import TunedNode
-from nodes import CARDS, SSH_KEYGEN, SshNode, fingerprint, standin_job, standin_variant
+from nodes import CARDS, SSH_KEYGEN, SshNode, fingerprint, lose_card_after_probe, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
 VARIANTS = {
@@ -167,14 +167,7 @@ def test_a_card_lost_on_a_node_of_few_sessions_is_still_the_nodes_fault(
     other node it is infra-error."""
     node = TunedNode("odd", tmp_path / "node", CARDS["t4"], {"MaxSessions": sessions})
     node.prepare()
-    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
-    smi.rename(real)
-    # the probe's call answers; every later one finds no device
-    smi.write_text(
-        f'#!/bin/sh\nif [ -e {tmp_path}/probed ]; then echo "No devices were found" >&2; exit 6; fi\n'
-        f'touch {tmp_path}/probed\nexec {real} "$@"\n'
-    )
-    smi.chmod(0o755)
+    lose_card_after_probe(node.node_bin, tmp_path / "probed")
     node.start()
     try:
         found = outcomes(make_farm, tmp_path, node)
