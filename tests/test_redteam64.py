@@ -94,11 +94,13 @@ def test_a_step_cancelled_alone_is_infra_not_the_commands_exit_0(cluster: SlurmC
 
 def test_a_job_signalled_by_scancel_is_infra_not_a_failure(cluster: SlurmCluster, tmp_path: Path) -> None:
     """`scancel --signal=TERM JOBID` terminates the step; the job's record reads FAILED, exit 143:
-    the command's own failure, as the farm read it."""
+    the command's own failure, as the farm read it. (Under load the record may already say
+    COMPLETED when it is read, the step's "CANCELLED" line beside it: cancelled all the same.)"""
     _, error, result = run_while(cluster, tmp_path, lambda _, job_id: cluster.cmd(["scancel", "--signal=TERM", job_id]))
     assert result is None, f"a signalled job came back as the command's result: {result!r}"
     assert isinstance(error, SlurmCancelled), repr(error)
-    assert "was cancelled while it ran (its record says FAILED)" in str(error), str(error)
+    said = str(error)
+    assert re.search(r"was cancelled while it ran \(its record says (FAILED|COMPLETED)\)", said), said
 
 
 def test_an_srun_terminated_on_the_login_node_is_infra(cluster: SlurmCluster, tmp_path: Path) -> None:
