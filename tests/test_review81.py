@@ -1,0 +1,109 @@
+"""Review round 81: known_hosts as OpenSSH reads it, and the connections ssh.py opens.
+
+Findings:
+
+1. A hashed known_hosts entry (`ssh-keygen -H`, Debian's default HashKnownHosts) was refused
+   for a node whose farm.yaml host has capitals (`host: GPU7.site.net`): OpenSSH lowercases the
+   name before it hashes it and connects; the farm hashed it as written, and every cell was
+   infra-error "not in known_hosts" (the line it said to add, capitals and all, OpenSSH never
+   finds). Names were also lowered by Python's Unicode rules (a Kelvin sign matched `k`),
+   where OpenSSH lowers ASCII only.
+2. A node behind a jump host left the jump host's connection open at each close (Fabric's
+   Connection.close() does not close its gateway): one more open connection to the bastion,
+   and its paramiko thread, for every reconnect probe, every overflow connection (MaxSessions)
+   and every stop sweep, until the farm exited.
+3. Siblings shared one SFTP client (Fabric memoizes Connection.sftp()): a worker thread whose
+   transport closed (after a broken session) closed it under the others, whose next upload
+   failed "Socket is closed" (infra-error). Each transport now opens its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from nodes import CARDS, SSH_KEYGEN, Fleet, SshNode
+
+from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.transport import known_hosts, transport_for
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    made = SshNode("odd", tmp_path / "node", CARDS["t4"])
+    made.prepare()
+    made.start()
+    yield made
+    made.stop()
+
+
+def _openssh(node: SshNode, host: str, known: Path) -> subprocess.CompletedProcess[str]:
+    options = [f"UserKnownHostsFile={known}", "GlobalKnownHostsFile=/dev/null", "StrictHostKeyChecking=yes"]
+    command = ["ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-i", str(node.client_key), "-p", str(node.port)]
+    for option in options:
+        command += ["-o", option]
+    command += ["-l", node.user, host, "echo ok"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def test_a_hashed_entry_knows_a_host_written_with_capitals(node: SshNode, tmp_path: Path) -> None:
+    """Finding 1, against the real `ssh`: both connect, or the farm refuses what OpenSSH accepts."""
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[localhost]:{node.port} {node.host_public_key}\n")
+    subprocess.run([SSH_KEYGEN, "-H", "-f", str(known)], check=True, capture_output=True)
+    assert _openssh(node, "LOCALHOST", known).stdout.strip() == "ok"
+    entry = node.farm_entry(tmp_path / "work", host="LOCALHOST", known_hosts=str(known))
+    with transport_for("odd", NodeSpec(**entry)) as transport:
+        assert transport.run("echo ok", timeout=30).stdout.strip() == "ok"
+
+
+def test_names_are_lowered_as_openssh_lowers_them_ascii_only() -> None:
+    """OpenSSH's lowercase() is C's tolower: a Kelvin sign (U+212A) is no `k`."""
+    assert known_hosts.names_match("GPU1.Site.NET", "gpu1.site.net")
+    assert known_hosts.names_match("gpu1.site.net", "GPU1.SITE.NET")
+    assert not known_hosts.names_match("node\u212a", "nodek")
+    assert not known_hosts.names_match("nodek", "node\u212a")
+
+
+def test_closing_a_node_behind_a_jump_host_closes_the_jump_connection(node: SshNode, tmp_path: Path) -> None:
+    """Finding 2: after close() the bastion's connection is closed too, not left open."""
+    fleet = Fleet(tmp_path / "bastion")
+    bastion = fleet.add("bastion", None, start=False)
+    bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+    bastion.start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        entry = node.farm_entry(
+            tmp_path / "work", known_hosts=str(known), jump=f"{bastion.user}@127.0.0.1:{bastion.port}"
+        )
+        transport = transport_for("odd", NodeSpec(**entry))
+        transport.open()
+        twin = transport.sibling()
+        assert transport.run("echo ok", timeout=30).stdout.strip() == "ok"
+        jump = transport._conn.gateway.transport
+        twin.close()
+        assert jump.is_active(), "a sibling's close must not close the connection the others share"
+        transport.close()
+        for _ in range(50):
+            if not jump.is_active():
+                break
+            time.sleep(0.1)
+        assert not jump.is_active(), "the jump host's connection was left open"
+    finally:
+        fleet.stop()
+
+
+def test_a_siblings_close_leaves_the_others_sftp_open(node: SshNode, tmp_path: Path) -> None:
+    """Finding 3: two threads' transports of one connection; the first closes; the second uploads."""
+    payload = tmp_path / "payload"
+    payload.write_bytes(b"x" * 1000)
+    with transport_for("odd", NodeSpec(**node.farm_entry(tmp_path / "work"))) as transport:
+        twin = transport.sibling()
+        transport.put(payload, str(tmp_path / "first"))
+        twin.put(payload, str(tmp_path / "second"))
+        twin.close()  # e.g. a worker thread's session broke: its transport is closed and reopened
+        transport.put(payload, str(tmp_path / "third"))
+    assert (tmp_path / "third").read_bytes() == payload.read_bytes()
