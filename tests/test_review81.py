@@ -15,18 +15,27 @@ Findings:
 3. Siblings shared one SFTP client (Fabric memoizes Connection.sftp()): a worker thread whose
    transport closed (after a broken session) closed it under the others, whose next upload
    failed "Socket is closed" (infra-error). Each transport now opens its own.
+4. A connection refused at its handshake (a host key not listed, a changed one, authentication
+   failed) was never closed: Fabric's close() closes only a connection it saw open, and
+   paramiko's connect() leaves its transport running when the host-key policy or the
+   authentication raises. Each refusal left a live connection to the node (its socket and
+   paramiko's thread) until the farm exited: a reconnect window's probes, `farm nodes`, every
+   node of a fleet whose known_hosts is stale.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 from nodes import CARDS, SSH_KEYGEN, Fleet, SshNode
 
 from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.errors import ConnectError, HostKeyError
 from orchestrator.transport import known_hosts, transport_for
 
 
@@ -107,3 +116,31 @@ def test_a_siblings_close_leaves_the_others_sftp_open(node: SshNode, tmp_path: P
         twin.close()  # e.g. a worker thread's session broke: its transport is closed and reopened
         transport.put(payload, str(tmp_path / "third"))
     assert (tmp_path / "third").read_bytes() == payload.read_bytes()
+
+
+def _live_transports() -> set[paramiko.Transport]:
+    return {t for t in threading.enumerate() if isinstance(t, paramiko.Transport) and t.is_active()}
+
+
+@pytest.mark.parametrize("refusal", ["unlisted", "changed", "authentication"])
+def test_a_connection_refused_at_its_handshake_is_closed(node: SshNode, tmp_path: Path, refusal: str) -> None:
+    """Finding 4: nothing of a refused connection is left running."""
+    entry = node.farm_entry(tmp_path / "work")
+    if refusal == "unlisted":
+        node.known_hosts.write_text("")
+    elif refusal == "changed":
+        other = tmp_path / "other"
+        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        node.known_hosts.write_text(node.known_hosts_line(" ".join(other.with_suffix(".pub").read_text().split()[:2])))
+    else:
+        stranger = tmp_path / "stranger"
+        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+        entry["key_file"] = str(stranger)
+    before = _live_transports()
+    with pytest.raises(HostKeyError if refusal != "authentication" else ConnectError):
+        transport_for("odd", NodeSpec(**entry)).open()
+    for _ in range(50):
+        if not _live_transports() - before:
+            break
+        time.sleep(0.1)
+    assert not _live_transports() - before, "a refused connection was left open"
