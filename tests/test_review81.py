@@ -21,6 +21,11 @@ Findings:
    authentication raises. Each refusal left a live connection to the node (its socket and
    paramiko's thread) until the farm exited: a reconnect window's probes, `farm nodes`, every
    node of a fleet whose known_hosts is stale.
+5. The watchdog of a command still waiting for a session of its own (MaxSessions: the thread's
+   own connection being opened, to an sshd slow to authenticate, or asked again for
+   OVERFLOW_WAIT) closed the node's shared connection when the command's deadline came: a
+   healthy connection, with the resident runner's channel and every sibling's commands on it,
+   cut for one thread's wait. It now closes only the connection its command's channel is on.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from faults import TunedNode
 from nodes import CARDS, SSH_KEYGEN, Fleet, SshNode
 
 from orchestrator.config.farm_spec import NodeSpec
-from orchestrator.errors import ConnectError, HostKeyError
+from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError
 from orchestrator.transport import known_hosts, transport_for
 
 
@@ -144,3 +150,40 @@ def test_a_connection_refused_at_its_handshake_is_closed(node: SshNode, tmp_path
             break
         time.sleep(0.1)
     assert not _live_transports() - before, "a refused connection was left open"
+
+
+def test_a_command_timed_out_waiting_for_its_own_connection_leaves_the_shared_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 5: MaxSessions 1, its session held on the shared connection (the resident runner);
+    a sibling's command must open a connection of its own, slowly (an sshd slow to log in), and
+    its deadline passes meanwhile: that command times out, the shared connection stays up.
+    (The watchdog's grace, 15 s, is shortened here: a 20 s command's wait for a connection of
+    its own, its connect, banner and auth timeouts and OVERFLOW_WAIT, can pass 35 s.)"""
+    from orchestrator.transport import ssh_watchdog
+
+    monkeypatch.setattr(ssh_watchdog, "WATCHDOG_GRACE", 0.5)
+    node = TunedNode("odd", tmp_path / "node", CARDS["t4"], {"MaxSessions": "1"})
+    node.prepare()
+    node.start()
+    try:
+        with transport_for("odd", NodeSpec(**node.farm_entry(tmp_path / "work"))) as transport:
+            holder = transport.start("sleep 30")  # the connection's only session
+            try:
+                twin = transport.sibling()
+                dial = twin._dial
+
+                def slow_dial():
+                    time.sleep(2.5)
+                    return dial()
+
+                twin._dial = slow_dial
+                with pytest.raises(CommandTimeout):
+                    twin.run("echo ok", timeout=1.0)
+                twin.close()
+                assert transport._conn.transport.is_active(), "the shared connection was closed"
+                assert not holder._channel.closed, "the resident runner's channel was cut"
+            finally:
+                holder.close()
+    finally:
+        node.stop()
