@@ -200,11 +200,14 @@ class SSHTransport(Transport):
                     ) from err
             time.sleep(0.05)
 
-    def _drop(self) -> None:
-        """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
-        self._conn.client.close()
-        if self._overflow is not None:
-            self._overflow.client.close()
+    @staticmethod
+    def _drop(on: list[paramiko.Channel]) -> None:
+        """The watchdog's: the connection of a command's channel froze (the shared one or this
+        thread's own), and only that one is closed. While the command still waits for a channel
+        (each step bounded by its own timeout: the open, the thread's own connection), the node's
+        shared connection had been closed, healthy, under its resident runner and every sibling."""
+        for channel in on:
+            channel.get_transport().close()
 
     def _disconnect(self) -> None:
         try:
@@ -243,10 +246,14 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = WATCHDOG.watch(deadline, self._drop)
+        on: list[paramiko.Channel] = []  # the command's channel, once it has one
+        watchdog = WATCHDOG.watch(deadline, lambda: self._drop(on))
         try:
             channel = self._session()
+            on.append(channel)
             try:
+                if watchdog.fired:  # (set before its action reads `on`) the wait for a channel outlasted it
+                    raise CommandTimeout(f"node {self.name!r}: no channel within {deadline.budget:.0f} s")
                 exec_nowait(channel, portable(command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
                 # command must read its stdin first (the farm's commands do: `cat >`, the runner)
