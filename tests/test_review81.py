@@ -26,6 +26,9 @@ Findings:
    OVERFLOW_WAIT) closed the node's shared connection when the command's deadline came: a
    healthy connection, with the resident runner's channel and every sibling's commands on it,
    cut for one thread's wait. It now closes only the connection its command's channel is on.
+6. A node that went away twice in a run: the second time its cells said "unreachable for the
+   whole reconnect window: <the first outage's error>" where no try of the second had failed
+   that way (ctx.down_why was kept once the node was back).
 """
 
 from __future__ import annotations
@@ -187,3 +190,39 @@ def test_a_command_timed_out_waiting_for_its_own_connection_leaves_the_shared_on
                 holder.close()
     finally:
         node.stop()
+
+
+def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
+    """Finding 6, on NodeWork._await_node itself: the first outage's error, then the node back;
+    the second outage's probes answer but `true` fails: the first error is not given as why."""
+    from types import SimpleNamespace
+
+    from orchestrator.errors import InfraError
+    from orchestrator.run.node_context import NodeContext
+    from orchestrator.run.node_work import NodeWork
+
+    said = iter([InfraError("node 'odd': cannot connect (the first outage)"), True, False, False, False])
+
+    class Probe:
+        def open(self) -> None:
+            pass
+
+        def run(self, command: str, *, timeout: float) -> SimpleNamespace:
+            answer = next(said)
+            if isinstance(answer, Exception):
+                raise answer
+            return SimpleNamespace(ok=answer)
+
+        def close(self) -> None:
+            pass
+
+    work = SimpleNamespace(
+        farm=SimpleNamespace(spec=SimpleNamespace(reconnect_window=1.5)),
+        stopping=None,
+        _transport=lambda name: Probe(),
+        _open=lambda transport: transport.open(),
+    )
+    ctx = NodeContext(*([None] * 9))
+    assert NodeWork._await_node(work, ctx, "odd")  # type: ignore[arg-type]
+    assert not NodeWork._await_node(work, ctx, "odd")  # type: ignore[arg-type]
+    assert "the first outage" not in ctx.down_why, ctx.down_why
