@@ -211,7 +211,7 @@ def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
             answer = next(said)
             if isinstance(answer, Exception):
                 raise answer
-            return SimpleNamespace(ok=answer)
+            return SimpleNamespace(ok=answer, exit_code=0 if answer else 1)
 
         def close(self) -> None:
             pass
