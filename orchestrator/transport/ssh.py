@@ -10,8 +10,9 @@
   from it anyway).
 - Timeouts everywhere: connect, banner and auth timeouts on the handshake;
   each command's own deadline; and a watchdog (ssh_watchdog.py) that closes the
-  client when even that does not return (paramiko waits for a channel request's
-  reply without a timeout, and a SIGSTOPped sshd blocks it forever).
+  connection of a command's channel when even that does not return (paramiko waits
+  for a channel request's reply without a timeout, and a SIGSTOPped sshd blocks it
+  forever).
 - Commands run on raw paramiko channels, read as they arrive: Fabric's runner
   starts three threads per command, which at fleet scale is the farm's main
   CPU cost; the connection is tuned for a command's latency (ssh_tuning.py).
