@@ -290,10 +290,12 @@ class NodeWork:
             probe_transport = self._transport(name)
             try:
                 self._open(probe_transport)
-                if probe_transport.run("true", timeout=30).ok:
-                    with ctx.lock:
-                        ctx.down_since = None
+                answer = probe_transport.run("true", timeout=30)
+                if answer.ok:
+                    with ctx.lock:  # back: a later outage says its own error, not this one's
+                        ctx.down_since, ctx.down_why = None, ""
                     return True
+                ctx.down_why = f"node {name!r}: it answered, but `true` exited {answer.exit_code}"
             except HostKeyError as err:
                 # back with another host key (reinstalled, or another machine on its address):
                 # refused every time, and a possible man-in-the-middle: no more waiting

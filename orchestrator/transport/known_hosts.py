@@ -8,7 +8,8 @@ two ed25519 keys, during a key rotation, was refused when it offered the second)
 
 - a line that cannot be read is skipped (OpenSSH skips it too);
 - a host's name is `host`, or `[host]:port` off port 22; a line's names are a comma list of
-  names, `*`/`?` patterns and `!`negations, or one hashed name (`ssh-keygen -H`);
+  names, `*`/`?` patterns and `!`negations, or one hashed name (`ssh-keygen -H`); the host's
+  name is lowered (ASCII only) before it is matched or hashed, as ssh lowers it;
 - any key listed for the host is accepted;
 - a key on an `@revoked` line is refused for every host that file serves (OpenSSH refuses it
   for the hosts the line names; a revoked key is not to be trusted for any node);
@@ -23,6 +24,7 @@ import binascii
 import hashlib
 import hmac
 import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,13 +66,23 @@ def _hashed(field_: str, name: str) -> bool:
     return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest)
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _lower(text: str) -> str:
+    # OpenSSH's lowercase() is C's tolower(), ASCII only: Python's lower() made a Kelvin sign a `k`
+    return text.translate(_ASCII_LOWER)
+
+
 def names_match(names: str, name: str) -> bool:
     """Whether a line's host field names `name` (a negated pattern that matches rules it out)."""
+    # lowered before it is hashed too, as ssh does (ssh -G: hostname): a farm.yaml host with
+    # capitals was refused by a hashed entry that OpenSSH finds
+    name = _lower(name)
     if names.startswith("|"):
         return _hashed(names, name)
-    name = name.lower()
     matched = False
-    for pattern in names.lower().split(","):
+    for pattern in _lower(names).split(","):
         negated = pattern.startswith("!")
         if _pattern(pattern[1:] if negated else pattern).fullmatch(name):
             if negated:

@@ -10,8 +10,9 @@
   from it anyway).
 - Timeouts everywhere: connect, banner and auth timeouts on the handshake;
   each command's own deadline; and a watchdog (ssh_watchdog.py) that closes the
-  client when even that does not return (paramiko waits for a channel request's
-  reply without a timeout, and a SIGSTOPped sshd blocks it forever).
+  connection of a command's channel when even that does not return (paramiko waits
+  for a channel request's reply without a timeout, and a SIGSTOPped sshd blocks it
+  forever).
 - Commands run on raw paramiko channels, read as they arrive: Fabric's runner
   starts three threads per command, which at fleet scale is the farm's main
   CPU cost; the connection is tuned for a command's latency (ssh_tuning.py).
@@ -24,7 +25,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shlex
 import threading
@@ -39,6 +39,7 @@ from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, Infr
 from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.login_shell import portable
+from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
 
@@ -49,8 +50,6 @@ logging.getLogger("paramiko").propagate = False
 
 # Seconds a streamed file may stall before the read is given up (infra-error).
 STREAM_IDLE = 60.0
-# Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
-STDERR_KEEP = 1 << 16
 OVERFLOW_WAIT = 5.0  # seconds a thread's own connection is asked again for a session (_session)
 
 
@@ -71,50 +70,6 @@ class _Shared:
         self.conn = conn
         self.users = 1
         self.lock = threading.Lock()
-
-
-# Seconds a resident process's channel may refuse a write, or stay silent between checks.
-PROCESS_IO_TIMEOUT = 30.0
-
-
-class _ChannelProcess(Process):
-    """A command left running on a channel of its own (the resident runner)."""
-
-    def __init__(self, channel: paramiko.Channel, name: str) -> None:
-        self._channel = channel
-        self._name = name
-        self._stderr = bytearray()
-
-    def send(self, data: bytes) -> None:
-        try:
-            self._channel.sendall(data)
-        except (OSError, paramiko.SSHException, EOFError) as err:  # a full window for 30 s is a timeout here
-            raise SessionLost(
-                f"node {self._name!r}: the resident runner takes no more requests ({type(err).__name__}: {err})"
-            ) from err
-
-    def recv(self) -> bytes:
-        while True:
-            try:
-                while self._channel.recv_stderr_ready():
-                    self._stderr += self._channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(self._stderr), 0)]
-                return self._channel.recv(1 << 20)
-            except TimeoutError:  # silent for a while: cells are running
-                continue
-            except (OSError, paramiko.SSHException, EOFError):
-                return b""
-
-    def stderr(self) -> str:
-        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
-            while self._channel.recv_stderr_ready():
-                self._stderr += self._channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(self._stderr), 0)]
-        return self._stderr.decode("utf-8", "replace")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):  # a dead connection: nothing to close
-            self._channel.shutdown_write()
-        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
-            self._channel.close()
 
 
 class SSHTransport(Transport):
@@ -195,20 +150,20 @@ class SSHTransport(Transport):
             conn.transport.set_keepalive(30)
             return conn
         except HostKeyError:
-            conn.close()
+            close_connection(conn)
             raise
         except paramiko.AuthenticationException as err:
-            conn.close()
+            close_connection(conn)
             raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
         except paramiko.ssh_exception.NoValidConnectionsError as err:
-            conn.close()
+            close_connection(conn)
             causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
             raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
             link = conn.client.get_transport()
             # its host key checked, not yet authenticated: sshd dropped the farm while it offered keys
             in_auth = link is not None and link.host_key is not None and not link.is_authenticated()
-            conn.close()
+            close_connection(conn)
             if in_auth:
                 raise ConnectError(
                     f"node {self.name!r}: authentication failed: {node.host}:{node.port} closed the connection "
@@ -246,11 +201,14 @@ class SSHTransport(Transport):
                     ) from err
             time.sleep(0.05)
 
-    def _drop(self) -> None:
-        """The watchdog's: a command's connection froze (the shared one or this thread's own)."""
-        self._conn.client.close()
-        if self._overflow is not None:
-            self._overflow.client.close()
+    @staticmethod
+    def _drop(on: list[paramiko.Channel]) -> None:
+        """The watchdog's: the connection of a command's channel froze (the shared one or this
+        thread's own), and only that one is closed. While the command still waits for a channel
+        (each step bounded by its own timeout: the open, the thread's own connection), the node's
+        shared connection had been closed, healthy, under its resident runner and every sibling."""
+        for channel in on:
+            channel.get_transport().close()
 
     def _disconnect(self) -> None:
         try:
@@ -262,9 +220,9 @@ class SSHTransport(Transport):
             self._share.users -= 1
             last = self._share.users <= 0
         if last:
-            self._conn.close()
+            close_connection(self._conn)
         if self._overflow is not None:
-            self._overflow.close()
+            close_connection(self._overflow)
             self._overflow = None
 
     def _run(self, command: str, timeout: float) -> CommandResult:
@@ -289,10 +247,14 @@ class SSHTransport(Transport):
         stderr = bytearray()
         # paramiko waits for a channel request's reply without a timeout: a frozen peer
         # would hold exec_command forever, so the watchdog closes the connection
-        watchdog = WATCHDOG.watch(deadline, self._drop)
+        on: list[paramiko.Channel] = []  # the command's channel, once it has one
+        watchdog = WATCHDOG.watch(deadline, lambda: self._drop(on))
         try:
             channel = self._session()
+            on.append(channel)
             try:
+                if watchdog.fired:  # (set before its action reads `on`) the wait for a channel outlasted it
+                    raise CommandTimeout(f"node {self.name!r}: no channel within {deadline.budget:.0f} s")
                 exec_nowait(channel, portable(command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
                 # command must read its stdin first (the farm's commands do: `cat >`, the runner)
@@ -351,15 +313,17 @@ class SSHTransport(Transport):
             exec_nowait(channel, portable(command))  # a refusal closes the channel: its first recv is b""
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
-        return _ChannelProcess(channel, self.name)
+        return ChannelProcess(channel, self.name)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
+        # its own SFTP, not Fabric's Connection.sftp(): that one is the connection's, shared by the
+        # siblings, and a sibling's close (after a broken session) closed it under the others
         if self._sftp is None:
             try:
-                self._sftp = self._conn.sftp()
+                self._sftp = self._conn.client.open_sftp()
             except paramiko.ChannelException:  # sshd's MaxSessions: as _session()
                 self._overflow = self._overflow or self._dial()
-                self._sftp = self._overflow.sftp()
+                self._sftp = self._overflow.client.open_sftp()
         return self._sftp
 
     def _put(self, local: Path, remote: str) -> None:
