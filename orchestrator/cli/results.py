@@ -50,6 +50,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     from orchestrator.report.pagewriter import write_page
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
+    from orchestrator.store.journal import journal_folder
     from orchestrator.store.location import same_database
 
     if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
@@ -60,7 +61,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     if out is not None and fmt == "html" and out.exists() and not out.is_dir():
         raise click.BadParameter(f"{out} is a file; expected a folder (the site is many pages)", param_hint="'--out'")
     farm = _load(config_path, database, read_only=True)
-    if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+    journal = journal_folder(farm.database_url, farm.root, farm.spec.journal)
+    if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders, journal)):
         raise ConfigError("--out", str(out), *problem)
     if fmt != "html" and out is not None and (problem := farm_file_problem(out, farm, f"{fmt} export")):
         raise ConfigError("--out", str(out), *problem)
