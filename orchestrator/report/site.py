@@ -240,6 +240,7 @@ def render(
     gc.disable()
     try:
         out_dir = Path(out_dir)
+        made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
         # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
         out_dir.mkdir(parents=True, exist_ok=True)
         pages = PageWriter()  # started now: it is ready by the time the first page is
@@ -247,6 +248,10 @@ def render(
             index = _render(store, out_dir, run_id, farm, history_runs, pages, also or {})
         except BaseException:
             pages.close(check=False)  # what was handed over is written; the render's own error is the one to see
+            # the folders it made and left empty go: `--run 77 --out DIR` of no such run left an empty DIR
+            for folder in made:  # deepest first; one that holds a page stays, and so do those above it
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
         try:
             pages.close()
