@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from toyfarm import TOY_SOURCE, toy_farm
 
 from orchestrator.cli import main
+from orchestrator.store.database import Store
 
 BROKEN_SOURCE = "int main( {\n"  # a build-fail: red where TOY_SOURCE is compile-only (no GPU here)
 
@@ -79,13 +80,31 @@ def test_a_replaced_database_keeps_no_page_of_the_old_one(tmp_path: Path) -> Non
     reports = tmp_path / "reports"
     old_cells = {p.name for p in (reports / "cells").iterdir()}
     assert {"2.html", "3.html"} <= {p.name for p in (reports / "runs").iterdir()}
+    (reports / "notes.txt").write_text("the reviewer's own")
     _replace_database(tmp_path)
     verify(config)  # run 1 of the new database, 2 results
+    assert (reports / "notes.txt").read_text() == "the reviewer's own"  # only the site's own pages go
     assert sorted(p.name for p in (reports / "runs").iterdir()) == ["1.html"]
     cells = {p.name for p in (reports / "cells").iterdir()}
     assert cells == {"1.html", "2.html"}, cells
     assert len(old_cells) == 6
     assert not list(reports.glob(".farm-old-*"))  # nothing of the old site left behind
+    verify(config)  # the same database again: its pages are kept
+    assert sorted(p.name for p in (reports / "runs").iterdir()) == ["1.html", "2.html"]
+
+
+def test_a_database_rebuilt_from_its_journals_is_another_database(tmp_path: Path) -> None:
+    """`farm import` into a fresh results.db: its result ids need not be the old ones' (a cell
+    whose commit failed is in the journal), so its site starts afresh too."""
+    config = toy_farm(tmp_path)
+    verify(config)
+    before = Store(f"sqlite:///{tmp_path}/results.db").database_identity()
+    journals = sorted((tmp_path / "results.db.journal").glob("*.jsonl"))
+    _replace_database(tmp_path)
+    done = invoke("import", *map(str, journals), "--config", str(config))
+    assert done.exit_code == 0, done.output
+    after = Store(f"sqlite:///{tmp_path}/results.db").database_identity()
+    assert before and after and before != after
 
 
 def test_an_old_databases_cell_page_with_the_same_stamp_is_not_kept(tmp_path: Path) -> None:

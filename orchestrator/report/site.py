@@ -51,6 +51,7 @@ from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
+from orchestrator.report.site_identity import take_site
 from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
@@ -277,6 +278,9 @@ def _render(
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
+        # the folder is this database's site, or its old pages go (site_identity.py): once the run is read
+        why = "is being rendered from another results database than this folder's pages were"
+        take_site(out_dir, store.database_identity(), lambda: mark_unrendered(out_dir, run.id, why))
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)
