@@ -146,7 +146,9 @@ def _cell_pages(
     that are not on disk yet (or were written by another version of the farm)."""
     wanted = {**also, **_linked_results(model)}
     states = store.run_states(sorted(set(wanted.values())))
-    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2]) for rid, run_id in wanted.items()}
+    # what the matrix flags on a standing verdict, its page says too (and its stamp holds)
+    since = {c.result.id: flags for c in model.standing.values() if (flags := grids.since_flags(model, c.result))}
+    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2], since.get(rid, ())) for rid, run_id in wanted.items()}
     try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
         present = set(os.listdir(out_dir / "cells"))
     except OSError:
@@ -181,7 +183,8 @@ def _cell_pages(
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
             started, status, bisected = states[r.run_id]  # the status as stamped, not the model's
             ended = status if status != "finished" else None
-            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected)
+            flags = since.get(r.id, ())
+            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected, flags)
             name = f"{int(r.id)}.html"
             yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 

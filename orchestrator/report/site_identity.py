@@ -44,7 +44,8 @@ def take_site(out_dir: Path, identity: str, mark: Callable[[], None]) -> None:
     found = _recorded(out_dir)
     if found == recorded:
         return
-    if found is not None or any((out_dir / name).exists() for name in ("index.html", *SITE_ENTRIES)):
+    # a site unrecorded: its index or history page is there (a folder of that name alone is not a site)
+    if found is not None or any((out_dir / name).exists() for name in ("index.html", "history.html")):
         if (out_dir / "index.html").exists():
             mark()
         for name in SITE_ENTRIES:
