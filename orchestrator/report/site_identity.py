@@ -49,8 +49,11 @@ def take_site(out_dir: Path, identity: str, mark: Callable[[], None]) -> None:
         if (out_dir / "index.html").exists():
             mark()
         for name in SITE_ENTRIES:
+            page = out_dir / name
+            if not (page.is_file() if name.endswith(".html") else page.is_dir()):
+                continue  # not the site's (a file where its cells/ go fails the render, as before)
             with contextlib.suppress(FileNotFoundError):
-                os.rename(out_dir / name, out_dir / f"{_OLD}{os.getpid()}-{name}")
+                os.rename(page, out_dir / f"{_OLD}{os.getpid()}-{name}")
         for old in out_dir.glob(f"{_OLD}*"):  # this render's, and those a killed one left
             if old.is_dir() and not old.is_symlink():
                 shutil.rmtree(old)
