@@ -21,8 +21,9 @@ Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
 what came before it (never what came after), and a run's page one run, so once
 written they cannot change: each carries a stamp (its result or run, that run's
-start, and a digest of the templates and of the code that fills them; stamps.py),
-and a page whose stamp is already on disk is not rendered again. A running run's
+start, and a digest of the templates and of the code that fills them; stamps.py; a
+standing verdict's page also what the matrix flags on it: its job or inputs changed
+since), and a page whose stamp is already on disk is not rendered again. A running run's
 page is always rendered again. Index, kernel, node and history pages change with
 every run and are rendered every time (and written only when their bytes differ).
 """
