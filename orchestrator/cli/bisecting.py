@@ -58,10 +58,12 @@ def bisect_(
     from orchestrator.report import site as report_mod
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
+    from orchestrator.store.journal import journal_folder
     from orchestrator.store.location import same_database
 
     farm = _load(config_path, database)
-    if out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+    journal = journal_folder(farm.database_url, farm.root, farm.spec.journal)
+    if out is not None and (problem := site_folder_problem(out, farm.source_folders, journal)):
         raise ConfigError("--out", str(out), *problem)
     bisector = Bisector(farm, selector, node, good, bad, wait=wait, say=lambda line: click.echo(printable(line)))
     target = out or farm.reports_dir

@@ -6,7 +6,7 @@ import stat
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,7 @@ from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
+    from orchestrator.config.farm import Farm
     from orchestrator.store.database import Store
 
 from orchestrator.cli.base import _load, database_origin, farm_options, handle_errors, main, wait_option
@@ -50,6 +51,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     from orchestrator.report.pagewriter import write_page
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
+    from orchestrator.store.journal import journal_folder
     from orchestrator.store.location import same_database
 
     if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
@@ -60,7 +62,8 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     if out is not None and fmt == "html" and out.exists() and not out.is_dir():
         raise click.BadParameter(f"{out} is a file; expected a folder (the site is many pages)", param_hint="'--out'")
     farm = _load(config_path, database, read_only=True)
-    if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders)):
+    journal = journal_folder(farm.database_url, farm.root, farm.spec.journal)
+    if fmt == "html" and out is not None and (problem := site_folder_problem(out, farm.source_folders, journal)):
         raise ConfigError("--out", str(out), *problem)
     if fmt != "html" and out is not None and (problem := farm_file_problem(out, farm, f"{fmt} export")):
         raise ConfigError("--out", str(out), *problem)
@@ -242,6 +245,8 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
             "card      not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it): "
             "certifies nothing"
         )
+    for flag in _since_flags(store, farm, r):
+        say(f"since     {flag}: certifies nothing now")
     say(f"contract  {r.contract}")
     say(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
     for path, sha in r.sources.items():
@@ -273,6 +278,19 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     say("--- build log")
     if r.build_log:
         click.echo(quoted(r.build_log))
+
+
+def _since_flags(store: Store, farm: Farm, r: Any) -> list[str]:
+    """What the matrix flags on `r` where it is its cell's standing verdict: its job or inputs
+    changed since (report/grids.since_flags), from the model the site is rendered from."""
+    from orchestrator.report.grids import since_flags
+    from orchestrator.report.model import collect
+
+    try:
+        with store.reading():
+            return since_flags(collect(store, None, farm, full=False), r)
+    except StoreError:  # no run but a bisection's: no matrix, so no standing verdict to flag
+        return []
 
 
 def quoted(data: bytes | None) -> str:

@@ -28,16 +28,21 @@ def _no_folder(path: Path, expected: str) -> tuple[str, str] | None:
     return (f"{path}, which is {what}" if found == path else f"{path}, where {found} is {what}"), expected
 
 
-def site_folder_problem(path: Path, sources: dict[str, Path]) -> tuple[str, str] | None:
+def site_folder_problem(path: Path, sources: dict[str, Path], journal: Path | None = None) -> tuple[str, str] | None:
     """(found, expected) when the site cannot go to the folder `path`, else None.
 
     Checked before a run: a file there (or on its way) failed the render only once
     the run was stored, and jobs/ or kernels/ would get the site's pages among the
-    course's sources. A folder that is there but cannot be written still fails at
-    the render (nothing says so before a page is written)."""
+    course's sources; nor in the runs' `journal` folder (`--out results.db.journal`
+    wrote the site among the journals `farm import` reads: a red-team finding). A
+    folder that is there but cannot be written still fails at the render (nothing
+    says so before a page is written)."""
     path = path.resolve()
     if problem := _no_folder(path, "a folder for the report's pages (made if missing)"):
         return problem
+    if journal is not None and (path == journal.resolve() or journal.resolve() in path.parents):
+        where = "the runs' journal" if path == journal.resolve() else f"in the runs' journal {journal.resolve()},"
+        return f"{path}, {where} folder", "a folder of its own for the report's pages, apart from the journal"
     for key, folder in sources.items():
         if path == folder:
             found_text = f"{path}, the farm's `{key}` folder"

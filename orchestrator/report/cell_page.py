@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import namedtuple
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -72,12 +72,14 @@ def cell_body(
     measured: Iterable[Any] = (),
     unfinished: str | None = None,
     bisected: str | None = None,
+    since: Sequence[str] = (),
 ) -> str:
     """A cell page's body: result `r` (a row of every column) of a run started at
     `started`, after its cell's earlier results `prior` (oldest first), on the node
     as `snapshot` found it; `change` is r against `prior`, worked out when not given;
     `measured` its metric values (metric_values rows); `bisected`, for a bisection's run,
-    the old commit it tested: said so, and compared with none of the fleet's results.
+    the old commit it tested: said so, and compared with none of the fleet's results;
+    `since`, what the matrix flags on it as the cell's standing verdict (grids.since_flags).
 
     Written here rather than as a template: a run writes a page per cell (thousands),
     and Jinja2 spends about a microsecond on each of a page's ~150 lookups, filter
@@ -97,6 +99,9 @@ def cell_body(
             f"<small class=\"flag\">a bisection's run of commit {_e(bisected)}: not the kernel's sources now, "
             "and compared with none of the fleet's runs</small>"
         )
+    for flag in since:  # grey, never green, as the matrix shows it (the stamp holds the flags)
+        unsure = " unconfirmed" if category(r.outcome) == "good" else unsure
+        unsure_text += f'<small class="flag rejudged">{_ew(flag)}</small>'
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '

@@ -147,6 +147,22 @@ def changed_inputs(model: ReportModel, kernel: str, r: Any) -> bool:
     return bool(r.identity) and model.identities.get(kernel, r.identity) != r.identity
 
 
+def since_flags(model: ReportModel, r: Any) -> list[str]:
+    """What the matrix flags on `r` where it is its cell's standing verdict: its inputs or its
+    job changed since. Its cell page and `farm show` say it too: they said nothing of either
+    while the matrix greyed the cell and the exports skipped it (a red-team finding)."""
+    key = (r.kernel, r.variant, r.node, r.device)
+    standing = model.standing.get(key)
+    if standing is None or standing.result.id != r.id:
+        return []  # a later result is the cell's verdict: the matrix flags that one
+    flags = []
+    if changed_inputs(model, r.kernel, standing.result):
+        flags.append("inputs changed since: the kernel's sources, headers or dependencies are no longer these bytes")
+    if moot := model.rejudged.get(key):
+        flags.append(f"job changed since: {moot}")
+    return flags
+
+
 def standing_counts(model: ReportModel) -> dict[str, int]:
     """The fleet's standing counted as the matrix colours it: good, bad, infra, and
     "unconfirmed" (as expected, but greyed: a stand-in card, a run that did not finish).

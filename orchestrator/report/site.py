@@ -21,8 +21,9 @@ Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
 what came before it (never what came after), and a run's page one run, so once
 written they cannot change: each carries a stamp (its result or run, that run's
-start, and a digest of the templates and of the code that fills them; stamps.py),
-and a page whose stamp is already on disk is not rendered again. A running run's
+start, and a digest of the templates and of the code that fills them; stamps.py; a
+standing verdict's page also what the matrix flags on it: its job or inputs changed
+since), and a page whose stamp is already on disk is not rendered again. A running run's
 page is always rendered again. Index, kernel, node and history pages change with
 every run and are rendered every time (and written only when their bytes differ).
 """
@@ -51,6 +52,7 @@ from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
+from orchestrator.report.site_identity import take_site
 from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
@@ -145,7 +147,9 @@ def _cell_pages(
     that are not on disk yet (or were written by another version of the farm)."""
     wanted = {**also, **_linked_results(model)}
     states = store.run_states(sorted(set(wanted.values())))
-    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2]) for rid, run_id in wanted.items()}
+    # what the matrix flags on a standing verdict, its page says too (and its stamp holds)
+    since = {c.result.id: flags for c in model.standing.values() if (flags := grids.since_flags(model, c.result))}
+    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2], since.get(rid, ())) for rid, run_id in wanted.items()}
     try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
         present = set(os.listdir(out_dir / "cells"))
     except OSError:
@@ -180,7 +184,8 @@ def _cell_pages(
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
             started, status, bisected = states[r.run_id]  # the status as stamped, not the model's
             ended = status if status != "finished" else None
-            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected)
+            flags = since.get(r.id, ())
+            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected, flags)
             name = f"{int(r.id)}.html"
             yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 
@@ -240,6 +245,7 @@ def render(
     gc.disable()
     try:
         out_dir = Path(out_dir)
+        made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
         # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
         out_dir.mkdir(parents=True, exist_ok=True)
         pages = PageWriter()  # started now: it is ready by the time the first page is
@@ -247,6 +253,10 @@ def render(
             index = _render(store, out_dir, run_id, farm, history_runs, pages, also or {})
         except BaseException:
             pages.close(check=False)  # what was handed over is written; the render's own error is the one to see
+            # the folders it made and left empty go: `--run 77 --out DIR` of no such run left an empty DIR
+            for folder in made:  # deepest first; one that holds a page stays, and so do those above it
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
         try:
             pages.close()
@@ -272,6 +282,9 @@ def _render(
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
+        # the folder is this database's site, or its old pages go (site_identity.py): once the run is read
+        why = "is being rendered from another results database than this folder's pages were"
+        take_site(out_dir, store.database_identity(), lambda: mark_unrendered(out_dir, run.id, why))
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,11 +41,15 @@ def _moment(started: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def cell_stamp(result_id: int, run_id: int, started: datetime, status: str) -> str:
+def cell_stamp(result_id: int, run_id: int, started: datetime, status: str, flags: Sequence[str] = ()) -> str:
     # the run's status too: a page says whether its run had finished, and one written while it
-    # ran said "had not finished" for good, every later render finding its stamp (a red-team finding)
+    # ran said "had not finished" for good, every later render finding its stamp (a red-team finding);
+    # and its flags (grids.since_flags): a job or inputs changed since the page was written
     moment = _moment(started)
-    return f"farm page {page_format()}: result {int(result_id)} of run {int(run_id)} started {moment}, {status}"
+    flagged = f", flagged {hashlib.sha256(chr(0).join(flags).encode()).hexdigest()[:16]}" if flags else ""
+    return (
+        f"farm page {page_format()}: result {int(result_id)} of run {int(run_id)} started {moment}, {status}{flagged}"
+    )
 
 
 def run_stamp(run_id: int, started: datetime, status: str, linked: bool) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -44,7 +45,17 @@ from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.recovery import Recovery
 from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, stored
-from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
+from orchestrator.store.tables import (
+    SEED_DATABASE_ID,
+    Attempt,
+    Base,
+    Meta,
+    NodeSnapshotRow,
+    PlannedCell,
+    ResultRow,
+    Run,
+    SourceFile,
+)
 
 
 class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
@@ -194,6 +205,17 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         with self._writing_rows() as connection:
             return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
 
+    def database_identity(self) -> str:
+        """What tells this database from another in its place (a fresh results.db, run ids from 1
+        again): its `database_id` (tables.SEED_DATABASE_ID), or for one whose runs an older farm
+        wrote, its first run's token and start; "" while it has no run."""
+        with self._reading() as session:
+            found = session.scalar(select(Meta.value).where(Meta.key == "database_id"))
+            if found:
+                return f"id {found}"
+            first = session.scalars(select(Run).order_by(Run.id).limit(1)).first()
+            return f"run {first.id} {first.token} {first.started_at.isoformat()}" if first is not None else ""
+
     # writes ------------------------------------------------------------------
     def begin_run(
         self,
@@ -213,6 +235,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
             self.journal.write_many(records)
         run_fields = {"started_at": started, "status": "running", **fields}
         with self._writing_rows() as connection:
+            connection.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # with its first run: database_identity
             run_id = connection.execute(Run.__table__.insert(), stored(Run.__table__, run_fields)).inserted_primary_key[
                 0
             ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,15 @@ from orchestrator.store.result_rows import (
     insert_result,
     stored,
 )
-from orchestrator.store.tables import Attempt, NodeSnapshotRow, PlannedCell, ResultRow, Run, SourceFile
+from orchestrator.store.tables import (
+    SEED_DATABASE_ID,
+    Attempt,
+    NodeSnapshotRow,
+    PlannedCell,
+    ResultRow,
+    Run,
+    SourceFile,
+)
 
 
 class JournaledRun(NamedTuple):
@@ -254,6 +263,7 @@ class Recovery:
                 **run_fields,
             )
             session.add(run)
+            session.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # a database rebuilt is one of its own
             session.flush()
             connection = session.connection()  # the rows a run writes many of, as Store writes them
             snapshots: dict[int, int] = {}

@@ -10,7 +10,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, false
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -22,6 +35,15 @@ class Meta(Base):
     __tablename__ = "farm_meta"
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+# farm_meta's `database_id`: a random id written with the database's first run (or import), so a
+# site tells the database it was rendered from from a fresh one in its place (report/site_identity.py).
+# Never in a journal: a database rebuilt by `farm import` is another database, its ids its own
+SEED_DATABASE_ID = text(
+    "INSERT INTO farm_meta (key, value) SELECT 'database_id', :id "
+    "WHERE NOT EXISTS (SELECT 1 FROM farm_meta WHERE key = 'database_id')"
+)
 
 
 class SourceFile(Base):
