@@ -9,6 +9,7 @@
     └── InfraError                 a node could not be used; never a kernel verdict (exit 4)
         ├── ConnectError           refused, unreachable, banner/auth failure
         │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
+        │   │   └── KnownHostsUnreadable  the node's known_hosts could not be read (no key refused)
         │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
         ├── NodeUnusable           reachable, but no nvcc, no work folder or a broken GPU (never retried)
         ├── StagingFailed          the node could not take a bundle (staging.py: disk full, permissions)
@@ -123,6 +124,12 @@ class SessionLost(ConnectError):
 
 class HostKeyError(ConnectError):
     retryable = False  # the same key is refused every time, and retrying a possible MITM helps no one
+
+
+class KnownHostsUnreadable(HostKeyError):
+    """The node's known_hosts could not be read: nothing is connected to a node its operator has not
+    listed (never retried at the start), but no key was refused either, so a node awaited mid-run
+    is awaited on (a read failed for a moment: EMFILE, an editor rewriting the file)."""
 
 
 class NodeUnusable(InfraError):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.classify import Evidence, classify
-from orchestrator.errors import FarmError, HostKeyError, InfraError, NodeUnusable, StoreError
+from orchestrator.errors import FarmError, HostKeyError, InfraError, KnownHostsUnreadable, NodeUnusable, StoreError
 from orchestrator.plan import Cell, expect
 from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
@@ -296,6 +296,9 @@ class NodeWork:
                         ctx.down_since, ctx.down_why = None, ""
                     return True
                 ctx.down_why = f"node {name!r}: it answered, but `true` exited {answer.exit_code}"
+            except KnownHostsUnreadable as err:  # no key refused: a read that failed for a moment
+                ctx.down_why = str(err)
+                continue
             except HostKeyError as err:
                 # back with another host key (reinstalled, or another machine on its address):
                 # refused every time, and a possible man-in-the-middle: no more waiting

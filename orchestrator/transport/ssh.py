@@ -35,7 +35,14 @@ from pathlib import Path
 import paramiko
 from fabric import Config, Connection
 
-from orchestrator.errors import CommandTimeout, ConnectError, HostKeyError, InfraError, SessionLost
+from orchestrator.errors import (
+    CommandTimeout,
+    ConnectError,
+    HostKeyError,
+    InfraError,
+    KnownHostsUnreadable,
+    SessionLost,
+)
 from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.login_shell import portable
@@ -108,7 +115,7 @@ class SSHTransport(Transport):
         try:
             known = known_hosts.load(path)  # without the file every host is unknown, and refused with the line to add
         except (OSError, UnicodeDecodeError) as err:
-            raise HostKeyError(
+            raise KnownHostsUnreadable(
                 f"node {self.name!r}: cannot read its known_hosts {path} ({type(err).__name__}: {err}); "
                 "it must be an OpenSSH known_hosts file"
             ) from err
