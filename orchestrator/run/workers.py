@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -94,6 +95,7 @@ def split(farm: Farm, by_node: dict[str, list[Cell]], count: int) -> list[dict[s
 
 # threads whose state a forked child resets (os.register_at_fork), or that hold nothing it uses
 FORK_SAFE_THREADS = frozenset({"ssh-watchdog"})
+CLOSED_TRANSPORT_WAIT = 1.0  # seconds at most for closed transports' threads to end (the fork server: 0.5-1.3 s)
 
 
 def start_method() -> str:
@@ -105,7 +107,23 @@ def start_method() -> str:
     if "fork" not in multiprocessing.get_all_start_methods() or os.environ.get("FARM_WORKER_START") == "forkserver":
         return "forkserver"  # (the variable: bench/fleet.py's side-by-side runs)
     others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    _await_closed_transports(others)
+    others = [t for t in others if t.is_alive()]
     return "fork" if all(t.name in FORK_SAFE_THREADS for t in others) else "forkserver"
+
+
+def _await_closed_transports(threads: list[threading.Thread]) -> None:
+    """Join the threads of SSH transports already closed: paramiko's close() does not
+    wait for them, and each ends by itself within its socket's poll (0.1 s). A run
+    started just after SSH was used in the same process (the fleet bench's floor run,
+    a library caller) otherwise saw them alive and paid the fork server's start: the
+    bench's N=32, its first size with workers, read 1.21-1.41 against N=64's 1.08-1.13."""
+    deadline = time.monotonic() + CLOSED_TRANSPORT_WAIT
+    for thread in threads:
+        # duck-typed, so that paramiko is not imported here: a paramiko.Transport is a Thread
+        # whose `active` close() set to False
+        if getattr(thread, "active", None) is False and callable(getattr(thread, "stop_thread", None)):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 # the worker's side ------------------------------------------------------------------
