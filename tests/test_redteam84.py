@@ -4,6 +4,11 @@
    infra-error "the stage's shell on the node ended ... killed, by the kernel or the node"
    (Python's "embedded null byte" under the node runner), exit 4, the node blamed for the job
    file's typo, and the build command stored with the NUL turned into U+FFFD.
+2. Two kernels whose names differ only in case (jobs/Gemm.yaml, jobs/gemm.yaml) loaded, and their
+   certification pages, kernels/Gemm.html and kernels/gemm.html, are one file on the disks the
+   reviewers open the site from (macOS, a Windows share): the later overwrote the earlier, both
+   rows linking to it, a failing kernel's row opening the other one's VERIFIED page. Node pages
+   sharing a file were refused at load since round 65; kernel pages were not.
 """
 
 from __future__ import annotations
@@ -30,3 +35,16 @@ def test_a_nul_in_a_command_template_is_the_job_files_error(tmp_path: Path, key:
     error = str(load_error(make_farm(tmp_path, job=job)))
     assert "k.yaml" in error and f"variants.v1.{key}" in error, error
     assert "NUL" in error, error
+
+
+# ------------------------------------------------------------ 2. kernel pages that are one file
+
+
+def test_kernels_whose_pages_are_one_file_on_a_case_insensitive_disk_are_refused(tmp_path: Path) -> None:
+    upper = GOOD_JOB.replace("kernel: k", "kernel: K").replace("k.cu", "K.cu")
+    config = make_farm(tmp_path, job=upper, job_name="K.yaml")
+    (tmp_path / "kernels" / "K.cu").write_text("int main() { return 1; }\n")
+    (tmp_path / "jobs" / "k.yaml").write_text(GOOD_JOB)
+    error = str(load_error(config))
+    assert "k.yaml" in error and "kernel" in error, error
+    assert "kernels/K.html" in error or "kernels/k.html" in error, error
