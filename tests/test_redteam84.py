@@ -9,6 +9,9 @@
    reviewers open the site from (macOS, a Windows share): the later overwrote the earlier, both
    rows linking to it, a failing kernel's row opening the other one's VERIFIED page. Node pages
    sharing a file were refused at load since round 65; kernel pages were not.
+3. `timeout: 1e3` (or farm.yaml's `output_cap: 1e6`) was refused as "found '1e3' (str); expected a
+   valid number": YAML 1.1 reads a number whose mantissa has no '.' as text, and the error said
+   the number written was not one, without saying how to write it.
 """
 
 from __future__ import annotations
@@ -48,3 +51,13 @@ def test_kernels_whose_pages_are_one_file_on_a_case_insensitive_disk_are_refused
     error = str(load_error(config))
     assert "k.yaml" in error and "kernel" in error, error
     assert "kernels/K.html" in error or "kernels/k.html" in error, error
+
+
+# ------------------------------------------------------------ 3. a number in e-notation YAML reads as text
+
+
+@pytest.mark.parametrize(("line", "key"), [("timeout: 1e3\n", "timeout"), ("build_timeout: 9E+2\n", "build_timeout")])
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path: Path, line: str, key: str) -> None:
+    error = str(load_error(make_farm(tmp_path, job=GOOD_JOB + line)))
+    assert "k.yaml" in error and f"{key}:" in error, error
+    assert "YAML reads as text" in error and ("1000" in error or "900" in error), error
