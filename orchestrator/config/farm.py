@@ -131,6 +131,26 @@ def _shared_pages(file: Path, columns: dict[str, NodeSpec]) -> list[ConfigError]
     return errors
 
 
+def _shared_kernel_pages(jobs: dict[str, Job]) -> list[ConfigError]:
+    """Kernels whose certification pages would be one file on a case-insensitive disk:
+    kernels/Gemm.html is kernels/gemm.html there, the later page over the earlier, a
+    failing kernel's row opening the other's VERIFIED page (a red-team finding)."""
+    seen: dict[str, str] = {}
+    errors = []
+    for kernel in sorted(jobs):
+        page = page_name(kernel)
+        if (first := seen.setdefault(page.casefold(), kernel)) != kernel:
+            errors.append(
+                ConfigError(
+                    str(jobs[kernel].file),
+                    "kernel",
+                    f"the kernel {kernel!r}, whose report page kernels/{page}.html is also {first!r}'s",
+                    "a kernel name no other kernel's page shares (names differing only in case are one file)",
+                )
+            )
+    return errors
+
+
 def load_farm(
     file: Path | str, *, database: str | None = None, check_dependencies: bool = True, database_where: str | None = None
 ) -> Farm:
@@ -218,6 +238,7 @@ def load_farm(
     url = resolve_database(database or spec.database, root)
     own = own_files.own_files(file, spec, [url, resolve_database(spec.database, root)])
     errors += own_files.shipped(jobs, own)
+    errors += _shared_kernel_pages(jobs)
     if errors:
         raise ConfigErrors(errors)
     # a node with several toolchains is several columns, each planned, probed and stored as a node

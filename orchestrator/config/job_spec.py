@@ -127,6 +127,14 @@ class VariantSpec(StrictModel):
     # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (run/stages/sanitize.py)
     sanitize: list[SanitizerTool] = []
 
+    @field_validator("build", "run", "inspect")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        # no command line carries one: it loaded, and every cell was the node's infra-error
+        if "\0" in value:
+            raise ValueError("a command without a NUL character (no command line can carry one)")
+        return value
+
     @field_validator("instructions")
     @classmethod
     def _mnemonics(cls, value: dict[str, int]) -> dict[str, int]:

@@ -6,6 +6,8 @@ unchecked, told the same way."""
 from __future__ import annotations
 
 import difflib
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,21 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
     return None
 
 
+# YAML 1.1 reads `1e3` as text (its floats need a '.' in the mantissa and a signed exponent)
+_E_NOTATION = re.compile(r"[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)[eE][-+]?[0-9]+")
+
+
+def _text_number(value: Any) -> float | None:
+    """The finite number a text YAML 1.1 did not read as one (`1e3`), else None."""
+    if not isinstance(value, str) or not _E_NOTATION.fullmatch(value):
+        return None
+    try:
+        number = float(value.replace("_", ""))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
@@ -92,6 +109,14 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
                 if message.startswith(prefix):
                     message = message[len(prefix) :]
             found = _describe(item.get("input"))
+            number = _text_number(item.get("input"))
+            if kind in ("float_type", "int_type") and number is not None:
+                # "found '1e3' (str)" said the number written was none, and not how to write it
+                found = f"{item['input']!r}, which YAML reads as text (e-notation without a '.' and a signed exponent)"
+                plain = f"{number:.0f}" if number.is_integer() and abs(number) < 1e18 else repr(number)
+                message += f" written out ({plain})" + (
+                    f" or as YAML's float ({number:.1e})" if kind == "float_type" else ""
+                )
             errors.append(ConfigError(str(file), key, found, message))
     return ConfigErrors(errors)
 
