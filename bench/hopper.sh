@@ -19,7 +19,7 @@ log() { printf '\n=== %s\n' "$*"; }
 bash .kit/start-node.sh .kit 2222 /tmp/farm-node || exit 1
 export PYTHONPATH=/tmp/farm-node/site:$PWD PYTHONUNBUFFERED=1
 farm() { python3 -m orchestrator.cli "$@"; }
-CFG=farms/hopper.yaml
+CFG=${HOPPER_CONFIG:-farms/hopper.yaml}  # farms/hopper-h100.yaml where the lent card is an H100
 
 log "machine"
 nvidia-smi --query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader
