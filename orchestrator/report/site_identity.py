@@ -7,6 +7,11 @@ ids from 1 again), the old database's runs/N.html and cells/N.html stayed beside
 one's, and a page whose stamp matched was kept and linked from the new index: the old
 green page over the new verdict (a red-team finding). So the folder records the database
 (SITE_FILE), and a render from another one first takes the old site's pages away.
+
+results.db restored from an older backup of itself keeps its database_id, but not the runs made
+after the backup: their pages stayed, verdicts the database no longer holds (a red-team finding).
+So the folder records the newest run it was rendered with too (id, token, start), and a database
+that does not hold that run is another history: its site is taken afresh as well.
 """
 
 from __future__ import annotations
@@ -32,20 +37,38 @@ def _recorded(out_dir: Path) -> str | None:
         return None
 
 
-def take_site(out_dir: Path, identity: str, mark: Callable[[], None]) -> None:
-    """Make `out_dir` the site of the database `identity` (Store.database_identity): where it
-    holds a site of another database, or of one unknown (written before this file was), its
-    index first says no report (`mark`: site.mark_unrendered's call, so a reader never opens an
-    old index linking to new pages, nor the other way round), then the old pages go, each
-    folder by a rename first (it is gone at once; its files are deleted after), and the folder
-    is recorded as this database's. A render killed on the way leaves the old record: the
-    next one takes the folder again."""
-    recorded = f"farm site of results database {identity}\n"
+def _same_history(found: str | None, head: str, run_mark: Callable[[int | None], str | None]) -> bool:
+    """Whether the record `found` is of this database (`head`) and its newest run then is still
+    here as it was (run_mark: Store.run_mark). A record without its newest run (an older farm's)
+    cannot say: the site is taken afresh, once."""
+    lines = (found or "").split("\n")
+    if len(lines) != 3 or lines[0] != head or lines[2] or not lines[1].startswith("newest run "):
+        return False
+    mark = lines[1].removeprefix("newest ")
+    number = mark.split(" ", 2)[1] if mark.count(" ") >= 2 else ""
+    return number.isdigit() and run_mark(int(number)) == mark
+
+
+def take_site(
+    out_dir: Path, identity: str, run_mark: Callable[[int | None], str | None], mark: Callable[[], None]
+) -> None:
+    """Make `out_dir` the site of the database `identity` (Store.database_identity) as it is now
+    (`run_mark`: Store.run_mark, its runs): where it holds a site of another database, of one
+    unknown (written before this file was), or of this one's runs that it no longer holds (restored
+    from a backup), its index first says no report (`mark`: site.mark_unrendered's call, so a reader
+    never opens an old index linking to new pages, nor the other way round), then the old pages go,
+    each folder by a rename first (it is gone at once; its files are deleted after), and the folder
+    is recorded as this database's, with its newest run. A render killed on the way leaves the old
+    record: the next one takes the folder again."""
+    head = f"farm site of results database {identity}"
+    recorded = f"{head}\nnewest {run_mark(None)}\n"
     found = _recorded(out_dir)
     if found == recorded:
         return
     # a site unrecorded: its index or history page is there (a folder of that name alone is not a site)
-    if found is not None or any((out_dir / name).exists() for name in ("index.html", "history.html")):
+    if not _same_history(found, head, run_mark) and (
+        found is not None or any((out_dir / name).exists() for name in ("index.html", "history.html"))
+    ):
         if (out_dir / "index.html").exists():
             mark()
         for name in SITE_ENTRIES:
