@@ -54,8 +54,10 @@ def _remove_database(root: Path) -> None:
 
 def _backup(root: Path) -> Path:
     backup = root / "backup.db"
-    with sqlite3.connect(root / "results.db") as src, sqlite3.connect(backup) as dst:
-        src.backup(dst)
+    src, dst = sqlite3.connect(root / "results.db"), sqlite3.connect(backup)
+    src.backup(dst)
+    src.close()
+    dst.close()
     return backup
 
 
@@ -149,3 +151,27 @@ def test_a_render_that_read_the_database_first_never_writes_its_index_last(
     index = (reports / "index.html").read_text()
     assert "Run 2 (finished)" in index, index[:600]
     assert not list(reports.rglob("*.tmp"))
+
+
+def test_a_backup_taken_mid_run_keeps_no_page_of_a_result_stored_after_it(tmp_path: Path) -> None:
+    """The backup holds the newest run the site was rendered with, but not all its results: the
+    page of the last one (reached by a link in the night's mail, a bookmark) showed a verdict the
+    database no longer holds."""
+    config = toy_farm(tmp_path)
+    verify(config)
+    toy_farm(tmp_path, broken="fails")
+    verify(config, 1)  # run 2: plain and broken
+    reports = tmp_path / "reports"
+    backup = _backup(tmp_path)
+    conn = sqlite3.connect(backup)  # as it was while run 2 ran: its last result not stored yet
+    with conn:
+        (last,) = conn.execute("SELECT max(id) FROM results").fetchone()
+        conn.execute("DELETE FROM results WHERE id = ?", (last,))
+        conn.execute("UPDATE runs SET status = 'running', ended_at = NULL WHERE id = 2")
+    conn.close()  # its WAL into the file, which is what is copied
+    assert (reports / "cells" / f"{last}.html").is_file()
+    _remove_database(tmp_path)
+    shutil.copy(backup, tmp_path / "results.db")
+    done = invoke("report", "--config", str(config))
+    assert done.exit_code == 0, done.output
+    assert not (reports / "cells" / f"{last}.html").exists()

@@ -296,7 +296,7 @@ def _render(
         run = model.run
         # the folder is this database's site, or its old pages go (site_identity.py): once the run is read
         why = "is being rendered from another results database (or an older copy) than this folder's pages were"
-        take_site(out_dir, store.database_identity(), store.run_mark, lambda: mark_unrendered(out_dir, run.id, why))
+        take_site(out_dir, store.database_identity(), store, lambda: mark_unrendered(out_dir, run.id, why))
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)
