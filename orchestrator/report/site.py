@@ -16,6 +16,7 @@ farm makes HTML itself, for speed (cell_page.py: cell pages; grids.py: matrices
 and grids). Each page is written to a temporary file and renamed, so a reader never
 sees half a page (but a new cell page, which nothing links to until the pages
 written after it); pages go to disk from a writer process, in order (pagewriter.py).
+One render at a time writes a folder, and reads the database once it holds it (site_lock.py).
 
 Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
