@@ -14,6 +14,7 @@ naming a kernel source was said as the job's error, a folder as "9 names (hard l
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -102,13 +103,19 @@ def test_an_import_refused_halfway_imports_nothing(tmp_path: Path) -> None:
 
 
 def test_an_import_refused_after_a_run_was_stored_says_so_on_the_index(tmp_path: Path) -> None:
-    """The same journal twice: the first is imported as run 2 (red), the second is refused
-    (its run is there by then) and the command exits 5. The index still read run 1 green as
-    current; it says run 2 has no report now, as after an import that went through."""
+    """A journal whose run is already there, after another: the first is imported as run 2 (red),
+    the second is refused (its run is run 1) and the command exits 5. The index still read run 1
+    green as current; it says run 2 has no report now, as after an import that went through.
+    (One journal named twice is refused before anything is stored: test_redteam83.)"""
     (journal,) = _journals(tmp_path, 1)
+    (own,) = (tmp_path / "results.db.journal").glob("*.jsonl")  # run 1's, said to start after run 2's
+    lines = own.read_text().splitlines(keepends=True)
+    first = {**json.loads(lines[0]), "started_at": {"$time": "2999-01-01T00:00:00+00:00"}}
+    later = tmp_path / "later.jsonl"
+    later.write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
     index = tmp_path / "reports" / "index.html"
     assert "Run 1: 1 of 1 cells as expected" in summary_of(index)
-    done = CliRunner().invoke(main, ["import", str(journal), str(journal), "--config", str(tmp_path / "farm.yaml")])
+    done = CliRunner().invoke(main, ["import", str(journal), str(later), "--config", str(tmp_path / "farm.yaml")])
     assert done.exit_code == 5 and "as run 2" in done.output and "already in" in done.output, done.output
     assert "1 of 1 cells as expected" not in summary_of(index)
     assert "Run 2: no report" in summary_of(index), summary_of(index)

@@ -174,8 +174,20 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
     from orchestrator.store.recovery import read_journal
 
     farm = _load(config_path, database, read_only=True)
+    seen: dict[object, Path] = {}
     for path in journal_files:  # every one read before any is stored, or the database touched (its schema)
-        read_journal(path)
+        run = read_journal(path)[0][1]
+        # one run named twice (the same file, another spelling or link of it, a copy): the first was
+        # stored and the second refused, half the command done (a red-team finding); refused whole
+        file = path.stat()
+        run_key = ("run", run.get("token") or str(run.get("started_at")))  # an older farm's run: its start
+        for same, key in (("the same file as", (file.st_dev, file.st_ino)), ("the same run's journal as", run_key)):
+            if key in seen:
+                raise click.BadParameter(
+                    f"{path} is {same} {seen[key]}: one journal named twice; expected each run's journal once",
+                    param_hint="'JOURNAL...'",
+                )
+            seen[key] = path
     # one writer at a time: beside a live `farm verify` an import landed as the newest run over it
     with run_lock(farm.database_url, farm.root, wait):
         store = Store(farm.database_url)

@@ -55,7 +55,7 @@ def write_fresh(path: str, data: bytes) -> None:
 
 
 def write_page(path: str, data: bytes, compare: bool) -> None:
-    # one renderer at a time (the run lock, or a lone `farm report`), so a fixed
+    # one renderer at a time (site_lock.py: the folder's render lock), so a fixed
     # temporary name per page is enough; the rename makes each page appear whole
     # (a page's stamp is trusted only because no page is ever seen half-written).
     # An unchanged page is not rewritten: re-rendering the same database touches

@@ -16,6 +16,7 @@ farm makes HTML itself, for speed (cell_page.py: cell pages; grids.py: matrices
 and grids). Each page is written to a temporary file and renamed, so a reader never
 sees half a page (but a new cell page, which nothing links to until the pages
 written after it); pages go to disk from a writer process, in order (pagewriter.py).
+One render at a time writes a folder, and reads the database once it holds it (site_lock.py).
 
 Rendering is incremental and deterministic: a page is the same bytes whether the
 folder was empty or kept from earlier renders. A cell page shows one result and
@@ -45,7 +46,7 @@ from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageL
 
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
-from orchestrator.errors import EXIT_CONFIG, FarmError
+from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
 from orchestrator.report import grids, history
 from orchestrator.report.cell_page import Chrome, cell_body, decoded
 from orchestrator.report.escape import page_name
@@ -53,6 +54,7 @@ from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
 from orchestrator.report.site_identity import take_site
+from orchestrator.report.site_lock import LOCK_FILE, rendering
 from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
@@ -219,11 +221,15 @@ def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
         '<a href="history.html">the runs before</a>.</p>\n</body>\n</html>\n'
     )
     index = out_dir / "index.html"
-    try:
-        write_page(str(index), page.encode(), compare=False)
-    except OSError:
-        with contextlib.suppress(OSError):  # nothing more can be done for it
-            index.unlink(missing_ok=True)
+    # after a render that holds the folder (its index last, over this one, was a green of a run before)
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(OSError, LockError):  # waited too long, or no folder yet: written all the same
+            held.enter_context(rendering(out_dir))
+        try:
+            write_page(str(index), page.encode(), compare=False)
+        except OSError:
+            with contextlib.suppress(OSError):  # nothing more can be done for it
+                index.unlink(missing_ok=True)
 
 
 def render(
@@ -248,21 +254,28 @@ def render(
         made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
         # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
         out_dir.mkdir(parents=True, exist_ok=True)
-        pages = PageWriter()  # started now: it is ready by the time the first page is
         try:
-            index = _render(store, out_dir, run_id, farm, history_runs, pages, also or {})
+            with rendering(out_dir):  # the database is read once this render is the folder's only one
+                pages = PageWriter()  # started now: it is ready by the time the first page is
+                try:
+                    index = _render(store, out_dir, run_id, farm, history_runs, pages, also or {})
+                except BaseException:
+                    pages.close(check=False)  # what was handed over is written; the render's own error is the one
+                    raise
+                try:
+                    pages.close()
+                except WriteFailed as err:
+                    raise PageWriteError(err.path, err.oserror) from err
+                return index
         except BaseException:
-            pages.close(check=False)  # what was handed over is written; the render's own error is the one to see
             # the folders it made and left empty go: `--run 77 --out DIR` of no such run left an empty DIR
+            with contextlib.suppress(OSError):  # a folder this render made: no other render waits on its lock
+                if made and [entry.name for entry in os.scandir(out_dir)] == [LOCK_FILE]:
+                    (out_dir / LOCK_FILE).unlink()
             for folder in made:  # deepest first; one that holds a page stays, and so do those above it
                 with contextlib.suppress(OSError):
                     folder.rmdir()
             raise
-        try:
-            pages.close()
-        except WriteFailed as err:
-            raise PageWriteError(err.path, err.oserror) from err
-        return index
     finally:
         if collecting:
             gc.enable()
@@ -283,8 +296,8 @@ def _render(
         model = collect(store, run_id, farm, history_runs, full=False)
         run = model.run
         # the folder is this database's site, or its old pages go (site_identity.py): once the run is read
-        why = "is being rendered from another results database than this folder's pages were"
-        take_site(out_dir, store.database_identity(), lambda: mark_unrendered(out_dir, run.id, why))
+        why = "is being rendered from another results database (or an older copy) than this folder's pages were"
+        take_site(out_dir, store.database_identity(), store, lambda: mark_unrendered(out_dir, run.id, why))
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)

@@ -7,6 +7,12 @@ ids from 1 again), the old database's runs/N.html and cells/N.html stayed beside
 one's, and a page whose stamp matched was kept and linked from the new index: the old
 green page over the new verdict (a red-team finding). So the folder records the database
 (SITE_FILE), and a render from another one first takes the old site's pages away.
+
+results.db restored from an older backup of itself keeps its database_id, but not the runs made
+after the backup: their pages stayed, verdicts the database no longer holds (a red-team finding).
+So the folder records the newest run (id, token, start) and result it was rendered with too, and a
+database that does not hold them (a backup taken mid-run holds the run, not its later results) is
+another history: its site is taken afresh as well.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from orchestrator.report.pagewriter import write_page
 
@@ -32,20 +39,53 @@ def _recorded(out_dir: Path) -> str | None:
         return None
 
 
-def take_site(out_dir: Path, identity: str, mark: Callable[[], None]) -> None:
-    """Make `out_dir` the site of the database `identity` (Store.database_identity): where it
-    holds a site of another database, or of one unknown (written before this file was), its
-    index first says no report (`mark`: site.mark_unrendered's call, so a reader never opens an
-    old index linking to new pages, nor the other way round), then the old pages go, each
-    folder by a rename first (it is gone at once; its files are deleted after), and the folder
-    is recorded as this database's. A render killed on the way leaves the old record: the
-    next one takes the folder again."""
-    recorded = f"farm site of results database {identity}\n"
+class History(Protocol):
+    """What of a database's runs and results a site records (Store's)."""
+
+    def run_mark(self, run_id: int | None = None) -> str | None: ...
+    def result_mark(self, result_id: int | None = None) -> str | None: ...
+
+
+def _held(mark: str, lookup: Callable[[int], str | None]) -> bool:
+    """Whether the run or result `mark` ("run N ...", "result N of ...") is in the database as it was."""
+    number = mark.split(" ", 2)[1] if mark.count(" ") >= 1 else ""
+    return mark == "result none" or (number.isdigit() and lookup(int(number)) == mark)
+
+
+def _same_history(found: str | None, head: str, history: History) -> bool:
+    """Whether the record `found` is of this database (`head`) and its newest run and result then
+    are still here as they were. A record without them (an older farm's) cannot say: the site is
+    taken afresh, once."""
+    lines = (found or "").split("\n")
+    if len(lines) != 4 or lines[0] != head or lines[3]:
+        return False
+    run, result = (line.removeprefix("newest ") for line in lines[1:3])
+    return (
+        lines[1].startswith("newest run ")
+        and lines[2].startswith("newest result ")
+        and _held(run, history.run_mark)
+        and _held(result, history.result_mark)
+    )
+
+
+def take_site(out_dir: Path, identity: str, history: History, mark: Callable[[], None]) -> None:
+    """Make `out_dir` the site of the database `identity` (Store.database_identity) as it is now
+    (`history`: the Store, its runs and results): where it holds a site of another database, of one
+    unknown (written before this file was), or of this one's runs or results that it no longer holds
+    (restored from a backup), its index first says no report (`mark`: site.mark_unrendered's call,
+    so a reader never opens an old index linking to new pages, nor the other way round), then the
+    old pages go, each folder by a rename first (it is gone at once; its files are deleted after),
+    and the folder is recorded as this database's, with its newest run and result. A render killed
+    on the way leaves the old record: the next one takes the folder again."""
+    head = f"farm site of results database {identity}"
+    recorded = f"{head}\nnewest {history.run_mark()}\nnewest {history.result_mark() or 'result none'}\n"
     found = _recorded(out_dir)
     if found == recorded:
         return
     # a site unrecorded: its index or history page is there (a folder of that name alone is not a site)
-    if found is not None or any((out_dir / name).exists() for name in ("index.html", "history.html")):
+    if not _same_history(found, head, history) and (
+        found is not None or any((out_dir / name).exists() for name in ("index.html", "history.html"))
+    ):
         if (out_dir / "index.html").exists():
             mark()
         for name in SITE_ENTRIES:

@@ -216,6 +216,25 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
             first = session.scalars(select(Run).order_by(Run.id).limit(1)).first()
             return f"run {first.id} {first.token} {first.started_at.isoformat()}" if first is not None else ""
 
+    def run_mark(self, run_id: int | None = None) -> str | None:
+        """What tells run `run_id` (default: the newest) from another run of that id: its id, token
+        and start; None where there is none. A site records its database's newest (site_identity.py):
+        results.db restored from an older backup of itself keeps its database_id, not the later runs."""
+        with self._reading() as session:
+            query = select(Run).where(Run.id == run_id) if run_id is not None else select(Run).order_by(Run.id.desc())
+            run = session.scalars(query.limit(1)).first()
+            return f"run {run.id} {run.token} {run.started_at.isoformat()}" if run is not None else None
+
+    def result_mark(self, result_id: int | None = None) -> str | None:
+        """Result `result_id` (default: the newest) as "result ID of run N"; None where there is none.
+        A backup taken mid-run holds the site's newest run, not the results stored after it."""
+        with self._reading() as session:
+            query = select(ResultRow.id, ResultRow.run_id).order_by(ResultRow.id.desc())
+            if result_id is not None:
+                query = query.where(ResultRow.id == result_id)
+            row = session.execute(query.limit(1)).first()
+            return f"result {row[0]} of run {row[1]}" if row is not None else None
+
     # writes ------------------------------------------------------------------
     def begin_run(
         self,
