@@ -10,6 +10,13 @@
    "NODE, no GPU" for a node with a GPU, for good (no later run writes a cell there), counted in
    the fleet's standing, under a "job changed since" that read "now says CC >= 7.5 (then ): on CC
    None the kernel must now build only; this verdict held it to unknown".
+3. A SQLite URL's `?timeout=SECONDS` (README: the wait for a lock) was overridden by a fixed 30 s
+   busy_timeout on every connection: `?timeout=300`, for a nightly backup holding results.db a
+   minute, still gave up after 30 s.
+4. A run whose start could not be stored (results.db's write lock held by another program, a
+   sqlite3 shell or a backup) said only "database is locked" and "this run's records are in its
+   journal: farm import ...": that import made an aborted run of no results the site's newest, and
+   the journal, of a run the database never had, was never pruned.
 """
 
 from __future__ import annotations
@@ -86,3 +93,38 @@ def test_a_killed_runs_unfinished_cells_keep_their_card(tmp_path: Path, monkeypa
     assert (lost["device"], lost["cc"]) == ("Tesla T4", "7.5"), dict(lost)
     index = (tmp_path / "reports" / "index.html").read_text()
     assert "no GPU" not in index and "(then )" not in index and "CC None" not in index
+
+
+# ------------------------------------------------------------ 3, 4. results.db held by another program
+
+
+def verify_under_a_held_lock(tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """`farm verify` of the toy farm (`?timeout=1`, run 1 stored) while another program holds
+    results.db's write lock (a sqlite3 shell or a script mid-write, not a farm run); its seconds."""
+    config = toy_farm(tmp_path)
+    config.write_text(config.read_text().replace("sqlite:///results.db", "sqlite:///results.db?timeout=1"))
+    assert farm("verify", "--all", "--config", str(config)).returncode == 0
+    holder = sqlite3.connect(tmp_path / "results.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        done = farm("verify", "--all", "--config", str(config))
+        return done, time.monotonic() - started
+    finally:
+        holder.close()
+
+
+def test_a_sqlite_urls_timeout_is_the_wait_for_a_lock(tmp_path: Path) -> None:
+    done, waited = verify_under_a_held_lock(tmp_path)
+    assert done.returncode == 5, done.stdout + done.stderr
+    # a connection's busy_timeout of 30 s overrode it: `?timeout=300` (README) gave up after 30 s
+    assert waited < 20, f"waited {waited:.0f} s for a lock under ?timeout=1"
+
+
+def test_a_run_never_stored_leaves_no_journal_to_import(tmp_path: Path) -> None:
+    done, _ = verify_under_a_held_lock(tmp_path)
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "farm import" not in done.stderr, done.stderr  # its run was never stored: nothing to rebuild
+    assert "another program" in done.stderr and "nothing of this run was stored" in done.stderr, done.stderr
+    assert [r["id"] for r in rows(tmp_path / "results.db", "SELECT id FROM runs")] == [1]
+    assert len(list((tmp_path / "results.db.journal").glob("*.jsonl"))) == 1, "run 1's journal alone"

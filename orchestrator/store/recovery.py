@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -10,11 +11,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.engine import first_line
 from orchestrator.store.queries import CHUNK
 from orchestrator.store.result_rows import (
     ATTEMPT_NULLABLE,
@@ -224,6 +227,38 @@ class Recovery:
                 aborted.append((run.id, len(missing)))
             session.commit()
         return aborted
+
+    def not_begun(self, err: StoreError, token: str | None) -> StoreError:
+        """A run whose start could not be stored. Where the database shows it is not there, its
+        journal holds nothing to rebuild and goes: the error said `farm import` it, which made an
+        aborted run of no results over the night's standing. A SQLite lock another program holds
+        is said so (a red-team finding: "database is locked" alone, after 30 s)."""
+        cause = err.__cause__
+        if not isinstance(cause, SQLAlchemyError | OSError):  # the file deleted or replaced: its journal is all
+            return err
+        said = first_line(cause, self.url)
+        try:
+            with self._reading() as session:
+                there = session.scalar(select(Run.id).where(Run.token == token)) if token else None
+        except StoreError:
+            return err  # cannot tell: its journal stays, and the error says to import it
+        if there is not None:
+            return err
+        if self.journal is not None:
+            with contextlib.suppress(StoreError, OSError):
+                self.journal.close()
+                self.journal.path.unlink(missing_ok=True)
+            self.journal = None
+        if "database is locked" in said:
+            said += (
+                "; another program holds a write lock on it (a sqlite3 shell, a backup or a script mid-write: "
+                "farm runs queue on its .lock file instead): let it finish, or wait longer with ?timeout=SECONDS "
+                "in the database URL"
+            )
+        return StoreError(
+            f"the results database {self.redacted_url} could not store this run's start: {said}; "
+            "nothing of this run was stored"
+        )
 
     def journaled_runs(self, tokens: Sequence[str]) -> dict[str, JournaledRun]:
         """token -> the run of that token and how many of each journaled row it
