@@ -48,9 +48,9 @@ class Evidence:
     infra_unreachable: bool = False  # the node could not be reached at all (InfraError.unreachable)
     build_exit: int | None = None
     build_no_binary: bool = False  # the build exited 0 but wrote no binary where the job says it does
-    # it ran confined and its log says a write was refused: a build writing outside its folder
-    build_denied: bool = False
+    build_denied: bool = False  # it ran confined and its log says a write was refused (outside its folder)
     inspect_exit: int | None = None
+    inspect_err: str = ""  # a failed inspect's first words on stderr, as its reason's end (`: "..."`), or ""
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
     run_exit: int | None = None
     run_timed_out: bool = False
@@ -105,10 +105,8 @@ class Evidence:
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
     build_unsupported: str = ""  # the target its nvcc cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)
-    # why the node's driver cannot load the CUDA code its nvcc built (blame.driver_shortfall), else ""
-    driver_short: str = ""
-    # the binary's code of which none loads on the card (code path `no-code`: "cubins sm_90a; PTX none")
-    no_code: str = ""
+    driver_short: str = ""  # why the node's driver cannot load the CUDA its nvcc built (blame.driver_shortfall)
+    no_code: str = ""  # the binary's code of which none loads on the card (`no-code`: "cubins sm_90a; PTX none")
     jit_failed: str = ""  # why the node's nvcc could not compile the PTX the card runs (run/node/jit.py)
     counted_in: str = ""  # which of the binary's code `instructions:` were counted in (machine_code.py)
     ptx_uncounted: str = ""  # PTX names with no PTX to count them in, and why (machine_code.Counted.uncounted)
@@ -200,7 +198,9 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "cuobjdump (or the job's inspect command), not the kernel's machine code",
         )
     if ev.inspect_exit != 0:
-        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"the disassembler {exit_words(ev.inspect_exit)}")
+        return Verdict(
+            Outcome.INSPECT_FAIL, "inspect", f"the disassembler {exit_words(ev.inspect_exit)}{ev.inspect_err}"
+        )
     if ev.missing_instructions:
         missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
         where = f" ({ev.counted_in})" if ev.counted_in else ""

@@ -149,7 +149,8 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
         then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
         if r.build_command and not same_build(spec.build, r.build_command, len(job.spec.sources)):
             found[key] = f"{name} now builds {variant} with `{spec.build}`: this verdict is of another build"
-        elif then is not None and then != must.value:
+        # `then` not a contract's word: a row with no expectation (a killed run's not-run) judges nothing
+        elif then in _MUST and then != must.value:
             found[key] = (
                 f"{name} now says {contract} (then {r.contract}): on CC {r.cc} the kernel must now "
                 f"{_MUST[must.value]}; this verdict held it to {_MUST.get(then, then)}"

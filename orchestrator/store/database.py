@@ -253,25 +253,28 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         if self.journal is not None:
             self.journal.write_many(records)
         run_fields = {"started_at": started, "status": "running", **fields}
-        with self._writing_rows() as connection:
-            connection.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # with its first run: database_identity
-            run_id = connection.execute(Run.__table__.insert(), stored(Run.__table__, run_fields)).inserted_primary_key[
-                0
-            ]
-            rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
-            if rows:
-                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
-            new = {sha: (path, content) for sha, path, content in sources}
-            if new:
-                have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
-                for sha in list(have):
-                    del new[sha]
-            if new:
-                kept = [
-                    {"sha256": sha, "path": path, "content": content, "first_seen": started}
-                    for sha, (path, content) in new.items()
-                ]
-                connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
+        try:
+            with self._writing_rows() as connection:
+                connection.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # with its first run: database_identity
+                run_id = connection.execute(
+                    Run.__table__.insert(), stored(Run.__table__, run_fields)
+                ).inserted_primary_key[0]
+                rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
+                if rows:
+                    connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
+                new = {sha: (path, content) for sha, path, content in sources}
+                if new:
+                    have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
+                    for sha in list(have):
+                        del new[sha]
+                if new:
+                    kept = [
+                        {"sha256": sha, "path": path, "content": content, "first_seen": started}
+                        for sha, (path, content) in new.items()
+                    ]
+                    connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
+        except StoreError as err:
+            raise self.not_begun(err, fields.get("token")) from err
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:

@@ -1,7 +1,7 @@
 """Opening a results database: its engine with each backend's settings, its schema
 brought to this farm's (Alembic), and its URL's secrets kept out of every message.
 
-SQLite runs in WAL mode with a 30 s busy timeout; PostgreSQL sessions run in UTC,
+SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC,
 connect with a 10 s timeout and check a pooled connection before use. A new
 database gets the farm's schema at once; one an earlier farm wrote is upgraded in
 place (by `farm verify` only); one a newer farm wrote is refused.
@@ -33,9 +33,9 @@ CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
 MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def _sqlite_pragmas(dbapi_connection, _record, busy_ms: int = 30000) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout=30000")  # first: the pragmas below may wait for a lock
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")  # first: the pragmas below may wait for a lock
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
@@ -100,7 +100,11 @@ def open_engine(url: str) -> Engine:
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         engine = create_engine(url)
-        event.listen(engine, "connect", _sqlite_pragmas)
+        # the URL's `timeout` (seconds; README: `?timeout=30`) is the wait for a lock: a fixed 30 s
+        # here overrode the driver's, so `?timeout=300` gave up after 30 s (red-team 85)
+        wait = make_url(url).query.get("timeout")
+        busy_ms = min(round(float(wait) * 1000), 2**31 - 1) if isinstance(wait, str) else 30000  # checked: finite
+        event.listen(engine, "connect", functools.partial(_sqlite_pragmas, busy_ms=busy_ms))
         return engine
     connect_args: dict[str, Any] = {}
     if backend == "postgresql":

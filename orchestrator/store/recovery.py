@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Sequence
@@ -10,10 +11,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.engine import first_line
 from orchestrator.store.queries import CHUNK
 from orchestrator.store.result_rows import (
     ATTEMPT_NULLABLE,
@@ -147,13 +151,30 @@ def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, st
     return [p for p, key in zip(planned, keys, strict=True) if key in missing]
 
 
-def _not_run_row(run_id: int, cell: PlannedCell, now: datetime, reason: str) -> ResultRow:
+def _cards(session: Session, run_id: int) -> dict[str, NodeSnapshotRow]:
+    """node -> the run's latest probe of it, where it found a GPU of one model: the card its
+    cells planned before the probe (device "") ran on, and the column their not-run rows belong in
+    (with no card, a SIGKILLed run's rows made a column "NODE, no GPU" of their own, for good)."""
+    found: dict[str, NodeSnapshotRow] = {}
+    for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)):
+        models = {str(gpu.get("name")) for gpu in snap.gpus or [] if isinstance(gpu, dict)}
+        if snap.gpu_name and models <= {snap.gpu_name} and (snap.node not in found or found[snap.node].id < snap.id):
+            found[snap.node] = snap
+    return found
+
+
+def _not_run_row(
+    run_id: int, cell: PlannedCell, now: datetime, reason: str, cards: dict[str, NodeSnapshotRow]
+) -> ResultRow:
+    card = cards.get(cell.node) if not cell.device else None
     return ResultRow(
         run_id=run_id,
         kernel=cell.kernel,
         variant=cell.variant,
         node=cell.node,
-        device=cell.device,
+        device=card.gpu_name if card is not None else cell.device,
+        cc=card.cc if card is not None else None,
+        real_gpu=card.real_gpu if card is not None else False,
         contract="",
         expected="unknown",
         contract_expected="unknown",
@@ -197,20 +218,47 @@ class Recovery:
                 done = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
                 planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
                 missing = _never_finished(planned, done)
+                cards = _cards(session, run.id)
                 for cell in missing:
-                    session.add(
-                        _not_run_row(
-                            run.id,
-                            cell,
-                            now,
-                            "the farm was stopped before this cell finished (found at the next start)",
-                        )
-                    )
+                    why = "the farm was stopped before this cell finished (found at the next start)"
+                    session.add(_not_run_row(run.id, cell, now, why, cards))
                 run.status = "aborted"
                 run.ended_at = run.ended_at or now
                 aborted.append((run.id, len(missing)))
             session.commit()
         return aborted
+
+    def not_begun(self, err: StoreError, token: str | None) -> StoreError:
+        """A run whose start could not be stored. Where the database shows it is not there, its
+        journal holds nothing to rebuild and goes: the error said `farm import` it, which made an
+        aborted run of no results over the night's standing. A SQLite lock another program holds
+        is said so (a red-team finding: "database is locked" alone, after 30 s)."""
+        cause = err.__cause__
+        if not isinstance(cause, SQLAlchemyError | OSError):  # the file deleted or replaced: its journal is all
+            return err
+        said = first_line(cause, self.url)
+        try:
+            with self._reading() as session:
+                there = session.scalar(select(Run.id).where(Run.token == token)) if token else None
+        except StoreError:
+            return err  # cannot tell: its journal stays, and the error says to import it
+        if there is not None:
+            return err
+        if self.journal is not None:
+            with contextlib.suppress(StoreError, OSError):
+                self.journal.close()
+                self.journal.path.unlink(missing_ok=True)
+            self.journal = None
+        if "database is locked" in said:
+            said += (
+                "; another program holds a write lock on it (a sqlite3 shell, a backup or a script mid-write: "
+                "farm runs queue on its .lock file instead): let it finish, or wait longer with ?timeout=SECONDS "
+                "in the database URL"
+            )
+        return StoreError(
+            f"the results database {self.redacted_url} could not store this run's start: {said}; "
+            "nothing of this run was stored"
+        )
 
     def journaled_runs(self, tokens: Sequence[str]) -> dict[str, JournaledRun]:
         """token -> the run of that token and how many of each journaled row it
@@ -298,12 +346,11 @@ class Recovery:
                 elif kind == "source" and session.get(SourceFile, fields["sha256"]) is None:
                     session.add(SourceFile(first_seen=run.started_at, **fields))
             # what the run planned but never finished: not-run, as abort_unfinished_runs records it
+            session.flush()
+            cards = _cards(session, run.id)
             for cell in _never_finished(planned, done):
-                session.add(
-                    _not_run_row(
-                        run.id, cell, run.ended_at, "the run stopped before this cell finished (from its journal)"
-                    )
-                )
+                why = "the run stopped before this cell finished (from its journal)"
+                session.add(_not_run_row(run.id, cell, run.ended_at, why, cards))
             session.commit()
             return run.id, run.status, results
 

@@ -25,9 +25,18 @@ INSPECT_TIMEOUT = 300.0
 # went out again and again (found by a red-team helper; the runner's is noderunner.LIST_TIMEOUT)
 LIST_TIMEOUT = 30
 SASS_LIMIT = 256 << 20  # bytes of disassembly read back for counting
+SAID_LIMIT = 4096  # bytes of the disassembler's stderr read back, for a failed inspect's reason
 # the node's compile of the PTX a card JITs (node/jit.py): per tool it starts (the PTX cut out,
 # each module's nvcc, each cubin's dump); three for the trip's budget
 JIT_LIMIT = 120
+
+
+def first_words(said: bytes) -> str:
+    """The first non-empty line the disassembler printed on stderr, bounded, as a failed inspect's
+    reason ends (`: "..."`; "" for none): its error comes first (objdump's usage, printed after it,
+    ends with where to report bugs)."""
+    line = next((s for s in said.decode("utf-8", "replace").splitlines() if s.strip()), "").strip()
+    return f': "{line if len(line) <= 300 else line[:299] + "…"}"' if line else ""
 
 
 @functools.lru_cache(maxsize=512)  # a variant's text, read again for each of its cells
@@ -123,8 +132,10 @@ class InspectStage(CellStages):
                 f"{lists}{tool_check}exit 0"
             )
 
-        dump, jit_sass = bytearray(), bytearray()
+        dump, jit_sass, said = bytearray(), bytearray(), bytearray()
         files = [("dump", f"{self.paths.run_dir}/inspect.txt", SASS_LIMIT, dump.extend)]
+        # what the disassembler printed on stderr: a failed inspect's reason ("does not contain device code")
+        files.append(("inspect-err", f"{self.paths.run_dir}/inspect.err", SAID_LIMIT, said.extend))
         if jit is not None:
             files.append(("jit", f"{jit['folder']}/sass.txt", SASS_LIMIT, jit_sass.extend))
         return Trip(
@@ -132,7 +143,7 @@ class InspectStage(CellStages):
             script,
             INSPECT_TIMEOUT + 2 * (LIST_TIMEOUT + KILL_GRACE) + CHANNEL_MARGIN + (3 * JIT_LIMIT if jit else 0),
             files,
-            state=(dump, jit_sass if jit is not None else None),
+            state=(dump, jit_sass if jit is not None else None, said),
             # a compile-only cell ends here: its folder goes in the same round trip
             clean_up=self.result.expectation.outcome.value == "compile-only",
             spec={
@@ -176,8 +187,8 @@ class InspectStage(CellStages):
         exp = self.result.expectation
         return bool(cuda and self.variant.instructions and exp.cc is not None and exp.outcome is Outcome.PASS)
 
-    def _inspected(self, text: str, state: tuple[bytearray, bytearray | None]) -> str:
-        dump, jit_sass = state
+    def _inspected(self, text: str, state: tuple[bytearray, bytearray | None, bytearray]) -> str:
+        dump, jit_sass, said = state
         ev = self.result.evidence
         kit = self.paths.toolchain
         cuda = reads_cuda(self.variant.inspect)
@@ -220,6 +231,7 @@ class InspectStage(CellStages):
             cc = self.result.expectation.cc
             self.result.code_path = code_path_for(cc, self.result.elf_targets, self.result.ptx_targets)
         if ev.inspect_exit != 0:
+            ev.inspect_err = first_words(bytes(said))
             return "failed"
         text_said = text
         text, names = dump.decode("utf-8", "replace"), list(self.variant.instructions)
