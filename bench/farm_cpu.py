@@ -110,7 +110,7 @@ print(json.dumps({
 """
 
 
-def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
+def write_farm(root: Path, nodes: list, jobs: int, runner: str, processes: int = 1) -> Path:
     import yaml
 
     (root / "jobs").mkdir(parents=True)
@@ -142,7 +142,7 @@ def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
         "database": "sqlite:///results.db",
         "reports": "reports",
         "jobs": "jobs",
-        "processes": 1,
+        "processes": processes,
         "nodes": {n.name: n.farm_entry(root / f"work-{n.name}", build_jobs=2, nvcc=nvcc, runner=runner) for n in nodes},
     }
     path = root / "farm.yaml"
@@ -150,10 +150,10 @@ def write_farm(root: Path, nodes: list, jobs: int, runner: str) -> Path:
     return path
 
 
-def one_run(tree: Path, root: Path, nodes: list, jobs: int, runner: str, profile: int) -> dict:
+def one_run(tree: Path, root: Path, nodes: list, jobs: int, runner: str, profile: int, processes: int = 1) -> dict:
     if root.exists():
         shutil.rmtree(root)
-    farm_file = write_farm(root, nodes, jobs, runner)
+    farm_file = write_farm(root, nodes, jobs, runner, processes)
     # the tree goes first on the child's path (CHILD); PYTHONPATH stays for the farm's packages
     env = dict(os.environ, XDG_CACHE_HOME=str(root / "cache"))
     out = subprocess.run(
@@ -177,6 +177,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=24, help="cells (variants) per node")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each tree, alternating")
     ap.add_argument("--runner", choices=["auto", "cell", "shell"], default="auto")
+    ap.add_argument("--processes", type=int, default=1, help="farm.yaml's worker processes (1: none)")
     ap.add_argument("--profile", type=int, default=0, help="print this many costliest functions (first tree, one run)")
     args = ap.parse_args()
     sys.path[:0] = [str(REPO / "tests")]
@@ -193,12 +194,12 @@ def main() -> int:
             node.start()
         nodes = list(fleet.nodes.values())
         if args.profile:
-            one_run(trees[0], tmp / "farm-profile", nodes, args.jobs, args.runner, args.profile)
+            one_run(trees[0], tmp / "farm-profile", nodes, args.jobs, args.runner, args.profile, args.processes)
             return 0
         seen: dict[Path, list[dict]] = {t: [] for t in trees}
         for _ in range(args.repeat):
             for tree in trees:
-                seen[tree].append(one_run(tree, tmp / "farm", nodes, args.jobs, args.runner, 0))
+                seen[tree].append(one_run(tree, tmp / "farm", nodes, args.jobs, args.runner, 0, args.processes))
         print(
             f"{args.nodes} nodes x {args.jobs} cells, runner {args.runner}, {args.repeat} runs of each tree, "
             f"alternating; {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"

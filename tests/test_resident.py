@@ -302,3 +302,29 @@ def test_a_local_process_says_its_stderr_after_it_was_closed() -> None:
         time.sleep(0.5)
         process.close()
         assert process.stderr().strip() == "gone"
+
+
+def test_the_runner_is_compiled_once_however_many_nodes_start_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node's thread asks for the compiled runner as it starts: unguarded, 3-5 of them
+    compiled it at once (26 ms each), per worker process too."""
+    calls: list[int] = []
+
+    def slow_compile(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        time.sleep(0.05)  # the race's window, made certain
+        return compile(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(resident, "compile", slow_compile, raising=False)
+    source = f"x = 1  # {time.monotonic_ns()}\n".encode()
+    start = threading.Barrier(8)
+
+    def node() -> None:
+        start.wait()
+        assert marshal.loads(resident.compiled(source)) is not None
+
+    threads = [threading.Thread(target=node) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
