@@ -5,11 +5,14 @@ that read the database first could write its index last, a finished run shown as
 the newer render's (a red-team finding), and its `.farm-site` record over the other's. A render,
 and every index.html that says "no report" (site.mark_unrendered), holds a lock in the folder
 (LOCK_FILE, taken with filelock: the OS releases it when the process dies), and reads the
-database only once it holds it: the render that writes last read last.
+database only once it holds it: the render that writes last read last. A folder whose filesystem
+has no file locks (NFS without its lock daemon, GlusterFS, some FUSE mounts) is rendered unlocked,
+as before the lock: every render there failed at it (a review finding).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -24,6 +27,8 @@ LOCK_FILE = ".farm-render.lock"
 WAIT = 900.0  # seconds a render waits for another to finish (a cold render of a big site takes minutes)
 _LOCKS: dict[str, FileLock] = {}  # folder -> its lock: one object per folder, so a thread may take it again
 _GUARD = threading.Lock()
+# flock's errors where the filesystem has no locks (filelock falls back to a soft lock for ENOSYS alone)
+NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 
 
 def _lock(out_dir: Path) -> FileLock:
@@ -39,16 +44,24 @@ def _lock(out_dir: Path) -> FileLock:
 def rendering(out_dir: Path, wait: float = WAIT) -> Iterator[None]:
     """Holds `out_dir`'s render lock (taken again by the thread holding it: at once). LockError
     after `wait` seconds, naming the lock; OSError where it cannot be made (a read-only folder:
-    its pages could not be written either)."""
+    its pages could not be written either); none at all where its filesystem has no locks."""
     lock = _lock(out_dir)
     try:
         lock.acquire(timeout=wait)
+        locked = True
     except Timeout:
         raise LockError(
             f"another render of {out_dir} holds {lock.lock_file}; waited {wait:.0f} s. Let it finish, "
             "then run `farm report` again"
         ) from None
+    except NotImplementedError:  # filelock 3's word for a filesystem without flock (ENOSYS)
+        locked = False
+    except OSError as err:
+        if err.errno not in NO_LOCKS:
+            raise
+        locked = False  # no lock to be had on this filesystem: rendered as before the lock
     try:
         yield
     finally:
-        lock.release()
+        if locked:
+            lock.release()

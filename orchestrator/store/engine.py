@@ -30,6 +30,7 @@ from orchestrator.store.tables import Base, Meta
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
 CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
+BUSY_MAX_MS = 2**31 - 1  # SQLite's busy_timeout is a C int of milliseconds (about 24.8 days)
 MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
 
 
@@ -103,7 +104,8 @@ def open_engine(url: str) -> Engine:
         # the URL's `timeout` (seconds; README: `?timeout=30`) is the wait for a lock: a fixed 30 s
         # here overrode the driver's, so `?timeout=300` gave up after 30 s (red-team 85)
         wait = make_url(url).query.get("timeout")
-        busy_ms = min(round(float(wait) * 1000), 2**31 - 1) if isinstance(wait, str) else 30000  # checked: finite
+        # checked finite and >= 0 at load; capped before the product: `?timeout=1e307` overflowed it
+        busy_ms = round(min(float(wait), BUSY_MAX_MS / 1000) * 1000) if isinstance(wait, str) else 30000
         event.listen(engine, "connect", functools.partial(_sqlite_pragmas, busy_ms=busy_ms))
         return engine
     connect_args: dict[str, Any] = {}
