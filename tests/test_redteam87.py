@@ -6,6 +6,11 @@
    not-run, storing its own run, releasing the lock) went unnoticed: the first run went on
    writing into a run the database had closed as aborted, and ended it "finished", green over
    the other host's not-run rows, the lock's purpose defeated in silence.
+2. A Slurm job whose record could not be read (squeue timing out on a busy slurmctld, a short
+   MinJobAge, no accounting): every srun or slurmstepd line naming a cancellation made it infra,
+   the command's own srun's step too. A run launching its kernel with `srun` under its own
+   `timeout` (a hung kernel, the command's verdict) read as Slurm's doing, where the same job with
+   its record read is the command's result (round 64): only the farm's step 0, or the job, counts.
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ import os
 from pathlib import Path
 
 import pytest
+import test_slurm
+from slurm import SlurmCluster
 from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.pool import NullPool
 from test_redteam50 import farm_on
+from test_slurm import transport
 from test_store_backends import (  # noqa: F401 (fixtures)
     postgres_admin,
     postgres_url,
 )
 
+from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import StoreError
 from orchestrator.store import lock
 from orchestrator.store.database import Store
@@ -29,7 +38,9 @@ from orchestrator.store.location import server_identity
 from orchestrator.store.lock import run_lock
 from orchestrator.store.records import AttemptRecord
 from orchestrator.store.tables import Run
+from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmTransport
 
+cluster = test_slurm.cluster  # a Slurm cluster of this module's own, started as test_slurm starts its own
 RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all"}
 
 
@@ -81,3 +92,46 @@ def test_a_run_whose_lock_another_farm_took_and_released_meanwhile_stops_writing
                 assert db.scalar(select(Run.status).where(Run.id == mine)) == "aborted"
         finally:
             store.close()
+
+
+def test_the_commands_own_srun_step_cancelled_stays_its_result_without_slurms_record(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """squeue and sacct not answering (a busy slurmctld, no accounting): the job's record unread."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in ("squeue", "sacct"):
+        fake = folder / tool
+        said = "slurm_load_jobs error: Socket timed out on send/recv operation"
+        fake.write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+        fake.chmod(0o755)
+    env = {"SLURM_CONF": str(cluster.conf), "PATH": f"{folder}:{os.environ['PATH']}"}
+    with transport(cluster, "t4", env=env) as t:
+        result = t.run("timeout 3 srun sleep 30; echo rc=$?", timeout=60)
+        assert t.last_job is not None and t.last_job.state is None, t.last_job  # Slurm's record unread
+        assert any(".1 ON" in m and "CANCELLED" in m for m in t.last_job.messages), t.last_job.messages
+        assert (result.exit_code, result.stdout) == (0, "rc=124\n"), result
+
+
+def test_without_slurms_record_the_farms_step_and_the_job_still_count() -> None:
+    """Only the command's own steps (N.1, N.2...) are left out: Slurm's words on step 0, on the job, on
+    another job's step or on none named still make the job infra."""
+    t = SlurmTransport("x", NodeSpec(transport="slurm", partition="p"))
+    stamp = "2026-12-06T00:14:18"
+    own = f"slurmstepd-n1: error: *** STEP 12.1 ON n1 CANCELLED AT {stamp} ***"
+    for said in (
+        f"slurmstepd-n1: error: *** STEP 12.0 ON n1 CANCELLED AT {stamp} ***",
+        f"slurmstepd-n1: error: *** JOB 12 ON n1 CANCELLED AT {stamp} DUE TO PREEMPTION ***",
+        f"slurmstepd-n1: error: *** STEP 12.extern ON n1 CANCELLED AT {stamp} ***",
+        f"slurmstepd-n1: error: *** STEP 120.1 ON n1 CANCELLED AT {stamp} ***",
+        "srun: error: Node failure on n1",
+    ):
+        job = SlurmJob(name="farm-x-1", job_id="12", compute_node="n1", started=True)
+        job.messages = [own, said]
+        t.pinned = None
+        with pytest.raises(SlurmJobError, match="ended abnormally"):
+            t._judge(job, 0, 1.0)
+    job = SlurmJob(name="farm-x-2", job_id="12", compute_node="n1", started=True)
+    job.messages = [own, "srun: error: n1: task 0: Exited with exit code 124"]
+    t.pinned = None
+    t._judge(job, 0, 1.0)  # the command's own step: its result
