@@ -11,6 +11,11 @@
    the command's own srun's step too. A run launching its kernel with `srun` under its own
    `timeout` (a hung kernel, the command's verdict) read as Slurm's doing, where the same job with
    its record read is the command's result (round 64): only the farm's step 0, or the job, counts.
+3. A result whose commit the server refused (a statement timeout behind another session's lock, a
+   restart) stopped the run "this run's records are in its journal: farm import JOURNAL"; that
+   import was refused ("its run is already in the database"), and the next start recorded the
+   cell not-run: the journal's verdict lost, the farm's own remedy refusing it. An import now
+   completes a run the database holds with the journal's results it lacks.
 """
 
 from __future__ import annotations
@@ -28,16 +33,18 @@ from test_slurm import transport
 from test_store_backends import (  # noqa: F401 (fixtures)
     postgres_admin,
     postgres_url,
+    result_record,
 )
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import StoreError
 from orchestrator.store import lock
 from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal
 from orchestrator.store.location import server_identity
 from orchestrator.store.lock import run_lock
 from orchestrator.store.records import AttemptRecord
-from orchestrator.store.tables import Run
+from orchestrator.store.tables import ResultRow, Run
 from orchestrator.transport.slurm import SlurmJob, SlurmJobError, SlurmTransport
 
 cluster = test_slurm.cluster  # a Slurm cluster of this module's own, started as test_slurm starts its own
@@ -135,3 +142,38 @@ def test_without_slurms_record_the_farms_step_and_the_job_still_count() -> None:
     job.messages = [own, "srun: error: n1: task 0: Exited with exit code 124"]
     t.pinned = None
     t._judge(job, 0, 1.0)  # the command's own step: its result
+
+
+def test_a_result_whose_commit_the_server_refused_is_imported_into_its_run(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811
+) -> None:
+    url = f"{postgres_url}?options=-c%20statement_timeout%3D500"  # the site's statement timeout: 0.5 s
+    store = Store(url)
+    store.journal = Journal(tmp_path / "journal", "cc")
+    run_id = store.begin_run(
+        planned=[("k", "v1", "n", ""), ("k", "v2", "n", "")], host="a", config_file="farm.yaml", token="cc", **RUN
+    )
+    store.add_result(result_record(run_id, None, 1))
+    other = create_engine(postgres_url, poolclass=NullPool)
+    try:
+        with other.connect() as dba:  # a DBA's maintenance holds the results table past the timeout
+            dba.execute(text("LOCK TABLE results IN ACCESS EXCLUSIVE MODE"))
+            with pytest.raises(StoreError, match="farm import"):
+                store.add_result(result_record(run_id, None, 2))  # the cell's verdict: journaled, not stored
+            dba.rollback()
+    finally:
+        other.dispose()
+    store.journal.close()
+    store.close()
+    after = Store(postgres_url)  # the next start, then the import the error said to run
+    try:
+        assert after.abort_unfinished_runs() == [(run_id, 1)]
+        assert after.import_journal(tmp_path / "journal" / "cc.jsonl")[0] == run_id
+        with after.engine.connect() as db:
+            rows = db.execute(select(ResultRow.variant, ResultRow.outcome).where(ResultRow.run_id == run_id)).all()
+        assert sorted(rows) == [("v1", "pass"), ("v2", "pass")], rows
+        with pytest.raises(StoreError, match="already in"):  # nothing more to take from it
+            after.import_journal(tmp_path / "journal" / "cc.jsonl")
+    finally:
+        after.close()
