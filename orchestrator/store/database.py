@@ -71,6 +71,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
         self._snapshot_refs: dict[int, int] = {}
+        self._run_id: int | None = None  # the run this store writes, once begun (lock.check_held)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -121,7 +122,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
         if self._file is None:  # a server database: the run lock this process holds, still held
-            check_held(self.url)
+            check_held(self.url, self._run_id)
             return
         if self._identity is None:
             return
@@ -275,6 +276,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
         except StoreError as err:
             raise self.not_begun(err, fields.get("token")) from err
+        self._run_id = run_id
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:

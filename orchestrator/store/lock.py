@@ -82,12 +82,13 @@ CHECK_EVERY = 1.0  # seconds between two checks that a held advisory lock's sess
 _HELD: dict[str, DatabaseLock] = {}  # server database (location.server_identity) -> its lock held here
 
 
-def check_held(url: str) -> None:
+def check_held(url: str, run_id: int | None = None) -> None:
     """Before a write: where this process holds `url`'s advisory lock, that its session still
-    holds it (see DatabaseLock.check); nothing else to check for SQLite or an unheld lock."""
+    holds it (see DatabaseLock.check), `run_id` the run this process writes (None before its
+    start); nothing else to check for SQLite or an unheld lock."""
     held = _HELD.get(server_identity(url))
     if held is not None:
-        held.check()
+        held.check(run_id)
 
 
 class DatabaseLock:
@@ -104,13 +105,15 @@ class DatabaseLock:
         self._engine = None
         self._checked = 0.0
         self._checking = threading.Lock()  # a run's writes come from several threads
+        self._lost: str | None = None  # why this run may no longer write, once found: it stays so
 
-    def check(self) -> None:
+    def check(self, run_id: int | None = None) -> None:
         """The server ends the lock's idle session (idle_session_timeout, pg_terminate_backend,
         a restart) without a word, and the lock with it: a second farm host then took it and
         wrote beside the run (a red-team finding). At most every CHECK_EVERY seconds, a round
         trip on the session; ended, the lock is taken again on a new one, or, another farm
-        holding it, the run's writes stop (StoreError)."""
+        holding it, the run's writes stop (StoreError), as they do where another farm took the
+        free lock and wrote meanwhile (see _written_meanwhile)."""
         import time
 
         from sqlalchemy import text
@@ -120,6 +123,8 @@ class DatabaseLock:
         from orchestrator.store.engine import redact_url
 
         with self._checking:
+            if self._lost is not None:
+                raise StoreError(self._lost)
             if self._engine is None or time.monotonic() - self._checked < CHECK_EVERY:
                 return
             try:
@@ -136,14 +141,45 @@ class DatabaseLock:
                 self._connection = self._engine.connect()
                 taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
                 self._connection.commit()
+                written = self._written_meanwhile(run_id) if taken else None
             except SQLAlchemyError:
-                taken = False
+                taken, written = False, None
             if not taken:
                 raise StoreError(
                     f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "
                     "farm run may hold it now: this run stops writing"
                 )
+            if written is not None:
+                self._lost = (
+                    f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "
+                    f"farm wrote the database before this run took it again ({written}): this run stops writing"
+                )
+                raise StoreError(self._lost)
             self._checked = time.monotonic()
+
+    def _written_meanwhile(self, run_id: int | None) -> str | None:
+        """What another farm wrote while the lock was free, read on the lock's new session: a newer
+        schema, a run after this one, this run no longer running (another farm's start marks it
+        aborted, its cells not-run). Taken again without a look, the run wrote on into a run the
+        database had closed and ended it finished (a red-team finding)."""
+        from sqlalchemy import text
+
+        from orchestrator.store.engine import _scripts
+
+        assert self._connection is not None
+        try:
+            schema = self._connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            newest = self._connection.execute(text("SELECT max(id) FROM runs")).scalar()
+            status = self._connection.execute(text("SELECT status FROM runs WHERE id = :i"), {"i": run_id}).scalar()
+        finally:
+            self._connection.rollback()
+        if schema != _scripts().get_current_head():
+            return f"its schema is now revision {schema}"
+        if run_id is not None and newest != run_id:
+            return f"run {newest} is newer than this run {run_id}"
+        if run_id is not None and status != "running":
+            return f"it marked this run {run_id} {status or 'gone'}"
+        return None
 
     def __enter__(self) -> DatabaseLock:
         import time

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
 from orchestrator.store.queries import CHUNK
 from orchestrator.store.result_rows import (
@@ -281,7 +282,8 @@ class Recovery:
 
     def import_journal(self, path: Path) -> tuple[int, str, int]:
         """Rebuild a run from its journal (journal.py) as a new run of this database.
-        Returns (run id, status, results). A run already here is refused, and so is
+        Returns (run id, status, results). A run already here is refused, but for the results it
+        lacks (a commit that failed: completing.py), which are added to it; and so is
         one that started before the newest run here: every standing query takes the
         highest id as the newest, so an older run imported later would pass for it."""
         records = read_journal(path)
@@ -289,6 +291,10 @@ class Recovery:
         token = run_fields.get("token")
         with self._guard("importing"), self._write_lock, self.session() as session:
             if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
+                # a run whose commit failed: its journal's results the database lacks (completing.py)
+                if added := complete_run(session, found, records):
+                    session.commit()
+                    return found, session.scalars(select(Run.status).where(Run.id == found)).one(), added
                 raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}")
             newest = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
             started = run_fields.get("started_at")

@@ -64,6 +64,7 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     SlurmTimeLimit,
     _error_for,
     ended_by_slurm,
+    of_commands_steps,
     read_records,
     slurms_kill,
     within_time_limit,
@@ -350,7 +351,7 @@ class SlurmTransport(Transport):
             )
         if job.state is None:
             # Slurm no longer knows the job (a short MinJobAge, no accounting): only srun's word is left.
-            trouble = [m for m in job.messages if _SLURM_TROUBLE.search(m)]
+            trouble = [m for m in job.messages if _SLURM_TROUBLE.search(m) and not of_commands_steps(job, m)]
             if trouble:
                 raise SlurmJobError(
                     f"node {self.name!r}: {ident}{where} ended abnormally (Slurm keeps no record of it): "

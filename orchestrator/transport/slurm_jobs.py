@@ -107,6 +107,18 @@ def ended_by_slurm(job: SlurmJob) -> str | None:
     return None
 
 
+# the steps and jobs Slurm's lines name: "STEP 12.1", "StepId=12.1", "step 12.1", "JOB 12"
+_NAMED = re.compile(r"(?:STEP |StepId=|[Ss]tep )(\d+)\.(\w+)|JOB (\d+)")
+
+
+def of_commands_steps(job: SlurmJob, message: str) -> bool:
+    """Whether Slurm's line names only steps the command started itself (its own srun: step 1, 2...
+    of the farm's job), its business, never the farm's step 0 or the job: without the job's record,
+    its own srun's step cancelled at its own timeout read as Slurm ending the job (a red-team finding)."""
+    named = _NAMED.findall(message)
+    return bool(named) and all(j == job.job_id and s.isdigit() and s != "0" and not whole for j, s, whole in named)
+
+
 def within_time_limit(err: SlurmTimeLimit, time_limit: int | None, timeout: float) -> SlurmTimeLimit:
     """A job Slurm stopped at a node's `time_limit` shorter than the command's own limit: not a
     passing fault, and the farm's own timeout (a hung kernel's verdict) never had its turn. Retried,
