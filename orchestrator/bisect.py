@@ -197,7 +197,7 @@ class Bisector:
         """Walk the history under the farm's run lock; every run is stored. `then` (the
         report's render) runs under the lock too: rendered after it, the walk's run was
         written over a `farm verify` that started meanwhile (a red-team finding)."""
-        with run_lock(self.farm.database_url, self.farm.root, self.wait):
+        with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir):
             self.store = Store(self.farm.database_url)
             try:
                 for run_id, not_run in self.store.abort_unfinished_runs():

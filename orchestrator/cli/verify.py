@@ -156,7 +156,7 @@ def verify(
         say = functools.partial(click.echo, file=out)
         if disabled and not nodes and not quiet:
             say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-        with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
+        with run_lock(farm.database_url, farm.root, wait, farm.lock_dir), contextlib.ExitStack() as stack:
             store = Store(farm.database_url)
             for run_id, not_run in store.abort_unfinished_runs():
                 say(
