@@ -202,3 +202,36 @@ def test_the_quiet_mails_not_run_line_names_the_cells(tmp_path: Path) -> None:
     assert "toy:plain@here" in lines[0] and "toy:broken@here" in lines[0] and "2 cells" in lines[0], lines
     assert "the run was stopped (SIGTERM)" in lines[0], lines
     json.dumps(lines)  # plain text
+
+
+# ------------------------------------------------------------ 3. what a SIGKILLed run left on its nodes
+
+
+def test_a_killed_runs_processes_are_reaped_at_the_next_start_and_no_others(tmp_path: Path) -> None:
+    """A SIGKILLed `farm verify` left its runner and a hung kernel on the node until the kernel's
+    limit, the next run's cell waiting on the GPU meanwhile. The next start, holding the run
+    lock, reaps the processes of the runs it marks aborted (their FARM_RUN token), and of no
+    other run: one the database shows finished keeps its processes."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    config = toy_farm(tmp_path)
+    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
+    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    with sqlite3.connect(tmp_path / "results.db") as db:  # run 1 was SIGKILLed: still marked running
+        db.execute("UPDATE runs SET status = 'running', token = 'dead0000dead' WHERE id = 1")
+        db.execute("UPDATE runs SET token = 'live0000live' WHERE id = 2")
+    dead = subprocess.Popen(["sleep", "300"], env={**os.environ, "FARM_RUN": "dead0000dead"})
+    other = subprocess.Popen(["sleep", "300"], env={**os.environ, "FARM_RUN": "live0000live"})
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert dead.wait(timeout=10) == -9  # killed by the start, not left to its limit
+        assert other.poll() is None  # a run the database shows finished: not this start's to kill
+        assert "run 1 was interrupted" in done.stdout and "killed 1 process it left on here" in done.stdout, done.stdout
+    finally:
+        for process in (dead, other):
+            process.kill()
+            process.wait()
