@@ -155,7 +155,7 @@ def test_lock_files_are_made_group_writable(shared_folder: Path) -> None:
             pass
     finally:
         os.umask(old)
-    for name in ("results.db.lock", LOCK_FILE):
+    for name in ("results.db.lock", "results.db.lock.holder", LOCK_FILE):
         assert (shared_folder / name).stat().st_mode & stat.S_IWGRP, name
         os.chown(shared_folder / name, 0, pwd.getpwnam("nobody").pw_gid)  # the farm's group, nobody in it
     assert _as_nobody(lambda: _take_run_lock(shared_folder / "results.db.lock")) == "taken"

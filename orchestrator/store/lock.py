@@ -69,16 +69,20 @@ class RunLock:
                 ) from err
             why = not_writable(self.path, err) or f"{self.path}: {err.strerror or err}"
             raise LockError(f"cannot take the run lock {why}") from err
-        with contextlib.suppress(OSError):  # who holds it is a courtesy for the next run's message
-            self._info.write_text(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "since": datetime.now(UTC).isoformat(timespec="seconds"),
-                    }
-                )
-            )
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        try:  # who holds it is a courtesy for the next run's message; group-writable as the lock is
+            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
+            with os.fdopen(fd, "w") as info:
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, MODE)  # umask aside
+                info.write(json.dumps(me))
+        except OSError:  # another user's: the last holder named as this one would mislead the next run
+            with contextlib.suppress(OSError):
+                self._info.unlink()
         return self
 
     def __exit__(self, *exc: object) -> None:
