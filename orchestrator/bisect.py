@@ -41,6 +41,7 @@ from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells
 from orchestrator.revisions import Commit, KernelHistory
 from orchestrator.run.scheduler import FarmRun
+from orchestrator.run.stopping import reap_dead_runs
 from orchestrator.run.summary import NullListener
 from orchestrator.store.database import Store
 from orchestrator.store.lock import run_lock
@@ -197,11 +198,15 @@ class Bisector:
         """Walk the history under the farm's run lock; every run is stored. `then` (the
         report's render) runs under the lock too: rendered after it, the walk's run was
         written over a `farm verify` that started meanwhile (a red-team finding)."""
-        with run_lock(self.farm.database_url, self.farm.root, self.wait):
+        with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir):
             self.store = Store(self.farm.database_url)
             try:
-                for run_id, not_run in self.store.abort_unfinished_runs():
+                aborted = self.store.abort_unfinished_runs()
+                for run_id, not_run in aborted:
                     self.say(f"run {run_id} was interrupted: marked aborted, {not_run} unfinished cells not-run")
+                tokens = self.store.run_tokens([run_id for run_id, _ in aborted])
+                for run_id, node, count in reap_dead_runs({self.node: self.farm.nodes[self.node]}, tokens):
+                    self.say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
                 self._walk()
             finally:
                 self.store.close()

@@ -20,7 +20,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.outcomes import CELL_STAGES, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
 from orchestrator.run.snapshot import NodeSnapshot
@@ -131,6 +131,9 @@ class Guarded:
                 )
 
 
+NAMED = 20  # cells a --quiet not-run line names; the rest are counted
+
+
 class PlainListener:
     """Timestamped lines, safe to interleave from worker threads."""
 
@@ -141,6 +144,7 @@ class PlainListener:
         self.verdict = verdict  # end with the run's verdict line (for a log file)
         self._lock = threading.Lock()
         self._causes: set[tuple[str, str]] = set()
+        self._not_run: dict[tuple[str, str], list[str]] = {}  # (node, why) -> its not-run cells' labels
 
     def _line(self, text: str) -> None:
         with self._lock:
@@ -164,12 +168,19 @@ class PlainListener:
         assert verdict is not None
         if not self.quiet:
             self._line(describe_cell(cell, result, result_id))
+        elif verdict.outcome == Outcome.NOT_RUN:  # said at the run's end, naming the cells with no verdict
+            with self._lock:
+                self._not_run.setdefault((cell.node, verdict.reason), []).append(cell.label)
         elif is_infra(verdict.outcome) and (cell.node, verdict.reason) not in self._causes:
             self._causes.add((cell.node, verdict.reason))
             stage = f" at {verdict.failed_stage}" if verdict.failed_stage else ""  # a stop before any stage: none
             self._line(f"node {cell.node}: {verdict.outcome}{stage}: {verdict.reason}")
 
     def run_finished(self, summary: RunSummary) -> None:
+        # `node here: not-run: ...` once per node said nothing of which cells have no verdict (a red-team finding)
+        for (node, why), labels in self._not_run.items():
+            named = ", ".join(labels[:NAMED]) + (f" and {len(labels) - NAMED} more" if len(labels) > NAMED else "")
+            self._line(f"node {node}: not-run: {len(labels)} cell{'s' * (len(labels) != 1)} ({named}): {why}")
         if self.verdict:
             standin = sum(on_standin(result) for _, result, _ in summary.results)
             note = f"; {standin} of them on stand-in cards: certify nothing" if standin else ""

@@ -753,7 +753,9 @@ def test_the_quiet_line_of_a_cell_stopped_before_any_stage_names_no_stage(tmp_pa
     finally:
         store.close()
     lines = [line.split("] ", 1)[1] for line in printed.getvalue().splitlines()]
-    assert lines == ["node here: not-run: the run was stopped (SIGTERM) before this cell finished"], lines
+    assert lines == [
+        "node here: not-run: 1 cell (toy:plain@here): the run was stopped (SIGTERM) before this cell finished"
+    ], lines
 
 
 def test_a_run_whose_end_cannot_be_stored_is_no_success(tmp_path, monkeypatch):

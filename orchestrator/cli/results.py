@@ -189,7 +189,7 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
                 )
             seen[key] = path
     # one writer at a time: beside a live `farm verify` an import landed as the newest run over it
-    with run_lock(farm.database_url, farm.root, wait):
+    with run_lock(farm.database_url, farm.root, wait, farm.lock_dir):
         store = Store(farm.database_url)
         # a journal whose start cannot be read sorts first: its import then names what is wrong with it
         oldest = datetime.min.replace(tzinfo=UTC)

@@ -122,6 +122,7 @@ def verify(
     from orchestrator.report import site as report_mod
     from orchestrator.report.model import collect
     from orchestrator.run.scheduler import FarmRun
+    from orchestrator.run.stopping import reap_dead_runs
     from orchestrator.store import journal
     from orchestrator.store.access import write_problem
     from orchestrator.store.database import Store
@@ -156,13 +157,18 @@ def verify(
         say = functools.partial(click.echo, file=out)
         if disabled and not nodes and not quiet:
             say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-        with run_lock(farm.database_url, farm.root, wait), contextlib.ExitStack() as stack:
+        with run_lock(farm.database_url, farm.root, wait, farm.lock_dir), contextlib.ExitStack() as stack:
             store = Store(farm.database_url)
-            for run_id, not_run in store.abort_unfinished_runs():
+            aborted = store.abort_unfinished_runs()
+            for run_id, not_run in aborted:
                 say(
                     f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
                     f"{not_run} unfinished cells recorded as not-run"
                 )
+            # what those runs left running (a hung kernel holding a GPU) goes before this run waits on it
+            used = {cell.node: farm.nodes[cell.node] for cell in cells}
+            for run_id, node, count in reap_dead_runs(used, store.run_tokens([r for r, _ in aborted])):
+                say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
             listeners: list = []
             same_site = same_database(farm.database_url, farm.configured_database_url)
             own_site = not no_report and same_site

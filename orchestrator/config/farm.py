@@ -57,6 +57,11 @@ class Farm:
         return (self.root / Path(self.spec.reports).expanduser()).resolve()
 
     @property
+    def lock_dir(self) -> Path | None:
+        """farm.yaml's `lock_dir` (relative to it), where the run lock goes; None: beside the database."""
+        return None if self.spec.lock_dir is None else (self.root / Path(self.spec.lock_dir).expanduser()).resolve()
+
+    @property
     def configured_database_url(self) -> str:
         """farm.yaml's own `database`, resolved as database_url is (which --database or
         FARM_DATABASE may have replaced)."""
@@ -185,6 +190,11 @@ def load_farm(
         journal = journal_folder("", root, spec.journal)
         if problem := output_paths.journal_folder_problem(journal, {**sources, "reports": reports}):
             raise ConfigError(str(file), "journal", *problem)
+    if spec.lock_dir is not None and not (root / Path(spec.lock_dir).expanduser()).is_dir():
+        found = f"{spec.lock_dir!r}, which is not a folder"
+        raise ConfigError(
+            str(file), "lock_dir", found, "a local folder with file locks, every farm run's (e.g. /var/lock/farm)"
+        )
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job

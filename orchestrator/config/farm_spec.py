@@ -247,6 +247,9 @@ class FarmSpec(StrictModel):
     # where each run's journal goes (relative to farm.yaml); default beside the database. On another
     # disk, it keeps what a full disk under the database could not take.
     journal: str | None = None
+    # the run lock's folder, where the database's has no file locks (NFS without lockd): local, and
+    # the same for every farm run of the database (default: beside the database, store/lock.py)
+    lock_dir: str | None = None
     journal_keep: Count = Field(default=20, ge=1)  # finished runs' journals kept; older ones deleted (prune)
     max_connections: Count = Field(default=8, ge=1, le=256)  # per sshd: under its default MaxStartups (10)
     # worker processes for the nodes (run/workers.py); auto: one per 16 sshds on a big fleet, none below
@@ -262,7 +265,7 @@ class FarmSpec(StrictModel):
     stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)
 
-    @field_validator("reports", "jobs", "kernels", "journal")  # `database`: database_url.check_url
+    @field_validator("reports", "jobs", "kernels", "journal", "lock_dir")  # `database`: database_url.check_url
     @classmethod
     def _a_path_a_file_can_have(cls, value: str | None) -> str | None:
         # a NUL, or a `~user` with no home here, was a ValueError or RuntimeError mid-run: "a bug in farm"

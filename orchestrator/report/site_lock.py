@@ -7,12 +7,13 @@ and every index.html that says "no report" (site.mark_unrendered), holds a lock 
 (LOCK_FILE, taken with filelock: the OS releases it when the process dies), and reads the
 database only once it holds it: the render that writes last read last. A folder whose filesystem
 has no file locks (NFS without its lock daemon, GlusterFS, some FUSE mounts) is rendered unlocked,
-as before the lock: every render there failed at it (a review finding).
+as before the lock: every render there failed at it (a review finding). Its file is made
+group-writable, and one another user made that this one may not write is a LockError naming its
+owner and the fix (lock_files.py).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -22,13 +23,12 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from orchestrator.errors import LockError
+from orchestrator.store.lock_files import MODE, NO_LOCKS, not_writable
 
 LOCK_FILE = ".farm-render.lock"
 WAIT = 900.0  # seconds a render waits for another to finish (a cold render of a big site takes minutes)
 _LOCKS: dict[str, FileLock] = {}  # folder -> its lock: one object per folder, so a thread may take it again
 _GUARD = threading.Lock()
-# flock's errors where the filesystem has no locks (filelock falls back to a soft lock for ENOSYS alone)
-NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 
 
 def _lock(out_dir: Path) -> FileLock:
@@ -36,7 +36,7 @@ def _lock(out_dir: Path) -> FileLock:
     with _GUARD:
         if folder not in _LOCKS:
             # thread-local (filelock's default): another thread of this process waits as another process does
-            _LOCKS[folder] = FileLock(os.path.join(folder, LOCK_FILE))
+            _LOCKS[folder] = FileLock(os.path.join(folder, LOCK_FILE), mode=MODE)
         return _LOCKS[folder]
 
 
@@ -57,6 +57,8 @@ def rendering(out_dir: Path, wait: float = WAIT) -> Iterator[None]:
     except NotImplementedError:  # filelock 3's word for a filesystem without flock (ENOSYS)
         locked = False
     except OSError as err:
+        if (why := not_writable(Path(lock.lock_file), err)) is not None:  # cron's, and this is a reviewer
+            raise LockError(f"cannot take the render lock: {why}") from err
         if err.errno not in NO_LOCKS:
             raise
         locked = False  # no lock to be had on this filesystem: rendered as before the lock

@@ -5,7 +5,8 @@ process the run started on every node, found by the run's FARM_RUN marker
 through a connection of its own, all nodes at once. A cell whose trip was on
 its way when the stop came can still reach its node after that kill, so the
 nodes are swept again each second until the run has ended. A worker process
-only halts (starts no more cells): its parent does the killing.
+only halts (starts no more cells): its parent does the killing. What a SIGKILLed
+run left is killed by the next start (reap_dead_runs).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import FarmError
 from orchestrator.transport import Transport
+
+if TYPE_CHECKING:
+    from orchestrator.config.farm_spec import NodeSpec
 
 SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
 
@@ -101,3 +106,39 @@ class Stopping:
         finally:
             for transport in transports.values():
                 transport.close()
+
+
+def reap_dead_runs(
+    nodes: dict[str, NodeSpec], tokens: dict[int, str], grace: float = 10.0
+) -> list[tuple[int, str, int]]:
+    """Kill what the runs of `tokens` (run id -> FARM_RUN) left on `nodes`: runs a farm SIGKILLed,
+    which the next start, holding the run lock, has just marked aborted, so none of them is alive.
+    Their runner and a hung kernel held the GPU until the kernel's limit, the next run's cells
+    waiting on it (a red-team finding). All at once, `grace` seconds at most; a node that cannot
+    be reached is left as it is (its cells say so). Returns (run id, node, processes killed)."""
+    from orchestrator.transport import transport_for
+
+    killed: list[tuple[int, str, int]] = []
+
+    def reap_on(run_id: int, token: str, name: str) -> None:
+        transport = transport_for(name, nodes[name], token)  # Slurm's: the dead run's jobs by their name
+        try:
+            transport.open()
+            if count := transport.stop_run(token, grace):
+                killed.append((run_id, name, count))
+        except FarmError:
+            pass
+        finally:
+            transport.close()
+
+    threads = [
+        threading.Thread(target=reap_on, args=(run_id, token, name), daemon=True, name="reap-dead-run")
+        for run_id, token in tokens.items()
+        for name in nodes
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + grace
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
+    return sorted(killed)

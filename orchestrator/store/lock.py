@@ -6,6 +6,10 @@ the SQLite database (or, for a server database, in the farm's folder, named by
 the URL), taken with filelock: the OS releases it when the process dies, even
 by SIGKILL, so a crashed run never leaves a stale lock behind. A second run
 waits up to --wait seconds, then exits with a message naming the holder.
+
+A folder whose filesystem has no file locks (NFS without its lock daemon, GlusterFS, some FUSE
+mounts) cannot hold it, and a run there unlocked could write the database beside another: the
+run stops, naming the folder and farm.yaml's `lock_dir`, a local folder for the lock instead.
 """
 
 from __future__ import annotations
@@ -24,23 +28,27 @@ from filelock import FileLock, Timeout
 from orchestrator.errors import LockError
 from orchestrator.store.engine import check_url
 from orchestrator.store.location import real_sqlite_file, server_identity
+from orchestrator.store.lock_files import MODE, NO_LOCKS, not_writable
 
 
-def lock_path(database_url: str, farm_root: Path) -> Path:
+def lock_path(database_url: str, farm_root: Path, lock_dir: Path | None = None) -> Path:
     """Beside the SQLite file itself (links followed, the URL's spelling and query
     ignored: one file, one lock), else in the farm's folder, named by the server
-    database (its password, driver and query aside: location.server_identity)."""
-    if (file := real_sqlite_file(database_url)) is not None:
+    database (its password, driver and query aside: location.server_identity).
+    With farm.yaml's `lock_dir`, in that folder, named by the database either way."""
+    file = real_sqlite_file(database_url)
+    if file is not None and lock_dir is None:
         return file.with_name(file.name + ".lock")
-    digest = hashlib.sha256(server_identity(database_url).encode()).hexdigest()[:16]
-    return farm_root / f".farm-{digest}.lock"
+    identity = str(file) if file is not None else server_identity(database_url)
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return (lock_dir or farm_root) / f".farm-{digest}.lock"
 
 
 class RunLock:
     def __init__(self, path: Path, wait: float = 0.0) -> None:
         self.path = path
         self.wait = wait
-        self._lock = FileLock(str(path))
+        self._lock = FileLock(str(path), mode=MODE)
         self._info = path.with_name(path.name + ".holder")
 
     def __enter__(self) -> RunLock:
@@ -52,17 +60,29 @@ class RunLock:
                 "Let it finish, or pass --wait SECONDS to queue behind it."
             ) from None
         except OSError as err:  # a directory in its place, a read-only or missing folder (Timeout is one too)
-            raise LockError(f"cannot take the run lock {self.path}: {err.strerror or err}") from err
-        with contextlib.suppress(OSError):  # who holds it is a courtesy for the next run's message
-            self._info.write_text(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "since": datetime.now(UTC).isoformat(timespec="seconds"),
-                    }
-                )
-            )
+            if err.errno in NO_LOCKS:  # unlocked, a second run could write the database beside this one
+                raise LockError(
+                    f"cannot take the run lock {self.path}: its folder {self.path.parent} is on a filesystem with "
+                    f"no file locks ({err.strerror or err}; NFS without its lock daemon, GlusterFS, FUSE). Set "
+                    "`lock_dir:` in farm.yaml to a local folder with file locks that every farm run of this "
+                    "database uses (e.g. /var/lock/farm)"
+                ) from err
+            why = not_writable(self.path, err) or f"{self.path}: {err.strerror or err}"
+            raise LockError(f"cannot take the run lock {why}") from err
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        try:  # who holds it is a courtesy for the next run's message; group-writable as the lock is
+            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
+            with os.fdopen(fd, "w") as info:
+                with contextlib.suppress(OSError):
+                    os.fchmod(fd, MODE)  # umask aside
+                info.write(json.dumps(me))
+        except OSError:  # another user's: the last holder named as this one would mislead the next run
+            with contextlib.suppress(OSError):
+                self._info.unlink()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -246,10 +266,11 @@ class DatabaseLock:
 
 
 @contextlib.contextmanager
-def run_lock(database_url: str, farm_root: Path, wait: float):
-    """The file lock for this farm host, and for PostgreSQL the database's advisory lock."""
+def run_lock(database_url: str, farm_root: Path, wait: float, lock_dir: Path | None = None):
+    """The file lock for this farm host (in `lock_dir`, farm.yaml's, where given), and for
+    PostgreSQL the database's advisory lock."""
     check_url(database_url)  # a port that is no number was "a bug in farm" here (a red-team finding)
-    with RunLock(lock_path(database_url, farm_root), wait):
+    with RunLock(lock_path(database_url, farm_root, lock_dir), wait):
         if database_url.startswith(("postgresql", "postgres")):
             with DatabaseLock(database_url, wait):
                 yield

@@ -374,3 +374,9 @@ class Recovery:
             results = select(ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
             done = {(k, v, n, d or "") for k, v, n, d in connection.execute(results.where(ResultRow.run_id == run_id))}
         return _unfinished(cells, done)
+
+    def run_tokens(self, run_ids: Sequence[int]) -> dict[int, str]:
+        """run id -> its FARM_RUN token, for the runs of `run_ids` that have one (an older farm's have none)."""
+        with self._reading() as session:
+            rows = session.execute(select(Run.id, Run.token).where(Run.id.in_(list(run_ids))))
+            return {run_id: token for run_id, token in rows if token}
