@@ -301,6 +301,8 @@ def _render(
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)
+        # a run's passes on stand-in cards: its "as expected" count in history.html is then never green
+        unsure_counts = store.unconfirmed_counts([r.id for r in model.runs])
         _cell_pages(store, model, env, out_dir, pages, also)
 
         run_page = env.get_template("run.html.j2")
@@ -370,6 +372,7 @@ def _render(
             run=run,
             runs=model.runs,
             counts=model.run_counts,
+            unconfirmed=unsure_counts,
             bisections=bisections,
         ),
         pages,
