@@ -10,12 +10,17 @@
 3. The legend's grey row said a grey cell was a pass, expected-refusal or fixed on a
    "(stand-in)" card, while the matrix greys any as-expected verdict of a run that did not
    finish (a compile-only too, which the legend's green row lists) on a real card as well.
+4. Printed (Chromium's print to PDF, page.pdf(), with its default of no background graphics)
+   every verdict's colour was dropped: a run page's pass on a stand-in card printed as a
+   confirmed card's pass, and a cell page's stdout was cut at its box's height (40em), its
+   end left off the paper without a word.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from orchestrator.terminal import printable, printable_on_page
 GREEN = "rgb(220, 243, 220)"  # td.good's background (base.html.j2)
 H100 = "NVIDIA H100"
 LOOKALIKE = H100 + "\u200b"  # a zero width space: the same card name to the eye
+LONG = b"".join(b"line %d of the kernel's output\n" % i for i in range(300)) + b"toy: PASS\n"
 BUILT = "g++ -O1 -o /w/toy kernels/toy.cpp"  # the toy job's build as run: no "job changed since"
 
 
@@ -54,7 +60,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             store.finish_run(run_id, status, 0 if status == "finished" else 4)
 
         run("finished", {"real": False, "node": "t4", "device": "Tesla T4", "cc": "7.5"})
-        run("finished", {"real": True, "device": H100})
+        run("finished", {"real": True, "device": H100, "stdout": LONG})
         run(
             "aborted",
             {"real": True, "device": LOOKALIKE},
@@ -104,3 +110,35 @@ def test_the_legend_names_every_outcome_and_reason_the_matrix_greys(site: Path, 
     listed = set(re.findall(r"[a-z]+(?:-[a-z]+)*", words))
     assert set(grey) <= listed, (grey, words)
     assert "did not finish" in meaning and "did not confirm" in meaning and "since changed" in meaning, meaning
+
+
+def _fills(pdf: bytes) -> set[bytes]:
+    """The fill colours (`r g b rg`) a PDF's content streams paint with."""
+    found: set[bytes] = set()
+    for stream in re.findall(rb"stream\r?\n(.*?)endstream", pdf, re.S):
+        try:
+            found |= set(re.findall(rb"([\d.]+ [\d.]+ [\d.]+) rg", zlib.decompress(stream)))
+        except zlib.error:  # an image's or a font's
+            continue
+    return found
+
+
+PDF_GREEN = b".8627 .9529 .8627"  # #dcf3dc as Chromium writes it into a PDF
+
+
+def test_a_printed_run_page_tells_a_stand_ins_pass_from_a_confirmed_one(site: Path, page) -> None:  # noqa: F811
+    printed = {}
+    for run_id in (1, 2):  # run 1: a stand-in T4's pass; run 2: a confirmed H100's
+        page.goto((site / "runs" / f"{run_id}.html").as_uri())
+        assert page.locator("table#matrix td[title]").inner_text() == "pass"
+        printed[run_id] = _fills(page.pdf())
+    assert PDF_GREEN in printed[2], printed
+    assert PDF_GREEN not in printed[1], printed
+
+
+def test_a_printed_cell_page_keeps_the_whole_output(site: Path, page) -> None:  # noqa: F811
+    page.goto((site / "cells" / "2.html").as_uri())
+    page.emulate_media(media="print")
+    stdout = page.locator("pre#stdout")
+    shown, whole = stdout.evaluate("e => [e.clientHeight, e.scrollHeight]")
+    assert shown >= whole, (shown, whole)  # nothing left in a scroll box paper cannot scroll
