@@ -14,6 +14,8 @@
    every verdict's colour was dropped: a run page's pass on a stand-in card printed as a
    confirmed card's pass, and a cell page's stdout was cut at its box's height (40em), its
    end left off the paper without a word.
+5. A verdict whose job changed since (test below) was grey on the matrix and its cell page,
+   green on its run's own page and the kernel page's history.
 """
 
 from __future__ import annotations
@@ -142,3 +144,35 @@ def test_a_printed_cell_page_keeps_the_whole_output(site: Path, page) -> None:  
     stdout = page.locator("pre#stdout")
     shown, whole = stdout.evaluate("e => [e.clientHeight, e.scrollHeight]")
     assert shown >= whole, (shown, whole)  # nothing left in a scroll box paper cannot scroll
+
+
+def test_a_verdict_whose_job_changed_since_is_green_on_no_page(tmp_path: Path, page) -> None:  # noqa: F811
+    """5. A confirmed card's pass, then the variant's build flags edited (-O1 to -O2): the
+    matrix and the cell page grey it ("job changed since"), and the run's own page, which
+    the matrix links as "this run's own matrix", and the kernel page's history painted the
+    same result green."""
+    farm_file = toy_farm(tmp_path, source=TOY, cc="{exactly: '9.0'}")
+    farm = load_farm(farm_file)
+    store = Store(farm.database_url)
+    store.journal = None
+    try:
+        run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file="x", selection="--all")
+        result = certify(store, run_id, toy_identity(farm), real=True, device=H100, build_command=BUILT)
+        store.finish_run(run_id, "finished", 0)
+        job = tmp_path / "jobs" / "toy.yaml"
+        job.write_text(job.read_text().replace("g++ -O1 -o", "g++ -O2 -o"))
+        render(store, tmp_path / "reports", farm=load_farm(farm_file))
+    finally:
+        store.close()
+    colours = {}
+    for name, where in (
+        ("index.html", f'table#matrix td[data-run="{run_id}"]'),
+        (f"cells/{result}.html", "td#outcome"),
+        (f"runs/{run_id}.html", f'table#matrix td[title="result {result}"]'),
+        ("kernels/toy.html", "table#kernel-history td.h"),
+    ):
+        page.goto((tmp_path / "reports" / name).as_uri())
+        cell = page.locator(where)
+        assert "pass" in cell.inner_text(), name
+        colours[name] = cell.evaluate("e => getComputedStyle(e).backgroundColor")
+    assert GREEN not in colours.values(), colours
