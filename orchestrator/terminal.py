@@ -3,8 +3,9 @@
 A GPU name, a kernel's stdout or a --trigger may carry ESC or BEL bytes that
 would move the cursor, retitle the window or worse when printed raw. Every
 such text is passed through `printable` before it is echoed: control
-characters and bidi overrides become visible escapes (\\x1b, \\u202e), newlines and
-tabs stay. The report's pages take the same text through `printable_on_page`.
+characters, bidi overrides and invisible characters become visible escapes
+(\\x1b, \\u202e, \\u200b), newlines and tabs stay. The report's pages take the same
+text through `printable_on_page`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,20 @@ import re
 # in a terminal that honours it (`farm show` printed one raw: a red-team finding)
 # (and the marks U+061C, U+200E, U+200F; U+2028 and U+2029, which Python's splitlines and some
 # log viewers take for a line's end: a forged line of its own)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# (and the characters drawn as nothing: zero-width spaces and joiners, U+2060-U+206F, U+FEFF,
+# soft hyphens, fillers, variation selectors, tags: "NVIDIA H100" and "NVIDIA H100\u200b" headed
+# two columns of one node that read alike, one green, one grey: a red-team finding)
+_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    r"\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001d173-\U0001d17a"
+    r"\U000e0000-\U000e0fff]"
+)
 _CONTROL_ON_PAGE = _CONTROL
 
 
 def _visible(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 # what a CI runner takes from its log for a command of its own: GitHub Actions' `::name::` at a

@@ -9,6 +9,7 @@ tests/test_report.py holds the matrix and the probe rows to the loops they repla
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from typing import Any
 
 from jinja2 import Environment
@@ -42,11 +43,14 @@ def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
     return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}</td>'
 
 
-def history_grid(model: ReportModel, kernel: str, runs: list[Any]) -> list[tuple[str, Markup]]:
+def history_grid(
+    model: ReportModel, kernel: str, runs: list[Any], flagged: set[int] | frozenset[int] = frozenset()
+) -> list[tuple[str, Markup]]:
     """A kernel page's history grid: per cell, its label and its row of outcomes, one
-    per run (oldest first), as HTML made here from escaped words (see _outcome_td)."""
+    per run (oldest first), as HTML made here from escaped words (see _outcome_td);
+    `flagged`: results whose job or inputs changed since (since_by_result), grey too."""
     several = model.several
-    unsure, unfinished = model.unconfirmed_ids, model.unfinished_runs  # neither is green: it certifies nothing
+    unsure, unfinished = model.unconfirmed_ids | flagged, model.unfinished_runs  # none is green: it certifies nothing
     columns = [r.id for r in reversed(runs)]
     grid = []
     for key in sorted(k for k in model.cell_history if k[0] == kernel):
@@ -163,6 +167,20 @@ def since_flags(model: ReportModel, r: Any) -> list[str]:
     return flags
 
 
+def since_by_result(model: ReportModel) -> dict[int, list[str]]:
+    """result id -> since_flags of each standing verdict that has any."""
+    return {c.result.id: flags for c in model.standing.values() if (flags := since_flags(model, c.result))}
+
+
+def flagged_by_run(model: ReportModel, since: dict[int, list[str]]) -> dict[int, frozenset[int]]:
+    """run -> its results in `since`: grey on the run's own page (and in its stamp), as on the matrix."""
+    found: dict[int, set[int]] = defaultdict(set)
+    for cell in model.standing.values():
+        if cell.result.id in since:
+            found[cell.result.run_id].add(cell.result.id)
+    return {run_id: frozenset(ids) for run_id, ids in found.items()}
+
+
 def standing_counts(model: ReportModel) -> dict[str, int]:
     """The fleet's standing counted as the matrix colours it: good, bad, infra, and
     "unconfirmed" (as expected, but greyed: a stand-in card, a run that did not finish).
@@ -248,3 +266,13 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             out.append("".join(cell))
         out.append("</tr>\n")
     return Markup("".join(out))
+
+
+def cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[str, int]]]:
+    """run -> cell -> (outcome, result id) of the kernel grids' runs, from the model's
+    cell history (in id order: a cell's last result in a run wins, as in run_matrix)."""
+    found: dict[int, dict[history.CellKey, tuple[str, int]]] = defaultdict(dict)
+    for key, entries in model.cell_history.items():
+        for run_id, outcome, result_id in entries:
+            found[run_id][key] = (outcome, result_id)
+    return found

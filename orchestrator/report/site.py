@@ -35,7 +35,7 @@ import contextlib
 import gc
 import hashlib
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
@@ -143,14 +143,20 @@ def _batches(ids: list[int]) -> Iterable[list[int]]:
 
 
 def _cell_pages(
-    store: Store, model: ReportModel, env: Environment, out_dir: Path, pages: PageWriter, also: dict[int, int]
+    store: Store,
+    model: ReportModel,
+    env: Environment,
+    out_dir: Path,
+    pages: PageWriter,
+    also: dict[int, int],
+    since: dict[int, list[str]],
 ) -> None:
     """Write the cell pages the site links to, and those of `also` (result id -> run id),
-    that are not on disk yet (or were written by another version of the farm)."""
+    that are not on disk yet (or were written by another version of the farm); `since`:
+    what the matrix flags on each standing verdict (grids.since_by_result)."""
     wanted = {**also, **_linked_results(model)}
     states = store.run_states(sorted(set(wanted.values())))
     # what the matrix flags on a standing verdict, its page says too (and its stamp holds)
-    since = {c.result.id: flags for c in model.standing.values() if (flags := grids.since_flags(model, c.result))}
     stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2], since.get(rid, ())) for rid, run_id in wanted.items()}
     try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
         present = set(os.listdir(out_dir / "cells"))
@@ -194,16 +200,6 @@ def _cell_pages(
     for batch in _batches(todo):
         for path, text, fresh in make(batch):
             _write(path, text, pages, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
-
-
-def _cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[str, int]]]:
-    """run -> cell -> (outcome, result id) of the kernel grids' runs, from the model's
-    cell history (in id order: a cell's last result in a run wins, as in run_matrix)."""
-    found: dict[int, dict[history.CellKey, tuple[str, int]]] = defaultdict(dict)
-    for key, entries in model.cell_history.items():
-        for run_id, outcome, result_id in entries:
-            found[run_id][key] = (outcome, result_id)
-    return found
 
 
 def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
@@ -301,20 +297,25 @@ def _render(
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)
-        _cell_pages(store, model, env, out_dir, pages, also)
+        # a run's passes on stand-in cards: its "as expected" count in history.html is then never green
+        unsure_counts = store.unconfirmed_counts([r.id for r in model.runs])
+        since = grids.since_by_result(model)
+        # a flagged verdict is grey on its run's page and the kernel's history too (it was green there)
+        moot = grids.flagged_by_run(model, since)
+        _cell_pages(store, model, env, out_dir, pages, also, since)
 
         run_page = env.get_template("run.html.j2")
         from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None
         for past in model.runs:
             linked = past.id == run.id  # cell pages are written for the rendered run (and the matrix)
-            stamp = run_stamp(past.id, past.started_at, past.status, linked)
+            stamp = run_stamp(past.id, past.started_at, past.status, linked, moot.get(past.id, frozenset()))
             target = out_dir / "runs" / f"{int(past.id)}.html"
             if past.status != "running" and stamped(target, stamp):
                 continue  # a finished run's page never changes
             own = model.run_cells.get(past.id)
             if own is None and past.id in model.grid_run_ids:  # its cells were read with the kernel grids'
                 if from_grid is None:
-                    from_grid = _cells_by_run(model)
+                    from_grid = grids.cells_by_run(model)
                 own = from_grid.get(past.id, {})
             if own is None:  # an earlier run's page, not on disk yet: its cells from the index alone
                 # unpacked as tuples: a Row's attributes cost more than its positions, times 10^5
@@ -323,6 +324,7 @@ def _render(
                 unsure = store.unconfirmed_results([past.id])
             else:
                 unsure = model.unconfirmed_ids
+            unsure = unsure | moot.get(past.id, frozenset())
             if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
                 unsure = unsure | {rid for _outcome, rid in own.values()}
             columns = sorted({(n, d) for (_k, _v, n, d) in own})
@@ -349,7 +351,7 @@ def _render(
             kernel_page.render(
                 run=run,
                 entry=entry,
-                grid=grids.history_grid(model, entry.kernel, grid_runs),
+                grid=grids.history_grid(model, entry.kernel, grid_runs, set(since)),
                 runs=grid_runs,
                 trends=grids.trend_rows(model.trends.get(entry.kernel, {})),
             ),
@@ -370,6 +372,7 @@ def _render(
             run=run,
             runs=model.runs,
             counts=model.run_counts,
+            unconfirmed=unsure_counts,
             bisections=bisections,
         ),
         pages,

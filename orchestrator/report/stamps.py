@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,8 +52,10 @@ def cell_stamp(result_id: int, run_id: int, started: datetime, status: str, flag
     )
 
 
-def run_stamp(run_id: int, started: datetime, status: str, linked: bool) -> str:
+def run_stamp(run_id: int, started: datetime, status: str, linked: bool, flagged: Iterable[int] = ()) -> str:
     state = f"{status}, {'linked' if linked else 'plain'}"
+    if flagged:  # its cells the matrix flags as of a job or inputs changed since: grey on the page too
+        state += f", flagged {hashlib.sha256(repr(sorted(flagged)).encode()).hexdigest()[:16]}"
     return f"farm page {page_format()}: run {int(run_id)} started {_moment(started)}, {state}"
 
 
