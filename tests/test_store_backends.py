@@ -29,6 +29,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from nodes import CARDS, nvidia_smi_script
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, select, text
+from sqlalchemy.exc import ProgrammingError
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
@@ -84,8 +85,18 @@ def _new_postgres_database(admin: Engine, tag: str) -> tuple[str, str]:
 
 
 def _drop_postgres_database(admin: Engine, name: str) -> None:
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    # FORCE cannot end an autovacuum worker that has just begun on the database (its role is none
+    # the farm role may signal: "must be a member of the role whose process is being terminated",
+    # a CI flake); it ends within moments
+    for attempt in range(10):
+        try:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except ProgrammingError:
+            if attempt == 9:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture(params=BACKENDS)
