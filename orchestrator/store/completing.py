@@ -21,6 +21,13 @@ from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 NOT_RUN = Outcome.NOT_RUN.value
 
 
+def _rerun_later(session: Session, run_id: int, kept: dict[str, Any]) -> bool:
+    """Whether a run after `run_id` holds a result of the cell (kernel, variant, node, device)."""
+    table = ResultRow.__table__
+    cell = [table.c[key] == kept.get(key, "") for key in ("kernel", "variant", "node", "device")]
+    return session.execute(select(table.c.id).where(table.c.run_id > run_id, *cell).limit(1)).first() is not None
+
+
 def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> int:
     """Add to run `run_id` the journal's results it lacks (a cell with no row, or only not-run
     rows, where the journal holds its verdict) and, the run still marked running, its end.
@@ -56,9 +63,15 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         ]
         if any(r.outcome != NOT_RUN for r in same):
             continue  # stored before the failure
+        # the standing takes a cell's highest result id as its latest: the verdict takes the not-run
+        # row's id, below a later run's re-run of the cell; a new id stood over it (a review finding)
+        at: dict[str, int] = {}
         if same:  # the next start's not-run rows give way to the verdict
+            at["id"] = min(r.id for r in same)
             connection.execute(delete(table).where(table.c.id.in_([r.id for r in same])))
-        insert_result(connection, {"run_id": run_id, "snapshot_id": by_ref.get(ref), **fields}, metrics, ())
+        elif _rerun_later(session, run_id, kept):
+            continue  # no row to take the place of: a new id would stand over the later run's
+        insert_result(connection, {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **fields}, metrics, ())
         added += 1
         adding = True
     end = next((fields for kind, fields in records if kind == "finish"), None)

@@ -1,0 +1,50 @@
+"""Review round 90 of rounds 87-89, failing first.
+
+1. `farm import` completing a run the database holds (completing.py) inserted the journal's verdict
+   as a new row, its id above every later run's: the fleet's standing (the latest result per cell,
+   by id) then took the aborted run's old verdict over the next run's re-run of the cell: a pass the
+   next run no longer backed stood as the cell's latest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sqlalchemy import delete
+from test_store_backends import result_record
+
+from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal
+from orchestrator.store.tables import MetricValue, ResultRow, SassCount
+
+RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all", "host": "a", "config_file": "farm.yaml"}
+
+
+def test_an_imported_verdict_never_stands_over_a_later_runs_rerun_of_its_cell(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store = Store(url, create=True)
+    store.journal = Journal(tmp_path / "journal", "aa")
+    first = store.begin_run(planned=[("k", "v1", "n", ""), ("k", "v2", "n", "")], token="aa", **RUN)
+    store.add_result(result_record(first, None, 1))
+    lost = store.add_result(result_record(first, None, 2))  # journaled; its commit refused (as round 87's)
+    with store.engine.begin() as db:
+        for table in (MetricValue, SassCount):
+            db.execute(delete(table).where(table.result_id == lost))
+        db.execute(delete(ResultRow).where(ResultRow.id == lost))
+    store.journal.close()
+    store.close()
+    after = Store(url)  # the next start: the cell not-run in the first run, then failing in its own
+    try:
+        assert after.abort_unfinished_runs() == [(first, 1)]
+        second = after.begin_run(planned=[("k", "v2", "n", "")], token="bb", **RUN)
+        after.add_result(dataclasses.replace(result_record(second, None, 2), outcome="fail"))
+        after.finish_run(second, "finished", 1)
+        assert after.import_journal(tmp_path / "journal" / "aa.jsonl") == (first, "aborted", 1)
+        verdicts, latest = after.standing(second)
+        cell = next(key for key in verdicts if key[1] == "v2")
+        assert (verdicts[cell].run_id, verdicts[cell].outcome) == (second, "fail")
+        assert (latest[cell].run_id, latest[cell].outcome) == (second, "fail")
+        assert after.standing(first)[0][cell].outcome == "pass"  # the first run's own page has its verdict
+    finally:
+        after.close()
