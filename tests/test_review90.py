@@ -4,19 +4,28 @@
    as a new row, its id above every later run's: the fleet's standing (the latest result per cell,
    by id) then took the aborted run's old verdict over the next run's re-run of the cell: a pass the
    next run no longer backed stood as the cell's latest.
+2. A re-taken PostgreSQL run lock (its session ended by idle_session_timeout or a restart) stopped
+   the process whenever the run its Store last wrote was no longer "running": `farm bisect` writes
+   its walk's runs one after another on one Store, and its next run's start, the lock's session
+   ended while the previous run's build went on, stopped the walk ("it marked this run N finished"),
+   the process's own finish read as another farm's write.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
-from sqlalchemy import delete
-from test_store_backends import result_record
+import pytest
+from sqlalchemy import Engine, delete, select, text
+from test_store_backends import postgres_admin, postgres_url, result_record  # noqa: F401 (fixtures)
 
+from orchestrator.store import lock
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
-from orchestrator.store.tables import MetricValue, ResultRow, SassCount
+from orchestrator.store.lock import run_lock
+from orchestrator.store.tables import MetricValue, ResultRow, Run, SassCount
 
 RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all", "host": "a", "config_file": "farm.yaml"}
 
@@ -48,3 +57,29 @@ def test_an_imported_verdict_never_stands_over_a_later_runs_rerun_of_its_cell(tm
         assert after.standing(first)[0][cell].outcome == "pass"  # the first run's own page has its verdict
     finally:
         after.close()
+
+
+def test_a_processs_next_run_after_its_own_finished_one_survives_a_retaken_lock(
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811
+    postgres_admin: Engine,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lock, "CHECK_EVERY", 0.0)  # every write checks its lock
+    with run_lock(postgres_url, tmp_path, 0):
+        store = Store(postgres_url)  # a bisection's: one Store, its walk's runs one after another
+        try:
+            first = store.begin_run(planned=[("k", "v1", "n", "")], token="b1", **RUN)
+            store.finish_run(first, "finished", 0)
+            with postgres_admin.connect() as db:  # idle_session_timeout ends the lock's session
+                ended = db.execute(
+                    text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE :me"),
+                    {"me": f"farm pid {os.getpid()} %"},
+                ).all()
+            assert ended == [(True,)]
+            second = store.begin_run(planned=[("k", "v1", "n", "")], token="b2", **RUN)
+            store.finish_run(second, "finished", 0)
+            with store.engine.connect() as db:
+                assert db.scalar(select(Run.status).where(Run.id == second)) == "finished"
+        finally:
+            store.close()
