@@ -9,6 +9,10 @@
    its walk's runs one after another on one Store, and its next run's start, the lock's session
    ended while the previous run's build went on, stopped the walk ("it marked this run N finished"),
    the process's own finish read as another farm's write.
+3. The run lock's holder record (`<lock>.holder`, beside results.db or in a shared `lock_dir`) was
+   opened following links and truncated: a link a group member planted there in place of it
+   (the folder the farm's group writes) made the farm's cron user overwrite whatever file it
+   points at, one the planter may not write (results.db itself, farm.yaml, a report).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from test_store_backends import postgres_admin, postgres_url, result_record  # n
 from orchestrator.store import lock
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
-from orchestrator.store.lock import run_lock
+from orchestrator.store.lock import RunLock, run_lock
 from orchestrator.store.tables import MetricValue, ResultRow, Run, SassCount
 
 RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all", "host": "a", "config_file": "farm.yaml"}
@@ -83,3 +87,15 @@ def test_a_processs_next_run_after_its_own_finished_one_survives_a_retaken_lock(
                 assert db.scalar(select(Run.status).where(Run.id == second)) == "finished"
         finally:
             store.close()
+
+
+def test_the_run_locks_holder_record_never_writes_through_a_planted_link(tmp_path: Path) -> None:
+    victim = tmp_path / "elsewhere" / "farm.yaml"
+    victim.parent.mkdir()
+    victim.write_text("nodes: {}\n")
+    shared = tmp_path / "locks"
+    shared.mkdir()
+    (shared / "results.db.lock.holder").symlink_to(victim)  # planted by another user of the group
+    with RunLock(shared / "results.db.lock"):
+        pass
+    assert victim.read_text() == "nodes: {}\n"

@@ -75,7 +75,8 @@ class RunLock:
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         try:  # who holds it is a courtesy for the next run's message; group-writable as the lock is
-            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
+            # never through a link planted in its place: it overwrote the file it named (a review finding)
+            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, MODE)
             with os.fdopen(fd, "w") as info:
                 with contextlib.suppress(OSError):
                     os.fchmod(fd, MODE)  # umask aside
