@@ -13,6 +13,10 @@
    opened following links and truncated: a link a group member planted there in place of it
    (the folder the farm's group writes) made the farm's cron user overwrite whatever file it
    points at, one the planter may not write (results.db itself, farm.yaml, a report).
+4. Invisible characters escaped (round 89) took the joiners and variation selectors that legitimate
+   text is made of: a kernel's "⚠️" or "✔️" (a sign and U+FE0F), an emoji sequence (joined by
+   U+200D), Devanagari or Persian words (U+200D, U+200C) and a Japanese name's ideographic variant
+   (U+E0100) showed as escapes on its page and in `farm show`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
 from orchestrator.store.lock import RunLock, run_lock
 from orchestrator.store.tables import MetricValue, ResultRow, Run, SassCount
+from orchestrator.terminal import printable, printable_on_page
 
 RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all", "host": "a", "config_file": "farm.yaml"}
 
@@ -99,3 +104,25 @@ def test_the_run_locks_holder_record_never_writes_through_a_planted_link(tmp_pat
     with RunLock(shared / "results.db.lock"):
         pass
     assert victim.read_text() == "nodes: {}\n"
+
+
+def test_joiners_and_variation_selectors_of_legitimate_text_stay_as_they_are() -> None:
+    for said in (
+        "\u26a0\ufe0f slow path taken; \u2714\ufe0f 3 of 3",
+        "family: \U0001f468\u200d\U0001f469\u200d\U0001f467, \u2764\ufe0f\u200d\U0001f525",
+        "\u0915\u094d\u200d\u0937 \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+        "\u845b\U000e0100\u57ce\u5e02",
+    ):
+        assert printable(said) == said
+        assert printable_on_page(said) == said
+    # drawn as nothing beside ASCII (a GPU name's, round 89's finding): still shown
+    for forged, shown in (
+        ("NVIDIA H100\u200b", "NVIDIA H100\\u200b"),
+        ("NVIDIA H\u200d100", "NVIDIA H\\u200d100"),
+        ("NVIDIA H100\u200d", "NVIDIA H100\\u200d"),
+        ("NVIDIA H100\ufe0f", "NVIDIA H100\\ufe0f"),
+        ("\u200dNVIDIA", "\\u200dNVIDIA"),
+        ("\u4e2d\u200d ", "\u4e2d\\u200d "),
+    ):
+        assert printable(forged) == shown
+        assert printable_on_page(forged) == shown
