@@ -17,6 +17,11 @@
    text is made of: a kernel's "⚠️" or "✔️" (a sign and U+FE0F), an emoji sequence (joined by
    U+200D), Devanagari or Persian words (U+200D, U+200C) and a Japanese name's ideographic variant
    (U+E0100) showed as escapes on its page and in `farm show`.
+5. `farm import` completing a run also took the verdicts its journal holds from after another
+   farm's start had closed the run (its PostgreSQL lock session ended, round 87): that start marks
+   it aborted and kills its processes on the nodes (reap_dead_runs, round 88), and the cell so
+   killed, journaled as the kernel's crash before the run saw its lock gone, became the cell's
+   verdict in the database: a node's trouble as a kernel's verdict.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pytest
 from sqlalchemy import Engine, delete, select, text
 from test_store_backends import postgres_admin, postgres_url, result_record  # noqa: F401 (fixtures)
 
+from orchestrator.errors import StoreError
 from orchestrator.store import lock
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
@@ -126,3 +132,34 @@ def test_joiners_and_variation_selectors_of_legitimate_text_stay_as_they_are() -
     ):
         assert printable(forged) == shown
         assert printable_on_page(forged) == shown
+
+
+def test_an_import_never_takes_a_verdict_from_after_another_start_closed_its_run(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store = Store(url, create=True)
+    store.journal = Journal(tmp_path / "journal", "aa")
+    first = store.begin_run(planned=[("k", "v1", "n", ""), ("k", "v2", "n", "")], token="aa", **RUN)
+    store.add_result(result_record(first, None, 1))
+    other = Store(url)  # another farm host's start, the run's lock session ended: run 1 aborted, v2 not-run
+    try:
+        assert other.abort_unfinished_runs() == [(first, 1)]
+    finally:
+        other.close()
+    # its kernel killed by that start's reap: the crash journaled, its commit refused (the lock lost)
+    killed = dataclasses.replace(result_record(first, None, 2), outcome="fail", reason="killed by signal 9")
+    lost = store.add_result(killed)
+    with store.engine.begin() as db:
+        for table in (MetricValue, SassCount):
+            db.execute(delete(table).where(table.result_id == lost))
+        db.execute(delete(ResultRow).where(ResultRow.id == lost))
+    store.journal.close()
+    store.close()
+    after = Store(url)
+    try:
+        with pytest.raises(StoreError, match="after"):
+            after.import_journal(tmp_path / "journal" / "aa.jsonl")
+        with after.engine.connect() as db:
+            rows = db.execute(select(ResultRow.variant, ResultRow.outcome).where(ResultRow.run_id == first)).all()
+        assert sorted(rows) == [("v1", "pass"), ("v2", "not-run")], rows
+    finally:
+        after.close()
