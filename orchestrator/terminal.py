@@ -27,8 +27,27 @@ _CONTROL = re.compile(
 _CONTROL_ON_PAGE = _CONTROL
 
 
+# joiners and variation selectors are part of legitimate text (an emoji's "\u26a0\ufe0f", a family
+# emoji's U+200D, a Devanagari or Persian word's U+200D or U+200C, a Japanese name's U+E0100): kept
+# between (a joiner) or after (a selector) characters that are not ASCII, where they join or vary
+# something drawn; beside ASCII (a GPU name's "H100\u200d") they are still shown (a review finding)
+_JOINERS = frozenset((0x200C, 0x200D))
+_SELECTORS = frozenset((*range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)))
+
+
+def _drawn(char: str) -> bool:
+    """A character that is not ASCII, a space or one `_CONTROL` shows, selectors aside."""
+    return ord(char) > 0x7F and not char.isspace() and (ord(char) in _SELECTORS or not _CONTROL.match(char))
+
+
 def _visible(match: re.Match[str]) -> str:
     code = ord(match.group())
+    text, at = match.string, match.start()
+    before, after = text[at - 1 : at], text[at + 1 : at + 2]
+    if code in _SELECTORS and before and _drawn(before):
+        return match.group()
+    if code in _JOINERS and before and after and _drawn(before) and _drawn(after):
+        return match.group()
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 

@@ -9,6 +9,7 @@ the attempts journaled with it, over the not-run row that start wrote in its pla
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -21,10 +22,28 @@ from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 NOT_RUN = Outcome.NOT_RUN.value
 
 
-def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> int:
+def _rerun_later(session: Session, run_id: int, kept: dict[str, Any]) -> bool:
+    """Whether a run after `run_id` holds a result of the cell (kernel, variant, node, device)."""
+    table = ResultRow.__table__
+    cell = [table.c[key] == kept.get(key, "") for key in ("kernel", "variant", "node", "device")]
+    return session.execute(select(table.c.id).where(table.c.run_id > run_id, *cell).limit(1)).first() is not None
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> tuple[int, int]:
     """Add to run `run_id` the journal's results it lacks (a cell with no row, or only not-run
     rows, where the journal holds its verdict) and, the run still marked running, its end.
-    Returns how many results were added; the caller commits."""
+    Returns how many results were added, and how many were not as they ended after the run was
+    closed (see below); the caller commits."""
+    run = session.get(Run, run_id)
+    # a run the database closed (another farm's start, its lock session ended) may have gone on until
+    # it saw its lock gone: that start killed its processes on the nodes (reap_dead_runs), and what it
+    # journaled after is no verdict of its own (a killed kernel's crash: a review finding)
+    closed = _utc(run.ended_at) if run is not None and run.status != "running" and run.ended_at else None
+    late = 0
     table = ResultRow.__table__
     rows = session.execute(
         select(table.c.id, table.c.kernel, table.c.variant, table.c.node, table.c.device, table.c.outcome).where(
@@ -56,13 +75,22 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         ]
         if any(r.outcome != NOT_RUN for r in same):
             continue  # stored before the failure
+        ended = fields.get("ended_at") or fields.get("started_at")
+        if closed is not None and isinstance(ended, datetime) and _utc(ended) > closed:
+            late += 1
+            continue
+        # the standing takes a cell's highest result id as its latest: the verdict takes the not-run
+        # row's id, below a later run's re-run of the cell; a new id stood over it (a review finding)
+        at: dict[str, int] = {}
         if same:  # the next start's not-run rows give way to the verdict
+            at["id"] = min(r.id for r in same)
             connection.execute(delete(table).where(table.c.id.in_([r.id for r in same])))
-        insert_result(connection, {"run_id": run_id, "snapshot_id": by_ref.get(ref), **fields}, metrics, ())
+        elif _rerun_later(session, run_id, kept):
+            continue  # no row to take the place of: a new id would stand over the later run's
+        insert_result(connection, {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **fields}, metrics, ())
         added += 1
         adding = True
     end = next((fields for kind, fields in records if kind == "finish"), None)
-    run = session.get(Run, run_id)
     if added and end is not None and run is not None and run.status == "running":
         run.status, run.exit_code, run.ended_at = end["status"], end["exit_code"], end["ended_at"]
-    return added
+    return added, late

@@ -71,7 +71,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
         self._snapshot_refs: dict[int, int] = {}
-        self._run_id: int | None = None  # the run this store writes, once begun (lock.check_held)
+        self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -122,7 +122,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
         if self._file is None:  # a server database: the run lock this process holds, still held
-            check_held(self.url, self._run_id)
+            check_held(self.url, *(self._run or (None, "running")))
             return
         if self._identity is None:
             return
@@ -276,7 +276,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
                     connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
         except StoreError as err:
             raise self.not_begun(err, fields.get("token")) from err
-        self._run_id = run_id
+        self._run = (run_id, "running")
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
@@ -296,6 +296,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
             run.exit_code = exit_code if unjournaled is None else max(exit_code, unjournaled.exit_code)
             run.ended_at = datetime.now(UTC)
             session.commit()
+            self._run = (run_id, status)  # its own end, never another farm's write (lock._written_meanwhile)
         if unjournaled is not None:
             raise unjournaled
 

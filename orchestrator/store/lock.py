@@ -75,7 +75,8 @@ class RunLock:
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         try:  # who holds it is a courtesy for the next run's message; group-writable as the lock is
-            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, MODE)
+            # never through a link planted in its place: it overwrote the file it named (a review finding)
+            fd = os.open(self._info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, MODE)
             with os.fdopen(fd, "w") as info:
                 with contextlib.suppress(OSError):
                     os.fchmod(fd, MODE)  # umask aside
@@ -102,13 +103,14 @@ CHECK_EVERY = 1.0  # seconds between two checks that a held advisory lock's sess
 _HELD: dict[str, DatabaseLock] = {}  # server database (location.server_identity) -> its lock held here
 
 
-def check_held(url: str, run_id: int | None = None) -> None:
+def check_held(url: str, run_id: int | None = None, status: str = "running") -> None:
     """Before a write: where this process holds `url`'s advisory lock, that its session still
     holds it (see DatabaseLock.check), `run_id` the run this process writes (None before its
-    start); nothing else to check for SQLite or an unheld lock."""
+    start) and `status` the one it last stored for it; nothing else to check for SQLite or an
+    unheld lock."""
     held = _HELD.get(server_identity(url))
     if held is not None:
-        held.check(run_id)
+        held.check(run_id, status)
 
 
 class DatabaseLock:
@@ -127,7 +129,7 @@ class DatabaseLock:
         self._checking = threading.Lock()  # a run's writes come from several threads
         self._lost: str | None = None  # why this run may no longer write, once found: it stays so
 
-    def check(self, run_id: int | None = None) -> None:
+    def check(self, run_id: int | None = None, status: str = "running") -> None:
         """The server ends the lock's idle session (idle_session_timeout, pg_terminate_backend,
         a restart) without a word, and the lock with it: a second farm host then took it and
         wrote beside the run (a red-team finding). At most every CHECK_EVERY seconds, a round
@@ -161,7 +163,7 @@ class DatabaseLock:
                 self._connection = self._engine.connect()
                 taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
                 self._connection.commit()
-                written = self._written_meanwhile(run_id) if taken else None
+                written = self._written_meanwhile(run_id, status) if taken else None
             except SQLAlchemyError:
                 taken, written = False, None
             if not taken:
@@ -177,11 +179,13 @@ class DatabaseLock:
                 raise StoreError(self._lost)
             self._checked = time.monotonic()
 
-    def _written_meanwhile(self, run_id: int | None) -> str | None:
+    def _written_meanwhile(self, run_id: int | None, expected: str = "running") -> str | None:
         """What another farm wrote while the lock was free, read on the lock's new session: a newer
         schema, a run after this one, this run no longer running (another farm's start marks it
         aborted, its cells not-run). Taken again without a look, the run wrote on into a run the
-        database had closed and ended it finished (a red-team finding)."""
+        database had closed and ended it finished (a red-team finding). `expected`: the status this
+        process stored for it last; a bisection's next run follows its own finished one, and its
+        own end read as another farm's stopped the walk (a review finding)."""
         from sqlalchemy import text
 
         from orchestrator.store.engine import _scripts
@@ -197,7 +201,7 @@ class DatabaseLock:
             return f"its schema is now revision {schema}"
         if run_id is not None and newest != run_id:
             return f"run {newest} is newer than this run {run_id}"
-        if run_id is not None and status != "running":
+        if run_id is not None and status != expected:
             return f"it marked this run {run_id} {status or 'gone'}"
         return None
 

@@ -292,10 +292,19 @@ class Recovery:
         with self._guard("importing"), self._write_lock, self.session() as session:
             if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
                 # a run whose commit failed: its journal's results the database lacks (completing.py)
-                if added := complete_run(session, found, records):
+                added, late = complete_run(session, found, records)
+                if added:
                     session.commit()
                     return found, session.scalars(select(Run.status).where(Run.id == found)).one(), added
-                raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}")
+                raise StoreError(
+                    f"{path}: its run is already in {self.redacted_url} as run {found}"
+                    + (
+                        f"; the {late} results it lacks ended after another farm's start closed the run "
+                        "(which killed what it ran on the nodes): not taken"
+                        if late
+                        else ""
+                    )
+                )
             newest = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
             started = run_fields.get("started_at")
             if newest is not None and isinstance(started, datetime) and _utc(started) < _utc(newest.started_at):
