@@ -27,11 +27,11 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, delete, select, text
+from sqlalchemy import Engine, delete, select
+from test_redteam87 import _end_lock_session
 from test_store_backends import postgres_admin, postgres_url, result_record  # noqa: F401 (fixtures)
 
 from orchestrator.errors import StoreError
@@ -45,12 +45,18 @@ from orchestrator.terminal import printable, printable_on_page
 RUN = {"trigger": "cron", "farm_version": "0", "selection": "--all", "host": "a", "config_file": "farm.yaml"}
 
 
-def test_an_imported_verdict_never_stands_over_a_later_runs_rerun_of_its_cell(tmp_path: Path) -> None:
+def _journaled_run(tmp_path: Path) -> tuple[str, Store, int]:
+    """A SQLite run of two cells, journaled, its first result stored."""
     url = f"sqlite:///{tmp_path / 'results.db'}"
     store = Store(url, create=True)
     store.journal = Journal(tmp_path / "journal", "aa")
     first = store.begin_run(planned=[("k", "v1", "n", ""), ("k", "v2", "n", "")], token="aa", **RUN)
     store.add_result(result_record(first, None, 1))
+    return url, store, first
+
+
+def test_an_imported_verdict_never_stands_over_a_later_runs_rerun_of_its_cell(tmp_path: Path) -> None:
+    url, store, first = _journaled_run(tmp_path)
     lost = store.add_result(result_record(first, None, 2))  # journaled; its commit refused (as round 87's)
     with store.engine.begin() as db:
         for table in (MetricValue, SassCount):
@@ -86,12 +92,7 @@ def test_a_processs_next_run_after_its_own_finished_one_survives_a_retaken_lock(
         try:
             first = store.begin_run(planned=[("k", "v1", "n", "")], token="b1", **RUN)
             store.finish_run(first, "finished", 0)
-            with postgres_admin.connect() as db:  # idle_session_timeout ends the lock's session
-                ended = db.execute(
-                    text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE :me"),
-                    {"me": f"farm pid {os.getpid()} %"},
-                ).all()
-            assert ended == [(True,)]
+            _end_lock_session(postgres_admin)  # idle_session_timeout ends the lock's session
             second = store.begin_run(planned=[("k", "v1", "n", "")], token="b2", **RUN)
             store.finish_run(second, "finished", 0)
             with store.engine.connect() as db:
@@ -135,11 +136,7 @@ def test_joiners_and_variation_selectors_of_legitimate_text_stay_as_they_are() -
 
 
 def test_an_import_never_takes_a_verdict_from_after_another_start_closed_its_run(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'results.db'}"
-    store = Store(url, create=True)
-    store.journal = Journal(tmp_path / "journal", "aa")
-    first = store.begin_run(planned=[("k", "v1", "n", ""), ("k", "v2", "n", "")], token="aa", **RUN)
-    store.add_result(result_record(first, None, 1))
+    url, store, first = _journaled_run(tmp_path)
     other = Store(url)  # another farm host's start, the run's lock session ended: run 1 aborted, v2 not-run
     try:
         assert other.abort_unfinished_runs() == [(first, 1)]
