@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from test_report import TOY, certify, toy_identity
 from toyfarm import toy_farm
 
@@ -114,3 +115,35 @@ def test_a_node_another_farm_file_lists_stays_the_fleets(tmp_path: Path) -> None
         assert _model(store, farm).departed == {}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("last_run_of", ["this farm.yaml", "another farm file"])
+def test_a_kernel_whose_job_file_was_removed_is_not_the_fleets_green(tmp_path: Path, last_run_of: str) -> None:
+    """jobs/toy.yaml removed, kernels/toy.cpp left behind: toy's last run was of this very farm.yaml,
+    so no other farm file runs it, and its pass stayed green, VERIFIED in the ledger. A kernel last
+    run by another farm file (its own jobs) is left as recorded."""
+    farm = _farm(tmp_path)
+    store = Store(farm.database_url)
+    store.journal = None
+    config = str(farm.file) if last_run_of == "this farm.yaml" else str(tmp_path / "elsewhere.yaml")
+    try:
+        run_id = store.begin_run(trigger="test", farm_version="0", host="h", config_file=config, selection="--all")
+        certify(store, run_id, toy_identity(farm), real=True, build_command=BUILT, node="here")
+        store.finish_run(run_id, "finished", 0)
+        job = (tmp_path / "jobs" / "toy.yaml").read_text()
+        (tmp_path / "kernels" / "other.cpp").write_text(TOY)
+        other = job.replace("kernel: toy", "kernel: other").replace("toy.cpp", "other.cpp")
+        (tmp_path / "jobs" / "other.yaml").write_text(other)
+        (tmp_path / "jobs" / "toy.yaml").unlink()
+        model = _model(store, load_farm(farm.file))
+    finally:
+        store.close()
+    (entry,) = [e for e in model.ledgers if e.kernel == "toy"]
+    (why,) = model.rejudged.values() or [None]
+    if last_run_of == "another farm file":
+        assert why is None and grids.standing_counts(model)["good"] == 1
+        assert "removed" not in [kind for kind, _text in entry.flags]
+        return
+    assert why is not None and "no job of" in why and "its last run was of that file" in why
+    assert grids.standing_counts(model)["good"] == 0
+    assert "removed" in [kind for kind, _text in entry.flags]

@@ -48,7 +48,7 @@ def listed_columns(path: Path) -> set[str] | None:
     return found
 
 
-def _same_file(a: Path, b: str) -> bool:
+def same_file(a: Path, b: str) -> bool:
     try:
         return a.resolve() == Path(b).resolve()
     except (OSError, ValueError):
@@ -70,7 +70,7 @@ def departed(store: Store, farm: Farm | None, columns: list[Any]) -> dict[str, s
         config = files[snap.run_id]
         if not config:
             continue
-        if _same_file(farm.file, config):
+        if same_file(farm.file, config):
             where = farm.file.name
         elif (listed := listed_columns(Path(config))) is not None and node not in listed:
             where = config

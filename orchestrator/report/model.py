@@ -378,7 +378,7 @@ def collect(
         run_counts=run_counts,
         run_cells=run_cells,
         node_history=dict(node_history),
-        ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers), gone),
+        ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers, now_inputs), gone),
         departed=gone,
         counts=counts,
         columns=columns,
