@@ -76,7 +76,7 @@ def test_a_node_removed_from_farm_yaml_is_not_the_fleets_green(tmp_path: Path) -
         store.close()
     index = (tmp_path / "reports" / "index.html").read_text()
     head = re.search(r'<th data-node="hopper".*?</th>', index, re.S)
-    assert head is not None and "not in farm.yaml" in head.group(0)
+    assert head is not None and "not in the fleet now: not in farm.yaml" in head.group(0)
     cell = re.search(r'<td class="([^"]*)" data-node="hopper"', index)
     assert cell is not None and cell.group(1).split()[:2] == ["good", "unconfirmed"]
     assert "node not in the fleet now" in index

@@ -83,7 +83,7 @@ def departed(store: Store, farm: Farm | None, columns: list[Any]) -> dict[str, s
             if spec.host and (snap.address or "").rpartition("@")[2].rsplit(":", 1)[0] == spec.host
         ]
         also = f"; {', '.join(renamed)} in it now has its host" if renamed else ""
-        found[node] = f"not in {where} (its last run, {snap.run_id}, was of that file){also}: not in the fleet now"
+        found[node] = f"not in {where} (its last run, {snap.run_id}, was of that file){also}"
     return found
 
 
