@@ -477,6 +477,9 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "{% set changed = r.identity and model.identities.get(kernel, r.identity) != r.identity %}\n"
         # since session 56: as expected on inputs since changed is grey too
         '{% if cat == "good" and changed %}{% set cat = "good unconfirmed" %}{% endif %}\n'
+        # since round 91: as expected on a node its farm file no longer lists (fleet.py) is grey too
+        "{% set left = model.departed.get(col.node) %}\n"
+        '{% if cat == "good" and left %}{% set cat = "good unconfirmed" %}{% endif %}\n'
         '<td class="{{ cat }}{% if s.stale or changed %} stale-cell{% endif %}" data-node="{{ col.node }}" '
         'data-device="{{ col.device }}" data-cell="{{ kernel }}:{{ variant }}" data-run="{{ r.run_id }}">'
         '<a class="outcome" href="cells/{{ r.id }}.html">{{ r.outcome }}</a>\n'
@@ -496,6 +499,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         '{% if s.stale %} <span class="flag">stale</span>{% endif %}</small>\n'
         '{% if changed %}<small class="flag">inputs changed since</small>\n{% endif %}'
         '{% if moot %}<small class="flag rejudged">job changed since: {{ moot }}</small>\n{% endif %}'
+        '{% if left %}<small class="flag departed">node not in the fleet now</small>\n{% endif %}'
         '{% if s.infra_since %}<small class="flag">then {{ s.infra_since.outcome }} in run '
         "{{ s.infra_since.run_id }}</small>{% endif %}\n"
         "</td>\n{% else %}\n"
@@ -540,6 +544,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         identities=identities,
         unfinished_runs={5: "aborted"},
         rejudged={("k2", "v2", "n2", ""): "variant v2 is no longer in <k2>.yaml"},
+        departed={"n2": "not in farm.yaml"},
     )
     env = site._env()
     expected = env.from_string(loop).render(model=model, run=model.run, page_name=site.page_name)
@@ -557,6 +562,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
         "k&amp;1",
         'class="none"',
         "job changed since: variant v2 is no longer in &lt;k2&gt;.yaml",
+        "node not in the fleet now",
     )
     assert made.count("inputs changed since") == 1
     for shown in shown_words:

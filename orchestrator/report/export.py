@@ -101,6 +101,13 @@ def rejudged(model: ReportModel, r: Any) -> str | None:
     return model.rejudged.get(key)
 
 
+def left_fleet(model: ReportModel, r: Any) -> str | None:
+    """Why this cell's node is no longer in the fleet (report/fleet.py), where it is its cell's
+    standing verdict: a removed node's pass read as the fleet's in CI (a red-team finding)."""
+    standing = model.standing.get((r.kernel, r.variant, r.node, r.device))
+    return model.departed.get(r.node) if standing is not None and standing.result.id == r.id else None
+
+
 def classname(kernel: str, variant: str) -> str:
     """A cell's testcase classname: KERNEL.VARIANT, or KERNEL:VARIANT where either name holds a
     dot (names may; never a colon). Kernel `a` variant `b.c` and kernel `a.b` variant `c` were
@@ -124,7 +131,10 @@ def junit(model: ReportModel) -> str:
     # the run itself, and each cell it planned with no result, as failing testcases below
     errors += (1 if incomplete else 0) + len(model.unfinished)
     # as expected yet certifying nothing: a known failure, compile-only, a stand-in card, a run that did not finish
-    unbacked = [certifies_nothing(r, run) or bool(is_as_expected(r.outcome) and rejudged(model, r)) for r in results]
+    unbacked = [
+        certifies_nothing(r, run) or bool(is_as_expected(r.outcome) and (rejudged(model, r) or left_fleet(model, r)))
+        for r in results
+    ]
     skipped = sum(unbacked)
     seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
     counts = {
@@ -194,6 +204,8 @@ def junit(model: ReportModel) -> str:
             ET.SubElement(case, "skipped", message=message)
         elif is_as_expected(r.outcome) and (moot := rejudged(model, r)):
             ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but the job changed since: {moot}"))
+        elif is_as_expected(r.outcome) and (left := left_fleet(model, r)):
+            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but node {r.node} left the fleet: {left}"))
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
@@ -329,8 +341,10 @@ def as_json(model: ReportModel) -> str:
                 "certifies_nothing": certifies_nothing(r, run)
                 or not is_as_expected(r.outcome)
                 or run.status != "finished"
-                or rejudged(model, r) is not None,
+                or rejudged(model, r) is not None
+                or left_fleet(model, r) is not None,
                 "job_changed_since": rejudged(model, r),  # the jobs now would not judge it so
+                "not_in_fleet": left_fleet(model, r),  # its node's farm file no longer lists it (fleet.py)
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),
                 # each figure of speed with its verdict: a perf-regression's value and median, not only its prose
                 "metrics": [

@@ -164,6 +164,8 @@ def since_flags(model: ReportModel, r: Any) -> list[str]:
         flags.append("inputs changed since: the kernel's sources, headers or dependencies are no longer these bytes")
     if moot := model.rejudged.get(key):
         flags.append(f"job changed since: {moot}")
+    if left := model.departed.get(r.node):
+        flags.append(f"node {r.node} left the fleet: {left}")
     return flags
 
 
@@ -189,7 +191,8 @@ def standing_counts(model: ReportModel) -> dict[str, int]:
     counts = {"good": 0, "bad": 0, "infra": 0, "unconfirmed": 0, "total": len(model.standing)}
     for key, s in model.standing.items():
         cat = category(s.result.outcome)
-        moot = key in model.rejudged or changed_inputs(model, key[0], s.result)  # not what the course has now
+        # not what the course has now: its job or inputs changed, or its node left the fleet (fleet.py)
+        moot = key in model.rejudged or changed_inputs(model, key[0], s.result) or key[2] in model.departed
         if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs or moot):
             cat = "unconfirmed"
         counts[cat] += 1
@@ -228,7 +231,9 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS): those
             # bytes never ran there, and the cell stayed green under its flag (a red-team finding)
             changed = changed_inputs(model, kernel, r)
-            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed):
+            # a node removed from farm.yaml: its green read as the fleet's now (a red-team finding)
+            left = model.departed.get(node)
+            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed or left):
                 cat = "good unconfirmed"
             stale = " stale-cell" if s.stale or changed else ""
             cell = [
@@ -259,6 +264,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 cell.append('<small class="flag">inputs changed since</small>\n')
             if moot:
                 cell.append(f'<small class="flag rejudged">job changed since: {_t(moot)}</small>\n')
+            if left:
+                cell.append('<small class="flag departed">node not in the fleet now</small>\n')
             if s.infra_since:
                 then = s.infra_since
                 cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')

@@ -21,6 +21,8 @@ class KernelInputs:
     source: bytes  # the main source's bytes (its header claims)
     files: dict[str, str]
     dependencies: dict[str, dict]
+    # a kernel the farm has no job for: the farm file its latest result's run was of (rejudged.gone)
+    run_file: str | None = None
 
 
 def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]) -> dict[str, KernelInputs]:
@@ -51,7 +53,13 @@ def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]
             continue
         stored = store.source(row.source_sha256)
         main = next((p for p, sha in row.sources.items() if sha == row.source_sha256), row.kernel)
+        run = store.run(row.run_id) if farm is not None else None
         found[kernel] = KernelInputs(
-            main, row.identity, stored.content if stored else b"", dict(row.sources), dict(row.dependencies or {})
+            main,
+            row.identity,
+            stored.content if stored else b"",
+            dict(row.sources),
+            dict(row.dependencies or {}),
+            run.config_file if run is not None else None,
         )
     return found

@@ -12,7 +12,7 @@ definition, aggregated in the database from indexes (store.py). Logs: the full c
 from __future__ import annotations
 
 import functools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -21,13 +21,13 @@ from typing import Any
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
-from orchestrator.report import history, ledger
+from orchestrator.report import fleet, history, ledger
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.rejudged import flag_ledgers, rejudged
 from orchestrator.report.trends import Series, trend_series
 from orchestrator.store.database import Store
 from orchestrator.store.queries import BISECT_TRIGGER
-from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
+from orchestrator.store.tables import NodeSnapshotRow, Run
 
 HISTORY_RUNS = 30  # runs in history.html, each with its own page
 GRID_RUNS = 10  # runs (columns) in a kernel page's history grid
@@ -120,6 +120,7 @@ class ReportModel:
     identities: dict[str, str] = field(default_factory=dict)
     # standing cell -> why the jobs now would not judge its verdict so (rejudged.py): never green
     rejudged: dict[history.CellKey, str] = field(default_factory=dict)
+    departed: dict[str, str] = field(default_factory=dict)  # node -> why it left the fleet (fleet.py): never green
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
     # under "what changed": the run's metrics regressed or without a value, and moved instruction counts
@@ -271,9 +272,7 @@ def collect(
     by_column: dict[tuple[str, str], list[StandingCell]] = defaultdict(list)
     for (_k, _v, node, device), cell in standing.items():
         by_column[(node, device)].append(cell)
-    devices: dict[str, int] = defaultdict(int)
-    for node, _device in by_column:
-        devices[node] += 1
+    devices = Counter(node for node, _device in by_column)
     columns = []
     for (node, device), cells in by_column.items():
         newest = max(cells, key=lambda c: c.result.id).result
@@ -288,9 +287,7 @@ def collect(
         named_by_row[(kernel, variant)] = cell.result.contract_ccs or named_by_row.get((kernel, variant), [])
     rows = [(k, v, contracts_by_row[(k, v)]) for k, v in sorted(contracts_by_row)]
 
-    latest_by_kernel: dict[str, ResultRow] = {}
-    for r in store.latest_identified(run.id, sorted({kernel for kernel, _v, _n, _d in standing})):
-        latest_by_kernel[r.kernel] = r
+    latest_by_kernel = {r.kernel: r for r in store.latest_identified(run.id, sorted({k for k, _v, _n, _d in standing}))}
     now_inputs = current_inputs(store, farm, latest_by_kernel)
     contracts: dict[str, set[str]] = defaultdict(set)  # kernel -> the CCs its contracts name
     for kernel, variant, _contract in rows:
@@ -368,6 +365,7 @@ def collect(
     counts = {"good": 0, "bad": 0, "infra": 0}
     for row in light:
         counts[category(row.outcome)] += 1
+    gone = fleet.departed(store, farm, columns)
     model = ReportModel(
         run=run,
         runs=runs,
@@ -380,7 +378,8 @@ def collect(
         run_counts=run_counts,
         run_cells=run_cells,
         node_history=dict(node_history),
-        ledgers=flag_ledgers(farm, ledgers),
+        ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers, now_inputs), gone),
+        departed=gone,
         counts=counts,
         columns=columns,
         rows=rows,

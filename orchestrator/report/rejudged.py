@@ -11,7 +11,7 @@ red-team finding: "1 of 1 cells as expected" after the T4 became a refusal).
 The farm's configuration is needed to say so; a report from the database alone
 (no farm) judges nothing again. A kernel in no job of the farm is left alone while
 its sources are in the farm's folder (a second farm file on the same database may
-run it); once they are gone too, the kernel is removed or renamed, and its rows
+run it) and its last run was of another farm file; once they are gone too, the kernel is removed or renamed, and its rows
 were the fleet's green with kernels/toy.cpp VERIFIED in the ledger, a file the
 course no longer has (a red-team finding).
 """
@@ -26,6 +26,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
+from orchestrator.report.fleet import same_file
 from orchestrator.report.ledger import KernelLedger
 from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, PTX_STATEMENTS, SOURCE_PTX
 from orchestrator.run.stages.inspect import reads_cuda
@@ -53,13 +54,18 @@ def same_build(template: str, command: str, sources: int = 1) -> bool:
     return re.fullmatch(pattern, command, re.S) is not None
 
 
-def gone(farm: Farm | None, kernel: str, files: dict[str, str]) -> str | None:
+def gone(farm: Farm | None, kernel: str, files: dict[str, str], run_file: str | None = None) -> str | None:
     """Why `kernel` (its inputs as last recorded: relative path -> sha256) is no longer the
-    course's: in no job of the farm, and none of its recorded files in the farm's folder."""
+    course's: in no job of the farm, and none of its recorded files in the farm's folder, or
+    its latest run (`run_file`: the farm file it was of) of this very farm."""
     if farm is None or kernel in farm.jobs or not files:
         return None
     project = farm.source_folders["jobs"].parent  # sources are relative to it (config/farm.py)
     if any((project / path).exists() for path in files):
+        if run_file and same_file(farm.file, run_file):
+            # its job file removed from jobs/, its sources left behind: no other farm file ran it last, and
+            # its rows stayed the fleet's green (a red-team finding)
+            return f"no job of {farm.file} runs {kernel} now, and its last run was of that file"
         return None
     # "not in", not "gone": a second farm root on the same database, with kernels of its own, reads so too
     return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
@@ -126,7 +132,7 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
     found: dict[CellKey, str] = {}
     if farm is None:
         return found
-    removed = {k: why for k, inputs in now.items() if (why := gone(farm, k, inputs.files))}
+    removed = {k: why for k, inputs in now.items() if (why := gone(farm, k, inputs.files, inputs.run_file))}
     for key, cell in standing.items():
         kernel, variant, _node, _device = key
         job = farm.jobs.get(kernel)
@@ -180,12 +186,16 @@ def _jit(cert: Any, spec: Any) -> str | None:
     return jit_unbacked(cert.code_path, spec.instructions, cert.cc, cert.stages, spec.inspect)
 
 
-def flag_ledgers(farm: Farm | None, ledgers: list[KernelLedger]) -> list[KernelLedger]:
+def flag_ledgers(
+    farm: Farm | None, ledgers: list[KernelLedger], now: dict[str, Any] | None = None
+) -> list[KernelLedger]:
     """Flags each CC a kernel is VERIFIED on that no variant of its job admits now
     (`contract-changed`): the bytes passed there, but the job says the kernel must
-    be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it."""
+    be refused there, and "VERIFIED on CC 7.5" read as the course's claim of it.
+    `now`: kernel -> its KernelInputs (the farm file of its latest run, for gone)."""
     for entry in ledgers:
-        if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files)):
+        found = (now or {}).get(entry.kernel)
+        if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files, getattr(found, "run_file", None))):
             entry.flags.append(("removed", f"{why}: its certificates are of a kernel this farm does not have."))
         job = farm.jobs.get(entry.kernel) if farm is not None else None
         if job is None:

@@ -363,7 +363,7 @@ def _render(
     # or renamed in farm.yaml since) had none in a fresh folder, and a stale one in an old folder
     probed = {col.node: [col.snapshot] for col in model.columns if col.snapshot is not None}
     for node, snaps in {**probed, **model.node_history}.items():
-        page = node_page.render(run=run, node=node, snaps=snaps, probes=grids.probe_rows(snaps))
+        page = node_page.render(run=run, node=node, snaps=snaps, probes=grids.probe_rows(snaps), gone=model.departed)
         _write(out_dir / "nodes" / f"{page_name(node)}.html", page, pages)
 
     _write(
