@@ -11,8 +11,8 @@ red-team finding: "1 of 1 cells as expected" after the T4 became a refusal).
 The farm's configuration is needed to say so; a report from the database alone
 (no farm) judges nothing again. A kernel in no job of the farm is left alone while
 its sources are in the farm's folder (a second farm file on the same database may
-run it) and its last run was of another farm file; once they are gone too, the kernel is removed or renamed, and its rows
-were the fleet's green with kernels/toy.cpp VERIFIED in the ledger, a file the
+run it) and its last run was of another farm file; once they are gone too, the kernel
+is removed or renamed, and its rows were the fleet's green with kernels/toy.cpp VERIFIED in the ledger, a file the
 course no longer has (a red-team finding).
 """
 
