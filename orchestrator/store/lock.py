@@ -65,7 +65,8 @@ class RunLock:
                     f"cannot take the run lock {self.path}: its folder {self.path.parent} is on a filesystem with "
                     f"no file locks ({err.strerror or err}; NFS without its lock daemon, GlusterFS, FUSE). Set "
                     "`lock_dir:` in farm.yaml to a local folder with file locks that every farm run of this "
-                    "database uses (e.g. /var/lock/farm)"
+                    "database uses (e.g. /var/lock/farm): it keeps apart the runs of the one host it is on, so run "
+                    "them all from that host, or use PostgreSQL for a database several hosts write"
                 ) from err
             why = not_writable(self.path, err) or f"{self.path}: {err.strerror or err}"
             raise LockError(f"cannot take the run lock {why}") from err
