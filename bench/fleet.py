@@ -140,11 +140,23 @@ def write_farm(
     return path
 
 
+# --farm-cpus: the farm's own CPUs, and the command prefix that puts a process on the others
+FARM_CPUS: set[int] = set()
+NODE_SIDE: list[str] = []
+
+
+def pin_threads(cpus: set[int]) -> None:
+    """This process, every thread of it, onto CPUS (a thread's affinity is its own on Linux)."""
+    for task in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(task), cpus)
+
+
 def start_delay_proxy(nodes: list[SshNode], rtt_ms: float) -> tuple[subprocess.Popen, dict[str, int]]:
     """bench/delay_proxy.py in front of each node's sshd (half the round trip each
     way); each node's known_hosts also names its proxy port, so host keys stay strict."""
     proxy = subprocess.Popen(
         [
+            *NODE_SIDE,  # on the nodes' CPUs (--farm-cpus): the proxy stands for the network
             sys.executable,
             str(REPO / "bench" / "delay_proxy.py"),
             "--delay-ms",
@@ -464,6 +476,13 @@ def main() -> int:
         action="store_true",
         help="on a GPU machine, as root: each node's sshd in a mount namespace without /dev/nvidia* (no CUDA query)",
     )
+    ap.add_argument(
+        "--farm-cpus",
+        default="",
+        help="CPUs (e.g. 0,1) for the farm's process, its workers and the baselines' clients; the nodes' "
+        "sshds (and all they start) and the delay proxies get the others: a farm host of that many cores "
+        "whose nodes are machines of their own",
+    )
     ap.add_argument("--warm-size", type=int, default=0, help="cold run to rerun warm (default 128, else the largest)")
     ap.add_argument(
         "--delayed-sizes", default="8", help="node counts run again through the delay proxy ('' or 0 for none)"
@@ -472,6 +491,15 @@ def main() -> int:
     os.environ["FARM_TEST_RUNNER"] = args.runner  # tests/nodes.py puts it into every node's entry
     if args.hide_driver:
         os.environ["FARM_TEST_HIDE_DRIVER"] = "1"
+    everything = os.sched_getaffinity(0)
+    if args.farm_cpus:
+        FARM_CPUS.update(int(c) for c in args.farm_cpus.split(","))
+        nodes_cpus = everything - FARM_CPUS
+        if not everything >= FARM_CPUS or not nodes_cpus:
+            print(f"error: --farm-cpus {args.farm_cpus}: this process may use {sorted(everything)}", file=sys.stderr)
+            return 2
+        NODE_SIDE[:] = ["taskset", "-c", ",".join(map(str, sorted(nodes_cpus)))]
+        pin_threads(nodes_cpus)  # the sshds started next inherit the nodes' CPUs
     if not os.access(NVCC, os.X_OK):
         print(f"error: no nvcc on PATH (nor {NVCC}): the nodes' probe needs one", file=sys.stderr)
         return 2
@@ -504,6 +532,12 @@ def main() -> int:
             f"{fleet_size} sshd nodes started in {time.monotonic() - clock:.1f} s (one sshd each; "
             f"HOME {'real' if args.real_home else 'empty'})"
         )
+        if FARM_CPUS:
+            pin_threads(FARM_CPUS)  # the farm, its workers (forked from it) and the baselines' clients
+            print(
+                f"farm on CPUs {sorted(FARM_CPUS)}; the nodes (their sshds and all they start) and the delay "
+                f"proxies on the other {len(everything - FARM_CPUS)}"
+            )
 
         # 1 + 2: cold farm runs
         overhead_at = {}
@@ -737,7 +771,9 @@ def main() -> int:
     print(f"command: {' '.join(shlex.quote(a) for a in sys.argv)}; user {getpass.getuser()}")
     print(
         f"jobs per node {k}, build {b} s, run {r} s, build_jobs {args.build_jobs}, 1 GPU per node, "
-        f"node runner {args.runner}" + (", NVIDIA driver hidden from the nodes" if args.hide_driver else "")
+        f"node runner {args.runner}"
+        + (", NVIDIA driver hidden from the nodes" if args.hide_driver else "")
+        + (f", farm on CPUs {args.farm_cpus} and the nodes on the others" if args.farm_cpus else "")
     )
     print(f"load average at the end: {os.getloadavg()}")
     print()

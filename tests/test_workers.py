@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from nodes import CARDS, Fleet, processes_carrying, query, standin_job, standin_variant, write_farm
@@ -270,6 +271,20 @@ def test_split_keeps_each_sshds_nodes_together_and_balances_cells(fleet: Fleet, 
     groups = workers.split(farm, by_node, 3)
     assert sorted(sorted(g) for g in groups) == [["w0", "w0b"], ["w1"], ["w2"]]
     assert len(workers.split(farm, by_node, 2)) == 2
+
+
+def test_auto_counts_the_cpus_the_farm_may_use_not_the_machines(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64 sshds: four workers on a machine of 16 cores; none beside the farm's own process where a
+    # taskset, cpuset or container leaves it two of them (it started 4 workers on 2 cores)
+    nodes = {f"n{i}": SimpleNamespace(jump=None, host="127.0.0.1", port=2200 + i, transport="ssh") for i in range(64)}
+    farm = SimpleNamespace(spec=SimpleNamespace(processes="auto"), nodes=nodes)
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert workers.worker_count(farm, list(nodes)) == 4  # type: ignore[arg-type]
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert workers.worker_count(farm, list(nodes)) == 1  # type: ignore[arg-type]
+    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    assert workers.worker_count(farm, list(nodes)) == 3  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", [0, -1, "many", 2.5, True])

@@ -74,8 +74,17 @@ def worker_count(farm: Farm, nodes: list[str]) -> int:
     groups = len({sshd_of(farm, n) for n in nodes})
     if setting != "auto":
         return max(1, min(int(setting), groups))
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     return max(1, min(math.ceil(groups / NODES_PER_WORKER) if groups >= NODES_PER_WORKER else 1, cores - 1))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: a farm under taskset, a cpuset or a container's CPU list
+    sized its workers by the machine's count (15 workers on 2 usable cores of 16)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
 
 
 def split(farm: Farm, by_node: dict[str, list[Cell]], count: int) -> list[dict[str, list[Cell]]]:
