@@ -23,7 +23,7 @@ from filelock import FileLock
 from test_faults import cli_env, farm_cli, farm_cmd
 from toyfarm import toy_farm
 
-from orchestrator.errors import EXIT_INFRA, EXIT_OK
+from orchestrator.errors import EXIT_CONFIG, EXIT_INFRA, EXIT_OK
 from orchestrator.store.lock import lock_path
 
 
@@ -109,3 +109,24 @@ def test_a_relative_workdir_under_a_home_that_is_no_folder_is_named_not_made_und
     assert "its workdir 'farm-work-rt93' is under the farm's HOME" in text and str(home) in text, text
     assert "Traceback" not in text and "internal error" not in text, text
     assert not Path("/farm-work-rt93").exists() and not home.exists()
+
+
+@pytest.mark.parametrize("command", [["report", "--format", "junit"], ["report", "--format", "json"], ["show", "1"]])
+def test_stdout_on_a_full_disk_is_said_so_not_a_bug_in_farm(tmp_path: Path, command: list[str]) -> None:
+    """A cron job's `farm report --format junit > /srv/ci/junit.xml` on a full disk (/dev/full)."""
+    config = toy_farm(tmp_path)
+    assert farm_cli(tmp_path, "verify", "--all", "--config", str(config)).returncode == EXIT_OK
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            farm_cmd(*command, "--config", str(config)),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=cli_env(tmp_path),
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == EXIT_CONFIG, (done.returncode, done.stderr)
+    assert done.stderr.startswith("Error: stdout: found a stream that cannot be written (No space left on device)")
+    assert "--out FILE" in done.stderr and "bug in farm" not in done.stderr and "Exception" not in done.stderr
