@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_SIGPIPE, FarmError
+from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_SIGPIPE, ConfigError, FarmError
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -59,6 +59,29 @@ def farm_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _fail(err: FarmError) -> None:
     click.echo(f"Error: {printable(str(err))}", err=True)
     sys.exit(err.exit_code)
+
+
+def echo(text: str = "", nl: bool = True) -> None:
+    """A line of a command's own output to stdout, flushed: stdout that cannot be written (a
+    cron job's `farm report --format junit > /srv/ci/junit.xml` on a full disk) is exit 3 saying
+    so, as an --out that cannot be written is; it was "internal error (OSError: No space left on
+    device); this is a bug in farm", exit 70 (round 93). A reader that stopped reading is
+    BrokenPipeError, handle_errors' exit 141."""
+    try:
+        click.echo(text, nl=nl)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        with contextlib.suppress(OSError):  # what is still buffered would fail again at exit (status 120)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise ConfigError(
+            "stdout",
+            "",
+            f"a stream that cannot be written ({err.strerror or err}): what was printed is cut short",
+            "a writable stdout",
+            "`farm report --format junit|json --out FILE` writes an export whole or not at all.",
+        ) from err
 
 
 def _load(config_path: Path, database: str | None, *, read_only: bool = False, opens_database: bool = True) -> Farm:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
     from orchestrator.config.farm import Farm
     from orchestrator.store.database import Store
 
-from orchestrator.cli.base import _load, database_origin, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.base import _load, database_origin, echo, farm_options, handle_errors, main, wait_option
 
 
 @main.command()
@@ -114,7 +114,7 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
         model = collect(store, run_id, farm)
     text = export.junit(model) if fmt == "junit" else export.as_json(model)
     if out is None:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
     else:
         try:  # whole or not at all: a CI step reading it never finds half an export
             write_page(str(out), text.encode(), compare=False)
@@ -237,7 +237,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     r = store.result(result_id)  # None for an id no database holds
     if r is None:
         raise StoreError(f"no result {result_id} in {redact_url(farm.database_url)}")
-    say = lambda line: click.echo(printable(line, keep_newlines=False))  # noqa: E731 - everything shown is stored input
+    say = lambda line: echo(printable(line, keep_newlines=False))  # noqa: E731 - everything shown is stored input
     card = f" ({r.device}, CC {r.cc}" + (f", GPU {r.gpu_index} {r.gpu_uuid}" if r.gpu_uuid else "") + ")"
     say(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     say(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
@@ -286,10 +286,10 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         kept = f"; bytes {cut[0]} to {cut[1]} left out" if cut else ""
         say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})")
         if data:
-            click.echo(quoted(data))
+            echo(quoted(data))
     say("--- build log")
     if r.build_log:
-        click.echo(quoted(r.build_log))
+        echo(quoted(r.build_log))
 
 
 def _since_flags(store: Store, farm: Farm, r: Any) -> list[str]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
 
 from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
 from orchestrator.cli.logfile import failure_logged, open_log
+from orchestrator.cli.prerun import stop_before_run
 
 
 def verdict_line(summary: RunSummary) -> str:
@@ -137,7 +138,7 @@ def verify(
         raise ConfigError("--log", str(log_file), *problem)
     # from here on every failure also ends the log: its last line was the night before's
     # verdict, green over a night refused at its start (a red-team finding)
-    with failure_logged(log_file):
+    with failure_logged(log_file), stop_before_run() as prerun:
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         if problem := write_problem(farm.database_url, journals):  # before the lock: its exit 6 says "held"
             raise StoreError(problem)
@@ -157,7 +158,12 @@ def verify(
         say = functools.partial(click.echo, file=out)
         if disabled and not nodes and not quiet:
             say(f"disabled in {farm.file.name} (not run): {', '.join(disabled)}")
-        with run_lock(farm.database_url, farm.root, wait, farm.lock_dir), contextlib.ExitStack() as stack:
+        prerun.check("while it waited for the run lock")
+        with (
+            run_lock(farm.database_url, farm.root, wait, farm.lock_dir, prerun.check),
+            contextlib.ExitStack() as stack,
+        ):
+            prerun.check("once it held the run lock, before its run started")
             store = Store(farm.database_url)
             aborted = store.abort_unfinished_runs()
             for run_id, not_run in aborted:
@@ -189,6 +195,7 @@ def verify(
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
             stack.enter_context(_stopping_on_signals(run))
+            prerun.check()  # a signal before the run's own handlers: nothing of the run is stored yet
             if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
                 starting = "is starting; its report is rendered once it is stored"
                 report_mod.mark_unrendered(farm.reports_dir, None, starting)

@@ -20,6 +20,8 @@ import json
 import os
 import socket
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,16 +46,37 @@ def lock_path(database_url: str, farm_root: Path, lock_dir: Path | None = None) 
     return (lock_dir or farm_root) / f".farm-{digest}.lock"
 
 
+# seconds of the lock's wait between two looks at whether the command was stopped meanwhile
+STOP_SLICE = 0.5
+
+
 class RunLock:
-    def __init__(self, path: Path, wait: float = 0.0) -> None:
+    def __init__(self, path: Path, wait: float = 0.0, stopped: Callable[[], None] | None = None) -> None:
         self.path = path
         self.wait = wait
+        self.stopped = stopped  # raises where a stop signal came during the wait (cli/prerun.py)
         self._lock = FileLock(str(path), mode=MODE)
         self._info = path.with_name(path.name + ".holder")
 
+    def _acquire(self) -> None:
+        """The lock, waited for up to `wait` seconds in slices: a SIGTERM during `--wait 600`
+        behind another cron's run killed the farm with no word of it (round 93)."""
+        if self.stopped is None:
+            self._lock.acquire(timeout=self.wait)
+            return
+        deadline = time.monotonic() + self.wait
+        while True:
+            self.stopped()
+            try:
+                self._lock.acquire(timeout=min(STOP_SLICE, max(deadline - time.monotonic(), 0.0)))
+                return
+            except Timeout:
+                if time.monotonic() >= deadline:
+                    raise
+
     def __enter__(self) -> RunLock:
         try:
-            self._lock.acquire(timeout=self.wait)
+            self._acquire()
         except Timeout:
             raise LockError(
                 f"another farm run holds {self.path} ({self._holder()}); waited {self.wait:.0f} s. "
@@ -121,9 +144,10 @@ class DatabaseLock:
     the farm is killed). Two farm hosts sharing one database no longer both
     write it. For SQLite the file lock beside the database is enough."""
 
-    def __init__(self, url: str, wait: float = 0.0) -> None:
+    def __init__(self, url: str, wait: float = 0.0, stopped: Callable[[], None] | None = None) -> None:
         self.url = url
         self.wait = wait
+        self.stopped = stopped  # as RunLock's
         self._connection = None
         self._engine = None
         self._checked = 0.0
@@ -137,8 +161,6 @@ class DatabaseLock:
         trip on the session; ended, the lock is taken again on a new one, or, another farm
         holding it, the run's writes stop (StoreError), as they do where another farm took the
         free lock and wrote meanwhile (see _written_meanwhile)."""
-        import time
-
         from sqlalchemy import text
         from sqlalchemy.exc import SQLAlchemyError
 
@@ -207,8 +229,6 @@ class DatabaseLock:
         return None
 
     def __enter__(self) -> DatabaseLock:
-        import time
-
         from sqlalchemy import create_engine, text
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
@@ -249,6 +269,12 @@ class DatabaseLock:
                         f"another farm run holds the advisory lock of {redact_url(self.url)} ({who}); "
                         f"waited {self.wait:.0f} s. Let it finish, or pass --wait SECONDS to queue behind it."
                     )
+                if self.stopped is not None:
+                    try:
+                        self.stopped()
+                    except BaseException:
+                        self._release()
+                        raise
                 time.sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
         except SQLAlchemyError as err:
             self._release()
@@ -271,13 +297,20 @@ class DatabaseLock:
 
 
 @contextlib.contextmanager
-def run_lock(database_url: str, farm_root: Path, wait: float, lock_dir: Path | None = None):
+def run_lock(
+    database_url: str,
+    farm_root: Path,
+    wait: float,
+    lock_dir: Path | None = None,
+    stopped: Callable[[], None] | None = None,
+):
     """The file lock for this farm host (in `lock_dir`, farm.yaml's, where given), and for
-    PostgreSQL the database's advisory lock."""
+    PostgreSQL the database's advisory lock. `stopped` is called while either is waited for,
+    and raises where the command was stopped meanwhile."""
     check_url(database_url)  # a port that is no number was "a bug in farm" here (a red-team finding)
-    with RunLock(lock_path(database_url, farm_root, lock_dir), wait):
+    with RunLock(lock_path(database_url, farm_root, lock_dir), wait, stopped):
         if database_url.startswith(("postgresql", "postgres")):
-            with DatabaseLock(database_url, wait):
+            with DatabaseLock(database_url, wait, stopped):
                 yield
         else:
             yield

@@ -1,7 +1,7 @@
 """The farm's own machine as a node, reached without SSH.
 
-Commands run under `sh -c` in the user's home directory, as they would after
-an SSH login, in their own process group so a timeout kills the whole tree.
+Commands run under `sh -c` in the user's home directory (/ where it is no folder), as they
+would after an SSH login, in their own process group so a timeout kills the whole tree.
 CUDA's tools that the farm installs from PyPI (cuobjdump, nvdisasm) are put at
 the end of PATH, so a system-wide CUDA still wins.
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from orchestrator.errors import CommandTimeout, SessionLost
+from orchestrator.errors import CommandTimeout, NodeUnusable, SessionLost
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 
 
@@ -100,6 +100,18 @@ class LocalTransport(Transport):
 
     def _connect(self) -> None:
         self._home = Path.home()
+        # a HOME that is no folder (a system user's /nonexistent, a home not mounted, as cron
+        # runs the farm): every command failed to start in it, the node's cells "internal error
+        # in the farm", exit 70 (round 93). Commands start in / then, as sshd starts such a
+        # login, and a work folder under that HOME is refused, naming it, not made under /.
+        self._cwd = self._home if self._home.is_dir() else Path("/")
+        if self._cwd != self._home and not os.path.isabs(self.node.workdir):
+            raise NodeUnusable(
+                f"node {self.name!r}: its workdir {self.node.workdir!r} is under the farm's HOME "
+                f"({self._home}), which is no folder (a system user's, as cron or systemd may run the farm): "
+                "set the node's `workdir` in farm.yaml to an absolute folder that user can write, or give "
+                "the user a home"
+            )
         self._env = dict(os.environ)
         extra = bundled_cuda_bin()
         if extra is not None:
@@ -132,7 +144,7 @@ class LocalTransport(Transport):
             given.seek(0)
             proc = subprocess.Popen(
                 ["sh", "-c", command],
-                cwd=self._home,
+                cwd=self._cwd,
                 env=self._env,
                 stdin=given if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -179,7 +191,7 @@ class LocalTransport(Transport):
         errors = tempfile.TemporaryFile()  # noqa: SIM115 - the process holds it; closed by its close()
         proc = subprocess.Popen(
             ["sh", "-c", command],
-            cwd=self._home,
+            cwd=self._cwd,
             env=self._env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
