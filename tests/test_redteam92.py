@@ -15,10 +15,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from nodes import CARDS, Fleet, SshNode, standin_job, standin_variant
 from test_verdicts import EXACT90, MIN75, rows, run
+from toyfarm import toy_farm
 
 from orchestrator.classify import Evidence, classify
+from orchestrator.cli import main
 from orchestrator.cuda_errors import cuda_error_pattern
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
@@ -163,3 +166,68 @@ def test_a_cuda_error_on_a_card_that_needs_a_reset_is_the_nodes_fault(make_farm,
     ]
     assert outcome == "infra-error", reason
     assert "GPU requires reset" in reason and "unspecified launch failure" in reason, reason
+
+
+# ------------------------------------------------------------------ job files a sloppy author writes
+
+
+def _farm_jobs(root: Path, job_text: str) -> Result:
+    """`farm jobs` on a toy farm whose jobs/toy.yaml is `job_text`."""
+    config = toy_farm(root)
+    (root / "jobs" / "toy.yaml").write_text(job_text)
+    return CliRunner().invoke(main, ["jobs", "--config", str(config)])
+
+
+TOY_JOB = (
+    "kernel: toy\n"
+    "sources: [kernels/toy.cpp]\n"
+    "pass_marker: 'toy: PASS'\n"
+    "refusal_marker: 'needs CC'\n"
+    "variants:\n"
+    "  plain:\n"
+    "    build: 'g++ -O1 -o {binary} {sources}'\n"
+    "    inspect: 'objdump -d {binary}'\n"
+    "    instructions: {ret: RET}\n"
+    "    cc: {min: '7.5'}\n"
+)
+
+
+@pytest.mark.parametrize("where", ["instructions", "timeout"])
+def test_a_number_too_long_for_python_is_the_job_files_error(tmp_path: Path, where: str) -> None:
+    """`instructions: {ret: 1000...0}` with 5,000 digits (a generated job file, a paste gone wrong):
+    Python will not read an int of more than 4,300 digits, and the farm said "internal error
+    (ValueError: Exceeds the limit (4300 digits) ...); this is a bug in farm", exit 70. It is the job
+    file's error, exit 3, naming the file, the key, the line and what was expected."""
+    digits = "1" + "0" * 5000
+    text = TOY_JOB.replace("RET", digits if where == "instructions" else "1")
+    if where == "timeout":
+        text += f"timeout: {digits}\n"
+    done = _farm_jobs(tmp_path, text)
+    said = done.output
+    assert done.exit_code == 3, said
+    assert "bug in farm" not in said and "Traceback" not in said, said
+    key = "variants.plain.instructions.ret" if where == "instructions" else "timeout"
+    assert f"jobs/toy.yaml: {key}: found a number of 5001 digits (line" in said, said
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "tag"),
+    [
+        ("[kernels/toy.cpp]", "!!set {kernels/toy.cpp, kernels/b.cpp}", "!!set"),
+        ("'toy: PASS'", "!!binary dG95OiBQQVNT", "!!binary"),
+        ("variants:\n", "variants: !!omap\n", "!!omap"),
+    ],
+)
+def test_a_yaml_tag_the_farm_reads_nothing_by_is_refused(tmp_path: Path, old: str, new: str, tag: str) -> None:
+    """`sources: !!set {a.cpp, b.cpp}` loaded: YAML's set is unordered, so the compiled files' order
+    (in the build command and the certificate's identity) was Python's hash order, another in each
+    run (PYTHONHASHSEED), and the kernel's certificate went stale run after run. `!!binary` made a
+    marker of bytes, `!!omap` a malformed-YAML error that named no key. A tag other than YAML's
+    plain scalars, lists and mappings is refused, naming the key, the line and the tag."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "b.cpp").write_text("int b() { return 1; }\n")
+    done = _farm_jobs(tmp_path, TOY_JOB.replace("RET", "1").replace(old, new))
+    said = done.output
+    assert done.exit_code == 3, said
+    assert f"found the YAML tag {tag} (line" in said, said
+    assert "expected plain YAML" in said, said
