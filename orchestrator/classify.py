@@ -14,6 +14,7 @@ import signal
 from dataclasses import dataclass, field
 
 from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.cuda_errors import cuda_error_unbacked
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -64,8 +65,7 @@ class Evidence:
     # known), and the first one's non-zero status, else 0; run_exit is that status where it is
     # non-zero, else the run's own. What the run's other commands last printed, bounded.
     kernel_started: bool | None = None
-    # the node's runner saw the kernel's binary never read during the run: what ran was its
-    # launcher alone (`taskset -c 4095 {binary}` failing with "Invalid argument")
+    # the runner saw the kernel's binary never read in the run: its launcher alone ran (`taskset -c 4095 {binary}`)
     kernel_unread: bool = False
     # a kernel command's program (a launcher, or the copy) was not there to run, by the farm's
     # own look before it (commands.CANNOT_START_NOTE): the node's trouble, whatever the kernel printed
@@ -73,8 +73,7 @@ class Evidence:
     # a kernel command's launcher lies where the run could have written it (its cell's folder, /tmp,
     # /dev: commands.LAUNCHER_WRITABLE_NOTE): the farm runs no program it cannot tell from the run's own
     kernel_launcher_writable: bool = False
-    # the cell's copy was no longer there when a kernel command called it (commands.COPY_GONE_NOTE):
-    # the farm checked it just before the run, so the run (or its kernel) removed it
+    # the copy, checked just before the run, was gone when a kernel command called it (commands.COPY_GONE_NOTE)
     kernel_copy_gone: bool = False
     # requests to start something other than one of the run's kernel commands, which the node's
     # runner refused (noderunner.KernelFiles): something of the run tried to speak for the kernel
@@ -112,11 +111,11 @@ class Evidence:
     ptx_uncounted: str = ""  # PTX names with no PTX to count them in, and why (machine_code.Counted.uncounted)
     runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
+    cuda_error: str = ""  # where the kernel printed CUDA's words for GPU work that did not happen (cuda_errors.py)
 
 
-# The shell's words for a program it could not start: no kernel ran, no disassembler read the
-# binary, so the node is at fault (a work folder mounted noexec, a cuobjdump missing or without
-# its libraries), not the kernel (found by a red-team helper: inspect-fail and fail, exit 1)
+# The shell's words for a program it could not start: no kernel ran, no disassembler read the binary, so
+# the node is at fault (a noexec work folder, a cuobjdump missing or without its libraries), not the kernel
 CANNOT_START = {
     126: "exit 126: found but not executable, e.g. a work folder mounted noexec",
     127: "exit 127: not found",
@@ -367,7 +366,8 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    raw = injected_unbacked(runtime_unbacked(_raw_verdict(ev, exp), ev), ev)  # a pass it may not have made: none
+    # a pass it may not have made: none (the kernel's own CUDA error, its code not the inspected, others' lines)
+    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(_raw_verdict(ev, exp), ev), ev), ev)
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

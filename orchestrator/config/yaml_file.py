@@ -6,6 +6,7 @@ bounded (an alias bomb), and every problem a ConfigError naming the file.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,12 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 # YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60): `build_jobs: 010` ran 8 builds unsaid
 _UNCLEAR_NUMBER = re.compile(r"[-+]?(?:0[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)")
+# What the farm's files are made of: YAML's plain scalars, lists and mappings (a date is pydantic's to
+# refuse, by its key). `sources: !!set {a.cu, b.cu}` loaded as a set, the compiled files in Python's
+# hash order, another each run, and `!!binary` made a marker of bytes (red-team round 92)
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "seq", "map", "merge", "timestamp")
+)
 
 
 class WrittenFloat(float):
@@ -88,19 +95,26 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 
 
-def _first_duplicate(root: yaml.Node) -> _DuplicateKey | _UnclearNumber | None:
+def _first_duplicate(root: yaml.Node) -> _DuplicateKey | _UnclearNumber | _Unread | None:
     """The first key given twice in one mapping, or number YAML reads as octal or base 60,
     in the file's order, named by its whole path (`nodes.t4.host`, not `host`), before
     anything is constructed."""
     seen_nodes: set[int] = set()
 
-    def walk(node: yaml.Node, path: str) -> _DuplicateKey | _UnclearNumber | None:
+    def walk(node: yaml.Node, path: str) -> _DuplicateKey | _UnclearNumber | _Unread | None:
         if id(node) in seen_nodes:  # an alias: its keys were checked where it was defined
             return None
         seen_nodes.add(id(node))
+        if node.tag not in _PLAIN_TAGS:
+            return _Unread(path, f"the YAML tag {node.tag.replace('tag:yaml.org,2002:', '!!')}", node, "plain YAML")
         if isinstance(node, yaml.ScalarNode):
             if node.tag in _NUMBER_TAGS and _UNCLEAR_NUMBER.fullmatch(node.value):
                 return _UnclearNumber(path, node.value, node.start_mark.line + 1)
+            # Python reads no int of more digits (sys.get_int_max_str_digits): a ValueError past the
+            # loader, "a bug in farm", exit 70 (red-team round 92)
+            digits, limit = sum(c.isdigit() for c in node.value), getattr(sys, "get_int_max_str_digits", int)()
+            if node.tag == _NUMBER_TAGS[0] and limit and digits > limit:
+                return _Unread(path, f"a number of {digits} digits", node, f"a number of at most {limit} digits")
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 if found := walk(item, f"{path}[{index}]"):
@@ -130,6 +144,13 @@ class _BadKey(Exception):
 class _UnclearNumber(Exception):
     def __init__(self, key: str, text: str, line: int) -> None:
         self.key, self.text, self.line = key, text, line
+
+
+class _Unread(Exception):
+    """A value the farm will not read, at its key: found (and its line), expected."""
+
+    def __init__(self, key: str, found: str, node: yaml.Node, expected: str) -> None:
+        self.key, self.found, self.line, self.expected = key, found, node.start_mark.line + 1, expected
 
 
 class _DuplicateKey(Exception):
@@ -234,6 +255,8 @@ def read_yaml(path: Path, what: str) -> Any:
             f"{bad.text} (line {bad.line}), which YAML reads as an octal or base-60 number",
             "a number written in decimal, without a leading 0 or ':' (quote it if it is text)",
         ) from None
+    except _Unread as bad:
+        raise ConfigError(str(path), bad.key, f"{bad.found} (line {bad.line})", bad.expected) from None
     except _DuplicateKey as dup:
         raise ConfigError(
             str(path),

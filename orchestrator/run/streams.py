@@ -57,6 +57,7 @@ class ScanResult:
     cut: tuple[int, int] | None = None  # [start, end) byte offsets left out of `kept`
     lines: int = 0
     matches: dict[str, int] = field(default_factory=dict)  # marker name -> first matching line (1-based)
+    texts: dict[str, str] = field(default_factory=dict)  # marker name -> that line, decoded, bounded (a reason's)
     last_line: str = ""  # the last non-empty line, decoded, at most LAST_LINE_CHARS
 
 
@@ -74,6 +75,7 @@ class StreamScan:
         self._skipping = False  # inside a line already longer than MAX_LINE: dropped up to its newline
         self._lines = 0
         self._matches: dict[str, int] = {}
+        self._texts: dict[str, str] = {}
 
     def feed(self, chunk: bytes) -> None:
         if not chunk:
@@ -115,6 +117,7 @@ class StreamScan:
                 number += 1
                 if len(line) <= MAX_LINE and marker.search(line) is not None:
                     self._matches[name] = number
+                    self._texts[name] = last_line(line)
                     break
         self._lines += block.count(b"\n")
 
@@ -139,6 +142,7 @@ class StreamScan:
             cut=cut,
             lines=self._lines,
             matches=dict(self._matches),
+            texts=dict(self._texts),
             last_line=last_line(bytes(self._tail)),
         )
 

@@ -107,7 +107,8 @@ class CellStages(CellTrips):
         ev = self.result.evidence
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
-        gpu = self.result.gpu if ev.run_exit not in (None, 0) else None
+        # (or a run that exited 0 after CUDA's own error: cuda_errors.py)
+        gpu = self.result.gpu if ev.run_exit not in (None, 0) or ev.cuda_error else None
         if gpu is None and any(not report.clean for report in ev.sanitizer):
             gpu = self._sanitize_gpu
         if gpu is not None:

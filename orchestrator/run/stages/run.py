@@ -14,6 +14,7 @@ from orchestrator.config.kernel_calls import (
     runs_other_programs,
     runs_unseen_text,
 )
+from orchestrator.cuda_errors import MARKER, cuda_error_pattern, where_said
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import (
@@ -95,8 +96,9 @@ class RunStage(CellStages):
             )
 
         spec = self.job.spec
-        stdout = StreamScan({"pass": spec.pass_marker}, self.output_cap)
-        stderr = StreamScan({"refusal": spec.refusal_marker}, self.output_cap)
+        cuda = {MARKER: cuda_error_pattern()}  # CUDA's words for GPU work that did not happen, on either stream
+        stdout = StreamScan({"pass": spec.pass_marker, **cuda}, self.output_cap)
+        stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap)
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
@@ -217,4 +219,7 @@ class RunStage(CellStages):
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
+        streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
+        said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
+        ev.cuda_error = next(filter(None, said), "")
         return "ok" if ev.run_exit == 0 else "failed"

@@ -1,0 +1,82 @@
+"""CUDA's own words for GPU work that did not happen, read in a kernel's output.
+
+A kernel's pass is its pass line and exit 0; a course kernel's error check that prints
+`cudaGetErrorString(err)` and carries on (`CHECK` without `exit`), followed by a tolerance
+check that a NaN or an untouched buffer satisfies, printed both after its launch failed or its
+context died, and was certified green (red-team round 92). These are the CUDA runtime's and
+driver's strings and names (as `cudaGetErrorString`, `cudaGetErrorName` and `cuGetErrorName`
+print them) for a launch that never ran (no code for the card, too many resources, a bad
+configuration) or a context a fault killed (an illegal address, an assert, a launch failure):
+after either, the kernel's results were not made by its GPU code, whatever it prints next.
+Out-of-memory and the like are left out: a kernel may try and handle them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+from orchestrator.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from orchestrator.classify import Evidence
+
+V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
+
+# cudaGetErrorString's text (the driver's cuGetErrorString says the same for these)
+_STRINGS = (
+    "an illegal memory access was encountered",
+    "unspecified launch failure",
+    "device-side assert triggered",
+    "hardware stack error",
+    "an illegal instruction was encountered",
+    "misaligned address",
+    "operation not supported on global/shared address space",
+    "invalid program counter",
+    "the launch timed out and was terminated",
+    "too many resources requested for launch",
+    "invalid configuration argument",
+    "no kernel image is available for execution on the device",
+    "invalid device function",
+    "device kernel image is invalid",
+    "a PTX JIT compilation failed",
+    "the provided PTX was compiled with an unsupported toolchain",
+    "too many blocks in cooperative launch",
+)
+# cudaGetErrorName's names of the same errors, and the driver API's
+_RUNTIME_NAMES = (
+    "IllegalAddress|LaunchFailure|Assert|HardwareStackError|IllegalInstruction|MisalignedAddress|"
+    "InvalidAddressSpace|InvalidPc|LaunchTimeout|LaunchOutOfResources|InvalidConfiguration|"
+    "NoKernelImageForDevice|InvalidDeviceFunction|InvalidKernelImage|InvalidPtx|UnsupportedPtxVersion|"
+    "CooperativeLaunchTooLarge"
+)
+_DRIVER_NAMES = (
+    "ILLEGAL_ADDRESS|LAUNCH_FAILED|ASSERT|HARDWARE_STACK_ERROR|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|"
+    "INVALID_ADDRESS_SPACE|INVALID_PC|LAUNCH_TIMEOUT|LAUNCH_OUT_OF_RESOURCES|NO_BINARY_FOR_GPU|INVALID_IMAGE|"
+    "INVALID_PTX|UNSUPPORTED_PTX_VERSION|COOPERATIVE_LAUNCH_TOO_LARGE"
+)
+
+MARKER = "cuda_error"  # its name among a stream's markers (streams.StreamScan)
+
+
+def cuda_error_pattern() -> str:
+    """An RE2 pattern (streams.compile_marker) matching a line that holds one of CUDA's words above."""
+    strings = "|".join(_STRINGS)  # plain words: none of RE2's special characters
+    return rf"(?:{strings})|\bcudaError(?:{_RUNTIME_NAMES})\b|\bCUDA_ERROR_(?:{_DRIVER_NAMES})\b"
+
+
+def where_said(stream: str, line: int | None, text: str) -> str:
+    """`stderr line 3: "..."`, or "" where the stream said none of CUDA's words."""
+    return f'{stream} line {line}: "{text}"' if line is not None else ""
+
+
+def cuda_error_unbacked(verdict: V, ev: Evidence) -> V:
+    """A pass whose kernel printed one of CUDA's words for GPU work that did not happen, as `fail`:
+    the kernel's own output says its results were not its GPU code's."""
+    if not ev.cuda_error or getattr(verdict, "outcome", None) is not Outcome.PASS:
+        return verdict
+    reason = (
+        "the pass marker was printed and the kernel exited 0, but it printed CUDA's error for GPU work that "
+        f"did not happen ({ev.cuda_error}): a launch that never ran, or a context a fault ended, made no result"
+    )
+    return replace(verdict, outcome=Outcome.FAIL, failed_stage="run", reason=reason)
