@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.config.mapping_hints import mapping_expected
 from orchestrator.config.spec_types import NAME_EXPECTED, NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
@@ -103,6 +104,9 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
             )
         elif kind == "missing":
             errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
+        elif kind in ("model_type", "dict_type"):  # pydantic named a Python class: say how to write the key
+            holder = _model_at(model, loc) if kind == "model_type" else None
+            errors.append(ConfigError(str(file), key, _describe(item.get("input")), mapping_expected(loc, holder)))
         else:
             message = item["msg"]
             for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
