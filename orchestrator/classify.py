@@ -50,6 +50,7 @@ class Evidence:
     build_exit: int | None = None
     build_no_binary: bool = False  # the build exited 0 but wrote no binary where the job says it does
     build_denied: bool = False  # it ran confined and its log says a write was refused (outside its folder)
+    build_err: str = ""  # a failed build's first error line, as its reason's end (`: "..."`: build_errors.py)
     inspect_exit: int | None = None
     inspect_err: str = ""  # a failed inspect's first words on stderr, as its reason's end (`: "..."`), or ""
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
@@ -181,10 +182,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.build_exit is None:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
-        reason = f"the build {exit_words(ev.build_exit)}"
-        if ev.build_denied:
-            reason += f" ({CONFINED_BUILD})"
-        return Verdict(Outcome.BUILD_FAIL, "build", reason)
+        denied = f" ({CONFINED_BUILD})" if ev.build_denied else ""
+        return Verdict(Outcome.BUILD_FAIL, "build", f"the build {exit_words(ev.build_exit)}{ev.build_err}{denied}")
     if ev.build_no_binary:  # the job's mistake (its build writes no {binary}), not the node's
         return Verdict(Outcome.BUILD_FAIL, "build", "the build exited 0 but wrote no binary where the job says")
     if ev.inspect_exit is None:

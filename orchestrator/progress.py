@@ -66,7 +66,10 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     # the cell's own line says it: "ok   pass" on a stand-in card read as a certificate in a CI log or
     # a cron mail, where "certifies nothing" was on the node's line alone (a red-team finding)
     note = " [card not confirmed by the NVIDIA driver (stand-in): certifies nothing]" if on_standin(result) else ""
-    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}"
+    # a cell not as expected says why and where the rest is: `BAD  build-fail ... #1` said neither, and
+    # nothing told a newcomer that #1 is `farm show 1`'s (a review finding, round 95)
+    why = f": {verdict.reason} (farm show {result_id})" if mark == "BAD " else ""
+    return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}{why}"
 
 
 class Guarded:

@@ -81,6 +81,8 @@ def test_a_failed_build_says_its_compilers_error_everywhere_the_verdict_is_said(
     shown = farm_cli(tmp_path, "show", str(result_id), "--config", str(config))
     outcome = next(x for x in shown.stdout.splitlines() if x.startswith("outcome"))
     assert "kernels/toy.cpp:2:" in outcome, shown.stdout
+    index = (tmp_path / "reports" / "index.html").read_text()
+    assert 'class="why">the build exit 1: &#34;kernels/toy.cpp:2:' in index, "the matrix's cell says it too"
     page = (tmp_path / "reports" / "cells" / f"{result_id}.html").read_text()
     assert page.count("kernels/toy.cpp:2:") >= 2, "the page's head says it, not only the build log"
 

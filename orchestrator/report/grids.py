@@ -250,8 +250,10 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                     cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
                 elif cat == "good unconfirmed" and unconfirmed(r):
                     cell.append('<small class="flag">stand-in card: certifies nothing</small>')
-                if cat == "bad" and r.last_stderr_line:
-                    why = do_truncate(env, r.last_stderr_line, 90, True, "…")
+                # a build that failed has no stderr line of the kernel's: its reason holds nvcc's error (round 95)
+                said = r.last_stderr_line or (r.reason if r.outcome == "build-fail" else "")
+                if cat == "bad" and said:
+                    why = do_truncate(env, said, 90, True, "…")
                     cell.append(f'<small class="why">{_t(why)}</small>')
                 if r.code_path == "ptx-jit":
                     cell.append("<small>ptx-jit</small>")

@@ -20,6 +20,7 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.build_errors import first_error
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
@@ -202,6 +203,7 @@ class BuildStage(CellStages):
             # nvcc's own word that it cannot make code for the target: the toolchain's failure
             ev = self.result.evidence
             ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
+            ev.build_err = first_error(self.result.build_log)
             if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
                 self.result.evidence.build_denied = True
                 self.result.build_log += f"\n[farm] {CONFINED_BUILD}\n".encode()
