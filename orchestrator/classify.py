@@ -62,6 +62,7 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
+    no_pass: str = ""  # a run without its pass marker: " (pass marker ...; last stdout line ...)" (run.py)
     # the run's commands naming {binary} (run/commands.py kernel_run): whether one started (None: not
     # known), and the first one's non-zero status, else 0; run_exit is that status where it is
     # non-zero, else the run's own. What the run's other commands last printed, bounded.
@@ -311,14 +312,14 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
                 _with_stderr(f"refused a card its contract serves ({exp.reason})", ev),
             )
         if ev.run_exit == 0:
-            return Verdict(Outcome.FAIL, "run", _with_stderr("exit 0 but no pass marker on stdout", ev))
+            return Verdict(Outcome.FAIL, "run", _with_stderr(f"exit 0 but no pass marker on stdout{ev.no_pass}", ev))
         if ev.pass_line is not None:
             return Verdict(
                 Outcome.FAIL,
                 "run",
                 _with_stderr(f"the pass marker was printed (stdout line {ev.pass_line}), but {ended}", ev),
             )
-        return Verdict(Outcome.FAIL, "run", _with_stderr(f"{ended} without the pass marker", ev))
+        return Verdict(Outcome.FAIL, "run", _with_stderr(f"{ended} without the pass marker{ev.no_pass}", ev))
     # the contract says this card must be refused
     if refused and not ev.kernel_exited_0:
         return Verdict(Outcome.EXPECTED_REFUSAL, None, "refused with its gate's text, as it must")

@@ -20,6 +20,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from nodes import CARDS, nvidia_smi_script, smi_on_path
 from test_faults import farm_cli
 from toyfarm import toy_farm
 
@@ -28,6 +29,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.errors import EXIT_CONFIG, EXIT_UNEXPECTED
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
+from orchestrator.run.stages.failure_words import marker_missing
 
 
 def _job(root: Path, old: str, new: str) -> None:
@@ -98,8 +100,21 @@ def test_a_linker_that_cannot_find_a_library_is_the_line_said(tmp_path: Path) ->
 
 def test_a_missing_pass_marker_names_the_pattern_and_what_the_kernel_printed_last() -> None:
     ev = Evidence(build_exit=0, inspect_exit=0, run_exit=0, kernel_started=True)
-    ev.pass_marker, ev.stdout_last_line = "PASS", "Test passed"  # fields of this round
+    ev.no_pass = marker_missing("PASS", "Test passed")  # what the run stage sets
     exp = Expectation(Outcome.PASS, "contract admits", cc=ComputeCapability.parse("8.0"))
     verdict = classify(ev, exp)
     assert verdict.outcome is Outcome.FAIL
     assert "'PASS'" in verdict.reason and '"Test passed"' in verdict.reason, verdict.reason
+
+
+def test_a_run_without_its_pass_marker_says_the_pattern_and_the_kernels_last_stdout_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smi_on_path(tmp_path / "smi", nvidia_smi_script(CARDS["t4"]), monkeypatch)  # the card runs the toy
+    source = '#include <cstdio>\nint main() { std::printf("toy: Passed\\n"); return 0; }\n'
+    config = toy_farm(tmp_path, source=source)
+    done = farm_cli(tmp_path, "verify", "--all", "--config", str(config))
+    assert done.returncode == EXIT_UNEXPECTED, done.stdout + done.stderr
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        (reason,) = db.execute("SELECT reason FROM results").fetchone()
+    assert reason == "exit 0 but no pass marker on stdout (pass marker 'toy: PASS'; last stdout line: \"toy: Passed\")"

@@ -20,10 +20,10 @@ from orchestrator.run.commands import (
     verify_inputs_script,
 )
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.build_errors import first_error
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
+from orchestrator.run.stages.failure_words import first_error
 from orchestrator.run.trips import Trip
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)

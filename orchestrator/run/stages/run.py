@@ -39,6 +39,7 @@ from orchestrator.run.commands import (
 )
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.failure_words import marker_missing
 from orchestrator.run.streams import StreamScan
 from orchestrator.run.trips import Trip, last_match
 from orchestrator.transport import CommandResult
@@ -219,6 +220,8 @@ class RunStage(CellStages):
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
+        if ev.pass_line is None:
+            ev.no_pass = marker_missing(self.job.spec.pass_marker, self.result.stdout.last_line)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")

@@ -1,6 +1,7 @@
-"""The line of a failed build's log that says what to fix, as its reason's end: the verdict said
-only "the build exit 2", and nvcc's error was at the foot of the cell's page, under the node's
-bundle folder (a review finding, round 95)."""
+"""What a failed stage's reason ends with, so that it says what to fix (review findings, round 95):
+a failed build's first error line (the verdict said only "the build exit 2", and nvcc's error was
+at the foot of the cell's page, under the node's bundle folder), and a run without its pass marker's
+pattern and last stdout line ("exit 0 but no pass marker on stdout": which pattern, against what)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,10 @@ def first_error(log: bytes) -> str:
             line = _BUNDLE.sub("", line)
             return f': "{line if len(line) <= _LIMIT else line[: _LIMIT - 1] + "…"}"'
     return ""
+
+
+def marker_missing(pattern: str, last_stdout: str) -> str:
+    """` (pass marker 'PASS'; last stdout line: "Test passed")`, or with "stdout was empty"."""
+    said = f'last stdout line: "{last_stdout}"' if last_stdout else "stdout was empty"
+    shown = pattern if len(pattern) <= 120 else pattern[:119] + "…"
+    return f" (pass marker {shown!r}; {said})"
