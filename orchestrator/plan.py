@@ -92,7 +92,13 @@ def plan_cells(
         kernel, colon, variant = selector.partition(":")
         job = farm.jobs.get(kernel)
         if job is None:
-            raise SelectionError(f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))}")
+            # where the jobs are read from too: a kernel whose job file was moved or deleted said only
+            # "no job for kernel" (a review note, round 95)
+            jobs = (farm.root / farm.spec.jobs).resolve()
+            raise SelectionError(
+                f"no job for kernel {kernel!r}; kernels: {', '.join(sorted(farm.jobs))} "
+                f"(the job files of {jobs}, the `jobs` folder of {farm.file})"
+            )
         # `k:` (a script's `$K:$V` with V unset) ran every variant of k: say so rather than guess
         if (colon and not variant) or (variant and variant not in job.spec.variants):
             raise SelectionError(

@@ -83,6 +83,8 @@ def test_a_plan_with_no_cell_is_refused_before_any_run_is_stored(tmp_path):
     assert not list(tmp_path.glob("results.db*"))  # no run stored, no lock taken
     nothing = farm("verify", "nope", "--config", str(config))  # a selection of nothing: refused the same way
     assert nothing.returncode == 3 and nothing.stderr.startswith("Error: no job for kernel 'nope'")
+    # and where the job files are read from: a job file moved away said only "no job" (review 95's note)
+    assert f"the job files of {(tmp_path / 'jobs').resolve()}, the `jobs` folder of {config}" in nothing.stderr
     named = farm("verify", "--all", "--node", "here", "--no-report", "--config", str(config))
     assert named.returncode == 0 and "run 1: 1 as expected" in named.stdout, named.stderr  # a node named runs
 

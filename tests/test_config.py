@@ -163,6 +163,8 @@ def test_a_nul_in_a_nodes_path_or_environment_is_refused(tmp_path, key, value):
         ("jobs: ''\n", None, "jobs"),
         ("reports: ''\n", None, "reports"),
         (None, ('cc: {min: "7.5"}', 'cc: {min: "7.5"}\n    instructions: {HGMMA: -1}'), "instructions"),
+        # `true` was read as a count of 1 (a red-team note, round 92): a count is a number
+        (None, ('cc: {min: "7.5"}', 'cc: {min: "7.5"}\n    instructions: {HGMMA: true}'), "instructions.HGMMA"),
         (None, ("build: '{nvcc} -o {binary} {sources}'", "build: ''"), "build"),
         (None, ("pass_marker:", "dependencies: [cutlass, cutlass]\npass_marker:"), "each dependency once"),
     ],

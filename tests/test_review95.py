@@ -87,6 +87,9 @@ def test_a_failed_build_says_its_compilers_error_everywhere_the_verdict_is_said(
     assert 'class="why">the build exit 1: &#34;kernels/toy.cpp:2:' in index, "the matrix's cell says it too"
     page = (tmp_path / "reports" / "cells" / f"{result_id}.html").read_text()
     assert page.count("kernels/toy.cpp:2:") >= 2, "the page's head says it, not only the build log"
+    # nothing ran: no marker was looked for, in no stream (it said "not found (matched over the whole stream)")
+    assert "<dt>pass marker</dt><dd>not looked for: the kernel did not run</dd>" in page, page
+    assert "matched over the whole stream" not in page
 
 
 def test_a_linker_that_cannot_find_a_library_is_the_line_said(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ class VariantSpec(StrictModel):
     inspect: str = "{cuobjdump} --dump-sass {binary}"
     cc: ContractSpec
     # each mnemonic found at least this often in the inspect stage's text (0 asks nothing)
-    instructions: dict[str, Annotated[int, Field(ge=1)]] = {}
+    instructions: dict[str, Annotated[int, Strict(), Field(ge=1)]] = {}  # `true` is no count (was read as 1)
     timeout: Seconds | None = None
     known_failures: list[KnownFailureSpec] = []
     description: str = ""

@@ -197,12 +197,15 @@ def cell_body(
         found = _ew(counts.get(name, "not inspected"))
         out.append(f"<tr><td>{_ew(name)}</td><td>{_ew(need)}</td><td>{found}</td></tr>\n")
     markers = r.markers or {}
-    found_pass = f"stdout line {_e(markers['pass'])}" if markers.get("pass") else "not found"
-    found_refusal = f"stderr line {_e(markers['refusal'])}" if markers.get("refusal") else "not found"
+    # a cell whose kernel never ran (its build failed) said "pass marker: not found (matched over the
+    # whole stream)" of no stream at all (a review note, round 95)
+    absent = "not found" if "run" in (r.stage_details or {}) else "not looked for: the kernel did not run"
+    found_pass = f"stdout line {_e(markers['pass'])}" if markers.get("pass") else absent
+    found_refusal = f"stderr line {_e(markers['refusal'])}" if markers.get("refusal") else absent
     out.append(
         '</table>\n\n<h2>Run</h2>\n<dl class="kv">'
         f"<dt>exit code</dt><dd>{_e(r.exit_code if r.exit_code is not None else 'not run')}</dd>\n"
-        f"<dt>pass marker</dt><dd>{found_pass} (matched over the whole stream)</dd>\n"
+        f"<dt>pass marker</dt><dd>{found_pass}{' (matched over the whole stream)' * (absent == 'not found')}</dd>\n"
         f"<dt>refusal marker</dt><dd>{found_refusal}</dd>\n"
     )
     if r.last_stderr_line:
