@@ -36,7 +36,7 @@ from pathlib import Path
 from orchestrator.bisection import Bisection, Ending, State, Tested
 from orchestrator.config.farm import Farm
 from orchestrator.config.jobs import Job
-from orchestrator.errors import EXIT_INFRA, ConfigError
+from orchestrator.errors import EXIT_INFRA, ConfigError, StoppedBeforeRun
 from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.plan import Cell, SelectionError, plan_cells
 from orchestrator.revisions import Commit, KernelHistory
@@ -127,6 +127,15 @@ class Bisector:
         if current is not None:
             current.stop(reason)
 
+    def _stopped_waiting(self) -> None:
+        """Called while the run lock is waited for: a stop then (SIGTERM during `--wait 600`
+        behind a cron's run) waited out the whole wait before it was heard (round 93's note)."""
+        if self._stop_reason is not None:
+            raise StoppedBeforeRun(
+                f"farm bisect was stopped by {self._stop_reason} while it waited for the run lock: "
+                "no commit was tested and nothing was stored"
+            )
+
     def _started(self, run: FarmRun | None) -> None:
         # a run can be stopped once it has started (it knows its nodes); a stop asked before applies now
         assert run is not None
@@ -198,7 +207,7 @@ class Bisector:
         """Walk the history under the farm's run lock; every run is stored. `then` (the
         report's render) runs under the lock too: rendered after it, the walk's run was
         written over a `farm verify` that started meanwhile (a red-team finding)."""
-        with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir):
+        with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir, self._stopped_waiting):
             self.store = Store(self.farm.database_url)
             try:
                 aborted = self.store.abort_unfinished_runs()

@@ -5,6 +5,7 @@
     │   └── ConfigErrors           several at once, from one load
     ├── StoreError                 the results database cannot be used (exit 5)
     ├── LockError                  another run holds the farm's lock (exit 6)
+    ├── StoppedBeforeRun           a stop signal before the run was stored: nothing of it is (exit 4)
     ├── TransportClosed            a closed transport was used: a bug in the farm (exit 70; never retried)
     └── InfraError                 a node could not be used; never a kernel verdict (exit 4)
         ├── ConnectError           refused, unreachable, banner/auth failure
@@ -103,6 +104,13 @@ class StoreError(FarmError):
 
 class LockError(FarmError):
     exit_code = EXIT_LOCKED
+
+
+class StoppedBeforeRun(FarmError):
+    """A stop signal came before the run was stored (waiting for the run lock, cli/prerun.py):
+    nothing of it is, and nothing ran."""
+
+    exit_code = EXIT_INFRA
 
 
 class InfraError(FarmError):

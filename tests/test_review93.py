@@ -16,6 +16,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,57 @@ def test_stdout_on_a_full_disk_is_said_so_not_a_bug_in_farm(tmp_path: Path, comm
     assert done.returncode == EXIT_CONFIG, (done.returncode, done.stderr)
     assert done.stderr.startswith("Error: stdout: found a stream that cannot be written (No space left on device)")
     assert "--out FILE" in done.stderr and "bug in farm" not in done.stderr and "Exception" not in done.stderr
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for `signum` (/proc's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def test_a_bisect_stopped_while_it_waits_for_the_run_lock_ends_at_once(tmp_path: Path) -> None:
+    """Round 93's note: `farm bisect --wait 600` heard a SIGTERM during its lock's wait only once the
+    whole wait was over (its handler noted the stop; the wait went on). It ends at once, exit 4."""
+    root = tmp_path / "toy"
+    config = toy_farm(root)
+    env = {**cli_env(root), "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    env["GIT_CEILING_DIRECTORIES"] = str(tmp_path)
+    git = ["git", "-C", str(root), "-c", "user.name=farm test", "-c", "user.email=farm@test"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True, env=env)
+    subprocess.run([*git, "add", "farm.yaml", "jobs", "kernels"], check=True, env=env)
+    subprocess.run([*git, "commit", "-q", "-m", "toy"], check=True, env=env)
+    (root / "NOTES.md").write_text("notes\n")
+    subprocess.run([*git, "add", "NOTES.md"], check=True, env=env)
+    subprocess.run([*git, "commit", "-q", "-m", "notes"], check=True, env=env)
+    held = FileLock(str(lock_path(f"sqlite:///{root / 'results.db'}", root)))
+    held.acquire()  # a cron's run
+    try:
+        command = farm_cmd("bisect", "toy:plain", "--node", "here", "--good", "HEAD~1", "--bad", "HEAD")
+        bisect = subprocess.Popen(
+            [*command, "--wait", "120", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while not _catches(bisect.pid, signal.SIGTERM):  # its handlers are in: it may be stopped now
+            assert bisect.poll() is None and time.monotonic() < deadline, bisect.communicate()
+            time.sleep(0.02)
+        time.sleep(0.5)
+        clock = time.monotonic()
+        bisect.send_signal(signal.SIGTERM)
+        try:
+            out, err = bisect.communicate(timeout=60)
+        finally:
+            if bisect.poll() is None:
+                bisect.kill()
+                bisect.wait()
+    finally:
+        held.release()
+    assert bisect.returncode == EXIT_INFRA, (bisect.returncode, out, err)
+    assert time.monotonic() - clock < 30, "not the whole --wait"
+    assert "Error: farm bisect was stopped by SIGTERM while it waited for the run lock" in err, err
+    assert not (root / "results.db").exists() or not _runs(root / "results.db")

@@ -16,13 +16,7 @@ import os
 import signal
 from collections.abc import Iterator
 
-from orchestrator.errors import EXIT_INFRA, FarmError
-
-
-class StoppedBeforeRun(FarmError):
-    """A stop signal came before the run was stored: nothing of it is, and nothing ran."""
-
-    exit_code = EXIT_INFRA
+from orchestrator.errors import StoppedBeforeRun
 
 
 class EarlyStop:
