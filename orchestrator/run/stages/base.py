@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import driver_check, gpu_state, probe, snapshot
+from orchestrator.run import driver_check, gpu_state, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -93,16 +93,18 @@ class CellStages(CellTrips):
 
     def _node_trouble(self) -> tuple[str, str, str]:
         """After a failed stage, once the cell's own files are gone: (why the node's work or
-        temporary folder is short of room, why the cell's GPU no longer answers, why no program
-        of the farm could have it: gpu_state.py), each "" where not. The probe's checks are of
-        the run's start: a disk another tenant fills mid-run made build-fail, inspect-fail or
-        fail, and so did a card lost mid-run. One
-        round trip, on failures only; "" where the node cannot say."""
+        temporary folder is short of room, or its work folder can no longer be written, why the
+        cell's GPU no longer answers, why no program of the farm could have it: gpu_state.py),
+        each "" where not. The probe's checks are of the run's start: a disk another tenant fills
+        mid-run made build-fail, inspect-fail or fail, and so did a card lost mid-run, and a work
+        folder turned read-only (work_folder.py). One round trip, on failures only; "" where the
+        node cannot say."""
         q = shlex.quote
         inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
         command = (
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
-            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
+            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done; '
+            + work_folder.unwritable_sh(q(self.snapshot.workdir))
         )
         ev = self.result.evidence
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
@@ -129,7 +131,10 @@ class CellStages(CellTrips):
         answer, state, apps = gpu_state.split_answer(answer)
         lost = self._gpu_gone(gpu, answer)
         unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
-        return self._short_of_room(room.splitlines()), lost, unfit
+        room_lines = room.splitlines()
+        short = self._short_of_room(room_lines)
+        folders = f"the node ran out of room during the cell ({short})" if short else ""
+        return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
 
     def _gpu_slowed(self) -> str:
         """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi

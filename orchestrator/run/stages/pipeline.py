@@ -125,7 +125,7 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
                 or bool(ev.cuda_error)  # CUDA's own error in a run that exited 0: a card lost mid-run says so
             )
         ):
-            ev.room_short, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
+            ev.folder_trouble, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
         jit = self.result.code_path == "ptx-jit"
