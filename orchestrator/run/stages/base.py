@@ -24,6 +24,7 @@ from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
 
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
+LOOKED = "@@farm-looked"  # the last line of the look at the node after a failed stage
 
 
 class CellStages(CellTrips):
@@ -123,10 +124,14 @@ class CellStages(CellTrips):
         # the df and, for a card, every nvidia-smi it may ask, each to its own bound: a look cut off
         # by its own timeout says nothing, and a lost card (whose nvidia-smi hangs) failed the kernel
         calls = 1 + gpu_state.STATE_CALLS if gpu is not None else 0
-        try:
-            said = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE)).stdout
-        except InfraError:
-            return "", "", ""
+        # its last line says the look ran to its end: a session cut mid-look (a node going down with
+        # its card) answers with part of it or nothing, which had read as a sound node (InfraError)
+        command += f"; echo {LOOKED}"
+        ran = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE))
+        said, looked, _ = ran.stdout.partition(f"{LOOKED}\n")
+        if not looked and not ran.stdout.endswith(LOOKED):  # a transport's own lines may follow it
+            raise InfraError(f"the look ended unfinished (exit {ran.exit_code}: {(ran.stderr or said)[-200:]!r})")
+        said = said.removesuffix(LOOKED)
         room, _, answer = said.partition("@@farm-gpu\n")
         answer, state, apps = gpu_state.split_answer(answer)
         lost = self._gpu_gone(gpu, answer)
