@@ -85,8 +85,8 @@ def driver_shortfall(driver: str | None, nvcc_version: str | None, cuda_code: bo
 
 def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str | None) -> str:
     """Why this failing verdict is the node's or its toolchain's rather than the kernel's, or ""."""
-    if ev.room_short:  # a disk another tenant filled mid-run fails builds (ld), dumps and runs
-        return f"the node ran out of room during the cell ({ev.room_short})"
+    if ev.folder_trouble:  # a disk filled (or turned read-only) mid-run fails builds (ld), dumps and runs
+        return ev.folder_trouble
     if ev.gpu_lost:
         during = "its sanitizer runs" if stage == "sanitize" else "its run"
         return f"the node lost the cell's GPU during {during} ({ev.gpu_lost})"

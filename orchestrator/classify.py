@@ -97,9 +97,9 @@ class Evidence:
     stopped_stage: str | None = None
     metrics: tuple[Measured, ...] = ()  # the job's metrics, each with the cell's earlier values
     sanitizer: tuple[SanitizerReport, ...] = ()  # the variant's `sanitize` tools, run after a pass
-    # why the node had too little room once a stage had failed (its work or temporary folder
-    # short of snapshot.MIN_FREE, read after the cell's own files were removed), else ""
-    room_short: str = ""
+    # why the node's folders failed it once a stage had failed (its work or temporary folder short of
+    # snapshot.MIN_FREE once the cell's own files were removed, its work folder read-only), else ""
+    folder_trouble: str = ""
     # once its run had failed, nvidia-smi asked of the cell's GPU: why it no longer answered (a card
     # lost mid-run failed the kernel), why no program of the farm could have it (gpu_state.py); ""
     gpu_lost: str = ""

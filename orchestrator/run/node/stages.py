@@ -50,10 +50,8 @@ def build(out, spec, env, ahead):
     try:
         make_dirs(os.path.dirname(spec["build_dir"]))
         lock = os.open(spec["build_dir"] + ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError:
-        lock = None
-    if lock is None:
-        out.say("@@farm build-lock-failed")
+    except OSError as err:  # its words: a read-only work folder had read as another farm's build
+        out.say("@@farm build-lock-failed " + (err.strerror or type(err).__name__))
         return
     try:
         if not lock_within(lock, spec["limit"]):

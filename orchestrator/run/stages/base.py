@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import driver_check, gpu_state, probe, snapshot
+from orchestrator.run import driver_check, gpu_state, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -24,6 +24,7 @@ from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
 
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
+LOOKED = "@@farm-looked"  # the last line of the look at the node after a failed stage
 
 
 class CellStages(CellTrips):
@@ -93,16 +94,18 @@ class CellStages(CellTrips):
 
     def _node_trouble(self) -> tuple[str, str, str]:
         """After a failed stage, once the cell's own files are gone: (why the node's work or
-        temporary folder is short of room, why the cell's GPU no longer answers, why no program
-        of the farm could have it: gpu_state.py), each "" where not. The probe's checks are of
-        the run's start: a disk another tenant fills mid-run made build-fail, inspect-fail or
-        fail, and so did a card lost mid-run. One
-        round trip, on failures only; "" where the node cannot say."""
+        temporary folder is short of room, or its work folder can no longer be written, why the
+        cell's GPU no longer answers, why no program of the farm could have it: gpu_state.py),
+        each "" where not. The probe's checks are of the run's start: a disk another tenant fills
+        mid-run made build-fail, inspect-fail or fail, and so did a card lost mid-run, and a work
+        folder turned read-only (work_folder.py). One round trip, on failures only; "" where the
+        node cannot say."""
         q = shlex.quote
         inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
         command = (
             f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
-            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done'
+            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done; '
+            + work_folder.unwritable_sh(q(self.snapshot.workdir))
         )
         ev = self.result.evidence
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
@@ -121,15 +124,22 @@ class CellStages(CellTrips):
         # the df and, for a card, every nvidia-smi it may ask, each to its own bound: a look cut off
         # by its own timeout says nothing, and a lost card (whose nvidia-smi hangs) failed the kernel
         calls = 1 + gpu_state.STATE_CALLS if gpu is not None else 0
-        try:
-            said = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE)).stdout
-        except InfraError:
-            return "", "", ""
+        # its last line says the look ran to its end: a session cut mid-look (a node going down with
+        # its card) answers with part of it or nothing, which had read as a sound node (InfraError)
+        command += f"; echo {LOOKED}"
+        ran = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE))
+        said, looked, _ = ran.stdout.partition(f"{LOOKED}\n")
+        if not looked and not ran.stdout.endswith(LOOKED):  # a transport's own lines may follow it
+            raise InfraError(f"the look ended unfinished (exit {ran.exit_code}: {(ran.stderr or said)[-200:]!r})")
+        said = said.removesuffix(LOOKED)
         room, _, answer = said.partition("@@farm-gpu\n")
         answer, state, apps = gpu_state.split_answer(answer)
         lost = self._gpu_gone(gpu, answer)
         unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
-        return self._short_of_room(room.splitlines()), lost, unfit
+        room_lines = room.splitlines()
+        short = self._short_of_room(room_lines)
+        folders = f"the node ran out of room during the cell ({short})" if short else ""
+        return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
 
     def _gpu_slowed(self) -> str:
         """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi

@@ -179,6 +179,12 @@ class BuildStage(CellStages):
                 f"node {self.t.name!r}: inputs changed on the node while nvcc ran ({names}); "
                 "the binary cannot be trusted"
             )
+        unmade = re.search(r"^@@farm build-lock-failed (.+)$", text, re.M)
+        if unmade:  # the node's own words (a read-only work folder), not a lock someone holds
+            raise InfraError(
+                f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} could not be made on "
+                f"the node ({unmade.group(1).strip()[:200]})"
+            )
         if re.search(r"^@@farm build-lock-failed$", text, re.M):
             raise InfraError(
                 f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} was held past the "

@@ -18,6 +18,7 @@ from orchestrator.run.stages.build import BuildStage
 from orchestrator.run.stages.inspect import InspectStage
 from orchestrator.run.stages.run import RunStage
 from orchestrator.run.stages.sanitize import SanitizeStage
+from orchestrator.run.work_folder import unasked
 
 
 class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
@@ -125,7 +126,10 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
                 or bool(ev.cuda_error)  # CUDA's own error in a run that exited 0: a card lost mid-run says so
             )
         ):
-            ev.room_short, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
+            try:
+                ev.folder_trouble, ev.gpu_lost, ev.gpu_unfit = self._node_trouble()
+            except InfraError as err:  # the node could not be asked: its failure cannot be told the kernel's
+                unasked(self.result, self.t.name, err)
         # a binary of CUDA code (cuobjdump found cubins or PTX in it) that the node's driver is too old to load
         cuda = bool(self.result.elf_targets or self.result.ptx_targets)
         jit = self.result.code_path == "ptx-jit"

@@ -1,0 +1,67 @@
+"""Whether the node's work folder can still be written, asked after a failed stage; and a look
+that could not be made at all (unasked).
+
+The probe finds the work folder usable at the run's start (made, room, not noexec); a file
+system that turns read-only later (ext4's `errors=remount-ro` after a disk error, an NFS
+export turned read-only, an admin's remount) fails whatever writes there next: nvcc's binary,
+the build's dependency list, a kernel's own files. The farm had stored the kernel's
+build-fail for it, its reason saying the confined build wrote outside its own folder (red-team
+round 94). The look at the node after a failed stage (stages/base.py `_node_trouble`) asks
+this beside the folder's room, in the same round trip: a file made and removed at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.errors import InfraError
+    from orchestrator.run.cell import CellResult
+
+MARK = "@@farm-unwritable"
+
+
+def unwritable_sh(folder: str) -> str:
+    """Shell printing MARK and the OS's words ("Read-only file system") where FOLDER (a shell
+    word) is a folder in which no file can be made now; nothing where it can, or is gone (a
+    folder the cell removed is no sign of the node's trouble)."""
+    probe = f"{folder}/.farm-writable.$$"
+    # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system"
+    return (
+        f"if [ -d {folder} ]; then farm_w=$( {{ : > {probe}; }} 2>&1 ) && rm -f {probe} "
+        f'|| echo "{MARK} ${{farm_w##*: }}"; fi'
+    )
+
+
+def unwritable(lines: list[str], folder: str) -> str:
+    """Why the look found FOLDER unwritable (the node's, not the kernel's), else ""."""
+    for line in lines:
+        if line.startswith(MARK):
+            words = line[len(MARK) :].strip()[:200] or "no file could be made in it"
+            return f"the node's work folder {folder} could no longer be written during the cell ({words})"
+    return ""
+
+
+def unasked(result: CellResult, node: str, err: InfraError) -> None:
+    """The look after a failed stage could not be made (the node went down, its session cut, the
+    look past its bound): the failure is the node's trouble until asked, infra-error, retried as any
+    the node broke. A look that said nothing had read as a sound node, and a card that took its
+    machine down as it fell off the bus left the kernel's `fail` (red-team round 94)."""
+    ev = result.evidence
+    failed = [
+        stage
+        for stage, bad in (
+            ("sanitize", any(not report.clean for report in ev.sanitizer)),
+            ("run", ev.run_exit not in (None, 0) or bool(ev.cuda_error)),
+            ("inspect", ev.inspect_exit not in (None, 0)),
+            ("build", ev.build_exit not in (None, 0)),
+        )
+        if bad
+    ]
+    stage = failed[0] if failed else "run"
+    ev.infra_stage = stage
+    ev.infra_detail = (
+        f"node {node!r}: its {stage} failed, and the node could not be asked after it whether its work folder "
+        f"and card were still sound ({str(err)[:300]}), so that failure is no verdict on the kernel"
+    )
+    ev.infra_retryable, ev.infra_unreachable = err.retryable, err.unreachable
