@@ -9,6 +9,11 @@
    be made there said "held past the build's limit ... another farm building the same cell?"
    (the python runners): it now says why it could not be made.
 
+3. A node that went down and came back within reconnect_window was asked only `true`: one rebooted
+   into another NVIDIA driver (an upgrade, a rollback) kept its first probe's, and its later cells
+   were stored under a driver they did not run on (round 94's note, fixed in session 32). It is
+   asked the probe's driver lines again; another driver ends its cells, infra-error, saying so.
+
 The read-only turn is a read-only bind mount put over the work folder, in the node's sshd's
 own mount namespace (`unshare --mount`, `nsenter`), while the second cell's build sleeps:
 what is opened after it is on a read-only file system, as after the kernel's remount.
@@ -141,3 +146,58 @@ def test_a_node_that_goes_down_as_its_failed_run_is_looked_into_is_no_kernel_fai
     else:
         assert row["outcome"] == "infra-error", f"the kernel was blamed for a node it could not ask: {dict(row)}"
         assert "could not be asked" in row["reason"], row["reason"]
+
+
+# a restarted sshd in a mount namespace of its own whose /proc/driver holds a driver the probe never saw
+REBOOTED_INTO_A_DRIVER = (
+    "mount -t tmpfs farm-nvidia /proc/driver && mkdir /proc/driver/nvidia && "
+    "echo 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  999.99  (rolled back)' > /proc/driver/nvidia/version "
+    '&& exec "$@"'
+)
+
+
+def test_a_node_back_with_another_driver_runs_no_cell_on_its_old_probe(make_farm, tmp_path: Path) -> None:
+    node = SshNode("reboots", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    flag = tmp_path / "looked"
+    smi, real = node.node_bin / "nvidia-smi", node.node_bin / "nvidia-smi.real"
+    smi.rename(real)
+    smi.write_text(  # the look after the failed run is where the machine goes down (as above)
+        '#!/bin/sh\ncase " $* " in *" -i "*--query-gpu=index* | *--query-gpu=index*" -i "*)\n'
+        f"  [ -e {flag} ] || {{ touch {flag}; sleep 20; exit 1; }} ;;\nesac\n"
+        f'exec {real} "$@"\n'
+    )
+    smi.chmod(0o755)
+    node.start()
+    variants = {
+        "a-fails": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+        "b-later": standin_variant("PASS", MIN75, "MIN_CC=75"),  # after the reboot: on no probe of its driver
+    }
+
+    def reboot() -> None:
+        deadline = time.monotonic() + 240
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if flag.exists() and node.proc is not None:
+            signal_pids(sshd_tree(node), signal.SIGKILL)
+            node.proc.wait()
+            node.prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", REBOOTED_INTO_A_DRIVER, "sh"]
+            time.sleep(1)
+            node.start()  # the same host key, another driver
+
+    watcher = threading.Thread(target=reboot, daemon=True)
+    watcher.start()
+    try:
+        entry = {**node.farm_entry(tmp_path / "work", connect_timeout=2), "build_jobs": 1}  # one cell at a time
+        config = make_farm(tmp_path / "farm", {"reboots": entry}, [standin_job("standin", variants)], retries=0,
+                           reconnect_window=60.0)  # fmt: skip
+        _, summary = run(config)
+    finally:
+        watcher.join(30)
+        node.stop()
+    assert flag.exists(), "the look never asked after the card"
+    found = {key[0]: row for key, row in rows(tmp_path / "farm" / "results.db", summary.run_id).items()}
+    for variant in variants:
+        row = found[variant]
+        assert row["outcome"] == "infra-error", (variant, dict(row))
+        assert "came back with another NVIDIA driver" in row["reason"] and "999.99" in row["reason"], row["reason"]

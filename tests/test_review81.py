@@ -194,7 +194,7 @@ def test_a_command_timed_out_waiting_for_its_own_connection_leaves_the_shared_on
 
 def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
     """Finding 6, on NodeWork._await_node itself: the first outage's error, then the node back;
-    the second outage's probes answer but `true` fails: the first error is not given as why."""
+    the second outage's probes answer but their check fails: the first error is not given as why."""
     from types import SimpleNamespace
 
     from orchestrator.errors import InfraError
@@ -211,7 +211,7 @@ def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
             answer = next(said)
             if isinstance(answer, Exception):
                 raise answer
-            return SimpleNamespace(ok=answer, exit_code=0 if answer else 1)
+            return SimpleNamespace(ok=answer, exit_code=0 if answer else 1, stdout="")
 
         def close(self) -> None:
             pass
@@ -223,6 +223,7 @@ def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
         _open=lambda transport: transport.open(),
     )
     ctx = NodeContext(*([None] * 9))
+    ctx.snapshot = SimpleNamespace(driver_evidence="")  # type: ignore[assignment] - the driver it had (none)
     assert NodeWork._await_node(work, ctx, "odd")  # type: ignore[arg-type]
     assert not NodeWork._await_node(work, ctx, "odd")  # type: ignore[arg-type]
     assert "the first outage" not in ctx.down_why, ctx.down_why
@@ -248,7 +249,7 @@ def test_a_known_hosts_that_could_not_be_read_while_the_node_was_away_is_waited_
             answer = next(said)
             if isinstance(answer, Exception):
                 raise answer
-            return SimpleNamespace(ok=answer, exit_code=0)
+            return SimpleNamespace(ok=answer, exit_code=0, stdout="")
 
         def close(self) -> None:
             pass
@@ -260,5 +261,6 @@ def test_a_known_hosts_that_could_not_be_read_while_the_node_was_away_is_waited_
         _open=lambda transport: transport.open(),
     )
     ctx = NodeContext(*([None] * 9))
+    ctx.snapshot = SimpleNamespace(driver_evidence="")  # type: ignore[assignment] - the driver it had (none)
     assert NodeWork._await_node(work, ctx, "odd")  # type: ignore[arg-type]
     assert not ctx.refused

@@ -67,6 +67,10 @@ class CellWork:
             if self.stopping:
                 self._not_run(result)
                 break
+            if ctx.refused and ctx.down_why:  # it came back as another (host key, driver): the probe is void
+                tries.append((cell.node, cell, attempt, "skipped", None, ctx.down_why))
+                self._infra(result, "skipped", f"{ctx.down_why}; not run")
+                break
             if ctx.health.unhealthy:
                 reason = f"node {cell.node!r} marked unhealthy for this run ({ctx.health.reason})"
                 tries.append((cell.node, cell, attempt, "skipped", None, reason))

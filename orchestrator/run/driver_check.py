@@ -156,3 +156,23 @@ def cross_check(
             check = f"confirmed by the driver (NVML): {name}, CC {cc}, {uuid}"
         gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check))
     return gpus
+
+
+# the probe's own words for the loaded driver (its `@@farm driver` section): asked again of a node that
+# came back within the reconnect window, which had only run `true`. A node rebooted into another driver
+# (an upgrade, a rollback) kept the first probe's: its later cells were stored under a driver they did
+# not run on, and the too-old-driver rule read the old one (red-team round 94's note).
+DRIVER_NOW_SH = "head -n 1 /proc/driver/nvidia/version 2>/dev/null; ls /dev/nvidiactl 2>/dev/null; true"
+
+
+def driver_changed(probed: str, said: str) -> str:
+    """Why the driver the node has now (SAID, DRIVER_NOW_SH's answer) is not the one its probe
+    found (PROBED: the snapshot's driver_evidence), or "" where it is the same."""
+    before, now = "\n".join(probed.split()), "\n".join(said.split())
+    if before == now:
+        return ""
+    first = lambda text: text.strip().splitlines()[0][:160] if text.strip() else "no NVIDIA driver"  # noqa: E731
+    return (
+        f"it came back with another NVIDIA driver ({first(probed)} at its probe, {first(said)} now): "
+        "what the probe found no longer holds for its cells"
+    )

@@ -22,6 +22,7 @@ from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
 from orchestrator.run.card_claims import CardClaims, RemoteCardClaims, claimant, refusal
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
+from orchestrator.run.driver_check import DRIVER_NOW_SH, driver_changed
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background, node_devices
 from orchestrator.run.resident import ResidentRunner
@@ -290,12 +291,16 @@ class NodeWork:
             probe_transport = self._transport(name)
             try:
                 self._open(probe_transport)
-                answer = probe_transport.run("true", timeout=30)
+                answer = probe_transport.run(DRIVER_NOW_SH, timeout=30)
+                if answer.ok and (changed := driver_changed(ctx.snapshot.driver_evidence, answer.stdout)):
+                    with ctx.lock:  # rebooted into another driver: no cell of it is judged on the old probe
+                        ctx.down_why, ctx.refused = f"node {name!r}: {changed}", True
+                    return False
                 if answer.ok:
                     with ctx.lock:  # back: a later outage says its own error, not this one's
                         ctx.down_since, ctx.down_why = None, ""
                     return True
-                ctx.down_why = f"node {name!r}: it answered, but `true` exited {answer.exit_code}"
+                ctx.down_why = f"node {name!r}: it answered, but its driver's check exited {answer.exit_code}"
             except KnownHostsUnreadable as err:  # no key refused: a read that failed for a moment
                 ctx.down_why = str(err)
                 continue
