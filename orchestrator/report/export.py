@@ -326,8 +326,7 @@ def as_json(model: ReportModel) -> str:
         "complete": complete(model),
         "summary": {
             **model.counts,
-            # a cell planned with no row is not-run, which is infra: a SIGKILLed run's read `bad: 0,
-            # infra: 0`, a green night's summary, where a stopped run's not-run rows count here
+            # a planned cell with no row is not-run (infra): a SIGKILLed run's read `bad: 0, infra: 0`, all green
             "infra": model.counts.get("infra", 0) + len(model.unfinished),
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
         },
@@ -372,6 +371,7 @@ def as_json(model: ReportModel) -> str:
                             {
                                 "result_id": c.result_id,
                                 "run_id": c.run_id,
+                                "farm_commit": c.farm_commit,  # its run's (certificates.py)
                                 "date": utc_iso(c.when),
                                 "node": c.node,
                                 "gpu": c.gpu,

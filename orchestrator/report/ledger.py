@@ -63,6 +63,7 @@ class Certificate:
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every source and header
     dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
     gpu_uuid: str | None = None
+    farm_commit: str | None = None  # of its run: the commit whose kernels/ held the bytes (certificates.py)
 
     @property
     def date(self) -> str:
