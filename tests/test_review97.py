@@ -110,3 +110,24 @@ def test_a_pass_that_certifies_nothing_says_so_in_words_on_the_run_page_and_kern
         page.goto((reports / "kernels" / "toy.html").as_uri())
         text = page.locator("table#kernel-history td.unconfirmed").first.inner_text()
         assert "certifies nothing" in text, text
+
+
+def test_the_json_ledger_says_certified_false_where_a_flag_voids_a_verified_cc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI step reads the JSON ledger's `state` for "is toy certified on CC 7.5": it said
+    "VERIFIED" after the course raised `cc: min` to 8.0 (the T4 must now be refused), the
+    contract-changed flag in a list of prose beside it. One field must say it: `certified`."""
+    config, cli = green_on_a_t4(tmp_path, monkeypatch)
+
+    def capability() -> dict:
+        exported = json.loads(cli.invoke(main, ["report", "--format", "json", "--config", str(config)]).output)
+        (toy,) = exported["ledger"]
+        return toy["capabilities"]["7.5"]
+
+    assert capability()["certified"] is True and capability()["voided_by"] == []
+    job = tmp_path / "farm" / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("min: '7.5'", "min: '8.0'"))
+    found = capability()
+    assert found["state"] == "VERIFIED" and found["certified"] is False, found
+    assert found["voided_by"] == ["contract-changed"], found

@@ -200,6 +200,8 @@ def flag_ledgers(
         if why := gone(farm, entry.kernel, entry.files, getattr(found, "run_file", None)):
             said = "its certificates are" if entry.verified_ccs else "its rows are"
             entry.flags.append(("removed", f"{why}: {said} of a kernel this farm does not have."))
+            for cc in entry.verified_ccs:
+                entry.void(cc, "removed")
         job = farm.jobs.get(entry.kernel) if farm is not None else None
         if job is None:
             continue
@@ -212,12 +214,14 @@ def flag_ledgers(
                 why = _jit(unbacked[0], variants[variant])
                 said = f"CC {cc} is VERIFIED only by passes that do not back their `instructions:` ({variant}: {why})."
                 entry.flags.append(("instructions-unbacked", said))
+                entry.void(cc, "instructions-unbacked")
         for cc in entry.verified_ccs:
             try:
                 admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
             except ValueError:  # a CC as an older farm wrote it: no contract to hold it against
                 continue
             if not admitted:
+                entry.void(cc, "contract-changed")
                 entry.flags.append(
                     (
                         "contract-changed",
