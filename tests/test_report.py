@@ -707,7 +707,8 @@ def test_junit_does_not_count_a_pass_on_an_unconfirmed_card(tmp_path: Path, monk
     run_page = (tmp_path / "reports" / "runs" / f"{summary.run_id}.html").read_text()
     assert re.search(r'<td class="good unconfirmed"[^>]*><a href="../cells/', run_page), run_page
     kernel_page = (tmp_path / "reports" / "kernels" / "toy.html").read_text()
-    assert '<td class="h good unconfirmed">pass</td>' in kernel_page and 'class="h good"' not in kernel_page
+    grey = '<td class="h good unconfirmed">pass<small>certifies nothing</small></td>'
+    assert grey in kernel_page and 'class="h good"' not in kernel_page
 
 
 def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: Path) -> None:

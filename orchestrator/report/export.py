@@ -21,6 +21,7 @@ from typing import Any
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
+from orchestrator.report.ledger_json import ledger_records
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 from orchestrator.terminal import ci_inert
@@ -326,8 +327,7 @@ def as_json(model: ReportModel) -> str:
         "complete": complete(model),
         "summary": {
             **model.counts,
-            # a cell planned with no row is not-run, which is infra: a SIGKILLed run's read `bad: 0,
-            # infra: 0`, a green night's summary, where a stopped run's not-run rows count here
+            # a planned cell with no row is not-run (infra): a SIGKILLed run's read `bad: 0, infra: 0`, all green
             "infra": model.counts.get("infra", 0) + len(model.unfinished),
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
         },
@@ -354,45 +354,7 @@ def as_json(model: ReportModel) -> str:
             }
             for r in model.results
         ],
-        "ledger": [
-            {
-                "kernel": e.kernel,
-                "path": e.path,
-                "sha256": e.sha256,
-                "files": [{"path": path, "sha256": sha} for path, sha in e.files.items()],
-                "dependencies": [
-                    {"name": name, "version": d.get("version"), "sha256": d.get("digest")}
-                    for name, d in e.dependencies.items()
-                ],
-                "header_claims": [{"status": c.status, "date": c.date, "text": c.text} for c in e.claims],
-                "capabilities": {
-                    cc: {
-                        "state": s.state,
-                        "certificates": [
-                            {
-                                "result_id": c.result_id,
-                                "run_id": c.run_id,
-                                "date": utc_iso(c.when),
-                                "node": c.node,
-                                "gpu": c.gpu,
-                                "gpu_uuid": c.gpu_uuid,
-                                "identity": c.identity,
-                                "driver": c.driver,
-                                "nvcc": c.nvcc,
-                                "variant": c.variant,
-                                "build_command": c.build_command,
-                                "code_path": c.code_path,
-                                "output": c.output,
-                            }
-                            for c in s.current
-                        ],
-                    }
-                    for cc, s in e.capabilities.items()
-                },
-                "flags": [{"kind": kind, "text": text} for kind, text in e.flags],
-            }
-            for e in model.ledgers
-        ],
+        "ledger": ledger_records(model.ledgers),
     }
     # a `#` is only ever inside a JSON string, where \u0023 is the same character to a parser
     # and no `##vso[` command to a CI runner that logs the export (terminal.ci_inert)

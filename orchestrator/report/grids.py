@@ -40,7 +40,12 @@ def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
     # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
     if not outcome:
         return '<td class="h none">–</td>'
-    return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}</td>'
+    # in words too, not grey alone: a reader of the text (a print, a screen reader, a copy) read a pass (review 97)
+    said = _UNSURE if unsure else ""
+    return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}{said}</td>'
+
+
+_UNSURE = "<small>certifies nothing</small>"  # a grey cell's words (run pages, history grids): never colour alone
 
 
 def history_grid(
@@ -116,7 +121,8 @@ _NO_CELL = '<td class="none">–</td>'
 def _run_td(outcome: str, unsure: bool = False) -> tuple[str, str]:
     """A plain run-page cell, per outcome word: its HTML before the result id and after
     it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
-    return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{_e(outcome)}</td>'
+    words = f"{_e(outcome)}{_UNSURE if unsure else ''}"
+    return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{words}</td>'
 
 
 def run_matrix(
@@ -138,7 +144,7 @@ def run_matrix(
                 f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
                 f'title="result {int(rid)}" data-node="{_e(node)}" '
                 f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
-                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a></td>'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if rid in unsure else ""}</td>'
             )
         else:
             before, after = _run_td(outcome, rid in unsure)

@@ -63,6 +63,7 @@ class Certificate:
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256 of every source and header
     dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
     gpu_uuid: str | None = None
+    farm_commit: str | None = None  # of its run: the commit whose kernels/ held the bytes (certificates.py)
 
     @property
     def date(self) -> str:
@@ -108,10 +109,22 @@ class KernelLedger:
     flags: list[tuple[str, str]] = field(default_factory=list)  # (kind, sentence)
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256, every source and header
     dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
+    # cc -> the flags that say its VERIFIED does not back the course now (removed, contract-changed,
+    # instructions-unbacked): a CI step read the JSON's "VERIFIED" with the flag in prose beside it (review 97)
+    voided: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def verified_ccs(self) -> list[str]:
         return [cc for cc, state in self.capabilities.items() if state.verified]
+
+    def void(self, cc: str, kind: str) -> None:
+        if kind not in self.voided.setdefault(cc, []):
+            self.voided[cc].append(kind)
+
+    def certified(self, cc: str) -> bool:
+        """VERIFIED on `cc`, and no flag says the certificate does not back the course's kernel now."""
+        state = self.capabilities.get(cc)
+        return state is not None and state.verified and not self.voided.get(cc)
 
 
 def header_claims(source: bytes) -> list[HeaderClaim]:

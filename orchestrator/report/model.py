@@ -22,6 +22,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
+from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.rejudged import flag_ledgers, rejudged
 from orchestrator.report.trends import Series, trend_series
@@ -311,29 +312,7 @@ def collect(
         counts={(g.kernel, g.identity, g.cc): g.passes for g in groups},
         dates=dict(dates),
     )
-    certs: dict[str, list[ledger.Certificate]] = defaultdict(list)
-    for result, snap in store.results_with_snapshots(shown_ids):
-        certs[result.kernel].append(
-            ledger.Certificate(
-                result_id=result.id,
-                run_id=result.run_id,
-                when=result.started_at,
-                identity=result.identity or "",
-                variant=result.variant,
-                node=result.node,
-                gpu=result.device or snap.gpu_name or "",
-                cc=result.cc or "",
-                driver=snap.driver,
-                nvcc=snap.nvcc_version,
-                build_command=result.build_command,
-                code_path=result.code_path,
-                output=(result.stdout or b"").decode("utf-8", "replace"),
-                stages=dict(result.stage_details or {}),
-                files=dict(result.sources or {}),
-                dependencies=dict(result.dependencies or {}),
-                gpu_uuid=result.gpu_uuid,
-            )
-        )
+    certs = certificates(store, shown_ids)  # with their runs' farm commits
     # per kernel, in cell order: the standing cells that fail now on real hardware where they must pass
     # (a sanitizer's errors, wrong numbers, a crash; not the node's infra), with their identity
     faulted: dict[str, list[tuple[str | None, tuple[str, str, str, int, str, str]]]] = defaultdict(list)

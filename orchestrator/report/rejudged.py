@@ -195,8 +195,13 @@ def flag_ledgers(
     `now`: kernel -> its KernelInputs (the farm file of its latest run, for gone)."""
     for entry in ledgers:
         found = (now or {}).get(entry.kernel)
-        if entry.verified_ccs and (why := gone(farm, entry.kernel, entry.files, getattr(found, "run_file", None))):
-            entry.flags.append(("removed", f"{why}: its certificates are of a kernel this farm does not have."))
+        # flagged whether or not it was VERIFIED: a removed kernel that never passed kept its row, "CC 7.5:
+        # unverified" and no word, a kernel the course no longer has read as one waiting for its card (review 97)
+        if why := gone(farm, entry.kernel, entry.files, getattr(found, "run_file", None)):
+            said = "its certificates are" if entry.verified_ccs else "its rows are"
+            entry.flags.append(("removed", f"{why}: {said} of a kernel this farm does not have."))
+            for cc in entry.verified_ccs:
+                entry.void(cc, "removed")
         job = farm.jobs.get(entry.kernel) if farm is not None else None
         if job is None:
             continue
@@ -209,12 +214,14 @@ def flag_ledgers(
                 why = _jit(unbacked[0], variants[variant])
                 said = f"CC {cc} is VERIFIED only by passes that do not back their `instructions:` ({variant}: {why})."
                 entry.flags.append(("instructions-unbacked", said))
+                entry.void(cc, "instructions-unbacked")
         for cc in entry.verified_ccs:
             try:
                 admitted = any(c.admits(ComputeCapability.parse(cc)) for c in contracts)
             except ValueError:  # a CC as an older farm wrote it: no contract to hold it against
                 continue
             if not admitted:
+                entry.void(cc, "contract-changed")
                 entry.flags.append(
                     (
                         "contract-changed",
