@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from nodes import Card, Fleet, query, standin_job, standin_variant
 from test_verdicts import run
@@ -72,3 +73,54 @@ def test_cards_of_one_name_and_one_cc_still_share_a_column() -> None:
     cc = ComputeCapability.parse("7.5")
     gpus = [Gpu(0, "GPU-a", "Tesla T4", cc, "15360 MiB"), Gpu(1, "GPU-b", "Tesla T4", cc, "15360 MiB")]
     assert list(_snapshot_devices(gpus)) == ["Tesla T4"]
+
+
+@pytest.mark.parametrize(
+    ("run", "says"),
+    [
+        ("mpirun -np 1 -H h100.example.org {binary}", "`mpirun -H`"),
+        ("mpirun -np 1 --host=h100 {binary}", "`mpirun --host`"),
+        ("mpiexec -n 1 -hosts h100 {binary}", "`mpiexec -hosts`"),
+        ("mpirun --hostfile hosts.txt -np 1 {binary}", "`mpirun --hostfile`"),
+        ("mpirun -machinefile m -np 1 {binary}", "`mpirun -machinefile`"),
+        ("srun -w gpu-h100-01 {binary}", "`srun -w`"),
+        ("srun -wgpu-h100-01 {binary}", "`srun -w`"),
+        ("srun --nodelist=gpu-h100-01 {binary}", "`srun --nodelist`"),
+        ("srun -p h100 -n 1 {binary}", "`srun -p`"),
+        ("srun --partition h100 {binary}", "`srun --partition`"),
+        ("srun --gres=gpu:h100:1 {binary}", "`srun --gres`"),
+        ("srun -G 1 {binary}", "`srun -G`"),
+        ("srun -C h100 {binary}", "`srun -C`"),
+        ("srun --jobid=4242 {binary}", "`srun --jobid`"),
+        ("srun -N 2 {binary}", "`srun -N`"),
+    ],
+)
+def test_a_launcher_that_starts_the_kernel_on_another_machine_is_refused(run: str, says: str) -> None:
+    """A variant's `run` could hand the kernel to mpirun or srun with options naming where it runs:
+    `mpirun -H h100 {binary}` on a T4 node ran the kernel on the H100 machine (ssh), `srun -p h100
+    {binary}` on a Slurm login node or in a partition's job ran it wherever Slurm placed it, and the
+    farm filed its pass under the node's own card, which never ran it. Those options are refused at
+    load, naming the launcher's option: a kernel runs on the card the farm pinned it to."""
+    import yaml
+    from test_config import GOOD_JOB
+
+    from orchestrator.config.job_spec import JobSpec
+    from orchestrator.config.run_command import check_run
+
+    job = JobSpec.model_validate(yaml.safe_load(GOOD_JOB))
+    refused = check_run(job, "v1", run, Path("jobs/k.yaml"))
+    assert refused is not None and says in str(refused) and "another machine" in str(refused), str(refused)
+
+
+@pytest.mark.parametrize(
+    "run",
+    ["mpirun -np 2 --mca btl self {binary}", "srun -n 1 --overlap {binary}", "mpirun -np 2 --bind-to core {binary}"],
+)
+def test_launchers_that_keep_the_kernel_on_the_cell_s_machine_still_load(run: str) -> None:
+    import yaml
+    from test_config import GOOD_JOB
+
+    from orchestrator.config.job_spec import JobSpec
+    from orchestrator.config.run_command import check_run
+
+    assert check_run(JobSpec.model_validate(yaml.safe_load(GOOD_JOB)), "v1", run, Path("jobs/k.yaml")) is None
