@@ -124,3 +124,28 @@ def test_launchers_that_keep_the_kernel_on_the_cell_s_machine_still_load(run: st
     from orchestrator.config.run_command import check_run
 
     assert check_run(JobSpec.model_validate(yaml.safe_load(GOOD_JOB)), "v1", run, Path("jobs/k.yaml")) is None
+
+
+@pytest.mark.parametrize(
+    "other", ["GPU-AAAA0000-1111-2222-3333-444455556666", " gpu-aaaa0000-1111-2222-3333-444455556666"]
+)
+def test_one_uuid_on_two_rows_in_another_case_is_no_card_the_farm_can_pin(other: str) -> None:
+    """A node whose nvidia-smi lists one UUID for two GPUs is unusable (no cell could be pinned to
+    its card), but the check compared the UUIDs as text: the same UUID in capitals (or with a
+    blank) on the second row made two "cards", two slots and two lock files of one GPU, whose
+    cells then ran at once on it. UUIDs are compared as the hex they are."""
+    from orchestrator.config.capability import ComputeCapability
+    from orchestrator.config.farm_spec import NodeSpec
+    from orchestrator.errors import NodeUnusable
+    from orchestrator.run.node_setup import NodeSetup
+    from orchestrator.run.snapshot import NodeSnapshot
+
+    cc = ComputeCapability.parse("7.5")
+    gpus = (
+        Gpu(0, "GPU-aaaa0000-1111-2222-3333-444455556666", "Tesla T4", cc, "15360 MiB"),
+        Gpu(1, other, "Tesla T4", cc, "15360 MiB"),
+    )
+    snap = NodeSnapshot("n", "/w", "h", "Linux", "Tesla T4", cc, "550", "15360 MiB", 2, "nvcc", None, "", None, None)
+    snap = NodeSnapshot(**{**snap.__dict__, "gpus": gpus, "work_free_kib": 1 << 30, "tmp_free_kib": 1 << 30})
+    with pytest.raises(NodeUnusable, match="more than one GPU"):
+        NodeSetup.check_usable("n", NodeSpec(host="h"), snap)
