@@ -225,7 +225,7 @@ class LiveListener(PlainListener):
         super().node_ready(node, snapshot, error)
         # a node of several card models runs each of its cells once per model: the bar counted the
         # cells planned before the probe, and ended at "2/1" over a run of 2 (a red-team finding)
-        models = len({gpu.name for gpu in snapshot.gpus}) if snapshot is not None and not error else 1
+        models = len(snapshot.devices()) if snapshot is not None and not error else 1
         if models > 1:
             with self._lock:
                 self._total += self._per_node[node] * (models - 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from orchestrator.config.placement import placed_elsewhere
 from orchestrator.config.shell import ASSIGNMENT, Command, Word, before_kernel, launcher, unquoted
 
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
@@ -170,7 +171,7 @@ def _refused_option(program: str, option: str) -> str | None:
     OPTION as the shell hands it on (quotes gone), a long one abbreviated (`--split-s=...`),
     a short one anywhere in a cluster before a letter that takes a value (`-vS...`). Each
     spelling here once passed a kernel that failed (red-team findings). And GNU time's format."""
-    if why := _prints_or_runs(program, option):
+    if why := _prints_or_runs(program, option) or placed_elsewhere(program, option):
         return why
     if program == "time":
         return _time_format(option)

@@ -23,6 +23,7 @@ from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import t as _t
 from orchestrator.report.model import ReportModel, category, unconfirmed
+from orchestrator.run.snapshot import card_columns
 
 
 def age_text(days: float) -> str:
@@ -291,3 +292,9 @@ def cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[st
         for run_id, outcome, result_id in entries:
             found[run_id][key] = (outcome, result_id)
     return found
+
+
+def probed_columns(gpus: list[dict[str, Any]] | None) -> list[str]:
+    """The matrix's columns a stored probe's cards make: a name of two CCs is two columns, each
+    "NAME (CC X.Y)" (run/snapshot.py card_columns), and still a card the probe found."""
+    return card_columns([(str(g.get("name")), str(g.get("cc"))) for g in gpus or [] if isinstance(g, dict)])

@@ -91,10 +91,9 @@ def _env() -> Environment:
     # every {{ }} of a page: a kernel's words with NUL, ESC or U+202E in them, shown as escapes (Markup is
     # the farm's own HTML, its untrusted parts already through _e)
     env.finalize = lambda value: printable_on_page(value) if type(value) is str else value
-    env.filters["when"] = _when
-    env.filters["age"] = grids.age_text
-    env.filters["number"] = metrics.number
-    env.filters["percent"] = metrics.percent
+    # columns: a stored probe's cards as the matrix's columns (a name of two CCs is two: run/snapshot.py)
+    env.filters.update(when=_when, age=grids.age_text, number=metrics.number, percent=metrics.percent)
+    env.filters.update(columns=grids.probed_columns)
     env.globals["category"] = category
     env.globals["regression_words"] = metrics.regression_words
     return env

@@ -159,8 +159,10 @@ class NodeSetup:
             )
         if (short := snapshot.room_problem()) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
-        uuids = [gpu.uuid for gpu in snapshot.gpus]
-        if twice := sorted({uuid for uuid in uuids if uuids.count(uuid) > 1}):
+        # as the hex they are: one UUID in capitals (or with a blank) on a second row was a second
+        # card, slot and lock file of one GPU, its cells run at once on it (red-team round 96)
+        uuids = [gpu.uuid.strip().lower() for gpu in snapshot.gpus]
+        if twice := [g.uuid for g, uuid in zip(snapshot.gpus, uuids, strict=True) if uuids.count(uuid) > 1]:
             # the farm pins a cell to its card by UUID: one UUID on two cards (a T4 and an H100) is
             # no card it can pin, and the cells ran on whichever CUDA took (a red-team finding)
             raise NodeUnusable(

@@ -160,8 +160,22 @@ class NodeSnapshot:
 
     def devices(self) -> dict[str, list[Gpu]]:
         """The node's GPUs grouped by card model, in index order: each model is
-        one column of the matrix, and any GPU of a model may run its cells."""
+        one column of the matrix, and any GPU of a model may run its cells. A model
+        is its name and its CC: cards of one name and several CCs (nvidia-smi's "NVIDIA
+        Graphics Device" for any card its driver cannot name) are a column each, named
+        "NAME (CC X.Y)"; grouped by name alone, a cell run on the second card was judged
+        and stored under the first card's CC, certifying a CC it never ran on (red-team round 96)."""
         groups: dict[str, list[Gpu]] = {}
-        for gpu in self.gpus:
-            groups.setdefault(gpu.name, []).append(gpu)
+        for gpu, column in zip(self.gpus, card_columns([(g.name, str(g.cc)) for g in self.gpus]), strict=True):
+            groups.setdefault(column, []).append(gpu)
         return groups
+
+
+def card_columns(cards: list[tuple[str, str]]) -> list[str]:
+    """Each card's column, for (name, CC) pairs of one node's cards: its name, or "NAME (CC X.Y)"
+    where cards of its name have several CCs (NodeSnapshot.devices; the report reads a stored
+    probe's cards so too)."""
+    ccs: dict[str, set[str]] = {}
+    for name, cc in cards:
+        ccs.setdefault(name, set()).add(cc)
+    return [name if len(ccs[name]) == 1 else f"{name} (CC {cc})" for name, cc in cards]

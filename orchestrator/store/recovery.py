@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
+from orchestrator.run.snapshot import card_columns
 from orchestrator.store import journal
 from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
@@ -158,7 +159,8 @@ def _cards(session: Session, run_id: int) -> dict[str, NodeSnapshotRow]:
     (with no card, a SIGKILLed run's rows made a column "NODE, no GPU" of their own, for good)."""
     found: dict[str, NodeSnapshotRow] = {}
     for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)):
-        models = {str(gpu.get("name")) for gpu in snap.gpus or [] if isinstance(gpu, dict)}
+        cards = [(str(gpu.get("name")), str(gpu.get("cc"))) for gpu in snap.gpus or [] if isinstance(gpu, dict)]
+        models = set(card_columns(cards))  # one name of two CCs is two columns
         if snap.gpu_name and models <= {snap.gpu_name} and (snap.node not in found or found[snap.node].id < snap.id):
             found[snap.node] = snap
     return found
