@@ -23,6 +23,7 @@ from typing import IO
 
 from orchestrator.errors import CommandTimeout, NodeUnusable, SessionLost
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
+from orchestrator.transport.local_env import node_environment
 
 
 def bundled_cuda_bin() -> Path | None:
@@ -112,7 +113,7 @@ class LocalTransport(Transport):
                 "set the node's `workdir` in farm.yaml to an absolute folder that user can write, or give "
                 "the user a home"
             )
-        self._env = dict(os.environ)
+        self._env = node_environment(os.environ)  # the farm's credentials aside: local_env.py
         extra = bundled_cuda_bin()
         if extra is not None:
             self._env["PATH"] = self._env.get("PATH", "") + os.pathsep + str(extra)
