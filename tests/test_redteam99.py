@@ -13,12 +13,15 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, nvidia_smi_script
+from nodes import CARDS, Fleet, nvidia_smi_script, query, standin_job, standin_variant
 from sqlalchemy import create_engine, make_url, text
+from test_verdicts import run
 from toyfarm import toy_farm
 
 POSTGRES_URL = os.environ.get("FARM_TEST_POSTGRES_URL", "postgresql+psycopg://farm:farm@127.0.0.1:5432/farm_test")
@@ -113,3 +116,46 @@ def test_the_local_node_hands_its_kernels_none_of_the_farm_hosts_credentials(
     written = everything_written(tmp_path) + shown.stdout.encode() + shown.stderr.encode()
     for secret in (f":{password}@", pg_password, token, token[::-1], "agent.sock"):
         assert secret.encode() not in written, secret
+
+
+def test_a_nodes_env_values_are_on_no_command_line_of_the_node(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """A node's `env:` was exported in front of each command (`export VENDOR_TOKEN=...; ...`),
+    and a command's words are its shell's command line, which every user of the node reads
+    (`ps`, /proc/PID/cmdline): on a shared GPU node a student saw the course's license token for
+    as long as any probe, staging or cell command ran (the whole cell under the shell runner).
+    The exports go on the command's stdin now; the kernel gets each value as it was written."""
+    secret = "tok" + secrets.token_hex(8)
+    value = f'{secret} it\'s 100% \\ "$HOME" `x`'
+    node = ssh_fleet["t4"]
+    prelude = tmp_path / "show.sh"
+    prelude.write_text('printf "VALUE<%s>\\n" "$VENDOR_TOKEN"; sleep 1\n')
+    variant = standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75", prelude=prelude)
+    config = make_farm(
+        tmp_path,
+        {"t4": node.farm_entry(tmp_path / "work", env={"VENDOR_TOKEN": value})},
+        [standin_job("standin", {"v": variant})],
+    )
+    seen: list[str] = []
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                with contextlib.suppress(OSError):
+                    if secret.encode() in cmdline.read_bytes():
+                        seen.append(str(cmdline))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    try:
+        _, summary = run(config)
+    finally:
+        done.set()
+        watcher.join()
+    assert summary.outcomes == {"pass": 1}, summary.outcomes
+    (stdout,) = [bytes(row["stdout"]) for row in query(tmp_path / "results.db", "SELECT stdout FROM results")]
+    assert f"VALUE<{value}>".encode() in stdout, stdout
+    assert not seen, seen

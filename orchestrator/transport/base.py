@@ -6,8 +6,9 @@ closed transport refuses use with an error naming the method, so a stage can
 never silently run a command on a connection another thread closed.
 
 Every command is a POSIX shell string built by the farm, with every value from
-configuration quoted by shlex.quote. The node's declared `env` is exported in
-front of each command, quoted the same way, never passed through sshd's
+configuration quoted by shlex.quote. The node's declared `env` is exported by
+each command's shell from the first line of its stdin (env_input.py: a command's
+words are on view to every user of the node), never passed through sshd's
 AcceptEnv (which silently drops names it does not list).
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import TransportClosed
+from orchestrator.transport.env_input import READ_ENV, env_line
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,12 @@ class Transport(ABC):
         `timeout`, InfraError if the node cannot be reached.
         """
         self._require_open("run")
-        return self._run(self._with_env(command), timeout)
+        if not (given := self._env_input()):
+            return self._run(self._with_env(command), timeout)
+        # the env goes on stdin (env_input.py), which only the streamed path carries (ssh, local)
+        out = bytearray()
+        done = self._run_streamed(self._with_env(command), Deadline(timeout), out.extend, given)
+        return CommandResult(command, done.exit_code, out.decode("utf-8", "replace"), done.stderr, done.seconds)
 
     def run_streamed(
         self, command: str, *, timeout: float | Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
@@ -171,14 +178,17 @@ class Transport(ABC):
         if not self.streams_output:
             raise TypeError(f"{type(self).__name__} cannot stream a command's output")
         deadline = timeout if isinstance(timeout, Deadline) else Deadline(timeout)
-        return self._run_streamed(self._with_env(command), deadline, sink, stdin)
+        return self._run_streamed(self._with_env(command), deadline, sink, self._env_input() + stdin)
 
     def start(self, command: str) -> Process:
         """A command left running (only where `keeps_processes`)."""
         self._require_open("start")
         if not self.keeps_processes:
             raise TypeError(f"{type(self).__name__} keeps no process running")
-        return self._start(self._with_env(command))
+        process = self._start(self._with_env(command))
+        if self._env_input():
+            process.send(self._env_input())  # before anything its user sends: the line its shell reads first
+        return process
 
     def stop_run(self, token: str, timeout: float) -> int:
         """Kill everything the farm run `token` started on this node, whatever
@@ -204,10 +214,14 @@ class Transport(ABC):
         return self._stream(remote, chunk)
 
     def _with_env(self, command: str) -> str:
-        if not self.node.env:
-            return command
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.node.env.items()))
-        return f"export {exports}; {command}"
+        # the node's env is read from the command's stdin, never written into its words, which
+        # every user of the node reads (ps): env_input.py
+        return f"{READ_ENV}{command}" if self.node.env else command
+
+    def _env_input(self) -> bytes:
+        """What goes first on each command's stdin: the node's env (a transport that exports it
+        otherwise, Slurm's, sends none)."""
+        return env_line(self.node.env) if type(self)._with_env is Transport._with_env else b""
 
     # primitives each transport provides --------------------------------
     @abstractmethod
