@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, Strict, field_validator, model_validator
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.slurm_options import farms_own
+from orchestrator.config.slurm_options import farms_own, other_cluster
 from orchestrator.config.spec_types import WEEK, CCText, Count, StrictModel, check_cc, check_name
 
 
@@ -218,6 +218,11 @@ class NodeSpec(StrictModel):
             for option in self.slurm_options:
                 if not option.startswith("-"):
                     raise ValueError(f"slurm_options: {option!r} is not an srun option (expected e.g. --account=NAME)")
+                if other_cluster(option):
+                    raise ValueError(
+                        f"slurm_options: {option!r} sends the jobs to another cluster than the farm's squeue and "
+                        "scancel ask: give the node a login node of that cluster, or its SLURM_CONF in `env`"
+                    )
                 if (own := farms_own(option)) is not None:
                     raise ValueError(
                         f"slurm_options: {option!r} sets {own}, which the farm sets on every job itself "

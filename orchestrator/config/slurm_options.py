@@ -30,6 +30,26 @@ FARMS_OWN_SHORT = frozenset("JpNntIioeCZ")
 SHORT_WITH_VALUE = frozenset("AcCdDeGiIJkKLmMnNopqrStTwWx")
 
 
+def _short_letters(option: str) -> str:
+    """The option letters of a short bundle ("-vMgpu": "vM"), up to and with the first taking a value."""
+    letters = ""
+    for letter in option[1:]:
+        letters += letter
+        if letter in SHORT_WITH_VALUE:
+            break
+    return letters
+
+
+def other_cluster(option: str) -> bool:
+    """Whether `option` sends the job to another cluster (--clusters, -M): the farm's squeue, sacct and
+    scancel ask the login node's own cluster, so its record went unread and a stop or a dead run's reap
+    cancelled none of its jobs (a red-team finding)."""
+    if option.startswith("--"):
+        name = option[2:].split("=", 1)[0]
+        return bool(name) and "clusters".startswith(name)
+    return option.startswith("-") and "M" in _short_letters(option)
+
+
 def farms_own(option: str) -> str | None:
     """The farm's own srun option that `option` would set, or None where it sets none of them."""
     if option == "--":  # the end of srun's options: the farm's own after it would be the command
@@ -37,9 +57,4 @@ def farms_own(option: str) -> str | None:
     if option.startswith("--"):
         name = option[2:].split("=", 1)[0]
         return next((f"--{own}" for own in FARMS_OWN if name and own.startswith(name)), None)
-    for letter in option[1:]:
-        if letter in FARMS_OWN_SHORT:
-            return f"-{letter}"
-        if letter in SHORT_WITH_VALUE:
-            return None
-    return None
+    return next((f"-{letter}" for letter in _short_letters(option) if letter in FARMS_OWN_SHORT), None)

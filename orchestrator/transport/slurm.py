@@ -63,23 +63,25 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     SlurmRejected,
     SlurmTimeLimit,
     _error_for,
+    controller_unreachable,
     ended_by_slurm,
     of_commands_steps,
+    pending_hint,
     read_records,
     slurms_kill,
     within_time_limit,
 )
+from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, start_line
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
 SUBMIT_MARGIN = 45.0
-# How long the state query waits for a finished job to leave COMPLETING (0.25 s steps).
+# How long the state query waits for a finished job to leave RUNNING, PENDING... (0.25 s steps);
+# COMPLETING (an Epilog running) up to the login side's own budget (slurm_query.record_query)
 SETTLE_POLLS = 80
 SCANCEL_TIMEOUT = 30.0
 STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 
-# States in which a job whose srun has returned is still finishing.
-_UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
 # what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm
 # gave it, and the next job another, of another model: a red-team finding); bounded, as the probe's is
@@ -197,30 +199,24 @@ class SlurmTransport(Transport):
             f'"{_CARDS}"; '
         )
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
-        name = shlex.quote(job_name)
-        unsettled = "|".join(f"*'|{s}|'*" for s in _UNSETTLED)
-        query = (
-            f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m' 2>/dev/null); "
-            f'case "$s" in {unsettled}) [ $n -lt {SETTLE_POLLS} ] || break; n=$((n+1)); sleep 0.25;; '
-            "*) break;; esac; done; "
-            f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason,ReqMem 2>/dev/null); '
-            f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
-            # who killed a failed step: accounting's step record, where the cluster keeps one
-            f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | head -n 1 | cut -d"|" -f1); [ -z "$i" ] || '
-            f"sacct -n -P -j \"$i.0\" -o JobID,State 2>/dev/null | sed 's/^/@@slurm-step-{token} /'; }}"
-        )
-        return f"{self._exports()}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+        query = record_query(job_name, token, SETTLE_POLLS)
+        deadline = deadline_setting(self._budget(timeout))
+        return f"{self._exports()}{deadline}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+
+    def _budget(self, timeout: float) -> float:
+        """The login side's wait for a job: its own run, its pending limit and srun's margin."""
+        return timeout + self.node.pending_limit + SUBMIT_MARGIN
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         token = secrets.token_hex(6)
         run = f"{self.run_token}-" if self.run_token else ""
-        job = SlurmJob(name=f"farm-{self.name}-{run}{token}")
+        job = SlurmJob(name=f"farm-{self.name}-{run}{token}", minutes=self.node.time_limit or _minutes(timeout))
         self.last_job = job
         self.jobs.append(job)
         script = self._submission(command, token, job.name, timeout)
         clock = time.monotonic()
         try:
-            outcome = self._login.run(script, timeout=timeout + self.node.pending_limit + SUBMIT_MARGIN)
+            outcome = self._login.run(script, timeout=self._budget(timeout))
         except CommandTimeout as err:
             self._cancel(job)
             raise SlurmTimeLimit(
@@ -231,7 +227,7 @@ class SlurmTransport(Transport):
         seconds = time.monotonic() - clock
         stdout, rc = self._parse(job, token, outcome.stdout)
         stderr = self._split_stderr(job, outcome.stderr)
-        if job.state in _UNSETTLED:
+        if job.state in UNSETTLED and job.state != "COMPLETING":
             # srun is gone (killed on the login node) while Slurm still runs the job: left alone it
             # holds its compute node's GPU until its time limit, and the next job waits behind it
             self._cancel(job)
@@ -281,7 +277,8 @@ class SlurmTransport(Transport):
         body, tail = text[:cut], text[cut + len(end) :]
         rc_text, _, records = tail.partition("\n")
         rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
-        start = re.match(rf"@@slurm-start-{token} (\S*) (\S*) ?(.*)\n", body)
+        start, before = start_line(token, body)
+        job.messages.extend(before)
         if start:
             job.started = True
             job.job_id = start.group(1) or None
@@ -316,6 +313,8 @@ class SlurmTransport(Transport):
         where = f" on {job.compute_node}" if job.compute_node else ""
         why = f"; Slurm's reason: {job.reason}" if job.reason else ""
         if not job.started:
+            if (unanswered := controller_unreachable(job, f"node {self.name!r}: {ident}")) is not None:
+                raise unanswered
             if job.job_id is None or job.state == "FAILED":
                 raise SlurmRejected(
                     f"node {self.name!r}: Slurm refused {ident} for partition {node.partition!r}{why}{srun}", job
@@ -323,7 +322,7 @@ class SlurmTransport(Transport):
             if job.state in ("CANCELLED", None) and seconds >= node.pending_limit * 0.9:
                 raise SlurmPendingLimit(
                     f"node {self.name!r}: {ident} waited past its pending limit of {node.pending_limit} s "
-                    f"in partition {node.partition!r} and was withdrawn{why}{srun}",
+                    f"in partition {node.partition!r} and was withdrawn{why}{pending_hint(job)}{srun}",
                     job,
                 )
             if job.state in INFRA_STATES:
@@ -341,7 +340,8 @@ class SlurmTransport(Transport):
         if (killed := slurms_kill(job, f"node {self.name!r}: {ident}{where}", node.memory, srun)) is not None:
             raise killed
         # slurmstepd's word that Slurm ended the farm's step outweighs a record that reads a result
-        ended = job.state if job.state in INFRA_STATES else ended_by_slurm(job) if job.state in RESULT_STATES else None
+        final = job.state in RESULT_STATES or job.state == "COMPLETING"  # COMPLETING: its Epilog still runs
+        ended = job.state if job.state in INFRA_STATES else ended_by_slurm(job) if final else None
         if ended is not None:
             record = f" (its record says {job.state})" if job.state and job.state != ended else ""
             raise _error_for(ended)(
@@ -349,18 +349,20 @@ class SlurmTransport(Transport):
                 f"not a verdict on the command{srun}",
                 job,
             )
-        if job.state is None:
-            # Slurm no longer knows the job (a short MinJobAge, no accounting): only srun's word is left.
+        if job.state in (None, "COMPLETING"):
+            # Slurm no longer knows the job (a short MinJobAge, no accounting), or its final record is not
+            # there yet (an Epilog outlasting the login side's wait): only srun's word is left.
             trouble = [m for m in job.messages if _SLURM_TROUBLE.search(m) and not of_commands_steps(job, m)]
             if trouble:
                 raise SlurmJobError(
-                    f"node {self.name!r}: {ident}{where} ended abnormally (Slurm keeps no record of it): "
+                    f"node {self.name!r}: {ident}{where} ended abnormally "
+                    f"({'Slurm keeps no record of it' if job.state is None else 'its record still COMPLETING'}): "
                     f"{'; '.join(trouble)[-400:]}",
                     job,
                 )
         elif job.state not in RESULT_STATES:
             gone = "; its srun returned while Slurm still had it: cancelled by the farm"
-            gone = gone if job.state in _UNSETTLED else ""
+            gone = gone if job.state in UNSETTLED else ""
             raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{gone}{why}{srun}", job)
         self._check_pin(job, ident)
 

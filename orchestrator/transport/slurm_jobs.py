@@ -38,6 +38,7 @@ class SlurmJob:
     messages: list[str] = field(default_factory=list)  # srun's and slurmstepd's lines
     memory: str | None = None  # the memory its record says it asked for (squeue %m, sacct ReqMem), e.g. "50M"
     step_state: str | None = None  # accounting's record of its step .0 (sacct), e.g. "CANCELLED by 1234"
+    minutes: int | None = None  # the time limit it asked for (srun --time)
 
 
 class SlurmJobError(InfraError):
@@ -77,6 +78,37 @@ class SlurmOutOfMemory(SlurmJobError):
 
 class SlurmTimeLimit(SlurmJobError, CommandTimeout):
     """Killed by Slurm at the job's time limit (state TIMEOUT)."""
+
+
+# srun's words when slurmctld does not answer (restarting, failing over, overloaded): the request was
+# never judged, and a retry once it is back may run (it had been "refused", never retried: a red-team finding)
+_NO_CONTROLLER = re.compile(
+    r"Unable to contact slurm controller|Socket timed out on send/recv|Zero Bytes were transmitted or received|"
+    r"backup controller in standby mode|Communication connection failure"
+)
+
+
+def controller_unreachable(job: SlurmJob, said: str) -> SlurmJobError | None:
+    """The error for a job srun could not submit because slurmctld did not answer, or None."""
+    words = [m for m in job.messages if _NO_CONTROLLER.search(m)]
+    if job.job_id is not None or not words:
+        return None
+    return SlurmJobError(
+        f"{said}: Slurm's controller (slurmctld) could not be reached to submit it; not a verdict on the command "
+        f"({'; '.join(words)[-300:]})",
+        job,
+    )
+
+
+def pending_hint(job: SlurmJob) -> str:
+    """What a job withdrawn at its pending limit could never have had: more time than its partition's
+    MaxTime pends for good ("PartitionTimeLimit"; srun says only "Requested nodes are busy")."""
+    if job.reason != "PartitionTimeLimit":
+        return ""
+    return (
+        f"; it asked for {job.minutes} min, more than the partition's MaxTime allows, and would never have "
+        "started: lower the node's time_limit (without one, each job asks for its command's timeout + 1 min)"
+    )
 
 
 def _error_for(state: str) -> type[SlurmJobError]:

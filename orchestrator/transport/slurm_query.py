@@ -1,0 +1,54 @@
+"""The login node's reading of a job's record once its srun returned, and what stdout holds before
+the job's own start line."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+# How long the state query waits for a finished job to leave RUNNING, PENDING... (0.25 s steps).
+SETTLE_POLLS = 80
+# Seconds before the login side's own timeout at which a job still COMPLETING is left so (1 s steps)
+COMPLETING_MARGIN = 8
+
+# States in which a job whose srun has returned is still finishing.
+UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
+
+
+def record_query(job_name: str, token: str, settle_polls: int) -> str:
+    """Shell that prints the job's record (squeue's, else sacct's) and, for a failed command, its step's.
+
+    A job stays COMPLETING after its srun returned while the cluster's Epilog runs (a GPU health
+    check, a scrub: often longer than the settle polls): its command has ended, so it is waited for
+    up to $farm_deadline (set before srun: the login side's budget less COMPLETING_MARGIN), not
+    taken for a job Slurm still ran and cancelled (every job infra-error: a red-team finding)."""
+    name = shlex.quote(job_name)
+    unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
+    return (
+        f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m' 2>/dev/null); "
+        'case "$s" in *\'|COMPLETING|\'*) [ "$(date +%s)" -lt "$farm_deadline" ] || break; sleep 1;; '
+        f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
+        "*) break;; esac; done; "
+        f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason,ReqMem 2>/dev/null); '
+        f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
+        # who killed a failed step: accounting's step record, where the cluster keeps one
+        f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | head -n 1 | cut -d"|" -f1); [ -z "$i" ] || '
+        f"sacct -n -P -j \"$i.0\" -o JobID,State 2>/dev/null | sed 's/^/@@slurm-step-{token} /'; }}"
+    )
+
+
+def deadline_setting(budget: float) -> str:
+    """Shell setting $farm_deadline: `budget` (the login side's timeout) from now, less the margin."""
+    seconds = max(int(budget) - COMPLETING_MARGIN, 1)
+    return f"farm_deadline=$(( $(date +%s) + {seconds} )); "
+
+
+def start_line(token: str, body: str) -> tuple[re.Match[str] | None, list[str]]:
+    """The job's start line and the lines before it: a TaskProlog's "print" lines (a message of the day)
+    and an SrunProlog's output come first on the job's stdout; the command starts after the start line,
+    so its first occurrence is the farm's own (its absence had made every job "ended before its
+    command started" though its command ran: a red-team finding)."""
+    found = re.search(rf"(?m)^@@slurm-start-{token} (\S*) (\S*) ?(.*)\n", body)
+    if found is None:
+        return None, []
+    return found, [line for line in body[: found.start()].splitlines() if line.strip()]
