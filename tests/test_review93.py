@@ -76,10 +76,8 @@ def _cron_env(tmp_path: Path, home: Path) -> dict[str, str]:
     return {**cli_env(tmp_path), "HOME": str(home), "LANG": "C", "LC_ALL": "C"}
 
 
-def test_the_local_node_runs_under_a_home_that_is_no_folder(tmp_path: Path) -> None:
-    config = toy_farm(tmp_path)  # its node's workdir is absolute
-    home = tmp_path / "nonexistent"
-    done = subprocess.run(
+def _verify_as_cron(tmp_path: Path, config: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         farm_cmd("verify", "--all", "--config", str(config)),
         capture_output=True,
         text=True,
@@ -88,6 +86,12 @@ def test_the_local_node_runs_under_a_home_that_is_no_folder(tmp_path: Path) -> N
         timeout=180,
         check=False,
     )
+
+
+def test_the_local_node_runs_under_a_home_that_is_no_folder(tmp_path: Path) -> None:
+    config = toy_farm(tmp_path)  # its node's workdir is absolute
+    home = tmp_path / "nonexistent"
+    done = _verify_as_cron(tmp_path, config, home)
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and not home.exists(), done.stderr
 
@@ -96,15 +100,7 @@ def test_a_relative_workdir_under_a_home_that_is_no_folder_is_named_not_made_und
     config = toy_farm(tmp_path)
     config.write_text(config.read_text().replace(f"workdir: {tmp_path / 'node'}", "workdir: farm-work-rt93"))
     home = tmp_path / "nonexistent"
-    done = subprocess.run(
-        farm_cmd("verify", "--all", "--config", str(config)),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_cron_env(tmp_path, home),
-        timeout=180,
-        check=False,
-    )
+    done = _verify_as_cron(tmp_path, config, home)
     text = done.stdout + done.stderr
     assert done.returncode == EXIT_INFRA, text
     assert "its workdir 'farm-work-rt93' is under the farm's HOME" in text and str(home) in text, text
