@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -181,3 +182,28 @@ def test_a_bisect_stopped_while_it_waits_for_the_run_lock_ends_at_once(tmp_path:
     assert time.monotonic() - clock < 30, "not the whole --wait"
     assert "Error: farm bisect was stopped by SIGTERM while it waited for the run lock" in err, err
     assert not (root / "results.db").exists() or not _runs(root / "results.db")
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_stop_after_the_run_is_stored_says_the_run_ended_not_that_it_kills(
+    ended: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round 93's note: a SIGTERM during the report's render, the run stored whole, said "stopping run:
+    no new cells; killing the running ones on every node" of a run with nothing left to stop."""
+    from types import SimpleNamespace
+
+    from orchestrator.cli.verify import _stopping_on_signals
+
+    stopped: list[str] = []
+    run = SimpleNamespace(stopping=None, ended=ended, stop=stopped.append)
+    with _stopping_on_signals(run):  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+    said = capsys.readouterr().err
+    assert stopped == ["SIGTERM"]
+    if ended:
+        assert "the run has ended and is stored" in said and "killing" not in said, said
+    else:
+        assert "stopping run: no new cells; killing the running ones on every node" in said, said

@@ -355,7 +355,10 @@ def _stopping_on_signals(run: FarmRun):
             if signum == signal.SIGINT:
                 os._exit(130)
             return
-        click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
+        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
+            click.echo(f"{name}: the run has ended and is stored; the farm exits once its report is written", err=True)
+        else:
+            click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
         threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
 
     # a hangup (the ssh session `farm verify` ran in closed) killed the farm outright: its kernels

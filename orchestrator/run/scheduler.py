@@ -106,6 +106,11 @@ class FarmRun(NodeWork, CellWork):
         """Start no more cells, killing nothing (the parent's stop() kills on the nodes)."""
         self._stopping.halt(reason)
 
+    @property
+    def ended(self) -> bool:
+        """The run has returned (stored finished or aborted) or raised."""
+        return self._stopping.ended.is_set()
+
     def began(self, run_id: int) -> None:
         """The run is stored: its nodes may store theirs."""
         self.summary.run_id = run_id
