@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, Strict, field_validator, model_validator
+from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.slurm_options import farms_own, other_cluster
+from orchestrator.config.slurm_options import farms_own, other_cluster, other_cluster_env
 from orchestrator.config.spec_types import WEEK, CCText, Count, StrictModel, check_cc, check_name
 
 
@@ -110,6 +110,15 @@ class NodeSpec(StrictModel):
         for text in strings:
             if "\0" in text:
                 raise ValueError(f"no NUL character (no path, name or environment can carry one; in {text!r})")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _slurm_env(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # here, not in _slurm_fields: the error's key path is then nodes.NAME.env (`transport` is
+        # validated before `env`, being declared first)
+        if info.data.get("transport") == "slurm" and (why := other_cluster_env(value)) is not None:
+            raise ValueError(why)
         return value
 
     @field_validator("cc")

@@ -8,6 +8,8 @@ stop (which finds a run's jobs by their names: they ran on after it, a red-team 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 # long options srun accepts by any unambiguous prefix (getopt_long), so a prefix is refused too
 FARMS_OWN = (
     "job-name",
@@ -58,3 +60,21 @@ def farms_own(option: str) -> str | None:
         name = option[2:].split("=", 1)[0]
         return next((f"--{own}" for own in FARMS_OWN if name and own.startswith(name)), None)
     return next((f"-{letter}" for letter in _short_letters(option) if letter in FARMS_OWN_SHORT), None)
+
+
+# variables of a node's `env:` that send the jobs to another cluster: srun, squeue and scancel read
+# SLURM_CLUSTERS as their --clusters, sacct does not, so the record of a job squeue no longer knew
+# was looked for on the login node's own cluster (a red-team finding, round 98)
+CLUSTER_VARIABLES = ("SLURM_CLUSTERS",)
+
+
+def other_cluster_env(env: Mapping[str, str]) -> str | None:
+    """Why `env` (a Slurm node's) may not be, or None where it may."""
+    found = [name for name in CLUSTER_VARIABLES if name in env]
+    if not found:
+        return None
+    return (
+        f"{found[0]}: sends srun's, squeue's and scancel's requests to another cluster, but not sacct's, "
+        "which the farm reads for a job squeue no longer knows: give the node a login node of that cluster, "
+        f"or that cluster's SLURM_CONF in `env`, and remove {found[0]}"
+    )

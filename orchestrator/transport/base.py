@@ -219,8 +219,8 @@ class Transport(ABC):
         return f"{READ_ENV}{command}" if self.node.env else command
 
     def _env_input(self) -> bytes:
-        """What goes first on each command's stdin: the node's env (a transport that exports it
-        otherwise, Slurm's, sends none)."""
+        """What goes first on each command's stdin: the node's env (a transport that hands it on
+        otherwise sends none: Slurm's, whose login transport sends it to the shell that runs srun)."""
         return env_line(self.node.env) if type(self)._with_env is Transport._with_env else b""
 
     # primitives each transport provides --------------------------------

@@ -6,8 +6,8 @@ libpq's PGPASSWORD, a CI's tokens (GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS
 operator's SSH agent, which logs into every node of the fleet. Every kernel and build of the node
 got them, and a kernel that printed its environment put them on its cell's page, in results.db and
 in the run's journal (red-team round 99). They are the farm's, not the node's: none is needed to
-build or run a kernel, and one that is goes in the node's `env:` in farm.yaml, exported in front of
-each command (transport/base.py), which this leaves alone.
+build or run a kernel, and one that is goes in the node's `env:` in farm.yaml, exported by each
+command from its stdin (transport/base.py), which this leaves alone.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ or a cluster filesystem; the probe creates it from a compute node).
 
 Every run(command) is one Slurm job, started from the login node as
 
-    export ENV...; srun --partition=P --nodes=1 --ntasks=1 --time=MIN
+    srun --partition=P --nodes=1 --ntasks=1 --time=MIN
         --immediate=PENDING_LIMIT --job-name=farm-NODE-TOKEN --input=none
         --export=ALL [--gres=G] [--constraint=C] [slurm_options...] [--nodelist=PINNED]
         sh -c 'export SLURM_OVERLAP=1; printf "@@slurm-start-TOKEN %s %s %s\\n" "$SLURM_JOB_ID"
@@ -23,7 +23,9 @@ node, another driver or nvcc), so the first job that starts (the probe) pins
 the transport and its siblings: every later job asks for its compute node
 (--nodelist, after slurm_options) and one whose shell reports another node,
 or other GPU models than the first job saw there, is an InfraError, never a
-result. The node's `env` is exported on the login node and travels into the
+result. The node's `env` goes to the login node's shell on its stdin (env_input.py), never on its
+command line, which every user of the login node reads for as long as the job pends and runs (a
+red-team finding); that shell exports it for its srun, squeue and scancel, and it travels into the
 job with --export=ALL (so SLURM_CONF in `env` also picks the cluster).
 
 Outcomes come from Slurm's record of the job, not from srun's exit status (an
@@ -71,7 +73,7 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     slurms_kill,
     within_time_limit,
 )
-from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, start_line
+from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, start_line, stop_script
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -109,16 +111,17 @@ class SlurmTransport(Transport):
 
     def __init__(self, name: str, node: NodeSpec, run_token: str | None = None) -> None:
         super().__init__(name, node, run_token)
-        # The login node: the node's SSH fields, or the farm's own machine. Its
-        # copy of the node carries no env: the env is exported in front of srun.
+        # The login node: the node's SSH fields, or the farm's own machine. Its copy of the node
+        # keeps the env: the login transport hands it to each shell on stdin (env_input.py), whose
+        # srun passes it on to the job (--export=ALL), and its squeue and scancel read it too
         if node.host:
             from orchestrator.transport.ssh import SSHTransport
 
-            self._login: Transport = SSHTransport(name, node.model_copy(update={"transport": "ssh", "env": {}}))
+            self._login: Transport = SSHTransport(name, node.model_copy(update={"transport": "ssh"}))
         else:
             from orchestrator.transport.local import LocalTransport
 
-            self._login = LocalTransport(name, node.model_copy(update={"transport": "local", "env": {}}))
+            self._login = LocalTransport(name, node.model_copy(update={"transport": "local"}))
         self.jobs: list[SlurmJob] = []
         self.last_job: SlurmJob | None = None
         # the compute node of the first job that started (the probe's): the node whose card,
@@ -161,12 +164,7 @@ class SlurmTransport(Transport):
 
     # commands -------------------------------------------------------------
     def _with_env(self, command: str) -> str:
-        return command  # exported on the login node by _submission, and carried into the job
-
-    def _exports(self) -> str:
-        if not self.node.env:
-            return ""
-        return "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.node.env.items())) + "; "
+        return command  # the login transport hands the env to the job's shell on the login node (__init__)
 
     def srun_arguments(self, job_name: str, timeout: float) -> list[str]:
         node = self.node
@@ -201,7 +199,7 @@ class SlurmTransport(Transport):
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
         query = record_query(job_name, token, SETTLE_POLLS)
         deadline = deadline_setting(self._budget(timeout))
-        return f"{self._exports()}{deadline}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+        return f"{deadline}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
 
     def _budget(self, timeout: float) -> float:
         """The login side's wait for a job: its own run, its pending limit and srun's margin."""
@@ -243,21 +241,7 @@ class SlurmTransport(Transport):
         self._require_open("stop_run")
         if not re.fullmatch(r"[0-9a-f]+", token):  # a glob in a case pattern: it must be unquoted
             raise ValueError(f"run token {token!r} is not hex")
-        pattern = f"farm-*-{token}-*"
-        # a busy slurmctld may fail a query ("Socket timed out"): asked again, where an
-        # empty answer would have cancelled nothing and said so
-        # each try within its share of the stop's time: a query that times out takes slurmctld's
-        # MessageTimeout (10 s by default), all of it, where a retry would have answered
-        each = max(1, int(timeout / (STOP_QUERIES + 1)))
-        script = (
-            f"t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 1 {each}'; "
-            "n=0; until jobs=$($t squeue -h -u \"$(id -un)\" -o '%i|%j' 2>&1); do n=$((n+1)); "
-            f'[ $n -lt {STOP_QUERIES} ] || {{ echo "@@farm squeue failed: $jobs"; exit 3; }}; sleep 0.5; done; '
-            "ids=; for line in $jobs; do "
-            f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '
-            '[ -z "$ids" ] || scancel $ids; set -- $ids; echo "@@farm cancelled $#"'
-        )
-        out = self._login.run(self._exports() + script, timeout=timeout).stdout
+        out = self._login.run(stop_script(token, timeout, STOP_QUERIES), timeout=timeout).stdout
         match = re.search(r"@@farm cancelled (\d+)", out)
         if match is None:
             said = out.strip().splitlines()[-1:] or ["no answer"]
@@ -392,4 +376,4 @@ class SlurmTransport(Transport):
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""
         with contextlib.suppress(InfraError):
-            self._login.run(f"{self._exports()}scancel --name={shlex.quote(job.name)}", timeout=SCANCEL_TIMEOUT)
+            self._login.run(f"scancel --name={shlex.quote(job.name)}", timeout=SCANCEL_TIMEOUT)

@@ -52,3 +52,25 @@ def start_line(token: str, body: str) -> tuple[re.Match[str] | None, list[str]]:
     if found is None:
         return None, []
     return found, [line for line in body[: found.start()].splitlines() if line.strip()]
+
+
+def stop_script(token: str, timeout: float, queries: int) -> str:
+    """Shell that scancels every job of the user whose name carries the run `token` (hex) and prints
+    `@@farm cancelled N`, or `@@farm squeue failed: ...` after `queries` tries within `timeout`."""
+    pattern = f"farm-*-{token}-*"  # unquoted in the case: a glob
+    # a busy slurmctld may fail a query ("Socket timed out"): asked again, where an empty answer
+    # would have cancelled nothing and said so; each try within its share of the stop's time: a
+    # query that times out takes slurmctld's MessageTimeout (10 s by default), all of it, where a
+    # retry would have answered
+    each = max(1, int(timeout / (queries + 1)))
+    # the user by uid, not `id -un`: a uid with no name on the login node (an LDAP outage, a
+    # container's uid) made the name empty, and a stop and a killed run's clean-up cancelled
+    # nothing (red-team round 98); squeue takes a uid for -u, and slurmctld knows its user by it
+    return (
+        f"t=; command -v timeout >/dev/null 2>&1 && t='timeout -k 1 {each}'; "
+        "n=0; until jobs=$($t squeue -h -u \"$(id -u)\" -o '%i|%j' 2>&1); do n=$((n+1)); "
+        f'[ $n -lt {queries} ] || {{ echo "@@farm squeue failed: $jobs"; exit 3; }}; sleep 0.5; done; '
+        "ids=; for line in $jobs; do "
+        f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '
+        '[ -z "$ids" ] || scancel $ids; set -- $ids; echo "@@farm cancelled $#"'
+    )
