@@ -11,6 +11,8 @@ the cell is.
 
 from __future__ import annotations
 
+import re
+
 _MPI_HOSTS = frozenset(
     {
         "-H", "--host", "-host", "-hosts", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
@@ -26,6 +28,37 @@ _SRUN_PLACES = frozenset(
     }
 )  # fmt: skip
 PLACES = {"mpirun": _MPI_HOSTS, "mpiexec": _MPI_HOSTS, "srun": _SRUN_PLACES}
+# srun's short options that take a value (getopt: the rest of the cluster, or the next word; -I, -K
+# and -k take an optional one, glued): a letter after one of them is its value, not an option
+_SRUN_VALUED = frozenset("ABbCcDdeFGiJLMmNnopqrSTtWwxIKk")
+# MPI's MCA parameters (`--mca NAME VALUE`) that name the hosts or how they are reached: `mpirun
+# --mca orte_default_hostfile h {binary}` is `--hostfile h` by another name, a param file of the
+# run's may hold one, and an rsh agent of the run's decides where "localhost" is (round 101)
+_MCA = frozenset({"-mca", "--mca", "-gmca", "--gmca"})
+_MCA_PLACING = re.compile(r"host|^(?:plm|ras|orte_default|prte_default|dvm|hnp)|launch_agent|mca_base_")
+
+
+def _srun_cluster(option: str) -> str | None:
+    """The placing short option in a cluster of srun's, as getopt reads it (`-lw node1` is `-l -w
+    node1`: round 96 looked at the first letter only, and `srun -lw h100node {binary}` loaded)."""
+    for letter in option[1:]:
+        if "-" + letter in _SRUN_PLACES:
+            return "-" + letter
+        if letter in _SRUN_VALUED or not letter.isalnum():
+            return None
+    return None
+
+
+def mca_placed_elsewhere(program: str, option: str, value: str) -> str | None:
+    """Why an MCA parameter of mpirun's or mpiexec's (OPTION the `--mca`, VALUE its name) could
+    start the kernel on another machine, or None (`--mca btl self` stays where it is)."""
+    name = re.sub(r"[\"'\\]", "", value)
+    if program in ("mpirun", "mpiexec") and option in _MCA and _MCA_PLACING.search(name):
+        return (
+            f"`{program} {option} {name}`, which chooses the machine (or card) the kernel runs on: it could run "
+            "on another machine than the cell's, and its result be filed under a card that never ran it"
+        )
+    return None
 
 
 def placed_elsewhere(program: str, option: str) -> str | None:
@@ -36,9 +69,9 @@ def placed_elsewhere(program: str, option: str) -> str | None:
     if not places or not option.startswith("-"):
         return None
     name = option.partition("=")[0]
-    short = len(option) > 2 and not option.startswith("--") and program == "srun" and option[:2] in places
+    short = _srun_cluster(option) if program == "srun" and not option.startswith("--") else None
     if name in places or short:
-        named = option[:2] if short else name
+        named = short or name
     elif name.startswith("--") and len(name) > 3 and (full := [p for p in places if p.startswith(name)]):
         named = full[0]
     else:
