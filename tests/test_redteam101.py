@@ -124,3 +124,51 @@ def test_srun_in_a_run_is_refused_where_a_node_is_no_slurm_partition(tmp_path: P
     (tmp_path / "other").mkdir()
     farm = load_farm(make_farm(tmp_path / "other", farm=_slurm_and_ssh_farm(ssh=False), job=job))
     assert farm.jobs["k"].spec.variants["v1"].run == run
+
+
+@pytest.mark.parametrize(
+    ("run", "says"),
+    [
+        ("mpirun --rankfile=ranks -np 1 {binary}", "`mpirun --rankfile`"),  # a rankfile names hosts
+        ("mpirun --app=appfile {binary}", "`mpirun --app`"),
+        ("mpirun --tune=params.conf -np 1 {binary}", "`mpirun --tune`"),
+        ("mpirun --dvm-uri=file:dvm.uri -np 1 {binary}", "`mpirun --dvm-uri`"),
+        ("mpirun --prtemca=prte_default_hostfile=h {binary}", "`mpirun --prtemca`"),
+        ("mpirun --launch-agent=./agent.sh -np 1 {binary}", "`mpirun --launch-agent`"),
+        ("mpiexec -bootstrap-exec=./agent.sh -n 1 {binary}", "`mpiexec -bootstrap-exec`"),
+        ("mpiexec --launcher-exec=./agent.sh -n 1 {binary}", "`mpiexec --launcher-exec`"),
+        ("mpirun --mca orte_rsh_agent ./agent.sh -np 1 {binary}", "`mpirun --mca orte_rsh_agent`"),
+    ],
+)
+def test_mpi_placing_options_written_with_their_value_after_an_equals_sign_are_refused(run: str, says: str) -> None:
+    """The walk takes `--option=value` whole, so an option the farm did not list as placing loaded
+    that way (`mpirun --rankfile=r {binary}`, the rankfile naming the H100 machine)."""
+    refused = _refused(run)
+    assert says in refused and "another machine" in refused, refused
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "nsys profile -n false {binary}",
+        "nsys profile --inherit-environment=false {binary}",
+        "nsys profile -nfalse {binary}",
+    ],
+)
+def test_a_launcher_that_starts_the_kernel_without_the_farms_pin_is_refused(run: str) -> None:
+    """`nsys profile --inherit-environment false {binary}` started the kernel without the farm's
+    CUDA_VISIBLE_DEVICES: on a node of several cards it ran on CUDA's device 0, whatever card the
+    cell was pinned to, and the pass was filed under the pinned one."""
+    refused = _refused(run)
+    assert "`nsys --inherit-environment`" in refused and "another card" in refused, refused
+
+
+@pytest.mark.parametrize("run", ["nsys profile -o trace {binary}", "nsys profile -t cuda,nvtx {binary}"])
+def test_nsys_s_other_options_still_load(run: str) -> None:
+    assert _refused(run) == "", _refused(run)
+
+
+def test_other_schedulers_host_lists_set_in_the_run_are_refused() -> None:
+    """Hydra reads PBS's and LSF's host lists where it finds them: `PBS_NODEFILE=h mpiexec`."""
+    for run in ("PBS_NODEFILE=hosts mpiexec -n 1 {binary}", "LSB_HOSTS=h100 mpiexec -n 1 {binary}"):
+        assert "other than read" in _refused(run), _refused(run)

@@ -17,6 +17,13 @@ _MPI_HOSTS = frozenset(
     {
         "-H", "--host", "-host", "-hosts", "--hostfile", "-hostfile", "--machinefile", "-machinefile",
         "--default-hostfile", "-default-hostfile", "-f", "--add-host", "--add-hostfile",
+        # round 101: as `--option=value`, which the walk takes whole: a rankfile or an appfile names hosts, a
+        # param file (`--tune`, `-am`) or PRRTE's and PMIx's MCA a hostfile, a DVM or an ompi-server runs
+        # elsewhere, and a launch agent or Hydra's launcher or bootstrap program decides where "here" is
+        "--rankfile", "-rankfile", "-rf", "--rank-file", "--app", "-app", "--tune", "-tune", "--am", "-am",
+        "--dvm", "--dvm-uri", "--dvm-hostfile", "--ompi-server", "-ompi-server", "--prtemca", "--prte-mca",
+        "--pmixmca", "--launch-agent", "-launch-agent", "--launcher", "-launcher", "--launcher-exec",
+        "-launcher-exec", "--bootstrap", "-bootstrap", "--bootstrap-exec", "-bootstrap-exec", "--rmk", "-rmk",
     }
 )  # fmt: skip
 # srun's options that choose the job's nodes, partition, GPUs, or another job's allocation
@@ -35,7 +42,12 @@ _SRUN_VALUED = frozenset("ABbCcDdeFGiJLMmNnopqrSTtWwxIKk")
 # --mca orte_default_hostfile h {binary}` is `--hostfile h` by another name, a param file of the
 # run's may hold one, and an rsh agent of the run's decides where "localhost" is (round 101)
 _MCA = frozenset({"-mca", "--mca", "-gmca", "--gmca"})
-_MCA_PLACING = re.compile(r"host|^(?:plm|ras|orte_default|prte_default|dvm|hnp)|launch_agent|mca_base_")
+_MCA_PLACING = re.compile(
+    r"host|rsh|ssh|^(?:plm|ras|orte_default|prte_default|hnp)|launch_agent|mca_base_|server_uri|dvm"
+)
+# nsys's own environment for the program it profiles: `--inherit-environment false` starts the kernel
+# without the farm's CUDA_VISIBLE_DEVICES, on whichever card CUDA numbers 0 (round 101)
+_DROPS_PIN = {"nsys": ("-n", "--inherit-environment")}
 
 
 def _srun_cluster(option: str) -> str | None:
@@ -46,6 +58,17 @@ def _srun_cluster(option: str) -> str | None:
             return "-" + letter
         if letter in _SRUN_VALUED or not letter.isalnum():
             return None
+    return None
+
+
+def _drops_pin(program: str, option: str) -> str | None:
+    short, long = _DROPS_PIN[program]
+    name = option.partition("=")[0]
+    if (option.startswith(short) and not option.startswith("--")) or (len(name) > 3 and long.startswith(name)):
+        return (
+            f"`{program} {long}`, which chooses the environment the kernel starts with: without the farm's "
+            "CUDA_VISIBLE_DEVICES it runs on another card than the cell's"
+        )
     return None
 
 
@@ -65,6 +88,8 @@ def placed_elsewhere(program: str, option: str) -> str | None:
     """Why OPTION (as the launcher gets it, quotes gone) of PROGRAM could start the kernel on
     another machine or card than the cell's, or None. A short one may carry its value glued
     (`-wnode1`), a long one after `=` or abbreviated (`--nodel`, as getopt_long takes it)."""
+    if program in _DROPS_PIN and (dropped := _drops_pin(program, option)):
+        return dropped
     places = PLACES.get(program)
     if not places or not option.startswith("-"):
         return None

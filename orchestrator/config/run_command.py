@@ -100,8 +100,9 @@ _SHELL_STARTUP = re.compile(
 # every option round 96 reads (round 101); the node runner gives a request the node's own, and a run
 # of kernel commands alone, which its shell starts as written, may not set them either: read is fine
 _PLACEMENT_SET = re.compile(
-    r"(?<![A-Za-z0-9_$])(?:SLURM_|SRUN_|SALLOC_|SBATCH_|OMPI_|PMIX_|PRTE_|OPAL_|HYDRA_|MPIEXEC_|I_MPI_)"
-    r"[A-Za-z0-9_]*(?![A-Za-z0-9_])(?!\}|:?[-+?#%])"
+    r"(?<![A-Za-z0-9_$])(?:SLURM_|SRUN_|SALLOC_|SBATCH_|OMPI_|PMIX_|PRTE_|OPAL_|HYDRA_|MPIEXEC_|I_MPI_"
+    # the other schedulers' host lists, which Hydra and Open MPI read where they find them (PBS, LSF, SGE)
+    r"|PBS_|LSB_|PE_HOSTFILE|COBALT_)[A-Za-z0-9_]*(?![A-Za-z0-9_])(?!\}|:?[-+?#%])"
 )
 _TIME_SET = re.compile(r"(?<![A-Za-z0-9_$])(?<!\$\{)TIME\b(?!\}|:?[-+?])")
 # the builtins that set or unset a variable by a name of their arguments: a name the shell fills in
