@@ -462,7 +462,8 @@ def test_an_inspect_that_counts_nothing_may_be_any_command(tmp_path):
         "'numactl -m 0 --cpunodebind=0 {binary}'",
         "'compute-sanitizer --tool memcheck --leak-check full {binary}'",
         "'mpirun -np 2 --mca btl self {binary}'",
-        "'srun -n 1 --overlap {binary}'",
+        # (`srun -n 1 --overlap {binary}` here before round 101: srun loads on a farm of Slurm partitions
+        # alone, test_redteam101.py, and this farm has an SSH and a local node)
         "'stdbuf -o L {binary}'",
         "'cp /data/farm_inputs/a.bin . && {binary} a.bin'",  # a path that happens to hold farm_
         "'echo \"on $CUDA_VISIBLE_DEVICES\" >&2; {binary}'",  # the farm's pin, read

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import header, output_paths, own_files
+from orchestrator.config import header, output_paths, own_files, srun_nodes
 from orchestrator.config.database_url import check_url, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
@@ -249,6 +249,7 @@ def load_farm(
     own = own_files.own_files(file, spec, [url, resolve_database(spec.database, root)])
     errors += own_files.shipped(jobs, own)
     errors += _shared_kernel_pages(jobs)
+    errors += srun_nodes.unbacked_launchers(jobs, spec.nodes)
     if errors:
         raise ConfigErrors(errors)
     # a node with several toolchains is several columns, each planned, probed and stored as a node

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from orchestrator.config.placement import placed_elsewhere
+from orchestrator.config.placement import mca_placed_elsewhere, placed_elsewhere
 from orchestrator.config.shell import ASSIGNMENT, Command, Word, before_kernel, launcher, unquoted
 
 _SUBCOMMANDS = {"nsys": ("profile",)}  # a launcher's own verb before its options
@@ -238,7 +238,10 @@ def _launcher_walk(command: Command) -> tuple[list[Word], str | None]:
         plain, whole = unquoted(text)  # as the launcher gets it: `-"S"` is `-S`
         if owed:
             owed -= 1
-            if why := _refused_value(current, option, text):
+            # the first of `--mca NAME VALUE`'s two: a parameter naming the hosts (round 101)
+            if why := _refused_value(current, option, text) or (
+                owed == 1 and mca_placed_elsewhere(current, option, text)
+            ):
                 return launchers, why
             continue
         if index == 0 and text in verbs:

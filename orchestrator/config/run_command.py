@@ -95,6 +95,15 @@ _LANGUAGE_SET = re.compile(r"(?<![A-Za-z0-9_$])(?:LANGUAGE|LOCPATH|NLSPATH)\b(?!
 _SHELL_STARTUP = re.compile(
     r"(?<![A-Za-z0-9_$])(?<!\$\{)(?:BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|BASH_FUNC_[A-Za-z0-9_%]*)(?![A-Za-z0-9_])"
 )
+# the launchers' own placement settings: `SLURM_JOB_ID=123 srun {binary}` ran the kernel as a step of
+# another job (its node, its GPU), `OMPI_MCA_orte_default_hostfile=h mpirun` on the file's hosts, past
+# every option round 96 reads (round 101); the node runner gives a request the node's own, and a run
+# of kernel commands alone, which its shell starts as written, may not set them either: read is fine
+_PLACEMENT_SET = re.compile(
+    r"(?<![A-Za-z0-9_$])(?:SLURM_|SRUN_|SALLOC_|SBATCH_|OMPI_|PMIX_|PRTE_|OPAL_|HYDRA_|MPIEXEC_|I_MPI_"
+    # the other schedulers' host lists, which Hydra and Open MPI read where they find them (PBS, LSF, SGE)
+    r"|PBS_|LSB_|PE_HOSTFILE|COBALT_)[A-Za-z0-9_]*(?![A-Za-z0-9_])(?!\}|:?[-+?#%])"
+)
 _TIME_SET = re.compile(r"(?<![A-Za-z0-9_$])(?<!\$\{)TIME\b(?!\}|:?[-+?])")
 # the builtins that set or unset a variable by a name of their arguments: a name the shell fills in
 # (`V=PAT; export "$V"H=...`) is a variable the rules above cannot see (the run's PATH reached the
@@ -166,6 +175,11 @@ def _refusal(run: str, job: JobSpec) -> str | None:
         return (
             f"{spoken.group(0)} other than read: where the launchers find the messages they print "
             "(gettext's catalogs, the locales) is the node's"
+        )
+    if placing := _PLACEMENT_SET.search(bare):
+        return (
+            f"{placing.group(0)} other than read: the launchers' own settings (Slurm's, MPI's) that choose "
+            "where the kernel runs are the node's"
         )
     if bare.count(_PIN) > len(_PIN_READ.findall(bare)):
         return f"{_PIN} other than read (`${_PIN}`): it pins the cell to the GPU the farm chose"
