@@ -355,7 +355,9 @@ def _stopping_on_signals(run: FarmRun):
             if signum == signal.SIGINT:
                 os._exit(130)
             return
-        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
+        # stored whole: nothing runs to kill (it said so during the report's render: round 93); a
+        # bisection stops like a run and has no such end of its own (its walk holds the lock throughout)
+        if getattr(run, "ended", False):
             click.echo(f"{name}: the run has ended and is stored; the farm exits once its report is written", err=True)
         else:
             click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
