@@ -114,11 +114,17 @@ class Bisector:
         self._lock = threading.Lock()
         self._stop_reason: str | None = None
         self._current: FarmRun | None = None
+        self._walked = False  # its walk returned: a stop now cuts no run short (only the render is left)
 
     # stopping -------------------------------------------------------------
     @property
     def stopping(self) -> str | None:
         return self._stop_reason
+
+    @property
+    def ended(self) -> bool:
+        """The walk has returned, every run of it stored (as FarmRun.ended)."""
+        return self._walked
 
     def stop(self, reason: str) -> None:
         with self._lock:
@@ -217,6 +223,7 @@ class Bisector:
                 for run_id, node, count in reap_dead_runs({self.node: self.farm.nodes[self.node]}, tokens):
                     self.say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
                 self._walk()
+                self._walked = True
             finally:
                 self.store.close()
             if then is not None:

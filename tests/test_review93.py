@@ -195,7 +195,7 @@ def test_a_stop_after_the_run_is_stored_says_the_run_ended_not_that_it_kills(
     from orchestrator.cli.verify import _stopping_on_signals
 
     stopped: list[str] = []
-    run = SimpleNamespace(stopping=None, ended=ended, stop=stopped.append)
+    run = SimpleNamespace(stopping=None, ended=ended, stop=stopped.append)  # a verify.Stoppable
     with _stopping_on_signals(run):  # type: ignore[arg-type]
         os.kill(os.getpid(), signal.SIGTERM)
         deadline = time.monotonic() + 10

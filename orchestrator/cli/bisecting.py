@@ -99,7 +99,7 @@ def bisect_(
         finally:
             store.close()
 
-    with _stopping_on_signals(bisector):  # type: ignore[arg-type] - it stops like a run
+    with _stopping_on_signals(bisector):  # it stops like a run (verify.Stoppable)
         found = bisector.run(then=render)
     click.echo("")
     first, parent = found.first_bad, found.last_good

@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import click
 
@@ -20,7 +20,6 @@ from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     from orchestrator.config.farm import Farm
-    from orchestrator.run.scheduler import FarmRun
     from orchestrator.store.database import Store
 
 from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
@@ -342,8 +341,20 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
             report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
 
 
+class Stoppable(Protocol):
+    """What a signal stops: a run (FarmRun), or a bisection's walk of runs (Bisector)."""
+
+    @property
+    def stopping(self) -> str | None: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    def stop(self, reason: str) -> object: ...
+
+
 @contextlib.contextmanager
-def _stopping_on_signals(run: FarmRun):
+def _stopping_on_signals(run: Stoppable):
     """SIGTERM (systemctl stop, a killed cron job), SIGHUP and a first Ctrl-C stop the run
     cleanly: no new cells, the running ones killed on every node, the unfinished
     ones recorded not-run, the run stored aborted with the exit code the process
@@ -355,9 +366,7 @@ def _stopping_on_signals(run: FarmRun):
             if signum == signal.SIGINT:
                 os._exit(130)
             return
-        # stored whole: nothing runs to kill (it said so during the report's render: round 93); a
-        # bisection stops like a run and has no such end of its own (its walk holds the lock throughout)
-        if getattr(run, "ended", False):
+        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
             click.echo(f"{name}: the run has ended and is stored; the farm exits once its report is written", err=True)
         else:
             click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
