@@ -626,6 +626,13 @@ def main() -> int:
                     root, nodes[:n], k, build, run, args.build_jobs, ports=ports, processes=args.processes
                 )
                 s = farm_run(farm_file, root / "archives")
+                floor = None
+                if not args.no_floor:  # through the same proxies: the round trips one SSH command per node pays
+                    floor, bad = floor_run(farm_file, k, b, r, tmp / f"floor-{n}-delayed")
+                    if bad:
+                        print(f"N={n} delayed floor: NOT ALL PASS on {', '.join(bad)}; no ratio")
+                        failed.append(f"delayed floor N={n}")
+                        floor = None
             finally:
                 proxy.terminate()
                 proxy.wait()
@@ -637,6 +644,20 @@ def main() -> int:
                 f"{label}: {n * k} cells, wall {s.wall_seconds:.2f} s, critical path {crit:.2f} s, ratio {ratio:.3f} "
                 f"(proxy's first byte after {rtt * 1000:.0f} ms)"
             )
+            if floor is not None:
+                print(
+                    f"{label} floor (one command per node through the proxies): wall {floor:.2f} s, "
+                    f"ratio {floor / crit:.3f}; farm / floor {s.wall_seconds / floor:.3f}"
+                )
+                rows.append(
+                    (
+                        f"floor wall / critical path, {label}: one command per node",
+                        f"{floor:.2f} s / {crit:.2f} s = {floor / crit:.3f}; "
+                        f"farm / floor = {s.wall_seconds / floor:.3f}",
+                        "",
+                        "",
+                    )
+                )
             target = DELAYED_TARGETS.get(n)
             rows.append(
                 (
