@@ -39,7 +39,6 @@ what another process of the node's user writes into the stream is skipped):
 from __future__ import annotations
 
 import itertools
-import marshal
 import queue
 import secrets
 import shlex
@@ -50,6 +49,7 @@ from importlib.util import MAGIC_NUMBER
 
 from orchestrator.errors import CommandTimeout, InfraError, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
+from orchestrator.run.runner_code import compiled
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport, reap
 
 STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
@@ -61,21 +61,6 @@ IDLE_LIMIT = 120.0  # seconds unheard after which an idle runner ends (the farm'
 BEAT = 3.0  # seconds a runner with cells in flight may say nothing before it says `b`
 SILENT_LIMIT = 20.0  # seconds of its silence, with a cell in flight, after which the node is taken for gone
 LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
-
-
-def compiled(source: bytes) -> bytes:
-    """The runner compiled by the farm's own interpreter (marshal): a node's python3
-    whose bytecode is the farm's (the same magic number, as .pyc files are checked)
-    loads it and compiles nothing; any other compiles the source, sent beside it."""
-    with _COMPILING:  # once: every node's thread asks at its start (3-5 compiles of 26 ms each raced)
-        code = _COMPILED.get(source)
-        if code is None:
-            code = _COMPILED[source] = marshal.dumps(compile(source, "farm-runner", "exec"))
-    return code
-
-
-_COMPILED: dict[bytes, bytes] = {}
-_COMPILING = threading.Lock()
 
 
 def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str, bytes]:

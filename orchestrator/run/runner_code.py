@@ -1,0 +1,77 @@
+"""The node runner compiled by the farm's own interpreter, once per source.
+
+Compiling it costs ~30 ms of the farm's CPU, under the GIL, before any node's
+first channel: on every `farm verify` and on the critical path of every node of
+the run. The marshalled code is kept where Python keeps the farm's own bytecode
+(this package's __pycache__, named by the source's and the interpreter's
+digests), so it carries the same trust as the farm's .pyc files: whoever can
+write there can already change the farm. As with .pyc files, a kept one is read
+even under PYTHONDONTWRITEBYTECODE, which only stops it being written; with a
+pycache prefix elsewhere, or a read-only install, it is compiled each time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import marshal
+import os
+import sys
+import tempfile
+import threading
+from importlib.util import MAGIC_NUMBER
+from pathlib import Path
+
+CACHE_DIR = Path(__file__).resolve().with_name("__pycache__")
+
+
+def compiled(source: bytes) -> bytes:
+    """The runner compiled by the farm's own interpreter (marshal): a node's python3
+    whose bytecode is the farm's (the same magic number, as .pyc files are checked)
+    loads it and compiles nothing; any other compiles the source, sent beside it."""
+    with _COMPILING:  # once: every node's thread asks at its start (3-5 compiles of 26 ms each raced)
+        code = _COMPILED.get(source)
+        if code is None:
+            code = _COMPILED[source] = _kept(source)
+    return code
+
+
+def cache_file(source: bytes) -> Path | None:
+    """Where this source's code is kept, or None where Python keeps no bytecode here."""
+    if sys.pycache_prefix:
+        return None
+    digest = hashlib.sha256(MAGIC_NUMBER + sys.version.encode() + b"\0" + source).hexdigest()[:40]
+    return CACHE_DIR / f"farm-runner.{sys.implementation.cache_tag}.{digest}.marshal"
+
+
+def _kept(source: bytes) -> bytes:
+    path = cache_file(source)
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+            kept = path.read_bytes()
+            marshal.loads(kept)  # 0.4 ms: a damaged file is compiled over, never sent to a node
+            return kept
+    code = marshal.dumps(compile(source, "farm-runner", "exec"))
+    if path is not None and not sys.dont_write_bytecode:
+        with contextlib.suppress(OSError):  # a read-only install: compiled again next time
+            _keep(path, code)
+    return code
+
+
+def _keep(path: Path, code: bytes) -> None:
+    path.parent.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".farm-runner.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(code)
+        os.replace(tmp, path)  # whole or absent: a reader never meets half of it
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    for old in path.parent.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal"):
+        if old != path:  # an older farm's runner: one file per interpreter, not one per upgrade
+            old.unlink(missing_ok=True)
+
+
+_COMPILED: dict[bytes, bytes] = {}
+_COMPILING = threading.Lock()

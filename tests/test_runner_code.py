@@ -1,0 +1,85 @@
+"""The node runner's compiled code, kept beside the farm's own bytecode (run/runner_code.py)."""
+
+from __future__ import annotations
+
+import marshal
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.run import runner_code
+
+SOURCE = b"x = 41 + 1\n"
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(runner_code, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(runner_code, "_COMPILED", {})
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    return tmp_path
+
+
+def compiles(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every compile() the runner's code asks for, from here on."""
+    seen: list[bytes] = []
+
+    def counted(source, *args, **kwargs):
+        seen.append(source)
+        return compile(source, *args, **kwargs)
+
+    monkeypatch.setattr(runner_code, "compile", counted, raising=False)
+    return seen
+
+
+def test_a_fresh_process_loads_the_kept_code_and_compiles_nothing(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = runner_code.compiled(SOURCE)
+    [kept] = cache.glob("farm-runner.*.marshal")
+    assert kept.read_bytes() == code
+    namespace: dict = {}
+    exec(marshal.loads(code), namespace)
+    assert namespace["x"] == 42
+    monkeypatch.setattr(runner_code, "_COMPILED", {})  # as a new process starts
+    seen = compiles(monkeypatch)
+    assert runner_code.compiled(SOURCE) == code
+    assert seen == []
+
+
+def test_a_damaged_kept_file_is_compiled_over_never_sent(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner_code.compiled(SOURCE)
+    [kept] = cache.glob("farm-runner.*.marshal")
+    kept.write_bytes(b"\xff\x00 not marshal")
+    monkeypatch.setattr(runner_code, "_COMPILED", {})
+    seen = compiles(monkeypatch)
+    code = runner_code.compiled(SOURCE)
+    assert seen == [SOURCE]
+    assert marshal.loads(code) is not None and kept.read_bytes() == code
+
+
+def test_another_source_replaces_the_older_runner_of_the_same_interpreter(cache: Path) -> None:
+    other_interpreter = cache / "farm-runner.cpython-99.0123.marshal"
+    other_interpreter.write_bytes(b"kept for that python")
+    runner_code.compiled(SOURCE)
+    runner_code.compiled(b"x = 43\n")
+    mine = sorted(p.name for p in cache.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal"))
+    assert len(mine) == 1 and mine[0] == runner_code.cache_file(b"x = 43\n").name
+    assert other_interpreter.exists()
+
+
+def test_no_file_is_written_where_python_writes_no_bytecode(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    code = runner_code.compiled(SOURCE)
+    assert marshal.loads(code) is not None
+    assert list(cache.iterdir()) == []
+
+
+def test_a_cache_folder_that_cannot_be_written_only_costs_the_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    monkeypatch.setattr(runner_code, "CACHE_DIR", blocked / "__pycache__")
+    monkeypatch.setattr(runner_code, "_COMPILED", {})
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert marshal.loads(runner_code.compiled(SOURCE)) is not None
