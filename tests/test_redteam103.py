@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import socket
 import subprocess
@@ -17,9 +19,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from nodes import Fleet, standin_job, standin_variant
+from test_config import GOOD_JOB, load_error
+from test_config import make_farm as job_farm
+from test_verdicts import MIN75, rows, run
 from toyfarm import toy_farm
 
+from orchestrator.classify import Evidence, classify
+from orchestrator.cli import main
+from orchestrator.config.farm import load_farm
 from orchestrator.errors import StoreError
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import Expectation
 from orchestrator.store.engine import _scrub, redact_url
 from orchestrator.store.url_secrets import url_secrets
 
@@ -151,3 +163,108 @@ def test_report_pages_rendered_under_umask_077_can_be_served(tmp_path: Path) -> 
     for page in pages:
         assert _mode(page) == (0o755 if page.is_dir() else 0o644), page
     assert _mode(tmp_path / "results.db") == 0o600  # the database still follows the umask
+
+
+# 3. a job that demonstrates a CUDA error on purpose -----------------------------------------
+ILLEGAL = 'stderr line 1: "CUDA error at demo.cu:12: an illegal memory access was encountered"'
+
+
+def _evidence(**fields: object) -> Evidence:
+    seen = {"build_exit": 0, "inspect_exit": 0, "run_exit": 0, "pass_line": 2, "kernel_started": True}
+    return Evidence(**{**seen, "kernel_exit": 0, "cuda_error": ILLEGAL, **fields})
+
+
+MUST = Expectation(Outcome.PASS, "CC 7.5 satisfies min 7.5")
+
+
+def _waived() -> Expectation:
+    return dataclasses.replace(MUST, cuda_error_waived=True)
+
+
+def test_the_cuda_error_rule_stays_strict_by_default() -> None:
+    assert classify(_evidence(), MUST).outcome is Outcome.FAIL
+
+
+def test_a_waived_job_passes_after_its_cuda_error_and_says_the_rule_was_waived() -> None:
+    verdict = classify(_evidence(), _waived())
+    assert verdict.outcome is Outcome.PASS, verdict
+    assert "an illegal memory access was encountered" in verdict.reason and "waived" in verdict.reason
+    assert "cuda_error_text: expected" in verdict.reason
+    clean = classify(_evidence(cuda_error=""), _waived())  # waived even where no error was printed: said too
+    assert clean.outcome is Outcome.PASS and "waived" in clean.reason
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"run_exit": 1, "kernel_exit": 1},  # the demonstration's error ended the kernel badly
+        {"pass_line": None},  # no pass marker
+        {"run_exit": 1, "kernel_exit": 1, "pass_line": None},
+    ],
+)
+def test_a_waived_job_still_fails_on_its_exit_or_a_missing_marker(fields: dict[str, object]) -> None:
+    verdict = classify(_evidence(**fields), _waived())
+    assert verdict.outcome is Outcome.FAIL, verdict
+    assert "waived" not in verdict.reason
+
+
+@pytest.mark.parametrize("where", ["job", "variant"])
+def test_cuda_error_text_loads_per_job_and_per_variant(tmp_path: Path, where: str) -> None:
+    from orchestrator.plan import waives_cuda_errors
+
+    job = (
+        GOOD_JOB.replace("pass_marker:", "cuda_error_text: expected\npass_marker:")
+        if where == "job"
+        else GOOD_JOB + "    cuda_error_text: expected\n  v2:\n    build: '{nvcc} -o {binary} {sources}'\n"
+        "    cc: {min: '7.5'}\n"
+    )
+    farm = load_farm(job_farm(tmp_path, job=job))
+    spec = farm.jobs["k"].spec
+    assert waives_cuda_errors(spec, spec.variants["v1"])
+    if where == "variant":
+        assert not waives_cuda_errors(spec, spec.variants["v2"])  # the other variant stays strict
+    (tmp_path / "plain").mkdir()
+    plain = load_farm(job_farm(tmp_path / "plain", job=GOOD_JOB)).jobs["k"].spec
+    assert not waives_cuda_errors(plain, plain.variants["v1"])
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "Expected", "'waived'", "[expected]", "1"])
+def test_a_bad_cuda_error_text_names_the_file_the_key_and_what_was_expected(tmp_path: Path, value: str) -> None:
+    job = GOOD_JOB.replace("pass_marker:", f"cuda_error_text: {value}\npass_marker:")
+    said = str(load_error(job_farm(tmp_path, job=job)))
+    assert "k.yaml" in said and "cuda_error_text" in said and "'strict' or 'expected'" in said, said
+    variant = GOOD_JOB + f"    cuda_error_text: {value}\n"
+    (tmp_path / "variant").mkdir()
+    said = str(load_error(job_farm(tmp_path / "variant", job=variant)))
+    assert "k.yaml" in said and "variants.v1.cuda_error_text" in said and "'strict' or 'expected'" in said, said
+
+
+def test_a_waived_variant_passes_on_the_farm_and_its_page_and_json_say_so(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """The whole way: a stand-in kernel prints CUDA's error, then its pass line, and exits 0."""
+    prelude = tmp_path / "demo.sh"
+    prelude.write_text('echo "CUDA error at demo.cu:12: an illegal memory access was encountered" >&2\n')
+    variants = {
+        "demo": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude, cuda_error_text="expected"),
+        "strict": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude),
+        "demo_bad_exit": standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude, cuda_error_text="expected"),
+    }
+    root = tmp_path / "farm"
+    config = make_farm(root, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [standin_job("standin", variants)])
+    _, summary = run(config)
+    found = {
+        variant: (r["outcome"], r["reason"] or "")
+        for (variant, _), r in rows(root / "results.db", summary.run_id).items()
+    }
+    assert found["demo"][0] == "pass" and "waived" in found["demo"][1], found
+    assert found["strict"][0] == "fail" and "waived" not in found["strict"][1], found
+    assert found["demo_bad_exit"][0] == "fail", found
+    exported = CliRunner().invoke(main, ["report", "--format", "json", "--config", str(config)])
+    assert exported.exit_code != 2, exported.output
+    [demo] = [r for r in json.loads(exported.output)["cells"] if r["variant"] == "demo"]
+    assert "waived" in demo["reason"]
+    rendered = CliRunner().invoke(main, ["report", "--config", str(config)])
+    assert rendered.exit_code in (0, 1), rendered.output
+    pages = [p.read_text() for p in (root / "reports" / "cells").rglob("*.html")]
+    assert any("cuda_error_text: expected" in page and "waived" in page for page in pages)
