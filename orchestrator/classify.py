@@ -367,7 +367,7 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
     # a pass it may not have made: none (the kernel's own CUDA error, its code not the inspected, others' lines)
-    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(_raw_verdict(ev, exp), ev), ev), ev)
+    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(_raw_verdict(ev, exp), ev, exp), ev), ev)
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

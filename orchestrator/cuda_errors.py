@@ -20,6 +20,7 @@ from orchestrator.outcomes import Outcome
 
 if TYPE_CHECKING:
     from orchestrator.classify import Evidence
+    from orchestrator.plan import Expectation
 
 V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
 
@@ -70,10 +71,19 @@ def where_said(stream: str, line: int | None, text: str) -> str:
     return f'{stream} line {line}: "{text}"' if line is not None else ""
 
 
-def cuda_error_unbacked(verdict: V, ev: Evidence) -> V:
+def cuda_error_unbacked(verdict: V, ev: Evidence, exp: Expectation | None = None) -> V:
     """A pass whose kernel printed one of CUDA's words for GPU work that did not happen, as `fail`:
-    the kernel's own output says its results were not its GPU code's."""
-    if not ev.cuda_error or getattr(verdict, "outcome", None) is not Outcome.PASS:
+    the kernel's own output says its results were not its GPU code's. Unless its job declares that
+    text expected (`cuda_error_text: expected`: a kernel that demonstrates an error path): then the
+    pass stands, its exit 0 and pass marker asked as ever, and its reason says the rule was waived,
+    so no reader of the page or the JSON takes it for a pass the rule looked at."""
+    if getattr(verdict, "outcome", None) is not Outcome.PASS:
+        return verdict
+    if exp is not None and exp.cuda_error_waived:
+        said = f"it printed CUDA's error text ({ev.cuda_error}), which " if ev.cuda_error else "its "
+        waived = f"{said}job declares expected (`cuda_error_text: expected`): the CUDA-error rule was waived"
+        return replace(verdict, reason=f"{getattr(verdict, 'reason', '')}; {waived}")
+    if not ev.cuda_error:
         return verdict
     reason = (
         "the pass marker was printed and the kernel exited 0, but it printed CUDA's error for GPU work that "

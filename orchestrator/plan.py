@@ -19,7 +19,7 @@ from packaging.version import InvalidVersion, Version
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP
-from orchestrator.config.job_spec import KnownFailureSpec, VariantSpec
+from orchestrator.config.job_spec import JobSpec, KnownFailureSpec, VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import NodeSnapshot
@@ -61,6 +61,7 @@ class Expectation:
     reason: str
     known_failure: KnownFailureSpec | None = None
     cc: ComputeCapability | None = None  # the card's CC the cell is judged against
+    cuda_error_waived: bool = False  # `cuda_error_text: expected` (waives_cuda_errors)
 
     @property
     def label(self) -> str:
@@ -147,6 +148,12 @@ CAN_FAIL_AS = {
 }
 
 
+def waives_cuda_errors(job: JobSpec, variant: VariantSpec) -> bool:
+    """Whether the variant (else its job) declares CUDA's error text expected: only then may a pass
+    follow it (cuda_errors.cuda_error_unbacked); exit 0 and the pass marker are asked all the same."""
+    return (variant.cuda_error_text or job.cuda_error_text) == "expected"
+
+
 def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCapability | None) -> Expectation:
     """What the cell must do on a card of this CC (None: the node has no GPU)."""
     contract = variant.cc.contract()
@@ -164,4 +171,4 @@ def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCa
         ),
         None,
     )
-    return Expectation(outcome, reason, known, cc)
+    return Expectation(outcome, reason, known, cc, waives_cuda_errors(job.spec, variant))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from orchestrator.classify import Evidence, classify, exit_words
@@ -409,17 +411,18 @@ def test_a_known_failure_applies_only_where_its_outcome_can_happen() -> None:
         }
     )
     node = NodeSnapshot("n", "/w", "h", "Linux", None, None, None, None, 0, "nvcc", "13.0.88", "", None, None)
-    no_gpu = expect(None, variant, node, None)  # type: ignore[arg-type]
+    job = SimpleNamespace(spec=SimpleNamespace(cuda_error_text="strict"))  # all expect reads of the job
+    no_gpu = expect(job, variant, node, None)  # type: ignore[arg-type]
     assert (no_gpu.outcome, no_gpu.known_failure) == (Outcome.COMPILE_ONLY, None)
     assert classify(built(), no_gpu).outcome is Outcome.COMPILE_ONLY
-    hopper = expect(None, variant, node, ComputeCapability(9, 0))  # type: ignore[arg-type]
+    hopper = expect(job, variant, node, ComputeCapability(9, 0))  # type: ignore[arg-type]
     assert hopper.known_failure is not None and hopper.known_failure.outcome is Outcome.FAIL
-    turing = expect(None, variant, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
+    turing = expect(job, variant, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
     assert turing.known_failure is not None and turing.known_failure.outcome is Outcome.MISSING_REFUSAL
     refused = built(run_exit=1, stderr=b"T4 needs CC 9.0 (Hopper)")
     assert classify(refused, turing).outcome is Outcome.FIXED  # its gate now refuses: truly fixed
     only_fail = variant.model_copy(update={"known_failures": variant.known_failures[:1]})
-    turing = expect(None, only_fail, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
+    turing = expect(job, only_fail, node, ComputeCapability(7, 5))  # type: ignore[arg-type]
     assert turing.known_failure is None
     assert classify(refused, turing).outcome is Outcome.EXPECTED_REFUSAL
 

@@ -112,6 +112,9 @@ class KnownFailureSpec(StrictModel):
 
 
 SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
+# `expected`: the kernel demonstrates a CUDA error path on purpose, so CUDA's error text before its
+# pass line is no sign its results were not its GPU code's (cuda_errors.py); strict is the default
+CudaErrorText = Literal["strict", "expected"]
 
 
 class VariantSpec(StrictModel):
@@ -126,6 +129,7 @@ class VariantSpec(StrictModel):
     description: str = ""
     # compute-sanitizer tools the binary runs under again, on GPU nodes, once it passed (run/stages/sanitize.py)
     sanitize: list[SanitizerTool] = []
+    cuda_error_text: CudaErrorText | None = None  # None: the job's
 
     @field_validator("build", "run", "inspect")
     @classmethod
@@ -219,6 +223,7 @@ class JobSpec(StrictModel):
     sanitize_timeout: Seconds = 600.0  # per tool: a kernel runs 10-100x slower under compute-sanitizer
     variants: dict[str, VariantSpec] = Field(min_length=1)
     metrics: dict[MetricName, MetricSpec] = Field(default={}, max_length=16)  # name -> figure of speed
+    cuda_error_text: CudaErrorText = "strict"  # every variant's, unless it says its own
 
     @field_validator("kernel")
     @classmethod

@@ -33,6 +33,30 @@ _HEAD = struct.Struct("!BII")  # kind, path length, data length
 # what the render may run ahead of the writer; past it, it waits (bounds the memory, not the time)
 AHEAD = 64 << 20
 _PIPE_SIZE = 1 << 20  # Linux's default maximum for an unprivileged pipe: fewer, larger hand-overs
+# The report is published (README: reviewers read reports/, a web server serves it): its pages and
+# the folders the farm makes for them are readable by all whatever the umask. Under cron's umask 077
+# they were the farm user's alone and the web server answered 403 (a red-team finding). The
+# database and the journal still follow the umask: the report is what the farm publishes.
+PAGE_MODE = 0o644
+FOLDER_MODE = 0o755
+
+
+def make_folders(folder: str) -> None:
+    """`folder` and its missing parents (os.makedirs' errors), those it made FOLDER_MODE."""
+    missing = []
+    while folder and not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    if missing:
+        os.makedirs(missing[0], exist_ok=True)
+    for made in missing:
+        with contextlib.suppress(OSError):  # another render's, made meanwhile: its own to set
+            os.chmod(made, FOLDER_MODE)
+
+
+def _published(fd: int) -> None:
+    with contextlib.suppress(PermissionError):  # a page another user wrote in place: its owner's to set
+        os.fchmod(fd, PAGE_MODE)
 
 
 def write_fresh(path: str, data: bytes) -> None:
@@ -42,11 +66,12 @@ def write_fresh(path: str, data: bytes) -> None:
     # without its end, which stamps.stamped does not trust: it is written again next time.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
-        fd = os.open(path, flags, 0o666)
+        fd = os.open(path, flags, PAGE_MODE)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o666)
+        make_folders(os.path.dirname(path))
+        fd = os.open(path, flags, PAGE_MODE)
     try:
+        _published(fd)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -71,10 +96,11 @@ def write_page(path: str, data: bytes, compare: bool) -> None:
     try:
         page = open(tmp, "wb")  # noqa: SIM115 (closed below; the folder is made on the first page only)
     except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_folders(os.path.dirname(path))
         page = open(tmp, "wb")  # noqa: SIM115
     try:
         with page:
+            _published(page.fileno())
             page.write(data)
         os.replace(tmp, path)
     except OSError:  # a full disk, a folder where the page goes: no temporary left behind

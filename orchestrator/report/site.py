@@ -52,7 +52,7 @@ from orchestrator.report.cell_page import Chrome, cell_body, decoded
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
-from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, write_page
+from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, make_folders, write_page
 from orchestrator.report.site_identity import take_site
 from orchestrator.report.site_lock import LOCK_FILE, rendering
 from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
@@ -248,7 +248,7 @@ def render(
         out_dir = Path(out_dir)
         made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
         # made before the store's guard: an --out that cannot be written is the user's to fix, not the database's
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_folders(str(out_dir))  # readable by all: the report is published (pagewriter.PAGE_MODE)
         try:
             with rendering(out_dir):  # the database is read once this render is the folder's only one
                 pages = PageWriter()  # started now: it is ready by the time the first page is

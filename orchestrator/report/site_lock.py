@@ -23,6 +23,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from orchestrator.errors import LockError
+from orchestrator.report.pagewriter import make_folders
 from orchestrator.store.lock_files import MODE, NO_LOCKS, not_writable
 
 LOCK_FILE = ".farm-render.lock"
@@ -47,6 +48,7 @@ def rendering(out_dir: Path, wait: float = WAIT) -> Iterator[None]:
     its pages could not be written either); none at all where its filesystem has no locks."""
     lock = _lock(out_dir)
     try:
+        make_folders(str(out_dir))  # before filelock makes it, under the umask: the report is published
         lock.acquire(timeout=wait)
         locked = True
     except Timeout:

@@ -54,7 +54,7 @@ from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.stopping import Stopping
 from orchestrator.run.summary import Listener, NullListener, RunSummary
 from orchestrator.store.database import Store
-from orchestrator.store.journal import Journal, journal_folder
+from orchestrator.store.journal import Journal, journal_folder, journal_mode
 from orchestrator.transport import Transport, transport_for
 
 
@@ -255,7 +255,7 @@ class FarmRun(NodeWork, CellWork):
     def _begin(self, cells: list[Cell], selection: str) -> int:
         """Store the run, its plan and its sources; then let the nodes store theirs."""
         folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
-        self.store.journal = Journal(folder, self.token)
+        self.store.journal = Journal(folder, self.token, journal_mode(self.farm.database_url))
         sources: dict[str, tuple[str, str, bytes]] = {}  # sha256 -> the first file of those contents
         for kernel in dict.fromkeys(c.kernel for c in cells):
             job = self.farm.jobs[kernel]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import sqlite3
 from pathlib import Path
 from typing import Any, NoReturn
@@ -26,6 +25,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import StoreError
 from orchestrator.store.tables import Base, Meta
+from orchestrator.store.url_secrets import redact_url as redact_url  # the callers' import, as before
+from orchestrator.store.url_secrets import url_secrets
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
@@ -42,38 +43,10 @@ def _sqlite_pragmas(dbapi_connection, _record, busy_ms: int = 30000) -> None:
     cursor.close()
 
 
-# secrets a database URL may hold: the password between user: and the last @
-# (it may itself hold @ or /), and any query parameter named like a password
-_QUERY_SECRET = re.compile(r"([?&][^=&#]*password[^=&#]*=)([^&#]*)", re.IGNORECASE)
-_SCHEME = re.compile(r"^(.*?//)(.*)$", re.DOTALL)  # lenient: a URL the driver cannot parse holds secrets too
-
-
-def _secrets(url: str) -> list[str]:
-    found = [m.group(2) for m in _QUERY_SECRET.finditer(url) if m.group(2)]
-    scheme = _SCHEME.match(_QUERY_SECRET.sub(r"\1", url))
-    if scheme and "@" in scheme.group(2):
-        credentials = scheme.group(2).rsplit("@", 1)[0]
-        if ":" in credentials and credentials.split(":", 1)[1]:
-            found.append(credentials.split(":", 1)[1])
-    return found
-
-
-def redact_url(url: str) -> str:
-    """The URL with every password shown as ***: never echo a password."""
-    text = _QUERY_SECRET.sub(r"\1***", url)
-    scheme = _SCHEME.match(text)
-    if scheme and "@" in scheme.group(2):
-        credentials, host = scheme.group(2).rsplit("@", 1)
-        if ":" in credentials:
-            credentials = credentials.split(":", 1)[0] + ":***"
-        text = f"{scheme.group(1)}{credentials}@{host}"
-    return text
-
-
 def _scrub(message: str, url: str) -> str:
     """An error message with the URL's passwords masked, wherever a driver echoed them."""
     message = message.replace(url, redact_url(url))
-    for secret in sorted(_secrets(url), key=len, reverse=True):
+    for secret in sorted(url_secrets(url), key=len, reverse=True):
         if len(secret) >= 4:
             message = message.replace(secret, "***")
     return message

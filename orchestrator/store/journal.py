@@ -47,6 +47,21 @@ def journal_folder(database_url: str, farm_root: Path, configured: str | None = 
     return farm_root / ".farm-journal"
 
 
+def journal_mode(database_url: str) -> int:
+    """A new journal's permission bits (the umask still applies): it copies the database record
+    for record, outputs included, so it gets no more readers than the database: a SQLite file's
+    own bits (0644 under umask 022 for the farm's reviewers, 0600 where the operator keeps
+    results.db to themselves: its journal was 0644 all the same, a red-team finding), and for a
+    server's database, which its login guards and no file mode can ask, its owner's alone."""
+    file = real_sqlite_file(database_url)
+    if file is None:
+        return 0o600
+    try:
+        return file.stat().st_mode & 0o666
+    except OSError:  # not made yet: the store makes it before the run's first record
+        return 0o600
+
+
 def _encode(value: Any) -> Any:
     """What JSON cannot hold, as a tagged object: json's C encoder calls this only
     for such values, so a record is encoded in one pass (no copy of it first)."""
@@ -72,8 +87,9 @@ def _decode(value: Any) -> Any:
 class Journal:
     """Append-only, one line per record, each flushed to disk before it returns."""
 
-    def __init__(self, folder: Path, token: str) -> None:
+    def __init__(self, folder: Path, token: str, mode: int = 0o600) -> None:
         self.path = folder / f"{token}.jsonl"
+        self.mode = mode  # journal_mode: the database's readers, no more
         self._lock = threading.Lock()
         self._handle = None
         self.folder = folder
@@ -91,7 +107,9 @@ class Journal:
             try:
                 if self._handle is None:
                     self.folder.mkdir(parents=True, exist_ok=True)
-                    self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                    fd = os.open(self.path, flags, self.mode)  # the mode applies to a new file only
+                    self._handle = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
                 self._handle.write(line)
                 self._handle.flush()
                 os.fsync(self._handle.fileno())
