@@ -190,7 +190,9 @@ class CellWork:
         probe_seconds: float | None,
         stage_seconds: float | None,
         shipped: int,
+        attempt: AttemptRecord | None = None,
     ) -> int:
+        """The node's snapshot; with the attempt that reached it, where there is one, in one write."""
         self._when_begun()
         with self._summary_lock:
             self.summary.bytes_shipped += shipped
@@ -202,6 +204,8 @@ class CellWork:
         record = snapshot_record(
             self.summary.run_id, name, node, snapshot, error, probe_seconds, stage_seconds, shipped
         )
+        if attempt is not None:
+            return self.store.add_node_records(attempt, record)
         return self.store.add_snapshot(record)
 
     def _finish(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from orchestrator.config.farm import Farm
 from orchestrator.run.cell import StageRecord
@@ -51,16 +51,24 @@ T = TypeVar("T")
 
 def in_background(action: Callable[[], T], name: str) -> Future[T]:
     """`action` run in a thread of its own: its result, or its error, in the Future."""
-    future: Future[T] = Future()
+    return in_background_each([action], name)[0]
+
+
+def in_background_each(actions: Sequence[Callable[[], Any]], name: str) -> list[Future[Any]]:
+    """`actions` one after another in one thread of their own (a thread less per node for
+    each one beside the first): each one's result, or its error, in its own Future; one
+    that raised does not keep the next from running."""
+    futures: list[Future[Any]] = [Future() for _ in actions]
 
     def run() -> None:
-        try:
-            future.set_result(action())
-        except BaseException as err:  # handed to whoever waits on it
-            future.set_exception(err)
+        for action, future in zip(actions, futures, strict=True):
+            try:
+                future.set_result(action())
+            except BaseException as err:  # handed to whoever waits on it
+                future.set_exception(err)
 
     threading.Thread(target=run, daemon=True, name=name).start()
-    return future
+    return futures
 
 
 @dataclass

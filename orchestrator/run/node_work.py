@@ -24,10 +24,10 @@ from orchestrator.run.card_claims import CardClaims, RemoteCardClaims, claimant,
 from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.driver_check import DRIVER_NOW_SH, driver_changed
 from orchestrator.run.health import NodeHealth
-from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background, node_devices
+from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background_each, node_devices
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
-from orchestrator.run.staging import ensure
+from orchestrator.run.staging import Staging, ensure
 from orchestrator.store.journal import journal_folder
 from orchestrator.store.location import sqlite_file
 from orchestrator.transport import Transport
@@ -141,12 +141,19 @@ class NodeWork:
             stage_seconds = records[1].seconds
 
             def store_node() -> int:
-                self._attempt(name, None, attempt, "ok", None, None)
-                return self._store_snapshot(name, snapshot, None, probe_seconds, stage_seconds, staging.shipped)
+                attempted = self._attempt_record(name, None, attempt, "ok", None, None)
+                return self._store_snapshot(
+                    name, snapshot, None, probe_seconds, stage_seconds, staging.shipped, attempted
+                )
 
-            # the node's records are written beside its first cells, not before them: on a big
-            # fleet every node's writes queue at the one process that writes the database
-            stored = in_background(store_node, f"{name}-records")
+            # what the node's cached builds must hash to (read for all of its cells at once, the keys
+            # alike on every card), then its records, written beside its first cells, not before them:
+            # on a big fleet every node's writes queue at the one process that writes the database.
+            # One thread for both: the first cells wait on the read, not on the records
+            keys = sorted({self._cell_paths(c, snapshot, staging).build_key for c in cells})
+            recorded, stored = in_background_each(
+                [lambda: self.store.recorded_binaries(name, keys), store_node], f"{name}-store"
+            )
             self.listener.node_ready(name, snapshot, None)
             devices, slots = self._machine_slots(node, snapshot, devices, slots)
             context = NodeContext(
@@ -161,6 +168,7 @@ class NodeWork:
                 health=health,
                 setup=setup,
                 resident=resident[0] if resident else None,
+                recorded=recorded,
             )
             several = len(devices) > 1
             on_cards = [cell.on(device, several) for cell in cells for device in devices]
@@ -235,8 +243,6 @@ class NodeWork:
         lock = threading.Lock()
         counts = Counter((c.kernel, c.variant) for c in cells)
         ctx.shared_builds = {pair for pair, n in counts.items() if n > 1}
-        keys = sorted({self._paths(c, ctx).build_key for c in cells})
-        ctx.recorded = in_background(lambda: self.store.recorded_binaries(name, keys), f"{name}-recorded")
 
         def next_cell() -> Cell | None:
             with lock:
@@ -252,8 +258,12 @@ class NodeWork:
         workers = min(node.build_jobs, len(cells))
         # the workers share the setup's connection where the transport can (one handshake per node)
         transports = [ctx.setup] + [ctx.setup.sibling() for _ in range(workers - 1)]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-cell") as pool:
-            for future in [pool.submit(worker, t) for t in transports]:
+        # the node's own thread is its first worker (it only waited on the others: a thread less per
+        # node); its error, where it raised, still comes once the others have ended (the pool's exit)
+        with ThreadPoolExecutor(max_workers=max(workers - 1, 1), thread_name_prefix=f"{name}-cell") as pool:
+            others = [pool.submit(worker, t) for t in transports[1:]]
+            worker(transports[0])
+            for future in others:
                 future.result()
 
     def _recorded_binary(self, ctx: NodeContext, node: str, build_key: str) -> str | None:
@@ -329,14 +339,16 @@ class NodeWork:
         return note
 
     def _paths(self, cell: Cell, ctx: NodeContext) -> CellPaths:
+        return self._cell_paths(cell, ctx.snapshot, ctx.staging)
+
+    def _cell_paths(self, cell: Cell, snapshot: NodeSnapshot, staging: Staging) -> CellPaths:
         job = self.farm.jobs[cell.kernel]
-        staging = ctx.staging
         deps = {d: staging.dependencies[d] for d in job.spec.dependencies}
         run = f"{self.summary.run_id}-{self.token}"
         variant = job.spec.variants[cell.variant]
         sources = staging.sources[cell.kernel]
         env = self.farm.nodes[cell.node].env
-        return cell_paths(ctx.snapshot, variant, cell, run, sources, deps, staging.toolchain, job.spec.sources, env)
+        return cell_paths(snapshot, variant, cell, run, sources, deps, staging.toolchain, job.spec.sources, env)
 
     @functools.cached_property
     def _farm_files(self) -> tuple[str, ...]:

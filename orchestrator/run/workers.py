@@ -46,6 +46,7 @@ NODES_PER_WORKER = 16  # below this a worker's start and the pipes are not worth
 STORE_CALLS = frozenset(
     {
         "add_snapshot",
+        "add_node_records",
         "add_result",
         "add_attempt",
         "add_planned",

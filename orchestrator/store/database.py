@@ -35,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
+from orchestrator.store.binaries import RecordedBinaries, RunBinaries
 from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
@@ -44,7 +45,7 @@ from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.recovery import Recovery
-from orchestrator.store.result_rows import INSERT_PLANNED, insert_result, stored
+from orchestrator.store.result_rows import INSERT_PLANNED, insert_node, insert_result, stored
 from orchestrator.store.tables import (
     SEED_DATABASE_ID,
     Attempt,
@@ -58,7 +59,7 @@ from orchestrator.store.tables import (
 )
 
 
-class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
+class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
@@ -71,6 +72,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
         self._snapshot_refs: dict[int, int] = {}
+        self._binaries = RunBinaries()  # recorded binaries read (binaries.py), anew with each run begun
         self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
@@ -139,6 +141,11 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
     def _journal(self, kind: str, fields: dict[str, Any]) -> None:
         if self.journal is not None:
             self.journal.write(kind, fields)
+
+    def _journal_many(self, *records: tuple[str, dict[str, Any]]) -> None:
+        """Records as the journal keeps them (no run_id: the journal is the run's), one sync."""
+        if self.journal is not None:
+            self.journal.write_many([(kind, {k: v for k, v in f.items() if k != "run_id"}) for kind, f in records])
 
     def session(self) -> Session:
         return Session(self.engine, expire_on_commit=False)
@@ -277,6 +284,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         except StoreError as err:
             raise self.not_begun(err, fields.get("token")) from err
         self._run = (run_id, "running")
+        self._binaries = RunBinaries(node for _, _, node, _ in planned)
         return run_id
 
     def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
@@ -328,7 +336,9 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         if self.journal is not None:
             self.journal.write_many(records)
         with self._writing_rows() as connection:
-            return insert_result(connection, fields, metrics, tries)
+            result_id = insert_result(connection, fields, metrics, tries)
+            self._binary_written(fields)
+            return result_id
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -340,37 +350,17 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery):
         with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
             connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
 
-    def recorded_binary(self, node: str, build_key: str) -> str | None:
-        """The binary sha256 the latest result with this build key on this node
-        recorded: what a cached build on the node must still hash to."""
-        query = (
-            select(ResultRow.binary_sha256)
-            .where(ResultRow.node == node, ResultRow.build_key == build_key)
-            .where(ResultRow.binary_sha256.is_not(None))
-            .order_by(ResultRow.id.desc())
-            .limit(1)
-        )
-        with self._reading() as session:
-            return session.scalars(query).first()
-
-    def recorded_binaries(self, node: str, build_keys: Sequence[str]) -> dict[str, str | None]:
-        """recorded_binary for each of these build keys on this node (None where none is
-        recorded), in one query: a node's cells ask it once, not a query (and, from a
-        worker process, a round trip to the parent) per cell."""
-        found: dict[str, str | None] = dict.fromkeys(build_keys)
-        table = ResultRow.__table__
-        keys = list(found)
-        with self._reading() as session:
-            for start in range(0, len(keys), 500):  # bound the IN list (PostgreSQL, SQLite)
-                rows = session.execute(
-                    select(table.c.build_key, table.c.binary_sha256)
-                    .where(table.c.node == node, table.c.build_key.in_(keys[start : start + 500]))
-                    .where(table.c.binary_sha256.is_not(None))
-                    .order_by(table.c.id)
-                )
-                for key, sha in rows:  # the latest wins, as in recorded_binary
-                    found[key] = sha
-        return found
+    def add_node_records(self, attempt: AttemptRecord, snapshot: SnapshotRecord) -> int:
+        """A node's attempt that succeeded and its snapshot (add_attempt, then add_snapshot),
+        in one journal write and one transaction: two commits and syncs per node were one."""
+        at = datetime.now(UTC)
+        tried, fields = {"at": at, **attempt.columns()}, snapshot.columns()
+        ref = len(self._snapshot_refs) + 1
+        self._journal_many(("attempt", tried), ("snapshot", {"ref": ref, **fields}))
+        with self._writing_rows() as connection:
+            snapshot_id = insert_node(connection, tried, fields)
+        self._snapshot_refs[snapshot_id] = ref
+        return snapshot_id
 
     def add_attempt(self, record: AttemptRecord) -> None:
         at = datetime.now(UTC)

@@ -58,7 +58,8 @@ RESULTS: Table = ResultRow.__table__
 METRICS: Table = MetricValue.__table__
 SASS: Table = SassCount.__table__
 ATTEMPTS: Table = Attempt.__table__
-INSERT_SNAPSHOT = NodeSnapshotRow.__table__.insert()
+SNAPSHOTS: Table = NodeSnapshotRow.__table__
+INSERT_SNAPSHOT = SNAPSHOTS.insert()
 INSERT_PLANNED = PlannedCell.__table__.insert()
 ATTEMPT_NULLABLE = {"kernel": None, "variant": None, "stage": None, "error": None}  # one key set: one executemany
 
@@ -95,6 +96,13 @@ def insert_result(
         )
     inserts.many(connection, ATTEMPTS, [stored(ATTEMPTS, {**ATTEMPT_NULLABLE, **a}) for a in attempts])
     return result_id
+
+
+def insert_node(connection: Connection, attempt: dict[str, Any], snapshot: dict[str, Any]) -> int:
+    """A node's attempt (with its `at`) and its snapshot, in the caller's transaction; the snapshot's id."""
+    inserts = _inserts(connection.dialect)
+    inserts.many(connection, ATTEMPTS, [stored(ATTEMPTS, {**ATTEMPT_NULLABLE, **attempt})])
+    return inserts.one(connection, SNAPSHOTS, stored(SNAPSHOTS, snapshot))
 
 
 _PREPARED: weakref.WeakKeyDictionary[Dialect, Inserts] = weakref.WeakKeyDictionary()  # an engine's, while it lives
