@@ -67,10 +67,17 @@ def test_another_source_replaces_the_older_runner_of_the_same_interpreter(cache:
     assert other_interpreter.exists()
 
 
-def test_no_file_is_written_where_python_writes_no_bytecode(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_even_where_python_writes_no_pyc(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PYTHONDONTWRITEBYTECODE (set on this VM's image and the GPU machine's) is the import
+    system's: honoured here, every run would compile the runner again."""
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     code = runner_code.compiled(SOURCE)
-    assert marshal.loads(code) is not None
+    assert [p.read_bytes() for p in cache.glob("farm-runner.*.marshal")] == [code]
+
+
+def test_no_file_where_python_keeps_its_bytecode_elsewhere(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "pycache_prefix", str(cache / "elsewhere"))
+    assert marshal.loads(runner_code.compiled(SOURCE)) is not None
     assert list(cache.iterdir()) == []
 
 

@@ -5,9 +5,13 @@ first channel: on every `farm verify` and on the critical path of every node of
 the run. The marshalled code is kept where Python keeps the farm's own bytecode
 (this package's __pycache__, named by the source's and the interpreter's
 digests), so it carries the same trust as the farm's .pyc files: whoever can
-write there can already change the farm. As with .pyc files, a kept one is read
-even under PYTHONDONTWRITEBYTECODE, which only stops it being written; with a
-pycache prefix elsewhere, or a read-only install, it is compiled each time.
+write there can already change the farm (a tampered resident.pyc would run on
+every node just the same). It is written even under PYTHONDONTWRITEBYTECODE
+(both machines this farm is measured on set it in their images, which would
+leave the farm compiling on every run): that asks the import system not to
+write .pyc files, and this is no import but the farm's own cache, like its
+archives. With a pycache prefix elsewhere, or a read-only install, it is
+compiled each time.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def _kept(source: bytes) -> bytes:
             marshal.loads(kept)  # 0.4 ms: a damaged file is compiled over, never sent to a node
             return kept
     code = marshal.dumps(compile(source, "farm-runner", "exec"))
-    if path is not None and not sys.dont_write_bytecode:
+    if path is not None:
         with contextlib.suppress(OSError):  # a read-only install: compiled again next time
             _keep(path, code)
     return code
