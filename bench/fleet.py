@@ -709,6 +709,25 @@ def main() -> int:
                     "met" if warm_ratio <= 1.10 else f"missed by {warm_ratio - 1.10:.3f}",
                 )
             )
+            if not args.no_floor:  # its floor: one command per node running the K runs, no build
+                wfloor, bad = floor_run(farm_file, k, 0.0, r, tmp / f"floor-warm-{n}")
+                if bad:
+                    print(f"warm N={n} floor: NOT ALL PASS on {', '.join(bad)}; no ratio")
+                    failed.append(f"warm floor N={n}")
+                else:
+                    print(
+                        f"warm N={n} floor (one command per node, the runs only): wall {wfloor:.2f} s, "
+                        f"ratio {wfloor / (crit - b):.3f}; farm / floor {w.wall_seconds / wfloor:.3f}"
+                    )
+                    rows.append(
+                        (
+                            f"floor wall / run-only critical path, warm N={n}: one command per node",
+                            f"{wfloor:.2f} s / {crit - b:.1f} s = {wfloor / (crit - b):.3f}; "
+                            f"farm / floor = {w.wall_seconds / wfloor:.3f}",
+                            "",
+                            "",
+                        )
+                    )
 
         # 3: serial ssh loop (--baseline-nodes 0: none, nor ReFrame)
         nb = args.baseline_nodes
