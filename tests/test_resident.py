@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, SessionLost
-from orchestrator.run import resident
+from orchestrator.run import resident, runner_code
 from orchestrator.transport.base import Deadline
 from orchestrator.transport.local import LocalTransport
 
@@ -304,17 +304,20 @@ def test_a_local_process_says_its_stderr_after_it_was_closed() -> None:
         assert process.stderr().strip() == "gone"
 
 
-def test_the_runner_is_compiled_once_however_many_nodes_start_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_runner_is_compiled_once_however_many_nodes_start_at_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Every node's thread asks for the compiled runner as it starts: unguarded, 3-5 of them
     compiled it at once (26 ms each), per worker process too."""
     calls: list[int] = []
+    monkeypatch.setattr(runner_code, "CACHE_DIR", tmp_path)  # nothing kept from before: it must compile
 
     def slow_compile(*args: object, **kwargs: object) -> object:
         calls.append(1)
         time.sleep(0.05)  # the race's window, made certain
         return compile(*args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(resident, "compile", slow_compile, raising=False)
+    monkeypatch.setattr(runner_code, "compile", slow_compile, raising=False)
     source = f"x = 1  # {time.monotonic_ns()}\n".encode()
     start = threading.Barrier(8)
 
