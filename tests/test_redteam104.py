@@ -212,3 +212,18 @@ def test_kept_runner_that_unmarshals_to_no_code_is_compiled_over(
     code = runner_code.compiled(source)
     assert isinstance(marshal.loads(code), types.CodeType)
     assert path.read_bytes() == code  # compiled over
+
+
+def test_a_waived_certificate_says_so_on_the_kernel_page() -> None:
+    from datetime import UTC, datetime
+
+    from orchestrator.report.ledger import Certificate
+    from orchestrator.report.site import _env  # type: ignore[attr-defined]
+
+    cert = Certificate(1, 1, datetime.now(UTC), "0" * 64, "v1", "n", "T4", "7.5", "d", "12.4", "nvcc", None, "PASS")
+    template = _env().get_template("kernel.html.j2")
+    for waived in (True, False):
+        state = CapabilityState("7.5", [dataclasses.replace(cert, cuda_error_waived=waived)], passes=1)
+        entry = KernelLedger("k", "k.cu", "0" * 64, [], {"7.5": state})
+        page = template.render(run=SimpleNamespace(id=1), entry=entry, grid="", runs=[], trends=[])
+        assert (FLAG in page) is waived
