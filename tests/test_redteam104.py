@@ -227,3 +227,26 @@ def test_a_waived_certificate_says_so_on_the_kernel_page() -> None:
         entry = KernelLedger("k", "k.cu", "0" * 64, [], {"7.5": state})
         page = template.render(run=SimpleNamespace(id=1), entry=entry, grid="", runs=[], trends=[])
         assert (FLAG in page) is waived
+
+
+# ---------------------------------------------------------------- 4: a store URL's password in the config's errors
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///nofolder/r.db?password=SECRET4",  # a query the farm does not read
+        "sqlite+pysqlcipher://:SECRET5@/nofolder/r.db",  # a SQLCipher passphrase, its folder missing
+        "sqlite+pysqlcipher://:SECRET7@/r.db?timeout=abc",  # a bad timeout
+        "sqlite://:SECRET8@/:memory:",  # in memory
+    ],
+)
+def test_the_database_checks_never_print_its_password(url: str) -> None:
+    """The checks before a run (--database, farm.yaml's `database`) said the URL as written: the
+    password went to the terminal, `--log` and the cron mail."""
+    from orchestrator.config.database_url import check_database_folder
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        check_database_folder(url, "farm.yaml")
+    assert "SECRET" not in str(raised.value) and "***" in str(raised.value), raised.value
