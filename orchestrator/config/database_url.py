@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError
 
 from orchestrator.errors import ConfigError
 from orchestrator.store.location import sqlite_file
+from orchestrator.store.url_secrets import redact_url
 
 # what a SQLite URL's query may set: the wait for a lock, nothing that changes which file opens or how
 SQLITE_QUERY = frozenset({"timeout"})
@@ -63,7 +64,7 @@ def check_database_folder(url: str, where: str) -> None:
         raise ConfigError(
             where,
             _key(where),
-            url,
+            redact_url(url),  # these errors reach --log and the cron mail: no password in them (round 104)
             "a database file (sqlite:///results.db) or a server (postgresql+psycopg://...); "
             "an in-memory database keeps nothing",
         )
@@ -76,7 +77,7 @@ def check_database_folder(url: str, where: str) -> None:
         raise ConfigError(
             where,
             _key(where),
-            f"{url}, whose query sets {', '.join(unread)}",
+            f"{redact_url(url)}, whose query sets {', '.join(unread)}",
             "a SQLite file by its path, e.g. sqlite:///results.db or sqlite:///results.db?timeout=30 "
             "(the farm writes it, and keeps its lock and journal beside it: no file: URI, uri or mode)",
         )
@@ -86,7 +87,7 @@ def check_database_folder(url: str, where: str) -> None:
         raise ConfigError(
             where,
             _key(where),
-            f"{url}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
+            f"{redact_url(url)}, whose folder {folder} {'is not a folder' if folder.exists() else 'does not exist'}",
             "a database in an existing folder (the farm makes the file, not its folder: is a disk not mounted?)",
         )
 
@@ -113,6 +114,6 @@ def check_sqlite_timeout(url: str, where: str) -> None:
     raise ConfigError(
         where,
         _key(where),
-        f"{url}, whose timeout is {value!r}",
+        f"{redact_url(url)}, whose timeout is {value!r}",
         "timeout, once, as a number of seconds to wait for a lock, e.g. sqlite:///results.db?timeout=30",
     )

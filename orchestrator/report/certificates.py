@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from orchestrator.cuda_waiver import was_waived
 from orchestrator.report.ledger import Certificate
 from orchestrator.store.database import Store
 
@@ -46,6 +47,7 @@ def certificates(store: Store, result_ids: list[int]) -> dict[str, list[Certific
                 dependencies=dict(result.dependencies or {}),
                 gpu_uuid=result.gpu_uuid,
                 farm_commit=commits.get(result.run_id),
+                cuda_error_waived=was_waived(result),
             )
         )
     return found

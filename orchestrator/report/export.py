@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
@@ -214,6 +215,10 @@ def junit(model: ReportModel) -> str:
             said = f": {r.last_stderr_line}" if r.last_stderr_line else ""
             node = ET.SubElement(case, "failure", message=_text_line(f"{r.outcome}{stage}{said}"), type=r.outcome)
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
+        if was_waived(r):  # a pass, but not one the CUDA-error rule looked at: a CI reader is told so
+            props = ET.Element("properties")  # a testcase's first child, as JUnit readers expect it
+            ET.SubElement(props, "property", name="cuda_error_waived", value=FLAG)
+            case.insert(0, props)
         ET.SubElement(case, "system-out").text = _text(r.stdout, r.id)
         ET.SubElement(case, "system-err").text = _text(r.stderr, r.id)
     # every text and attribute, whoever wrote it (a kernel's stderr in a reason, a node's card
@@ -273,6 +278,7 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "outcome": row.outcome,
         "failed_stage": row.failed_stage,
         "reason": row.reason,
+        "cuda_error_waived": was_waived(row),  # a pass the CUDA-error rule did not look at (cuda_waiver.py)
         "exit_code": row.exit_code,
         "known_failure_reason": row.known_failure_reason,
         "source_sha256": row.source_sha256,

@@ -17,6 +17,7 @@ from jinja2.filters import do_truncate
 from markupsafe import Markup
 
 from orchestrator import metrics
+from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
 from orchestrator.report.escape import e as _e
@@ -262,6 +263,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if cat == "bad" and said:
                     why = do_truncate(env, said, 90, True, "…")
                     cell.append(f'<small class="why">{_t(why)}</small>')
+                if was_waived(r):  # green, but not a pass the CUDA-error rule looked at: said in words
+                    cell.append(f'<small class="flag waived">{FLAG}</small>')
                 if r.code_path == "ptx-jit":
                     cell.append("<small>ptx-jit</small>")
                 if r.ended_at and r.started_at:

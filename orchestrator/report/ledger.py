@@ -64,6 +64,7 @@ class Certificate:
     dependencies: dict[str, dict] = field(default_factory=dict)  # name -> {digest, version, origin}
     gpu_uuid: str | None = None
     farm_commit: str | None = None  # of its run: the commit whose kernels/ held the bytes (certificates.py)
+    cuda_error_waived: bool = False  # its job declared CUDA's error text expected (cuda_waiver.py)
 
     @property
     def date(self) -> str:

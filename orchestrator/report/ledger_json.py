@@ -51,6 +51,7 @@ def ledger_records(ledgers: list[KernelLedger]) -> list[dict[str, Any]]:
                             "build_command": c.build_command,
                             "code_path": c.code_path,
                             "output": c.output,
+                            "cuda_error_waived": c.cuda_error_waived,
                         }
                         for c in s.current
                     ],

@@ -24,8 +24,9 @@ from typing import Any
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
+from orchestrator.cuda_waiver import was_waived
 from orchestrator.outcomes import Outcome
-from orchestrator.plan import CAN_FAIL_AS, known_failure_applies
+from orchestrator.plan import CAN_FAIL_AS, known_failure_applies, waives_cuda_errors
 from orchestrator.report.fleet import same_file
 from orchestrator.report.ledger import KernelLedger
 from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, PTX_STATEMENTS, SOURCE_PTX
@@ -72,6 +73,7 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str], run_file: str | 
 
 
 _PASSED = (Outcome.PASS.value, Outcome.PERF_REGRESSION.value)
+UNWAIVED = "this pass was judged with the CUDA-error rule waived, and it certifies once it runs again under the rule"
 
 
 def jit_unbacked(
@@ -175,6 +177,9 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
                 f"{name}'s known failures no longer cover this cell (nvcc {built}, CC {r.cc or 'none'}): "
                 "the failure is the kernel's now"
             )
+        elif was_waived(r) and not waives_cuda_errors(job.spec, spec):
+            # judged with the rule waived, and the job now asks it: the old green was carried over silently
+            found[key] = f"{name} no longer declares CUDA's error text expected for {variant}: {UNWAIVED}"
         elif r.outcome in _PASSED and (
             why := jit_unbacked(r.code_path, spec.instructions, r.cc, getattr(r, "jit_stages", None), spec.inspect)
         ):
@@ -208,6 +213,13 @@ def flag_ledgers(
         contracts = [v.cc.contract() for v in job.spec.variants.values()]
         for cc, state in entry.capabilities.items():
             variants = job.spec.variants
+            # a certificate a waived pass made, of a job that asks the rule now (rejudged's, for the ledger)
+            asked = [c for c in state.current if c.variant in variants and c.cuda_error_waived]
+            unwaived = [c for c in asked if not waives_cuda_errors(job.spec, variants[c.variant])]
+            if unwaived and len(unwaived) == len(state.current):
+                said = f"CC {cc} is VERIFIED only by passes of {job.file.name}, which no longer declares CUDA's error"
+                entry.flags.append(("cuda-error-unwaived", f"{said} text expected: {UNWAIVED}."))
+                entry.void(cc, "cuda-error-unwaived")
             unbacked = [c for c in state.current if c.variant in variants and _jit(c, variants[c.variant])]
             if unbacked and len(unbacked) == len(state.current):
                 variant = unbacked[0].variant

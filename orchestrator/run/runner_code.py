@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import threading
+import types
 from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 
@@ -53,8 +54,10 @@ def _kept(source: bytes) -> bytes:
     if path is not None:
         with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
             kept = path.read_bytes()
-            marshal.loads(kept)  # 0.4 ms: a damaged file is compiled over, never sent to a node
-            return kept
+            # 0.4 ms: a damaged file is compiled over, never sent to a node; one that unmarshals to no
+            # code (a string, None) was sent to every node as the runner, every run (a red-team finding)
+            if isinstance(marshal.loads(kept), types.CodeType):
+                return kept
     code = marshal.dumps(compile(source, "farm-runner", "exec"))
     if path is not None:
         with contextlib.suppress(OSError):  # a read-only install: compiled again next time

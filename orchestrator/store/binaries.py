@@ -82,8 +82,9 @@ class RecordedBinaries:
         return found
 
     def _binary_written(self, fields: dict[str, Any]) -> None:
-        """A result this run writes, under the store's write lock: the newest row of its
-        (node, build key), so what a later lookup of them would read."""
+        """A result this run wrote, once its transaction committed: the newest row of its
+        (node, build key), so what a later lookup of them would read. Learnt before the commit, a
+        result the database refused still named the binary a cached build must hash to."""
         key, sha = fields.get("build_key"), fields.get("binary_sha256")
         if key is not None and sha is not None:
             with self._binaries.lock:

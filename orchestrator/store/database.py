@@ -20,6 +20,7 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import uuid
@@ -72,6 +73,10 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBi
         self._pinned = threading.local()  # this thread's snapshot session, inside reading()
         self.journal: Journal | None = None  # a run's safety copy of every write (journal.py)
         self._snapshot_refs: dict[int, int] = {}
+        # each node's thread journals its snapshot: refs counted under a lock, never len(_snapshot_refs),
+        # which two nodes read alike before either registered (one ref, two snapshots: a red-team finding)
+        self._refs = itertools.count(1)
+        self._refs_lock = threading.Lock()
         self._binaries = RunBinaries()  # recorded binaries read (binaries.py), anew with each run begun
         self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
         if not create and make_url(url).get_backend_name() == "sqlite":
@@ -309,7 +314,7 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBi
             raise unjournaled
 
     def add_snapshot(self, record: SnapshotRecord) -> int:
-        ref = len(self._snapshot_refs) + 1
+        ref = self._new_ref()
         fields = record.columns()
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
         snapshot_id = self._add(NodeSnapshotRow, fields)
@@ -337,8 +342,9 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBi
             self.journal.write_many(records)
         with self._writing_rows() as connection:
             result_id = insert_result(connection, fields, metrics, tries)
-            self._binary_written(fields)
-            return result_id
+        # once committed: a result the database refused vouched for no cached build (binaries.py)
+        self._binary_written(fields)
+        return result_id
 
     def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
         """(kernel, variant, node, device) of cells a run sets out to do; a node's
@@ -355,12 +361,16 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBi
         in one journal write and one transaction: two commits and syncs per node were one."""
         at = datetime.now(UTC)
         tried, fields = {"at": at, **attempt.columns()}, snapshot.columns()
-        ref = len(self._snapshot_refs) + 1
+        ref = self._new_ref()
         self._journal_many(("attempt", tried), ("snapshot", {"ref": ref, **fields}))
         with self._writing_rows() as connection:
             snapshot_id = insert_node(connection, tried, fields)
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
+
+    def _new_ref(self) -> int:
+        with self._refs_lock:
+            return next(self._refs)
 
     def add_attempt(self, record: AttemptRecord) -> None:
         at = datetime.now(UTC)

@@ -94,6 +94,7 @@ class Queries:
         ResultRow.contract_expected,  # the report holds it and the build against the job now (report/rejudged.py)
         ResultRow.build_command,
         ResultRow.expected,
+        ResultRow.expected_reason,  # a waived CUDA-error rule is said there (cuda_waiver.py)
         ResultRow.outcome,
         ResultRow.failed_stage,
         ResultRow.reason,
