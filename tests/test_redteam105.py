@@ -164,3 +164,23 @@ def test_secret_env_names_an_entry_of_env(tmp_path: Path, make_farm) -> None:
     with pytest.raises(ConfigError) as err:
         load_farm(config)
     assert "secret_env" in str(err.value) and "list" in str(err.value), str(err.value)
+
+
+def test_a_reason_quoting_a_secret_is_masked_in_the_store_and_the_runs_own_lines(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """A crash's reason quotes the kernel's last stderr line: stored, and printed by `farm verify`
+    (a CI log), it shows *** for the token that line held."""
+    token = "tok-" + secrets.token_hex(10)
+    prelude = tmp_path / "show.sh"
+    # the kernel killed once it said so (SIGPIPE: no shell says "Killed" after it): its line is the last
+    prelude.write_text('echo "login refused for $VENDOR_TOKEN" >&2; kill -PIPE $PPID $(ps -o ppid= -p $PPID)\n')
+    variant = standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75", prelude=prelude)
+    node = ssh_fleet["t4"].farm_entry(tmp_path / "work", env={"VENDOR_TOKEN": token})
+    config = make_farm(tmp_path, {"t4": node}, [standin_job("standin", {"v": variant})])
+    done = farm("verify", "--all", "--config", str(config), env=dict(os.environ))
+    (row,) = query(tmp_path / "results.db", "SELECT reason, last_stderr_line FROM results")
+    assert row["last_stderr_line"] == "login refused for ***", row["last_stderr_line"]
+    assert "login refused for ***" in row["reason"], row["reason"]
+    assert "login refused for ***" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert token not in done.stdout + done.stderr + row["reason"], done.stdout

@@ -240,6 +240,9 @@ class CellWork:
         if masker.count:  # a reviewer reads that the page shows less than the kernel printed
             record = replace(record, stage_details={**record.stage_details, "masked": masked_note(masker.count)})
         result_id = self.store.add_result(record, attempts or (), metrics)
+        if result.verdict is not None and record.reason != result.verdict.reason:
+            # the run's own lines (a CI log) quote the reason too: they get the stored one
+            result.verdict = replace(result.verdict, reason=record.reason)
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 
