@@ -130,7 +130,8 @@ def test_a_nodes_env_values_are_on_no_command_line_of_the_node(
     value = f'{secret} it\'s 100% \\ "$HOME" `x`'
     node = ssh_fleet["t4"]
     prelude = tmp_path / "show.sh"
-    prelude.write_text('printf "VALUE<%s>\\n" "$VENDOR_TOKEN"; sleep 1\n')
+    # in hex: the value itself is shown as *** in the output the farm keeps (round 105)
+    prelude.write_text('printf "VALUE<%s>" "$VENDOR_TOKEN" | od -An -tx1 | tr -d " \\n"; echo; sleep 1\n')
     variant = standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75", prelude=prelude)
     config = make_farm(
         tmp_path,
@@ -157,5 +158,5 @@ def test_a_nodes_env_values_are_on_no_command_line_of_the_node(
         watcher.join()
     assert summary.outcomes == {"pass": 1}, summary.outcomes
     (stdout,) = [bytes(row["stdout"]) for row in query(tmp_path / "results.db", "SELECT stdout FROM results")]
-    assert f"VALUE<{value}>".encode() in stdout, stdout
+    assert f"VALUE<{value}>".encode().hex().encode() in stdout, stdout
     assert not seen, seen

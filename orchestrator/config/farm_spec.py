@@ -70,6 +70,9 @@ class NodeSpec(StrictModel):
     dependencies: dict[str, str] = {}  # dependency name -> path on the node (not shipped)
     workdir: str = ".cache/farm"  # relative paths are under the login's home
     env: dict[str, str] = {}
+    # names in `env` whose values are masked as *** in the output the farm keeps, beside those
+    # named like a credential (output_secrets.py)
+    secret_env: list[str] = []
     tags: list[str] = []
     enabled: bool = True
     connect_timeout: Annotated[float, Strict(), Field(ge=1, le=600, allow_inf_nan=False)] = 10.0
@@ -182,6 +185,20 @@ class NodeSpec(StrictModel):
         for key in value:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"{key!r} is not an environment variable name")
+        return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env_in_env(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # a name that is not in `env` masks nothing: a typo would leave the value it meant published.
+        # A field's validator, not the model's: the error then quotes this list, never env's values
+        env = info.data.get("env") or {}
+        for name in value:
+            if name not in env:
+                raise ValueError(
+                    f"names of this node's `env:` entries ({', '.join(sorted(env)) or 'it has none'}); "
+                    f"{name!r} is not one"
+                )
         return value
 
     @model_validator(mode="after")

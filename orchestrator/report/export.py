@@ -291,6 +291,8 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "stderr_size": row.stderr_size,
         "stderr_sha256": row.stderr_sha256,
         "output_cuts": row.output_cuts or {},
+        # how many secrets the kept output shows as *** (output_secrets.py): the page shows less than was printed
+        "output_masked": ((row.stage_details or {}).get("masked") or {}).get("count", 0),
         "binary_sha256": row.binary_sha256,
         "build_command": row.build_command,
         "build_cached": row.build_cached,

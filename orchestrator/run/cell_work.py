@@ -10,6 +10,7 @@ from orchestrator.classify import classify
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import CELL_STAGES
+from orchestrator.output_secrets import Masker, farm_masker, masked_note
 from orchestrator.plan import Cell, expect
 from orchestrator.run.cell import CellResult, StageRecord
 from orchestrator.run.node_context import NodeContext
@@ -179,7 +180,12 @@ class CellWork:
     def _attempt_record(
         self, node: str, cell: Cell | None, attempt: int, status: str, stage: str | None, error: str | None
     ) -> AttemptRecord:
-        return attempt_record(self.summary.run_id, node, cell, attempt, status, stage, error)
+        return self._masker().record(attempt_record(self.summary.run_id, node, cell, attempt, status, stage, error))
+
+    def _masker(self) -> Masker:
+        """What every record a run stores passes through first (output_secrets.py): the secrets a
+        kernel, a build or a node's commands printed never reach the store, its journal or a page."""
+        return farm_masker(self.farm.spec, self.farm.database_url)
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(
@@ -204,6 +210,7 @@ class CellWork:
         record = snapshot_record(
             self.summary.run_id, name, node, snapshot, error, probe_seconds, stage_seconds, shipped
         )
+        record = self._masker().record(record)
         if attempt is not None:
             return self.store.add_node_records(attempt, record)
         return self.store.add_snapshot(record)
@@ -226,7 +233,16 @@ class CellWork:
             ctx.staging if ctx else None,
             ctx.devices.get(cell.device, []) if ctx else [],
         )
-        result_id = self.store.add_result(record, attempts or (), result_metrics(result))
+        # masked here, once the verdict and metrics were judged on what the kernel really printed
+        masker = self._masker()
+        record = masker.record(record)
+        metrics = [{**m, "note": masker.value(m["note"])} for m in result_metrics(result)]
+        if masker.count:  # a reviewer reads that the page shows less than the kernel printed
+            record = replace(record, stage_details={**record.stage_details, "masked": masked_note(masker.count)})
+        result_id = self.store.add_result(record, attempts or (), metrics)
+        if result.verdict is not None and record.reason != result.verdict.reason:
+            # the run's own lines (a CI log) quote the reason too: they get the stored one
+            result.verdict = replace(result.verdict, reason=record.reason)
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 
