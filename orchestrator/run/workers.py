@@ -124,7 +124,7 @@ def start_method() -> str:
 
 def _await_closed_transports(threads: list[threading.Thread]) -> None:
     """Join the threads of SSH transports already closed: paramiko's close() does not
-    wait for them, and each ends by itself within its socket's poll (0.1 s). A run
+    wait for them; each ends once its reader wakes (at once: TunedTransport.stop_thread). A run
     started just after SSH was used in the same process (the fleet bench's floor run,
     a library caller) otherwise saw them alive and paid the fork server's start: the
     bench's N=32, its first size with workers, read 1.21-1.41 against N=64's 1.08-1.13."""

@@ -155,6 +155,9 @@ class SSHTransport(Transport):
         try:
             conn.open()
             conn.transport.set_keepalive(30)
+            for link in (conn.transport, gateway.transport if gateway is not None else None):
+                if isinstance(link, TunedTransport):
+                    link.settle()
             return conn
         except HostKeyError:
             close_connection(conn)

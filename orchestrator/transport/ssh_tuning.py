@@ -6,10 +6,15 @@ sshd's reply, so a command's stdin follows at once.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 from typing import Any
 
 import paramiko
+
+DEFAULT_POLL = paramiko.Transport._active_check_timeout  # 0.1 s
+IDLE_POLL = 1.0  # seconds paramiko's reader sleeps in recv() before it looks whether it was closed
 
 
 class QuickAck:
@@ -49,9 +54,33 @@ class TunedTransport(paramiko.Transport):
         if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Nagle off: a command is several small messages in a row (open, exec, stdin, EOF)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._tcp = True
             if hasattr(socket, "TCP_QUICKACK"):  # Linux
                 sock = QuickAck(sock)
         super().__init__(sock, *args, **kwargs)
+
+    _tcp = False  # its socket is the node's TCP connection (not a jump host's channel)
+
+    def settle(self) -> None:
+        """Once connected: paramiko's reader wakes every 0.1 s to see whether it was closed,
+        1.1 ms of the farm's CPU per connection per second of a kernel's run, the bulk of
+        what a node costs while its cells run (bench/README, session 33). stop_thread wakes
+        it at once instead, so it sleeps until there is something to read, looking every
+        IDLE_POLL s (keepalives, a rekey the farm's writes asked for). The handshake keeps
+        paramiko's 0.1 s, which its banner and handshake timeouts are checked at."""
+        if self._tcp:
+            self._active_check_timeout = IDLE_POLL
+            self.sock.settimeout(IDLE_POLL)
+
+    def stop_thread(self) -> None:
+        """paramiko's, with the reader woken at once: closing a socket does not wake a
+        recv() blocked on it in another thread, shutting it down does."""
+        self.active = False
+        if self._active_check_timeout > DEFAULT_POLL and self is not threading.current_thread():
+            # before the packetizer's close, which closes the socket: a closed one can't be shut down
+            with contextlib.suppress(OSError):  # already shut down or closed: nothing to wake
+                self.sock.shutdown(socket.SHUT_RDWR)
+        super().stop_thread()
 
 
 def exec_nowait(channel: paramiko.Channel, command: str) -> None:
