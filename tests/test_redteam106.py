@@ -169,3 +169,49 @@ def test_a_build_log_echoing_a_token_is_masked(ssh_fleet: Fleet, make_farm, tmp_
     assert b"error: token *** refused" in bytes(rows["bad"]["build_log"]), bytes(rows["bad"]["build_log"])
     assert token not in rows["bad"]["reason"], rows["bad"]["reason"]
     assert token.encode() not in _published(config, tmp_path)
+
+
+# ------------------------------------------------------------------ B: the waiver on run pages and history grids
+
+
+def _row(page: str, start: str) -> str:
+    return page[page.index(start) :].split("</tr>")[0]
+
+
+def test_a_waived_pass_is_flagged_on_run_pages_and_the_kernels_history_grid(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """The run page's matrix (linked, and an earlier run's unlinked one) and the kernel page's
+    history grid flag a waived pass in the index matrix's words; a strict pass beside it is not."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+    from orchestrator.cuda_waiver import FLAG
+    from orchestrator.store.database import Store
+
+    prelude = tmp_path / "demo.sh"
+    prelude.write_text('echo "CUDA error at demo.cu:12: an illegal memory access was encountered" >&2\n')
+    variants = {
+        "demo": standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75", prelude=prelude, cuda_error_text="expected"),
+        "plain": standin_variant("PASS", {"min": "7.5"}, "MIN_CC=75"),
+    }
+    root = tmp_path / "farm"
+    config = make_farm(root, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [standin_job("standin", variants)])
+    run(config)
+    run(config)
+    found = {(r["run_id"], r["variant"]): r["id"] for r in query(root / "results.db", "SELECT * FROM results")}
+    assert Store(f"sqlite:///{root / 'results.db'}").waived_results([1, 2]) == {found[1, "demo"], found[2, "demo"]}
+    site = tmp_path / "site"  # a fresh folder: run 1's page is rendered too, unlinked
+    done = CliRunner().invoke(main, ["report", "--run", "2", "--out", str(site), "--config", str(config)])
+    assert done.exit_code == 0, done.output
+
+    own = (site / "runs" / "2.html").read_text()
+    assert FLAG in _row(own, "<th>standin : demo</th>") and FLAG not in _row(own, "<th>standin : plain</th>"), own
+    earlier = (site / "runs" / "1.html").read_text()
+    demo_cell = earlier[earlier.index(f'title="result {found[1, "demo"]}"') :].split("</td>")[0]
+    plain_cell = earlier[earlier.index(f'title="result {found[1, "plain"]}"') :].split("</td>")[0]
+    assert FLAG in demo_cell and FLAG not in plain_cell, earlier
+    grid = (site / "kernels" / "standin.html").read_text()
+    grid = grid[grid.index('id="kernel-history"') :]
+    assert _row(grid, "<th>demo @ t4</th>").count(FLAG) == 2, grid  # both runs' passes
+    assert FLAG not in _row(grid, "<th>plain @ t4</th>"), grid
