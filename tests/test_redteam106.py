@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from nodes import Fleet, query, standin_job, standin_variant
-from test_redteam99 import everything_written, farm
+from test_redteam99 import everything_written, farm, postgres_database  # noqa: F401 - a fixture
 from test_verdicts import run
 
 from orchestrator.config.farm import load_farm
@@ -215,3 +215,29 @@ def test_a_waived_pass_is_flagged_on_run_pages_and_the_kernels_history_grid(
     grid = grid[grid.index('id="kernel-history"') :]
     assert _row(grid, "<th>demo @ t4</th>").count(FLAG) == 2, grid  # both runs' passes
     assert FLAG not in _row(grid, "<th>plain @ t4</th>"), grid
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_waived_results_reads_only_waived_passes(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """The run pages' query, on both databases: a waived pass is listed; a strict pass, and a
+    fail whose expectation holds the waiver, are not."""
+    import dataclasses
+
+    from test_records import full_result
+
+    from orchestrator.cuda_waiver import NOTE
+    from orchestrator.store.database import Store
+
+    url = request.getfixturevalue("postgres_database") if backend == "postgresql" else f"sqlite:///{tmp_path / 'r.db'}"
+    store = Store(url)
+    fields = {"token": "t", "trigger": "t", "farm_version": "t", "host": "h", "config_file": "f", "selection": "s"}
+    planned = [("k", v, "a", "") for v in ("waived", "strict", "failed")]
+    run_id = store.begin_run(planned=planned, **fields)
+    ids = {}
+    for variant, outcome, reason in [("waived", "pass", NOTE), ("strict", "pass", ""), ("failed", "fail", NOTE)]:
+        base = full_result(run_id, None)
+        said = f"CC 7.5 satisfies >=7.5; {reason}"
+        record = dataclasses.replace(base, kernel="k", variant=variant, node="a", outcome=outcome, expected_reason=said)
+        ids[variant] = store.add_result(record)
+    assert store.waived_results([run_id]) == {ids["waived"]}
+    assert store.waived_results([]) == set()
