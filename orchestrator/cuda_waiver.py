@@ -15,7 +15,7 @@ from orchestrator.outcomes import Outcome
 
 NOTE = "CUDA's error text declared expected (`cuda_error_text: expected`): the CUDA-error rule is waived"
 FLAG = "CUDA-error rule waived"  # the matrix's and JUnit's words
-_PASSED = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+PASSED = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
 
 
 def noted(reason: str, waived: bool) -> str:
@@ -25,4 +25,4 @@ def noted(reason: str, waived: bool) -> str:
 
 def was_waived(row: Any) -> bool:
     """A stored pass (any row with outcome and expected_reason) judged with the rule waived."""
-    return getattr(row, "outcome", None) in _PASSED and NOTE in (getattr(row, "expected_reason", None) or "")
+    return getattr(row, "outcome", None) in PASSED and NOTE in (getattr(row, "expected_reason", None) or "")

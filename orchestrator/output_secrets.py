@@ -8,7 +8,8 @@ store's own URL password reaches the output of none, but is masked too where it 
 
 What is masked: the values of a node's `env:` entries whose names read as a credential (a part
 of the name, split at `_`, that is KEY, AUTH, PAT or holds TOKEN, SECRET, PASSWORD, PASSWD,
-PASSPHRASE, CREDENTIAL, APIKEY), those farm.yaml's `secret_env:` names, a password written into
+PASSPHRASE, CREDENTIAL, APIKEY, but not a socket's path: a last part SOCK or SOCKET, as
+SSH_AUTH_SOCK), those farm.yaml's `secret_env:` names, a password written into
 any value's URL (a proxy's `http://user:password@host`), and the database URL's secrets. A value
 shorter than MIN_CHARS is never masked: `1`, `true` or `a100` would mangle every line that holds
 them, and a credential that short protects nothing.
@@ -37,6 +38,9 @@ MIN_CHARS = 6  # shorter values are not masked (README)
 EDGE_CHARS = 4  # the least of a value's piece at a cut that is masked: fewer match too much by chance
 _SECRET_PART = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|APIKEY")
 _SECRET_WORD = frozenset({"KEY", "AUTH", "PAT", "PASS", "PW"})
+# a socket's path (SSH_AUTH_SOCK, GPG_AGENT_SOCK) is where an agent listens, not a credential: masked,
+# every path under /tmp or /run that shares its prefix came out as *** in a kernel's output
+_SOCKET_WORD = frozenset({"SOCK", "SOCKET"})
 # columns that name or identify, never quote output: masking them would corrupt the record's identity
 _IDENTITY = frozenset(
     {"run_id", "kernel", "variant", "node", "device", "gpu_uuid", "sources", "dependencies", "identity"}
@@ -48,17 +52,23 @@ R = TypeVar("R")
 
 def secret_name(name: str) -> bool:
     """Whether an environment variable's name reads as a credential's (CUDA_VISIBLE_DEVICES and
-    KEYBOARD do not; NGC_API_KEY, AWS_ACCESS_KEY_ID, HF_TOKEN and MY_AUTH do)."""
+    KEYBOARD do not; NGC_API_KEY, AWS_ACCESS_KEY_ID, HF_TOKEN and MY_AUTH do; SSH_AUTH_SOCK, a
+    socket's path, does not)."""
     parts = name.upper().split("_")
+    if parts[-1] in _SOCKET_WORD:
+        return False
     return any(part in _SECRET_WORD or _SECRET_PART.search(part) for part in parts)
 
 
-def env_secrets(env: Mapping[str, str], declared: Iterable[str] = ()) -> list[str]:
-    """The values of `env` to mask: its credential-named and `declared` entries, and any URL's password."""
-    marked = set(declared)
+def env_secrets(env: Mapping[str, str], declared: Iterable[str] = (), plain: Iterable[str] = ()) -> list[str]:
+    """The values of `env` to mask: its credential-named and `declared` entries, and any URL's password.
+
+    `plain` (the node's `plain_env:`) are names the matcher reads as a credential's that the
+    operator says are not: their values are shown, though a URL's password in them is still masked."""
+    marked, shown = set(declared), set(plain)
     found: list[str] = []
     for name, value in env.items():
-        if name in marked or secret_name(name):
+        if name in marked or (secret_name(name) and name not in shown):
             found.append(value)
         elif "://" in value or "=" in value:
             found += url_secrets(value)
@@ -153,8 +163,10 @@ class Masker:
 
 
 @functools.lru_cache(maxsize=8)
-def _farm_secrets(nodes: tuple[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], ...], url: str) -> tuple[str, ...]:
-    found = [secret for env, declared in nodes for secret in env_secrets(dict(env), declared)]
+def _farm_secrets(
+    nodes: tuple[tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]], ...], url: str
+) -> tuple[str, ...]:
+    found = [secret for env, declared, plain in nodes for secret in env_secrets(dict(env), declared, plain)]
     return tuple(dict.fromkeys([*found, *url_secrets(url)]))
 
 
@@ -163,7 +175,11 @@ def farm_masker(spec: Any, database_url: str) -> Masker:
 
     Every node's, not only the cell's own: a value one node's operator marked secret is no less
     secret where another node's kernel printed it."""
-    nodes = tuple((tuple(sorted(node.env.items())), tuple(node.secret_env)) for node in spec.nodes.values() if node.env)
+    nodes = tuple(
+        (tuple(sorted(node.env.items())), tuple(node.secret_env), tuple(node.plain_env))
+        for node in spec.nodes.values()
+        if node.env
+    )
     return Masker(_farm_secrets(nodes, database_url))
 
 

@@ -27,12 +27,15 @@ def nodes(config_path: Path, database: str | None) -> None:
     Example: farm nodes --config farms/hopper.yaml
     """
     from orchestrator.errors import NodeUnusable
+    from orchestrator.output_secrets import farm_masker
     from orchestrator.progress import describe_node
     from orchestrator.run.node_setup import check_probed
     from orchestrator.run.probe import probe
     from orchestrator.transport import transport_for
 
     farm = _load(config_path, database, opens_database=False)
+    # a node's error quotes what it said (a wrapper echoing its token): masked as a run's lines are
+    masked = farm_masker(farm.spec, farm.database_url).text
     header = f"{'node':<12} {'enabled':<7} {'GPU':<28} {'CC':<5} {'driver':<14} {'nvcc':<10} {'real':<5} notes"
     click.echo(header)
     worst = EXIT_OK
@@ -47,11 +50,11 @@ def nodes(config_path: Path, database: str | None) -> None:
                 # green "no GPU" row, exit 0, while the night's run made every cell of it infra-error
                 check_probed(farm, transport, snap)
         except NodeUnusable as err:
-            click.echo(f"{name:<12} {'yes':<7} unusable: {printable(str(err), keep_newlines=False)}")
+            click.echo(f"{name:<12} {'yes':<7} unusable: {printable(masked(str(err)), keep_newlines=False)}")
             worst = 4
             continue
         except FarmError as err:
-            click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(str(err), keep_newlines=False)}")
+            click.echo(f"{name:<12} {'yes':<7} unreachable: {printable(masked(str(err)), keep_newlines=False)}")
             worst = 4
             continue
         notes = describe_node(name, snap, None) if snap.cc_mismatch else ""

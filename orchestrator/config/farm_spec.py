@@ -73,6 +73,9 @@ class NodeSpec(StrictModel):
     # names in `env` whose values are masked as *** in the output the farm keeps, beside those
     # named like a credential (output_secrets.py)
     secret_env: list[str] = []
+    # names in `env` the credential matcher flags that are no secret (a license server's
+    # `..._AUTH_HOST`): their values are shown as printed (output_secrets.py)
+    plain_env: list[str] = []
     tags: list[str] = []
     enabled: bool = True
     connect_timeout: Annotated[float, Strict(), Field(ge=1, le=600, allow_inf_nan=False)] = 10.0
@@ -198,6 +201,24 @@ class NodeSpec(StrictModel):
                 raise ValueError(
                     f"names of this node's `env:` entries ({', '.join(sorted(env)) or 'it has none'}); "
                     f"{name!r} is not one"
+                )
+        return value
+
+    @field_validator("plain_env")
+    @classmethod
+    def _plain_env_flagged(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        from orchestrator.output_secrets import secret_name
+
+        # each entry must change something: a typo, or a name the matcher never flagged, would
+        # read as an exemption while the value it meant stayed masked (or was never at risk)
+        env, declared = info.data.get("env") or {}, set(info.data.get("secret_env") or ())
+        flagged = sorted(name for name in env if secret_name(name))
+        for name in value:
+            if name not in env or not secret_name(name) or name in declared:
+                why = "also in secret_env" if name in declared else "not one"
+                raise ValueError(
+                    f"names of this node's `env:` entries read as a credential's "
+                    f"({', '.join(flagged) or 'it has none'}), not in secret_env; {name!r} is {why}"
                 )
         return value
 

@@ -38,16 +38,19 @@ def age_text(days: float) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _outcome_td(outcome: str | None, unsure: bool = False) -> str:
+def _outcome_td(outcome: str | None, unsure: bool = False, waived: bool = False) -> str:
     # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
     if not outcome:
         return '<td class="h none">–</td>'
     # in words too, not grey alone: a reader of the text (a print, a screen reader, a copy) read a pass (review 97)
-    said = _UNSURE if unsure else ""
+    said = (_UNSURE if unsure else "") + (_WAIVED if waived else "")
     return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}{said}</td>'
 
 
 _UNSURE = "<small>certifies nothing</small>"  # a grey cell's words (run pages, history grids): never colour alone
+# a pass the CUDA-error rule did not look at, said as the index matrix says it (round 106: the run
+# pages and the kernels' history grids showed it as a plain pass)
+_WAIVED = f'<small class="flag waived">{FLAG}</small>'
 
 
 def history_grid(
@@ -58,13 +61,17 @@ def history_grid(
     `flagged`: results whose job or inputs changed since (since_by_result), grey too."""
     several = model.several
     unsure, unfinished = model.unconfirmed_ids | flagged, model.unfinished_runs  # none is green: it certifies nothing
+    waived = model.waived_ids
     columns = [r.id for r in reversed(runs)]
     grid = []
     for key in sorted(k for k in model.cell_history if k[0] == kernel):
         _kernel, variant, node, device = key
-        by_run = {rid: (outcome, res in unsure or rid in unfinished) for rid, outcome, res in model.cell_history[key]}
+        by_run = {
+            rid: (outcome, res in unsure or rid in unfinished, res in waived)
+            for rid, outcome, res in model.cell_history[key]
+        }
         label = f"{variant} @ {node}" + (f" [{device}]" if node in several and device else "")
-        grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False))) for rid in columns))))
+        grid.append((label, Markup("".join(_outcome_td(*by_run.get(rid, (None, False, False))) for rid in columns))))
     return grid
 
 
@@ -120,20 +127,25 @@ _NO_CELL = '<td class="none">–</td>'
 
 
 @functools.lru_cache(maxsize=256)
-def _run_td(outcome: str, unsure: bool = False) -> tuple[str, str]:
+def _run_td(outcome: str, unsure: bool = False, waived: bool = False) -> tuple[str, str]:
     """A plain run-page cell, per outcome word: its HTML before the result id and after
     it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
-    words = f"{_e(outcome)}{_UNSURE if unsure else ''}"
+    words = f"{_e(outcome)}{_UNSURE if unsure else ''}{_WAIVED if waived else ''}"
     return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{words}</td>'
 
 
 def run_matrix(
-    cells: dict[history.CellKey, tuple[str, int]], columns: list[tuple[str, str]], linked: bool, unsure: set[int]
+    cells: dict[history.CellKey, tuple[str, int]],
+    columns: list[tuple[str, str]],
+    linked: bool,
+    unsure: set[int],
+    waived: set[int] | frozenset[int] = frozenset(),
 ) -> list[tuple[str, str, Markup]]:
     """A run page's matrix: per (kernel, variant), its row of cells, one per column
     (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
     and a template spends microseconds on each. `linked`: each cell links to its page
-    and carries data-node, data-device and data-cell (the rendered run's own matrix)."""
+    and carries data-node, data-device and data-cell (the rendered run's own matrix).
+    `waived`: passes judged with the CUDA-error rule waived, flagged in words."""
     at = {column: i for i, column in enumerate(columns)}
     blank = [_NO_CELL] * len(columns)
     rows: dict[tuple[str, str], list[str]] = {}
@@ -146,10 +158,11 @@ def run_matrix(
                 f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
                 f'title="result {int(rid)}" data-node="{_e(node)}" '
                 f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
-                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if rid in unsure else ""}</td>'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if rid in unsure else ""}'
+                f"{_WAIVED if rid in waived else ''}</td>"
             )
         else:
-            before, after = _run_td(outcome, rid in unsure)
+            before, after = _run_td(outcome, rid in unsure, rid in waived)
             row[at[(node, device)]] = f"{before}{int(rid)}{after}"
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
@@ -264,7 +277,7 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                     why = do_truncate(env, said, 90, True, "…")
                     cell.append(f'<small class="why">{_t(why)}</small>')
                 if was_waived(r):  # green, but not a pass the CUDA-error rule looked at: said in words
-                    cell.append(f'<small class="flag waived">{FLAG}</small>')
+                    cell.append(_WAIVED)
                 if r.code_path == "ptx-jit":
                     cell.append("<small>ptx-jit</small>")
                 if r.ended_at and r.started_at:

@@ -116,6 +116,7 @@ class ReportModel:
     standing: dict[history.CellKey, StandingCell] = field(default_factory=dict)
     stale_after_days: float = 30.0
     unconfirmed_ids: set[int] = field(default_factory=set)  # recent results that certify nothing (unconfirmed)
+    waived_ids: set[int] = field(default_factory=set)  # recent passes judged with the CUDA-error rule waived
     unfinished_runs: dict[int, str] = field(default_factory=dict)  # run -> status, every run that did not finish
     # kernel -> its inputs' identity now (current_inputs): a standing cell of other inputs is flagged
     identities: dict[str, str] = field(default_factory=dict)
@@ -353,6 +354,7 @@ def collect(
         changes=changes,
         cell_history=cell_history,
         unconfirmed_ids=store.unconfirmed_results(run_ids[: max(GRID_RUNS, history.WINDOW + 1)]),
+        waived_ids=store.waived_results(run_ids[: max(GRID_RUNS, history.WINDOW + 1)]),
         unfinished_runs=store.unfinished_runs(),
         run_counts=run_counts,
         run_cells=run_cells,

@@ -320,14 +320,14 @@ def _render(
                 # unpacked as tuples: a Row's attributes cost more than its positions, times 10^5
                 matrix = store.run_matrix([past.id])
                 own = {(k, v, n, d): (outcome, rid) for rid, _run, k, v, n, d, outcome in matrix}
-                unsure = store.unconfirmed_results([past.id])
+                unsure, waived = store.unconfirmed_results([past.id]), store.waived_results([past.id])
             else:
-                unsure = model.unconfirmed_ids
+                unsure, waived = model.unconfirmed_ids, model.waived_ids
             unsure = unsure | moot.get(past.id, frozenset())
             if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
                 unsure = unsure | {rid for _outcome, rid in own.values()}
             columns = sorted({(n, d) for (_k, _v, n, d) in own})
-            matrix = grids.run_matrix(own, columns, linked, unsure)
+            matrix = grids.run_matrix(own, columns, linked, unsure, waived)
             _write(
                 target,
                 run_page.render(

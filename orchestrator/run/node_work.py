@@ -70,9 +70,10 @@ class NodeWork:
         infra-error with the cause, and make the run exit 70."""
         detail = f"internal error in the farm ({type(err).__name__}: {err}); not a verdict: please report it"
         print(f"farm: internal error on node {name!r}:", file=sys.stderr)
-        traceback.print_exception(err, file=sys.stderr)
+        # an exception's message may quote a node's command or output: the terminal is a CI log too
+        print(self._masker().text("".join(traceback.format_exception(err))), file=sys.stderr, end="")
         with self._summary_lock:
-            self.summary.internal.append(f"node {name!r}: {type(err).__name__}: {err}")
+            self.summary.internal.append(self._masker().text(f"node {name!r}: {type(err).__name__}: {err}"))
             # whole cells: a column of a machine (its card, `device`) is a cell of its own (a node's
             # T4 cell stored took its H100 cell of the same variant with it: a red-team finding)
             done = {(c.kernel, c.variant, c.device) for c, _, _ in self.summary.results if c.node == name}
@@ -223,6 +224,9 @@ class NodeWork:
         error: str,
         records: list[StageRecord],
     ) -> None:
+        # the error quotes what the node said (an nvcc wrapper's complaint with its license token):
+        # the run's lines (terminal, --log, --quiet's causes) print it, as the stored copies keep it, masked
+        error = self._masker().text(error)
         snapshot_id = self._store_snapshot(name, snapshot, error, None, None, 0)
         self.listener.node_ready(name, snapshot, error)
         basis = snapshot if snapshot is not None and snapshot.workdir else declared_snapshot(name, self.farm)

@@ -58,9 +58,10 @@ from orchestrator.store.tables import (
     Run,
     SourceFile,
 )
+from orchestrator.store.waived import WaivedQueries
 
 
-class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries):
+class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries, WaivedQueries):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
