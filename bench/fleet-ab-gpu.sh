@@ -30,7 +30,7 @@ for round in $(seq "$rounds"); do
         echo "=== round $round: $side"
         # a side whose cells did not all pass prints no ratio (and exits 1): the others still run
         { env "${env[@]}" python3 "$tree/bench/fleet.py" "$@" 2>&1 || true; } | grep -E '^N=|NOT ALL' |
-            sed -E "s/, \(wall-cp\).*(retried attempts [0-9]+)$/; \1/; s/, \(wall-cp\).*$//; s/^/$side: /" |
+            sed -E "s/, \(wall-cp\).*(CPU: farm processes [^,]*).*(retried attempts [0-9]+)$/; \1; \2/; s/, \(wall-cp\).*$//; s/^/$side: /" |
             tee -a "$OUT/fleet-ab.log" || true
     done
 done
