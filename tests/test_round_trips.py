@@ -109,7 +109,9 @@ def test_a_build_that_exits_0_without_its_binary_is_the_jobs_build_fail(
     author's mistake, so build-fail (exit 1) with the reason, where it was infra
     ("the binary changed while it was copied", exit 4: the node blamed).
     Found by an adversarial review."""
-    variants = {"nobinary": standin_variant("PASS", MIN75, "MIN_CC=75", build="test -f {sources}")}
+    # names {binary} (a load's rule since review 107) yet writes none
+    build = "test -f {sources} && test ! -e {binary}"
+    variants = {"nobinary": standin_variant("PASS", MIN75, "MIN_CC=75", build=build)}
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
     assert (result.verdict.outcome, result.verdict.failed_stage) == ("build-fail", "build"), result.verdict
@@ -255,7 +257,7 @@ def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path)
     internal error of the farm's: the node's other cells pass, the run exits 1 (build-fail)."""
     forge = f"FORGE_CLOCK=30 {sys.executable} {FORGERS / 'forge_stages.py'}"
     variants = {
-        "clock": standin_variant("PASS", MIN75, "MIN_CC=75", build=f"{forge} {{sources}} && false"),
+        "clock": standin_variant("PASS", MIN75, "MIN_CC=75", build=f"{forge} {{sources}} {{binary}} && false"),
         "b": standin_variant("PASS", MIN75, "MIN_CC=75"),
         "c": standin_variant("PASS", MIN75, "MIN_CC=75"),
     }

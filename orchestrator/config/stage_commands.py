@@ -45,6 +45,15 @@ def check_build(vname: str, build: str, file: Path) -> ConfigError | None:
         return ConfigError(
             str(file), f"variants.{vname}.build", f"{build!r}, which never names {SOURCES}", BUILD_EXPECTED
         )
+    # a build writing its own name (`-o vadd`) ran, stored a run and was the kernel's build-fail
+    # ("wrote no binary where the job says"): a mistake the file alone shows, so the load's to say
+    if not any(BINARY in word.text for command in lex(build).commands for word in command.words):
+        return ConfigError(
+            str(file),
+            f"variants.{vname}.build",
+            f"{build!r}, which never names {BINARY}",
+            f"{BUILD_EXPECTED}: write the output as `-o {BINARY}` (the farm names the binary per variant)",
+        )
     return None
 
 
