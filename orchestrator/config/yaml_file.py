@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.config.yaml_hints import malformed_yaml
 from orchestrator.errors import ConfigError
 
 # libyaml's C parser where PyYAML was built with it (10x faster), else the pure-Python one
@@ -265,10 +266,8 @@ def read_yaml(path: Path, what: str) -> Any:
             "each key once",
         ) from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(str(path), "", f"malformed YAML at {where} ({problem})", "valid YAML") from None
+        found, expected = malformed_yaml(err, text)
+        raise ConfigError(str(path), "", found, expected) from None
     except RecursionError:
         raise ConfigError(str(path), "", "nesting too deep to read", what) from None
 
