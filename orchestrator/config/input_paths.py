@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from orchestrator.config.near_paths import nearest
+
 # a path inside the project, in plain words: no "..", no leading "/", no odd characters
 _INPUT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
 _INPUT_EXPECTED = "a path relative to the project folder of letters, digits, '_', '.', '+', '-' and '/' (no '..')"
@@ -49,7 +51,9 @@ def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, st
         return f"{entry!r}, which is a folder", f"{what}, relative to {root}"
     if path.exists():
         return f"{entry!r}, which is no regular file", f"{what}, relative to {root}"
-    return f"{entry!r}, which does not exist", f"{what}, relative to {root}"
+    meant = nearest(entry, root)
+    hint = f" (did you mean {meant!r}?)" if meant else ""
+    return f"{entry!r}, which does not exist", f"{what}, relative to {root}{hint}"
 
 
 def _unreadable(path: Path, root: Path) -> str:

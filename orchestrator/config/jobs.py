@@ -16,6 +16,7 @@ from orchestrator.config import command_templates, dependencies, header, input_p
 from orchestrator.config.farm_spec import FarmSpec, NodeSpec
 from orchestrator.config.includes import unshipped_include_errors
 from orchestrator.config.job_spec import JobSpec
+from orchestrator.config.misplaced import misplaced_variant_keys
 from orchestrator.config.provenance import Provenance, file_provenance, merge
 from orchestrator.config.run_files import build_file_errors, run_file_errors
 from orchestrator.config.validation import check_names, validate
@@ -87,7 +88,7 @@ def _derived_job(
 def _job(
     raw: Any, file: Path, root: Path, nodes: dict[str, NodeSpec], check_dependencies: bool, provenance: Provenance
 ) -> Job:
-    errors = check_names(raw, "variants", file) if isinstance(raw, dict) else []
+    errors = misplaced_variant_keys(raw, file) + check_names(raw, "variants", file) if isinstance(raw, dict) else []
     try:
         spec: JobSpec = validate(JobSpec, raw, file, "a job: kernel, sources, variants, ...")
     except ConfigErrors as many:
@@ -197,6 +198,10 @@ def load_jobs(
         if override is None and any(rel == e or rel.startswith(e.rstrip("/") + "/") for e in listed):
             continue  # a file of a job file's kernel
         if override is None and source.stem in whole:
+            if any(_missing(project, e) for e in _listed(raws[whole[source.stem]])):
+                # that job's own error names its missing entry, and likely this file as meant (a typo
+                # in `sources:` led with "a kernel no job file lists", a consequence: review 107)
+                continue
             errors.append(
                 ConfigError(
                     str(source),
@@ -239,6 +244,13 @@ def load_jobs(
             )
         jobs[job.kernel] = job
     return jobs, errors
+
+
+def _missing(project: Path, entry: str) -> bool:
+    try:
+        return not (project / entry).exists()
+    except OSError:  # a name too long for the file system: the entry's own error says so
+        return True
 
 
 def _listed(raw: Any) -> list[str]:

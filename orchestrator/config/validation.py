@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.config.mapping_hints import mapping_expected
+from orchestrator.config.misplaced import unknown_key_hint
 from orchestrator.config.spec_types import NAME_EXPECTED, NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
@@ -92,7 +93,7 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
             holder = _model_at(model, loc[:-1])
             allowed = sorted(holder.model_fields) if holder else []
             close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            hint = f"Did you mean {close[0]!r}?" if close else ""
+            hint = f"Did you mean {close[0]!r}?" if close else unknown_key_hint(loc, item.get("input"))
             errors.append(
                 ConfigError(
                     str(file),
