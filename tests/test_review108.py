@@ -1,6 +1,6 @@
 """Review 108: the reviewers' site read as a reviewer certifying a Hopper kernel.
 
-Two gaps, both on the index (the page a reviewer opens first):
+Two gaps on the index (the page a reviewer opens first), one on history.html:
 
 - A node the farm file lists but that never ran had no column and no word on the site: the
   course's t4, a100 and h100 (farm.yaml) read as if they were not the course's, and an
@@ -9,11 +9,15 @@ Two gaps, both on the index (the page a reviewer opens first):
 - The certification line named the card, node, run and commit but not the driver, nvcc or
   date it ran with (those were a click away, on the kernel page), and only the latest of
   several cards: a CC certified first on an H200, then on an H100, read as H100-only.
+- history.html listed runs by trigger, commit and counts: which ran on the lent H100, which on
+  the H200 (same triggers, same counts) took opening each run. It names each run's nodes and
+  cards now, as that run's probe read them, and its farm file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_report import TOY, certify, toy_identity
@@ -99,3 +103,29 @@ def test_a_reviewer_sees_both_in_chromium(site: Path) -> None:
             assert "driver 580.1" in cert and "nvcc 13.0.88" in cert, cert
         finally:
             browser.close()
+
+
+def test_history_names_each_runs_nodes_cards_and_farm_file(site: Path) -> None:
+    """Which runs were on which card took opening every run's page: the lent H100's runs and
+    the H200's share triggers and counts."""
+    page = (site.parent / "history.html").read_text()
+    assert "<th>nodes: cards" in page, "history.html does not say what each run ran on"
+    row = page.split('<tr data-run="1">', 1)[1].split("</tr>", 1)[0]
+    assert row.count("hopper: NVIDIA H100<br>") == 1, row  # one line a node, though probed twice
+    assert "<small>other.yaml</small>" in row, row
+
+
+def test_card_words_never_read_a_stand_in_or_an_unreachable_node_as_the_card() -> None:
+    from types import SimpleNamespace
+
+    from orchestrator.report.run_cards import card_words
+
+    def snap(**fields: object) -> Any:
+        base = {"node": "t4", "gpu_name": "Tesla T4", "gpu_count": 1, "real_gpu": True, "probe_error": None}
+        return SimpleNamespace(**{**base, **fields})
+
+    assert card_words(snap()) == "t4: Tesla T4"
+    assert card_words(snap(real_gpu=False)) == "t4: Tesla T4 (stand-in)"
+    assert card_words(snap(probe_error="ssh: timed out")) == "t4: unreachable"
+    assert card_words(snap(gpu_name=None, real_gpu=False)) == "t4: no GPU"
+    assert card_words(snap(gpu_count=2, gpu_name="NVIDIA H200")) == "t4: 2× NVIDIA H200"
