@@ -55,7 +55,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         trigger="test", farm_version="0", host="h", config_file="other.yaml", selection="--all", farm_commit="c0ffee"
     )
     identity = toy_identity(farm)
-    certify(store, run_id, identity, real=True, node="lent200", device="NVIDIA H200")
+    certify(store, run_id, identity, real=True, node="lent200", device="NVIDIA H200", code_path="ptx-jit")
     certify(store, run_id, identity, real=True)
     store.finish_run(run_id, "finished", 0)
     render(store, root / "site", run_id, farm)
@@ -79,6 +79,8 @@ def test_the_certificate_on_the_index_names_driver_nvcc_date_and_the_first_card(
     assert "driver 580.1," in line and "nvcc 13.0.88" in line, line
     assert "farm at c0ffee" in line, line
     assert "first: NVIDIA H200 on lent200" in line, line
+    # a pass through PTX compiled at load is not the build's own machine code: said where it certifies
+    assert line.count(", code ptx-jit") == 1 and line.index(", code ptx-jit") > line.index("first:"), line
 
 
 def test_a_reviewer_sees_both_in_chromium(site: Path) -> None:
