@@ -131,3 +131,12 @@ def test_card_words_never_read_a_stand_in_or_an_unreachable_node_as_the_card() -
     assert card_words(snap(probe_error="ssh: timed out")) == "t4: unreachable"
     assert card_words(snap(gpu_name=None, real_gpu=False)) == "t4: no GPU"
     assert card_words(snap(gpu_count=2, gpu_name="NVIDIA H200")) == "t4: 2× NVIDIA H200"
+
+
+def test_a_runs_page_names_each_columns_card_and_the_farm_commit(site: Path) -> None:
+    """A run's own matrix headed its columns by node name alone (the card only where a node held
+    several models) and named no commit: 'h100-lent' read beside farm.yaml's 'h100'."""
+    page = (site.parent / "runs" / "1.html").read_text()
+    assert '<th data-node="hopper">hopper<small>NVIDIA H100</small></th>' in page, page
+    assert '<th data-node="lent200">lent200<small>NVIDIA H200</small></th>' in page, page
+    assert "farm at <code>c0ffee</code>, farm file other.yaml." in page, page
