@@ -140,3 +140,20 @@ def test_a_runs_page_names_each_columns_card_and_the_farm_commit(site: Path) -> 
     assert '<th data-node="hopper">hopper<small>NVIDIA H100</small></th>' in page, page
     assert '<th data-node="lent200">lent200<small>NVIDIA H200</small></th>' in page, page
     assert "farm at <code>c0ffee</code>, farm file other.yaml." in page, page
+
+
+def test_a_junit_case_names_its_card_and_whether_the_driver_confirmed_it(site: Path) -> None:
+    """A JUnit testcase was named by its node alone: a CI reader could not tell the card."""
+    import xml.etree.ElementTree as ET
+
+    from orchestrator.report import export
+    from orchestrator.report.model import collect
+
+    farm = load_farm(site.parent.parent / "farm.yaml")
+    tree = ET.fromstring(export.junit(collect(Store(farm.database_url), 1, farm, full=True)))
+    found = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in tree.iter("testcase")
+    }
+    assert found["hopper"] == {"gpu": "NVIDIA H100", "cc": "9.0", "real_gpu": "true"}, found
+    assert found["lent200"]["gpu"] == "NVIDIA H200", found
