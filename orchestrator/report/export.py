@@ -215,9 +215,16 @@ def junit(model: ReportModel) -> str:
             said = f": {r.last_stderr_line}" if r.last_stderr_line else ""
             node = ET.SubElement(case, "failure", message=_text_line(f"{r.outcome}{stage}{said}"), type=r.outcome)
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
+        # the card a case ran on, and whether the driver confirmed it: a case was named by its node
+        # alone (h100-lent beside farm.yaml's h100), its card a click into the site away (review 108)
+        card = [("gpu", r.device), ("cc", r.cc or ""), ("real_gpu", "true" if r.real_gpu else "false")]
+        card = card if r.device else []
         if was_waived(r):  # a pass, but not one the CUDA-error rule looked at: a CI reader is told so
+            card.append(("cuda_error_waived", FLAG))
+        if card:
             props = ET.Element("properties")  # a testcase's first child, as JUnit readers expect it
-            ET.SubElement(props, "property", name="cuda_error_waived", value=FLAG)
+            for key, value in card:
+                ET.SubElement(props, "property", name=key, value=value)
             case.insert(0, props)
         ET.SubElement(case, "system-out").text = _text(r.stdout, r.id)
         ET.SubElement(case, "system-err").text = _text(r.stderr, r.id)

@@ -26,6 +26,7 @@ from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.rejudged import flag_ledgers, rejudged
 from orchestrator.report.trends import Series, trend_series
+from orchestrator.report.unrun import UnrunNode, unrun_nodes
 from orchestrator.store.database import Store
 from orchestrator.store.queries import BISECT_TRIGGER
 from orchestrator.store.tables import NodeSnapshotRow, Run
@@ -123,6 +124,7 @@ class ReportModel:
     # standing cell -> why the jobs now would not judge its verdict so (rejudged.py): never green
     rejudged: dict[history.CellKey, str] = field(default_factory=dict)
     departed: dict[str, str] = field(default_factory=dict)  # node -> why it left the fleet (fleet.py): never green
+    unrun: list[UnrunNode] = field(default_factory=list)  # the farm file's nodes with no column (unrun.py)
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
     # under "what changed": the run's metrics regressed or without a value, and moved instruction counts
@@ -361,6 +363,7 @@ def collect(
         node_history=dict(node_history),
         ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers, now_inputs), gone),
         departed=gone,
+        unrun=unrun_nodes(farm, columns),
         counts=counts,
         columns=columns,
         rows=rows,

@@ -53,6 +53,7 @@ from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
 from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
 from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, make_folders, write_page
+from orchestrator.report.run_cards import run_cards
 from orchestrator.report.site_identity import take_site
 from orchestrator.report.site_lock import LOCK_FILE, rendering
 from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
@@ -373,6 +374,7 @@ def _render(
             counts=model.run_counts,
             unconfirmed=unsure_counts,
             bisections=bisections,
+            cards=run_cards(model.node_history),
         ),
         pages,
     )
