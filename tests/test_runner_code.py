@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import marshal
+import os
 import sys
 from pathlib import Path
 
@@ -57,13 +58,18 @@ def test_a_damaged_kept_file_is_compiled_over_never_sent(cache: Path, monkeypatc
     assert marshal.loads(code) is not None and kept.read_bytes() == code
 
 
-def test_another_source_replaces_the_older_runner_of_the_same_interpreter(cache: Path) -> None:
+def test_older_runners_of_the_same_interpreter_go_but_not_the_newest_few(cache: Path) -> None:
+    """One per upgrade would pile up; one in all made two patch versions of a minor (one tag)
+    delete each other's and compile on every run (a red-team finding)."""
     other_interpreter = cache / "farm-runner.cpython-99.0123.marshal"
     other_interpreter.write_bytes(b"kept for that python")
-    runner_code.compiled(SOURCE)
-    runner_code.compiled(b"x = 43\n")
-    mine = sorted(p.name for p in cache.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal"))
-    assert len(mine) == 1 and mine[0] == runner_code.cache_file(b"x = 43\n").name
+    sources = [f"x = {n}\n".encode() for n in range(5)]
+    for n, source in enumerate(sources):
+        runner_code.compiled(source)
+        kept = runner_code.cache_file(source)
+        os.utime(kept, (1000 + n, 1000 + n))  # written in this order, whatever the clock's step
+    mine = {p.name for p in cache.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal")}
+    assert mine == {runner_code.cache_file(s).name for s in sources[-runner_code.KEEP :]}
     assert other_interpreter.exists()
 
 

@@ -28,6 +28,7 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 
 CACHE_DIR = Path(__file__).resolve().with_name("__pycache__")
+KEEP = 3  # runner files kept per interpreter tag: this one and the two newest others
 
 
 def compiled(source: bytes) -> bytes:
@@ -75,9 +76,15 @@ def _keep(path: Path, code: bytes) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    for old in path.parent.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal"):
-        if old != path:  # an older farm's runner: one file per interpreter, not one per upgrade
-            old.unlink(missing_ok=True)
+    # older farms' runners go, but not the newest few: two interpreters of one minor version
+    # (3.12.3 and 3.12.8 share cache_tag) each deleting the other's would compile on every run
+    kept = sorted(
+        path.parent.glob(f"farm-runner.{sys.implementation.cache_tag}.*.marshal"),
+        key=lambda p: p.stat().st_mtime if p.exists() else 0.0,
+        reverse=True,
+    )
+    for old in [p for p in kept if p != path][KEEP - 1 :]:
+        old.unlink(missing_ok=True)
 
 
 _COMPILED: dict[bytes, bytes] = {}
