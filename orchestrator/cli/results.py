@@ -229,6 +229,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
 
     Example: farm show 12
     """
+    from orchestrator.report.cell_page import commit_text, driver_text, nvcc_text
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
 
@@ -259,6 +260,8 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         )
     for flag in _since_flags(store, farm, r):
         say(f"since     {flag}: certifies nothing now")
+    # the cell page's provenance in its words: what a certificate is checked against (a review finding, 109)
+    say(f"farm commit {commit_text(run.farm_commit if run is not None else None)}")
     say(f"contract  {r.contract}")
     say(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
     for path, sha in r.sources.items():
@@ -270,6 +273,11 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         f"code path {r.code_path or '-'}"
     )
     say(f"build     {r.build_command}" + (" (reused)" if r.build_cached else ""))
+    snapshot = store.snapshot_rows([r.snapshot_id]).get(r.snapshot_id) if r.snapshot_id is not None else None
+    if snapshot is not None:
+        if r.device:  # a compile-only cell ran on no card: the cell page names no driver for it either
+            say(f"driver    {driver_text(snapshot)}")
+        say(f"nvcc      {nvcc_text(snapshot)}")
     say(f"instrs    found {r.instruction_counts}, required {r.required_instructions}")
     say(f"stages    {r.stage_seconds}")
     for one in r.sanitizer or []:

@@ -73,12 +73,14 @@ def cell_body(
     unfinished: str | None = None,
     bisected: str | None = None,
     since: Sequence[str] = (),
+    farm_commit: str | None = None,
 ) -> str:
     """A cell page's body: result `r` (a row of every column) of a run started at
-    `started`, after its cell's earlier results `prior` (oldest first), on the node
-    as `snapshot` found it; `change` is r against `prior`, worked out when not given;
-    `measured` its metric values (metric_values rows); `bisected`, for a bisection's run,
-    the old commit it tested: said so, and compared with none of the fleet's results;
+    `started` with the farm at `farm_commit` (runs.farm_commit), after its cell's earlier
+    results `prior` (oldest first), on the node as `snapshot` found it; `change` is r
+    against `prior`, worked out when not given; `measured` its metric values (metric_values
+    rows); `bisected`, for a bisection's run, the old commit it tested: said so, and
+    compared with none of the fleet's results;
     `since`, what the matrix flags on it as the cell's standing verdict (grids.since_flags).
 
     Written here rather than as a template: a run writes a page per cell (thousands),
@@ -128,6 +130,7 @@ def cell_body(
     out.append(
         '\n<h2>Provenance</h2>\n<dl class="kv">\n'
         f"<dt>result</dt><dd>{_e(r.id)} in run {_e(r.run_id)} (started {when(started)} UTC)</dd>\n"
+        f"<dt>farm commit</dt><dd>{_ew(commit_text(farm_commit))}</dd>\n"
         f"<dt>contract</dt><dd>{_ew(r.contract)}</dd>\n"
         f"<dt>identity</dt><dd>{_ew(identity)}</dd>\n"
     )
@@ -164,7 +167,7 @@ def cell_body(
                 confirmed = "confirmed by the NVIDIA driver: real hardware"
             else:
                 confirmed = "not confirmed by the NVIDIA driver: certifies nothing"
-            gpu += f", driver {_ew(s.driver or '–')}; {confirmed}"
+            gpu += f", driver {_ew(driver_text(s))}; {confirmed}"
         else:
             gpu = "none (compile-only)"
         mismatch = ' <span class="flag">differs from the probe</span>' if s.cc_mismatch else ""
@@ -173,7 +176,7 @@ def cell_body(
             f"{_ew(s.os or '–')})</dd>\n"
             f"<dt>GPU</dt><dd>{gpu}</dd>\n"
             f"<dt>declared</dt><dd>{_ew(s.declared_gpu or '–')}, CC {_ew(s.declared_cc or '–')}{mismatch}</dd>\n"
-            f"<dt>nvcc</dt><dd>{_ew(s.nvcc_path)} ({_ew(s.nvcc_version or 'not found')})</dd>\n"
+            f"<dt>nvcc</dt><dd>{_ew(nvcc_text(s))}</dd>\n"
         )
         if s.probe_error:
             out.append(f'<dt>probe error</dt><dd class="flag">{_e(s.probe_error)}</dd>\n')
@@ -230,6 +233,22 @@ def cell_body(
         out.append(f'<pre id="{name}">{_e(decoded_text(data))}</pre>\n')
     out.append(f'<h2>Build log</h2>\n<pre id="build-log">{_e(decoded_text(r.build_log))}</pre>\n')
     return "".join(out)
+
+
+# the words `farm show` prints too (cli/results.py): a reviewer reads one cell in either, alike
+def commit_text(farm_commit: str | None) -> str:
+    """The farm's commit a result's run ran at (its kernels/ held the bytes the identity hashes)."""
+    return farm_commit or "not recorded"
+
+
+def driver_text(snapshot: Any) -> str:
+    """The NVIDIA driver of the card's node, as its probe read it."""
+    return snapshot.driver or "–"
+
+
+def nvcc_text(snapshot: Any) -> str:
+    """The node's nvcc, as its probe found it: its path and version."""
+    return f"{snapshot.nvcc_path} ({snapshot.nvcc_version or 'not found'})"
 
 
 def sanitizer_table(reports: list[dict[str, Any]]) -> str:

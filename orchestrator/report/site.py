@@ -190,10 +190,10 @@ def _cell_pages(
             change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
             snapshot = snapshots.get(r.snapshot_id)
             values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
-            started, status, bisected = states[r.run_id]  # the status as stamped, not the model's
+            started, status, bisected, commit = states[r.run_id]  # the status as stamped, not the model's
             ended = status if status != "finished" else None
-            flags = since.get(r.id, ())
-            body = cell_body(r, started, previous.get(r.id, []), snapshot, change, values, ended, bisected, flags)
+            prior, flags = previous.get(r.id, []), since.get(r.id, ())
+            body = cell_body(r, started, prior, snapshot, change, values, ended, bisected, flags, commit)
             name = f"{int(r.id)}.html"
             yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
 

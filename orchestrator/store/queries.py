@@ -204,17 +204,18 @@ class Queries:
             found[this_id].append((rid, outcome, res))
         return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
 
-    def run_states(self, run_ids: list[int]) -> dict[int, tuple[datetime, str, str | None]]:
+    def run_states(self, run_ids: list[int]) -> dict[int, tuple[datetime, str, str | None, str | None]]:
         """run id -> (when it started, its status, the commit a bisection's run tested, else
-        None): what a cell page says of its run, and so its stamp (stamps.cell_stamp)."""
-        found: dict[int, tuple[datetime, str, str | None]] = {}
-        query = select(Run.id, Run.started_at, Run.status, Run.trigger, Run.selection)
+        None, the farm's own commit it ran at, else None): what a cell page says of its run,
+        and (the first two) its stamp (stamps.cell_stamp)."""
+        found: dict[int, tuple[datetime, str, str | None, str | None]] = {}
+        query = select(Run.id, Run.started_at, Run.status, Run.trigger, Run.selection, Run.farm_commit)
         with self._reading() as session:
             for chunk in chunks(sorted(set(run_ids))):
-                for rid, started, status, trigger, selection in session.execute(query.where(Run.id.in_(chunk))):
+                for rid, started, status, trigger, selection, farm in session.execute(query.where(Run.id.in_(chunk))):
                     # bisect.py's selection: "bisect KERNEL:VARIANT --node NODE at SHA"
                     commit = selection.rpartition(" at ")[2] if trigger == BISECT_TRIGGER else None
-                    found[rid] = (started, status, commit)
+                    found[rid] = (started, status, commit, farm)
         return found
 
     def run_outcome_counts(self, run_ids: list[int]) -> dict[int, dict[str, int]]:
