@@ -69,8 +69,11 @@ class TunedTransport(paramiko.Transport):
         IDLE_POLL s (keepalives, a rekey the farm's writes asked for). The handshake keeps
         paramiko's 0.1 s, which its banner and handshake timeouts are checked at."""
         if self._tcp:
+            try:
+                self.sock.settimeout(IDLE_POLL)
+            except OSError:  # the node dropped it since it was opened: the reader closed it and ended
+                return  # (EBADF had _dial report an authentication the node had accepted as refused)
             self._active_check_timeout = IDLE_POLL
-            self.sock.settimeout(IDLE_POLL)
 
     def stop_thread(self) -> None:
         """paramiko's, with the reader woken at once: closing a socket does not wake a
