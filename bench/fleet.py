@@ -235,6 +235,35 @@ def retried(root: Path) -> str:
     return f"retried attempts {len(rows)} (first: {rows[0][1]}: {str(rows[0][2])[:160]})"
 
 
+def node_spans(root: Path, run_id: int) -> str:
+    """Where a run's time over its critical path went, per node, from its results.db: from
+    the run's start to the node's first cell (connect, probe, stage), and from the node's
+    last cell's end to the run's end (median / p90 / max over the nodes, in ms)."""
+    db = sqlite3.connect(root / "results.db")
+    try:
+        start, end = db.execute("SELECT started_at, ended_at FROM runs WHERE id = ?", (run_id,)).fetchone()
+        rows = db.execute(
+            "SELECT node, MIN(started_at), MAX(ended_at) FROM results WHERE run_id = ? GROUP BY node", (run_id,)
+        ).fetchall()
+    finally:
+        db.close()
+    if not rows or start is None or end is None:
+        return "node spans: none"
+    at = datetime.datetime.fromisoformat
+
+    def spread(values: list[float]) -> str:
+        values = sorted(values)
+        return f"{values[len(values) // 2]:.0f} / {values[int(len(values) * 0.9)]:.0f} / {values[-1]:.0f}"
+
+    first = [(at(a) - at(start)).total_seconds() * 1000 for _, a, _ in rows]
+    last = [(at(end) - at(b)).total_seconds() * 1000 for _, _, b in rows]
+    span = [(at(b) - at(a)).total_seconds() * 1000 for _, a, b in rows]
+    return (
+        f"ms median / p90 / max over nodes: run start to first cell {spread(first)}, "
+        f"first cell to last cell's end {spread(span)}, last cell's end to run end {spread(last)}"
+    )
+
+
 def all_passed(summary: RunSummary, cells: int, label: str, failed: list[str]) -> bool:
     """A run whose cells did not all pass measures nothing: say so, and print no ratio."""
     passed = summary.outcomes.get("pass", 0)
@@ -572,6 +601,7 @@ def main() -> int:
                 f"CPU: farm processes {own_cpu:.1f} s ({own_cpu / cells * 1000:.1f} ms per cell), "
                 f"whole machine busy {busy:.1f} s of {os.cpu_count() * s.wall_seconds:.1f}; {retried(root)}"
             )
+            print(f"N={n:3d} {node_spans(root, s.run_id)}")
             if floor is not None:
                 print(
                     f"N={n:3d} floor (the farm's SSH, one command per node: the critical path's in one shell): "
