@@ -260,7 +260,8 @@ def node_spans(root: Path, run_id: int) -> str:
     span = [(at(b) - at(a)).total_seconds() * 1000 for _, a, b in rows]
     return (
         f"ms median / p90 / max over nodes: run start to first cell {spread(first)}, "
-        f"first cell to last cell's end {spread(span)}, last cell's end to run end {spread(last)}"
+        f"first cell to last cell's end {spread(span)}, last cell's end to run end {spread(last)} "
+        f"(after the run's last cell: {min(last):.0f})"
     )
 
 
