@@ -253,13 +253,14 @@ def node_spans(root: Path, run_id: int) -> str:
 
     def spread(values: list[float]) -> str:
         values = sorted(values)
-        return f"{values[len(values) // 2]:.0f} / {values[int(len(values) * 0.9)]:.0f} / {values[-1]:.0f}"
+        picks = (values[0], values[len(values) // 2], values[int(len(values) * 0.9)], values[-1])
+        return " / ".join(f"{v:.0f}" for v in picks)
 
     first = [(at(a) - at(start)).total_seconds() * 1000 for _, a, _ in rows]
     last = [(at(end) - at(b)).total_seconds() * 1000 for _, _, b in rows]
     span = [(at(b) - at(a)).total_seconds() * 1000 for _, a, b in rows]
     return (
-        f"ms median / p90 / max over nodes: run start to first cell {spread(first)}, "
+        f"ms min / median / p90 / max over nodes: run start to first cell {spread(first)}, "
         f"first cell to last cell's end {spread(span)}, last cell's end to run end {spread(last)} "
         f"(after the run's last cell: {min(last):.0f})"
     )
