@@ -274,16 +274,13 @@ def test_split_keeps_each_sshds_nodes_together_and_balances_cells(fleet: Fleet, 
 
 
 def test_auto_counts_the_cpus_the_farm_may_use_not_the_machines(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 64 sshds: one worker per 4 of them, at most one per core but one (15 on a machine of 16 cores);
-    # none beside the farm's own process where a taskset, cpuset or container leaves it two of them
-    # (it started 4 workers on 2 cores)
+    # 64 sshds: four workers on a machine of 16 cores; none beside the farm's own process where a
+    # taskset, cpuset or container leaves it two of them (it started 4 workers on 2 cores)
     nodes = {f"n{i}": SimpleNamespace(jump=None, host="127.0.0.1", port=2200 + i, transport="ssh") for i in range(64)}
     farm = SimpleNamespace(spec=SimpleNamespace(processes="auto"), nodes=nodes)
     monkeypatch.setattr(workers.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert workers.worker_count(farm, list(nodes)) == 15  # type: ignore[arg-type]
-    monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    assert workers.worker_count(farm, list(nodes)) == 16  # type: ignore[arg-type]
+    assert workers.worker_count(farm, list(nodes)) == 4  # type: ignore[arg-type]
     monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert workers.worker_count(farm, list(nodes)) == 1  # type: ignore[arg-type]
     monkeypatch.setattr(workers.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)

@@ -304,7 +304,7 @@ class FarmSpec(StrictModel):
     lock_dir: str | None = None
     journal_keep: Count = Field(default=20, ge=1)  # finished runs' journals kept; older ones deleted (prune)
     max_connections: Count = Field(default=8, ge=1, le=256)  # per sshd: under its default MaxStartups (10)
-    # worker processes for the nodes (run/workers.py); auto: one per 4 sshds on a fleet of 16 or more, none below
+    # worker processes for the nodes (run/workers.py); auto: one per 16 sshds on a big fleet, none below
     processes: Annotated[int, Strict()] | Literal["auto"] = "auto"
     output_cap: Count = Field(default=1 << 20, ge=1024, le=1 << 30)  # bytes of stdout/stderr/log kept per cell
     retries: Count = Field(default=2, ge=0, le=10)  # extra attempts after an infra failure

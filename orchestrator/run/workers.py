@@ -41,11 +41,7 @@ if TYPE_CHECKING:
     from orchestrator.plan import Cell
     from orchestrator.run.scheduler import FarmRun
 
-WORKERS_FROM = 16  # sshds: below this a worker's start and the pipes are not worth it
-# sshds per worker from there: each node's start (its handshake, probe, first cell) is ~20 ms of the
-# farm's CPU under one GIL, and its nodes start at once, so a worker's last node started once all of
-# its nodes had: at N=64 on 16 cores, 4 workers started the median node at 0.66-0.78 s, 16 at 0.48-0.50 s
-NODES_PER_WORKER = 4
+NODES_PER_WORKER = 16  # below this a worker's start and the pipes are not worth it
 # what a worker may ask of the parent's store: the node's writes and the reads its cells need
 STORE_CALLS = frozenset(
     {
@@ -74,14 +70,13 @@ def sshd_of(farm: Farm, name: str) -> tuple[str, ...]:
 
 
 def worker_count(farm: Farm, nodes: list[str]) -> int:
-    """farm.yaml's `processes`; `auto`: from WORKERS_FROM sshds, one per NODES_PER_WORKER of them, at
-    most one per core but one."""
+    """farm.yaml's `processes`; `auto`: one per NODES_PER_WORKER sshds, at most one per core but one."""
     setting = farm.spec.processes
     groups = len({sshd_of(farm, n) for n in nodes})
     if setting != "auto":
         return max(1, min(int(setting), groups))
     cores = usable_cpus()
-    return max(1, min(math.ceil(groups / NODES_PER_WORKER) if groups >= WORKERS_FROM else 1, cores - 1))
+    return max(1, min(math.ceil(groups / NODES_PER_WORKER) if groups >= NODES_PER_WORKER else 1, cores - 1))
 
 
 def usable_cpus() -> int:
