@@ -58,6 +58,7 @@ def test_a_waived_pass_is_told_apart_in_the_matrix_json_junit_and_show(
     found = {variant: r for (variant, _), r in rows(root / "results.db", summary.run_id).items()}
     assert found["demo"]["outcome"] == "pass" and found["plain"]["outcome"] == "pass"
     assert NOTE in found["demo"]["expected_reason"] and NOTE not in found["plain"]["expected_reason"]
+    assert (found["demo"]["cuda_waived"], found["plain"]["cuda_waived"]) == (1, 0)  # the typed flag (0015)
 
     cells = {c["variant"]: c for c in json.loads(_export(config, "json"))["cells"]}
     assert cells["demo"]["cuda_error_waived"] is True and cells["plain"]["cuda_error_waived"] is False
@@ -94,9 +95,12 @@ def test_a_waived_pass_is_told_apart_in_the_matrix_json_junit_and_show(
 def test_kernel_output_cannot_make_a_pass_read_as_waived_or_strict() -> None:
     """Only the expectation (the job file's) says it: the reason holds the kernel's words."""
     said = f"pass marker line 3: {NOTE}"
-    spoof = SimpleNamespace(outcome="pass", reason=said, expected_reason="CC 7.5 satisfies >=7.5")
+    spoof = SimpleNamespace(outcome="pass", reason=said, expected_reason="CC 7.5 satisfies >=7.5", cuda_waived=False)
     assert not was_waived(spoof)
-    failed = SimpleNamespace(outcome="fail", reason="", expected_reason=f"CC 7.5 satisfies >=7.5; {NOTE}")
+    # the stored flag (0015), never the words: a fail is no waived pass even were it set
+    failed = SimpleNamespace(
+        outcome="fail", reason="", expected_reason=f"CC 7.5 satisfies >=7.5; {NOTE}", cuda_waived=True
+    )
     assert not was_waived(failed)  # a fail is no pass, waived or not
 
 

@@ -234,10 +234,13 @@ def test_waived_results_reads_only_waived_passes(tmp_path: Path, backend: str, r
     planned = [("k", v, "a", "") for v in ("waived", "strict", "failed")]
     run_id = store.begin_run(planned=planned, **fields)
     ids = {}
-    for variant, outcome, reason in [("waived", "pass", NOTE), ("strict", "pass", ""), ("failed", "fail", NOTE)]:
+    # the flag is results.cuda_waived (0015); NOTE stays in the reason, the words shown
+    for variant, outcome, waived in [("waived", "pass", True), ("strict", "pass", False), ("failed", "fail", True)]:
         base = full_result(run_id, None)
-        said = f"CC 7.5 satisfies >=7.5; {reason}"
-        record = dataclasses.replace(base, kernel="k", variant=variant, node="a", outcome=outcome, expected_reason=said)
+        said = f"CC 7.5 satisfies >=7.5; {NOTE if waived else ''}"
+        record = dataclasses.replace(
+            base, kernel="k", variant=variant, node="a", outcome=outcome, expected_reason=said, cuda_waived=waived
+        )
         ids[variant] = store.add_result(record)
     assert store.waived_results([run_id]) == {ids["waived"]}
     assert store.waived_results([]) == set()

@@ -532,6 +532,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
             identity="old" if (row, col) == (0, 0) else ("" if row == 2 else "now"),  # "": inputs not identified
             device=columns[col].device,
             real_gpu=(row, col) != (0, 0),  # the first a pass on a stand-in card
+            cuda_waived=False,  # a standing row's (0015): read, never defaulted (cuda_waiver.was_waived)
         )
         key = (kernel, variant, columns[col].node, columns[col].device)
         standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import Outcome
 from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, RESULTS, fit, insert_result, stored
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
@@ -87,7 +88,8 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
             connection.execute(delete(table).where(table.c.id.in_([r.id for r in same])))
         elif _rerun_later(session, run_id, kept):
             continue  # no row to take the place of: a new id would stand over the later run's
-        insert_result(connection, {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **fields}, metrics, ())
+        row = {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **journaled(fields)}  # 0015's flag
+        insert_result(connection, row, metrics, ())
         added += 1
         adding = True
     end = next((fields for kind, fields in records if kind == "finish"), None)

@@ -94,7 +94,8 @@ class Queries:
         ResultRow.contract_expected,  # the report holds it and the build against the job now (report/rejudged.py)
         ResultRow.build_command,
         ResultRow.expected,
-        ResultRow.expected_reason,  # a waived CUDA-error rule is said there (cuda_waiver.py)
+        ResultRow.expected_reason,
+        ResultRow.cuda_waived,  # judged with the CUDA-error rule waived (cuda_waiver.was_waived)
         ResultRow.outcome,
         ResultRow.failed_stage,
         ResultRow.reason,

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.config import inputs
+from orchestrator.cuda_waiver import stored_waiver
 from orchestrator.outcomes import Outcome
 from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow
 
@@ -109,6 +110,7 @@ class ResultRecord(_Record):
     expected: str
     contract_expected: str
     expected_reason: str
+    cuda_waived: bool = False
     known_failure_reason: str | None = None
     outcome: str
     failed_stage: str | None = None
@@ -277,6 +279,7 @@ def result_record(
         expected=exp.label,
         contract_expected=exp.outcome.value,
         expected_reason=exp.reason,
+        cuda_waived=stored_waiver(exp, verdict.outcome),  # the expectation's flag, never its words
         known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
         outcome=verdict.outcome.value,
         failed_stage=verdict.failed_stage,

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from orchestrator.cuda_waiver import journaled
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import card_columns
@@ -72,6 +73,7 @@ _JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
         "variant": (str,),
         "node": (str,),
         "outcome": (str,),
+        "cuda_waived": (bool,),  # a journal before 0015 has none (cuda_waiver.journaled)
         "exit_code": (int, type(None)),
         "started_at": (datetime,),
     },
@@ -98,7 +100,9 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
     for number, (kind, fields) in enumerate(records, 1):
         counts[kind] = counts.get(kind, 0) + 1
         for key, types in _JOURNAL_TYPES.get(kind, {}).items():
-            if key in fields and (not isinstance(fields[key], types) or isinstance(fields[key], bool)):
+            value = fields.get(key)
+            # a bool is an int to isinstance: where a number is owed, true or false is refused
+            if key in fields and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
                 found = f"{key} is {fields[key]!r}"
                 raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
         if big := next((v for v in fields.values() if isinstance(v, int) and not _INT64 <= v < -_INT64), None):
@@ -345,7 +349,7 @@ class Recovery:
                 elif kind == "result":
                     ref = fields.pop("snapshot_ref")
                     metrics = fields.pop("metrics", [])
-                    row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **fields}
+                    row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **journaled(fields)}
                     insert_result(connection, row, metrics, ())
                     kept = fit(RESULTS, fields)  # the cell as stored, to match its planned one's
                     done.add((kept["kernel"], kept["variant"], kept["node"], kept.get("device", "")))

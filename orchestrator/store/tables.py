@@ -153,6 +153,9 @@ class ResultRow(Base):
     expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared
     contract_expected: Mapped[str] = mapped_column(String(32))  # what the contract alone says
     expected_reason: Mapped[str] = mapped_column(Text)
+    # judged with the CUDA-error rule waived (`cuda_error_text: expected`), a pass (cuda_waiver.py):
+    # typed, not read from NOTE in expected_reason (0015, which filled it for earlier rows)
+    cuda_waived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     known_failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     outcome: Mapped[str] = mapped_column(String(32), index=True)
     failed_stage: Mapped[str | None] = mapped_column(String(16), nullable=True)

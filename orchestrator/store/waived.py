@@ -3,6 +3,7 @@
 The run pages' matrices and the kernel pages' history grids are made from light rows (id, cell,
 outcome) that hold no expected_reason, where the waiver is stamped: a waived pass there read as a
 plain green one while the index matrix, the exports and the ledger flagged it (red-team round 106).
+The flag is results.cuda_waived (0015), not NOTE found in expected_reason (review 111).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from orchestrator.cuda_waiver import NOTE, PASSED
+from orchestrator.cuda_waiver import PASSED
 from orchestrator.store.tables import ResultRow
 
 if TYPE_CHECKING:
@@ -31,10 +32,9 @@ class WaivedQueries:
         found: set[int] = set()
         with self._reading() as session:
             # one run at a time, as unconfirmed_results: ix_results_run_cell narrows each to its passes
-            # before any wide row is read for its expected_reason
             for run_id in dict.fromkeys(run_ids):
-                query = select(ResultRow.id, ResultRow.expected_reason).where(
-                    ResultRow.run_id == run_id, ResultRow.outcome.in_(PASSED)
+                query = select(ResultRow.id).where(
+                    ResultRow.run_id == run_id, ResultRow.outcome.in_(PASSED), ResultRow.cuda_waived.is_(True)
                 )
-                found.update(rid for rid, reason in session.connection().execute(query) if NOTE in (reason or ""))
+                found.update(session.connection().execute(query).scalars())
         return found
