@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from farm_cli import farm
 from nodes import Fleet, query
 from toyfarm import toy_farm
 
@@ -86,18 +86,11 @@ def commit(root: Path, message: str, files: dict[str, str]) -> str:
     return git(root, "rev-parse", "HEAD")
 
 
-def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def farm_in_repo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`farm ARGS` in the farm's git repository `cwd`: no FARM_* of the caller's shell, and git
+    stops at `cwd` (a farm outside git must not find the checkout that holds the test folder)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
-    env["GIT_CEILING_DIRECTORIES"] = str(Path(cwd or ".").resolve().parent)
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    return farm(*args, cwd=cwd, env=env, extra_env={"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)})
 
 
 def farm_yaml(nodes: dict[str, object]) -> str:
@@ -146,7 +139,7 @@ def commits_run(db: Path) -> list[str]:
 def test_bisect_names_the_planted_regression_and_runs_only_commits_that_touch_the_inputs(history):
     root = Path(history["root"])
     status, head = git(root, "status", "--porcelain", "--untracked-files=no"), git(root, "rev-parse", "HEAD")
-    done = farm("bisect", "saxpy:plain", "--node", "t4", "--good", "v1", "--bad", "HEAD", cwd=root)
+    done = farm_in_repo("bisect", "saxpy:plain", "--node", "t4", "--good", "v1", "--bad", "HEAD", cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     c = history
     assert f"first bad commit: {c['c4']} (" in done.stdout and "saxpy: a tuned scale" in done.stdout, done.stdout
@@ -204,7 +197,7 @@ def test_selection_and_revision_errors_exit_3_and_run_nothing(history):
     ]
     for args, says in cases:
         node = [] if "--node" in args else ["--node", "t4"]
-        done = farm("bisect", *args, *node, cwd=root)
+        done = farm_in_repo("bisect", *args, *node, cwd=root)
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert done.stderr.startswith("Error: ") and says in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
@@ -213,14 +206,14 @@ def test_selection_and_revision_errors_exit_3_and_run_nothing(history):
 
 def test_ends_that_bracket_no_regression_exit_1_and_a_node_down_exits_4(history):
     root = Path(history["root"])
-    done = farm("bisect", "saxpy:plain", "--node", "t4", "--good", "v1", "--bad", history["c2"], cwd=root)
+    done = farm_in_repo("bisect", "saxpy:plain", "--node", "t4", "--good", "v1", "--bad", history["c2"], cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"--bad {history['c2'][:12]} is as expected: nothing to bisect" in done.stdout
     assert "bisect: exit 1 (no first bad commit)" in done.stdout
-    done = farm("bisect", "saxpy:plain", "--node", "t4", "--good", history["c4"], "--bad", "HEAD", cwd=root)
+    done = farm_in_repo("bisect", "saxpy:plain", "--node", "t4", "--good", history["c4"], "--bad", "HEAD", cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"--good {history['c4'][:12]} is not as expected (fail at run: " in done.stdout, done.stdout
-    done = farm("bisect", "saxpy:plain", "--node", "down", "--good", "v1", "--bad", "HEAD", cwd=root)
+    done = farm_in_repo("bisect", "saxpy:plain", "--node", "down", "--good", "v1", "--bad", "HEAD", cwd=root)
     assert done.returncode == 4, done.stdout + done.stderr
     assert re.search(r"^bad end\s+\w{12} infra: infra-error", done.stdout, re.M), done.stdout
     assert "no verdict either way" in done.stdout and "first bad commit" not in done.stdout
@@ -243,7 +236,7 @@ def test_untestable_commits_are_skipped_and_never_guessed_past(tmp_path):
         root, "toy: fix the job, break the build", {"jobs/toy.yaml": job, "kernels/toy.cpp": "int main( {"}
     )
     commit(root, "notes", {"NOTES.md": "notes\n"})
-    done = farm("bisect", "toy:plain", "--node", "here", "--good", good, "--bad", "HEAD", cwd=root)
+    done = farm_in_repo("bisect", "toy:plain", "--node", "here", "--good", good, "--bad", "HEAD", cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr
     assert re.search(rf"^step\s+{broken[:12]} untestable: .*colour", done.stdout, re.M), done.stdout
     assert re.search(rf"^step\s+{regression[:12]} bad: build-fail", done.stdout, re.M), done.stdout
@@ -253,7 +246,7 @@ def test_untestable_commits_are_skipped_and_never_guessed_past(tmp_path):
 
 
 def test_a_farm_outside_git_is_refused(tmp_path):
-    done = farm(
+    done = farm_in_repo(
         "bisect", "toy:plain", "--node", "here", "--good", "HEAD~1", "--bad", "HEAD", cwd=toy_farm(tmp_path).parent
     )
     assert done.returncode == 3 and "outside any git repository" in done.stderr, done.stderr
@@ -301,7 +294,7 @@ def test_a_commit_is_judged_on_the_cells_that_are_bad_at_the_bad_end(tmp_path):
     shas["c3"] = commit(root, "c3: another timeout", {"jobs/toy.yaml": job("-lnosuchlib", 40)})
     shas["c4"] = commit(root, "c4: b fixed", {"jobs/toy.yaml": job("", 40)})
     shas["c5"] = commit(root, "c5: a broken", {"kernels/toy.cpp": broken_a})
-    done = farm("bisect", "toy", "--node", "here", "--good", "good", "--bad", "HEAD", cwd=root)
+    done = farm_in_repo("bisect", "toy", "--node", "here", "--good", "good", "--bad", "HEAD", cwd=root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"first bad commit: {shas['c5']} (" in done.stdout, done.stdout
     # c1..c3, where b was broken, were judged good on a (or never run): none is named

@@ -15,23 +15,13 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from farm_cli import farm
 from toyfarm import toy_farm
 
 from orchestrator.cli import EXIT_MEANING, main
 
 REPO = Path(__file__).resolve().parents[1]
 FILE_ONLY = "(junit and json are one file)"
-
-
-def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_verify_report_show_round_trip(tmp_path):

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from farm_cli import farm, farm_argv, farm_env
 from faults import (
     FAULTS_KERNEL,
     NetnsNode,
@@ -86,33 +87,20 @@ def run_farm(config: Path, selectors: list[str] | None = None) -> tuple[RunSumma
 
 
 def cli_env(root: Path) -> dict[str, str]:
-    # the archive cache of the farm's own machine, kept inside the test's folder; this checkout's
-    # farm first on the path: run from the test's folder, `PYTHONPATH=.` named that folder, and
-    # a checkout's tests ran the farm the virtual environment had installed (a red-team note)
-    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "XDG_CACHE_HOME": str(root / "xdg-cache"), "PYTHONPATH": path}
+    # the archive cache of the farm's own machine, kept inside the test's folder (farm_env puts
+    # this checkout first on PYTHONPATH: see tests/farm_cli.py)
+    return farm_env(extra_env={"XDG_CACHE_HOME": str(root / "xdg-cache")})
 
 
-def farm_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", *args]
-
-
-def farm_cli(root: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        farm_cmd(*args),
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=cli_env(root),
-        timeout=timeout,
-        check=False,
-    )
+def farm_cli(root: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`farm ARGS` run from the farm folder `root`, its archive cache inside it."""
+    return farm(*args, cwd=root, env=cli_env(root), timeout=timeout)
 
 
 def farm_popen(root: Path, *args: str, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(
-            farm_cmd(*args), stdout=out, stderr=subprocess.STDOUT, cwd=root, env=cli_env(root), start_new_session=True
+            farm_argv(*args), stdout=out, stderr=subprocess.STDOUT, cwd=root, env=cli_env(root), start_new_session=True
         )
 
 
@@ -638,7 +626,7 @@ def test_kernel_printing_100_mb(ssh_fleet: Fleet, tmp_path: Path) -> None:
     config = write_farm(tmp_path, nodes, [faults_job(variants)], output_cap=OUTPUT_CAP)
     args = ["verify", "--all", "--config", str(config), "--no-report"]
     done = subprocess.run(
-        [sys.executable, "-c", PEAK_RSS, *farm_cmd(*args)],
+        [sys.executable, "-c", PEAK_RSS, *farm_argv(*args)],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -37,12 +37,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import farm_cli
 import pytest
 import yaml
 from toyfarm import toy_farm
@@ -144,24 +144,14 @@ class ToyFarms:
         self.root = base / "farm"
         self.config = toy_farm(self.root)
         self.elsewhere = toy_farm(base / "elsewhere").parent
-        self.executable = [str(Path(sys.executable).with_name("farm"))]
-        if not Path(self.executable[0]).is_file():  # a Python whose environment has no `farm` script
-            self.executable = [sys.executable, "-m", "orchestrator.cli"]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FARM_")}
         self._history: dict[str, str] | None = None  # the toy's git history, made by the first bisect line
         seeded = self.farm("verify", "--all", "--no-report")
         assert seeded.returncode == 0, seeded.stdout + seeded.stderr
 
-    def farm(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*self.executable, *args],
-            cwd=cwd or self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+    def farm(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        # the README's lines as an operator types them: the installed `farm` script
+        return farm_cli.farm(*args, cwd=cwd or self.root, env=self.env, console_script=True)
 
     def fresh_journal(self) -> Path:
         """The journal of a new run in the other farm: a run the toy farm's database lacks."""

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from farm_cli import farm
 from nodes import Fleet, standin_job, standin_variant
 from test_config import GOOD_JOB, load_error
 from test_config import make_farm as job_farm
@@ -106,24 +104,15 @@ def test_a_failed_verify_s_log_holds_no_conninfo_password(tmp_path: Path) -> Non
     port = _free_port()
     url = f"postgresql+psycopg://farm@127.0.0.1:{port}/db?dbname=host%3D127.0.0.1%20port%3D{port}%20password%3D{SECRET}"
     log = tmp_path / "verify.log"
-    run = _farm("verify", "--all", "--no-report", "--config", str(config), "--database", url, "--log", str(log))
+    run = farm(
+        "verify", "--all", "--no-report", "--config", str(config), "--database", url, "--log", str(log), umask=0o022
+    )
     assert run.returncode == 5, run.stdout + run.stderr
     assert SECRET not in run.stdout + run.stderr + log.read_text()
     assert "dbname=***" in log.read_text()
 
 
 # 2. modes: the journal is the database's copy, the report is published ----------------------
-def _farm(*args: str, umask: int = 0o022) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        preexec_fn=lambda: os.umask(umask),  # cron's or a login's umask: the test's subject
-    )
-
-
 def _mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
@@ -131,14 +120,14 @@ def _mode(path: Path) -> int:
 def test_the_journal_gets_no_more_readers_than_the_database_it_copies(tmp_path: Path) -> None:
     """results.db kept owner-only (0600) had its journal, every record and output of it, 0644."""
     config = toy_farm(tmp_path)
-    first = _farm("verify", "--all", "--no-report", "--config", str(config))
+    first = farm("verify", "--all", "--no-report", "--config", str(config), umask=0o022)
     assert first.returncode == 0, first.stdout + first.stderr
     database = tmp_path / "results.db"
     journals = database.with_name("results.db.journal")
     assert {_mode(j) for j in journals.glob("*.jsonl")} == {_mode(database)} == {0o644}  # both as the umask says
     database.chmod(0o600)
     before = set(journals.glob("*.jsonl"))
-    second = _farm("verify", "--all", "--no-report", "--config", str(config))
+    second = farm("verify", "--all", "--no-report", "--config", str(config), umask=0o022)
     assert second.returncode == 0, second.stdout + second.stderr
     (new,) = set(journals.glob("*.jsonl")) - before
     assert _mode(new) == 0o600
@@ -154,7 +143,7 @@ def test_report_pages_rendered_under_umask_077_can_be_served(tmp_path: Path) -> 
     """The report is published (README: reviewers read reports/): under cron's umask 077 every page
     and folder was the farm user's alone, and the web server serving reports/ answered 403."""
     config = toy_farm(tmp_path)
-    run = _farm("verify", "--all", "--config", str(config), umask=0o077)
+    run = farm("verify", "--all", "--config", str(config), umask=0o077)
     assert run.returncode == 0, run.stdout + run.stderr
     reports = tmp_path / "reports"
     pages = [p for p in reports.rglob("*") if not p.name.startswith(".")]

@@ -15,8 +15,9 @@ import secrets
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import Fleet, query, standin_job, standin_variant
-from test_redteam99 import everything_written, farm
+from test_redteam99 import everything_written
 from test_verdicts import run
 
 from orchestrator.config.farm import load_farm

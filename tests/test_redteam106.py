@@ -14,8 +14,9 @@ import secrets
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import Fleet, query, standin_job, standin_variant
-from test_redteam99 import everything_written, farm, postgres_database  # noqa: F401 - a fixture
+from test_redteam99 import everything_written, postgres_database  # noqa: F401 - a fixture
 from test_verdicts import run
 
 from orchestrator.config.farm import load_farm

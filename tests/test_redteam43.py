@@ -4,12 +4,11 @@ older green page or export."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from farm_cli import farm
 from test_report import certify
 from toyfarm import toy_farm
 
@@ -19,12 +18,6 @@ from orchestrator.report import site
 from orchestrator.report.model import collect
 from orchestrator.store.database import Store
 from orchestrator.store.lock import run_lock
-
-
-def farm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 def summary_of(index: Path) -> str:

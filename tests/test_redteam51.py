@@ -10,16 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.store.lock import run_lock
-
-
-def farm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 def nightly(config: Path, log: Path) -> subprocess.CompletedProcess:

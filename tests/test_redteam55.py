@@ -8,12 +8,12 @@ import os
 import pty
 import select
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from farm_cli import farm, farm_argv, farm_env
 from nodes import Card, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75
 
@@ -48,13 +48,13 @@ def evil_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 def farm_cli(*args: str, tty: bool = False, terminal: tuple[int, int] | None = None) -> tuple[int, bytes]:
     """The farm's command line in a subprocess; `tty`: on a terminal of its own (`terminal`: this one,
     from pty.openpty()), as an operator runs it, its live display on."""
-    argv = [sys.executable, "-m", "orchestrator.cli", *args]
     if not tty:
-        done = subprocess.run(argv, capture_output=True, timeout=300, check=False)
+        done = farm(*args, text=False)  # bytes: the escapes exactly as written, bad UTF-8 too
         return done.returncode, done.stdout + done.stderr
+    # a terminal session the shared helper does not drive: the same command and environment
     master, slave = terminal or pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env)
+    env = farm_env(extra_env={"TERM": "xterm-256color", "COLUMNS": "200"})
+    proc = subprocess.Popen(farm_argv(*args), stdin=slave, stdout=slave, stderr=slave, env=env)
     os.close(slave)
     out = bytearray()
     while True:

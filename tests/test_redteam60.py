@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from farm_cli import farm_argv
 from faults import faults_job, faults_variant, wait_for
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, Fleet, nvidia_smi_script, query, smi_on_path
-from test_faults import MIN75, cli_env, farm_cmd, kernel_running, results
+from test_faults import MIN75, cli_env, kernel_running, results
 from toyfarm import TOY_SOURCE, toy_farm
 
 from orchestrator.cli import main
@@ -136,7 +137,7 @@ def start_slow(ssh_fleet: Fleet, tmp_path: Path, slow_s: int, nohup: bool) -> tu
     # this checkout's farm, whatever PYTHONPATH says: a relative one (`PYTHONPATH=.`) is read from the
     # farm's cwd, and the package installed in the virtual environment (another checkout) ran instead
     env = {**cli_env(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    command = (["nohup"] if nohup else []) + farm_cmd("verify", "--all", "--config", str(config), "--no-report")
+    command = (["nohup"] if nohup else []) + farm_argv("verify", "--all", "--config", str(config), "--no-report")
     with open(log, "wb") as out:
         farm = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, start_new_session=True

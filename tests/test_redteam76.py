@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import CARDS, nvidia_smi_script, smi_on_path
 from toyfarm import toy_farm
 
@@ -34,12 +34,6 @@ int main() {
 }
 """
 GFLOPS = "metrics:\n  gflops: {regex: '^GFLOP/s: (\\S+)$', unit: GFLOP/s, better: higher, tolerance: 0.1}\n"
-
-
-def farm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 @pytest.fixture

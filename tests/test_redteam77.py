@@ -13,13 +13,11 @@ outcome but not its figures."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from test_metrics import ENV, metric, new_run, result_record
 from test_redteam76 import (
     night,
@@ -29,18 +27,6 @@ from toyfarm import toy_farm
 
 from orchestrator.report import grids, trends
 from orchestrator.store.database import Store
-
-
-def farm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
-
 
 # ------------------------------------------------------------ 1. what a baseline is made of
 
@@ -103,7 +89,7 @@ def toy(tmp_path: Path) -> Path:
 
 def test_an_unusable_url_in_farm_database_is_named_as_farm_database(toy: Path) -> None:
     for url in ("sqlite://", f"sqlite:///{toy.parent}/no/such/folder/r.db"):
-        done = farm("verify", "--all", "--no-report", "--config", str(toy), env={"FARM_DATABASE": url})
+        done = farm("verify", "--all", "--no-report", "--config", str(toy), extra_env={"FARM_DATABASE": url})
         assert done.returncode == 3, done.stderr
         assert done.stderr.startswith("Error: FARM_DATABASE: found"), done.stderr
     # on the command line it is still --database
@@ -119,7 +105,7 @@ def test_a_sqlite_timeout_that_is_no_number_names_the_key_and_what_it_takes(toy:
         ("FARM_DATABASE", ["report", "--format", "json"], {"FARM_DATABASE": url}),  # a reading command too
     ]
     for where, args, env in tries:
-        done = farm(*args, "--config", str(toy), env=env)
+        done = farm(*args, "--config", str(toy), extra_env=env)
         assert done.returncode == 3, (args, done.stderr)
         said = done.stderr
         assert said.startswith(f"Error: {where}: ") and "timeout" in said and "a number of seconds" in said, said

@@ -20,8 +20,8 @@ import sqlite3
 from pathlib import Path
 
 from click.testing import CliRunner
+from farm_cli import farm
 from test_redteam46 import summary_of
-from test_redteam77 import farm
 from toyfarm import toy_farm
 
 from orchestrator.cli import main
@@ -45,9 +45,9 @@ def test_farm_nodes_is_not_green_for_a_node_verify_refuses(tmp_path: Path) -> No
     smi.write_text(MISMATCH)
     smi.chmod(0o755)
     env = {"PATH": f"{smi.parent}:{os.environ['PATH']}"}
-    run = farm("verify", "--all", "--config", str(config), env=env)
+    run = farm("verify", "--all", "--config", str(config), extra_env=env)
     assert run.returncode == 4, run.stdout + run.stderr
-    probed = farm("nodes", "--config", str(config), env=env)
+    probed = farm("nodes", "--config", str(config), extra_env=env)
     assert probed.returncode == 4, probed.stdout + probed.stderr
     row = next(line for line in probed.stdout.splitlines() if line.startswith("here "))
     assert "unusable" in row and "nvidia-smi failed" in row and "version mismatch" in row, row
@@ -147,9 +147,9 @@ def test_jobs_and_nodes_start_without_the_database_folder(tmp_path: Path) -> Non
     neither of them opens; the operator could not check the fleet while the disk was away."""
     config = toy_farm(tmp_path)
     env = {"FARM_DATABASE": f"sqlite:///{tmp_path}/unmounted/results.db"}
-    jobs = farm("jobs", "--config", str(config), env=env)
+    jobs = farm("jobs", "--config", str(config), extra_env=env)
     assert jobs.returncode == 0 and "kernel: toy" in jobs.stdout, jobs.stdout + jobs.stderr
-    nodes = farm("nodes", "--config", str(config), env=env)
+    nodes = farm("nodes", "--config", str(config), extra_env=env)
     assert nodes.returncode == 0 and "no GPU" in nodes.stdout, nodes.stdout + nodes.stderr
     assert not (tmp_path / "unmounted").exists()
 
@@ -169,7 +169,7 @@ def test_a_database_in_the_jobs_folder_is_refused_before_its_lock_is_taken(tmp_p
         (["import", str(config), "--database", f"sqlite:///{job}"], {}, "--database"),
         (["verify", "--all"], {"FARM_DATABASE": f"sqlite:///{tmp_path}/jobs/new.yaml"}, "FARM_DATABASE"),
     ):
-        done = farm(*args, "--config", str(config), env=env)
+        done = farm(*args, "--config", str(config), extra_env=env)
         assert done.returncode == 3, done.stdout + done.stderr
         assert done.stderr.startswith(f"Error: {where}: found sqlite:///{tmp_path}/jobs/"), done.stderr
         assert "in the farm's `jobs` folder" in done.stderr, done.stderr

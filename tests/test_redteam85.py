@@ -31,13 +31,9 @@ import time
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import CARDS, nvidia_smi_script, smi_on_path
 from toyfarm import toy_farm
-
-
-def farm(*args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "orchestrator.cli", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
 
 
 def rows(db: Path, sql: str) -> list[sqlite3.Row]:

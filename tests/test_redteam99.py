@@ -11,14 +11,13 @@ import base64
 import contextlib
 import os
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import CARDS, Fleet, nvidia_smi_script, query, standin_job, standin_variant
 from sqlalchemy import create_engine, make_url, text
 from test_verdicts import run
@@ -36,17 +35,6 @@ int main() {
     return 0;
 }
 """
-
-
-def farm(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
 
 
 @pytest.fixture

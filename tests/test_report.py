@@ -12,13 +12,12 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from farm_cli import farm as farm_cli
 from junitparser import JUnitXml
 from nodes import CARDS, nvidia_smi_script, smi_on_path, standin_job, standin_variant
 from toyfarm import toy_farm
@@ -257,15 +256,11 @@ def test_header_claiming_verified_without_a_record_is_flagged():
 # ---------------------------------------------------------------- exports
 
 
-def farm_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def test_junit_export_parses_and_matches_the_database(toy_run):
     root, _, _, summary = toy_run
-    done = farm_cli("report", "--format", "junit", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"))
+    done = farm_cli(
+        "report", "--format", "junit", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"), timeout=120
+    )
     assert done.returncode == 0, done.stderr
     path = root / "junit.xml"
     path.write_text(done.stdout)
@@ -320,7 +315,9 @@ def test_junit_carries_no_byte_that_xml_cannot(toy_run, tmp_path):
 
 def test_json_export_has_the_cells_and_the_ledger(toy_run):
     root, _, _, summary = toy_run
-    done = farm_cli("report", "--format", "json", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"))
+    done = farm_cli(
+        "report", "--format", "json", "--run", str(summary.run_id), "--config", str(root / "farm.yaml"), timeout=120
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["run"]["id"] == summary.run_id and document["run"]["trigger"] == "manual"

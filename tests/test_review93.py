@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from farm_cli import farm, farm_argv
 from filelock import FileLock
-from test_faults import cli_env, farm_cli, farm_cmd
+from test_faults import cli_env, farm_cli
 from toyfarm import toy_farm
 
 from orchestrator.errors import EXIT_CONFIG, EXIT_INFRA, EXIT_OK
@@ -46,7 +47,7 @@ def test_a_stop_while_waiting_for_the_run_lock_says_so_everywhere(tmp_path: Path
     held.acquire()  # an overlapping cron's run
     try:
         farm = subprocess.Popen(
-            farm_cmd("verify", "--all", "--config", str(config), "--wait", "120", "--log", log),
+            farm_argv("verify", "--all", "--config", str(config), "--wait", "120", "--log", log),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -78,15 +79,7 @@ def _cron_env(tmp_path: Path, home: Path) -> dict[str, str]:
 
 
 def _verify_as_cron(tmp_path: Path, config: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        farm_cmd("verify", "--all", "--config", str(config)),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=_cron_env(tmp_path, home),
-        timeout=180,
-        check=False,
-    )
+    return farm("verify", "--all", "--config", str(config), cwd=tmp_path, env=_cron_env(tmp_path, home), timeout=180)
 
 
 def test_the_local_node_runs_under_a_home_that_is_no_folder(tmp_path: Path) -> None:
@@ -116,7 +109,7 @@ def test_stdout_on_a_full_disk_is_said_so_not_a_bug_in_farm(tmp_path: Path, comm
     assert farm_cli(tmp_path, "verify", "--all", "--config", str(config)).returncode == EXIT_OK
     with open("/dev/full", "w") as full:
         done = subprocess.run(
-            farm_cmd(*command, "--config", str(config)),
+            farm_argv(*command, "--config", str(config)),
             stdout=full,
             stderr=subprocess.PIPE,
             text=True,
@@ -154,7 +147,7 @@ def test_a_bisect_stopped_while_it_waits_for_the_run_lock_ends_at_once(tmp_path:
     held = FileLock(str(lock_path(f"sqlite:///{root / 'results.db'}", root)))
     held.acquire()  # a cron's run
     try:
-        command = farm_cmd("bisect", "toy:plain", "--node", "here", "--good", "HEAD~1", "--bad", "HEAD")
+        command = farm_argv("bisect", "toy:plain", "--node", "here", "--good", "HEAD~1", "--bad", "HEAD")
         bisect = subprocess.Popen(
             [*command, "--wait", "120", "--config", str(config)],
             stdout=subprocess.PIPE,

@@ -7,13 +7,13 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
+from farm_cli import farm as farm_cli
 from sqlalchemy import create_engine
 from toyfarm import toy_farm
 
@@ -67,12 +67,6 @@ def revision_of(path: Path) -> str | None:
         if "alembic_version" not in tables:
             return None
         return db.execute("select version_num from alembic_version").fetchone()[0]
-
-
-def farm_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 def test_a_command_that_only_reads_never_upgrades_an_older_database(tmp_path):
