@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import os
 import re
 import sqlite3
 import statistics
@@ -40,6 +41,28 @@ from orchestrator.store import database  # noqa: E402
 from orchestrator.transport import ssh  # noqa: E402
 
 EVENTS: list[tuple[float, str, str]] = []
+# every process's events, one line each (O_APPEND, one write): the farm's worker processes (forked
+# with these wrappers in place) note theirs here too, on the same CLOCK_MONOTONIC
+EVENTS_FD = -1
+
+
+def note(at: float, step: str, node: str) -> None:
+    os.write(EVENTS_FD, f"{at!r}\t{step}\t{node}\n".encode())
+
+
+def collect() -> None:
+    """EVENTS from the file, this process's and its workers'; the file emptied for the next rep."""
+    EVENTS.clear()
+    os.lseek(EVENTS_FD, 0, os.SEEK_SET)
+    data = b""
+    while chunk := os.read(EVENTS_FD, 1 << 20):
+        data += chunk
+    for line in data.decode().splitlines():
+        at, step, node = line.split("\t")
+        EVENTS.append((float(at), step, node))
+    os.ftruncate(EVENTS_FD, 0)
+
+
 CLOCKED_KERNEL = f'#!/bin/sh\necho S$(date +%s.%N)\nsleep "$1"\necho E$(date +%s.%N)\necho "{fleet.PASS}"\n'
 
 
@@ -49,11 +72,11 @@ def timed(owner: Any, name: str, step: str, node_of=lambda args: "") -> None:
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
-        EVENTS.append((time.monotonic(), step + ">", node_of(args)))
+        note(time.monotonic(), step + ">", node_of(args))
         try:
             return original(*args, **kwargs)
         finally:
-            EVENTS.append((time.monotonic(), step, node_of(args)))
+            note(time.monotonic(), step, node_of(args))
 
     setattr(owner, name, wrapper)
 
@@ -72,11 +95,10 @@ def instrument() -> None:
     def run(self, plan, cell, deadline, sink):
         if cell and self.name not in first_sent:
             first_sent.add(self.name)
-            EVENTS.append((time.monotonic(), "first cell sent", self.name))
+            note(time.monotonic(), "first cell sent", self.name)
         return original(self, plan, cell, deadline, sink)
 
     resident.ResidentRunner.run = run
-    EVENTS.append((0.0, "reset", ""))
     instrument.first_sent = first_sent  # type: ignore[attr-defined]
 
 
@@ -109,9 +131,12 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--delay-ms", type=float, default=0.0, help="round-trip delay (bench/delay_proxy.py)")
+    ap.add_argument("--processes", default="auto", help="farm.yaml's processes (worker processes for the nodes)")
     args = ap.parse_args()
-    instrument()
     tmp = Path(tempfile.mkdtemp(prefix="timeline-"))
+    global EVENTS_FD
+    EVENTS_FD = os.open(tmp / "events", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    instrument()
     nodes = Fleet(tmp / "nodes")
     code = 0
     try:
@@ -123,13 +148,20 @@ def main() -> int:
         fleet.KERNEL_SCRIPT = CLOCKED_KERNEL
         run = "{binary} 1.0"
         for rep in range(args.reps):
-            EVENTS.clear()
+            collect()
             instrument.first_sent.clear()  # type: ignore[attr-defined]
             proxy, ports = fleet.start_delay_proxy(members, args.delay_ms) if args.delay_ms else (None, None)
             try:
                 root = tmp / f"farm{rep}"
                 farm_file = fleet.write_farm(
-                    root, members, 6, f"sleep 0.5 && {fleet.kernel_build()}", run, 2, ports=ports
+                    root,
+                    members,
+                    6,
+                    f"sleep 0.5 && {fleet.kernel_build()}",
+                    run,
+                    2,
+                    ports=ports,
+                    processes=args.processes,
                 )
                 clock = time.monotonic()
                 summary = fleet.farm_run(farm_file, root / "archives")
@@ -138,6 +170,7 @@ def main() -> int:
                 if proxy is not None:
                     proxy.terminate()
                     proxy.wait()
+            collect()
             cells = args.nodes * 6
             if summary.outcomes.get("pass", 0) != cells:
                 print(f"rep {rep}: NOT ALL PASS {dict(summary.outcomes)}")
