@@ -67,6 +67,8 @@ def _flags(store: Store, run_id: int, tmp_path: Path) -> dict[str, dict[str, boo
             "json": cells[variant]["cuda_error_waived"],
             "junit": junit.get("cuda_error_waived") == FLAG,
             "matrix": FLAG in cell,
+            # the cell's own page, from the column too (its reason's words showed as a waiver there)
+            "page": 'class="flag waived"' in (tmp_path / "site" / "cells" / f"{row.id}.html").read_text(),
         }
     return found
 
@@ -81,7 +83,7 @@ def test_a_reason_that_merely_holds_the_note_is_not_waived(tmp_path: Path) -> No
         flags = _flags(store, run_id, tmp_path)
     finally:
         store.close()
-    assert flags["look"] == dict.fromkeys(("row", "query", "json", "junit", "matrix"), False), flags
+    assert flags["look"] == dict.fromkeys(("row", "query", "json", "junit", "matrix", "page"), False), flags
 
 
 def test_a_waived_pass_is_flagged_everywhere_and_only_a_pass(tmp_path: Path) -> None:
@@ -97,8 +99,8 @@ def test_a_waived_pass_is_flagged_everywhere_and_only_a_pass(tmp_path: Path) -> 
         flags = _flags(store, run_id, tmp_path)
     finally:
         store.close()
-    assert flags["waived"] == dict.fromkeys(("row", "query", "json", "junit", "matrix"), True), flags
-    assert flags["strict"] == dict.fromkeys(("row", "query", "json", "junit", "matrix"), False), flags
+    assert flags["waived"] == dict.fromkeys(("row", "query", "json", "junit", "matrix", "page"), True), flags
+    assert flags["strict"] == dict.fromkeys(("row", "query", "json", "junit", "matrix", "page"), False), flags
 
 
 def test_the_flag_is_the_expectations_and_only_for_a_pass() -> None:
@@ -207,3 +209,31 @@ def test_the_migration_backfills_an_older_database(
         "strict": False,
     }
     assert column.nullable is False and column.server_default is not None
+
+
+def test_farm_show_flags_a_waived_pass_from_the_column_alone(tmp_path: Path) -> None:
+    """`farm show` says the waiver as the matrix does, from results.cuda_waived: a reason that
+    merely holds the note's words is no flag there either."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store = Store(url)
+    try:
+        planned = [("gemm", v, "h100", "NVIDIA H100") for v in ("waived", "look")]
+        run_id = store.begin_run(planned=planned, **RUN)
+        store.add_result(_pass(run_id, "waived", f"CC 9.0 satisfies CC >= 8.0; {NOTE}", cuda_waived=True))
+        store.add_result(_pass(run_id, "look", LOOKALIKE))
+        store.finish_run(run_id, "finished", 0)
+        ids = {r.variant: r.id for r in store.results(run_id)}
+    finally:
+        store.close()
+    config = Path(__file__).resolve().parent.parent / "farms" / "hopper-h100.yaml"
+    said = {}
+    for variant, rid in ids.items():
+        shown = CliRunner().invoke(main, ["show", str(rid), "--config", str(config), "--database", url])
+        assert shown.exit_code == 0, shown.output
+        said[variant] = [line for line in shown.output.splitlines() if line.startswith("flag ")]
+    assert len(said["waived"]) == 1 and FLAG in said["waived"][0], said
+    assert said["look"] == [], said

@@ -229,6 +229,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
 
     Example: farm show 12
     """
+    from orchestrator.cuda_waiver import FLAG, was_waived
     from orchestrator.report.cell_page import commit_text, driver_text, nvcc_text
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
@@ -243,6 +244,8 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     say(f"result {r.id} (run {r.run_id}): {r.kernel}:{r.variant} on {r.node}" + (card if r.device else ""))
     say(f"outcome   {r.outcome}" + (f" at {r.failed_stage}" if r.failed_stage else "") + f": {r.reason}")
     say(f"expected  {r.expected}: {r.expected_reason}")
+    if was_waived(r):  # the column's word, as the matrix's: a reason's words are no flag
+        say(f"flag      {FLAG}: a pass the CUDA-error rule did not look at (`cuda_error_text: expected`)")
     # what the cell page and the exports flag, said here too (a red-team finding: `farm show`
     # printed a pass on a stand-in card, or from a killed run, with no word of either)
     run = store.run(r.run_id)

@@ -17,6 +17,7 @@ from jinja2 import Environment
 from sqlalchemy import JSON
 
 from orchestrator import metrics
+from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.report import history
 from orchestrator.report.escape import decoded_text, page_name, when
 from orchestrator.report.escape import e as _e
@@ -101,6 +102,8 @@ def cell_body(
             f"<small class=\"flag\">a bisection's run of commit {_e(bisected)}: not the kernel's sources now, "
             "and compared with none of the fleet's runs</small>"
         )
+    if was_waived(r):  # from results.cuda_waived, as the matrix flags it: the reason's words are no flag
+        unsure_text += f'<small class="flag waived">{FLAG}</small>'
     for flag in since:  # grey, never green, as the matrix shows it (the stamp holds the flags)
         unsure = " unconfirmed" if category(r.outcome) == "good" else unsure
         unsure_text += f'<small class="flag rejudged">{_ew(flag)}</small>'
