@@ -9,13 +9,12 @@ import shlex
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
-from farm_cli import farm
+from farm_cli import farm, farm_argv, farm_env
 from toyfarm import toy_farm
 
 from orchestrator.cli import EXIT_MEANING, main
@@ -118,13 +117,8 @@ def test_store_error_exit_code(tmp_path):
 def test_environment_overrides_farm_yaml(tmp_path, monkeypatch):
     config = toy_farm(tmp_path)
     url = f"sqlite:///{tmp_path / 'other.db'}"
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**__import__("os").environ, "FARM_CONFIG": str(config), "FARM_DATABASE": url},
+    done = farm(
+        "verify", "--all", "--no-report", extra_env={"FARM_CONFIG": str(config), "FARM_DATABASE": url}, timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "other.db").exists() and not (tmp_path / "results.db").exists()
@@ -136,22 +130,13 @@ def test_a_run_on_another_database_leaves_farm_yamls_site_alone(tmp_path):
     results.db. Now such a run (--database or FARM_DATABASE) renders nothing there, says
     so in one stderr line naming the command that renders it, and keeps its exit code;
     farm.yaml's own database, however spelled, renders as before."""
-    import os
-
     config = toy_farm(tmp_path)
     assert farm("verify", "--all", "--config", str(config)).returncode == 0
     index = tmp_path / "reports" / "index.html"
     before = index.read_text()
     scratch = f"sqlite:///{tmp_path / 'scratch.db'}"
     by_option = farm("verify", "--all", "--config", str(config), "--database", scratch)
-    by_env = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, "FARM_DATABASE": scratch},
-    )
+    by_env = farm("verify", "--all", "--config", str(config), extra_env={"FARM_DATABASE": scratch}, timeout=300)
     for run_id, done in ((1, by_option), (2, by_env)):
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stderr == (
@@ -235,14 +220,7 @@ def test_show_and_report_read_the_database_without_cutlass_installed(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
     env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path / 'shadow'}:{REPO}"}
-    run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "orchestrator.cli", *args, "--config", str(tmp_path / "farm.yaml")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
+    run = lambda *args: farm(*args, "--config", str(tmp_path / "farm.yaml"), env=env, timeout=300)  # noqa: E731
     refused = run("verify", "--all", "--no-report")
     assert refused.returncode == 3 and "not installed" in refused.stderr, refused.stderr
     shown = run("show", "10")
@@ -467,10 +445,11 @@ def test_a_reader_that_stops_reading_is_no_internal_error(tmp_path):
     adversarial review's); now the shell's SIGPIPE code, no Error line."""
     config = toy_farm(tmp_path)
     assert farm("verify", "--all", "--config", str(config), "--no-report").returncode == 0
-    command = f"{shlex.quote(sys.executable)} -m orchestrator.cli show 1 --config {shlex.quote(str(config))}"
+    command = shlex.join(farm_argv("show", "1", "--config", str(config)))
     for _ in range(3):
         done = subprocess.run(
             ["bash", "-c", f"{command} | head -c 10 > /dev/null; echo ${{PIPESTATUS[0]}}"],
+            env=farm_env(),
             capture_output=True,
             text=True,
             timeout=60,
@@ -496,8 +475,10 @@ def test_a_run_killed_mid_way_leaves_an_index_that_says_so(tmp_path, monkeypatch
     job = tmp_path / "jobs" / "toy.yaml"  # night 2's run outlives the farm: it is killed during it
     slow = job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 60; objdump")
     job.write_text(slow.replace("instructions: {ret: 1}", "instructions: {}"))  # a dump that counts nothing
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
-    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as night:
+    argv = farm_argv("verify", "--all", "--quiet", "--config", str(config))
+    with subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=farm_env()
+    ) as night:
         deadline = time.monotonic() + 120
         # "Run 2: no report" comes first, as soon as the run is stored; the start's render follows
         while "Run 2 did not finish" not in index.read_text() and time.monotonic() < deadline:
@@ -580,20 +561,23 @@ def test_output_that_cannot_be_written_never_costs_the_run(tmp_path):
     # every run's cell line comes a second after the reader left (a build is reused, its inspect is not)
     slow = job.read_text().replace("inspect: 'objdump", "inspect: 'sleep 1; objdump")
     job.write_text(slow.replace("instructions: {ret: 1}", "instructions: {}"))  # a dump that counts nothing
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
+    args = ("verify", "--all", "--no-report", "--config", str(config))
+    argv = farm_argv(*args)
     ended: dict[str, tuple[int, str]] = {}
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as piped:
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=farm_env()) as piped:
         assert b"run 1: 1 cells on 1 nodes" in piped.stdout.readline()
         piped.stdout.close()  # the reader stops reading, as `| head -1` does
         ended["pipe"] = piped.wait(timeout=300), piped.stderr.read().decode()
     with open("/dev/full", "w") as full:
-        done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            argv, stdout=full, stderr=subprocess.PIPE, text=True, env=farm_env(), timeout=300, check=False
+        )
         ended["full"] = done.returncode, done.stderr
-    done = subprocess.run([*argv, "--log", "/dev/full"], capture_output=True, text=True, timeout=300, check=False)
+    done = farm(*args, "--log", "/dev/full", timeout=300)
     ended["log"] = done.returncode, done.stderr
     assert "run 3: 1 as expected, 0 not, 0 infra; exit 0" in done.stdout  # stdout itself goes on
     terminal, slave = os.openpty()  # the live display's path: stdout a terminal
-    with subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE) as live:
+    with subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, env=farm_env()) as live:
         os.close(slave)
         seen = b""
         while b"\n" not in seen and select.select([terminal], [], [], 60)[0]:
@@ -967,8 +951,7 @@ def test_a_reports_folder_under_home_is_the_users_home(tmp_path):
     config = toy_farm(tmp_path / "farm")
     config.write_text(config.read_text().replace("reports: reports", "reports: ~/site"))
     env = {**os.environ, "HOME": str(tmp_path / "home")}
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(config)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
+    done = farm("verify", "--all", "--config", str(config), env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "home" / "site" / "index.html").exists() and not (tmp_path / "farm" / "~").exists()
 

@@ -9,8 +9,6 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from farm_cli import farm
 from nodes import STANDIN_SOURCE, Fleet, query
 
 from orchestrator.cli import main
@@ -410,13 +409,7 @@ def test_a_derived_job_runs_end_to_end_on_a_real_sshd_node(
     config = make_farm(tmp_path, {"t4": node}, [])
     source = GATED_HEADER + STANDIN_SOURCE.read_text() + "__global__ void touch(int *p) { p[threadIdx.x] += 1; }\n"
     (tmp_path / "kernels" / "gated.cu").write_text(source)
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = farm("verify", "--all", "--no-report", "--config", str(config), timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = query(tmp_path / "results.db", "SELECT * FROM results ORDER BY variant")
     found = {r["variant"]: (r["expected"], r["outcome"]) for r in rows}

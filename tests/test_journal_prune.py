@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
@@ -189,13 +188,7 @@ def test_farm_verify_leaves_journal_keep_journals(tmp_path: Path) -> None:
     config = toy_farm(tmp_path)
     config.write_text(config.read_text() + f"journal_keep: {keep}\n")
     for _ in range(keep + 2):
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = farm("verify", "--all", "--no-report", "--config", str(config), timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
     store = Store(f"sqlite:///{tmp_path / 'results.db'}", create=False)
     runs = store.runs()
@@ -228,13 +221,7 @@ def test_a_journal_older_than_the_newest_run_is_refused_and_farm_import_sorts_th
     config = toy_farm(tmp_path / "farm")
     url = f"sqlite:///{tmp_path / 'rebuilt.db'}"
     argv = ["import", str(newer), str(older), "--config", str(config), "--database", url]
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = farm(*argv, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == [
         f"imported {older} as run 1 (finished, 2 results)",

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from farm_cli import farm_env
 from nodes import (
     CARDS,
     Card,
@@ -322,7 +323,7 @@ def test_two_farms_building_one_cell_in_one_workdir_take_turns(tmp_path: Path) -
                 [sys.executable, "-c", BUILD_ONE, json.dumps(spec)],
                 stdout=subprocess.PIPE,
                 text=True,
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+                env=farm_env(),  # this checkout's orchestrator, whatever the cwd
             )
         )
     said = [proc.communicate(timeout=30)[0] for proc in procs]
@@ -1074,7 +1075,7 @@ def _checked(script: str, folder: Path) -> dict:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        env=farm_env(),  # this checkout's orchestrator, whatever the cwd
     )
     assert done.returncode == 0, done.stderr
     return ast.literal_eval(done.stdout.strip().splitlines()[-1])

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from farm_cli import farm
+from farm_cli import farm, farm_argv, farm_env
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
@@ -71,9 +71,14 @@ def test_a_database_this_user_cannot_write_is_refused_before_anything_is_written
     journals = sorted((tmp_path / "results.db.journal").iterdir())
     for mode in (0o444, 0o000):  # another user's results.db: readable (0644) or not (0600)
         (tmp_path / "results.db").chmod(mode)
-        argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--log", str(log)]
+        argv = farm_argv("verify", "--all", "--quiet", "--log", str(log))
         done = subprocess.run(
-            as_another_user([*argv, "--config", str(config)]), capture_output=True, text=True, timeout=300, check=False
+            as_another_user([*argv, "--config", str(config)]),
+            capture_output=True,
+            text=True,
+            env=farm_env(),
+            timeout=300,
+            check=False,
         )
         assert done.returncode == 5, done.stdout + done.stderr
         assert "results.db" in done.stderr and "cannot be read and written by this process" in done.stderr
@@ -83,8 +88,10 @@ def test_a_database_this_user_cannot_write_is_refused_before_anything_is_written
     (tmp_path / "results.db").chmod(0o644)
     # another user's lock file was exit 6, "another farm run holds the lock": none did
     (tmp_path / "results.db.lock").chmod(0o444)
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
-    done = subprocess.run(as_another_user(argv), capture_output=True, text=True, timeout=300, check=False)
+    argv = farm_argv("verify", "--all", "--quiet", "--config", str(config))
+    done = subprocess.run(
+        as_another_user(argv), capture_output=True, text=True, env=farm_env(), timeout=300, check=False
+    )
     assert done.returncode == 5 and "results.db.lock cannot be read and written" in done.stderr, done.stderr
     (tmp_path / "results.db.lock").chmod(0o644)
     assert nightly(config, log).returncode == 0
@@ -98,8 +105,9 @@ def test_the_crontab_line_in_crons_environment_says_how_to_find_nvcc(tmp_path: P
     if shutil.which("nvcc", path="/usr/bin:/bin"):
         pytest.skip("nvcc is on cron's own PATH here")
     toy_farm(tmp_path)
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    line = f"cd {tmp_path} && {sys.executable} -m orchestrator.cli verify --all --quiet --trigger cron --wait 600"
+    env = farm_env({"PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    command = shlex.join(farm_argv("verify", "--all", "--quiet", "--trigger", "cron", "--wait", "600"))
+    line = f"cd {tmp_path} && {command}"
     done = subprocess.run(["/bin/sh", "-c", line], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 4, done.stdout + done.stderr
     assert "exit 4" in done.stdout.splitlines()[-1]
@@ -115,8 +123,8 @@ def test_a_log_rotated_mid_run_gets_the_rest_of_the_run_in_the_new_file(tmp_path
     job.write_text(job.read_text().replace("build: 'g++", "build: 'sleep 2 && g++"))  # a cell that takes a while
     log = tmp_path / "log" / "verify.log"
     for run, rotation in ((1, "create"), (2, "copytruncate")):
-        argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--log", str(log)]
-        running = subprocess.Popen([*argv, "--config", str(config)], stdout=subprocess.PIPE, text=True)
+        argv = farm_argv("verify", "--all", "--quiet", "--log", str(log))
+        running = subprocess.Popen([*argv, "--config", str(config)], stdout=subprocess.PIPE, text=True, env=farm_env())
         deadline = time.monotonic() + 60
         while not (log.is_file() and f"run {run}: 1 cells on 1 nodes" in log.read_text()):
             assert time.monotonic() < deadline and running.poll() is None

@@ -26,12 +26,11 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from farm_cli import farm
+from farm_cli import farm, farm_argv, farm_env
 from nodes import CARDS, nvidia_smi_script, smi_on_path
 from toyfarm import toy_farm
 
@@ -74,8 +73,10 @@ def test_a_killed_runs_unfinished_cells_keep_their_card(tmp_path: Path, monkeypa
     slow = "  slow:\n    build: 'g++ -O2 -o {binary} {sources}'\n    inspect: 'sleep 60; objdump -d {binary}'\n"
     job.write_text(job.read_text() + slow + "    cc: {min: '7.5'}\n")
     db = tmp_path / "results.db"
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--quiet", "--config", str(config)]
-    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) as night:
+    argv = farm_argv("verify", "--all", "--quiet", "--config", str(config))
+    with subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=farm_env()
+    ) as night:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the quick cell stored, the slow one in its inspect
             with contextlib.suppress(sqlite3.OperationalError):  # made, its schema not yet (a CI flake)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from toyfarm import toy_farm
 
 from orchestrator.errors import LockError
@@ -214,19 +215,18 @@ def test_a_killed_runs_processes_are_reaped_at_the_next_start_and_no_others(tmp_
     other run: one the database shows finished keeps its processes."""
     import sqlite3
     import subprocess
-    import sys
 
     config = toy_farm(tmp_path)
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
-    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
-    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    args = ("verify", "--all", "--no-report", "--config", str(config))
+    assert farm(*args, text=False).returncode == 0
+    assert farm(*args, text=False).returncode == 0
     with sqlite3.connect(tmp_path / "results.db") as db:  # run 1 was SIGKILLed: still marked running
         db.execute("UPDATE runs SET status = 'running', token = 'dead0000dead' WHERE id = 1")
         db.execute("UPDATE runs SET token = 'live0000live' WHERE id = 2")
     dead = subprocess.Popen(["sleep", "300"], env={**os.environ, "FARM_RUN": "dead0000dead"})
     other = subprocess.Popen(["sleep", "300"], env={**os.environ, "FARM_RUN": "live0000live"})
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        done = farm(*args)
         assert done.returncode == 0, done.stderr
         assert dead.wait(timeout=10) == -9  # killed by the start, not left to its limit
         assert other.poll() is None  # a run the database shows finished: not this start's to kill

@@ -4,11 +4,10 @@ fix, and nothing is written (no results.db, no reports/)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError
@@ -61,14 +60,7 @@ def test_a_build_that_never_names_its_binary_is_refused_at_load_and_nothing_is_w
     """`-o vadd` for `-o {binary}` ran, stored a run and rendered reports/ with two build-fails
     ("wrote no binary where the job says"): the job file alone shows the mistake."""
     config = vadd_farm(tmp_path, JOB.replace("-o {binary}", "-o vadd"))
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    done = farm("verify", "--all", "--config", str(config), cwd=REPO, timeout=120)
     assert done.returncode == 3, done.stdout + done.stderr
     assert f"{tmp_path}/jobs/vadd.yaml: variants.sm75.build:" in done.stderr
     assert "never names {binary}" in done.stderr and "`-o {binary}`" in done.stderr

@@ -16,11 +16,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from toyfarm import toy_farm
 
 from orchestrator.config.database_url import check_sqlite_timeout
@@ -52,8 +51,7 @@ def test_a_site_on_a_filesystem_without_file_locks_still_renders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
     config = toy_farm(tmp_path)
-    argv = [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--no-report", "--config", str(config)]
-    assert subprocess.run(argv, capture_output=True, check=False).returncode == 0
+    assert farm("verify", "--all", "--no-report", "--config", str(config), text=False).returncode == 0
     real = fcntl.flock
 
     def flock(fd: int, operation: int) -> None:

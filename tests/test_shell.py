@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from farm_cli import farm_env
 
 from orchestrator.config.shell import kernel_command, lex
 
@@ -221,11 +222,9 @@ def test_the_runner_starts_every_kernel_command_of_a_run_that_loads(tmp_path) ->
     shell reaches is one the runner recognizes and starts (none refused: an honest run would
     fail), and the kernel's stdout holds only the kernel's lines, one per run of it."""
     import json
-    import os
     import random
     import subprocess
     import sys
-    from pathlib import Path
 
     from orchestrator.config.kernel_calls import runs_other_programs
     from orchestrator.config.run_command import check_run
@@ -251,7 +250,7 @@ def test_the_runner_starts_every_kernel_command_of_a_run_that_loads(tmp_path) ->
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        env=farm_env(),  # this checkout's orchestrator, whatever the cwd
     )
     assert done.returncode == 0, done.stderr
     started = 0

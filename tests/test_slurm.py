@@ -16,7 +16,6 @@ import secrets
 import shutil
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from nodes import processes_matching, query, standin_job, standin_variant, write_farm
 from slurm import PARKED, SlurmCluster, missing_tools, node_name
 
@@ -209,13 +209,7 @@ def test_pending_limit_is_infra_not_a_verdict(matrix: MatrixRun) -> None:
 
 
 def test_farm_nodes_shows_each_partitions_card(matrix: MatrixRun) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "nodes", "--config", str(matrix.farm.file)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = farm("nodes", "--config", str(matrix.farm.file), timeout=120)
     lines = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip()}
     assert "Tesla T4" in lines["t4"] and " 7.5 " in lines["t4"], done.stdout
     assert "NVIDIA A100-SXM4-40GB" in lines["a100"] and " 8.0 " in lines["a100"], done.stdout

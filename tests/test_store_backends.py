@@ -27,6 +27,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config as AlembicConfig
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from farm_cli import farm
 from nodes import CARDS, nvidia_smi_script
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, select, text
 from sqlalchemy.exc import ProgrammingError
@@ -642,27 +643,15 @@ def test_two_farm_hosts_sharing_a_postgresql_database_take_turns(postgres_admin,
     """Issue 10, case 7: the run lock is also the database's: a farm on
     another host (here: another folder, so another lock file) is refused
     while a run holds the PostgreSQL advisory lock, and runs once it is free."""
-    import subprocess
-    import sys
-
     from orchestrator.store.lock import DatabaseLock
 
     config = toy_farm(tmp_path)
     env = {**os.environ, "FARM_DATABASE": POSTGRES_URL}
-    verify = [
-        sys.executable,
-        "-m",
-        "orchestrator.cli",
-        "verify",
-        "--all",
-        "--no-report",
-        "--config",
-        str(config),
-    ]
+    verify = ("verify", "--all", "--no-report", "--config", str(config))
     with DatabaseLock(POSTGRES_URL):
-        held = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=120, check=False)
+        held = farm(*verify, env=env, timeout=120)
     assert held.returncode == 6, held.stdout + held.stderr
     assert "holds the advisory lock" in held.stderr and "farm pid" in held.stderr
     assert "farm:farm@" not in held.stderr  # the password is never printed
-    free = subprocess.run(verify, capture_output=True, text=True, env=env, timeout=300, check=False)
+    free = farm(*verify, env=env, timeout=300)
     assert free.returncode == 0, free.stdout + free.stderr

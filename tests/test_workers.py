@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from farm_cli import farm
 from nodes import CARDS, Fleet, processes_carrying, query, standin_job, standin_variant, write_farm
 
 from orchestrator.config.farm import load_farm
@@ -299,16 +300,9 @@ def test_processes_must_be_auto_or_a_count(fleet: Fleet, tmp_path: Path, value: 
 def test_farm_verify_splits_its_nodes_from_the_command_line(fleet: Fleet, tmp_path: Path) -> None:
     """The CLI (`python -m orchestrator.cli`, whose module a fork server's worker imports
     again as its main) runs a split farm to the end: every cell stored, the usual exit code."""
-    import subprocess
-    import sys
-
     path = farm_file(fleet, tmp_path, 2)
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all", "--config", str(path), "--no-report"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    done = farm(
+        "verify", "--all", "--config", str(path), "--no-report", extra_env={"XDG_CACHE_HOME": str(tmp_path / "cache")}
     )
     assert done.returncode == EXIT_UNEXPECTED, done.stdout + done.stderr  # failnum is a kernel problem
     got = outcomes(tmp_path / "results.db")
