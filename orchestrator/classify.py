@@ -1,11 +1,9 @@
 """From what the stages saw to one outcome word: a pure function, tested as a table.
 
-Order matters and mirrors the pipeline: an infra failure anywhere wins (the node is at fault, not the kernel); then
-build, inspect; a node without a GPU stops there (compile-only); then the run, judged against the expectation. A
-declared known failure is applied next: the same failure becomes known-failure, and the expected behaviour becomes
-fixed. Speed comes last: only a cell that is `pass` by then becomes perf-regression, when one of its metrics
-regressed against its own recent median (metrics.py); a cell that failed is judged on that failure. A pass on
-`instructions:` counted where the run may not execute (blame.py) is infra-error."""
+Order mirrors the pipeline: an infra failure anywhere wins (the node's fault); then build, inspect; a node without a
+GPU stops there (compile-only); then the run, against the expectation. A declared known failure comes next, then
+speed: a `pass` whose metric regressed against its recent median is perf-regression (metrics.py). A pass on
+`instructions:` counted where the run may not execute is infra-error (blame.py), a refusal after its pass line none."""
 
 from __future__ import annotations
 
@@ -15,6 +13,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
 from orchestrator.cuda_errors import cuda_error_unbacked
+from orchestrator.gate_order import ran_before_refusing
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -215,6 +214,7 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             Outcome.TIMEOUT, "run", _with_stderr("killed at the limit of the run's own `timeout` (exit 124)", ev)
         )
     never = ev.kernel_started is False or ev.kernel_unread
+    ended = exit_words(ev.run_exit)
     if ev.kernel_cannot_start and not ev.kernel_exit:  # no kernel command that did start failed
         return Verdict(
             Outcome.INFRA_ERROR,
@@ -254,8 +254,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.kernel_unfinished:
         return _no_evidence(
             exp,
-            f"{ev.kernel_unfinished} kernel command(s) of the run had not ended when the run did (sent to the "
-            "background): killed by the farm, their status unknown, so what the kernel printed is no evidence",
+            f"{ev.kernel_unfinished} kernel command(s) of the run had not ended when the run did ({ended}: "
+            "sent to the background, or its shell killed by a kernel's signal): their status unknown, no evidence",
         )
     if ev.kernel_statuses_cut:
         return _no_evidence(
@@ -277,7 +277,6 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "run",
             _with_stderr(f"its run could not be started on the node ({CANNOT_START[ev.run_exit]})", ev),
         )
-    ended = exit_words(ev.run_exit)
     if never:  # whatever the run printed, no kernel of it did
         said = f"the run never started the kernel ({ended})"
         if ev.kernel_unread and ev.kernel_started:
@@ -366,8 +365,9 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    # a pass it may not have made: none (the kernel's own CUDA error, its code not the inspected, others' lines)
-    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(_raw_verdict(ev, exp), ev, exp), ev), ev)
+    # no pass it may not have made (its CUDA error, code not the inspected, others' lines), no refusal once it ran
+    raw = ran_before_refusing(_raw_verdict(ev, exp), ev, exp)
+    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:
