@@ -20,7 +20,11 @@ marker's match), the sizes, sha256 and cuts say what it printed too; only the co
 people to read, and any text quoting them (reasons, stage details, the last stderr line), are
 masked. Masking whole kept copies, not chunks, means no value is split across a chunk's edge;
 the one edge left is the cut of a long stream, where the piece of a value each side of it is
-masked as well.
+masked as well. The count (masked_note) is of the kept copies: a cut stream's middle is never
+stored, so nothing in it can leak, and the note says its bytes were not counted.
+
+A value spanning lines is masked line by line, its newlines kept: reasons cite lines by their
+number in what the kernel printed (classify.py), and the stored copy keeps each at that number.
 """
 
 from __future__ import annotations
@@ -79,7 +83,11 @@ class Masker:
     """Replaces each secret, as bytes and as text, with MASK, and counts what it replaced."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        values = sorted({s for s in secrets if len(s) >= MIN_CHARS}, key=len, reverse=True)
+        whole = {s for s in secrets if len(s) >= MIN_CHARS}
+        # a multi-line value's lines, each alone: a reason quotes one line (the last stderr line), never
+        # the whole value; a line too short to mask alone is masked only inside the value
+        pieces = {line.strip() for s in whole if "\n" in s for line in s.split("\n")}
+        values = sorted(whole | {p for p in pieces if len(p) >= MIN_CHARS}, key=len, reverse=True)
         self._values = [v.encode("utf-8", "surrogateescape") for v in values]
         # longest first: where one value holds another, the whole of it is masked
         self._bytes = re.compile(b"|".join(map(re.escape, self._values))) if values else None
@@ -92,14 +100,14 @@ class Masker:
     def data(self, data: bytes) -> bytes:
         if self._bytes is None or not data:
             return data
-        masked, n = self._bytes.subn(MASK.encode(), data)
+        masked, n = self._bytes.subn(lambda m: _masked_bytes(m.group()), data)
         self.count += n
         return masked
 
     def text(self, text: str) -> str:
         if self._text is None or not text:
             return text
-        masked, n = self._text.subn(MASK, text)
+        masked, n = self._text.subn(lambda m: _masked_text(m.group()), text)
         self.count += n
         return masked
 
@@ -123,21 +131,39 @@ class Masker:
         start, end = int(cut[0]), int(cut[1])
         tail_len = max(size - end, 0)
         head, note, tail = kept[:start], kept[start : len(kept) - tail_len], kept[len(kept) - tail_len :]
-        head, tail = self.data(head), self.data(tail)
-        for value in self._values:
-            head = self._edge(head, value, at_end=True)
-            tail = self._edge(tail, value, at_end=False)
-        return head + note + tail
+        return self._side(head, at_end=True) + note + self._side(tail, at_end=False)
 
-    def _edge(self, data: bytes, value: bytes, at_end: bool) -> bytes:
-        for n in range(min(len(value) - 1, len(data)), EDGE_CHARS - 1, -1):
-            if at_end and data.endswith(value[:n]):
-                self.count += 1
-                return data[:-n] + MASK.encode()
-            if not at_end and data.startswith(value[-n:]):
-                self.count += 1
-                return MASK.encode() + data[n:]
-        return data
+    def _side(self, data: bytes, at_end: bool) -> bytes:
+        """One side of a cut. Its piece of a value at the cut is found in the bytes as printed, before
+        masking: a multi-line value's first line, masked alone, would hide that the bytes after it
+        are the start of its second (`***\nbet`)."""
+        assert self._bytes is not None
+        at = self._edge(data, at_end)
+        moved = True
+        while moved:  # a whole value across the piece's start goes with it, else its part outside stays
+            moved = False
+            for found in self._bytes.finditer(data):
+                if found.start() < at < found.end():
+                    at, moved = (found.start() if at_end else found.end()), True
+                    self.count += 1
+                    break
+        rest, piece = (data[:at], data[at:]) if at_end else (data[at:], data[:at])
+        if piece:
+            self.count += 1
+            piece = _masked_bytes(piece)
+        rest = self.data(rest)
+        return rest + piece if at_end else piece + rest
+
+    def _edge(self, data: bytes, at_end: bool) -> int:
+        """Where the longest piece of a value (at least EDGE_CHARS of it) at the cut's side of `data`
+        begins (at_end) or ends, else the cut itself."""
+        longest = 0
+        for value in self._values:  # each value's own longest first: a piece is at most its length less one
+            for n in range(min(len(value) - 1, len(data)), max(longest, EDGE_CHARS - 1), -1):
+                if data.endswith(value[:n]) if at_end else data.startswith(value[-n:]):
+                    longest = n
+                    break
+        return len(data) - longest if at_end else longest
 
     def record(self, record: R) -> R:
         """A store record (store/records.py) with every column that may quote output masked."""
@@ -162,6 +188,16 @@ class Masker:
         return dataclasses.replace(record, **changes) if changes else record  # type: ignore[type-var]
 
 
+def _masked_text(found: str) -> str:
+    """MASK for each line's piece of what matched, its newlines kept: a reason cites lines by their
+    number in what the kernel printed (classify.py), so the stored copy keeps every line at its number."""
+    return "\n".join(MASK if piece else "" for piece in found.split("\n"))
+
+
+def _masked_bytes(found: bytes) -> bytes:
+    return b"\n".join(MASK.encode() if piece else b"" for piece in found.split(b"\n"))
+
+
 @functools.lru_cache(maxsize=8)
 def _farm_secrets(
     nodes: tuple[tuple[tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...]], ...], url: str
@@ -183,11 +219,15 @@ def farm_masker(spec: Any, database_url: str) -> Masker:
     return Masker(_farm_secrets(nodes, database_url))
 
 
-def masked_note(count: int) -> dict[str, Any]:
-    """The stage_details entry that tells a reviewer output was masked, and how often."""
+def masked_note(count: int, cuts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stage_details entry that tells a reviewer output was masked, and how often.
+
+    The count is of the output kept. A long stream's cut middle is never stored (nothing in it can
+    leak) and no copy of it is left to count in once its markers were matched, so where a stream
+    was cut the note says its count leaves those bytes out rather than understating in silence."""
     said = "occurrence" if count == 1 else "occurrences"
-    return {
-        "count": count,
-        "status": "masked",
-        "detail": f"{count} {said} of secret values (the node's env:, the database URL) shown as {MASK}",
-    }
+    detail = f"{count} {said} of secret values (the node's env:, the database URL) shown as {MASK} in the output kept"
+    left = [f"{name}'s bytes {cut[0]} to {cut[1]}" for name, cut in sorted((cuts or {}).items()) if cut]
+    if left:
+        detail += f"; {' and '.join(left)} were cut, not stored: what they held is not counted"
+    return {"count": count, "status": "masked", "detail": detail}

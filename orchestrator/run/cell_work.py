@@ -238,7 +238,9 @@ class CellWork:
         record = masker.record(record)
         metrics = [{**m, "note": masker.value(m["note"])} for m in result_metrics(result)]
         if masker.count:  # a reviewer reads that the page shows less than the kernel printed
-            record = replace(record, stage_details={**record.stage_details, "masked": masked_note(masker.count)})
+            record = replace(
+                record, stage_details={**record.stage_details, "masked": masked_note(masker.count, record.output_cuts)}
+            )
         result_id = self.store.add_result(record, attempts or (), metrics)
         if result.verdict is not None and record.reason != result.verdict.reason:
             # the run's own lines (a CI log) quote the reason too: they get the stored one
