@@ -566,7 +566,9 @@ def test_a_launcher_not_there_is_the_nodes_trouble_by_the_farms_own_look(tmp_pat
         # a quoted substitution before the kernel: its output is the run's, not the kernel's (a red-team
         # helper's: the farm read it as the kernel's, and the kernel's own as the run's)
         (PLAIN, 'EXPECTED="$(echo toy: mismatch)" {binary}', None, "pass"),
-        (WARNS_AND_RUNS.replace("return 0", "return 1"), "set -e; {binary}", "{min: '8.0'}", "expected-refusal"),
+        # its gate's words and exit 1, but its pass line too: the work ran on a card it must refuse, so
+        # no refusal (red-team round 115; it was expected-refusal)
+        (WARNS_AND_RUNS.replace("return 0", "return 1"), "set -e; {binary}", "{min: '8.0'}", "missing-refusal"),
         (PLAIN, "true || {binary}", None, "fail"),  # the run never started the kernel
         # found by a red-team helper: a function of the run's named like a launcher ran in place of
         # the launcher (a false pass); a kernel printing the shell's words and exiting 127 read as the
