@@ -187,6 +187,17 @@ def take_copy(binary, run_dir, private):
     return fresh_copy(binary, private)
 
 
+def files_lost(run_dir, kernel_files, handles):
+    """The names of the cell's run files (its stdout, stderr, statuses, other output) that could not
+    be opened before its run (HANDLES' None) or are no file after it: its folder removed under the
+    run (a node's cleaner, an operator's `rm -rf` of the work folder), a disk gone read-only or out
+    of inodes. Their empty read-back had judged a kernel that ran and passed "never started": a fail
+    (a red-team finding)."""
+    paths = (os.path.join(run_dir, "stdout"), os.path.join(run_dir, "stderr"), *kernel_files)
+    # by index, not zip(strict=): the runner serves nodes' python3 from 3.8 on
+    return [os.path.basename(p) for i, p in enumerate(paths) if handles[i] is None or not os.path.isfile(p)]
+
+
 def kill_group(pid, sig):
     try:  # noqa: SIM105 - contextlib is an import the runner does without
         os.killpg(pid, sig)

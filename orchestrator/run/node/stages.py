@@ -7,7 +7,17 @@ import time
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
-from orchestrator.run.node.files import folder_digest, fresh_copy, make_dirs, now, remove, sha_of, take_copy, watch
+from orchestrator.run.node.files import (
+    files_lost,
+    folder_digest,
+    fresh_copy,
+    make_dirs,
+    now,
+    remove,
+    sha_of,
+    take_copy,
+    watch,
+)
 from orchestrator.run.node.imports import say_imports
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
@@ -274,6 +284,7 @@ def run(out, spec, env, ahead):
         for handle in (stdout, stderr, status, other):
             if handle is not None:
                 handle.close()
+        lost = files_lost(run_dir, spec["kernel_files"], (stdout, stderr, status, other))
         # first what its commands left under this (sub)reaper, whatever their environment; then,
         # by the marker, whatever got away from it (each killed and counted once)
         orphans = kill_orphans() if ahead.get("subreaper") else 0
@@ -289,6 +300,8 @@ def run(out, spec, env, ahead):
         if served is not None and served.forged:
             out.say(f"@@farm forged {served.forged}")
         out.say(f"@@farm ns {queued if queued is not None else started} {started} {ended}")
+        if lost:  # said just before `checked`: the farm reads it there only (stages/run.py run_files_lost)
+            out.say("@@farm files-lost " + " ".join(lost))
         out.say("@@farm checked " + got)
         out.say(f"@@farm {code}")
     finally:

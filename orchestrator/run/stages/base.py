@@ -182,6 +182,9 @@ class CellStages(CellTrips):
         if lines[-1] == "rc=0" and row and not unreadable and not any(gpu_state.BAD_FIELD.search(x) for x in row):
             return ""
         said = " / ".join(line for line in lines[:-1] if line)[:200] or "nothing"
+        if lines[-1] in ("rc=124", "rc=137"):  # its `timeout` ended it: said as "no longer lists ... (rc=124)"
+            hung = f"nvidia-smi did not answer about {gpu.label} within {probe.TOOL_SECONDS} s, killed"
+            return f"{hung} (a hung driver or card: look for an Xid in the node's dmesg)"
         if lines[-1] == "rc=0" and row:
             return f"nvidia-smi lists {gpu.label} with the driver's error words ({said})"
         return f"nvidia-smi no longer lists {gpu.label} ({lines[-1]}: {said})"

@@ -37,12 +37,34 @@ from orchestrator.run.commands import (
     own_tmp,
     unread_failing,
 )
+from orchestrator.run.node_limits import fork_failed, out_of_processes
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.failure_words import marker_missing
 from orchestrator.run.streams import StreamScan
 from orchestrator.run.trips import Trip, last_match
 from orchestrator.transport import CommandResult
+
+
+def _lost_check(paths: tuple[str, ...]) -> str:
+    """Shell saying `@@farm files-lost NAMES` for each of the run's files that is no file once it
+    ended (node/files.py files_lost, the python runners' check)."""
+    each = " ".join(shlex.quote(path) for path in paths)
+    return (
+        f'farm_l=; for farm_f in {each}; do [ -f "$farm_f" ] || farm_l="$farm_l ${{farm_f##*/}}"; done; '
+        '[ -z "$farm_l" ] || echo "@@farm files-lost$farm_l"; '
+    )
+
+
+def run_files_lost(text: str) -> str:
+    """The run files the node said were lost (`@@farm files-lost`), read only on the line just before
+    the last `@@farm checked` one, which the node prints once the kernel and its leftovers are gone:
+    a kernel's earlier forged line makes no failing run the node's trouble."""
+    checked = last_match(r"^@@farm checked .*$", text)
+    if checked is None:
+        return ""
+    before = text[: checked.start()].rstrip("\n").rsplit("\n", 1)[-1]
+    return before.removeprefix("@@farm files-lost ").strip() if before.startswith("@@farm files-lost ") else ""
 
 
 class RunStage(CellStages):
@@ -93,6 +115,7 @@ class RunStage(CellStages):
                 # the clock is read before the leftovers are killed, and printed after: none can follow it
                 f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
                 f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
+                f"{_lost_check((f'{rdir}/stdout', f'{rdir}/stderr', *files))}"
                 'echo "@@farm checked $got"; echo "@@farm $rc"; }'
             )
 
@@ -147,6 +170,13 @@ class RunStage(CellStages):
         if not match:
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
+            )
+        if lost := run_files_lost(text):
+            raise InfraError(
+                f"node {self.t.name!r}: the cell's run files on the node ({lost}) were gone when its run "
+                f"ended, or could not be made: its folder {self.paths.run_dir} was removed under it, or its "
+                "disk went read-only or full (a cleaner of old files, an operator's rm -rf, a remount): what "
+                "the kernel printed and its exit statuses are lost, so this is no verdict on the kernel"
             )
         # what the node checked its copy against before it ran, said once the kernel is gone
         checked = last_match(r"^@@farm checked (\S*)$", text)
@@ -225,4 +255,9 @@ class RunStage(CellStages):
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")
+        # no kernel command started, and the run's shell said it could not start one: the node is out of
+        # processes (node_limits.py), which no kernel's words can say here, since none ran
+        forkless = fork_failed(bytes(other)) or fork_failed(self.result.stderr.kept)
+        if ev.run_exit != 0 and ev.kernel_started is False and forkless:
+            raise InfraError(out_of_processes(self.t.name, "run", forkless))
         return "ok" if ev.run_exit == 0 else "failed"
