@@ -1,9 +1,8 @@
-"""From what the stages saw to one outcome word: a pure function, tested as a table.
-
-Order mirrors the pipeline: an infra failure anywhere wins (the node's fault); then build, inspect; a node without a
-GPU stops there (compile-only); then the run, against the expectation. A declared known failure comes next, then
-speed: a `pass` whose metric regressed against its recent median is perf-regression (metrics.py). A pass on
-`instructions:` counted where the run may not execute is infra-error (blame.py), a refusal after its pass line none."""
+"""From what the stages saw to one outcome word: a pure function, tested as a table. Order mirrors the pipeline: an
+infra failure anywhere wins (the node's fault); then build, inspect; a node without a GPU stops there (compile-only);
+then the run, against the expectation. A declared known failure comes next, then speed: a `pass` whose metric
+regressed against its recent median is perf-regression (metrics.py). A pass on `instructions:` counted where the run
+may not execute is infra-error (blame.py), a refusal after its pass line none, lost files unconfined no evidence."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
 from orchestrator.cuda_errors import cuda_error_unbacked
 from orchestrator.gate_order import ran_before_refusing
+from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -113,6 +113,7 @@ class Evidence:
     runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
     cuda_error: str = ""  # where the kernel printed CUDA's words for GPU work that did not happen (cuda_errors.py)
+    run_files_lost: str = ""  # run files gone after an unconfined run, which may have removed them (lost_files.py)
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the binary, so
@@ -365,9 +366,8 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    # no pass it may not have made (its CUDA error, code not the inspected, others' lines), no refusal once it ran
-    raw = ran_before_refusing(_raw_verdict(ev, exp), ev, exp)
-    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)
+    raw = lost_unconfined(ran_before_refusing(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
+    raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

@@ -6,11 +6,30 @@ the kernel: gcc's "collect2: fatal error: vfork: Resource temporarily unavailabl
 kernel's build-fail, a regression flagged on the kernel, exit 1 (red-team round 116). These are the
 system's words for fork's EAGAIN as the tools print them, at the start of a line after the tool's
 name, where a compiler's diagnostic of the source ("k.cu(3): error: ...") never is.
+
+The words alone are the job's to print: a build command `echo "sh: 1: Cannot fork"; exit 1` read as
+a node out of processes, infra-error, retried and counted against the node, its broken build hidden
+(review round 118). So they count only where the node, asked right after the failed stage, cannot
+start processes itself (`node_cannot_fork`); else the stage is the job's, its log noting the words.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import InfraError
+
+if TYPE_CHECKING:
+    from orchestrator.transport import Transport
+
+# 32 processes at once, held a second, as a build's driver, its tools and a parallel make hold them:
+# at a node's process limit some cannot start (a few started one by one fit in what a stage freed),
+# or the session that would start them never does
+_FORKS = (
+    "farm_n=0; farm_i=0; while [ $farm_i -lt 32 ]; do { sleep 1 & } 2>/dev/null || farm_n=1; "
+    "farm_i=$((farm_i + 1)); done; wait; [ $farm_n = 0 ] && echo farm-forked"
+)
 
 _FORK_FAILED = re.compile(
     # gcc, collect2, bash, python: "TOOL: [fatal error: ...: ]vfork: Resource temporarily unavailable"
@@ -35,4 +54,23 @@ def out_of_processes(node: str, stage: str, said: str) -> str:
         f'node {node!r}: its {stage} could not start a process ("{said}"): the node\'s user is out of '
         "processes (its `ulimit -u`, a cgroup's pids.max, the kernel's pid_max: another tenant's, or "
         "leftovers'), the node's trouble, not the kernel's"
+    )
+
+
+def node_cannot_fork(t: Transport) -> bool:
+    """Whether the node, asked by the farm itself, cannot start processes now: the evidence that a
+    failed stage's fork-failure words were the node's, which no job's command can print for it. A
+    node that cannot be reached for the check (its sshd cannot fork a session) is out of them too."""
+    try:
+        said = t.run(_FORKS, timeout=30)
+    except InfraError:
+        return True
+    return not said.ok or "farm-forked" not in said.stdout
+
+
+def forks_note(said: str) -> str:
+    """The log's note where the node started processes when asked, after the stage's words said not."""
+    return (
+        f'[farm] its log says a tool could not start a process ("{said}"), but the node started '
+        "processes when the farm asked right after: judged as the job's own failure, not a node out of processes"
     )

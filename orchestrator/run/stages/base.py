@@ -215,6 +215,13 @@ class CellStages(CellTrips):
         ev = self.result.evidence
         return ev.inspect_exit == 0 and not ev.missing_instructions
 
+    def _ran_confined(self, trip: Trip, text: str) -> bool:
+        """Whether the node's runner said the stage's kernel ran confined: its last word on it, said once
+        the kernel and its leftovers were gone (an unconfined kernel could print an earlier one)."""
+        by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
+        said = last_match(r"^@@farm (un)?confined\b.*$", text) if by_runner else None
+        return said is not None and said.group(1) is None
+
     def _note_confinement(self, trip: Trip, text: str, what: str) -> None:
         """A detail where the stage's kernel ran unconfined. Only the python runner
         confines, and says so in its own stream: under the shell scripts a kernel

@@ -19,7 +19,7 @@ from orchestrator.run.commands import (
     render_build,
     verify_inputs_script,
 )
-from orchestrator.run.node_limits import fork_failed, out_of_processes
+from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
@@ -209,9 +209,12 @@ class BuildStage(CellStages):
         if exit_code != 0:
             # nvcc's own word that it cannot make code for the target: the toolchain's failure
             ev = self.result.evidence
-            if forkless := fork_failed(self.result.build_log):  # not the kernel's build-fail: node_limits.py
+            # the node's own trouble only where the node, asked, cannot fork either (node_limits.py)
+            if (forkless := fork_failed(self.result.build_log)) and node_cannot_fork(self.t):
                 self.cleaned = True  # the script removed the cell's folder
                 raise InfraError(out_of_processes(self.t.name, "build", forkless))
+            if forkless:  # the job's words, or a shortage gone by now: its build-fail, said so
+                self.result.build_log += f"\n{forks_note(forkless)}\n".encode()
             ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
             ev.build_err = first_error(self.result.build_log)
             if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):

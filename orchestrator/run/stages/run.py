@@ -37,7 +37,7 @@ from orchestrator.run.commands import (
     own_tmp,
     unread_failing,
 )
-from orchestrator.run.node_limits import fork_failed, out_of_processes
+from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.failure_words import marker_missing
@@ -171,7 +171,10 @@ class RunStage(CellStages):
             raise InfraError(
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
             )
-        if lost := run_files_lost(text):
+        lost = run_files_lost(text)
+        if lost and not self._ran_confined(trip, text):  # the run could have removed them: lost_files.py
+            self.result.evidence.run_files_lost = lost[:200]
+        elif lost:
             raise InfraError(
                 f"node {self.t.name!r}: the cell's run files on the node ({lost}) were gone when its run "
                 f"ended, or could not be made: its folder {self.paths.run_dir} was removed under it, or its "
@@ -256,8 +259,11 @@ class RunStage(CellStages):
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")
         # no kernel command started, and the run's shell said it could not start one: the node is out of
-        # processes (node_limits.py), which no kernel's words can say here, since none ran
+        # processes (node_limits.py) where it cannot start one when asked either; the run's own commands
+        # (`echo "sh: 1: Cannot fork" >&2; exit 1; {binary}`) can print the words, not fork for it
         forkless = fork_failed(bytes(other)) or fork_failed(self.result.stderr.kept)
         if ev.run_exit != 0 and ev.kernel_started is False and forkless:
-            raise InfraError(out_of_processes(self.t.name, "run", forkless))
+            if node_cannot_fork(self.t):
+                raise InfraError(out_of_processes(self.t.name, "run", forkless))
+            self._detail.append(forks_note(forkless).removeprefix("[farm] "))
         return "ok" if ev.run_exit == 0 else "failed"
