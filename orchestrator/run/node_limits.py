@@ -11,6 +11,13 @@ The words alone are the job's to print: a build command `echo "sh: 1: Cannot for
 a node out of processes, infra-error, retried and counted against the node, its broken build hidden
 (review round 118). So they count only where the node, asked right after the failed stage, cannot
 start processes itself (`node_cannot_fork`); else the stage is the job's, its log noting the words.
+
+A retry failing the same way went on to say less (review round 119): the resident runner's own
+spawn of the stage's shell failing ("the stage's shell ... ended with status 1 ...
+BlockingIOError(11 ...)"), the shell runner's check of its inputs whose sha256sum never started (an
+empty digest: "staged inputs altered on the node (sources) again", which reads as tampering), the
+staging script's. The runner's spawn failing with EAGAIN is the node's own word, which no command's
+print makes: better evidence than a log's.
 """
 
 from __future__ import annotations
@@ -40,12 +47,43 @@ _FORK_FAILED = re.compile(
     re.M,
 )
 
+# spawn.py's SPAWN_ERRORS for a posix_spawn or fork that failed with EAGAIN, "ARGV0: BlockingIOError(11,
+# 'Resource temporarily unavailable')", as the runner tells a stage's error (in a repr: \' maybe)
+_SPAWN_EAGAIN = re.compile(
+    r"cannot start [^:\n]*: ([\w.+/-]+: (?:BlockingIOError|OSError)\(11, \\?'Resource temporarily unavailable\\?'\))"
+)
+
+# dash's, in the stderr of the farm's own script, where two of its shells failing at once interleave
+# their words ("/bin/sh: 1: eval: /bin/sh: 1: eval: Cannot fork"): no build's words are in it
+_SCRIPT_FORKLESS = re.compile(r"^(?:\S*/)?(?:sh|dash|ash): \d+: .*Cannot fork$", re.M)
+
 
 def fork_failed(log: bytes | str) -> str:
     """The first line of `log` in which a tool said it could not start a process, or ""."""
     text = log.decode("utf-8", "replace") if isinstance(log, bytes) else log
     found = _FORK_FAILED.search(text)
     return found.group(0).strip()[:200] if found else ""
+
+
+def spawn_failed(said: str) -> str:
+    """The node's runner's words that it could not start a process (errno 11, EAGAIN), or ""."""
+    found = _SPAWN_EAGAIN.search(said)
+    return found.group(1).replace("\\'", "'") if found else ""
+
+
+def forkless(said: bytes | str) -> str:
+    """What in a stage's or a script's stderr says the node could not start a process: the runner's
+    own spawn first (fork_failed's tool words are a log's, which a command could print)."""
+    text = said.decode("utf-8", "replace") if isinstance(said, bytes) else said
+    script = _SCRIPT_FORKLESS.search(text)
+    return spawn_failed(text) or fork_failed(text) or (script.group(0).strip()[:200] if script else "")
+
+
+def unless_forkless(error: InfraError, node: str, part: str, stderr: str) -> InfraError:
+    """`error`, or where `stderr` says a process could not start, that: a script that could not fork
+    its `cat` or `head` sent back a file cut short, which says nothing else of the node."""
+    said = forkless(stderr)
+    return InfraError(out_of_processes(node, part, said)) if said else error
 
 
 def out_of_processes(node: str, stage: str, said: str) -> str:

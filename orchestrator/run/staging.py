@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config import dependencies, inputs
 from orchestrator.errors import InfraError, NodeUnusable
 from orchestrator.run.bundle import Bundle, Needs, Placed, remote_dir
+from orchestrator.run.node_limits import forkless, out_of_processes
 from orchestrator.transport import Transport
 from orchestrator.transport.base import Deadline
 
@@ -163,6 +164,8 @@ def ship(
         said = (result.stderr or result.stdout).strip()
     if not result.ok:
         names = ", ".join(b.name for b, _ in missing)
+        if forkless_said := forkless(said):  # its tar, find, sha256sum: a digest empty, not altered
+            raise StagingFailed(out_of_processes(transport.name, f"staging of {names}", forkless_said))
         raise StagingFailed(f"extracting {names} on {transport.name} failed: {said[-500:]}")
     return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
 
@@ -230,6 +233,8 @@ def place(runner: ResidentRunner, workdir: str, missing: list[tuple[Bundle, str]
         why = "; ".join(re.findall(r"^@@farm unplaced [0-9a-f]{64} (.*)$", said, re.MULTILINE))
         why = why or result.stderr.strip() or f"the runner exited {result.exit_code}"
         names = ", ".join(b.name for b in left) or "bundles"
+        if forkless_said := forkless(why):  # the runner's own spawn (node_limits.py)
+            raise StagingFailed(out_of_processes(runner.name, f"placing of {names}", forkless_said))
         raise StagingFailed(f"placing {names} on {runner.name} failed: {why[-500:]}")
     return sum(b.size for b, _ in missing), "; ".join(filter(None, (altered_note(b, f) for b, f in missing)))
 

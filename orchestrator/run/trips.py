@@ -31,6 +31,7 @@ from orchestrator.errors import InfraError
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import NOW_NS, runner_command
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
+from orchestrator.run.node_limits import forkless, out_of_processes, unless_forkless
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import CommandResult, Transport
@@ -39,10 +40,7 @@ from orchestrator.transport.base import Deadline
 
 def last_match(pattern: str, text: str) -> re.Match[str] | None:
     """The last line of `text` matching `pattern` (multi-line), or None."""
-    found = None
-    for found in re.finditer(pattern, text, re.M):  # noqa: B007 - the last one is wanted
-        pass
-    return found
+    return [None, *re.finditer(pattern, text, re.M)][-1]
 
 
 @dataclass
@@ -143,10 +141,10 @@ class CellTrips:
             control = reader.finish()
             self._check_files(trip, reader, outcome)
             self.cleaned = self.cleaned or trip.clean_up
-            self._check_ended(control, outcome)
+            self._check_ended(control, outcome, trip.stage)
             return outcome, control
         outcome = self.t.run(self._wrap(trip.shell()), timeout=trip.timeout)
-        self._check_ended(outcome.stdout, outcome)
+        self._check_ended(outcome.stdout, outcome, trip.stage)
         if on_output is not None:
             on_output()
         self._note_job()
@@ -310,8 +308,8 @@ class CellTrips:
                 )
                 outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
             control = reader.finish()
-        except InfraError as err:
-            error, control = err, reader.control
+        except InfraError as err:  # a file cut short: by a node out of processes, maybe (node_limits.py)
+            error, control = unless_forkless(err, self.t.name, "cell's script", outcome.stderr), reader.control
         said = last_match(r"^@@farm ran((?: (?:build|inspect|run))*)$", control)
         if error is None and said is None:
             error = InfraError(
@@ -340,7 +338,7 @@ class CellTrips:
                 if f"ctl-{trip.stage}" not in reader.frames:
                     raise InfraError(f"node {self.t.name!r}: the {trip.stage} stage ran but sent back no status")
                 self._check_files(trip, reader, outcome)
-                self._check_ended(text, outcome)
+                self._check_ended(text, outcome, trip.stage)
             except InfraError as err:
                 self._fetched[trip.stage] = err
                 break
@@ -386,9 +384,11 @@ class CellTrips:
             + '; [ "$go" = 1 ] || go='
         )
 
-    def _check_ended(self, control: str, outcome: CommandResult) -> None:
+    def _check_ended(self, control: str, outcome: CommandResult, stage: str) -> None:
         ended = last_match(r"^@@farm end (\d+)$", control)
         if ended is None or ended.group(1) != "0":
+            if said := forkless(outcome.stderr):  # its shell never started, or could not go on: node_limits.py
+                raise InfraError(out_of_processes(self.t.name, f"{stage} stage", said))
             error = InfraError(
                 f"node {self.t.name!r}: the stage's shell on the node "
                 + (f"ended with status {ended.group(1)}" if ended else "never said how it ended")

@@ -19,13 +19,14 @@ from orchestrator.run.commands import (
     render_build,
     verify_inputs_script,
 )
-from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
+from orchestrator.run.node_limits import fork_failed, forkless, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
 from orchestrator.run.trips import Trip
+from orchestrator.transport import CommandResult
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
 _REFUSED = re.compile(rb"Permission denied|Operation not permitted|Read-only file system")
@@ -114,6 +115,13 @@ class BuildStage(CellStages):
     def _toolchain(self) -> dict | None:
         return toolchain_checks(self.snapshot, self.paths.toolchain is not None)
 
+    def _checked(self, outcome: CommandResult) -> None:
+        """The script's checks found an input or a tool not the one staged or probed: where its
+        stderr says a process could not start (the shell runner's sha256sum, find), their digests
+        are empty or partial, the node out of processes, not a tampering (node_limits.py)."""
+        if said := forkless(outcome.stderr):
+            raise InfraError(out_of_processes(self.t.name, "check of the build's inputs and tools", said))
+
     def _build(self) -> str:
         command = render_build(self.job, self.variant, self.snapshot, self.paths)
         self.result.build_command = command
@@ -152,6 +160,7 @@ class BuildStage(CellStages):
                 continue
             altered = re.findall(r"^@@farm altered (\S+) (\S+)$", text, re.M)
             if altered:
+                self._checked(outcome)
                 names = ", ".join(name for name, _ in altered)
                 if restaged or self.restage is None:
                     raise InfraError(f"node {self.t.name!r}: staged inputs altered on the node ({names}) again")
@@ -167,6 +176,8 @@ class BuildStage(CellStages):
                 continue
             break
         drift = re.findall(r"^@@farm toolchain-changed (\S+)$", text, re.M)
+        if drift or re.search(r"^@@farm altered-during ", text, re.M):
+            self._checked(outcome)
         if drift:  # whatever the build's status: nvcc's word about another toolchain is not the node's
             raise InfraError(
                 f"node {self.t.name!r}: the toolchain the build ran with ({', '.join(drift)}) changed on the node "
@@ -210,11 +221,11 @@ class BuildStage(CellStages):
             # nvcc's own word that it cannot make code for the target: the toolchain's failure
             ev = self.result.evidence
             # the node's own trouble only where the node, asked, cannot fork either (node_limits.py)
-            if (forkless := fork_failed(self.result.build_log)) and node_cannot_fork(self.t):
+            if (words := fork_failed(self.result.build_log)) and node_cannot_fork(self.t):
                 self.cleaned = True  # the script removed the cell's folder
-                raise InfraError(out_of_processes(self.t.name, "build", forkless))
-            if forkless:  # the job's words, or a shortage gone by now: its build-fail, said so
-                self.result.build_log += f"\n{forks_note(forkless)}\n".encode()
+                raise InfraError(out_of_processes(self.t.name, "build", words))
+            if words:  # the job's words, or a shortage gone by now: its build-fail, said so
+                self.result.build_log += f"\n{forks_note(words)}\n".encode()
             ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
             ev.build_err = first_error(self.result.build_log)
             if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
