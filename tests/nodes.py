@@ -24,6 +24,7 @@ import socket
 import sqlite3
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -300,6 +301,17 @@ class SshNode:
             entry["runner"] = os.environ["FARM_TEST_RUNNER"]
         entry.update(overrides)
         return entry
+
+
+def running_node(name: str, root: Path, card: Card | list[Card] | None) -> Iterator[SshNode]:
+    """One started sshd node for a one-node fixture to `yield from`, stopped at its teardown."""
+    node = SshNode(name, root, card)
+    node.prepare()
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 def missing_tools() -> list[str]:

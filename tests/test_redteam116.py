@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from faults import Tmpfs, descendants, faults_job, faults_variant, wait_for
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, SshNode, processes_matching, query
+from nodes import CARDS, SshNode, processes_matching, query, running_node
 from test_faults import attempts, kernel_running, results, run_farm
 
 from orchestrator.errors import EXIT_INFRA, EXIT_OK
@@ -38,11 +38,7 @@ NAME = "n116"
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SshNode]:
-    one = SshNode(NAME, tmp_path / "node", CARDS["t4"])
-    one.prepare()
-    one.start()
-    yield one
-    one.stop()
+    yield from running_node(NAME, tmp_path / "node", CARDS["t4"])
 
 
 def farm_of(node: SshNode, tmp_path: Path, variants: dict[str, dict[str, object]]) -> Path:

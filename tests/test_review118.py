@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from faults import write_fault_farm
-from nodes import CARDS, SshNode, query, standin_job
+from nodes import CARDS, SshNode, query, running_node, standin_job
 from test_faults import attempts, results, run_farm
 
 from orchestrator.classify import Evidence, classify
@@ -47,11 +47,7 @@ int main(void) {
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SshNode]:
-    one = SshNode(NAME, tmp_path / "node", CARDS["t4"])
-    one.prepare()
-    one.start()
-    yield one
-    one.stop()
+    yield from running_node(NAME, tmp_path / "node", CARDS["t4"])
 
 
 def _job(variants: dict[str, dict[str, object]]) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from faults import descendants
-from nodes import CARDS, SshNode
+from nodes import CARDS, SshNode, running_node
 from test_redteam116 import NAME, midrun
 
 from orchestrator.config.farm_spec import NodeSpec
@@ -31,11 +31,7 @@ from orchestrator.transport import transport_for
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[SshNode]:
-    one = SshNode(NAME, tmp_path / "node", CARDS["t4"])
-    one.prepare()
-    one.start()
-    yield one
-    one.stop()
+    yield from running_node(NAME, tmp_path / "node", CARDS["t4"])
 
 
 @pytest.fixture
