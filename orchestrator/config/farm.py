@@ -20,6 +20,7 @@ from orchestrator.config import header, output_paths, own_files, srun_nodes
 from orchestrator.config.database_url import check_url, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
+from orchestrator.config.local_workdirs import local_workdir_errors
 from orchestrator.config.validation import check_names, validate
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
@@ -190,6 +191,14 @@ def load_farm(
         journal = journal_folder("", root, spec.journal)
         if problem := output_paths.journal_folder_problem(journal, {**sources, "reports": reports}):
             raise ConfigError(str(file), "journal", *problem)
+    # a local node's builds and raw outputs never among the site's pages, the journals or the course's files
+    farm_folders = {
+        "reports": (root / Path(spec.reports).expanduser()).resolve(),
+        "journal": journal_folder(resolve_database(database or spec.database, root), root, spec.journal),
+        **sources,
+    }
+    if errors := local_workdir_errors(file, spec, farm_folders):
+        raise ConfigErrors(errors)
     if spec.lock_dir is not None and not (root / Path(spec.lock_dir).expanduser()).is_dir():
         found = f"{spec.lock_dir!r}, which is not a folder"
         raise ConfigError(

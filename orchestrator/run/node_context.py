@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -21,7 +22,10 @@ from orchestrator.transport import Transport
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    except RuntimeError:  # no home at all (`env -i` under a uid without a passwd entry): this user's own temp
+        base = str(Path(tempfile.gettempdir()) / f"farm-cache-{os.getuid()}")
     return Path(base) / "farm" / "archives"
 
 

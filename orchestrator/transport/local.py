@@ -100,7 +100,13 @@ class LocalTransport(Transport):
     keeps_processes = True
 
     def _connect(self) -> None:
-        self._home = Path.home()
+        try:
+            self._home = Path.home()
+            home = f"({self._home}), which is no folder"
+        except RuntimeError:  # no HOME and a uid the password database lacks (`env -i`, a container's
+            # `--user 54321`): exit 70 "a bug in farm" (red-team 121); read as a home that is no folder
+            self._home = Path("/nonexistent")
+            home = f"(none: no HOME, and uid {os.getuid()} has no entry in the password database)"
         # a HOME that is no folder (a system user's /nonexistent, a home not mounted, as cron
         # runs the farm): every command failed to start in it, the node's cells "internal error
         # in the farm", exit 70 (round 93). Commands start in / then, as sshd starts such a
@@ -109,7 +115,7 @@ class LocalTransport(Transport):
         if self._cwd != self._home and not os.path.isabs(self.node.workdir):
             raise NodeUnusable(
                 f"node {self.name!r}: its workdir {self.node.workdir!r} is under the farm's HOME "
-                f"({self._home}), which is no folder (a system user's, as cron or systemd may run the farm): "
+                f"{home} (a system user's, as cron or systemd may run the farm): "
                 "set the node's `workdir` in farm.yaml to an absolute folder that user can write, or give "
                 "the user a home"
             )

@@ -45,6 +45,7 @@ from orchestrator.errors import (
 )
 from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
+from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
@@ -99,7 +100,7 @@ class SSHTransport(Transport):
 
     def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:
         node = self.node
-        key_file = str(Path(node.key_file).expanduser()) if node.key_file else None
+        key_file = expanded(node.key_file, self.name, "key_file") if node.key_file else None
         config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
         connect_kwargs = {
             "banner_timeout": node.connect_timeout,
@@ -111,7 +112,7 @@ class SSHTransport(Transport):
         }
         if key_file:
             connect_kwargs["key_filename"] = key_file
-        path = str(Path(node.known_hosts).expanduser())
+        path = expanded(node.known_hosts, self.name, "known_hosts")
         try:
             known = known_hosts.load(path)  # without the file every host is unknown, and refused with the line to add
         except (OSError, UnicodeDecodeError) as err:
