@@ -1,0 +1,126 @@
+"""Red-team round 120: kernel output the farm had never met.
+
+Each run through the whole farm on a loopback SSH node (a T4 stand-in, CC 7.5), the stand-in kernel
+printing its pass line and exiting 0 after a prelude of its own. What broke (both wrong greens):
+
+1. CUDA's error words on a line longer than 64 KiB: a course kernel's error check that prints
+   `CUDA error: %s` without a newline, then its result array on the same line. Lines that long are
+   never taken for a marker, so the CUDA-error rule (round 92) never saw the words: `pass`,
+   certified on CC 7.5, for a launch that never ran. Now `fail` quoting the words: CUDA's words are
+   searched in over-long lines too (in overlapping pieces; a marker still never counts there).
+2. CUDA's words for a card the kernel never got ("no CUDA-capable device is detected", "all
+   CUDA-capable devices are busy or unavailable", "CUDA driver version is insufficient for CUDA
+   runtime version", `cudaErrorNoDevice`): a kernel whose unchecked error path (or CPU fallback)
+   then printed its pass line was `pass`, though no GPU code of it ran. Now such a run is asked
+   after as any run with CUDA's error words: `fail`, or infra-error where the node's look finds the
+   card held, in MIG mode or its driver too old (the node's, not the kernel's).
+
+Held (kept as guards): a pass marker inside a line longer than 64 KiB is still no pass, and a
+refusal's stderr carrying those words is still a clean refusal on a card the kernel must refuse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nodes import Fleet, query, standin_job, standin_variant
+from test_verdicts import run
+
+from orchestrator.classify import Evidence, classify
+from orchestrator.cuda_errors import MARKER, cuda_error_pattern
+from orchestrator.outcomes import Outcome
+from orchestrator.plan import Expectation
+from orchestrator.run.streams import MAX_LINE, scan, scan_bytes
+
+MIN75 = {"min": "7.5"}
+MIN80 = {"min": "8.0"}  # the T4 stand-in (7.5) is outside it: the kernel must refuse it
+MARKERS = {"pass": "standin: PASS", MARKER: cuda_error_pattern()}
+ANYWHERE = frozenset({MARKER})  # as the run stage scans: CUDA's words on a line of any length
+LONG = b"CUDA error: an illegal memory access was encountered; out: " + b"0.000000 " * (MAX_LINE // 8)
+
+
+def _one_cell(make_farm, root: Path, fleet: Fleet, job: dict) -> dict[str, object]:
+    config = make_farm(root, {"t4": fleet["t4"].farm_entry(root / "work")}, [job])
+    run(config)
+    (row,) = query(root / "results.db", "SELECT outcome, reason FROM results")
+    return {"outcome": row["outcome"], "reason": row["reason"]}
+
+
+def _prelude_cell(make_farm, tmp_path: Path, fleet: Fleet, script: str, contract: dict, mode: str = "PASS") -> dict:
+    prelude = tmp_path / "prelude.sh"
+    prelude.write_text(script)
+    gate = "MIN_CC=80" if contract is MIN80 else "MIN_CC=75"
+    variant = standin_variant(mode, contract, gate, prelude=prelude)
+    return _one_cell(make_farm, tmp_path / "farm", fleet, standin_job("standin", {"v": variant}))
+
+
+# ------------------------------------------------------------------ 1: CUDA's words on an over-long line
+
+
+def test_cuda_words_on_an_over_long_line_are_read() -> None:
+    """In one piece, in chunks that cut the words, and with its newline in a later chunk: the
+    words are found on the long line's number; the pass marker on it still never counts."""
+    data = b"start\n" + LONG + b" standin: PASS\n" + b"standin: PASS\n"
+    whole = scan_bytes(data, MARKERS, anywhere=ANYWHERE)
+    assert whole.matches == {MARKER: 2, "pass": 3}, whole.matches
+    assert "an illegal memory access was encountered" in whole.texts[MARKER], whole.texts
+    for size in (7, 4096, 70_000):
+        pieces = scan((data[i : i + size] for i in range(0, len(data), size)), MARKERS, 1 << 20, ANYWHERE)
+        assert pieces.matches == {MARKER: 2, "pass": 3}, (size, pieces.matches)
+    words = b"x" * (MAX_LINE + 10) + b" CUDA_ERROR_ILLEGAL_ADDRESS"  # cut across the chunk after the skip began
+    late = scan([words[: MAX_LINE + 20], words[MAX_LINE + 20 :], b"\n"], MARKERS, 1 << 20, ANYWHERE)
+    assert late.matches == {MARKER: 1}, late.matches
+    no_newline = scan_bytes(b"ok\n" + LONG, MARKERS, anywhere=ANYWHERE)  # the stream's last line, never ended
+    assert no_newline.matches == {MARKER: 2}, no_newline.matches
+    assert scan_bytes(b"x" * (MAX_LINE + 5) + b" standin: PASS\n", MARKERS, anywhere=ANYWHERE).matches == {}
+
+
+def test_a_pass_after_cuda_words_on_an_over_long_line_fails(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """Before: `pass` (exit 0, the pass marker on stdout line 2), certified on CC 7.5."""
+    script = (
+        "printf 'CUDA error: an illegal memory access was encountered; out:'\n"
+        "head -c 70000 /dev/zero | tr '\\000' '0'\n"
+        "printf '\\n'\n"
+    )
+    cell = _prelude_cell(make_farm, tmp_path, ssh_fleet, script, MIN75)
+    assert cell["outcome"] == "fail", cell
+    assert "an illegal memory access was encountered" in str(cell["reason"]), cell
+
+
+# ------------------------------------------------------------------ 2: CUDA's words for a card never had
+
+
+def test_cuda_words_for_no_device_are_cuda_errors() -> None:
+    """The runtime's strings and names, and the driver's, for a CUDA program that got no card."""
+    marker = {MARKER: cuda_error_pattern()}
+    for line in (
+        b"cudaMalloc failed: no CUDA-capable device is detected",
+        b"CUDA error: all CUDA-capable devices are busy or unavailable",
+        b"CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+        b"CUDA driver version is insufficient for CUDA runtime version",
+        b"error 100 (cudaErrorNoDevice)",
+        b"cudaErrorDevicesUnavailable",
+        b"cudaErrorInsufficientDriver",
+        b"cuInit: CUDA_ERROR_NO_DEVICE",
+    ):
+        assert scan_bytes(line + b"\n", marker).matches == {MARKER: 1}, line
+    assert scan_bytes(b"device 0: no errors detected\n", marker).matches == {}  # words of a healthy run
+    seen = Evidence(build_exit=0, inspect_exit=0, run_exit=0, kernel_exit=0, kernel_started=True, pass_line=2)
+    seen.cuda_error = 'stderr line 1: "cudaMalloc failed: no CUDA-capable device is detected"'
+    verdict = classify(seen, Expectation(Outcome.PASS, "CC 7.5 satisfies CC >= 7.5"))
+    assert verdict.outcome is Outcome.FAIL and "no CUDA-capable device" in verdict.reason, verdict
+
+
+def test_a_pass_after_no_device_fails(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """Before: `pass`, certified on CC 7.5, for a kernel that said it had no GPU and then passed."""
+    script = "echo 'cudaMalloc: no CUDA-capable device is detected' >&2\n"
+    cell = _prelude_cell(make_farm, tmp_path, ssh_fleet, script, MIN75)
+    assert cell["outcome"] == "fail", cell
+    assert "no CUDA-capable device is detected" in str(cell["reason"]), cell
+
+
+def test_a_refusal_beside_no_device_words_is_still_a_refusal(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """Held: the rule reads passes only; a gate's refusal with such words on stderr stays as it was."""
+    script = "echo 'cudaSetDevice: all CUDA-capable devices are busy or unavailable' >&2\n"
+    cell = _prelude_cell(make_farm, tmp_path, ssh_fleet, script, MIN80)
+    assert cell["outcome"] == "expected-refusal", cell
