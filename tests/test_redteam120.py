@@ -14,6 +14,11 @@ printing its pass line and exiting 0 after a prelude of its own. What broke (bot
    then printed its pass line was `pass`, though no GPU code of it ran. Now such a run is asked
    after as any run with CUDA's error words: `fail`, or infra-error where the node's look finds the
    card held, in MIG mode or its driver too old (the node's, not the kernel's).
+3. A kernel run unconfined (the shell runner of nodes without python3) that filled the node's
+   $TMPDIR (out of inodes) and then failed its numbers: the look after the failed run found the node
+   short of room, and the kernel's `fail` was infra-error, retried, hidden as a flaky node. Now the
+   kernel's `fail`, its reason saying what the look found and that the run ran unconfined
+   (orchestrator/room_taken.py); a confined run's short room stays the node's (test_redteam49).
 
 Held (kept as guards): a pass marker inside a line longer than 64 KiB is still no pass, and a
 refusal's stderr carrying those words is still a clean refusal on a card the kernel must refuse.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import test_redteam49
 from nodes import Fleet, query, standin_job, standin_variant
 from test_verdicts import run
 
@@ -32,6 +38,7 @@ from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run.streams import MAX_LINE, scan, scan_bytes
 
+small_tmp = test_redteam49.small_tmp  # a tmpfs of 1500 inodes as the node's $TMPDIR (a fixture)
 MIN75 = {"min": "7.5"}
 MIN80 = {"min": "8.0"}  # the T4 stand-in (7.5) is outside it: the kernel must refuse it
 MARKERS = {"pass": "standin: PASS", MARKER: cuda_error_pattern()}
@@ -124,3 +131,26 @@ def test_a_refusal_beside_no_device_words_is_still_a_refusal(ssh_fleet: Fleet, m
     script = "echo 'cudaSetDevice: all CUDA-capable devices are busy or unavailable' >&2\n"
     cell = _prelude_cell(make_farm, tmp_path, ssh_fleet, script, MIN80)
     assert cell["outcome"] == "expected-refusal", cell
+
+
+# ------------------------------------------------------------------ 3: an unconfined kernel that fills the node's room
+
+
+def test_an_unconfined_kernel_that_fills_the_nodes_tmp_hides_no_failure(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_tmp: Path, monkeypatch
+) -> None:
+    """Under the shell runner (no Landlock) a kernel that fails its numbers after filling the node's
+    temporary folder (here: out of inodes, as test_redteam49's does confined) left the node short of
+    room when the farm looked: before, infra-error "the node ran out of room during the cell", retried,
+    the kernel's failure hidden. Now the kernel's `fail`, saying the run ran unconfined and the room
+    it may have taken itself."""
+    monkeypatch.setenv("FARM_TEST_RUNNER", "shell")
+    fill = f"cd {small_tmp} && seq 1 600 | sed s/^/rt120-/ | xargs touch; cd - >/dev/null; {{binary}}"
+    variant = standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=fill)
+    root = tmp_path / "farm"
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(root / "work", env={"TMPDIR": str(small_tmp)})}
+    config = make_farm(root, nodes, [standin_job("standin", {"fills": variant})])
+    run(config)
+    (row,) = query(root / "results.db", "SELECT outcome, reason FROM results")
+    assert row["outcome"] == "fail", (row["outcome"], row["reason"])
+    assert "unconfined" in row["reason"], row["reason"]

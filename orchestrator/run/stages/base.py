@@ -33,6 +33,8 @@ class CellStages(CellTrips):
     build.BuildStage, inspect.InspectStage, run.RunStage and sanitize.SanitizeStage;
     pipeline.CellPipeline runs them in order."""
 
+    run_unconfined = False  # the kernel's last run went unconfined: the room it left short may be its own
+
     def __init__(
         self,
         transport: Transport,
