@@ -18,7 +18,10 @@ printing its pass line and exiting 0 after a prelude of its own. What broke (bot
    $TMPDIR (out of inodes) and then failed its numbers: the look after the failed run found the node
    short of room, and the kernel's `fail` was infra-error, retried, hidden as a flaky node. Now the
    kernel's `fail`, its reason saying what the look found and that the run ran unconfined
-   (orchestrator/room_taken.py); a confined run's short room stays the node's (test_redteam49).
+   (orchestrator/room_taken.py); likewise a build (untrusted too) that filled it and failed was
+   infra-error, now its `build-fail`. Under the python runners (confined) both were already the
+   kernel's verdicts, and are kept as guards; a work folder turned read-only mid-build stays the
+   node's on every runner (test_redteam94: no stage without root remounts it).
 
 Held (kept as guards): a pass marker inside a line longer than 64 KiB is still no pass, and a
 refusal's stderr carrying those words is still a clean refusal on a card the kernel must refuse.
@@ -137,14 +140,13 @@ def test_a_refusal_beside_no_device_words_is_still_a_refusal(ssh_fleet: Fleet, m
 
 
 def test_an_unconfined_kernel_that_fills_the_nodes_tmp_hides_no_failure(
-    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_tmp: Path, monkeypatch
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_tmp: Path, runner: str
 ) -> None:
     """Under the shell runner (no Landlock) a kernel that fails its numbers after filling the node's
     temporary folder (here: out of inodes, as test_redteam49's does confined) left the node short of
     room when the farm looked: before, infra-error "the node ran out of room during the cell", retried,
     the kernel's failure hidden. Now the kernel's `fail`, saying the run ran unconfined and the room
     it may have taken itself."""
-    monkeypatch.setenv("FARM_TEST_RUNNER", "shell")
     fill = f"cd {small_tmp} && seq 1 600 | sed s/^/rt120-/ | xargs touch; cd - >/dev/null; {{binary}}"
     variant = standin_variant("FAILNUM", MIN75, "MIN_CC=75", run=fill)
     root = tmp_path / "farm"
@@ -153,4 +155,21 @@ def test_an_unconfined_kernel_that_fills_the_nodes_tmp_hides_no_failure(
     run(config)
     (row,) = query(root / "results.db", "SELECT outcome, reason FROM results")
     assert row["outcome"] == "fail", (row["outcome"], row["reason"])
-    assert "unconfined" in row["reason"], row["reason"]
+    assert ("unconfined" in row["reason"]) == (runner == "shell"), row["reason"]  # confined: round 49's rule
+
+
+def test_an_unconfined_build_that_fills_the_nodes_tmp_hides_no_build_fail(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, small_tmp: Path, runner: str
+) -> None:
+    """The same for a build (untrusted as the kernel is): under the shell runner one that filled the
+    node's $TMPDIR and then failed was infra-error, retried; now its `build-fail`, saying so."""
+    variant = standin_variant("PASS", MIN75, "MIN_CC=75")
+    fill = f"cd {small_tmp} && seq 1 600 | sed s/^/rt120b-/ | xargs touch; cd - >/dev/null; "
+    variant["build"] = fill + str(variant["build"]) + " -DNO_SUCH_HEADER_RT120 -include rt120-missing.h"
+    root = tmp_path / "farm"
+    nodes = {"t4": ssh_fleet["t4"].farm_entry(root / "work", env={"TMPDIR": str(small_tmp)})}
+    config = make_farm(root, nodes, [standin_job("standin", {"fills": variant})])
+    run(config)
+    (row,) = query(root / "results.db", "SELECT outcome, reason FROM results")
+    assert row["outcome"] == "build-fail", (row["outcome"], row["reason"])
+    assert ("unconfined" in row["reason"]) == (runner == "shell"), row["reason"]

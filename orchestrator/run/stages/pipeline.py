@@ -141,7 +141,9 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             ev.metrics = self._measure()
         # short of room after an unconfined run that could have taken it: the kernel's verdict (room_taken.py)
-        self.result.verdict = room_taken(classify, ev, self.result.expectation, self.run_unconfined)
+        loose = {"run", "sanitize"} if self.run_unconfined else set()
+        loose |= {"build", "inspect"} if self.build_unconfined else set()
+        self.result.verdict = room_taken(classify, ev, self.result.expectation, loose)
         self.result.ended_at = datetime.now(UTC)
         return self.result
 
