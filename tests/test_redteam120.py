@@ -23,6 +23,10 @@ printing its pass line and exiting 0 after a prelude of its own. What broke (bot
    kernel's verdicts, and are kept as guards; a work folder turned read-only mid-build stays the
    node's on every runner (test_redteam94: no stage without root remounts it).
 
+4. The reason of such a fail quoted a matched line's last carriage-return part: CUDA's words
+   before a `\r` and the pass line drew as `printed CUDA's error (... "standin: PASS")`. It quotes
+   the part holding the match now.
+
 Held (kept as guards): a pass marker inside a line longer than 64 KiB is still no pass, and a
 refusal's stderr carrying those words is still a clean refusal on a card the kernel must refuse.
 """
@@ -119,6 +123,9 @@ def test_cuda_words_for_no_device_are_cuda_errors() -> None:
     ):
         assert scan_bytes(line + b"\n", marker).matches == {MARKER: 1}, line
     assert scan_bytes(b"device 0: no errors detected\n", marker).matches == {}  # words of a healthy run
+    # a progress line's carriage return: the reason quotes the words matched, not the line's last part
+    drawn = scan_bytes(b"step 3\rCUDA error: no CUDA-capable device is detected\rstandin: PASS\n", marker)
+    assert drawn.texts[MARKER] == "CUDA error: no CUDA-capable device is detected", drawn.texts
     seen = Evidence(build_exit=0, inspect_exit=0, run_exit=0, kernel_exit=0, kernel_started=True, pass_line=2)
     seen.cuda_error = 'stderr line 1: "cudaMalloc failed: no CUDA-capable device is detected"'
     verdict = classify(seen, Expectation(Outcome.PASS, "CC 7.5 satisfies CC >= 7.5"))

@@ -125,7 +125,8 @@ class StreamScan:
             found = self._markers[name].search(window)
             if found is not None:
                 self._matches[name] = self._lines + 1
-                self._texts[name] = last_line(window[max(found.start() - 80, 0) : found.end() + 80])
+                at = found.start()
+                self._texts[name] = shown(window[at : found.end() + 80], window[max(at - 80, 0) : at])
 
     def _block(self, block: bytes) -> None:
         """Whole lines, each ending in a newline. A marker is searched in the
@@ -137,9 +138,9 @@ class StreamScan:
             number = self._lines
             for line in block.split(b"\n")[:-1]:
                 number += 1
-                if (len(line) <= MAX_LINE or name in self._anywhere) and marker.search(line) is not None:
+                if (len(line) <= MAX_LINE or name in self._anywhere) and (found := marker.search(line)):
                     self._matches[name] = number
-                    self._texts[name] = last_line(line)
+                    self._texts[name] = shown(line[found.start() :], line[: found.start()])
                     break
         self._lines += block.count(b"\n")
 
@@ -167,6 +168,15 @@ class StreamScan:
             texts=dict(self._texts),
             last_line=last_line(bytes(self._tail)),
         )
+
+
+def shown(rest: bytes, before: bytes = b"") -> str:
+    """A matched line as quoted in a reason: the carriage-return segment the match begins `rest`
+    in, from the last carriage return of `before` (the line up to the match). The whole line's last
+    segment had quoted "standin: PASS" for `an illegal memory access was encountered\rstandin: PASS`."""
+    start = before.rfind(b"\r") + 1
+    end = rest.find(b"\r")
+    return last_line(before[start:] + (rest if end < 0 else rest[:end]))
 
 
 def last_line(data: bytes) -> str:
