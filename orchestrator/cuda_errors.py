@@ -6,13 +6,18 @@ check that a NaN or an untouched buffer satisfies, printed both after its launch
 context died, and was certified green (red-team round 92). These are the CUDA runtime's and
 driver's strings and names (as `cudaGetErrorString`, `cudaGetErrorName` and `cuGetErrorName`
 print them) for a launch that never ran (no code for the card, too many resources, a bad
-configuration) or a context a fault killed (an illegal address, an assert, a launch failure):
-after either, the kernel's results were not made by its GPU code, whatever it prints next.
+configuration) or a context a fault killed (an illegal address, an assert, a launch failure),
+or a program that never had its card (no device, every device busy, a driver too old for its
+runtime, a stub driver library, a driver and kernel module that differ: a kernel whose error path
+or CPU fallback then printed its pass line passed, red-team round 120; the look after such a run
+tells the node's card or driver from the kernel's doing):
+after any, the kernel's results were not made by its GPU code, whatever it prints next.
 Out-of-memory and the like are left out: a kernel may try and handle them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
@@ -43,18 +48,28 @@ _STRINGS = (
     "a PTX JIT compilation failed",
     "the provided PTX was compiled with an unsupported toolchain",
     "too many blocks in cooperative launch",
+    "no CUDA-capable device is detected",
+    "all CUDA-capable devices are busy or unavailable",
+    "CUDA-capable device(s) is/are busy or unavailable",
+    "CUDA driver version is insufficient for CUDA runtime version",
+    "CUDA driver is a stub library",
+    "forward compatibility was attempted on non supported HW",
+    "system has unsupported display driver / cuda driver combination",
+    "PTX JIT compiler library not found",
 )
 # cudaGetErrorName's names of the same errors, and the driver API's
 _RUNTIME_NAMES = (
     "IllegalAddress|LaunchFailure|Assert|HardwareStackError|IllegalInstruction|MisalignedAddress|"
     "InvalidAddressSpace|InvalidPc|LaunchTimeout|LaunchOutOfResources|InvalidConfiguration|"
     "NoKernelImageForDevice|InvalidDeviceFunction|InvalidKernelImage|InvalidPtx|UnsupportedPtxVersion|"
-    "CooperativeLaunchTooLarge"
+    "CooperativeLaunchTooLarge|NoDevice|DevicesUnavailable|InsufficientDriver|StubLibrary|CompatNotSupportedOnDevice|"
+    "SystemDriverMismatch|JitCompilerNotFound"
 )
 _DRIVER_NAMES = (
     "ILLEGAL_ADDRESS|LAUNCH_FAILED|ASSERT|HARDWARE_STACK_ERROR|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|"
     "INVALID_ADDRESS_SPACE|INVALID_PC|LAUNCH_TIMEOUT|LAUNCH_OUT_OF_RESOURCES|NO_BINARY_FOR_GPU|INVALID_IMAGE|"
-    "INVALID_PTX|UNSUPPORTED_PTX_VERSION|COOPERATIVE_LAUNCH_TOO_LARGE"
+    "INVALID_PTX|UNSUPPORTED_PTX_VERSION|COOPERATIVE_LAUNCH_TOO_LARGE|NO_DEVICE|STUB_LIBRARY|"
+    "COMPAT_NOT_SUPPORTED_ON_DEVICE|SYSTEM_DRIVER_MISMATCH|JIT_COMPILER_NOT_FOUND"
 )
 
 MARKER = "cuda_error"  # its name among a stream's markers (streams.StreamScan)
@@ -62,7 +77,7 @@ MARKER = "cuda_error"  # its name among a stream's markers (streams.StreamScan)
 
 def cuda_error_pattern() -> str:
     """An RE2 pattern (streams.compile_marker) matching a line that holds one of CUDA's words above."""
-    strings = "|".join(_STRINGS)  # plain words: none of RE2's special characters
+    strings = "|".join(re.escape(s) for s in _STRINGS)  # plain words: "device(s) is/are" holds RE2's
     return rf"(?:{strings})|\bcudaError(?:{_RUNTIME_NAMES})\b|\bCUDA_ERROR_(?:{_DRIVER_NAMES})\b"
 
 

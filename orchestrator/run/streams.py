@@ -8,7 +8,11 @@ no pattern can make a hostile line hang the farm.
 
 Markers are matched line by line (`^` and `$` anchor at each line). A line
 longer than MAX_LINE bytes is never matched: it is too long to be a marker,
-and matching it in pieces would let `$` match where a piece was cut. The kept
+and matching it in pieces would let `$` match where a piece was cut. Markers
+named `anywhere` (CUDA's error words: cuda_errors.py, which fail a run wherever
+printed and hold no anchor) are searched in such a line too, in overlapping
+pieces: a kernel's `CUDA error: %s` printed without a newline before a long
+result dump on the same line had passed (a red-team finding). The kept
 copy is the stream's first and last `cap / 2` bytes with one elision line
 between them; the full size and the full stream's sha256 are recorded, and
 where the cut was, so a page can say which bytes it does not show.
@@ -27,6 +31,7 @@ import re2
 
 MAX_LINE = 64 * 1024
 LAST_LINE_CHARS = 240  # of the last non-empty line, for reasons
+OVERLAP = 256  # bytes of an over-long line searched again with its next piece: words a chunk cut
 
 
 def _options() -> re2.Options:
@@ -64,8 +69,10 @@ class ScanResult:
 class StreamScan:
     """Feed a stream's bytes in chunks; `finish()` returns what it saw."""
 
-    def __init__(self, markers: dict[str, str], cap: int) -> None:
+    def __init__(self, markers: dict[str, str], cap: int, anywhere: frozenset[str] = frozenset()) -> None:
         self._markers = {name: compile_marker(p) for name, p in markers.items() if p}
+        self._anywhere = frozenset(anywhere & set(self._markers))  # also searched in lines longer than MAX_LINE
+        self._carry = b""  # the last OVERLAP bytes of the over-long line being skipped
         self._half = max(cap // 2, 1)
         self._hash = hashlib.sha256()
         self._size = 0
@@ -92,18 +99,34 @@ class StreamScan:
         if self._skipping:
             end = self._partial.find(b"\n")
             if end < 0:
+                self._long(bytes(self._partial))
                 self._partial.clear()
                 return
+            self._long(bytes(self._partial[:end]))
             del self._partial[: end + 1]
             self._lines += 1
             self._skipping = False
+            self._carry = b""
         cut = self._partial.rfind(b"\n")
         if cut >= 0:
             self._block(bytes(self._partial[: cut + 1]))
             del self._partial[: cut + 1]
         if len(self._partial) > MAX_LINE:  # a line too long to be a marker: memory stays bounded
+            self._long(bytes(self._partial))
             self._partial.clear()
             self._skipping = True
+
+    def _long(self, piece: bytes) -> None:
+        """A piece of the over-long line being skipped (its number self._lines + 1): the
+        `anywhere` markers are searched in it, after the last OVERLAP bytes of the piece before."""
+        window = self._carry + piece
+        self._carry = window[-OVERLAP:]
+        for name in self._anywhere - self._matches.keys():
+            found = self._markers[name].search(window)
+            if found is not None:
+                self._matches[name] = self._lines + 1
+                at = found.start()
+                self._texts[name] = shown(window[at : found.end() + 80], window[max(at - 80, 0) : at])
 
     def _block(self, block: bytes) -> None:
         """Whole lines, each ending in a newline. A marker is searched in the
@@ -115,9 +138,9 @@ class StreamScan:
             number = self._lines
             for line in block.split(b"\n")[:-1]:
                 number += 1
-                if len(line) <= MAX_LINE and marker.search(line) is not None:
+                if (len(line) <= MAX_LINE or name in self._anywhere) and (found := marker.search(line)):
                     self._matches[name] = number
-                    self._texts[name] = last_line(line)
+                    self._texts[name] = shown(line[found.start() :], line[: found.start()])
                     break
         self._lines += block.count(b"\n")
 
@@ -147,6 +170,15 @@ class StreamScan:
         )
 
 
+def shown(rest: bytes, before: bytes = b"") -> str:
+    """A matched line as quoted in a reason: the carriage-return segment the match begins `rest`
+    in, from the last carriage return of `before` (the line up to the match). The whole line's last
+    segment had quoted "standin: PASS" for `an illegal memory access was encountered\rstandin: PASS`."""
+    start = before.rfind(b"\r") + 1
+    end = rest.find(b"\r")
+    return last_line(before[start:] + (rest if end < 0 else rest[:end]))
+
+
 def last_line(data: bytes) -> str:
     """The last non-empty line of `data`, decoded and bounded, for a reason."""
     for line in reversed(data.splitlines()):
@@ -156,12 +188,16 @@ def last_line(data: bytes) -> str:
     return ""
 
 
-def scan(chunks: Iterable[bytes], markers: dict[str, str], cap: int) -> ScanResult:
-    scanner = StreamScan(markers, cap)
+def scan(
+    chunks: Iterable[bytes], markers: dict[str, str], cap: int, anywhere: frozenset[str] = frozenset()
+) -> ScanResult:
+    scanner = StreamScan(markers, cap, anywhere)
     for chunk in chunks:
         scanner.feed(chunk)
     return scanner.finish()
 
 
-def scan_bytes(data: bytes, markers: dict[str, str], cap: int = 1 << 20) -> ScanResult:
-    return scan([data], markers, cap)
+def scan_bytes(
+    data: bytes, markers: dict[str, str], cap: int = 1 << 20, anywhere: frozenset[str] = frozenset()
+) -> ScanResult:
+    return scan([data], markers, cap, anywhere)

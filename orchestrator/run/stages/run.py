@@ -121,8 +121,9 @@ class RunStage(CellStages):
 
         spec = self.job.spec
         cuda = {MARKER: cuda_error_pattern()}  # CUDA's words for GPU work that did not happen, on either stream
-        stdout = StreamScan({"pass": spec.pass_marker, **cuda}, self.output_cap)
-        stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap)
+        # CUDA's words count on a line of any length (a marker never does: streams.py)
+        stdout = StreamScan({"pass": spec.pass_marker, **cuda}, self.output_cap, frozenset(cuda))
+        stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda))
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
@@ -239,6 +240,7 @@ class RunStage(CellStages):
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
+        self.run_unconfined = not self._ran_confined(trip, text)  # room_taken.py
         forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
         loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
