@@ -12,7 +12,6 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.room_taken import ROOM_SHORT
 from orchestrator.run import driver_check, gpu_state, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
@@ -33,9 +32,6 @@ class CellStages(CellTrips):
     holds, and the trips it sends (trips.CellTrips). The stages themselves are
     build.BuildStage, inspect.InspectStage, run.RunStage and sanitize.SanitizeStage;
     pipeline.CellPipeline runs them in order."""
-
-    run_unconfined = False  # the kernel's last run went unconfined: the room it left short may be its own
-    build_unconfined = False  # its failed build (and so its inspection) went unconfined: likewise
 
     def __init__(
         self,
@@ -142,7 +138,7 @@ class CellStages(CellTrips):
         unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
-        folders = f"{ROOM_SHORT} ({short})" if short else ""
+        folders = f"the node ran out of room during the cell ({short})" if short else ""
         return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
 
     def _gpu_slowed(self) -> str:

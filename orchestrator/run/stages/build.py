@@ -228,9 +228,7 @@ class BuildStage(CellStages):
                 self.result.build_log += f"\n{forks_note(words)}\n".encode()
             ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
             ev.build_err = first_error(self.result.build_log)
-            # the python runner's word (the shell scripts confine nothing); room_taken.py
-            self.build_unconfined = self.python is None or not re.search(r"^@@farm build-confined$", text, re.M)
-            if not self.build_unconfined and _REFUSED.search(self.result.build_log):
+            if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
                 self.result.evidence.build_denied = True
                 self.result.build_log += f"\n[farm] {CONFINED_BUILD}\n".encode()
             self.cleaned = True  # the script removed the cell's folder: nothing runs from it

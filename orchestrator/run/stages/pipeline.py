@@ -12,7 +12,6 @@ from orchestrator.blame import driver_shortfall
 from orchestrator.classify import classify
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
-from orchestrator.room_taken import room_taken
 from orchestrator.run.cell import CellResult, StageRecord
 from orchestrator.run.commands import KILL_GRACE
 from orchestrator.run.stages.build import BuildStage
@@ -140,10 +139,7 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             ev.no_code = f"cubins {elf}; PTX {ptx}"
         if self.job.spec.metrics and ev.run_exit is not None and ev.infra_stage is None and ev.stopped is None:
             ev.metrics = self._measure()
-        # short of room after an unconfined run that could have taken it: the kernel's verdict (room_taken.py)
-        loose = {"run", "sanitize"} if self.run_unconfined else set()
-        loose |= {"build", "inspect"} if self.build_unconfined else set()
-        self.result.verdict = room_taken(classify, ev, self.result.expectation, loose)
+        self.result.verdict = classify(ev, self.result.expectation)
         self.result.ended_at = datetime.now(UTC)
         return self.result
 

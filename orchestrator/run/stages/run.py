@@ -240,7 +240,6 @@ class RunStage(CellStages):
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
-        self.run_unconfined = not self._ran_confined(trip, text)  # room_taken.py
         forged = last_match(r"^@@farm forged (\d+)$", text)  # noderunner.KernelFiles
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
         loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
