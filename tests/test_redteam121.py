@@ -25,7 +25,8 @@ still run; `reports: .` and a `reports` that is a file were already refused (rou
 `reports: ~/site` with no home was already refused naming the key; an empty FARM_DATABASE or
 FARM_CONFIG reads as unset; a UTF-16 or alias-bomb farm.yaml, `--run`/`show` ids past SQLite's
 integers, TMPDIR missing or a file, and `lock_dir` in jobs/ or the journal folder (a hidden lock
-file, no job read from it) all held.
+file, no job read from it) all held. A `lock_dir` in the reports folder published its holder file
+(this machine's name, the running farm's pid) with the site: refused now, naming the key (review).
 """
 
 from __future__ import annotations
@@ -93,6 +94,21 @@ def test_a_local_nodes_workdir_beside_or_above_the_farms_folders_still_runs(tmp_
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
     assert (root / "reports" / "index.html").is_file()
     assert not (root / "reports" / "builds").exists() and not (root / "reports" / "bundles").exists()
+
+
+@pytest.mark.parametrize("lock_dir", ["reports", "reports/locks"])
+def test_a_lock_dir_in_the_reports_folder_is_refused(tmp_path: Path, lock_dir: str) -> None:
+    """The run lock's holder file names the machine and the pid of the farm that holds it: in the
+    reports folder it went out with the published site."""
+    config = toy_farm(tmp_path)
+    (tmp_path / lock_dir).mkdir(parents=True)
+    config.write_text(f"lock_dir: {lock_dir}\n" + config.read_text())
+    done = farm("verify", "--all", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
+    assert done.stderr.strip().startswith(f"Error: {config}: lock_dir: found '{lock_dir}'"), done.stderr
+    assert "in the farm's `reports` folder" in done.stderr and "apart from the published site" in done.stderr
+    assert not (tmp_path / "results.db").exists()
+    assert not list((tmp_path / "reports").rglob("*.holder")) and not (tmp_path / "reports" / "index.html").exists()
 
 
 # ------------------------------------------------------------ 2. a farm with no home at all

@@ -204,6 +204,14 @@ def load_farm(
         raise ConfigError(
             str(file), "lock_dir", found, "a local folder with file locks, every farm run's (e.g. /var/lock/farm)"
         )
+    if spec.lock_dir is not None and output_paths.inside(
+        locks := (root / Path(spec.lock_dir).expanduser()).resolve(), farm_folders["reports"]
+    ):
+        # its holder file names this machine and the running farm's pid: published with the site (red-team 121)
+        raise ConfigError(
+            str(file), "lock_dir", f"{spec.lock_dir!r} ({locks}), in the farm's `reports` folder",
+            "a folder apart from the published site (e.g. /var/lock/farm)",
+        )  # fmt: skip
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job

@@ -68,6 +68,11 @@ def journal_folder_problem(path: Path, folders: dict[str, Path]) -> tuple[str, s
     return None
 
 
+def inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies under it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
 SITE_FOLDERS = ("cells", "kernels", "nodes", "runs")  # the report's subfolders (report/site.py)
 
 
