@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
 from orchestrator.cuda_errors import cuda_error_unbacked
-from orchestrator.gate_order import ran_before_refusing
+from orchestrator.gate_order import judge_gate
 from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
@@ -39,8 +39,7 @@ class SanitizerReport:
 class Evidence:
     """What the stages of one cell observed. Missing parts mean "not reached".
 
-    Markers were matched by the run stage over the whole of stdout and stderr
-    (streams.py); classify only reads where they were found."""
+    Markers were matched by the run stage over the whole of stdout and stderr (streams.py); classify reads where."""
 
     infra_stage: str | None = None  # stage that hit an InfraError
     infra_detail: str = ""
@@ -60,6 +59,7 @@ class Evidence:
     launcher_timed_out: bool = False
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
+    refusal_on_stdout: int | None = None  # stdout line of one, never a refusal: only named in the reason (gate_order)
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
     no_pass: str = ""  # a run without its pass marker: " (pass marker ...; last stdout line ...)" (run.py)
     # the run's commands naming {binary} (run/commands.py kernel_run): whether one started (None: not
@@ -366,7 +366,7 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
-    raw = lost_unconfined(ran_before_refusing(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
+    raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc

@@ -5,6 +5,10 @@ judged `expected-refusal` whatever else it printed. One whose pass marker was on
 its work there (a gate checked after the launch, a check that printed and went on) and certified its
 gate green (red-team round 115). The pass marker is the farm's evidence that the work ran, so beside
 a refusal it makes the cell `missing-refusal`, as a kernel command that exited 0 does (classify.py).
+
+A missing refusal whose gate was there but spoke wrongly says how (review 123): a newcomer's gate that
+printed its text on stdout, or printed it on stderr and exited 0, read "exit 2 without the refusal text
+on stderr" and "ran on a card it must refuse", as a kernel with no gate at all does. The verdict stays.
 """
 
 from __future__ import annotations
@@ -19,6 +23,31 @@ if TYPE_CHECKING:
     from orchestrator.plan import Expectation
 
 V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
+
+
+def judge_gate(verdict: V, ev: Evidence, exp: Expectation) -> V:
+    """The raw verdict judged by the gate's order, then a missing refusal told how its gate spoke."""
+    return _how_the_gate_spoke(ran_before_refusing(verdict, ev, exp), ev)
+
+
+def _how_the_gate_spoke(verdict: V, ev: Evidence) -> V:
+    """A missing refusal whose refusal text was printed where, or as, no refusal is read: said so."""
+    reason = getattr(verdict, "reason", "")
+    if getattr(verdict, "outcome", None) is not Outcome.MISSING_REFUSAL or ev.pass_line is not None:
+        return verdict
+    if ev.refusal_line is None and ev.refusal_on_stdout is not None:
+        hint = (
+            f"its refusal marker matched stdout line {ev.refusal_on_stdout}, but a refusal is read on stderr "
+            "only: print the gate's text to stderr"
+        )
+    elif ev.refusal_line is not None and ev.run_exit == 0:
+        hint = (
+            f"its refusal text is on stderr (line {ev.refusal_line}), but it exited 0: "
+            "a gate must exit non-zero after its text"
+        )
+    else:
+        return verdict
+    return replace(verdict, reason=f"{reason}; {hint}")
 
 
 def ran_before_refusing(verdict: V, ev: Evidence, exp: Expectation) -> V:

@@ -67,8 +67,10 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     # a cron mail, where "certifies nothing" was on the node's line alone (a red-team finding)
     note = " [card not confirmed by the NVIDIA driver (stand-in): certifies nothing]" if on_standin(result) else ""
     # a cell not as expected says why and where the rest is: `BAD  build-fail ... #1` said neither, and
-    # nothing told a newcomer that #1 is `farm show 1`'s (a review finding, round 95)
-    why = f": {verdict.reason} (farm show {result_id})" if mark == "BAD " else ""
+    # nothing told a newcomer that #1 is `farm show 1`'s (a review finding, round 95); an infra-error's
+    # line said neither either, and a node's missing cuobjdump or old driver read as the farm's mystery
+    # until `farm show` (review 123)
+    why = f": {verdict.reason} (farm show {result_id})" if mark != "ok  " else ""
     return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}{why}"
 
 

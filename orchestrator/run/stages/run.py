@@ -122,7 +122,9 @@ class RunStage(CellStages):
         spec = self.job.spec
         cuda = {MARKER: cuda_error_pattern()}  # CUDA's words for GPU work that did not happen, on either stream
         # CUDA's words count on a line of any length (a marker never does: streams.py)
-        stdout = StreamScan({"pass": spec.pass_marker, **cuda}, self.output_cap, frozenset(cuda))
+        # the refusal marker on stdout is never a refusal; it is matched there to say so (gate_order.py)
+        scan = {"pass": spec.pass_marker, "refusal": spec.refusal_marker, **cuda}
+        stdout = StreamScan(scan, self.output_cap, frozenset(cuda))
         stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda))
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
@@ -253,6 +255,7 @@ class RunStage(CellStages):
         self.result.stderr = stderr.finish()
         ev.pass_line = self.result.stdout.matches.get("pass")
         ev.refusal_line = self.result.stderr.matches.get("refusal")
+        ev.refusal_on_stdout = self.result.stdout.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
         if ev.pass_line is None:
             ev.no_pass = marker_missing(self.job.spec.pass_marker, self.result.stdout.last_line)
