@@ -63,10 +63,12 @@ def with_framed(script: str, files: Files, ends: Sequence[str]) -> tuple[str, st
     it (the job's stdout comes back as text through srun: no frame can travel in it); and the
     frames' token, for read_back."""
     token = new_token()
+    # removed first: a link a build's leftover put there is not written through
     framed = "".join(
-        f"; {{ {emit(token, tag, path, limit, True)}; }} > {shlex.quote(path + FRAMED)}"
+        f"; rm -f {copy}; {{ {emit(token, tag, path, limit, True)}; }} > {copy}"
         for tag, path, limit, _ in files
         if tag in ends
+        for copy in [shlex.quote(path + FRAMED)]
     )
     return script + framed, token
 
