@@ -124,13 +124,18 @@ class Masker:
         return value
 
     def kept(self, kept: bytes, cut: tuple[int, int] | list[int] | None, size: int) -> bytes:
-        """A stream's kept copy (streams.py): where it was cut, its head and tail masked apart, with
-        a value's piece each side of the cut too (its rest is in the bytes left out)."""
+        """A stream's kept copy (streams.py), or a build log's (file_ends.py, the farm's notes after
+        its tail): where it was cut, its head and tail masked apart, with a value's piece each side
+        of the cut too (its rest is in the bytes left out)."""
+        from orchestrator.run.streams import elision  # not at import: the config's loading needs no RE2
+
         if not cut or self._bytes is None:
             return self.data(kept)
         start, end = int(cut[0]), int(cut[1])
-        tail_len = max(size - end, 0)
-        head, note, tail = kept[:start], kept[start : len(kept) - tail_len], kept[len(kept) - tail_len :]
+        note = elision(start, end, size)
+        if kept[start : start + len(note)] != note:  # not a copy cut there: masked whole
+            return self.data(kept)
+        head, tail = kept[:start], kept[start + len(note) :]
         return self._side(head, at_end=True) + note + self._side(tail, at_end=False)
 
     def _side(self, data: bytes, at_end: bool) -> bytes:
@@ -176,9 +181,9 @@ class Masker:
             if name in _IDENTITY or value is None:
                 continue
             counted = self.count
-            if name in ("stdout", "stderr"):
-                cut = (getattr(record, "output_cuts", None) or {}).get(name)
-                masked = self.kept(value, cut, getattr(record, f"{name}_size"))
+            cut = (getattr(record, "output_cuts", None) or {}).get(name) if name in _OUTPUT else None
+            if cut:  # a build log's cut carries its size (file_ends.py); a stream's is in its column
+                masked = self.kept(value, cut[:2], cut[2] if len(cut) > 2 else getattr(record, f"{name}_size"))
             else:
                 masked = self.value(value)
             if name not in _OUTPUT:  # a reason quoting a line is the same occurrence again

@@ -298,7 +298,8 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         say(f"--- {name} ({size} bytes, sha256 {sha or '-'}{kept})")
         if data:
             echo(quoted(data))
-    say("--- build log")
+    log_cut = (r.output_cuts or {}).get("build_log")  # [start, end, size] (file_ends.py)
+    say("--- build log" + (f" ({log_cut[2]} bytes; bytes {log_cut[0]} to {log_cut[1]} left out)" if log_cut else ""))
     if r.build_log:
         echo(quoted(r.build_log))
 

@@ -234,7 +234,14 @@ def cell_body(
                 "were matched over all of it.</p>\n"
             )
         out.append(f'<pre id="{name}">{_e(decoded_text(data))}</pre>\n')
-    out.append(f'<h2>Build log</h2>\n<pre id="build-log">{_e(decoded_text(r.build_log))}</pre>\n')
+    out.append("<h2>Build log</h2>\n")
+    if log_cut := cuts.get("build_log"):  # [start, end, size]: the log's size is in no column (file_ends.py)
+        start, end, size = log_cut
+        out.append(
+            f'<p class="meta" id="build-log-cut">Cut: bytes {_e(start)} to {_e(end)} of {_e(size)} are left out '
+            f"below (the first {_e(start)} and the last {_e(size - end)} bytes are kept).</p>\n"
+        )
+    out.append(f'<pre id="build-log">{_e(decoded_text(r.build_log))}</pre>\n')
     return "".join(out)
 
 

@@ -40,6 +40,7 @@ class CellResult:
     build_key: str | None = None
     build_command: str = ""
     build_log: bytes = b""
+    build_log_cut: tuple[int, int, int] | None = None  # bytes [start, end) of its size left out (file_ends.py)
     build_cached: bool = False
     stdout: ScanResult = field(default_factory=ScanResult)
     stderr: ScanResult = field(default_factory=ScanResult)

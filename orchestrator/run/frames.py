@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from orchestrator.errors import InfraError
 
 CONTROL_LIMIT = 1 << 20  # bytes of control text kept: the farm's own lines, never this much
+SIZE_DIGITS = 20  # an `ends` frame's first bytes: the file's whole size, in decimal (2**63 fits)
 
 _HEADER = re.compile(rb"@@farm-frame ([0-9a-f]{12}) ([a-z-]+) (\d+)\n")
 
@@ -36,17 +37,33 @@ def new_token() -> str:
     return secrets.token_hex(6)
 
 
-def emit(token: str, tag: str, path: str, limit: int) -> str:
+def emit(token: str, tag: str, path: str, limit: int, ends: bool = False) -> str:
     """Shell that prints the first `limit` bytes of `path` as one frame (an
-    empty frame for a missing file)."""
+    empty frame for a missing file). `ends`: the file's size as SIZE_DIGITS digits, then
+    the whole file where it fits in `limit`, else its first and last `limit // 2` bytes
+    (file_ends.py): a build log of gigabytes ships no more than that, its end kept."""
     q = shlex.quote(path)
     # only a regular file is read: a FIFO a kernel put in its place would block `head` (a red-team
-    # helper's: the shell runner hung to the farm's timeout where the python runners read nothing)
+    # helper's: the shell runner hung to the farm's timeout where the python runners read nothing);
+    # nor is one opened for its 0 bytes: `head -c 0 FIFO` opens it, and blocks there (round 122)
+    size = f"s=0; [ -f {q} ] && [ ! -L {q} ] && s=$(stat -c %s {q} 2>/dev/null || echo 0); "
+    if ends:
+        half = limit // 2
+        # each part padded or cut to its own length: a file that shrinks shifts neither the stream
+        # nor the tail into the head's place
+        return (
+            f"{size}h=$s; t=0; [ $s -le {2 * half} ] || {{ h={half}; t={half}; }}; "
+            f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $(({SIZE_DIGITS} + h + t)); "
+            f"printf '%0{SIZE_DIGITS}d' $s; "
+            f"{{ [ $h -eq 0 ] || head -c $h {q} 2>/dev/null; head -c $h /dev/zero; }} | head -c $h; "
+            f"{{ [ $t -eq 0 ] || tail -c $t {q} 2>/dev/null; head -c $t /dev/zero; }} | head -c $t; "
+            f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"
+        )
     return (
-        f"s=0; [ -f {q} ] && [ ! -L {q} ] && s=$(stat -c %s {q} 2>/dev/null || echo 0); "
+        f"{size}"
         f"[ $s -le {limit} ] || s={limit}; "
         f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $s; "
-        f"{{ head -c $s {q} 2>/dev/null; head -c $s /dev/zero; }} | head -c $s; "
+        f"{{ [ $s -eq 0 ] || head -c $s {q} 2>/dev/null; head -c $s /dev/zero; }} | head -c $s; "
         f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"
     )
 

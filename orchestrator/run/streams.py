@@ -155,8 +155,7 @@ class StreamScan:
             cut = None
         else:
             start, end = len(self._head), self._size - len(self._tail)
-            note = f"\n[farm: {end - start} bytes left out here (bytes {start} to {end} of {self._size})]\n"
-            kept = bytes(self._head) + note.encode() + bytes(self._tail)
+            kept = bytes(self._head) + elision(start, end, self._size) + bytes(self._tail)
             cut = (start, end)
         return ScanResult(
             size=self._size,
@@ -177,6 +176,12 @@ def shown(rest: bytes, before: bytes = b"") -> str:
     start = before.rfind(b"\r") + 1
     end = rest.find(b"\r")
     return last_line(before[start:] + (rest if end < 0 else rest[:end]))
+
+
+def elision(start: int, end: int, size: int) -> bytes:
+    """The line a kept copy holds where bytes [start, end) of `size` were cut (a build log's too:
+    file_ends.py), which the masker finds it by (output_secrets.Masker.kept)."""
+    return f"\n[farm: {end - start} bytes left out here (bytes {start} to {end} of {size})]\n".encode()
 
 
 def last_line(data: bytes) -> str:

@@ -30,6 +30,7 @@ from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import NOW_NS, runner_command
+from orchestrator.run.file_ends import read_back, with_framed
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.node_limits import forkless, out_of_processes, unless_forkless
 from orchestrator.run.resident import ResidentRunner
@@ -58,6 +59,7 @@ class Trip:
     state: Any = None
     clean_up: bool = False  # the cell's folder goes once its files are read
     release: bool = False  # the GPU is free once the script's own part ended
+    ends: tuple[str, ...] = ()  # files sent as their size, first and last `limit // 2` bytes (file_ends.py)
     spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
 
     def shell(self) -> str:
@@ -129,7 +131,7 @@ class CellTrips:
         on_output = self._release if trip.release else None
         if self.t.streams_output:
             token = new_token()
-            sends = [emit(token, tag, path, limit) for tag, path, limit, _ in trip.files]
+            sends = [emit(token, tag, path, limit, tag in trip.ends) for tag, path, limit, _ in trip.files]
             tail = [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
             if self.python is not None and trip.spec is not None:
@@ -143,16 +145,13 @@ class CellTrips:
             self.cleaned = self.cleaned or trip.clean_up
             self._check_ended(control, outcome, trip.stage)
             return outcome, control
-        outcome = self.t.run(self._wrap(trip.shell()), timeout=trip.timeout)
+        command, token = with_framed(self._wrap(trip.shell()), trip.files, trip.ends)  # file_ends.py
+        outcome = self.t.run(command, timeout=trip.timeout)
         self._check_ended(outcome.stdout, outcome, trip.stage)
         if on_output is not None:
             on_output()
         self._note_job()
-        for _, path, limit, sink in trip.files:
-            got = 0
-            for chunk in self.t.stream(path):
-                sink(chunk[: max(limit - got, 0)])
-                got += len(chunk)
+        read_back(self.t, token, trip.files, trip.ends)
         if trip.clean_up:
             self._clean_up()
         return outcome, outcome.stdout
@@ -186,7 +185,7 @@ class CellTrips:
                     "stage": trip.stage,
                     "timeout": trip.timeout,  # what the farm allows it once it has read its start
                     "spec": trip.spec,
-                    "files": [[tag, path, limit] for tag, path, limit, _ in trip.files],
+                    "files": [[tag, path, limit, tag in trip.ends] for tag, path, limit, _ in trip.files],
                     "clean_up": trip.clean_up,
                 }
                 for trip in trips
@@ -261,7 +260,7 @@ class CellTrips:
                 "printf '%s\\n' \"$out\"",
                 f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
                 f'echo "@@farm section-end {trip.stage} $({NOW_NS})"',
-                *(emit(token, ftag, path, limit) for ftag, path, limit, _ in trip.files),
+                *(emit(token, ftag, path, limit, ftag in trip.ends) for ftag, path, limit, _ in trip.files),
             ]
             if trip is last:
                 parts += [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []

@@ -263,6 +263,8 @@ def result_record(
     gpu = result.gpu
     real = card_confirmed(gpu, device_gpus)
     cuts = {name: list(scan.cut) for name, scan in (("stdout", result.stdout), ("stderr", result.stderr)) if scan.cut}
+    if result.build_log_cut:  # with the log's whole size: no column holds it (file_ends.py)
+        cuts["build_log"] = list(result.build_log_cut)
     return ResultRecord(
         run_id=run_id,
         snapshot_id=snapshot_id,

@@ -46,8 +46,8 @@ def run_plan(plan):
         stage = stages[0]
         out = stage_text(stage["stage"], stage["spec"], env, ahead)
         OUT.write(out.framed())
-        for tag, path, limit in stage["files"]:
-            frame(token, tag, path, limit)
+        for tag, path, limit, ends in stage["files"]:
+            frame(token, tag, path, limit, ends)
         if stage.get("clean_up"):
             remove_cell(stage["spec"]["run_dir"])
         OUT.flush()
@@ -75,8 +75,8 @@ def run_plan(plan):
         OUT.write(text)
         OUT.write((f"\n@@farm-frame-end {token} ctl-{name}\n").encode())
         OUT.write(f"@@farm section-end {name} {now()}\n".encode())
-        for tag, path, limit in stage["files"]:
-            frame(token, tag, path, limit)
+        for tag, path, limit, ends in stage["files"]:
+            frame(token, tag, path, limit, ends)
         if index == len(stages) - 1:
             if stage.get("clean_up"):
                 remove_cell(stage["spec"]["run_dir"])

@@ -10,23 +10,47 @@ from orchestrator.run.node.processes import reap
 from orchestrator.run.node.stages import STAGES, Stage
 
 
-def frame(token, tag, path, limit):
+def frame(token, tag, path, limit, ends=False):
     """A file's first `limit` bytes as frames.py's emit() sends them (a missing
     or not regular file is an empty frame: nothing blocks on a FIFO; nor is a link followed: a
-    build made its build.log a link, and the farm sent back a file of the node's user it named)."""
+    build made its build.log a link, and the farm sent back a file of the node's user it named).
+    `ends`: its size, then the whole file where it fits, else its first and last `limit // 2`
+    bytes, as emit(ends=True) sends them: a build log of gigabytes ships only those."""
     handle = None
     size = 0
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         handle = os.fdopen(fd, "rb")
         info = os.fstat(fd)
-        size = min(info.st_size, limit) if stat.S_ISREG(info.st_mode) else 0
+        size = info.st_size if stat.S_ISREG(info.st_mode) else 0
     except OSError:
         size = 0
-    OUT.write(f"\n@@farm-frame {token} {tag} {size}\n".encode())
-    left = size
+    half = limit // 2
+    if not ends:
+        parts, prefix = [(0, min(size, limit))], b""
+    elif size <= 2 * half:
+        parts, prefix = [(0, size)], b"%020d" % size
+    else:
+        parts, prefix = [(0, half), (size - half, half)], b"%020d" % size
+    OUT.write(f"\n@@farm-frame {token} {tag} {len(prefix) + sum(n for _, n in parts)}\n".encode())
+    OUT.write(prefix)
+    for offset, wanted in parts:
+        _part(handle, offset, wanted)
     if handle is not None:
-        with handle:
+        handle.close()
+    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
+
+
+def _part(handle, offset, wanted):
+    """`wanted` bytes of the file from `offset`, padded where it shrank while it was read: neither the
+    stream nor the tail's place in the frame can shift."""
+    left = wanted
+    if handle is not None and left:
+        try:
+            handle.seek(offset)
+        except OSError:
+            left = wanted
+        else:
             while left > 0:
                 try:
                     block = handle.read(min(left, 1 << 20))
@@ -36,11 +60,10 @@ def frame(token, tag, path, limit):
                     break
                 OUT.write(block)
                 left -= len(block)
-    while left > 0:  # a file that shrank while it was read is padded: the stream cannot shift
+    while left > 0:
         pad = min(left, 1 << 20)
         OUT.write(b"\0" * pad)
         left -= pad
-    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
 
 
 def remove_cell(run_dir):

@@ -19,6 +19,7 @@ from orchestrator.run.commands import (
     render_build,
     verify_inputs_script,
 )
+from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.node_limits import fork_failed, forkless, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_links import library_search, linked_sh
@@ -87,13 +88,16 @@ class BuildStage(CellStages):
 
     def _build_trip(self, command: str, reuse: bool, recorded: str | None) -> Trip:
         limit = int(self.job.spec.build_timeout)
-        log = bytearray()
+        # its first and last output_cap / 2 bytes and its size, as a stream's (file_ends.py): a
+        # template error's megabytes keep nvcc's last errors, and the farm ships no more than the cap
+        log = FileEnds(self.output_cap)
         return Trip(
             "build",
             lambda: self._build_script(command, reuse, recorded),
             limit + KILL_GRACE + CHANNEL_MARGIN + VERIFY_TIMEOUT,
-            [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.extend)],
+            [("log", f"{self.paths.build_dir}/build.log", self.output_cap, log.feed)],
             state=log,
+            ends=("log",),
             spec={
                 "reuse": reuse,
                 "recorded": recorded or "none",
@@ -110,6 +114,13 @@ class BuildStage(CellStages):
                 "tools": self._toolchain,  # checked after the build, as the shell's toolchain_script does
             },
         )
+
+    def _keep_log(self, log: FileEnds) -> None:
+        """The build log as kept, its cut said (output_cuts) where it was longer than the cap; the
+        farm's notes go after it, and its readers (first_error...) read the head and the tail."""
+        kept = log.finish()
+        self.result.build_log = kept.kept
+        self.result.build_log_cut = (*kept.cut, kept.size) if kept.cut else None
 
     @functools.cached_property
     def _toolchain(self) -> dict | None:
@@ -153,7 +164,7 @@ class BuildStage(CellStages):
                     self._built_sha = recorded
                     self.result.binary_sha256 = recorded
                     self.result.evidence.build_exit = 0
-                    self.result.build_log = bytes(log)
+                    self._keep_log(log)
                     return "cached"
                 self._detail.append(unrecorded)
                 reuse = False
@@ -214,7 +225,7 @@ class BuildStage(CellStages):
         self._built_sha = built.group(1) if built else None
         self.result.binary_sha256 = self._built_sha
         self.result.evidence.build_exit = exit_code
-        self.result.build_log = bytes(log)
+        self._keep_log(log)
         if exit_code in (124, 137):
             self.result.build_log += f"\n[farm] build killed at its {limit} s timeout\n".encode()
         if exit_code != 0:
