@@ -15,7 +15,7 @@ import functools
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, overload
 
@@ -58,6 +58,7 @@ def farm(
     input: str | None = ...,
     umask: int | None = ...,
     console_script: bool = ...,
+    wrapper: Sequence[str] = ...,
     text: Literal[True] = ...,
 ) -> subprocess.CompletedProcess[str]: ...
 
@@ -73,6 +74,7 @@ def farm(
     input: bytes | None = ...,
     umask: int | None = ...,
     console_script: bool = ...,
+    wrapper: Sequence[str] = ...,
     text: Literal[False],
 ) -> subprocess.CompletedProcess[bytes]: ...
 
@@ -87,6 +89,7 @@ def farm(
     input: str | bytes | None = None,
     umask: int | None = None,
     console_script: bool = False,
+    wrapper: Sequence[str] = (),
     text: bool = True,
 ) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[bytes]:
     """Run `farm ARGS` to its end and return it, stdout and stderr captured.
@@ -96,12 +99,13 @@ def farm(
     subprocess.TimeoutExpired. check: raise on a non-zero exit (default off: most tests
     assert the exit code themselves, with the output in the message). input: its stdin.
     umask: the child's umask (cron's or a login's), for tests of the modes it writes.
-    console_script: run the installed `farm` script (see farm_argv). text: str output
+    console_script: run the installed `farm` script (see farm_argv). wrapper: a command the farm
+    runs under (`setpriv --reuid=...`: a user without a home). text: str output
     (default) or bytes, for tests of what exactly it writes (escapes, bad UTF-8)."""
     # the umask is set in the child, between fork and exec: the test's own stays as it was
     preexec = None if umask is None else functools.partial(os.umask, umask)
     return subprocess.run(
-        farm_argv(*args, console_script=console_script),
+        [*wrapper, *farm_argv(*args, console_script=console_script)],
         capture_output=True,
         text=text,
         cwd=cwd,

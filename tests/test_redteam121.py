@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from farm_cli import farm, farm_argv, farm_env
+from farm_cli import farm, farm_env
 from toyfarm import toy_farm
 
 from orchestrator.errors import EXIT_CONFIG, EXIT_INFRA, EXIT_OK
@@ -128,13 +128,12 @@ def open_folder() -> Iterator[Path]:
 def _homeless(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`farm ARGS` as cron, `env -i` or a container's `--user 54321` start it: no HOME, and a uid
     the password database lacks, so Python's Path.home() has nothing to read."""
-    env = farm_env({"PATH": os.environ["PATH"], "LANG": "C.UTF-8"})
-    assert "HOME" not in env
+    env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+    assert "HOME" not in farm_env(env)
     with pytest.raises(KeyError):
         pwd.getpwuid(NO_HOME_UID)
     setpriv = ["setpriv", f"--reuid={NO_HOME_UID}", f"--regid={NO_HOME_UID}", "--clear-groups"]
-    argv = [*setpriv, *farm_argv(*args)]
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return farm(*args, cwd=cwd, env=env, timeout=120, wrapper=setpriv)
 
 
 def test_a_farm_with_no_home_runs_and_reads_its_database(open_folder: Path) -> None:
