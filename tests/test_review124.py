@@ -1,0 +1,144 @@
+"""Review 124 of rounds 120, 121 and review 123 (CUDA's words on over-long lines, a local node's
+workdir and no HOME, a gate's hints and INFR lines with reasons).
+
+Found (before -> after):
+
+1. The overlapping-piece search of an over-long line (streams.StreamScan._long) judged RE2's `\\b`
+   at a piece's edges, where the transport had cut the output, not where the line's bytes meet:
+   `cudaErrorInvalidPcie...` cut after `cudaErrorInvalidPc`, or `QcudaErrorNoDevice ` whose `Q` fell
+   just before the carried 256 bytes, counted as CUDA's error words. The same bytes then failed or
+   passed by where SSH's packets fell (whole, neither matched). Now a match at the carry's first
+   byte was judged in the window before it, and one ending at a window's end waits for the next
+   piece or the line's end: the pieces say what the whole line says.
+2. A reason quoted a matched line's carriage-return segment from its start, bounded to 240
+   characters: CUDA's words after 240 characters of a result dump (`out: 0.5 0.5 ... CUDA error:
+   an illegal memory access was encountered`) were quoted as `out: 0.5 0.5 0.5 ...…`, the words
+   that failed the cell not in its reason (round 120 promised the part that holds the match). Now
+   at most 80 bytes before the match are quoted, then the match.
+3. Such a fail's reason said "a launch that never ran, or a context a fault ended" for round 120's
+   no-device words too, and never told a correct kernel's author (one that prints those words on
+   purpose) the job's way out. It says "a card it never had" and names `cuda_error_text: expected`.
+4. A gate that printed its text on stdout and exited 0 was told only to print to stderr (review
+   123's hint); fixed so, its next run said "it exited 0". It is told both at once now.
+
+Held (checked, kept as guards where cheap): the cut-free CUDA words are still found on an over-long
+line in chunks of any size, on its own line number, at the line's and the stream's end (round 120's
+tests pass unchanged); no match is counted twice (the first match per stream is kept); memory on a
+100 MB single line stays ~4 MiB (tracemalloc) and StreamScan's throughput, measured side by side
+with 028df32's, is ~0.9-1.3x on short lines and ~2-4x slower on one long line (still ~240-290 MB/s,
+the rate every short line already costs); `re.escape`d strings compile in RE2 and match
+`CUDA-capable device(s) is/are busy or unavailable`. A local node's workdir that is a symlink into
+the reports folder, a `~/` path or a relative one under HOME into it is refused (both sides are
+resolved); one that is the project's root with a relative `reports` still loads. Review 123's gate
+hints only append to a `missing-refusal` reason, never change the outcome, and the refusal marker
+on stdout is never read as a refusal (ev.refusal_line is stderr's alone); INFR lines print through
+terminal.printable. An SSH node's no-HOME `known_hosts` is NodeUnusable, never a green.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from farm_cli import farm
+from nodes import Fleet
+from test_redteam120 import MIN75, _prelude_cell
+from test_redteam121 import _workdir
+from test_review123 import MIN_80, _cell_line, _gate, _on_a_t4
+from toyfarm import toy_farm
+
+from orchestrator.cuda_errors import MARKER, cuda_error_pattern
+from orchestrator.errors import EXIT_CONFIG, EXIT_OK, EXIT_UNEXPECTED
+from orchestrator.run.streams import MAX_LINE, OVERLAP, scan, scan_bytes
+
+MARKERS = {"pass": "standin: PASS", MARKER: cuda_error_pattern()}
+ANYWHERE = frozenset({MARKER})
+
+
+def _pieces(*parts: bytes) -> dict[str, int]:
+    return scan(list(parts), MARKERS, 1 << 20, ANYWHERE).matches
+
+
+# ------------------------------------------------------------------ 1: a word cut where a piece ended
+
+
+def test_a_word_cut_by_a_chunk_is_judged_as_the_whole_line_judges_it() -> None:
+    head = b"x" * (MAX_LINE + 10)
+    # not CUDA's word: the line goes on with "ie" after the cut (a trailing \b at the piece's end)
+    trailing = head + b" cudaErrorInvalidPcieLink " + b"y" * 1000 + b"\n"
+    cut = len(head) + len(b" cudaErrorInvalidPc")
+    assert scan_bytes(trailing, MARKERS, anywhere=ANYWHERE).matches == {}
+    assert _pieces(trailing[:cut], trailing[cut:]) == {}, "a cut made a word CUDA's"
+    # not CUDA's word: its `Q` just before the carried bytes (a leading \b at the carry's start)
+    word = b"cudaErrorNoDevice "
+    leading = head + b"Q" + word + b"a" * (OVERLAP - len(word))
+    assert leading[-OVERLAP:].startswith(word)
+    assert scan_bytes(leading + b" more\n", MARKERS, anywhere=ANYWHERE).matches == {}
+    assert _pieces(leading, b" more\n") == {}, "a carry's edge made a word CUDA's"
+    # held: CUDA's own word cut at a piece's end is found, at the line's end, the stream's, or later
+    real = b"ok\n" + head + b" cudaErrorNoDevice"
+    assert _pieces(real, b"\n", b"standin: PASS\n") == {MARKER: 2, "pass": 3}
+    assert _pieces(real) == {MARKER: 2}  # the stream ends the line
+    assert _pieces(real, b" and on\n") == {MARKER: 2}
+    assert _pieces(real[:-5], real[-5:], b"\n") == {MARKER: 2}
+
+
+# ------------------------------------------------------------------ 2: the quote holds the match
+
+
+DUMP_THEN_WORDS = b"out: " + b"0.5 " * 400 + b"CUDA error: an illegal memory access was encountered\n"
+
+
+def test_a_long_segment_is_quoted_around_its_match() -> None:
+    texts = scan_bytes(DUMP_THEN_WORDS, MARKERS, anywhere=ANYWHERE).texts
+    assert "CUDA error: an illegal memory access was encountered" in texts[MARKER], texts
+    assert len(texts[MARKER]) <= 240, texts
+    cr = scan_bytes(b"a\r" + DUMP_THEN_WORDS.replace(b"0.5 0.5 ", b"0.5\r0.5 ", 1), MARKERS).texts[MARKER]
+    assert cr.endswith("an illegal memory access was encountered") and "\r" not in cr, cr
+
+
+def test_a_pass_after_a_dump_and_cuda_words_is_a_fail_quoting_them(ssh_fleet: Fleet, make_farm, tmp_path: Path) -> None:
+    """Before: `fail`, its reason quoting `out: 0.5 0.5 ...…` and not the words that failed it."""
+    cell = _prelude_cell(make_farm, tmp_path, ssh_fleet, f"printf '{DUMP_THEN_WORDS.decode()[:-1]}\\n'\n", MIN75)
+    assert cell["outcome"] == "fail", cell
+    reason = str(cell["reason"])
+    assert "CUDA error: an illegal memory access was encountered" in reason, reason
+    assert "a card it never had" in reason and "`cuda_error_text: expected`" in reason, reason
+
+
+# ------------------------------------------------------------------ 4: a gate on stdout that exited 0
+
+
+def test_a_gate_on_stdout_that_exits_0_is_told_both(tmp_path: Path) -> None:
+    """Before: told only "print the gate's text to stderr"; the author's fixed gate then read "it exited 0"."""
+    config = toy_farm(tmp_path, source=_gate("stdout", 0), cc=MIN_80)
+    _on_a_t4(config, tmp_path)
+    done = farm("verify", "toy", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == EXIT_UNEXPECTED, done.stdout + done.stderr
+    line = _cell_line(done.stdout)
+    assert "missing-refusal" in line and "print the gate's text to stderr, and exit non-zero after it" in line, line
+
+
+# ------------------------------------------------------------------ held: a local workdir, however written
+
+
+@pytest.mark.parametrize(
+    ("workdir", "home"),
+    [("{root}/alias/node", False), ("~/reports/node", True), ("reports", True)],
+    ids=["symlink", "tilde", "relative"],
+)
+def test_a_local_workdir_into_reports_however_written_is_refused(tmp_path: Path, workdir: str, home: bool) -> None:
+    config = toy_farm(tmp_path)
+    (tmp_path / "reports").mkdir(exist_ok=True)
+    (tmp_path / "alias").symlink_to(tmp_path / "reports")
+    _workdir(config, workdir.format(root=tmp_path))
+    done = farm("jobs", "--config", str(config), cwd=tmp_path, extra_env={"HOME": str(tmp_path)} if home else None)
+    assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
+    assert "nodes.here.workdir" in done.stderr and "the farm's `reports` folder" in done.stderr, done.stderr
+
+
+def test_the_project_root_as_workdir_with_a_relative_reports_still_loads(tmp_path: Path) -> None:
+    config = toy_farm(tmp_path)
+    _workdir(config, str(tmp_path), reports="site")
+    done = farm("jobs", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == EXIT_OK, done.stdout + done.stderr
