@@ -20,6 +20,10 @@ Found (before -> after):
    purpose) the job's way out. It says "a card it never had" and names `cuda_error_text: expected`.
 4. A gate that printed its text on stdout and exited 0 was told only to print to stderr (review
    123's hint); fixed so, its next run said "it exited 0". It is told both at once now.
+5. An SSH node's `known_hosts` or `key_file` under `~bob/`, a user this machine lacks, was red-team
+   121's "under the farm's home, and it has none (no HOME, and uid 0 has no entry in the password
+   database)" with HOME set and uid 0 in /etc/passwd (Python raises one RuntimeError for both): the
+   operator was sent after the wrong cause. It names the user now.
 
 Held (checked, kept as guards where cheap): the cut-free CUDA words are still found on an over-long
 line in chunks of any size, on its own line number, at the line's and the stream's end (round 120's
@@ -48,7 +52,7 @@ from test_review123 import MIN_80, _cell_line, _gate, _on_a_t4
 from toyfarm import toy_farm
 
 from orchestrator.cuda_errors import MARKER, cuda_error_pattern
-from orchestrator.errors import EXIT_CONFIG, EXIT_OK, EXIT_UNEXPECTED
+from orchestrator.errors import EXIT_CONFIG, EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.run.streams import MAX_LINE, OVERLAP, scan, scan_bytes
 
 MARKERS = {"pass": "standin: PASS", MARKER: cuda_error_pattern()}
@@ -142,3 +146,20 @@ def test_the_project_root_as_workdir_with_a_relative_reports_still_loads(tmp_pat
     _workdir(config, str(tmp_path), reports="site")
     done = farm("jobs", "--config", str(config), cwd=tmp_path)
     assert done.returncode == EXIT_OK, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ 5: a `~user/` SSH file of a user this machine lacks
+
+
+def test_an_ssh_nodes_known_hosts_under_an_unknown_users_home_says_so(tmp_path: Path) -> None:
+    """Before: "... is under the farm's home, and it has none (no HOME, and uid 0 has no entry in
+    the password database)", with HOME set and uid 0 in /etc/passwd: Python's one RuntimeError
+    for `~bob/` read as red-team 121's no-home case."""
+    config = toy_farm(tmp_path)
+    far = "  far:\n    host: 127.0.0.1\n    port: 1\n    user: farm\n    known_hosts: ~nosuchuser124/.ssh/known_hosts\n"
+    config.write_text(config.read_text() + far)
+    done = farm("verify", "--all", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == EXIT_INFRA, done.stdout + done.stderr
+    assert "internal error" not in done.stdout + done.stderr, done.stdout + done.stderr
+    said = "its known_hosts '~nosuchuser124/.ssh/known_hosts' is under the home of 'nosuchuser124', a user"
+    assert said in done.stdout and "no HOME" not in done.stdout, done.stdout
