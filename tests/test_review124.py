@@ -24,6 +24,13 @@ Found (before -> after):
    121's "under the farm's home, and it has none (no HOME, and uid 0 has no entry in the password
    database)" with HOME set and uid 0 in /etc/passwd (Python raises one RuntimeError for both): the
    operator was sent after the wrong cause. It names the user now.
+6. Red-team 121's archive cache for a farm with no home, `$TMPDIR/farm-cache-UID`, was used as
+   found: a name anyone on the machine may make first in a shared /tmp (the test: root's folder,
+   0777). What lies in its `farm/toolchains/VERSION/bin/nvcc` is taken as an unpacked PyPI toolchain
+   (toolchain.prepare checks only that the file is there, its sums file beside it written by the
+   same hand), so another user could choose the compiler of every kernel of a `pypi_toolchain` node:
+   a wrong green by reasoning, the planted folder's use shown by the test. Now one that is not this
+   uid's own or that others may write is passed over for a fresh mkdtemp folder (0700).
 
 Held (checked, kept as guards where cheap): the cut-free CUDA words are still found on an over-long
 line in chunks of any size, on its own line number, at the line's and the stream's end (round 120's
@@ -41,13 +48,17 @@ terminal.printable. An SSH node's no-HOME `known_hosts` is NodeUnusable, never a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from farm_cli import farm
+import test_redteam121
+from farm_cli import farm, farm_env
 from nodes import Fleet
 from test_redteam120 import MIN75, _prelude_cell
-from test_redteam121 import _workdir
+from test_redteam121 import NO_HOME_UID, _workdir
 from test_review123 import MIN_80, _cell_line, _gate, _on_a_t4
 from toyfarm import toy_farm
 
@@ -57,6 +68,7 @@ from orchestrator.run.streams import MAX_LINE, OVERLAP, scan, scan_bytes
 
 MARKERS = {"pass": "standin: PASS", MARKER: cuda_error_pattern()}
 ANYWHERE = frozenset({MARKER})
+open_folder = test_redteam121.open_folder  # a folder a uid with no home may write (a fixture)
 
 
 def _pieces(*parts: bytes) -> dict[str, int]:
@@ -163,3 +175,31 @@ def test_an_ssh_nodes_known_hosts_under_an_unknown_users_home_says_so(tmp_path: 
     assert "internal error" not in done.stdout + done.stderr, done.stdout + done.stderr
     said = "its known_hosts '~nosuchuser124/.ssh/known_hosts' is under the home of 'nosuchuser124', a user"
     assert said in done.stdout and "no HOME" not in done.stdout, done.stdout
+
+
+# ------------------------------------------------------------------ 6: the no-home cache in a shared temp folder
+
+
+def test_a_no_home_cache_folder_another_user_made_is_not_used(open_folder: Path) -> None:
+    """Red-team 121's cache for a farm with no home is `$TMPDIR/farm-cache-UID`, a name anyone on
+    the machine can make first in a shared /tmp. Before: used as found, another user's folder (here
+    root's, mode 0777): a toolchain tree planted in its `farm/toolchains/VERSION` is taken as
+    unpacked (toolchain.prepare reads `bin/nvcc` there and builds with it). Now one not this uid's
+    own, or that others may write, is passed over for a fresh folder of its own."""
+    shared = open_folder / "tmp"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    planted = shared / f"farm-cache-{NO_HOME_UID}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    env = farm_env({"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "TMPDIR": str(shared)})
+    code = "from orchestrator.run.node_context import default_cache_dir; print(default_cache_dir())"
+    setpriv = ["setpriv", f"--reuid={NO_HOME_UID}", f"--regid={NO_HOME_UID}", "--clear-groups"]
+    done = subprocess.run(
+        [*setpriv, sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    cache = Path(done.stdout.strip())
+    assert planted not in cache.parents, cache
+    own = next(p for p in cache.parents if p.parent == shared)
+    assert own.stat().st_uid == NO_HOME_UID and not own.stat().st_mode & 0o077, (own, oct(own.stat().st_mode))
