@@ -31,6 +31,14 @@ Found (before -> after):
    same hand), so another user could choose the compiler of every kernel of a `pypi_toolchain` node:
    a wrong green by reasoning, the planted folder's use shown by the test. Now one that is not this
    uid's own or that others may write is passed over for a fresh mkdtemp folder (0700).
+7. A wrong green: round 120 made CUDA's words for a card never had ("CUDA driver version is
+   insufficient for CUDA runtime version", "... busy or unavailable", "no CUDA-capable device is
+   detected") errors for a pass, but a refusal marker matching them still loaded, and those words
+   on stderr with a non-zero exit were a refusal. A job with `refusal_marker: insufficient` and a
+   kernel with no gate, on a card it must refuse behind an old driver, was `expected-refusal`. Such
+   a marker is now refused at load as `error` was (NOT_A_VERDICT). Not closed, decided: a marker
+   `unsupported` (a plausible gate's word) still matches "the provided PTX was compiled with an
+   unsupported toolchain", as before round 120; refusing it could reject legitimate course jobs.
 
 Held (checked, kept as guards where cheap): the cut-free CUDA words are still found on an over-long
 line in chunks of any size, on its own line number, at the line's and the stream's end (round 120's
@@ -203,3 +211,28 @@ def test_a_no_home_cache_folder_another_user_made_is_not_used(open_folder: Path)
     assert planted not in cache.parents, cache
     own = next(p for p in cache.parents if p.parent == shared)
     assert own.stat().st_uid == NO_HOME_UID and not own.stat().st_mode & 0o077, (own, oct(own.stat().st_mode))
+
+
+# ------------------------------------------------------------------ 7: a refusal marker on CUDA's no-card words
+
+NO_GATE_OLD_DRIVER = (
+    "#include <cstdio>\n"
+    'int main() { std::fprintf(stderr, "CUDA driver version is insufficient for CUDA runtime version\\n"); '
+    "return 1; }\n"
+)
+
+
+def test_a_refusal_marker_matching_cudas_no_card_words_is_refused(tmp_path: Path) -> None:
+    """Before: a job whose refusal_marker is `insufficient` (a gate's "insufficient compute
+    capability") loaded, and a kernel with no gate at all, on a card it must refuse behind a driver
+    too old for it, was `expected-refusal`, green: CUDA's own words matched its "refusal". A marker
+    that matches CUDA's error line was refused at load (NOT_A_VERDICT, `error`); round 120's words for
+    a card never had were not in that list."""
+    config = toy_farm(tmp_path, source=NO_GATE_OLD_DRIVER, cc=MIN_80)
+    job = tmp_path / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("refusal_marker: 'needs CC'", "refusal_marker: 'insufficient'"))
+    _on_a_t4(config, tmp_path)
+    done = farm("verify", "toy", "--config", str(config), cwd=tmp_path)
+    assert "expected-refusal" not in done.stdout, done.stdout
+    assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
+    assert "refusal_marker" in done.stderr and "insufficient for CUDA runtime version" in done.stderr, done.stderr
