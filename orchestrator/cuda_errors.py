@@ -102,6 +102,7 @@ def cuda_error_unbacked(verdict: V, ev: Evidence, exp: Expectation | None = None
         return verdict
     reason = (
         "the pass marker was printed and the kernel exited 0, but it printed CUDA's error for GPU work that "
-        f"did not happen ({ev.cuda_error}): a launch that never ran, or a context a fault ended, made no result"
-    )
+        f"did not happen ({ev.cuda_error}): a launch that never ran, a card it never had, or a context a fault "
+        "ended, made no result (a kernel that prints such words on purpose: `cuda_error_text: expected` in its job)"
+    )  # the no-device words read as a launch's alone, and a correct kernel's author was not told the way out
     return replace(verdict, outcome=Outcome.FAIL, failed_stage="run", reason=reason)

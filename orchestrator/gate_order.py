@@ -40,6 +40,8 @@ def _how_the_gate_spoke(verdict: V, ev: Evidence) -> V:
             f"its refusal marker matched stdout line {ev.refusal_on_stdout}, but a refusal is read on stderr "
             "only: print the gate's text to stderr"
         )
+        # it exited 0 too: told only of stderr, the author's next run was told of the exit (review 124)
+        hint += ", and exit non-zero after it" if ev.run_exit == 0 else ""
     elif ev.refusal_line is not None and ev.run_exit == 0:
         hint = (
             f"its refusal text is on stderr (line {ev.refusal_line}), but it exited 0: "

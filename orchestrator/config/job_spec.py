@@ -269,5 +269,10 @@ NOT_A_VERDICT = (
     b"mismatch at element 3: FAILED",
     b"Segmentation fault (core dumped)",
     b"CUDA error: an illegal memory access was encountered",
+    # CUDA's words for a card the program never had (round 120): a refusal marker `insufficient` or
+    # `unavailable` took a gate-less kernel's old-driver or busy-card error for its gate (review 124)
+    b"CUDA error: no CUDA-capable device is detected",
+    b"CUDA error: all CUDA-capable devices are busy or unavailable",
+    b"CUDA driver version is insufficient for CUDA runtime version",
     b"terminate called after throwing an instance of 'std::runtime_error'",
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -25,8 +26,24 @@ def default_cache_dir() -> Path:
     try:
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     except RuntimeError:  # no home at all (`env -i` under a uid without a passwd entry): this user's own temp
-        base = str(Path(tempfile.gettempdir()) / f"farm-cache-{os.getuid()}")
+        base = str(_own_temp_folder(Path(tempfile.gettempdir()) / f"farm-cache-{os.getuid()}"))
     return Path(base) / "farm" / "archives"
+
+
+def _own_temp_folder(named: Path) -> Path:
+    """`named`, made 0700 where missing, if it is this uid's own folder that no other may write; else a
+    fresh folder of its own. Anyone may make the name first in a shared /tmp, and a toolchain tree
+    planted in it was taken as unpacked, its nvcc building every kernel (review 124)."""
+    try:
+        named.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="farm-cache-"))
+    found = named.lstat()
+    if stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o022:
+        return named
+    return Path(tempfile.mkdtemp(prefix="farm-cache-"))  # no cache kept between runs, but none planted
 
 
 def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:

@@ -32,6 +32,7 @@ import re2
 MAX_LINE = 64 * 1024
 LAST_LINE_CHARS = 240  # of the last non-empty line, for reasons
 OVERLAP = 256  # bytes of an over-long line searched again with its next piece: words a chunk cut
+QUOTE_BEFORE = 80  # bytes of a matched line before the match that its quote keeps (shown)
 
 
 def _options() -> re2.Options:
@@ -102,7 +103,7 @@ class StreamScan:
                 self._long(bytes(self._partial))
                 self._partial.clear()
                 return
-            self._long(bytes(self._partial[:end]))
+            self._long(bytes(self._partial[:end]), ended=True)
             del self._partial[: end + 1]
             self._lines += 1
             self._skipping = False
@@ -116,17 +117,23 @@ class StreamScan:
             self._partial.clear()
             self._skipping = True
 
-    def _long(self, piece: bytes) -> None:
+    def _long(self, piece: bytes, ended: bool = False) -> None:
         """A piece of the over-long line being skipped (its number self._lines + 1): the
-        `anywhere` markers are searched in it, after the last OVERLAP bytes of the piece before."""
+        `anywhere` markers are searched in it, after the last OVERLAP bytes of the piece before.
+        A `\b` is judged where the line's bytes meet, never where a piece was cut: a match at the
+        carry's first byte was judged in the window before, beside its real neighbour, and one that
+        ends at the window's end waits for the next piece (`ended`: the line's end), else a word
+        that is not CUDA's (`xcudaErrorNoDevice`, `cudaErrorInvalidPcie`) counted where the
+        transport cut the output, the same bytes failing or passing by chunking (review 124)."""
         window = self._carry + piece
+        start = 1 if self._carry else 0
         self._carry = window[-OVERLAP:]
         for name in self._anywhere - self._matches.keys():
-            found = self._markers[name].search(window)
-            if found is not None:
+            found = self._markers[name].search(window, start)
+            if found is not None and (ended or found.end() < len(window)):
                 self._matches[name] = self._lines + 1
                 at = found.start()
-                self._texts[name] = shown(window[at : found.end() + 80], window[max(at - 80, 0) : at])
+                self._texts[name] = shown(window[at : found.end() + 80], window[max(at - QUOTE_BEFORE, 0) : at])
 
     def _block(self, block: bytes) -> None:
         """Whole lines, each ending in a newline. A marker is searched in the
@@ -146,6 +153,7 @@ class StreamScan:
 
     def finish(self) -> ScanResult:
         if self._skipping:
+            self._long(b"", ended=True)  # the stream's end ends the line: a match its last piece held back
             self._lines += 1
         elif self._partial:
             self._block(bytes(self._partial) + b"\n")
@@ -172,8 +180,10 @@ class StreamScan:
 def shown(rest: bytes, before: bytes = b"") -> str:
     """A matched line as quoted in a reason: the carriage-return segment the match begins `rest`
     in, from the last carriage return of `before` (the line up to the match). The whole line's last
-    segment had quoted "standin: PASS" for `an illegal memory access was encountered\rstandin: PASS`."""
-    start = before.rfind(b"\r") + 1
+    segment had quoted "standin: PASS" for `an illegal memory access was encountered\rstandin: PASS`.
+    At most QUOTE_BEFORE bytes before the match: a long segment's first 240 characters had quoted
+    a result dump without the words matched (review 124)."""
+    start = max(before.rfind(b"\r") + 1, len(before) - QUOTE_BEFORE)
     end = rest.find(b"\r")
     return last_line(before[start:] + (rest if end < 0 else rest[:end]))
 

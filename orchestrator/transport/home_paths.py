@@ -19,6 +19,13 @@ def expanded(value: str, node: str, key: str) -> str:
     try:
         return str(Path(value).expanduser())
     except RuntimeError:
+        # `~bob/...`: Python says the same of a user this machine lacks, where the farm's own home is
+        # fine; "no HOME, and uid 0 has no entry" sent its operator after the wrong cause (review 124)
+        if user := value[1:].split("/", 1)[0]:
+            raise NodeUnusable(
+                f"node {node!r}: its {key} {value!r} is under the home of {user!r}, a user this machine's "
+                f"password database lacks: give the node's `{key}` in farm.yaml as an absolute path"
+            ) from None
         raise NodeUnusable(
             f"node {node!r}: its {key} {value!r} is under the farm's home, and it has none (no HOME, and uid "
             f"{os.getuid()} has no entry in the password database): give the node's `{key}` in farm.yaml "
