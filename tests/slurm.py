@@ -28,6 +28,7 @@ slurmctld, slurmd and slurm-client (scripts/setup.sh --test installs them).
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -35,8 +36,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from nodes import CARDS, Card, free_port, nvidia_smi_script
 
 TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scontrol", "scancel")
@@ -320,3 +324,18 @@ class SlurmCluster:
             entry["cc"] = card.cc
         entry.update(overrides)
         return entry
+
+
+@contextlib.contextmanager
+def running_cluster(*args: Any, **kwargs: Any) -> Iterator[SlurmCluster]:
+    """A started SlurmCluster(*args, **kwargs), stopped after; a machine without Slurm's tools fails
+    the test (never a skip: a CI without Slurm must go red). One copy for every test file's fixture."""
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
+    c = SlurmCluster(*args, **kwargs)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from nodes import query, standin_job, standin_variant, write_farm
-from slurm import SlurmCluster, missing_tools
+from slurm import SlurmCluster, running_cluster
 from test_slurm import cancelled_job, nvcc
 from test_verdicts import run
 
@@ -36,15 +36,8 @@ from orchestrator.transport.slurm import SlurmTransport
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster()
-    c.start()
-    try:
+    with running_cluster() as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_a_slurm_nodes_env_values_are_on_no_command_line(cluster: SlurmCluster, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from nodes import CARDS, nvidia_smi_script, query, standin_job, write_farm
-from slurm import SlurmCluster, missing_tools, node_name
+from slurm import SlurmCluster, node_name, running_cluster
 from test_slurm import KERNEL, VARIANTS, make_farm, run, transport
 
 import orchestrator.run.node_setup as node_setup
@@ -29,18 +29,11 @@ FENCED = "fenced"  # the same, each job seeing only the GPU Slurm gave it (cgrou
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
     cards = {"t4": CARDS["t4"], "h100": CARDS["h100"], DUO: [CARDS["t4"], CARDS["h100"]], FENCED: CARDS["t4"]}
-    c = SlurmCluster(cards, shared={MIXED: ["t4", "h100"]})
-    c.start()
-    (c.gpu_bin(DUO) / "visible").write_text("1\n")  # Slurm allocated the job its GPU 1
-    fence(c, "0")
-    try:
+    with running_cluster(cards, shared={MIXED: ["t4", "h100"]}) as c:
+        (c.gpu_bin(DUO) / "visible").write_text("1\n")  # Slurm allocated the job its GPU 1
+        fence(c, "0")
         yield c
-    finally:
-        c.stop()
 
 
 def fence(cluster: SlurmCluster, allocated: str) -> None:

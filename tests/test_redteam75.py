@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from nodes import standin_job, write_farm
-from slurm import SlurmCluster, missing_tools
+from slurm import SlurmCluster, running_cluster
 from test_slurm import KERNEL, VARIANTS
 
 from orchestrator.config.farm import load_farm
@@ -34,15 +34,8 @@ HOG = (
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
     """The test cluster with t4's jobs given 50 MB each by default, enforced (OverMemoryKill)."""
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster(cards=None, def_mem_per_cpu={"t4": 50})
-    c.start()
-    try:
+    with running_cluster(cards=None, def_mem_per_cpu={"t4": 50}) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def transport(cluster: SlurmCluster, **extra: object) -> SlurmTransport:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import pytest
 from farm_cli import farm, farm_env
 from nodes import Fleet, query, standin_job, write_farm
-from slurm import SlurmCluster, missing_tools
+from slurm import SlurmCluster, running_cluster
 from test_faults import run_farm
 from test_slurm import nvcc
 
@@ -257,15 +257,8 @@ def test_an_ssh_nodes_long_build_log_keeps_both_ends_and_the_masked_note_names_i
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster()
-    c.start()
-    try:
+    with running_cluster() as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_a_slurm_nodes_long_build_log_keeps_both_ends(cluster: SlurmCluster, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from farm_cli import farm
 from nodes import processes_matching, query, standin_job, standin_variant, write_farm
-from slurm import PARKED, SlurmCluster, missing_tools, node_name
+from slurm import PARKED, SlurmCluster, node_name, running_cluster
 
 from orchestrator.config.farm import Farm, load_farm
 from orchestrator.config.farm_spec import NodeSpec
@@ -70,15 +70,8 @@ def nvcc() -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster()
-    c.start()
-    try:
+    with running_cluster() as c:
         yield c
-    finally:
-        c.stop()
 
 
 def make_farm(root: Path, cluster: SlurmCluster, nodes: dict[str, dict], **farm_keys: object) -> Farm:
