@@ -74,17 +74,19 @@ def with_framed(script: str, files: Files, ends: Sequence[str]) -> tuple[str, st
 
 
 def read_back(t: Transport, token: str, files: Files, ends: Sequence[str]) -> None:
-    """Slurm: each file, in a round trip of its own; an `ends` one as its framed copy, read by length."""
+    """Slurm: each file, in a round trip of its own; an `ends` one as its framed copy, read by length.
+    Each is read as frames.emit reads it on the node (Transport.stream): a regular file only, never
+    through a link nor from a FIFO, and no more than is kept."""
     for tag, path, limit, sink in files:
         got = 0
         if tag not in ends:
-            for chunk in t.stream(path):
+            for chunk in t.stream(path, limit):
                 sink(chunk[: max(limit - got, 0)])
                 got += len(chunk)
             continue
         reader = FrameReader(token, {tag: sink}, t.name)
         bound = SIZE_DIGITS + limit + SLACK  # a copy grown past its frame is cut: finish() says so
-        for chunk in t.stream(path + FRAMED):
+        for chunk in t.stream(path + FRAMED, bound + 1):
             reader.feed(chunk[: max(bound - got, 0)])
             got += len(chunk)
             if got > bound:  # not the copy the job wrote (a build's leftover grew it): read no further

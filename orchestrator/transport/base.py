@@ -207,11 +207,14 @@ class Transport(ABC):
         self._require_open("read")
         return self._read(remote, limit)
 
-    def stream(self, remote: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-        """A file on the node, whole, in chunks as they arrive (memory stays
-        bounded whatever its size). A missing file is an empty stream."""
+    def stream(self, remote: str, limit: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """A file on the node, its first `limit` bytes, in chunks as they arrive (memory stays
+        bounded whatever its size). A missing file is an empty stream, and so is a link, a FIFO
+        or anything but a regular file: the files a stage sends back are read as frames.emit
+        reads them on the node (Slurm's read-back once followed a kernel's link to the user's key,
+        and blocked on a FIFO)."""
         self._require_open("stream")
-        return self._stream(remote, chunk)
+        return self._stream(remote, limit, chunk)
 
     def _with_env(self, command: str) -> str:
         # the node's env is read from the command's stdin, never written into its words, which
@@ -248,4 +251,4 @@ class Transport(ABC):
     def _read(self, remote: str, limit: int) -> bytes: ...
 
     @abstractmethod
-    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]: ...
+    def _stream(self, remote: str, limit: int, chunk: int) -> Iterator[bytes]: ...

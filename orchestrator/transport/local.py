@@ -9,10 +9,12 @@ the end of PATH, so a system-wide CUDA still wins.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -216,11 +218,22 @@ class LocalTransport(Transport):
         with open(self._path(remote), "rb") as handle:
             return handle.read(limit)
 
-    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]:
+    def _stream(self, remote: str, limit: int, chunk: int) -> Iterator[bytes]:
+        # not through a link (a kernel's stdout made one to ~/.ssh/id_ed25519 was sent back), and
+        # a FIFO is opened without blocking, then passed over: as frames.emit reads the node's files
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            handle = open(self._path(remote), "rb")  # noqa: SIM115 - closed below, in the generator
-        except FileNotFoundError:
+            fd = os.open(self._path(remote), flags)
+        except (FileNotFoundError, NotADirectoryError):
             return
-        with handle:
-            while block := handle.read(chunk):
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # a link
+                return
+            raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a folder: nothing of it is read
+            os.close(fd)
+            return
+        with open(fd, "rb") as handle:
+            while limit > 0 and (block := handle.read(min(chunk, limit))):
+                limit -= len(block)
                 yield block

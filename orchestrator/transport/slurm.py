@@ -159,8 +159,8 @@ class SlurmTransport(Transport):
     def _read(self, remote: str, limit: int) -> bytes:
         return self._login.read(remote, limit)
 
-    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]:
-        return self._login.stream(remote, chunk)
+    def _stream(self, remote: str, limit: int, chunk: int) -> Iterator[bytes]:
+        return self._login.stream(remote, limit, chunk)
 
     # commands -------------------------------------------------------------
     def _with_env(self, command: str) -> str:

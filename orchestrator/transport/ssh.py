@@ -355,14 +355,18 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError) as err:
             raise InfraError(f"node {self.name!r}: download of {remote} failed ({err})") from err
 
-    def _stream(self, remote: str, chunk: int) -> Iterator[bytes]:
-        # `cat` on a channel of its own: SSH's window is the flow control, so a
+    def _stream(self, remote: str, limit: int, chunk: int) -> Iterator[bytes]:
+        # `head` on a channel of its own: SSH's window is the flow control, so a
         # 100 MB stdout streams at link speed with one chunk in memory
-        # (paramiko's SFTP prefetch would buffer the whole file).
+        # (paramiko's SFTP prefetch would buffer the whole file). A regular file only, not through
+        # a link, as frames.emit reads: `cat` sent a link's target (a kernel's stdout made a link to
+        # ~/.ssh/id_ed25519) and blocked on a FIFO put in a file's place
+        q = shlex.quote(remote)
+        read = f"if [ -f {q} ] && [ ! -L {q} ]; then head -c {int(limit)} -- {q}; fi"
         try:
             channel = self._session()
             channel.settimeout(STREAM_IDLE)
-            channel.exec_command(portable(f"cat -- {shlex.quote(remote)}"))
+            channel.exec_command(portable(read))
             while block := channel.recv(chunk):
                 yield block
             status = channel.recv_exit_status()
