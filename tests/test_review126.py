@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from farm_cli import farm, farm_env
 from nodes import CARDS, nvidia_smi_script, smi_on_path, standin_job, standin_variant, write_farm
-from slurm import SlurmCluster, missing_tools
+from slurm import SlurmCluster, running_cluster
 from test_slurm import nvcc, transport
 
 from orchestrator.config.farm_spec import NodeSpec
@@ -43,15 +43,8 @@ BUDGET = 150  # seconds a cell here may take, end to end: its run's own timeout 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SlurmCluster]:
-    missing = missing_tools()
-    if missing:  # never a skip: a CI without Slurm must go red
-        pytest.fail(f"Slurm tests need {', '.join(missing)}; run scripts/setup.sh --test (as root)")
-    c = SlurmCluster()
-    c.start()
-    try:
+    with running_cluster() as c:
         yield c
-    finally:
-        c.stop()
 
 
 def secret_file(root: Path) -> Path:
