@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -231,7 +232,12 @@ def verify(
                     f"{summary.bytes_shipped} bytes shipped"
                 )
             if summary.stopped:
-                say(f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run")
+                # the operator's next step, named: "not-run" alone left the night's cells without a verdict (review 127)
+                again = shlex.join(["farm", "verify", *selection.split(), "--config", str(config_path)])
+                say(
+                    f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run; "
+                    f"for their verdicts run it again: {again}"
+                )
             say(verdict_line(summary))
             # the run's end is committed: older finished runs' journals beyond journal_keep can go
             journal.prune(journals, store, farm.spec.journal_keep)

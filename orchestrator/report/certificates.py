@@ -48,6 +48,7 @@ def certificates(store: Store, result_ids: list[int]) -> dict[str, list[Certific
                 gpu_uuid=result.gpu_uuid,
                 farm_commit=commits.get(result.run_id),
                 cuda_error_waived=was_waived(result),
+                binary_sha256=result.binary_sha256,
             )
         )
     return found

@@ -65,6 +65,8 @@ class Certificate:
     gpu_uuid: str | None = None
     farm_commit: str | None = None  # of its run: the commit whose kernels/ held the bytes (certificates.py)
     cuda_error_waived: bool = False  # its job declared CUDA's error text expected (cuda_waiver.py)
+    # the bytes that ran: "which binary?" sent the reviewer to the cell page for it (review 127)
+    binary_sha256: str | None = None
 
     @property
     def date(self) -> str:

@@ -49,6 +49,7 @@ def ledger_records(ledgers: list[KernelLedger]) -> list[dict[str, Any]]:
                             "nvcc": c.nvcc,
                             "variant": c.variant,
                             "build_command": c.build_command,
+                            "binary_sha256": c.binary_sha256,
                             "code_path": c.code_path,
                             "output": c.output,
                             "cuda_error_waived": c.cuda_error_waived,

@@ -49,8 +49,11 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         try:
             status = action()
         except InfraError as err:
-            if self._stopped(name):  # the stop killed its command: not the node's fault
-                self.result.stages.append(StageRecord(name, "stopped", started, time.monotonic() - clock, str(err)))
+            # a shared trip's stop is told at the stage the node was at: a kernel hung in its run
+            # had read "not-run at build", its build's seconds the kernel's (review 127)
+            at = getattr(err, "stage", None) or name
+            if self._stopped(at):  # the stop killed its command: not the node's fault
+                self.result.stages.append(StageRecord(at, "stopped", started, time.monotonic() - clock, str(err)))
                 return False
             status = "infra"
             name = getattr(err, "stage", None) or name  # a shared trip's error, told at the stage the node was at
