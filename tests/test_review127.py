@@ -32,6 +32,11 @@ index, run page, terminal, JUnit (skipped, real_gpu false) and JSON; the aborted
 the stand-in cards; the Hopper index answers "wgmma_gemm CC 9.0 VERIFIED" with card, node, run,
 driver, nvcc and commit in its first screen of the ledger; JUnit, JSON, `farm show` and the
 pages agree on every outcome of the stand-in runs; output the kernels print stays text.
+
+Seen, left as is: an unreachable node's page says "Kernels run unconfined: the shell runner cannot
+confine them" though nothing ran there; "What changed" calls every not-run "the node, not the
+kernel" (the legend now names a stopped run); a stopped shared trip records the node's stage
+alone, not the build and inspect it passed on the way.
 """
 
 from __future__ import annotations
