@@ -50,6 +50,7 @@ from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
+from orchestrator.transport.stdin_gate import await_ready, gated
 
 # paramiko logs handshake failures with tracebacks to an unconfigured logger, which
 # Python prints on stderr: noise in a cron mail for what is already an infra-error.
@@ -266,11 +267,12 @@ class SSHTransport(Transport):
             try:
                 if watchdog.fired:  # (set before its action reads `on`) the wait for a channel outlasted it
                     raise CommandTimeout(f"node {self.name!r}: no channel within {deadline.budget:.0f} s")
-                exec_nowait(channel, portable(command))
+                exec_nowait(channel, portable(gated(command) if stdin else command))
                 # sent whole before any output is read: beyond the channel's window (2 MiB) the
                 # command must read its stdin first (the farm's commands do: `cat >`, the runner)
                 try:
-                    if stdin:
+                    # after the login's start-up files, which may read stdin (stdin_gate.py)
+                    if stdin and await_ready(channel, deadline, stderr, STDERR_KEEP):
                         channel.sendall(stdin)
                     channel.shutdown_write()
                 except OSError:
