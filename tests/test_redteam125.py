@@ -13,7 +13,9 @@ Held (kept as guards): a banner on stdout and stderr, a python3 wrapper first on
 before it runs, a German locale (LC_ALL=de_DE.UTF-8), an EXIT trap that prints, `set -euo pipefail`.
 
 Open: a start-up file that leaves a reader of stdin running in the background (`cat <&0 &`)
-still takes stdin, and the resident runner's run then outlived the test's 280 s.
+still takes stdin; the run no longer hangs (it outlived 280 s): the resident runner that says
+nothing within 60 s makes the node unusable, its cells infra-error naming ~/.bashrc and the fix
+(tests/test_review128.py). No runner works on such a node yet.
 """
 
 from __future__ import annotations

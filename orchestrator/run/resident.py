@@ -47,10 +47,11 @@ import time
 from collections.abc import Callable
 from importlib.util import MAGIC_NUMBER
 
-from orchestrator.errors import CommandTimeout, InfraError, SessionLost
+from orchestrator.errors import CommandTimeout, InfraError, NodeUnusable, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.runner_code import compiled
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport, reap
+from orchestrator.transport.stdin_gate import STDIN_HINT
 
 STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
 QUEUED_CHUNKS = 1024  # messages (4 KB at most) held for a cell whose thread lags
@@ -61,6 +62,14 @@ IDLE_LIMIT = 120.0  # seconds unheard after which an idle runner ends (the farm'
 BEAT = 3.0  # seconds a runner with cells in flight may say nothing before it says `b`
 SILENT_LIMIT = 20.0  # seconds of its silence, with a cell in flight, after which the node is taken for gone
 LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
+# seconds a started runner may take to say its group (its first message): the probe's own budget
+# (probe.PROBE_TIMEOUT). One whose stdin a login's background reader took waits for it forever,
+# and the probe's request, bounded by the folders' 660 s, outlived every budget (review 128)
+START_LIMIT = 60.0
+
+
+class RunnerMute(NodeUnusable):
+    """The runner never said its group: not retried (the same login takes its stdin again)."""
 
 
 def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str, bytes]:
@@ -119,6 +128,7 @@ class ResidentRunner:
         self._quiet: dict[Process, threading.Event] = {}  # set when a runner's heartbeat must stop
         self._served: dict[int, _Served] = {}
         self._listening: dict[Process, float] = {}  # since when a runner's reader has waited for a byte
+        self._began: dict[Process, float] = {}  # when each runner was started
         self._ids = itertools.count(1)
         self._closed = False
 
@@ -157,10 +167,13 @@ class ResidentRunner:
                     # how long its reader has waited on the node (a reader busy handing on what came
                     # is not waiting), counted from this cell's request at the earliest, once the
                     # runner is serving (it said its group): a python3 still starting, on a node
-                    # busy with many logins at once, beats nothing yet, and has its deadline
+                    # busy with many logins at once, beats nothing yet, and has START_LIMIT
                     waiting = self._listening.get(process)
                     serving = process in self._group
                     silent = 0.0 if waiting is None or not serving else time.monotonic() - max(waiting, sent)
+                    if not serving and time.monotonic() - self._began.get(process, sent) > START_LIMIT:
+                        served.gone = True
+                        self._mute(process)
                     if silent > SILENT_LIMIT:
                         served.gone = True
                         with self._lock:
@@ -193,6 +206,19 @@ class ResidentRunner:
             with self._lock:
                 self._served.pop(ident, None)
 
+    def _mute(self, process: Process) -> None:
+        """A runner that did not say its group within START_LIMIT is given up on, its channel closed
+        (its python3 then reads the end of its stdin and ends), and the node with it."""
+        with self._lock:
+            if self._process is process:
+                self._lost(process, f"it said nothing within {START_LIMIT:g} s of its start")
+        said = process.stderr().strip()[-300:]
+        process.close()
+        raise RunnerMute(
+            f"node {self.name!r}: the resident runner did not answer within {START_LIMIT:g} s of its start"
+            f"{' (' + said + ')' if said else ''}: {STDIN_HINT}"
+        )
+
     def close(self) -> None:
         """Its stdin ends (it ends once its children have) and its channel goes."""
         with self._lock:
@@ -222,6 +248,7 @@ class ResidentRunner:
             self._transport.close()  # reconnects on next use
             raise
         self._process = process
+        self._began[process] = time.monotonic()
         reader = threading.Thread(
             target=self._read, args=(process, mark.encode() + b" "), daemon=True, name=f"{self.name}-resident-reader"
         )
@@ -260,6 +287,7 @@ class ResidentRunner:
         beside what is left of its cell); the next cell starts another runner.
         Called under the lock."""
         group = self._group.pop(process, None)
+        self._began.pop(process, None)
         quiet = self._quiet.pop(process, None)
         if quiet is not None:
             quiet.set()

@@ -29,6 +29,7 @@ from orchestrator.run.bundle import Bundle, Needs, Placed, remote_dir
 from orchestrator.run.node_limits import forkless, out_of_processes
 from orchestrator.transport import Transport
 from orchestrator.transport.base import Deadline
+from orchestrator.transport.stdin_gate import stdin_hint
 
 if TYPE_CHECKING:
     from orchestrator.run.resident import ResidentRunner
@@ -166,7 +167,8 @@ def ship(
         names = ", ".join(b.name for b, _ in missing)
         if forkless_said := forkless(said):  # its tar, find, sha256sum: a digest empty, not altered
             raise StagingFailed(out_of_processes(transport.name, f"staging of {names}", forkless_said))
-        raise StagingFailed(f"extracting {names} on {transport.name} failed: {said[-500:]}")
+        # stdin_hint: a login's background reader of stdin takes the archive (review 128)
+        raise StagingFailed(f"extracting {names} on {transport.name} failed: {stdin_hint(said[-500:])}")
     return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
 
 

@@ -42,3 +42,17 @@ def await_ready(channel: paramiko.Channel, deadline: Deadline, stderr: bytearray
             stderr += tail[: max(keep - len(stderr), 0)]
             return True
     return False
+
+
+# What a node whose login leaves a reader of stdin running (`cat <&0 &` in ~/.bashrc) is told: the
+# gate above cannot help there, that reader still takes the bytes sent after READY (review 128)
+STDIN_HINT = (
+    "a login start-up file (~/.bashrc, which sshd's `bash -c` reads) may read stdin or leave a reader "
+    "of it running; make it return early for non-interactive shells (`[[ $- == *i* ]] || return` at its top)"
+)
+
+
+def stdin_hint(said: str) -> str:
+    """`said` (a command's error), with STDIN_HINT where it says its stdin arrived cut or empty."""
+    cut = "gzip: stdin:" in said or "farm-runner: stdin ended early" in said
+    return f"{said} ({STDIN_HINT})" if cut else said

@@ -1,0 +1,66 @@
+"""Review round 128: a login start-up file that leaves a reader of stdin in the background.
+
+Before: a ~/.bashrc running `cat >/dev/null <&0 &` (sshd's `bash -c` reads it) took the bytes
+the farm sent on a command's stdin; the resident runner, reading its mark and code from stdin,
+waited for them forever, and `farm verify` outlived 280 s (red-team round 125's open finding).
+
+After: the resident runner must say its first message within START_LIMIT (60 s, the probe's
+own budget) of its start, else it is given up on and the node is unusable (not retried): the run
+ends in about a minute, exit 4 (infra), each cell infra-error "the resident runner did not answer
+within 60 s of its start: a login start-up file (~/.bashrc ...) may read stdin ...; make it return
+early for non-interactive shells". `runner: cell` and `shell` already ended (their sources'
+archive arrived empty: "gzip: stdin: unexpected end of file"); that reason now says the same.
+No fallback: every runner and staging send on stdin, which such a reader takes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from farm_cli import farm
+from nodes import CARDS, SshNode, query, standin_job, standin_variant
+from test_verdicts import MIN75
+
+from orchestrator.errors import EXIT_INFRA
+from orchestrator.run.resident import START_LIMIT
+
+VARIANTS = {
+    "a-pass": standin_variant("PASS", MIN75, "MIN_CC=75"),
+    "b-fail": standin_variant("FAILNUM", MIN75, "MIN_CC=75"),
+}
+READER = "cat >/dev/null <&0 &\n"  # a start-up file's background reader of stdin
+ENDS_WITHIN = 150.0  # seconds: the farm's own budgets end the run well before
+
+
+@pytest.mark.parametrize("runner", ["auto", "cell", "shell"])
+def test_a_background_reader_of_stdin_ends_the_run(make_farm, tmp_path: Path, runner: str) -> None:
+    """The run ends within the probe's budget, its cells infra-error naming the start-up file
+    (auto outlived 150 s, waiting out the probe's 660 s folders budget, then more)."""
+    node = SshNode("odd", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    (node.home / ".bashrc").write_text(READER)
+    node.start()
+    try:
+        entry = node.farm_entry(tmp_path / "work", runner=runner)
+        config = make_farm(tmp_path / "farm", {"odd": entry}, [standin_job("standin", VARIANTS)])
+        began = time.monotonic()
+        try:
+            done = farm("verify", "--all", "--config", str(config), timeout=ENDS_WITHIN)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"farm verify still running after {ENDS_WITHIN:.0f} s")
+        took = time.monotonic() - began
+    finally:
+        node.stop()
+    said = done.stdout + done.stderr
+    assert done.returncode == EXIT_INFRA, said
+    assert took < START_LIMIT + 60, (took, said)
+    found = query(tmp_path / "farm" / "results.db", "SELECT variant, outcome, reason FROM results")
+    assert sorted(row["variant"] for row in found) == ["a-pass", "b-fail"], found
+    for row in found:
+        assert row["outcome"] == "infra-error", dict(row)
+        assert "~/.bashrc" in row["reason"] and "[[ $- == *i* ]] || return" in row["reason"], dict(row)
+    if runner == "auto":
+        assert f"did not answer within {START_LIMIT:g} s" in found[0]["reason"], dict(found[0])
