@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import re
@@ -50,6 +51,7 @@ def fingerprint(blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
+@functools.lru_cache(maxsize=4096)  # each line's patterns, asked for every connection a node makes
 def _pattern(pattern: str) -> re.Pattern[str]:
     # OpenSSH's match_pattern: `*` and `?` are wildcards, nothing else is special ([ ] are literal)
     return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.S)
