@@ -303,10 +303,20 @@ class SshNode:
         return entry
 
 
-def running_node(name: str, root: Path, card: Card | list[Card] | None) -> Iterator[SshNode]:
-    """One started sshd node for a one-node fixture to `yield from`, stopped at its teardown."""
+def running_node(
+    name: str, root: Path, card: Card | list[Card] | None, *, home_files: dict[str, str] | None = None
+) -> Iterator[SshNode]:
+    """One started sshd node for a one-node fixture to `yield from`, stopped at its teardown.
+    `home_files`: path under the login's HOME -> text, written before sshd starts (a ~/.bashrc the
+    login reads from its first command on); a text starting with "#!" is made executable (a script)."""
     node = SshNode(name, root, card)
     node.prepare()
+    for path, text in (home_files or {}).items():
+        file = node.home / path
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(text)
+        if text.startswith("#!"):
+            file.chmod(0o755)
     node.start()
     try:
         yield node

@@ -20,10 +20,11 @@ nothing within 60 s makes the node unusable, its cells infra-error naming ~/.bas
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, SshNode, standin_job, standin_variant
+from nodes import CARDS, SshNode, running_node, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
 VARIANTS = {
@@ -57,16 +58,8 @@ def outcomes(make_farm, tmp_path: Path, node: SshNode, runner: str) -> dict[str,
 def test_a_login_start_up_file_changes_no_verdict(make_farm, tmp_path: Path, rc: str, runner: str) -> None:
     """Each ~/.bashrc of RCS: the passing kernel passes and the failing one fails (reads-stdin was
     infra-error "gzip: stdin: not in gzip format" for both, its node healthy)."""
-    node = SshNode("odd", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    (node.home / ".bashrc").write_text(RCS[rc])
-    (node.home / "bin").mkdir()
-    (node.home / "bin" / "python3").write_text(WRAPPER)
-    (node.home / "bin" / "python3").chmod(0o755)
-    node.start()
-    try:
+    home = {".bashrc": RCS[rc], "bin/python3": WRAPPER}  # WRAPPER, a script: made executable
+    with contextmanager(running_node)("odd", tmp_path / "node", CARDS["t4"], home_files=home) as node:
         found = outcomes(make_farm, tmp_path, node, runner)
-    finally:
-        node.stop()
     assert found["a-pass"][0] == "pass", found
     assert found["b-fail"][0] == "fail", found

@@ -10,10 +10,11 @@ from __future__ import annotations
 import getpass
 import shlex
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, SshNode, standin_job, standin_variant
+from nodes import CARDS, SshNode, running_node, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
 VARIANTS = {
@@ -107,14 +108,10 @@ def test_a_login_umask_that_masks_the_owner_fails_no_kernel(ssh_fleet, make_farm
     copy was gone or not executable when the run called it" (resident runner), or the node
     infra-error "its work folder is mounted noexec" (shell runner), which it is not. The farm's
     commands now give the owner its own bits back (`umask u+rwx`); group and others stay as masked."""
-    node = SshNode("umask", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    (node.home / ".bashrc").write_text("umask 0777\n")
-    node.start()
-    try:
+    with contextmanager(running_node)(
+        "umask", tmp_path / "node", CARDS["t4"], home_files={".bashrc": "umask 0777\n"}
+    ) as node:
         found = outcomes(make_farm, tmp_path, node, runner)
-    finally:
-        node.stop()
     assert found["a-pass"][0] == "pass", found
     assert found["b-fail"][0] == "fail", found
 

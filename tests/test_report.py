@@ -742,7 +742,9 @@ def test_what_changed_never_says_nothing_for_cells_without_a_verdict(tmp_path: P
         assert stopped.outcomes == {"not-run": 2}
         said = changes(stopped.run_id)
         assert nothing not in said
-        assert "No verdict changed; 2 cells had no verdict this run (infra-error or not-run" in said, said
+        assert "No verdict changed; 2 cells had no verdict this run (" in said, said
+        # a stopped run's cells, not the node's doing (review 130: "infra-error or not-run: the node")
+        assert "2 not-run: the run was stopped (SIGTERM), not the node&#39;s doing" in said, said
         running = store.begin_run(token="t", trigger="t", farm_version="t", host="h", config_file="f", selection="s")
         store.add_planned(running, [(c.kernel, c.variant, c.node, c.device) for c in plan_cells(farm)])
         said = changes(running)

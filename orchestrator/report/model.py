@@ -24,6 +24,7 @@ from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
 from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
+from orchestrator.report.no_verdict import NoVerdict, no_verdict
 from orchestrator.report.rejudged import flag_ledgers, rejudged
 from orchestrator.report.trends import Series, trend_series
 from orchestrator.report.unrun import UnrunNode, unrun_nodes
@@ -137,6 +138,7 @@ class ReportModel:
     # cells (kernel, variant, node, device) a run planned and has no result for (a run still running,
     # or one whose farm died): not-run in the exports' counts
     unfinished: list[tuple[str, str, str, str]] = field(default_factory=list)
+    no_verdict: list[NoVerdict] = field(default_factory=list)  # the run's cells without one, by cause
 
     @property
     def grid_run_ids(self) -> set[int]:
@@ -377,6 +379,7 @@ def collect(
         sass_moves=sass,
         # a finished run too: a planned cell with no result leaves it incomplete (exports, summary)
         unfinished=store.unfinished_cells(run.id),
+        no_verdict=no_verdict(store, light),
     )
     model.trends = trend_series(trend_rows, model.several)
     return model
