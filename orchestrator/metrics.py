@@ -19,7 +19,8 @@ value*, with why, never guessed:
   stage's clock on the node: no queueing for the GPU, no transfer).
 
 The baseline of a value is the cell's (kernel, variant, node, card model) last
-BASELINE values of that metric from earlier results that had one. With fewer
+BASELINE values of that metric from earlier results that had one, on the very card
+the run had where the farm knows it (its UUID: another card's speed is no yardstick). With fewer
 there is no verdict on speed. A value worse than their median by more than the
 metric's tolerance, as a fraction of the median's size, has *regressed*
 (classify.py makes a passing cell perf-regression); a median of 0 has no size
@@ -61,6 +62,7 @@ class Measured:
     value: float | None
     note: str  # where the value came from, or why there is none
     baseline: tuple[float, ...] = ()  # the cell's earlier values, oldest first
+    scope: str = ""  # whose values they are, in words: " on this card" where the card's own
 
     @property
     def median(self) -> float | None:
@@ -87,12 +89,12 @@ class Measured:
         shown = f"{self.name} {number(self.value)} {self.unit}"
         median, worse = self.median, self.worse_by
         if median is None:
-            return f"{shown} (no verdict: {len(self.baseline)} of {BASELINE} earlier values)"
+            return f"{shown} (no verdict: {len(self.baseline)} of {BASELINE} earlier values{self.scope})"
         if worse is None:
             return f"{shown} (no verdict: the median of its last {BASELINE} is 0)"
         if self.regressed:
-            return regression_words(self.name, self.value, self.unit, median, self.tolerance, self.better)
-        return f"{shown} against the median {number(median)} of its last {BASELINE} results"
+            return regression_words(self.name, self.value, self.unit, median, self.tolerance, self.better, self.scope)
+        return f"{shown} against the median {number(median)} of its last {BASELINE} results{self.scope}"
 
     def record(self) -> dict[str, Any]:
         """What the store keeps of it (tables.py MetricValue)."""
@@ -129,12 +131,14 @@ def worse_by(value: float | None, median: float | None, better: str) -> float | 
     return change / abs(median)
 
 
-def regression_words(name: str, value: float, unit: str, median: float, tolerance: float, better: str) -> str:
+def regression_words(
+    name: str, value: float, unit: str, median: float, tolerance: float, better: str, scope: str = ""
+) -> str:
     """ "gflops 70 GFLOP/s is 30 % worse than the median 100 of its last 5 results (...)"."""
     worse = worse_by(value, median, better) or 0.0
     return (
         f"{name} {number(value)} {unit} is {percent(worse)} worse than the median {number(median)} of its "
-        f"last {BASELINE} results ({better} is better; tolerance {percent(tolerance)})"
+        f"last {BASELINE} results{scope} ({better} is better; tolerance {percent(tolerance)})"
     )
 
 
@@ -210,6 +214,7 @@ def measure(
     size: int,
     run_seconds: float | None,
     baseline: Callable[[list[str]], Mapping[str, list[float]]],
+    scope: str = "",
 ) -> tuple[Measured, ...]:
     """Each metric of a job for one cell's run, with its baseline (`baseline`:
     metric names -> their earlier values, oldest first; asked only for the
@@ -233,6 +238,7 @@ def measure(
             value,
             note,
             tuple(earlier.get(name, ())) if value is not None else (),
+            scope,
         )
         for name, spec, value, note in found
     )

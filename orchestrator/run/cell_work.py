@@ -110,7 +110,8 @@ class CellWork:
                     marker=marker,
                     stopping=lambda: self.stopping,
                     # values in the unit the job says now (an edited `unit:` starts the baseline anew),
-                    # measured on the same kind of card, confirmed or not, as the card this try ran on
+                    # measured on the card this try ran on (where a transport picked it, the same kind of card,
+                    # confirmed or not)
                     metric_baseline=lambda names, result=result: self.store.metric_baseline(
                         cell.kernel,
                         cell.variant,
@@ -120,6 +121,7 @@ class CellWork:
                         CELL_ENV.strip(),
                         units={name: job.spec.metrics[name].unit for name in names},
                         real_gpu=card_confirmed(result.gpu, gpus),
+                        gpu_uuid=result.gpu.uuid if result.gpu is not None else None,  # that card's own
                     ),
                     run_ahead=(cell.kernel, cell.variant) not in ctx.shared_builds,
                     python=ctx.snapshot.runner_python(transport.node),

@@ -35,6 +35,7 @@ class MeasurementQueries:
         count: int = BASELINE,
         units: Mapping[str, str] | None = None,
         real_gpu: bool = True,
+        gpu_uuid: str | None = None,
     ) -> dict[str, list[float]]:
         """The cell's last `count` values of each metric on record (results that had
         one), oldest first: what a new value is judged against (metrics.py). Only
@@ -47,13 +48,21 @@ class MeasurementQueries:
         judged the next night), and only those measured on the same kind of card as the new
         value: `real_gpu`, confirmed by the driver or not (a stand-in's or an unconfirmed
         card's figures are no yardstick for a real card's, nor the other way: red-team 77).
+        Where the new value's card is known (`gpu_uuid`), only values measured on that card: a
+        node's card swapped (or a lent machine's, each lease another) is no slowdown of the
+        kernel's, and the other card's values judged it (review 132: a fresh H200 lease's
+        cutlass_gemm "53 % worse" than earlier machines' median, a nightly run red).
         Read from ix_metric_values_cell, newest first."""
         found: dict[str, list[float]] = {}
         comparable = select(Run.id).where(
             Run.cell_env == cell_env, Run.trigger != BISECT_TRIGGER, Run.status == "finished"
         )
         # the result's own row says which card it ran on (records.card_confirmed): by its primary key
-        same_card = select(ResultRow.id).where(ResultRow.id == MetricValue.result_id, ResultRow.real_gpu.is_(real_gpu))
+        same_card = select(ResultRow.id).where(
+            ResultRow.id == MetricValue.result_id,
+            ResultRow.real_gpu.is_(real_gpu),
+            *([ResultRow.gpu_uuid == gpu_uuid] if gpu_uuid else []),
+        )
         with self._reading() as session:
             for name in names:
                 query = (

@@ -147,9 +147,10 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
         return self.result
 
     def _measure(self) -> tuple[metrics.Measured, ...]:
-        out = self.result.stdout
+        out, card = self.result.stdout, self.result.gpu
+        scope = " on this card" if card is not None and card.uuid else ""  # cell_work's baseline: its values
         return metrics.measure(
-            self.job.spec.metrics, out.kept, out.cut, out.size, self.result.run_seconds, self.metric_baseline
+            self.job.spec.metrics, out.kept, out.cut, out.size, self.result.run_seconds, self.metric_baseline, scope
         )
 
     @property
