@@ -155,15 +155,25 @@ def _no_regular_file(path: Path) -> str | None:
     required=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
 )
+@click.option(
+    "--in-given-order",
+    "given_order",
+    is_flag=True,
+    help="The journals' runs came after the database's newest run, in the order given, whatever their "
+    "starts say (a farm host whose clock was ahead for that run).",
+)
 @wait_option
 @farm_options
 @handle_errors
-def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, database: str | None) -> None:
+def import_(
+    journal_files: tuple[Path, ...], given_order: bool, wait: float, config_path: Path, database: str | None
+) -> None:
     """Rebuild runs in the database from their journals (every run writes one
     beside the database: results.db.journal/TOKEN.jsonl), after results.db was
     lost, replaced or could not be written. Several journals are imported in the
-    order their runs started (the newest run must be the last); a run already
-    there, or one older than the newest run there, is refused.
+    order their runs started (the newest run must be the last), or with
+    --in-given-order as given; a run already there, or one older than the newest
+    run there (the highest id), is refused.
 
     Example: farm import results.db.journal/5f0c2a9e1b7d.jsonl results.db.journal/0a4f3c9d2e61.jsonl
     """
@@ -196,8 +206,10 @@ def import_(journal_files: tuple[Path, ...], wait: float, config_path: Path, dat
         starts = {path: journal.started_at(path) or oldest for path in journal_files}
         imported = []
         try:
-            for path in sorted(journal_files, key=lambda p: (starts[p], str(p))):
-                run_id, status, results = store.import_journal(path)
+            # a clock that stepped makes starts disagree with the runs' order: the operator's order then
+            ordered = journal_files if given_order else sorted(journal_files, key=lambda p: (starts[p], str(p)))
+            for path in ordered:
+                run_id, status, results = store.import_journal(path, given_order)
                 imported.append(run_id)
                 click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
         finally:  # also where a later journal is refused (its run already there): those before it are stored

@@ -9,6 +9,7 @@ tests/test_report.py holds the matrix and the probe rows to the loops they repla
 from __future__ import annotations
 
 import functools
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -30,6 +31,8 @@ from orchestrator.run.snapshot import card_columns
 def age_text(days: float) -> str:
     """How long before the shown run an earlier run's verdict was (the run's own cells
     show no age): "this run" would take a run started under a minute before for it."""
+    if math.isinf(days):  # model._days: its start is after this run's, from an earlier run
+        return "age unknown: the farm host's clock was off"
     if days < 1 / 24:
         return "<1 min before" if days < 1 / 1440 else f"{days * 1440:.0f} min before"
     if days < 2:

@@ -209,7 +209,8 @@ def build(
     current = [c for s in ordered.values() for c in s.current]
     for claim in ledger.claims:
         if claim.status == "UNVERIFIED" and current:
-            first = min(current, key=lambda c: c.when)
+            # by result id, the database's order: a start read off a clock that was ahead is no order
+            first = min(current, key=lambda c: c.result_id)
             ledger.flags.append(
                 (
                     "header-outdated",
@@ -250,7 +251,7 @@ def build(
             )
     for state in ordered.values():
         if state.stale:
-            last = max(state.older, key=lambda c: c.when)
+            last = max(state.older, key=lambda c: c.result_id)
             changed = changed_inputs(last, files, dependencies)
             what = f" Changed since: {', '.join(changed)}." if changed else ""
             ledger.flags.append(

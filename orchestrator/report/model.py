@@ -12,6 +12,7 @@ definition, aggregated in the database from indexes (store.py). Logs: the full c
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -174,7 +175,10 @@ def _days(later: datetime, earlier: datetime | None) -> float:
         return 0.0
     a = later if later.tzinfo else later.replace(tzinfo=UTC)
     b = earlier if earlier.tzinfo else earlier.replace(tzinfo=UTC)
-    return max((a - b).total_seconds() / 86400, 0.0)
+    days = (a - b).total_seconds() / 86400
+    # an earlier run's verdict a day or more after this run's start: one of the farm host's clocks was
+    # off; it stood 0 days old, never stale, until that date (a red-team finding): its age is unknown
+    return math.inf if days < -1 else max(days, 0.0)
 
 
 _run_then_id = itemgetter(0, 2)  # of (run, outcome, result id)
@@ -268,11 +272,11 @@ def collect(
     for key, row in latest_verdicts.items():
         later = latest_any.get(key)
         infra = later if later is not None and later.id != row.id else None
-        age = _days(run.started_at, row.started_at)
+        age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0  # its own run's: no age
         standing[key] = StandingCell(row, age, age > stale_after, infra)
     for key, row in latest_any.items():
         if key not in standing:  # never a verdict: show what there is
-            age = _days(run.started_at, row.started_at)
+            age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0
             standing[key] = StandingCell(row, age, age > stale_after, None)
     latest_snaps = {s.node: s for s in store.latest_snapshots(run.id)}
     by_column: dict[tuple[str, str], list[StandingCell]] = defaultdict(list)

@@ -31,6 +31,7 @@ from orchestrator.store.result_rows import (
     insert_result,
     stored,
 )
+from orchestrator.store.run_order import check_after_newest
 from orchestrator.store.tables import (
     SEED_DATABASE_ID,
     Attempt,
@@ -131,11 +132,6 @@ def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:
         raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
     _check_journal(path, records)
     return records
-
-
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _unfinished(
@@ -286,12 +282,12 @@ class Recovery:
                     found[token] = JournaledRun(rid, status, code, *(counts[name].get(rid, 0) for name in tables))
         return found
 
-    def import_journal(self, path: Path) -> tuple[int, str, int]:
+    def import_journal(self, path: Path, given_order: bool = False) -> tuple[int, str, int]:
         """Rebuild a run from its journal (journal.py) as a new run of this database.
         Returns (run id, status, results). A run already here is refused, but for the results it
         lacks (a commit that failed: completing.py), which are added to it; and so is
-        one that started before the newest run here: every standing query takes the
-        highest id as the newest, so an older run imported later would pass for it."""
+        one that started before the newest run here (run_order.py; `given_order`: the
+        operator says it came after): an older run imported later would pass for it."""
         records = read_journal(path)
         run_fields = dict(records[0][1])
         token = run_fields.get("token")
@@ -311,17 +307,7 @@ class Recovery:
                         else ""
                     )
                 )
-            newest = session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc()).limit(1)).first()
-            started = run_fields.get("started_at")
-            if newest is not None and isinstance(started, datetime) and _utc(started) < _utc(newest.started_at):
-                raise StoreError(
-                    f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
-                    f"{newest.id} ({_utc(newest.started_at).isoformat(timespec='seconds')}) already in "
-                    f"{self.redacted_url}; import journals oldest first (farm import takes several and sorts them). "
-                    "A run newer than it is already there (a later night's): its standing would go back in time; "
-                    "import it into a database of its own (farm import JOURNAL --database sqlite:///recovered.db) "
-                    "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
-                )
+            check_after_newest(session, path, run_fields.get("started_at"), self.redacted_url, given_order)
             end = next((fields for kind, fields in records if kind == "finish"), None)
             run_fields = stored(Run.__table__, run_fields)  # as begin_run stored it (result_rows.fit)
             planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's

@@ -1,0 +1,54 @@
+"""Whether a journal's run may be imported as the newest run of a database (recovery.py).
+
+The database's own order is its run ids: every standing query takes the highest id as the
+newest. A journal records no id, only its start by the farm host's clock, which can step: one
+run stored under a clock years ahead (then NTP corrected) had the latest start, and refused every
+later run's journal for years when the check took the latest start for the newest run (a
+red-team finding, round 131). The newest run is the highest id here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from orchestrator.errors import StoreError
+from orchestrator.store.tables import Run
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def check_after_newest(session: Session, path: Path, started: Any, url: str, given_order: bool) -> None:
+    """StoreError where the journal's run started before the newest run here (the highest id):
+    imported, an older run would pass for the newest. `given_order`: the operator says it came
+    after (`farm import --in-given-order`), where the newest run's start is not to be trusted."""
+    newest = session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
+    if given_order or newest is None or not isinstance(started, datetime):
+        return
+    theirs = _utc(newest.started_at)
+    if _utc(started) >= theirs:
+        return
+    said = (
+        f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
+        f"{newest.id} ({theirs.isoformat(timespec='seconds')}) already in {url}; "
+    )
+    if theirs > datetime.now(UTC):  # a start no clock could have read yet: the farm host's was ahead
+        raise StoreError(
+            said + f"run {newest.id}'s start is after this host's clock now, so its farm host's clock was ahead "
+            "and the starts cannot tell which run came first. Where this journal's run came after it, "
+            "import it with `farm import --in-given-order JOURNAL...` (the journals as newer than the "
+            "database's newest run, in the order given)"
+        )
+    raise StoreError(
+        said + "import journals oldest first (farm import takes several and sorts them). "
+        "A run newer than it is already there (a later night's): its standing would go back in time; "
+        "import it into a database of its own (farm import JOURNAL --database sqlite:///recovered.db) "
+        "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
+    )
