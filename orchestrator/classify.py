@@ -17,22 +17,7 @@ from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
-
-
-@dataclass(frozen=True)
-class SanitizerReport:
-    """What one compute-sanitizer tool said of the binary's run under it (run/sanitize.py)."""
-
-    tool: str  # memcheck, racecheck, synccheck, initcheck
-    exit_code: int  # the sanitizer's: SANITIZER_EXIT when it found errors, else the program's own
-    errors: int  # from its summary line
-    findings: str = ""  # its first reported errors, bounded
-    timed_out: bool = False
-    finished: bool = True  # it wrote its summary: a tool killed (by the kernel) mid-check did not
-
-    @property
-    def clean(self) -> bool:
-        return self.finished and not self.timed_out and self.errors == 0 and self.exit_code == 0
+from orchestrator.sanitizer_report import SanitizerReport
 
 
 @dataclass

@@ -297,8 +297,12 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     say(f"stages    {r.stage_seconds}")
     for one in r.sanitizer or []:
         found = "timed out" if one.get("timed_out") else f"{one.get('errors')} errors"
-        say(f"sanitize  {one.get('tool')}: {found}, exit {one.get('exit_code')}")
-        for line in str(one.get("findings") or "").splitlines()[:10]:
+        cut = one.get("log_cut")  # [start, end, size]: the log's middle was not read (run/sanitize.py)
+        said = f" (log of {cut[2]} bytes; bytes {cut[0]} to {cut[1]} not read)" if cut else ""
+        say(f"sanitize  {one.get('tool')}: {found}, exit {one.get('exit_code')}{said}")
+        lines = str(one.get("findings") or "").splitlines()
+        at = next((i for i, line in enumerate(lines) if cut and " bytes left out here (" in line), len(lines))
+        for line in lines[: min(at, 10)] + lines[at : at + 11]:  # a cut log's first findings, and its last
             say(f"          {line}")
     say(f"exit code {r.exit_code}")
     for name, data, size, sha in (

@@ -262,7 +262,8 @@ def nvcc_text(snapshot: Any) -> str:
 
 
 def sanitizer_table(reports: list[dict[str, Any]]) -> str:
-    """A cell page's compute-sanitizer runs: each tool, its count, and its first findings."""
+    """A cell page's compute-sanitizer runs: each tool, its count, its first findings, and where its
+    log was cut (its head and tail read)."""
     if not reports:
         return ""
     out = [
@@ -272,9 +273,17 @@ def sanitizer_table(reports: list[dict[str, Any]]) -> str:
     for one in reports:
         errors = "timed out" if one.get("timed_out") else one.get("errors")
         flag = ' class="flag"' if one.get("timed_out") or one.get("errors") or one.get("exit_code") else ""
+        cut = ""
+        if log_cut := one.get("log_cut"):  # [start, end, size]: its log past LOG_LIMIT (run/sanitize.py)
+            start, end, size = log_cut
+            cut = (
+                f'<p class="meta" id="sanitizer-{_e(one.get("tool"))}-cut">Its log was cut: bytes {_e(start)} to '
+                f"{_e(end)} of {_e(size)} were not read (its summary and last findings are from the last "
+                f"{_e(size - end)} bytes).</p>"
+            )
         out.append(
             f'<tr data-tool="{_e(one.get("tool"))}"><td>{_e(one.get("tool"))}</td><td{flag}>{_e(errors)}</td>'
-            f"<td>{_e(one.get('exit_code'))}</td><td><pre>{_e(one.get('findings') or '–')}</pre></td></tr>\n"
+            f"<td>{_e(one.get('exit_code'))}</td><td>{cut}<pre>{_e(one.get('findings') or '–')}</pre></td></tr>\n"
         )
     out.append("</table>\n")
     return "".join(out)

@@ -11,9 +11,15 @@ What counts, per tool, and why it can be trusted: the exit code (86 exactly
 when the tool found errors; else the program's own), and the last summary
 line of the log, which the tool writes after the program ended. The kernel
 (the same user) could write into the log while it runs, never after the
-tool's summary, and its leftovers are killed before the log is read. A tool
-that left no summary line did not finish its check: that is the node's or the
-tool's failure (infra), never a clean bill.
+tool's summary, and its leftovers are killed before the log is read: a summary
+line is the tool's only where it ends the log. A tool that left no summary line
+did not finish its check: that is the node's or the tool's failure (infra), never
+a clean bill.
+
+A log longer than LOG_LIMIT (twenty findings with their backtraces, or a kernel
+writing into it) comes back as its first and last LOG_LIMIT / 2 bytes and its size
+(file_ends.py, as the build log does): its summary is read from the tail, the
+file's true end, and the findings kept are the head's first and the tail's.
 """
 
 from __future__ import annotations
@@ -21,15 +27,17 @@ from __future__ import annotations
 import re
 import shlex
 
-from orchestrator.classify import SanitizerReport
 from orchestrator.config.kernel_calls import prefix_kernel_commands
+from orchestrator.run.streams import elision
+from orchestrator.sanitizer_report import SanitizerReport
 
 SANITIZER_EXIT = 86  # --error-exitcode: a code the course's kernels never return
-LOG_LIMIT = 64 << 10  # bytes of each tool's log read back
+LOG_LIMIT = 64 << 10  # bytes of each tool's log read back: its first and last half (file_ends.py)
 FINDINGS_LIMIT = 4000  # characters of findings kept on the cell
 PRINT_LIMIT = 20  # errors each tool prints in full (it still counts them all)
 
 _SUMMARY_RE = re.compile(r"^=+ ERROR SUMMARY: (\d+) errors?\s*$", re.M)
+_FINDING_RE = re.compile(r"^=+ [^\s=]", re.M)  # a finding's first line, as the tool prints it
 _RACE_SUMMARY_RE = re.compile(r"^=+ RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, \d+ warnings?\)", re.M)
 
 
@@ -78,31 +86,56 @@ def findings(log: str) -> str:
 
 
 def error_count(log: str) -> int | None:
-    """The errors the tool's last summary line counts; None when it wrote none."""
-    found = None
-    for found in _SUMMARY_RE.finditer(log):  # noqa: B007 - the last one is the tool's own
-        pass
-    if found is not None:
-        return int(found.group(1))
-    race = None
-    for race in _RACE_SUMMARY_RE.finditer(log):  # noqa: B007
-        pass
-    return int(race.group(1)) if race is not None else None
+    """The errors the tool's summary line counts, where that line ends the log; None when none does.
+    The tool writes it last, once the program ended: a summary with lines after it is not the
+    tool's word (a kernel forged it), nor is one that lines written after the tool's follow."""
+    lines = log.rstrip().splitlines()
+    last = lines[-1] if lines else ""
+    found = _SUMMARY_RE.fullmatch(last) or _RACE_SUMMARY_RE.match(last)
+    return int(found.group(1)) if found else None
 
 
-def report(tool: str, exit_code: int, timed_out: bool, log: bytes) -> SanitizerReport | str:
-    """The tool's report, or (a str) why it is no evidence at all."""
-    text = log.decode("utf-8", "replace")
+def _ends(log: bytes, cut: tuple[int, int, int] | None) -> tuple[str, str]:
+    """The log's head and its end, as text: where it was not cut, all of it is its end. A cut log's
+    tail begins mid-line: that piece is no line the tool wrote as it reads, so it is left out."""
+    if not cut:
+        return "", log.decode("utf-8", "replace")
+    start, end, size = cut
+    tail = log[start + len(elision(start, end, size)) :]
+    return log[:start].decode("utf-8", "replace"), tail.partition(b"\n")[2].decode("utf-8", "replace")
+
+
+def _findings(head: str, tail: str, cut: tuple[int, int, int] | None) -> str:
+    """The findings of the log's head (its first) and of its tail (its last), each in half the bound."""
+    if not cut:
+        return findings(tail)
+    half = FINDINGS_LIMIT // 2
+    left = elision(*cut).decode().strip()
+    # from the tail's first whole finding (its first line is not indented): not a backtrace's rest
+    first = _FINDING_RE.search(tail)
+    tail = tail[first.start() :] if first else ""
+    return "\n".join(part for part in (findings(head)[:half], left, findings(tail)[:half]) if part)
+
+
+def report(
+    tool: str, exit_code: int, timed_out: bool, log: bytes, cut: tuple[int, int, int] | None = None
+) -> SanitizerReport | str:
+    """The tool's report, or (a str) why it is no evidence at all. `cut`: [start, end, size] where
+    `log` is a long log's head, elision line and tail (file_ends.KeptLog): judged by its tail."""
+    head, text = _ends(log, cut)
+    found = _findings(head, text, cut)
     if timed_out:
-        return SanitizerReport(tool, exit_code, 0, findings(text), timed_out=True)
+        return SanitizerReport(tool, exit_code, 0, found, timed_out=True, log_cut=cut)
     errors = error_count(text)
     if errors is None:
+        if _SUMMARY_RE.search(text) or _RACE_SUMMARY_RE.search(text):  # said, for the reviewer who sees one
+            found = "\n".join(filter(None, (found, "[farm: lines follow its summary line: not the tool's word]")))
         if exit_code == SANITIZER_EXIT:  # it found errors and its log was cut or overwritten
-            return SanitizerReport(tool, exit_code, 1, findings(text) or "errors found; the log has no summary")
-        if "COMPUTE-SANITIZER" in text:  # it started checking and never said how that ended: killed?
-            return SanitizerReport(tool, exit_code, 0, findings(text), finished=False)
+            return SanitizerReport(tool, exit_code, 1, found or "errors found; the log has no summary", log_cut=cut)
+        if "COMPUTE-SANITIZER" in head + text:  # it started checking and never said how that ended: killed?
+            return SanitizerReport(tool, exit_code, 0, found, finished=False, log_cut=cut)
         tail = " / ".join(text.strip().splitlines()[-3:])[-300:]
         return f"compute-sanitizer --tool {tool} ended without its summary line (exit {exit_code}; log: {tail!r})"
     if exit_code == SANITIZER_EXIT and errors == 0:
         errors = 1  # the exit code is the tool's own word; a forged summary line is not
-    return SanitizerReport(tool, exit_code, errors, findings(text))
+    return SanitizerReport(tool, exit_code, errors, found, log_cut=cut)

@@ -9,6 +9,7 @@ import shlex
 from orchestrator.errors import InfraError
 from orchestrator.run import sanitize
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarded, own_tmp
+from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.trips import Trip, last_match
 
@@ -50,14 +51,17 @@ class SanitizeStage(CellStages):
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
             f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
         )
-        logs = {tool: bytearray() for tool in tools}
+        # each log's first and last LOG_LIMIT / 2 bytes and its size (file_ends.py): the summary the
+        # tool writes last is read where it is, however long its findings or a kernel made the log
+        logs = {tool: FileEnds(sanitize.LOG_LIMIT) for tool in tools}
         trip = Trip(
             "sanitize",
             script,
             wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
-            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].extend) for tool in tools],
+            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].feed) for tool in tools],
             clean_up=True,
             release=True,
+            ends=tuple(tools),
             spec={
                 "private": self.paths.private_binary,
                 "copy_from": self.paths.binary,
@@ -101,7 +105,8 @@ class SanitizeStage(CellStages):
                 )
             code, started, ended = (int(x) for x in ran.groups())
             timed_out = code in (124, 137) and (ended - started) / 1e9 >= limit * 0.98
-            found = sanitize.report(tool, code, timed_out, bytes(logs[tool]))
+            kept = logs[tool].finish()
+            found = sanitize.report(tool, code, timed_out, kept.kept, (*kept.cut, kept.size) if kept.cut else None)
             if isinstance(found, str):
                 error = InfraError(f"node {self.t.name!r}: {found}")
                 error.retryable = False
