@@ -25,6 +25,7 @@ from typing import IO
 
 from orchestrator.errors import CommandTimeout, NodeUnusable, SessionLost
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
+from orchestrator.transport.farm_private import keep_private
 from orchestrator.transport.local_env import node_environment
 
 
@@ -122,6 +123,7 @@ class LocalTransport(Transport):
                 "the user a home"
             )
         self._env = node_environment(os.environ)  # the farm's credentials aside: local_env.py
+        keep_private()  # its kernels are the farm's user: no /proc/PID/environ, mem, fd or ptrace of it
         extra = bundled_cuda_bin()
         if extra is not None:
             self._env["PATH"] = self._env.get("PATH", "") + os.pathsep + str(extra)

@@ -18,9 +18,12 @@ from collections.abc import Mapping
 # the farm's own credentials, by name: its database URL (settings: cli/base.py), libpq's password
 # for it, and the agent that holds the keys of the fleet's nodes
 _FARM_OWN = frozenset({"FARM_DATABASE", "PGPASSWORD", "SSH_AUTH_SOCK"})
-# names that say what their value is: a token, a secret, a password, a private or an API key
+# names that say what their value is: a token (a CI's signed JWT: CI_JOB_JWT), a secret, a password,
+# a private or an API key, or a registry's login (an AUTH part: DOCKER_AUTH_CONFIG, NPM_CONFIG__AUTH;
+# red-team 135), not a name merely holding those letters (XAUTHORITY, AUTHOR)
 _CREDENTIAL_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY", re.IGNORECASE
+    r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|JWT|(^|_)AUTH(_|$)",
+    re.IGNORECASE,
 )
 # a value holding a URL with a password (DATABASE_URL, a package index's URL): scheme://user:pass@
 _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
