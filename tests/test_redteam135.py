@@ -164,3 +164,40 @@ def test_a_ci_token_the_credential_names_missed_reaches_no_local_kernel(name: st
 @pytest.mark.parametrize("name", ["XAUTHORITY", "AUTHOR", "CUDA_VISIBLE_DEVICES", "OAUTHLIB_INSECURE", "LANG"])
 def test_a_name_merely_holding_auth_letters_is_no_credential(name: str) -> None:
     assert name in node_environment({name: "x"})
+
+
+def test_the_process_holding_the_database_is_kept_private_before_any_worker_runs_a_local_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With worker processes a local node may be run by a worker, not by the process that holds
+    results.db and the journal: that one is made non-dumpable as the run starts, whoever connects."""
+    import ctypes
+    import ctypes.util
+
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import scheduler
+
+    config = toy_farm(tmp_path / "farm")
+    farm_ = load_farm(config)
+    assert any(node.transport == "local" for node in farm_.nodes.values())
+    cells = plan_cells(farm_)
+
+    def checked() -> int:
+        # FarmRun stands in: what matters is this process's state once the run has begun
+        monkeypatch.setattr(scheduler.FarmRun, "__init__", lambda self, *a, **k: None)
+        monkeypatch.setattr(scheduler.FarmRun, "execute", lambda self, c, s: None)
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        before = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+        scheduler.run_cells(farm_, None, cells)  # type: ignore[arg-type]
+        after = libc.prctl(3, 0, 0, 0, 0)
+        return 10 * before + after
+
+    pid = os.fork()  # the test's own process stays as it was
+    if pid == 0:
+        code = 99
+        try:
+            code = checked()
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 10, "dumpable before (1), not after (0)"

@@ -56,6 +56,7 @@ from orchestrator.run.summary import Listener, NullListener, RunSummary
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal, journal_folder, journal_mode
 from orchestrator.transport import Transport, transport_for
+from orchestrator.transport.farm_private import keep_private
 
 
 class FarmRun(NodeWork, CellWork):
@@ -309,4 +310,9 @@ class _InProcess:
 def run_cells(farm: Farm, store: Store, cells: Iterable[Cell], **kwargs) -> RunSummary:
     listener = kwargs.pop("listener", None)
     selection = kwargs.pop("selection", "--all")
-    return FarmRun(farm, store, listener=listener, **kwargs).execute(list(cells), selection)
+    cells = list(cells)
+    if any(farm.nodes[c.node].transport == "local" for c in cells):
+        # this process too, before any worker forks: it holds the database, where a worker may run
+        # the local node (farm_private.py: its kernels are this process's user)
+        keep_private()
+    return FarmRun(farm, store, listener=listener, **kwargs).execute(cells, selection)
