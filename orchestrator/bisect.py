@@ -44,6 +44,7 @@ from orchestrator.run.scheduler import FarmRun
 from orchestrator.run.stopping import reap_dead_runs
 from orchestrator.run.summary import NullListener
 from orchestrator.store.database import Store
+from orchestrator.store.journal import journal_folder
 from orchestrator.store.lock import run_lock
 from orchestrator.store.queries import BISECT_TRIGGER
 
@@ -216,7 +217,8 @@ class Bisector:
         with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir, self._stopped_waiting):
             self.store = Store(self.farm.database_url)
             try:
-                aborted = self.store.abort_unfinished_runs()
+                folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
+                aborted = self.store.abort_unfinished_runs(folder)  # each one's closing mark (store/closing.py)
                 for run_id, not_run in aborted:
                     self.say(f"run {run_id} was interrupted: marked aborted, {not_run} unfinished cells not-run")
                 tokens = self.store.run_tokens([run_id for run_id, _ in aborted])

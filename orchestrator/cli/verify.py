@@ -165,7 +165,7 @@ def verify(
         ):
             prerun.check("once it held the run lock, before its run started")
             store = Store(farm.database_url)
-            aborted = store.abort_unfinished_runs()
+            aborted = store.abort_unfinished_runs(journals)  # each one's closing mark (store/closing.py)
             for run_id, not_run in aborted:
                 say(
                     f"run {run_id} was interrupted (the farm was stopped): marked aborted, "

@@ -22,6 +22,7 @@ from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
 from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
+from orchestrator.report.durations import CLOCK_STEPPED, seconds
 from orchestrator.report.ledger_json import ledger_records
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
@@ -138,13 +139,13 @@ def junit(model: ReportModel) -> str:
         for r in results
     ]
     skipped = sum(unbacked)
-    seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else 0.0
+    taken, stepped = seconds(run.started_at, run.ended_at)  # never negative: durations.py
     counts = {
         "tests": str(len(results) + (1 if incomplete else 0) + len(model.unfinished)),
         "failures": str(failures),
         "errors": str(errors),
         "skipped": str(skipped),
-        "time": f"{seconds:.3f}",
+        "time": f"{taken:.3f}",
     }
     suites = ET.Element("testsuites", name="farm", **counts)
     suite = ET.SubElement(
@@ -165,6 +166,7 @@ def junit(model: ReportModel) -> str:
         ("farm_version", run.farm_version),
         ("status", run.status),
         ("exit_code", str(exit_code(run, model.unfinished))),  # what the export exits with
+        *([("clock_stepped", CLOCK_STEPPED)] if stepped else []),
     ):
         ET.SubElement(props, "property", name=key, value=value)
     if incomplete:
@@ -177,7 +179,7 @@ def junit(model: ReportModel) -> str:
         )
         ET.SubElement(case, "error", message=_no_result(run), type=Outcome.NOT_RUN)
     for r in results:
-        elapsed = (r.ended_at - r.started_at).total_seconds() if r.ended_at else 0.0
+        elapsed, stepped = seconds(r.started_at, r.ended_at)
         case = ET.SubElement(
             suite,
             "testcase",
@@ -221,6 +223,8 @@ def junit(model: ReportModel) -> str:
         card = card if r.device else []
         if was_waived(r):  # a pass, but not one the CUDA-error rule looked at: a CI reader is told so
             card.append(("cuda_error_waived", FLAG))
+        if stepped:  # its time is 0, not the negative one its stamps give
+            card.append(("clock_stepped", CLOCK_STEPPED))
         if card:
             props = ET.Element("properties")  # a testcase's first child, as JUnit readers expect it
             for key, value in card:
@@ -313,6 +317,7 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "stage_seconds": row.stage_seconds,
         "started_at": utc_iso(row.started_at),
         "ended_at": utc_iso(row.ended_at),
+        "clock_stepped": seconds(row.started_at, row.ended_at)[1],  # its end stamped before its start
     }
 
 
@@ -324,6 +329,7 @@ def as_json(model: ReportModel) -> str:
             "id": run.id,
             "start": utc_iso(run.started_at),
             "end": utc_iso(run.ended_at),
+            "clock_stepped": seconds(run.started_at, run.ended_at)[1],  # its end stamped before its start
             "trigger": run.trigger,
             # `--all` or the kernels and nodes it was asked for: the latest run a CI step exports may
             # be a reviewer's one-cell check, whole and green, not the fleet's night

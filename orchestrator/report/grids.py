@@ -21,6 +21,7 @@ from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
+from orchestrator.report.durations import seconds
 from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import t as _t
@@ -284,7 +285,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if r.code_path == "ptx-jit":
                     cell.append("<small>ptx-jit</small>")
                 if r.ended_at and r.started_at:
-                    cell.append(f"<small>{(r.ended_at - r.started_at).total_seconds():.1f} s</small>")
+                    taken, stepped = seconds(r.started_at, r.ended_at)
+                    cell.append("<small>? s (clock stepped)</small>" if stepped else f"<small>{taken:.1f} s</small>")
             age = f", {_t(age_text(s.age_days))}" if r.run_id != run_id else ""
             flag = ' <span class="flag">stale</span>' if s.stale else ""
             cell.append(f'<small class="age">run {_t(r.run_id)}{age}{flag}</small>\n')

@@ -10,13 +10,14 @@ the attempts journaled with it, over the not-run row that start wrote in its pla
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import Outcome
+from orchestrator.store.closing import closed_at
 from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, RESULTS, fit, insert_result, stored
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
@@ -34,16 +35,51 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> tuple[int, int]:
+class Completed(NamedTuple):
+    """What complete_run added, and what it did not as it came after the run was closed."""
+
+    added: int
+    late: int
+    by: str  # how "after" was told: "journal" (its closing mark), "clocks", "clocks disagree"
+
+    def refused(self) -> str:
+        """The refusal's words for the results not taken, where none was added."""
+        if not self.late:
+            return ""
+        said = f"; the {self.late} results it lacks "
+        if self.by == "journal":
+            return said + (
+                "were journaled after another farm's start closed the run (its mark in the journal), "
+                "which killed what it ran on the nodes: not taken"
+            )
+        if self.by == "clocks":
+            return said + (
+                "ended after another farm's start closed the run (which killed what it ran on the nodes), by the "
+                "clocks of the run's host and of that start's, which may disagree (the journal holds no closing "
+                "mark: that farm could not reach it): not taken"
+            )
+        return said + (
+            "cannot be told from after another farm's start closed the run (which killed what it ran on the "
+            "nodes): the journal holds no closing mark, and that start's clock read earlier than the run's own "
+            "start, so the clocks disagree: not taken"
+        )
+
+
+def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> Completed:
     """Add to run `run_id` the journal's results it lacks (a cell with no row, or only not-run
     rows, where the journal holds its verdict) and, the run still marked running, its end.
-    Returns how many results were added, and how many were not as they ended after the run was
+    Returns how many results were added, and how many were not as they came after the run was
     closed (see below); the caller commits."""
     run = session.get(Run, run_id)
     # a run the database closed (another farm's start, its lock session ended) may have gone on until
     # it saw its lock gone: that start killed its processes on the nodes (reap_dead_runs), and what it
-    # journaled after is no verdict of its own (a killed kernel's crash: a review finding)
+    # journaled after is no verdict of its own (a killed kernel's crash: a review finding). Told by the
+    # start's mark in the journal (closing.py), whose order cannot step; without one, by the clocks
+    mark = closed_at(records)
     closed = _utc(run.ended_at) if run is not None and run.status != "running" and run.ended_at else None
+    by = "journal" if mark is not None else "clocks"
+    if mark is None and closed is not None and _utc(run.started_at) > closed:  # a close before the run began
+        by = "clocks disagree"
     late = 0
     table = ResultRow.__table__
     rows = session.execute(
@@ -60,7 +96,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     connection = session.connection()
     added = 0
     adding = False  # the attempts after an added result were journaled with it, in its transaction
-    for kind, fields in records:
+    for index, (kind, fields) in enumerate(records):
         if kind == "attempt" and adding:
             connection.execute(ATTEMPTS.insert(), stored(ATTEMPTS, {**ATTEMPT_NULLABLE, "run_id": run_id, **fields}))
             continue
@@ -77,7 +113,12 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         if any(r.outcome != NOT_RUN for r in same):
             continue  # stored before the failure
         ended = fields.get("ended_at") or fields.get("started_at")
-        if closed is not None and isinstance(ended, datetime) and _utc(ended) > closed:
+        if mark is not None:
+            after = index > mark
+        else:
+            stamped_after = isinstance(ended, datetime) and closed is not None and _utc(ended) > closed
+            after = closed is not None and (by == "clocks disagree" or stamped_after)
+        if after:
             late += 1
             continue
         # the standing takes a cell's highest result id as its latest: the verdict takes the not-run
@@ -95,4 +136,4 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     end = next((fields for kind, fields in records if kind == "finish"), None)
     if added and end is not None and run is not None and run.status == "running":
         run.status, run.exit_code, run.ended_at = end["status"], end["exit_code"], end["ended_at"]
-    return added, late
+    return Completed(added, late, by)

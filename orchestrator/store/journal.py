@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # database.py imports this module
     from orchestrator.store.database import Store
     from orchestrator.store.recovery import JournaledRun
 
-KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish")
+KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish", "closed")  # closed: closing.py
 
 
 def journal_folder(database_url: str, farm_root: Path, configured: str | None = None) -> Path:

@@ -19,6 +19,7 @@ from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import card_columns
 from orchestrator.store import journal
+from orchestrator.store.closing import mark_closed
 from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
 from orchestrator.store.queries import CHUNK
@@ -210,11 +211,13 @@ class Recovery:
     aborted with its unfinished cells not-run; a run rebuilt from its journal; what a journal
     holds that the database has."""
 
-    def abort_unfinished_runs(self) -> list[tuple[int, int]]:
+    def abort_unfinished_runs(self, journals: Path | None = None) -> list[tuple[int, int]]:
         """Runs still marked running belong to a farm that died (the caller holds
         the run lock, so none is alive): mark them aborted, and record each cell
-        they planned but never finished as not-run. Returns (run id, not-run count)."""
-        aborted = []
+        they planned but never finished as not-run. Returns (run id, not-run count).
+        `journals`: the runs' journal folder, where each gets its closing mark (closing.py)
+        once committed, before the caller's reap kills what they left."""
+        aborted, tokens = [], []
         now = datetime.now(UTC)
         with self._writing() as session:
             for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
@@ -228,7 +231,10 @@ class Recovery:
                 run.status = "aborted"
                 run.ended_at = run.ended_at or now
                 aborted.append((run.id, len(missing)))
+                tokens.append(run.token)
             session.commit()
+        for token in tokens:
+            mark_closed(journals, token, now)
         return aborted
 
     def not_begun(self, err: StoreError, token: str | None) -> StoreError:
@@ -294,19 +300,11 @@ class Recovery:
         with self._guard("importing"), self._write_lock, self.session() as session:
             if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
                 # a run whose commit failed: its journal's results the database lacks (completing.py)
-                added, late = complete_run(session, found, records)
-                if added:
+                done = complete_run(session, found, records)
+                if done.added:
                     session.commit()
-                    return found, session.scalars(select(Run.status).where(Run.id == found)).one(), added
-                raise StoreError(
-                    f"{path}: its run is already in {self.redacted_url} as run {found}"
-                    + (
-                        f"; the {late} results it lacks ended after another farm's start closed the run "
-                        "(which killed what it ran on the nodes): not taken"
-                        if late
-                        else ""
-                    )
-                )
+                    return found, session.scalars(select(Run.status).where(Run.id == found)).one(), done.added
+                raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}{done.refused()}")
             check_after_newest(session, path, run_fields.get("started_at"), self.redacted_url, given_order)
             end = next((fields for kind, fields in records if kind == "finish"), None)
             run_fields = stored(Run.__table__, run_fields)  # as begin_run stored it (result_rows.fit)
