@@ -530,6 +530,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
             device=columns[col].device,
             real_gpu=(row, col) != (0, 0),  # the first a pass on a stand-in card
             cuda_waived=False,  # a standing row's (0015): read, never defaulted (cuda_waiver.was_waived)
+            farm_writable=False,  # a standing row's (0016): ran unconfined on the farm's own machine
         )
         key = (kernel, variant, columns[col].node, columns[col].device)
         standing[key] = StandingCell(result, 40.5 if stale else 0.0, stale, then)

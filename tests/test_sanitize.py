@@ -357,7 +357,7 @@ def test_a_certificate_whose_bytes_a_sanitizer_now_faults_is_flagged(tmp_path: P
         )
         fields = {}
         for column in ResultRow.__table__.columns:
-            if column.key in ("id", "run_id"):
+            if column.key in ("id", "run_id") or column.key not in last:  # newer than the shipped file: defaulted
                 continue
             value = last.get(column.key)
             if str(column.type) == "JSON" and isinstance(value, str):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from orchestrator.errors import ConfigError, FarmError, StoreError
+from orchestrator.farm_writable import WHY
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -273,6 +274,8 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
             "card      not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it): "
             "certifies nothing"
         )
+    if r.farm_writable:  # its code could have written this very record (farm_writable.py)
+        say(f"ran       {WHY}: certifies nothing")
     for flag in _since_flags(store, farm, r):
         say(f"since     {flag}: certifies nothing now")
     # the cell page's provenance in its words: what a certificate is checked against (a review finding, 109)

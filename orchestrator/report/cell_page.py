@@ -18,6 +18,7 @@ from sqlalchemy import JSON
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
+from orchestrator.farm_writable import certifies_nothing_why
 from orchestrator.report import history
 from orchestrator.report.escape import decoded_text, page_name, when
 from orchestrator.report.escape import e as _e
@@ -93,6 +94,8 @@ def cell_body(
         key = (r.kernel, r.variant, r.node, r.device)
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
     unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
+    if unconfirmed(r) and r.farm_writable:  # where it ran, and its card where that too (farm_writable.py)
+        unsure_text = f'<small class="flag">{_e(certifies_nothing_why(r))}: certifies nothing</small>'
     if unfinished is not None and category(r.outcome) == "good":  # a page is written once: say how it stood then
         unsure = " unconfirmed"
         said = "did not finish" if unfinished == "aborted" else "had not finished when this page was written"

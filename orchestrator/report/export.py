@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
+from orchestrator.farm_writable import certifies_nothing_why
 from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.durations import CLOCK_STEPPED, seconds
@@ -194,15 +195,9 @@ def junit(model: ReportModel) -> str:
         elif r.outcome == Outcome.COMPILE_ONLY:  # as expected, but the kernel never ran: a CI must not count a pass
             message = "compile-only: built and inspected on a node without a GPU; the kernel never ran"
             ET.SubElement(case, "skipped", message=message)
-        elif unconfirmed(r):  # as expected, but on a card nothing vouches for: a CI gate must not count it
-            ET.SubElement(
-                case,
-                "skipped",
-                message=_text_line(
-                    f"{r.outcome} on {where}, a card the NVIDIA driver did not confirm (a stand-in nvidia-smi, "
-                    "or one that misreports it): it certifies nothing"
-                ),
-            )
+        elif unconfirmed(r):  # as expected, but nothing vouches for its card or its record: a CI gate must not count it
+            message = f"{r.outcome} on {where}, {certifies_nothing_why(r)}: it certifies nothing"
+            ET.SubElement(case, "skipped", message=_text_line(message))
         elif incomplete and is_as_expected(r.outcome):  # nothing of a run that did not finish certifies
             message = f"{r.outcome}, in run {run.id}, which did not finish ({run.status}): it certifies nothing"
             ET.SubElement(case, "skipped", message=message)
@@ -284,6 +279,9 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "nvcc": snap.nvcc_version if snap else None,
         "real_gpu": bool(row.real_gpu),
         "certifies_nothing": unconfirmed(row),  # as expected, on a card the driver did not confirm (as_json: more)
+        # or run unconfined on the farm's own machine: why, in words (farm_writable.py)
+        "farm_writable": bool(row.farm_writable),
+        "certifies_nothing_why": certifies_nothing_why(row) if unconfirmed(row) else None,
         "contract": row.contract,
         "expected": row.expected,
         "outcome": row.outcome,

@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
+from orchestrator.farm_writable import WHY
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
 from orchestrator.report.durations import seconds
@@ -273,8 +274,9 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if cat == "good unconfirmed" and unfinished:
                     said = _UNFINISHED.get(unfinished, "did not finish")
                     cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
-                elif cat == "good unconfirmed" and unconfirmed(r):
-                    cell.append('<small class="flag">stand-in card: certifies nothing</small>')
+                elif cat == "good unconfirmed" and unconfirmed(r):  # its card, or where it ran (farm_writable.py)
+                    where = f"{_t(WHY)}: " if r.farm_writable else ""
+                    cell.append(f'<small class="flag">{where or "stand-in card: "}certifies nothing</small>')
                 # a build that failed has no stderr line of the kernel's: its reason holds nvcc's error (round 95)
                 said = r.last_stderr_line or (r.reason if r.outcome == "build-fail" else "")
                 if cat == "bad" and said:

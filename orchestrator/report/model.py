@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
+from orchestrator.farm_writable import ledger_flags
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
 from orchestrator.report.certificates import certificates
@@ -48,9 +49,10 @@ def category(outcome: str) -> str:
 def unconfirmed(r: Any) -> bool:
     """An as-expected verdict on a card the kernel ran on that the NVIDIA driver did not
     confirm (a stand-in nvidia-smi, or one that misreports its card): it certifies
-    nothing, so no page shows it green nor an export counts it a plain pass."""
+    nothing, so no page shows it green nor an export counts it a plain pass. So too one that
+    ran unconfined on the farm's own machine (farm_writable.py says why, certifies_nothing_why)."""
     ran = r.outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED)
-    return ran and bool(r.device) and not r.real_gpu
+    return ran and bool(r.device) and (not r.real_gpu or bool(r.farm_writable))
 
 
 def cc_key(cc: str | None) -> tuple[int, int, int]:
@@ -346,6 +348,10 @@ def collect(
         )
         for kernel, found in sorted(now_inputs.items())
     ]
+    # the current inputs' passes that ran unconfined on the farm's own machine: why they certify nothing
+    unbacked = store.farm_writable_passes([(k, found.identity) for k, found in now_inputs.items() if found.identity])
+    for kl in ledgers:
+        kl.flags += ledger_flags([p for p in unbacked if p.kernel == kl.kernel])
     run_metrics = store.metric_values(run_id=run.id)
     measured: dict[int, list[Any]] = defaultdict(list)  # read once: "what changed" and the cell pages
     for m in run_metrics:

@@ -50,6 +50,9 @@ class CellResult:
     ptx_targets: list[str] = field(default_factory=list)
     code_path: str | None = None  # native | ptx-jit | no-code, for the GPU's CC
     gpu: Gpu | None = None  # the GPU the kernel ran on (its slot)
+    # a stage ran the cell's code unconfined (base._note_confinement): on a `local` node it could write
+    # results.db as the farm's user, so its pass certifies nothing (farm_writable.py)
+    ran_unconfined: bool = False
     leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
     slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
     compute_node: str | None = None  # Slurm nodes: the compute node that job ran on

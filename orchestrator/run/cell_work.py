@@ -234,6 +234,7 @@ class CellWork:
             result,
             ctx.staging if ctx else None,
             ctx.devices.get(cell.device, []) if ctx else [],
+            self.farm.nodes[cell.node].transport,
         )
         # masked here, once the verdict and metrics were judged on what the kernel really printed
         masker = self._masker()

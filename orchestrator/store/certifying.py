@@ -41,20 +41,45 @@ class CertifyingQueries:
     def _reading(self) -> AbstractContextManager[Session]:
         raise NotImplementedError
 
-    def _certifying(self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES) -> list[Any]:
+    def _certifying(
+        self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES, farm_writable: bool = False
+    ) -> list[Any]:
         """What certifies: a pass, where the contract required one, on a GPU the
-        driver confirmed, of a result whose every input is identified, in a run that
-        finished (one that did not never looks green: 0013). The rule lives here and
-        nowhere else (`outcomes`: some of its outcomes only)."""
+        driver confirmed, not run unconfined on the farm's own machine as the farm's
+        user (farm_writable.py: it could have written this database, 0016), of a result
+        whose every input is identified, in a run that finished (one that did not never
+        looks green: 0013). The rule lives here and nowhere else (`outcomes`: some of
+        its outcomes only; `farm_writable`: the passes that certify but for that, which
+        a kernel page names)."""
         unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
         return [
             ResultRow.outcome.in_([o for o in outcomes if o in CERTIFYING_OUTCOMES]),
             ResultRow.contract_expected == Outcome.PASS.value,
             ResultRow.real_gpu.is_(True),
+            ResultRow.farm_writable.is_(farm_writable),
             ResultRow.cc.is_not(None),
             ResultRow.identity.is_not(None),
             *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
         ]
+
+    def farm_writable_passes(self, current: list[tuple[str, str]]) -> list[Any]:
+        """Of these (kernel, identity) pairs, the passes that would certify but for having run unconfined
+        on the farm's own machine (farm_writable.py): rows (kernel, identity, cc, passes, first_id, last_id),
+        from ix_results_certifying, for a kernel page to say why they do not."""
+        if not current:
+            return []
+        found: list[Any] = []
+        with self._reading() as session:
+            rule = self._certifying(session, farm_writable=True)
+            for kernel, identity in sorted(set(current)):
+                group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
+                query = (
+                    select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
+                    .where(*rule, ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .group_by(*group)
+                )
+                found += [CertifyingGroup(*row) for row in session.execute(query)]
+        return found
 
     def certifying_passes(self) -> list[Any]:
         """Every certifying pass (see _certifying): light rows (id, kernel,

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, cast, func, select, union
+from sqlalchemy import and_, case, cast, func, or_, select, union
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator.outcomes import Outcome
@@ -102,6 +102,7 @@ class Queries:
         ResultRow.last_stderr_line,
         ResultRow.cc,
         ResultRow.real_gpu,
+        ResultRow.farm_writable,  # ran unconfined on the farm's own machine (report.model.unconfirmed)
         ResultRow.code_path,
         # how a ptx-jit pass counted its SASS `instructions:`, a native one its PTX names (report/rejudged.py)
         case((ResultRow.code_path.in_(("ptx-jit", "native")), ResultRow.stage_details), else_=None).label("jit_stages"),
@@ -259,7 +260,8 @@ class Queries:
 
     def unconfirmed_results(self, run_ids: list[int]) -> set[int]:
         """Ids of these runs' as-expected results on a card the NVIDIA driver did not
-        confirm (report.model.unconfirmed): no page paints them green."""
+        confirm, or run unconfined on the farm's own machine (report.model.unconfirmed):
+        no page paints them green."""
         if not run_ids:
             return set()
         found: set[int] = set()
@@ -270,7 +272,7 @@ class Queries:
                 query = select(ResultRow.id).where(
                     ResultRow.run_id == run_id,
                     ResultRow.device != "",
-                    ResultRow.real_gpu.is_(False),
+                    or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
                     ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
                 )
                 found.update(row[0] for row in session.connection().execute(query))
@@ -286,7 +288,7 @@ class Queries:
             .where(
                 ResultRow.run_id.in_(run_ids),
                 ResultRow.device != "",
-                ResultRow.real_gpu.is_(False),
+                or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
                 ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
             )
             .group_by(ResultRow.run_id)

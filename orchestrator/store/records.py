@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.config import inputs
 from orchestrator.cuda_waiver import stored_waiver
+from orchestrator.farm_writable import farm_writable
 from orchestrator.outcomes import Outcome
 from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow
 
@@ -105,6 +106,7 @@ class ResultRecord(_Record):
     gpu_uuid: str | None = None
     cc: str | None = None
     real_gpu: bool = False
+    farm_writable: bool = False  # ran unconfined on a local node: certifies nothing (farm_writable.py)
     contract: str
     contract_ccs: list[str] | None = None
     expected: str
@@ -242,10 +244,11 @@ def result_record(
     result: CellResult,
     staging: Staging | None,
     device_gpus: list[Gpu],
+    transport: str = "",
 ) -> ResultRecord:
     """The row of one finished cell. `staging` is None when the node could not
     be set up (nothing reached it, so no identity); `device_gpus` are the GPUs
-    of the cell's card model."""
+    of the cell's card model; `transport` the node's (farm_writable.py)."""
     variant = job.spec.variants[cell.variant]
     verdict = result.verdict
     assert verdict is not None
@@ -276,6 +279,7 @@ def result_record(
         gpu_uuid=gpu.uuid if gpu else None,
         cc=str(exp.cc) if exp.cc else None,
         real_gpu=real,
+        farm_writable=farm_writable(transport, result.ran_unconfined),
         contract=str(variant.cc.contract()),
         contract_ccs=variant.cc.contract().named(),
         expected=exp.label,

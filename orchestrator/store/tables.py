@@ -122,12 +122,17 @@ class ResultRow(Base):
     __table_args__ = (
         Index("ix_results_cell", "kernel", "variant", "node", "device", "run_id", "outcome"),
         # 0014: real_gpu too, so a run's unconfirmed results (no page paints them green) need no wide row
-        Index("ix_results_run_cell", "run_id", "kernel", "variant", "node", "device", "outcome", "real_gpu"),
+        # 0016: farm_writable too (as unconfirmed, for the same reads: report.model.unconfirmed)
+        Index(
+            "ix_results_run_cell",
+            *("run_id", "kernel", "variant", "node", "device", "outcome", "real_gpu", "farm_writable"),
+        ),
         Index(
             "ix_results_certifying",
             "outcome",
             "contract_expected",
             "real_gpu",
+            "farm_writable",  # 0016: a pass that ran unconfined on the farm's own machine certifies nothing
             "kernel",
             "identity",
             "cc",
@@ -148,6 +153,9 @@ class ResultRow(Base):
     cc: Mapped[str | None] = mapped_column(String(8), nullable=True)  # the card's CC it was judged against
     # that card confirmed by the driver
     real_gpu: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # its code ran unconfined on a `local` node, as the farm's user who can write this database:
+    # it certifies nothing (farm_writable.py, 0016)
+    farm_writable: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     contract: Mapped[str] = mapped_column(String(64))
     contract_ccs: Mapped[list | None] = mapped_column(JSON, nullable=True)  # the CCs it names, e.g. ["7.5"]
     expected: Mapped[str] = mapped_column(String(32))  # known-failure when one is declared

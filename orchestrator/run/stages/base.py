@@ -229,6 +229,7 @@ class CellStages(CellTrips):
         # the runner ran it where _round_trip (or _send_together, on a streaming transport) sent it there
         by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
         if not by_runner or last_match(r"^@@farm confined (\d+)$", text) is None:
+            self.result.ran_unconfined = True
             why = last_match(r"^@@farm unconfined (.+)$", text) if by_runner else None
             self._detail.append(
                 f"{what} unconfined ("
