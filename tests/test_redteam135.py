@@ -177,6 +177,7 @@ def test_the_process_holding_the_database_is_kept_private_before_any_worker_runs
     from orchestrator.config.farm import load_farm
     from orchestrator.plan import plan_cells
     from orchestrator.run import scheduler
+    from orchestrator.transport import farm_private
 
     config = toy_farm(tmp_path / "farm")
     farm_ = load_farm(config)
@@ -188,6 +189,9 @@ def test_the_process_holding_the_database_is_kept_private_before_any_worker_runs
         monkeypatch.setattr(scheduler.FarmRun, "__init__", lambda self, *a, **k: None)
         monkeypatch.setattr(scheduler.FarmRun, "execute", lambda self, c, s: None)
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # as a fresh farm starts: this test process may have run a local node in-process before
+        libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
+        farm_private.keep_private.cache_clear()
         before = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
         scheduler.run_cells(farm_, None, cells)  # type: ignore[arg-type]
         after = libc.prctl(3, 0, 0, 0, 0)
