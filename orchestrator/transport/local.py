@@ -122,7 +122,7 @@ class LocalTransport(Transport):
                 "set the node's `workdir` in farm.yaml to an absolute folder that user can write, or give "
                 "the user a home"
             )
-        self._env = node_environment(os.environ)  # the farm's credentials aside: local_env.py
+        self._env = node_environment(os.environ)  # a login's variables of the farm's, no credential: local_env.py
         keep_private()  # its kernels are the farm's user: no /proc/PID/environ, mem, fd or ptrace of it
         extra = bundled_cuda_bin()
         if extra is not None:

@@ -1,19 +1,47 @@
-"""The environment a `local` node's commands start with: the farm's own, less its credentials.
+"""The environment a `local` node's commands start with: a login's, taken from the farm's own.
 
 A node reached over SSH starts its commands with its login's environment; the `local` node had
 the farm process's, whole: the run's FARM_DATABASE (the results database's password in it),
 libpq's PGPASSWORD, a CI's tokens (GITHUB_TOKEN, CI_JOB_TOKEN, AWS_SECRET_ACCESS_KEY) and the
-operator's SSH agent, which logs into every node of the fleet. Every kernel and build of the node
-got them, and a kernel that printed its environment put them on its cell's page, in results.db and
-in the run's journal (red-team round 99). They are the farm's, not the node's: none is needed to
-build or run a kernel, and one that is goes in the node's `env:` in farm.yaml, exported by each
-command from its stdin (transport/base.py), which this leaves alone.
+operator's SSH agent, which logs into every node of the fleet (red-team round 99). A denylist of
+credential names then missed whatever a CI or an operator names otherwise: SENTRY_DSN, a webhook's
+URL (SLACK_WEBHOOK_URL), a license server's string (red-team 135, review 139). The node now gets
+only what a login has and a build or a CUDA program reads (LOGIN, LOGIN_PREFIXES), as an SSH node
+does, and of those none named or valued like a credential (is_credential: a URL with a password in
+LD_LIBRARY_PATH still goes). Anything else a kernel needs goes in the node's `env:` in farm.yaml,
+exported by each command from its stdin (transport/base.py), which this leaves alone.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+
+# what sshd and login(1) give a session, and what finding programs and libraries needs:
+# - PATH: every tool (nvcc, g++, python3, nvidia-smi; a test's stand-ins) is found through it
+# - HOME, USER, LOGNAME, SHELL: who the session is and where its files are (~ in a workdir, caches)
+# - LANG, LANGUAGE, TZ, TERM: a login's locale, time zone and terminal, as sshd passes them
+# - TMPDIR: where nvcc and gcc write their temporaries (a site whose /tmp is small moves it)
+# - LD_LIBRARY_PATH: where CUDA's runtime and a toolkit's libraries are found (`module load cuda`)
+# - SLURM_CONF: the cluster a Slurm node's local login reaches (a path a cluster's profile sets);
+#   without it srun and squeue read the machine's default slurm.conf, maybe another cluster's. No
+#   other SLURM_*: in a farm started inside a job, SLURM_JOB_ID would make each srun a step of it
+LOGIN = frozenset(
+    {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR"}
+    | {"LD_LIBRARY_PATH", "SLURM_CONF"}
+)
+# - LC_*: the locale's parts (LC_ALL, LC_CTYPE), as LANG
+# - CUDA_*: the toolkit's place (CUDA_HOME, CUDA_PATH) and the driver's and runtime's settings
+#   (CUDA_CACHE_PATH, CUDA_MODULE_LOADING, CUDA_MPS_PIPE_DIRECTORY): too many to name one by one
+# - NVIDIA_*: what an nvidia/cuda container sets for everything in it (NVIDIA_DRIVER_CAPABILITIES,
+#   NVIDIA_TF32_OVERRIDE, read by NVIDIA's libraries)
+LOGIN_PREFIXES = ("LC_", "CUDA_", "NVIDIA_")
+# not the farm's card: it pins each cell to its own (CUDA_VISIBLE_DEVICES=UUID, stages/run.py) from
+# the node's `gpus:`, and a Slurm job gets its card from Slurm; the farm's own pin is no login's.
+# Left out too, though a build reads them (NVCC_*, CC, CXX, CPATH, LIBRARY_PATH, CUDAHOSTCXX),
+# PYTHONPATH and LD_PRELOAD: they change what a build makes or what the runner's python3 imports,
+# and belong in farm.yaml's `env:` where they are the same whoever starts the farm
+NOT_LOGIN = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 # the farm's own credentials, by name: its database URL (settings: cli/base.py), libpq's password
 # for it, and the agent that holds the keys of the fleet's nodes
@@ -34,6 +62,11 @@ def is_credential(name: str, value: str) -> bool:
     return name in _FARM_OWN or bool(_CREDENTIAL_NAME.search(name) or _URL_PASSWORD.search(value))
 
 
+def is_login(name: str) -> bool:
+    """Whether a login would have the variable `name` (LOGIN, LOGIN_PREFIXES less NOT_LOGIN)."""
+    return name not in NOT_LOGIN and (name in LOGIN or name.startswith(LOGIN_PREFIXES))
+
+
 def node_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` (the farm's) less every credential in it: what a local node's commands start with."""
-    return {name: value for name, value in environ.items() if not is_credential(name, value)}
+    """What a local node's commands start with: `environ`'s (the farm's) login variables, no credential."""
+    return {name: value for name, value in environ.items() if is_login(name) and not is_credential(name, value)}
