@@ -95,3 +95,24 @@ def test_a_local_kernel_gets_a_logins_variables_and_the_nodes_env_not_the_farms_
         assert name not in written and value not in written, name
     assert not any(line.startswith("ENV PYTHONPATH=") for line in printed)  # the farm's own imports
     assert "rt139-card" not in written  # the farm's own pin is no login's; the cell's is by UUID
+
+
+def test_farm_nodes_names_the_farms_variables_a_local_node_does_not_get(tmp_path: Path) -> None:
+    """An operator whose kernel misses a variable on a local node finds why in `farm nodes`: the
+    names left out (never their values), less those the node's `env:` declares."""
+    config = toy_farm(tmp_path)
+    config.write_text(config.read_text() + "    env: {COURSE_LICENSE: 27000@course-rt139}\n")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{smi.parent}:{os.environ['PATH']}", "HOME": str(Path.home())}
+    env.update(UNLISTED, COURSE_LICENSE="the farm's own value", LANG="C.UTF-8")
+    done = farm("nodes", "--config", str(config), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (note,) = [line for line in done.stdout.splitlines() if "do not get" in line]
+    named = note.split(": ", 2)[2].split("; ")[0].split(", ")
+    assert {"SENTRY_DSN", "SLACK_WEBHOOK_URL", "FOO_LICENSE"} <= set(named), note
+    assert not {"PATH", "HOME", "LANG", "COURSE_LICENSE"} & set(named), note
+    assert not any(value in note for value in UNLISTED.values()), note
+    assert "`env:` in farm.yaml" in note

@@ -78,7 +78,28 @@ def nodes(config_path: Path, database: str | None) -> None:
                 f"{driver:<14} {snap.nvcc_version or 'none':<10} {'yes' if gpu.verified else 'no':<5} "
                 f"{(notes + why).strip()}"
             )
+        if node.transport == "local":
+            _local_env_note(name, node.env)
     sys.exit(worst)
+
+
+def _local_env_note(name: str, declared: dict[str, str]) -> None:
+    """A local node's commands get a login's variables of the farm's, no other (review 139): the names
+    left out, so an operator whose kernel misses one finds why (names only: a value may be a secret)."""
+    import os
+
+    from orchestrator.transport.local_env import not_passed
+
+    left = not_passed(os.environ, declared)
+    if left:
+        shown = ", ".join(left)  # all of them: the one a kernel misses is what the operator looks for
+        click.echo(
+            printable(
+                f"{name}: the farm's variables its commands do not get (a login's only, no credential): {shown}; "
+                "one a kernel needs goes in the node's `env:` in farm.yaml",
+                keep_newlines=False,
+            )
+        )
 
 
 @main.command()

@@ -70,3 +70,10 @@ def is_login(name: str) -> bool:
 def node_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """What a local node's commands start with: `environ`'s (the farm's) login variables, no credential."""
     return {name: value for name, value in environ.items() if is_login(name) and not is_credential(name, value)}
+
+
+def not_passed(environ: Mapping[str, str], declared: Mapping[str, str]) -> list[str]:
+    """The names of `environ`'s (the farm's) variables a local node's commands do not get, less those
+    the node's `env:` declares: what `farm nodes` tells an operator whose kernel misses one."""
+    passed = node_environment(environ)
+    return sorted(name for name in environ if name not in passed and name not in declared)
