@@ -24,7 +24,7 @@ import pytest
 from farm_cli import farm
 from nodes import CARDS, nvidia_smi_script, query
 from test_redteam99 import ENV_DUMP
-from toyfarm import toy_farm
+from toyfarm import TOY_SOURCE, toy_farm
 
 from orchestrator.transport.local_env import node_environment
 
@@ -68,16 +68,22 @@ def test_a_credential_among_the_login_variables_still_goes(name: str, value: str
     assert node_environment({name: value, "HOME": "/home/u"}) == {"HOME": "/home/u"}
 
 
-def test_a_local_kernel_gets_a_logins_variables_and_the_nodes_env_not_the_farms_others(tmp_path: Path) -> None:
-    """End to end: a kernel that prints its environment on a local node. Before: SENTRY_DSN, the
-    webhook's URL and FOO_LICENSE were in its stdout (results.db, the cell's page)."""
-    config = toy_farm(tmp_path, source=ENV_DUMP)
+def _local_farm(root: Path, source: str) -> tuple[Path, dict[str, str]]:
+    """The toy farm's local node with a COURSE_LICENSE in its `env:`, and a farm environment whose
+    PATH finds a T4's stand-in nvidia-smi."""
+    config = toy_farm(root, source=source)
     config.write_text(config.read_text() + "    env: {COURSE_LICENSE: 27000@course-rt139}\n")
-    smi = tmp_path / "smi" / "nvidia-smi"
+    smi = root / "smi" / "nvidia-smi"
     smi.parent.mkdir()
     smi.write_text(nvidia_smi_script(CARDS["t4"]))
     smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{smi.parent}:{os.environ['PATH']}", "HOME": str(Path.home())}
+    return config, {**os.environ, "PATH": f"{smi.parent}:{os.environ['PATH']}", "HOME": str(Path.home())}
+
+
+def test_a_local_kernel_gets_a_logins_variables_and_the_nodes_env_not_the_farms_others(tmp_path: Path) -> None:
+    """End to end: a kernel that prints its environment on a local node. Before: SENTRY_DSN, the
+    webhook's URL and FOO_LICENSE were in its stdout (results.db, the cell's page)."""
+    config, env = _local_farm(tmp_path, ENV_DUMP)
     env.update(UNLISTED, LANG="C.UTF-8", CUDA_HOME="/opt/cuda-rt139", CUDA_VISIBLE_DEVICES="rt139-card")
     done = farm("verify", "--all", "--config", str(config), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -100,13 +106,7 @@ def test_a_local_kernel_gets_a_logins_variables_and_the_nodes_env_not_the_farms_
 def test_farm_nodes_names_the_farms_variables_a_local_node_does_not_get(tmp_path: Path) -> None:
     """An operator whose kernel misses a variable on a local node finds why in `farm nodes`: the
     names left out (never their values), less those the node's `env:` declares."""
-    config = toy_farm(tmp_path)
-    config.write_text(config.read_text() + "    env: {COURSE_LICENSE: 27000@course-rt139}\n")
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{smi.parent}:{os.environ['PATH']}", "HOME": str(Path.home())}
+    config, env = _local_farm(tmp_path, TOY_SOURCE)
     env.update(UNLISTED, COURSE_LICENSE="the farm's own value", LANG="C.UTF-8")
     done = farm("nodes", "--config", str(config), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
