@@ -15,7 +15,7 @@ from orchestrator.cuda_errors import cuda_error_unbacked
 from orchestrator.gate_order import judge_gate
 from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
-from orchestrator.outcomes import Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 from orchestrator.sanitizer_report import SanitizerReport
 
@@ -159,9 +159,7 @@ def _no_evidence(exp: Expectation, why: str) -> Verdict:
 
 def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.stopped is not None:  # a stop may have killed its commands: whatever they left is no evidence
-        return Verdict(
-            Outcome.NOT_RUN, ev.stopped_stage, f"the run was stopped ({ev.stopped}) before this cell finished"
-        )
+        return Verdict(Outcome.NOT_RUN, ev.stopped_stage, STOPPED_REASON.format(why=ev.stopped))
     if ev.infra_stage is not None:
         detail = ev.infra_detail or f"the node failed during {ev.infra_stage}"
         return Verdict(Outcome.INFRA_ERROR, ev.infra_stage, detail)

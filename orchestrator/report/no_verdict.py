@@ -13,11 +13,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import FOUND_AT_NEXT_START, FROM_JOURNAL, STOPPED_REASON, Outcome
 from orchestrator.store.database import Store
 
-_STOPPED = "the run was stopped ("  # classify.py: the operator's stop, a signal
-_ABORTED = ("(found at the next start)", "(from its journal)")  # recovery.py: the farm died mid-run
+_STOPPED = STOPPED_REASON.split("{why}")[0]  # classify.py: the operator's stop, a signal
+_ABORTED = (FOUND_AT_NEXT_START, FROM_JOURNAL)  # recovery.py: the farm died mid-run
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cuda_waiver import journaled
 from orchestrator.errors import StoreError
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import FOUND_AT_NEXT_START, FROM_JOURNAL, Outcome
 from orchestrator.run.snapshot import card_columns
 from orchestrator.store import journal
 from orchestrator.store.closing import mark_closed
@@ -226,7 +226,7 @@ class Recovery:
                 missing = _never_finished(planned, done)
                 cards = _cards(session, run.id)
                 for cell in missing:
-                    why = "the farm was stopped before this cell finished (found at the next start)"
+                    why = f"the farm was stopped before this cell finished {FOUND_AT_NEXT_START}"
                     session.add(_not_run_row(run.id, cell, now, why, cards))
                 run.status = "aborted"
                 run.ended_at = run.ended_at or now
@@ -354,7 +354,7 @@ class Recovery:
             session.flush()
             cards = _cards(session, run.id)
             for cell in _never_finished(planned, done):
-                why = "the run stopped before this cell finished (from its journal)"
+                why = f"the run stopped before this cell finished {FROM_JOURNAL}"
                 session.add(_not_run_row(run.id, cell, run.ended_at, why, cards))
             session.commit()
             return run.id, run.status, results
