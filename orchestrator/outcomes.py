@@ -72,3 +72,5 @@ def is_infra(outcome: Outcome | str) -> bool:
 STOPPED_REASON = "the run was stopped ({why}) before this cell finished"
 FOUND_AT_NEXT_START = "(found at the next start)"
 FROM_JOURNAL = "(from its journal)"
+# store/rebuilding.py: what a run journaled after another farm's start closed it is no verdict
+CLOSED_BEFORE = "another farm's start closed the run before this cell finished (what it journaled after is no verdict)"

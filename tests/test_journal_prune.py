@@ -101,7 +101,7 @@ def test_the_newest_k_finished_runs_journals_stay_and_the_older_go(store: Store,
     assert journal.prune(folder, store, keep=2) == []  # nothing more to do
     # what stays still rebuilds its run elsewhere
     fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
-    assert fresh.import_journal(runs[-1][1])[1:] == ("finished", 2)
+    assert fresh.import_journal(runs[-1][1])[1:3] == ("finished", 2)
     fresh.close()
     with pytest.raises(ValueError, match="at least 1"):
         journal.prune(folder, store, keep=0)
@@ -163,7 +163,7 @@ def test_a_journal_is_read_a_line_at_a_time_its_cut_last_line_skipped(store: Sto
     whole = path.read_bytes()
     path.write_bytes(whole[: whole.rindex(b"\n", 0, len(whole) - 1) + 20])  # the finish record, cut
     fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
-    assert fresh.import_journal(path)[1:] == ("aborted", 2)
+    assert fresh.import_journal(path)[1:3] == ("aborted", 2)
     lines = whole.splitlines(keepends=True)
     path.write_bytes(b"".join([*lines[:2], b'{"kind":"result","cut', b"\n", *lines[2:]]))
     with pytest.raises(StoreError, match=r"line 3 is not a journal record"):

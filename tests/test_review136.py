@@ -170,7 +170,7 @@ def test_a_real_verdict_under_a_clock_ahead_is_taken(tmp_path: Path, monkeypatch
     assert _closed(url, tmp_path / "journal") == [(first, 1)]
     after = Store(url)
     try:
-        assert after.import_journal(tmp_path / "journal" / "aa.jsonl") == (first, "aborted", 1)
+        assert after.import_journal(tmp_path / "journal" / "aa.jsonl")[:3] == (first, "aborted", 1)
     finally:
         after.close()
     assert _v2(url, first) == ["pass"]

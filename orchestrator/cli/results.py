@@ -210,9 +210,9 @@ def import_(
             # a clock that stepped makes starts disagree with the runs' order: the operator's order then
             ordered = journal_files if given_order else sorted(journal_files, key=lambda p: (starts[p], str(p)))
             for path in ordered:
-                run_id, status, results = store.import_journal(path, given_order)
+                run_id, status, results, note = store.import_journal(path, given_order)
                 imported.append(run_id)
-                click.echo(f"imported {path} as run {run_id} ({status}, {results} results)")
+                click.echo(f"imported {path} as run {run_id} ({status}, {results} results{note})")
         finally:  # also where a later journal is refused (its run already there): those before it are stored
             if imported and same_database(farm.database_url, farm.configured_database_url):
                 _mark_imported(store, farm.reports_dir, imported)

@@ -40,7 +40,17 @@ class Completed(NamedTuple):
 
     added: int
     late: int
-    by: str  # how "after" was told: "journal" (its closing mark), "clocks", "clocks disagree"
+    by: str  # how "after" was told: "journal" (its closing mark), "clocks", "clocks disagree", "" (not closed)
+
+    def taken(self) -> str:
+        """The import line's words on results taken by the clocks alone: no closing mark told
+        them from after the close, two hosts' clocks did (a review finding, 142)."""
+        if self.by != "clocks" or not self.added:
+            return ""
+        return (
+            f"; taken by the clocks of the run's host and of the start that closed it, which may disagree "
+            f"(no closing mark in the journal): {self.added} results"
+        )
 
     def refused(self) -> str:
         """The refusal's words for the results not taken, where none was added."""
@@ -77,7 +87,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     # start's mark in the journal (closing.py), whose order cannot step; without one, by the clocks
     mark = closed_at(records)
     closed = _utc(run.ended_at) if run is not None and run.status != "running" and run.ended_at else None
-    by = "journal" if mark is not None else "clocks"
+    by = "journal" if mark is not None else "clocks" if closed is not None else ""
     if mark is None and closed is not None and _utc(run.started_at) > closed:  # a close before the run began
         by = "clocks disagree"
     late = 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,35 +11,23 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from orchestrator.cuda_waiver import journaled
 from orchestrator.errors import StoreError
-from orchestrator.outcomes import FOUND_AT_NEXT_START, FROM_JOURNAL, Outcome
-from orchestrator.run.snapshot import card_columns
+from orchestrator.outcomes import FOUND_AT_NEXT_START, Outcome
 from orchestrator.store import journal
 from orchestrator.store.closing import mark_closed
 from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
+from orchestrator.store.not_run_rows import never_finished, not_run_row, probed_cards, unfinished
 from orchestrator.store.queries import CHUNK
-from orchestrator.store.result_rows import (
-    ATTEMPT_NULLABLE,
-    ATTEMPTS,
-    INSERT_SNAPSHOT,
-    RESULTS,
-    fit,
-    insert_result,
-    stored,
-)
+from orchestrator.store.rebuilding import Imported, rebuild_run
 from orchestrator.store.run_order import check_after_newest
 from orchestrator.store.tables import (
-    SEED_DATABASE_ID,
     Attempt,
     NodeSnapshotRow,
     PlannedCell,
     ResultRow,
     Run,
-    SourceFile,
 )
 
 
@@ -83,7 +70,6 @@ _JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 
 
-PLANNED_KEYS = ("run_id", "kernel", "variant", "node", "device")  # a planned cell's columns
 _INT64 = -(1 << 63)  # SQLite's and PostgreSQL's BIGINT: a number past it was an OverflowError, "a bug in farm"
 
 
@@ -135,77 +121,6 @@ def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return records
 
 
-def _unfinished(
-    planned: Sequence[tuple[str, str, str, str]], done: set[tuple[str, str, str, str]]
-) -> list[tuple[str, str, str, str]]:
-    """The planned cells (kernel, variant, node, device) with no result among `done`.
-    A node with several card models planned its cells again per card: a cell planned
-    per card needs that card's result; one planned for the node, any of its results
-    (or its per-card plans)."""
-    per_card = {(k, v, n) for k, v, n, d in planned if d}
-    covered = per_card | {(k, v, n) for k, v, n, _d in done}  # made once: per cell, 0.1 s at 3,200 cells
-    return [(k, v, n, d) for k, v, n, d in planned if ((k, v, n, d) not in done if d else (k, v, n) not in covered)]
-
-
-def _never_finished(planned: Sequence[PlannedCell], done: set[tuple[str, str, str, str]]) -> list[PlannedCell]:
-    """_unfinished, of PlannedCell objects."""
-    keys = [(p.kernel, p.variant, p.node, p.device or "") for p in planned]
-    missing = set(_unfinished(keys, done))
-    return [p for p, key in zip(planned, keys, strict=True) if key in missing]
-
-
-def _cards(session: Session, run_id: int) -> dict[str, NodeSnapshotRow]:
-    """node -> the run's latest probe of it, where it found a GPU of one model: the card its
-    cells planned before the probe (device "") ran on, and the column their not-run rows belong in
-    (with no card, a SIGKILLed run's rows made a column "NODE, no GPU" of their own, for good)."""
-    found: dict[str, NodeSnapshotRow] = {}
-    for snap in session.scalars(select(NodeSnapshotRow).where(NodeSnapshotRow.run_id == run_id)):
-        cards = [(str(gpu.get("name")), str(gpu.get("cc"))) for gpu in snap.gpus or [] if isinstance(gpu, dict)]
-        models = set(card_columns(cards))  # one name of two CCs is two columns
-        if snap.gpu_name and models <= {snap.gpu_name} and (snap.node not in found or found[snap.node].id < snap.id):
-            found[snap.node] = snap
-    return found
-
-
-def _not_run_row(
-    run_id: int, cell: PlannedCell, now: datetime, reason: str, cards: dict[str, NodeSnapshotRow]
-) -> ResultRow:
-    card = cards.get(cell.node) if not cell.device else None
-    return ResultRow(
-        run_id=run_id,
-        kernel=cell.kernel,
-        variant=cell.variant,
-        node=cell.node,
-        device=card.gpu_name if card is not None else cell.device,
-        cc=card.cc if card is not None else None,
-        real_gpu=card.real_gpu if card is not None else False,
-        contract="",
-        expected="unknown",
-        contract_expected="unknown",
-        expected_reason="",
-        outcome=Outcome.NOT_RUN.value,
-        failed_stage=None,
-        reason=reason,
-        stage_seconds={},
-        stage_details={},
-        build_command="",
-        build_log=b"",
-        stdout=b"",
-        stderr=b"",
-        source_sha256="",
-        sources={},
-        dependencies={},
-        output_cuts={},
-        markers={},
-        instruction_counts={},
-        required_instructions={},
-        elf_targets=[],
-        ptx_targets=[],
-        started_at=now,
-        ended_at=now,
-    )
-
-
 class Recovery:
     """Store's part for runs that did not end well (database.py): a run whose farm died, marked
     aborted with its unfinished cells not-run; a run rebuilt from its journal; what a journal
@@ -223,11 +138,11 @@ class Recovery:
             for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
                 done = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
                 planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
-                missing = _never_finished(planned, done)
-                cards = _cards(session, run.id)
+                missing = never_finished(planned, done)
+                cards = probed_cards(session, run.id)
                 for cell in missing:
                     why = f"the farm was stopped before this cell finished {FOUND_AT_NEXT_START}"
-                    session.add(_not_run_row(run.id, cell, now, why, cards))
+                    session.add(not_run_row(run.id, cell, now, why, cards))
                 run.status = "aborted"
                 run.ended_at = run.ended_at or now
                 aborted.append((run.id, len(missing)))
@@ -288,7 +203,7 @@ class Recovery:
                     found[token] = JournaledRun(rid, status, code, *(counts[name].get(rid, 0) for name in tables))
         return found
 
-    def import_journal(self, path: Path, given_order: bool = False) -> tuple[int, str, int]:
+    def import_journal(self, path: Path, given_order: bool = False) -> Imported:
         """Rebuild a run from its journal (journal.py) as a new run of this database.
         Returns (run id, status, results). A run already here is refused, but for the results it
         lacks (a commit that failed: completing.py), which are added to it; and so is
@@ -303,61 +218,11 @@ class Recovery:
                 done = complete_run(session, found, records)
                 if done.added:
                     session.commit()
-                    return found, session.scalars(select(Run.status).where(Run.id == found)).one(), done.added
+                    status = session.scalars(select(Run.status).where(Run.id == found)).one()
+                    return Imported(found, status, done.added, done.taken())
                 raise StoreError(f"{path}: its run is already in {self.redacted_url} as run {found}{done.refused()}")
             check_after_newest(session, path, run_fields.get("started_at"), self.redacted_url, given_order)
-            end = next((fields for kind, fields in records if kind == "finish"), None)
-            run_fields = stored(Run.__table__, run_fields)  # as begin_run stored it (result_rows.fit)
-            planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's
-            run = Run(
-                status=end["status"] if end else "aborted",
-                exit_code=end["exit_code"] if end else None,
-                ended_at=end["ended_at"] if end else run_fields["started_at"],
-                **run_fields,
-            )
-            session.add(run)
-            session.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # a database rebuilt is one of its own
-            session.flush()
-            connection = session.connection()  # the rows a run writes many of, as Store writes them
-            snapshots: dict[int, int] = {}
-            results = 0
-            done: set[tuple[str, str, str, str]] = set()
-            planned: list[PlannedCell] = []
-            for kind, fields in records[1:]:
-                if kind == "snapshot":
-                    ref = fields.pop("ref")
-                    inserted = connection.execute(
-                        INSERT_SNAPSHOT, stored(INSERT_SNAPSHOT.table, {"run_id": run.id, **fields})
-                    )
-                    snapshots[ref] = inserted.inserted_primary_key[0]
-                elif kind == "result":
-                    ref = fields.pop("snapshot_ref")
-                    metrics = fields.pop("metrics", [])
-                    row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **journaled(fields)}
-                    insert_result(connection, row, metrics, ())
-                    kept = fit(RESULTS, fields)  # the cell as stored, to match its planned one's
-                    done.add((kept["kernel"], kept["variant"], kept["node"], kept.get("device", "")))
-                    results += 1
-                elif kind == "attempt":
-                    attempt = {**ATTEMPT_NULLABLE, "run_id": run.id, **fields}
-                    connection.execute(ATTEMPTS.insert(), stored(ATTEMPTS, attempt))
-                elif kind == "planned":
-                    cells = [
-                        PlannedCell(**stored(planned_table, dict(zip(PLANNED_KEYS, [run.id, *cell], strict=True))))
-                        for cell in fields["cells"]
-                    ]
-                    session.add_all(cells)
-                    planned += cells
-                elif kind == "source" and session.get(SourceFile, fields["sha256"]) is None:
-                    session.add(SourceFile(first_seen=run.started_at, **fields))
-            # what the run planned but never finished: not-run, as abort_unfinished_runs records it
-            session.flush()
-            cards = _cards(session, run.id)
-            for cell in _never_finished(planned, done):
-                why = f"the run stopped before this cell finished {FROM_JOURNAL}"
-                session.add(_not_run_row(run.id, cell, run.ended_at, why, cards))
-            session.commit()
-            return run.id, run.status, results
+            return rebuild_run(session, records)
 
     def unfinished_cells(self, run_id: int) -> list[tuple[str, str, str, str]]:
         """(kernel, variant, node, device) of the cells the run planned that have no
@@ -372,7 +237,7 @@ class Recovery:
             ]
             results = select(ResultRow.kernel, ResultRow.variant, ResultRow.node, ResultRow.device)
             done = {(k, v, n, d or "") for k, v, n, d in connection.execute(results.where(ResultRow.run_id == run_id))}
-        return _unfinished(cells, done)
+        return unfinished(cells, done)
 
     def run_tokens(self, run_ids: Sequence[int]) -> dict[int, str]:
         """run id -> its FARM_RUN token, for the runs of `run_ids` that have one (an older farm's have none)."""
