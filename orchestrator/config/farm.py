@@ -12,6 +12,7 @@ two and passes overrides in; this module knows only the file and the defaults.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,45 @@ def _subfolder_kernels(folder: Path) -> list[Path]:
         if header.has_build_line(path):
             found.append(path)
     return found
+
+
+_LOOKS_LIKE_A_JOB = re.compile(r"\.ya?ml(\.|$)", re.IGNORECASE)
+
+
+def _unread_job_files(jobs_dir: Path, job_files: list[Path], listed: list[Path]) -> list[ConfigError]:
+    """Files that look like job files where the farm reads none. `saxpy.YAML` or `saxpy.yaml.txt`
+    was skipped, and the header's job ran in its place without the author's requirements (found by
+    a red-team helper); so was `jobs/day97/scan97.yaml`, the course's kernels/day97/ layout, and with
+    `jobs: kernels` a job beside its kernel in a subfolder (red-team 140). Hidden and linked
+    folders are not entered, as kernels/ is not."""
+    found = [
+        f
+        for f in listed
+        if f not in job_files
+        and f.is_file()  # a folder `old.yaml.d/` is no job file
+        and not f.name.startswith(".")
+        and _LOOKS_LIKE_A_JOB.search(f.name)
+    ]
+    nested = []
+    for folder in (f for f in listed if f.is_dir() and not f.is_symlink() and not f.name.startswith(".")):
+        for here, folders, files in os.walk(folder):
+            folders[:] = sorted(d for d in folders if not d.startswith("."))  # links to folders: not walked
+            nested += [
+                Path(here, name)
+                for name in sorted(files)
+                if not name.startswith(".") and _LOOKS_LIKE_A_JOB.search(name) and Path(here, name).is_file()
+            ]
+    return [
+        ConfigError(
+            str(f),
+            "",
+            "a job file in a subfolder of the jobs folder, which the farm does not read" if f in nested
+            else "a job file's name the farm does not read",
+            f"KERNEL.yaml or KERNEL.yml, in lower case, in the jobs folder itself "
+            f"({jobs_dir.name}/{f.name.split('.')[0]}.yaml)",
+        )
+        for f in [*found, *nested]
+    ]  # fmt: skip
 
 
 def _column_key(col: str) -> str:
@@ -223,28 +263,8 @@ def load_farm(
         except OSError as err:  # a folder this user may not list was "a bug in farm" (a red-team finding)
             found = f"{spec.jobs!r}, which cannot be read ({err.strerror})"
             raise ConfigError(str(file), "jobs", found, "a folder this user may read") from err
-        # `saxpy.YAML` or `saxpy.yaml.txt` looks like a job but was skipped, and the header's job
-        # ran in its place without the author's requirements (found by a red-team helper)
-        unread = [
-            f
-            for f in listed
-            if f not in job_files
-            and f.is_file()  # a folder `old.yaml.d/` is no job file
-            and not f.name.startswith(".")
-            and re.search(r"\.ya?ml(\.|$)", f.name, re.IGNORECASE)
-        ]
-        if unread:
-            raise ConfigErrors(
-                [
-                    ConfigError(
-                        str(f),
-                        "",
-                        "a job file's name the farm does not read",
-                        f"KERNEL.yaml or KERNEL.yml, in lower case ({f.name.split('.')[0]}.yaml)",
-                    )
-                    for f in unread
-                ]
-            )
+        if unread := _unread_job_files(jobs_dir, job_files, listed):
+            raise ConfigErrors(unread)
         no_jobs = ConfigError(
             str(file),
             "jobs",
