@@ -135,17 +135,6 @@ class LocalTransport(Transport):
         path = Path(remote).expanduser()
         return path if path.is_absolute() else self._home / path
 
-    def _run(self, command: str, timeout: float) -> CommandResult:
-        stdout = bytearray()
-        result = self._run_streamed(command, Deadline(timeout), stdout.extend)
-        return CommandResult(
-            command=command,
-            exit_code=result.exit_code,
-            stdout=stdout.decode("utf-8", "replace"),
-            stderr=result.stderr,
-            seconds=result.seconds,
-        )
-
     def _run_streamed(
         self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
     ) -> CommandResult:

@@ -237,19 +237,6 @@ class SSHTransport(Transport):
             close_connection(self._overflow)
             self._overflow = None
 
-    def _run(self, command: str, timeout: float) -> CommandResult:
-        # on a raw channel, like _run_streamed: Fabric's runner would start three
-        # threads per command (stdout, stderr, stdin), the farm's main CPU cost per cell
-        stdout = bytearray()
-        result = self._run_streamed(command, Deadline(timeout), stdout.extend)
-        return CommandResult(
-            command=command,
-            exit_code=result.exit_code,
-            stdout=stdout.decode("utf-8", "replace"),
-            stderr=result.stderr,
-            seconds=result.seconds,
-        )
-
     def _run_streamed(
         self, command: str, deadline: Deadline, sink: Callable[[bytes], None], stdin: bytes = b""
     ) -> CommandResult:
