@@ -27,6 +27,16 @@ def certifies_nothing_why(r: Any) -> str | None:
     return "; ".join([*said, WHY] if r.farm_writable else said) or None
 
 
+def run_words(counts: tuple[int, int, int]) -> str:
+    """history.html's words for a run's as-expected results that certify nothing, each reason with its
+    count (Store.unconfirmed_reasons: all, on a stand-in card, farm writable): it had called them all
+    cards the driver did not confirm (review 141)."""
+    total, standin, writable = counts
+    said = [f"{standin} on a card the NVIDIA driver did not confirm"] if standin else []
+    said += [f"{writable} {WHY}"] if writable else []
+    return f"{', '.join(said)}: certif{'ies' if total == 1 else 'y'} nothing"
+
+
 def ledger_flags(passes: list[Any]) -> list[tuple[str, str]]:
     """A kernel page's flags for its current inputs' passes that certify nothing for being farm
     writable (store.certifying.farm_writable_passes rows: kernel, identity, cc, passes, last_id)."""

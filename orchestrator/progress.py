@@ -20,6 +20,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.farm_writable import WHY
 from orchestrator.outcomes import CELL_STAGES, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
@@ -53,6 +54,21 @@ def on_standin(result: CellResult) -> bool:
     return verdict is not None and is_as_expected(verdict.outcome) and gpu is not None and not gpu.verified
 
 
+def on_farm_writable(result: CellResult) -> bool:
+    """An as-expected cell whose kernel ran on a card, unconfined on the farm's own machine (farm_writable.py)."""
+    verdict = result.verdict
+    return verdict is not None and is_as_expected(verdict.outcome) and result.gpu is not None and result.farm_writable
+
+
+def certify_nothing_counts(results: list[tuple[Cell, CellResult, int]], standin_words: str) -> str:
+    """A run's last line's note: how many of its as-expected cells certify nothing, and why (a stand-in
+    card, in `standin_words`; farm writable), each said (review 141: a farm-writable night read green)."""
+    standin = sum(on_standin(result) for _, result, _ in results)
+    writable = sum(on_farm_writable(result) for _, result, _ in results)
+    said = [f"; {standin} of them {standin_words}: certify nothing"] if standin else []
+    return "".join(said + ([f"; {writable} of them {WHY}: certify nothing"] if writable else []))
+
+
 def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     verdict = result.verdict
     assert verdict is not None
@@ -65,7 +81,10 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     expected = "" if verdict.outcome.value == result.expectation.label else f" (expected {result.expectation.label})"
     # the cell's own line says it: "ok   pass" on a stand-in card read as a certificate in a CI log or
     # a cron mail, where "certifies nothing" was on the node's line alone (a red-team finding)
-    note = " [card not confirmed by the NVIDIA driver (stand-in): certifies nothing]" if on_standin(result) else ""
+    # and where it ran: the farm's own machine, unconfined, as the farm's user (farm_writable.py, review 141)
+    said = ["card not confirmed by the NVIDIA driver (stand-in)"] if on_standin(result) else []
+    said += [WHY] if on_farm_writable(result) else []
+    note = f" [{'; '.join(said)}: certifies nothing]" if said else ""
     # a cell not as expected says why and where the rest is: `BAD  build-fail ... #1` said neither, and
     # nothing told a newcomer that #1 is `farm show 1`'s (a review finding, round 95); an infra-error's
     # line said neither either, and a node's missing cuobjdump or old driver read as the farm's mystery
@@ -187,8 +206,7 @@ class PlainListener:
             named = ", ".join(labels[:NAMED]) + (f" and {len(labels) - NAMED} more" if len(labels) > NAMED else "")
             self._line(f"node {node}: not-run: {len(labels)} cell{'s' * (len(labels) != 1)} ({named}): {why}")
         if self.verdict:
-            standin = sum(on_standin(result) for _, result, _ in summary.results)
-            note = f"; {standin} of them on stand-in cards: certify nothing" if standin else ""
+            note = certify_nothing_counts(summary.results, "on stand-in cards")
             self._line(
                 f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
                 f"{summary.infra} infra; exit {summary.exit_code}{note}"

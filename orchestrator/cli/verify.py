@@ -29,16 +29,14 @@ from orchestrator.cli.prerun import stop_before_run
 
 
 def verdict_line(summary: RunSummary) -> str:
-    from orchestrator.progress import on_standin  # rich: not for `farm --help`
+    from orchestrator.progress import certify_nothing_counts  # rich: not for `farm --help`
 
-    # "as expected" on stand-in cards alone read as a green night in CI (a red-team finding)
-    standin = sum(on_standin(result) for _, result, _ in summary.results)
-    note = (
-        f"; {standin} of them on cards the NVIDIA driver did not confirm (stand-in): certify nothing" if standin else ""
-    )
+    # "as expected" on stand-in cards alone read as a green night in CI (a red-team finding); so did
+    # passes that ran unconfined on the farm's own machine (review 141)
+    note = certify_nothing_counts(summary.results, "on cards the NVIDIA driver did not confirm (stand-in)")
     return (
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]}){note if standin else ''}"
+        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]}){note}"
     )
 
 

@@ -26,6 +26,7 @@ from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.durations import CLOCK_STEPPED, seconds
 from orchestrator.report.ledger_json import ledger_records
 from orchestrator.report.model import ReportModel, unconfirmed
+from orchestrator.report.unbacked import reasons as unbacked_reasons
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 from orchestrator.terminal import ci_inert
 
@@ -190,21 +191,16 @@ def junit(model: ReportModel) -> str:
         )
         stage = f" at {r.failed_stage}" if r.failed_stage else ""
         where = f"{r.device or 'no GPU'}, CC {r.cc or '-'}"
-        if r.outcome == Outcome.KNOWN_FAILURE:
-            ET.SubElement(case, "skipped", message=f"known failure: {r.known_failure_reason}")
-        elif r.outcome == Outcome.COMPILE_ONLY:  # as expected, but the kernel never ran: a CI must not count a pass
-            message = "compile-only: built and inspected on a node without a GPU; the kernel never ran"
-            ET.SubElement(case, "skipped", message=message)
-        elif unconfirmed(r):  # as expected, but nothing vouches for its card or its record: a CI gate must not count it
-            message = f"{r.outcome} on {where}, {certifies_nothing_why(r)}: it certifies nothing"
-            ET.SubElement(case, "skipped", message=_text_line(message))
-        elif incomplete and is_as_expected(r.outcome):  # nothing of a run that did not finish certifies
-            message = f"{r.outcome}, in run {run.id}, which did not finish ({run.status}): it certifies nothing"
-            ET.SubElement(case, "skipped", message=message)
-        elif is_as_expected(r.outcome) and (moot := rejudged(model, r)):
-            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but the job changed since: {moot}"))
-        elif is_as_expected(r.outcome) and (left := left_fleet(model, r)):
-            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but node {r.node} left the fleet: {left}"))
+        # every reason it certifies nothing, said together (unbacked.py): the first alone hid the rest
+        why = "; ".join(unbacked_reasons(r, run.status, rejudged(model, r), left_fleet(model, r)))
+        if why and r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY):  # the kernel never ran, or failed
+            ET.SubElement(case, "skipped", message=_text_line(why))
+        elif why and unconfirmed(r):  # as expected, but nothing vouches for its card or its record
+            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome} on {where}, {why}: it certifies nothing"))
+        elif why and incomplete:  # nothing of a run that did not finish certifies
+            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, {why}: it certifies nothing"))
+        elif why:  # its job changed since, or its node left the fleet
+            ET.SubElement(case, "skipped", message=_text_line(f"{r.outcome}, but {why}"))
         elif is_infra(r.outcome):
             node = ET.SubElement(case, "error", message=f"{r.outcome}{stage}", type=r.outcome)
             node.text = r.reason
@@ -362,6 +358,11 @@ def as_json(model: ReportModel) -> str:
                 or run.status != "finished"
                 or rejudged(model, r) is not None
                 or left_fleet(model, r) is not None,
+                # every reason, in words (unbacked.py); a cell not as expected: its outcome
+                "certifies_nothing_why": "; ".join(
+                    unbacked_reasons(r, run.status, rejudged(model, r), left_fleet(model, r))
+                )
+                or (None if is_as_expected(r.outcome) else f"not as expected: {r.outcome}"),
                 "job_changed_since": rejudged(model, r),  # the jobs now would not judge it so
                 "not_in_fleet": left_fleet(model, r),  # its node's farm file no longer lists it (fleet.py)
                 "change": (c.change if (c := model.changes.get((r.kernel, r.variant, r.node, r.device))) else None),

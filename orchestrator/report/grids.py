@@ -274,9 +274,13 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 if cat == "good unconfirmed" and unfinished:
                     said = _UNFINISHED.get(unfinished, "did not finish")
                     cell.append(f'<small class="flag">run {_t(r.run_id)} {_t(said)}: certifies nothing</small>')
-                elif cat == "good unconfirmed" and unconfirmed(r):  # its card, or where it ran (farm_writable.py)
-                    where = f"{_t(WHY)}: " if r.farm_writable else ""
-                    cell.append(f'<small class="flag">{where or "stand-in card: "}certifies nothing</small>')
+                # its card, where it ran (farm_writable.py), or both: each said, and beside a run that did
+                # not finish (one flag had hidden the other: review 141)
+                if cat == "good unconfirmed" and unconfirmed(r):
+                    said = "; ".join(
+                        [*(["stand-in card"] if not r.real_gpu else []), *([WHY] if r.farm_writable else [])]
+                    )
+                    cell.append(f'<small class="flag">{_t(said)}: certifies nothing</small>')
                 # a build that failed has no stderr line of the kernel's: its reason holds nvcc's error (round 95)
                 said = r.last_stderr_line or (r.reason if r.outcome == "build-fail" else "")
                 if cat == "bad" and said:

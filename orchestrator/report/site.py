@@ -47,6 +47,7 @@ from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageL
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
+from orchestrator.farm_writable import run_words
 from orchestrator.report import grids, history
 from orchestrator.report.cell_page import Chrome, cell_body, decoded
 from orchestrator.report.escape import page_name
@@ -297,8 +298,8 @@ def _render(
         # listed apart in history.html, those after the rendered run too: a walk rendered beside the
         # fleet's latest run left no word of its runs there (they are not the fleet's: a red-team finding)
         bisections = store.bisection_runs(limit=history_runs)
-        # a run's passes on stand-in cards: its "as expected" count in history.html is then never green
-        unsure_counts = store.unconfirmed_counts([r.id for r in model.runs])
+        # a run's passes that certify nothing (stand-in, farm writable): never green in history.html, said why
+        unsure_counts = {k: run_words(n) for k, n in store.unconfirmed_reasons([r.id for r in model.runs]).items()}
         since = grids.since_by_result(model)
         # a flagged verdict is grey on its run's page and the kernel's history too (it was green there)
         moot = grids.flagged_by_run(model, since)

@@ -53,6 +53,8 @@ class CellResult:
     # a stage ran the cell's code unconfined (base._note_confinement): on a `local` node it could write
     # results.db as the farm's user, so its pass certifies nothing (farm_writable.py)
     ran_unconfined: bool = False
+    # ran_unconfined on a `local` node, as stored (records.result_record): the run's lines say it (progress.py)
+    farm_writable: bool = False
     leftover: int = 0  # processes the kernel left running (daemons, other groups), killed after it
     slurm_job_id: str | None = None  # Slurm nodes: the job that ran the kernel (else the cell's last job)
     compute_node: str | None = None  # Slurm nodes: the compute node that job ran on

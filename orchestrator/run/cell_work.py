@@ -248,6 +248,7 @@ class CellWork:
         if result.verdict is not None and record.reason != result.verdict.reason:
             # the run's own lines (a CI log) quote the reason too: they get the stored one
             result.verdict = replace(result.verdict, reason=record.reason)
+        result.farm_writable = record.farm_writable  # the listeners' lines say it, as the pages do
         self.counted(cell, result, result_id)
         self.listener.cell_finished(cell, result, result_id)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from sqlalchemy import Date, cast, func, select
+from sqlalchemy import Date, case, cast, func, or_, select
 from sqlalchemy.orm import Session
 
 from orchestrator.outcomes import Outcome
@@ -80,6 +80,35 @@ class CertifyingQueries:
                 )
                 found += [CertifyingGroup(*row) for row in session.execute(query)]
         return found
+
+    def unconfirmed_counts(self, run_ids: list[int]) -> dict[int, int]:
+        """run -> how many of its results unconfirmed_results would list (history.html: a run's
+        "as expected" count that holds them is never green), counted from ix_results_run_cell."""
+        return {run_id: n for run_id, (n, _standin, _writable) in self.unconfirmed_reasons(run_ids).items()}
+
+    def unconfirmed_reasons(self, run_ids: list[int]) -> dict[int, tuple[int, int, int]]:
+        """run -> (how many unconfirmed_counts counts, of them on a card the driver did not confirm,
+        of them run unconfined on the farm's own machine): history.html says each reason, where it
+        had called them all unconfirmed cards (review 141). One result may be both."""
+        if not run_ids:
+            return {}
+        query = (
+            select(
+                ResultRow.run_id,
+                func.count(),
+                func.sum(case((ResultRow.real_gpu.is_(False), 1), else_=0)),
+                func.sum(case((ResultRow.farm_writable.is_(True), 1), else_=0)),
+            )
+            .where(
+                ResultRow.run_id.in_(run_ids),
+                ResultRow.device != "",
+                or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
+                ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
+            )
+            .group_by(ResultRow.run_id)
+        )
+        with self._reading() as session:
+            return {run_id: (n, int(standin), int(writable)) for run_id, n, standin, writable in session.execute(query)}
 
     def certifying_passes(self) -> list[Any]:
         """Every certifying pass (see _certifying): light rows (id, kernel,

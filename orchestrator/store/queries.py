@@ -278,24 +278,6 @@ class Queries:
                 found.update(row[0] for row in session.connection().execute(query))
         return found
 
-    def unconfirmed_counts(self, run_ids: list[int]) -> dict[int, int]:
-        """run -> how many of its results unconfirmed_results would list (history.html: a run's
-        "as expected" count that holds them is never green), counted from ix_results_run_cell."""
-        if not run_ids:
-            return {}
-        query = (
-            select(ResultRow.run_id, func.count())
-            .where(
-                ResultRow.run_id.in_(run_ids),
-                ResultRow.device != "",
-                or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
-                ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
-            )
-            .group_by(ResultRow.run_id)
-        )
-        with self._reading() as session:
-            return {rid: n for rid, n in session.execute(query)}
-
     def result_rows(self, result_ids: list[int], json_as_text: bool = False) -> list[Any]:
         """Whole results (logs included) as plain rows, not ORM objects: what a cell
         page shows, read in chunks of ids, in id order. `json_as_text`: the JSON
