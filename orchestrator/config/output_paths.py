@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.store.journal import journal_folder
 from orchestrator.store.location import real_sqlite_file
+from orchestrator.store.lock import lock_path
 
 if TYPE_CHECKING:
     from orchestrator.config.farm import Farm
@@ -90,6 +91,11 @@ def farm_file_problem(path: Path, farm: Farm, what: str) -> tuple[str, str] | No
         named[database] = "the results database"
         for side in SQLITE_SIDES:
             named[database.with_name(database.name + side)] = f"the results database's {side.lstrip('-.')} file"
+    # the run lock where it lies (farm.yaml's `lock_dir`, PostgreSQL's in the farm's folder): an export's
+    # rename put a new file in its place while a run held the old one, and a second run took it (round 143)
+    lock = lock_path(farm.database_url, farm.root, farm.lock_dir)
+    named[lock.resolve()] = "the farm's run lock"
+    named[lock.with_name(lock.name + ".holder").resolve()] = "the run lock's holder record"
     if path in named:
         return f"{path}, which is {named[path]}", f"a file of its own for the {what}"
     folders = {
