@@ -291,6 +291,7 @@ def test_an_export_goes_whole_into_the_out_file_or_is_refused(tmp_path):
     for fmt, out, says in (
         ("junit", tmp_path / "ci", "is a folder; expected a regular file"),
         ("html", target, "is a file; expected a folder"),
+        ("junit", f"{target}/", "ends in a slash, a folder's name; expected a regular file"),  # red-team 143
     ):
         before = target.read_bytes()
         refused = farm("report", "--format", fmt, "--out", str(out), "--config", str(config))

@@ -25,7 +25,8 @@ from orchestrator.cli.base import _load, database_origin, echo, farm_options, ha
 @click.option("--run", "run_id", type=int, default=None, help="A stored run (default: the latest; no bisection's).")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    "given_out",
+    type=click.Path(),  # as typed: a Path drops the trailing slash that says a folder is meant
     default=None,
     help="html: the site's folder (default: farm.yaml's `reports`); junit, json: a file (default: stdout).",
 )
@@ -39,7 +40,7 @@ from orchestrator.cli.base import _load, database_origin, echo, farm_options, ha
 )
 @farm_options
 @handle_errors
-def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, database: str | None) -> None:
+def report(run_id: int | None, given_out: str | None, fmt: str, config_path: Path, database: str | None) -> None:
     """Render the reviewers' site, or export a run as JUnit XML or JSON,
     from the database alone.
 
@@ -55,6 +56,13 @@ def report(run_id: int | None, out: Path | None, fmt: str, config_path: Path, da
     from orchestrator.store.journal import journal_folder
     from orchestrator.store.location import same_database
 
+    out = Path(given_out) if given_out is not None else None
+    if given_out is not None and fmt != "html" and given_out.endswith("/"):
+        # `--out ci/x.xml/` meant a folder: the export wrote a file x.xml there, or replaced one (round 143)
+        raise click.BadParameter(
+            f"{given_out} ends in a slash, a folder's name; expected a regular file (junit and json are one file)",
+            param_hint="'--out'",
+        )
     if out is not None and fmt != "html" and (kind := _no_regular_file(out)):
         # the export replaces --out by a rename: a device, a FIFO or a link would be replaced, not written
         raise click.BadParameter(
