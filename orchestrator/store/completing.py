@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import Outcome
-from orchestrator.store.closing import closed_at
+from orchestrator.store.closing import closed_at, journaled_end
 from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, RESULTS, fit, insert_result, stored
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 
@@ -77,7 +77,8 @@ class Completed(NamedTuple):
 
 def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> Completed:
     """Add to run `run_id` the journal's results it lacks (a cell with no row, or only not-run
-    rows, where the journal holds its verdict) and, the run still marked running, its end.
+    rows, where the journal holds its verdict) and, the run still marked running, its end
+    (closing.journaled_end: after a closing mark, the close's).
     Returns how many results were added, and how many were not as they came after the run was
     closed (see below); the caller commits."""
     run = session.get(Run, run_id)
@@ -143,7 +144,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         insert_result(connection, row, metrics, ())
         added += 1
         adding = True
-    end = next((fields for kind, fields in records if kind == "finish"), None)
+    end = journaled_end(records)  # a finish after the closing mark is the close's: aborted (closing.py)
     if added and end is not None and run is not None and run.status == "running":
         run.status, run.exit_code, run.ended_at = end["status"], end["exit_code"], end["ended_at"]
     return Completed(added, late, by)
