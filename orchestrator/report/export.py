@@ -4,9 +4,11 @@ JUnit: one testsuite per run, one testcase per cell (classname KERNEL.VARIANT, o
 KERNEL:VARIANT where a name holds a dot; name NODE). A cell not as expected is a <failure> whose message is the outcome
 and the stage that decided it; infra outcomes are <error>s (the node, not the
 kernel); known failures are <skipped> with their declared reason, and so are a
-cell as expected on a card the NVIDIA driver did not confirm (it certifies nothing),
-a compile-only cell (a node without a GPU: the kernel never ran), and a cell as
-expected in a run that did not finish.
+cell as expected on a card the NVIDIA driver did not confirm or run unconfined on the
+farm's own machine (farm_writable.py: it certifies nothing), a compile-only cell (a node
+without a GPU: the kernel never ran), a cell as expected in a run that did not finish, and
+a standing verdict whose job changed since or whose node left the fleet; each skip's
+message says every reason (unbacked.py).
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def complete(model: ReportModel) -> bool:
 def certifies_nothing(r: Any, run: Any) -> bool:
     """An as-expected cell an export must not count a plain pass (JUnit: skipped; JSON:
     `certifies_nothing`): a known failure, a compile-only cell (the kernel never ran), a
-    card the driver did not confirm, a run that did not finish. The JSON once said so of
+    card the driver did not confirm or a run unconfined on the farm's own machine
+    (model.unconfirmed), a run that did not finish. The JSON once said so of
     the last two only: a kernel that never ran read as certified (a red-team finding)."""
     return (
         r.outcome in (Outcome.KNOWN_FAILURE, Outcome.COMPILE_ONLY)
@@ -274,7 +277,7 @@ def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any
         "driver": snap.driver if snap else None,
         "nvcc": snap.nvcc_version if snap else None,
         "real_gpu": bool(row.real_gpu),
-        "certifies_nothing": unconfirmed(row),  # as expected, on a card the driver did not confirm (as_json: more)
+        "certifies_nothing": unconfirmed(row),  # model.unconfirmed: its card, or where it ran (as_json: more)
         # or run unconfined on the farm's own machine: why, in words (farm_writable.py)
         "farm_writable": bool(row.farm_writable),
         "certifies_nothing_why": certifies_nothing_why(row) if unconfirmed(row) else None,

@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.farm_writable import ledger_flags
-from orchestrator.outcomes import Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import RAN_AS_EXPECTED, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
 from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
@@ -51,7 +51,7 @@ def unconfirmed(r: Any) -> bool:
     confirm (a stand-in nvidia-smi, or one that misreports its card): it certifies
     nothing, so no page shows it green nor an export counts it a plain pass. So too one that
     ran unconfined on the farm's own machine (farm_writable.py says why, certifies_nothing_why)."""
-    ran = r.outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED)
+    ran = r.outcome in RAN_AS_EXPECTED  # its SQL form: store.certifying.unconfirmed_rule
     return ran and bool(r.device) and (not r.real_gpu or bool(r.farm_writable))
 
 

@@ -12,11 +12,23 @@ from typing import Any, NamedTuple
 from sqlalchemy import Date, case, cast, func, or_, select
 from sqlalchemy.orm import Session
 
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import RAN_AS_EXPECTED, Outcome
 from orchestrator.store.tables import ResultRow, Run
 
 # see CertifyingQueries._certifying; a perf-regression passed its numbers: slower, still correct
 CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+
+
+def unconfirmed_rule() -> list[Any]:
+    """report.model.unconfirmed in SQL: an as-expected result of a kernel that ran on a card the
+    driver did not confirm, or unconfined on the farm's own machine (farm_writable.py). One
+    condition for the pages' greys (Queries.unconfirmed_results) and history.html's counts
+    (unconfirmed_reasons), which had each written it out."""
+    return [
+        ResultRow.device != "",
+        or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
+        ResultRow.outcome.in_(RAN_AS_EXPECTED),
+    ]
 
 
 class CertifyingGroup(NamedTuple):
@@ -81,15 +93,12 @@ class CertifyingQueries:
                 found += [CertifyingGroup(*row) for row in session.execute(query)]
         return found
 
-    def unconfirmed_counts(self, run_ids: list[int]) -> dict[int, int]:
-        """run -> how many of its results unconfirmed_results would list (history.html: a run's
-        "as expected" count that holds them is never green), counted from ix_results_run_cell."""
-        return {run_id: n for run_id, (n, _standin, _writable) in self.unconfirmed_reasons(run_ids).items()}
-
     def unconfirmed_reasons(self, run_ids: list[int]) -> dict[int, tuple[int, int, int]]:
-        """run -> (how many unconfirmed_counts counts, of them on a card the driver did not confirm,
-        of them run unconfined on the farm's own machine): history.html says each reason, where it
-        had called them all unconfirmed cards (review 141). One result may be both."""
+        """run -> (how many of its results unconfirmed_results would list, of them on a card the driver
+        did not confirm, of them run unconfined on the farm's own machine), counted from
+        ix_results_run_cell: history.html's "as expected" count that holds any is never green, and it
+        says each reason, where it had called them all unconfirmed cards (review 141). One result
+        may be both."""
         if not run_ids:
             return {}
         query = (
@@ -99,12 +108,7 @@ class CertifyingQueries:
                 func.sum(case((ResultRow.real_gpu.is_(False), 1), else_=0)),
                 func.sum(case((ResultRow.farm_writable.is_(True), 1), else_=0)),
             )
-            .where(
-                ResultRow.run_id.in_(run_ids),
-                ResultRow.device != "",
-                or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
-                ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
-            )
+            .where(ResultRow.run_id.in_(run_ids), *unconfirmed_rule())
             .group_by(ResultRow.run_id)
         )
         with self._reading() as session:

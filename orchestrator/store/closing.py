@@ -46,3 +46,17 @@ def mark_closed(folder: Path | None, token: str | None, at: datetime) -> bool:
 def closed_at(records: list[tuple[str, dict[str, Any]]]) -> int | None:
     """The index of the first closing mark among a journal's records, or None."""
     return next((i for i, (kind, _fields) in enumerate(records) if kind == KIND), None)
+
+
+def journaled_end(records: list[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """How the journal says its run ended (a finish's fields: status, exit_code, ended_at), or None.
+    A finish journaled after a closing mark, or none at all, is the close's: aborted at the mark's
+    stamp (None where the mark holds no time). A rebuild (rebuilding.py) and a completion
+    (completing.py) both go by it: the completion had taken the finish its farm journaled after the
+    close, and the run read finished where a rebuild of the same journal read aborted (review 145)."""
+    mark = closed_at(records)
+    finish_at = next((index for index, (kind, _fields) in enumerate(records) if kind == "finish"), None)
+    if mark is None or (finish_at is not None and finish_at < mark):
+        return records[finish_at][1] if finish_at is not None else None
+    at = records[mark][1].get("at")
+    return {"status": "aborted", "exit_code": None, "ended_at": at} if isinstance(at, datetime) else None

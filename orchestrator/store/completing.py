@@ -9,7 +9,7 @@ the attempts journaled with it, over the not-run row that start wrote in its pla
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select
@@ -17,9 +17,10 @@ from sqlalchemy.orm import Session
 
 from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import Outcome
-from orchestrator.store.closing import closed_at
+from orchestrator.store.closing import closed_at, journaled_end
 from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, RESULTS, fit, insert_result, stored
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
+from orchestrator.utc import as_utc
 
 NOT_RUN = Outcome.NOT_RUN.value
 
@@ -29,10 +30,6 @@ def _rerun_later(session: Session, run_id: int, kept: dict[str, Any]) -> bool:
     table = ResultRow.__table__
     cell = [table.c[key] == kept.get(key, "") for key in ("kernel", "variant", "node", "device")]
     return session.execute(select(table.c.id).where(table.c.run_id > run_id, *cell).limit(1)).first() is not None
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class Completed(NamedTuple):
@@ -77,7 +74,8 @@ class Completed(NamedTuple):
 
 def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[str, Any]]]) -> Completed:
     """Add to run `run_id` the journal's results it lacks (a cell with no row, or only not-run
-    rows, where the journal holds its verdict) and, the run still marked running, its end.
+    rows, where the journal holds its verdict) and, the run still marked running, its end
+    (closing.journaled_end: after a closing mark, the close's).
     Returns how many results were added, and how many were not as they came after the run was
     closed (see below); the caller commits."""
     run = session.get(Run, run_id)
@@ -86,9 +84,9 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     # journaled after is no verdict of its own (a killed kernel's crash: a review finding). Told by the
     # start's mark in the journal (closing.py), whose order cannot step; without one, by the clocks
     mark = closed_at(records)
-    closed = _utc(run.ended_at) if run is not None and run.status != "running" and run.ended_at else None
+    closed = as_utc(run.ended_at) if run is not None and run.status != "running" and run.ended_at else None
     by = "journal" if mark is not None else "clocks" if closed is not None else ""
-    if mark is None and closed is not None and _utc(run.started_at) > closed:  # a close before the run began
+    if mark is None and closed is not None and as_utc(run.started_at) > closed:  # a close before the run began
         by = "clocks disagree"
     late = 0
     table = ResultRow.__table__
@@ -126,7 +124,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         if mark is not None:
             after = index > mark
         else:
-            stamped_after = isinstance(ended, datetime) and closed is not None and _utc(ended) > closed
+            stamped_after = isinstance(ended, datetime) and closed is not None and as_utc(ended) > closed
             after = closed is not None and (by == "clocks disagree" or stamped_after)
         if after:
             late += 1
@@ -143,7 +141,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         insert_result(connection, row, metrics, ())
         added += 1
         adding = True
-    end = next((fields for kind, fields in records if kind == "finish"), None)
+    end = journaled_end(records)  # a finish after the closing mark is the close's: aborted (closing.py)
     if added and end is not None and run is not None and run.status == "running":
         run.status, run.exit_code, run.ended_at = end["status"], end["exit_code"], end["ended_at"]
     return Completed(added, late, by)

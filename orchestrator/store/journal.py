@@ -23,12 +23,13 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import StoreError
 from orchestrator.store.location import real_sqlite_file
+from orchestrator.utc import as_utc
 
 if TYPE_CHECKING:  # database.py imports this module
     from orchestrator.store.database import Store
@@ -141,7 +142,7 @@ def started_at(path: Path) -> datetime | None:
     started = fields.get("started_at") if kind == "run" else None
     if not isinstance(started, datetime):
         return None
-    return started.replace(tzinfo=UTC) if started.tzinfo is None else started.astimezone(UTC)
+    return as_utc(started)
 
 
 def read(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

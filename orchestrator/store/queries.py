@@ -12,10 +12,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, cast, func, or_, select, union
+from sqlalchemy import and_, case, cast, func, select, union
 from sqlalchemy.orm import Session, aliased
 
 from orchestrator.outcomes import Outcome
+from orchestrator.store.certifying import unconfirmed_rule
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run, SourceFile
 
 CHUNK = 500  # ids per IN (...) list: well inside every driver's bound-parameter limit
@@ -269,12 +270,7 @@ class Queries:
             # one run at a time: each is answered from ix_results_run_cell alone (0014), where SQLite
             # took ix_results_outcome for several runs at once and read every pass's wide row
             for run_id in dict.fromkeys(run_ids):
-                query = select(ResultRow.id).where(
-                    ResultRow.run_id == run_id,
-                    ResultRow.device != "",
-                    or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
-                    ResultRow.outcome.in_(["pass", "expected-refusal", "fixed"]),
-                )
+                query = select(ResultRow.id).where(ResultRow.run_id == run_id, *unconfirmed_rule())
                 found.update(row[0] for row in session.connection().execute(query))
         return found
 

@@ -11,14 +11,13 @@ cells are not-run and the run is aborted, as the database that closed it holds i
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
 from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import CLOSED_BEFORE, FROM_JOURNAL
-from orchestrator.store.closing import closed_at
+from orchestrator.store.closing import closed_at, journaled_end
 from orchestrator.store.not_run_rows import never_finished, not_run_row, probed_cards
 from orchestrator.store.result_rows import (
     ATTEMPT_NULLABLE,
@@ -44,20 +43,11 @@ class Imported(NamedTuple):
     note: str = ""  # what the import's line says besides: how results were told from after a close
 
 
-def _closing_stamp(records: list[tuple[str, dict[str, Any]]], mark: int) -> datetime | None:
-    at = records[mark][1].get("at")
-    return at if isinstance(at, datetime) else None
-
-
 def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> Imported:
     """Store the journal's run as a new run of this database, its results up to any closing
     mark; the caller has checked the run is not here and may come after the newest."""
     mark = closed_at(records)
-    finish_at = next((index for index, (kind, _fields) in enumerate(records) if kind == "finish"), None)
-    end = records[finish_at][1] if finish_at is not None else None
-    if mark is not None and (finish_at is None or finish_at > mark):  # the close ended it, not its farm
-        closed = _closing_stamp(records, mark)
-        end = {"status": "aborted", "exit_code": None, "ended_at": closed} if closed is not None else None
+    end = journaled_end(records)  # after a closing mark, the close ended it, not its farm
     run_fields = stored(Run.__table__, dict(records[0][1]))  # as begin_run stored it (result_rows.fit)
     planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's
     run = Run(

@@ -18,11 +18,7 @@ from sqlalchemy.orm import Session
 
 from orchestrator.errors import StoreError
 from orchestrator.store.tables import Run
-
-
-def _utc(moment: datetime) -> datetime:
-    """SQLite hands times back without their zone (stored as UTC); a journal's carry it."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+from orchestrator.utc import as_utc
 
 
 def check_after_newest(session: Session, path: Path, started: Any, url: str, given_order: bool) -> None:
@@ -32,11 +28,11 @@ def check_after_newest(session: Session, path: Path, started: Any, url: str, giv
     newest = session.scalars(select(Run).order_by(Run.id.desc()).limit(1)).first()
     if given_order or newest is None or not isinstance(started, datetime):
         return
-    theirs = _utc(newest.started_at)
-    if _utc(started) >= theirs:
+    theirs = as_utc(newest.started_at)
+    if as_utc(started) >= theirs:
         return
     said = (
-        f"{path}: its run started {_utc(started).isoformat(timespec='seconds')}, before run "
+        f"{path}: its run started {as_utc(started).isoformat(timespec='seconds')}, before run "
         f"{newest.id} ({theirs.isoformat(timespec='seconds')}) already in {url}; "
     )
     if theirs > datetime.now(UTC):  # a start no clock could have read yet: the farm host's was ahead
