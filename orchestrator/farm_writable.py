@@ -13,6 +13,8 @@ from typing import Any
 
 WHY = "ran unconfined on the farm's own machine as the farm's user, who can write results.db"
 STANDIN = "on a card the NVIDIA driver did not confirm (a stand-in nvidia-smi, or one that misreports it)"
+# no identity (store/records.py: a dependency the staging did not digest): nothing ties it to the bytes
+UNIDENTIFIED = "of inputs the farm did not all identify (no identity ties it to the kernel's bytes)"
 
 
 def farm_writable(transport: str, ran_unconfined: bool) -> bool:
@@ -21,19 +23,21 @@ def farm_writable(transport: str, ran_unconfined: bool) -> bool:
 
 
 def certifies_nothing_why(r: Any) -> str | None:
-    """Why an as-expected result certifies nothing by report.model.unconfirmed: its card, or where it
-    ran (a result may be both: each is said). None where neither holds."""
+    """Why an as-expected result certifies nothing by report.model.unconfirmed: its card, where it
+    ran, its inputs not all identified (a result may be several: each is said). None where none holds."""
     said = [STANDIN] if r.device and not r.real_gpu else []
-    return "; ".join([*said, WHY] if r.farm_writable else said) or None
+    said += [WHY] if r.farm_writable else []
+    return "; ".join([*said, UNIDENTIFIED] if not r.identity else said) or None
 
 
-def run_words(counts: tuple[int, int, int]) -> str:
+def run_words(counts: tuple[int, int, int, int]) -> str:
     """history.html's words for a run's as-expected results that certify nothing, each reason with its
-    count (Store.unconfirmed_reasons: all, on a stand-in card, farm writable): it had called them all
-    cards the driver did not confirm (review 141)."""
-    total, standin, writable = counts
+    count (Store.unconfirmed_reasons: all, on a stand-in card, farm writable, no identity): it had
+    called them all cards the driver did not confirm (review 141)."""
+    total, standin, writable, unidentified = counts
     said = [f"{standin} on a card the NVIDIA driver did not confirm"] if standin else []
     said += [f"{writable} {WHY}"] if writable else []
+    said += [f"{unidentified} {UNIDENTIFIED}"] if unidentified else []
     return f"{', '.join(said)}: certif{'ies' if total == 1 else 'y'} nothing"
 
 

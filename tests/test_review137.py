@@ -62,7 +62,7 @@ def test_a_pass_that_ran_unconfined_on_the_farms_machine_certifies_nothing(tmp_p
     assert [(p.cc, p.passes, p.last_id) for p in named] == [("9.0", 1, forged)]
     # grey on every page, as a stand-in card's pass is
     assert store.unconfirmed_results([run_id]) == {forged}
-    assert store.unconfirmed_reasons([run_id]) == {run_id: (1, 0, 1)}
+    assert store.unconfirmed_reasons([run_id]) == {run_id: (1, 0, 1, 0)}
 
 
 def test_only_the_local_transport_makes_an_unconfined_run_farm_writable() -> None:

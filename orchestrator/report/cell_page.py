@@ -94,7 +94,7 @@ def cell_body(
         key = (r.kernel, r.variant, r.node, r.device)
         change = history.changes([(key, r.outcome)], {key: [(rid, outcome) for rid, outcome, _ in prior]})[key]
     unsure, unsure_text = (" unconfirmed", UNCONFIRMED_TEXT) if unconfirmed(r) else ("", "")
-    if unconfirmed(r) and r.farm_writable:  # where it ran, and its card where that too (farm_writable.py)
+    if unconfirmed(r) and (r.farm_writable or not r.identity):  # where it ran, its inputs, its card: each said
         unsure_text = f'<small class="flag">{_e(certifies_nothing_why(r))}: certifies nothing</small>'
     if unfinished is not None and category(r.outcome) == "good":  # a page is written once: say how it stood then
         unsure = " unconfirmed"

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
-from orchestrator.farm_writable import WHY
+from orchestrator.farm_writable import UNIDENTIFIED, WHY
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
 from orchestrator.report.durations import seconds
@@ -278,7 +278,11 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 # not finish (one flag had hidden the other: review 141)
                 if cat == "good unconfirmed" and unconfirmed(r):
                     said = "; ".join(
-                        [*(["stand-in card"] if not r.real_gpu else []), *([WHY] if r.farm_writable else [])]
+                        [
+                            *(["stand-in card"] if not r.real_gpu else []),
+                            *([WHY] if r.farm_writable else []),
+                            *([UNIDENTIFIED] if not r.identity else []),
+                        ]
                     )
                     cell.append(f'<small class="flag">{_t(said)}: certifies nothing</small>')
                 # a build that failed has no stderr line of the kernel's: its reason holds nvcc's error (round 95)

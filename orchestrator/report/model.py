@@ -50,9 +50,10 @@ def unconfirmed(r: Any) -> bool:
     """An as-expected verdict on a card the kernel ran on that the NVIDIA driver did not
     confirm (a stand-in nvidia-smi, or one that misreports its card): it certifies
     nothing, so no page shows it green nor an export counts it a plain pass. So too one that
-    ran unconfined on the farm's own machine (farm_writable.py says why, certifies_nothing_why)."""
+    ran unconfined on the farm's own machine (farm_writable.py says why, certifies_nothing_why), and
+    one of inputs the farm did not all identify (no identity: it never certified, review 146)."""
     ran = r.outcome in RAN_AS_EXPECTED  # its SQL form: store.certifying.unconfirmed_rule
-    return ran and bool(r.device) and (not r.real_gpu or bool(r.farm_writable))
+    return ran and bool(r.device) and (not r.real_gpu or bool(r.farm_writable) or not r.identity)
 
 
 def cc_key(cc: str | None) -> tuple[int, int, int]:

@@ -21,12 +21,13 @@ CERTIFYING_OUTCOMES = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REG
 
 def unconfirmed_rule() -> list[Any]:
     """report.model.unconfirmed in SQL: an as-expected result of a kernel that ran on a card the
-    driver did not confirm, or unconfined on the farm's own machine (farm_writable.py). One
+    driver did not confirm, or unconfined on the farm's own machine (farm_writable.py), or of
+    inputs not all identified (no identity: the rule below never counted it, review 146). One
     condition for the pages' greys (Queries.unconfirmed_results) and history.html's counts
     (unconfirmed_reasons), which had each written it out."""
     return [
         ResultRow.device != "",
-        or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True)),
+        or_(ResultRow.real_gpu.is_(False), ResultRow.farm_writable.is_(True), ResultRow.identity.is_(None)),
         ResultRow.outcome.in_(RAN_AS_EXPECTED),
     ]
 
@@ -93,12 +94,12 @@ class CertifyingQueries:
                 found += [CertifyingGroup(*row) for row in session.execute(query)]
         return found
 
-    def unconfirmed_reasons(self, run_ids: list[int]) -> dict[int, tuple[int, int, int]]:
+    def unconfirmed_reasons(self, run_ids: list[int]) -> dict[int, tuple[int, int, int, int]]:
         """run -> (how many of its results unconfirmed_results would list, of them on a card the driver
-        did not confirm, of them run unconfined on the farm's own machine), counted from
-        ix_results_run_cell: history.html's "as expected" count that holds any is never green, and it
-        says each reason, where it had called them all unconfirmed cards (review 141). One result
-        may be both."""
+        did not confirm, of them run unconfined on the farm's own machine, of them of inputs not all
+        identified), counted from ix_results_run_cell: history.html's "as expected" count that holds
+        any is never green, and it says each reason, where it had called them all unconfirmed cards
+        (review 141). One result may be several."""
         if not run_ids:
             return {}
         query = (
@@ -107,12 +108,14 @@ class CertifyingQueries:
                 func.count(),
                 func.sum(case((ResultRow.real_gpu.is_(False), 1), else_=0)),
                 func.sum(case((ResultRow.farm_writable.is_(True), 1), else_=0)),
+                func.sum(case((ResultRow.identity.is_(None), 1), else_=0)),
             )
             .where(ResultRow.run_id.in_(run_ids), *unconfirmed_rule())
             .group_by(ResultRow.run_id)
         )
         with self._reading() as session:
-            return {run_id: (n, int(standin), int(writable)) for run_id, n, standin, writable in session.execute(query)}
+            rows = session.execute(query)
+            return {run_id: (n, int(card), int(writable), int(blind)) for run_id, n, card, writable, blind in rows}
 
     def certifying_passes(self) -> list[Any]:
         """Every certifying pass (see _certifying): light rows (id, kernel,

@@ -122,10 +122,10 @@ class ResultRow(Base):
     __table_args__ = (
         Index("ix_results_cell", "kernel", "variant", "node", "device", "run_id", "outcome"),
         # 0014: real_gpu too, so a run's unconfirmed results (no page paints them green) need no wide row
-        # 0016: farm_writable too (as unconfirmed, for the same reads: report.model.unconfirmed)
+        # 0016: farm_writable too (as unconfirmed, for the same reads: report.model.unconfirmed); 0017: identity
         Index(
             "ix_results_run_cell",
-            *("run_id", "kernel", "variant", "node", "device", "outcome", "real_gpu", "farm_writable"),
+            *("run_id", "kernel", "variant", "node", "device", "outcome", "real_gpu", "farm_writable", "identity"),
         ),
         Index(
             "ix_results_certifying",
