@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import yaml
+from nodes import CARDS, Fleet, install_sanitizer, query, standin_job, standin_variant
 from test_bisect import commit, farm_in_repo, git
+
+from orchestrator.config.farm import load_farm
+from orchestrator.plan import plan_cells
+from orchestrator.run.scheduler import run_cells
+from orchestrator.store.database import Store
 
 KERNEL = """\
 // A kernel whose job comes from its header.
@@ -51,3 +59,51 @@ def test_a_header_derived_kernel_is_bisected_with_the_headers_it_includes(tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"first bad commit: {broke} (" in done.stdout, done.stdout
     assert re.search(rf"^\S.*{moved[:12]} good", done.stdout, re.M), done.stdout
+
+
+# ------------------------------------------------------------------ the sanitize stage
+
+# under the tool: its log emptied (the real tool's banner gone), then the tool itself killed
+HIDE_AND_KILL = """\
+[ -n "$STANDIN_SANITIZER_TOOL" ] || exit 0
+: > "../sanitize-$STANDIN_SANITIZER_TOOL.log"
+p=$$
+while [ "$p" -gt 1 ]; do
+    p=$(awk '{print $4}' /proc/$p/stat)
+    if tr '\\0' ' ' < /proc/$p/cmdline | grep -q compute-sanitizer; then kill -9 "$p"; break; fi
+done
+"""
+
+
+@pytest.fixture(scope="module")
+def san_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    nodes = Fleet(tmp_path_factory.mktemp("rt144-fleet"))
+    try:
+        install_sanitizer(nodes.add("t4san", CARDS["t4"], start=False))
+        nodes["t4san"].start()
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_kernel_that_wipes_its_log_and_kills_the_tool_does_not_blame_the_node(
+    san_fleet: Fleet, make_farm, tmp_path: Path, runner: str
+) -> None:
+    """The log is the one file outside its work folder a kernel under the tool may write. A
+    kernel with a stray write that emptied it and killed its tool left no banner, which read
+    as a tool that never started: infra-error, the node's fault and no verdict on the kernel
+    (a certificate stood unflagged). A tool killed by a signal did not finish its check."""
+    prelude = tmp_path / "prelude.sh"
+    prelude.write_text(HIDE_AND_KILL)
+    variants = {"oob": standin_variant("OOB", {"min": "7.5"}, "MIN_CC=75", prelude=prelude, sanitize=["memcheck"])}
+    nodes = {"t4san": san_fleet["t4san"].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)}
+    farm = load_farm(make_farm(tmp_path, nodes, [standin_job("standin", variants)]))
+    store = Store(farm.database_url)
+    try:
+        summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
+    finally:
+        store.close()
+    (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    assert (row["outcome"], row["failed_stage"]) == ("sanitizer-error", "sanitize"), row["reason"]
+    assert "did not finish" in row["reason"], row["reason"]
