@@ -10,6 +10,7 @@ import pytest
 import yaml
 from nodes import CARDS, Fleet, install_sanitizer, query, standin_job, standin_variant
 from test_bisect import commit, farm_in_repo, git
+from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
@@ -107,3 +108,28 @@ def test_a_kernel_that_wipes_its_log_and_kills_the_tool_does_not_blame_the_node(
     (row,) = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
     assert (row["outcome"], row["failed_stage"]) == ("sanitizer-error", "sanitize"), row["reason"]
     assert "did not finish" in row["reason"], row["reason"]
+
+
+def test_a_commit_without_the_cell_bad_at_the_bad_end_is_untestable_not_the_nodes_failure(tmp_path: Path) -> None:
+    """`farm bisect KERNEL` judges each commit on the cells bad at --bad. A commit where that
+    variant went by another name ran none of them: "no cell ran", read as an infra-error, so the
+    walk stopped there with exit 4, "the node failed", on a node that had run every cell."""
+    root = tmp_path / "toy"
+    toy_farm(root)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "farm.yaml", "jobs", "kernels")
+    git(root, "commit", "-q", "-m", "toy")
+    good = git(root, "rev-parse", "HEAD")
+    job = (root / "jobs" / "toy.yaml").read_text()
+    renamed = commit(root, "toy: plain is called flat", {"jobs/toy.yaml": job.replace("  plain:", "  flat:")})
+    commit(root, "toy: plain again", {"jobs/toy.yaml": job})
+    broke = commit(root, "toy: broken", {"kernels/toy.cpp": "int main( {"})
+    done = farm_in_repo("bisect", "toy", "--node", "here", "--good", good, "--bad", "HEAD", cwd=root)
+    assert re.search(rf"^step\s+{renamed[:12]} untestable: ", done.stdout, re.M), done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"first bad commit: {broke} (" in done.stdout, done.stdout
+    # from the renamed commit: --good has none of those cells, nothing is backed, no page of no cell
+    done = farm_in_repo("bisect", "toy", "--node", "here", "--good", renamed, "--bad", "HEAD", cwd=root)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "first bad commit: " not in done.stdout and f"--good {renamed[:12]} cannot be judged" in done.stdout
+    assert "cells/None.html" not in done.stdout, done.stdout
