@@ -184,7 +184,12 @@ class Bisector:
                 self._current = None
         results = summary.results
         if self.watch is not None:  # judged on the cells that were bad at --bad, not on another's failure
-            results = [(c, r, i) for c, r, i in results if (c.variant, c.device) in self.watch]
+            ran, results = results, [(c, r, i) for c, r, i in results if (c.variant, c.device) in self.watch]
+            if ran and not results and not summary.internal:
+                # none of them is at this commit (a variant renamed): untestable, not "no cell ran", an
+                # infra-error that stopped the walk with exit 4 on a node that ran every cell (a red-team finding)
+                why = f"none of the cells not as expected at --bad is at this commit (it ran {len(ran)} other)"
+                return Tested(commit, role, State.SKIPPED, why, summary.run_id, exit_code=summary.exit_code)
         infra = [(r, i) for _c, r, i in results if r.verdict and is_infra(r.verdict.outcome)]
         bad = [(r, i) for _c, r, i in results if r.verdict and not is_as_expected(r.verdict.outcome)]
         if role == "bad end" and self.watch is None:
@@ -264,6 +269,8 @@ class Bisector:
                     Ending.GOOD_IS_BAD,
                     f"--good {self.good.short} is not as expected ({ends.reason}): pick an older one",
                 )
+        if ends.state is State.SKIPPED:  # --good has none of the cells bad at --bad: nothing is backed
+            return self._finish(Ending.GOOD_IS_BAD, f"--good {self.good.short} cannot be judged ({ends.reason})")
         if ends.state is State.INFRA:
             return self._stopped(ends)
         while True:

@@ -70,8 +70,10 @@ class Bisection:
         """The tested commit whose cell page the user should read."""
         if self.first_bad is not None:
             return self.first_bad
-        return next((t for t in reversed(self.runs) if t.state is not State.GOOD), None) or (
-            self.runs[-1] if self.runs else None
+        # a run with no cell of the watched ones has no page: "cells/None.html" was printed
+        judged = [t for t in self.runs if t.result_id is not None]
+        return next((t for t in reversed(judged) if t.state is not State.GOOD), None) or (
+            judged[-1] if judged else None
         )
 
     @property

@@ -11,6 +11,7 @@ nothing here writes to the repository. Paths reach git as literal pathspecs.
 from __future__ import annotations
 
 import os
+import posixpath
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config.farm import Farm, load_farm
+from orchestrator.config.includes import MAX_HEADERS, quoted_includes
 from orchestrator.config.jobs import Job
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError
@@ -200,7 +202,8 @@ class KernelHistory:
         exists, raw, why = self._job_file(sha, tree)
         if not exists or why:
             return None, why
-        why = self._write(sha, tree, self.git.files(sha, [self.repo_path(e) for e in self._entries(raw)]))
+        listed = self.git.files(sha, [self.repo_path(e) for e in self._entries(raw)])
+        why = self._write(sha, tree, listed) or self._write_included(sha, tree, [*listed, *self.kernel_sources])
         if why:
             return None, why
         # a farm of this one job (its nodes do not matter: the run uses today's farm.yaml)
@@ -221,6 +224,30 @@ class KernelHistory:
             variants = ", ".join(job.spec.variants)
             return None, f"kernel {self.kernel!r} has no variant {self.variant!r} (it has {variants})"
         return job, ""
+
+    def _write_included(self, sha: str, tree: Path, written: list[str]) -> str:
+        """Write the headers that the written sources include from beside them (`#include
+        "scale.cuh"`), and theirs, as of commit `sha`: the loader finds them beside their includer
+        (config/includes.py), as it does in a working tree. With the .cu alone, a kernel whose job
+        comes from its header failed to build ("No such file") at every commit from the one that
+        moved code into a header, and that commit was named the first bad one (a red-team finding)."""
+        seen = {rel for rel in written if (tree / rel).is_file()}
+        queue = sorted(seen)
+        while queue and len(seen) < MAX_HEADERS:
+            wanted = set()
+            for rel in queue:
+                for _line, name in quoted_includes(tree / rel):
+                    path = posixpath.normpath(posixpath.join(posixpath.dirname(rel), name))
+                    if "\0" not in path and path != ".." and not path.startswith(("/", "../")) and path not in seen:
+                        wanted.add(path)
+            # a pathspec names a folder's files too: only a file at the included path itself
+            found = {p: entry for p, entry in self.git.files(sha, sorted(wanted)).items() if p in wanted}
+            why = self._write(sha, tree, found)
+            if why:
+                return why
+            seen.update(found)
+            queue = sorted(found)
+        return ""
 
     @staticmethod
     def _at(err: ConfigError, tree: Path) -> str:

@@ -24,7 +24,7 @@ MAX_HEADERS = 256  # a loop of includes, or a vendored library, stops here rathe
 _INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 
 
-def _quoted_includes(path: Path) -> list[tuple[int, str]]:
+def quoted_includes(path: Path) -> list[tuple[int, str]]:
     """(line, name) of each `#include "name"` in the file's first INCLUDE_BYTES."""
     try:
         with path.open("rb") as handle:
@@ -47,7 +47,7 @@ def included_headers(source: Path, root: Path) -> list[tuple[str, str]]:
     while queue and len(found) < MAX_HEADERS:
         includer = queue.pop(0)
         includer_rel = os.path.relpath(os.path.abspath(includer), root_abs)
-        for line, name in _quoted_includes(includer):
+        for line, name in quoted_includes(includer):
             target = Path(os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(includer)), name)))
             try:  # a name too long for the file system raised OSError: "a bug in farm"
                 present = target.is_file() or target.is_symlink()

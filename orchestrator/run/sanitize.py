@@ -132,7 +132,11 @@ def report(
             found = "\n".join(filter(None, (found, "[farm: lines follow its summary line: not the tool's word]")))
         if exit_code == SANITIZER_EXIT:  # it found errors and its log was cut or overwritten
             return SanitizerReport(tool, exit_code, 1, found or "errors found; the log has no summary", log_cut=cut)
-        if "COMPUTE-SANITIZER" in head + text:  # it started checking and never said how that ended: killed?
+        # it started checking and never said how that ended, or it died of a signal (its timeout is
+        # timed_out): killed mid-check. The kernel under it may write its log: one that emptied it
+        # and killed the tool left no banner, an infra-error that blamed the node (a red-team
+        # finding); a tool that cannot start (no device, no temporary folder) exits, unsignalled
+        if "COMPUTE-SANITIZER" in head + text or exit_code > 128:
             return SanitizerReport(tool, exit_code, 0, found, finished=False, log_cut=cut)
         tail = " / ".join(text.strip().splitlines()[-3:])[-300:]
         return f"compute-sanitizer --tool {tool} ended without its summary line (exit {exit_code}; log: {tail!r})"
