@@ -110,8 +110,8 @@ class CellStages(CellTrips):
         ev = self.result.evidence
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
-        # (or a run that exited 0 after CUDA's own error: cuda_errors.py)
-        gpu = self.result.gpu if ev.run_exit not in (None, 0) or ev.cuda_error else None
+        # (or a run that exited 0 after CUDA's own error: cuda_errors.py, or without its pass marker)
+        gpu = self.result.gpu if self._run_unpassed() else None
         if gpu is None and any(not report.clean for report in ev.sanitizer):
             gpu = self._sanitize_gpu
         if gpu is not None:
@@ -140,6 +140,14 @@ class CellStages(CellTrips):
         short = self._short_of_room(room_lines)
         folders = f"the node ran out of room during the cell ({short})" if short else ""
         return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
+
+    def _run_unpassed(self) -> bool:
+        """The run ended without passing: a non-zero exit, CUDA's own error words, or an exit 0 without
+        the pass marker. The last is a kernel that never checked its CUDA calls on a card gone off the bus
+        (its launches did nothing, its result check printed and returned 0): not asked after, its card's
+        loss was never read, and the kernel was judged `fail` (red-team round 147)."""
+        ev = self.result.evidence
+        return ev.run_exit is not None and (ev.run_exit != 0 or bool(ev.cuda_error) or ev.pass_line is None)
 
     def _gpu_slowed(self) -> str:
         """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi

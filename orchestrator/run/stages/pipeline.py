@@ -126,7 +126,7 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
             and (
                 any(code not in (None, 0) for code in (ev.build_exit, ev.inspect_exit, ev.run_exit))
                 or any(not report.clean for report in ev.sanitizer)  # a pass run again, failing: its card too
-                or bool(ev.cuda_error)  # CUDA's own error in a run that exited 0: a card lost mid-run says so
+                or self._run_unpassed()  # CUDA's own error, or no pass marker, after exit 0: a card lost mid-run
             )
         ):
             try:
