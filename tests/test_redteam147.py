@@ -89,7 +89,7 @@ def test_a_pass_after_cudas_uncorrectable_ecc_error_is_no_pass(make_farm, tmp_pa
     the card's look after it makes it the node's: infra-error, naming the ECC count."""
     prelude = tmp_path / "ecc.sh"
     prelude.write_text('echo "CUDA error at gemm.cu:91: uncorrectable ECC error encountered" >&2\n')
-    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Disabled, Default, 1" ;;\n'
+    answers = '  *--query-gpu=mig.mode.current,compute_mode*) echo "Disabled, Default, 1"; exit 0 ;;\n'
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
     outcome, reason = _one_cell(make_farm, tmp_path, _node(tmp_path / "node", answers), variant)
     assert outcome == "infra-error", reason
@@ -111,3 +111,21 @@ def test_cudas_words_for_a_card_whose_memory_or_link_failed_are_cuda_errors(line
     """cudaErrorECCUncorrectable and cudaErrorNvlinkUncorrectable end the context (sticky errors):
     no result after either was the kernel's GPU code's, whatever it prints next."""
     assert re.search(cuda_error_pattern(), line), line
+
+
+def test_a_driver_changed_under_a_running_farm_is_no_verdict_on_the_kernel(make_farm, tmp_path: Path) -> None:
+    """An operator rolls the node's driver back between the probe and a cell (the module reloaded
+    from 550 to 535: a bad driver, a support case): the kernel's run fails on a driver the probe
+    never saw ("CUDA driver version is insufficient for CUDA runtime version" for its nvcc), the
+    card still listed, nvidia-smi exiting 0. The look after the failed run asked only whether the
+    card was listed, not under which driver; the probe's driver stood for the cell, and the kernel
+    was `fail`. A card whose row names another driver than the probe found is no verdict on it."""
+    prelude = tmp_path / "driver.sh"
+    prelude.write_text('echo "cudaMalloc: CUDA driver version is insufficient for CUDA runtime version" >&2\n')
+    row = f"0, {T4.uuid(0)}, {T4.name}, {T4.cc}, 535.104.05, {T4.memory}"
+    # the probe asks of every card (no `-i`); the look after the run asks of the cell's card by its UUID
+    answers = f'  *--query-gpu=index,uuid*-i\\ *) echo "{row}"; exit 0 ;;\n'
+    variant = standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude)
+    outcome, reason = _one_cell(make_farm, tmp_path, _node(tmp_path / "node", answers), variant)
+    assert outcome == "infra-error", reason
+    assert "535.104.05" in reason and T4.driver in reason, reason

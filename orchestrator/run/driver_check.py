@@ -176,3 +176,18 @@ def driver_changed(probed: str, said: str) -> str:
         f"it came back with another NVIDIA driver ({first(probed)} at its probe, {first(said)} now): "
         "what the probe found no longer holds for its cells"
     )
+
+
+def row_driver_changed(probed: str | None, uuid: str, answer: str) -> str:
+    """Why the cell's card, in nvidia-smi's row for it after a failed run (ANSWER, GPU_QUERY's), is
+    under another driver than the probe found (PROBED: the snapshot's driver), or "". A driver rolled
+    back or upgraded with its module reloaded between the probe and a cell, the card still listed,
+    failed the kernel on a driver the probe never saw (its too-old rule read the probe's: red-team
+    round 147); a row that cannot be read says nothing here (the look's own check reads it)."""
+    now = {row[4] for row in smi_gpus(answer.splitlines()) if row[1] == uuid}
+    if not probed or len(now) != 1 or probed.strip() in now:
+        return ""
+    return (
+        f"the node's driver changed under the run (nvidia-smi lists the cell's GPU under driver {now.pop()} now, "
+        f"{probed.strip()} at its probe): what the probe found no longer holds for the cell"
+    )

@@ -136,6 +136,8 @@ class CellStages(CellTrips):
         answer, state, apps = gpu_state.split_answer(answer)
         lost = self._gpu_gone(gpu, answer)
         unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
+        if gpu and not lost and not unfit:
+            unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
         folders = f"the node ran out of room during the cell ({short})" if short else ""
