@@ -129,3 +129,18 @@ def test_a_driver_changed_under_a_running_farm_is_no_verdict_on_the_kernel(make_
     outcome, reason = _one_cell(make_farm, tmp_path, _node(tmp_path / "node", answers), variant)
     assert outcome == "infra-error", reason
     assert "535.104.05" in reason and T4.driver in reason, reason
+
+
+def test_a_kernel_printing_a_lost_cards_words_on_a_sound_card_is_still_failed(make_farm, tmp_path: Path) -> None:
+    """Guard: a failing kernel that prints nvidia-smi's and the driver's words for a lost card itself
+    gets no excuse from them: the card is asked of nvidia-smi, which answers for it, so its failure
+    is its own `fail`."""
+    prelude = tmp_path / "words.sh"
+    prelude.write_text(
+        'echo "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error" >&2\n'
+        'echo "NVRM: Xid 79, GPU has fallen off the bus. [GPU requires reset]" >&2\n'
+    )
+    variant = standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude)
+    outcome, reason = _one_cell(make_farm, tmp_path, _node(tmp_path / "node", ""), variant)
+    assert outcome == "fail", reason
+    assert "lost the cell's GPU" not in reason, reason
