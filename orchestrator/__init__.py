@@ -2,7 +2,7 @@
 
 The data flow, a folder or module each: config/ (farm.yaml and jobs/, validated)
 -> plan.py (cells and what each must do) -> run/ (the scheduler, the probe, the
-bundles, the per-cell stages) over transport/ (local, ssh, slurm) -> classify.py
+bundles, the per-cell stages) over transport/ (local, ssh, slurm) -> classify/
 (one outcome word per cell) -> store/ (the results database) -> report/ (the
 site, JUnit, JSON). cli/ is a thin layer over it.
 

@@ -23,7 +23,7 @@ BASELINE values of that metric from earlier results that had one, on the very ca
 the run had where the farm knows it (its UUID: another card's speed is no yardstick). With fewer
 there is no verdict on speed. A value worse than their median by more than the
 metric's tolerance, as a fraction of the median's size, has *regressed*
-(classify.py makes a passing cell perf-regression); a median of 0 has no size
+(classify/ makes a passing cell perf-regression); a median of 0 has no size
 to be a fraction of, and gives no verdict.
 """
 

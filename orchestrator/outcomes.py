@@ -72,7 +72,7 @@ def is_infra(outcome: Outcome | str) -> bool:
     return outcome in _WORDS and Outcome(outcome) in INFRA
 
 
-# a not-run cell's reasons, written by classify.py (an operator's stop) and store/recovery.py (a farm
+# a not-run cell's reasons, written by classify/ (an operator's stop) and store/recovery.py (a farm
 # that died mid-run), read back by report/no_verdict.py to say whose doing it was: one wording here
 STOPPED_REASON = "the run was stopped ({why}) before this cell finished"
 FOUND_AT_NEXT_START = "(found at the next start)"

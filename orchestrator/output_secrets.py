@@ -24,7 +24,7 @@ masked as well. The count (masked_note) is of the kept copies: a cut stream's mi
 stored, so nothing in it can leak, and the note says its bytes were not counted.
 
 A value spanning lines is masked line by line, its newlines kept: reasons cite lines by their
-number in what the kernel printed (classify.py), and the stored copy keeps each at that number.
+number in what the kernel printed (classify/), and the stored copy keeps each at that number.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class Masker:
 
 def _masked_text(found: str) -> str:
     """MASK for each line's piece of what matched, its newlines kept: a reason cites lines by their
-    number in what the kernel printed (classify.py), so the stored copy keeps every line at its number."""
+    number in what the kernel printed (classify/), so the stored copy keeps every line at its number."""
     return "\n".join(MASK if piece else "" for piece in found.split("\n"))
 
 

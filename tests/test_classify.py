@@ -1,4 +1,4 @@
-"""classify.py as a table: evidence + expectation -> outcome and failing stage."""
+"""classify/ as a table: evidence + expectation -> outcome and failing stage."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from nodes import Card, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
-from orchestrator.blame import unsupported_arch
+from orchestrator.classify.blame import unsupported_arch
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.run.machine_code import code_path_for
 from orchestrator.transport.local import bundled_cuda_bin

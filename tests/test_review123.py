@@ -15,7 +15,7 @@ Confusing (before -> after):
    but a refusal is read on stderr only: print the gate's text to stderr". The verdict stays.
 3. A gate that printed its text on stderr but exited 0 said "ran on a card it must refuse", as a
    kernel with no gate does. Now it adds "its refusal text is on stderr (line 1), but it exited 0:
-   a gate must exit non-zero after its text" (both in orchestrator/gate_order.py). The verdict stays.
+   a gate must exit non-zero after its text" (both in orchestrator/classify/gate_order.py). The verdict stays.
 
 Held (kept here as guards where cheap): a typo in a job key (`refusal_maker`, a variant's `ccc`)
 names the file, the key and "Did you mean"; a build with `{source}` or `{bin}` names the field and

@@ -38,7 +38,7 @@ HEADER_BYTES = 64 * 1024  # a header is at the top; a 10 MB generated .cu is not
 # The course's conventions (both kernels follow them): a passing kernel prints
 # PASS, or "... inside the tolerance", on stdout; its gate refuses a card with
 # "needs CC X.Y" or "needs compute capability X.Y" on stderr and a non-zero exit
-# (classify.py counts a refusal only with both). Neither matches an empty line.
+# (classify/ counts a refusal only with both). Neither matches an empty line.
 PASS_MARKER = r"\bPASS\b|inside the tolerance"
 REFUSAL_MARKER = r"needs (?:CC|compute capability) \d+\.\d+"
 CONVENTION = "default: course convention"

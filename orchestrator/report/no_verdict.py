@@ -2,7 +2,7 @@
 
 The index's "What changed" called every infra-error and not-run cell "the node, not the
 kernel". A not-run cell is often no node's doing: the operator stopped the run (its reason
-"the run was stopped (SIGTERM) before this cell finished", classify.py), or the farm died and
+"the run was stopped (SIGTERM) before this cell finished", classify/), or the farm died and
 the next start recorded it (store/recovery.py: "... (found at the next start)", "... (from its
 journal)"). Each cause is counted and said as its reason says.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from orchestrator.outcomes import FOUND_AT_NEXT_START, FROM_JOURNAL, STOPPED_REASON, Outcome
 from orchestrator.store.database import Store
 
-_STOPPED = STOPPED_REASON.split("{why}")[0]  # classify.py: the operator's stop, a signal
+_STOPPED = STOPPED_REASON.split("{why}")[0]  # classify/: the operator's stop, a signal
 _ABORTED = (FOUND_AT_NEXT_START, FROM_JOURNAL)  # recovery.py: the farm died mid-run
 
 

@@ -3,7 +3,7 @@
 Station 3 of a cell's path: `run_cells` (scheduler.py) probes and stages each
 node, then gives each cell to its pipeline (stages/pipeline.py), which sends build,
 inspect and run to the node's runner (noderunner.py) in one round trip and
-hands what came back, as `Evidence`, to classify.py.
+hands what came back, as `Evidence`, to classify/.
 """
 
 from __future__ import annotations

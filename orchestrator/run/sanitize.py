@@ -27,9 +27,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.config.kernel_calls import prefix_kernel_commands
 from orchestrator.run.streams import elision
-from orchestrator.sanitizer_report import SanitizerReport
 
 SANITIZER_EXIT = 86  # --error-exitcode: a code the course's kernels never return
 LOG_LIMIT = 64 << 10  # bytes of each tool's log read back: its first and last half (file_ends.py)

@@ -123,7 +123,7 @@ class Queries:
 
         Both are taken per cell from the ix_results_cell index alone (the table's
         wide rows are read only for the at most two results per cell returned)."""
-        # a bisection's runs test old commits: they are not the fleet's standing (bisect.py)
+        # a bisection's runs test old commits: they are not the fleet's standing (bisect/)
         current = ResultRow.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
         verdicts = (
             select(func.max(ResultRow.id))
@@ -216,7 +216,7 @@ class Queries:
         with self._reading() as session:
             for chunk in chunks(sorted(set(run_ids))):
                 for rid, started, status, trigger, selection, farm in session.execute(query.where(Run.id.in_(chunk))):
-                    # bisect.py's selection: "bisect KERNEL:VARIANT --node NODE at SHA"
+                    # bisect/'s selection: "bisect KERNEL:VARIANT --node NODE at SHA"
                     commit = selection.rpartition(" at ")[2] if trigger == BISECT_TRIGGER else None
                     found[rid] = (started, status, commit, farm)
         return found

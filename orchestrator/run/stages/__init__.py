@@ -4,7 +4,7 @@
 by the node's cells.) The wrapper records each stage's name, start, duration
 and status, and turns an InfraError into "this stage failed for infra reasons":
 later stages are then not run. A kernel failing is not an exception: it is
-evidence, handed to classify.py, which alone decides the outcome.
+evidence, handed to classify/, which alone decides the outcome.
 
 Nothing on the node is reused on trust. A kernel runs as the same user as the
 farm's own files, so it could rewrite another cell's cached binary or the

@@ -7,8 +7,8 @@ import posixpath
 import re
 import shlex
 
-from orchestrator.blame import unsupported_arch
 from orchestrator.classify import CONFINED_BUILD
+from orchestrator.classify.blame import unsupported_arch
 from orchestrator.errors import InfraError
 from orchestrator.run.commands import (
     CHANNEL_MARGIN,

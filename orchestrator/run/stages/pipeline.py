@@ -8,8 +8,8 @@ from copy import copy as shallow
 from datetime import UTC, datetime
 
 from orchestrator import metrics
-from orchestrator.blame import driver_shortfall
 from orchestrator.classify import classify
+from orchestrator.classify.blame import driver_shortfall
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.cell import CellResult, StageRecord

@@ -10,14 +10,14 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-from orchestrator.blame import injected_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.classify.blame import injected_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.classify.gate_order import judge_gate
+from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.cuda_errors import cuda_error_unbacked
-from orchestrator.gate_order import judge_gate
 from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
-from orchestrator.sanitizer_report import SanitizerReport
 
 
 @dataclass

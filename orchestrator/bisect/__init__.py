@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.bisection import Bisection, Ending, State, Tested
+from orchestrator.bisect.bisection import Bisection, Ending, State, Tested
 from orchestrator.config.farm import Farm
 from orchestrator.config.jobs import Job
 from orchestrator.errors import EXIT_INFRA, ConfigError, StoppedBeforeRun

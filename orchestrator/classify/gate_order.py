@@ -4,7 +4,7 @@ On a card its contract excludes, a kernel that printed its gate's text and exite
 judged `expected-refusal` whatever else it printed. One whose pass marker was on stdout too had run
 its work there (a gate checked after the launch, a check that printed and went on) and certified its
 gate green (red-team round 115). The pass marker is the farm's evidence that the work ran, so beside
-a refusal it makes the cell `missing-refusal`, as a kernel command that exited 0 does (classify.py).
+a refusal it makes the cell `missing-refusal`, as a kernel command that exited 0 does (classify/).
 
 A missing refusal whose gate was there but spoke wrongly says how (review 123): a newcomer's gate that
 printed its text on stdout, or printed it on stderr and exited 0, read "exit 2 without the refusal text

@@ -1,5 +1,5 @@
-"""What one compute-sanitizer tool said of a binary's run under it (run/sanitize.py reads it, classify.py
-judges it): here, not in classify.py, which is at its length limit."""
+"""What one compute-sanitizer tool said of a binary's run under it (run/sanitize.py reads it, classify/
+judges it): here, not in classify/, which is at its length limit."""
 
 from __future__ import annotations
 

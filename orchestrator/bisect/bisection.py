@@ -1,5 +1,5 @@
 """What `farm bisect` finds: each commit it judged (Tested, in a State), how the walk ended
-(Ending), and the whole Bisection the command line prints and exits on (bisect.py walks)."""
+(Ending), and the whole Bisection the command line prints and exits on (bisect/ walks)."""
 
 from __future__ import annotations
 
