@@ -41,7 +41,7 @@ from nodes import Fleet, query, standin_job, standin_variant
 from test_verdicts import run
 
 from orchestrator.classify import Evidence, classify
-from orchestrator.cuda_errors import MARKER, cuda_error_pattern
+from orchestrator.classify.cuda_errors import MARKER, cuda_error_pattern
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run.streams import MAX_LINE, scan, scan_bytes

@@ -15,7 +15,7 @@ import pytest
 from nodes import CARDS, SshNode, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
-from orchestrator.cuda_errors import cuda_error_pattern
+from orchestrator.classify.cuda_errors import cuda_error_pattern
 
 T4 = dataclasses.replace(CARDS["t4"], salt="rt147")  # a card of its own UUID
 

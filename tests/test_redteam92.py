@@ -21,8 +21,8 @@ from test_verdicts import EXACT90, MIN75, rows, run
 from toyfarm import toy_farm
 
 from orchestrator.classify import Evidence, classify
+from orchestrator.classify.cuda_errors import cuda_error_pattern
 from orchestrator.cli import main
-from orchestrator.cuda_errors import cuda_error_pattern
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation
 from orchestrator.run.streams import scan

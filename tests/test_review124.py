@@ -70,7 +70,7 @@ from test_redteam121 import NO_HOME_UID, _workdir
 from test_review123 import MIN_80, _cell_line, _gate, _on_a_t4
 from toyfarm import toy_farm
 
-from orchestrator.cuda_errors import MARKER, cuda_error_pattern
+from orchestrator.classify.cuda_errors import MARKER, cuda_error_pattern
 from orchestrator.errors import EXIT_CONFIG, EXIT_INFRA, EXIT_OK, EXIT_UNEXPECTED
 from orchestrator.run.streams import MAX_LINE, OVERLAP, scan, scan_bytes
 

@@ -11,9 +11,9 @@ import signal
 from dataclasses import dataclass, field
 
 from orchestrator.classify.blame import injected_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.sanitizer_report import SanitizerReport
-from orchestrator.cuda_errors import cuda_error_unbacked
 from orchestrator.lost_files import lost_unconfined
 from orchestrator.metrics import Measured
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra

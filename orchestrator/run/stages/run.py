@@ -6,6 +6,7 @@ import posixpath
 import shlex
 import time
 
+from orchestrator.classify.cuda_errors import MARKER, cuda_error_pattern, where_said
 from orchestrator.config.kernel_calls import (
     kernel_call_words,
     kernel_launchers,
@@ -14,7 +15,6 @@ from orchestrator.config.kernel_calls import (
     runs_other_programs,
     runs_unseen_text,
 )
-from orchestrator.cuda_errors import MARKER, cuda_error_pattern, where_said
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import (

@@ -57,6 +57,10 @@ _STRINGS = (
     "forward compatibility was attempted on non supported HW",
     "system has unsupported display driver / cuda driver combination",
     "PTX JIT compiler library not found",
+    # the card's memory or its link failed under the launch (red-team round 147): its results are not
+    # the kernel's, whatever it printed next; the look after the run finds the card's ECC count
+    "uncorrectable ECC error encountered",
+    "uncorrectable NVLink error detected during the execution",
 )
 # cudaGetErrorName's names of the same errors, and the driver API's
 _RUNTIME_NAMES = (
@@ -64,13 +68,13 @@ _RUNTIME_NAMES = (
     "InvalidAddressSpace|InvalidPc|LaunchTimeout|LaunchOutOfResources|InvalidConfiguration|"
     "NoKernelImageForDevice|InvalidDeviceFunction|InvalidKernelImage|InvalidPtx|UnsupportedPtxVersion|"
     "CooperativeLaunchTooLarge|NoDevice|DevicesUnavailable|InsufficientDriver|StubLibrary|CompatNotSupportedOnDevice|"
-    "SystemDriverMismatch|JitCompilerNotFound"
+    "SystemDriverMismatch|JitCompilerNotFound|ECCUncorrectable|NvlinkUncorrectable"
 )
 _DRIVER_NAMES = (
     "ILLEGAL_ADDRESS|LAUNCH_FAILED|ASSERT|HARDWARE_STACK_ERROR|ILLEGAL_INSTRUCTION|MISALIGNED_ADDRESS|"
     "INVALID_ADDRESS_SPACE|INVALID_PC|LAUNCH_TIMEOUT|LAUNCH_OUT_OF_RESOURCES|NO_BINARY_FOR_GPU|INVALID_IMAGE|"
     "INVALID_PTX|UNSUPPORTED_PTX_VERSION|COOPERATIVE_LAUNCH_TOO_LARGE|NO_DEVICE|STUB_LIBRARY|"
-    "COMPAT_NOT_SUPPORTED_ON_DEVICE|SYSTEM_DRIVER_MISMATCH|JIT_COMPILER_NOT_FOUND"
+    "COMPAT_NOT_SUPPORTED_ON_DEVICE|SYSTEM_DRIVER_MISMATCH|JIT_COMPILER_NOT_FOUND|ECC_UNCORRECTABLE|NVLINK_UNCORRECTABLE"
 )
 
 MARKER = "cuda_error"  # its name among a stream's markers (streams.StreamScan)
