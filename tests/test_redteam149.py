@@ -105,3 +105,48 @@ def test_a_node_speaking_none_of_the_farms_algorithms_says_which(make_farm, tmp_
         assert node_side in reason and farm_side in reason, reason
         if case == "pubkey":
             assert key in reason, reason
+
+
+# ------------------------------------------------------------------ guards
+
+FIXED_PASS = 'ForceCommand /bin/echo "wgmma GEMM 256x256x256: PASS"'
+# logs each command, then runs it as the login would (a site's audit wrapper)
+AUDIT = (
+    "ForceCommand /bin/sh -c "
+    '\'echo "$SSH_ORIGINAL_COMMAND" >> "$HOME/audit.log"; exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\''
+)
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_node_answering_every_command_with_a_pass_line_is_no_pass(make_farm, tmp_path: Path, runner: str) -> None:
+    node = sshd_node(tmp_path / "node", [FIXED_PASS])
+    found = outcomes(make_farm, tmp_path, node, runner)
+    for outcome, reason in found.values():
+        assert outcome == "infra-error", found
+        assert "ForceCommand" in reason, reason
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_an_audit_wrapper_as_forcecommand_runs_the_cells_as_they_are(make_farm, tmp_path: Path, runner: str) -> None:
+    node = sshd_node(tmp_path / "node", [AUDIT])
+    found = outcomes(make_farm, tmp_path, node, runner)
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+    assert (node.home / "audit.log").read_text().strip(), "the farm's commands did not go through the wrapper"
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell", "cell"])
+def test_constant_rekeying_under_megabytes_of_output_changes_no_verdict(make_farm, tmp_path: Path, runner: str) -> None:
+    prelude = tmp_path / "prelude.sh"  # ~4 MB on stdout, 400 KB on stderr before the kernel's own lines
+    prelude.write_text("#!/bin/sh\nhead -c 3000000 /dev/urandom | base64\nhead -c 300000 /dev/urandom | base64 >&2\n")
+    prelude.chmod(0o755)
+    variants = {
+        "a-pass": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude),
+        "b-fail": standin_variant("FAILNUM", MIN75, "MIN_CC=75", prelude=prelude),
+    }
+    node = sshd_node(tmp_path / "node", ["RekeyLimit 1K 1s", "LogLevel DEBUG1"])
+    found = outcomes(make_farm, tmp_path, node, runner, variants)
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+    # sshd's first KEXINIT of each connection, then one per rekey
+    assert node.log.read_text(errors="replace").count("SSH2_MSG_KEXINIT received") > 20
