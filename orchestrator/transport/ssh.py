@@ -47,6 +47,7 @@ from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
+from orchestrator.transport.ssh_handshake import refused_keys
 from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
@@ -165,8 +166,9 @@ class SSHTransport(Transport):
             close_connection(conn)
             raise
         except paramiko.AuthenticationException as err:
+            said = refused_keys(conn.client.get_transport(), err)
             close_connection(conn)
-            raise ConnectError(f"node {self.name!r}: authentication failed ({err})") from err
+            raise ConnectError(f"node {self.name!r}: authentication failed ({err}){said}") from err
         except paramiko.ssh_exception.NoValidConnectionsError as err:
             close_connection(conn)
             causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())

@@ -13,6 +13,8 @@ from typing import Any
 
 import paramiko
 
+from orchestrator.transport.ssh_handshake import SpokenTransport
+
 DEFAULT_POLL = paramiko.Transport._active_check_timeout  # 0.1 s
 IDLE_POLL = 1.0  # seconds paramiko's reader sleeps in recv() before it looks whether it was closed
 
@@ -36,11 +38,11 @@ class QuickAck:
         return getattr(self._sock, name)
 
 
-class TunedTransport(paramiko.Transport):
-    """paramiko's, asking for AES-GCM first. With its default AES-CTR and HMAC, paramiko
-    computes each packet's MAC and compares it in Python (a fifth of the farm's SSH
-    reader thread in bench/fleet.py's profile); GCM's tag is checked inside the
-    cipher, in C. Every OpenSSH since 6.2 offers it; a server that does not still
+class TunedTransport(SpokenTransport):
+    """paramiko's (with ssh_handshake.py's words), asking for AES-GCM first. With its default
+    AES-CTR and HMAC, paramiko computes each packet's MAC and compares it in Python (a fifth
+    of the farm's SSH reader thread in bench/fleet.py's profile); GCM's tag is checked inside
+    the cipher, in C. Every OpenSSH since 6.2 offers it; a server that does not still
     gets the others, in paramiko's order."""
 
     _preferred_ciphers = (
