@@ -45,8 +45,12 @@ class SpokenTransport(paramiko.Transport):
         try:
             super()._parse_kex_init(m)
         except IncompatiblePeer as err:
-            offered = self._really_parse_kex_init(paramiko.Message(m.asbytes()))
-            raise IncompatiblePeer(f"{err}: {self._mismatch(str(err), offered)}") from err
+            try:  # paramiko's own parser of the node's KEXINIT, a private name: where it moved, its words stand
+                offered = self._really_parse_kex_init(paramiko.Message(m.asbytes()))
+                said = self._mismatch(str(err), offered)
+            except Exception:
+                raise err from None
+            raise IncompatiblePeer(f"{err}: {said}") from err
 
     def _mismatch(self, said: str, offered: dict[str, list[str]]) -> str:
         for words, what, theirs, ours in _MISMATCH:
