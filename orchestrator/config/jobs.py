@@ -257,5 +257,7 @@ def _listed(raw: Any) -> list[str]:
     """What a job file lists under sources and headers, as written (read before validation)."""
     if not isinstance(raw, dict):
         return []
-    entries = [raw.get("sources"), raw.get("headers")]
+    # one path written without brackets (`sources: kernels/k.cu`) lists it too: the schema's
+    # error says to bracket it, and "a kernel no job file lists" led before it (review 150)
+    entries = [[e] if isinstance(e, str) else e for e in (raw.get("sources"), raw.get("headers"))]
     return [e for listed in entries if isinstance(listed, list) for e in listed if isinstance(e, str)]

@@ -64,6 +64,10 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 _E_NOTATION = re.compile(r"[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)[eE][-+]?[0-9]+")
 
 
+# a list entry YAML reads as written, unquoted, inside brackets
+_PLAIN = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
 def _text_number(value: Any) -> float | None:
     """The finite number a text YAML 1.1 did not read as one (`1e3`), else None."""
     if not isinstance(value, str) or not _E_NOTATION.fullmatch(value):
@@ -108,6 +112,12 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
         elif kind in ("model_type", "dict_type"):  # pydantic named a Python class: say how to write the key
             holder = _model_at(model, loc) if kind == "model_type" else None
             errors.append(ConfigError(str(file), key, _describe(item.get("input")), mapping_expected(loc, holder)))
+        elif kind == "list_type" and isinstance(item.get("input"), str) and loc:
+            # "expected a valid list" did not say how to write one: a single entry is bracketed
+            value = item["input"]
+            entry = value if _PLAIN.fullmatch(value) else repr(value)
+            expected = f"a list: write it in brackets, {loc[-1]}: [{entry}]"
+            errors.append(ConfigError(str(file), key, _describe(value), expected))
         else:
             message = item["msg"]
             for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
