@@ -16,3 +16,19 @@ def test_sources_written_as_one_path_not_a_list_says_to_bracket_it_and_nothing_e
     assert "no job file lists" not in text
     assert "k.yaml: sources: found 'kernels/k.cu' (str)" in text
     assert "a list: write it in brackets, sources: [kernels/k.cu]" in text
+
+
+def test_a_missing_required_key_says_what_it_holds_with_an_example(tmp_path: Path) -> None:
+    # "variants.v1.build: found nothing; expected this key to be set" did not say what to write
+    job = GOOD_JOB.replace("    build: '{nvcc} -o {binary} {sources}'\n", "").replace("refusal_marker: needs CC\n", "")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "variants.v1.build: found nothing; expected the variant's build command" in text
+    assert "e.g. build: '{nvcc} -O3 -arch=sm_80 -o {binary} {sources}'" in text
+    assert "refusal_marker: found nothing; expected the regex of the gate's refusal on stderr" in text
+
+
+def test_a_typo_of_a_required_key_is_one_error_with_its_did_you_mean(tmp_path: Path) -> None:
+    # it was two: "pass_marker: found nothing" first, then the typo's did-you-mean
+    text = str(load_error(make_farm(tmp_path, job=GOOD_JOB.replace("pass_marker:", "pass_makrer:"))))
+    assert "Did you mean 'pass_marker'?" in text
+    assert "pass_marker: found nothing" not in text
