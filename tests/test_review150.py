@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_config import GOOD_JOB, load_error, make_farm
 
 
@@ -32,3 +33,15 @@ def test_a_typo_of_a_required_key_is_one_error_with_its_did_you_mean(tmp_path: P
     text = str(load_error(make_farm(tmp_path, job=GOOD_JOB.replace("pass_marker:", "pass_makrer:"))))
     assert "Did you mean 'pass_marker'?" in text
     assert "pass_marker: found nothing" not in text
+
+
+@pytest.mark.parametrize("written", ["Buld", "build", "BUILD"])
+def test_a_misspelt_build_line_is_named_by_its_line(tmp_path: Path, written: str) -> None:
+    # "found a header with no Build: line" sent the author looking for a line they had written
+    farm = make_farm(tmp_path, job=None)
+    (tmp_path / "kernels" / "k.cu").write_text(
+        f"// k: a kernel.\n//\n// {written} (needs CC 8.0 to run):\n//   nvcc -arch=sm_80 -o k k.cu\nint main() {{}}\n"
+    )
+    text = str(load_error(farm))
+    assert "found a header with no Build: line" in text
+    assert f"line 3 reads '{written} (needs CC 8.0 to run):': did you mean 'Build'? (spelt so, then ':')" in text
