@@ -45,3 +45,15 @@ def test_a_misspelt_build_line_is_named_by_its_line(tmp_path: Path, written: str
     text = str(load_error(farm))
     assert "found a header with no Build: line" in text
     assert f"line 3 reads '{written} (needs CC 8.0 to run):': did you mean 'Build'? (spelt so, then ':')" in text
+
+
+def test_a_missing_header_is_not_taken_for_the_job_s_own_source(tmp_path: Path) -> None:
+    # `headers: [kernels/k.cuh]`, the header not written yet: "did you mean 'kernels/k.cu'?", the
+    # job's own source, which listed again would be refused as listed twice
+    job = GOOD_JOB.replace("sources: [kernels/k.cu]", "sources: [kernels/k.cu]\nheaders: [kernels/k.cuh]")
+    text = str(load_error(make_farm(tmp_path, job=job)))
+    assert "headers[0]: found 'kernels/k.cuh', which does not exist" in text
+    assert "did you mean" not in text
+    (tmp_path / "kernels" / "k_util.cuh").write_text("#pragma once\n")
+    text = str(load_error(make_farm(tmp_path, job=job.replace("k.cuh", "k_utl.cuh"))))
+    assert "(did you mean 'kernels/k_util.cuh'?)" in text

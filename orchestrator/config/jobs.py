@@ -106,7 +106,9 @@ def _job(
     files: dict[str, Path] = {}
     for key, listed in [("sources", spec.sources), ("headers", spec.headers)]:
         for index, entry in enumerate(listed):
-            found, expected = input_paths.input_problem(entry, root, folder_ok=key == "headers")
+            found, expected = input_paths.input_problem(
+                entry, root, folder_ok=key == "headers", listed=[*spec.sources, *spec.headers]
+            )
             if found:
                 errors.append(ConfigError(str(file), f"{key}[{index}]", found, expected))
                 continue
