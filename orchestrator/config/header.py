@@ -23,6 +23,7 @@ side effects.
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,20 @@ def _description(lines: list[tuple[int, str]]) -> tuple[str, int] | None:
     return None
 
 
+# a comment line that starts as a Build line would: a word, an optional (label), a ':'
+_LEAD_RE = re.compile(r"(?P<word>[A-Za-z]+)\s*(?:\([^()]*\))?\s*:")
+
+
+def _misspelt_build(lines: list[tuple[int, str]]) -> str:
+    """A hint naming the line that looks like a Build line but is not one (`// build:`,
+    `// Buld (...):`): "no Build: line" sent the author looking for one they had written (review 150)."""
+    for number, text in lines:
+        lead = _LEAD_RE.match(text)
+        if lead and difflib.get_close_matches(lead["word"].lower(), ["build"], n=1, cutoff=0.75):
+            return f"line {number} reads {text[:60]!r}: did you mean 'Build'? (spelt so, then ':')"
+    return ""
+
+
 def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
     """The job a kernel's header describes; ConfigErrors naming the file and
     line for anything that cannot be read or translated safely. With the
@@ -163,6 +178,7 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
             "a header with no Build: line (and no job file)",
             f"a line in the leading // comment such as "
             f"`// Build: nvcc -std=c++17 -O3 -arch=sm_80 -o {kernel} {path.name}`, or jobs/{kernel}.yaml",
+            _misspelt_build(lines),
         )
     errors: list[ConfigError] = []
     fields: dict[str, str] = {"kernel": f"{rel} (its file name)", "sources": rel}

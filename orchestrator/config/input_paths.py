@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from orchestrator.config.near_paths import nearest
@@ -17,18 +18,19 @@ _INPUT_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+
 _INPUT_EXPECTED = "a path relative to the project folder of letters, digits, '_', '.', '+', '-' and '/' (no '..')"
 
 
-def input_problem(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
-    """("", "") when `entry` names an existing input, else (found, expected)."""
+def input_problem(entry: str, root: Path, *, folder_ok: bool, listed: Collection[str] = ()) -> tuple[str, str]:
+    """("", "") when `entry` names an existing input, else (found, expected); `listed`: the job's
+    other entries, never the file it likely meant."""
     if not _INPUT_RE.fullmatch(entry) or ".." in entry.split("/"):
         return repr(entry), _INPUT_EXPECTED
     try:
-        return _existing_input(entry, root, folder_ok=folder_ok)
+        return _existing_input(entry, root, folder_ok=folder_ok, listed=listed)
     except OSError as err:  # a name too long for the file system (found by hypothesis), a folder it may not read
         what = "a file or folder" if folder_ok else "a source file"
         return f"{entry!r}, which cannot be read ({err.strerror})", f"{what}, relative to {root}"
 
 
-def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, str]:
+def _existing_input(entry: str, root: Path, *, folder_ok: bool, listed: Collection[str]) -> tuple[str, str]:
     path = root / entry
     if path.is_symlink() or not path.resolve().is_relative_to(root.resolve()):
         return f"{entry!r}, which leads outside {root}", f"a file inside {root}"
@@ -51,7 +53,9 @@ def _existing_input(entry: str, root: Path, *, folder_ok: bool) -> tuple[str, st
         return f"{entry!r}, which is a folder", f"{what}, relative to {root}"
     if path.exists():
         return f"{entry!r}, which is no regular file", f"{what}, relative to {root}"
-    meant = nearest(entry, root)
+    # a header not written yet (`kernels/k.cuh`) was "did you mean 'kernels/k.cu'?", the job's own
+    # source, which listed again is refused as listed twice (review 150)
+    meant = nearest(entry, root, exclude=listed)
     hint = f" (did you mean {meant!r}?)" if meant else ""
     return f"{entry!r}, which does not exist", f"{what}, relative to {root}{hint}"
 

@@ -106,7 +106,9 @@ def _job(
     files: dict[str, Path] = {}
     for key, listed in [("sources", spec.sources), ("headers", spec.headers)]:
         for index, entry in enumerate(listed):
-            found, expected = input_paths.input_problem(entry, root, folder_ok=key == "headers")
+            found, expected = input_paths.input_problem(
+                entry, root, folder_ok=key == "headers", listed=[*spec.sources, *spec.headers]
+            )
             if found:
                 errors.append(ConfigError(str(file), f"{key}[{index}]", found, expected))
                 continue
@@ -257,5 +259,7 @@ def _listed(raw: Any) -> list[str]:
     """What a job file lists under sources and headers, as written (read before validation)."""
     if not isinstance(raw, dict):
         return []
-    entries = [raw.get("sources"), raw.get("headers")]
+    # one path written without brackets (`sources: kernels/k.cu`) lists it too: the schema's
+    # error says to bracket it, and "a kernel no job file lists" led before it (review 150)
+    entries = [[e] if isinstance(e, str) else e for e in (raw.get("sources"), raw.get("headers"))]
     return [e for listed in entries if isinstance(listed, list) for e in listed if isinstance(e, str)]

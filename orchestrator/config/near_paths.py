@@ -9,6 +9,7 @@ a toolkit, which a walk of the whole tree would read at every load.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from pathlib import Path
 
 _MAX_LISTED = 2000  # a folder of more entries than this is no kernels folder: not listed
@@ -27,8 +28,9 @@ def _listing(folder: Path, root: Path) -> list[str]:
     return names
 
 
-def nearest(entry: str, root: Path) -> str | None:
-    """An existing path relative to `root` close to `entry` (a typo of its name or its folder), or None."""
+def nearest(entry: str, root: Path, exclude: Collection[str] = ()) -> str | None:
+    """An existing path relative to `root` close to `entry` (a typo of its name or its folder), or
+    None; never one of `exclude`."""
     parent, _, _ = entry.rpartition("/")
     folders = [root / parent] if (root / parent).is_dir() else []
     if not folders:  # the folder itself misspelled (`kernel/` for `kernels/`)
@@ -37,6 +39,6 @@ def nearest(entry: str, root: Path) -> str | None:
         folders = [root / name for name in difflib.get_close_matches(top, tops, n=2, cutoff=0.6)]
         folders = [root / (f.name + parent[len(top) :]) for f in folders]
         folders = [f for f in folders if f.is_dir()]
-    candidates = [name for folder in folders for name in _listing(folder, root)]
+    candidates = [name for folder in folders for name in _listing(folder, root) if name not in exclude]
     close = difflib.get_close_matches(entry, candidates, n=1, cutoff=0.6)
     return close[0] if close else None

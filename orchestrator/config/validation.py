@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from orchestrator.config.mapping_hints import mapping_expected
 from orchestrator.config.misplaced import unknown_key_hint
+from orchestrator.config.required_keys import required_expected
 from orchestrator.config.spec_types import NAME_EXPECTED, NAME_RE
 from orchestrator.errors import ConfigError, ConfigErrors
 
@@ -64,6 +65,10 @@ def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] |
 _E_NOTATION = re.compile(r"[-+]?(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)[eE][-+]?[0-9]+")
 
 
+# a list entry YAML reads as written, unquoted, inside brackets
+_PLAIN = re.compile(r"[A-Za-z0-9_./+-]+")
+
+
 def _text_number(value: Any) -> float | None:
     """The finite number a text YAML 1.1 did not read as one (`1e3`), else None."""
     if not isinstance(value, str) or not _E_NOTATION.fullmatch(value):
@@ -82,9 +87,25 @@ def _describe(value: Any) -> str:
     return f"{text} ({'float' if isinstance(value, float) else type(value).__name__})"  # a WrittenFloat too
 
 
+def _meant_keys(err: ValidationError, model: type[BaseModel]) -> set[tuple[tuple[Any, ...], str]]:
+    """(where, key) of each missing key an unknown key beside it is a typo of (`pass_makrer`):
+    told once, by the typo's did-you-mean, not also as "found nothing" (review 150)."""
+    missing = {(tuple(i["loc"][:-1]), str(i["loc"][-1])) for i in err.errors() if i["type"] == "missing"}
+    meant = set()
+    for item in err.errors():
+        if item["type"] == "extra_forbidden":
+            loc = tuple(item["loc"])
+            holder = _model_at(model, loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), sorted(holder.model_fields) if holder else [], n=1)
+            if close and (loc[:-1], close[0]) in missing:
+                meant.add((loc[:-1], close[0]))
+    return meant
+
+
 def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> ConfigErrors:
     """pydantic's errors, reworded as file / key / found / expected."""
     errors: list[ConfigError] = []
+    meant = _meant_keys(err, model)
     for item in err.errors():
         loc = tuple(item["loc"])
         key = _key_path(loc)
@@ -104,10 +125,20 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
                 )
             )
         elif kind == "missing":
-            errors.append(ConfigError(str(file), key, "nothing", "this key to be set"))
+            if (loc[:-1], loc[-1]) in meant:
+                continue  # the typo's own error says "Did you mean" this key
+            holder = _model_at(model, loc[:-1])
+            expected = required_expected(holder.__name__ if holder else None, str(loc[-1]))
+            errors.append(ConfigError(str(file), key, "nothing", expected))
         elif kind in ("model_type", "dict_type"):  # pydantic named a Python class: say how to write the key
             holder = _model_at(model, loc) if kind == "model_type" else None
             errors.append(ConfigError(str(file), key, _describe(item.get("input")), mapping_expected(loc, holder)))
+        elif kind == "list_type" and isinstance(item.get("input"), str) and loc:
+            # "expected a valid list" did not say how to write one: a single entry is bracketed
+            value = item["input"]
+            entry = value if _PLAIN.fullmatch(value) else repr(value)
+            expected = f"a list: write it in brackets, {loc[-1]}: [{entry}]"
+            errors.append(ConfigError(str(file), key, _describe(value), expected))
         else:
             message = item["msg"]
             for prefix in ("Value error, ", "Input should be ", "expected "):  # the error says "expected" itself
