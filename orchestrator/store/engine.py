@@ -1,10 +1,10 @@
 """Opening a results database: its engine with each backend's settings, its schema
 brought to this farm's (Alembic), and its URL's secrets kept out of every message.
 
-SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC,
-connect with a 10 s timeout and check a pooled connection before use. A new
+SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC
+(whatever the URL's own `options`), connect with a 10 s timeout and check a pooled connection before use. A new
 database gets the farm's schema at once; one an earlier farm wrote is upgraded in
-place (by `farm verify` only); one a newer farm wrote is refused.
+place (by `farm verify` only), in one transaction on both backends; one a newer farm wrote is refused.
 """
 
 from __future__ import annotations
@@ -86,8 +86,10 @@ def open_engine(url: str) -> Engine:
         query = make_url(url).query
         if "connect_timeout" not in query:
             connect_args["connect_timeout"] = CONNECT_TIMEOUT
-        if "options" not in query:
-            connect_args["options"] = "-c timezone=UTC"
+        # appended to the URL's own options (a site's statement_timeout, a search_path), last so it wins:
+        # with options of its own a session ran in the server's zone, pages printing local times (red-team 151)
+        own = query.get("options", ())
+        connect_args["options"] = " ".join([*([own] if isinstance(own, str) else own), "-c timezone=UTC"])
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 
@@ -135,6 +137,12 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
             return  # this farm's schema already: what every run but the first finds
         known = {script.revision for script in scripts.walk_revisions()}
         present = set(inspect(connection).get_table_names())
+        if connection.dialect.name == "sqlite":
+            # one transaction for whatever is written below, as PostgreSQL's DDL is: pysqlite commits each
+            # DDL statement on its own, so an upgrade stopped half-way kept its ADD COLUMN or DROP INDEX
+            # under the older revision, and every later open re-ran it and failed (red-team 151); and a
+            # new database's whole schema in one journal sync (it took 18 ms, 10 ms so)
+            connection.exec_driver_sql("BEGIN")
         if current is None and "runs" in present:
             if not create:
                 _refuse_older(url, "none (a farm from before schema revisions wrote it)", scripts)
@@ -146,10 +154,6 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
             # the tests hold the two to the same schema (test_store.py). No table is taken as
             # already there: another program's table of one of these names is an error here,
             # as it is in the migrations
-            if connection.dialect.name == "sqlite":
-                # one transaction for the whole schema: pysqlite commits each CREATE on its own
-                # otherwise, a journal sync apiece (a new database took 18 ms, 10 ms so)
-                connection.exec_driver_sql("BEGIN")
             Base.metadata.create_all(connection, checkfirst=False)
             # and the rows a migration seeds on an empty database (0011: every value is a baseline)
             connection.execute(Meta.__table__.insert(), [{"key": "metric_baseline_from", "value": "1"}])
@@ -168,7 +172,15 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
             )
         if not create:
             _refuse_older(url, current, scripts)
-        command.upgrade(config, "head")
+        try:
+            command.upgrade(config, "head")
+        except SQLAlchemyError as err:
+            # the transaction rolls back whole on both backends: the older schema stays as it was
+            raise StoreError(
+                f"cannot open the results database {redact_url(url)}: upgrading its schema from {current or 'none'} "
+                f"to {scripts.get_current_head()} failed ({first_line(err, url)}); nothing of the upgrade was kept, "
+                f"it is left at {current or 'none'}: remove the cause and run `farm verify` again"
+            ) from err
 
 
 def _refuse_older(url: str, current: str, scripts: ScriptDirectory) -> NoReturn:
