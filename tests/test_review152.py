@@ -13,10 +13,22 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
+from farm_cli import farm
 from test_bisect import commit, farm_in_repo, git
+from test_metrics import new_run, result_record
+from toyfarm import toy_farm
+
+from orchestrator.cli.verify import verdict_line
+from orchestrator.farm_writable import WHY
+from orchestrator.outcomes import Outcome
+from orchestrator.progress import describe_cell
+from orchestrator.run.summary import RunSummary
+from orchestrator.store.database import Store
 
 KERNEL = """\
 // A kernel whose job comes from its header.
@@ -91,3 +103,69 @@ def test_a_kernel_in_a_subfolder_is_bisected(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"first bad commit: {broke} (" in done.stdout, done.stdout
     assert "kernels/day97/scan97.cu" in done.stdout, done.stdout  # among the inputs it watched
+
+
+# ------------------------------------------------------------------ the words of "certifies nothing"
+
+
+def _cell_result(outcome: Outcome, *, standin: bool, farm_writable: bool) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """A cell as the run's listeners get it (cell, CellResult), its kernel run on a card: the fields they read."""
+    result = SimpleNamespace(
+        verdict=SimpleNamespace(outcome=outcome, reason="r", failed_stage=None),
+        gpu=SimpleNamespace(verified=not standin),
+        stages=[],
+        expectation=SimpleNamespace(label=outcome.value),
+        farm_writable=farm_writable,
+    )
+    return SimpleNamespace(label="k:v@here"), result
+
+
+def _last_line(outcome: Outcome, *, standin: bool, farm_writable: bool) -> tuple[str, str]:
+    """The cell's own line and `farm verify`'s last line, for one cell of `outcome`."""
+    cell, result = _cell_result(outcome, standin=standin, farm_writable=farm_writable)
+    summary = RunSummary(run_id=3, results=[(cell, result, 7)])  # type: ignore[list-item]
+    summary.outcomes[outcome.value] = 1
+    return describe_cell(cell, result, 7), verdict_line(summary)  # type: ignore[arg-type]
+
+
+def test_a_known_failure_on_a_stand_in_card_is_not_counted_as_certifying_nothing() -> None:
+    """The pages flag only pass, expected-refusal and fixed (outcomes.RAN_AS_EXPECTED): the run's lines
+    said "1 of them on cards the NVIDIA driver did not confirm: certify nothing" of a known-failure."""
+    for standin, farm_writable in ((True, False), (False, True)):
+        line, last = _last_line(Outcome.KNOWN_FAILURE, standin=standin, farm_writable=farm_writable)
+        assert "certif" not in line and "certify nothing" not in last, (line, last)
+    for outcome in (Outcome.PASS, Outcome.EXPECTED_REFUSAL, Outcome.FIXED):  # what the pages flag, said
+        line, last = _last_line(outcome, standin=True, farm_writable=True)
+        assert "certifies nothing" in line, line
+        assert "1 of them on cards" in last and f"1 of them {WHY}: certify nothing" in last, last
+
+
+def _show(tmp_path: Path, outcome: str) -> str:
+    """`farm show` of one result of `outcome` on a stand-in card, run on the farm's own machine."""
+    config = toy_farm(tmp_path)
+    store = Store(f"sqlite:///{tmp_path}/results.db")
+    store.journal = None
+    try:
+        run_id, snapshot = new_run(store)
+        record = replace(result_record(run_id, snapshot, outcome=outcome), real_gpu=False, farm_writable=True)
+        result_id = store.add_result(record)
+        store.finish_run(run_id, "finished", 0)
+    finally:
+        store.close()
+    done = farm("show", str(result_id), "--config", str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_farm_show_says_certifies_nothing_only_where_it_applies(tmp_path: Path) -> None:
+    """A fail is no certificate either way (its outcome says so): its card and "ran" lines said
+    "certifies nothing" as if a pass were withheld; they still say where it ran and on what card."""
+    failed = _show(tmp_path / "fail", "fail")
+    card = re.search(r"^card .*$", failed, re.M)
+    ran = re.search(r"^ran .*$", failed, re.M)
+    assert card and ran, failed
+    assert "not confirmed by the NVIDIA driver" in card.group() and WHY in ran.group(), failed
+    assert "certifies nothing" not in card.group() + ran.group(), failed
+    passed = _show(tmp_path / "pass", "pass")
+    assert re.search(rf"^ran +{re.escape(WHY)}: certifies nothing$", passed, re.M), passed
+    assert re.search(r"^card .*: certifies nothing$", passed, re.M), passed
