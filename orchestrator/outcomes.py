@@ -52,7 +52,7 @@ AS_EXPECTED = frozenset(
 
 # The as-expected outcomes of a kernel that ran on its card: the ones a card the driver did not
 # confirm, or a run unconfined on the farm's own machine, leave certifying nothing
-# (report.model.unconfirmed, and its SQL form store.certifying.unconfirmed_rule).
+# (report.model.unconfirmed, and its SQL form store.certifying.unconfirmed_rule; a run's lines, progress.py).
 RAN_AS_EXPECTED = (Outcome.PASS.value, Outcome.EXPECTED_REFUSAL.value, Outcome.FIXED.value)
 
 # Outcomes that are the infrastructure's, not the kernel's.

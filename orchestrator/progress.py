@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.farm_writable import WHY
-from orchestrator.outcomes import CELL_STAGES, Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, RAN_AS_EXPECTED, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
 from orchestrator.run.snapshot import NodeSnapshot
@@ -48,20 +48,26 @@ def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -
     return f"node {node}: {gpu}; nvcc {snapshot.nvcc_version}{drift}{stand_in}"
 
 
+def _ran_as_expected(result: CellResult) -> bool:
+    """The pages' rule (report.model.unconfirmed): a pass, expected-refusal or fixed, its kernel run on a
+    card. Every as-expected outcome was counted, a known-failure or compile-only too: `farm verify`'s
+    last line said "certify nothing" of cells no page flags (review 152)."""
+    verdict = result.verdict
+    return verdict is not None and verdict.outcome in RAN_AS_EXPECTED and result.gpu is not None
+
+
 def on_standin(result: CellResult) -> bool:
-    """An as-expected cell whose kernel ran on a card the NVIDIA driver did not confirm."""
-    gpu, verdict = result.gpu, result.verdict
-    return verdict is not None and is_as_expected(verdict.outcome) and gpu is not None and not gpu.verified
+    """A cell as the pages flag it whose kernel ran on a card the NVIDIA driver did not confirm."""
+    return _ran_as_expected(result) and result.gpu is not None and not result.gpu.verified
 
 
 def on_farm_writable(result: CellResult) -> bool:
-    """An as-expected cell whose kernel ran on a card, unconfined on the farm's own machine (farm_writable.py)."""
-    verdict = result.verdict
-    return verdict is not None and is_as_expected(verdict.outcome) and result.gpu is not None and result.farm_writable
+    """A cell as the pages flag it whose kernel ran unconfined on the farm's own machine (farm_writable.py)."""
+    return _ran_as_expected(result) and result.farm_writable
 
 
 def certify_nothing_counts(results: list[tuple[Cell, CellResult, int]], standin_words: str) -> str:
-    """A run's last line's note: how many of its as-expected cells certify nothing, and why (a stand-in
+    """A run's last line's note: how many of its cells the pages flag certify nothing, and why (a stand-in
     card, in `standin_words`; farm writable), each said (review 141: a farm-writable night read green)."""
     standin = sum(on_standin(result) for _, result, _ in results)
     writable = sum(on_farm_writable(result) for _, result, _ in results)

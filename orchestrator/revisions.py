@@ -26,6 +26,8 @@ from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError
 
 GIT_TIMEOUT = 120.0
+# a Git LFS pointer file's first line (and its older name): a clone without `git lfs` holds it for the content
+LFS_POINTERS = (b"version https://git-lfs.github.com/spec/v1", b"version https://hawser.github.com/spec/v1")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,11 @@ class Git:
         shown = self.text("log", "--no-show-signature", "--format=%H%x00%s%x00%aI%x00", *args)
         fields = [f.strip() for f in shown.split("\0")]
         return [Commit(*fields[at : at + 3]) for at in range(0, len(fields) - 2, 3)]
+
+    def names(self, *args: str, paths: tuple[str, ...] = ()) -> list[str]:
+        """The paths `git ARGS -z -- PATHS` lists (--name-only), unquoted."""
+        listed = _git(self.top, *args, "-z", "--", *paths).stdout.decode("utf-8", "surrogateescape")
+        return [name.strip("\n") for name in listed.split("\0") if name.strip("\n")]
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         return _git(self.top, "merge-base", "--is-ancestor", older, newer, check=False).returncode == 0
@@ -150,6 +157,7 @@ class KernelHistory:
         kernels = getattr(farm.spec, "kernels", None)
         self.kernels_rel = self._in_repo((farm.root / kernels).resolve(), "kernels") if kernels else None
         self.kernel_sources = (f"{self.kernels_rel}/{kernel}.cu",) if self.kernels_rel else ()
+        self.where = f"{self.kernel_sources[0]} or {self.kernels_rel}/FOLDER/{kernel}.cu" if self.kernels_rel else ""
 
     def _in_repo(self, folder: Path, key: str) -> str:
         try:
@@ -167,18 +175,38 @@ class KernelHistory:
         if odd:
             return f"{odd[0]} is a link or a submodule at {sha[:12]}, not a file"
         contents = self.git.blobs(sorted({blob for _mode, blob in files.values()}))
+        # built as source, a pointer failed to compile and its commit could be named the first bad one
+        pointer = next((path for path, (_mode, blob) in files.items() if contents[blob].startswith(LFS_POINTERS)), "")
+        if pointer:
+            return f"{pointer} is a Git LFS pointer at {sha[:12]}, not its content (farm bisect does not run git lfs)"
         for rel, (_mode, blob) in files.items():
             target = tree / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(contents[blob])
         return ""
 
+    def _sources_at(self, sha: str) -> list[str]:
+        """The kernel's .cu files at `sha` where the loader looks for them (config/farm.py): kernels/KERNEL.cu
+        and kernels/FOLDER/KERNEL.cu (the loader takes one there with a Build line). Only the first was
+        read: a kernel in kernels/day97/ had "no job" at every commit and bisect exited 3 (review 152)."""
+        if not self.kernels_rel:
+            return []
+        return [path for path in sorted(self.git.files(sha, [self.kernels_rel])) if self._is_source(path)]
+
+    def _is_source(self, path: str) -> bool:
+        """Whether `path` is a place of the kernel's .cu; hidden folders are not entered, as by the loader."""
+        base = "" if self.kernels_rel in (None, ".") else f"{self.kernels_rel}/"
+        if self.kernels_rel is None or not path.startswith(base):
+            return False
+        parts = path[len(base) :].split("/")
+        return parts[-1] == f"{self.kernel}.cu" and not any(p.startswith(".") for p in parts[:-1])
+
     def _job_file(self, sha: str, tree: Path) -> tuple[bool, dict, str]:
         """The kernel's job file and .cu at `sha`, written under tree: whether
         either exists, the job file's YAML ({} without one), and why it cannot be read."""
-        found = self.git.files(sha, [*self.job_files, *self.kernel_sources])
+        found = self.git.files(sha, [*self.job_files, *self._sources_at(sha)])
         if not found:
-            names = " or ".join([self.job_files[0], *self.kernel_sources])
+            names = " or ".join([self.job_files[0], *([self.where] if self.where else [])])
             return False, {}, f"there is no job for kernel {self.kernel!r} ({names})"
         why = self._write(sha, tree, found)
         raw: object = {}
@@ -203,7 +231,7 @@ class KernelHistory:
         if not exists or why:
             return None, why
         listed = self.git.files(sha, [self.repo_path(e) for e in self._entries(raw)])
-        why = self._write(sha, tree, listed) or self._write_included(sha, tree, [*listed, *self.kernel_sources])
+        why = self._write(sha, tree, listed) or self._write_included(sha, tree, [*listed, *self._sources_at(sha)])
         if why:
             return None, why
         # a farm of this one job (its nodes do not matter: the run uses today's farm.yaml)
@@ -259,7 +287,11 @@ class KernelHistory:
         `inputs` (the job's files at both ends), and what the job file listed at
         each commit between that changed it: a source listed only in the middle of
         the range is still watched."""
-        paths = {*self.job_files, *self.kernel_sources, *inputs}
+        paths = {*self.job_files, *self.kernel_sources, *inputs, *self._sources_at(good), *self._sources_at(bad)}
+        if self.kernels_rel:  # the .cu in a subfolder at a commit between, moved there and back
+            log = ("log", "--format=", "--name-only", "--ancestry-path", f"{good}..{bad}")
+            named = self.git.names(*log, paths=(self.kernels_rel,))
+            paths.update(p for p in named if self._is_source(p))
         changed = self.git.rev_list("--ancestry-path", f"{good}..{bad}", paths=self.job_files)
         with tempfile.TemporaryDirectory(prefix="farm-bisect-") as tmp:
             for sha in {good, bad, *changed}:

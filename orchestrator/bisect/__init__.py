@@ -18,8 +18,8 @@ key, so the node's cached build is reused (run/stages/build.py) and nvcc is not 
 
 The walk tests BAD first (it must be not as expected), then GOOD (it must be as
 expected), then halves the candidates. A commit whose job does not load there
-(a missing source, a malformed job file) cannot be judged and is skipped, as
-`git bisect skip` does. A cell that ends in infra-error (the node down) is
+(a missing source, a malformed job file, an input that is a Git LFS pointer)
+cannot be judged and is skipped, as `git bisect skip` does. A cell that ends in infra-error (the node down) is
 neither good nor bad: the walk stops and says so; it never guesses. The first
 bad commit's parent is judged by the last good commit when no input changed
 between them (the same build key), and is run otherwise (history with merges).

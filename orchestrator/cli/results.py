@@ -251,7 +251,9 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     Example: farm show 12
     """
     from orchestrator.cuda_waiver import FLAG, was_waived
+    from orchestrator.outcomes import RAN_AS_EXPECTED
     from orchestrator.report.cell_page import commit_text, driver_text, nvcc_text
+    from orchestrator.store.certifying import CERTIFYING_OUTCOMES
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
 
@@ -277,15 +279,16 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         f"run       {r.run_id} {said}"
         + (f" (a bisection's run, {run.trigger})" if run and run.trigger == "bisect" else "")
     )
+    # "certifies nothing" where the outcome would be read as one (green on the pages, or a certifying
+    # perf-regression): of a fail it read as if a pass were withheld, where its outcome says it all (review 152)
+    withheld = ": certifies nothing" if r.outcome in {*RAN_AS_EXPECTED, *CERTIFYING_OUTCOMES} else ""
     if r.device and not r.real_gpu:
-        say(
-            "card      not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it): "
-            "certifies nothing"
-        )
+        unconfirmed = "not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it)"
+        say(f"card      {unconfirmed}{withheld}")
     if r.farm_writable:  # its code could have written this very record (farm_writable.py)
-        say(f"ran       {WHY}: certifies nothing")
+        say(f"ran       {WHY}{withheld}")
     for flag in _since_flags(store, farm, r):
-        say(f"since     {flag}: certifies nothing now")
+        say(f"since     {flag}{withheld and withheld + ' now'}")
     # the cell page's provenance in its words: what a certificate is checked against (a review finding, 109)
     say(f"farm commit {commit_text(run.farm_commit if run is not None else None)}")
     say(f"contract  {r.contract}")
