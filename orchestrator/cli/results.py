@@ -274,14 +274,15 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     run = store.run(r.run_id)
     status = run.status if run is not None else "unknown"
     ended = {"finished": "finished", "aborted": "did not finish (aborted)", "running": "had not finished (running)"}
-    said = ended.get(status, status) + ("" if status == "finished" else ": nothing of it certifies")
+    # "certifies nothing" where the outcome would be read as one (green on the pages, or a certifying
+    # perf-regression): of a fail it read as if a pass were withheld, where its outcome says it all (review
+    # 152; its run and identity lines too, review 153)
+    withheld = ": certifies nothing" if r.outcome in {*RAN_AS_EXPECTED, *CERTIFYING_OUTCOMES} else ""
+    said = ended.get(status, status) + ("" if status == "finished" or not withheld else ": nothing of it certifies")
     say(
         f"run       {r.run_id} {said}"
         + (f" (a bisection's run, {run.trigger})" if run and run.trigger == "bisect" else "")
     )
-    # "certifies nothing" where the outcome would be read as one (green on the pages, or a certifying
-    # perf-regression): of a fail it read as if a pass were withheld, where its outcome says it all (review 152)
-    withheld = ": certifies nothing" if r.outcome in {*RAN_AS_EXPECTED, *CERTIFYING_OUTCOMES} else ""
     if r.device and not r.real_gpu:
         unconfirmed = "not confirmed by the NVIDIA driver (a stand-in nvidia-smi, or one that misreports it)"
         say(f"card      {unconfirmed}{withheld}")
@@ -292,7 +293,7 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
     # the cell page's provenance in its words: what a certificate is checked against (a review finding, 109)
     say(f"farm commit {commit_text(run.farm_commit if run is not None else None)}")
     say(f"contract  {r.contract}")
-    say(f"identity  {r.identity or '- (not every input identified: certifies nothing)'}")
+    say(f"identity  {r.identity or f'- (not every input identified{withheld})'}")
     for path, sha in r.sources.items():
         say(f"source    {path} sha256 {sha}")
     for dep, d in (r.dependencies or {}).items():
