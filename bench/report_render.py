@@ -823,11 +823,12 @@ def _rss_kb() -> int:
 def _instrument() -> dict[str, list]:
     """Wrap the render's seams with timers: every public Store method (a query and
     its ORM loading), reportdata.collect if report.py uses it, each Jinja2
-    template's render (by template name) and report._write. Times are exclusive
+    template's render (by template name) and the pages' _write. Times are exclusive
     (a query inside collect counts as the query's, not collect's). Cheap (a few
     thousand calls), so unlike cProfile it does not distort the split."""
     import jinja2
 
+    from orchestrator.report import cell_pages
     from orchestrator.report import site as report
     from orchestrator.store import database as store
 
@@ -870,8 +871,9 @@ def _instrument() -> dict[str, list]:
         "render",
         lambda a: f"template: {getattr(a[0], 'name', None) or 'inline'}",
     )
-    if hasattr(report, "_write"):
-        wrap(report, "_write", lambda _a: "write: report._write")
+    for module in (report, cell_pages):  # the site's pages, and its cell pages
+        if hasattr(module, "_write"):
+            wrap(module, "_write", lambda _a, m=module.__name__: f"write: {m}._write")
     return timers
 
 

@@ -56,7 +56,7 @@ def clock(monkeypatch: pytest.MonkeyPatch, offset: timedelta) -> None:
         def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr("orchestrator.store.database.datetime", Shifted)
+    monkeypatch.setattr("orchestrator.store.recording.datetime", Shifted)
 
 
 def backup(db: Path, to: Path) -> None:

@@ -50,7 +50,7 @@ def clock(monkeypatch: pytest.MonkeyPatch, offset: timedelta) -> None:
         def now(cls, tz=None):  # type: ignore[no-untyped-def, override]
             return datetime.now(tz) + offset
 
-    monkeypatch.setattr("orchestrator.store.database.datetime", Shifted)
+    monkeypatch.setattr("orchestrator.store.recording.datetime", Shifted)
     monkeypatch.setattr("orchestrator.store.recovery.datetime", Shifted)
 
 

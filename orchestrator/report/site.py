@@ -36,11 +36,9 @@ import gc
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
 
@@ -49,20 +47,19 @@ from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
 from orchestrator.farm_writable import run_words
 from orchestrator.report import grids, history
-from orchestrator.report.cell_page import Chrome, cell_body, decoded
+from orchestrator.report.cell_pages import write_cell_pages
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
-from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, ReportModel, category, collect
-from orchestrator.report.pagewriter import CHANGED, FRESH, PAGE, PageWriter, WriteFailed, make_folders, write_page
+from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, category, collect
+from orchestrator.report.pagewriter import PAGE, PageWriter, WriteFailed, make_folders, write_page
 from orchestrator.report.run_cards import run_cards
 from orchestrator.report.site_identity import take_site
 from orchestrator.report.site_lock import LOCK_FILE, rendering
-from orchestrator.report.stamps import cell_stamp, run_stamp, stamped
+from orchestrator.report.stamps import run_stamp, stamped
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
-BATCH = 500  # cell pages rendered per batch of whole rows read: bounds the memory, not the time
 
 
 def _bytecode_cache() -> BytecodeCache | None:
@@ -115,92 +112,10 @@ class PageWriteError(FarmError):
         self.oserror = err
 
 
-def _write(path: Path | str, text: str, pages: PageWriter, compare: bool = True, fresh: bool = False) -> None:
-    """Hands a page to the writer: `fresh`, a cell page not on disk yet (written in
-    place); else any page, written whole by a rename, and not at all when the page
-    on disk has its bytes (`compare=False`: the caller knows it differs)."""
-    pages.put(FRESH if fresh else PAGE if compare else CHANGED, os.fspath(path), text.encode("utf-8"))
-
-
-def _linked_results(model: ReportModel) -> dict[int, int]:
-    """result id -> run id of every cell page the site links to: the run's cells,
-    each standing cell (and the infra result after it) and each certificate's
-    evidence, from whichever run."""
-    wanted = {r.id: r.run_id for r in model.results}
-    for cell in model.standing.values():
-        wanted[cell.result.id] = cell.result.run_id
-        if cell.infra_since is not None:
-            wanted[cell.infra_since.id] = cell.infra_since.run_id
-    for entry in model.ledgers:
-        for state in entry.capabilities.values():
-            for cert in (*state.current, *state.older):
-                wanted[cert.result_id] = cert.run_id
-    return wanted
-
-
-def _batches(ids: list[int]) -> Iterable[list[int]]:
-    for start in range(0, len(ids), BATCH):
-        yield ids[start : start + BATCH]
-
-
-def _cell_pages(
-    store: Store,
-    model: ReportModel,
-    env: Environment,
-    out_dir: Path,
-    pages: PageWriter,
-    also: dict[int, int],
-    since: dict[int, list[str]],
-) -> None:
-    """Write the cell pages the site links to, and those of `also` (result id -> run id),
-    that are not on disk yet (or were written by another version of the farm); `since`:
-    what the matrix flags on each standing verdict (grids.since_by_result)."""
-    wanted = {**also, **_linked_results(model)}
-    states = store.run_states(sorted(set(wanted.values())))
-    # what the matrix flags on a standing verdict, its page says too (and its stamp holds)
-    stamps = {rid: cell_stamp(rid, run_id, *states[run_id][:2], since.get(rid, ())) for rid, run_id in wanted.items()}
-    try:  # one listing instead of a failed open per page not written yet (the run's own, thousands)
-        present = set(os.listdir(out_dir / "cells"))
-    except OSError:
-        present = set()
-    todo = [
-        rid
-        for rid in sorted(wanted)
-        if f"{rid}.html" not in present or not stamped(out_dir / "cells" / f"{rid}.html", stamps[rid])
-    ]
-    # the run's own cells' earlier results are in the model; the others' are read here
-    others = [rid for rid in todo if rid not in model.previous and wanted[rid] != model.run.id]
-    previous = {**store.previous_results(result_ids=others, per_cell=history.WINDOW), **model.previous}
-    run_id = model.run.id
-    chrome = Chrome(env)
-
-    folder = os.path.join(out_dir, "cells")  # a string: a Path per page cost more than its page's write
-
-    def make(batch: list[int]) -> Iterable[tuple[str, str, bool]]:
-        """One batch's pages: (path, text, whether the file is new)."""
-        rows = decoded(store.result_rows(batch, json_as_text=True))
-        snapshots = store.snapshot_rows([r.snapshot_id for r in rows if r.snapshot_id is not None])
-        measured: dict[int, list[Any]] = {}
-        for m in store.metric_values(result_ids=[rid for rid in batch if wanted[rid] != run_id]):
-            measured.setdefault(m.result_id, []).append(m)  # the run's own are in the model
-        for r in rows:
-            title = (
-                f"farm: {r.kernel}:{r.variant}@{r.node}" + (f" [{r.device}]" if r.device else "") + f" (result {r.id})"
-            )
-            # the run's own cells were compared in the model already (its "what changed")
-            change = model.changes.get((r.kernel, r.variant, r.node, r.device)) if r.run_id == run_id else None
-            snapshot = snapshots.get(r.snapshot_id)
-            values = model.measured.get(r.id, []) if r.run_id == run_id else measured.get(r.id, [])
-            started, status, bisected, commit = states[r.run_id]  # the status as stamped, not the model's
-            ended = status if status != "finished" else None
-            prior, flags = previous.get(r.id, []), since.get(r.id, ())
-            body = cell_body(r, started, prior, snapshot, change, values, ended, bisected, flags, commit)
-            name = f"{int(r.id)}.html"
-            yield f"{folder}/{name}", chrome.page(stamps[r.id], title, body), name not in present
-
-    for batch in _batches(todo):
-        for path, text, fresh in make(batch):
-            _write(path, text, pages, compare=False, fresh=fresh)  # not on disk, or without this stamp: it differs
+def _write(path: Path | str, text: str, pages: PageWriter) -> None:
+    """Hands a page to the writer: written whole by a rename, and not at all when the page on
+    disk has its bytes (cell pages are cell_pages.py's)."""
+    pages.put(PAGE, os.fspath(path), text.encode("utf-8"))
 
 
 def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
@@ -287,7 +202,7 @@ def _render(
     pages: PageWriter,
     also: dict[int, int],
 ) -> Path:
-    """Makes the site's pages and hands them to `pages`, cell pages first (see _cell_pages)."""
+    """Makes the site's pages and hands them to `pages`, cell pages first (cell_pages.py)."""
     env = _env()
     with store.reading():  # one snapshot, even while a run is writing
         model = collect(store, run_id, farm, history_runs, full=False)
@@ -303,7 +218,7 @@ def _render(
         since = grids.since_by_result(model)
         # a flagged verdict is grey on its run's page and the kernel's history too (it was green there)
         moot = grids.flagged_by_run(model, since)
-        _cell_pages(store, model, env, out_dir, pages, also, since)
+        write_cell_pages(store, model, env, out_dir, pages, also, since)
 
         run_page = env.get_template("run.html.j2")
         from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 # what decides a page's bytes besides the database: a change to any of these renders every page again
 PAGE_SOURCES = (
-    *("site.py", "stamps.py", "grids.py", "cell_page.py", "escape.py", "model.py", "kernel_inputs.py"),
+    *("site.py", "cell_pages.py", "stamps.py", "grids.py", "cell_page.py", "escape.py", "model.py", "kernel_inputs.py"),
     *("history.py", "trends.py", "../outcomes.py", "../metrics.py", "../terminal.py"),
 )
 

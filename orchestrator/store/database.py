@@ -23,10 +23,8 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,24 +42,14 @@ from orchestrator.store.location import several_names, sqlite_file
 from orchestrator.store.lock import check_held
 from orchestrator.store.measurements import MeasurementQueries
 from orchestrator.store.queries import Queries
-from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
+from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
-from orchestrator.store.result_rows import INSERT_PLANNED, insert_node, insert_result, stored
-from orchestrator.store.tables import (
-    SEED_DATABASE_ID,
-    Attempt,
-    Base,
-    Meta,
-    NodeSnapshotRow,
-    PlannedCell,
-    ResultRow,
-    Run,
-    SourceFile,
-)
+from orchestrator.store.result_rows import stored
+from orchestrator.store.tables import Attempt, Base, Meta, ResultRow, Run
 from orchestrator.store.waived import WaivedQueries
 
 
-class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries, WaivedQueries):
+class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries, WaivedQueries):
     """Opens (and creates) the database; every write commits at once."""
 
     def __init__(self, url: str, *, create: bool = True) -> None:
@@ -249,149 +237,13 @@ class Store(Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBi
             row = session.execute(query.limit(1)).first()
             return f"result {row[0]} of run {row[1]}" if row is not None else None
 
-    # writes ------------------------------------------------------------------
-    def begin_run(
-        self,
-        planned: Sequence[tuple[str, str, str, str]] = (),
-        sources: Sequence[tuple[str, str, bytes]] = (),
-        **fields: Any,
-    ) -> int:
-        """A new run (its columns, `fields`), with the cells it plans (as add_planned) and
-        its sources' files ((sha256, path, content), as add_source), in one journal
-        write and one transaction: three commits and syncs were on every run's start."""
-        started = datetime.now(UTC)
-        records: list[tuple[str, dict[str, Any]]] = [("run", {"started_at": started, **fields})]
-        if planned:
-            records.append(("planned", {"cells": [list(cell) for cell in planned]}))
-        records += [("source", {"sha256": sha, "path": path, "content": content}) for sha, path, content in sources]
-        if self.journal is not None:
-            self.journal.write_many(records)
-        run_fields = {"started_at": started, "status": "running", **fields}
-        try:
-            with self._writing_rows() as connection:
-                connection.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # with its first run: database_identity
-                run_id = connection.execute(
-                    Run.__table__.insert(), stored(Run.__table__, run_fields)
-                ).inserted_primary_key[0]
-                rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in planned]
-                if rows:
-                    connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
-                new = {sha: (path, content) for sha, path, content in sources}
-                if new:
-                    have = connection.scalars(select(SourceFile.sha256).where(SourceFile.sha256.in_(list(new))))
-                    for sha in list(have):
-                        del new[sha]
-                if new:
-                    kept = [
-                        {"sha256": sha, "path": path, "content": content, "first_seen": started}
-                        for sha, (path, content) in new.items()
-                    ]
-                    connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
-        except StoreError as err:
-            raise self.not_begun(err, fields.get("token")) from err
-        self._run = (run_id, "running")
-        self._binaries = RunBinaries(node for _, _, node, _ in planned)
-        return run_id
-
-    def finish_run(self, run_id: int, status: str, exit_code: int) -> None:
-        """How the run ended, journal first; where the journal cannot take it (its disk
-        full), the database is still told, and then the journal's error raised: a run
-        left "running" reads as one whose farm died."""
-        unjournaled: StoreError | None = None
-        try:
-            self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
-        except StoreError as err:
-            unjournaled = err
-        with self._writing() as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            run.status = status
-            # the code the process returns: the journal's error's, where it could not take the end
-            run.exit_code = exit_code if unjournaled is None else max(exit_code, unjournaled.exit_code)
-            run.ended_at = datetime.now(UTC)
-            session.commit()
-            self._run = (run_id, status)  # its own end, never another farm's write (lock._written_meanwhile)
-        if unjournaled is not None:
-            raise unjournaled
-
-    def add_snapshot(self, record: SnapshotRecord) -> int:
-        ref = self._new_ref()
-        fields = record.columns()
-        self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
-        snapshot_id = self._add(NodeSnapshotRow, fields)
-        self._snapshot_refs[snapshot_id] = ref
-        return snapshot_id
-
-    def add_result(
-        self,
-        record: ResultRecord,
-        attempts: Sequence[AttemptRecord] = (),
-        metrics: Sequence[dict[str, Any]] = (),
-    ) -> int:
-        """A cell's result, its metric values (metrics.Measured.record) and the
-        attempts that led to it, in one transaction (and one journal write)."""
-        ref = self._snapshot_refs.get(record.snapshot_id or 0)
-        at = datetime.now(UTC)
-        fields = record.columns()
-        tries = [{"at": at, **a.columns()} for a in attempts]
-        kept = {k: v for k, v in fields.items() if k not in ("run_id", "snapshot_id")}
-        records: list[tuple[str, dict[str, Any]]] = [
-            ("result", {"snapshot_ref": ref, **kept, **({"metrics": list(metrics)} if metrics else {})})
-        ]
-        records += [("attempt", {k: v for k, v in a.items() if k != "run_id"}) for a in tries]
-        if self.journal is not None:
-            self.journal.write_many(records)
-        with self._writing_rows() as connection:
-            result_id = insert_result(connection, fields, metrics, tries)
-        # once committed: a result the database refused vouched for no cached build (binaries.py)
-        self._binary_written(fields)
-        return result_id
-
-    def add_planned(self, run_id: int, cells: list[tuple[str, str, str, str]]) -> None:
-        """(kernel, variant, node, device) of cells a run sets out to do; a node's
-        cells are planned again per card model once its probe found several."""
-        self._journal("planned", {"cells": [list(cell) for cell in cells]})
-        if not cells:
-            return
-        rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
-        with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
-            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
-
-    def add_node_records(self, attempt: AttemptRecord, snapshot: SnapshotRecord) -> int:
-        """A node's attempt that succeeded and its snapshot (add_attempt, then add_snapshot),
-        in one journal write and one transaction: two commits and syncs per node were one."""
-        at = datetime.now(UTC)
-        tried, fields = {"at": at, **attempt.columns()}, snapshot.columns()
-        ref = self._new_ref()
-        self._journal_many(("attempt", tried), ("snapshot", {"ref": ref, **fields}))
-        with self._writing_rows() as connection:
-            snapshot_id = insert_node(connection, tried, fields)
-        self._snapshot_refs[snapshot_id] = ref
-        return snapshot_id
-
-    def _new_ref(self) -> int:
-        with self._refs_lock:
-            return next(self._refs)
-
-    def add_attempt(self, record: AttemptRecord) -> None:
-        at = datetime.now(UTC)
-        fields = record.columns()
-        self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
-        self._add(Attempt, {"at": at, **fields})
-
     def attempts(self, run_id: int) -> list[Attempt]:
         with self._reading() as session:
             query = select(Attempt).where(Attempt.run_id == run_id).order_by(Attempt.id)
             return list(session.scalars(query))
 
-    def add_source(self, sha256: str, path: str, content: bytes) -> None:
-        self._journal("source", {"sha256": sha256, "path": path, "content": content})
-        with self._writing() as session:
-            if session.get(SourceFile, sha256) is None:
-                session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
-                session.commit()
-
-    # reads: queries.Queries, certifying.CertifyingQueries, measurements.MeasurementQueries
+    # writes: recording.Recording; reads: queries.Queries, certifying.CertifyingQueries,
+    # measurements.MeasurementQueries
 
     def close(self) -> None:
         if self.journal is not None:
