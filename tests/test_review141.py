@@ -29,12 +29,13 @@ from test_metrics import new_run, result_record
 from toyfarm import toy_farm
 
 from orchestrator.cli.verify import verdict_line
-from orchestrator.farm_writable import STANDIN, WHY
+from orchestrator.farm_writable import WHY
 from orchestrator.outcomes import Outcome
 from orchestrator.progress import PlainListener, describe_cell
 from orchestrator.report import export
 from orchestrator.report.model import collect
 from orchestrator.report.site import render
+from orchestrator.report.unbacked import STANDIN
 from orchestrator.run.summary import RunSummary
 from orchestrator.store.database import Store
 from orchestrator.store.records import SnapshotRecord

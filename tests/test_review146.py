@@ -12,7 +12,7 @@ from pathlib import Path
 from test_metrics import new_run, result_record
 from test_review141 import _said
 
-from orchestrator.farm_writable import UNIDENTIFIED
+from orchestrator.report.unbacked import UNIDENTIFIED
 from orchestrator.store.database import Store
 from orchestrator.store.records import SnapshotRecord
 

@@ -18,12 +18,12 @@ from sqlalchemy import JSON
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
-from orchestrator.farm_writable import certifies_nothing_why
 from orchestrator.report import history
 from orchestrator.report.escape import decoded_text, page_name, when
 from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import ew as _ew
 from orchestrator.report.model import category, unconfirmed
+from orchestrator.report.unbacked import certifies_nothing_why
 from orchestrator.store.tables import ResultRow
 
 _UNFINISHED = {"aborted": "did not finish", "running": "had not finished"}

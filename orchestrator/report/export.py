@@ -22,12 +22,12 @@ from typing import Any
 
 from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK
-from orchestrator.farm_writable import certifies_nothing_why
 from orchestrator.metrics import stored_words
 from orchestrator.outcomes import Outcome, is_as_expected, is_infra
 from orchestrator.report.durations import CLOCK_STEPPED, seconds
 from orchestrator.report.ledger_json import ledger_records
 from orchestrator.report.model import ReportModel, unconfirmed
+from orchestrator.report.unbacked import certifies_nothing_why
 from orchestrator.report.unbacked import reasons as unbacked_reasons
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 from orchestrator.terminal import ci_inert

@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
-from orchestrator.farm_writable import UNIDENTIFIED, WHY
+from orchestrator.farm_writable import WHY
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
 from orchestrator.report.durations import seconds
@@ -27,6 +27,7 @@ from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import t as _t
 from orchestrator.report.model import ReportModel, category, unconfirmed
+from orchestrator.report.unbacked import UNIDENTIFIED
 from orchestrator.run.snapshot import card_columns
 
 

@@ -45,7 +45,6 @@ from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageL
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
-from orchestrator.farm_writable import run_words
 from orchestrator.report import grids, history
 from orchestrator.report.cell_pages import write_cell_pages
 from orchestrator.report.escape import page_name
@@ -56,6 +55,7 @@ from orchestrator.report.run_cards import run_cards
 from orchestrator.report.site_identity import take_site
 from orchestrator.report.site_lock import LOCK_FILE, rendering
 from orchestrator.report.stamps import run_stamp, stamped
+from orchestrator.report.unbacked import run_words
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page
 

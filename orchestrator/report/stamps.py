@@ -20,6 +20,8 @@ from pathlib import Path
 PAGE_SOURCES = (
     *("site.py", "cell_pages.py", "stamps.py", "grids.py", "cell_page.py", "escape.py", "model.py", "kernel_inputs.py"),
     *("history.py", "trends.py", "../outcomes.py", "../metrics.py", "../terminal.py"),
+    # the words of why a cell certifies nothing, on its page: a change to them left finished pages as they were
+    *("unbacked.py", "../farm_writable.py"),
 )
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.farm_writable import certifies_nothing_why
+from orchestrator.farm_writable import WHY
 from orchestrator.outcomes import Outcome, is_as_expected
 from orchestrator.report.model import unconfirmed
+
+STANDIN = "on a card the NVIDIA driver did not confirm (a stand-in nvidia-smi, or one that misreports it)"
+# no identity (store/records.py: a dependency the staging did not digest): nothing ties it to the bytes
+UNIDENTIFIED = "of inputs the farm did not all identify (no identity ties it to the kernel's bytes)"
 
 COMPILE_ONLY = "compile-only: built and inspected on a node without a GPU; the kernel never ran"
 
@@ -36,3 +40,22 @@ def reasons(r: Any, run_status: str, moot: str | None = None, left: str | None =
     if left:
         said.append(f"node {r.node} left the fleet: {left}")
     return said
+
+
+def certifies_nothing_why(r: Any) -> str | None:
+    """Why an as-expected result certifies nothing by report.model.unconfirmed: its card, where it
+    ran, its inputs not all identified (a result may be several: each is said). None where none holds."""
+    said = [STANDIN] if r.device and not r.real_gpu else []
+    said += [WHY] if r.farm_writable else []
+    return "; ".join([*said, UNIDENTIFIED] if not r.identity else said) or None
+
+
+def run_words(counts: tuple[int, int, int, int]) -> str:
+    """history.html's words for a run's as-expected results that certify nothing, each reason with its
+    count (Store.unconfirmed_reasons: all, on a stand-in card, farm writable, no identity): it had
+    called them all cards the driver did not confirm (review 141)."""
+    total, standin, writable, unidentified = counts
+    said = [f"{standin} on a card the NVIDIA driver did not confirm"] if standin else []
+    said += [f"{writable} {WHY}"] if writable else []
+    said += [f"{unidentified} {UNIDENTIFIED}"] if unidentified else []
+    return f"{', '.join(said)}: certif{'ies' if total == 1 else 'y'} nothing"
