@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -109,3 +110,30 @@ def test_a_postgresql_url_with_options_of_its_own_still_runs_its_sessions_in_utc
             assert connection.execute(text("SHOW timezone")).scalar_one() == "UTC"
     finally:
         store.close()
+
+
+def test_a_refused_database_is_not_left_open(tmp_path):
+    """A Store refused for its schema revision (a newer farm's) closed its engine's connection
+    at once: it was left to the garbage collector, the file open in the farm's process (a leftover
+    of round 151)."""
+    import gc
+    import os
+
+    path = tmp_path / "results.db"
+    Store(f"sqlite:///{path}").close()
+    db = sqlite3.connect(path)  # its `with` commits but does not close
+    db.execute("UPDATE alembic_version SET version_num='9999'")
+    db.commit()
+    db.close()
+
+    def open_here() -> bool:
+        fds = Path("/proc/self/fd")
+        return any(os.path.realpath(fd) == str(path) for fd in fds.iterdir() if fd.is_symlink())
+
+    gc.disable()
+    try:
+        with pytest.raises(StoreError, match="written by a newer farm"):
+            Store(f"sqlite:///{path}")
+        assert not open_here()
+    finally:
+        gc.enable()

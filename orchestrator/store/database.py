@@ -91,6 +91,9 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
             raise StoreError(f"cannot open the results database {self.redacted_url}: {first_line(err, url)}") from err
         try:
             migrate(self.engine, url, create)
+        except StoreError:  # a refused revision: its connection closed now, not by the garbage collector
+            self.engine.dispose()
+            raise
         except (SQLAlchemyError, OSError) as err:
             self.engine.dispose()
             said = first_line(err, url)
