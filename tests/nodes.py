@@ -42,6 +42,7 @@ class Card:
     cc: str
     driver: str = "550.54.15"
     memory: str = "15360 MiB"
+    ecc: str = "0"  # uncorrectable ECC errors since the driver loaded ("[N/A]": ECC off)
     # where two stand-in nodes of one run must be two machines: cards of one model share a UUID
     # otherwise, and the farm runs one card under one node name only (run/card_claims.py)
     salt: str = ""
@@ -69,10 +70,13 @@ def nvidia_smi_script(cards: Card | list[Card]) -> str:
     new query is noticed."""
     cards = [cards] if isinstance(cards, Card) else cards
     full = "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total"
+    probe = full + ",ecc.errors.uncorrected.volatile.total"  # the probe's: each card's ECC count last
     per_gpu = "\n".join(
         f"""if [ -z "$only" ] || [ "$only" = {i} ] || [ "$only" = {card.uuid(i)} ]; then
   found=yes
-  if [ "$query" = {full} ]; then echo '{card.csv(i)}'; else echo '{card.cc}'; fi
+  if [ "$query" = {full} ]; then echo '{card.csv(i)}'
+  elif [ "$query" = {probe} ]; then echo '{card.csv(i)}, {card.ecc}'
+  else echo '{card.cc}'; fi
 fi"""
         for i, card in enumerate(cards)
     )
@@ -95,7 +99,7 @@ if [ "$format" != "--format=csv,noheader" ]; then
   exit 2
 fi
 case "$query" in
-  {full}|--query-gpu=compute_cap) ;;
+  {full}|{probe}|--query-gpu=compute_cap) ;;
   *) echo "nvidia-smi stand-in: unsupported query: $query" >&2; exit 2 ;;
 esac
 found=no

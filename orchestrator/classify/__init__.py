@@ -10,7 +10,7 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-from orchestrator.classify.blame import injected_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.classify.blame import injected_unbacked, lost_unbacked, not_the_kernels, runtime_unbacked
 from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.sanitizer_report import SanitizerReport
@@ -351,6 +351,7 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
     raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
+    raw = lost_unbacked(raw, ev)  # no refusal made against no card
     if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:

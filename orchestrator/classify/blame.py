@@ -116,6 +116,20 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     return ""
 
 
+def lost_unbacked(verdict: V, ev: Evidence) -> V:
+    """An expected refusal where the farm's look after the run found the cell's card gone (ev.gpu_lost)
+    as infra-error, saying why: a gate that finds no device prints its refusal and exits non-zero, and
+    a card fallen off the bus made the cell green though no refusal was made against it (red-team round
+    155). A pass never gets here: the look is asked only after a run that did not pass."""
+    if not ev.gpu_lost or getattr(verdict, "outcome", None) is not Outcome.EXPECTED_REFUSAL:
+        return verdict
+    reason = (
+        f"the node lost the cell's GPU during its run ({ev.gpu_lost}): its refusal ({getattr(verdict, 'reason', '')}) "
+        "was not made against the card, so the farm cannot back it"
+    )
+    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="run", reason=reason)
+
+
 def runtime_unbacked(verdict: V, ev: Evidence) -> V:
     """A pass whose `instructions:` were counted in code the run may not execute (the binary imports
     a module loader or NVRTC, needs a library with its own GPU code, or runs under a JIT variable:

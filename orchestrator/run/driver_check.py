@@ -20,6 +20,7 @@ noderunner.probe); here are their texts and the reading of the answers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from orchestrator.config.capability import ComputeCapability
@@ -27,6 +28,11 @@ from orchestrator.run.snapshot import Gpu
 
 # nvidia-smi's columns, as smi_gpus reads them
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
+# the probe's: the same, and each card's count of uncorrectable ECC errors since its driver loaded
+# ("[N/A]" with ECC off), in the same call at no cost of its own: the count a failed run's look
+# (gpu_state.gpu_unfit) is read against, since errors older than the run are no cell's
+PROBE_QUERY = GPU_QUERY + ",ecc.errors.uncorrected.volatile.total"
+_ECC_FIELD = re.compile(r"\d+|\[[^\]]*\]")  # a count, or nvidia-smi's words for none ("[N/A]")
 
 # Asks the driver itself (NVML, not the nvidia-smi program on PATH) for each GPU:
 # UUID, CC, name. NVML is the driver's own library for exactly these facts: it
@@ -94,6 +100,27 @@ def smi_gpus(
     return rows
 
 
+def probe_ecc(lines: list[str]) -> tuple[list[str], dict[str, str]]:
+    """PROBE_QUERY's rows without their ECC count (GPU_QUERY's rows, for smi_gpus), and {uuid: count}.
+    A row of six fields (a stand-in answering GPU_QUERY's alone) is kept as it is, its count unknown."""
+    rows, counts = [], {}
+    for line in lines:
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) >= 7 and fields[0].isdigit() and _ECC_FIELD.fullmatch(fields[-1]):
+            counts[fields[1]] = fields[-1]
+            line = line[: line.rindex(",")]
+        rows.append(line)
+    return rows, counts
+
+
+def probe_rows(
+    lines: list[str], unreadable: list[str]
+) -> tuple[list[tuple[int, str, str, ComputeCapability, str, str]], dict[str, str]]:
+    """smi_gpus's rows of the probe's answer (PROBE_QUERY's), and each card's ECC count (probe_ecc)."""
+    rows, counts = probe_ecc(lines)
+    return smi_gpus(rows, unreadable), counts
+
+
 def driver_devices(lines: list[str]) -> tuple[dict[str, tuple[str, str]], str]:
     """{uuid: (cc, name)} from the driver query (NVML), and its error if it failed."""
     devices: dict[str, tuple[str, str]] = {}
@@ -129,8 +156,10 @@ def cross_check(
     driver: dict[str, tuple[str, str]],
     driver_error: str,
     proc: dict[str, str],
+    ecc: dict[str, str] | None = None,
 ) -> list[Gpu]:
-    """Each nvidia-smi GPU, verified against the driver's own view or not, with why."""
+    """Each nvidia-smi GPU, verified against the driver's own view or not, with why; with its
+    uncorrectable ECC count at the probe (ECC: probe_ecc's), said in its check where not 0."""
     kernel_driver = "NVRM version" in driver_evidence and "/dev/nvidiactl" in driver_evidence
     gpus = []
     for index, uuid, name, cc, _driver, memory in smi:
@@ -154,7 +183,13 @@ def cross_check(
             check = f"nvidia-smi's GPU {index} ({name}, CC {cc}) is not confirmed: " + "; ".join(problems)
         else:
             check = f"confirmed by the driver (NVML): {name}, CC {cc}, {uuid}"
-        gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check))
+        count = (ecc or {}).get(uuid, "")
+        if count.isdigit() and int(count):  # a note, not a refusal: its cells are judged by new ones
+            check += (
+                f"; nvidia-smi counts {count} uncorrectable ECC errors on it since its driver loaded: its memory "
+                "may be failing (reset it: nvidia-smi -r); a failed cell there is the node's only where more come"
+            )
+        gpus.append(Gpu(index, uuid, name, cc, memory, verified=not problems, check=check, ecc=count))
     return gpus
 
 

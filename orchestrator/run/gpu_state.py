@@ -6,7 +6,8 @@ use it. Four states of a listed card fail kernels pinned to it, whatever the ker
 mode (CUDA runs on its MIG slices, not on the card the farm pins its cells to by UUID), compute
 mode Prohibited (no CUDA context at all), compute mode Exclusive_Process while another process
 holds it ("all CUDA-capable devices are busy or unavailable"), and uncorrectable ECC errors
-since the driver loaded (memory that returns wrong numbers, or ends a run). Each was a kernel
+that came during the cell (memory that returns wrong numbers, or ends a run: the count is since
+the driver loaded, read against the probe's). Each was a kernel
 bug in the report (`fail`, `missing-refusal`: a red-team finding). Like the room and the card
 itself (stages/base.py _node_trouble), the card's state is read from nvidia-smi after a failed
 run, not from the kernel's words; an answer it cannot read (an older nvidia-smi, a stand-in
@@ -57,21 +58,17 @@ def split_answer(answer: str) -> tuple[str, str, str]:
     return row, state, apps
 
 
-def gpu_unfit(uuid: str, workdir: str, state: str, apps: str) -> str:
-    """Why no CUDA program of the farm could have the card `uuid`, by nvidia-smi's answers, or ""."""
+def gpu_unfit(uuid: str, workdir: str, state: str, apps: str, before: str = "") -> str:
+    """Why no CUDA program of the farm could have the card `uuid`, by nvidia-smi's answers, or "".
+    BEFORE: the card's uncorrectable ECC count at the probe (snapshot.Gpu.ecc; "" where not said)."""
     first = next((line.strip() for line in state.splitlines() if line.strip()), "")
     fields = [f.strip() for f in first.split(",")]
     if len(fields) != 3 or fields[1] not in _MODES:
         return ""  # not an answer to the query: the node cannot say
     mig, mode, ecc = fields
-    if ecc.isdigit() and int(ecc):
-        # the card's memory failed under some program since the driver loaded: what a kernel
-        # computes there (or CUDA's "uncorrectable ECC error encountered") is the card's doing
-        return (
-            f"the cell's GPU has had {ecc} uncorrectable ECC errors since its driver loaded (nvidia-smi: "
-            "ecc.errors.uncorrected.volatile.total): its memory is failing, reset the card (nvidia-smi -r) "
-            "or leave it out with the node's `gpus:`"
-        )
+    why = _ecc_rose(ecc, before)
+    if why:
+        return why
     if mig == "Enabled":
         return (
             "the cell's GPU is in MIG mode (nvidia-smi: mig.mode.current Enabled): CUDA runs on its MIG "
@@ -102,6 +99,31 @@ def gpu_unfit(uuid: str, workdir: str, state: str, apps: str) -> str:
     return (
         f"the cell's GPU is in compute mode {mode} and held by another process ({'; '.join(holders[:3])}): "
         "no program of the farm could have it while that one did"
+    )
+
+
+def _ecc_rose(ecc: str, before: str) -> str:
+    """Why the card's uncorrectable ECC count (ECC, after the run) blames it for the cell, or "".
+    The count is since the driver loaded: one the probe already read (BEFORE) is no cell's, and a
+    card with old errors made every failing kernel on it infra-error for the rest of the driver's
+    life (red-team round 155). A probe that could not say (another nvidia-smi) leaves it as before."""
+    if not (ecc.isdigit() and int(ecc)):
+        return ""
+    if before.isdigit():
+        new = int(ecc) - int(before)
+        if new <= 0:
+            return ""
+        # memory that failed under this cell: what the kernel computed there (or CUDA's
+        # "uncorrectable ECC error encountered") is the card's doing
+        return (
+            f"the cell's GPU took {new} uncorrectable ECC error{'s' if new != 1 else ''} during the cell "
+            f"(nvidia-smi: ecc.errors.uncorrected.volatile.total {ecc} after it, {before} at the probe): its "
+            "memory is failing, reset the card (nvidia-smi -r) or leave it out with the node's `gpus:`"
+        )
+    return (
+        f"the cell's GPU has had {ecc} uncorrectable ECC errors since its driver loaded (nvidia-smi: "
+        "ecc.errors.uncorrected.volatile.total): its memory is failing, reset the card (nvidia-smi -r) "
+        "or leave it out with the node's `gpus:`"
     )
 
 

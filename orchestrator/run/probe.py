@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import NodeUnusable, SessionLost
-from orchestrator.run.driver_check import GPU_QUERY, NVML_QUERY, cross_check, driver_devices, proc_models, smi_gpus
+from orchestrator.run.driver_check import NVML_QUERY, PROBE_QUERY, cross_check, driver_devices, probe_rows, proc_models
 from orchestrator.run.node import SOURCE
 from orchestrator.run.probe_toolkit import node_cuobjdump, toolkit_sh
 from orchestrator.run.snapshot import NodeSnapshot
@@ -154,7 +154,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             "echo '@@farm host'",
             "hostname; uname -sm",
             "echo '@@farm smi'",
-            f'{TOOL} nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>&1; smi=$?; echo "rc=$smi"',
+            f'{TOOL} nvidia-smi --query-gpu={PROBE_QUERY} --format=csv,noheader 2>&1; smi=$?; echo "rc=$smi"',
             "echo '@@farm driver'",
             # a real GPU has a loaded kernel driver and its control device; an
             # nvidia-smi stand-in on PATH has neither
@@ -257,14 +257,14 @@ def parse_probe(
     smi = sec.get("smi", [])
     smi_ok = bool(smi) and smi[-1].strip() == "rc=0"
     unreadable: list[str] = []
-    rows = smi_gpus(smi[:-1], unreadable) if smi_ok else []
+    rows, ecc = probe_rows(smi[:-1] if smi_ok else [], unreadable)  # and each card's ECC count
     driver_evidence = "\n".join(sec.get("driver", [])).strip()
     nvml = sec.get("nvml")
     if nvml is None:  # the python3 that was to ask died first: what it said instead is the reason
         said = next((line.strip() for line in sec.get("python", []) if line.strip()), "nothing")
         nvml = [f"error python3 gave no answer about the driver ({said[:200]})"]
     known, error = driver_devices(nvml)
-    every = cross_check(rows, driver_evidence, known, error, proc_models(sec.get("procgpus", [])))
+    every = cross_check(rows, driver_evidence, known, error, proc_models(sec.get("procgpus", [])), ecc)
     usable = tuple(g for g in every if node.gpus is None or g.index in node.gpus)
     nvcc = sec.get("nvcc", [])
     nvcc_version = _nvcc_version(nvcc)
@@ -361,7 +361,7 @@ def probe_plan(node: NodeSpec, folders: Sequence[str] = (), offered: Mapping[int
         "cuobjdump": node_cuobjdump(node),
         "folders": list(folders),
         "place": dict(offered or {}),
-        "gpu_query": GPU_QUERY,
+        "gpu_query": PROBE_QUERY,
         "nvml": NVML_QUERY,
     }
     return marshal.dumps({"probe": spec, "marker": {}}, 4)

@@ -28,6 +28,9 @@ class Gpu:
     memory: str
     verified: bool = False  # the driver (NVML) knows this UUID with this name and CC
     check: str = ""  # in words: what confirmed it, or what did not match
+    # its uncorrectable ECC count at the probe ("[N/A]": ECC off; "": not said), which a failed run's
+    # look reads its count against (gpu_state.gpu_unfit); not part of what the card is
+    ecc: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:

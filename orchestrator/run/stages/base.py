@@ -135,7 +135,7 @@ class CellStages(CellTrips):
         room, _, answer = said.partition("@@farm-gpu\n")
         answer, state, apps = gpu_state.split_answer(answer)
         lost = self._gpu_gone(gpu, answer)
-        unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps) if gpu and not lost else ""
+        unfit = gpu_state.gpu_unfit(gpu.uuid, self.snapshot.workdir, state, apps, gpu.ecc) if gpu and not lost else ""
         if gpu and not lost and not unfit:
             unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
