@@ -23,7 +23,17 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
     from orchestrator.config.farm import Farm
     from orchestrator.store.database import Store
 
-from orchestrator.cli.base import EXIT_MEANING, _check_trigger, _load, farm_options, handle_errors, main, wait_option
+from orchestrator.cli.base import (
+    EXIT_MEANING,
+    _check_trigger,
+    _load,
+    database_origin,
+    farm_options,
+    handle_errors,
+    main,
+    wait_option,
+)
+from orchestrator.cli.farm_now import farm_now
 from orchestrator.cli.logfile import failure_logged, open_log
 from orchestrator.cli.prerun import stop_before_run
 
@@ -253,7 +263,8 @@ def verify(
                 )
             elif not no_report:
                 try:
-                    index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=farm)
+                    now = farm_now(config_path, database, database_origin())  # the jobs as the run ended
+                    index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=now)
                 except Exception as err:  # the run is stored with its code: the process returns that one, whatever
                     click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
                     why = f"has no report: its render failed ({_render_failure(err)}); "

@@ -77,12 +77,23 @@ def _derived_job(
     """A kernel's job from its header, with its job file (one without `sources`) laid over it."""
     if source.is_symlink():  # a certificate is about the kernel's own bytes, never a link's target
         raise ConfigError(str(source), "", "a symbolic link", "a regular file in the kernels folder")
+    # the job comes from one read of the header, the identity from another: an edit saved between
+    # them certified bytes under a Build: line and contract they do not say (red-team round 156)
+    before = _sha256(source)
     derived = header.derive_job(source, _label(source, root), root)
     blame = source
     if override is not None:
         blame, raw = override
         derived = merge(derived, raw, _label(blame, root), blame)
-    return _job(derived.document, blame, root, nodes, check_dependencies, derived.provenance)
+    job = _job(derived.document, blame, root, nodes, check_dependencies, derived.provenance)
+    if job.file_sha256.get(_label(source, root)) != before:
+        raise ConfigError(
+            str(source),
+            "",
+            "a file that changed while the farm read it (its header and its bytes were of two versions)",
+            "it left as it is while the farm loads: run again once it is saved",
+        )
+    return job
 
 
 def _job(

@@ -6,7 +6,9 @@ as the kernel's latest result recorded them (a report from the database alone).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm import Farm
@@ -41,11 +43,12 @@ def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]
                 deps[name] = {"digest": inputs.files_digest(sums), "version": dependencies.local_version(name)}
             else:
                 main = job.main_source
+                source, files = _files_now(job.files, main)
                 found[kernel] = KernelInputs(
                     main,
-                    inputs.identity(job.file_sha256, {n: d["digest"] for n, d in deps.items()}, job.spec.sources),
-                    job.files[main].read_bytes(),
-                    dict(job.file_sha256),
+                    inputs.identity(files, {n: d["digest"] for n, d in deps.items()}, job.spec.sources),
+                    source,
+                    files,
                     deps,
                 )
     for kernel, row in latest.items():
@@ -63,3 +66,22 @@ def current_inputs(store: Store, farm: Farm | None, latest: dict[str, ResultRow]
             run.config_file if run is not None else None,
         )
     return found
+
+
+def _files_now(files: dict[str, Path], main: str) -> tuple[bytes, dict[str, str]]:
+    """The main source's bytes and every file's sha256 as they are on disk now, the main one's of
+    those very bytes ("" for a file gone). Not the job's hashes of its load: the farm that renders
+    at a run's end loaded at its start, and a source saved during the run kept its pass current
+    and VERIFIED over bytes the run never built (red-team round 156)."""
+    source = b""
+    sums: dict[str, str] = {}
+    for rel, path in files.items():
+        try:
+            if rel == main:
+                source = path.read_bytes()
+                sums[rel] = hashlib.sha256(source).hexdigest()
+            else:
+                sums[rel] = inputs.file_sha256(path)
+        except OSError:
+            sums[rel] = ""
+    return source, sums
