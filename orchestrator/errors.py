@@ -14,6 +14,7 @@
         │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
         ├── NodeUnusable           reachable, but no nvcc, no work folder or a broken GPU (never retried)
         ├── StagingFailed          the node could not take a bundle (staging.py: disk full, permissions)
+        ├── InputsChanged          a file saved on the farm's machine since the load (bundle.py; never retried)
         ├── CommandTimeout         a command outlived its channel timeout
         └── SlurmJobError          Slurm ended the job or never started it (transport/slurm.py)
             ├── SlurmRejected      refused at submission (never retried)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from orchestrator.cli import main
 from orchestrator.config import header
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigError
-from orchestrator.run import cell_work, scheduler
+from orchestrator.run import bundle, cell_work, node_setup, scheduler
 
 
 def matrix_cell(index: Path, variant: str) -> str:
@@ -130,3 +131,50 @@ def test_a_kernel_edited_between_its_header_read_and_its_hash_is_refused_at_load
     with pytest.raises(ConfigError) as info:
         load_farm(tmp_path / "farm.yaml")
     assert "changed while the farm read it" in str(info.value), info.value
+
+
+def test_a_source_saved_after_the_load_is_said_to_have_changed_here_not_on_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel saved between the run's load and its staging: the node refused the bytes (their
+    digest is not the load's), and the cell said "placing sources of toy on NODE failed: written
+    digest ..., expected ...", the node's fault by its words, retried for nothing (round 156's
+    leftover). The farm now holds its own read to the load's hash and names the file."""
+    smi_on_path(tmp_path, nvidia_smi_script(CARDS["t4"]), monkeypatch)
+    root = tmp_path / "farm"
+    config = toy_farm(root)
+    setup = node_setup.NodeSetup.setup
+
+    def edit_then_set_up(*args, **kwargs):
+        source = root / "kernels" / "toy.cpp"
+        source.write_text(source.read_text() + "// saved after the load\n")
+        return setup(*args, **kwargs)
+
+    monkeypatch.setattr(node_setup.NodeSetup, "setup", edit_then_set_up)
+    done = CliRunner().invoke(main, ["verify", "--all", "--config", str(config)])
+    assert done.exit_code == 4, done.output
+    with sqlite3.connect(root / "results.db") as db:
+        rows = db.execute("SELECT outcome, reason FROM results").fetchall()
+    assert rows and all(outcome == "infra-error" for outcome, _ in rows), rows
+    assert all("toy.cpp changed on the farm's own machine since the run read it" in why for _, why in rows), rows
+    with sqlite3.connect(root / "results.db") as db:
+        attempts = db.execute("SELECT count(*) FROM attempts WHERE kernel IS NULL").fetchone()[0]
+    assert attempts == 1  # the same file is met again: not retried
+
+
+def test_an_archive_of_bytes_other_than_its_digests_is_never_kept(tmp_path: Path) -> None:
+    """A dependency changed while its archive was packed (a pip upgrade of CUTLASS mid-run): the
+    archive was kept under the old digest, and every later node that took it failed to place it."""
+    folder = tmp_path / "dep"
+    folder.mkdir()
+    (folder / "a.h").write_text("int a;\n")
+    (folder / "b.h").write_text("int b;\n")
+    dep = bundle.Bundle.of_folder("dependency dep", folder)
+    (folder / "b.h").write_text("int b; // upgraded\n")
+    cache = tmp_path / "cache"
+    with pytest.raises(bundle.InputsChanged, match=r"b\.h changed on the farm's own machine"):
+        dep.archive(cache)
+    assert list(cache.iterdir()) == []  # neither the archive nor its part
+    (folder / "b.h").write_text("int b;\n")
+    with tarfile.open(dep.archive(cache)) as packed:
+        assert packed.getnames() == ["a.h", "b.h"]

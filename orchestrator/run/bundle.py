@@ -11,13 +11,15 @@ one as it is on the node; staging.py puts them there.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tarfile
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from orchestrator.config import dependencies, inputs
 from orchestrator.config.farm_spec import NodeSpec
@@ -26,18 +28,38 @@ from orchestrator.errors import InfraError
 from orchestrator.run import toolchain
 
 
+class InputsChanged(InfraError):
+    """A file of a bundle is no longer what the run hashed when it loaded (saved since, on the farm's
+    own machine): none of it is shipped. The author's to save and run again, not the node's: its
+    message had said the node failed to place a digest, and a retry met the same file."""
+
+    retryable = False
+
+
 @dataclass(frozen=True)
 class Bundle:
     name: str  # "sources of KERNEL" or "dependency NAME"
     files: tuple[tuple[str, Path], ...]  # (name inside the bundle, file here), sorted
     digest: str  # inputs.files_digest of the files
     size: int  # bytes of the files, uncompressed
+    # each file's sha256 as the digest took it: every later read of the files is held to it
+    sums: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @classmethod
     def of_files(cls, name: str, files: dict[str, Path], sums: dict[str, str] | None = None) -> Bundle:
         sums = sums if sums is not None else {rel: inputs.file_sha256(path) for rel, path in files.items()}
         size = sum(path.stat().st_size for path in files.values())
-        return cls(name, tuple(sorted(files.items())), inputs.files_digest(sums), size)
+        return cls(name, tuple(sorted(files.items())), inputs.files_digest(sums), size, tuple(sorted(sums.items())))
+
+    def check(self, rel: str, sha: str) -> None:
+        """InputsChanged where the file REL, read now, hashes to SHA rather than to what its digest took."""
+        was = dict(self.sums).get(rel)
+        if was is not None and was != sha:
+            raise InputsChanged(
+                f"{dict(self.files)[rel]} changed on the farm's own machine since the run read it (sha256 "
+                f"{was[:12]}… then, {sha[:12] or 'unreadable'}… now): the run ships only the bytes it hashed, "
+                f"and nothing of the {self.name} was shipped; run again once the file is saved"
+            )
 
     @classmethod
     def of_folder(cls, name: str, folder: Path) -> Bundle:
@@ -50,18 +72,44 @@ class Bundle:
             return target
         cache_dir.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".part")
-        with (
-            os.fdopen(fd, "wb") as raw,
-            tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar,
-        ):
-            for arcname, path in self.files:
-                with path.open("rb") as handle:  # a toolchain's libraries are 100 MB each: streamed
-                    info = tarfile.TarInfo(arcname)
-                    info.size = os.fstat(handle.fileno()).st_size
-                    info.mode = 0o755 if os.access(path, os.X_OK) else 0o644  # a toolchain's nvcc must run
-                    tar.addfile(info, handle)
+        try:
+            with (
+                os.fdopen(fd, "wb") as raw,
+                tarfile.open(fileobj=raw, mode="w:gz", compresslevel=6) as tar,
+            ):
+                for arcname, path in self.files:
+                    with path.open("rb") as handle:  # a toolchain's libraries are 100 MB each: streamed
+                        info = tarfile.TarInfo(arcname)
+                        info.size = os.fstat(handle.fileno()).st_size
+                        info.mode = 0o755 if os.access(path, os.X_OK) else 0o644  # a toolchain's nvcc must run
+                        # hashed as packed: an archive of other bytes kept under this digest failed
+                        # every later node that took it (a file saved, a pip upgrade, while it was packed)
+                        read = _Hashing(handle)
+                        try:
+                            tar.addfile(info, read)
+                        except OSError:  # shorter than its size said: it changed as it was read
+                            read.sha = ""
+                        self.check(arcname, read.hexdigest())
+        except BaseException:
+            os.unlink(tmp)
+            raise
         os.replace(tmp, target)
         return target
+
+
+class _Hashing:
+    """A file read for tarfile, hashed on the way."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.hash, self.sha = handle, hashlib.sha256(), None
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.hash.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self.hash.hexdigest() if self.sha is None else self.sha
 
 
 @dataclass(frozen=True)

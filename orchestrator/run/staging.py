@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import marshal
 import os
 import re
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.config import dependencies, inputs
 from orchestrator.errors import InfraError, NodeUnusable
-from orchestrator.run.bundle import Bundle, Needs, Placed, remote_dir
+from orchestrator.run.bundle import Bundle, InputsChanged, Needs, Placed, remote_dir
 from orchestrator.run.node_limits import forkless, out_of_processes
 from orchestrator.transport import Transport
 from orchestrator.transport.base import Deadline
@@ -188,8 +189,14 @@ def sweep_leftovers(final: str) -> str:
 @functools.lru_cache(maxsize=32)
 def _contents(bundle: Bundle) -> tuple[tuple[str, bytes, bool], ...]:
     """The bundle's files as the resident runner writes them; read once per run for
-    all the nodes (a small bundle: place() takes those within INLINE_BYTES)."""
-    return tuple((rel, path.read_bytes(), os.access(path, os.X_OK)) for rel, path in bundle.files)
+    all the nodes (a small bundle: place() takes those within INLINE_BYTES), each held to the
+    sha256 its digest took (Bundle.check): a file saved since the load is the author's to say."""
+    contents = []
+    for rel, path in bundle.files:
+        data = path.read_bytes()
+        bundle.check(rel, hashlib.sha256(data).hexdigest())
+        contents.append((rel, data, os.access(path, os.X_OK)))
+    return tuple(contents)
 
 
 def offered(needs: Needs) -> dict[int, dict]:
@@ -202,8 +209,12 @@ def offered(needs: Needs) -> dict[int, dict]:
     for b in sorted({b.digest: b for b in [*needs.sources.values(), *needs.shipped.values()]}.values(), key=_size):
         if b.size > room:
             break
+        try:
+            files = _contents(b)
+        except InputsChanged:  # not offered: the stage stage says it, in its own name
+            continue
         room -= b.size
-        chosen[index[f"bundles/{b.digest}"]] = {"name": b.name, "digest": b.digest, "files": _contents(b)}
+        chosen[index[f"bundles/{b.digest}"]] = {"name": b.name, "digest": b.digest, "files": files}
     return chosen
 
 
