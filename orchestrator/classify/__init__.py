@@ -10,7 +10,13 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-from orchestrator.classify.blame import injected_unbacked, lost_unbacked, not_the_kernels, runtime_unbacked
+from orchestrator.classify.blame import (
+    driver_unbacked,
+    injected_unbacked,
+    lost_unbacked,
+    not_the_kernels,
+    runtime_unbacked,
+)
 from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.sanitizer_report import SanitizerReport
@@ -99,6 +105,9 @@ class Evidence:
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
     cuda_error: str = ""  # where the kernel printed CUDA's words for GPU work that did not happen (cuda_errors.py)
     run_files_lost: str = ""  # run files gone after an unconfined run, which may have removed them (lost_files.py)
+    # the NVIDIA kernel module the node had loaded once the kernel ran, where it is not the probe's (run/driver_check.py
+    # module_changed): why no verdict of the cell is the kernel's, pass or fail (blame.driver_unbacked), else ""
+    driver_reloaded: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the binary, so
@@ -349,6 +358,12 @@ def _sanitized(ev: Evidence) -> Verdict | None:
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
+    # last: whatever the cell's verdict (a pass, a known failure, a regression), it was made under
+    # another driver than the node's probe found
+    return driver_unbacked(_judged(ev, exp), ev)
+
+
+def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = lost_unbacked(raw, ev)  # no refusal made against no card

@@ -162,3 +162,16 @@ def injected_unbacked(verdict: V, ev: Evidence) -> V:
         "so the farm cannot back it"
     )
     return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="run", reason=reason)
+
+
+def driver_unbacked(verdict: V, ev: Evidence) -> V:
+    """Any verdict of a cell whose node had another NVIDIA kernel module loaded once its kernel ran than
+    the node's probe read (ev.driver_reloaded: the module reloaded with another version mid-run, by an
+    unattended upgrade or an admin) as infra-error, saying why: a pass was stored, and certified, under a
+    driver the kernel never ran on (red-team round 157), and a failure there is no more the kernel's.
+    An infra-error keeps its own cause, a cell not run its own words."""
+    outcome = getattr(verdict, "outcome", None)
+    if not ev.driver_reloaded or outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
+        return verdict
+    reason = f"{ev.driver_reloaded}, so its {outcome} ({getattr(verdict, 'reason', '')}) is no verdict on the kernel"
+    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="run", reason=reason)

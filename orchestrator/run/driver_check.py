@@ -226,3 +226,38 @@ def row_driver_changed(probed: str | None, uuid: str, answer: str) -> str:
         f"the node's driver changed under the run (nvidia-smi lists the cell's GPU under driver {now.pop()} now, "
         f"{probed.strip()} at its probe): what the probe found no longer holds for the cell"
     )
+
+
+# the run stage's read of the loaded module, once the kernel has run (run/node/driver_version.py), as the
+# shell scripts say it: `read`, a builtin, no program started; "" where there is no module (`|| :`: no
+# `set -e` of the run's ends the shell there)
+MODULE_NOW_SH = (
+    "farm_v=; { read -r farm_v < /proc/driver/nvidia/version || :; } 2>/dev/null; "
+    'printf "%s\\n" "@@farm driver $farm_v"'
+)
+_MODULE_VERSION = re.compile(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)")
+
+
+def module_changed(probed: str, said: str | None) -> str:
+    """Why the NVIDIA kernel module the node said it had loaded once the cell's kernel had run (SAID, the
+    line of /proc/driver/nvidia/version; "" for none, None where the node said nothing) is not the one its
+    probe read from the same file (PROBED: the snapshot's driver_evidence), or "". Where the probe read no
+    module (a stand-in node, a node without the kernel driver) nothing is compared: no card there was
+    confirmed by the driver, and no run of one is certified under a module. The comparison is here, with
+    the other readings of the driver's word; the verdict it makes, in classify/blame.py (driver_unbacked)."""
+    before = next((line.strip() for line in probed.splitlines() if line.startswith("NVRM version")), "")
+    if not before or said is None or before.split() == said.split():
+        return ""
+
+    def named(line: str) -> str:
+        found = _MODULE_VERSION.search(line)
+        return found.group(1) if found else repr(" ".join(line.split())[:160])
+
+    at_probe, now = named(before), named(said) if said.strip() else ""
+    if at_probe == now:  # the same version number, another build of it: both lines in full
+        at_probe, now = repr(" ".join(before.split())[:160]), repr(" ".join(said.split())[:160])
+    after = f"module {now} after the cell's run" if now else "no NVIDIA kernel module loaded after the cell's run"
+    return (
+        f"the node's NVIDIA kernel module changed since its probe (module {at_probe} at the probe, {after}: "
+        "an upgrade, an admin's reload): the driver the kernel ran on need not be the one the probe found"
+    )

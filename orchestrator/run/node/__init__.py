@@ -26,6 +26,7 @@ PARTS = (
     "linked",
     "built",
     "drift",
+    "driver_version",
     "stages",
     "stage_flow",
     "probe",

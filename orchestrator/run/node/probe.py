@@ -5,6 +5,7 @@ import os
 import re
 import sys
 
+from orchestrator.run.node.driver_version import loaded_driver
 from orchestrator.run.node.files import OUT, folder_digest, sha256
 from orchestrator.run.node.place import place_one
 from orchestrator.run.node.processes import finished, started
@@ -218,11 +219,9 @@ def probe(spec):
     text, smi_code = finished(smi, PROBE_TOOL_TIMEOUT)
     lines += ["@@farm smi", *_tool_lines(text), f"rc={124 if smi_code is None else smi_code}"]
     lines.append("@@farm driver")
-    try:
-        with open("/proc/driver/nvidia/version", "rb") as handle:
-            lines.append(handle.readline().decode("utf-8", "replace").rstrip("\n"))
-    except OSError:
-        pass
+    version = loaded_driver()  # as each run stage reads it again (driver_version.py)
+    if version:
+        lines.append(version)
     if control:
         lines.append("/dev/nvidiactl")
     lines.append("@@farm procgpus")

@@ -7,6 +7,7 @@ import time
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
+from orchestrator.run.node.driver_version import say_driver
 from orchestrator.run.node.files import (
     files_lost,
     folder_digest,
@@ -53,10 +54,9 @@ def open_or_none(path, mode="wb"):
 
 
 def build(out, spec, env, ahead):
-    """The build stage, holding its build folder's lock: a second farm on the same node
-    and workdir (another database, so no run lock between them) building the same key
-    would otherwise remove the folder this build writes into, or copy a binary from it
-    half-written."""
+    """The build stage, holding its build folder's lock: a second farm on the same node and workdir (another
+    database, so no run lock between them) building the same key would otherwise remove the folder this
+    build writes into, or copy a binary from it half-written."""
     try:
         make_dirs(os.path.dirname(spec["build_dir"]))
         lock = os.open(spec["build_dir"] + ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -292,6 +292,7 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
+        say_driver(out)  # the module the kernel ran on, once it and its leftovers are gone (driver_version.py)
         if unread and unread():
             out.say("@@farm kernel-unread")
         if loads:
@@ -325,9 +326,8 @@ def sanitizer(spec):
 
 
 def sanitize(out, spec, env, ahead):
-    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had,
-    confined as that run was; each tool's log is the one file outside the work folder
-    it may write (created empty here)."""
+    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had, confined as that
+    run was; each tool's log is the one file outside the work folder it may write (created empty here)."""
     san = sanitizer(spec)
     if not (os.path.isfile(san) and os.access(san, os.X_OK)):
         out.say("@@farm no-sanitizer " + san)

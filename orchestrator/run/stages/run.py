@@ -37,6 +37,7 @@ from orchestrator.run.commands import (
     own_tmp,
     unread_failing,
 )
+from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
@@ -113,7 +114,8 @@ class RunStage(CellStages):
                 f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
                 f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
                 # the clock is read before the leftovers are killed, and printed after: none can follow it
-                f't1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; echo "@@farm ns ${{q0:-$t0}} $t0 $t1"; '
+                f"t1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; {MODULE_NOW_SH}; "
+                'echo "@@farm ns ${q0:-$t0} $t0 $t1"; '
                 f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
                 f"{_lost_check((f'{rdir}/stdout', f'{rdir}/stderr', *files))}"
                 'echo "@@farm checked $got"; echo "@@farm $rc"; }'
@@ -192,6 +194,11 @@ class RunStage(CellStages):
                 f"(checked {checked.group(1)[:12] if checked else 'nothing'}, built {str(self._built_sha)[:12]})"
             )
         ev = self.result.evidence
+        # the module the node had loaded once the kernel had run, said after it and its leftovers were gone,
+        # against the probe's: compared here, where both are at hand; the verdict it makes is classify's
+        # (blame.driver_unbacked), for a pass too, which no look after the run asks of its card
+        module = last_match(r"^@@farm driver ?(.*)$", text)
+        ev.driver_reloaded = module_changed(self.snapshot.driver_evidence, module.group(1) if module else None)
         kernel = kernel_statuses(bytes(statuses))
         ev.kernel_started = bool(kernel)
         notes = bytes(statuses).split()
