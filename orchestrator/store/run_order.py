@@ -5,11 +5,17 @@ newest. A journal records no id, only its start by the farm host's clock, which 
 run stored under a clock years ahead (then NTP corrected) had the latest start, and refused every
 later run's journal for years when the check took the latest start for the newest run (a
 red-team finding, round 131). The newest run is the highest id here.
+
+A journal's own start can be ahead too: a run under a clock hours ahead lost its database
+writes, the next night's run (the clock corrected) stored a newer verdict, and the journal,
+stamped "later", was imported as the newest run over it, its older pass standing over the newer
+fail (round 158). A start after this host's clock now was read by a clock that was ahead: it
+tells nothing of the run's order, so such a journal is imported only where the operator says.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,10 @@ from orchestrator.errors import StoreError
 from orchestrator.store.tables import Run
 from orchestrator.utc import as_utc
 
+# how far a journal's start may read after this host's clock now and still be taken as read by a
+# clock that agrees with it (two hosts' clocks, NTP-kept, differ by well under this)
+CLOCK_SLACK = timedelta(minutes=1)
+
 
 def check_after_newest(session: Session, path: Path, started: Any, url: str, given_order: bool) -> None:
     """StoreError where the journal's run started before the newest run here (the highest id):
@@ -29,6 +39,15 @@ def check_after_newest(session: Session, path: Path, started: Any, url: str, giv
     if given_order or newest is None or not isinstance(started, datetime):
         return
     theirs = as_utc(newest.started_at)
+    if as_utc(started) > datetime.now(UTC) + CLOCK_SLACK:
+        raise StoreError(
+            f"{path}: its run started {as_utc(started).isoformat(timespec='seconds')}, after this host's clock "
+            f"now: its farm host's clock was ahead, and its start cannot tell whether it came before or after "
+            f"run {newest.id}, the newest in {url}. Where it came after, import it with `farm import "
+            "--in-given-order JOURNAL...`; where before (a run whose database writes were lost, a later night's "
+            "run already stored), import it into a database of its own (farm import JOURNAL --database "
+            "sqlite:///recovered.db): as the newest run, its verdicts would stand over the later run's"
+        )
     if as_utc(started) >= theirs:
         return
     said = (

@@ -11,6 +11,12 @@ SETTLE_POLLS = 80
 # Seconds before the login side's own timeout at which a job still COMPLETING is left so (1 s steps)
 COMPLETING_MARGIN = 8
 
+# The login node's seconds by its boot-time clock (/proc/uptime), `date` where it has none: the
+# COMPLETING wait's deadline is set before srun and read after the job, and a wall clock NTP
+# stepped back meanwhile held the wait past the farm's own budget, which then killed the command
+# and called a finished job one still running at its time limit (red-team round 158)
+NOW_S = '$( { read farm_u _ </proc/uptime && echo "${farm_u%.*}"; } 2>/dev/null || date +%s)'
+
 # States in which a job whose srun has returned is still finishing.
 UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
@@ -26,7 +32,7 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
         f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m' 2>/dev/null); "
-        'case "$s" in *\'|COMPLETING|\'*) [ "$(date +%s)" -lt "$farm_deadline" ] || break; sleep 1;; '
+        f'case "$s" in *\'|COMPLETING|\'*) [ "{NOW_S}" -lt "$farm_deadline" ] || break; sleep 1;; '
         f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
         "*) break;; esac; done; "
         f'[ -n "$s" ] || s=$(sacct -X -n -P --name={name} -o JobID,State,NodeList,Reason,ReqMem 2>/dev/null); '
@@ -40,7 +46,7 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
 def deadline_setting(budget: float) -> str:
     """Shell setting $farm_deadline: `budget` (the login side's timeout) from now, less the margin."""
     seconds = max(int(budget) - COMPLETING_MARGIN, 1)
-    return f"farm_deadline=$(( $(date +%s) + {seconds} )); "
+    return f"farm_deadline=$(( {NOW_S} + {seconds} )); "
 
 
 def start_line(token: str, body: str) -> tuple[re.Match[str] | None, list[str]]:
