@@ -68,7 +68,8 @@ class CellWork:
             if self.stopping:
                 self._not_run(result)
                 break
-            if ctx.refused and ctx.down_why:  # it came back as another (host key, driver): the probe is void
+            # it came back as another (host key, driver), or its module was reloaded: the probe is void
+            if ctx.refused and ctx.down_why:
                 tries.append((cell.node, cell, attempt, "skipped", None, ctx.down_why))
                 self._infra(result, "skipped", f"{ctx.down_why}; not run")
                 break
@@ -130,6 +131,14 @@ class CellWork:
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned
+                if reloaded := result.evidence.driver_reloaded:
+                    # the probe is void for the node's other cells too: none is run on it (each was its own
+                    # infra-error, after its build and run, on a driver nobody probed); those in flight end
+                    # as they do, each judged by its own read of the module
+                    with ctx.lock:
+                        if not ctx.refused:
+                            ctx.down_why = f"node {cell.node!r}: {reloaded} (found by {cell.label})"
+                            ctx.refused = True
             if result.evidence.stopped:
                 ctx.unswept = True
                 break

@@ -238,13 +238,14 @@ MODULE_NOW_SH = (
 _MODULE_VERSION = re.compile(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)")
 
 
-def module_changed(probed: str, said: str | None) -> str:
+def module_changed(probed: str, said: str | None, when: str = "the cell's run") -> str:
     """Why the NVIDIA kernel module the node said it had loaded once the cell's kernel had run (SAID, the
     line of /proc/driver/nvidia/version; "" for none, None where the node said nothing) is not the one its
     probe read from the same file (PROBED: the snapshot's driver_evidence), or "". Where the probe read no
     module (a stand-in node, a node without the kernel driver) nothing is compared: no card there was
     confirmed by the driver, and no run of one is certified under a module. The comparison is here, with
-    the other readings of the driver's word; the verdict it makes, in classify/blame.py (driver_unbacked)."""
+    the other readings of the driver's word; the verdict it makes, in classify/blame.py (driver_unbacked).
+    WHEN: after what the node read it (the run, or its sanitizer runs)."""
     before = next((line.strip() for line in probed.splitlines() if line.startswith("NVRM version")), "")
     if not before or said is None or before.split() == said.split():
         return ""
@@ -256,7 +257,7 @@ def module_changed(probed: str, said: str | None) -> str:
     at_probe, now = named(before), named(said) if said.strip() else ""
     if at_probe == now:  # the same version number, another build of it: both lines in full
         at_probe, now = repr(" ".join(before.split())[:160]), repr(" ".join(said.split())[:160])
-    after = f"module {now} after the cell's run" if now else "no NVIDIA kernel module loaded after the cell's run"
+    after = f"module {now} after {when}" if now else f"no NVIDIA kernel module loaded after {when}"
     return (
         f"the node's NVIDIA kernel module changed since its probe (module {at_probe} at the probe, {after}: "
         "an upgrade, an admin's reload): the driver the kernel ran on need not be the one the probe found"

@@ -111,7 +111,8 @@ class NodeContext:
     # build key -> its binary as the store had it at the start, read beside the first cells
     recorded: Future[dict[str, str | None]] = field(default_factory=Future)
     down_since: float | None = None  # monotonic time the node was first found unreachable, while it is
-    # why the node did not come back: its last reconnection's error; a refused host key is final
+    # why the node did not come back: its last reconnection's error; a refused host key is final, as is
+    # another driver it came back with, or a module reload a cell's run saw (refused: no more cells run there)
     down_why: str = ""
     refused: bool = False
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards

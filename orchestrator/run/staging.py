@@ -41,7 +41,7 @@ INLINE_BYTES = 8 << 20  # archives shipped on a command's stdin, together at mos
 # node that has them (a few KB of a kernel's sources), to save a cold node staging's round trip
 OFFERED_BYTES = 256 << 10
 # a placer killed mid-placing leaves FOLDER.part.PID (or .old.PID): swept by a later placing
-# once its pid is not alive and it was untouched this long (noderunner.LEFTOVER_AGE)
+# once its pid is not alive and it was untouched this long, by the file system's clock (noderunner.LEFTOVER_AGE)
 LEFTOVER_MINUTES = 60
 PLACE_TRIES = 4  # renames into place where other placers of the same bundle race (noderunner.PLACE_TRIES)
 
@@ -136,8 +136,10 @@ def ship(
         leftovers += [tmp, aside, source]
         digest_of = f"cd {tmp} && {inputs.FOLDER_DIGEST_SH}"
         scripts.append(
-            f"{sweep_leftovers(final)}; "
-            f"{{ mkdir -p {tmp} && tar -xzf {source} -C {tmp}; }} || fail; rm -f {source}; "
+            # its own folder first, made afresh: the time the file system stamps it is what leftovers' ages are
+            # read against (sweep_leftovers)
+            f"rm -rf {tmp}; mkdir -p {tmp} || fail; {sweep_leftovers(final, tmp)}; "
+            f"tar -xzf {source} -C {tmp} || fail; rm -f {source}; "
             f'got=$({digest_of}); [ "$got" = {bundle.digest} ] || '
             f'{{ echo "{bundle.name}: extracted digest $got, expected {bundle.digest}" >&2; fail; }}; '
             # as noderunner.put_in_place: another farm node naming this machine may be placing it at
@@ -173,16 +175,21 @@ def ship(
     return shipped, "; ".join(filter(None, (altered_note(b, found) for b, found in missing)))
 
 
-def sweep_leftovers(final: str) -> str:
+def sweep_leftovers(final: str, made: str) -> str:
     """Shell removing the dead placers' leftovers beside `final` (noderunner.sweep_leftovers):
-    a glob, so a program starts only where there is one."""
+    a glob, so a program starts only where there is one. Their age is read against MADE's (a quoted
+    folder the script made just now on the same file system), not this node's clock: on shared
+    storage (NFS) the file server stamps both, and a node whose clock ran hours ahead of the server's
+    swept another machine's folder as it was written (`find -mmin`: red-team round 159)."""
     quoted = shlex.quote(final)
     return (
-        f'for p in {quoted}.part.* {quoted}.old.*; do [ -d "$p" ] && [ "${{p##*.}}" != $$ ] || continue; '
+        f'farm_ref=; for p in {quoted}.part.* {quoted}.old.*; do [ -d "$p" ] && [ "${{p##*.}}" != $$ ] || continue; '
         # only a pid is read as one; a live process of any user keeps its folder (as the runner's kill(0))
         "case ${p##*.} in ''|*[!0-9]*|???????????*) continue;; esac; "
         f'[ -e "/proc/${{p##*.}}" ] && continue; '
-        f'[ -n "$(find "$p" -maxdepth 0 -mmin +{LEFTOVER_MINUTES})" ] && rm -rf "$p"; done'
+        # a link's own time (stat without -L), never what it names; no reading of either: nothing swept
+        f'[ -n "$farm_ref" ] || farm_ref=$(stat -c %Y {made}) || continue; '
+        f'farm_t=$(stat -c %Y "$p") && [ $((farm_ref - farm_t)) -gt {LEFTOVER_MINUTES * 60} ] && rm -rf "$p"; done'
     )
 
 

@@ -27,6 +27,8 @@ PARTS = (
     "built",
     "drift",
     "driver_version",
+    "gpu_lock",
+    "sanitizing",
     "stages",
     "stage_flow",
     "probe",

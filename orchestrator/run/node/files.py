@@ -28,7 +28,13 @@ KILL_GRACE = 5
 
 
 def now() -> int:
-    return time.time_ns()
+    """The node's monotonic clock, in ns: whatever the runner stamps (a stage's section marks, the GPU's
+    wait, a kernel's and each sanitizer tool's start and end) the farm reads only as a difference from
+    another stamp of the same command, so a wall clock stepped mid-stage (NTP) made a kernel or a tool
+    killed at its timeout read unfinished, one killed early timed out, and a stage's seconds negative.
+    The shell scripts' NOW_NS reads /proc/uptime for the same reason. The stage start times the farm
+    shows are its own wall clock's, when it sent the command, plus these differences (trips.py)."""
+    return time.monotonic_ns()
 
 
 try:  # CPython's own SHA-256: no OpenSSL to load (hashlib's import is a tenth of a cell's CPU here)

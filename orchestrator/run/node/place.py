@@ -1,23 +1,24 @@
 """Bundles placed on the node: each in its final folder at once, or swept when its placer died."""
 
 import os
-import time
 
 from orchestrator.run.node.files import OUT, folder_digest, remove
 
 LEFTOVER_AGE = 3600  # seconds untouched before a dead placer's folder is swept (staging.LEFTOVER_MINUTES)
 
 
-def sweep_leftovers(final):
+def sweep_leftovers(final, reference):
     """Remove what placers killed mid-placing left beside `final` (FOLDER.part.PID,
     FOLDER.old.PID): its pid is not alive here, and it was untouched for LEFTOVER_AGE
-    (another machine sharing the folder may place it now, under a pid not ours)."""
+    (another machine sharing the folder may place it now, under a pid not ours) before
+    REFERENCE, the mtime of a folder made just now beside it: on shared storage (NFS) the file
+    server stamps both, where this node's clock, hours ahead of the server's, swept another
+    machine's folder as it was written (red-team round 159)."""
     parent, base = os.path.split(final)
     try:
         names = os.listdir(parent)
     except OSError:
         return
-    now = time.time()
     for name in names:
         kind, _, pid = name[len(base) :].rpartition(".")
         # a name any process of the login may make: only a pid of ours is read as one
@@ -34,7 +35,7 @@ def sweep_leftovers(final):
             continue
         path = os.path.join(parent, name)
         try:
-            if now - os.lstat(path).st_mtime > LEFTOVER_AGE:
+            if reference - os.lstat(path).st_mtime > LEFTOVER_AGE:
                 remove(path)
         except OSError:
             pass
@@ -89,13 +90,13 @@ def place_one(bundle, final):
     renamed into place: None once it is there, else why not (nothing left behind)."""
     digest = bundle["digest"]
     part = final + ".part." + str(os.getpid())
-    try:  # noqa: SIM105 - sweeping is a courtesy: it never fails a placing
-        sweep_leftovers(final)
-    except Exception:
-        pass
     try:
         remove(part)  # a leftover of a runner killed here with the same pid
         os.makedirs(part)  # an empty bundle is an empty folder
+        try:  # noqa: SIM105 - sweeping is a courtesy: it never fails a placing
+            sweep_leftovers(final, os.stat(part).st_mtime)  # its time the file system's, as the others'
+        except Exception:
+            pass
         for rel, data, executable in bundle["files"]:
             path = os.path.join(part, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -57,6 +57,8 @@ def run_plan(plan):
     deadline = time.monotonic() + stages[0]["timeout"]  # the farm's for this command, as it reckons it
     for index, stage in enumerate(stages):
         name = stage["stage"]
+        # the monotonic clock's (files.now), as the section-end's: the farm reads the stage's seconds, and
+        # its start's offset from the first stage's, added to its own wall clock's time of sending
         OUT.write(f"@@farm section {name} {now()}\n".encode())
         # the farm moves its deadline on to this stage's timeout as it reads its start, so
         # that it neither gives up on a stage too soon nor waits on a silent node (frozen, cut

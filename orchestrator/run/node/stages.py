@@ -2,30 +2,20 @@
 scripts print (stage_flow.py goes from one to the next), and the login's environment they run in."""
 
 import os
-import time
 
 from orchestrator.run.node.built import mark_built, reads_env, stale_read, write_reads
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
-from orchestrator.run.node.files import (
-    files_lost,
-    folder_digest,
-    fresh_copy,
-    make_dirs,
-    now,
-    remove,
-    sha_of,
-    take_copy,
-    watch,
-)
+from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
+from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.imports import say_imports
 from orchestrator.run.node.jit import listed_and_compiled
 from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.linked import linked_files
 from orchestrator.run.node.loads import loads_writable
-from orchestrator.run.node.probe import _which
 from orchestrator.run.node.processes import kill_orphans, lock_within, reap
+from orchestrator.run.node.sanitizing import sanitize
 from orchestrator.run.node.spawn import guarded, ruleset, scratch
 
 
@@ -191,24 +181,6 @@ def inspect(out, spec, env, ahead):
     tool_changed(out, spec.get("tool"), env)
 
 
-def take_gpu(out, spec):
-    """(the GPU lock's fd or None, when the wait began or None), once the GPU is the
-    cell's; None when its lock stayed taken (said on OUT)."""
-    if not spec.get("lock"):
-        return None, None
-    queued = now()
-    try:
-        lock = os.open(spec["lock"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError:
-        lock = None
-    if lock is None or not lock_within(lock, spec["wait"]):
-        out.say(f"@@farm gpu-wait-failed {queued} {now()}")
-        if lock is not None:
-            os.close(lock)
-        return None
-    return lock, queued
-
-
 def run(out, spec, env, ahead):
     private = spec["private"]
     expected = spec["expected"] if spec["expected"] is not None else ahead.get("sha", "")
@@ -243,13 +215,10 @@ def run(out, spec, env, ahead):
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
         rules, unconfined = confined_to(run_dir, *tmp)
-        # its seconds by the monotonic clock, from a wall-clock start: a clock stepped back mid-run
-        # made a kernel killed at its timeout read 0 s, and the farm judged it fail (exit 124), not
-        # timeout (found by a red-team helper; the shell runner still reads `date`)
         # code its loader reads where the run writes (loads.py); before watch, as this read sets atime
         loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
-        started, clock = now(), time.monotonic_ns()
+        started = now()  # the monotonic clock (files.now): a timeout is judged by its seconds
         code = 1
         served = None
         try:
@@ -280,7 +249,7 @@ def run(out, spec, env, ahead):
                 os.close(rules[0])
             if served is not None:
                 served.close()
-        ended = started + time.monotonic_ns() - clock
+        ended = now()
         for handle in (stdout, stderr, status, other):
             if handle is not None:
                 handle.close()
@@ -309,75 +278,6 @@ def run(out, spec, env, ahead):
         if lock is not None:
             os.close(lock)  # the GPU is free: the kernel and its leftovers are gone
         for folder in tmp:
-            remove(folder)
-
-
-def sanitizer(spec):
-    """The node's compute-sanitizer, as sanitize.locate finds it in the shell scripts."""
-    if spec["configured"]:
-        return spec["configured"]
-    found = _which("compute-sanitizer")
-    nvcc = spec["nvcc"]
-    if found or nvcc.startswith(spec["workdir"].rstrip("/") + "/"):  # never a shipped toolkit's
-        return found
-    if "/" not in nvcc:
-        nvcc = _which(nvcc) or "/none/nvcc"
-    return os.path.join(os.path.dirname(nvcc), "compute-sanitizer")
-
-
-def sanitize(out, spec, env, ahead):
-    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had, confined as that
-    run was; each tool's log is the one file outside the work folder it may write (created empty here)."""
-    san = sanitizer(spec)
-    if not (os.path.isfile(san) and os.access(san, os.X_OK)):
-        out.say("@@farm no-sanitizer " + san)
-        return
-    taken = take_gpu(out, spec)
-    if taken is None:
-        return
-    lock, _ = taken
-    private = ()
-    try:
-        run_dir = spec["run_dir"]
-        env = dict(env, FARM_SANITIZER=san)
-        if spec.get("gpu"):
-            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
-        # compute-sanitizer will not start without a temporary folder it can write ("Failed to
-        # access the temporary directory", exit 13): the cell's own, beside the work folder, not in
-        # it, where the kernel could have left a link in its place (to a folder the rule would open)
-        env, private = own_tmp(env, spec["tmp"])
-        with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
-            for tool, command, log in spec["tools"]:
-                # a fresh copy of the build before each tool, hashed: a kernel that removed or swapped
-                # its copy (unconfined, or before the copy moved out of its work folder) made each try
-                # an infra-error, until its node was marked unhealthy; nothing of it is running by now
-                if spec.get("copy_from") and not fresh_copy(spec["copy_from"], spec["private"]):
-                    out.say("@@farm binary-altered missing")
-                    return
-                got = sha_of(spec["private"])
-                if got != spec["expected"]:
-                    out.say("@@farm binary-altered " + (got or "missing"))
-                    return
-                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, log, *private)
-                started = now()
-                try:
-                    fd = rules[0] if rules else None
-                    work = os.path.join(run_dir, "work")
-                    code = guarded(command, spec["limit"], work, nothing.fileno(), nothing.fileno(), env, fd)
-                finally:
-                    if rules:
-                        os.close(rules[0])
-                ended = now()
-                if ahead.get("subreaper"):
-                    kill_orphans()
-                reap("FARM_CELL", ahead["cell"])
-                say_confinement(out, rules, unconfined)
-                out.say(f"@@farm tool {tool} {code} {started} {ended}")
-    finally:
-        if lock is not None:
-            os.close(lock)
-        for folder in private:
             remove(folder)
 
 

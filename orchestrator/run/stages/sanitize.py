@@ -9,6 +9,7 @@ import shlex
 from orchestrator.errors import InfraError
 from orchestrator.run import sanitize
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarded, own_tmp
+from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.trips import Trip, last_match
@@ -49,7 +50,9 @@ class SanitizeStage(CellStages):
         script = (
             f"{fresh}{check}"
             f"{sanitize.locate(self.t.node.compute_sanitizer, self.snapshot.nvcc_path, self.snapshot.workdir)}; "
-            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; }}"
+            f"{queue_on_node}cd {shlex.quote(rdir + '/work')} && {{ {pin}{make_tmp}{runs}; {drop_tmp}; "
+            # the module the tools ran on, once they and their leftovers are gone (node/sanitizing.py)
+            f"{MODULE_NOW_SH}; }}"
         )
         # each log's first and last LOG_LIMIT / 2 bytes and its size (file_ends.py): the summary the
         # tool writes last is read where it is, however long its findings or a kernel made the log
@@ -116,5 +119,11 @@ class SanitizeStage(CellStages):
                 f"{tool}: " + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
             )
         self._note_confinement(trip, text, "its sanitizer runs ran")
+        # the module the tools ran on, read once they were gone (as the run stage reads it): one reloaded
+        # since the run makes its pass no verdict on the kernel (classify/blame.driver_unbacked)
+        module = last_match(r"^@@farm driver ?(.*)$", text)
+        said = module_changed(self.snapshot.driver_evidence, module.group(1) if module else None, "its sanitizer runs")
+        ev = self.result.evidence
+        ev.driver_reloaded = ev.driver_reloaded or said
         self.result.evidence.sanitizer = tuple(reports)
         return "ok" if all(r.clean for r in reports) else "failed"

@@ -1,0 +1,84 @@
+"""The sanitize stage on the node: the cell's copy again under each compute-sanitizer tool, after a
+passing run (the farm's side: run/stages/sanitize.py)."""
+
+import os
+
+from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
+from orchestrator.run.node.driver_version import say_driver
+from orchestrator.run.node.files import fresh_copy, now, remove, sha_of
+from orchestrator.run.node.gpu_lock import take_gpu
+from orchestrator.run.node.probe import _which
+from orchestrator.run.node.processes import kill_orphans, reap
+from orchestrator.run.node.spawn import guarded
+
+
+def sanitizer(spec):
+    """The node's compute-sanitizer, as sanitize.locate finds it in the shell scripts."""
+    if spec["configured"]:
+        return spec["configured"]
+    found = _which("compute-sanitizer")
+    nvcc = spec["nvcc"]
+    if found or nvcc.startswith(spec["workdir"].rstrip("/") + "/"):  # never a shipped toolkit's
+        return found
+    if "/" not in nvcc:
+        nvcc = _which(nvcc) or "/none/nvcc"
+    return os.path.join(os.path.dirname(nvcc), "compute-sanitizer")
+
+
+def sanitize(out, spec, env, ahead):
+    """The cell's copy again under each compute-sanitizer tool, on the GPU its run had, confined as that
+    run was; each tool's log is the one file outside the work folder it may write (created empty here)."""
+    san = sanitizer(spec)
+    if not (os.path.isfile(san) and os.access(san, os.X_OK)):
+        out.say("@@farm no-sanitizer " + san)
+        return
+    taken = take_gpu(out, spec)
+    if taken is None:
+        return
+    lock, _ = taken
+    private = ()
+    try:
+        run_dir = spec["run_dir"]
+        env = dict(env, FARM_SANITIZER=san)
+        if spec.get("gpu"):
+            env["CUDA_VISIBLE_DEVICES"] = spec["gpu"]
+        # compute-sanitizer will not start without a temporary folder it can write ("Failed to
+        # access the temporary directory", exit 13): the cell's own, beside the work folder, not in
+        # it, where the kernel could have left a link in its place (to a folder the rule would open)
+        env, private = own_tmp(env, spec["tmp"])
+        with open(os.devnull, "wb") as nothing:  # its numbers were judged by the run stage
+            for tool, command, log in spec["tools"]:
+                # a fresh copy of the build before each tool, hashed: a kernel that removed or swapped
+                # its copy (unconfined, or before the copy moved out of its work folder) made each try
+                # an infra-error, until its node was marked unhealthy; nothing of it is running by now
+                if spec.get("copy_from") and not fresh_copy(spec["copy_from"], spec["private"]):
+                    out.say("@@farm binary-altered missing")
+                    return
+                got = sha_of(spec["private"])
+                if got != spec["expected"]:
+                    out.say("@@farm binary-altered " + (got or "missing"))
+                    return
+                os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
+                rules, unconfined = confined_to(run_dir, log, *private)
+                started = now()
+                try:
+                    fd = rules[0] if rules else None
+                    work = os.path.join(run_dir, "work")
+                    code = guarded(command, spec["limit"], work, nothing.fileno(), nothing.fileno(), env, fd)
+                finally:
+                    if rules:
+                        os.close(rules[0])
+                ended = now()
+                if ahead.get("subreaper"):
+                    kill_orphans()
+                reap("FARM_CELL", ahead["cell"])
+                say_confinement(out, rules, unconfined)
+                out.say(f"@@farm tool {tool} {code} {started} {ended}")
+        # the module the tools ran on, once they and their leftovers are gone, as the run stage says it:
+        # one reloaded between the run and these made the pass the probe's driver's no more (driver_version.py)
+        say_driver(out)
+    finally:
+        if lock is not None:
+            os.close(lock)
+        for folder in private:
+            remove(folder)
