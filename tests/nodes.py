@@ -389,6 +389,16 @@ def processes_carrying(entry: str) -> list[int]:
     return found
 
 
+def own_sleep(seconds: int) -> str:
+    """`sleep SECONDS.<digits>`, a command line no other test session's process has, for a
+    test asking processes_matching whether its kernel outlived the cell. That reads every
+    process of the machine, and the farm's tests run in several clones at once (helpers,
+    CI): a fixed `sleep 60.731` found another session's kernel still in its 3 s (and the
+    shell runner's command shell, whose script names it), and failed a cell that had
+    killed its own (every match, under load, was another session's; none its own)."""
+    return f"sleep {seconds}.{os.getpid()}{time.monotonic_ns() % 10**6:06d}"
+
+
 def processes_matching(needle: str) -> list[tuple[int, str]]:
     """(pid, command line) of every live process whose command line contains
     `needle`; read from /proc, so the search itself never matches."""

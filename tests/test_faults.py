@@ -52,7 +52,7 @@ from faults import (
     wait_for,
 )
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant
+from nodes import CARDS, Fleet, SshNode, own_sleep, processes_matching, query, standin_job, standin_variant
 
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import EXIT_INFRA, EXIT_LOCKED, EXIT_OK, EXIT_UNEXPECTED
@@ -1254,7 +1254,7 @@ HUNG_LISTS = """#!/bin/sh
 case "$1" in
   --version) echo 'Cuda compiler driver, release 13.0, V13.0.88'; exit 0 ;;
   --dump-sass) echo '        /*0000*/                   HMMA.16816.F32 R4, R8, R12, R4 ;'; exit 0 ;;
-  *) exec sleep 307 ;;
+  *) exec {linger} ;;
 esac
 """
 
@@ -1269,7 +1269,8 @@ def test_a_cuobjdump_that_hangs_on_its_lists_costs_its_cell_seconds(
     list has stages.inspect.LIST_TIMEOUT now (2 s here), within the stage's wait, and is killed."""
     monkeypatch.setattr(stages.inspect, "LIST_TIMEOUT", 2)
     tool = tmp_path / "cuobjdump"
-    tool.write_text(HUNG_LISTS)
+    linger = own_sleep(307)  # this test's alone: another session's run of it may be mid-list
+    tool.write_text(HUNG_LISTS.replace("{linger}", linger))
     tool.chmod(0o755)
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", inspect="{cuobjdump} --dump-sass {binary}")
     variant["instructions"] = {"HMMA": 1}
@@ -1280,4 +1281,4 @@ def test_a_cuobjdump_that_hangs_on_its_lists_costs_its_cell_seconds(
     assert row["outcome"] == "pass", row["reason"]
     assert seconds < 60, seconds
     assert [a["status"] for a in attempts(tmp_path / "results.db", summary.run_id, "t4", "lists")] == ["ok"]
-    assert not processes_matching("sleep 307"), "a list cuobjdump started outlived its stage"
+    assert not processes_matching(linger), "a list cuobjdump started outlived its stage"

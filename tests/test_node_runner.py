@@ -38,6 +38,7 @@ from nodes import (
     install_sanitizer,
     landlock_abi,
     lose_card_after_probe,
+    own_sleep,
     processes_matching,
     query,
     standin_job,
@@ -510,10 +511,11 @@ def test_a_kernel_that_kills_its_runner_leaves_nothing_running(ssh_fleet: Fleet,
     the runner did not end by itself). Where the python runners confine it and Landlock
     scopes signals (ABI 6, this machine's), the kill is refused and the kernel is killed
     at its timeout: still no pass, nothing left."""
-    run = "kill -9 $PPID; exec sleep 73 || {binary}"  # a run names its kernel: here one never reached
+    linger = own_sleep(73)  # this test's alone: another session's run of it may be mid-kernel
+    run = f"kill -9 $PPID; exec {linger} || {{binary}}"  # a run names its kernel: here one never reached
     (row,) = verify(ssh_fleet, tmp_path, {"killer": standin_variant("PASS", MIN75, "MIN_CC=75", run=run, timeout=8)})
     assert row["outcome"] != "pass", row["reason"]
-    assert not processes_matching("sleep 73"), "the kernel outlived the runner it killed"
+    assert not processes_matching(linger), "the kernel outlived the runner it killed"
 
 
 def test_a_kernel_changes_nothing_beyond_its_own_work_folder(

@@ -19,7 +19,17 @@ import time
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, SshNode, processes_matching, query, standin_job, standin_variant, write_farm
+from nodes import (
+    CARDS,
+    Fleet,
+    SshNode,
+    own_sleep,
+    processes_matching,
+    query,
+    standin_job,
+    standin_variant,
+    write_farm,
+)
 
 from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
@@ -236,9 +246,8 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     messages with its secret mark."""
     flood = tmp_path / "flood.sh"  # run by the kernel itself, before it passes
     flood.write_text(f"{sys.executable} {FORGERS / 'flood.py'}\n")
-    variants = {
-        "flood": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=flood, run="{binary}; sleep 60.731", timeout=3)
-    }
+    hang = own_sleep(60)  # this test's alone: another session's run of it may be mid-kernel
+    variants = {"flood": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=flood, run="{binary}; " + hang, timeout=3)}
     summary, _ = verify(node, tmp_path / "farm", variants)
     ((_, result, _),) = summary.results
     assert result.verdict is not None
@@ -249,7 +258,7 @@ def test_a_kernel_flooding_the_farms_output_gets_no_verdict(node: SshNode, tmp_p
     else:
         assert result.verdict.outcome.value == "infra-error", result.verdict
         assert "more than 1048576 bytes" in result.evidence.infra_detail
-    assert not processes_matching("sleep 60.731"), "the kernel outlived its cell"
+    assert not processes_matching(hang), "the kernel outlived its cell"
 
 
 def test_a_forged_stage_clock_stays_with_its_cell(node: SshNode, tmp_path: Path) -> None:
