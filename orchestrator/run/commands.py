@@ -18,6 +18,7 @@ from orchestrator.run.cell import CellPaths
 from orchestrator.run.preload import PRELOAD_FILE, preload_check
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.transport.base import ended_sh
 
 
 def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[str, bytes]:
@@ -52,7 +53,8 @@ OUTPUT_LIMIT = 256 << 20
 
 def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     """A shell fragment running `command` under `timeout -k`, leaving its exit
-    status in $rc, and then killing whatever is left of its process group.
+    status in $rc, and then killing whatever is left of its process group, and waiting until that
+    ended (ended_sh: the cell's end, and its GPU lock's release, come after it).
 
     `timeout` leads its own process group; but when the command's first process
     dies of the TERM and a child that ignores TERM lives on, timeout exits at
@@ -63,8 +65,17 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     """
     return (
         f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
-        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null"
+        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null && {{ {GROUP_SH}{ended_sh('$farm_gk')}:; }}"
     )
+
+
+# Shell setting farm_gk to the pids of process group $pid (killed just before: the group's kill
+# reached someone, else none of this runs), for ended_sh to wait until they ended (a zombie has)
+GROUP_SH = (
+    'farm_gk=; for farm_gf in /proc/[0-9]*/stat; do read -r farm_rx < "$farm_gf" 2>/dev/null || continue; '
+    "farm_rx=${farm_rx##*) }; farm_rx=${farm_rx#* }; farm_rx=${farm_rx#* }; "
+    '[ "${farm_rx%% *}" = "$pid" ] || continue; farm_gf=${farm_gf%/stat}; farm_gk="$farm_gk ${farm_gf#/proc/}"; done; '
+)
 
 
 def own_tmp(folder: str) -> tuple[str, str]:

@@ -60,14 +60,36 @@ class Deadline:
 
 def reap(variable: str, value: str, tag: str = "leftover") -> str:
     """Shell that SIGKILLs every process of this login whose environment holds
-    VARIABLE=VALUE and prints `@@farm TAG N`. One grep reads every
+    VARIABLE=VALUE, waits until they ended (ended_sh), and prints `@@farm TAG N`. One grep reads every
     /proc/PID/environ it may; the scanning shell itself carries no marker. The
     farm puts FARM_RUN=<run> FARM_CELL=<cell> into every kernel's environment,
     which a daemon's double fork and setsid keep."""
     pattern = shlex.quote(f"{variable}={value}")
     return (
-        f"n=0; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
-        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)); }}; done; echo "@@farm {tag} $n"'
+        f"n=0; farm_rk=; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
+        f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)) && farm_rk="$farm_rk $p"; }}; done; '
+        f'{ended_sh("$farm_rk")}echo "@@farm {tag} $n"'
+    )
+
+
+KILL_GRACE = 5  # seconds a killed process is given to end (node/files.py's, run/commands.py's)
+
+
+def ended_sh(pids: str, seconds: float = KILL_GRACE) -> str:
+    """Shell waiting until each of PIDS (a word list, SIGKILLed just before) has ended, gone or a
+    zombie: at once, then every 50 ms for SECONDS; each still there after it is said as
+    `@@farm undying PID CMD` (node/ended.py): the cell is infra-error, and the next cell on its GPU
+    never meets it. Nothing is waited for where nothing was killed."""
+    polls = int(seconds * 20)
+    return (
+        f'farm_rl={pids}; farm_ri=0; while [ -n "$farm_rl" ]; do farm_rs=; for p in $farm_rl; do '
+        "read -r farm_rx < /proc/$p/stat 2>/dev/null || continue; farm_rx=${farm_rx##*) }; "
+        '[ "${farm_rx%% *}" = Z ] || farm_rs="$farm_rs $p"; done; farm_rl=$farm_rs; '
+        f'[ -n "$farm_rl" ] && [ "$farm_ri" -lt {polls} ] || break; '
+        "sleep 0.05 2>/dev/null || { sleep 1; farm_ri=$((farm_ri+19)); }; farm_ri=$((farm_ri+1)); done; "
+        # its command line on one printable line (a kernel chose it: no line of the farm's in it)
+        "for p in $farm_rl; do farm_rx=$(tr -c ' -~' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200); "
+        'echo "@@farm undying $p ${farm_rx% }"; done; '
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 PARTS = (
     "files",
+    "ended",
     "spawn",
     "kernel_commands",
     "trampoline",

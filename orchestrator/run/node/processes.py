@@ -5,6 +5,7 @@ import _signal  # not `signal`, nor subprocess or shutil: their imports (enum, r
 import os
 import time
 
+from orchestrator.run.node.ended import UNDYING, command_of, wait_gone
 from orchestrator.run.node.files import KILL_GRACE, kill_group
 from orchestrator.run.node.serve import CHUNK
 from orchestrator.run.node.spawn import SPAWN_ERRORS, libc, spawn, wait_for
@@ -64,7 +65,7 @@ def captured(argv, seconds):
 
 def reap(variable, value):
     """SIGKILL every process this login may read whose environment holds
-    VARIABLE=VALUE (this runner carries none); how many. It reads every process's
+    VARIABLE=VALUE (this runner carries none), and wait until they ended; how many. It reads every process's
     environment, whole, at each cell's end, under the GPU's lock: thousands of
     processes on a busy node, so plain descriptors, not file objects (a third of
     the CPU)."""
@@ -72,7 +73,7 @@ def reap(variable, value):
         return None
     wanted = b"\0" + (variable + "=" + value).encode() + b"\0"
     me = str(os.getpid())
-    killed = 0
+    killed = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == me:
             continue
@@ -95,10 +96,12 @@ def reap(variable, value):
         if wanted in b"".join(chunks):
             try:
                 os.kill(int(name), _signal.SIGKILL)
-                killed += 1
+                killed.append(int(name))
             except OSError:
                 pass
-    return killed
+    # returned once they ended: one that escaped the cell's group is as much on its GPU (ended.py)
+    wait_gone(killed)
+    return len(killed)
 
 
 def subreaper():
@@ -177,6 +180,9 @@ def kill_orphans(seconds=2 * KILL_GRACE):
         pending = any(pid in tried and states.get(pid, b"Z") != b"Z" for pid in seen)
         if not found:
             if not pending or time.monotonic() > settled:
+                for pid in seen:  # still not ended: said (ended.UNDYING), the cell infra-error
+                    if pid in tried and states.get(pid, b"Z") != b"Z":
+                        UNDYING.append(f"{pid} {command_of(pid)}")
                 break
             time.sleep(0.005)
             continue

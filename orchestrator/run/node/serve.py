@@ -6,6 +6,7 @@ import os
 import sys
 import time
 
+from orchestrator.run.node.ended import UNDYING
 from orchestrator.run.node.files import OUT, now
 from orchestrator.run.node.place import place
 from orchestrator.run.node.probe import probe
@@ -29,6 +30,7 @@ DEADLINE_SLACK = 2.0  # seconds the farm's deadline may be off a stage's before 
 def run_plan(plan):
     """One cell's stages, as its plan says (or the node's probe); everything goes to stdout."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])  # wait_for sleeps on it
+    del UNDYING[:]  # the cell's own: what the serving runner's reaps left is said by none of its cells
     if "probe" in plan:
         probe(plan["probe"])
         return

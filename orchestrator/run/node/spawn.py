@@ -5,6 +5,7 @@ import _signal  # not `signal`, nor subprocess or shutil: their imports (enum, r
 import os
 import time
 
+from orchestrator.run.node.ended import kill_group_ended
 from orchestrator.run.node.files import KILL_GRACE, kill_group
 
 SPAWN_ERRORS = []  # why posix_spawn failed, for the stage's error
@@ -216,7 +217,7 @@ def _above(fd, lowest=10):
 
 def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), served=None):
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
-    process group; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
+    process group, and the wait until that ended; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
     EXTRA: (target, fd) pairs it gets besides its stdout and stderr; SERVED: the
     KernelFiles its kernel commands ask to be started, answered while it runs."""
     copies = []
@@ -247,5 +248,7 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
             kill_group(pid, _signal.SIGKILL)
             wait_for(pid, KILL_GRACE)  # one stuck in the kernel (a hung driver call) is not waited for
             code = 137
-    kill_group(pid, _signal.SIGKILL)
+    # what is left of its group, waited for until it ended (ended.py): the cell's end, and the GPU's
+    # lock let go after it, come after theirs
+    kill_group_ended(pid)
     return code

@@ -7,6 +7,7 @@ from orchestrator.run.node.built import mark_built, reads_env, stale_read, write
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
+from orchestrator.run.node.ended import undying
 from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.imports import say_imports
@@ -261,6 +262,8 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
+        for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
+            out.say("@@farm undying " + survivor)
         say_driver(out)  # the module the kernel ran on, once it and its leftovers are gone (driver_version.py)
         if unread and unread():
             out.say("@@farm kernel-unread")

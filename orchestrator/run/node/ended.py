@@ -1,0 +1,102 @@
+"""Whether what a kill hit has ended: a SIGKILLed process is not gone when kill() returns (it must
+still be scheduled to exit, and a CUDA context's teardown takes a while), and the next cell must not
+meet it on its GPU. Each kill of a cell's processes waits here, bounded, and what outlived the bound
+is said in the cell's control text (`@@farm undying PID CMD`): the cell is then infra-error."""
+
+import _signal  # not `signal`: its import costs more than the rest (processes.py)
+import os
+import time
+
+from orchestrator.run.node.files import KILL_GRACE
+
+UNDYING = []  # "PID CMD" of each process a kill did not end within its bound; said by the stage (undying)
+
+
+def _stat(pid):
+    """(state, start time) of PID from /proc/PID/stat, or None where it is gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat = os.read(fd, 1024)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold anything
+    return (fields[0], fields[19]) if len(fields) > 19 else None
+
+
+def command_of(pid):
+    """PID's command line on one printable line (a kernel chose it: no line of the farm's in it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read(4096)
+    except OSError:
+        raw = b""
+    text = bytes(c if 32 <= c < 127 else 32 for c in raw).decode("ascii").strip()
+    return text[:200] or "?"
+
+
+def wait_gone(pids, seconds=KILL_GRACE):
+    """Once every one of PIDS (just SIGKILLed) has ended: gone, or a zombie, whose GPU context is
+    gone with its memory. Checked at once (a cell whose kills ended everything pays nothing), then
+    at growing intervals up to SECONDS. Returns, and notes in UNDYING, "PID CMD" of each that still
+    had not ended (one stuck in the kernel: a hung driver call). A pid now another process (its
+    start time changed) has ended."""
+    if not pids:
+        return []
+    deadline = time.monotonic() + seconds
+    born = {}
+    pause = 0.001
+    while True:
+        left = []
+        for pid in pids:
+            got = _stat(pid)
+            if got is not None and got[0] != b"Z" and born.setdefault(pid, got[1]) == got[1]:
+                left.append(pid)
+        pids = left
+        wait = deadline - time.monotonic()
+        if not pids or wait <= 0:
+            break
+        time.sleep(min(pause, wait))
+        pause = min(pause * 2, 0.05)
+    survivors = [f"{pid} {command_of(pid)}" for pid in pids]
+    UNDYING.extend(survivors)
+    return survivors
+
+
+def group_members(pgid):
+    """The pids in process group PGID that have not ended (a zombie has)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open("/proc/" + name + "/stat", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                stat = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+        except OSError:
+            continue
+        fields = stat.rpartition(b")")[2].split()
+        if len(fields) > 2 and fields[0] != b"Z" and fields[2] == str(pgid).encode():
+            found.append(int(name))
+    return found
+
+
+def kill_group_ended(pgid, seconds=KILL_GRACE):
+    """SIGKILL to process group PGID, and once it reached any, the wait until they ended (wait_gone):
+    where it reached none (the common case: the command's group ended with it) nothing is read."""
+    try:
+        os.killpg(pgid, _signal.SIGKILL)
+    except OSError:
+        return []
+    return wait_gone(group_members(pgid), seconds)
+
+
+def undying():
+    """What UNDYING holds, once: each is said by the stage that ends the cell's processes."""
+    said = UNDYING[:]
+    del UNDYING[:]
+    return said
