@@ -16,7 +16,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.run.cell import StageRecord
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.resident import ResidentRunner
-from orchestrator.run.slots import GpuSlots
+from orchestrator.run.slots import GpuSlots, MachineQueues
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.staging import Staging
 from orchestrator.transport import Transport
@@ -138,4 +138,5 @@ def node_devices(transport: Transport, snapshot: NodeSnapshot) -> tuple[dict[str
         name = snapshot.gpu_name or ""
         return {name: list(snapshot.gpus)}, {name: GpuSlots(anonymous=max(snapshot.gpu_count, 1))}
     devices = snapshot.devices()
-    return devices, {name: GpuSlots(gpus, on_node=snapshot.flock) for name, gpus in devices.items()}
+    machine = MachineQueues()  # the node's models, one work folder: each may hold up the others' locks
+    return devices, {name: GpuSlots(gpus, on_node=snapshot.flock, machine=machine) for name, gpus in devices.items()}

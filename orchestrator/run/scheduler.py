@@ -50,7 +50,7 @@ from orchestrator.run.cell_work import CELL_ENV, CellWork
 from orchestrator.run.node_context import declared_snapshot, default_cache_dir
 from orchestrator.run.node_setup import NodeSetup
 from orchestrator.run.node_work import NodeWork, NotBegun
-from orchestrator.run.slots import GpuSlots
+from orchestrator.run.slots import GpuSlots, MachineQueues
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.stopping import Stopping
 from orchestrator.run.summary import Listener, NullListener, RunSummary
@@ -88,7 +88,8 @@ class FarmRun(NodeWork, CellWork):
         self.node_setup = NodeSetup(farm, self._bundles, self.cache_dir)
         self._begun = threading.Event()  # the run is stored: nodes may store theirs
         self._begin_failed = False  # storing the run failed: its nodes store nothing
-        self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its GPUs' queues, shared by its columns
+        self._slots: dict[tuple, dict[str, GpuSlots]] = {}  # machine -> its anonymous slots, shared by its columns
+        self._queues: dict[tuple, MachineQueues] = {}  # machine -> its GPUs' queues, shared by its columns
         self.cards = CardClaims()  # a worker's claims are made in its parent's (workers.py)
 
     # stopping (stopping.py) -----------------------------------------------
@@ -134,14 +135,21 @@ class FarmRun(NodeWork, CellWork):
     def _machine_slots(
         self, node: NodeSpec, snapshot: NodeSnapshot, devices: dict[str, list[Gpu]], slots: dict[str, GpuSlots]
     ) -> tuple[dict[str, list[Gpu]], dict[str, GpuSlots]]:
-        """One queue per GPU of a machine, whichever of its columns (toolchains) runs
-        there: their runs take turns on each GPU here as well as on the node."""
+        """One queue per GPU of a machine's work folder, whichever of its columns (toolchains, or
+        names in farm.yaml each with `gpus:` of its own) runs there: their runs take turns on each
+        GPU here as well as on the node, and each column runs on its own GPUs only. Columns
+        once shared one pool per card model, whose GPUs were the first column's: a second name
+        of the machine ran its cells on the first's GPU, which its `gpus:` left out (red-team 163)."""
         machine = (node.transport, node.host, node.port, node.jump, snapshot.hostname, snapshot.workdir)
         with self._summary_lock:
+            queues = self._queues.setdefault(machine, MachineQueues())
             shared = self._slots.setdefault(machine, {})
-            for device, queue in slots.items():  # a card one column's probe saw and another's did not
-                shared.setdefault(device, queue)
-            return devices, shared
+            mine = {
+                # a transport that picks the GPU itself (Slurm) has anonymous slots: shared by model
+                device: slot.on(queues) if slot.gpus else shared.setdefault(device, slot)
+                for device, slot in slots.items()
+            }
+            return devices, mine
 
     def _transport(self, name: str) -> Transport:
         return transport_for(name, self.farm.nodes[name], self.token)
