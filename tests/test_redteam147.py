@@ -93,9 +93,9 @@ def test_a_pass_after_cudas_uncorrectable_ecc_error_is_no_pass(make_farm, tmp_pa
     variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
     outcome, reason = _one_cell(make_farm, tmp_path, _node(tmp_path / "node", answers), variant)
     assert outcome == "infra-error", reason
-    assert "1 uncorrectable ECC error during the cell" in reason and "uncorrectable ECC error encountered" in reason, (
-        reason
-    )
+    assert (
+        "1 uncorrectable ECC error since the node's probe" in reason and "uncorrectable ECC error encountered" in reason
+    ), reason
 
 
 @pytest.mark.parametrize(

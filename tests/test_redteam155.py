@@ -56,7 +56,7 @@ def test_ecc_errors_that_came_during_the_cell_are_the_nodes(make_farm, tmp_path:
     node = _node(tmp_path / "node", _probe_ecc("3") + _look_ecc("4"))
     outcome, reason = _one_cell(make_farm, tmp_path, node, FAILNUM)
     assert outcome == "infra-error", reason
-    assert "1 uncorrectable ECC error during the cell" in reason and "3 at the probe" in reason, reason
+    assert "1 uncorrectable ECC error since the node's probe" in reason and "3 at the probe" in reason, reason
 
 
 def test_cudas_ecc_words_on_a_card_with_only_old_errors_are_no_pass_and_no_excuse(make_farm, tmp_path: Path) -> None:
@@ -84,7 +84,9 @@ def test_the_ecc_rule_reads_the_count_against_the_probes() -> None:
     whose probe could not say (another nvidia-smi) is judged by its count as before."""
     uuid = T4.uuid(0)
     assert gpu_state.gpu_unfit(uuid, "/w", "Disabled, Default, 5\n", "", "5") == ""
-    assert "2 uncorrectable ECC errors during" in gpu_state.gpu_unfit(uuid, "/w", "Disabled, Default, 7\n", "", "5")
+    assert "2 uncorrectable ECC errors since the node's probe" in gpu_state.gpu_unfit(
+        uuid, "/w", "Disabled, Default, 7\n", "", "5"
+    )
     assert gpu_state.gpu_unfit(uuid, "/w", "Disabled, Default, [N/A]\n", "", "[N/A]") == ""
     assert "reset the card" in gpu_state.gpu_unfit(uuid, "/w", "Disabled, Default, 2\n", "", "")
     rows, counts = driver_check.probe_ecc([f"0, {uuid}, {T4.name}, 7.5, 550.54.15, 15360 MiB, 2"])

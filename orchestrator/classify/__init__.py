@@ -105,9 +105,10 @@ class Evidence:
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
     cuda_error: str = ""  # where the kernel printed CUDA's words for GPU work that did not happen (cuda_errors.py)
     run_files_lost: str = ""  # run files gone after an unconfined run, which may have removed them (lost_files.py)
-    # the NVIDIA kernel module the node had loaded once the kernel ran, where it is not the probe's (run/driver_check.py
-    # module_changed): why no verdict of the cell is the kernel's, pass or fail (blame.driver_unbacked), else ""
+    # why no verdict of the cell is the kernel's, pass or fail: the NVIDIA module loaded after its run is not the
+    # probe's (driver_check.module_changed; blame.driver_unbacked), else ""; by whose read ("run", "sanitize")
     driver_reloaded: str = ""
+    driver_reloaded_by: str = ""
 
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the binary, so

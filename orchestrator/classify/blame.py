@@ -169,9 +169,10 @@ def driver_unbacked(verdict: V, ev: Evidence) -> V:
     the node's probe read (ev.driver_reloaded: the module reloaded with another version mid-run, by an
     unattended upgrade or an admin) as infra-error, saying why: a pass was stored, and certified, under a
     driver the kernel never ran on (red-team round 157), and a failure there is no more the kernel's.
-    An infra-error keeps its own cause, a cell not run its own words."""
+    An infra-error keeps its own cause, a cell not run its own words; the stage named is the one whose
+    read found it (a reload after a clean run, seen by the sanitize stage, is no trouble of the run's)."""
     outcome = getattr(verdict, "outcome", None)
     if not ev.driver_reloaded or outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict
     reason = f"{ev.driver_reloaded}, so its {outcome} ({getattr(verdict, 'reason', '')}) is no verdict on the kernel"
-    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage="run", reason=reason)
+    return replace(verdict, outcome=Outcome.INFRA_ERROR, failed_stage=ev.driver_reloaded_by or "run", reason=reason)

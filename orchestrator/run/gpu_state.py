@@ -6,7 +6,7 @@ use it. Four states of a listed card fail kernels pinned to it, whatever the ker
 mode (CUDA runs on its MIG slices, not on the card the farm pins its cells to by UUID), compute
 mode Prohibited (no CUDA context at all), compute mode Exclusive_Process while another process
 holds it ("all CUDA-capable devices are busy or unavailable"), and uncorrectable ECC errors
-that came during the cell (memory that returns wrong numbers, or ends a run: the count is since
+that came since the run's probe (memory that returns wrong numbers, or ends a run: the count is since
 the driver loaded, read against the probe's). Each was a kernel
 bug in the report (`fail`, `missing-refusal`: a red-team finding). Like the room and the card
 itself (stages/base.py _node_trouble), the card's state is read from nvidia-smi after a failed
@@ -113,11 +113,11 @@ def _ecc_rose(ecc: str, before: str) -> str:
         new = int(ecc) - int(before)
         if new <= 0:
             return ""
-        # memory that failed under this cell: what the kernel computed there (or CUDA's
-        # "uncorrectable ECC error encountered") is the card's doing
+        # memory that failed since the run's probe, under this cell or one before it on the card: what
+        # the kernel computed there (or CUDA's "uncorrectable ECC error encountered") is the card's doing
         return (
-            f"the cell's GPU took {new} uncorrectable ECC error{'s' if new != 1 else ''} during the cell "
-            f"(nvidia-smi: ecc.errors.uncorrected.volatile.total {ecc} after it, {before} at the probe): its "
+            f"the cell's GPU took {new} uncorrectable ECC error{'s' if new != 1 else ''} since the node's probe "
+            f"(nvidia-smi: ecc.errors.uncorrected.volatile.total {ecc} after the cell, {before} at the probe): its "
             "memory is failing, reset the card (nvidia-smi -r) or leave it out with the node's `gpus:`"
         )
     return (

@@ -214,6 +214,7 @@ class RunStage(CellStages):
         # (blame.driver_unbacked), for a pass too, which no look after the run asks of its card
         module = last_match(r"^@@farm driver ?(.*)$", text)
         ev.driver_reloaded = module_changed(self.snapshot.driver_evidence, module.group(1) if module else None)
+        ev.driver_reloaded_by = "run" if ev.driver_reloaded else ""
         kernel = kernel_statuses(bytes(statuses))
         ev.kernel_started = bool(kernel)
         notes = bytes(statuses).split()

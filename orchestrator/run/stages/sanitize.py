@@ -124,6 +124,7 @@ class SanitizeStage(CellStages):
         module = last_match(r"^@@farm driver ?(.*)$", text)
         said = module_changed(self.snapshot.driver_evidence, module.group(1) if module else None, "its sanitizer runs")
         ev = self.result.evidence
-        ev.driver_reloaded = ev.driver_reloaded or said
+        if said and not ev.driver_reloaded:  # the run's own read, where it saw one, names the run
+            ev.driver_reloaded, ev.driver_reloaded_by = said, "sanitize"
         self.result.evidence.sanitizer = tuple(reports)
         return "ok" if all(r.clean for r in reports) else "failed"
