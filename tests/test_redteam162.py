@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,23 @@ def test_a_process_that_would_not_die_makes_the_run_infra_error():
     with pytest.raises(InfraError, match=r"a process of the cell would not die: 4242 /usr/bin/kernel --x"):
         undying_error("n1", text)
     undying_error("n1", "@@farm leftover 3\n@@farm 0\n")  # killed and gone: no error
+
+
+def test_a_sanitizer_tools_process_that_would_not_die_is_said_and_makes_the_stage_infra_error(tmp_path, monkeypatch):
+    """The sanitize stage reaped its tools' leftovers and waited, but never said what outlived the
+    wait (the run stage did): a tool's process still holding the GPU left the cell's sanitize verdict
+    standing. Now said as the run stage says it, and read by the farm's sanitize stage alike."""
+    from test_redteam159 import _sanitize_in_process
+
+    def stuck_reap(variable: str, value: str) -> int:
+        noderunner.UNDYING.append("4242 compute-sanitizer --tool memcheck ./kernel")
+        return 1
+
+    monkeypatch.setattr(noderunner, "reap", stuck_reap)
+    text = _sanitize_in_process(tmp_path, "true", 10)
+    assert "@@farm undying 4242 compute-sanitizer --tool memcheck ./kernel" in text, text
+    assert noderunner.undying() == []  # said once, not again by the next cell
+    with pytest.raises(InfraError, match="would not die: 4242 compute-sanitizer"):
+        undying_error("n1", text)
+    sanitize_stage = (Path(__file__).parent.parent / "orchestrator/run/stages/sanitize.py").read_text()
+    assert "undying_error(self.t.name, text)" in sanitize_stage

@@ -230,10 +230,11 @@ def row_driver_changed(probed: str | None, uuid: str, answer: str) -> str:
 
 # the run stage's read of the loaded module, once the kernel has run (run/node/driver_version.py), as the
 # shell scripts say it: `read`, a builtin, no program started; "" where there is no module (`|| :`: no
-# `set -e` of the run's ends the shell there)
+# `set -e` of the run's ends the shell there); on a line of its own, whatever part line a kernel left
+# in the shell's stdout (/proc/PPID/fd/1) before it was killed (review 161)
 MODULE_NOW_SH = (
     "farm_v=; { read -r farm_v < /proc/driver/nvidia/version || :; } 2>/dev/null; "
-    'printf "%s\\n" "@@farm driver $farm_v"'
+    'printf "\\n%s\\n" "@@farm driver $farm_v"'
 )
 _MODULE_VERSION = re.compile(r"Kernel Module\b.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)")
 

@@ -5,6 +5,7 @@ import os
 
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.driver_version import say_driver
+from orchestrator.run.node.ended import undying
 from orchestrator.run.node.files import fresh_copy, now, remove, sha_of
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.probe import _which
@@ -72,6 +73,8 @@ def sanitize(out, spec, env, ahead):
                 if ahead.get("subreaper"):
                     kill_orphans()
                 reap("FARM_CELL", ahead["cell"])
+                for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
+                    out.say("@@farm undying " + survivor)
                 say_confinement(out, rules, unconfined)
                 out.say(f"@@farm tool {tool} {code} {started} {ended}")
         # the module the tools ran on, once they and their leftovers are gone, as the run stage says it:

@@ -12,6 +12,7 @@ from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarde
 from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.run import undying_error
 from orchestrator.run.trips import Trip, last_match
 
 
@@ -90,6 +91,7 @@ class SanitizeStage(CellStages):
         finally:
             self._release()
         self._check_started(text, gpu, wait)
+        undying_error(self.t.name, text)  # a tool's process that outlived its kill may hold the GPU still
         missing = re.search(r"^@@farm no-sanitizer (.*)$", text, re.M)
         if missing:
             error = InfraError(
