@@ -15,6 +15,7 @@ from orchestrator.classify import Evidence, Verdict
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.plan import Cell, Expectation
 from orchestrator.run.bundle import Placed
+from orchestrator.run.removal import remove_sh
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
 from orchestrator.run.streams import ScanResult
 
@@ -110,7 +111,7 @@ class CellPaths:
         run_dir = node_dir.rsplit("/", 1)[0]
         q = shlex.quote
         # its status is rm's: a folder left (a timeout, a file rm could not remove) is swept at the node's end
-        return f"rm -rf {q(self.run_dir)} && {{ rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true; }}"
+        return f"{remove_sh(q(self.run_dir))} && {{ rmdir {q(node_dir)} {q(run_dir)} 2>/dev/null; true; }}"
 
 
 # nvcc's -arch / --gpu-architecture / -code naming the build machine's own cards

@@ -17,6 +17,7 @@ from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.preload import PRELOAD_FILE, preload_check
 from orchestrator.run.probe import RUNNER_SOURCE
+from orchestrator.run.removal import remove_sh
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport.base import ended_sh
 
@@ -82,7 +83,7 @@ def own_tmp(folder: str) -> tuple[str, str]:
     """Shell making FOLDER afresh as the stage's own $TMPDIR (as noderunner.own_tmp: the node's
     is left as it was where it cannot be made), and shell removing it."""
     q = shlex.quote(folder)
-    return f"rm -rf {q}; if mkdir -m 700 {q} 2>/dev/null; then TMPDIR={q}; export TMPDIR; fi; ", f"rm -rf {q}"
+    return f"{remove_sh(q)}; if mkdir -m 700 {q} 2>/dev/null; then TMPDIR={q}; export TMPDIR; fi; ", remove_sh(q)
 
 
 # A run's stdout and stderr are the kernel's own. Each command of the job's run that names

@@ -25,6 +25,7 @@ from orchestrator.run.cell import CellPaths, CellResult, StageRecord, cell_paths
 from orchestrator.run.driver_check import DRIVER_NOW_SH, driver_changed
 from orchestrator.run.health import NodeHealth
 from orchestrator.run.node_context import NodeContext, declared_snapshot, in_background_each, node_devices
+from orchestrator.run.removal import remove_sh
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.staging import Staging, ensure
@@ -195,7 +196,7 @@ class NodeWork:
         with contextlib.suppress(FarmError):
             setup.open()
             setup.run(
-                f"rm -rf {shlex.quote(run_dir + '/' + name)}; rmdir {shlex.quote(run_dir)} 2>/dev/null; true",
+                f"{remove_sh(shlex.quote(run_dir + '/' + name))}; rmdir {shlex.quote(run_dir)} 2>/dev/null; true",
                 timeout=60,
             )
 

@@ -19,23 +19,38 @@ if TYPE_CHECKING:
     from orchestrator.run.cell import CellResult
 
 MARK = "@@farm-unwritable"
+TAKEN = "@@farm-bits-taken"  # the folder's owner bits were taken, and set back: its old mode follows
 
 
 def unwritable_sh(folder: str) -> str:
     """Shell printing MARK and the OS's words ("Read-only file system") where FOLDER (a shell
     word) is a folder in which no file can be made now; nothing where it can, or is gone (a
-    folder the cell removed is no sign of the node's trouble)."""
+    folder the cell removed is no sign of the node's trouble). Where the node's user owns it and
+    its owner's write or search bit was taken (`chmod 555`: Landlock handles no chmod, and a
+    confined kernel took them), they are set back and TAKEN said with the old mode: left so, it
+    failed every later cell of the node (red-team round 164)."""
     probe = f"{folder}/.farm-writable.$$"
-    # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system"
-    return (
-        f"if [ -d {folder} ]; then farm_w=$( {{ : > {probe}; }} 2>&1 ) && rm -f {probe} "
-        f'|| echo "{MARK} ${{farm_w##*: }}"; fi'
+    # the owner's digit of `stat -c %a` (555, or 2555 with setgid): a 7 holds write and search
+    taken = (
+        f'farm_m=$(stat -c %a {folder} 2>/dev/null); farm_o=${{farm_m%??}}; farm_o=${{farm_o#"${{farm_o%?}}"}}; '
+        f'if [ -O {folder} ] && [ -n "$farm_o" ] && [ "$farm_o" != 7 ] && chmod u+rwx {folder} 2>/dev/null '
+        f'&& {{ : > {probe}; }} 2>/dev/null; then rm -f {probe}; echo "{TAKEN} $farm_m"; '
+        f'else echo "{MARK} ${{farm_w##*: }}"; fi'
     )
+    # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system"
+    return f"if [ -d {folder} ]; then farm_w=$( {{ : > {probe}; }} 2>&1 ) && rm -f {probe} || {{ {taken}; }}; fi"
 
 
 def unwritable(lines: list[str], folder: str) -> str:
     """Why the look found FOLDER unwritable (the node's, not the kernel's), else ""."""
     for line in lines:
+        if line.startswith(TAKEN):  # no disk's doing: a program of the node's user, the farm cannot tell whose
+            mode = line[len(TAKEN) :].strip()[:8]
+            return (
+                f"the node's work folder {folder} could no longer be written during the cell: a program of the "
+                f"node's user took its owner's bits (mode {mode}), as a kernel of the run may (Landlock handles "
+                "no chmod), and the farm cannot tell whose; they are set back"
+            )
         if line.startswith(MARK):
             words = line[len(MARK) :].strip()[:200] or "no file could be made in it"
             return f"the node's work folder {folder} could no longer be written during the cell ({words})"

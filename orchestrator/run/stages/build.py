@@ -21,6 +21,7 @@ from orchestrator.run.commands import (
 )
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.node_limits import fork_failed, forkless, forks_note, node_cannot_fork, out_of_processes
+from orchestrator.run.removal import remove_sh
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
@@ -74,7 +75,7 @@ class BuildStage(CellStages):
         return (
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
-            f"rm -rf {bdir} && mkdir -p {bdir} && cd {bdir} && "
+            f"{remove_sh(bdir)} && mkdir -p {bdir} && cd {bdir} && "
             f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
             f"{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
