@@ -55,19 +55,22 @@ class GpuSlots:
         """These GPUs, counted and pooled with the rest of `machine`'s."""
         return GpuSlots(self.gpus, on_node=self.on_node, machine=machine)
 
-    def acquire(self, limit: float = 0.0) -> tuple[Gpu | None, float]:
+    def acquire(self, limit: float = 0.0, gpu: Gpu | None = None) -> tuple[Gpu | None, float]:
         """A GPU for a run of at most `limit` seconds, and the longest it may wait
-        on the node for the runs queued before it (0 for the farm's own pool)."""
+        on the node for the runs queued before it (0 for the farm's own pool).
+        `gpu`: that card of this column's, waited for though another is free (a cell's
+        sanitizer runs on the card its run was pinned to, whose pass they check)."""
         if not self.gpus:
             return self._anonymous.get(), 0.0
         machine = self._machine
+        mine = [g for g in self.gpus if gpu is not None and g.uuid == gpu.uuid] or self.gpus
         with machine.changed:
             if not self.on_node:
-                while not (free := [g for g in self.gpus if g.uuid not in machine.busy]):
+                while not (free := [g for g in mine if g.uuid not in machine.busy]):
                     machine.changed.wait()
                 machine.busy.add(free[0].uuid)
                 return free[0], 0.0
-            gpu = min(self.gpus, key=lambda g: (sum(machine.queued[g.uuid]), g.index))
+            gpu = min(mine, key=lambda g: (sum(machine.queued[g.uuid]), g.index))
             # the longest queue of the work folder, not this GPU's nor this model's: a kernel on any
             # other GPU may flock this one's lock too (a read-only open is all it takes; Landlock
             # handles no flock) until it is killed, and this run gave up on its lock, an infra-error

@@ -109,9 +109,11 @@ class CellPipeline(BuildStage, InspectStage, RunStage, SanitizeStage):
                 self._release()
             self._confirm_regression()
             if self._sanitizing and ev.run_exit == 0 and ev.pass_line is not None:
-                # only a pass is worth checking again; the tools run the same build, on a GPU of its kind
+                # only a pass is worth checking again; the tools run the same build on the card the pass
+                # was on: another of its model (the least queued) had its verdict certify a card the run
+                # never saw, maybe one the driver did not confirm (red-team 163's leftover)
                 limit = len(self.variant.sanitize) * float(self.job.spec.sanitize_timeout + KILL_GRACE)
-                self._sanitize_gpu, self._ahead = self.gpu_slots.acquire(limit)
+                self._sanitize_gpu, self._ahead = self.gpu_slots.acquire(limit, self.result.gpu)
                 self._slot = [(self._sanitize_gpu, limit)]
                 try:
                     self._stage("sanitize", self._sanitize)

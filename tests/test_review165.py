@@ -1,0 +1,79 @@
+"""Review of rounds 162-164 (helper review165).
+
+1. The sanitize stage took whichever GPU of the cell's model was least queued when the run ended,
+   not the card the run was pinned to: a cell run on GPU 1 was sanitized on GPU 0, and its record
+   named GPU 1 only. The sanitizer now runs on the cell's own card (GpuSlots.acquire's `gpu`).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from nodes import CARDS, Fleet, install_sanitizer, query, standin_job, standin_variant
+from test_verdicts import MIN75, run
+
+from orchestrator.run.slots import GpuSlots, MachineQueues
+from orchestrator.run.snapshot import Gpu
+
+T4 = CARDS["t4"]
+
+
+def _gpus() -> tuple[Gpu, Gpu]:
+    return Gpu(0, T4.uuid(0), T4.name, T4.cc, T4.memory), Gpu(1, T4.uuid(1), T4.name, T4.cc, T4.memory)
+
+
+def test_the_sanitizer_runs_on_the_card_the_cells_run_was_pinned_to(
+    ssh_fleet: Fleet, make_farm, tmp_path: Path
+) -> None:
+    """Two T4s, two cells each sanitized with memcheck. The cell on GPU 1 runs 2 s longer; the other
+    cell's run and sanitize on GPU 0 are done by then, so GPU 0 has nothing queued and GPU 1's own
+    sanitizer run went there (the least queued, first by index): a verdict of a card the run never saw."""
+    node = ssh_fleet.add(f"sani-{tmp_path.name[-12:]}", [T4, T4])
+    install_sanitizer(node)
+    second = node.cards[1].uuid(1)
+    variants, logs = {}, {}
+    for name in ("a", "b"):
+        log = Path("/dev/shm") / f"review165-{tmp_path.name}-{name}.log"  # a confined kernel writes /dev
+        logs[name] = log
+        prelude = tmp_path / f"{name}.sh"
+        prelude.write_text(
+            f'echo "${{STANDIN_SANITIZER_TOOL:-run}} $CUDA_VISIBLE_DEVICES" >> {log}\n'
+            f'[ -n "${{STANDIN_SANITIZER_TOOL-}}" ] || [ "$CUDA_VISIBLE_DEVICES" != {second} ] || sleep 2\n'
+        )
+        variant = standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude)
+        variant["sanitize"] = ["memcheck"]
+        variants[name] = variant
+    entry = node.farm_entry(tmp_path / "work", build_jobs=2)
+    config = make_farm(tmp_path / "farm", {"duo": entry}, [standin_job("standin", variants)])
+    try:
+        _, summary = run(config)
+        said = {name: log.read_text().split("\n") for name, log in logs.items()}
+    finally:
+        for log in logs.values():
+            log.unlink(missing_ok=True)
+    found = query(tmp_path / "farm" / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
+    assert sorted(r["gpu_uuid"] for r in found) == sorted(c.uuid(i) for i, c in enumerate(node.cards))
+    for row in found:
+        assert row["outcome"] == "pass", (row["variant"], row["reason"])
+        seen = {line.split()[1] for line in said[row["variant"]] if line}
+        assert seen == {row["gpu_uuid"]}, (row["variant"], said)
+
+
+def test_a_slot_asked_for_one_gpu_waits_for_that_gpu() -> None:
+    """The farm's own pool (no flock on the node): the sanitizer's slot of the card its run had waits for
+    that card, though another is free; counted on the node (flock), it queues on that card's lock."""
+    gpu0, gpu1 = _gpus()
+    pool = GpuSlots([gpu0, gpu1]).on(MachineQueues())
+    assert pool.acquire(30)[0] == gpu0
+    got: list[Gpu | None] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire(30, gpu0)[0]))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and not got  # GPU 1 is free, but it is not the cell's card
+    pool.release(gpu0, 30)
+    waiter.join(5)
+    assert got == [gpu0]
+    on_node = GpuSlots([gpu0, gpu1], on_node=True).on(MachineQueues())
+    assert on_node.acquire(10, gpu1) == (gpu1, 0.0)
+    assert on_node.acquire(10, gpu1) == (gpu1, 10.0)  # queued behind the first on its own card
