@@ -7,12 +7,20 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
+import stat
+import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
+import pytest
 from nodes import CARDS, Fleet, install_sanitizer, query, standin_job, standin_variant
 from test_verdicts import MIN75, run
 
+from orchestrator.run.removal import remove_sh
 from orchestrator.run.slots import GpuSlots, MachineQueues
 from orchestrator.run.snapshot import Gpu
 
@@ -77,3 +85,35 @@ def test_a_slot_asked_for_one_gpu_waits_for_that_gpu() -> None:
     on_node = GpuSlots([gpu0, gpu1], on_node=True).on(MachineQueues())
     assert on_node.acquire(10, gpu1) == (gpu1, 0.0)
     assert on_node.acquire(10, gpu1) == (gpu1, 10.0)  # queued behind the first on its own card
+
+
+def test_the_shell_removal_never_changes_modes_through_a_link(tmp_path: Path) -> None:
+    """remove_sh gives the owner's bits back with `chmod -R` where rm left something, and chmod follows a
+    link named on its command line: a kernel that made its folder's TMPDIR a link to another folder of
+    the node's user, and its folder 555 (so rm could not unlink the link), had the farm make every file
+    there u+rwx (the farm's placed inputs, kept unwritable, among them). Only real folders are given bits."""
+    if shutil.which("setpriv") is None or os.geteuid() != 0:
+        pytest.fail("this test removes as a user of its own: it needs root and setpriv")
+    root = Path(tempfile.mkdtemp(prefix="review165-"))
+    try:
+        outside, cell = root / "outside", root / "cell"
+        outside.mkdir()
+        (outside / "kept").write_text("x")
+        (outside / "kept").chmod(0o400)
+        cell.mkdir()
+        (cell / "tmp").symlink_to(outside)
+        taken = root / "work" / "junk"  # a folder whose taken bits are nested: 000 under 000
+        (taken / "deep").mkdir(parents=True)
+        (taken / "deep" / "f").write_text("x")
+        subprocess.run(["chown", "-hR", "65534:65534", str(root)], check=True)
+        (taken / "deep").chmod(0)
+        taken.chmod(0)
+        cell.chmod(0o555)
+        words = " ".join(shlex.quote(str(p)) for p in (cell / "tmp", taken))
+        script = f"for w in {words}; do {remove_sh('$w')}; done; true"
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script], check=True)
+        assert stat.S_IMODE((outside / "kept").stat().st_mode) == 0o400
+        assert not taken.exists()  # a real folder's taken bits are given back, and it goes
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(root)], check=False)
+        shutil.rmtree(root, ignore_errors=True)

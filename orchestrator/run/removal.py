@@ -13,6 +13,9 @@ from __future__ import annotations
 
 def remove_sh(word: str) -> str:
     """Shell removing WORD (a shell word) as `rm -rf`, its status rm's: where rm leaves something, the
-    owner's bits are given back to every folder under it (`chmod -R` follows no link it meets) and rm
-    tries again."""
-    return f"{{ rm -rf {word} 2>/dev/null || {{ chmod -R u+rwx {word} 2>/dev/null; rm -rf {word}; }}; }}"
+    owner's bits are given back to each folder under it that lacks them, and rm tries again. By find,
+    which follows no link, WORD included, and gives a folder its bits before it reads it: `chmod -R`
+    followed WORD where it was a link (a kernel's TMPDIR made a link to another folder of the node's
+    user, its parent 555 so rm could not unlink it) and made every file there u+rwx (review 165)."""
+    bits = f"find {word} -type d ! -perm -700 -exec chmod u+rwx {{}} \\; 2>/dev/null"
+    return f"{{ rm -rf {word} 2>/dev/null || {{ {bits}; rm -rf {word}; }}; }}"
