@@ -20,9 +20,11 @@ import pytest
 from nodes import CARDS, Fleet, install_sanitizer, query, standin_job, standin_variant
 from test_verdicts import MIN75, run
 
+from orchestrator.run.commands import GROUP_SH
 from orchestrator.run.removal import remove_sh
 from orchestrator.run.slots import GpuSlots, MachineQueues
 from orchestrator.run.snapshot import Gpu
+from orchestrator.transport.base import ended_sh
 
 T4 = CARDS["t4"]
 
@@ -117,3 +119,15 @@ def test_the_shell_removal_never_changes_modes_through_a_link(tmp_path: Path) ->
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(root)], check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_kill_waits_say_nothing_on_stderr_of_processes_already_gone() -> None:
+    """ended_sh reads each killed pid's /proc/PID/stat, and GROUP_SH every process's: a process that
+    ended before its read (the common case: SIGKILL is quick) had dash, busybox sh and bash each print
+    "cannot open /proc/N/stat" into the stage's stderr, since `< file` is opened before `2>/dev/null`."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid is no process now
+    for shell in ("dash", "busybox sh", "bash"):
+        script = f"pid={gone.pid}; {ended_sh(str(gone.pid))}{GROUP_SH}echo done"
+        ran = subprocess.run([*shell.split(), "-c", script], capture_output=True, text=True, timeout=30)
+        assert (ran.stdout, ran.stderr) == ("done\n", ""), (shell, ran.stdout, ran.stderr)

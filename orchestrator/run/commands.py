@@ -73,7 +73,7 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
 # Shell setting farm_gk to the pids of process group $pid (killed just before: the group's kill
 # reached someone, else none of this runs), for ended_sh to wait until they ended (a zombie has)
 GROUP_SH = (
-    'farm_gk=; for farm_gf in /proc/[0-9]*/stat; do read -r farm_rx < "$farm_gf" 2>/dev/null || continue; '
+    'farm_gk=; for farm_gf in /proc/[0-9]*/stat; do read -r farm_rx 2>/dev/null < "$farm_gf" || continue; '
     "farm_rx=${farm_rx##*) }; farm_rx=${farm_rx#* }; farm_rx=${farm_rx#* }; "
     '[ "${farm_rx%% *}" = "$pid" ] || continue; farm_gf=${farm_gf%/stat}; farm_gk="$farm_gk ${farm_gf#/proc/}"; done; '
 )

@@ -79,16 +79,18 @@ def ended_sh(pids: str, seconds: float = KILL_GRACE) -> str:
     """Shell waiting until each of PIDS (a word list, SIGKILLed just before) has ended, gone or a
     zombie: at once, then every 50 ms for SECONDS; each still there after it is said as
     `@@farm undying PID CMD` (node/ended.py): the cell is infra-error, and the next cell on its GPU
-    never meets it. Nothing is waited for where nothing was killed."""
+    never meets it. Nothing is waited for where nothing was killed. Each `2>/dev/null` comes before
+    its `< /proc/...`: the other order printed the shell's "cannot open" for every pid that had
+    ended before its read, into the stage's stderr (review 165)."""
     polls = int(seconds * 20)
     return (
         f'farm_rl={pids}; farm_ri=0; while [ -n "$farm_rl" ]; do farm_rs=; for p in $farm_rl; do '
-        "read -r farm_rx < /proc/$p/stat 2>/dev/null || continue; farm_rx=${farm_rx##*) }; "
+        "read -r farm_rx 2>/dev/null < /proc/$p/stat || continue; farm_rx=${farm_rx##*) }; "
         '[ "${farm_rx%% *}" = Z ] || farm_rs="$farm_rs $p"; done; farm_rl=$farm_rs; '
         f'[ -n "$farm_rl" ] && [ "$farm_ri" -lt {polls} ] || break; '
         "sleep 0.05 2>/dev/null || { sleep 1; farm_ri=$((farm_ri+19)); }; farm_ri=$((farm_ri+1)); done; "
         # its command line on one printable line (a kernel chose it: no line of the farm's in it)
-        "for p in $farm_rl; do farm_rx=$(tr -c ' -~' ' ' < /proc/$p/cmdline 2>/dev/null | cut -c1-200); "
+        "for p in $farm_rl; do farm_rx=$(tr -c ' -~' ' ' 2>/dev/null < /proc/$p/cmdline | cut -c1-200); "
         'echo "@@farm undying $p ${farm_rx% }"; done; '
     )
 
