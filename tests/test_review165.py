@@ -3,6 +3,11 @@
 1. The sanitize stage took whichever GPU of the cell's model was least queued when the run ended,
    not the card the run was pinned to: a cell run on GPU 1 was sanitized on GPU 0, and its record
    named GPU 1 only. The sanitizer now runs on the cell's own card (GpuSlots.acquire's `gpu`).
+2. removal.remove_sh gave taken owner bits back by `chmod -R`, which follows a link named on its
+   command line: a kernel's TMPDIR made a link (its parent 555) had the farm make the node user's
+   files there u+rwx. Now find, following no link, chmods only the folders that lack the bits.
+3. ended_sh and GROUP_SH read /proc with `< file 2>/dev/null`: the shell's "cannot open" for each
+   pid already gone went into the stage's stderr. The redirections are now the other way round.
 """
 
 from __future__ import annotations
