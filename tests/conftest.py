@@ -14,6 +14,7 @@ host key, client key, known_hosts and PATH (see tests/nodes.py):
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -46,6 +47,18 @@ def runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     that nodes without python3 get (`shell`)."""
     monkeypatch.setenv("FARM_TEST_RUNNER", "auto" if request.param == "resident" else request.param)
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def signal_mask_kept() -> Iterator[None]:
+    """A test that runs the node runner's code in the test process (run_plan blocks SIGCHLD, as
+    its own process needs) left the worker's SIGCHLD blocked: every later process it started
+    inherited the mask, and dash's `wait` in a later test's shell never woke (a CI run hung in
+    test_review141, another in test_review119). Set back after each test, and that test fails."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert after == before, f"the test left signals {sorted(after - before)} blocked in the test process"
 
 
 @pytest.fixture(scope="session")

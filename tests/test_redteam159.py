@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -112,7 +113,11 @@ def test_a_stages_seconds_are_the_monotonic_clocks(monkeypatch: pytest.MonkeyPat
     spec = {"configured": "/no/such/compute-sanitizer", "nvcc": "nvcc", "workdir": "/no/such/workdir"}
     stage = {"stage": "sanitize", "spec": spec, "files": [], "timeout": 60}
     plan = {"token": "t" * 32, "marker": {"FARM_CELL": "rt159-no-such-cell"}, "together": True, "stages": [stage]}
-    noderunner.run_plan(plan)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        noderunner.run_plan(plan)
+    finally:  # run_plan blocks SIGCHLD, as its own process needs: never the test process's (conftest)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
     marks = {
         words[1]: int(words[3])
         for words in (line.split() for line in got.getvalue().decode().splitlines())
