@@ -131,6 +131,15 @@ class SessionLost(ConnectError):
     pass
 
 
+class SshdDropped(ConnectError):
+    """The node took the TCP connection and its sshd closed it before the login: the machine is up
+    (a reboot refuses or times out), its sshd unable to start a session (out of processes, past its
+    MaxStartups). Waiting out the reconnect window for a reboot that is not coming had held a run
+    300 s a try (fix 166): a retry, counted against the node, as any passing fault."""
+
+    unreachable = False
+
+
 class HostKeyError(ConnectError):
     retryable = False  # the same key is refused every time, and retrying a possible MITM helps no one
 

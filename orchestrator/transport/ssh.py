@@ -42,12 +42,13 @@ from orchestrator.errors import (
     InfraError,
     KnownHostsUnreadable,
     SessionLost,
+    SshdDropped,
 )
 from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
-from orchestrator.transport.ssh_handshake import refused_keys
+from orchestrator.transport.ssh_handshake import dropped, refused_keys
 from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
@@ -183,6 +184,13 @@ class SSHTransport(Transport):
                     f"node {self.name!r}: authentication failed: {node.host}:{node.port} closed the connection "
                     f"while the farm offered its keys ({type(err).__name__}: {err}); an sshd whose "
                     "MaxAuthTries is below the keys an agent holds does this: give the node's own key in key_file"
+                ) from err
+            if link is not None and link.host_key is None and dropped(err):
+                raise SshdDropped(
+                    f"node {self.name!r}: {node.host}:{node.port} took the connection and dropped it before the "
+                    f"login ({type(err).__name__}: {err}): its sshd is up but could not start a session; the node "
+                    "out of processes (its `ulimit -u`, a cgroup's pids.max, the kernel's pid_max) or past sshd's "
+                    "MaxStartups"
                 ) from err
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"

@@ -94,3 +94,18 @@ def refused_keys(link: paramiko.Transport | None, err: AuthenticationException) 
         "authorized_keys must hold it, and its sshd's PubkeyAcceptedAlgorithms take its type "
         "(sshd's log on the node says which)"
     )
+
+
+def dropped(err: BaseException) -> bool:
+    """Whether a handshake failed on the peer closing the connection (a reset, an end of stream),
+    not on a timeout: paramiko's "Error reading SSH protocol banner" wraps either."""
+    seen: BaseException | None = err
+    for _ in range(8):  # the chain paramiko's re-raises make, bounded
+        if seen is None:
+            return False
+        if isinstance(seen, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, EOFError)):
+            return True
+        if isinstance(seen, TimeoutError):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return False

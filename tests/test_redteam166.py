@@ -1,0 +1,74 @@
+"""Fix 166: an sshd that takes the connection and drops it before the login is no reboot.
+
+A node out of processes (CI, test_review119): its sshd accepts the TCP connection and, unable to
+fork the session, resets it. The farm read that as the node gone ("cannot connect ... Connection
+reset by peer", unreachable) and waited out its reconnect window, 300 s by default, for a reboot
+that was not coming: a run held five minutes a try. The machine is up (a rebooting one refuses the
+connection or lets it time out): the reset is a passing fault of the node, retried and counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from faults import descendants
+from nodes import CARDS, SshNode, running_node
+
+from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.errors import ConnectError
+from orchestrator.transport import transport_for
+
+NAME = "n166"
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[SshNode]:
+    yield from running_node(NAME, tmp_path / "node", CARDS["t4"])
+
+
+@pytest.fixture
+def at_its_limit(node: SshNode) -> Iterator[None]:
+    """The node's sshd and all under it in a pids cgroup of the test's own, at its limit."""
+    made = Path("/sys/fs/cgroup/pids") / f"rt166-{node.port}"
+    if not made.parent.is_dir():
+        made = Path("/sys/fs/cgroup") / f"rt166-{node.port}"  # cgroup v2
+    made.mkdir()
+    assert node.proc is not None
+    for pid in [node.proc.pid, *(pid for pid, _ in descendants(node.proc.pid))]:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            (made / "cgroup.procs").write_text(str(pid))
+    (made / "pids.max").write_text((made / "pids.current").read_text().strip())
+    yield
+    (made / "pids.max").write_text("max")
+    for pid in (made / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):
+            (made.parent / "cgroup.procs").write_text(pid)
+    made.rmdir()
+
+
+@pytest.mark.usefixtures("at_its_limit")
+def test_a_connection_dropped_before_the_login_is_no_reboot(node: SshNode, tmp_path: Path) -> None:
+    """Before: ConnectError "cannot connect ... (ConnectionResetError ...)", unreachable (the run
+    waited for the node's reboot). Figure: refused at once, retryable, not unreachable, saying the
+    node's sshd is up and could not start a session, out of processes maybe."""
+    began = time.monotonic()
+    spec = NodeSpec(**node.farm_entry(tmp_path / "work", connect_timeout=5))
+    with pytest.raises(ConnectError) as refused, transport_for(NAME, spec) as t:
+        t.run("true", timeout=10)
+    assert time.monotonic() - began < 5, "a drop is not a timeout"
+    said = str(refused.value)
+    assert not refused.value.unreachable and refused.value.retryable, said
+    assert "dropped it before the login" in said and "out of processes" in said, said
+
+
+def test_a_node_that_refuses_the_connection_is_still_unreachable(node: SshNode, tmp_path: Path) -> None:
+    """The other side: sshd stopped (a reboot's first moments) refuses the connection: unreachable."""
+    node.stop()
+    spec = NodeSpec(**node.farm_entry(tmp_path / "work", connect_timeout=5))
+    with pytest.raises(ConnectError) as refused, transport_for(NAME, spec) as t:
+        t.run("true", timeout=10)
+    assert refused.value.unreachable, refused.value
