@@ -9,6 +9,12 @@ start at which each probe's toolchain part and its GPU part had answered: the GP
 over the toolchain's is the most that building beside the probe could take off a node's start.
 
     python3 bench/probe_parts.py --counts 1,8,64 --repeat 3
+    python3 bench/probe_parts.py --counts 1,32,64 --repeat 3 --queries gpu,probe
+
+`--queries gpu,probe` runs the GPU part with each nvidia-smi query (driver_check.py's GPU_QUERY, six
+fields, and PROBE_QUERY, the same and the ECC count: the probe's since round 155), the two taking
+turns within each repeat, and prints the ratio of their GPU parts' medians: whether the ECC field
+costs a node's start anything (a fleet bench at 8a61990 found node starts slower from N=32).
 
 nvcc is found on PATH, else in /usr/local/cuda/bin; the NVML query is the probe's own. Where a
 program of a probe does not exit 0 (no GPU, no nvcc), the bench prints no figure and exits 1.
@@ -29,12 +35,13 @@ from pathlib import Path
 
 # the probe's own questions, read from the farm's source (no import: the GPU machine lacks its packages)
 _SOURCE = ast.parse((Path(__file__).resolve().parent.parent / "orchestrator/run/driver_check.py").read_text())
-_CONSTANTS = {
-    node.targets[0].id: ast.literal_eval(node.value)
-    for node in _SOURCE.body
-    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("_QUERY")
-}
+_CONSTANTS: dict[str, str] = {}
+for node in _SOURCE.body:  # literals, or sums of the ones before (PROBE_QUERY = GPU_QUERY + "...")
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("_QUERY"):
+        expression = ast.Expression(node.value)
+        _CONSTANTS[node.targets[0].id] = eval(compile(expression, "driver_check.py", "eval"), {}, dict(_CONSTANTS))
 GPU_QUERY, NVML_QUERY = _CONSTANTS["GPU_QUERY"], _CONSTANTS["NVML_QUERY"]
+QUERIES = {"gpu": GPU_QUERY, "probe": _CONSTANTS["PROBE_QUERY"]}
 
 NVML_CHILD = "import sys\nnames = {}\nexec(sys.stdin.read(), names)\nnames['query']()\n"
 
@@ -47,7 +54,9 @@ def tool(name: str) -> str:
     return found
 
 
-def one_probe(nvcc: str, cuobjdump: str, start: float, out: list[tuple[float, float, bool]]) -> None:
+def one_probe(
+    nvcc: str, cuobjdump: str, start: float, out: list[tuple[float, float, bool]], query: str = GPU_QUERY
+) -> None:
     """One node's probe programs, started at once: when its toolchain part and its GPU part ended."""
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     toolchain = [
@@ -55,7 +64,7 @@ def one_probe(nvcc: str, cuobjdump: str, start: float, out: list[tuple[float, fl
         subprocess.Popen([nvcc, "-dryrun", "-x", "cu", "-E", "/dev/null"], **quiet),
         subprocess.Popen([cuobjdump, "--version"], **quiet),
     ]
-    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader"], **quiet)
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], **quiet)
     nvml = subprocess.Popen([sys.executable, "-I", "-S", "-c", NVML_CHILD], stdin=subprocess.PIPE, **quiet)
     assert nvml.stdin is not None
     nvml.stdin.write(NVML_QUERY.encode())  # a few KB: within the pipe's buffer, no wait
@@ -76,38 +85,52 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--counts", default="1,8,64", help="probes started at once, comma-separated")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--queries", default="gpu", help="nvidia-smi queries taking turns: gpu, probe or gpu,probe")
     args = ap.parse_args()
+    queries = args.queries.split(",")
+    if unknown := [q for q in queries if q not in QUERIES]:
+        raise SystemExit(f"probe_parts: --queries: {', '.join(unknown)}: expected gpu, probe or both")
     nvcc, cuobjdump = tool("nvcc"), tool("cuobjdump")
     tool("nvidia-smi")
-    print(f"nvcc {nvcc}; {os.cpu_count()} cores")
+    print(f"nvcc {nvcc}; {os.cpu_count()} cores; queries {', '.join(f'{q}={QUERIES[q]}' for q in queries)}")
     failed = False
     for count in (int(c) for c in args.counts.split(",")):
-        tools: list[float] = []
-        gpus: list[float] = []
-        leads: list[float] = []
+        tools: dict[str, list[float]] = {q: [] for q in queries}
+        gpus: dict[str, list[float]] = {q: [] for q in queries}
+        leads: dict[str, list[float]] = {q: [] for q in queries}
         for _ in range(args.repeat):
-            out: list[tuple[float, float, bool]] = []
-            start = time.monotonic()
-            threads = [threading.Thread(target=one_probe, args=(nvcc, cuobjdump, start, out)) for _ in range(count)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if len(out) < count or not all(ok for *_, ok in out):
-                failed = True
-            tools += [t for t, _, _ in out]
-            gpus += [g for _, g, _ in out]
-            leads += [max(g - t, 0.0) for t, g, _ in out]
-        if failed or not tools:
+            for query in queries:
+                out: list[tuple[float, float, bool]] = []
+                start = time.monotonic()
+                threads = [
+                    threading.Thread(target=one_probe, args=(nvcc, cuobjdump, start, out, QUERIES[query]))
+                    for _ in range(count)
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                if len(out) < count or not all(ok for *_, ok in out):
+                    failed = True
+                tools[query] += [t for t, _, _ in out]
+                gpus[query] += [g for _, g, _ in out]
+                leads[query] += [max(g - t, 0.0) for t, g, _ in out]
+        if failed or not all(tools.values()):
             failed = True
             print(f"K={count}: a probe program did not exit 0: no figure")
             continue
-        print(
-            f"K={count}: toolchain answered median {statistics.median(tools) * 1000:.0f} ms "
-            f"(p90 {percentile(tools, 0.9) * 1000:.0f}); GPU part median {statistics.median(gpus) * 1000:.0f} ms "
-            f"(p90 {percentile(gpus, 0.9) * 1000:.0f}); GPU part after the toolchain's: median "
-            f"{statistics.median(leads) * 1000:.0f} ms, p90 {percentile(leads, 0.9) * 1000:.0f} ms"
-        )
+        for query in queries:
+            print(
+                f"K={count}{f' {query}' if len(queries) > 1 else ''}: toolchain answered median "
+                f"{statistics.median(tools[query]) * 1000:.0f} ms (p90 {percentile(tools[query], 0.9) * 1000:.0f}); "
+                f"GPU part median {statistics.median(gpus[query]) * 1000:.0f} ms "
+                f"(p90 {percentile(gpus[query], 0.9) * 1000:.0f}); GPU part after the toolchain's: median "
+                f"{statistics.median(leads[query]) * 1000:.0f} ms, p90 {percentile(leads[query], 0.9) * 1000:.0f} ms"
+            )
+        if len(queries) == 2:
+            first, second = queries
+            ratio = statistics.median(gpus[second]) / statistics.median(gpus[first])
+            print(f"K={count}: GPU part, {second} / {first} query: {ratio:.3f}")
     return 1 if failed else 0
 
 
