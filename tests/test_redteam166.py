@@ -10,16 +10,20 @@ connection or lets it time out): the reset is a passing fault of the node, retri
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import descendants
+from faults import descendants, wait_for
 from nodes import CARDS, SshNode, running_node
+from test_redteam116 import NAME as NAME116
+from test_redteam116 import midrun
 
 from orchestrator.config.farm_spec import NodeSpec
-from orchestrator.errors import ConnectError
+from orchestrator.errors import EXIT_INFRA, ConnectError
 from orchestrator.transport import transport_for
 
 NAME = "n166"
@@ -72,3 +76,49 @@ def test_a_node_that_refuses_the_connection_is_still_unreachable(node: SshNode, 
     with pytest.raises(ConnectError) as refused, transport_for(NAME, spec) as t:
         t.run("true", timeout=10)
     assert refused.value.unreachable, refused.value
+
+
+@pytest.fixture
+def node116(tmp_path: Path) -> Iterator[SshNode]:
+    yield from running_node(NAME116, tmp_path / "node", CARDS["t4"])
+
+
+def test_a_node_that_drops_every_connection_after_a_lost_session_is_not_waited_for(
+    node116: SshNode, tmp_path: Path
+) -> None:
+    """The farm's sessions lost mid-cell (their sshd killed: SessionLost, unreachable, so the node
+    is awaited), and from then on its sshd at its process limit. Before: the wait's every try met
+    the drop, read as the node still away, and the run waited out the 300 s window (the test's 120 s
+    join failed). Figure: the run ends, its cells infra-error saying the sshd dropped the connection."""
+    node = node116
+    made = Path("/sys/fs/cgroup/pids") / f"rt166-{node.port}"
+    if not made.parent.is_dir():
+        made = Path("/sys/fs/cgroup") / f"rt166-{node.port}"  # cgroup v2
+    made.mkdir()
+
+    def lost_then_limited(_: Path) -> None:
+        assert node.proc is not None
+        sessions = [pid for pid, _ in descendants(node.proc.pid)]
+        (made / "cgroup.procs").write_text(str(node.proc.pid))
+        for pid in sessions:  # every connection's sshd and all under it
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not descendants(node.proc.pid), 10, "the sessions' end")
+        (made / "pids.max").write_text((made / "pids.current").read_text().strip())
+
+    try:
+        began = time.monotonic()
+        code, rows, _ = midrun(node, tmp_path, lost_then_limited)
+    finally:
+        (made / "pids.max").write_text("max")
+        for pid in (made / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (made.parent / "cgroup.procs").write_text(pid)
+        made.rmdir()
+    assert time.monotonic() - began < 100
+    assert code == EXIT_INFRA
+    assert rows["slow"]["outcome"] == "infra-error", rows["slow"]["reason"]
+    assert "dropped it before the login" in rows["slow"]["reason"], rows["slow"]["reason"]
+    assert "unreachable for the whole reconnect window" not in rows["slow"]["reason"], rows["slow"]["reason"]
+    assert rows["after"]["outcome"] == "infra-error", rows["after"]["reason"]
+    assert "dropped it before the login" in rows["after"]["reason"], rows["after"]["reason"]

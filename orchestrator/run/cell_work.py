@@ -162,7 +162,7 @@ class CellWork:
                 # what the reconnections met: a changed host key had been hidden behind "unreachable"
                 result.evidence.infra_detail += (
                     f"; when it answered again: {ctx.down_why}"
-                    if ctx.refused
+                    if ctx.refused or ctx.answered
                     else f"; unreachable for the whole reconnect window ({self.farm.spec.reconnect_window:g} s)"
                     + (f": {ctx.down_why}" if ctx.down_why else "")
                 )

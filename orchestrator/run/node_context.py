@@ -115,6 +115,7 @@ class NodeContext:
     # another driver it came back with, or a module reload a cell's run saw (refused: no more cells run there)
     down_why: str = ""
     refused: bool = False
+    answered: bool = False  # the wait's last try reached the node, which could not serve it (down_why says)
     shared_builds: set[tuple[str, str]] = field(default_factory=set)  # (kernel, variant) of cells of several cards
     unswept: bool = False  # a cell may have left its folder on the node (its pipeline could not remove it)
     resident: ResidentRunner | None = None  # the node's python3 serving all of its cells

@@ -16,7 +16,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.classify import Evidence, classify
-from orchestrator.errors import FarmError, HostKeyError, InfraError, KnownHostsUnreadable, NodeUnusable, StoreError
+from orchestrator.errors import (
+    FarmError,
+    HostKeyError,
+    InfraError,
+    KnownHostsUnreadable,
+    NodeUnusable,
+    SshdDropped,
+    StoreError,
+)
 from orchestrator.plan import Cell, expect
 from orchestrator.run import toolchain
 from orchestrator.run.bundle import Placed
@@ -313,12 +321,18 @@ class NodeWork:
                     return False
                 if answer.ok:
                     with ctx.lock:  # back: a later outage says its own error, not this one's
-                        ctx.down_since, ctx.down_why = None, ""
+                        ctx.down_since, ctx.down_why, ctx.answered = None, "", False
                     return True
                 ctx.down_why = f"node {name!r}: it answered, but its driver's check exited {answer.exit_code}"
             except KnownHostsUnreadable as err:  # no key refused: a read that failed for a moment
-                ctx.down_why = str(err)
+                ctx.down_why, ctx.answered = str(err), False
                 continue
+            except SshdDropped as err:
+                # up, its sshd unable to start a session (out of processes): no reboot to wait for, and
+                # each try met the drop for the whole window (fix 166); the cell says it, as answered
+                with ctx.lock:
+                    ctx.down_why, ctx.down_since, ctx.answered = str(err), None, True
+                return False
             except HostKeyError as err:
                 # back with another host key (reinstalled, or another machine on its address):
                 # refused every time, and a possible man-in-the-middle: no more waiting
@@ -326,7 +340,7 @@ class NodeWork:
                     ctx.down_why, ctx.refused = str(err), True
                 return False
             except InfraError as err:
-                ctx.down_why = str(err)
+                ctx.down_why, ctx.answered = str(err), False
                 continue
             finally:
                 probe_transport.close()
