@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,21 @@ def main() -> None:
 
     Example: farm verify --all
     """
+    unblock_farm_signals()
+
+
+# what the farm and the processes it starts rely on being delivered: SIGCHLD (a shell's `wait`, a local
+# node's stages), SIGTERM, SIGINT and SIGHUP (a stop: cli/prerun.py, verify's handlers), SIGALRM (a
+# local node runner's bounded GPU lock, lock_within)
+FARM_SIGNALS = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)
+
+
+def unblock_farm_signals() -> None:
+    """Delivers FARM_SIGNALS to this process, whatever mask it inherited: a blocked signal stays blocked
+    across exec and into every child. A farm started with SIGCHLD blocked (a parent that had blocked it,
+    as a pytest worker had: tests/conftest.py) ran a local node's stage shells with it blocked, and
+    dash's `wait` never woke: the cell hung until its stage's timeout, infra-error (review 168)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FARM_SIGNALS)
 
 
 def _finite(value: float) -> float:

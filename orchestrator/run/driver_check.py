@@ -202,7 +202,10 @@ DRIVER_NOW_SH = "head -n 1 /proc/driver/nvidia/version 2>/dev/null; ls /dev/nvid
 
 def driver_changed(probed: str, said: str) -> str:
     """Why the driver the node has now (SAID, DRIVER_NOW_SH's answer) is not the one its probe
-    found (PROBED: the snapshot's driver_evidence), or "" where it is the same."""
+    found (PROBED: the snapshot's driver_evidence), or "" where it is the same. Not module_changed's
+    comparison (review 168): a node back from an outage is compared whole, its control device too,
+    and one that came back with a driver its probe had not seen (rebooted into one) is refused;
+    a cell's own read says nothing where the probe read no module (nothing certified under one)."""
     before, now = "\n".join(probed.split()), "\n".join(said.split())
     if before == now:
         return ""

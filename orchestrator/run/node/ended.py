@@ -12,8 +12,11 @@ from orchestrator.run.node.files import KILL_GRACE
 UNDYING = []  # "PID CMD" of each process a kill did not end within its bound; said by the stage (undying)
 
 
-def _stat(pid):
-    """(state, start time) of PID from /proc/PID/stat, or None where it is gone."""
+def stat_fields(pid):
+    """The fields of /proc/PID/stat that follow the command name: [0] the state, [1] the parent's pid,
+    [2] the process group, [19] the start time; None where PID is gone (it may end between /proc's
+    listing and this read). The name is everything between the first '(' and the LAST ')': a process
+    names itself (prctl, its file's name), spaces and ')' included, so only what follows is the kernel's."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -22,8 +25,20 @@ def _stat(pid):
             os.close(fd)
     except OSError:
         return None
-    fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold anything
-    return (fields[0], fields[19]) if len(fields) > 19 else None
+    return stat.rpartition(b")")[2].split()
+
+
+def proc_stats():
+    """{pid: (state, parent's pid, process group)} of every process /proc lists, each read once: the one
+    scan of /proc/*/stat that group_members and kill_orphans (processes.py) read. One that ended
+    between the listing and its read is not in it: /proc is not read at one instant."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = stat_fields(name)
+            if fields is not None and len(fields) > 2 and fields[1].isdigit() and fields[2].isdigit():
+                found[int(name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return found
 
 
 def command_of(pid):
@@ -51,8 +66,8 @@ def wait_gone(pids, seconds=KILL_GRACE):
     while True:
         left = []
         for pid in pids:
-            got = _stat(pid)
-            if got is not None and got[0] != b"Z" and born.setdefault(pid, got[1]) == got[1]:
+            got = stat_fields(pid)  # [0] its state, [19] its start time
+            if got is not None and len(got) > 19 and got[0] != b"Z" and born.setdefault(pid, got[19]) == got[19]:
                 left.append(pid)
         pids = left
         wait = deadline - time.monotonic()
@@ -67,22 +82,7 @@ def wait_gone(pids, seconds=KILL_GRACE):
 
 def group_members(pgid):
     """The pids in process group PGID that have not ended (a zombie has)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fd = os.open("/proc/" + name + "/stat", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                stat = os.read(fd, 1024)
-            finally:
-                os.close(fd)
-        except OSError:
-            continue
-        fields = stat.rpartition(b")")[2].split()
-        if len(fields) > 2 and fields[0] != b"Z" and fields[2] == str(pgid).encode():
-            found.append(int(name))
-    return found
+    return [pid for pid, (state, _, group) in proc_stats().items() if group == pgid and state != b"Z"]
 
 
 def kill_group_ended(pgid, seconds=KILL_GRACE):

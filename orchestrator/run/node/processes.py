@@ -5,7 +5,7 @@ import _signal  # not `signal`, nor subprocess or shutil: their imports (enum, r
 import os
 import time
 
-from orchestrator.run.node.ended import UNDYING, command_of, wait_gone
+from orchestrator.run.node.ended import UNDYING, command_of, proc_stats, wait_gone
 from orchestrator.run.node.files import KILL_GRACE, kill_group
 from orchestrator.run.node.serve import CHUNK
 from orchestrator.run.node.spawn import SPAWN_ERRORS, libc, spawn, wait_for
@@ -140,23 +140,11 @@ def kill_orphans(seconds=2 * KILL_GRACE):
     tried = set()  # one stuck in the kernel (a hung driver call) is killed and waited for once
     deadline = settled = time.monotonic() + seconds
     while True:
-        states = {}
+        stats = proc_stats()
+        states = {pid: stat[0] for pid, stat in stats.items()}
         children = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                fd = os.open("/proc/" + name + "/stat", os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    stat = os.read(fd, 1024)
-                finally:
-                    os.close(fd)
-            except OSError:
-                continue
-            fields = stat.rpartition(b")")[2].split()  # after the command name, which may hold anything
-            if len(fields) > 1 and fields[1].isdigit():
-                states[int(name)] = fields[0]
-                children.setdefault(int(fields[1]), []).append(int(name))
+        for pid, (_, parent, _) in stats.items():
+            children.setdefault(parent, []).append(pid)
         found = []
         mine = children.get(me, [])
         stack, seen = list(mine), set()
