@@ -127,3 +127,16 @@ def test_the_one_stat_reader_takes_a_command_name_with_spaces_and_parentheses(tm
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_node_back_without_its_control_device_says_what_changed() -> None:
+    """Before: "another NVIDIA driver (NVRM version: X at its probe, NVRM version: X now)", the one
+    line twice. Figure: the control device named as what changed."""
+    from orchestrator.run.driver_check import driver_changed
+
+    line = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep 23 2025"
+    said = driver_changed(f"{line}\n/dev/nvidiactl\n", f"{line}\n")
+    assert "/dev/nvidiactl gone" in said and said.count("580.95.05") == 1, said
+    assert driver_changed(f"{line}\n/dev/nvidiactl\n", f"{line}\n/dev/nvidiactl\n") == ""
+    other = driver_changed(f"{line}\n/dev/nvidiactl\n", f"{line.replace('580.95.05', '570.1')}\n/dev/nvidiactl\n")
+    assert "another NVIDIA driver" in other and "570.1" in other, other

@@ -210,6 +210,12 @@ def driver_changed(probed: str, said: str) -> str:
     if before == now:
         return ""
     first = lambda text: text.strip().splitlines()[0][:160] if text.strip() else "no NVIDIA driver"  # noqa: E731
+    if first(probed) == first(said):  # the same module: what differs is its control device (review 168)
+        device = "gone" if "/dev/nvidiactl" in before else "there"
+        return (
+            f"it came back with its NVIDIA driver changed ({first(said)}, as at its probe, but /dev/nvidiactl "
+            f"{device} now): what the probe found no longer holds for its cells"
+        )
     return (
         f"it came back with another NVIDIA driver ({first(probed)} at its probe, {first(said)} now): "
         "what the probe found no longer holds for its cells"
