@@ -143,11 +143,23 @@ class CellWork:
                 ctx.unswept = True
                 break
             infra = result.evidence.infra_stage
+            # a module reloaded under the cell: the node's (blame.driver_unbacked), its try too (review 161)
+            reloaded = "" if infra else result.evidence.driver_reloaded
             tries.append(
-                (cell.node, cell, attempt, "infra" if infra else "ok", infra, result.evidence.infra_detail or None)
+                (
+                    cell.node,
+                    cell,
+                    attempt,
+                    "infra" if infra or reloaded else "ok",
+                    infra or ((result.evidence.driver_reloaded_by or "run") if reloaded else None),
+                    result.evidence.infra_detail or reloaded or None,
+                )
             )
             if infra is None:
-                ctx.health.succeeded()
+                if reloaded:
+                    ctx.health.failed(reloaded)
+                else:
+                    ctx.health.succeeded()
                 break
             left_behind = marker.split("FARM_CELL=", 1)[1].split()[0]
             transport.close()  # a broken session is reopened for the next try
