@@ -188,9 +188,9 @@ class SSHTransport(Transport):
             if link is not None and link.host_key is None and dropped(err):
                 raise SshdDropped(
                     f"node {self.name!r}: {node.host}:{node.port} took the connection and dropped it before the "
-                    f"login ({type(err).__name__}: {err}): its sshd is up but could not start a session; the node "
-                    "out of processes (its `ulimit -u`, a cgroup's pids.max, the kernel's pid_max) or past sshd's "
-                    "MaxStartups"
+                    f"login ({type(err).__name__}: {err}): its sshd is up but started no session for the farm: the "
+                    "node may be out of processes (its `ulimit -u`, a cgroup's pids.max, the kernel's pid_max), past "
+                    "sshd's MaxStartups, or refusing the farm's address (hosts.deny, a firewall that resets)"
                 ) from err
             raise ConnectError(
                 f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({type(err).__name__}: {err})"
