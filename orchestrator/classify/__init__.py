@@ -368,7 +368,7 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
-    if not is_as_expected(raw.outcome) and not is_infra(raw.outcome):
+    if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble)):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:
             reason = f"{why}, so its {raw.outcome} ({raw.reason}) is no verdict on the kernel"

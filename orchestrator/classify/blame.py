@@ -85,7 +85,9 @@ def driver_shortfall(driver: str | None, nvcc_version: str | None, cuda_code: bo
 
 def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str | None) -> str:
     """Why this failing verdict is the node's or its toolchain's rather than the kernel's, or ""."""
-    if ev.folder_trouble:  # a disk filled (or turned read-only) mid-run fails builds (ld), dumps and runs
+    # a disk filled (or turned read-only) mid-run fails builds (ld), dumps and runs; asked of an infra-error
+    # too (classify._judged): a run that could not start, its folder remounted noexec, says so (round 169)
+    if ev.folder_trouble:
         return ev.folder_trouble
     if ev.gpu_lost:
         during = "its sanitizer runs" if stage == "sanitize" else "its run"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from orchestrator.run.cell import CellResult
 
 MARK = "@@farm-unwritable"
+NOEXEC = "@@farm-noexec"  # a file made there could not be run: its file system mounted noexec
 TAKEN = "@@farm-bits-taken"  # the folder's owner bits were taken, and set back: its old mode follows
 
 
@@ -37,8 +38,12 @@ def unwritable_sh(folder: str) -> str:
         f'&& {{ : > {probe}; }} 2>/dev/null; then rm -f {probe}; echo "{TAKEN} $farm_m"; '
         f'else echo "{MARK} ${{farm_w##*: }}"; fi'
     )
-    # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system"
-    return f"if [ -d {folder} ]; then farm_w=$( {{ : > {probe}; }} 2>&1 ) && rm -f {probe} || {{ {taken}; }}; fi"
+    # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system".
+    # Written, the file is made a program and run: a folder remounted noexec mid-run (the probe's check is
+    # of the run's start) said only "not there, or not executable" of its kernel (red-team round 169)
+    runs = f"{{ printf '#!/bin/sh\\n' > {probe} && chmod +x {probe} && {probe} || echo {NOEXEC}; }} 2>/dev/null"
+    made = f"farm_w=$( {{ : > {probe}; }} 2>&1 )"
+    return f"if [ -d {folder} ]; then {made} && {{ {runs}; rm -f {probe}; }} || {{ {taken}; }}; fi"
 
 
 def unwritable(lines: list[str], folder: str) -> str:
@@ -50,6 +55,11 @@ def unwritable(lines: list[str], folder: str) -> str:
                 f"the node's work folder {folder} could no longer be written during the cell: a program of the "
                 f"node's user took its owner's bits (mode {mode}), as a kernel of the run may (Landlock handles "
                 "no chmod), and the farm cannot tell whose; they are set back"
+            )
+        if line.startswith(NOEXEC):
+            return (
+                f"the node's work folder {folder} could no longer run programs during the cell (a program made "
+                "there would not start: its file system mounted noexec since the probe found it could)"
             )
         if line.startswith(MARK):
             words = line[len(MARK) :].strip()[:200] or "no file could be made in it"
