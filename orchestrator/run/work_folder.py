@@ -41,7 +41,11 @@ def unwritable_sh(folder: str) -> str:
     # the shell's own error line ends with the OS's words: "sh: 1: cannot create X: Read-only file system".
     # Written, the file is made a program and run: a folder remounted noexec mid-run (the probe's check is
     # of the run's start) said only "not there, or not executable" of its kernel (red-team round 169)
-    runs = f"{{ printf '#!/bin/sh\\n' > {probe} && chmod +x {probe} && {probe} || echo {NOEXEC}; }} 2>/dev/null"
+    # (126: exec refused, as noexec refuses it; a fork that failed, a node out of processes, is not that)
+    runs = (
+        f"{{ printf '#!/bin/sh\\n' > {probe} && chmod +x {probe} && "
+        f"{{ {probe}; [ $? -ne 126 ] || echo {NOEXEC}; }}; }} 2>/dev/null"
+    )
     made = f"farm_w=$( {{ : > {probe}; }} 2>&1 )"
     return f"if [ -d {folder} ]; then {made} && {{ {runs}; rm -f {probe}; }} || {{ {taken}; }}; fi"
 
