@@ -99,3 +99,15 @@ def test_a_work_folder_remounted_noexec_mid_run_is_said_so(node: SshNode, tmp_pa
     assert f"work folder {tmp_path / 'work'} could no longer run programs" in after["reason"], after["reason"]
     assert "noexec" in after["reason"], after["reason"]
     assert code == EXIT_INFRA
+
+
+@pytest.mark.parametrize("key", ["nvcc", "cuobjdump", "key_file", "known_hosts", "dependencies.cutlass"])
+def test_a_nodes_other_paths_with_a_newline_are_refused_at_load(tmp_path: Path, key: str) -> None:
+    """Round 169's note: only `workdir` was checked. Figure: each path key of a node refused alike."""
+    field, _, name = key.partition(".")
+    value = f'"/opt/x\\n{field}"'
+    entry = f"    {field}:\n      {name}: {value}\n" if name else f"    {field}: {value}\n"
+    farm = f"database: sqlite:///results.db\nnodes:\n  n:\n    host: gpu1.example.org\n{entry}"
+    err = load_error(make_farm(tmp_path, farm=farm))
+    assert err.key.startswith(f"nodes.n.{field}"), err
+    assert "control character" in err.expected, err.expected

@@ -163,12 +163,19 @@ class NodeSpec(StrictModel):
         # only `~/` is expanded on the node: `~farm/w` made a folder named `~farm` under the login's home
         if value.startswith("~") and not value.startswith("~/"):
             raise ValueError(f"{value!r}: ~/path, an absolute path, or one relative to the login's home (no ~user)")
-        # a newline (a `workdir: |` block, a paste) split the node's commands at it: a folder made at its
-        # first line, outside the workdir, and cells infra-error "cannot create .../incoming/..." (round 169)
-        if bad := sorted({c for c in value if ord(c) < 32 or ord(c) == 127}):
-            raise ValueError(
-                f"a path with no newline, tab or other control character (found {', '.join(map(repr, bad))})"
-            )
+        return value
+
+    @field_validator("workdir", "nvcc", "cuobjdump", "compute_sanitizer", "key_file", "known_hosts", "dependencies")
+    @classmethod
+    def _one_line_paths(cls, value: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        """A newline (a `workdir: |` block, a paste) split the node's commands at it: a folder made at its
+        first line, outside the workdir, and cells infra-error "cannot create .../incoming/..." (round 169)."""
+        for path in value.values() if isinstance(value, dict) else [value] if value else []:
+            if bad := sorted({c for c in path if ord(c) < 32 or ord(c) == 127}):
+                raise ValueError(
+                    f"a path with no newline, tab or other control character (found {', '.join(map(repr, bad))} "
+                    f"in {path!r})"
+                )
         return value
 
     @field_validator("gpus")
