@@ -153,6 +153,9 @@ def main() -> None:
 
     Example: farm verify --all
     """
+    from orchestrator.cli.started import settle
+
+    settle()  # cron's closed descriptors and a umask of the owner's bits, before any file is opened
 
 
 def _finite(value: float) -> float:
