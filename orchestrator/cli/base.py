@@ -154,6 +154,9 @@ def main() -> None:
 
     Example: farm verify --all
     """
+    from orchestrator.cli.started import settle
+
+    settle()  # cron's closed descriptors and a umask of the owner's bits, before any file is opened
     unblock_farm_signals()
 
 

@@ -4,6 +4,8 @@ mid-run, and a failed `verify`'s why and exit code as its last line."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 from collections.abc import Iterator
 from datetime import datetime
@@ -15,6 +17,23 @@ from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, ConfigError, FarmErr
 from orchestrator.terminal import printable
 
 
+def open_append(path: Path) -> TextIO:
+    """`path` opened to append, made if missing, without waiting for a reader: a FIFO that no
+    process reads (a log shipper's pipe whose reader died) held `verify` in its open for good,
+    the run lock taken and SIGTERM only noted, so every later night met the lock (red-team 167).
+    That open fails at once (ENXIO); one a process reads (`--log /dev/stdout` into cron's pipe)
+    blocks on a full pipe as any writer of it does."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "a FIFO that no process reads: writing it would wait for one for good") from err
+        raise
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return open(fd, "a", encoding="utf-8")
+
+
 class ReopenedLog:
     """An append-only text stream on a path, reopened when the path no longer names the file
     it writes (logrotate's move-and-create, a deleted log): a run kept writing into the moved
@@ -24,7 +43,7 @@ class ReopenedLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
-        self.stream: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run, closed by close()
+        self.stream: TextIO = open_append(path)  # open for the run, closed by close()
 
     def _moved(self) -> bool:
         try:
@@ -37,7 +56,7 @@ class ReopenedLog:
 
     def write(self, text: str) -> int:
         if self._moved():
-            fresh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept; an OSError: Guarded stops it
+            fresh = open_append(self.path)  # kept; an OSError: Guarded stops it
             with contextlib.suppress(OSError):
                 self.stream.close()
             self.stream = fresh
@@ -90,6 +109,6 @@ def failure_logged(log_file: Path | None) -> Iterator[None]:
             else:
                 code, why = EXIT_INTERNAL, f"internal error ({type(err).__name__}: {err}); this is a bug in farm"
             line = f"farm verify failed: {why}; exit {code} ({EXIT_MEANING.get(code, 'see README, Exit codes')})"
-            with contextlib.suppress(OSError), open(log_file, "a", encoding="utf-8") as stream:
+            with contextlib.suppress(OSError), open_append(log_file) as stream:
                 stream.write(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {printable(line, keep_newlines=False)}\n")
         raise
