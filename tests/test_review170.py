@@ -7,12 +7,17 @@ note): `farm show` listed an infra-error cell whose only attempt was fine.
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from pathlib import Path
 
+import pytest
+from faults import Tmpfs
 from nodes import standin_job, standin_variant
 from test_redteam157 import PROBED, RELOADED, _node
 from test_verdicts import MIN75, rows, run
+
+from orchestrator.report.pagewriter import write_fresh
 
 
 def test_a_reloaded_cells_attempt_is_the_nodes(make_farm, tmp_path: Path) -> None:
@@ -39,3 +44,18 @@ def test_a_reloaded_cells_attempt_is_the_nodes(make_farm, tmp_path: Path) -> Non
     status, stage, error = tries[0]
     assert (status, stage) == ("infra", "run"), tries
     assert "535.104.05" in (error or ""), tries
+
+
+def test_a_fresh_cell_page_cut_short_by_a_full_disk_is_not_left(tmp_path: Path) -> None:
+    """Red-team 167's note: a full reports/ left a new cell page without its end (nothing linked it,
+    and the next render rewrote it, but a reviewer opening the folder found half a page). Before: the
+    cut page stayed. Figure: the write fails (ENOSPC) and no page is there."""
+    disk = Tmpfs(tmp_path / "reports", "64k")
+    try:
+        page = disk.path / "cells" / "r1" / "1.html"
+        with pytest.raises(OSError) as full:
+            write_fresh(str(page), b"<!doctype html>" + b"x" * 400_000)
+        assert full.value.errno == errno.ENOSPC
+        assert not page.exists(), page.stat().st_size
+    finally:
+        disk.unmount()

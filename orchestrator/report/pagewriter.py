@@ -75,6 +75,10 @@ def write_fresh(path: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+    except OSError:  # a full disk: no page without its end left behind either (red-team 167's note)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     finally:
         os.close(fd)
 
