@@ -8,7 +8,10 @@ note): `farm show` listed an infra-error cell whose only attempt was fine.
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +62,23 @@ def test_a_fresh_cell_page_cut_short_by_a_full_disk_is_not_left(tmp_path: Path) 
         assert not page.exists(), page.stat().st_size
     finally:
         disk.unmount()
+
+
+def test_a_farm_folder_whose_path_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    """Red-team 167's note: farm.yaml in a folder named in Latin-1 (b"f\\xe9"). Before: exit 70, "internal
+    error (UnicodeEncodeError ...); this is a bug in farm". Figure: exit 3 naming farm.yaml and UTF-8."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/f\xe9"))
+    folder.mkdir()
+    (folder / "farm.yaml").write_text("nodes:\n  local:\n    transport: local\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "verify", "--all"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        errors="backslashreplace",
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    assert done.returncode == 3, done.stderr
+    assert "farm.yaml" in done.stderr and "not valid UTF-8" in done.stderr, done.stderr
+    assert "bug in farm" not in done.stderr, done.stderr

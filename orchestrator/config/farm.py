@@ -27,6 +27,7 @@ from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError, ConfigErrors
 from orchestrator.report.escape import page_name
 from orchestrator.store.journal import journal_folder
+from orchestrator.terminal import printable
 
 COLUMN_MAX = 64  # results.node and node_snapshots.node are String(64): PostgreSQL enforces it
 
@@ -206,6 +207,15 @@ def load_farm(
     (show, report): they need no CUTLASS installed to print a stored cell.
     `database_where` names where `database` came from in its errors (--database, FARM_DATABASE)."""
     file = Path(file).resolve()
+    try:
+        str(file).encode()
+    except UnicodeEncodeError:  # its path is stored and shown as text (runs, pages): "a bug in farm" (rt167)
+        raise ConfigError(
+            printable(str(file)),
+            "",
+            "a path that is not valid UTF-8 (a folder named in another encoding)",
+            "farm.yaml in a folder whose path is UTF-8: the farm stores and shows its paths as text; rename it",
+        ) from None
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
     errors = check_names(raw, "nodes", file) if isinstance(raw, dict) else []
     if isinstance(raw, dict) and not raw.get("nodes"):
@@ -223,8 +233,17 @@ def load_farm(
     if problem := output_paths.site_folder_problem(root / Path(spec.reports).expanduser(), sources):
         raise ConfigError(str(file), "reports", *problem)
     # before the jobs load: a source that is the database was said as the job's error, not the URL's
-    if problem := output_paths.database_place_problem(resolve_database(database or spec.database, root), file, sources):
-        where = (database_where or "--database") if database else str(file)
+    where = (database_where or "--database") if database else str(file)
+    try:
+        resolved = resolve_database(database or spec.database, root)
+    except UnicodeEncodeError:  # a URL is text (FARM_DATABASE's bytes decode to one that is not)
+        raise ConfigError(
+            where,
+            "" if database else "database",
+            "a SQLite path that is not valid UTF-8",
+            "a database path whose folder names are UTF-8 (a database URL is text)",
+        ) from None
+    if problem := output_paths.database_place_problem(resolved, file, sources):
         raise ConfigError(where, "" if database else "database", *problem)
     if spec.journal is not None:
         reports = (root / Path(spec.reports).expanduser()).resolve()
