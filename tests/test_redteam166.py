@@ -21,12 +21,13 @@ from faults import descendants, wait_for
 from nodes import CARDS, SshNode, running_node
 from test_redteam116 import NAME as NAME116
 from test_redteam116 import midrun
+from test_review119 import group  # noqa: F401 - the fixture
 
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import EXIT_INFRA, ConnectError
 from orchestrator.transport import transport_for
 
-NAME = "n166"
+NAME = NAME116  # midrun's node
 
 
 @pytest.fixture
@@ -35,23 +36,13 @@ def node(tmp_path: Path) -> Iterator[SshNode]:
 
 
 @pytest.fixture
-def at_its_limit(node: SshNode) -> Iterator[None]:
-    """The node's sshd and all under it in a pids cgroup of the test's own, at its limit."""
-    made = Path("/sys/fs/cgroup/pids") / f"rt166-{node.port}"
-    if not made.parent.is_dir():
-        made = Path("/sys/fs/cgroup") / f"rt166-{node.port}"  # cgroup v2
-    made.mkdir()
+def at_its_limit(node: SshNode, group: Path) -> None:  # noqa: F811
+    """The node's sshd and all under it in round 119's pids cgroup, at its limit."""
     assert node.proc is not None
     for pid in [node.proc.pid, *(pid for pid, _ in descendants(node.proc.pid))]:
         with contextlib.suppress(OSError):  # ended meanwhile
-            (made / "cgroup.procs").write_text(str(pid))
-    (made / "pids.max").write_text((made / "pids.current").read_text().strip())
-    yield
-    (made / "pids.max").write_text("max")
-    for pid in (made / "cgroup.procs").read_text().split():
-        with contextlib.suppress(OSError):
-            (made.parent / "cgroup.procs").write_text(pid)
-    made.rmdir()
+            (group / "cgroup.procs").write_text(str(pid))
+    (group / "pids.max").write_text((group / "pids.current").read_text().strip())
 
 
 @pytest.mark.usefixtures("at_its_limit")
@@ -78,43 +69,28 @@ def test_a_node_that_refuses_the_connection_is_still_unreachable(node: SshNode, 
     assert refused.value.unreachable, refused.value
 
 
-@pytest.fixture
-def node116(tmp_path: Path) -> Iterator[SshNode]:
-    yield from running_node(NAME116, tmp_path / "node", CARDS["t4"])
-
-
 def test_a_node_that_drops_every_connection_after_a_lost_session_is_not_waited_for(
-    node116: SshNode, tmp_path: Path
+    node: SshNode,
+    group: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """The farm's sessions lost mid-cell (their sshd killed: SessionLost, unreachable, so the node
     is awaited), and from then on its sshd at its process limit. Before: the wait's every try met
     the drop, read as the node still away, and the run waited out the 300 s window (the test's 120 s
     join failed). Figure: the run ends, its cells infra-error saying the sshd dropped the connection."""
-    node = node116
-    made = Path("/sys/fs/cgroup/pids") / f"rt166-{node.port}"
-    if not made.parent.is_dir():
-        made = Path("/sys/fs/cgroup") / f"rt166-{node.port}"  # cgroup v2
-    made.mkdir()
 
     def lost_then_limited(_: Path) -> None:
         assert node.proc is not None
         sessions = [pid for pid, _ in descendants(node.proc.pid)]
-        (made / "cgroup.procs").write_text(str(node.proc.pid))
+        (group / "cgroup.procs").write_text(str(node.proc.pid))
         for pid in sessions:  # every connection's sshd and all under it
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not descendants(node.proc.pid), 10, "the sessions' end")
-        (made / "pids.max").write_text((made / "pids.current").read_text().strip())
+        (group / "pids.max").write_text((group / "pids.current").read_text().strip())
 
-    try:
-        began = time.monotonic()
-        code, rows, _ = midrun(node, tmp_path, lost_then_limited)
-    finally:
-        (made / "pids.max").write_text("max")
-        for pid in (made / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (made.parent / "cgroup.procs").write_text(pid)
-        made.rmdir()
+    began = time.monotonic()
+    code, rows, _ = midrun(node, tmp_path, lost_then_limited)
     assert time.monotonic() - began < 100
     assert code == EXIT_INFRA
     assert rows["slow"]["outcome"] == "infra-error", rows["slow"]["reason"]
