@@ -10,11 +10,10 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from farm_cli import farm
 from faults import Tmpfs
 from nodes import standin_job, standin_variant
 from test_redteam157 import PROBED, RELOADED, _node
@@ -70,15 +69,7 @@ def test_a_farm_folder_whose_path_is_not_utf8_is_a_config_error(tmp_path: Path) 
     folder = Path(os.fsdecode(bytes(tmp_path) + b"/f\xe9"))
     folder.mkdir()
     (folder / "farm.yaml").write_text("nodes:\n  local:\n    transport: local\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "verify", "--all"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        errors="backslashreplace",
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-    )
+    done = farm("verify", "--all", cwd=folder, timeout=120)
     assert done.returncode == 3, done.stderr
     assert "farm.yaml" in done.stderr and "not valid UTF-8" in done.stderr, done.stderr
     assert "bug in farm" not in done.stderr, done.stderr
