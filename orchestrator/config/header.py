@@ -183,7 +183,9 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
     errors: list[ConfigError] = []
     fields: dict[str, str] = {"kernel": f"{rel} (its file name)", "sources": rel}
     variants: dict[str, dict[str, Any]] = {}
-    outputs: dict[str, str] = {}  # -o name -> variant
+    # -o name -> every variant that writes it: two Build lines of one `-o k` (Ampere's, Hopper's) and
+    # one `Run: ./k 4096` gave the first its arguments alone, the other ran without (red-team 172)
+    outputs: dict[str, list[str]] = {}
     dependencies: dict[str, str] = {}
     for line, label, words in builds:
         try:
@@ -200,9 +202,10 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
         if label:
             variants[name]["description"] = label
             fields[f"variants.{name}.description"] = f"{where} label"
-        outputs.setdefault(build.output or "a.out", name)
+        outputs.setdefault(build.output or "a.out", []).append(name)
         for dependency, folder, number in build.dependencies:
             dependencies.setdefault(dependency, f"{rel}:{number} -I {folder}")
+    run_lines: dict[str, int] = {}  # program -> its Run line
     for line, words in runs:
         # `OMP_NUM_THREADS=2 ./NAME 4096`: variables set before the program were read as the
         # program, and the line as prose, so the variant ran without its arguments (round 53)
@@ -210,17 +213,30 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
         while assigned < len(words) and _ASSIGNMENT_RE.match(words[assigned][0]):
             assigned += 1
         program = words[assigned][0].removeprefix("./") if assigned < len(words) else ""
-        name = outputs.get(program)
-        if name is None:
+        names = outputs.get(program)
+        if names is None:
             continue  # a Run line for something no Build line makes: prose, not a job field
+        if program in run_lines:  # the last one won, unsaid (red-team 172)
+            errors.append(
+                line_error(
+                    path,
+                    line,
+                    "Run",
+                    f"a second Run line for ./{program} (line {run_lines[program]} is the first)",
+                    "one Run line per program the Build lines make",
+                )
+            )
+            continue
+        run_lines[program] = line
         arguments = [w for w, _ in words[assigned + 1 :]]
         bad = [w for w, _ in words[:assigned] if not set(w) <= SAFE] + [w for w in arguments if not set(w) <= SAFE]
         if bad:
             errors.append(line_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
             continue
         # the job's run rules (run_command.py) then judge the variables as a job file's (LD_PRELOAD: refused)
-        variants[name]["run"] = " ".join([*(w for w, _ in words[:assigned]), "{binary}", *arguments])
-        fields[f"variants.{name}.run"] = f"{rel}:{line} Run"
+        for name in names:
+            variants[name]["run"] = " ".join([*(w for w, _ in words[:assigned]), "{binary}", *arguments])
+            fields[f"variants.{name}.run"] = f"{rel}:{line} Run"
     if errors:
         raise ConfigErrors(errors)
     document: dict[str, Any] = {"kernel": kernel}

@@ -182,8 +182,11 @@ def load_jobs(
     describes (header.py), with the job file of its name, one without
     `sources`, laid over it field by field."""
     errors: list[ConfigError] = []
+    doubled = _doubled(job_files, errors)
     raws: dict[Path, Any] = {}
     for job_file in job_files:
+        if job_file.stem in doubled:  # its one error says so; neither file nor its header is read
+            continue
         try:
             raws[job_file] = read_yaml(job_file, "a job file")
         except ConfigError as one:
@@ -257,6 +260,24 @@ def load_jobs(
             )
         jobs[job.kernel] = job
     return jobs, errors
+
+
+def _doubled(job_files: list[Path], errors: list[ConfigError]) -> set[str]:
+    """The kernels with two job files (k.yaml and k.yml), each told once: they were refused with
+    words about another thing ("kernel: found nothing", "a header with no Build: line (and no job
+    file)", blamed on the source), by which of the two listed `sources` (red-team 172)."""
+    first: dict[str, Path] = {}
+    for job_file in job_files:
+        if (taken := first.setdefault(job_file.stem, job_file)) != job_file:
+            errors.append(
+                ConfigError(
+                    str(job_file),
+                    "",
+                    f"a second job file for the kernel {job_file.stem!r} ({taken.name} is its first)",
+                    "one job file per kernel: remove or rename one",
+                )
+            )
+    return {job_file.stem for job_file in job_files if first[job_file.stem] != job_file}
 
 
 def _missing(project: Path, entry: str) -> bool:

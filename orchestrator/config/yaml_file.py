@@ -5,6 +5,7 @@ bounded (an alias bomb), and every problem a ConfigError naming the file.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -207,6 +208,8 @@ def read_yaml(path: Path, what: str) -> Any:
     if not path.is_file():
         # a folder, a FIFO or a device was "no such file" (a red-team finding)
         found = "a folder" if path.is_dir() else "no regular file" if path.exists() else "no such file"
+        if path.is_symlink() and not path.exists():  # a loop, a removed target: "no such file" of a listed file
+            found = f"a symbolic link to {os.readlink(path)!r}, which leads to no file (a loop or a removed target)"
         raise ConfigError(str(path), "", found, f"{what} (a YAML file)")
     try:
         size = path.stat().st_size
