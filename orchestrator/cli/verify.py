@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import click
 
 from orchestrator.errors import ConfigError, FarmError, StoreError
+from orchestrator.guarded import aside, hurry
 from orchestrator.outcomes import STAGES
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
@@ -198,11 +199,12 @@ def verify(
             else:
                 listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
             if log_file is not None:
-                stream = stack.enter_context(open_log(log_file))
-                listeners.append(PlainListener(stream=stream, verdict=True))
+                log = Guarded(open_log(log_file))  # its lines out before it closes, or given up (guarded.py)
+                stack.callback(log.close)
+                listeners.append(PlainListener(stream=log, verdict=True))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
-            stack.enter_context(_stopping_on_signals(run))
+            stack.enter_context(_stopping_on_signals(run, until_exit=True))
             prerun.check()  # a signal before the run's own handlers: nothing of the run is stored yet
             if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
                 starting = "is starting; its report is rendered once it is stored"
@@ -255,18 +257,17 @@ def verify(
                 # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
                 # database's run would replace it (found by a red-team helper)
                 url = redact_url(farm.database_url)
-                click.echo(
+                aside(  # notes on stderr never wait on its reader (guarded.py)
                     f"report not rendered: the database {url} is not {farm.file.name}'s "
                     f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
-                    f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
-                    err=True,
+                    f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run"
                 )
             elif not no_report:
                 try:
                     now = farm_now(config_path, database, database_origin())  # the jobs as the run ended
                     index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=now)
                 except Exception as err:  # the run is stored with its code: the process returns that one, whatever
-                    click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+                    aside(f"report not rendered: {_render_failure(err)}; {_stored(summary)}")
                     why = f"has no report: its render failed ({_render_failure(err)}); "
                     why += f"stored with exit {summary.exit_code}"
                     report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
@@ -303,7 +304,7 @@ class _RenderAtStart(NullListener):
         try:
             report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
         except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
-            click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
+            aside(f"report not rendered at the run's start: {_render_failure(err)}")
             why = f"has no report yet: its render at the start failed ({_render_failure(err)})"
             report_mod.mark_unrendered(self.farm.reports_dir, run_id, why)
 
@@ -369,7 +370,7 @@ class Stoppable(Protocol):
 
 
 @contextlib.contextmanager
-def _stopping_on_signals(run: Stoppable):
+def _stopping_on_signals(run: Stoppable, until_exit: bool = False):
     """SIGTERM (systemctl stop, a killed cron job), SIGHUP and a first Ctrl-C stop the run
     cleanly: no new cells, the running ones killed on every node, the unfinished
     ones recorded not-run, the run stored aborted with the exit code the process
@@ -381,11 +382,13 @@ def _stopping_on_signals(run: Stoppable):
             if signum == signal.SIGINT:
                 os._exit(130)
             return
-        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
-            click.echo(f"{name}: the run has ended and is stored; the farm exits once its report is written", err=True)
-        else:
-            click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
+        # the stop first, then the note, which never waits on stderr's reader: a stalled stderr held the
+        # note's write, on this (the main) thread, before the stop began (red-team 171)
         threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
+        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
+            aside(f"{name}: the run has ended and is stored; the farm exits once its report is written")
+        else:
+            aside(f"{name}: stopping run: no new cells; killing the running ones on every node")
 
     # a hangup (the ssh session `farm verify` ran in closed) killed the farm outright: its kernels
     # ran on, the run stayed `running` (a red-team finding); it stops the run as SIGTERM does,
@@ -395,5 +398,13 @@ def _stopping_on_signals(run: Stoppable):
     try:
         yield
     finally:
+        # `until_exit`, the run stored: a signal from here to the process's exit (its lock let go, its last
+        # lines waiting on a reader) returned 143 or 129 over a run stored with exit 0 (red-team 171); it
+        # now only hurries the exit, which returns the stored code
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, _exit_stored if until_exit and run.ended else handler)
+
+
+def _exit_stored(signum: int, _frame: object) -> None:
+    hurry()
+    aside(f"{signal.Signals(signum).name}: the run has ended and is stored; the farm exits with its stored code")
