@@ -45,7 +45,7 @@ EXIT_STORE = 5
 EXIT_LOCKED = 6
 EXIT_INTERNAL = 70  # a bug in the farm itself (sysexits' EX_SOFTWARE): never a verdict
 EXIT_SIGPIPE = 141  # the reader of stdout stopped reading (`farm show 1 | head`), as a shell says of SIGPIPE
-# (never verify: its progress stops, its run goes on and returns the run's own code; progress.Guarded)
+# (never verify: its progress stops, its run goes on and returns the run's own code; guarded.Guarded)
 
 
 class FarmError(Exception):

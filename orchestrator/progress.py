@@ -2,15 +2,12 @@
 
 Both are scheduler Listeners. Plain lines (one per node, one per cell) are what
 a cron mail or a CI log should hold; the live display adds a progress bar.
-Both write through a Guarded stream: output that cannot be written never costs
-the run.
+Both write through a Guarded stream (guarded.py): output that cannot be written,
+or whose reader stopped reading, never costs the run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
 import sys
 import threading
 from collections import Counter
@@ -21,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.farm_writable import WHY
+from orchestrator.guarded import Guarded
 from orchestrator.outcomes import CELL_STAGES, RAN_AS_EXPECTED, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
@@ -97,68 +95,6 @@ def describe_cell(cell: Cell, result: CellResult, result_id: int) -> str:
     # until `farm show` (review 123)
     why = f": {verdict.reason} (farm show {result_id})" if mark != "ok  " else ""
     return f"{mark} {verdict.outcome.value:<18} {cell.label}{expected}{note}  [{stages}]  #{result_id}{why}"
-
-
-class Guarded:
-    """A text stream whose first failed write stops it: a reader that stopped reading
-    (`farm verify | head -1`: EPIPE), a full disk (ENOSPC), any OSError. Progress is
-    for people and the run's results go to the store: a BrokenPipeError raised in a
-    node's thread made its cells internal errors and the run exit 70. Once stopped,
-    the stream's descriptor points at /dev/null, so neither what is still buffered
-    nor a later line (anyone's) fails again, nor the interpreter's flush at exit."""
-
-    def __init__(self, stream: TextIO, name: str | None = None) -> None:
-        self.stream = stream
-        self.name = name or str(getattr(stream, "name", "output"))
-        self.stopped: OSError | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def encoding(self) -> str:
-        return getattr(self.stream, "encoding", None) or "utf-8"
-
-    def write(self, text: str) -> int:
-        if self.stopped is None:
-            try:
-                return self.stream.write(text)
-            except OSError as err:
-                self._stop(err)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.stopped is None:
-            try:
-                self.stream.flush()
-            except OSError as err:
-                self._stop(err)
-
-    def isatty(self) -> bool:
-        try:
-            return self.stream.isatty()
-        except (OSError, ValueError):
-            return False
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def _stop(self, err: OSError) -> None:
-        with self._lock:
-            if self.stopped is not None:
-                return
-            self.stopped = err
-        with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor just stays stopped
-            null = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(null, self.stream.fileno())
-            finally:
-                os.close(null)
-        if err.errno != errno.EPIPE:  # a reader that stopped reading is no news; a full disk is
-            with contextlib.suppress(OSError, ValueError):
-                print(
-                    f"farm: cannot write {self.name} ({err.strerror or err}): nothing more goes there; the run goes on",
-                    file=sys.__stderr__ or sys.stderr,  # not rich's proxy over this stream, while a live display is on
-                    flush=True,
-                )
 
 
 NAMED = 20  # cells a --quiet not-run line names; the rest are counted

@@ -17,12 +17,12 @@ from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, ConfigError, FarmErr
 from orchestrator.terminal import printable
 
 
-def open_append(path: Path) -> TextIO:
+def append_fd(path: Path) -> int:
     """`path` opened to append, made if missing, without waiting for a reader: a FIFO that no
     process reads (a log shipper's pipe whose reader died) held `verify` in its open for good,
     the run lock taken and SIGTERM only noted, so every later night met the lock (red-team 167).
-    That open fails at once (ENXIO); one a process reads (`--log /dev/stdout` into cron's pipe)
-    blocks on a full pipe as any writer of it does."""
+    That open fails at once (ENXIO); one a process reads but that fills blocks its writes, which
+    go through a writer thread of their own (guarded.py: red-team 171)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o666)
@@ -31,48 +31,65 @@ def open_append(path: Path) -> TextIO:
             raise OSError(errno.ENXIO, "a FIFO that no process reads: writing it would wait for one for good") from err
         raise
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    return open(fd, "a", encoding="utf-8")
+    return fd
+
+
+def open_append(path: Path) -> TextIO:
+    """`path` as append_fd opens it, as a text stream."""
+    return open(append_fd(path), "a", encoding="utf-8")
 
 
 class ReopenedLog:
     """An append-only text stream on a path, reopened when the path no longer names the file
     it writes (logrotate's move-and-create, a deleted log): a run kept writing into the moved
     verify.log.1 and the new verify.log the operator reads stayed empty, no verdict of the
-    night (a red-team finding). Appending (O_APPEND) also survives copytruncate."""
+    night (a red-team finding). Appending (O_APPEND) also survives copytruncate. Each write
+    is the descriptor's own, with no buffer and no lock (`lockless`): a writer blocked on a
+    FIFO whose reader stopped reading holds nothing another thread waits on (guarded.py)."""
+
+    lockless = True
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.name = str(path)
-        self.stream: TextIO = open_append(path)  # open for the run, closed by close()
+        self.fd = append_fd(path)  # open for the run, closed by close()
 
     def _moved(self) -> bool:
         try:
-            now, mine = os.stat(self.path), os.fstat(self.stream.fileno())
+            now, mine = os.stat(self.path), os.fstat(self.fd)
         except FileNotFoundError:
             return True
-        except (OSError, ValueError):  # the open file is what is left to write: a later write says why
+        except OSError:  # the open file is what is left to write: a later write says why
             return False
         return (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
 
     def write(self, text: str) -> int:
         if self._moved():
-            fresh = open_append(self.path)  # kept; an OSError: Guarded stops it
+            fresh = append_fd(self.path)  # kept; an OSError: Guarded stops it
             with contextlib.suppress(OSError):
-                self.stream.close()
-            self.stream = fresh
-        return self.stream.write(text)
+                os.close(self.fd)
+            self.fd = fresh
+        data = text.encode("utf-8", "backslashreplace")
+        while data:
+            data = data[os.write(self.fd, data) :]
+        return len(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        pass
 
     def fileno(self) -> int:
-        return self.stream.fileno()
+        return self.fd
 
     def isatty(self) -> bool:
         return False
 
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
     def close(self) -> None:
-        self.stream.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
     def __enter__(self) -> ReopenedLog:
         return self

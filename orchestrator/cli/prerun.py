@@ -48,7 +48,9 @@ class EarlyStop:
 @contextlib.contextmanager
 def stop_before_run() -> Iterator[EarlyStop]:
     """SIGTERM, SIGINT and SIGHUP (unless ignored: `nohup`) noted until the run's own handlers
-    (verify._stopping_on_signals) take over; the previous handlers are back on leaving."""
+    (run_signals._stopping_on_signals) take over; the previous handlers are back on leaving, where
+    these are still the ones set: the run's own, kept until the process exits once it is stored,
+    stay (red-team 171)."""
     early = EarlyStop()
     hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
     previous = {sig: signal.signal(sig, early.heard) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
@@ -56,4 +58,5 @@ def stop_before_run() -> Iterator[EarlyStop]:
         yield early
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            if signal.getsignal(sig) == early.heard:
+                signal.signal(sig, handler)

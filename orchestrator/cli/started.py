@@ -11,7 +11,7 @@ import sys
 
 class _ClosedStream(io.RawIOBase):
     """What a closed stdout is from here on: its first write fails as one to a closed descriptor
-    does (EBADF), so what prints there says so once and stops (progress.Guarded: the run goes
+    does (EBADF), so what prints there says so once and stops (guarded.Guarded: the run goes
     on; base.echo: an export is exit 3); later writes, the interpreter's flush at exit among
     them, go nowhere."""
 

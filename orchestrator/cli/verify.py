@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shlex
-import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.errors import ConfigError, FarmError, StoreError
+from orchestrator.guarded import aside
 from orchestrator.outcomes import STAGES
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
@@ -36,6 +35,7 @@ from orchestrator.cli.base import (
 from orchestrator.cli.farm_now import farm_now
 from orchestrator.cli.logfile import failure_logged, open_log
 from orchestrator.cli.prerun import stop_before_run
+from orchestrator.cli.run_signals import _stopping_on_signals
 
 
 def verdict_line(summary: RunSummary) -> str:
@@ -198,11 +198,12 @@ def verify(
             else:
                 listeners.append(LiveListener(out) if out.isatty() else PlainListener(out))
             if log_file is not None:
-                stream = stack.enter_context(open_log(log_file))
-                listeners.append(PlainListener(stream=stream, verdict=True))
+                log = Guarded(open_log(log_file))  # its lines out before it closes, or given up (guarded.py)
+                stack.callback(log.close)
+                listeners.append(PlainListener(stream=log, verdict=True))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
-            stack.enter_context(_stopping_on_signals(run))
+            stack.enter_context(_stopping_on_signals(run, until_exit=True))
             prerun.check()  # a signal before the run's own handlers: nothing of the run is stored yet
             if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
                 starting = "is starting; its report is rendered once it is stored"
@@ -255,18 +256,17 @@ def verify(
                 # farm.yaml's reports/ is its own database's site, which reviewers read: a scratch
                 # database's run would replace it (found by a red-team helper)
                 url = redact_url(farm.database_url)
-                click.echo(
+                aside(  # notes on stderr never wait on its reader (guarded.py)
                     f"report not rendered: the database {url} is not {farm.file.name}'s "
                     f"({redact_url(farm.configured_database_url)}), whose site is {farm.reports_dir}; "
-                    f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run",
-                    err=True,
+                    f"`farm report --database {url} --run {summary.run_id} --out DIR` renders this run"
                 )
             elif not no_report:
                 try:
                     now = farm_now(config_path, database, database_origin())  # the jobs as the run ended
                     index = report_mod.render(store, farm.reports_dir, summary.run_id, farm=now)
                 except Exception as err:  # the run is stored with its code: the process returns that one, whatever
-                    click.echo(f"report not rendered: {_render_failure(err)}; {_stored(summary)}", err=True)
+                    aside(f"report not rendered: {_render_failure(err)}; {_stored(summary)}")
                     why = f"has no report: its render failed ({_render_failure(err)}); "
                     why += f"stored with exit {summary.exit_code}"
                     report_mod.mark_unrendered(farm.reports_dir, summary.run_id, why)
@@ -303,7 +303,7 @@ class _RenderAtStart(NullListener):
         try:
             report_mod.render(self.store, self.farm.reports_dir, run_id, farm=self.farm)
         except Exception as err:  # the run goes on; its end renders again, and says so if that fails too
-            click.echo(f"report not rendered at the run's start: {_render_failure(err)}", err=True)
+            aside(f"report not rendered at the run's start: {_render_failure(err)}")
             why = f"has no report yet: its render at the start failed ({_render_failure(err)})"
             report_mod.mark_unrendered(self.farm.reports_dir, run_id, why)
 
@@ -354,46 +354,3 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
         why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
         with contextlib.suppress(Exception):
             report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
-
-
-class Stoppable(Protocol):
-    """What a signal stops: a run (FarmRun), or a bisection's walk of runs (Bisector)."""
-
-    @property
-    def stopping(self) -> str | None: ...
-
-    @property
-    def ended(self) -> bool: ...
-
-    def stop(self, reason: str) -> object: ...
-
-
-@contextlib.contextmanager
-def _stopping_on_signals(run: Stoppable):
-    """SIGTERM (systemctl stop, a killed cron job), SIGHUP and a first Ctrl-C stop the run
-    cleanly: no new cells, the running ones killed on every node, the unfinished
-    ones recorded not-run, the run stored aborted with the exit code the process
-    returns. A second Ctrl-C exits at once (the next run marks this one aborted)."""
-
-    def handle(signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        if run.stopping is not None:
-            if signum == signal.SIGINT:
-                os._exit(130)
-            return
-        if run.ended:  # stored whole: nothing runs to kill (it said so during the report's render: round 93)
-            click.echo(f"{name}: the run has ended and is stored; the farm exits once its report is written", err=True)
-        else:
-            click.echo(f"{name}: stopping run: no new cells; killing the running ones on every node", err=True)
-        threading.Thread(target=run.stop, args=(name,), name="stop", daemon=True).start()
-
-    # a hangup (the ssh session `farm verify` ran in closed) killed the farm outright: its kernels
-    # ran on, the run stayed `running` (a red-team finding); it stops the run as SIGTERM does,
-    # unless it is ignored (`nohup`: the run is meant to outlive its session)
-    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
