@@ -27,13 +27,18 @@ QUEUED = 10_000  # lines a stalled reader may fall behind before they are droppe
 SETTLE = 5.0  # seconds without a line written after which, at exit, a stalled reader is given up
 _HURRY = threading.Event()  # a stop signal after the run's end: exit now, readers or not
 _PUMPED: list[Guarded] = []
+# the writer threads' name: safe to fork beside (run/workers.py FORK_SAFE_THREADS), as a forked child
+# writes its Guarded streams itself (_forked): a worker forked beside one had been started from the
+# fork server instead, 0.5-1.3 s later, wherever stdout was a pipe or a terminal
+WRITER_THREAD = "farm-output"
 
 
 def _descriptor(stream: object) -> int | None:
     """The descriptor under a plain file stream (sys.stdout as Python opened it), or under one that
     writes its descriptor itself with no lock of its own (cli/logfile.ReopenedLog, `lockless`): a
     write there may block. None for what cannot (StringIO, pytest's capture, a closed stdout)."""
-    raw = getattr(getattr(stream, "buffer", None), "raw", None)
+    buffer = getattr(stream, "buffer", None)
+    raw = getattr(buffer, "raw", buffer)  # under PYTHONUNBUFFERED (python -u) the buffer is the FileIO itself
     if not isinstance(raw, io.FileIO) and not getattr(stream, "lockless", False):
         return None
     try:
@@ -67,7 +72,7 @@ class Guarded:
             # hold the buffer's lock, and the interpreter's flush of sys.stdout at exit would wait on it
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            threading.Thread(target=self._pump, name=f"write {self.name}", daemon=True).start()
+            threading.Thread(target=self._pump, name=WRITER_THREAD, daemon=True).start()
             _PUMPED.append(self)
 
     @property
@@ -228,3 +233,18 @@ def _settle_all() -> None:
     while done < len(_PUMPED):  # a stalled stream's note on stderr may start stderr's writer meanwhile
         _PUMPED[done].settle()
         done += 1
+
+
+def _forked() -> None:
+    """In a forked child (a run's worker): no writer thread came with it, and a lock or the queue may
+    have been held mid-line by one of the parent's threads: its streams are written directly, and its
+    exit waits on no queue."""
+    for guarded in _PUMPED:
+        guarded._fd = None
+        guarded._lock, guarded._written = threading.Lock(), threading.Condition()
+        guarded._queue = queue.Queue(QUEUED)
+        guarded._partial = ""
+    _PUMPED.clear()
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import sqlite3
 from pathlib import Path
 
@@ -73,3 +74,31 @@ def test_a_farm_folder_whose_path_is_not_utf8_is_a_config_error(tmp_path: Path) 
     assert done.returncode == 3, done.stderr
     assert "farm.yaml" in done.stderr and "not valid UTF-8" in done.stderr, done.stderr
     assert "bug in farm" not in done.stderr, done.stderr
+
+
+def test_a_runs_output_writer_leaves_its_workers_forked(tmp_path: Path) -> None:
+    """Red-team 171 wrote progress over a pipe or a terminal from a thread of its own; run/workers.py
+    forks workers only beside threads a child resets, so every such run started them from the fork
+    server (0.5-1.3 s later). Before: "forkserver". Figure: "fork", and a forked child's line, written
+    by itself (no writer thread came with it), reaches the pipe."""
+    from orchestrator.guarded import Guarded
+    from orchestrator.run.workers import start_method
+
+    read, write = os.pipe()
+    stream = open(write, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    try:
+        guarded = Guarded(stream, "a pipe")
+        assert start_method() == "fork"
+        pid = os.fork()
+        if pid == 0:  # the child: a write, then out at once (no atexit, as a multiprocessing worker)
+            try:
+                guarded.write("from the child\n")
+                guarded.flush()
+            finally:
+                os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert select.select([read], [], [], 10)[0], "nothing came from the child"
+        assert os.read(read, 100) == b"from the child\n"
+    finally:
+        stream.close()
+        os.close(read)
