@@ -110,21 +110,27 @@ def test_a_work_folder_removed_during_a_build_is_no_kernel_verdict(node: SshNode
     ]
 
 
-def test_a_work_folder_turned_read_only_mid_run_is_the_nodes_trouble(node: SshNode, tmp_path: Path) -> None:
-    """Held: the running cell's files were open; the next cell's build lock cannot be made,
-    infra-error with "Read-only file system". Figure: 1 pass, 1 infra-error, exit 4."""
+def remounted_midrun(node: SshNode, tmp_path: Path, option: str) -> tuple[int, dict, list]:
+    """midrun, its fault the work folder bind-mounted over itself and remounted with OPTION (ro,
+    noexec) while the slow cell's kernel runs; unmounted after."""
     mounted: list[Path] = []
 
-    def read_only(workdir: Path) -> None:
+    def remount(workdir: Path) -> None:
         subprocess.run(["mount", "--bind", str(workdir), str(workdir)], check=True)
         mounted.append(workdir)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(workdir)], check=True)
+        subprocess.run(["mount", "-o", f"remount,bind,{option}", str(workdir)], check=True)
 
     try:
-        code, rows, _ = midrun(node, tmp_path, read_only)
+        return midrun(node, tmp_path, remount)
     finally:
         for workdir in mounted:
             subprocess.run(["umount", "-l", str(workdir)], check=False)
+
+
+def test_a_work_folder_turned_read_only_mid_run_is_the_nodes_trouble(node: SshNode, tmp_path: Path) -> None:
+    """Held: the running cell's files were open; the next cell's build lock cannot be made,
+    infra-error with "Read-only file system". Figure: 1 pass, 1 infra-error, exit 4."""
+    code, rows, _ = remounted_midrun(node, tmp_path, "ro")
     assert rows["slow"]["outcome"] == "pass", rows["slow"]["reason"]
     assert rows["after"]["outcome"] == "infra-error" and "Read-only file system" in rows["after"]["reason"]
     assert code == EXIT_INFRA

@@ -22,22 +22,13 @@ from pathlib import Path
 
 import pytest
 from farm_cli import farm
-from nodes import CARDS, nvidia_smi_script, query
-from toyfarm import toy_farm
+from nodes import query
+from toyfarm import toy_on_t4
 
 
 @pytest.fixture
 def toy(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """The toy farm on its local node (a T4 stand-in on PATH: `plain` runs and passes), and the
-    environment cron gives it: PATH only."""
-    config = toy_farm(tmp_path)
-    smi = tmp_path / "smi" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    local = "transport: local\n"
-    config.write_text(config.read_text().replace(local, local + "    nvcc: /usr/local/bin/nvcc\n"))
-    return config, {"PATH": f"{smi.parent}:/usr/bin:/bin"}
+    return toy_on_t4(tmp_path)
 
 
 def test_a_log_that_is_a_fifo_nobody_reads_is_refused_not_a_hang_holding_the_lock(

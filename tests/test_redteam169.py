@@ -27,7 +27,6 @@ staging.py), so a `date` that lies changes nothing.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import pytest
 from nodes import CARDS, SshNode, running_node, standin_job, standin_variant, write_farm
 from test_config import load_error, make_farm
 from test_faults import results, run_farm
-from test_redteam116 import NAME, midrun
+from test_redteam116 import NAME, remounted_midrun
 
 from orchestrator.errors import EXIT_INFRA
 
@@ -81,18 +80,7 @@ def test_a_work_folder_remounted_noexec_mid_run_is_said_so(node: SshNode, tmp_pa
     runs. Before: the next cell infra-error "the program ... is not there, or not executable", naming
     no folder. Figure: 1 pass, 1 infra-error naming the folder and that it no longer runs programs;
     exit 4."""
-    mounted: list[Path] = []
-
-    def noexec(workdir: Path) -> None:
-        subprocess.run(["mount", "--bind", str(workdir), str(workdir)], check=True)
-        mounted.append(workdir)
-        subprocess.run(["mount", "-o", "remount,bind,noexec", str(workdir)], check=True)
-
-    try:
-        code, rows, _ = midrun(node, tmp_path, noexec)
-    finally:
-        for workdir in mounted:
-            subprocess.run(["umount", "-l", str(workdir)], check=False)
+    code, rows, _ = remounted_midrun(node, tmp_path, "noexec")
     assert rows["slow"]["outcome"] == "pass", rows["slow"]["reason"]
     after = rows["after"]
     assert after["outcome"] == "infra-error", after["reason"]

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 from farm_cli import farm_argv, farm_env
-from nodes import CARDS, nvidia_smi_script, query
-from toyfarm import toy_farm
+from nodes import query
+from toyfarm import toy_on_t4
 
 F_SETPIPE_SZ = 1031  # Linux fcntl: a pipe's buffer, here its smallest (one page)
 SLEEPS = """\
@@ -40,14 +40,7 @@ int main() { sleep(60); std::printf("toy: PASS\\n"); return 0; }
 
 def _toy(root: Path, source: str | None = None) -> dict[str, str]:
     """The toy farm on its local node, a T4 stand-in on PATH (`plain` passes)."""
-    config = toy_farm(root, **({"source": source} if source else {}))
-    smi = root / "smi" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(nvidia_smi_script(CARDS["t4"]))
-    smi.chmod(0o755)
-    local = "transport: local\n"
-    config.write_text(config.read_text().replace(local, local + "    nvcc: /usr/local/bin/nvcc\n"))
-    return farm_env({"PATH": f"{smi.parent}:/usr/bin:/bin"})
+    return farm_env(toy_on_t4(root, source)[1])
 
 
 def _fill(fd: int) -> None:

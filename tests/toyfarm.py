@@ -81,3 +81,18 @@ def toy_farm(
         f"    workdir: {root / 'node'}\n"
     )
     return path
+
+
+def toy_on_t4(root: Path, source: str | None = None) -> tuple[Path, dict[str, str]]:
+    """The toy farm on its local node with a T4 stand-in nvidia-smi on PATH (`plain` runs and
+    passes), and the environment cron gives it: that PATH only. (farm.yaml, the environment)"""
+    from nodes import CARDS, nvidia_smi_script
+
+    config = toy_farm(root, **({"source": source} if source else {}))
+    smi = root / "smi" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    local = "transport: local\n"
+    config.write_text(config.read_text().replace(local, local + "    nvcc: /usr/local/bin/nvcc\n"))
+    return config, {"PATH": f"{smi.parent}:/usr/bin:/bin"}
