@@ -71,6 +71,7 @@ from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, S
     pending_hint,
     read_records,
     slurms_kill,
+    suspension,
     within_time_limit,
 )
 from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, start_line, stop_script
@@ -300,8 +301,15 @@ class SlurmTransport(Transport):
             if (unanswered := controller_unreachable(job, f"node {self.name!r}: {ident}")) is not None:
                 raise unanswered
             if job.job_id is None or job.state == "FAILED":
+                # what the node asked besides: Slurm's "Requested node configuration is not available" names
+                # none of it, and "Invalid generic resource" no value (red-team round 174)
+                keys = {"gres": node.gres, "constraint": node.constraint, "memory": node.memory}
+                asked = "".join(f", {k} {v!r}" for k, v in keys.items() if v) + f", {job.minutes} min"
                 raise SlurmRejected(
-                    f"node {self.name!r}: Slurm refused {ident} for partition {node.partition!r}{why}{srun}", job
+                    f"node {self.name!r}: Slurm refused {ident} for partition {node.partition!r}{asked}"
+                    + (f", slurm_options {list(node.slurm_options)}" if node.slurm_options else "")
+                    + f"{why}{srun}",
+                    job,
                 )
             if job.state in ("CANCELLED", None) and seconds >= node.pending_limit * 0.9:
                 raise SlurmPendingLimit(
@@ -333,6 +341,8 @@ class SlurmTransport(Transport):
                 f"not a verdict on the command{srun}",
                 job,
             )
+        if (held := suspension(job, f"node {self.name!r}: {ident}{where}")) is not None:
+            raise held
         if job.state in (None, "COMPLETING"):
             # Slurm no longer knows the job (a short MinJobAge, no accounting), or its final record is not
             # there yet (an Epilog outlasting the login side's wait): only srun's word is left.

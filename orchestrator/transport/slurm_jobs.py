@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from orchestrator.errors import CommandTimeout, InfraError
 
@@ -39,6 +40,7 @@ class SlurmJob:
     memory: str | None = None  # the memory its record says it asked for (squeue %m, sacct ReqMem), e.g. "50M"
     step_state: str | None = None  # accounting's record of its step .0 (sacct), e.g. "CANCELLED by 1234"
     minutes: int | None = None  # the time limit it asked for (srun --time)
+    suspended: int = 0  # seconds Slurm held it suspended, by its record: its end less its start and run time
 
 
 class SlurmJobError(InfraError):
@@ -239,3 +241,40 @@ def read_records(job: SlurmJob, token: str, records: str) -> None:
             job.reason = fields[3]
         if len(fields) > 4 and fields[4].strip():
             job.memory = fields[4].strip()
+        if len(fields) > 7 and job.state in RESULT_STATES | INFRA_STATES | {"COMPLETING"}:  # its end is its own
+            job.suspended = _suspended(*fields[5:8])
+
+
+def _seconds(used: str) -> int | None:
+    """squeue's %M or sacct's Elapsed ("0:03", "1:02:03", "1-02:03:04") in seconds, or None."""
+    days, _, clock = used.strip().rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in [*parts, days or "0"]) or len(parts) > 3:
+        return None
+    return int(days or 0) * 86400 + sum(int(p) * 60**i for i, p in enumerate(reversed(parts)))
+
+
+def _suspended(start: str, end: str, used: str) -> int:
+    """Seconds of a finished job's span its run time leaves out: Slurm's run time (squeue %M, sacct Elapsed)
+    stops while it is suspended. Both times are the cluster's local clock, read naive (a DST change
+    between them reads as an hour suspended: infra once, retried)."""
+    run = _seconds(used)
+    try:
+        span = (datetime.fromisoformat(end.strip()) - datetime.fromisoformat(start.strip())).total_seconds()
+    except ValueError:  # "Unknown", "N/A": no span to compare
+        return 0
+    return max(int(span) - run, 0) if run is not None else 0
+
+
+def suspension(job: SlurmJob, said: str) -> SlurmJobError | None:
+    """The error for a job Slurm suspended while it ran (`scontrol suspend`, PreemptMode=SUSPEND, gang
+    scheduling): every process of it stopped, and the wall clocks of the farm's guards ran on. Resumed,
+    a `timeout` past its limit killed the command at once, exit 124: the kernel's timeout, its record
+    COMPLETED (red-team round 174). Retried: the next job may run unsuspended."""
+    if job.suspended < 1:
+        return None
+    return SlurmJobError(
+        f"{said} was suspended by Slurm for {job.suspended} s while it ran (its record says {job.state}): "
+        "its timeouts and times ran on while its processes were stopped; not a verdict on the command",
+        job,
+    )
