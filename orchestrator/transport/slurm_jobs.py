@@ -266,12 +266,17 @@ def _suspended(start: str, end: str, used: str) -> int:
     return max(int(span) - run, 0) if run is not None else 0
 
 
+# seconds of suspension that make a job infra: its record's times are whole seconds, read by two
+# programs, and a second's rounding between its span and its run time must fail no job
+SUSPENDED_MIN = 2
+
+
 def suspension(job: SlurmJob, said: str) -> SlurmJobError | None:
     """The error for a job Slurm suspended while it ran (`scontrol suspend`, PreemptMode=SUSPEND, gang
     scheduling): every process of it stopped, and the wall clocks of the farm's guards ran on. Resumed,
     a `timeout` past its limit killed the command at once, exit 124: the kernel's timeout, its record
     COMPLETED (red-team round 174). Retried: the next job may run unsuspended."""
-    if job.suspended < 1:
+    if job.suspended < SUSPENDED_MIN:
         return None
     return SlurmJobError(
         f"{said} was suspended by Slurm for {job.suspended} s while it ran (its record says {job.state}): "
