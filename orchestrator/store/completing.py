@@ -5,6 +5,7 @@ stops the run, its records in its journal; the database keeps the run and every 
 the next start records the cell not-run. Its journal's import was refused ("already in") and the
 verdict it holds was lost (a red-team finding): here the results the run lacks are added, each with
 the attempts journaled with it, over the not-run row that start wrote in its place.
+A run still running here takes the journal's end, a result added or not (red-team 173).
 """
 
 from __future__ import annotations
@@ -38,8 +39,14 @@ class Completed(NamedTuple):
     added: int
     late: int
     by: str  # how "after" was told: "journal" (its closing mark), "clocks", "clocks disagree", "" (not closed)
+    ended: bool = False  # the journal's end taken for a run the database still held running
 
     def taken(self) -> str:
+        """The import line's words beyond the results added: the end taken, how results were told."""
+        ended = "; its end, which the database lacked, taken from the journal" if self.ended else ""
+        return ended + self._by_clocks()
+
+    def _by_clocks(self) -> str:
         """The import line's words on results taken by the clocks alone: no closing mark told
         them from after the close, two hosts' clocks did (a review finding, 142)."""
         if self.by != "clocks" or not self.added:
@@ -142,6 +149,9 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         added += 1
         adding = True
     end = journaled_end(records)  # a finish after the closing mark is the close's: aborted (closing.py)
-    if added and end is not None and run is not None and run.status == "running":
+    # with no result added too: the end's own commit refused (a server restarted as the run ended) left the
+    # run running with every cell stored, and the import the error named refused it, "already in" (red-team 173)
+    ended = end is not None and run is not None and run.status == "running"
+    if ended:
         run.status, run.exit_code, run.ended_at = end["status"], end["exit_code"], end["ended_at"]
-    return Completed(added, late, by)
+    return Completed(added, late, by, ended)

@@ -255,7 +255,10 @@ class DatabaseLock:
                         text(
                             "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
                             "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                            "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = :k"
+                            "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = :k "
+                            # advisory locks are per database: another database's farm on this server
+                            # holds its own, and was named as this one's holder (red-team 173)
+                            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                         ),
                         {"k": ADVISORY_KEY},
                     ).first()

@@ -216,7 +216,7 @@ class Recovery:
             if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
                 # a run whose commit failed: its journal's results the database lacks (completing.py)
                 done = complete_run(session, found, records)
-                if done.added:
+                if done.added or done.ended:
                     session.commit()
                     status = session.scalars(select(Run.status).where(Run.id == found)).one()
                     return Imported(found, status, done.added, done.taken())
