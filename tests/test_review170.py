@@ -12,6 +12,7 @@ import os
 import select
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from farm_cli import farm
@@ -20,6 +21,8 @@ from nodes import standin_job, standin_variant
 from test_redteam157 import PROBED, RELOADED, _node
 from test_verdicts import MIN75, rows, run
 
+from orchestrator.cli import verify
+from orchestrator.report import site
 from orchestrator.report.pagewriter import write_fresh
 
 
@@ -102,3 +105,24 @@ def test_a_runs_output_writer_leaves_its_workers_forked(tmp_path: Path) -> None:
     finally:
         stream.close()
         os.close(read)
+
+
+@pytest.mark.parametrize(("run_id", "said"), [(7, "Run 7 did not finish"), (0, "could not start")])
+def test_a_stored_run_whose_database_went_away_is_not_said_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_id: int, said: str
+) -> None:
+    """Red-team 173's note: a run stored, then its database lost mid-run (the site's render fails
+    too). Before: the index said "Run 7 could not start ...; nothing of it was stored", of a run
+    that had stored cells. Figure: "did not finish", the command that renders it named; a run
+    never stored (id 0) still "could not start"."""
+
+    def down(*_args: object, **_kwargs: object) -> None:
+        raise OSError("connection to server lost")
+
+    monkeypatch.setattr(site, "render", down)
+    farm = SimpleNamespace(reports_dir=tmp_path / "reports")
+    verify._site_after_failed_start(None, farm, run_id, RuntimeError("server closed the connection"))  # type: ignore[arg-type]
+    page = (tmp_path / "reports" / "index.html").read_text()
+    assert said in page, page
+    if run_id:
+        assert "nothing of it was stored" not in page and "farm report --run 7" in page, page

@@ -351,6 +351,13 @@ def _site_after_failed_start(store: Store, farm: Farm, run_id: int, err: BaseExc
     try:
         report_mod.render(store, farm.reports_dir, run_id or None, farm=farm)
     except Exception:
-        why = f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
+        # a run stored, then its database lost (a server restarted mid-run): it started, and may hold
+        # cells; "could not start, nothing stored" was said of it (red-team 173's note)
+        why = (
+            f"did not finish ({type(err).__name__}: {err}); what it stored is not shown here: "
+            f"`farm report --run {run_id}` renders it once its database answers"
+            if run_id
+            else f"could not start ({type(err).__name__}: {err}); nothing of it was stored"
+        )
         with contextlib.suppress(Exception):
             report_mod.mark_unrendered(farm.reports_dir, run_id or None, why[:500])
