@@ -305,6 +305,7 @@ class NodeWork:
                 ctx.down_since = time.monotonic()
             deadline = ctx.down_since + window
         delay = 1.0
+        unusable = 0  # tries in a row that reached the node, up, and could not start a command there
         while not self.stopping and not ctx.refused:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -312,8 +313,10 @@ class NodeWork:
             time.sleep(min(delay, left))
             delay = min(delay * 2, 30.0)
             probe_transport = self._transport(name)
+            opened = False
             try:
                 self._open(probe_transport)
+                opened = True
                 answer = probe_transport.run(DRIVER_NOW_SH, timeout=30)
                 if answer.ok and (changed := driver_changed(ctx.snapshot.driver_evidence, answer.stdout)):
                     with ctx.lock:  # rebooted into another driver: no cell of it is judged on the old probe
@@ -324,15 +327,14 @@ class NodeWork:
                         ctx.down_since, ctx.down_why, ctx.answered = None, "", False
                     return True
                 ctx.down_why = f"node {name!r}: it answered, but its driver's check exited {answer.exit_code}"
+                unusable += 1  # up, its command failing (it could not fork one): as below
+                if unusable >= 2:
+                    with ctx.lock:
+                        ctx.down_since, ctx.answered = None, True
+                    return False
             except KnownHostsUnreadable as err:  # no key refused: a read that failed for a moment
                 ctx.down_why, ctx.answered = str(err), False
                 continue
-            except SshdDropped as err:
-                # up, its sshd unable to start a session (out of processes): no reboot to wait for, and
-                # each try met the drop for the whole window (fix 166); the cell says it, as answered
-                with ctx.lock:
-                    ctx.down_why, ctx.down_since, ctx.answered = str(err), None, True
-                return False
             except HostKeyError as err:
                 # back with another host key (reinstalled, or another machine on its address):
                 # refused every time, and a possible man-in-the-middle: no more waiting
@@ -340,6 +342,14 @@ class NodeWork:
                     ctx.down_why, ctx.refused = str(err), True
                 return False
             except InfraError as err:
+                # up, and no command starts (its sshd dropping the connection, or a session that cannot
+                # fork: out of processes): no reboot to wait for, and each try met it for the whole window
+                # (fix 166); twice in a row, as a reboot's last moments may drop one; the cell says it
+                unusable = unusable + 1 if opened or isinstance(err, SshdDropped) else 0
+                if unusable >= 2:
+                    with ctx.lock:
+                        ctx.down_why, ctx.down_since, ctx.answered = str(err), None, True
+                    return False
                 ctx.down_why, ctx.answered = str(err), False
                 continue
             finally:
