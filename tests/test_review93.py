@@ -185,11 +185,11 @@ def test_a_stop_after_the_run_is_stored_says_the_run_ended_not_that_it_kills(
     no new cells; killing the running ones on every node" of a run with nothing left to stop."""
     from types import SimpleNamespace
 
-    from orchestrator.cli.verify import _stopping_on_signals
+    from orchestrator.cli.run_signals import stopping_on_signals
 
     stopped: list[str] = []
     run = SimpleNamespace(stopping=None, ended=ended, stop=stopped.append)  # a verify.Stoppable
-    with _stopping_on_signals(run):  # type: ignore[arg-type]
+    with stopping_on_signals(run):  # type: ignore[arg-type]
         os.kill(os.getpid(), signal.SIGTERM)
         deadline = time.monotonic() + 10
         while not stopped and time.monotonic() < deadline:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that us
     pass
 
 from orchestrator.cli.base import EXIT_MEANING, _load, farm_options, handle_errors, main, wait_option
-from orchestrator.cli.run_signals import _stopping_on_signals
+from orchestrator.cli.run_signals import stopping_on_signals
 
 
 @main.command("bisect")
@@ -99,7 +99,7 @@ def bisect_(
         finally:
             store.close()
 
-    with _stopping_on_signals(bisector):  # it stops like a run (run_signals.Stoppable)
+    with stopping_on_signals(bisector):  # it stops like a run (run_signals.Stoppable)
         found = bisector.run(then=render)
     click.echo("")
     first, parent = found.first_bad, found.last_good

@@ -48,7 +48,7 @@ class EarlyStop:
 @contextlib.contextmanager
 def stop_before_run() -> Iterator[EarlyStop]:
     """SIGTERM, SIGINT and SIGHUP (unless ignored: `nohup`) noted until the run's own handlers
-    (run_signals._stopping_on_signals) take over; the previous handlers are back on leaving, where
+    (run_signals.stopping_on_signals) take over; the previous handlers are back on leaving, where
     these are still the ones set: the run's own, kept until the process exits once it is stored,
     stay (red-team 171)."""
     early = EarlyStop()

@@ -25,7 +25,7 @@ class Stoppable(Protocol):
 
 
 @contextlib.contextmanager
-def _stopping_on_signals(run: Stoppable, until_exit: bool = False):
+def stopping_on_signals(run: Stoppable, until_exit: bool = False):
     """SIGTERM (systemctl stop, a killed cron job), SIGHUP and a first Ctrl-C stop the run
     cleanly: no new cells, the running ones killed on every node, the unfinished
     ones recorded not-run, the run stored aborted with the exit code the process

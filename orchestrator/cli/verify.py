@@ -35,7 +35,7 @@ from orchestrator.cli.base import (
 from orchestrator.cli.farm_now import farm_now
 from orchestrator.cli.logfile import failure_logged, open_log
 from orchestrator.cli.prerun import stop_before_run
-from orchestrator.cli.run_signals import _stopping_on_signals
+from orchestrator.cli.run_signals import stopping_on_signals
 
 
 def verdict_line(summary: RunSummary) -> str:
@@ -203,7 +203,7 @@ def verify(
                 listeners.append(PlainListener(stream=log, verdict=True))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
-            stack.enter_context(_stopping_on_signals(run, until_exit=True))
+            stack.enter_context(stopping_on_signals(run, until_exit=True))
             prerun.check()  # a signal before the run's own handlers: nothing of the run is stored yet
             if early is not None:  # before the run is stored: killed from now on, no green of the night before stays
                 starting = "is starting; its report is rendered once it is stored"
