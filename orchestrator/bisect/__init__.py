@@ -221,6 +221,7 @@ class Bisector:
         written over a `farm verify` that started meanwhile (a red-team finding)."""
         with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir, self._stopped_waiting):
             self.store = Store(self.farm.database_url)
+            self.store.outage.wait = self.farm.spec.store_wait  # store/outage.py
             try:
                 folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
                 aborted = self.store.abort_unfinished_runs(folder)  # each one's closing mark (store/closing.py)

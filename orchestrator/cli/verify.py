@@ -173,6 +173,7 @@ def verify(
         ):
             prerun.check("once it held the run lock, before its run started")
             store = Store(farm.database_url)
+            store.outage.wait = farm.spec.store_wait  # a server restart mid-run is waited out (store/outage.py)
             aborted = store.abort_unfinished_runs(journals)  # each one's closing mark (store/closing.py)
             for run_id, not_run in aborted:
                 say(

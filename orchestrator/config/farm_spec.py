@@ -326,6 +326,8 @@ class FarmSpec(StrictModel):
     unhealthy_after: Count = Field(default=3, ge=1, le=1000)  # infra failures in a row that retire a node
     # seconds a node that drops mid-run (a reboot) is waited for before its cells are infra-error
     reconnect_window: Annotated[float, Strict(), Field(ge=0, le=86400, allow_inf_nan=False)] = 300.0
+    # seconds a run's writes wait for a server database that went away (a restart) before exit 5 (store/outage.py)
+    store_wait: Annotated[float, Strict(), Field(ge=0, le=86400, allow_inf_nan=False)] = 120.0
     # a matrix cell older than this is marked stale
     stale_after_days: Annotated[float, Strict(), Field(gt=0, le=36500, allow_inf_nan=False)] = 30.0
     nodes: dict[str, NodeSpec] = Field(min_length=1)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import make_url, select
 from sqlalchemy.engine import Connection
@@ -39,14 +39,17 @@ from orchestrator.store.certifying import CertifyingQueries
 from orchestrator.store.engine import check_url, farm_tables, first_line, migrate, open_engine, redact_url
 from orchestrator.store.journal import Journal
 from orchestrator.store.location import several_names, sqlite_file
-from orchestrator.store.lock import check_held
+from orchestrator.store.lock import check_held, recheck_held
 from orchestrator.store.measurements import MeasurementQueries
+from orchestrator.store.outage import Outage
 from orchestrator.store.queries import Queries
 from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
 from orchestrator.store.result_rows import stored
 from orchestrator.store.tables import Attempt, Base, Meta, ResultRow, Run
 from orchestrator.store.waived import WaivedQueries
+
+T = TypeVar("T")
 
 
 class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries, WaivedQueries):
@@ -68,6 +71,8 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         self._refs_lock = threading.Lock()
         self._binaries = RunBinaries()  # recorded binaries read (binaries.py), anew with each run begun
         self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
+        # a run's writes wait out a server gone for up to farm.yaml's store_wait (outage.py); 0: none do
+        self.outage = Outage()
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -134,6 +139,17 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         if self.journal is None:
             return ""
         return f"; this run's records are in its journal: farm import {self.journal.path}"
+
+    def _retrying(self, write: Callable[[], T], landed: Callable[[], T | None]) -> T:
+        """write() of a journaled record, tried again while the server is gone (outage.py); `landed`
+        finds the rows of a try whose commit landed though its connection dropped. Past the wait,
+        the error names the journal, as every failed write's does."""
+        try:
+            return self.outage.retrying(write, landed, lambda: recheck_held(self.url), self.redacted_url)
+        except StoreError as err:
+            if self.journal is None or "farm import" in str(err):
+                raise
+            raise StoreError(f"{err}{self._journal_hint()}") from err
 
     def _journal(self, kind: str, fields: dict[str, Any]) -> None:
         if self.journal is not None:

@@ -137,6 +137,14 @@ def check_held(url: str, run_id: int | None = None, status: str = "running") -> 
         held.check(run_id, status)
 
 
+def recheck_held(url: str) -> None:
+    """The next check_held of `url`'s lock looks at its session whatever CHECK_EVERY says: a write
+    tried again after the server came back (store/outage.py) must find the lock its own first."""
+    held = _HELD.get(server_identity(url))
+    if held is not None:
+        held._checked = 0.0
+
+
 class DatabaseLock:
     """One run per *server* database, whichever host the farm runs on: a
     PostgreSQL session-level advisory lock, held on a connection of its own for
@@ -153,6 +161,8 @@ class DatabaseLock:
         self._checked = 0.0
         self._checking = threading.Lock()  # a run's writes come from several threads
         self._lost: str | None = None  # why this run may no longer write, once found: it stays so
+        self.me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]  # its sessions' application_name
+        self._backend: int | None = None  # the server's pid of the session that took the lock last
 
     def check(self, run_id: int | None = None, status: str = "running") -> None:
         """The server ends the lock's idle session (idle_session_timeout, pg_terminate_backend,
@@ -166,6 +176,7 @@ class DatabaseLock:
 
         from orchestrator.errors import StoreError
         from orchestrator.store.engine import redact_url
+        from orchestrator.store.outage import StoreUnreachable, transient
 
         with self._checking:
             if self._lost is not None:
@@ -184,11 +195,22 @@ class DatabaseLock:
                 self._connection = None
             try:
                 self._connection = self._engine.connect()
-                taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+                taken = self._take()
                 self._connection.commit()
                 written = self._written_meanwhile(run_id, status) if taken else None
-            except SQLAlchemyError:
+            except SQLAlchemyError as err:
+                if transient(err):  # the server gone (a restart): no farm holds its lock; looked at again later
+                    with contextlib.suppress(Exception):
+                        self._connection.close()  # type: ignore[union-attr]
+                    self._connection = None
+                    raise StoreUnreachable(
+                        f"the run lock of {redact_url(self.url)} cannot be taken again: the server is unreachable"
+                    ) from err
                 taken, written = False, None
+            if not taken and self._connection is not None and self._own_session_ending():
+                raise StoreUnreachable(  # this run's own session, cut, not yet ended by the server
+                    f"the run lock of {redact_url(self.url)} is still held by this run's own session cut by the server"
+                )
             if not taken:
                 raise StoreError(
                     f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "
@@ -201,6 +223,30 @@ class DatabaseLock:
                 )
                 raise StoreError(self._lost)
             self._checked = time.monotonic()
+
+    def _take(self) -> bool:
+        """The lock, tried once on the lock's session; the server's pid of that session kept."""
+        from sqlalchemy import text
+
+        assert self._connection is not None
+        query = text("SELECT pg_try_advisory_lock(:k), pg_backend_pid()")
+        taken, backend = self._connection.execute(query, {"k": ADVISORY_KEY}).one()
+        if taken:
+            self._backend = backend
+        return bool(taken)
+
+    def _own_session_ending(self) -> bool:
+        """Whether the lock's holder is this process's own earlier session (a server restart's cut
+        session lingers a moment), not another farm's."""
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            holder = self._holder()
+            assert self._connection is not None
+            self._connection.rollback()
+        except SQLAlchemyError:
+            return False
+        return holder is not None and holder[3] == self._backend
 
     def _written_meanwhile(self, run_id: int | None, expected: str = "running") -> str | None:
         """What another farm wrote while the lock was free, read on the lock's new session: a newer
@@ -229,14 +275,14 @@ class DatabaseLock:
         return None
 
     def __enter__(self) -> DatabaseLock:
-        from sqlalchemy import create_engine, text
+        from sqlalchemy import create_engine
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
 
         from orchestrator.errors import StoreError
         from orchestrator.store.engine import redact_url
 
-        me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]
+        me = self.me
         try:
             self._engine = create_engine(
                 self.url, connect_args={"application_name": me, "connect_timeout": 10}, poolclass=NullPool
@@ -244,24 +290,14 @@ class DatabaseLock:
             self._connection = self._engine.connect()
             deadline = time.monotonic() + self.wait
             while True:
-                taken = self._connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
+                taken = self._take()
                 self._connection.commit()
                 if taken:
                     self._checked = time.monotonic()
                     _HELD[server_identity(self.url)] = self
                     return self
                 if time.monotonic() >= deadline:
-                    holder = self._connection.execute(
-                        text(
-                            "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
-                            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                            "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = :k "
-                            # advisory locks are per database: another database's farm on this server
-                            # holds its own, and was named as this one's holder (red-team 173)
-                            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                        ),
-                        {"k": ADVISORY_KEY},
-                    ).first()
+                    holder = self._holder()
                     self._release()
                     who = (
                         f"{holder[0] or 'a farm'} from {holder[1] or 'local'} since {holder[2]:%Y-%m-%d %H:%M}"
@@ -282,6 +318,23 @@ class DatabaseLock:
         except SQLAlchemyError as err:
             self._release()
             raise StoreError(f"cannot take the run lock of {redact_url(self.url)}: {type(err).__name__}") from err
+
+    def _holder(self):
+        """The advisory lock's holder in this database: (application_name, client_addr, backend_start, pid)."""
+        from sqlalchemy import text
+
+        assert self._connection is not None
+        return self._connection.execute(
+            text(
+                "SELECT a.application_name, a.client_addr, a.backend_start, l.pid FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND (l.classid::bigint << 32 | l.objid::bigint) = :k "
+                # advisory locks are per database: another database's farm on this server
+                # holds its own, and was named as this one's holder (red-team 173)
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ),
+            {"k": ADVISORY_KEY},
+        ).first()
 
     def _release(self) -> None:
         # NullPool: closing the connection ends the server session, and with it the lock

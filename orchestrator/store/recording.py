@@ -9,17 +9,25 @@ _journal / _journal_many, the journal, not_begun (recovery.py) and _binary_writt
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, func, select
 
 from orchestrator.errors import StoreError
 from orchestrator.store.binaries import RunBinaries
 from orchestrator.store.records import AttemptRecord, ResultRecord, SnapshotRecord
 from orchestrator.store.result_rows import INSERT_PLANNED, insert_node, insert_result, stored
-from orchestrator.store.tables import SEED_DATABASE_ID, Attempt, NodeSnapshotRow, PlannedCell, Run, SourceFile
+from orchestrator.store.tables import (
+    SEED_DATABASE_ID,
+    Attempt,
+    NodeSnapshotRow,
+    PlannedCell,
+    ResultRow,
+    Run,
+    SourceFile,
+)
 
 
 class Recording:
@@ -42,7 +50,8 @@ class Recording:
         if self.journal is not None:
             self.journal.write_many(records)
         run_fields = {"started_at": started, "status": "running", **fields}
-        try:
+
+        def write() -> int:
             with self._writing_rows() as connection:
                 connection.execute(SEED_DATABASE_ID, {"id": uuid.uuid4().hex})  # with its first run: database_identity
                 run_id = connection.execute(
@@ -62,6 +71,13 @@ class Recording:
                         for sha, (path, content) in new.items()
                     ]
                     connection.execute(SourceFile.__table__.insert(), [stored(SourceFile.__table__, r) for r in kept])
+            return run_id
+
+        # its planned cells and sources are in the run's own transaction: the run found, they are too
+        token = Run.token == fields["token"] if fields.get("token") is not None else Run.token.is_(None)
+        mine = (Run.started_at == started, token)
+        try:
+            run_id = self._retrying(write, self._landed(select(Run.id).where(*mine)))
         except StoreError as err:
             raise self.not_begun(err, fields.get("token")) from err
         self._run = (run_id, "running")
@@ -77,15 +93,21 @@ class Recording:
             self._journal("finish", {"status": status, "exit_code": exit_code, "ended_at": datetime.now(UTC)})
         except StoreError as err:
             unjournaled = err
-        with self._writing() as session:
-            run = session.get(Run, run_id)
-            assert run is not None
-            run.status = status
-            # the code the process returns: the journal's error's, where it could not take the end
-            run.exit_code = exit_code if unjournaled is None else max(exit_code, unjournaled.exit_code)
-            run.ended_at = datetime.now(UTC)
-            session.commit()
-            self._run = (run_id, status)  # its own end, never another farm's write (lock._written_meanwhile)
+        # the code the process returns: the journal's error's, where it could not take the end
+        code = exit_code if unjournaled is None else max(exit_code, unjournaled.exit_code)
+        ended = datetime.now(UTC)
+
+        def write() -> bool:
+            with self._writing() as session:
+                run = session.get(Run, run_id)
+                assert run is not None
+                run.status, run.exit_code, run.ended_at = status, code, ended
+                session.commit()
+            return True
+
+        mine = (Run.id == run_id, Run.status == status, Run.exit_code == code, Run.ended_at == ended)
+        self._retrying(write, self._landed(select(Run.id).where(*mine)))
+        self._run = (run_id, status)  # its own end, never another farm's write (lock._written_meanwhile)
         if unjournaled is not None:
             raise unjournaled
 
@@ -93,7 +115,11 @@ class Recording:
         ref = self._new_ref()
         fields = record.columns()
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
-        snapshot_id = self._add(NodeSnapshotRow, fields)
+        # a node's one snapshot of the run (cell_work.py): found, it is this one
+        mine = (NodeSnapshotRow.run_id == fields["run_id"], NodeSnapshotRow.node == fields["node"])
+        snapshot_id = self._retrying(
+            lambda: self._add(NodeSnapshotRow, fields), self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
+        )
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
@@ -116,8 +142,15 @@ class Recording:
         records += [("attempt", {k: v for k, v in a.items() if k != "run_id"}) for a in tries]
         if self.journal is not None:
             self.journal.write_many(records)
-        with self._writing_rows() as connection:
-            result_id = insert_result(connection, fields, metrics, tries)
+
+        def write() -> int:
+            with self._writing_rows() as connection:
+                return insert_result(connection, fields, metrics, tries)
+
+        # its cell and its start to the microsecond: the row of this try's commit, if it landed
+        cell = [ResultRow.__table__.c[key] == fields.get(key, "") for key in ("kernel", "variant", "node", "device")]
+        mine = (ResultRow.run_id == fields["run_id"], ResultRow.started_at == fields["started_at"], *cell)
+        result_id = self._retrying(write, self._landed(select(ResultRow.id).where(*mine)))
         # once committed: a result the database refused vouched for no cached build (binaries.py)
         self._binary_written(fields)
         return result_id
@@ -129,8 +162,15 @@ class Recording:
         if not cells:
             return
         rows = [{"run_id": run_id, "kernel": k, "variant": v, "node": n, "device": d} for k, v, n, d in cells]
-        with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
-            connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
+
+        def write() -> bool:
+            with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
+                connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
+            return True
+
+        # a cell is planned once a run (again per card model: another device); all in one transaction
+        first = [PlannedCell.__table__.c[key] == value for key, value in rows[0].items()]
+        self._retrying(write, self._landed(select(PlannedCell.id).where(*first).limit(1)))
 
     def add_node_records(self, attempt: AttemptRecord, snapshot: SnapshotRecord) -> int:
         """A node's attempt that succeeded and its snapshot (add_attempt, then add_snapshot),
@@ -139,8 +179,16 @@ class Recording:
         tried, fields = {"at": at, **attempt.columns()}, snapshot.columns()
         ref = self._new_ref()
         self._journal_many(("attempt", tried), ("snapshot", {"ref": ref, **fields}))
-        with self._writing_rows() as connection:
-            snapshot_id = insert_node(connection, tried, fields)
+
+        def write() -> int:
+            with self._writing_rows() as connection:
+                return insert_node(connection, tried, fields)
+
+        landed_attempt = self._landed(select(Attempt.id).where(*_attempt_key(tried)))
+        mine = (NodeSnapshotRow.run_id == fields["run_id"], NodeSnapshotRow.node == fields["node"])
+        landed_snapshot = self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
+        # the attempt and its snapshot in one transaction: the attempt found, the node's snapshot is this one
+        snapshot_id = self._retrying(write, lambda: landed_snapshot() if landed_attempt() is not None else None)
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
@@ -152,11 +200,33 @@ class Recording:
         at = datetime.now(UTC)
         fields = record.columns()
         self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
-        self._add(Attempt, {"at": at, **fields})
+        tried = {"at": at, **fields}
+        self._retrying(lambda: self._add(Attempt, tried), self._landed(select(Attempt.id).where(*_attempt_key(tried))))
 
     def add_source(self, sha256: str, path: str, content: bytes) -> None:
         self._journal("source", {"sha256": sha256, "path": path, "content": content})
-        with self._writing() as session:
-            if session.get(SourceFile, sha256) is None:
-                session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
-                session.commit()
+
+        def write() -> bool:  # looks before it adds: tried again, it is its own landed check
+            with self._writing() as session:
+                if session.get(SourceFile, sha256) is None:
+                    session.add(SourceFile(sha256=sha256, path=path, content=content, first_seen=datetime.now(UTC)))
+                    session.commit()
+            return True
+
+        self._retrying(write, lambda: None)
+
+    def _landed(self, query: Select[Any]) -> Callable[[], Any]:
+        """The first value `query` reads, on a session of its own (None: the failed try left nothing)."""
+
+        def find() -> Any:
+            with self._guard("writing"), self.session() as session:
+                return session.execute(query).scalar()
+
+        return find
+
+
+def _attempt_key(tried: dict[str, Any]) -> list[Any]:
+    """An attempt's row, by its node, cell, number and time (to the microsecond)."""
+    table = Attempt.__table__
+    keys = ("run_id", "node", "kernel", "variant", "attempt", "at")
+    return [table.c[k] == tried[k] if tried.get(k) is not None else table.c[k].is_(None) for k in keys]

@@ -1,0 +1,126 @@
+"""A server database gone for a while mid-run (restarted, stopped and started, its session ended).
+
+A run's record is journaled before its commit (journal.py); a commit the server could not take as
+it went away stopped the run at once, exit 5, a night's run lost to a 5-second restart. Now a write
+that failed for a lost or refused connection is tried again, with backoff, for up to farm.yaml's
+`store_wait` seconds (the run goes on meanwhile: only the thread writing waits), said once on stderr
+as the database goes and once as it is back; past the wait, exit 5 and `farm import` as before.
+Any other failure (a full disk, a constraint, a dropped table, a statement timeout, SQLite's every
+error) stops the run at once, as it did.
+
+A commit whose connection dropped after the server took COMMIT may have landed: each write says how
+to find its own rows (recording.py), and a retry that finds them takes them, never a second copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from orchestrator.errors import StoreError
+
+T = TypeVar("T")
+
+# SQLSTATEs of a server going or gone: connection exceptions (class 08), admin/crash shutdown, starting up
+GONE_STATES = ("57P01", "57P02", "57P03")
+# a connection refused for what a wait cannot mend
+NOT_MENDED = ("authentication failed", "does not exist", "no pg_hba.conf entry", "permission denied")
+FIRST_PAUSE = 0.25  # seconds before the first retry, doubling
+MOST_PAUSE = 5.0
+
+
+class StoreUnreachable(StoreError):
+    """The server could not be reached (the run lock's session could not be made again)."""
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while err is not None and err not in seen:
+        seen.append(err)
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return seen
+
+
+def transient(err: BaseException) -> bool:
+    """Whether `err` is a PostgreSQL server gone or refusing connections for now (see the module)."""
+    for cause in _causes(err):
+        if isinstance(cause, StoreUnreachable):
+            return True
+        if not type(cause).__module__.startswith("psycopg"):
+            continue
+        state = getattr(cause, "sqlstate", None)
+        if state is not None:
+            return state.startswith("08") or state in GONE_STATES
+        said = str(cause).lower()
+        # no SQLSTATE: the socket's own end (refused, closed unexpectedly, the server starting up)
+        return type(cause).__name__ == "OperationalError" and not any(word in said for word in NOT_MENDED)
+    return False
+
+
+def say_on_stderr(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr: the run goes on (guarded.py's rule)
+        print(line, file=sys.stderr, flush=True)
+
+
+class Outage:
+    """The database's absence, shared by every thread that writes: one line as it goes, one as
+    it is back, one deadline for all (`wait` seconds from its first failed write)."""
+
+    def __init__(self, wait: float = 0.0, say: Callable[[str], None] = say_on_stderr) -> None:
+        self.wait = wait
+        self.say = say
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def retrying(
+        self, write: Callable[[], T], landed: Callable[[], T | None], before: Callable[[], None], where: str
+    ) -> T:
+        """write(), tried again while it fails transiently and the wait lasts; before each retry,
+        before() (the run lock looked at anew) and landed(), whose value, where not None, is the
+        failed try's own rows, committed after all."""
+        tries = 0
+        while True:
+            try:
+                if tries:
+                    before()
+                    found = landed()
+                    if found is not None:
+                        break
+                found = write()
+                break
+            except StoreError as err:
+                if self.wait <= 0 or not transient(err):
+                    raise
+                pause = self._failed(err, tries, where)
+                tries += 1
+                time.sleep(pause)
+        if tries:
+            self._back(where)
+        return found
+
+    def _failed(self, err: StoreError, tries: int, where: str) -> float:
+        """The pause before the next try; raises where the wait has run out."""
+        now = time.monotonic()
+        with self._lock:
+            if self._since is None:
+                self._since = now
+                self.say(
+                    f"the results database {where} is unreachable ({err}); the run goes on and its writes are "
+                    f"tried again for up to {self.wait:g} s (farm.yaml's store_wait)"
+                )
+            since = self._since
+        left = since + self.wait - now
+        if left <= 0:
+            raise StoreError(f"{err} (the database stayed unreachable for {self.wait:g} s: farm.yaml's store_wait)")
+        return min(FIRST_PAUSE * 2**tries, MOST_PAUSE, left)
+
+    def _back(self, where: str) -> None:
+        with self._lock:
+            if self._since is None:
+                return
+            gone, self._since = time.monotonic() - self._since, None
+        self.say(f"the results database {where} is back after {gone:.1f} s; the run's writes go on")
