@@ -14,8 +14,6 @@ to find its own rows (recording.py), and a retry that finds them takes them, nev
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -62,8 +60,10 @@ def transient(err: BaseException) -> bool:
 
 
 def say_on_stderr(line: str) -> None:
-    with contextlib.suppress(OSError, ValueError):  # a closed stderr: the run goes on (guarded.py's rule)
-        print(line, file=sys.stderr, flush=True)
+    """guarded.aside: a stalled stderr never holds the writing thread, a live display is never torn."""
+    from orchestrator.guarded import aside
+
+    aside(line)
 
 
 class Outage:
