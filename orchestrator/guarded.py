@@ -6,7 +6,10 @@ through a writer thread of its own behind a bounded queue. A reader that stays o
 reading (cron's mail filter stuck) filled the pipe, and the thread printing a progress line
 blocked in the write: a node's thread, or the run's own, so the run stayed `running` with its
 lock held and SIGTERM only noted (red-team 171). Now what the queue cannot hold is dropped and
-counted, and the reader is told how many lines it missed once it reads again. At the process's
+counted, and the stream says so where the gap is: "N progress lines were dropped here while the
+output was not read", queued in the dropped lines' place once the queue has room (it had been said
+before the backlog queued ahead of the gap, in a count raced by the writers: red-team 176), or at
+the end. At the process's
 exit each queue gets SETTLE seconds without progress to empty, then is given up: the process
 returns its code whatever its readers do.
 """
@@ -96,10 +99,19 @@ class Guarded:
         return len(text)
 
     def _put(self, text: str) -> None:
+        """Queue a line (under self._lock); the gap before it, if lines were dropped, said first."""
         try:
+            self._say_dropped()
             self._queue.put_nowait(text)
         except queue.Full:
             self.dropped += 1
+
+    def _say_dropped(self) -> None:
+        """The note in the dropped lines' place (under self._lock); queue.Full while there is no room."""
+        if self.dropped:
+            note = f"farm: {self.dropped} progress lines were dropped here while the output was not read\n"
+            self._queue.put_nowait(note)
+            self.dropped = 0
 
     def flush(self) -> None:
         if self.stopped is not None:
@@ -127,11 +139,10 @@ class Guarded:
     def _pump(self) -> None:
         while True:
             text = self._queue.get()
+            with self._lock, contextlib.suppress(queue.Full):  # the slot just freed: the gap said in its place
+                self._say_dropped()
             try:
                 if self.stopped is None:
-                    if self.dropped:  # the reader reads again: what it missed, said first
-                        missed, self.dropped = self.dropped, 0
-                        self._send(f"farm: {missed} progress lines were not written here: its reader stopped reading\n")
                     self._send(text)
             except OSError as err:
                 self._stop(err)
@@ -156,17 +167,19 @@ class Guarded:
             return
         self.flush()
         with self._written:
-            while self._queue.unfinished_tasks and not _HURRY.is_set():
+            while (self.dropped or self._queue.unfinished_tasks) and not _HURRY.is_set():
+                with self._lock, contextlib.suppress(queue.Full):  # lines dropped after the last one queued
+                    self._say_dropped()
                 before = self._queue.unfinished_tasks
                 self._written.wait(seconds)
                 if self._queue.unfinished_tasks == before and self._queue.unfinished_tasks:
                     break  # no line written in `seconds`: the reader has stopped
-        if self._queue.unfinished_tasks:
+        if self.dropped or self._queue.unfinished_tasks:
             missed = self.dropped + self._queue.unfinished_tasks
             said_aside = not _same_file(self._fd, 2)  # before its descriptor is /dev/null
             self._stop(OSError(errno.EAGAIN, "its reader stopped reading"), quiet=True)
             if said_aside:
-                aside(f"farm: {missed} progress lines were not written to {self.name}: its reader stopped reading")
+                aside(f"farm: {missed} progress lines were dropped from {self.name} while the output was not read")
 
     def close(self) -> None:
         """The stream closed once its lines are out; one given up stays open on /dev/null, its

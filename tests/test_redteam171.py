@@ -141,12 +141,12 @@ def test_a_reader_that_resumes_is_told_what_it_missed(
     said = b""
     os.set_blocking(read, False)
     deadline = time.monotonic() + 10
-    while b"line 4\n" not in said and time.monotonic() < deadline:  # the reader reads again
+    while b"dropped here" not in said and time.monotonic() < deadline:  # reads again: the backlog, the note
         with contextlib.suppress(BlockingIOError):
             said += os.read(read, 65536)
         time.sleep(0.05)
     text = said.decode(errors="replace")
-    assert "progress lines were not written here: its reader stopped reading" in text, text[-500:]
+    assert "progress lines were dropped here while the output was not read" in text, text[-500:]
     assert "line 0\n" in text and "line 4\n" in text and "line 49" not in text, text[-500:]
 
 

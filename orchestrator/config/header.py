@@ -47,6 +47,11 @@ CONVENTION = "default: course convention"
 _BUILD_RE = re.compile(r"Build\s*(?:\((?P<label>[^()]*)\))?\s*:(?P<rest>.*)")
 _RUN_RE = re.compile(r"Run\s*:(?P<rest>.*)")
 _ASSIGNMENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")  # a variable set for the run: `N=3 ./scan`
+# a Run line is the variant's one command, sent to the node's shell as written: an operator in it
+# (`./k;`, `./k 4096;echo hi`, `./k|tee x`) is refused, never stripped or guessed at (red-team 176)
+RUN_FORM = (
+    f"a single `./PROGRAM ARGS` command, no shell operators (`;`, `&&`, `|`, `>`...), its words plain ({SAFE_WORDS})"
+)
 
 # ------------------------------------------------------------------- reading
 
@@ -212,9 +217,15 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
         assigned = 0
         while assigned < len(words) and _ASSIGNMENT_RE.match(words[assigned][0]):
             assigned += 1
-        program = words[assigned][0].removeprefix("./") if assigned < len(words) else ""
+        word = words[assigned][0] if assigned < len(words) else ""
+        program = word.removeprefix("./")
         names = outputs.get(program)
         if names is None:
+            # `./k;`, `./k&&./k 2`, `./k>log`: an operator glued to a built program read as prose, and
+            # the variant ran without what the author wrote (red-team 176)
+            head = word[: next((at for at, c in enumerate(word) if c not in SAFE), len(word))]
+            if head != word and head.removeprefix("./") in outputs:
+                errors.append(line_error(path, line, "Run", repr(word), RUN_FORM))
             continue  # a Run line for something no Build line makes: prose, not a job field
         if program in run_lines:  # the last one won, unsaid (red-team 172)
             errors.append(
@@ -231,7 +242,7 @@ def derive_job(path: Path, rel: str, root: Path | None = None) -> DerivedJob:
         arguments = [w for w, _ in words[assigned + 1 :]]
         bad = [w for w, _ in words[:assigned] if not set(w) <= SAFE] + [w for w in arguments if not set(w) <= SAFE]
         if bad:
-            errors.append(line_error(path, line, "Run", repr(bad[0]), f"arguments of plain words ({SAFE_WORDS})"))
+            errors.append(line_error(path, line, "Run", repr(bad[0]), RUN_FORM))
             continue
         # the job's run rules (run_command.py) then judge the variables as a job file's (LD_PRELOAD: refused)
         for name in names:

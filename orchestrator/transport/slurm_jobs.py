@@ -254,16 +254,30 @@ def _seconds(used: str) -> int | None:
     return int(days or 0) * 86400 + sum(int(p) * 60**i for i, p in enumerate(reversed(parts)))
 
 
+def _instants(text: str) -> set[float]:
+    """The epoch seconds a record's time may be: Slurm's epoch (the query asks SLURM_TIME_FORMAT=%s) or a
+    time with its offset, one; a local wall-clock time without a zone (a Slurm that ignores the
+    format), each reading the local zone allows (the autumn's repeated hour, the spring's skipped one)."""
+    text = text.strip()
+    if text.isdigit():
+        return {float(text)}
+    moment = datetime.fromisoformat(text)  # "Unknown", "N/A": ValueError
+    if moment.tzinfo is not None:
+        return {moment.timestamp()}
+    return {moment.replace(fold=fold).timestamp() for fold in (0, 1)}
+
+
 def _suspended(start: str, end: str, used: str) -> int:
     """Seconds of a finished job's span its run time leaves out: Slurm's run time (squeue %M, sacct Elapsed)
-    stops while it is suspended. Both times are the cluster's local clock, read naive (a DST change
-    between them reads as an hour suspended: infra once, retried)."""
+    stops while it is suspended. Never naive wall-clock arithmetic: 01:50 to 03:10 across a spring change
+    is 20 min, and read naive was an hour suspended, infra-error for a job never stopped (red-team 176);
+    where the local times allow two spans, the shorter, so a clock change is never a suspension."""
     run = _seconds(used)
     try:
-        span = (datetime.fromisoformat(end.strip()) - datetime.fromisoformat(start.strip())).total_seconds()
+        spans = [last - first for first in _instants(start) for last in _instants(end)]
     except ValueError:  # "Unknown", "N/A": no span to compare
         return 0
-    return max(int(span) - run, 0) if run is not None else 0
+    return max(int(min(spans)) - run, 0) if run is not None else 0
 
 
 # seconds of suspension that make a job infra: its record's times are whole seconds, read by two

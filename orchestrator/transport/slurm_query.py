@@ -25,6 +25,9 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     """Shell that prints the job's record (squeue's, else sacct's: id|state|node|reason|memory|start|end|
     run time, the last without time suspended) and, for a failed command, its step's.
 
+    Its start and end are asked as epoch seconds (SLURM_TIME_FORMAT=%s): Slurm's local wall-clock
+    times, without a zone, read an hour suspended across a daylight-saving change (red-team 176).
+
     A job stays COMPLETING after its srun returned while the cluster's Epilog runs (a GPU health
     check, a scrub: often longer than the settle polls): its command has ended, so it is waited for
     up to $farm_deadline (set before srun: the login side's budget less COMPLETING_MARGIN), not
@@ -32,13 +35,14 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     name = shlex.quote(job_name)
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
-        f"n=0; while :; do s=$(squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null); "
+        "n=0; while :; do s=$(SLURM_TIME_FORMAT=%s "
+        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null); "
         f'case "$s" in *\'|COMPLETING|\'*) [ "{NOW_S}" -lt "$farm_deadline" ] || break; sleep 1;; '
         f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
         "*) break;; esac; done; "
         # sacct by name alone looks from today's midnight: a job that ended before it, its squeue record
         # purged (a short MinJobAge), had no record after it (red-team round 174); a week covers its budget
-        f'[ -n "$s" ] || s=$(sacct -X -n -P -S now-7days --name={name} '
+        f'[ -n "$s" ] || s=$(SLURM_TIME_FORMAT=%s sacct -X -n -P -S now-7days --name={name} '
         "-o JobID,State,NodeList,Reason,ReqMem,Start,End,Elapsed 2>/dev/null); "
         f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
         # who killed a failed step: accounting's step record, where the cluster keeps one
