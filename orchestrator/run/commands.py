@@ -141,7 +141,7 @@ UNREAD_NOTE = "unread"
 # the driver's variables a kernel command starts with (node/kernel_commands.py JIT_ENV, CACHE_OFF,
 # jit_notes says why): noted as `jit-env=NAME` (in its environment) or `jit-word=NAME` (in its
 # launchers' words), each one token, before it starts
-JIT_ENV = ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT")
+JIT_ENV = ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_JIT", "CUDA_DISABLE_JIT")
 CACHE_OFF = ("CUDA_CACHE_DISABLE", "1")
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.config.inputs import FOLDER_DIGEST_SH
 from orchestrator.errors import NodeUnusable, SessionLost
+from orchestrator.run.build_env import BUILD_ENV
 from orchestrator.run.driver_check import NVML_QUERY, PROBE_QUERY, cross_check, driver_devices, probe_rows, proc_models
 from orchestrator.run.node import SOURCE
 from orchestrator.run.probe_toolkit import node_cuobjdump, toolkit_sh
@@ -55,11 +56,6 @@ def free_inodes_sh(folder: str) -> str:
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
-# the compilers' variables the login sets, keyed as the compilers are (noderunner.BUILD_ENV)
-BUILD_ENV = (
-    "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
-    "OBJC_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "LD_RUN_PATH",
-)  # fmt: skip
 
 
 # The probe's one python3 (probe_python): its own path and whether it can run the

@@ -35,8 +35,10 @@ SYSTEM_RUNPATH = re.compile(
     r"/(?:usr/(?:local/)?)?lib(?:64|32|/x86_64-linux-gnu|/aarch64-linux-gnu)?/?"
     r"|/usr/local/cuda(?:-[\d.]+)?/(?:lib64|lib|targets/[\w-]+/lib)(?:/stubs)?/?"
 )
-# the driver's variables that change which of the binary's codes a card runs (a cubin, or its PTX)
-JIT_VARIABLES = re.compile(r"(?<![A-Za-z0-9_])CUDA_(?:FORCE|DISABLE)_PTX_JIT(?![A-Za-z0-9_])")
+# the driver's variables that change which of the binary's codes a card runs (a cubin, or its PTX):
+# CUDA_FORCE_PTX_JIT and CUDA 12.8's CUDA_FORCE_JIT alike (the shorter one passed: round 177)
+JIT_NAMES = ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_JIT", "CUDA_DISABLE_JIT")
+JIT_VARIABLES = re.compile(r"(?<![A-Za-z0-9_])CUDA_(?:FORCE|DISABLE)_(?:PTX_)?JIT(?![A-Za-z0-9_])")
 
 
 def runtime_loads(said: str) -> str:

@@ -104,6 +104,7 @@ def say_imports(out, private, prefixes, env):
         for name in sorted(set(printable)):
             if name.split("@", 1)[0].startswith(tuple(prefixes)):
                 out.say("@@farm imports " + name.split("@", 1)[0])
-    for name in ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT"):
+    # runtime_code.JIT_NAMES: CUDA_FORCE_JIT is read as CUDA_FORCE_PTX_JIT is (round 177)
+    for name in ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT", "CUDA_FORCE_JIT", "CUDA_DISABLE_JIT"):
         if env.get(name):
             out.say("@@farm cuda-env " + name + "=" + " ".join(env[name].split())[:64])

@@ -4,15 +4,15 @@ read them, its launchers found as the node's PATH has them, its environment with
 settings kept.
 
 Each kernel command's start is also where the farm learns the driver's variables it carries
-(jit_notes): CUDA_FORCE_PTX_JIT / CUDA_DISABLE_PTX_JIT (the card runs the binary's PTX, not the
-cubin the inspect counted, or the reverse) and CUDA_CACHE_DISABLE other than the farm's 1 (the
-driver's JIT cache hands the kernel code the farm never saw). Round 68 read them in the run's text
-and the login's environment; a file the run sourced, or a launcher's word as the shell expanded it,
-set them out of that sight. They are noted, not forced: a run that has the card take the PTX on
-purpose tests something real, and forcing would change what the kernel did behind the reviewer's
-back; what the farm cannot do is back `instructions:` counted in other code (classify: no pass).
-CUDA_MODULE_LOADING (lazy or eager) and the other CUDA_ variables change when or how code loads,
-not which: not noted."""
+(jit_notes): CUDA_FORCE_PTX_JIT / CUDA_DISABLE_PTX_JIT and CUDA_FORCE_JIT / CUDA_DISABLE_JIT (the
+card runs the binary's PTX, not the cubin the inspect counted, or the reverse) and
+CUDA_CACHE_DISABLE other than the farm's 1 (the driver's JIT cache hands the kernel code the farm
+never saw). Round 68 read them in the run's text and the login's environment; a file the run
+sourced, or a launcher's word as the shell expanded it, set them out of that sight. They are
+noted, not forced: a run that has the card take the PTX on purpose tests something real, and
+forcing would change what the kernel did behind the reviewer's back; what the farm cannot do is
+back `instructions:` counted in other code (classify: no pass). CUDA_MODULE_LOADING (lazy or
+eager) and the other CUDA_ variables change when or how code loads, not which: not noted."""
 
 import os
 
@@ -27,7 +27,9 @@ VALGRIND_ONLY_OPTION = "--command-line-only=yes"
 STARTED_NOTE = b"started"
 
 # the driver's variables that choose which of the binary's codes a card runs (run/commands.py JIT_ENV)
-JIT_ENV = (b"CUDA_FORCE_PTX_JIT", b"CUDA_DISABLE_PTX_JIT")
+# (and CUDA 12.8's shorter names, read alike: CUDA_FORCE_JIT=1 passed `HMMA: 1` counted in a cubin
+# the card ignored, round 177)
+JIT_ENV = (b"CUDA_FORCE_PTX_JIT", b"CUDA_DISABLE_PTX_JIT", b"CUDA_FORCE_JIT", b"CUDA_DISABLE_JIT")
 CACHE_OFF = (b"CUDA_CACHE_DISABLE", b"1")  # as the farm's marker sets it (cell_work.CELL_ENV)
 # The dynamic loader's variables that put code in the kernel's process (round 74): a library of
 # LD_PRELOAD or LD_AUDIT runs before its main (one printed the marker and exited 0 for a kernel that

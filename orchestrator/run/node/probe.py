@@ -42,6 +42,9 @@ HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")
 BUILD_ENV = (
     "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
     "OBJC_INCLUDE_PATH", "LIBRARY_PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "SOURCE_DATE_EPOCH", "LD_RUN_PATH",
+    # what nvcc hands ptxas, cicc and nvlink from the environment, unseen by its dry run of nothing
+    # (OCG_FLAGS=-O0 made another cubin, and the old binary was reused: round 177; run/build_env.py)
+    "OCG_FLAGS", "NVVM_FLAGS", "NVLINK_FLAGS",
 )  # fmt: skip
 
 

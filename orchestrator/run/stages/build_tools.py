@@ -12,7 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from orchestrator.run.probe import BUILD_ENV, HOST_COMPILERS
+from orchestrator.run.build_env import BUILD_ENV
+from orchestrator.run.probe import HOST_COMPILERS
 from orchestrator.run.probe_toolkit import STAT
 from orchestrator.run.snapshot import NodeSnapshot
 

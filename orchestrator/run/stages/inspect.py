@@ -13,7 +13,7 @@ from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
-from orchestrator.run.runtime_code import JIT_VARIABLES, RUNTIME_LOADERS, runtime_loads
+from orchestrator.run.runtime_code import JIT_NAMES, JIT_VARIABLES, RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
@@ -80,7 +80,7 @@ def imports_sh(binary: str) -> str:
         "else echo '@@farm imports-unread'; fi; "
         + "".join(
             f'[ -z "${{{v}-}}" ] || echo "@@farm cuda-env {v}=$(printf %s "${v}" | tr -s "\\n\\t" "  " | cut -c1-64)"; '
-            for v in ("CUDA_FORCE_PTX_JIT", "CUDA_DISABLE_PTX_JIT")
+            for v in JIT_NAMES
         )
     )
 
