@@ -1,0 +1,111 @@
+"""Review round 178: the store's wait for a PostgreSQL server gone mid-run (review 175), looked at again.
+
+The server is the tests' real one behind test_review175's TCP proxy (never a restart of the shared
+server): a COMMIT that reaches the server as its connection is cut, sessions cut, connections refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from farm_cli import farm_argv, farm_env
+from test_redteam87 import RUN
+from test_review175 import Proxy, _count, proxied  # noqa: F401 (fixture)
+from test_store_backends import (  # noqa: F401 (fixtures)
+    postgres_admin,
+    postgres_url,
+    result_record,
+)
+from toyfarm import toy_on_t4
+
+from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal
+from orchestrator.store.records import AttemptRecord
+from orchestrator.store.tables import Attempt, PlannedCell, ResultRow
+
+LONG_CARD = "NVIDIA " + "H" * 300  # a node's card name past results.device's 255 characters (cut by fit)
+
+
+def test_a_landed_commit_of_a_long_card_name_is_found_not_stored_twice(
+    tmp_path: Path,
+    proxied: tuple[str, Proxy],  # noqa: F811
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Before: two result rows and two attempts of one cell. The landed lookup compared the card
+    name as the node said it (301 characters) with the row's, cut to 255 (result_rows.fit): never
+    found, so the retry stored the cell a second time. Figure: the result's COMMIT reaches the server
+    as its connection is cut; the retry finds that row (one result, one attempt)."""
+    url, proxy = proxied
+    store = Store(url)
+    store.outage.wait, store.outage.say = 20, lambda _line: None
+    store.journal = Journal(tmp_path / "journal", "long")
+    try:
+        run_id = store.begin_run(host="a", config_file="f", token="long", **RUN)
+        record = dataclasses.replace(result_record(run_id, None, 1), device=LONG_CARD)
+        tried = AttemptRecord(run_id=run_id, node="n", kernel="k", variant="v1", attempt=1, status="ok")
+        proxy.cut_after_commit = True
+        store.add_result(record, [tried])
+        proxy.cut_after_commit = True  # the planned cells of a node of several card models, likewise
+        store.add_planned(run_id, [("k", "v1", "n", LONG_CARD), ("k", "v2", "n", LONG_CARD)])
+    finally:
+        store.close()
+    assert _count(postgres_url, ResultRow, run_id) == 1
+    assert _count(postgres_url, Attempt, run_id) == 1
+    assert _count(postgres_url, PlannedCell, run_id) == 2
+
+
+SLEEPY = """\
+#include <cstdio>
+#include <unistd.h>
+int main() { usleep(700000); std::printf("toy: PASS\\n"); return 0; }
+"""
+
+
+def test_a_sigterm_while_the_server_is_away_stops_the_run_promptly(
+    tmp_path: Path,
+    proxied: tuple[str, Proxy],  # noqa: F811
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Before: the run went on for the whole store_wait (120 s by default; systemd's stop timeout is
+    90 s, then SIGKILL) after a SIGTERM: each node's write, and the run's end, kept retrying a server
+    that stayed away. Figure: store_wait 120, the server gone after the first result, SIGTERM: the
+    run is over in seconds, not exit 0, and its error names the journal to import."""
+    url, proxy = proxied
+    config, env = toy_on_t4(tmp_path / "farm", source=SLEEPY)
+    job = config.parent / "jobs" / "toy.yaml"
+    plain = job.read_text().split("  plain:\n", 1)[1]
+    job.write_text(job.read_text() + "".join(f"  v{i}:\n{plain}" for i in range(2, 6)))
+    config.write_text(config.read_text().replace("sqlite:///results.db", url) + "store_wait: 120\n")
+    run = subprocess.Popen(
+        farm_argv("verify", "--all"),
+        cwd=config.parent,
+        env=farm_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            with contextlib.suppress(Exception):
+                if _count(postgres_url, ResultRow, 1) >= 1:
+                    break
+            time.sleep(0.1)
+        proxy.down()
+        time.sleep(2)  # its next result waits on the server
+        run.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        out, err = run.communicate(timeout=100)
+        took = time.monotonic() - began
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert took < 30, (took, out, err)
+    assert run.returncode not in (0, 1), (run.returncode, out, err)
+    assert "farm import" in err, err
