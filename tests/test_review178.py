@@ -10,9 +10,11 @@ import contextlib
 import dataclasses
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from farm_cli import farm_argv, farm_env
 from test_redteam87 import RUN
 from test_review175 import Proxy, _count, proxied  # noqa: F401 (fixture)
@@ -109,3 +111,43 @@ def test_a_sigterm_while_the_server_is_away_stops_the_run_promptly(
     assert took < 30, (took, out, err)
     assert run.returncode not in (0, 1), (run.returncode, out, err)
     assert "farm import" in err, err
+
+
+def _away_for(proxy: Proxy, seconds: float) -> threading.Thread:
+    """The server gone now, back after `seconds` (a restart), in the background."""
+    proxy.down()
+    back = threading.Thread(target=lambda: (time.sleep(seconds), proxy.up()), daemon=True)
+    back.start()
+    return back
+
+
+@pytest.mark.parametrize("read", ["recorded_binaries", "metric_baseline", "unfinished_cells", "results"])
+def test_the_runs_own_reads_wait_out_a_server_gone_too(
+    tmp_path: Path,
+    proxied: tuple[str, Proxy],  # noqa: F811
+    read: str,
+) -> None:
+    """Before: StoreError "failed reading: ... connection refused" at once, store_wait 20: a node whose
+    probe ended during a restart read its cached builds' binaries (node_work.py), a cell with metrics
+    its baseline (cell_work.py), the run's end its unfinished cells and results (scheduler.py), and
+    the run stopped, exit 5, as before review 175. Figure: the server away for 2 s; the read waits."""
+    url, proxy = proxied
+    store = Store(url)
+    store.outage.wait, store.outage.say = 20, lambda _line: None
+    store.journal = Journal(tmp_path / "journal", "reads")
+    try:
+        run_id = store.begin_run(planned=[("k", "v1", "n", "")], host="a", config_file="f", token="reads", **RUN)
+        calls = {
+            "recorded_binaries": lambda: store.recorded_binaries("n", ["key"]),
+            "metric_baseline": lambda: store.metric_baseline("k", "v1", "n", "", ["seconds"], ""),
+            "unfinished_cells": lambda: store.unfinished_cells(run_id),
+            "results": lambda: store.results(run_id),
+        }
+        back = _away_for(proxy, 2.0)
+        began = time.monotonic()
+        found = calls[read]()
+        assert time.monotonic() - began >= 1.5
+        back.join()
+    finally:
+        store.close()
+    assert found in ({"key": None}, {"seconds": []}, [("k", "v1", "n", "")], []), found
