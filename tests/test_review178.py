@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from farm_cli import farm_argv, farm_env
+from sqlalchemy import create_engine, select
+from sqlalchemy.pool import NullPool
 from test_redteam87 import RUN
 from test_review175 import Proxy, _count, proxied  # noqa: F401 (fixture)
 from test_store_backends import (  # noqa: F401 (fixtures)
@@ -25,10 +27,12 @@ from test_store_backends import (  # noqa: F401 (fixtures)
 )
 from toyfarm import toy_on_t4
 
+from orchestrator.errors import StoreError
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
+from orchestrator.store.lock import DatabaseLock
 from orchestrator.store.records import AttemptRecord
-from orchestrator.store.tables import Attempt, PlannedCell, ResultRow
+from orchestrator.store.tables import Attempt, PlannedCell, ResultRow, Run
 
 LONG_CARD = "NVIDIA " + "H" * 300  # a node's card name past results.device's 255 characters (cut by fit)
 
@@ -151,3 +155,45 @@ def test_the_runs_own_reads_wait_out_a_server_gone_too(
     finally:
         store.close()
     assert found in ({"key": None}, {"seconds": []}, [("k", "v1", "n", "")], []), found
+
+
+def test_another_farm_that_took_the_lock_during_the_outage_stops_this_run_for_good(
+    tmp_path: Path,
+    proxied: tuple[str, Proxy],  # noqa: F811
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Before: the first write stopped ("another farm run may hold it now"), but the lock's check
+    kept the new session it made, which answered the next check: the run's end (and any other
+    thread's result) was written into the run the other farm had closed, while it held the lock.
+    Figure: while the server was away from this run, another farm took the free run lock and closed
+    this run aborted; this run's writes stop at once (not after store_wait 30), for good."""
+    url, proxy = proxied
+    with DatabaseLock(url, 0):
+        store = Store(url)
+        store.outage.wait, store.outage.say = 30, lambda _line: None
+        store.journal = Journal(tmp_path / "journal", "window")
+        run_id = store.begin_run(planned=[("k", "v1", "n", "")], host="a", config_file="f", token="window", **RUN)
+        proxy.down()
+        time.sleep(0.5)  # the server sees this run's lock session end
+        with DatabaseLock(postgres_url, 5):
+            other = Store(postgres_url)
+            assert other.abort_unfinished_runs() == [(run_id, 1)]
+            proxy.up()
+            time.sleep(1.1)  # a restart and another farm's start take longer than lock.CHECK_EVERY
+            began = time.monotonic()
+            with pytest.raises(StoreError, match="run lock"):
+                store.add_result(result_record(run_id, None, 1))
+            with pytest.raises(StoreError):
+                store.finish_run(run_id, "finished", 0)
+            assert time.monotonic() - began < 10
+            other.close()
+        with pytest.raises(StoreError):  # the other farm gone, the lock free: still no write
+            store.finish_run(run_id, "finished", 0)
+        store.close()
+    engine = create_engine(postgres_url, poolclass=NullPool)
+    try:
+        with engine.connect() as db:
+            assert db.execute(select(Run.status)).scalars().all() == ["aborted"]
+            assert db.execute(select(ResultRow.outcome)).scalars().all() == ["not-run"]
+    finally:
+        engine.dispose()
