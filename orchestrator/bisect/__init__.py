@@ -222,6 +222,7 @@ class Bisector:
         with run_lock(self.farm.database_url, self.farm.root, self.wait, self.farm.lock_dir, self._stopped_waiting):
             self.store = Store(self.farm.database_url)
             self.store.outage.wait = self.farm.spec.store_wait  # store/outage.py
+            self.store.outage.stopped = lambda: self.stopping  # a stop ends that wait
             try:
                 folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
                 aborted = self.store.abort_unfinished_runs(folder)  # each one's closing mark (store/closing.py)

@@ -204,6 +204,7 @@ def verify(
                 listeners.append(PlainListener(stream=log, verdict=True))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
+            store.outage.stopped = lambda: run.stopping  # a SIGTERM ends the wait for a server gone
             stack.enter_context(stopping_on_signals(run, until_exit=True))
             prerun.check()  # a signal before the run's own handlers: nothing of the run is stored yet
             if early is not None:  # before the run is stored: killed from now on, no green of the night before stays

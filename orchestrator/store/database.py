@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +46,7 @@ from orchestrator.store.queries import Queries
 from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
 from orchestrator.store.result_rows import stored
-from orchestrator.store.tables import Attempt, Base, Meta, ResultRow, Run
+from orchestrator.store.tables import Attempt, Base, Meta, NodeSnapshotRow, ResultRow, Run
 from orchestrator.store.waived import WaivedQueries
 
 T = TypeVar("T")
@@ -150,6 +150,29 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
             if self.journal is None or "farm import" in str(err):
                 raise
             raise StoreError(f"{err}{self._journal_hint()}") from err
+
+    def _waited(self, read: Callable[[], T]) -> T:
+        """A read the run itself makes mid-run (a node's cached binaries, a cell's metric baseline,
+        its end's look for lost cells), waited out as its writes are: failing at once, a server's
+        restart stopped the run through them (review 178). Inside reading(): as it is."""
+        if getattr(self._pinned, "session", None) is not None:
+            return read()
+        return self._retrying(read, lambda: None)
+
+    def recorded_binaries(self, node: str, build_keys: Sequence[str]) -> dict[str, str | None]:
+        return self._waited(lambda: RecordedBinaries.recorded_binaries(self, node, build_keys))
+
+    def metric_baseline(self, *args: Any, **kwargs: Any) -> dict[str, list[float]]:
+        return self._waited(lambda: MeasurementQueries.metric_baseline(self, *args, **kwargs))
+
+    def unfinished_cells(self, run_id: int) -> list[tuple[str, str, str, str]]:
+        return self._waited(lambda: Recovery.unfinished_cells(self, run_id))
+
+    def snapshots(self, run_id: int) -> list[NodeSnapshotRow]:
+        return self._waited(lambda: Queries.snapshots(self, run_id))
+
+    def results(self, run_id: int) -> list[ResultRow]:
+        return self._waited(lambda: Queries.results(self, run_id))
 
     def _journal(self, kind: str, fields: dict[str, Any]) -> None:
         if self.journal is not None:

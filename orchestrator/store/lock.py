@@ -211,11 +211,13 @@ class DatabaseLock:
                 raise StoreUnreachable(  # this run's own session, cut, not yet ended by the server
                     f"the run lock of {redact_url(self.url)} is still held by this run's own session cut by the server"
                 )
-            if not taken:
-                raise StoreError(
+            if not taken:  # for good: the session kept answered the next check, and the run's end wrote
+                # over the close of the farm that held the lock, which its other threads' results joined (review 178)
+                self._lost = (
                     f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "
                     "farm run may hold it now: this run stops writing"
                 )
+                raise StoreError(self._lost)
             if written is not None:
                 self._lost = (
                     f"the run lock of {redact_url(self.url)} was lost (the server ended its session) and another "

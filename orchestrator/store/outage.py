@@ -29,6 +29,7 @@ GONE_STATES = ("57P01", "57P02", "57P03")
 NOT_MENDED = ("authentication failed", "does not exist", "no pg_hba.conf entry", "permission denied")
 FIRST_PAUSE = 0.25  # seconds before the first retry, doubling
 MOST_PAUSE = 5.0
+STOP_LOOK = 0.1  # seconds between two looks at a stop while a retry waits
 
 
 class StoreUnreachable(StoreError):
@@ -73,6 +74,10 @@ class Outage:
     def __init__(self, wait: float = 0.0, say: Callable[[str], None] = say_on_stderr) -> None:
         self.wait = wait
         self.say = say
+        # why the run is being stopped (its SIGTERM), or None: a stopped run's writes wait no longer
+        # (each node's write and the run's end retried for all of store_wait, 120 s, past systemd's
+        # 90 s before its SIGKILL: review 178); its records are in its journal
+        self.stopped: Callable[[], str | None] = lambda: None
         self._since: float | None = None
         self._lock = threading.Lock()
 
@@ -97,10 +102,21 @@ class Outage:
                     raise
                 pause = self._failed(err, tries, where)
                 tries += 1
-                time.sleep(pause)
+                self._pause(err, pause)
         if tries:
             self._back(where)
         return found
+
+    def _pause(self, err: StoreError, pause: float) -> None:
+        """Sleep `pause` seconds, or raise once the run is stopped (before or during the sleep)."""
+        until = time.monotonic() + pause
+        while True:
+            if (why := self.stopped()) is not None:
+                raise StoreError(f"{err} (the run was stopped by {why} while it waited for the database)")
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, STOP_LOOK))
 
     def _failed(self, err: StoreError, tries: int, where: str) -> float:
         """The pause before the next try; raises where the wait has run out."""

@@ -116,7 +116,7 @@ class Recording:
         fields = record.columns()
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
         # a node's one snapshot of the run (cell_work.py): found, it is this one
-        mine = (NodeSnapshotRow.run_id == fields["run_id"], NodeSnapshotRow.node == fields["node"])
+        mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
         snapshot_id = self._retrying(
             lambda: self._add(NodeSnapshotRow, fields), self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
         )
@@ -148,8 +148,8 @@ class Recording:
                 return insert_result(connection, fields, metrics, tries)
 
         # its cell and its start to the microsecond: the row of this try's commit, if it landed
-        cell = [ResultRow.__table__.c[key] == fields.get(key, "") for key in ("kernel", "variant", "node", "device")]
-        mine = (ResultRow.run_id == fields["run_id"], ResultRow.started_at == fields["started_at"], *cell)
+        cell = ("run_id", "started_at", "kernel", "variant", "node", "device")
+        mine = _key(ResultRow, {"device": "", **fields}, cell)
         result_id = self._retrying(write, self._landed(select(ResultRow.id).where(*mine)))
         # once committed: a result the database refused vouched for no cached build (binaries.py)
         self._binary_written(fields)
@@ -169,7 +169,7 @@ class Recording:
             return True
 
         # a cell is planned once a run (again per card model: another device); all in one transaction
-        first = [PlannedCell.__table__.c[key] == value for key, value in rows[0].items()]
+        first = _key(PlannedCell, rows[0], tuple(rows[0]))
         self._retrying(write, self._landed(select(PlannedCell.id).where(*first).limit(1)))
 
     def add_node_records(self, attempt: AttemptRecord, snapshot: SnapshotRecord) -> int:
@@ -185,7 +185,7 @@ class Recording:
                 return insert_node(connection, tried, fields)
 
         landed_attempt = self._landed(select(Attempt.id).where(*_attempt_key(tried)))
-        mine = (NodeSnapshotRow.run_id == fields["run_id"], NodeSnapshotRow.node == fields["node"])
+        mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
         landed_snapshot = self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
         # the attempt and its snapshot in one transaction: the attempt found, the node's snapshot is this one
         snapshot_id = self._retrying(write, lambda: landed_snapshot() if landed_attempt() is not None else None)
@@ -227,6 +227,12 @@ class Recording:
 
 def _attempt_key(tried: dict[str, Any]) -> list[Any]:
     """An attempt's row, by its node, cell, number and time (to the microsecond)."""
-    table = Attempt.__table__
-    keys = ("run_id", "node", "kernel", "variant", "attempt", "at")
-    return [table.c[k] == tried[k] if tried.get(k) is not None else table.c[k].is_(None) for k in keys]
+    return _key(Attempt, tried, ("run_id", "node", "kernel", "variant", "attempt", "at"))
+
+
+def _key(model: type[Any], fields: dict[str, Any], keys: tuple[str, ...]) -> list[Any]:
+    """Where `model`'s row has these `fields` as the insert stored them (result_rows.stored: a
+    string past its column cut, NUL replaced): compared as given, a node's 300-character card name
+    never found its landed row, and the retry stored the cell twice (review 178)."""
+    table, kept = model.__table__, stored(model.__table__, {k: fields.get(k) for k in keys})
+    return [table.c[k] == kept[k] if kept[k] is not None else table.c[k].is_(None) for k in keys]
