@@ -15,6 +15,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import CapabilityContract, ComputeCapability
+from orchestrator.config.marker_slips import literal_slip, same_words
 from orchestrator.config.spec_types import CCText, Seconds, StrictModel, check_cc, check_name
 from orchestrator.outcomes import Outcome
 from orchestrator.run.streams import compile_marker
@@ -237,7 +238,7 @@ class JobSpec(StrictModel):
 
     @field_validator("pass_marker", "refusal_marker")
     @classmethod
-    def _regex(cls, value: str) -> str:
+    def _regex(cls, value: str, info: ValidationInfo) -> str:
         if not value.strip():
             # an empty marker matches every output: a kernel printing nothing would pass
             raise ValueError("a regular expression that matches only the kernel's own words (not empty)")
@@ -254,6 +255,11 @@ class JobSpec(StrictModel):
                 f"a regular expression that matches only the kernel's own words (it matches {said.decode()!r}, "
                 "which any failing or crashing kernel may print)"
             )
+        slip = literal_slip(value)  # `PASS (4096 elements)`: valid RE2 that never matches its own line
+        if slip is None and info.field_name == "refusal_marker" and "pass_marker" in info.data:
+            slip = same_words(info.data["pass_marker"], value)
+        if slip is not None:
+            raise ValueError(slip)
         return value
 
 

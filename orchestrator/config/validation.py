@@ -80,6 +80,26 @@ def _text_number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+# a duration as people write it (`30s`, `2m`, `1.5h`, `500ms`), where the key takes plain seconds
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*")
+_UNIT = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600}
+
+
+def _seconds_hint(key: str, value: Any) -> str | None:
+    """ "a number of seconds" for a timeout key given text (`30s`, `2m`, `"30"`): the bare
+    "expected a valid number" named neither the unit nor the number meant (review 180)."""
+    match = _DURATION.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return f"a number of seconds, e.g. {key}: 120"
+    unit = match.group(2) or "s"
+    factor = next(f for prefix, f in sorted(_UNIT.items(), key=lambda u: -len(u[0])) if unit.startswith(prefix))
+    seconds = float(match.group(1)) * factor
+    plain = f"{seconds:.0f}" if seconds.is_integer() else f"{seconds:g}"
+    if seconds < 1:  # the farm's least timeout
+        plain = f"1 (at least 1; {match.group(0).strip()} is {plain})"
+    return f"a number of seconds, unquoted: {key}: {plain}"
+
+
 def _describe(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
@@ -153,6 +173,9 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
                 message += f" written out ({plain})" + (
                     f" or as YAML's float ({number:.1e})" if kind == "float_type" else ""
                 )
+            seconds = _seconds_hint(str(loc[-1]), item.get("input")) if str(loc[-1]).endswith("timeout") else None
+            if kind == "float_type" and seconds is not None and number is None:
+                message = seconds
             errors.append(ConfigError(str(file), key, found, message))
     return ConfigErrors(errors)
 
