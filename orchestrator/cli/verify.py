@@ -14,12 +14,14 @@ import click
 
 from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.guarded import aside
-from orchestrator.outcomes import STAGES
+from orchestrator.outcomes import STAGES, is_as_expected
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     from orchestrator.config.farm import Farm
+    from orchestrator.report.history import Change
+    from orchestrator.report.model import ReportModel
     from orchestrator.store.database import Store
 
 from orchestrator.cli.base import (
@@ -48,6 +50,18 @@ def verdict_line(summary: RunSummary) -> str:
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
         f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]}){note}"
     )
+
+
+def _change_line(change: Change, model: ReportModel, run_id: int) -> str:
+    """A --quiet line: the change, and for a cell not as expected why and the `farm show ID` that
+    prints the rest, as its progress line says (the cron mail said neither: review 179)."""
+    was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
+    line = f"{change.change}: {change.label}: {was}{change.outcome}"
+    result_id = model.run_cells.get(run_id, {}).get(change.key, ("", None))[1]
+    if result_id is not None and not is_as_expected(change.outcome):
+        reason = next((r.reason for r in model.results if r.id == result_id), None)
+        line += f": {reason} (farm show {result_id})" if reason else f" (farm show {result_id})"
+    return printable(line, keep_newlines=False)
 
 
 def _matrix_text(summary: RunSummary) -> str:
@@ -227,8 +241,7 @@ def verify(
                     unread = [(label, m) for label, m in unread if m.value is None]
                 for change in changes:
                     if change.change not in ("new", "changed"):
-                        was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
-                        say(f"{change.change}: {change.label}: {was}{change.outcome}")
+                        say(_change_line(change, model, summary.run_id))
                 for label, m in unread:
                     say(printable(f"no value: {label}: {m.name}: {m.note}", keep_newlines=False))
             else:
