@@ -1,11 +1,15 @@
 """What a failed stage's reason ends with, so that it says what to fix (review findings, round 95):
 a failed build's first error line (the verdict said only "the build exit 2", and nvcc's error was
 at the foot of the cell's page, under the node's bundle folder), and a run without its pass marker's
-pattern and last stdout line ("exit 0 but no pass marker on stdout": which pattern, against what)."""
+pattern and last stdout line ("exit 0 but no pass marker on stdout": which pattern, against what),
+and, where the marker read as plain text matches a line the regex does not (`toy: 1+1=2`, whose `+`
+repeats), that line and the escaped marker (review 181)."""
 
 from __future__ import annotations
 
 import re
+
+from orchestrator.run.streams import scan_bytes
 
 # nvcc's and gcc's "error:", ptxas' and nvcc's "fatal", ld's "cannot find -lx" and "undefined
 # reference" (its "collect2: error: ld returned 1" comes after, and says nothing of which)
@@ -13,6 +17,9 @@ _ERROR = re.compile(r"\b(?:error|fatal)\b|cannot find -l|undefined reference", r
 # where the node keeps a shipped bundle (bundle.remote_dir): the project's own path is what follows
 _BUNDLE = re.compile(r"(?:[^\s\"'(]*/)?bundles/[0-9a-f]{64}/")
 _LIMIT = 300
+# what a regular expression reads as syntax: written by a newcomer, each was most likely meant as text
+_META = re.compile(r"[.^$*+?()\[\]{}|]")
+PASS_TEXT = "pass-as-text"  # the stdout scan's name for the pass marker read literally (run.py)
 
 
 def first_error(log: bytes) -> str:
@@ -25,8 +32,38 @@ def first_error(log: bytes) -> str:
     return ""
 
 
-def marker_missing(pattern: str, last_stdout: str) -> str:
-    """` (pass marker 'PASS'; last stdout line: "Test passed")`, or with "stdout was empty"."""
+def as_text(pattern: str) -> str | None:
+    """The pass marker with its metacharacters escaped, the regex that matches its own text; None
+    where it has none (the same regex) or holds a backslash (its author escaped what they meant)."""
+    if "\\" in pattern or not _META.search(pattern):
+        return None
+    return _META.sub(lambda m: "\\" + m.group(0), pattern)
+
+
+def literal_reading(pattern: str, stdout: bytes) -> tuple[int, str] | None:
+    """The first stdout line (number, text) that `pattern`, read as plain text, matches; for tests
+    and callers holding the output whole (the run stage scans its stream with PASS_TEXT instead)."""
+    text = as_text(pattern)
+    if text is None:
+        return None
+    seen = scan_bytes(stdout, {PASS_TEXT: text})
+    line = seen.matches.get(PASS_TEXT)
+    return None if line is None else (line, seen.texts[PASS_TEXT])
+
+
+def marker_missing(pattern: str, last_stdout: str, as_printed: tuple[int, str] | None = None) -> str:
+    """` (pass marker 'PASS'; last stdout line: "Test passed")`, or with "stdout was empty"; where
+    the marker's text was printed (`as_printed`: its line's number and text), that it is a regex."""
     said = f'last stdout line: "{last_stdout}"' if last_stdout else "stdout was empty"
     shown = pattern if len(pattern) <= 120 else pattern[:119] + "…"
+    escaped = as_text(pattern)
+    if as_printed is not None and escaped is not None:
+        number, line = as_printed
+        chars = list(dict.fromkeys(_META.findall(pattern)))
+        quoted = "'" + escaped.replace("'", "''") + "'"  # as a YAML single-quoted scalar, the README's form
+        quoted = quoted if len(quoted) <= 160 else quoted[:159] + "…"
+        said += (
+            f'; the pass marker is a regular expression: read literally it matches stdout line {number}, "{line}"; '
+            f"escape its {' '.join(chars)} to match {'it' if len(chars) == 1 else 'them'} as text: {quoted}"
+        )
     return f" (pass marker {shown!r}; {said})"

@@ -42,7 +42,7 @@ from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.failure_words import marker_missing
+from orchestrator.run.stages.failure_words import PASS_TEXT, as_text, marker_missing
 from orchestrator.run.streams import StreamScan
 from orchestrator.run.trips import Trip, last_match
 from orchestrator.transport import CommandResult
@@ -140,6 +140,8 @@ class RunStage(CellStages):
         # CUDA's words count on a line of any length (a marker never does: streams.py)
         # the refusal marker on stdout is never a refusal; it is matched there to say so (gate_order.py)
         scan = {"pass": spec.pass_marker, "refusal": spec.refusal_marker, **cuda}
+        if (text := as_text(spec.pass_marker)) is not None:  # said where the regex misses (failure_words.py)
+            scan[PASS_TEXT] = text
         stdout = StreamScan(scan, self.output_cap, frozenset(cuda))
         stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda))
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
@@ -281,7 +283,10 @@ class RunStage(CellStages):
         ev.refusal_on_stdout = self.result.stdout.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
         if ev.pass_line is None:
-            ev.no_pass = marker_missing(self.job.spec.pass_marker, self.result.stdout.last_line)
+            out = self.result.stdout
+            printed = out.matches.get(PASS_TEXT)
+            as_printed = None if printed is None else (printed, out.texts.get(PASS_TEXT, ""))
+            ev.no_pass = marker_missing(self.job.spec.pass_marker, out.last_line, as_printed)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")
