@@ -1,0 +1,167 @@
+"""Review round 182: the store's wait for a PostgreSQL server gone mid-run (reviews 175, 178), its
+open ends: a snapshot's landed lookup, a server that drops packets, "too many clients", the run
+lock's check after an outage.
+
+The server is the tests' real one behind test_review175's TCP proxy (never a restart of the shared
+server), taught here to cut a COMMIT before the server has it, to swallow every byte (a firewall's
+DROP), and to answer a connection "sorry, too many clients already" (SQLSTATE 53300).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import make_url
+from test_redteam87 import RUN
+from test_review175 import Proxy, _count
+from test_store_backends import (  # noqa: F401 (fixtures)
+    add_snapshot,
+    postgres_admin,
+    postgres_url,
+    result_record,
+)
+
+from orchestrator.store.database import Store
+from orchestrator.store.journal import Journal
+from orchestrator.store.records import AttemptRecord
+from orchestrator.store.tables import NodeSnapshotRow
+
+
+def _error_response(state: str, message: str) -> bytes:
+    """A server's ErrorResponse, as PostgreSQL answers a connection it will not take."""
+    fields = b"".join(code + text.encode() + b"\0" for code, text in ((b"S", "FATAL"), (b"C", state), (b"M", message)))
+    body = fields + b"\0"
+    return b"E" + struct.pack("!I", len(body) + 4) + body
+
+
+class Faults(Proxy):
+    """test_review175's proxy, with three faults more: `cut_before_commit` (the next COMMIT never
+    reaches the server: the try did not land), `blackhole` (new connections accepted, every byte
+    read, none forwarded, none answered, never closed), `too_many` (new connections answered FATAL
+    53300, as a server at max_connections does)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        super().__init__(target)
+        self.cut_before_commit = False
+        self.blackhole = False
+        self.too_many = False
+
+    def _accept(self, listener: socket.socket) -> None:
+        while self._listener is listener:
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            with self._lock:
+                self._open.append(client)
+            if self.blackhole:
+                threading.Thread(target=self._swallow, args=(client,), daemon=True).start()
+                continue
+            if self.too_many:
+                threading.Thread(target=self._refuse, args=(client,), daemon=True).start()
+                continue
+            server = socket.create_connection(self.target)
+            with self._lock:
+                self._open.append(server)
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    @staticmethod
+    def _swallow(client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while client.recv(65536):
+                pass
+
+    @staticmethod
+    def _refuse(client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                head = client.recv(8, socket.MSG_WAITALL)
+                if len(head) < 8:
+                    return
+                size, code = struct.unpack("!II", head)
+                client.recv(size - 8, socket.MSG_WAITALL) if size > 8 else b""
+                if code in (80877103, 80877104):  # SSLRequest, GSSENCRequest: neither spoken here
+                    client.sendall(b"N")
+                    continue
+                client.sendall(_error_response("53300", "sorry, too many clients already"))
+                client.shutdown(socket.SHUT_RDWR)
+                return
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
+        if not from_client:
+            return super()._pump(source, sink, from_client)
+        try:
+            while data := source.recv(65536):
+                if self.cut_before_commit and b"COMMIT" in data:
+                    self.cut_before_commit = False
+                    source.shutdown(socket.SHUT_RDWR)  # neither end hears of it: the server rolls back
+                    sink.shutdown(socket.SHUT_RDWR)
+                    return
+                if self.blackhole:
+                    continue  # an open connection, its packets dropped too
+                sink.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def faults(postgres_url: str) -> Iterator[tuple[str, Faults]]:  # noqa: F811
+    url = make_url(postgres_url)
+    proxy = Faults((url.host or "127.0.0.1", url.port or 5432))
+    proxy.up()
+    try:
+        yield url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False), proxy
+    finally:
+        proxy.blackhole = proxy.too_many = False
+        proxy.down()
+
+
+def _store(url: str, tmp_path: Path, wait: float, said: list[str] | None = None) -> Store:
+    store = Store(url)
+    store.outage.wait = wait
+    store.outage.say = said.append if said is not None else lambda _line: None
+    store.journal = Journal(tmp_path / "journal", "r182")
+    return store
+
+
+def test_a_cut_snapshot_is_stored_again_not_taken_for_the_nodes_earlier_one(
+    tmp_path: Path,
+    faults: tuple[str, Faults],
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """Before: one snapshot row, and the second snapshot's id was the first's. The retry of a cut
+    snapshot took the node's newest snapshot of the run as its own landed row; the try had not
+    landed, and the node's newest was the one stored before it (scheduler.py's lost cells store
+    one per missing cell). Figure: node n's second snapshot, its COMMIT cut before the server had
+    it, for add_snapshot and add_node_records alike: stored, a new id each."""
+    url, proxy = faults
+    store = _store(url, tmp_path, 20)
+    try:
+        run_id = store.begin_run(host="a", config_file="f", token="snap", **RUN)
+        first = add_snapshot(store, run_id)
+        proxy.cut_before_commit = True
+        second = add_snapshot(store, run_id)
+        snapshot = store.snapshots(run_id)[-1]
+        from orchestrator.store.records import SnapshotRecord
+
+        record = SnapshotRecord(run_id=run_id, node="n", transport="local", address="local", gpu_count=1)
+        tried = AttemptRecord(run_id=run_id, node="n", kernel="", variant="", attempt=1, status="ok")
+        proxy.cut_before_commit = True
+        third = store.add_node_records(tried, record)
+    finally:
+        store.close()
+    assert snapshot.id == second
+    assert len({first, second, third}) == 3, (first, second, third)
+    assert _count(postgres_url, NodeSnapshotRow, run_id) == 3
