@@ -13,6 +13,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,10 +28,11 @@ from test_store_backends import (  # noqa: F401 (fixtures)
     result_record,
 )
 
+from orchestrator.errors import StoreError
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
 from orchestrator.store.records import AttemptRecord
-from orchestrator.store.tables import NodeSnapshotRow
+from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 
 
 def _error_response(state: str, message: str) -> bytes:
@@ -74,6 +76,15 @@ class Faults(Proxy):
                 self._open.append(server)
             threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def cut(self) -> None:
+        """Every open connection cut, as down() does, the listener kept."""
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._open.clear()
 
     @staticmethod
     def _swallow(client: socket.socket) -> None:
@@ -165,3 +176,57 @@ def test_a_cut_snapshot_is_stored_again_not_taken_for_the_nodes_earlier_one(
     assert snapshot.id == second
     assert len({first, second, third}) == 3, (first, second, third)
     assert _count(postgres_url, NodeSnapshotRow, run_id) == 3
+
+
+def _cut_then(proxy: Faults, fault: str, seconds: float) -> threading.Thread:
+    """Every open connection cut (a restart), new ones met by `fault` for `seconds`, then served."""
+    setattr(proxy, fault, True)
+    proxy.cut()
+    back = threading.Thread(target=lambda: (time.sleep(seconds), setattr(proxy, fault, False)), daemon=True)
+    back.start()
+    return back
+
+
+def test_too_many_clients_mid_run_is_waited_out_but_fails_a_farms_start_at_once(
+    tmp_path: Path,
+    faults: tuple[str, Faults],
+    postgres_url: str,  # noqa: F811
+) -> None:
+    """ "sorry, too many clients already" (SQLSTATE 53300) as a restarted server's clients all come
+    back at once: momentary, waited out like a refused connection. Figure: mid-run, 2 s of it; the
+    result is stored once. At a farm's start (no run, no wait), its first connection fails at once,
+    naming it."""
+    url, proxy = faults
+    store = _store(url, tmp_path, 20)
+    try:
+        run_id = store.begin_run(host="a", config_file="f", token="many", **RUN)
+        back = _cut_then(proxy, "too_many", 2.0)
+        began = time.monotonic()
+        store.add_result(result_record(run_id, None, 1))
+        assert time.monotonic() - began >= 1.5
+        back.join()
+    finally:
+        store.close()
+    assert _count(postgres_url, ResultRow, run_id) == 1
+    proxy.too_many = True
+    began = time.monotonic()
+    with pytest.raises(StoreError, match="too many clients"):
+        Store(url)
+    assert time.monotonic() - began < 5
+
+
+def test_too_many_clients_is_transient_by_its_sqlstate_too() -> None:
+    """Before: False. libpq's refused connection carries no SQLSTATE, and its words made it transient;
+    psycopg's own class for 53300 (a driver, or a pooler in front of the server, that gives it)
+    stopped the run at once. Figure: TooManyConnections, wrapped as the store wraps it."""
+    import psycopg
+
+    from orchestrator.store.outage import transient
+
+    try:
+        try:
+            raise psycopg.errors.TooManyConnections("sorry, too many clients already")
+        except psycopg.Error as err:
+            raise StoreError("the results database failed writing") from err
+    except StoreError as wrapped:
+        assert transient(wrapped)

@@ -23,8 +23,12 @@ from orchestrator.errors import StoreError
 
 T = TypeVar("T")
 
-# SQLSTATEs of a server going or gone: connection exceptions (class 08), admin/crash shutdown, starting up
-GONE_STATES = ("57P01", "57P02", "57P03")
+# SQLSTATEs of a server going or gone: connection exceptions (class 08), admin/crash shutdown, starting up,
+# and "sorry, too many clients already" (53300): every client of a restarted server reconnects at once,
+# a moment's crowd. libpq gives a refused connection no SQLSTATE (its words are read instead, below);
+# a driver that did gave 53300 and stopped the run (review 182). A farm's start never waits: its first
+# connection (engine.migrate) fails at once, naming it.
+GONE_STATES = ("57P01", "57P02", "57P03", "53300")
 # a connection refused for what a wait cannot mend
 NOT_MENDED = ("authentication failed", "does not exist", "no pg_hba.conf entry", "permission denied")
 FIRST_PAUSE = 0.25  # seconds before the first retry, doubling
