@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import make_url
+from sqlalchemy import create_engine, make_url, select
+from sqlalchemy.pool import NullPool
 from test_redteam87 import RUN
 from test_review175 import Proxy, _count
 from test_store_backends import (  # noqa: F401 (fixtures)
@@ -29,8 +30,11 @@ from test_store_backends import (  # noqa: F401 (fixtures)
 )
 
 from orchestrator.errors import StoreError
+from orchestrator.store import lock as lock_module
+from orchestrator.store import outage as outage_module
 from orchestrator.store.database import Store
 from orchestrator.store.journal import Journal
+from orchestrator.store.lock import DatabaseLock
 from orchestrator.store.records import AttemptRecord
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
 
@@ -230,3 +234,58 @@ def test_too_many_clients_is_transient_by_its_sqlstate_too() -> None:
             raise StoreError("the results database failed writing") from err
     except StoreError as wrapped:
         assert transient(wrapped)
+
+
+def test_a_new_write_after_an_outage_looks_at_the_run_lock_first(
+    tmp_path: Path,
+    faults: tuple[str, Faults],
+    postgres_url: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: another thread's new write, the first after the server came back, was stored into
+    the run another farm had closed meanwhile: the lock's session was looked at no more than once
+    a CHECK_EVERY, and only a write tried again (review 175's recheck) forced the look. Figure: one
+    thread's write fails as the server goes (its retry not yet due); another farm takes the free
+    lock and closes the run; the server back, a second thread's new result is refused ("run
+    lock"), not stored. CHECK_EVERY and the first pause are stretched to hold the window open."""
+    monkeypatch.setattr(lock_module, "CHECK_EVERY", 60.0)
+    monkeypatch.setattr(outage_module, "FIRST_PAUSE", 5.0)
+    url, proxy = faults
+    with DatabaseLock(url, 0):
+        store = _store(url, tmp_path, 30)
+        run_id = store.begin_run(planned=[("k", "v1", "n", "")], host="a", config_file="f", token="new", **RUN)
+        proxy.down()
+        tried = AttemptRecord(run_id=run_id, node="n", kernel="k", variant="v1", attempt=1, status="ok")
+        failed: list[BaseException] = []
+
+        def first() -> None:
+            try:
+                store.add_attempt(tried)
+            except StoreError as err:
+                failed.append(err)
+
+        writer = threading.Thread(target=first, daemon=True)
+        writer.start()
+        for _ in range(100):
+            if store.outage._since is not None:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # the server sees this run's lock session end
+        with DatabaseLock(postgres_url, 5):
+            other = Store(postgres_url)
+            try:
+                assert other.abort_unfinished_runs() == [(run_id, 1)]
+            finally:
+                other.close()
+            proxy.up()
+            with pytest.raises(StoreError, match="run lock"):
+                store.add_result(result_record(run_id, None, 1))
+            writer.join(20)
+        store.close()
+    assert failed, "the first thread's retry stored its attempt into the closed run"
+    engine = create_engine(postgres_url, poolclass=NullPool)
+    try:
+        with engine.connect() as db:
+            assert db.execute(select(ResultRow.outcome)).scalars().all() == ["not-run"]
+    finally:
+        engine.dispose()

@@ -73,6 +73,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
         # a run's writes wait out a server gone for up to farm.yaml's store_wait (outage.py); 0: none do
         self.outage = Outage()
+        self._looked_after = 0  # outage.failures at the run lock's last check (_check_file)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -126,7 +127,11 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
         if self._file is None:  # a server database: the run lock this process holds, still held
+            failures = self.outage.failures  # under the write lock: one write checks at a time
+            if failures != self._looked_after:  # a write failed since: another farm may have taken the lock
+                recheck_held(self.url)
             check_held(self.url, *(self._run or (None, "running")))
+            self._looked_after = failures
             return
         if self._identity is None:
             return

@@ -84,6 +84,9 @@ class Outage:
         self.stopped: Callable[[], str | None] = lambda: None
         self._since: float | None = None
         self._lock = threading.Lock()
+        # failed writes counted: a write after any (a new one of another thread, not only a retry) looks
+        # at the run lock whatever lock.CHECK_EVERY says (database.Store._check_file, review 182)
+        self.failures = 0
 
     def retrying(
         self, write: Callable[[], T], landed: Callable[[], T | None], before: Callable[[], None], where: str
@@ -126,6 +129,7 @@ class Outage:
         """The pause before the next try; raises where the wait has run out."""
         now = time.monotonic()
         with self._lock:
+            self.failures += 1
             if self._since is None:
                 self._since = now
                 self.say(
