@@ -289,3 +289,55 @@ def test_a_new_write_after_an_outage_looks_at_the_run_lock_first(
             assert db.execute(select(ResultRow.outcome)).scalars().all() == ["not-run"]
     finally:
         engine.dispose()
+
+
+def _writers(store: Store, run_id: int, count: int) -> tuple[list[threading.Thread], list[float]]:
+    """`count` threads, each storing a result; each one's seconds until its write raised."""
+    took: list[float] = []
+
+    def write(cell: int) -> None:
+        began = time.monotonic()
+        with contextlib.suppress(StoreError):
+            store.add_result(result_record(run_id, None, cell))
+        took.append(time.monotonic() - began)
+
+    threads = [threading.Thread(target=write, args=(cell,), daemon=True) for cell in range(1, count + 1)]
+    for thread in threads:
+        thread.start()
+    return threads, took
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_server_that_drops_packets_costs_no_more_than_store_wait(
+    tmp_path: Path,
+    faults: tuple[str, Faults],
+    stop: bool,
+) -> None:
+    """Before: each try waited out connect_timeout (10 s) under the write lock, the other threads
+    behind it, the deadline counted from the first try's end: four threads took a minute past a
+    store_wait of 4 s, and a SIGTERM waited behind every one of them. Figure: the server's sessions
+    cut, then every new connection swallowed (a firewall's DROP); four threads write. Each stops
+    within store_wait and a small margin; stopped 1 s after the outage was found (store_wait 120),
+    within a few seconds of the stop."""
+    url, proxy = faults
+    store = _store(url, tmp_path, 120 if stop else 4)
+    outage = store.outage
+
+    def stopped() -> str | None:
+        since = outage._since
+        return "SIGTERM" if stop and since is not None and time.monotonic() >= since + 11 else None
+
+    outage.stopped = stopped
+    try:
+        run_id = store.begin_run(host="a", config_file="f", token="drop", **RUN)
+        proxy.blackhole = True
+        proxy.cut()
+        threads, took = _writers(store, run_id, 4)
+        for thread in threads:
+            thread.join(90)
+    finally:
+        proxy.blackhole = False
+        proxy.cut()
+        store.close()
+    assert len(took) == 4, took
+    assert max(took) < (11 + 4 if stop else 4 + 3), took
