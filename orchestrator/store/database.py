@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import make_url, select
+from sqlalchemy import event, make_url, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -41,7 +41,7 @@ from orchestrator.store.journal import Journal
 from orchestrator.store.location import several_names, sqlite_file
 from orchestrator.store.lock import check_held, recheck_held
 from orchestrator.store.measurements import MeasurementQueries
-from orchestrator.store.outage import Outage
+from orchestrator.store.outage import STOP_LOOK, Outage, StoreUnreachable
 from orchestrator.store.queries import Queries
 from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
@@ -73,6 +73,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         self._run: tuple[int, str] | None = None  # the run this store writes and its status (lock.check_held)
         # a run's writes wait out a server gone for up to farm.yaml's store_wait (outage.py); 0: none do
         self.outage = Outage()
+        self._looked_after = 0  # outage.failures at the run lock's last check (_check_file)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -94,6 +95,8 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
             ) from err
         except (SQLAlchemyError, ValueError) as err:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {first_line(err, url)}") from err
+        if self.engine.dialect.name == "postgresql":
+            event.listen(self.engine, "do_connect", self._connecting)
         try:
             migrate(self.engine, url, create)
         except StoreError:  # a refused revision: its connection closed now, not by the garbage collector
@@ -126,7 +129,11 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         """SQLite keeps writing to a file that was deleted or replaced under it, and
         the results would be lost without a word: check before every commit."""
         if self._file is None:  # a server database: the run lock this process holds, still held
-            check_held(self.url, *(self._run or (None, "running")))
+            failures = self.outage.failures  # under the write lock: one write checks at a time
+            if failures != self._looked_after:  # a write failed since: another farm may have taken the lock
+                recheck_held(self.url)
+            check_held(self.url, *(self._run or (None, "running")), connect_timeout=self.outage.connect_timeout())
+            self._looked_after = failures
             return
         if self._identity is None:
             return
@@ -198,8 +205,27 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
             ) from err
 
     @contextmanager
+    def _write_turn(self) -> Iterator[None]:
+        """The write lock, waited for in slices: while the server is away, a write behind another
+        thread's try gives up once the run is stopped or the wait is over, never one try's
+        connect_timeout per thread past it (review 182)."""
+        while not self._write_lock.acquire(timeout=STOP_LOOK):
+            if self.outage.expired():
+                raise StoreUnreachable(f"the results database {self.redacted_url} is unreachable (a write waited)")
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _connecting(self, _dialect: Any, _record: Any, _args: Any, params: dict[str, Any]) -> None:
+        """A new connection's timeout, as outage.connect_timeout says while the server is away."""
+        cap = self.outage.connect_timeout()
+        if cap is not None:
+            params["connect_timeout"] = min(int(params.get("connect_timeout", cap)), cap)
+
+    @contextmanager
     def _writing(self) -> Iterator[Session]:
-        with self._guard("writing"), self._write_lock, self.session() as session:
+        with self._guard("writing"), self._write_turn(), self.session() as session:
             self._check_file()
             yield session
 
@@ -239,7 +265,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
     @contextmanager
     def _writing_rows(self) -> Iterator[Connection]:
         """One transaction for inserts (Core's, or inserts.py's on its connection), committed on leaving."""
-        with self._guard("writing"), self._write_lock, self.engine.begin() as connection:
+        with self._guard("writing"), self._write_turn(), self.engine.begin() as connection:
             self._check_file()
             yield connection
 

@@ -127,13 +127,17 @@ CHECK_EVERY = 1.0  # seconds between two checks that a held advisory lock's sess
 _HELD: dict[str, DatabaseLock] = {}  # server database (location.server_identity) -> its lock held here
 
 
-def check_held(url: str, run_id: int | None = None, status: str = "running") -> None:
+def check_held(
+    url: str, run_id: int | None = None, status: str = "running", connect_timeout: int | None = None
+) -> None:
     """Before a write: where this process holds `url`'s advisory lock, that its session still
     holds it (see DatabaseLock.check), `run_id` the run this process writes (None before its
     start) and `status` the one it last stored for it; nothing else to check for SQLite or an
-    unheld lock."""
+    unheld lock. `connect_timeout`: a new session's, where less than the lock's own 10 s (the
+    store's while the server is away: outage.connect_timeout)."""
     held = _HELD.get(server_identity(url))
     if held is not None:
+        held.connect_timeout = connect_timeout
         held.check(run_id, status)
 
 
@@ -163,6 +167,7 @@ class DatabaseLock:
         self._lost: str | None = None  # why this run may no longer write, once found: it stays so
         self.me = f"farm pid {os.getpid()} on {socket.gethostname()}"[:63]  # its sessions' application_name
         self._backend: int | None = None  # the server's pid of the session that took the lock last
+        self.connect_timeout: int | None = None  # a new session's, where less than 10 s (check_held)
 
     def check(self, run_id: int | None = None, status: str = "running") -> None:
         """The server ends the lock's idle session (idle_session_timeout, pg_terminate_backend,
@@ -226,6 +231,10 @@ class DatabaseLock:
                 raise StoreError(self._lost)
             self._checked = time.monotonic()
 
+    def _connecting(self, _dialect: object, _record: object, _args: object, params: dict[str, object]) -> None:
+        if self.connect_timeout is not None:
+            params["connect_timeout"] = min(10, self.connect_timeout)
+
     def _take(self) -> bool:
         """The lock, tried once on the lock's session; the server's pid of that session kept."""
         from sqlalchemy import text
@@ -277,7 +286,7 @@ class DatabaseLock:
         return None
 
     def __enter__(self) -> DatabaseLock:
-        from sqlalchemy import create_engine
+        from sqlalchemy import create_engine, event
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
 
@@ -289,6 +298,7 @@ class DatabaseLock:
             self._engine = create_engine(
                 self.url, connect_args={"application_name": me, "connect_timeout": 10}, poolclass=NullPool
             )
+            event.listen(self._engine, "do_connect", self._connecting)
             self._connection = self._engine.connect()
             deadline = time.monotonic() + self.wait
             while True:

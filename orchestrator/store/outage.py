@@ -14,6 +14,7 @@ to find its own rows (recording.py), and a retry that finds them takes them, nev
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -23,13 +24,19 @@ from orchestrator.errors import StoreError
 
 T = TypeVar("T")
 
-# SQLSTATEs of a server going or gone: connection exceptions (class 08), admin/crash shutdown, starting up
-GONE_STATES = ("57P01", "57P02", "57P03")
+# SQLSTATEs of a server going or gone: connection exceptions (class 08), admin/crash shutdown, starting up,
+# and "sorry, too many clients already" (53300): every client of a restarted server reconnects at once,
+# a moment's crowd. libpq gives a refused connection no SQLSTATE (its words are read instead, below);
+# a driver that did gave 53300 and stopped the run (review 182). A farm's start never waits: its first
+# connection (engine.migrate) fails at once, naming it.
+GONE_STATES = ("57P01", "57P02", "57P03", "53300")
 # a connection refused for what a wait cannot mend
 NOT_MENDED = ("authentication failed", "does not exist", "no pg_hba.conf entry", "permission denied")
 FIRST_PAUSE = 0.25  # seconds before the first retry, doubling
 MOST_PAUSE = 5.0
 STOP_LOOK = 0.1  # seconds between two looks at a stop while a retry waits
+MIN_CONNECT = 2  # seconds: libpq's least connect_timeout
+OUTAGE_CONNECT = 3  # seconds a new connection may take while the server is away (connect_timeout)
 
 
 class StoreUnreachable(StoreError):
@@ -55,8 +62,11 @@ def transient(err: BaseException) -> bool:
         if state is not None:
             return state.startswith("08") or state in GONE_STATES
         said = str(cause).lower()
-        # no SQLSTATE: the socket's own end (refused, closed unexpectedly, the server starting up)
-        return type(cause).__name__ == "OperationalError" and not any(word in said for word in NOT_MENDED)
+        # no SQLSTATE: the socket's own end (refused, closed unexpectedly, the server starting up), or
+        # psycopg's ConnectionTimeout, an OperationalError of its own (a server that drops packets): read
+        # by its exact name, a connection timed out stopped the run at once (review 182)
+        operational = any(kind.__name__ == "OperationalError" for kind in type(cause).__mro__)
+        return operational and not any(word in said for word in NOT_MENDED)
     return False
 
 
@@ -80,6 +90,9 @@ class Outage:
         self.stopped: Callable[[], str | None] = lambda: None
         self._since: float | None = None
         self._lock = threading.Lock()
+        # failed writes counted: a write after any (a new one of another thread, not only a retry) looks
+        # at the run lock whatever lock.CHECK_EVERY says (database.Store._check_file, review 182)
+        self.failures = 0
 
     def retrying(
         self, write: Callable[[], T], landed: Callable[[], T | None], before: Callable[[], None], where: str
@@ -89,6 +102,7 @@ class Outage:
         failed try's own rows, committed after all."""
         tries = 0
         while True:
+            began = time.monotonic()
             try:
                 if tries:
                     before()
@@ -100,7 +114,7 @@ class Outage:
             except StoreError as err:
                 if self.wait <= 0 or not transient(err):
                     raise
-                pause = self._failed(err, tries, where)
+                pause = self._failed(err, tries, where, began)
                 tries += 1
                 self._pause(err, pause)
         if tries:
@@ -118,12 +132,36 @@ class Outage:
                 return
             time.sleep(min(left, STOP_LOOK))
 
-    def _failed(self, err: StoreError, tries: int, where: str) -> float:
-        """The pause before the next try; raises where the wait has run out."""
+    def expired(self) -> bool:
+        """Whether a write waiting its turn gives up now: the server away, and the run stopped or
+        the wait over (a stopped run's end, the server there, is still written)."""
+        with self._lock:
+            since = self._since
+        return since is not None and (self.stopped() is not None or time.monotonic() >= since + self.wait)
+
+    def connect_timeout(self) -> int | None:
+        """The seconds a new connection may take while the server is away (None: the engine's own).
+        A server that drops packets (a firewall, a partition) costs each try the whole connect_timeout,
+        10 s, under the write lock, every other thread behind it: four threads took 40 s past a
+        store_wait of 4 s, and a SIGTERM waited behind them (review 182). During an outage a try gets
+        3 s (a server back answers in milliseconds; a SIGTERM waits out no more), less what is left
+        of its wait, libpq's least 2 s; a stopped run's, 2 s. Before any: no more than the wait itself."""
+        with self._lock:
+            since = self._since
+        if self.stopped() is not None:
+            return MIN_CONNECT
+        if since is None:
+            return max(MIN_CONNECT, math.ceil(self.wait)) if self.wait > 0 else None
+        return max(MIN_CONNECT, min(OUTAGE_CONNECT, math.ceil(since + self.wait - time.monotonic())))
+
+    def _failed(self, err: StoreError, tries: int, where: str, began: float) -> float:
+        """The pause before the next try; raises where the wait has run out. The wait counts from
+        the start of the first failed try: a connection that took its whole timeout to fail is part of it."""
         now = time.monotonic()
         with self._lock:
+            self.failures += 1
             if self._since is None:
-                self._since = now
+                self._since = began
                 self.say(
                     f"the results database {where} is unreachable ({err}); the run goes on and its writes are "
                     f"tried again for up to {self.wait:g} s (farm.yaml's store_wait)"

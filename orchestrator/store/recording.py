@@ -115,11 +115,15 @@ class Recording:
         ref = self._new_ref()
         fields = record.columns()
         self._journal("snapshot", {"ref": ref, **{k: v for k, v in fields.items() if k != "run_id"}})
-        # a node's one snapshot of the run (cell_work.py): found, it is this one
-        mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
-        snapshot_id = self._retrying(
-            lambda: self._add(NodeSnapshotRow, fields), self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
-        )
+        newer = _NewerSnapshot(fields)
+
+        def write() -> int:
+            with self._writing_rows() as connection:
+                newer.floor = connection.execute(newer.newest).scalar() or 0
+                row = stored(NodeSnapshotRow.__table__, fields)
+                return connection.execute(NodeSnapshotRow.__table__.insert(), row).inserted_primary_key[0]
+
+        snapshot_id = self._retrying(write, self._landed_after(newer))
         self._snapshot_refs[snapshot_id] = ref
         return snapshot_id
 
@@ -180,13 +184,15 @@ class Recording:
         ref = self._new_ref()
         self._journal_many(("attempt", tried), ("snapshot", {"ref": ref, **fields}))
 
+        newer = _NewerSnapshot(fields)
+
         def write() -> int:
             with self._writing_rows() as connection:
+                newer.floor = connection.execute(newer.newest).scalar() or 0
                 return insert_node(connection, tried, fields)
 
         landed_attempt = self._landed(select(Attempt.id).where(*_attempt_key(tried)))
-        mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
-        landed_snapshot = self._landed(select(func.max(NodeSnapshotRow.id)).where(*mine))
+        landed_snapshot = self._landed_after(newer)
         # the attempt and its snapshot in one transaction: the attempt found, the node's snapshot is this one
         snapshot_id = self._retrying(write, lambda: landed_snapshot() if landed_attempt() is not None else None)
         self._snapshot_refs[snapshot_id] = ref
@@ -215,6 +221,17 @@ class Recording:
 
         self._retrying(write, lambda: None)
 
+    def _landed_after(self, newer: _NewerSnapshot) -> Callable[[], int | None]:
+        """The snapshot a failed try committed after all: one newer than its transaction read."""
+
+        def find() -> int | None:
+            if newer.floor is None:
+                return None
+            after = newer.newest.where(NodeSnapshotRow.id > newer.floor)
+            return self._landed(after)()
+
+        return find
+
     def _landed(self, query: Select[Any]) -> Callable[[], Any]:
         """The first value `query` reads, on a session of its own (None: the failed try left nothing)."""
 
@@ -223,6 +240,17 @@ class Recording:
                 return session.execute(query).scalar()
 
         return find
+
+
+class _NewerSnapshot:
+    """A node's snapshot of a try, told from the node's earlier ones of the run (the lost-cells path
+    of scheduler.py stores one per missing cell): newer than the newest the try read in its own
+    transaction. The node's newest snapshot, taken as the cut try's, was an earlier one (review 182)."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
+        self.newest = select(func.max(NodeSnapshotRow.id)).where(*mine)
+        self.floor: int | None = None  # None: no try got as far as its insert
 
 
 def _attempt_key(tried: dict[str, Any]) -> list[Any]:
