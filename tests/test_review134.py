@@ -25,7 +25,7 @@ from farm_cli import farm, farm_env
 from nodes import CARDS, Fleet, SshNode, query, standin_job, standin_variant, write_farm
 from test_faults import run_farm
 
-from orchestrator.classify import SanitizerReport
+from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.run import sanitize
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.frames import SIZE_DIGITS

@@ -21,7 +21,8 @@ import pytest
 from nodes import CARDS, Fleet, install_sanitizer, processes_matching, query, standin_job, standin_variant
 
 from docs import readme_yaml
-from orchestrator.classify import Evidence, SanitizerReport, classify
+from orchestrator.classify import Evidence, classify
+from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.config.farm import load_farm
 from orchestrator.errors import ConfigErrors
 from orchestrator.outcomes import Outcome

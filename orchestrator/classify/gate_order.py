@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 from orchestrator.outcomes import Outcome
 
 if TYPE_CHECKING:
-    from orchestrator.classify import Evidence
+    from orchestrator.classify.evidence import Evidence
     from orchestrator.plan import Expectation
 
 V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
