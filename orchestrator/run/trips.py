@@ -21,67 +21,25 @@ import marshal
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.run.cell import CellPaths
-from orchestrator.run.commands import NOW_NS, runner_command
+from orchestrator.run.commands import runner_command
 from orchestrator.run.file_ends import read_back, with_framed
 from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
 from orchestrator.run.node_limits import forkless, out_of_processes, unless_forkless
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.run.stage_trip import Fetched, Trip, last_match
+from orchestrator.run.together_script import together_script
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline
 
-
-def last_match(pattern: str, text: str) -> re.Match[str] | None:
-    """The last line of `text` matching `pattern` (multi-line), or None."""
-    return [None, *re.finditer(pattern, text, re.M)][-1]
-
-
-@dataclass
-class Trip:
-    """A stage's part of a round trip: its script, how long it may take, the files
-    it sends back (tag, path on the node, byte limit, sink), and what the farm
-    does with what came back (`state` holds the sinks the parser reads)."""
-
-    stage: str
-    # the shell's script, or what writes it: made only where a shell runs the stage (the resident
-    # runner reads `spec`), since writing it cost the farm a tenth of its CPU per cell (issue 11)
-    script: str | Callable[[], str]
-    timeout: float
-    files: list[tuple[str, str, int, Callable[[bytes], None]]]
-    state: Any = None
-    clean_up: bool = False  # the cell's folder goes once its files are read
-    release: bool = False  # the GPU is free once the script's own part ended
-    ends: tuple[str, ...] = ()  # files sent as their size, first and last `limit // 2` bytes (file_ends.py)
-    spec: dict[str, Any] | None = None  # the same stage for the node's python3 (noderunner.py), where it has one
-
-    def shell(self) -> str:
-        if callable(self.script):
-            self.script = self.script()
-        return self.script
-
-
-@dataclass
-class Fetched:
-    """A later stage's part of a cell's one round trip, read ahead of its turn."""
-
-    trip: Trip
-    outcome: CommandResult
-    text: str
-    started_at: datetime
-    seconds: float
-
-
 _SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
-_SIMPLE_MNEMONIC = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")  # a name a shell pattern can carry
 
 
 class CellTrips:
@@ -246,28 +204,6 @@ class CellTrips:
         turn (`_go`), with its timing."""
         token = new_token()
         last = trips[-1]
-        nl = "\n"
-
-        def section(i: int) -> str:
-            trip = trips[i]
-            tag = f"ctl-{trip.stage}"
-            parts = [
-                f'echo "@@farm section {trip.stage} $({NOW_NS})"; ran="$ran {trip.stage}"',
-                f"out=$( {self._wrap(trip.shell())} )",
-                # its control text as a frame: read by length, a forged copy is a duplicate
-                "n=$(LC_ALL=C; echo $((${#out} + 1)))",
-                f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $n",
-                "printf '%s\\n' \"$out\"",
-                f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}",
-                f'echo "@@farm section-end {trip.stage} $({NOW_NS})"',
-                *(emit(token, ftag, path, limit, ftag in trip.ends) for ftag, path, limit, _ in trip.files),
-            ]
-            if trip is last:
-                parts += [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []
-            else:
-                parts += [f"go=; {self._gate(trip.stage, nl)}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
-            return "; ".join(parts)
-
         controls = {trip.stage: bytearray() for trip in trips}
 
         def keep(into: bytearray) -> Callable[[bytes], None]:
@@ -301,10 +237,8 @@ class CellTrips:
             else:
                 # the cell's processes are gone before the last line: the run reaps its own after the
                 # kernel; a cell that stopped before its run has its build's and inspect's reaped here
-                script = (
-                    f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {self._reap_cell("swept")};; esac; '
-                    'echo "@@farm ran$ran"'
-                )
+                swept = self._reap_cell("swept")
+                script = together_script(trips, token, self._wrap, swept, self.paths, self.variant.instructions)
                 outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
             control = reader.finish()
         except InfraError as err:  # a file cut short: by a node out of processes, maybe (node_limits.py)
@@ -350,38 +284,6 @@ class CellTrips:
             )
             if trip is last and trip.clean_up:
                 self.cleaned = True
-
-    def _gate(self, stage: str, nl: str) -> str:
-        """Shell that sets go=1 when the stage whose control text is in $out
-        succeeded by the node's reading, read as the farm reads it (which judges
-        it again): its shell ended 0 (the last line), and the build made its copy
-        (or took a cached one) / inspect exited 0 with the instructions it needs."""
-        ended = f'case "$out" in *"{nl}@@farm end 0"|"@@farm end 0") ;; *) go=no;; esac'
-        if stage == "build":
-            # the binary the cell runs, as the farm will read it: the first cached, else the first
-            # copy equal to the first built (the run says what it checked, after its reap)
-            find = "printf '%s\\n' \"$out\" | sed -n 's/^@@farm {0} \\([0-9a-f]\\{{64\\}}\\)$/\\1/p' | head -n 1"
-            return (
-                f"farm_sha=$({find.format('cached')}); "
-                f'if [ -z "$farm_sha" ]; then b=$({find.format("built")}); c=$({find.format("copy")}); '
-                f'[ -n "$b" ] && [ "$b" = "$c" ] && farm_sha=$c; fi; '
-                f'[ -n "$farm_sha" ] && go=1; {ended}; [ "$go" = 1 ] || go='
-            )
-        dump = shlex.quote(f"{self.paths.run_dir}/inspect.txt")
-        checks = []
-        for name, needed in self.variant.instructions.items():
-            if not _SIMPLE_MNEMONIC.fullmatch(name):
-                continue  # no shell pattern for it: the farm's own count decides before any run of its own
-            pattern = shlex.quote(f"(^|[^[:alnum:]_.]){name.replace('.', '[.]')}([^[:alnum:]_]|$)")
-            checks.append(
-                f'n=$(LC_ALL=C grep -oE {pattern} {dump} 2>/dev/null | wc -l); [ "$n" -ge {int(needed)} ] || go=no'
-            )
-        rc = "$(printf '%s\\n' \"$out\" | grep -m 1 '^@@farm rc=')"
-        return (
-            f'[ "{rc}" = "@@farm rc=0" ] && go=1; {ended}'
-            + "".join(f"; {check}" for check in checks)
-            + '; [ "$go" = 1 ] || go='
-        )
 
     def _check_ended(self, control: str, outcome: CommandResult, stage: str) -> None:
         ended = last_match(r"^@@farm end (\d+)$", control)

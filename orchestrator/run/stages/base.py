@@ -19,7 +19,8 @@ from orchestrator.run.commands import KILL_GRACE, NOW_NS
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.slots import GpuSlots
 from orchestrator.run.snapshot import Gpu, NodeSnapshot
-from orchestrator.run.trips import CellTrips, Fetched, Trip, last_match
+from orchestrator.run.stage_trip import Fetched, Trip, last_match
+from orchestrator.run.trips import CellTrips
 from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
 

@@ -22,12 +22,12 @@ from orchestrator.run.commands import (
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.node_limits import fork_failed, forkless, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.removal import remove_sh
+from orchestrator.run.stage_trip import Trip
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
-from orchestrator.run.trips import Trip
 from orchestrator.transport import CommandResult
 
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)

@@ -14,10 +14,10 @@ from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
 from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
 from orchestrator.run.runtime_code import JIT_NAMES, JIT_VARIABLES, RUNTIME_LOADERS, runtime_loads
+from orchestrator.run.stage_trip import Trip
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
-from orchestrator.run.trips import Trip
 
 INSPECT_TIMEOUT = 300.0
 # each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
@@ -106,7 +106,7 @@ class InspectStage(CellStages):
         jit = self._jit_spec(cuda)
         loaders = self._loaders(cuda)
 
-        def script() -> str:  # the shell's (trips.Trip.shell): the python runner reads the spec
+        def script() -> str:  # the shell's (stage_trip.Trip.shell): the python runner reads the spec
             bdir = shlex.quote(self.paths.run_dir)
             tool = f"timeout -k {KILL_GRACE} {LIST_TIMEOUT} {shlex.quote(self.cuobjdump)}"
             lists = (

@@ -41,10 +41,10 @@ from orchestrator.run.commands import (
 from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fork, out_of_processes
 from orchestrator.run.preload import preload_started
+from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.failure_words import PASS_TEXT, as_text, marker_missing
 from orchestrator.run.streams import StreamScan
-from orchestrator.run.trips import Trip, last_match
 from orchestrator.transport import CommandResult
 
 
@@ -105,7 +105,7 @@ class RunStage(CellStages):
         gpu = self.result.gpu
         wait, queue_on_node = self._queue_on_node(gpu)
 
-        def script() -> str:  # the shell's (trips.Trip.shell): the python runner reads the spec
+        def script() -> str:  # the shell's (stage_trip.Trip.shell): the python runner reads the spec
             # farm_kw: whether the copy's reads show (farm_w below), for each kernel command's (commands.UNREAD_NOTE)
             shell_command = f"farm_rd=${{farm_kw-}}; unset farm_kw; ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(
                 self.variant.run, copy, files

@@ -11,9 +11,9 @@ from orchestrator.run import sanitize
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarded, own_tmp
 from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.file_ends import FileEnds
+from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.run import undying_error
-from orchestrator.run.trips import Trip, last_match
 
 
 class SanitizeStage(CellStages):
