@@ -53,7 +53,8 @@ from orchestrator.config.inputs import FOLDER_DIGEST_SH, file_sha256, files_dige
 from orchestrator.plan import plan_cells
 from orchestrator.report.site import render
 from orchestrator.run import bundle, cell, commands, noderunner, resident, staging
-from orchestrator.run.probe import _python, probe, resident_probe
+from orchestrator.run.probe import probe, resident_probe
+from orchestrator.run.probe_output import _python
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
 from orchestrator.transport import Transport, transport_for

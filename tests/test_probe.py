@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config.farm_spec import NodeSpec
-from orchestrator.run.probe import parse_probe
+from orchestrator.run.probe_output import parse_probe
 
 H200_0 = "GPU-5dce72a8-3e24-b3db-85ad-337cf81b4a37"
 H200_1 = "GPU-b2dc882a-fef7-d974-22b3-8bf1943f1ae7"
