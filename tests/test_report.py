@@ -453,7 +453,7 @@ def test_the_matrix_made_in_python_is_the_templates_bytes():
     from types import SimpleNamespace
 
     from orchestrator.report import grids, site
-    from orchestrator.report.model import StandingCell
+    from orchestrator.report.standing import StandingCell
 
     loop = (  # index.html.j2's loop as it was (357953a)
         "{% for kernel, variant, contract in model.rows %}\n<tr>\n"

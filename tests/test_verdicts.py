@@ -41,8 +41,9 @@ from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
 from orchestrator.report import export
 from orchestrator.report.kernel_inputs import current_inputs
-from orchestrator.report.model import cc_key, collect
+from orchestrator.report.model import collect
 from orchestrator.report.site import render
+from orchestrator.report.standing import cc_key
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import cell_paths
 from orchestrator.run.scheduler import run_cells

@@ -22,7 +22,8 @@ from orchestrator.report import history
 from orchestrator.report.escape import decoded_text, page_name, when
 from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import ew as _ew
-from orchestrator.report.model import category, unconfirmed
+from orchestrator.report.model import unconfirmed
+from orchestrator.report.standing import category
 from orchestrator.report.unbacked import certifies_nothing_why
 from orchestrator.store.tables import ResultRow
 

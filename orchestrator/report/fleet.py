@@ -56,7 +56,7 @@ def same_file(a: Path, b: str) -> bool:
 
 
 def departed(store: Store, farm: Farm | None, columns: list[Any]) -> dict[str, str]:
-    """node -> why it is no longer in the fleet, for each node of `columns` (model.Column:
+    """node -> why it is no longer in the fleet, for each node of `columns` (standing.Column:
     node, snapshot) that the farm file of its last probed run no longer lists."""
     if farm is None:
         return {}

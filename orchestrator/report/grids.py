@@ -26,7 +26,8 @@ from orchestrator.report.durations import seconds
 from orchestrator.report.escape import e as _e
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import t as _t
-from orchestrator.report.model import ReportModel, category, unconfirmed
+from orchestrator.report.model import ReportModel, unconfirmed
+from orchestrator.report.standing import category
 from orchestrator.report.unbacked import UNIDENTIFIED
 from orchestrator.run.snapshot import card_columns
 
@@ -34,7 +35,7 @@ from orchestrator.run.snapshot import card_columns
 def age_text(days: float) -> str:
     """How long before the shown run an earlier run's verdict was (the run's own cells
     show no age): "this run" would take a run started under a minute before for it."""
-    if math.isinf(days):  # model._days: its start is after this run's, from an earlier run
+    if math.isinf(days):  # standing._days: its start is after this run's, from an earlier run
         return "age unknown: the farm host's clock was off"
     if days < 1 / 24:
         return "<1 min before" if days < 1 / 1440 else f"{days * 1440:.0f} min before"

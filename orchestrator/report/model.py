@@ -12,10 +12,8 @@ definition, aggregated in the database from indexes (store.py). Logs: the full c
 from __future__ import annotations
 
 import functools
-import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
@@ -28,6 +26,7 @@ from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.no_verdict import NoVerdict, no_verdict
 from orchestrator.report.rejudged import flag_ledgers, rejudged
+from orchestrator.report.standing import Column, StandingCell, category, cc_key, fleet_standing
 from orchestrator.report.trends import Series, trend_series
 from orchestrator.report.unrun import UnrunNode, unrun_nodes
 from orchestrator.store.database import Store
@@ -38,14 +37,6 @@ HISTORY_RUNS = 30  # runs in history.html, each with its own page
 GRID_RUNS = 10  # runs (columns) in a kernel page's history grid
 
 
-@functools.cache
-def category(outcome: str) -> str:
-    """good, bad or infra: the colour of an outcome (cached: a report asks ~10^5 times)."""
-    if is_infra(outcome):
-        return "infra"
-    return "good" if is_as_expected(outcome) else "bad"
-
-
 def unconfirmed(r: Any) -> bool:
     """An as-expected verdict on a card the kernel ran on that the NVIDIA driver did not
     confirm (a stand-in nvidia-smi, or one that misreports its card): it certifies
@@ -54,48 +45,6 @@ def unconfirmed(r: Any) -> bool:
     one of inputs the farm did not all identify (no identity: it never certified, review 146)."""
     ran = r.outcome in RAN_AS_EXPECTED  # its SQL form: store.certifying.unconfirmed_rule
     return ran and bool(r.device) and (not r.real_gpu or bool(r.farm_writable) or not r.identity)
-
-
-def cc_key(cc: str | None) -> tuple[int, int, int]:
-    """Sort key of a CC written "major.minor": as numbers (7.5 < 10.0), None last."""
-    if not cc:
-        return (1, 0, 0)
-    major, _, minor = cc.partition(".")
-    try:
-        return (0, int(major), int(minor or 0))
-    except ValueError:
-        return (1, 0, 0)
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of the matrix: a node, and on a node with several card models, one card."""
-
-    node: str
-    device: str
-    several: bool  # the node holds several card models: name the card
-    cc: str | None
-    snapshot: NodeSnapshotRow | None  # the node's latest probe up to the rendered run
-    real_gpu: bool  # the card confirmed by the driver (latest result's)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.node, self.device)
-
-
-@dataclass(frozen=True)
-class StandingCell:
-    """What the matrix shows for a cell: its latest verdict from any run, and
-    the latest attempt when that was infra (the node could not be used)."""
-
-    result: Any  # light row: id, run_id, outcome, expected, reason, last_stderr_line, times, code_path
-    age_days: float  # before the rendered run's start
-    stale: bool
-    infra_since: Any | None  # a later infra result, if any
-
-    @property
-    def category(self) -> str:
-        return category(self.result.outcome)
 
 
 def cell_label(key: history.CellKey, several: bool) -> str:
@@ -171,17 +120,6 @@ class ReportModel:
     @property
     def ledger_flags(self) -> list[tuple[str, str, str]]:
         return [(entry.kernel, kind, text) for entry in self.ledgers for kind, text in entry.flags]
-
-
-def _days(later: datetime, earlier: datetime | None) -> float:
-    if earlier is None:
-        return 0.0
-    a = later if later.tzinfo else later.replace(tzinfo=UTC)
-    b = earlier if earlier.tzinfo else earlier.replace(tzinfo=UTC)
-    days = (a - b).total_seconds() / 86400
-    # an earlier run's verdict a day or more after this run's start: one of the farm host's clocks was
-    # off; it stood 0 days old, never stale, until that date (a red-team finding): its age is unknown
-    return math.inf if days < -1 else max(days, 0.0)
 
 
 _run_then_id = itemgetter(0, 2)  # of (run, outcome, result id)
@@ -270,35 +208,8 @@ def collect(
 
     # the fleet's standing: the latest verdict of every cell on record, from any run
     stale_after = farm.spec.stale_after_days if farm is not None else 30.0
-    standing: dict[history.CellKey, StandingCell] = {}
-    latest_verdicts, latest_any = store.standing(run.id)
-    for key, row in latest_verdicts.items():
-        later = latest_any.get(key)
-        infra = later if later is not None and later.id != row.id else None
-        age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0  # its own run's: no age
-        standing[key] = StandingCell(row, age, age > stale_after, infra)
-    for key, row in latest_any.items():
-        if key not in standing:  # never a verdict: show what there is
-            age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0
-            standing[key] = StandingCell(row, age, age > stale_after, None)
-    latest_snaps = {s.node: s for s in store.latest_snapshots(run.id)}
-    by_column: dict[tuple[str, str], list[StandingCell]] = defaultdict(list)
-    for (_k, _v, node, device), cell in standing.items():
-        by_column[(node, device)].append(cell)
-    devices = Counter(node for node, _device in by_column)
-    columns = []
-    for (node, device), cells in by_column.items():
-        newest = max(cells, key=lambda c: c.result.id).result
-        columns.append(
-            Column(node, device, devices[node] > 1, newest.cc, latest_snaps.get(node), bool(newest.real_gpu))
-        )
-    columns.sort(key=lambda c: (cc_key(c.cc), c.node, c.device))
-    contracts_by_row: dict[tuple[str, str], str] = {}
-    named_by_row: dict[tuple[str, str], list[str]] = {}
-    for (kernel, variant, _n, _d), cell in sorted(standing.items(), key=lambda item: item[1].result.id):
-        contracts_by_row[(kernel, variant)] = cell.result.contract or contracts_by_row.get((kernel, variant), "")
-        named_by_row[(kernel, variant)] = cell.result.contract_ccs or named_by_row.get((kernel, variant), [])
-    rows = [(k, v, contracts_by_row[(k, v)]) for k, v in sorted(contracts_by_row)]
+    fleet_now = fleet_standing(store, run, stale_after)
+    standing, columns, rows, named_by_row = fleet_now.cells, fleet_now.columns, fleet_now.rows, fleet_now.named
 
     latest_by_kernel = {r.kernel: r for r in store.latest_identified(run.id, sorted({k for k, _v, _n, _d in standing}))}
     now_inputs = current_inputs(store, farm, latest_by_kernel)

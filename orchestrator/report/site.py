@@ -49,12 +49,13 @@ from orchestrator.report import grids, history
 from orchestrator.report.cell_pages import write_cell_pages
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
-from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, category, collect
+from orchestrator.report.model import GRID_RUNS, HISTORY_RUNS, collect
 from orchestrator.report.pagewriter import PAGE, PageWriter, WriteFailed, make_folders, write_page
 from orchestrator.report.run_cards import run_cards
 from orchestrator.report.site_identity import take_site
 from orchestrator.report.site_lock import LOCK_FILE, rendering
 from orchestrator.report.stamps import run_stamp, stamped
+from orchestrator.report.standing import category
 from orchestrator.report.unbacked import run_words
 from orchestrator.store.database import Store
 from orchestrator.terminal import printable_on_page

@@ -27,7 +27,7 @@ class UnrunNode:
 
 
 def unrun_nodes(farm: Farm | None, columns: list[Any]) -> list[UnrunNode]:
-    """Each node of `farm` none of whose columns (model.Column) is in the matrix, by name."""
+    """Each node of `farm` none of whose columns (standing.Column) is in the matrix, by name."""
     if farm is None:
         return []
     on_record = {c.node for c in columns}
