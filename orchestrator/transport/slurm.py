@@ -54,27 +54,17 @@ from pathlib import Path
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, InfraError
 from orchestrator.transport.base import CommandResult, Transport
-from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled: the module's API
-    INFRA_STATES,
-    RESULT_STATES,
-    STATE_WORDS,
+from orchestrator.transport.slurm_ending import job_ident, judge_ending, read_submission, split_stderr
+from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled, SlurmPendingLimit: the module's API
     SlurmCancelled,
     SlurmJob,
     SlurmJobError,
     SlurmPendingLimit,
     SlurmRejected,
     SlurmTimeLimit,
-    _error_for,
-    controller_unreachable,
-    ended_by_slurm,
-    of_commands_steps,
-    pending_hint,
-    read_records,
-    slurms_kill,
-    suspension,
     within_time_limit,
 )
-from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, start_line, stop_script
+from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, stop_script
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -93,14 +83,6 @@ _CARDS = (
     "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null "
     '| cut -s -d, -f3,4 | tr "\\n" ";")'
 )
-_SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
-# what srun and slurmstepd print as a job ends, at the very end of stderr
-_SLURM_ENDING = re.compile(
-    r"(?:srun: error: \S+: tasks? [\d,-]+: |slurmstepd(?:-[^:\s]*)?: error: \*\*\* |(?:(?<=\n)|\A)srun: )[^\n]*\n?\Z"
-)
-# srun's or slurmstepd's words for an ending that is Slurm's doing (a command's
-# own "task 0: Exited with exit code 1" or "task 0: Segmentation fault" is not)
-_SLURM_TROUBLE = re.compile(r"CANCELLED|Node failure|TIME LIMIT|Force Terminated|revoked|PREEMPT|Unable to allocate")
 
 
 def _minutes(seconds: float) -> int:
@@ -224,8 +206,8 @@ class SlurmTransport(Transport):
                 job,
             ) from err
         seconds = time.monotonic() - clock
-        stdout, rc = self._parse(job, token, outcome.stdout)
-        stderr = self._split_stderr(job, outcome.stderr)
+        stdout, rc = read_submission(self.name, job, token, outcome.stdout)
+        stderr = split_stderr(job, outcome.stderr)
         if job.state in UNSETTLED and job.state != "COMPLETING":
             # srun is gone (killed on the login node) while Slurm still runs the job: left alone it
             # holds its compute node's GPU until its time limit, and the next job waits behind it
@@ -249,116 +231,10 @@ class SlurmTransport(Transport):
             raise InfraError(f"node {self.name!r}: the run's Slurm jobs were not cancelled ({said[0][:300]})")
         return int(match.group(1))
 
-    # reading what came back -------------------------------------------------
-    def _parse(self, job: SlurmJob, token: str, text: str) -> tuple[str, int]:
-        end = f"\n@@slurm-end-{token} "
-        cut = text.rfind(end)
-        if cut < 0:
-            raise SlurmJobError(
-                f"node {self.name!r}: the submission of Slurm job {job.name} on the login node "
-                f"ended without a status ({text.strip()[-300:]!r})",
-                job,
-            )
-        body, tail = text[:cut], text[cut + len(end) :]
-        rc_text, _, records = tail.partition("\n")
-        rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
-        start, before = start_line(token, body)
-        job.messages.extend(before)
-        if start:
-            job.started = True
-            job.job_id = start.group(1) or None
-            job.compute_node = start.group(2) or None
-            job.cards = tuple(sorted({c.strip() for c in start.group(3).split(";") if c.strip()}))
-            body = body[start.end() :]
-        read_records(job, token, records)
-        return body, rc
-
-    def _split_stderr(self, job: SlurmJob, text: str) -> str:
-        """The command's stderr without srun's and slurmstepd's lines. Their last
-        words may follow a last line the command left unterminated."""
-        ending: list[str] = []
-        while match := _SLURM_ENDING.search(text):
-            ending.insert(0, match.group(0).rstrip("\n"))
-            text = text[: match.start()]
-        kept = []
-        for line in text.splitlines(keepends=True):
-            if _SLURM_LINE.match(line):
-                job.messages.append(line.rstrip("\n"))
-            else:
-                kept.append(line)
-        job.messages.extend(ending)
-        return "".join(kept)
-
     def _judge(self, job: SlurmJob, rc: int, seconds: float) -> None:
-        """Raise for every ending that is Slurm's doing; return for the command's own."""
-        node = self.node
-        said = "; ".join(m for m in job.messages if "error" in m or "CANCELLED" in m) or "; ".join(job.messages)
-        srun = f" ({said[-400:]})" if said else ""
-        ident = f"Slurm job {job.job_id}" if job.job_id else f"Slurm job {job.name}"
-        where = f" on {job.compute_node}" if job.compute_node else ""
-        why = f"; Slurm's reason: {job.reason}" if job.reason else ""
-        if not job.started:
-            if (unanswered := controller_unreachable(job, f"node {self.name!r}: {ident}")) is not None:
-                raise unanswered
-            if job.job_id is None or job.state == "FAILED":
-                # what the node asked besides: Slurm's "Requested node configuration is not available" names
-                # none of it, and "Invalid generic resource" no value (red-team round 174)
-                keys = {"gres": node.gres, "constraint": node.constraint, "memory": node.memory}
-                asked = "".join(f", {k} {v!r}" for k, v in keys.items() if v) + f", {job.minutes} min"
-                raise SlurmRejected(
-                    f"node {self.name!r}: Slurm refused {ident} for partition {node.partition!r}{asked}"
-                    + (f", slurm_options {list(node.slurm_options)}" if node.slurm_options else "")
-                    + f"{why}{srun}",
-                    job,
-                )
-            if job.state in ("CANCELLED", None) and seconds >= node.pending_limit * 0.9:
-                raise SlurmPendingLimit(
-                    f"node {self.name!r}: {ident} waited past its pending limit of {node.pending_limit} s "
-                    f"in partition {node.partition!r} and was withdrawn{why}{pending_hint(job)}{srun}",
-                    job,
-                )
-            if job.state in INFRA_STATES:
-                raise _error_for(job.state)(
-                    f"node {self.name!r}: {ident}{where} {STATE_WORDS[job.state]} before its command started{why}"
-                    f"{srun}",
-                    job,
-                )
-            raise SlurmJobError(
-                f"node {self.name!r}: {ident} ended before its command started (state {job.state or 'unknown'}{why})"
-                f"{srun}",
-                job,
-            )
-        # Slurm's memory limit, a step someone killed: Slurm's doing, whatever the record and the exit say
-        if (killed := slurms_kill(job, f"node {self.name!r}: {ident}{where}", node.memory, srun)) is not None:
-            raise killed
-        # slurmstepd's word that Slurm ended the farm's step outweighs a record that reads a result
-        final = job.state in RESULT_STATES or job.state == "COMPLETING"  # COMPLETING: its Epilog still runs
-        ended = job.state if job.state in INFRA_STATES else ended_by_slurm(job) if final else None
-        if ended is not None:
-            record = f" (its record says {job.state})" if job.state and job.state != ended else ""
-            raise _error_for(ended)(
-                f"node {self.name!r}: {ident}{where} {STATE_WORDS[ended]} while it ran{record}{why}; "
-                f"not a verdict on the command{srun}",
-                job,
-            )
-        if (held := suspension(job, f"node {self.name!r}: {ident}{where}")) is not None:
-            raise held
-        if job.state in (None, "COMPLETING"):
-            # Slurm no longer knows the job (a short MinJobAge, no accounting), or its final record is not
-            # there yet (an Epilog outlasting the login side's wait): only srun's word is left.
-            trouble = [m for m in job.messages if _SLURM_TROUBLE.search(m) and not of_commands_steps(job, m)]
-            if trouble:
-                raise SlurmJobError(
-                    f"node {self.name!r}: {ident}{where} ended abnormally "
-                    f"({'Slurm keeps no record of it' if job.state is None else 'its record still COMPLETING'}): "
-                    f"{'; '.join(trouble)[-400:]}",
-                    job,
-                )
-        elif job.state not in RESULT_STATES:
-            gone = "; its srun returned while Slurm still had it: cancelled by the farm"
-            gone = gone if job.state in UNSETTLED else ""
-            raise SlurmJobError(f"node {self.name!r}: {ident}{where} ended in state {job.state}{gone}{why}{srun}", job)
-        self._check_pin(job, ident)
+        """Raise for every ending that is Slurm's doing, or a result from another card than the probe's."""
+        judge_ending(self.name, self.node, job, seconds)
+        self._check_pin(job, job_ident(job))
 
     def _check_pin(self, job: SlurmJob, ident: str) -> None:
         """A command's result counts only from the compute node the first job ran on: from
