@@ -41,7 +41,7 @@ from orchestrator.store.journal import Journal
 from orchestrator.store.location import several_names, sqlite_file
 from orchestrator.store.lock import check_held, recheck_held
 from orchestrator.store.measurements import MeasurementQueries
-from orchestrator.store.outage import STOP_LOOK, Outage, StoreUnreachable
+from orchestrator.store.outage import STOP_LOOK, Outage, StoreUnreachable, stopped_of
 from orchestrator.store.queries import Queries
 from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
@@ -87,7 +87,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         if (problem := several_names(url)) is not None:
             raise StoreError(f"cannot open the results database {self.redacted_url}: {problem}")
         try:
-            self.engine = open_engine(url)
+            self.engine = open_engine(url, stopped_of(self.outage))
         except ImportError as err:
             raise StoreError(
                 f"cannot open the results database {self.redacted_url}: its driver is not installed "

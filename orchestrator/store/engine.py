@@ -2,7 +2,8 @@
 brought to this farm's (Alembic), and its URL's secrets kept out of every message.
 
 SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC
-(whatever the URL's own `options`), connect with a 10 s timeout and check a pooled connection before use. A new
+(whatever the URL's own `options`), connect with a 10 s timeout and check a pooled connection before use;
+a session whose server stops answering is found and cut (liveness.py). A new
 database gets the farm's schema at once; one an earlier farm wrote is upgraded in
 place (by `farm verify` only), in one transaction on both backends; one a newer farm wrote is refused.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,6 +26,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import StoreError
+from orchestrator.store.liveness import server_engine
 from orchestrator.store.tables import Base, Meta
 from orchestrator.store.url_secrets import redact_url as redact_url  # the callers' import, as before
 from orchestrator.store.url_secrets import url_secrets
@@ -69,8 +72,9 @@ def first_line(err: BaseException, url: str) -> str:
     return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url)
 
 
-def open_engine(url: str) -> Engine:
-    """An engine with each backend's settings (see the module's docstring)."""
+def open_engine(url: str, stopped: Callable[[], object] = lambda: None) -> Engine:
+    """An engine with each backend's settings (see the module's docstring); `stopped()`, not None
+    once the run is stopped (liveness.py)."""
     backend = make_url(url).get_backend_name()
     if backend == "sqlite":
         engine = create_engine(url)
@@ -90,6 +94,8 @@ def open_engine(url: str) -> Engine:
         # with options of its own a session ran in the server's zone, pages printing local times (red-team 151)
         own = query.get("options", ())
         connect_args["options"] = " ".join([*([own] if isinstance(own, str) else own), "-c timezone=UTC"])
+        # keepalives and a watchdog: a server that stops answering an open session is found (liveness.py)
+        return server_engine(url, connect_args, stopped, pool_pre_ping=True)
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
 
 

@@ -286,18 +286,18 @@ class DatabaseLock:
         return None
 
     def __enter__(self) -> DatabaseLock:
-        from sqlalchemy import create_engine, event
+        from sqlalchemy import event
         from sqlalchemy.exc import SQLAlchemyError
         from sqlalchemy.pool import NullPool
 
         from orchestrator.errors import StoreError
         from orchestrator.store.engine import redact_url
+        from orchestrator.store.liveness import server_engine
 
         me = self.me
         try:
-            self._engine = create_engine(
-                self.url, connect_args={"application_name": me, "connect_timeout": 10}, poolclass=NullPool
-            )
+            # keepalives and the watchdog as the store's (liveness.py): its SELECT 1 ran under the write lock
+            self._engine = server_engine(self.url, {"application_name": me, "connect_timeout": 10}, poolclass=NullPool)
             event.listen(self._engine, "do_connect", self._connecting)
             self._connection = self._engine.connect()
             deadline = time.monotonic() + self.wait

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -68,6 +69,12 @@ def transient(err: BaseException) -> bool:
         operational = any(kind.__name__ == "OperationalError" for kind in type(cause).__mro__)
         return operational and not any(word in said for word in NOT_MENDED)
     return False
+
+
+def stopped_of(outage: Outage) -> Callable[[], str | None]:
+    """outage.stopped, read through a weak reference (the store's watchdog keeps no store alive)."""
+    ref = weakref.ref(outage)
+    return lambda: found.stopped() if (found := ref()) is not None else None
 
 
 def say_on_stderr(line: str) -> None:
