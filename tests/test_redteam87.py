@@ -84,7 +84,7 @@ def test_a_run_whose_lock_another_farm_took_and_released_meanwhile_stops_writing
                 with other.connect() as host_b:
                     assert host_b.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock.ADVISORY_KEY}).scalar()
                     b = Store(postgres_url)
-                    assert b.abort_unfinished_runs() == [(mine, 1)]
+                    assert [a[:2] for a in b.abort_unfinished_runs()] == [(mine, 1)]
                     theirs = b.begin_run(host="b", config_file=str(config), token="bb", **RUN)
                     b.finish_run(theirs, "finished", 0)
                     b.close()
@@ -168,7 +168,7 @@ def test_a_result_whose_commit_the_server_refused_is_imported_into_its_run(
     store.close()
     after = Store(postgres_url)  # the next start, then the import the error said to run
     try:
-        assert after.abort_unfinished_runs() == [(run_id, 1)]
+        assert [a[:2] for a in after.abort_unfinished_runs()] == [(run_id, 1)]
         assert after.import_journal(tmp_path / "journal" / "cc.jsonl")[0] == run_id
         with after.engine.connect() as db:
             rows = db.execute(select(ResultRow.variant, ResultRow.outcome).where(ResultRow.run_id == run_id)).all()

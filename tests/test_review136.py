@@ -82,7 +82,7 @@ def _closed(url: str, folder: Path | None) -> list[tuple[int, int]]:
     """Another farm's start: the run marked aborted (its closing mark in `folder`'s journal)."""
     other = Store(url)
     try:
-        return other.abort_unfinished_runs(folder)
+        return [one[:2] for one in other.abort_unfinished_runs(folder)]  # (run id, not-run cells)
     finally:
         other.close()
 
@@ -167,10 +167,13 @@ def test_a_real_verdict_under_a_clock_ahead_is_taken(tmp_path: Path, monkeypatch
         _lost(store, first, HOURS)
     store.journal.close()
     store.close()
-    assert _closed(url, tmp_path / "journal") == [(first, 1)]
+    # the closing start takes v2 from the journal itself, before its mark (review 185): nothing is
+    # left not-run, and the import finds nothing more to add
+    assert _closed(url, tmp_path / "journal") == [(first, 0)]
     after = Store(url)
     try:
-        assert after.import_journal(tmp_path / "journal" / "aa.jsonl")[:3] == (first, "aborted", 1)
+        with pytest.raises(StoreError, match="already in"):
+            after.import_journal(tmp_path / "journal" / "aa.jsonl")
     finally:
         after.close()
     assert _v2(url, first) == ["pass"]

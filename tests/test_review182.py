@@ -274,7 +274,7 @@ def test_a_new_write_after_an_outage_looks_at_the_run_lock_first(
         with DatabaseLock(postgres_url, 5):
             other = Store(postgres_url)
             try:
-                assert other.abort_unfinished_runs() == [(run_id, 1)]
+                assert [a[:2] for a in other.abort_unfinished_runs()] == [(run_id, 1)]
             finally:
                 other.close()
             proxy.up()

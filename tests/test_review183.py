@@ -209,6 +209,7 @@ def test_a_run_that_store_wait_ended_looks_green_nowhere(
     index = (config.parent / "reports" / "index.html").read_text()
     assert "Run 1 did not finish" in index and "not green" in index, index[:3000]
     again = farm("verify", "--all", cwd=config.parent, env=env)
-    assert "run 1 was interrupted" in again.stdout and "marked aborted" in again.stdout, again.stdout
+    # its end and the results whose commits failed, from its journal (review 185)
+    assert "run 1 had stopped with exit 5, its end taken from its journal, and " in again.stdout, again.stdout
     body = json.loads(farm("report", "--format", "json", "--run", "1", cwd=config.parent, env=env).stdout)
     assert body["complete"] is False and body["run"]["status"] == "aborted", body["run"]

@@ -226,9 +226,9 @@ class Bisector:
             try:
                 folder = journal_folder(self.farm.database_url, self.farm.root, self.farm.spec.journal)
                 aborted = self.store.abort_unfinished_runs(folder)  # each one's closing mark (store/closing.py)
-                for run_id, not_run in aborted:
-                    self.say(f"run {run_id} was interrupted: marked aborted, {not_run} unfinished cells not-run")
-                tokens = self.store.run_tokens([run_id for run_id, _ in aborted])
+                for one in aborted:
+                    self.say(one.said())
+                tokens = self.store.run_tokens([one.run_id for one in aborted])
                 for run_id, node, count in reap_dead_runs({self.node: self.farm.nodes[self.node]}, tokens):
                     self.say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
                 self._walk()

@@ -189,14 +189,11 @@ def verify(
             store = Store(farm.database_url)
             store.outage.wait = farm.spec.store_wait  # a server restart mid-run is waited out (store/outage.py)
             aborted = store.abort_unfinished_runs(journals)  # each one's closing mark (store/closing.py)
-            for run_id, not_run in aborted:
-                say(
-                    f"run {run_id} was interrupted (the farm was stopped): marked aborted, "
-                    f"{not_run} unfinished cells recorded as not-run"
-                )
+            for one in aborted:
+                say(printable(one.said(), keep_newlines=False))
             # what those runs left running (a hung kernel holding a GPU) goes before this run waits on it
             used = {cell.node: farm.nodes[cell.node] for cell in cells}
-            for run_id, node, count in reap_dead_runs(used, store.run_tokens([r for r, _ in aborted])):
+            for run_id, node, count in reap_dead_runs(used, store.run_tokens([one.run_id for one in aborted])):
                 say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
             listeners: list = []
             same_site = same_database(farm.database_url, farm.configured_database_url)

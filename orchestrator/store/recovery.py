@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.errors import StoreError
+from orchestrator.errors import EXIT_STORE, StoreError
 from orchestrator.outcomes import FOUND_AT_NEXT_START, Outcome
 from orchestrator.store import journal
 from orchestrator.store.closing import mark_closed
@@ -29,6 +29,53 @@ from orchestrator.store.tables import (
     ResultRow,
     Run,
 )
+
+
+class Aborted(NamedTuple):
+    """A run the next start found running: its not-run cells, the results its journal held that
+    the database lacked (added), the exit code its journal said it ended with (None: its farm
+    died before it could say), and why its journal could not be read ("" where it could or has none)."""
+
+    run_id: int
+    not_run: int
+    added: int = 0
+    exit_code: int | None = None
+    unread: str = ""
+    end_taken: bool = False  # its end (exit_code) read from its journal: the database never took it
+
+    def said(self) -> str:
+        """The start's line for it (verify's and bisect's)."""
+        taken = f"{self.added} result{'s' * (self.added != 1)} its database lacked taken from its journal"
+        taken = taken if self.added else ""
+        if self.exit_code is not None:  # it said how it ended
+            line = f"run {self.run_id} had stopped with exit {self.exit_code}"
+            line += ", its end taken from its journal" if self.end_taken else ""
+            line += f", and {taken}" if taken else ""
+            line += f"; {self.not_run} unfinished cells recorded as not-run"
+        else:
+            line = f"run {self.run_id} was interrupted (the farm was stopped): "
+            line += f"{taken}; " if taken else ""
+            line += f"marked aborted, {self.not_run} unfinished cells recorded as not-run"
+        if self.unread:
+            line += f"; its journal could not be read ({self.unread}): `farm import` it once mended"
+        return line
+
+
+def _done(session: Any, results: Any, run_id: int) -> set[tuple[str, str, str, str]]:
+    """(kernel, variant, node, device) of the run's stored results."""
+    rows = session.execute(results.where(ResultRow.__table__.c.run_id == run_id))
+    return {(kernel, variant, node, device or "") for kernel, variant, node, device in rows}
+
+
+def _own_journal(folder: Path | None, token: str | None) -> tuple[list[tuple[str, dict[str, Any]]] | None, str]:
+    """The records of run `token`'s journal in `folder` (None where it has none there), and why it
+    could not be read (a damaged journal: the run is aborted as before, the journal kept to import)."""
+    if folder is None or not token or not (path := folder / f"{token}.jsonl").is_file():
+        return None, ""
+    try:
+        return read_journal(path), ""
+    except StoreError as err:
+        return None, str(err)
 
 
 class JournaledRun(NamedTuple):
@@ -126,27 +173,52 @@ class Recovery:
     aborted with its unfinished cells not-run; a run rebuilt from its journal; what a journal
     holds that the database has."""
 
-    def abort_unfinished_runs(self, journals: Path | None = None) -> list[tuple[int, int]]:
+    def abort_unfinished_runs(self, journals: Path | None = None) -> list[Aborted]:
         """Runs still marked running belong to a farm that died (the caller holds
         the run lock, so none is alive): mark them aborted, and record each cell
-        they planned but never finished as not-run. Returns (run id, not-run count).
-        `journals`: the runs' journal folder, where each gets its closing mark (closing.py)
-        once committed, before the caller's reap kills what they left."""
+        they planned but never finished as not-run. `journals`: the runs' journal folder,
+        where each gets its closing mark (closing.py) once committed, before the caller's
+        reap kills what they left.
+
+        A run whose journal there holds what the database lacks is completed from it first, as
+        `farm import` of that journal would (completing.py): a farm killed between its journal
+        and its commit, a database that failed past store_wait (the run's end journaled, exit 5),
+        and a run that ended aborted with exit 5 itself (a full disk refused a result, then took
+        the end). Their verdicts and exit codes stood lost behind "the farm was stopped", or the
+        run's cells stayed unfinished for good, until an operator imported the journal."""
         aborted, tokens = [], []
         now = datetime.now(UTC)
+        stopped = or_(Run.status == "running", and_(Run.status == "aborted", Run.exit_code == EXIT_STORE))
         with self._writing() as session:
-            for run in session.scalars(select(Run).where(Run.status == "running").order_by(Run.id)):
-                done = {(r.kernel, r.variant, r.node, r.device) for r in run.results}
+            for run in session.scalars(select(Run).where(stopped).order_by(Run.id)):
+                running = run.status == "running"
+                table = ResultRow.__table__
+                results = select(table.c.kernel, table.c.variant, table.c.node, table.c.device)
                 planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
-                missing = never_finished(planned, done)
+                if not running and not never_finished(planned, _done(session, results, run.id)):
+                    continue  # the store's own abort with every cell stored: nothing to do
+                records, unread = _own_journal(journals, run.token)
+                completed = complete_run(session, run.id, records) if records is not None else None
+                session.flush()
+                missing = never_finished(planned, _done(session, results, run.id))
                 cards = probed_cards(session, run.id)
+                said = run.status != "running"  # how it ended: its own record, or its journal's
                 for cell in missing:
-                    why = f"the farm was stopped before this cell finished {FOUND_AT_NEXT_START}"
+                    why = (
+                        f"the run stopped (exit {run.exit_code}) before this cell finished {FOUND_AT_NEXT_START}"
+                        if said
+                        else f"the farm was stopped before this cell finished {FOUND_AT_NEXT_START}"
+                    )
                     session.add(not_run_row(run.id, cell, now, why, cards))
-                run.status = "aborted"
-                run.ended_at = run.ended_at or now
-                aborted.append((run.id, len(missing)))
-                tokens.append(run.token)
+                if not said:
+                    run.status = "aborted"
+                    run.ended_at = run.ended_at or now
+                added = completed.added if completed is not None else 0
+                end = bool(completed and completed.ended)
+                code = run.exit_code if said else None
+                aborted.append(Aborted(run.id, len(missing), added, code, unread, end))
+                if running:
+                    tokens.append(run.token)
             session.commit()
         for token in tokens:
             mark_closed(journals, token, now)
