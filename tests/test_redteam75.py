@@ -23,6 +23,7 @@ from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import ConfigError
 from orchestrator.transport.slurm import SlurmCancelled, SlurmJob, SlurmJobError, SlurmTransport
+from orchestrator.transport.slurm_ending import read_submission
 
 # 300 MB touched page by page, then a pause for slurmstepd's poll (each second) to see it
 HOG = (
@@ -121,10 +122,9 @@ def test_a_cgroup_oom_kill_is_infra_not_the_commands_result() -> None:
 
 def test_the_job_records_memory_is_read() -> None:
     """squeue's %m and sacct's ReqMem name the limit the job had."""
-    t = SlurmTransport("x", NodeSpec(transport="slurm", partition="p"))
     job = SlurmJob(name="farm-x-1")
     text = "@@slurm-start-ab 12 n1 T4, 7.5;\nout\n\n@@slurm-end-ab 137\n@@slurm-job-ab 12|OUT_OF_MEMORY|n1|None|50M\n"
-    assert t._parse(job, "ab", text) == ("out\n", 137)
+    assert read_submission("x", job, "ab", text) == ("out\n", 137)
     assert (job.state, job.memory) == ("OUT_OF_MEMORY", "50M")
 
 
@@ -136,13 +136,13 @@ def test_a_step_killed_by_someones_scancel_names_them() -> None:
     words = "@@slurm-start-ab 12 n1 T4, 7.5;\n\n@@slurm-end-ab 137\n@@slurm-job-ab 12|FAILED|n1|JobLaunchFailure|\n"
     killed = ["srun: error: n1: task 0: Killed", "srun: Force Terminated StepId=12.0"]
     job = SlurmJob(name="farm-x-1")
-    t._parse(job, "ab", words + "@@slurm-step-ab 12.0|CANCELLED by 1234\n")
+    read_submission("x", job, "ab", words + "@@slurm-step-ab 12.0|CANCELLED by 1234\n")
     job.messages = list(killed)
     with pytest.raises(SlurmCancelled) as err:
         t._judge(job, 137, 1.0)
     assert "uid 1234" in str(err.value) and not err.value.retryable, str(err.value)
     # the step's own death by a signal: sacct says CANCELLED, by no one; the command's result
     own = SlurmJob(name="farm-x-2")
-    t._parse(own, "ab", words + "@@slurm-step-ab 12.0|CANCELLED\n")
+    read_submission("x", own, "ab", words + "@@slurm-step-ab 12.0|CANCELLED\n")
     own.messages = list(killed)
     t._judge(own, 137, 1.0)

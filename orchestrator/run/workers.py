@@ -36,6 +36,7 @@ from orchestrator.errors import FarmError, StoreError
 from orchestrator.guarded import WRITER_THREAD
 from orchestrator.outcomes import CELL_STAGES
 from orchestrator.run.card_claims import RemoteCardClaims
+from orchestrator.store.liveness import THREAD_NAME as DB_WATCHDOG
 
 if TYPE_CHECKING:
     from orchestrator.config.farm import Farm
@@ -105,7 +106,8 @@ def split(farm: Farm, by_node: dict[str, list[Cell]], count: int) -> list[dict[s
 
 
 # threads whose state a forked child resets (os.register_at_fork), or that hold nothing it uses
-FORK_SAFE_THREADS = frozenset({"ssh-watchdog", WRITER_THREAD})  # guarded.py resets its own in a child
+# guarded.py and store/liveness.py reset their own in a child
+FORK_SAFE_THREADS = frozenset({"ssh-watchdog", WRITER_THREAD, DB_WATCHDOG})
 CLOSED_TRANSPORT_WAIT = 1.0  # seconds at most for closed transports' threads to end (the fork server: 0.5-1.3 s)
 
 

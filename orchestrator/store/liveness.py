@@ -75,6 +75,20 @@ class _Watched:
 _watched: list[_Watched] = []
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+THREAD_NAME = "farm-db-watchdog"  # run/workers.py FORK_SAFE_THREADS: a child forked beside it resets it
+
+
+def _forked() -> None:
+    """In a forked child (a run's worker): no watchdog runs there, and its lock may have been held
+    by it at the fork. The child watches its own engines anew, if it makes any. Without this the
+    watchdog made every run after a PostgreSQL store start its workers from the fork server (CI)."""
+    global _lock, _thread
+    _lock = threading.Lock()
+    _watched.clear()
+    _thread = None
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def watch(engine: Engine, params: dict[str, Any], stopped: Callable[[], object] = lambda: None) -> None:
@@ -86,7 +100,7 @@ def watch(engine: Engine, params: dict[str, Any], stopped: Callable[[], object] 
     with _lock:
         _watched.append(watched)
         if _thread is None:
-            _thread = threading.Thread(target=_watchdog, name="farm-db-watchdog", daemon=True)
+            _thread = threading.Thread(target=_watchdog, name=THREAD_NAME, daemon=True)
             _thread.start()
 
 
