@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import FarmError, StoreError
 from orchestrator.guarded import WRITER_THREAD
 from orchestrator.outcomes import CELL_STAGES
+from orchestrator.run import fork_server
 from orchestrator.run.card_claims import RemoteCardClaims
 from orchestrator.store.liveness import THREAD_NAME as DB_WATCHDOG
 
@@ -299,6 +300,8 @@ class Workers:
             self.processes.append(process)
         if self.start_method == "fork":
             gc.unfreeze()
+        else:
+            fork_server.unname()  # before any node's command: a local kernel connected to it (red-team 187)
         self._send_locks = [threading.Lock() for _ in self.conns]
         for index in range(len(groups)):
             thread = threading.Thread(target=self._serve, args=(index,), daemon=True, name=f"worker-{index}")
@@ -381,5 +384,7 @@ class Workers:
             process.join(30)
             if process.is_alive():
                 process.kill()
+        if self.start_method == "forkserver":
+            fork_server.retire()
         if self.failure is not None:
             raise self.failure
