@@ -38,7 +38,9 @@ class Completed(NamedTuple):
 
     added: int
     late: int
-    by: str  # how "after" was told: "journal" (its closing mark), "clocks", "clocks disagree", "" (not closed)
+    # how "after" was told: "journal" (its closing mark), "own end" (its finish: it ended itself), "clocks",
+    # "clocks disagree", "" (not closed)
+    by: str
     ended: bool = False  # the journal's end taken for a run the database still held running
 
     def taken(self) -> str:
@@ -61,6 +63,8 @@ class Completed(NamedTuple):
         if not self.late:
             return ""
         said = f"; the {self.late} results it lacks "
+        if self.by == "own end":
+            return said + "were journaled after the run's own end: not taken"
         if self.by == "journal":
             return said + (
                 "were journaled after another farm's start closed the run (its mark in the journal), "
@@ -95,6 +99,13 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     by = "journal" if mark is not None else "clocks" if closed is not None else ""
     if mark is None and closed is not None and as_utc(run.started_at) > closed:  # a close before the run began
         by = "clocks disagree"
+    # an exit code is the run's own end (another start's close leaves none): no start closed it, nothing
+    # was killed; what it journaled before its finish is its own, whatever its clock read then. Told by
+    # the clocks, a step back before its end turned a verdict away as "after another farm's start closed
+    # the run", and the next start stored the cell not-run without a word (review 186)
+    own = mark is None and closed is not None and run is not None and run.exit_code is not None
+    finish = next((index for index, (kind, _fields) in enumerate(records) if kind == "finish"), len(records))
+    by = "own end" if own else by
     late = 0
     table = ResultRow.__table__
     rows = session.execute(
@@ -130,6 +141,8 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
         ended = fields.get("ended_at") or fields.get("started_at")
         if mark is not None:
             after = index > mark
+        elif own:
+            after = index > finish
         else:
             stamped_after = isinstance(ended, datetime) and closed is not None and as_utc(ended) > closed
             after = closed is not None and (by == "clocks disagree" or stamped_after)

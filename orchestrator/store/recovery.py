@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import EXIT_STORE, StoreError
@@ -19,7 +19,7 @@ from orchestrator.store.closing import mark_closed
 from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
 from orchestrator.store.not_run_rows import never_finished, not_run_row, probed_cards, unfinished
-from orchestrator.store.queries import CHUNK
+from orchestrator.store.queries import BISECT_TRIGGER, CHUNK
 from orchestrator.store.rebuilding import Imported, rebuild_run
 from orchestrator.store.run_order import check_after_newest
 from orchestrator.store.tables import (
@@ -42,6 +42,7 @@ class Aborted(NamedTuple):
     exit_code: int | None = None
     unread: str = ""
     end_taken: bool = False  # its end (exit_code) read from its journal: the database never took it
+    refused: str = ""  # completing.Completed.refused: its journal's results not taken, and why (review 186)
 
     def said(self) -> str:
         """The start's line for it (verify's and bisect's)."""
@@ -56,6 +57,7 @@ class Aborted(NamedTuple):
             line = f"run {self.run_id} was interrupted (the farm was stopped): "
             line += f"{taken}; " if taken else ""
             line += f"marked aborted, {self.not_run} unfinished cells recorded as not-run"
+        line += self.refused  # the not-run rows of those cells stand: the journal still holds them
         if self.unread:
             line += f"; its journal could not be read ({self.unread}): `farm import` it once mended"
         return line
@@ -65,6 +67,40 @@ def _done(session: Any, results: Any, run_id: int) -> set[tuple[str, str, str, s
     """(kernel, variant, node, device) of the run's stored results."""
     rows = session.execute(results.where(ResultRow.__table__.c.run_id == run_id))
     return {(kernel, variant, node, device or "") for kernel, variant, node, device in rows}
+
+
+def _left(session: Any, run_id: int, cells: list[PlannedCell]) -> list[PlannedCell]:
+    """The cells no later fleet run has a result of. A run that stopped itself (exit 5) from before
+    review 185 was taken at the first start after, runs after it: a not-run row took a new, highest
+    id, and the standing (a cell's highest id) set it over a later run's pass (review 186)."""
+    table = ResultRow.__table__
+    fleet = table.c.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))  # as the standing's
+    left = []
+    for cell in cells:
+        same = [table.c.kernel == cell.kernel, table.c.variant == cell.variant, table.c.node == cell.node]
+        same += [table.c.device == cell.device] if cell.device else []  # none planned: any card of the node
+        later = select(table.c.id).where(table.c.run_id > run_id, fleet, *same).limit(1)
+        if session.execute(later).first() is None:
+            left.append(cell)
+    return left
+
+
+def _stopped_with_cells_left() -> Any:
+    """The ids of runs that stopped themselves (aborted, exit 5) with a planned cell that neither
+    they nor a later fleet run hold a result of: one query on the cell index at every start, where
+    each such run's cells were loaded and looked up one by one, at every start for good (5,000 such
+    runs: 1 to 2.4 s a start, review 186). _left and never_finished decide; this only narrows."""
+    planned, table, later = PlannedCell.__table__, ResultRow.__table__, ResultRow.__table__.alias("later")
+    fleet = later.c.run_id.not_in(select(Run.id).where(Run.trigger == BISECT_TRIGGER))
+
+    def cell(rows: Any) -> list[Any]:
+        same = [rows.c.kernel == planned.c.kernel, rows.c.variant == planned.c.variant, rows.c.node == planned.c.node]
+        return [*same, or_(func.coalesce(planned.c.device, "") == "", rows.c.device == planned.c.device)]
+
+    own = select(table.c.id).where(table.c.run_id == planned.c.run_id, *cell(table))
+    after = select(later.c.id).where(later.c.run_id > planned.c.run_id, fleet, *cell(later))
+    stopped = select(Run.id).where(Run.status == "aborted", Run.exit_code == EXIT_STORE)
+    return select(planned.c.run_id).where(planned.c.run_id.in_(stopped), ~own.exists(), ~after.exists()).distinct()
 
 
 def _own_journal(folder: Path | None, token: str | None) -> tuple[list[tuple[str, dict[str, Any]]] | None, str]:
@@ -188,19 +224,20 @@ class Recovery:
         run's cells stayed unfinished for good, until an operator imported the journal."""
         aborted, tokens = [], []
         now = datetime.now(UTC)
-        stopped = or_(Run.status == "running", and_(Run.status == "aborted", Run.exit_code == EXIT_STORE))
+        stopped = or_(Run.status == "running", Run.id.in_(_stopped_with_cells_left()))
         with self._writing() as session:
             for run in session.scalars(select(Run).where(stopped).order_by(Run.id)):
                 running = run.status == "running"
                 table = ResultRow.__table__
                 results = select(table.c.kernel, table.c.variant, table.c.node, table.c.device)
                 planned = list(session.scalars(select(PlannedCell).where(PlannedCell.run_id == run.id)))
-                if not running and not never_finished(planned, _done(session, results, run.id)):
-                    continue  # the store's own abort with every cell stored: nothing to do
+                if not running and not _left(session, run.id, never_finished(planned, _done(session, results, run.id))):
+                    continue  # the store's own abort with every cell stored (or re-run since): nothing to do
                 records, unread = _own_journal(journals, run.token)
                 completed = complete_run(session, run.id, records) if records is not None else None
                 session.flush()
                 missing = never_finished(planned, _done(session, results, run.id))
+                missing = missing if running else _left(session, run.id, missing)
                 cards = probed_cards(session, run.id)
                 said = run.status != "running"  # how it ended: its own record, or its journal's
                 for cell in missing:
@@ -216,7 +253,8 @@ class Recovery:
                 added = completed.added if completed is not None else 0
                 end = bool(completed and completed.ended)
                 code = run.exit_code if said else None
-                aborted.append(Aborted(run.id, len(missing), added, code, unread, end))
+                refused = completed.refused() if completed is not None else ""
+                aborted.append(Aborted(run.id, len(missing), added, code, unread, end, refused))
                 if running:
                     tokens.append(run.token)
             session.commit()
