@@ -211,8 +211,26 @@ def _farm_secrets(
     return tuple(dict.fromkeys([*found, *url_secrets(url)]))
 
 
-def farm_masker(spec: Any, database_url: str) -> Masker:
-    """A fresh Masker (its count at 0) of every node's secrets and the database URL's.
+KEY_FILE_CHARS = 1 << 16  # a key file is a few KiB: a path given as one that is not is read no further
+
+
+def key_file_secrets(paths: Iterable[str]) -> list[str]:
+    """The text of each key file of PATHS that can be read (one value each, masked line by line: a
+    PEM body's lines): a second guard beside the node's Landlock (run/farm_secrets.py), for a kernel
+    that read one unconfined, as the shell runner or a node without Landlock leaves it."""
+    found = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                found.append(handle.read(KEY_FILE_CHARS).decode("utf-8", "surrogateescape"))
+        except OSError:
+            continue
+    return found
+
+
+def farm_masker(spec: Any, database_url: str, keys: tuple[str, ...] = ()) -> Masker:
+    """A fresh Masker (its count at 0) of every node's secrets and the database URL's, and KEYS (the
+    text of the nodes' key files: key_file_secrets).
 
     Every node's, not only the cell's own: a value one node's operator marked secret is no less
     secret where another node's kernel printed it."""
@@ -221,7 +239,7 @@ def farm_masker(spec: Any, database_url: str) -> Masker:
         for node in spec.nodes.values()
         if node.env
     )
-    return Masker(_farm_secrets(nodes, database_url))
+    return Masker(_farm_secrets(nodes, database_url) + keys)
 
 
 def masked_note(count: int, cuts: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -10,9 +11,10 @@ from orchestrator.classify import classify
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import CELL_STAGES
-from orchestrator.output_secrets import Masker, farm_masker, masked_note
+from orchestrator.output_secrets import Masker, farm_masker, key_file_secrets, masked_note
 from orchestrator.plan import Cell, expect
 from orchestrator.run.cell import CellResult, StageRecord
+from orchestrator.run.farm_secrets import farm_secrets, key_files
 from orchestrator.run.node_context import NodeContext
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.stages import CellPipeline
@@ -128,6 +130,7 @@ class CellWork:
                     python=ctx.snapshot.runner_python(transport.node),
                     resident=ctx.resident,
                     guarded=self._farm_files,
+                    unreadable=self._farm_secrets if self.farm.nodes[cell.node].transport == "local" else (),
                 )
                 pipeline.execute()
                 ctx.unswept = ctx.unswept or not pipeline.cleaned
@@ -208,7 +211,17 @@ class CellWork:
     def _masker(self) -> Masker:
         """What every record a run stores passes through first (output_secrets.py): the secrets a
         kernel, a build or a node's commands printed never reach the store, its journal or a page."""
-        return farm_masker(self.farm.spec, self.farm.database_url)
+        return farm_masker(self.farm.spec, self.farm.database_url, self._key_texts)
+
+    @functools.cached_property
+    def _key_texts(self) -> tuple[str, ...]:
+        """The nodes' key files' text, read once a run: masked like any secret (output_secrets.py)."""
+        return tuple(key_file_secrets(key_files(self.farm)))
+
+    @functools.cached_property
+    def _farm_secrets(self) -> tuple[str, ...]:
+        """The farm's secret files, no stage on its own machine may read (farm_secrets.py)."""
+        return farm_secrets(self.farm)
 
     # storing -------------------------------------------------------------------
     def _store_snapshot(

@@ -15,6 +15,7 @@ from pathlib import Path
 PARTS = (
     "files",
     "ended",
+    "readable",
     "spawn",
     "kernel_commands",
     "trampoline",

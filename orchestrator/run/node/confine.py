@@ -47,7 +47,7 @@ def dev_writable():
     return tuple(path for path in paths if os.path.lexists(path) and not os.path.islink(path))
 
 
-def confined_to(run_dir, *files):
+def confined_to(run_dir, *files, unreadable=()):
     """The run's ruleset, (rules, why not): its writes only beneath its own work folder,
     /dev (the GPU's nodes, /dev/shm; not its terminals: dev_writable), /proc (CUDA names its threads in /proc/self/task:
     without it cudaGetDeviceProperties fails, "OS call failed"; another process's
@@ -56,12 +56,13 @@ def confined_to(run_dir, *files):
     nor any other cell's folder, nor the node's own temporary folder. A kernel that filled
     that one (/tmp) before it failed left the node short of room once its own files were
     gone, and its failure, and every later cell's on the node, read as the node's fault:
-    infra-error, no regression flagged (a red-team finding). Its $TMPDIR is its own."""
+    infra-error, no regression flagged (a red-team finding). Its $TMPDIR is its own. UNREADABLE:
+    the farm's secrets where the farm runs here (a `local` node): it reads all else (readable.py)."""
     dev = dev_writable()
     writable = (os.path.join(run_dir, "work"), *dev, "/proc", *files)
     # (ABI 6) its abstract unix sockets its own: a kernel reached another cell's runner socket
     # (KernelFiles), and a request none of that run's failed that cell (a red-team finding)
-    return ruleset(writable, own_sockets=True, optional=dev)
+    return ruleset(writable, own_sockets=True, optional=dev, unreadable=unreadable)
 
 
 def say_confinement(out, rules, unconfined):

@@ -60,7 +60,7 @@ def sanitize(out, spec, env, ahead):
                     out.say("@@farm binary-altered " + (got or "missing"))
                     return
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
-                rules, unconfined = confined_to(run_dir, log, *private)
+                rules, unconfined = confined_to(run_dir, log, *private, unreadable=spec.get("unreadable") or ())
                 started = now()
                 try:
                     fd = rules[0] if rules else None

@@ -7,6 +7,7 @@ import time
 
 from orchestrator.run.node.ended import kill_group_ended
 from orchestrator.run.node.files import KILL_GRACE, kill_group
+from orchestrator.run.node.readable import read_rules
 
 SPAWN_ERRORS = []  # why posix_spawn failed, for the stage's error
 
@@ -52,7 +53,7 @@ def spawn(argv, cwd, env, stdin, stdout, stderr, group=True, extra=()):
 # Landlock (Linux 5.13+): what a kernel's commands may change, asked of the node's own kernel.
 # Every cell of a node runs as the same user, so without it a kernel could write another
 # cell's sources, dump or output (or the farm's folders) while that cell builds or runs.
-LL_WRITE_FILE = 1 << 1
+LL_WRITE_FILE, LL_READ_FILE = 1 << 1, 1 << 2
 LL_WRITE = LL_WRITE_FILE | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
 LL_SCOPE_UNIX, LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
@@ -72,12 +73,13 @@ def libc():
     return _LIBC[0]
 
 
-def ruleset(writable, own_sockets=False, optional=()):
+def ruleset(writable, own_sockets=False, optional=(), unreadable=()):
     """A Landlock ruleset letting the writes it handles happen only beneath the folders
     WRITABLE (or to a file named there), and (ABI 6) signals only within the confined tree
     (OWN_SOCKETS: and connections to abstract unix sockets only there): ((its fd, the ABI), ""),
-    or (None, why it cannot be had). Reads, runs and the GPU's ioctls are not handled: a
-    kernel reads and runs what it likes. A path of OPTIONAL gone since it was listed (a /dev
+    or (None, why it cannot be had). Runs and the GPU's ioctls are not handled, nor reads but
+    where UNREADABLE names the farm's secrets here (a `local` node): every file but them may then
+    be read (readable.read_rules), as before. A path of OPTIONAL gone since it was listed (a /dev
     entry removed meanwhile) is left out: there is nothing there to write, and a vanished
     device node must not cost the command its confinement."""
     try:
@@ -89,6 +91,8 @@ def ruleset(writable, own_sockets=False, optional=()):
         if abi < 1:
             return None, "no Landlock in this node's kernel (" + os.strerror(ctypes.get_errno()) + ")"
         handled = LL_WRITE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
+        reads = read_rules(unreadable) if unreadable else []
+        handled |= LL_READ_FILE if unreadable else 0
         # ABI 6: signals only within the kernel's own tree (not to the runner, nor another
         # cell's kernel); the struct grew by its network and scope words
         scoped = (LL_SCOPE_SIGNAL | (LL_SCOPE_UNIX if own_sockets else 0)) if abi >= 6 else 0
@@ -102,26 +106,35 @@ def ruleset(writable, own_sockets=False, optional=()):
             _pack_ = 1
             _fields_ = (("allowed", ctypes.c_uint64), ("parent", ctypes.c_int32))
 
-        for path in writable:
-            folder = os.path.isdir(path)
+        def add(path, folder, allowed):
+            """0, else why the rule could not be added; FileNotFoundError where the path is gone."""
             # not through a link: what is named is what the rule opens
-            try:
-                parent = os.open(path, os.O_PATH | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
-            except FileNotFoundError:
-                if path in optional:
-                    continue
-                os.close(fd)
-                return None, "landlock_add_rule " + path + ": no such file or folder"
-            # a file (a sanitizer's log outside the work folder) may be written, never removed
-            allowed = handled if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
+            parent = os.open(path, os.O_PATH | os.O_NOFOLLOW | (os.O_DIRECTORY if folder else 0) | os.O_CLOEXEC)
             try:
                 added = call(SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(Beneath(allowed, parent)), 0)
             finally:
                 os.close(parent)
-            if added != 0:
-                why = os.strerror(ctypes.get_errno())
+            return os.strerror(ctypes.get_errno()) if added != 0 else 0
+
+        # the writable paths' reads come from READS alone: a secret beneath one stays unreadable
+        for path in writable:
+            folder = os.path.isdir(path)
+            # a file (a sanitizer's log outside the work folder) may be written, never removed
+            allowed = handled & ~LL_READ_FILE if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
+            try:
+                why = add(path, folder, allowed)
+            except FileNotFoundError:
+                if path in optional:
+                    continue
+                why = "no such file or folder"
+            if why:
                 os.close(fd)
                 return None, "landlock_add_rule " + path + ": " + why
+        for path, folder in reads:
+            try:
+                add(path, folder, LL_READ_FILE)
+            except OSError:
+                continue  # gone since it was listed, or a file now: left unreadable, the safe side
         return (fd, abi), ""
     except Exception as err:  # not Linux, or no libc to ask
         return None, "no Landlock: " + repr(err)

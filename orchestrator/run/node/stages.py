@@ -88,7 +88,8 @@ def build_holding_lock(out, spec, env, ahead):
     # signals within its own tree: a build of one job could swap another cell's copy of its binary
     # between its hash and its start, or stop another cell's processes (a red-team finding)
     dev = dev_writable()
-    rules = ruleset((bdir, *tmp, *dev, "/proc"), own_sockets=True, optional=dev)[0] if tmp else None
+    secrets = spec.get("unreadable") or ()  # the farm's, where it runs here: not the build's to read either
+    rules = ruleset((bdir, *tmp, *dev, "/proc"), own_sockets=True, optional=dev, unreadable=secrets)[0] if tmp else None
     fd = rules[0] if rules else None
     if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
         out.say("@@farm build-confined")
@@ -152,7 +153,7 @@ def inspect(out, spec, env, ahead):
         # that counts no instructions may be any command, and unconfined one swapped another cell's
         # copy of its binary between that run's hash and its start, a false pass (a red-team finding)
         env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
-        rules = confined_to(run_dir, *tmp)[0] if tmp else None
+        rules = confined_to(run_dir, *tmp, unreadable=spec.get("unreadable") or ())[0] if tmp else None
         try:
             if dump is not None and errors is not None:
                 fd = rules[0] if rules else None
@@ -215,7 +216,7 @@ def run(out, spec, env, ahead):
         # the kernel commands' statuses (written by KernelFiles) and the run's other output (1 and
         # 2), beside the work folder: opened here, where the confined run could not (commands.kernel_files)
         status, other = (open_or_none(path) for path in spec["kernel_files"])
-        rules, unconfined = confined_to(run_dir, *tmp)
+        rules, unconfined = confined_to(run_dir, *tmp, unreadable=spec.get("unreadable") or ())
         # code its loader reads where the run writes (loads.py); before watch, as this read sets atime
         loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read

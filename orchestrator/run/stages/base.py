@@ -56,6 +56,7 @@ class CellStages(CellTrips):
         python: str | None = None,
         resident: ResidentRunner | None = None,
         guarded: tuple[str, ...] = (),
+        unreadable: tuple[str, ...] = (),
     ) -> None:
         self.t = transport
         self.job = job
@@ -83,6 +84,8 @@ class CellStages(CellTrips):
         # the farm's own files (its folder, database, journal, reports): a confined kernel's temporary
         # folder is opened to it only where none of them is in it (a local node, a farm under /tmp)
         self.guarded = list(guarded)
+        # the farm's secret files, where the node is its own machine: no stage's command may read them
+        self.unreadable = list(unreadable)
         self._built_sha: str | None = None
         self.cleaned = False  # the cell's folder on the node is gone
         self._slot: list[tuple[Gpu | None, float]] = []  # the GPU held (or queued on), with its run's limit

@@ -113,6 +113,7 @@ class BuildStage(CellStages):
                 "tmp": self.paths.build_tmp,
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
                 "tools": self._toolchain,  # checked after the build, as the shell's toolchain_script does
+                "unreadable": self.unreadable,  # the farm's secrets, on its own machine (farm_secrets.py)
             },
         )
 

@@ -160,6 +160,7 @@ class InspectStage(CellStages):
                 # confined as the run is: its own $TMPDIR, and the farm's own files out of its reach
                 "tmp": self.paths.run_tmp,
                 "guarded": self.guarded,
+                "unreadable": self.unreadable,
                 "jit": jit,
                 "loaders": list(RUNTIME_LOADERS) if loaders else None,
             },

@@ -177,6 +177,7 @@ class RunStage(CellStages):
                 "limit": limit,
                 "gpu": gpu.uuid if gpu is not None else None,
                 "guarded": self.guarded,
+                "unreadable": self.unreadable,
             },
         )
 

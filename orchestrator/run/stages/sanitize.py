@@ -84,6 +84,7 @@ class SanitizeStage(CellStages):
                 "nvcc": self.snapshot.nvcc_path,
                 "workdir": self.snapshot.workdir,
                 "guarded": self.guarded,
+                "unreadable": self.unreadable,
             },
         )
         try:

@@ -1,0 +1,52 @@
+"""The farm's own secret files, which a kernel on its own machine (a `local` node) may not read.
+
+Landlock confined a local kernel's writes only, so it read what the farm's user may: it printed
+another node's SSH `key_file`, and the key was stored with its cell and shown on its pages (red-team
+187, 189). Each stage on a local node is now started under a ruleset that allows reads of every file
+but these (run/node/readable.py); every other node has none of the farm's files to keep."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from orchestrator.config.farm import Farm
+
+# under the farm's home: its SSH keys and agent's files, libpq's password file and client keys
+_HOME = (".ssh", ".pgpass", ".postgresql")
+# libpq's own settings for the same files, and the database URL's parameters naming them
+_LIBPQ_ENV = ("PGPASSFILE", "PGSSLKEY", "PGSSLCERT")
+_URL_KEYS = frozenset({"passfile", "sslkey", "sslcert"})
+
+
+def _under(base: Path, value: str) -> list[str]:
+    """VALUE as a path, `~` expanded, relative to BASE and to the farm's folder of work alike
+    (either may be where a tool resolves it); none where there is no home to expand it in."""
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:
+        return []
+    return sorted({str(base / path), str(Path(path).absolute())})
+
+
+def key_files(farm: Farm) -> tuple[str, ...]:
+    """Every node's key_file, as paths on this machine (whose text output_secrets masks)."""
+    named = [node.key_file for node in farm.spec.nodes.values() if node.key_file]
+    return tuple(sorted({path for value in named for path in _under(farm.root, value)}))
+
+
+def farm_secrets(farm: Farm) -> tuple[str, ...]:
+    """The paths of the farm's secret files on this machine, whether they exist or not (one made
+    later is no more readable): every node's key_file, the farm user's ~/.ssh, ~/.pgpass and
+    ~/.postgresql, and the files libpq's environment and the database URL name."""
+    found = list(key_files(farm))
+    for name in _HOME:
+        found += _under(farm.root, "~/" + name)
+    found += [value for name in _LIBPQ_ENV if (value := os.environ.get(name))]
+    try:
+        query = parse_qsl(urlsplit(farm.database_url).query)
+    except ValueError:
+        query = []
+    found += [path for key, value in query if key.lower() in _URL_KEYS for path in _under(farm.root, value)]
+    return tuple(sorted({os.path.abspath(path) for path in found}))
