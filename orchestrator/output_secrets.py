@@ -10,9 +10,10 @@ What is masked: the values of a node's `env:` entries whose names read as a cred
 of the name, split at `_`, that is KEY, AUTH, PAT or holds TOKEN, SECRET, PASSWORD, PASSWD,
 PASSPHRASE, CREDENTIAL, APIKEY, but not a socket's path: a last part SOCK or SOCKET, as
 SSH_AUTH_SOCK), those farm.yaml's `secret_env:` names, a password written into
-any value's URL (a proxy's `http://user:password@host`), and the database URL's secrets. A value
-shorter than MIN_CHARS is never masked: `1`, `true` or `a100` would mangle every line that holds
-them, and a credential that short protects nothing.
+any value's URL (a proxy's `http://user:password@host`), the database URL's secrets, and each
+line of the nodes' key files (key_file_secrets). A value shorter than MIN_CHARS is never masked:
+`1`, `true` or `a100` would mangle every line that holds them, and a credential that short protects
+nothing.
 
 Where: the records a run stores (cell_work.py), never the stream as it is read. The markers and
 metrics are judged on what the kernel really printed (a masked copy could make or break a PASS
