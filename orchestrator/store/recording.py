@@ -2,6 +2,9 @@
 node's attempts and snapshot, each cell's result, the run's end. Every one goes to the run's
 journal first, then to the database in one transaction, committed at once.
 
+Each write of the run this store began reads, in its transaction, that the run still runs
+(Store._still_open, Store._ended: another farm's start may have closed it, review 188).
+
 It writes through Store's own: _writing / _writing_rows (one transaction, the file checked), _add,
 _journal / _journal_many, the journal, not_begun (recovery.py) and _binary_written (binaries.py).
 """
