@@ -46,7 +46,8 @@ def test_a_rebuild_takes_nothing_journaled_after_the_closing_mark(tmp_path: Path
     url, store, first = _begun(tmp_path)  # v1 passed, before the close
     assert _closed(url, tmp_path / "journal") == [(first, 1)]
     killed = dataclasses.replace(result_record(first, None, 2), outcome="fail", reason="killed by signal 9")
-    store.add_result(killed)  # journaled after the mark: that start's reap killed the kernel
+    with pytest.raises(StoreError, match="this run stops writing"):  # journaled after the mark, refused
+        store.add_result(killed)  # that start's reap killed the kernel
     with contextlib.suppress(FarmError):  # its farm finishes (the database may refuse: it closed the run)
         store.finish_run(first, "finished", 1)
     store.journal.close()

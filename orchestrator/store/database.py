@@ -45,7 +45,7 @@ from orchestrator.store.outage import STOP_LOOK, Outage, StoreUnreachable, stopp
 from orchestrator.store.queries import Queries
 from orchestrator.store.recording import Recording
 from orchestrator.store.recovery import Recovery
-from orchestrator.store.result_rows import stored
+from orchestrator.store.result_rows import run_status, stored
 from orchestrator.store.tables import Attempt, Base, Meta, NodeSnapshotRow, ResultRow, Run
 from orchestrator.store.waived import WaivedQueries
 
@@ -74,6 +74,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         # a run's writes wait out a server gone for up to farm.yaml's store_wait (outage.py); 0: none do
         self.outage = Outage()
         self._looked_after = 0  # outage.failures at the run lock's last check (_check_file)
+        self._closed: str | None = None  # why this run may no longer write, once found (_still_open): it stays so
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -141,6 +142,35 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         if now != self._identity:
             what = "deleted" if now is None else "replaced by another file"
             raise StoreError(f"the results database {self._file} was {what} during the run{self._journal_hint()}")
+
+    def _still_open(self, connection: Connection, run_id: int) -> None:
+        """In a write of run `run_id`, its own transaction, before it commits: the run this store
+        began still running. A farm whose lock session the server ended writes on for up to
+        lock.CHECK_EVERY, and another farm's start may have closed its run meanwhile, completed
+        from its journal (recovery.py): a result journaled before that start read the journal and
+        committed after was stored twice (review 188). Read after the write's inserts: SQLite's
+        write lock is held then, PostgreSQL's FOR SHARE waits for the closing start's row lock and
+        keeps the row from its UPDATE until this commits. Refused, this run writes no more."""
+        if self._run != (run_id, "running"):
+            return  # its own end stored (a bisection's next run follows it), or no run of this store's
+        status = run_status(connection, run_id)
+        if status != "running":
+            self._closed = (
+                f"the run lock of {self.redacted_url} was lost and another farm run closed this run {run_id} "
+                f"(it marked it {status or 'gone'}): this run stops writing"
+            )
+            raise StoreError(self._closed)
+
+    def _ended(self, connection: Connection, run_id: int, end: dict[str, Any]) -> None:
+        """Run `run_id`'s end (status, exit_code, ended_at) in the caller's transaction. The run this
+        store began ends only where it still runs, in one UPDATE (PostgreSQL's waits for the closing
+        start's row lock, then reads the row anew): its end wrote over another farm's close (review 188)."""
+        update = Run.__table__.update().where(Run.__table__.c.id == run_id).values(**end)
+        if self._run != (run_id, "running"):
+            connection.execute(update)
+            return
+        if connection.execute(update.where(Run.__table__.c.status == "running")).rowcount == 0:
+            self._still_open(connection, run_id)  # it says why, and stops the run's writes for good
 
     def _journal_hint(self) -> str:
         if self.journal is None:
@@ -270,10 +300,12 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
             yield connection
 
     def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
-        """One row of `table` (an ORM model), committed; returns its id."""
+        """One row of `table` (an ORM model) of a run, committed; returns its id."""
         fields = stored(table.__table__, fields)  # see stored
         with self._writing_rows() as connection:
-            return connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
+            added = connection.execute(table.__table__.insert(), fields).inserted_primary_key[0]
+            self._still_open(connection, fields["run_id"])
+            return added
 
     def database_identity(self) -> str:
         """What tells this database from another in its place (a fresh results.db, run ids from 1

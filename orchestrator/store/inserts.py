@@ -17,7 +17,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
@@ -51,6 +51,11 @@ class Inserts:
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
         self._prepared: dict[tuple[str, tuple[str, ...], bool], _Prepared | None] = {}
+        # the run's status, read in a write's own transaction (Store._still_open): FOR SHARE waits for a
+        # closing start's row lock (recovery.py) and holds the row against its UPDATE until this commits
+        status = text("SELECT status FROM runs WHERE id = :id" + (" FOR SHARE" if dialect.name == "postgresql" else ""))
+        compiled = status.compile(dialect=dialect)
+        self._status = (compiled.string, not compiled.positional)
 
     def _prepare(self, table: Table, keys: tuple[str, ...], want_id: bool) -> _Prepared | None:
         cache = (table.name, keys, want_id)
@@ -108,6 +113,20 @@ class Inserts:
             cursor.executemany(prepared.sql, parameters)
         except self._dialect.loaded_dbapi.Error as err:
             raise self._failed(connection, cursor, err, prepared.sql, parameters) from err
+        finally:
+            cursor.close()
+
+    def run_status(self, connection: Connection, run_id: int) -> str | None:
+        """Run `run_id`'s status in the caller's transaction (None: no such run)."""
+        sql, named = self._status
+        parameters: Any = {"id": run_id} if named else (run_id,)
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(sql, parameters)
+            row = cursor.fetchone()
+            return row[0] if row is not None else None
+        except self._dialect.loaded_dbapi.Error as err:
+            raise self._failed(connection, cursor, err, sql, parameters) from err
         finally:
             cursor.close()
 

@@ -2,6 +2,9 @@
 node's attempts and snapshot, each cell's result, the run's end. Every one goes to the run's
 journal first, then to the database in one transaction, committed at once.
 
+Each write of the run this store began reads, in its transaction, that the run still runs
+(Store._still_open, Store._ended: another farm's start may have closed it, review 188).
+
 It writes through Store's own: _writing / _writing_rows (one transaction, the file checked), _add,
 _journal / _journal_many, the journal, not_begun (recovery.py) and _binary_written (binaries.py).
 """
@@ -98,11 +101,8 @@ class Recording:
         ended = datetime.now(UTC)
 
         def write() -> bool:
-            with self._writing() as session:
-                run = session.get(Run, run_id)
-                assert run is not None
-                run.status, run.exit_code, run.ended_at = status, code, ended
-                session.commit()
+            with self._writing_rows() as connection:
+                self._ended(connection, run_id, {"status": status, "exit_code": code, "ended_at": ended})
             return True
 
         mine = (Run.id == run_id, Run.status == status, Run.exit_code == code, Run.ended_at == ended)
@@ -121,7 +121,9 @@ class Recording:
             with self._writing_rows() as connection:
                 newer.floor = connection.execute(newer.newest).scalar() or 0
                 row = stored(NodeSnapshotRow.__table__, fields)
-                return connection.execute(NodeSnapshotRow.__table__.insert(), row).inserted_primary_key[0]
+                added = connection.execute(NodeSnapshotRow.__table__.insert(), row).inserted_primary_key[0]
+                self._still_open(connection, fields["run_id"])
+                return added
 
         snapshot_id = self._retrying(write, self._landed_after(newer))
         self._snapshot_refs[snapshot_id] = ref
@@ -149,7 +151,9 @@ class Recording:
 
         def write() -> int:
             with self._writing_rows() as connection:
-                return insert_result(connection, fields, metrics, tries)
+                result_id = insert_result(connection, fields, metrics, tries)
+                self._still_open(connection, fields["run_id"])  # another farm's start closed it meanwhile?
+                return result_id
 
         # its cell and its start to the microsecond: the row of this try's commit, if it landed
         cell = ("run_id", "started_at", "kernel", "variant", "node", "device")
@@ -170,6 +174,7 @@ class Recording:
         def write() -> bool:
             with self._writing_rows() as connection:  # one executemany: the ORM's objects cost 1.4 ms a cell (profiled)
                 connection.execute(INSERT_PLANNED, [stored(PlannedCell.__table__, row) for row in rows])
+                self._still_open(connection, run_id)
             return True
 
         # a cell is planned once a run (again per card model: another device); all in one transaction
@@ -189,7 +194,9 @@ class Recording:
         def write() -> int:
             with self._writing_rows() as connection:
                 newer.floor = connection.execute(newer.newest).scalar() or 0
-                return insert_node(connection, tried, fields)
+                snapshot_id = insert_node(connection, tried, fields)
+                self._still_open(connection, fields["run_id"])
+                return snapshot_id
 
         landed_attempt = self._landed(select(Attempt.id).where(*_attempt_key(tried)))
         landed_snapshot = self._landed_after(newer)

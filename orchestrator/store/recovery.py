@@ -226,7 +226,12 @@ class Recovery:
         now = datetime.now(UTC)
         stopped = or_(Run.status == "running", Run.id.in_(_stopped_with_cells_left()))
         with self._writing() as session:
-            for run in session.scalars(select(Run).where(stopped).order_by(Run.id)):
+            # the runs locked before their journals are read: a farm that lost its lock session writes on
+            # a moment, and its result committed after this read the journal was stored twice (review 188).
+            # Its writes read their run's status FOR SHARE (Store._still_open): they wait for this, then stop
+            if self.engine.dialect.name == "sqlite":
+                session.connection().exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now, not at the flush
+            for run in session.scalars(select(Run).where(stopped).order_by(Run.id).with_for_update(of=Run)):
                 running = run.status == "running"
                 table = ResultRow.__table__
                 results = select(table.c.kernel, table.c.variant, table.c.node, table.c.device)

@@ -105,6 +105,11 @@ def insert_node(connection: Connection, attempt: dict[str, Any], snapshot: dict[
     return inserts.one(connection, SNAPSHOTS, stored(SNAPSHOTS, snapshot))
 
 
+def run_status(connection: Connection, run_id: int) -> str | None:
+    """Run `run_id`'s status in the caller's transaction (inserts.Inserts.run_status)."""
+    return _inserts(connection.dialect).run_status(connection, run_id)
+
+
 _PREPARED: weakref.WeakKeyDictionary[Dialect, Inserts] = weakref.WeakKeyDictionary()  # an engine's, while it lives
 
 
