@@ -83,7 +83,15 @@ def env_secrets(env: Mapping[str, str], declared: Iterable[str] = (), plain: Ite
 class Masker:
     """Replaces each secret, as bytes and as text, with MASK, and counts what it replaced."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str], keys: Iterable[str] = ()) -> None:
+        # KEYS (key files' text) are matched a line at a time against a set: in the alternation below,
+        # 64 nodes' key lines made every stored record cost 45 ms of CPU where it had cost 8 (the lent H100)
+        self._key_lines = frozenset(
+            line.strip().encode("utf-8", "surrogateescape")
+            for text in keys
+            for line in text.split("\n")
+            if len(line.strip()) >= MIN_CHARS
+        )
         whole = {s for s in secrets if len(s) >= MIN_CHARS}
         # a multi-line value's lines, each alone: a reason quotes one line (the last stderr line), never
         # the whole value; a line too short to mask alone is masked only inside the value
@@ -96,21 +104,40 @@ class Masker:
         self.count = 0
 
     def __bool__(self) -> bool:
-        return self._bytes is not None
+        return self._bytes is not None or bool(self._key_lines)
 
     def data(self, data: bytes) -> bytes:
-        if self._bytes is None or not data:
+        if not data:
+            return data
+        if self._key_lines:
+            data = self._key_data(data)
+        if self._bytes is None:
             return data
         masked, n = self._bytes.subn(lambda m: _masked_bytes(m.group()), data)
         self.count += n
         return masked
 
     def text(self, text: str) -> str:
-        if self._text is None or not text:
+        if not text:
+            return text
+        if self._key_lines:
+            text = self._key_data(text.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+        if self._text is None:
             return text
         masked, n = self._text.subn(lambda m: _masked_text(m.group()), text)
         self.count += n
         return masked
+
+    def _key_data(self, data: bytes) -> bytes:
+        """Each line of DATA that is a key file's line (its blanks aside) as MASK, its newline kept."""
+        lines = data.split(b"\n")
+        hits = [i for i, line in enumerate(lines) if line.strip() in self._key_lines]
+        if not hits:
+            return data
+        for i in hits:
+            lines[i] = MASK.encode()
+        self.count += len(hits)
+        return b"\n".join(lines)
 
     def value(self, value: Any) -> Any:
         """A column's value with its text masked, however deep in lists and mappings (keys kept)."""
@@ -240,7 +267,7 @@ def farm_masker(spec: Any, database_url: str, keys: tuple[str, ...] = ()) -> Mas
         for node in spec.nodes.values()
         if node.env
     )
-    return Masker(_farm_secrets(nodes, database_url) + keys)
+    return Masker(_farm_secrets(nodes, database_url), keys)
 
 
 def masked_note(count: int, cuts: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def test_a_key_files_lines_are_masked_in_what_is_stored(tmp_path: Path) -> None:
     unmasked. After: each of a node key_file's lines is a secret (key_file_secrets)."""
     key = tmp_path / "far_key"
     key.write_text(KEY)
-    masker = output_secrets.Masker(output_secrets.key_file_secrets([str(key), str(tmp_path / "missing")]))
+    masker = output_secrets.Masker((), output_secrets.key_file_secrets([str(key), str(tmp_path / "missing")]))
     printed = b"x\n" + KEY.encode() + b"y\n"
     masked = masker.data(printed)
     assert b"ARNODEKEY" not in masked and b"BEGIN OPENSSH" not in masked, masked

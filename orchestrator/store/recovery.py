@@ -225,6 +225,9 @@ class Recovery:
         aborted, tokens = [], []
         now = datetime.now(UTC)
         stopped = or_(Run.status == "running", Run.id.in_(_stopped_with_cells_left()))
+        with self._reading() as session:  # most starts find none: no write lock taken for nothing
+            if session.scalars(select(Run.id).where(stopped).limit(1)).first() is None:
+                return []  # (BEGIN IMMEDIATE waited out another program's lock, and its error named none)
         with self._writing() as session:
             # the runs locked before their journals are read: a farm that lost its lock session writes on
             # a moment, and its result committed after this read the journal was stored twice (review 188).
