@@ -19,7 +19,7 @@ from pathlib import Path
 # what decides a page's bytes besides the database: a change to any of these renders every page again
 PAGE_SOURCES = (
     *("site.py", "cell_pages.py", "stamps.py", "grids.py", "cell_page.py", "escape.py", "model.py", "kernel_inputs.py"),
-    *("history.py", "trends.py", "../outcomes.py", "../metrics.py", "../terminal.py"),
+    *("history.py", "trends.py", "standing.py", "../outcomes.py", "../metrics.py", "../terminal.py"),
     # the words of why a cell certifies nothing, on its page: a change to them left finished pages as they were
     *("unbacked.py", "../farm_writable.py"),
 )
