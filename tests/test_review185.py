@@ -96,3 +96,30 @@ def test_a_damaged_journal_is_named_and_the_run_aborted_as_before(tmp_path: Path
     said = Aborted(3, 2, 0, None, "results.db.journal/x.jsonl: line 4 has an unknown kind 'zz'").said()
     assert said.startswith("run 3 was interrupted (the farm was stopped): marked aborted, 2 unfinished")
     assert "its journal could not be read (results.db.journal/x.jsonl: line 4" in said and "farm import" in said
+
+
+def test_a_journaled_finish_with_a_cell_unstored_is_no_finished_run(tmp_path: Path) -> None:
+    """Self-review of this round: a journal whose run says "finished" but holds no result of a planned
+    cell (a journal written by hand, a record lost) had its end taken as it said: a finished run with a
+    not-run row, which the exports read as complete. Figure: the start's run is aborted, exit kept."""
+    from datetime import UTC, datetime
+
+    farm_ = load_farm(toy_farm(tmp_path))
+    store = Store(farm_.database_url)
+    folder = tmp_path / "journals"
+    store.journal = Journal(folder, "feedbeef0002")
+    store.begin_run(
+        [("toy", "plain", "here", "")], trigger="test", farm_version="0", host="h", config_file="farm.yaml",
+        selection="--all", token="feedbeef0002",
+    )  # fmt: skip
+    store.journal.write("finish", {"status": "finished", "exit_code": 0, "ended_at": datetime.now(UTC)})
+    store.journal.close()
+    store.close()  # the database never took the end
+    later = Store(farm_.database_url)
+    try:
+        (aborted,) = later.abort_unfinished_runs(folder)
+    finally:
+        later.close()
+    assert (aborted.not_run, aborted.exit_code, aborted.end_taken) == (1, 0, True)
+    (run,) = query(tmp_path / "results.db", "SELECT status, exit_code FROM runs")
+    assert (run["status"], run["exit_code"]) == ("aborted", 0), dict(run)

@@ -258,6 +258,8 @@ class Recovery:
                 if not said:
                     run.status = "aborted"
                     run.ended_at = run.ended_at or now
+                elif missing and run.status == "finished":  # a journaled "finished" with a cell unstored:
+                    run.status = "aborted"  # not-run rows under a finished run would read green (exports)
                 added = completed.added if completed is not None else 0
                 end = bool(completed and completed.ended)
                 code = run.exit_code if said else None
