@@ -100,6 +100,9 @@ def test_a_node_that_drops_every_connection_after_a_lost_session_is_not_waited_f
     assert "when it answered again" in rows["slow"]["reason"], rows["slow"]["reason"]
     assert "unreachable for the whole reconnect window" not in rows["slow"]["reason"], rows["slow"]["reason"]
     assert rows["after"]["outcome"] == "infra-error", rows["after"]["reason"]
-    if not headroom:
-        assert "dropped it before the login" in rows["slow"]["reason"], rows["slow"]["reason"]
-        assert "dropped it before the login" in rows["after"]["reason"], rows["after"]["reason"]
+    if not headroom:  # what the node answered: mostly the drop; a process of the cgroup may end
+        # between the limit's write and the next try, which then logs in and cannot run its check (the
+        # third path, headroom 1's), as CI met once at 3c905e7: each is said, and both end the wait
+        said = ("dropped it before the login", "it answered, but")
+        for cell in ("slow", "after"):
+            assert any(words in rows[cell]["reason"] for words in said), rows[cell]["reason"]
