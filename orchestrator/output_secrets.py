@@ -30,6 +30,7 @@ number in what the kernel printed (classify/), and the stored copy keeps each at
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import re
@@ -105,6 +106,13 @@ class Masker:
 
     def __bool__(self) -> bool:
         return self._bytes is not None or bool(self._key_lines)
+
+    def fresh(self) -> Masker:
+        """This masker, its count at 0, its sets and patterns shared: a record's count is its own; building
+        them again cost every record 71 µs at 64 nodes' key files, growing with the fleet (1.5 µs so)."""
+        twin = copy.copy(self)
+        twin.count = 0
+        return twin
 
     def data(self, data: bytes) -> bytes:
         if not data:

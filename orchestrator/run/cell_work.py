@@ -211,6 +211,11 @@ class CellWork:
     def _masker(self) -> Masker:
         """What every record a run stores passes through first (output_secrets.py): the secrets a
         kernel, a build or a node's commands printed never reach the store, its journal or a page."""
+        return self._run_masker.fresh()
+
+    @functools.cached_property
+    def _run_masker(self) -> Masker:
+        """The run's masker, built once: each record gets a fresh count of it (Masker.fresh)."""
         return farm_masker(self.farm.spec, self.farm.database_url, self._key_texts)
 
     @functools.cached_property
