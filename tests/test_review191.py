@@ -102,3 +102,47 @@ def test_a_confined_local_kernel_cannot_use_the_farms_agent_unsaid(agent_node, t
     told = "SSH agent" in (rows[0]["stage_details"] or "")
     assert not logged_in or told, (said, rows[0]["stage_details"])
     assert rows[0]["outcome"] == "pass" and done.returncode == 0, done.stdout + done.stderr
+
+
+PASSWORD = "pw-secret-191"
+
+
+def test_a_confined_local_kernel_cannot_read_the_database_password_in_farm_yaml(tmp_path: Path) -> None:
+    """Before: farm.yaml's `database:` URL with its password (as the README shows a PostgreSQL one)
+    was readable to a confined local kernel, which could then log into the results database over TCP
+    and rewrite its verdicts; the masker hid the password only as printed, not reversed. Figure: the
+    password reversed in the stored stdout. After: farm.yaml is one of the farm's secret files
+    where its own URL has a password: "Permission denied"."""
+    yaml = tmp_path / "farm.yaml"
+    source = textwrap.dedent(f"""\
+        #include <cstdio>
+        #include <cstdlib>
+        int main() {{
+            std::fflush(stdout);
+            std::system("rev {yaml} 2>&1");
+            std::printf("toy: PASS\\n");
+            return 0;
+        }}
+    """)
+    config = toy_farm(tmp_path, source=source)
+    text = config.read_text()
+    url = f"postgresql+psycopg://farm:{PASSWORD}@127.0.0.1:1/farm"
+    config.write_text(text.replace("database: sqlite:///results.db", f"database: {url}"))
+    assert PASSWORD in config.read_text() and config == yaml
+    source_path = tmp_path / "kernels"
+    smi = tmp_path / "smi" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(nvidia_smi_script(CARDS["t4"]))
+    smi.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": f"{smi.parent}:{os.environ['PATH']}", "LANG": "C.UTF-8", "HOME": str(home)}
+    db = tmp_path / "results.db"
+    args = ("verify", "--all", "--node", "here", "--no-report", "--database", f"sqlite:///{db}")
+    args += ("--config", str(config))
+    done = farm(*args, cwd=tmp_path, env=env)
+    rows = query(db, "SELECT outcome, stdout FROM results")
+    assert len(rows) == 1 and source_path.is_dir(), done.stdout + done.stderr
+    said = bytes(rows[0]["stdout"]).decode()
+    assert PASSWORD[::-1] not in said and PASSWORD not in said, said
+    assert "Permission denied" in said and "toy: PASS" in said, said

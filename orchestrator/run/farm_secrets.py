@@ -67,9 +67,14 @@ def agent_sockets() -> list[str]:
 def farm_secrets(farm: Farm) -> tuple[str, ...]:
     """The paths of the farm's secret files on this machine, whether they exist or not (one made
     later is no more readable): every node's key_file, the farm user's ~/.ssh, ~/.pgpass and
-    ~/.postgresql, the files libpq's environment and the database URL name; and its SSH agents'
-    sockets (agent_sockets)."""
+    ~/.postgresql, the files libpq's environment and the database URL name, farm.yaml where its own
+    database URL has a password; and its SSH agents' sockets (agent_sockets)."""
     found = list(key_files(farm)) + agent_sockets()
+    try:  # its own file where its `database:` holds a password (review 191: a kernel read it, reversed)
+        if urlsplit(farm.spec.database or "").password:
+            found.append(str(farm.file))
+    except ValueError:
+        found.append(str(farm.file))
     for name in _HOME:
         found += _under(farm.root, "~/" + name)
     found += [value for name in _LIBPQ_ENV if (value := os.environ.get(name))]
