@@ -66,7 +66,10 @@ def confined_to(run_dir, *files, unreadable=()):
 
 
 def say_confinement(out, rules, unconfined):
+    """The confinement's word, and where it ran confined with the farm's SSH agent in reach, why."""
     out.say(f"@@farm confined {rules[1]}" if rules else "@@farm unconfined " + unconfined.replace("\n", " "))
+    if rules and unconfined:
+        out.say("@@farm agent-open " + unconfined.replace("\n", " "))
 
 
 def runnable(run_dir, private):

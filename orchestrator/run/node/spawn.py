@@ -57,6 +57,8 @@ LL_WRITE_FILE, LL_READ_FILE = 1 << 1, 1 << 2
 LL_WRITE = LL_WRITE_FILE | (1 << 4) | (1 << 5) | (0x7F << 6)  # write_file, remove_dir/_file, make_char.._sym
 LL_REFER, LL_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3: renames across folders, truncate()
 LL_SCOPE_UNIX, LL_SCOPE_SIGNAL = 1 << 0, 1 << 1
+# a connect() or send to a named unix socket by its path: an ABI later than 7's, found by trying it
+LL_RESOLVE_UNIX = 1 << 16
 SYS_CREATE, SYS_ADD_RULE, SYS_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and arm64
 
 
@@ -79,9 +81,10 @@ def ruleset(writable, own_sockets=False, optional=(), unreadable=()):
     (OWN_SOCKETS: and connections to abstract unix sockets only there): ((its fd, the ABI), ""),
     or (None, why it cannot be had). Runs and the GPU's ioctls are not handled, nor reads but
     where UNREADABLE names the farm's secrets here (a `local` node): every file but them may then
-    be read (readable.read_rules), as before. A path of OPTIONAL gone since it was listed (a /dev
-    entry removed meanwhile) is left out: there is nothing there to write, and a vanished
-    device node must not cost the command its confinement."""
+    be read (readable.read_rules), as before; its sockets (the farm's SSH agents) may be connected
+    to only where the kernel has RESOLVE_UNIX, else the second word says they could not be refused.
+    A path of OPTIONAL gone since it was listed (a /dev entry removed meanwhile) is left out: there
+    is nothing there to write, and a vanished device node must not cost the command its confinement."""
     try:
         import ctypes
 
@@ -91,8 +94,17 @@ def ruleset(writable, own_sockets=False, optional=(), unreadable=()):
         if abi < 1:
             return None, "no Landlock in this node's kernel (" + os.strerror(ctypes.get_errno()) + ")"
         handled = LL_WRITE | (LL_REFER if abi >= 2 else 0) | (LL_TRUNCATE if abi >= 3 else 0)
+        # the farm's SSH agents (sockets of UNREADABLE): no read keeps a connect() from one, only RESOLVE_UNIX
+        agents = [path for path in unreadable if _is_socket(path)]
+        unreadable = [path for path in unreadable if path not in agents]
         reads = read_rules(unreadable) if unreadable else []
         handled |= LL_READ_FILE if unreadable else 0
+        open_agents = ""
+        if agents and _handles(call, ctypes, handled | LL_RESOLVE_UNIX):
+            handled |= LL_RESOLVE_UNIX
+            reads += [(path, folder, LL_RESOLVE_UNIX) for path, folder in read_rules(agents)]
+        elif agents:
+            open_agents = f"Landlock ABI {abi} cannot refuse a connect() to a named socket (no RESOLVE_UNIX)"
         # ABI 6: signals only within the kernel's own tree (not to the runner, nor another
         # cell's kernel); the struct grew by its network and scope words
         scoped = (LL_SCOPE_SIGNAL | (LL_SCOPE_UNIX if own_sockets else 0)) if abi >= 6 else 0
@@ -120,7 +132,7 @@ def ruleset(writable, own_sockets=False, optional=(), unreadable=()):
         for path in writable:
             folder = os.path.isdir(path)
             # a file (a sanitizer's log outside the work folder) may be written, never removed
-            allowed = handled & ~LL_READ_FILE if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
+            allowed = handled & ~(LL_READ_FILE | LL_RESOLVE_UNIX) if folder else handled & (LL_WRITE_FILE | LL_TRUNCATE)
             try:
                 why = add(path, folder, allowed)
             except FileNotFoundError:
@@ -130,14 +142,31 @@ def ruleset(writable, own_sockets=False, optional=(), unreadable=()):
             if why:
                 os.close(fd)
                 return None, "landlock_add_rule " + path + ": " + why
-        for path, folder in reads:
+        for path, folder, *allowed in reads:
             try:
-                add(path, folder, LL_READ_FILE)
+                add(path, folder, allowed[0] if allowed else LL_READ_FILE)
             except OSError:
                 continue  # gone since it was listed, or a file now: left unreadable, the safe side
-        return (fd, abi), ""
+        return (fd, abi), open_agents
     except Exception as err:  # not Linux, or no libc to ask
         return None, "no Landlock: " + repr(err)
+
+
+def _is_socket(path):
+    try:
+        return (os.stat(path).st_mode & 0o170000) == 0o140000  # S_IFSOCK, without importing stat
+    except (OSError, ValueError):
+        return False
+
+
+def _handles(call, ctypes, handled):
+    """Whether this kernel's Landlock takes a ruleset handling HANDLED (EINVAL: a right it lacks)."""
+    attr = (ctypes.c_uint64 * 3)(handled, 0, 0)
+    fd = call(SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(24), ctypes.c_uint32(0))
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
 
 
 def scratch(env, run_dir, guarded=()):

@@ -242,6 +242,11 @@ class CellStages(CellTrips):
         could print the line into the farm's shell (/proc/PPID/fd/1)."""
         # the runner ran it where _round_trip (or _send_together, on a streaming transport) sent it there
         by_runner = self.python is not None and trip.spec is not None and self.t.streams_output
+        if by_runner and (agents := last_match(r"^@@farm agent-open (.+)$", text)):  # review 191
+            self._detail.append(
+                f"{what} confined, but with the farm's SSH agent in reach ({agents.group(1).strip()[:200]}): "
+                "it could log into nodes with the agent's keys; run a farm with a local node as a user of its own"
+            )
         if not by_runner or last_match(r"^@@farm confined (\d+)$", text) is None:
             self.result.ran_unconfined = True
             why = last_match(r"^@@farm unconfined (.+)$", text) if by_runner else None
