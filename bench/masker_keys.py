@@ -5,8 +5,10 @@ as more alternatives of its one regular expression: on the lent H100 the fleet's
 went from 8-9 ms to 26-46 ms at N=32-64 (bench/README.md, session 40). Now a key file's lines are
 matched a line at a time against a set. This builds both maskers over the same K key files (random
 OpenSSH-sized bodies) and a kernel's output that prints one key among its lines, checks they mask
-alike, and prints the median CPU per record of each and their ratio. Maskers that disagree print no
-ratio and exit 1.
+alike, and prints the median CPU per record of each and their ratio. Then, for a small record (1 KiB:
+most of a run's records), the set masker built for every record against the run's one masker with a
+fresh count per record (Masker.fresh, as run/cell_work.py has it since review 192). Maskers that
+disagree print no ratio and exit 1.
 
     PYTHONPATH=. python3 bench/masker_keys.py [--keys 64] [--kib 100] [--rounds 5]
 """
@@ -63,6 +65,19 @@ def main() -> int:
     print(f"key lines in the regular expression: {o * 1000:.2f} ms CPU a record")
     print(f"key lines against a set (the farm's): {n * 1000:.2f} ms CPU a record")
     print(f"ratio set / expression: {n / o:.4f}")
+    small = b"line of kernel output 12345 PASS\n" * 31 + keys[-1].encode()
+    shared = Masker((), keys)
+    if shared.fresh().data(small) != lines().data(small) or keys[-1].encode() in shared.fresh().data(small):
+        print("the run's masker does not mask as a new one: no ratio")
+        return 1
+    built, fresh = [], []
+    for _ in range(args.rounds):
+        built.append(per_record(lines, small, 300))
+        fresh.append(per_record(shared.fresh, small, 300))
+    b, f = statistics.median(built), statistics.median(fresh)
+    print(f"a {len(small) // 1024} KiB record, the masker built for it: {b * 1e6:.1f} µs CPU")
+    print(f"a {len(small) // 1024} KiB record, the run's masker afresh (the farm's): {f * 1e6:.1f} µs CPU")
+    print(f"ratio afresh / built: {f / b:.4f}")
     return 0
 
 
