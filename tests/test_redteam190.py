@@ -149,3 +149,33 @@ def test_an_imported_finished_journal_lacking_a_cell_is_no_green_run(tmp_path: P
     assert report.returncode != 0
     _results, runs = _rows(load_farm(config).database_url)
     assert runs == [(1, "aborted")]
+
+
+def test_verify_after_a_dead_run_on_a_read_only_mount_says_read_only(tmp_path: Path) -> None:
+    """Before: `farm verify` with results.db's folder remounted read-only (a disk error under
+    ext4's errors=remount-ro) said the folder "cannot be read and written by this process, root:
+    it belongs to root (uid 0), mode 0755" and to `chown -R root` and `chmod`, which cannot help
+    there. Figure: exit 5, it names results.db as on a read-only file system; the dead run is left
+    as it was (running: no start could close it), nothing green."""
+    import subprocess
+
+    config = toy_farm(tmp_path)
+    (tmp_path / "db").mkdir()
+    config.write_text(config.read_text().replace("sqlite:///results.db", "sqlite:///db/results.db"))
+    dead = Store(f"sqlite:///{tmp_path / 'db' / 'results.db'}", create=True)
+    dead.journal = Journal(tmp_path / "db" / "results.db.journal", "feedbeef0004")
+    dead.begin_run([("toy", "plain", "here", "")], token="feedbeef0004", **RUN)
+    dead.journal.close()
+    dead.close()
+    folder = str(tmp_path / "db")
+    assert subprocess.run(["mount", "--bind", folder, folder], check=False).returncode == 0
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", folder], check=True)
+        done = farm("verify", "--all", "--no-report", "--config", str(config), cwd=tmp_path)
+    finally:
+        subprocess.run(["umount", folder], check=False)
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert f"{folder}/results.db is on a read-only file system" in done.stderr, done.stderr
+    assert "chown" not in done.stderr, done.stderr
+    _results, runs = _rows(f"sqlite:///{tmp_path / 'db' / 'results.db'}")
+    assert runs == [(1, "running")], runs
