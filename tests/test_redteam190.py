@@ -179,3 +179,19 @@ def test_verify_after_a_dead_run_on_a_read_only_mount_says_read_only(tmp_path: P
     assert "chown" not in done.stderr, done.stderr
     _results, runs = _rows(f"sqlite:///{tmp_path / 'db' / 'results.db'}")
     assert runs == [(1, "running")], runs
+
+
+def test_another_runs_journal_under_this_runs_name_is_not_taken(tmp_path: Path) -> None:
+    """Before: a journal copied over a dead run's (another run's, its token inside) was taken as
+    the dead run's: its verdicts stored in the dead run. Figure: the start names the file and both
+    tokens, takes nothing; both cells not-run."""
+    url, path = _dead_run(tmp_path)
+    text = path.read_text().replace('"token":"tok"', '"token":"other"')
+    path.write_text(text + _result_line(2))
+    later = Store(url)
+    try:
+        (aborted,) = later.abort_unfinished_runs(tmp_path / "journal")
+    finally:
+        later.close()
+    assert aborted.added == 0 and aborted.not_run == 2, aborted
+    assert f"{path}: its run record's token is 'other', not 'tok'" in aborted.unread, aborted.unread

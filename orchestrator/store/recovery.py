@@ -108,9 +108,12 @@ def _own_journal(folder: Path | None, token: str | None) -> tuple[list[tuple[str
     if folder is None or not token or not (path := folder / f"{token}.jsonl").is_file():
         return None, ""
     try:
-        return read_journal(path), ""
+        records = read_journal(path)
     except StoreError as err:
         return None, str(err)
+    if (named := records[0][1].get("token")) != token:  # another run's journal under this one's name: not its results
+        return None, f"{path}: its run record's token is {named!r}, not {token!r}, the run its name says (a copy?)"
+    return records, ""
 
 
 class JournaledRun(NamedTuple):
