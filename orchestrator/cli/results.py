@@ -188,9 +188,9 @@ def import_(
     """
     from orchestrator.store import journal
     from orchestrator.store.database import Store
+    from orchestrator.store.journal_check import read_journal
     from orchestrator.store.location import same_database
     from orchestrator.store.lock import run_lock
-    from orchestrator.store.recovery import read_journal
 
     farm = _load(config_path, database, read_only=True)
     seen: dict[object, Path] = {}

@@ -9,6 +9,7 @@ never stored, into a database it could not write either (a red-team finding).
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 from pathlib import Path
@@ -23,6 +24,13 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
+def _read_only_mount(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _refused(path: Path) -> bool:
     """Opened read-write (never created, never truncated) and closed: the kernel's own answer,
     capabilities and ACLs included, where os.access would guess from the real uid."""
@@ -30,8 +38,8 @@ def _refused(path: Path) -> bool:
         os.close(os.open(path, os.O_RDWR))
     except PermissionError:
         return True
-    except OSError:  # gone meanwhile, a folder in its place: the store's open says what it is
-        return False
+    except OSError as err:  # gone meanwhile, a folder in its place: the store's open says what it is
+        return err.errno == errno.EROFS  # but a read-only mount, which root's open meets too, is refused
     return False
 
 
@@ -50,6 +58,12 @@ def write_problem(database_url: str, journal_folder: Path) -> str | None:
     if not refused:
         return None
     path = refused[0]
+    if _read_only_mount(path):  # no owner or mode makes it writable: chown and chmod fail there too (red-team 190)
+        return (
+            f"{path} is on a read-only file system (mounted read-only, or remounted so after a disk error). "
+            "Nothing was started or written: remount it read-write, or point farm.yaml's `database` (and "
+            "`journal`) at a writable disk"
+        )
     found = path.stat()
     me = _user(os.geteuid())
     name = me.split(" ")[0] if not me.startswith("uid ") else str(os.geteuid())  # chown takes either

@@ -99,9 +99,12 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
     # what the run planned but never finished: not-run, as abort_unfinished_runs records it
     session.flush()
     cards = probed_cards(session, run.id)
-    for cell in never_finished(planned, done):
+    missing = never_finished(planned, done)
+    for cell in missing:
         before = CLOSED_BEFORE if mark is not None else "the run stopped before this cell finished"
         session.add(not_run_row(run.id, cell, run.ended_at, f"{before} {FROM_JOURNAL}", cards))
+    if missing and run.status == "finished":  # a journaled "finished" with a cell unstored (a record lost,
+        run.status = "aborted"  # edited): not-run rows under a finished run read complete, exit 0 (red-team 190)
     session.commit()
     note = f"; {len(late)} results journaled after another farm's start closed the run not taken" if late else ""
     return Imported(run.id, run.status, results, note)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,11 +12,11 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import EXIT_STORE, StoreError
-from orchestrator.outcomes import FOUND_AT_NEXT_START, Outcome
-from orchestrator.store import journal
+from orchestrator.outcomes import FOUND_AT_NEXT_START
 from orchestrator.store.closing import mark_closed
 from orchestrator.store.completing import complete_run
 from orchestrator.store.engine import first_line
+from orchestrator.store.journal_check import read_journal
 from orchestrator.store.not_run_rows import never_finished, not_run_row, probed_cards, unfinished
 from orchestrator.store.queries import BISECT_TRIGGER, CHUNK
 from orchestrator.store.rebuilding import Imported, rebuild_run
@@ -109,9 +108,12 @@ def _own_journal(folder: Path | None, token: str | None) -> tuple[list[tuple[str
     if folder is None or not token or not (path := folder / f"{token}.jsonl").is_file():
         return None, ""
     try:
-        return read_journal(path), ""
+        records = read_journal(path)
     except StoreError as err:
         return None, str(err)
+    if (named := records[0][1].get("token")) != token:  # another run's journal under this one's name: not its results
+        return None, f"{path}: its run record's token is {named!r}, not {token!r}, the run its name says (a copy?)"
+    return records, ""
 
 
 class JournaledRun(NamedTuple):
@@ -124,84 +126,6 @@ class JournaledRun(NamedTuple):
     attempts: int
     snapshots: int
     planned: int
-
-
-# a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
-_JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "run": {
-        "trigger": (str,),
-        "farm_version": (str,),
-        "host": (str,),
-        "config_file": (str,),
-        "selection": (str,),
-        "started_at": (datetime,),
-        "token": (str, type(None)),
-        "farm_commit": (str, type(None)),
-        "cell_env": (str, type(None)),
-    },
-    "finish": {"status": (str,), "exit_code": (int, type(None)), "ended_at": (datetime,)},
-    "result": {
-        "kernel": (str,),
-        "variant": (str,),
-        "node": (str,),
-        "outcome": (str,),
-        "cuda_waived": (bool,),  # a journal before 0015 has none (cuda_waiver.journaled)
-        "exit_code": (int, type(None)),
-        "started_at": (datetime,),
-    },
-    "source": {"sha256": (str,), "path": (str,), "content": (bytes,)},
-}
-
-
-_INT64 = -(1 << 63)  # SQLite's and PostgreSQL's BIGINT: a number past it was an OverflowError, "a bug in farm"
-
-
-def _cells(cells: Any) -> bool:
-    """A planned record's cells as Store writes them: [kernel, variant, node, device] strings."""
-    return isinstance(cells, list) and all(
-        isinstance(c, list) and len(c) == 4 and all(isinstance(x, str) for x in c) for c in cells
-    )
-
-
-def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
-    """A journal is read back as the farm wrote it, or refused whole (nothing imported):
-    the types of the fields that name and judge a run, one run and at most one finish,
-    known outcomes, and each source's bytes hashing to its sha256."""
-    counts = {"run": 0, "finish": 0}
-    for number, (kind, fields) in enumerate(records, 1):
-        counts[kind] = counts.get(kind, 0) + 1
-        for key, types in _JOURNAL_TYPES.get(kind, {}).items():
-            value = fields.get(key)
-            # a bool is an int to isinstance: where a number is owed, true or false is refused
-            if key in fields and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-                found = f"{key} is {fields[key]!r}"
-                raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
-        if big := next((v for v in fields.values() if isinstance(v, int) and not _INT64 <= v < -_INT64), None):
-            raise StoreError(f"{path}: record {number} ({kind}): the number {big}, past the 64 bits the farm writes")
-        if kind == "planned" and not _cells(fields.get("cells")):
-            found = repr(fields.get("cells"))[:80]
-            raise StoreError(
-                f"{path}: record {number} (planned): cells {found}, not [kernel, variant, node, device] lists"
-            )
-        if kind == "result" and fields.get("outcome") not in {o.value for o in Outcome}:
-            raise StoreError(f"{path}: record {number} (result): outcome {fields.get('outcome')!r} is no outcome")
-        if kind == "finish" and fields.get("status") not in ("finished", "aborted"):
-            raise StoreError(f"{path}: record {number} (finish): status {fields.get('status')!r}")
-        if kind == "source" and hashlib.sha256(fields.get("content", b"")).hexdigest() != fields.get("sha256"):
-            raise StoreError(f"{path}: record {number} (source): its bytes do not hash to its sha256")
-    if counts["run"] != 1 or counts["finish"] > 1:
-        raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
-
-
-def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """A journal's records, as the farm wrote them, or StoreError saying what is wrong. `farm
-    import` reads every journal it is given first: a damaged second one was refused after the
-    first was stored, and a file that is no journal after an older database was upgraded."""
-    records = list(journal.read(path))
-    if not records or records[0][0] != "run":
-        raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
-    _check_journal(path, records)
-    return records
 
 
 class Recovery:

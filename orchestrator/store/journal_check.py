@@ -1,0 +1,135 @@
+"""A journal read back as the farm wrote it, or refused whole, naming the file, the record and
+what the farm writes there (`farm import` and the next start's completion of a dead run).
+
+The records hold only what the store journals: never a row's or another row's id (the store fills
+`id`, `run_id`, `snapshot_id` itself, and a journal holding one put its verdict in another run, or
+failed every start after on the database's constraint: red-team 190), and no result twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import StoreError
+from orchestrator.outcomes import Outcome
+from orchestrator.store import journal
+
+# a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
+_JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+    "run": {
+        "trigger": (str,),
+        "farm_version": (str,),
+        "host": (str,),
+        "config_file": (str,),
+        "selection": (str,),
+        "started_at": (datetime,),
+        "token": (str, type(None)),
+        "farm_commit": (str, type(None)),
+        "cell_env": (str, type(None)),
+    },
+    "finish": {"status": (str,), "exit_code": (int, type(None)), "ended_at": (datetime,)},
+    "result": {
+        "kernel": (str,),
+        "variant": (str,),
+        "node": (str,),
+        "outcome": (str,),
+        "cuda_waived": (bool,),  # a journal before 0015 has none (cuda_waiver.journaled)
+        "exit_code": (int, type(None)),
+        "started_at": (datetime,),
+    },
+    "source": {"sha256": (str,), "path": (str,), "content": (bytes,)},
+}
+
+
+_INT64 = -(1 << 63)  # SQLite's and PostgreSQL's BIGINT: a number past it was an OverflowError, "a bug in farm"
+
+
+# keys the store fills itself, never journaled: the rebuild's and completion's rows took the record's
+# own over the run's (a result's run_id put its verdict in another run); a run record's end is its finish's
+_FILLED = {
+    "run": ("id", "status", "exit_code", "ended_at"),
+    "result": ("id", "run_id", "snapshot_id", "result_id"),
+    "attempt": ("id", "run_id", "result_id"),
+    "snapshot": ("id", "run_id"),
+    "source": ("first_seen",),
+}
+_METRIC_FILLED = ("id", "result_id", "run_id", "kernel", "variant", "node", "device")  # its result's
+
+
+def _filled(kind: str, fields: dict[str, Any]) -> str | None:
+    """What of a record the store fills itself (the record's own key named), else None."""
+    if key := next((k for k in _FILLED.get(kind, ()) if k in fields), None):
+        return key
+    metrics = fields.get("metrics", []) if kind == "result" else []
+    if not isinstance(metrics, list) or not all(isinstance(m, dict) for m in metrics):
+        return "metrics (a list of metric objects)"
+    found = {k for m in metrics for k in _METRIC_FILLED if k in m}
+    return f"metrics' {', '.join(sorted(found))}" if found else None
+
+
+def _same_result(fields: dict[str, Any]) -> tuple[Any, ...]:
+    """A result's cell and start (to the microsecond): two records alike are one result journaled twice."""
+    return tuple(fields.get(k) for k in ("kernel", "variant", "node", "device", "started_at"))
+
+
+def _cells(cells: Any) -> bool:
+    """A planned record's cells as Store writes them: [kernel, variant, node, device] strings."""
+    return isinstance(cells, list) and all(
+        isinstance(c, list) and len(c) == 4 and all(isinstance(x, str) for x in c) for c in cells
+    )
+
+
+def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
+    """A journal is read back as the farm wrote it, or refused whole (nothing imported):
+    the types of the fields that name and judge a run, one run and at most one finish,
+    known outcomes, each source's bytes hashing to its sha256, no key the store fills
+    itself (_FILLED), and no result twice."""
+    counts = {"run": 0, "finish": 0}
+    results: dict[tuple[Any, ...], int] = {}
+    for number, (kind, fields) in enumerate(records, 1):
+        counts[kind] = counts.get(kind, 0) + 1
+        if filled := _filled(kind, fields):
+            raise StoreError(
+                f"{path}: record {number} ({kind}): {filled}, which the farm never journals (the database "
+                "fills it): a record edited or from elsewhere"
+            )
+        if kind == "result" and (first := results.setdefault(_same_result(fields), number)) != number:
+            raise StoreError(
+                f"{path}: record {number} (result) repeats record {first} (the same cell and start): one result "
+                "journaled once; the journal copied into itself? remove the repeat"
+            )
+        for key, types in _JOURNAL_TYPES.get(kind, {}).items():
+            value = fields.get(key)
+            # a bool is an int to isinstance: where a number is owed, true or false is refused
+            if key in fields and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+                found = f"{key} is {fields[key]!r}"
+                raise StoreError(f"{path}: record {number} ({kind}): {found}, not what the farm writes")
+        if big := next((v for v in fields.values() if isinstance(v, int) and not _INT64 <= v < -_INT64), None):
+            raise StoreError(f"{path}: record {number} ({kind}): the number {big}, past the 64 bits the farm writes")
+        if kind == "planned" and not _cells(fields.get("cells")):
+            found = repr(fields.get("cells"))[:80]
+            raise StoreError(
+                f"{path}: record {number} (planned): cells {found}, not [kernel, variant, node, device] lists"
+            )
+        if kind == "result" and fields.get("outcome") not in {o.value for o in Outcome}:
+            raise StoreError(f"{path}: record {number} (result): outcome {fields.get('outcome')!r} is no outcome")
+        if kind == "finish" and fields.get("status") not in ("finished", "aborted"):
+            raise StoreError(f"{path}: record {number} (finish): status {fields.get('status')!r}")
+        if kind == "source" and hashlib.sha256(fields.get("content", b"")).hexdigest() != fields.get("sha256"):
+            raise StoreError(f"{path}: record {number} (source): its bytes do not hash to its sha256")
+    if counts["run"] != 1 or counts["finish"] > 1:
+        raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
+
+
+def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """A journal's records, as the farm wrote them, or StoreError saying what is wrong. `farm
+    import` reads every journal it is given first: a damaged second one was refused after the
+    first was stored, and a file that is no journal after an older database was upgraded."""
+    records = list(journal.read(path))
+    if not records or records[0][0] != "run":
+        raise StoreError(f"{path}: not a farm journal (its first record is not a run)")
+    _check_journal(path, records)
+    return records
