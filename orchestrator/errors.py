@@ -112,6 +112,7 @@ class StoppedBeforeRun(FarmError):
     nothing of it is, and nothing ran."""
 
     exit_code = EXIT_INFRA
+    meaning = "the run was stopped before it started: no cell ran, no verdict"
 
 
 class InfraError(FarmError):

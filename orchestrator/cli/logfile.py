@@ -7,6 +7,8 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import stat
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -109,6 +111,25 @@ def open_log(path: Path) -> ReopenedLog:
         ) from err
 
 
+def _failure_line(err: Exception) -> str:
+    """`farm verify failed: WHY; exit N (meaning)`, dated, as --log's last line."""
+    if isinstance(err, FarmError):
+        code, why = err.exit_code, str(err)
+    elif type(err).__name__ == "SelectionError":  # handle_errors' exit 3 for it too
+        code, why = EXIT_CONFIG, str(err)
+    else:
+        code, why = EXIT_INTERNAL, f"internal error ({type(err).__name__}: {err}); this is a bug in farm"
+    # a stop before the run was stored ran nothing: "every verdict as expected" was said of it (review 193)
+    meaning = getattr(err, "meaning", None) or EXIT_MEANING.get(code, "see README, Exit codes")
+    line = f"farm verify failed: {why}; exit {code} ({meaning})"
+    return f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {printable(line, keep_newlines=False)}\n"
+
+
+def _append_failure(log_file: Path, err: Exception) -> None:
+    with contextlib.suppress(OSError), open_append(log_file) as stream:
+        stream.write(_failure_line(err))
+
+
 @contextlib.contextmanager
 def failure_logged(log_file: Path | None) -> Iterator[None]:
     """A `verify` that fails (a lock held past --wait, a database that cannot be opened, a
@@ -119,13 +140,39 @@ def failure_logged(log_file: Path | None) -> Iterator[None]:
         yield
     except Exception as err:
         if log_file is not None:
-            if isinstance(err, FarmError):
-                code, why = err.exit_code, str(err)
-            elif type(err).__name__ == "SelectionError":  # handle_errors' exit 3 for it too
-                code, why = EXIT_CONFIG, str(err)
-            else:
-                code, why = EXIT_INTERNAL, f"internal error ({type(err).__name__}: {err}); this is a bug in farm"
-            line = f"farm verify failed: {why}; exit {code} ({EXIT_MEANING.get(code, 'see README, Exit codes')})"
-            with contextlib.suppress(OSError), open_append(log_file) as stream:
-                stream.write(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] {printable(line, keep_newlines=False)}\n")
+            _append_failure(log_file, err)
+        raise
+
+
+# a line the farm wrote to --log: progress `[HH:MM:SS] ...` or a failure's `[YYYY-mm-dd HH:MM:SS] ...`
+_FARM_LINE = re.compile(rb"^\[(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\] ")
+
+
+def _farm_log(log_file: Path, config_path: Path) -> bool:
+    """Whether `log_file` is a regular file whose last line the farm wrote, and not farm.yaml: with
+    no farm loaded, --log cannot be checked against the farm's files (farm_file_problem), and only
+    a log the farm already writes is safe to append to."""
+    try:
+        if not stat.S_ISREG(os.stat(log_file).st_mode):
+            return False
+        if config_path.exists() and os.path.samefile(log_file, config_path):
+            return False
+        with open(log_file, "rb") as stream:
+            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 8192))
+            lines = stream.read().splitlines()
+    except OSError:
+        return False
+    return bool(lines) and _FARM_LINE.match(lines[-1]) is not None
+
+
+@contextlib.contextmanager
+def load_failure_logged(log_file: Path | None, config_path: Path) -> Iterator[None]:
+    """farm.yaml or a job file that does not load (an edit made during the day) ends --log too,
+    where --log is a log the farm already writes: its last line stayed the night before's green
+    `exit 0` while the cron mail said `Error: ...`, exit 3 (review 193)."""
+    try:
+        yield
+    except Exception as err:
+        if log_file is not None and _farm_log(log_file, config_path):
+            _append_failure(log_file, err)
         raise

@@ -35,7 +35,7 @@ from orchestrator.cli.base import (
     wait_option,
 )
 from orchestrator.cli.farm_now import farm_now
-from orchestrator.cli.logfile import failure_logged, open_log
+from orchestrator.cli.logfile import failure_logged, load_failure_logged, open_log
 from orchestrator.cli.prerun import stop_before_run
 from orchestrator.cli.run_signals import stopping_on_signals
 
@@ -155,7 +155,8 @@ def verify(
 
     if not all_ and not selectors:
         raise click.UsageError("name KERNEL[:VARIANT] selectors, or --all")
-    farm = _load(config_path, database)
+    with load_failure_logged(log_file, config_path):
+        farm = _load(config_path, database)
     if log_file is not None and (problem := farm_file_problem(log_file, farm, "progress log")):
         raise ConfigError("--log", str(log_file), *problem)
     # from here on every failure also ends the log: its last line was the night before's

@@ -113,6 +113,7 @@ def _entry(line: str) -> Entry | None:
 class KnownHosts:
     path: str
     entries: list[Entry] = field(default_factory=list)
+    missing: bool = False  # no file at `path`: every host is unknown
 
     def listed(self, name: str) -> list[Entry]:
         """The plain lines naming `name`: its accepted keys."""
@@ -136,7 +137,7 @@ def load(path: str) -> KnownHosts:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return KnownHosts(path)
+        return KnownHosts(path, missing=True)
     entries = []
     for raw in text.splitlines():
         line = raw.strip()
@@ -178,7 +179,15 @@ class CheckHostKey(paramiko.MissingHostKeyPolicy):
             if self.known.has_authorities
             else ""
         )
+        # no such file (cron's or systemd's HOME not the login's that ran `ssh` once): "is not in" it sent
+        # the operator to grep a file that is not there (review 193)
+        where = (
+            f"not known: {path} does not exist (node {self.node!r}'s `known_hosts` in farm.yaml, by default "
+            "~/.ssh/known_hosts under the HOME the farm runs with: give it as an absolute path)"
+            if self.known.missing
+            else f"not in {path}"
+        )
         raise HostKeyError(
-            f"host {hostname} is not in {path} (strict host-key checking){ca}. It offered the {kind} key "
+            f"host {hostname} is {where} (strict host-key checking){ca}. It offered the {kind} key "
             f"{fingerprint(key.asbytes())}. If that is the node's key, add this line to {path}: {line}"
         )
