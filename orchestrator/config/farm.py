@@ -216,6 +216,14 @@ def load_farm(
             "a path that is not valid UTF-8 (a folder named in another encoding)",
             "farm.yaml in a folder whose path is UTF-8: the farm stores and shows its paths as text; rename it",
         ) from None
+    if not file.exists() and not file.is_symlink():  # cron starts in HOME: farm.yaml is then not where it looks
+        raise ConfigError(
+            str(file),
+            "",
+            "no such file",
+            "the farm's configuration (farm.yaml, a YAML file): name it with --config or FARM_CONFIG "
+            "(a cron job starts in its user's HOME, not in the farm's folder)",
+        )
     raw = read_yaml(file, "the farm's configuration (farm.yaml)")
     errors = check_names(raw, "nodes", file) if isinstance(raw, dict) else []
     if isinstance(raw, dict) and not raw.get("nodes"):
