@@ -7,6 +7,7 @@ repeats), that line and the escaped marker (review 181)."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from orchestrator.run.streams import scan_bytes
@@ -29,6 +30,20 @@ def first_error(log: bytes) -> str:
         if line and not line.startswith("[farm]") and _ERROR.search(line):
             line = _BUNDLE.sub("", line)
             return f': "{line if len(line) <= _LIMIT else line[: _LIMIT - 1] + "…"}"'
+    return ""
+
+
+def unshipped_input(said: str, files: list[str]) -> str:
+    """`; kernels/x/input.txt, which ... names, reached the build only: ...` where the kernel's last words
+    name a file the job ships beside its sources (not one of them): a kernel that opens its data at run
+    time from a relative path failed "cannot open input.txt", and its reason did not say why (review 195)."""
+    for rel in files:
+        base = re.escape(posixpath.basename(rel))
+        if re.search(rf"(?:^|[^\w.-]){base}(?![\w.-])", said):
+            return (
+                f"; {rel}, which its last words name, is shipped for the build only: the run starts in an empty work "
+                "folder of its own, so build the data into the binary (an array in a header it includes)"
+            )
     return ""
 
 

@@ -43,7 +43,7 @@ from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fo
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.failure_words import PASS_TEXT, as_text, marker_missing
+from orchestrator.run.stages.failure_words import PASS_TEXT, as_text, marker_missing, unshipped_input
 from orchestrator.run.streams import StreamScan
 from orchestrator.transport import CommandResult
 
@@ -288,6 +288,8 @@ class RunStage(CellStages):
             printed = out.matches.get(PASS_TEXT)
             as_printed = None if printed is None else (printed, out.texts.get(PASS_TEXT, ""))
             ev.no_pass = marker_missing(self.job.spec.pass_marker, out.last_line, as_printed)
+            shipped = [rel for rel in self.job.files if rel not in self.job.spec.sources]
+            ev.no_pass += unshipped_input(f"{ev.stderr_last_line}\n{out.last_line}", shipped)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")
