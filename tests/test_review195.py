@@ -50,3 +50,38 @@ def test_a_data_file_the_run_cannot_see_is_named_in_the_reason(ssh_fleet: Fleet,
     assert row["outcome"] == "fail", (row["reason"], done.stdout, done.stderr)
     assert "cannot open input.txt" in row["reason"], row["reason"]
     assert "kernels/data_in/input.txt" in row["reason"] and "empty work folder" in row["reason"], row["reason"]
+
+
+ASSERTS = """\
+#include <cstdio>
+int main() {
+    std::fprintf(stderr, "kernels/asserts/asserts.cuh:42: void k(): block: [0,0,0], "
+                         "thread: [0,0,0] Assertion `x` failed.\\n");
+    return 1;
+}
+"""
+
+
+def test_a_device_assert_naming_a_header_is_no_missing_data_file(ssh_fleet: Fleet, tmp_path: Path) -> None:
+    """A failing kernel's last line names its header as a device assert does (file:line: ... Assertion
+    failed). Figure: fail, quoting the assert, with no word of a file "shipped for the build only" (the
+    header reached the build, where it was needed: a hint that sent the author to move it was wrong)."""
+    job = {
+        "kernel": "asserts",
+        "sources": ["kernels/asserts/asserts.cpp"],
+        "headers": ["kernels/asserts/asserts.cuh"],
+        "pass_marker": "asserts: PASS",
+        "refusal_marker": "asserts: needs CC",
+        "timeout": 30,
+        "variants": {
+            "plain": {"build": "g++ -O1 -o {binary} {sources}", "inspect": "objdump -d {binary}", "cc": {"min": "7.5"}}
+        },
+    }
+    config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(tmp_path / "work")}, [job])
+    (tmp_path / "kernels" / "asserts").mkdir()
+    (tmp_path / "kernels" / "asserts" / "asserts.cpp").write_text(ASSERTS)
+    (tmp_path / "kernels" / "asserts" / "asserts.cuh").write_text("#pragma once\n")
+    done = farm_cli(tmp_path, "verify", "--all", "--quiet", "--config", str(config), "--no-report")
+    row = results(tmp_path / "results.db", 1)[("t4", "plain")]
+    assert row["outcome"] == "fail", (row["reason"], done.stdout, done.stderr)
+    assert "Assertion" in row["reason"] and "build only" not in row["reason"], row["reason"]
