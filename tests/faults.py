@@ -228,6 +228,15 @@ class NetnsNode(SshNode):
     def cut(self) -> None:
         self._ip("-n", self.netns, "link", "set", self.node_if, "down")
 
+    def drop_large_from_node(self, size: int = 1200) -> None:
+        """Packets the node sends over `size` bytes vanish (a tbf qdisc whose bucket is smaller than
+        them drops them on the node's side of the link): a path-MTU black hole toward the farm, where
+        the handshake and small messages pass and whatever fills a full-size segment stalls."""
+        tbf = ["root", "tbf", "rate", "10gbit", "burst", str(size), "limit", "1000000"]
+        done = subprocess.run(["tc", "-n", self.netns, "qdisc", "add", "dev", self.node_if, *tbf], capture_output=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"`tc qdisc add ... tbf` failed: {done.stderr.decode(errors='replace').strip()}")
+
     def stop(self) -> None:
         super().stop()
         if self._network:

@@ -119,12 +119,16 @@ class NodeSetup:
         each or in the shell."""
         node = setup.node
         folders = needs.folders if needs else []
+        first: SessionLost | None = None
+        took = 0.0
         if node.runner == "auto" and setup.keeps_processes:
             runner = ResidentRunner(setup.sibling(), "python3", self.open)
+            clock = time.monotonic()
             try:
                 snapshot = resident_probe(runner, node, folders, staging.offered(needs) if needs else None)
-            except SessionLost:
+            except SessionLost as err:
                 runner.close()
+                first, took = err, time.monotonic() - clock
             except BaseException:
                 runner.close()
                 raise
@@ -134,7 +138,18 @@ class NodeSetup:
                 else:
                     runner.close()
                 return snapshot
-        return probe(setup, folders)
+        if first is None:
+            return probe(setup, folders)
+        try:
+            return probe(setup, folders)
+        except InfraError as err:
+            # the shell probe on the connection the runner's failure broke said only "SSH session not
+            # active", and the runner's stall (a node->farm path dropping large packets) went unsaid
+            raise type(err)(
+                f"{err}; before it, the resident runner's probe failed after {took:.0f} s: {first}. A node "
+                "that takes a connection and then falls silent on it, with no reset, is frozen or sits behind "
+                "a path that drops large packets (a path-MTU black hole: the handshake passes, transfers stall)"
+            ) from err
 
     @staticmethod
     def check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot, pins_gpus: bool = True) -> None:
