@@ -145,11 +145,14 @@ class NodeSetup:
         except InfraError as err:
             # the shell probe on the connection the runner's failure broke said only "SSH session not
             # active", and the runner's stall (a node->farm path dropping large packets) went unsaid
-            raise type(err)(
+            # the same error, its words grown: its class and its own retryable/unreachable kept (a class
+            # of its own may take more than a message to make anew: SlurmJobError)
+            err.args = (
                 f"{err}; before it, the resident runner's probe failed after {took:.0f} s: {first}. A node "
                 "that takes a connection and then falls silent on it, with no reset, is frozen or sits behind "
-                "a path that drops large packets (a path-MTU black hole: the handshake passes, transfers stall)"
-            ) from err
+                "a path that drops large packets (a path-MTU black hole: the handshake passes, transfers stall)",
+            )
+            raise
 
     @staticmethod
     def check_usable(name: str, node: NodeSpec, snapshot: NodeSnapshot, pins_gpus: bool = True) -> None:
