@@ -20,6 +20,8 @@ and flags each disagreement:
     now-failing       a certificate stands, but the latest result of a cell of these same
                       inputs on real hardware failed where it must pass (wrong numbers, a
                       crash, a timeout): the card, the driver or the kernel's luck changed
+    failing           no certificate on a CC where the latest result of a cell of these same
+                      inputs on real hardware failed where it must pass
     contract-changed  a certificate stands on a CC that no variant of the job admits now
                       (report/rejudged.py: the job file is edited between runs)
     removed           certificates of a kernel in no job of the farm whose sources are gone
@@ -230,6 +232,14 @@ def build(
             )
     for variant, node, cc, result_id, reason, outcome in failing or []:
         if cc not in ordered or not ordered[cc].verified:
+            # the ledger listed the CCs it verifies alone: a kernel failing on an A100 read as certified (review 197)
+            ledger.flags.append(
+                (
+                    "failing",
+                    f"CC {cc} is not VERIFIED: the latest result of these same inputs there is {outcome}: "
+                    f"{variant} on node {node} (result {result_id}): {reason}.",
+                )
+            )
             continue
         if outcome == "sanitizer-error":
             ledger.flags.append(

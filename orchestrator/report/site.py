@@ -35,6 +35,7 @@ import contextlib
 import gc
 import hashlib
 import os
+import re
 from collections import Counter
 from datetime import UTC, datetime
 from html import escape
@@ -143,6 +144,25 @@ def mark_unrendered(out_dir: Path, run_id: int | None, why: str) -> None:
         except OSError:
             with contextlib.suppress(OSError):  # nothing more can be done for it
                 index.unlink(missing_ok=True)
+        words = f"{run} is newer than this page, and has no report: it {escape(printable_on_page(why))} ({stamp})"
+        _flag_pages(out_dir, words)
+
+
+_NEWER = re.compile(rb'<p class="flag" id="newer">[^\n]*</p>\n')
+
+
+def _flag_pages(out_dir: Path, words: str) -> None:
+    """The pages that show the site's present (kernels/, nodes/, history.html) say at their top that a
+    newer run has no report: a kernel page opened from a bookmark read the night before's VERIFIED as
+    current after a run with --no-report, or whose render failed (review 197). The next render writes
+    them again without it. A page that cannot be read or written is left as it is."""
+    banner = f'<p class="flag" id="newer">{words}. This page shows the runs before it.</p>\n'.encode()
+    for path in [out_dir / "history.html", *out_dir.glob("kernels/*.html"), *out_dir.glob("nodes/*.html")]:
+        with contextlib.suppress(OSError):
+            page = _NEWER.sub(b"", path.read_bytes(), count=1)
+            head, nav, rest = page.partition(b"</nav>\n")
+            if nav:
+                write_page(str(path), head + nav + banner + rest, compare=False)
 
 
 def render(
