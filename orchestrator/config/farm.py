@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import header, output_paths, own_files, srun_nodes
-from orchestrator.config.database_url import check_url, resolve_database
+from orchestrator.config.database_url import check_url, raw_at_problem, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
 from orchestrator.config.local_workdirs import local_workdir_errors
@@ -242,6 +242,8 @@ def load_farm(
         raise ConfigError(str(file), "reports", *problem)
     # before the jobs load: a source that is the database was said as the job's error, not the URL's
     where = (database_where or "--database") if database else str(file)
+    if database and (problem := raw_at_problem(database, where)) is not None:
+        raise problem
     try:
         resolved = resolve_database(database or spec.database, root)
     except UnicodeEncodeError:  # a URL is text (FARM_DATABASE's bytes decode to one that is not)

@@ -291,7 +291,7 @@ class DatabaseLock:
         from sqlalchemy.pool import NullPool
 
         from orchestrator.errors import StoreError
-        from orchestrator.store.engine import redact_url
+        from orchestrator.store.engine import first_line, redact_url
         from orchestrator.store.liveness import server_engine
 
         me = self.me
@@ -299,6 +299,7 @@ class DatabaseLock:
             # keepalives and the watchdog as the store's (liveness.py): its SELECT 1 ran under the write lock
             self._engine = server_engine(self.url, {"application_name": me, "connect_timeout": 10}, poolclass=NullPool)
             event.listen(self._engine, "do_connect", self._connecting)
+            event.listen(self._engine, "connect", _never_idle_ended)
             self._connection = self._engine.connect()
             deadline = time.monotonic() + self.wait
             while True:
@@ -329,7 +330,10 @@ class DatabaseLock:
                 time.sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
         except SQLAlchemyError as err:
             self._release()
-            raise StoreError(f"cannot take the run lock of {redact_url(self.url)}: {type(err).__name__}") from err
+            # the driver's first line, secrets masked: its class name alone left a wrong password or a
+            # refused connection unsaid (red-team 198)
+            said = first_line(err, self.url)
+            raise StoreError(f"cannot take the run lock of {redact_url(self.url)}: {said}") from err
 
     def _holder(self):
         """The advisory lock's holder in this database: (application_name, client_addr, backend_start, pid)."""
@@ -362,6 +366,17 @@ class DatabaseLock:
 
     def __exit__(self, *exc: object) -> None:
         self._release()  # closing the session releases its advisory locks
+
+
+def _never_idle_ended(dbapi_connection: object, _record: object) -> None:
+    """The lock's session opts out of the DBA's idle_session_timeout (ALTER ROLE/DATABASE ... SET;
+    PostgreSQL 14 on, and a setting any session may change for itself): idle through a long cell, the
+    server ended it, and another farm host's start took the free lock and closed the live run, its
+    kernels on shared nodes reaped (red-team 198). Committed: a rollback would undo it."""
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'")
+    cursor.close()
+    dbapi_connection.commit()  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
