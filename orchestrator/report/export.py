@@ -130,6 +130,10 @@ def _no_result(run: Any) -> str:
     return "not-run: no result, the run did not finish"
 
 
+def newer_words(newer: tuple[int, int]) -> str:
+    return f"{newer[0]} (the latest: run {newer[1]})"
+
+
 def junit(model: ReportModel) -> str:
     run = model.run
     results = model.results
@@ -172,6 +176,8 @@ def junit(model: ReportModel) -> str:
         ("status", run.status),
         ("exit_code", str(exit_code(run, model.unfinished))),  # what the export exits with
         *([("clock_stepped", CLOCK_STEPPED)] if stepped else []),
+        # an older run's export: the fleet's runs after it, which it does not show (review 200)
+        *([("newer_runs", newer_words(model.newer))] if model.newer else []),
     ):
         ET.SubElement(props, "property", name=key, value=value)
     if incomplete:
@@ -378,6 +384,8 @@ def as_json(model: ReportModel) -> str:
             for r in model.results
         ],
         "ledger": ledger_records(model.ledgers),
+        # an older run's export is as of its end (its ledger too): the fleet's runs after it (review 200)
+        "newer_runs": {"count": model.newer[0], "latest": model.newer[1]} if model.newer else None,
     }
     # a `#` is only ever inside a JSON string, where \u0023 is the same character to a parser
     # and no `##vso[` command to a CI runner that logs the export (terminal.ci_inert)

@@ -92,6 +92,8 @@ class ReportModel:
     # or one whose farm died): not-run in the exports' counts
     unfinished: list[tuple[str, str, str, str]] = field(default_factory=list)
     no_verdict: list[NoVerdict] = field(default_factory=list)  # the run's cells without one, by cause
+    # (how many, the latest) of the fleet's runs newer than `run`: its report is as of its end, and says so
+    newer: tuple[int, int] | None = None
 
     @property
     def grid_run_ids(self) -> set[int]:
@@ -143,6 +145,11 @@ def collect(
     # (--run N) shows its run before them
     runs = store.runs(limit=history_runs, upto=run.id, bisections=False)
     runs = runs if run.trigger != BISECT_TRIGGER else [run, *runs[: history_runs - 1]]
+    # an older run's report (--run N) is as of its end: its ledger counted every later run's passes (review
+    # 200). Cut by run id (a dead run completed from its journal later has higher result ids); the latest's
+    # is not cut, as a bisection's runs after it are on record now too
+    newer = store.newer_runs(run.id) if run_id is not None else None
+    upto = run.id if newer else None
     run_ids = [r.id for r in runs]
     # The last runs' outcomes, read once from the index: the run's own cells, the kernel pages' grids
     # (GRID_RUNS runs) and each cell's earlier results (one run more than history.WINDOW: all of them).
@@ -226,7 +233,7 @@ def collect(
         for kernel, found in now_inputs.items()
         if any(claim.status == "VERIFIED" for claim in ledger.header_claims(found.source))
     ]
-    groups, days = store.certifying_groups(claimed)
+    groups, days = store.certifying_groups(claimed, upto)
     shown_ids = sorted({i for g in groups for i in (g.first_id, g.last_id)})
     dates: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for kernel, identity, cc, day in days:
@@ -261,7 +268,8 @@ def collect(
         for kernel, found in sorted(now_inputs.items())
     ]
     # the current inputs' passes that ran unconfined on the farm's own machine: why they certify nothing
-    unbacked = store.farm_writable_passes([(k, found.identity) for k, found in now_inputs.items() if found.identity])
+    identified = [(k, found.identity) for k, found in now_inputs.items() if found.identity]
+    unbacked = store.farm_writable_passes(identified, upto)
     for kl in ledgers:
         kl.flags += ledger_flags([p for p in unbacked if p.kernel == kl.kernel])
     run_metrics = store.metric_values(run_id=run.id)
@@ -302,6 +310,7 @@ def collect(
         # a finished run too: a planned cell with no result leaves it incomplete (exports, summary)
         unfinished=store.unfinished_cells(run.id),
         no_verdict=no_verdict(store, light),
+        newer=newer,
     )
     model.trends = trend_series(trend_rows, model.several)
     return model

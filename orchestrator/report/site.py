@@ -287,6 +287,7 @@ def _render(
             out_dir / "kernels" / f"{page_name(entry.kernel)}.html",
             kernel_page.render(
                 run=run,
+                newer=model.newer,
                 entry=entry,
                 grid=grids.history_grid(model, entry.kernel, grid_runs, set(since)),
                 runs=grid_runs,
@@ -300,13 +301,16 @@ def _render(
     # or renamed in farm.yaml since) had none in a fresh folder, and a stale one in an old folder
     probed = {col.node: [col.snapshot] for col in model.columns if col.snapshot is not None}
     for node, snaps in {**probed, **model.node_history}.items():
-        page = node_page.render(run=run, node=node, snaps=snaps, probes=grids.probe_rows(snaps), gone=model.departed)
+        page = node_page.render(
+            run=run, newer=model.newer, node=node, snaps=snaps, probes=grids.probe_rows(snaps), gone=model.departed
+        )
         _write(out_dir / "nodes" / f"{page_name(node)}.html", page, pages)
 
     _write(
         out_dir / "history.html",
         env.get_template("history.html.j2").render(
             run=run,
+            newer=model.newer,
             runs=model.runs,
             counts=model.run_counts,
             unconfirmed=unsure_counts,
@@ -320,6 +324,7 @@ def _render(
         index,
         env.get_template("index.html.j2").render(
             run=run,
+            newer=model.newer,
             model=model,
             counts=model.counts,
             total=len(model.results) + len(model.unfinished),  # a cell the run never finished counts too

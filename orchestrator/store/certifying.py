@@ -55,7 +55,11 @@ class CertifyingQueries:
         raise NotImplementedError
 
     def _certifying(
-        self, session: Session, outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES, farm_writable: bool = False
+        self,
+        session: Session,
+        outcomes: tuple[str, ...] = CERTIFYING_OUTCOMES,
+        farm_writable: bool = False,
+        upto: int | None = None,
     ) -> list[Any]:
         """What certifies: a pass, where the contract required one, on a GPU the
         driver confirmed, not run unconfined on the farm's own machine as the farm's
@@ -63,7 +67,8 @@ class CertifyingQueries:
         whose every input is identified, in a run that finished (one that did not never
         looks green: 0013). The rule lives here and nowhere else (`outcomes`: some of
         its outcomes only; `farm_writable`: the passes that certify but for that, which
-        a kernel page names)."""
+        a kernel page names; `upto`: those of runs up to that one, an older run's report:
+        by run id, as ids are not in run order, a dead run's completed from its journal later)."""
         unfinished = list(session.scalars(select(Run.id).where(Run.status != "finished")))
         return [
             ResultRow.outcome.in_([o for o in outcomes if o in CERTIFYING_OUTCOMES]),
@@ -73,17 +78,18 @@ class CertifyingQueries:
             ResultRow.cc.is_not(None),
             ResultRow.identity.is_not(None),
             *([ResultRow.run_id.not_in(unfinished)] if unfinished else []),
+            *([ResultRow.run_id <= upto] if upto is not None else []),  # in ix_results_certifying too
         ]
 
-    def farm_writable_passes(self, current: list[tuple[str, str]]) -> list[Any]:
+    def farm_writable_passes(self, current: list[tuple[str, str]], upto: int | None = None) -> list[Any]:
         """Of these (kernel, identity) pairs, the passes that would certify but for having run unconfined
         on the farm's own machine (farm_writable.py): rows (kernel, identity, cc, passes, first_id, last_id),
-        from ix_results_certifying, for a kernel page to say why they do not."""
+        from ix_results_certifying, for a kernel page to say why they do not; `upto`: of runs up to that one."""
         if not current:
             return []
         found: list[Any] = []
         with self._reading() as session:
-            rule = self._certifying(session, farm_writable=True)
+            rule = self._certifying(session, farm_writable=True, upto=upto)
             for kernel, identity in sorted(set(current)):
                 group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
                 query = (
@@ -128,12 +134,15 @@ class CertifyingQueries:
             )
             return list(session.execute(query))
 
-    def certifying_groups(self, dated: list[tuple[str, str]] | None = None) -> tuple[list[Any], list[Any]]:
+    def certifying_groups(
+        self, dated: list[tuple[str, str]] | None = None, upto: int | None = None
+    ) -> tuple[list[Any], list[Any]]:
         """The certifying passes (see _certifying) per (kernel, identity, cc), counted
         in the database from the ix_results_certifying index alone: rows (kernel,
         identity, cc, passes, first_id, last_id); and for the (kernel, identity)
         pairs in `dated`, rows (kernel, identity, cc, day) of the UTC days their
-        passes ran on ("YYYY-MM-DD")."""
+        passes ran on ("YYYY-MM-DD"). `upto`: the passes of runs up to that one alone (an older
+        run's report, as of its end: it had counted every later run's, review 200)."""
         group = (ResultRow.kernel, ResultRow.identity, ResultRow.cc)
         groups: dict[tuple[str, str, str], list[int]] = {}
         dates: list[CertifyingDay] = []
@@ -143,7 +152,7 @@ class CertifyingQueries:
             for outcome in CERTIFYING_OUTCOMES:
                 query = (
                     select(*group, func.count(), func.min(ResultRow.id), func.max(ResultRow.id))
-                    .where(*self._certifying(session, (outcome,)))
+                    .where(*self._certifying(session, (outcome,), upto=upto))
                     .group_by(*group)
                 )
                 for kernel, identity, cc, n, first_id, last_id in session.execute(query):
@@ -158,7 +167,8 @@ class CertifyingQueries:
             for kernel, identity in sorted(set(dated or [])):
                 query = (
                     select(ResultRow.cc, day)
-                    .where(*self._certifying(session), ResultRow.kernel == kernel, ResultRow.identity == identity)
+                    .where(*self._certifying(session, upto=upto), ResultRow.kernel == kernel)
+                    .where(ResultRow.identity == identity)
                     .distinct()
                 )
                 for cc, on in session.execute(query):

@@ -65,6 +65,14 @@ class Queries:
         with self._reading() as session:
             return list(session.scalars(query.order_by(Run.id.desc()).limit(limit)))
 
+    def newer_runs(self, run_id: int) -> tuple[int, int] | None:
+        """(how many, the latest id) of the fleet's runs newer than run `run_id`, or None: an older run's
+        report is as of its end, and says so (review 200). From the primary key alone."""
+        query = select(func.count(), func.max(Run.id)).where(Run.id > run_id, Run.trigger != BISECT_TRIGGER)
+        with self._reading() as session:
+            count, latest = session.execute(query).one()
+        return (count, latest) if count else None
+
     def bisection_runs(self, limit: int = 50) -> list[Run]:
         """`farm bisect`'s runs, newest first: listed apart from the fleet's (history.html)."""
         query = select(Run).where(Run.trigger == BISECT_TRIGGER).order_by(Run.id.desc()).limit(limit)
