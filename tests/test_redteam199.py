@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from farm_cli import farm
-from faults import NetnsNode, faults_job, faults_variant, netns_works
+from faults import NetnsNode, faults_job, faults_variant, netns_works, wait_for
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, query
 
@@ -108,3 +109,69 @@ def test_a_host_name_none_of_whose_addresses_answers_names_each_and_what_it_said
     reason = rows[0]["reason"]
     assert f"{dead}:{netns_node.port}: timed out after 2 s" in reason, reason
     assert f"{refusing}:{netns_node.port}: Connection refused" in reason, reason
+
+
+# the login's ~/.bashrc, for the resident runner's command alone: it says it started and waits for
+# the test's word (a file, not the network), so the link breaks between the runner's start and its
+# first message, every time
+HOLD_RUNNER = """case "$BASH_EXECUTION_STRING" in
+*" -I -S -c "*) : > "$HOME/runner-starting"; n=0
+  while [ ! -e "$HOME/runner-go" ] && [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done ;;
+esac
+"""
+
+
+def test_a_node_cut_off_one_way_as_its_runner_starts_is_said_to_have_stopped_answering(
+    netns_node: NetnsNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the node's packets to the farm dropped (a one-way partition: a route gone on the
+    node's side) between its resident runner's start and its first message, every cell of the node
+    infra-error "the resident runner did not answer within 60 s of its start: a login start-up
+    file (~/.bashrc ...) may read stdin ...; make it return early", never retried (RunnerMute): the
+    operator sent to a ~/.bashrc for a node that had stopped answering. Figure (START_LIMIT 10 s
+    here, 60 s in a run): 1 node, 2 cells, retries 0: both infra-error at the probe, the reason
+    saying the node stopped answering (its connection answered no keepalive), no word of stdin;
+    the run over in under 35 s; no pass."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run import resident
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.store.database import Store
+
+    monkeypatch.setattr(resident, "START_LIMIT", 10.0)
+    (netns_node.home / ".bashrc").write_text(HOLD_RUNNER)
+    variants = {name: faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=0") for name in ("a", "b")}
+    entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3)
+    config = write_farm(tmp_path / "farm", {"ow": entry}, [faults_job(variants)], retries=0, reconnect_window=0.0)
+    farm_ = load_farm(config)
+    store = Store(farm_.database_url)
+    outcome: dict[str, object] = {}
+
+    def farm_run() -> None:
+        try:
+            outcome["summary"] = run_cells(
+                farm_, store, plan_cells(farm_, None), cache_dir=tmp_path / "archives", trigger="test"
+            )
+        except BaseException as err:  # the test's thread says it
+            outcome["error"] = err
+
+    clock = time.monotonic()
+    thread = threading.Thread(target=farm_run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: (netns_node.home / "runner-starting").exists(), 20, "the resident runner's start")
+        _ip("-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32")
+        (netns_node.home / "runner-go").touch()
+        thread.join(60)
+    finally:
+        store.close()
+    took = time.monotonic() - clock
+    assert not thread.is_alive(), "the run did not end within 60 s of the partition"
+    assert "error" not in outcome, outcome["error"]
+    rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
+    assert sorted(r["variant"] for r in rows) == ["a", "b"]
+    for row in rows:
+        assert (row["outcome"], row["failed_stage"]) == ("infra-error", "probe"), dict(row)
+        assert "stopped answering" in row["reason"], row["reason"]
+        assert "stdin" not in row["reason"], row["reason"]
+    assert took < 35, f"the run took {took:.0f} s"
