@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from importlib.util import MAGIC_NUMBER
 
-from orchestrator.errors import CommandTimeout, InfraError, NodeUnusable, SessionLost
+from orchestrator.errors import CommandTimeout, ConnectError, InfraError, NodeUnusable, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.runner_code import compiled
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport, reap
@@ -66,6 +66,7 @@ LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
 # (probe.PROBE_TIMEOUT). One whose stdin a login's background reader took waits for it forever,
 # and the probe's request, bounded by the folders' 660 s, outlived every budget (review 128)
 START_LIMIT = 60.0
+ANSWER_WAIT = 5.0  # seconds a mute runner's connection may take to answer a keepalive
 
 
 class RunnerMute(NodeUnusable):
@@ -213,6 +214,13 @@ class ResidentRunner:
             if self._process is process:
                 self._lost(process, f"it said nothing within {START_LIMIT:g} s of its start")
         said = process.stderr().strip()[-300:]
+        if not process.answers(ANSWER_WAIT):  # not a login's stdin reader: the node is gone (red-team 199)
+            process.close()
+            raise ConnectError(
+                f"node {self.name!r}: the resident runner said nothing within {START_LIMIT:g} s of its start, "
+                f"and the node stopped answering (its SSH connection answered no keepalive in {ANSWER_WAIT:g} s): "
+                "frozen, or cut off from the farm (its packets to the farm dropped)"
+            )
         process.close()
         raise RunnerMute(
             f"node {self.name!r}: the resident runner did not answer within {START_LIMIT:g} s of its start"

@@ -115,6 +115,11 @@ class Process(ABC):
     def close(self) -> None:
         """Its stdin closed and the session let go; it ends once its work is done."""
 
+    def answers(self, timeout: float) -> bool:
+        """Whether the node still answers on the connection the process runs over (within
+        `timeout` s); one that does not is closed. Where nothing lies between them: yes."""
+        return True
+
 
 class Transport(ABC):
     """Acts on one node. Not thread-safe: each worker thread has its own (sibling()

@@ -48,6 +48,7 @@ from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
+from orchestrator.transport.ssh_dial import DialedConnection, answers
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
 from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
@@ -130,7 +131,7 @@ class SSHTransport(Transport):
         preferred = TunedTransport._preferred_keys
         if allowed & set(preferred):
             connect_kwargs["disabled_algorithms"] = {"keys": [alg for alg in preferred if alg not in allowed]}
-        conn = Connection(
+        conn = DialedConnection(
             host,
             user=user,
             port=port,
@@ -172,7 +173,7 @@ class SSHTransport(Transport):
             raise ConnectError(f"node {self.name!r}: authentication failed ({err}){said}") from err
         except paramiko.ssh_exception.NoValidConnectionsError as err:
             close_connection(conn)
-            causes = "; ".join(f"{addr[0]}:{addr[1]}: {cause.strerror or cause}" for addr, cause in err.errors.items())
+            causes = answers(err, node.connect_timeout)
             raise ConnectError(f"node {self.name!r}: cannot connect to {node.host}:{node.port} ({causes})") from err
         except (TimeoutError, paramiko.SSHException, OSError, EOFError) as err:
             link = conn.client.get_transport()

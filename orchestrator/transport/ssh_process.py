@@ -5,6 +5,7 @@ runner), and the closing of a connection, with what Fabric's close() leaves open
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import paramiko
 from fabric import Connection
@@ -69,3 +70,25 @@ class ChannelProcess(Process):
             self._channel.shutdown_write()
         with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
             self._channel.close()
+
+    def answers(self, timeout: float) -> bool:
+        """sshd answers a keepalive@openssh.com request (its refusal is an answer) where the node is
+        there and its connection carries both ways; a node cut off, or whose packets to the farm are
+        dropped, answers nothing, and its connection is closed: each sibling on it would wait out
+        its own command's timeout (red-team round 199). paramiko waits for the answer without a
+        timeout: the request is sent from a thread of its own, which ends when the connection does."""
+        link = self._channel.get_transport()
+        if link is None or not link.is_active():
+            return False
+        answered = threading.Event()
+
+        def ask() -> None:
+            with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+                link.global_request("keepalive@openssh.com", wait=True)
+                answered.set()
+
+        threading.Thread(target=ask, daemon=True, name=f"{self._name}-keepalive").start()
+        if answered.wait(timeout) and link.is_active():
+            return True
+        link.close()
+        return False

@@ -1,0 +1,65 @@
+"""The farm's TCP dial to a node: each address of its host name in turn, as OpenSSH's ssh does
+(red-team round 199).
+
+paramiko's SSHClient.connect moves to a name's next address only after ECONNREFUSED or
+EHOSTUNREACH: a first address whose SYNs go unanswered (a stale A record, a broken IPv6 route)
+or that gives ENETUNREACH failed the node, though its second address answered. Here every
+address gets the node's connect_timeout, in getaddrinfo's order, and where none answers the
+error names each and what it said. The host-key check is unchanged: paramiko is still given
+the node's name, and known_hosts is read for `name` or `[name]:port` (OpenSSH's, with its
+default CheckHostIP no).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from fabric import Connection
+from paramiko.ssh_exception import NoValidConnectionsError
+
+
+def dial(host: str, port: int, timeout: float | None) -> socket.socket:
+    """A connected socket to the first of `host`'s addresses that answers within `timeout` each.
+    socket.gaierror where the name does not resolve; NoValidConnectionsError (every address's
+    error, in the order tried) where none answers."""
+    errors: dict[tuple[Any, ...], OSError] = {}
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+            return sock
+        except OSError as err:
+            sock.close()
+            errors[address] = err
+    if not errors:  # getaddrinfo gives at least one address or raises; this is belt and braces
+        raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
+    raise NoValidConnectionsError(errors)
+
+
+def answers(err: NoValidConnectionsError, timeout: float | None) -> str:
+    """ "ADDRESS:PORT: what it said" for each address tried, IPv6 ones in brackets."""
+    said = []
+    for address, cause in err.errors.items():
+        where = f"[{address[0]}]:{address[1]}" if ":" in address[0] else f"{address[0]}:{address[1]}"
+        if isinstance(cause, TimeoutError) and timeout:
+            what = f"timed out after {timeout:g} s"
+        else:
+            what = cause.strerror or str(cause) or type(cause).__name__
+        said.append(f"{where}: {what}")
+    return "; ".join(said)
+
+
+class DialedConnection(Connection):
+    """Fabric's Connection, its socket dialled by dial() (a gateway's channel where it has one)."""
+
+    def open(self) -> Any:
+        if self.is_connected or self.gateway:
+            return super().open()
+        self.connect_kwargs["sock"] = dial(self.host, self.port, self.connect_timeout)
+        try:
+            return super().open()
+        finally:
+            # the socket is the transport's now (closed with it); a later open() dials again
+            self.connect_kwargs.pop("sock", None)
