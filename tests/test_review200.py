@@ -80,7 +80,7 @@ class Farm:
 
 
 @pytest.fixture(scope="module")
-def farm(ssh_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
+def three_runs(ssh_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
     made = Farm(ssh_fleet, tmp_path_factory.mktemp("review200"))
     made.verify("h100")
     made.verify()
@@ -97,11 +97,11 @@ def ledger_of(index: str) -> str:
     return index[index.index("Certification") : index.index("Legend")]
 
 
-def test_an_older_runs_ledger_is_as_of_its_end(farm: Farm) -> None:
+def test_an_older_runs_ledger_is_as_of_its_end(three_runs: Farm) -> None:
     """Before: run 1's page (the H100 failing in its matrix) read "CC 9.0: VERIFIED" on run 2's pass,
     beside "the latest result of these same inputs there is fail"; JSON's ledger the same.
     Figure: --run 1 --out DIR: CC 7.5 and 8.0 VERIFIED, CC 9.0 not (failing), no result of run 2 cited."""
-    site = farm.site(1)
+    site = three_runs.site(1)
     index = text(site / "index.html")
     ledger = ledger_of(index)
     assert "CC 7.5: VERIFIED" in ledger and "CC 8.0: VERIFIED" in ledger, ledger
@@ -109,40 +109,40 @@ def test_an_older_runs_ledger_is_as_of_its_end(farm: Farm) -> None:
     assert "of run 2" not in ledger and "of run 3" not in ledger, ledger
     kernel = text(site / "kernels" / "standin.html")
     assert "CC 9.0 is not VERIFIED" in kernel and "now-failing" not in kernel, kernel
-    exported = json.loads(farm.report("--format", "json", "--run", "1"))
+    exported = json.loads(three_runs.report("--format", "json", "--run", "1"))
     (entry,) = exported["ledger"]
     assert [f["kind"] for f in entry["flags"]] == ["failing"], entry["flags"]
     assert "9.0" not in [cc for cc, state in entry["capabilities"].items() if state["state"] == "VERIFIED"], entry
 
 
-def test_an_older_runs_farm_writable_flag_counts_its_runs_alone(farm: Farm) -> None:
+def test_an_older_runs_farm_writable_flag_counts_its_runs_alone(three_runs: Farm) -> None:
     """Before: run 2's kernel page flagged `farm-writable` "1 pass of these inputs (latest: result N)"
     on each CC: run 3's passes, stored after it. Figure: --run 2: no farm-writable flag; --run 3: one per CC."""
-    assert "ran unconfined on the farm's own machine" not in text(farm.site(2) / "kernels" / "standin.html")
-    flags = json.loads(farm.report("--format", "json", "--run", "2"))["ledger"][0]["flags"]
+    assert "ran unconfined on the farm's own machine" not in text(three_runs.site(2) / "kernels" / "standin.html")
+    flags = json.loads(three_runs.report("--format", "json", "--run", "2"))["ledger"][0]["flags"]
     assert [f["kind"] for f in flags] == [], flags
-    latest = json.loads(farm.report("--format", "json"))["ledger"][0]["flags"]
+    latest = json.loads(three_runs.report("--format", "json"))["ledger"][0]["flags"]
     assert [f["kind"] for f in latest] == ["farm-writable"] * 3, latest
 
 
-def test_an_older_runs_pages_say_newer_runs_exist(farm: Farm) -> None:
+def test_an_older_runs_pages_say_newer_runs_exist(three_runs: Farm) -> None:
     """Before: run 1's index, kernel, node and history pages said nowhere that runs 2 and 3 exist, nor
     its JSON or JUnit export. Figure: each says "2 newer runs ... (the latest: run 3)"; the latest run's say nothing."""
-    site = farm.site(1)
+    site = three_runs.site(1)
     said = "This is run 1's report, as of its end: 2 newer runs are on record (the latest: run 3)"
     for page in ("index.html", "kernels/standin.html", "nodes/h100.html", "history.html"):
         words = text(site / page)
         assert said in words, (page, words)
-    exported = json.loads(farm.report("--format", "json", "--run", "1"))
+    exported = json.loads(three_runs.report("--format", "json", "--run", "1"))
     assert exported["newer_runs"] == {"count": 2, "latest": 3}, exported["newer_runs"]
-    junit = farm.report("--format", "junit", "--run", "1")
+    junit = three_runs.report("--format", "junit", "--run", "1")
     assert '<property name="newer_runs" value="2 (the latest: run 3)" />' in junit, junit
     # nothing else of runs 2 and 3 on any page of run 1's report: the grids, trends, history, node pages
     for page in sorted(site.rglob("*.html")):
         words = text(page).replace("newer runs are on record (the latest: run 3)", "")
         assert not re.search(r"\bruns? [23]\b", words), (page, words)
         assert not re.search(r"runs/[23]\.html", page.read_text()), page
-    latest = farm.site(3)
+    latest = three_runs.site(3)
     assert "newer runs" not in text(latest / "index.html")
-    assert json.loads(farm.report("--format", "json"))["newer_runs"] is None
-    assert "newer_runs" not in farm.report("--format", "junit")
+    assert json.loads(three_runs.report("--format", "json"))["newer_runs"] is None
+    assert "newer_runs" not in three_runs.report("--format", "junit")
