@@ -50,7 +50,7 @@ from importlib.util import MAGIC_NUMBER
 from orchestrator.errors import CommandTimeout, ConnectError, InfraError, NodeUnusable, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.runner_code import compiled
-from orchestrator.transport.base import CommandResult, Deadline, Process, Transport, reap
+from orchestrator.transport.base import ANSWER_WAIT, CommandResult, Deadline, Process, Transport, reap
 from orchestrator.transport.stdin_gate import STDIN_HINT
 
 STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
@@ -66,7 +66,6 @@ LOST_KILL_TIMEOUT = 30.0  # seconds for killing what is left of a lost runner
 # (probe.PROBE_TIMEOUT). One whose stdin a login's background reader took waits for it forever,
 # and the probe's request, bounded by the folders' 660 s, outlived every budget (review 128)
 START_LIMIT = 60.0
-ANSWER_WAIT = 5.0  # seconds a mute runner's connection may take to answer a keepalive
 
 
 class RunnerMute(NodeUnusable):

@@ -40,6 +40,9 @@ class CommandResult:
         return self.exit_code == 0
 
 
+ANSWER_WAIT = 5.0  # seconds a node's connection may take to answer a keepalive before it is taken as gone
+
+
 class Deadline:
     """When a streamed command must have ended (monotonic seconds). A command that
     carries several stages (a cell's one round trip) gets each stage's budget as

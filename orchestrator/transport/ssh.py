@@ -50,7 +50,13 @@ from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_dial import DialedConnection, answers
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
-from orchestrator.transport.ssh_process import PROCESS_IO_TIMEOUT, STDERR_KEEP, ChannelProcess, close_connection
+from orchestrator.transport.ssh_process import (
+    PROCESS_IO_TIMEOUT,
+    STDERR_KEEP,
+    ChannelProcess,
+    close_connection,
+    silent,
+)
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
 from orchestrator.transport.stdin_gate import await_ready, gated
@@ -281,7 +287,9 @@ class SSHTransport(Transport):
                 while True:
                     left = deadline.left()
                     if left <= 0:
-                        raise CommandTimeout(f"node {self.name!r}: command still running after {deadline.budget:.0f} s")
+                        raise CommandTimeout(
+                            f"node {self.name!r}: command still running after {deadline.budget:.0f} s{silent(channel)}"
+                        )
                     channel.settimeout(min(left, 1.0))
                     while channel.recv_stderr_ready():  # drained as it comes: it shares stdout's window
                         stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
@@ -293,7 +301,9 @@ class SSHTransport(Transport):
                         break
                     sink(block)
                 if not channel.status_event.wait(max(deadline.left(), 0.1)):
-                    raise CommandTimeout(f"node {self.name!r}: no exit status within {deadline.budget:.0f} s")
+                    raise CommandTimeout(
+                        f"node {self.name!r}: no exit status within {deadline.budget:.0f} s{silent(channel)}"
+                    )
                 while channel.recv_stderr_ready():
                     stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
                 status = channel.exit_status

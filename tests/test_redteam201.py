@@ -1,0 +1,90 @@
+"""Red-team round 201: a one-way partition mid-cell under `runner: shell` (left open by round 199).
+
+The node's packets to the farm dropped while its kernel runs (a route gone on the node's side): the
+farm's SSH connection stays open to paramiko (TCP retransmits for some 15 minutes), so the cell's
+command timed out after its budget and every later command of the node went out on the same dead
+connection and waited out its own whole budget (the next cells' builds, the look after each, each
+retry): a run held over 9 minutes, SIGTERM waiting behind it. A command that outlives its budget now
+has its connection asked for a keepalive answer; a connection that gives none is closed (the next
+command dials anew and meets the partition at once) and the cell says the node stopped answering.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from faults import NetnsNode, faults_job, faults_variant, netns_works, wait_for
+from faults import write_fault_farm as write_farm
+from nodes import CARDS, processes_matching, query
+
+
+@pytest.fixture
+def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
+    why = netns_works()
+    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
+    node = NetnsNode("oneway", tmp_path / "node", CARDS["t4"])
+    node.prepare()
+    node.start()
+    yield node
+    node.stop()
+
+
+def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounded_time(
+    netns_node: NetnsNode, tmp_path: Path
+) -> None:
+    """Before: 2 cells (the first's kernel running when the node's route to the farm goes), timeout
+    8 s, build_timeout 40 s: the run still going 150 s after the cut (each later command waited out its
+    budget on the dead connection). Figure: the run over in under 85 s from the cut, every cell
+    infra-error, none pass, the first's reason saying the node stopped answering."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.store.database import Store
+
+    variants = {
+        "slow": faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=6"),
+        "after1": faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=0"),
+    }
+    entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3, runner="shell")
+    job = faults_job(variants, timeout=8, build_timeout=40)
+    config = write_farm(tmp_path / "farm", {"ow": entry}, [job], retries=0, reconnect_window=2.0)
+    farm_ = load_farm(config)
+    store = Store(farm_.database_url)
+    outcome: dict[str, object] = {}
+
+    def farm_run() -> None:
+        try:
+            outcome["summary"] = run_cells(
+                farm_, store, plan_cells(farm_, None), cache_dir=tmp_path / "archives", trigger="test"
+            )
+        except BaseException as err:  # the test's thread says it
+            outcome["error"] = err
+
+    thread = threading.Thread(target=farm_run, daemon=True)
+    thread.start()
+    kernel = re.compile(r"/bin/faults-slow$")
+    wait_for(
+        lambda: any(kernel.search(c) for _, c in processes_matching(str(tmp_path / "work"))), 60, "the slow kernel"
+    )
+    cut = time.monotonic()
+    done = subprocess.run(
+        ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    thread.join(150)
+    took = time.monotonic() - cut
+    assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
+    assert "error" not in outcome, outcome
+    assert took < 85, took  # the run stage's budget (53 s here), 5 s for the keepalive, a 3 s dial
+    rows = {r["variant"]: r for r in query(tmp_path / "farm" / "results.db", "SELECT * FROM results")}
+    assert set(rows) == set(variants), rows
+    assert {r["outcome"] for r in rows.values()} == {"infra-error"}, {v: r["reason"] for v, r in rows.items()}
+    assert "stopped answering" in rows["slow"]["reason"], rows["slow"]["reason"]
