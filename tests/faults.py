@@ -14,9 +14,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nodes import LOOPBACK, SSHD, Card, SshNode, standin_job, write_farm
 
@@ -60,6 +62,32 @@ def write_fault_farm(
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     return path
+
+
+def run_in_background(config: Path, root: Path) -> tuple[threading.Thread, dict[str, object], Any]:
+    """The farm of CONFIG run in this process on a thread of its own, as `farm verify --all` runs it:
+    the thread (started), a dict that gets the run's "summary" or its "error", and the store (the
+    caller closes it)."""
+    from orchestrator.config.farm import load_farm
+    from orchestrator.plan import plan_cells
+    from orchestrator.run.scheduler import run_cells
+    from orchestrator.store.database import Store
+
+    farm = load_farm(config)
+    store = Store(farm.database_url)
+    outcome: dict[str, object] = {}
+
+    def farm_run() -> None:
+        try:
+            outcome["summary"] = run_cells(
+                farm, store, plan_cells(farm, None), cache_dir=root / "archives", trigger="test"
+            )
+        except BaseException as err:  # the test's thread says it
+            outcome["error"] = err
+
+    thread = threading.Thread(target=farm_run, daemon=True)
+    thread.start()
+    return thread, outcome, store
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.05) -> object:

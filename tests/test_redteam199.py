@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from farm_cli import farm
-from faults import NetnsNode, faults_job, faults_variant, netns_works, wait_for
+from faults import NetnsNode, faults_job, faults_variant, netns_works, run_in_background, wait_for
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, query
 
@@ -132,32 +131,15 @@ def test_a_node_cut_off_one_way_as_its_runner_starts_is_said_to_have_stopped_ans
     here, 60 s in a run): 1 node, 2 cells, retries 0: both infra-error at the probe, the reason
     saying the node stopped answering (its connection answered no keepalive), no word of stdin;
     the run over in under 35 s; no pass."""
-    from orchestrator.config.farm import load_farm
-    from orchestrator.plan import plan_cells
     from orchestrator.run import resident
-    from orchestrator.run.scheduler import run_cells
-    from orchestrator.store.database import Store
 
     monkeypatch.setattr(resident, "START_LIMIT", 10.0)
     (netns_node.home / ".bashrc").write_text(HOLD_RUNNER)
     variants = {name: faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=0") for name in ("a", "b")}
     entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3)
     config = write_farm(tmp_path / "farm", {"ow": entry}, [faults_job(variants)], retries=0, reconnect_window=0.0)
-    farm_ = load_farm(config)
-    store = Store(farm_.database_url)
-    outcome: dict[str, object] = {}
-
-    def farm_run() -> None:
-        try:
-            outcome["summary"] = run_cells(
-                farm_, store, plan_cells(farm_, None), cache_dir=tmp_path / "archives", trigger="test"
-            )
-        except BaseException as err:  # the test's thread says it
-            outcome["error"] = err
-
     clock = time.monotonic()
-    thread = threading.Thread(target=farm_run, daemon=True)
-    thread.start()
+    thread, outcome, store = run_in_background(config, tmp_path)
     try:
         wait_for(lambda: (netns_node.home / "runner-starting").exists(), 20, "the resident runner's start")
         _ip("-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32")

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import NetnsNode, faults_job, faults_variant, netns_works, wait_for
+from faults import NetnsNode, faults_job, faults_variant, netns_works, run_in_background, wait_for
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, processes_matching, query
 
@@ -42,11 +41,6 @@ def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounde
     8 s, build_timeout 40 s: the run still going 150 s after the cut (each later command waited out its
     budget on the dead connection). Figure: the run over in under 85 s from the cut, every cell
     infra-error, none pass, the first's reason saying the node stopped answering."""
-    from orchestrator.config.farm import load_farm
-    from orchestrator.plan import plan_cells
-    from orchestrator.run.scheduler import run_cells
-    from orchestrator.store.database import Store
-
     variants = {
         "slow": faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=6"),
         "after1": faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=0"),
@@ -54,20 +48,7 @@ def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounde
     entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3, runner="shell")
     job = faults_job(variants, timeout=8, build_timeout=40)
     config = write_farm(tmp_path / "farm", {"ow": entry}, [job], retries=0, reconnect_window=2.0)
-    farm_ = load_farm(config)
-    store = Store(farm_.database_url)
-    outcome: dict[str, object] = {}
-
-    def farm_run() -> None:
-        try:
-            outcome["summary"] = run_cells(
-                farm_, store, plan_cells(farm_, None), cache_dir=tmp_path / "archives", trigger="test"
-            )
-        except BaseException as err:  # the test's thread says it
-            outcome["error"] = err
-
-    thread = threading.Thread(target=farm_run, daemon=True)
-    thread.start()
+    thread, outcome, store = run_in_background(config, tmp_path)
     kernel = re.compile(r"/bin/faults-slow$")
     wait_for(
         lambda: any(kernel.search(c) for _, c in processes_matching(str(tmp_path / "work"))), 60, "the slow kernel"
@@ -80,6 +61,7 @@ def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounde
     )
     assert done.returncode == 0, done.stderr
     thread.join(150)
+    store.close()
     took = time.monotonic() - cut
     assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
     assert "error" not in outcome, outcome
