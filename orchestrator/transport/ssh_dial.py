@@ -25,13 +25,17 @@ def dial(host: str, port: int, timeout: float | None) -> socket.socket:
     error, in the order tried) where none answers."""
     errors: dict[tuple[Any, ...], OSError] = {}
     for family, kind, proto, _, address in socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        sock.settimeout(timeout)
+        sock = None
         try:
+            # made in the try: a family this host lacks (no IPv6 in its kernel: EAFNOSUPPORT) is an
+            # address that failed, as in OpenSSH, not the node's end (review 202)
+            sock = socket.socket(family, kind, proto)
+            sock.settimeout(timeout)
             sock.connect(address)
             return sock
         except OSError as err:
-            sock.close()
+            if sock is not None:
+                sock.close()
             errors[address] = err
     if not errors:  # getaddrinfo gives at least one address or raises; this is belt and braces
         raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
