@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 from orchestrator.errors import FarmError
 from orchestrator.transport import Transport
+from orchestrator.transport.ssh_watchdog import WATCHDOG
 
 if TYPE_CHECKING:
     from orchestrator.config.farm_spec import NodeSpec
 
+CUT_AFTER = 3.0  # seconds a stopped run's commands get to end (killed) before their connections are closed
 SWEEP_LIMIT = 900.0  # seconds a stopped run's nodes are swept again at most (its cells' limits end it sooner)
 
 
@@ -59,6 +61,7 @@ class Stopping:
         if self._set.is_set():
             return 0
         self.halt(reason)
+        WATCHDOG.cut(CUT_AFTER)  # a node that cannot be reached to kill its commands holds none of them
         killed: list[int] = []
 
         def kill_on(name: str) -> None:
@@ -106,6 +109,7 @@ class Stopping:
         finally:
             for transport in transports.values():
                 transport.close()
+            WATCHDOG.uncut()  # the process's next run (farm bisect's) has its commands' own limits
 
 
 def reap_dead_runs(

@@ -37,7 +37,9 @@ from orchestrator.guarded import WRITER_THREAD
 from orchestrator.outcomes import CELL_STAGES
 from orchestrator.run import fork_server
 from orchestrator.run.card_claims import RemoteCardClaims
+from orchestrator.run.stopping import CUT_AFTER
 from orchestrator.store.liveness import THREAD_NAME as DB_WATCHDOG
+from orchestrator.transport.ssh_watchdog import WATCHDOG
 
 if TYPE_CHECKING:
     from orchestrator.config.farm import Farm
@@ -238,6 +240,7 @@ def worker_main(
                     run.not_begun("the run could not be stored")
                 elif message[0] == "stop":
                     run.halt(message[1])
+                    WATCHDOG.cut(CUT_AFTER)  # this process's commands on a node the parent cannot reach
         except (EOFError, OSError):
             caller.broken()
             run.not_begun("the farm's parent process is gone")

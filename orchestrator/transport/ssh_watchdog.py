@@ -48,6 +48,7 @@ class Watchdog:
         self._heap: list[tuple[float, int, Watch]] = []
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
+        self._cut_at: float | None = None  # a stopped run's: every connection still waiting is closed then
         os.register_at_fork(after_in_child=self._forked)
 
     def _forked(self) -> None:
@@ -56,11 +57,35 @@ class Watchdog:
         self._cond = threading.Condition()
         self._heap = []
         self._thread = None
+        self._cut_at = None
+
+    def cut(self, after: float) -> None:
+        """The run is being stopped: `after` seconds from now, close the connection of every command
+        still waiting (and of any begun since). A node cut off or frozen cannot be reached to kill its
+        commands, and each held the stop for its whole budget (a red-team finding, round 203); a healthy
+        node's commands have ended by then, killed by the stop."""
+        with self._cond:
+            if self._cut_at is None:
+                self._cut_at = time.monotonic() + after
+            for _, _, watch in list(self._heap):
+                heapq.heappush(self._heap, (self._cut_at, next(self._order), watch))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
+                self._thread.start()
+            self._cond.notify()
+
+    def uncut(self) -> None:
+        with self._cond:
+            self._cut_at = None
+
+    def _due(self, deadline: Deadline) -> float:
+        due = deadline.at + WATCHDOG_GRACE
+        return due if self._cut_at is None else min(due, self._cut_at)
 
     def watch(self, deadline: Deadline, action: Callable[[], None]) -> Watch:
         watch = Watch(deadline, action)
         with self._cond:
-            heapq.heappush(self._heap, (deadline.at + WATCHDOG_GRACE, next(self._order), watch))
+            heapq.heappush(self._heap, (self._due(deadline), next(self._order), watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
                 self._thread.start()
@@ -71,7 +96,7 @@ class Watchdog:
     def _run(self) -> None:
         with self._cond:
             while True:
-                while self._heap and self._heap[0][2].cancelled:
+                while self._heap and (self._heap[0][2].cancelled or self._heap[0][2].fired):
                     heapq.heappop(self._heap)
                 if not self._heap:
                     self._cond.wait()
@@ -82,7 +107,7 @@ class Watchdog:
                     self._cond.wait(due - now)
                     continue
                 heapq.heappop(self._heap)
-                moved = watch.deadline.at + WATCHDOG_GRACE
+                moved = self._due(watch.deadline)
                 if moved > now:  # its deadline was moved on meanwhile
                     heapq.heappush(self._heap, (moved, next(self._order), watch))
                     continue
