@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +71,37 @@ def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounde
     assert set(rows) == set(variants), rows
     assert {r["outcome"] for r in rows.values()} == {"infra-error"}, {v: r["reason"] for v, r in rows.items()}
     assert "stopped answering" in rows["slow"]["reason"], rows["slow"]["reason"]
+
+
+def test_a_stops_own_sweeps_keep_their_limits_through_the_cut(ssh_fleet, tmp_path: Path) -> None:
+    """Red-team 203 closes the connection of every command still waiting 3 s into a stop (a node cut
+    off held the stop for its whole budget), and of every command begun since. Before (as merged):
+    the stop's own sweeps, begun after the cut (each second until the run ends: a cell begun as the
+    stop came is killed by them), had their connections closed at once: nothing of such a cell was
+    killed on a healthy node. Figure: on a healthy node, after the cut's time, a command from a
+    thread of the stop's ("stop-sweeps") runs to its end; one from a cell's thread is cut."""
+    from orchestrator.config.farm_spec import NodeSpec
+    from orchestrator.transport import transport_for
+    from orchestrator.transport.ssh_watchdog import WATCHDOG
+
+    spec = NodeSpec(**ssh_fleet["t4"].farm_entry(tmp_path / "work"))
+    said: dict[str, object] = {}
+
+    def command(name: str) -> None:
+        try:
+            with transport_for("t4", spec) as t:
+                said[name] = t.run("sleep 1; echo swept", timeout=20).stdout.strip()
+        except Exception as err:  # the cut's: the connection closed under the command
+            said[name] = err
+
+    WATCHDOG.cut(0.0)
+    try:
+        threads = [threading.Thread(target=command, args=(n,), name=n) for n in ("stop-sweeps", "cell-worker")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        WATCHDOG.uncut()
+    assert said["stop-sweeps"] == "swept", said
+    assert isinstance(said["cell-worker"], Exception), said

@@ -76,7 +76,7 @@ class Stopping:
 
         if self.tell is not None:
             self.tell(reason)
-        threads = [threading.Thread(target=kill_on, args=(n,), daemon=True) for n in self.nodes]
+        threads = [threading.Thread(target=kill_on, args=(n,), daemon=True, name=f"stop-kill-{n}") for n in self.nodes]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + grace

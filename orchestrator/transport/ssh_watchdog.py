@@ -20,6 +20,9 @@ from orchestrator.transport.base import Deadline
 WATCHDOG_GRACE = 15.0
 
 
+STOP_THREADS = "stop-"  # the name's start of run/stopping.py's threads (its kills, its sweeps)
+
+
 class Watch:
     """One command's entry in the watchdog: `fired` once its action ran."""
 
@@ -27,6 +30,9 @@ class Watch:
         self.deadline = deadline
         self.action: Callable[[], None] | None = action
         self.fired = False
+        # the stop's own kills and sweeps (run/stopping.py's threads) keep their limits through a cut:
+        # cut at once, its sweeps left a cell begun as the stop came running on a healthy node
+        self.stops = threading.current_thread().name.startswith(STOP_THREADS)
 
     @property
     def cancelled(self) -> bool:
@@ -68,7 +74,8 @@ class Watchdog:
             if self._cut_at is None:
                 self._cut_at = time.monotonic() + after
             for _, _, watch in list(self._heap):
-                heapq.heappush(self._heap, (self._cut_at, next(self._order), watch))
+                if not watch.stops:
+                    heapq.heappush(self._heap, (self._cut_at, next(self._order), watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
                 self._thread.start()
@@ -78,14 +85,14 @@ class Watchdog:
         with self._cond:
             self._cut_at = None
 
-    def _due(self, deadline: Deadline) -> float:
-        due = deadline.at + WATCHDOG_GRACE
-        return due if self._cut_at is None else min(due, self._cut_at)
+    def _due(self, watch: Watch) -> float:
+        due = watch.deadline.at + WATCHDOG_GRACE
+        return due if self._cut_at is None or watch.stops else min(due, self._cut_at)
 
     def watch(self, deadline: Deadline, action: Callable[[], None]) -> Watch:
         watch = Watch(deadline, action)
         with self._cond:
-            heapq.heappush(self._heap, (self._due(deadline), next(self._order), watch))
+            heapq.heappush(self._heap, (self._due(watch), next(self._order), watch))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, daemon=True, name="ssh-watchdog")
                 self._thread.start()
@@ -107,7 +114,7 @@ class Watchdog:
                     self._cond.wait(due - now)
                     continue
                 heapq.heappop(self._heap)
-                moved = self._due(watch.deadline)
+                moved = self._due(watch)
                 if moved > now:  # its deadline was moved on meanwhile
                     heapq.heappush(self._heap, (moved, next(self._order), watch))
                     continue
