@@ -132,3 +132,22 @@ def test_sigterm_while_a_node_is_cut_off_one_way_under_the_shell_runner_stops_pr
     assert {outcome for _, outcome, _ in result["rows"]} == {"not-run"}, result
     assert result["complete"] is False and result["export_code"] not in (0, None), result
     assert result["left"] == [], result
+
+
+def test_sigterm_while_a_nodes_dial_times_out_stores_the_run_stopped(netns_node: NetnsNode, tmp_path: Path) -> None:
+    """Red-team 203's open item (fixed in session 41): the node's replies black-holed from the start, the
+    farm dialling it (connect_timeout 8 s) when SIGTERM comes. Before: the run stored `finished`, its
+    cells infra-error "cannot connect ... timed out", the JSON export `complete: true`: the stop recorded
+    nowhere (a node's failure judged after the stop, perhaps the stop's doing). Figure: exit 4, the run
+    aborted, its cells not-run, the export incomplete, no process of the farm left."""
+    entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=8)
+    root = tmp_path / "farm"
+    write_farm(root, {"ow": entry}, [faults_job(VARIANTS, timeout=30)], retries=0, reconnect_window=0.0)
+    _blackhole(netns_node)
+    result = _stop(root, lambda: True, lambda: None, 2)
+    assert result["took"] is not None and result["took"] < 18, result
+    assert result["code"] == 4, result
+    assert result["runs"] == [("aborted", 4)], result
+    assert {outcome for _, outcome, _ in result["rows"]} == {"not-run"}, result
+    assert result["complete"] is False and result["export_code"] not in (0, None), result
+    assert result["left"] == [], result

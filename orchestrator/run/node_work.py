@@ -245,9 +245,12 @@ class NodeWork:
                 cell = cell.on(basis.gpu_name or "", False)
             result = CellResult(cell=cell, expectation=expect(job, job.spec.variants[cell.variant], basis, basis.cc))
             result.stages = list(records)
-            result.evidence = Evidence(infra_stage=stage, infra_detail=error)
-            result.verdict = classify(result.evidence, result.expectation)
-            result.ended_at = datetime.now(UTC)
+            if self.stopping:  # judged once the stop came (a dial it cut short?): the node's error is in its
+                self._not_run(result)  # snapshot; the run stored finished, its cells infra-error (red-team 203)
+            else:
+                result.evidence = Evidence(infra_stage=stage, infra_detail=error)
+                result.verdict = classify(result.evidence, result.expectation)
+                result.ended_at = datetime.now(UTC)
             self._finish(cell, job, result, snapshot_id, None)
 
     def _cells(self, name: str, cells: list[Cell], ctx: NodeContext) -> None:
