@@ -80,7 +80,7 @@ class Recording:
         token = Run.token == fields["token"] if fields.get("token") is not None else Run.token.is_(None)
         mine = (Run.started_at == started, token)
         try:
-            run_id = self._retrying(write, self._landed(select(Run.id).where(*mine)))
+            run_id = self._retrying(write, self._landed(lambda: select(Run.id).where(*mine)))
         except StoreError as err:
             raise self.not_begun(err, fields.get("token")) from err
         self._run = (run_id, "running")
@@ -106,7 +106,7 @@ class Recording:
             return True
 
         mine = (Run.id == run_id, Run.status == status, Run.exit_code == code, Run.ended_at == ended)
-        self._retrying(write, self._landed(select(Run.id).where(*mine)))
+        self._retrying(write, self._landed(lambda: select(Run.id).where(*mine)))
         self._run = (run_id, status)  # its own end, never another farm's write (lock._written_meanwhile)
         if unjournaled is not None:
             raise unjournaled
@@ -158,7 +158,7 @@ class Recording:
         # its cell and its start to the microsecond: the row of this try's commit, if it landed
         cell = ("run_id", "started_at", "kernel", "variant", "node", "device")
         mine = _key(ResultRow, {"device": "", **fields}, cell)
-        result_id = self._retrying(write, self._landed(select(ResultRow.id).where(*mine)))
+        result_id = self._retrying(write, self._landed(lambda: select(ResultRow.id).where(*mine())))
         # once committed: a result the database refused vouched for no cached build (binaries.py)
         self._binary_written(fields)
         return result_id
@@ -179,7 +179,7 @@ class Recording:
 
         # a cell is planned once a run (again per card model: another device); all in one transaction
         first = _key(PlannedCell, rows[0], tuple(rows[0]))
-        self._retrying(write, self._landed(select(PlannedCell.id).where(*first).limit(1)))
+        self._retrying(write, self._landed(lambda: select(PlannedCell.id).where(*first()).limit(1)))
 
     def add_node_records(self, attempt: AttemptRecord, snapshot: SnapshotRecord) -> int:
         """A node's attempt that succeeded and its snapshot (add_attempt, then add_snapshot),
@@ -198,7 +198,8 @@ class Recording:
                 self._still_open(connection, fields["run_id"])
                 return snapshot_id
 
-        landed_attempt = self._landed(select(Attempt.id).where(*_attempt_key(tried)))
+        attempt = _attempt_key(tried)
+        landed_attempt = self._landed(lambda: select(Attempt.id).where(*attempt()))
         landed_snapshot = self._landed_after(newer)
         # the attempt and its snapshot in one transaction: the attempt found, the node's snapshot is this one
         snapshot_id = self._retrying(write, lambda: landed_snapshot() if landed_attempt() is not None else None)
@@ -214,7 +215,8 @@ class Recording:
         fields = record.columns()
         self._journal("attempt", {"at": at, **{k: v for k, v in fields.items() if k != "run_id"}})
         tried = {"at": at, **fields}
-        self._retrying(lambda: self._add(Attempt, tried), self._landed(select(Attempt.id).where(*_attempt_key(tried))))
+        attempt = _attempt_key(tried)
+        self._retrying(lambda: self._add(Attempt, tried), self._landed(lambda: select(Attempt.id).where(*attempt())))
 
     def add_source(self, sha256: str, path: str, content: bytes) -> None:
         self._journal("source", {"sha256": sha256, "path": path, "content": content})
@@ -235,16 +237,18 @@ class Recording:
             if newer.floor is None:
                 return None
             after = newer.newest.where(NodeSnapshotRow.id > newer.floor)
-            return self._landed(after)()
+            return self._landed(lambda: after)()
 
         return find
 
-    def _landed(self, query: Select[Any]) -> Callable[[], Any]:
-        """The first value `query` reads, on a session of its own (None: the failed try left nothing)."""
+    def _landed(self, query: Callable[[], Select[Any]]) -> Callable[[], Any]:
+        """The first value `query()` reads, on a session of its own (None: the failed try left nothing).
+        The query is built only when a try failed: built per record, it was a third of a result's
+        store write (profiled, session 42)."""
 
         def find() -> Any:
             with self._guard("writing"), self.session() as session:
-                return session.execute(query).scalar()
+                return session.execute(query()).scalar()
 
         return find
 
@@ -256,18 +260,23 @@ class _NewerSnapshot:
 
     def __init__(self, fields: dict[str, Any]) -> None:
         mine = _key(NodeSnapshotRow, fields, ("run_id", "node"))
-        self.newest = select(func.max(NodeSnapshotRow.id)).where(*mine)
+        self.newest = select(func.max(NodeSnapshotRow.id)).where(*mine())
         self.floor: int | None = None  # None: no try got as far as its insert
 
 
-def _attempt_key(tried: dict[str, Any]) -> list[Any]:
+def _attempt_key(tried: dict[str, Any]) -> Callable[[], list[Any]]:
     """An attempt's row, by its node, cell, number and time (to the microsecond)."""
     return _key(Attempt, tried, ("run_id", "node", "kernel", "variant", "attempt", "at"))
 
 
-def _key(model: type[Any], fields: dict[str, Any], keys: tuple[str, ...]) -> list[Any]:
+def _key(model: type[Any], fields: dict[str, Any], keys: tuple[str, ...]) -> Callable[[], list[Any]]:
     """Where `model`'s row has these `fields` as the insert stored them (result_rows.stored: a
     string past its column cut, NUL replaced): compared as given, a node's 300-character card name
     never found its landed row, and the retry stored the cell twice (review 178)."""
-    table, kept = model.__table__, stored(model.__table__, {k: fields.get(k) for k in keys})
-    return [table.c[k] == kept[k] if kept[k] is not None else table.c[k].is_(None) for k in keys]
+    values = {k: fields.get(k) for k in keys}  # as they are now, whenever the clause is built
+
+    def where() -> list[Any]:
+        table, kept = model.__table__, stored(model.__table__, values)
+        return [table.c[k] == kept[k] if kept[k] is not None else table.c[k].is_(None) for k in keys]
+
+    return where
