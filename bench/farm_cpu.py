@@ -65,6 +65,7 @@ if profile:
         own.runcall(bootstrap, self)
     threading.Thread._bootstrap_inner = profiled
     profiles.append(cProfile.Profile(time.thread_time))
+own0 = resource.getrusage(resource.RUSAGE_SELF)
 cpu0, wall0 = time.process_time(), time.monotonic()
 if profiles:
     profiles[0].enable()
@@ -74,6 +75,11 @@ if profiles:
 wall = time.monotonic() - wall0
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = time.process_time() - cpu0 + children.ru_utime + children.ru_stime
+own = resource.getrusage(resource.RUSAGE_SELF)
+# user and system CPU of the farm's process and of its children (worker processes, git): a forked
+# worker's copy-on-write faults are system time
+split = {"self user": own.ru_utime - own0.ru_utime, "self sys": own.ru_stime - own0.ru_stime,
+         "children user": children.ru_utime, "children sys": children.ru_stime}
 store.close()
 if profiles:
     stats = pstats.Stats(profiles[0], stream=sys.stderr)
@@ -105,7 +111,7 @@ if profiles:
         print(f"  {seconds * 1000 / len(cells):6.2f} ms/cell {100 * seconds / total:5.1f}%  {key}", file=sys.stderr)
 print(json.dumps({
     "cells": len(cells), "cpu": cpu, "wall": wall, "outcomes": dict(summary.outcomes),
-    "messages": messages[0] if put is not None else None, "bytes": messages[1], "kinds": kinds,
+    "messages": messages[0] if put is not None else None, "bytes": messages[1], "kinds": kinds, "split": split,
 }))
 """
 
@@ -220,6 +226,11 @@ def main() -> int:
                     f", resident messages per cell {statistics.median(messages):.2f} ({kinds}; "
                     f"{runs[-1]['bytes'] / cells:.0f} bytes)"
                 )
+            parts = "; ".join(
+                f"{k} {statistics.median(r['split'][k] for r in runs) / cells * 1000:.1f}"
+                for k in runs[0].get("split", {})
+            )
+            said += f"; per cell, ms: {parts}" if parts else ""
             print(
                 f"{tree}: farm CPU per cell {' / '.join(f'{x:.1f}' for x in per_cell)} ms "
                 f"(median {statistics.median(per_cell):.1f}); wall {statistics.median(r['wall'] for r in runs):.2f} s"
