@@ -65,6 +65,7 @@ class ScanResult:
     matches: dict[str, int] = field(default_factory=dict)  # marker name -> first matching line (1-based)
     texts: dict[str, str] = field(default_factory=dict)  # marker name -> that line, decoded, bounded (a reason's)
     last_line: str = ""  # the last non-empty line, decoded, at most LAST_LINE_CHARS
+    long_lines: int = 0  # lines longer than MAX_LINE, never read for a marker (said where one is missing)
 
 
 class StreamScan:
@@ -82,6 +83,7 @@ class StreamScan:
         self._partial = bytearray()
         self._skipping = False  # inside a line already longer than MAX_LINE: dropped up to its newline
         self._lines = 0
+        self._long_lines = 0
         self._matches: dict[str, int] = {}
         self._texts: dict[str, str] = {}
 
@@ -116,6 +118,7 @@ class StreamScan:
             self._long(bytes(self._partial))
             self._partial.clear()
             self._skipping = True
+            self._long_lines += 1
 
     def _long(self, piece: bytes, ended: bool = False) -> None:
         """A piece of the over-long line being skipped (its number self._lines + 1): the
@@ -139,6 +142,8 @@ class StreamScan:
         """Whole lines, each ending in a newline. A marker is searched in the
         block at once (fast); only a hit is confirmed line by line, so a match
         that spans lines never counts."""
+        if len(block) > MAX_LINE + 1:  # a long line that came whole with its newline, never skipped
+            self._long_lines += sum(len(line) > MAX_LINE for line in block.split(b"\n")[:-1])
         for name, marker in self._markers.items():
             if name in self._matches or marker.search(block) is None:
                 continue
@@ -174,6 +179,7 @@ class StreamScan:
             matches=dict(self._matches),
             texts=dict(self._texts),
             last_line=last_line(bytes(self._tail)),
+            long_lines=self._long_lines,
         )
 
 

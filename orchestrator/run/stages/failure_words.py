@@ -21,6 +21,7 @@ _LIMIT = 300
 # what a regular expression reads as syntax: written by a newcomer, each was most likely meant as text
 _META = re.compile(r"[.^$*+?()\[\]{}|]")
 PASS_TEXT = "pass-as-text"  # the stdout scan's name for the pass marker read literally (run.py)
+PASS_BLANKS = "pass-but-blanks"  # the stdout scan's name for it, its `$` allowing blanks before it (run.py)
 
 
 def first_error(log: bytes) -> str:
@@ -75,10 +76,39 @@ def literal_reading(pattern: str, stdout: bytes) -> tuple[int, str] | None:
     return None if line is None else (line, seen.texts[PASS_TEXT])
 
 
-def marker_missing(pattern: str, last_stdout: str, as_printed: tuple[int, str] | None = None) -> str:
+def with_end_blanks(pattern: str) -> str | None:
+    """The marker, its closing `$` allowing a carriage return or blanks before it; None where it ends in
+    none (an escaped `\\$` is text). Searched only where the marker matched no line, so a branch of
+    the marker's before a `|` matched none either: a match of this one is at its end."""
+    if not pattern.endswith("$") or (len(pattern) - 1 - len(pattern[:-1].rstrip("\\"))) % 2:
+        return None
+    return pattern[:-1] + r"[ \t\r\f\v]+$"
+
+
+def marker_missing(
+    pattern: str,
+    last_stdout: str,
+    as_printed: tuple[int, str] | None = None,
+    long_lines: int = 0,
+    but_blanks: tuple[int, str] | None = None,
+) -> str:
     """` (pass marker 'PASS'; last stdout line: "Test passed")`, or with "stdout was empty"; where
-    the marker's text was printed (`as_printed`: its line's number and text), that it is a regex."""
+    the marker's text was printed (`as_printed`: its line's number and text), that it is a regex;
+    stdout lines too long to be read for it (`long_lines`), and a line it matches but for a carriage
+    return or blanks its `$` does not allow (`but_blanks`). The reason had quoted "toy: PASS" as the
+    line that lacked the marker 'toy: PASS' and said neither (red-team 204)."""
     said = f'last stdout line: "{last_stdout}"' if last_stdout else "stdout was empty"
+    if long_lines:
+        said += (
+            f"; {long_lines} stdout line{' was' if long_lines == 1 else 's were'} longer than 64 KiB, and a line "
+            "that long is never read for a marker (a carriage return ends no line: a progress line rewritten "
+            "with '\\r' is one line)"
+        )
+    if but_blanks is not None:
+        said += (
+            f'; stdout line {but_blanks[0]}, "{but_blanks[1]}", matches it but for a carriage return or blanks at '
+            "its end, which the marker's $ does not allow before the line's end: end it in \\s*$ to allow them"
+        )
     shown = pattern if len(pattern) <= 120 else pattern[:119] + "…"
     escaped = as_text(pattern)
     if as_printed is not None and escaped is not None:

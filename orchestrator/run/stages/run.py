@@ -43,7 +43,14 @@ from orchestrator.run.node_limits import fork_failed, forks_note, node_cannot_fo
 from orchestrator.run.preload import preload_started
 from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
-from orchestrator.run.stages.failure_words import PASS_TEXT, as_text, marker_missing, unshipped_input
+from orchestrator.run.stages.failure_words import (
+    PASS_BLANKS,
+    PASS_TEXT,
+    as_text,
+    marker_missing,
+    unshipped_input,
+    with_end_blanks,
+)
 from orchestrator.run.streams import StreamScan
 from orchestrator.transport import CommandResult
 
@@ -142,6 +149,8 @@ class RunStage(CellStages):
         scan = {"pass": spec.pass_marker, "refusal": spec.refusal_marker, **cuda}
         if (text := as_text(spec.pass_marker)) is not None:  # said where the regex misses (failure_words.py)
             scan[PASS_TEXT] = text
+        if (blanks := with_end_blanks(spec.pass_marker)) is not None:  # `PASS$` on "PASS\r": said so
+            scan[PASS_BLANKS] = blanks
         stdout = StreamScan(scan, self.output_cap, frozenset(cuda))
         stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda))
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
@@ -287,7 +296,10 @@ class RunStage(CellStages):
             out = self.result.stdout
             printed = out.matches.get(PASS_TEXT)
             as_printed = None if printed is None else (printed, out.texts.get(PASS_TEXT, ""))
-            ev.no_pass = marker_missing(self.job.spec.pass_marker, out.last_line, as_printed)
+            ended = out.matches.get(PASS_BLANKS)
+            but_blanks = None if ended is None else (ended, out.texts.get(PASS_BLANKS, ""))
+            marker = self.job.spec.pass_marker
+            ev.no_pass = marker_missing(marker, out.last_line, as_printed, out.long_lines, but_blanks)
             shipped = [rel for rel in self.job.files if rel not in self.job.spec.sources]
             ev.no_pass += unshipped_input(f"{ev.stderr_last_line}\n{out.last_line}", shipped)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
