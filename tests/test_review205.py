@@ -1,0 +1,33 @@
+"""Review round 205: a kernel author, a reviewer and a night operator, each following README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_header_jobs import farm_dir, kernel, refused
+
+from orchestrator.config.farm import load_farm
+from orchestrator.errors import ConfigError
+
+
+@pytest.mark.parametrize("glued", ["-ok", "-ok_fast", "-obuild/k"])
+def test_an_output_glued_to_o_in_a_build_line_is_refused_with_its_line(tmp_path: Path, glued: str) -> None:
+    """gcc's `-oNAME` habit in a header's Build line. Before: kept as a flag, `-o {binary}` added after
+    it, the job loaded (variant `sm80`), and every cell was the kernel's build-fail, nvcc's "Unknown
+    option '-ok'". Figure: refused at load naming the file, the line, the word and `-o NAME`."""
+    err = refused(farm_dir(tmp_path, {"k.cu": kernel(f"//\n// Build: nvcc -O3 -arch=sm_80 {glued} k.cu")}))
+    text = str(err)
+    assert text.startswith(f"{tmp_path / 'kernels' / 'k.cu'}: line 2, Build"), text
+    assert repr(glued) in text and f"-o {glued[2:]}" in text, text
+
+
+@pytest.mark.parametrize("option", ["-odir=out", "-opt-info=inline", "-optix-ir", "-objtemp"])
+def test_nvccs_own_options_that_open_with_o_are_not_taken_for_a_glued_output(tmp_path: Path, option: str) -> None:
+    """Figure: nvcc's -odir, -optf (both refused as paths on the author's machine), -opt-info, -optix-ir
+    and -objtemp are never told as `-o NAME` written together."""
+    config = farm_dir(tmp_path, {"k.cu": kernel(f"// Build: nvcc -O3 -arch=sm_80 {option} -o k k.cu")})
+    try:
+        load_farm(config)
+    except ConfigError as err:  # -odir is refused as a path: any refusal but a glued output's
+        assert "written together" not in str(err), str(err)
