@@ -31,3 +31,28 @@ def test_nvccs_own_options_that_open_with_o_are_not_taken_for_a_glued_output(tmp
         load_farm(config)
     except ConfigError as err:  # -odir is refused as a path: any refusal but a glued output's
         assert "written together" not in str(err), str(err)
+
+
+GLUED = ["{nvcc} -O3 -arch=sm_75 -o{binary} {sources}", "nvcc -arch=sm_75 -o'{binary}' {sources}"]
+
+
+@pytest.mark.parametrize("build", GLUED)
+def test_a_job_build_with_its_binary_glued_to_o_is_refused_at_load(tmp_path: Path, build: str) -> None:
+    """A job file's `-o{binary}`. Before: loaded, and every cell was the kernel's build-fail, nvcc's
+    "Unknown option '-o/root/.cache/farm/builds/...'". Figure: refused at load naming the file, the
+    variant's build and `-o {binary}`; gcc's own `-o{binary}` (a build whose program is not nvcc) loads."""
+    job = f"""\
+        kernel: k
+        sources: [kernels/k.cu]
+        pass_marker: PASS
+        refusal_marker: needs CC
+        variants:
+          sm75:
+            build: "{build}"
+            cc: {{min: "7.5"}}
+        """
+    err = refused(farm_dir(tmp_path, {"k.cu": "int main() { return 0; }\n"}, {"k.yaml": job}))
+    assert err.file == str(tmp_path / "jobs" / "k.yaml") and err.key == "variants.sm75.build", str(err)
+    assert "-o {binary}`, a space between them" in str(err), str(err)
+    gcc = job.replace(build, "g++ -x c++ -o{binary} {sources}")
+    load_farm(farm_dir(tmp_path / "gcc", {"k.cu": "int main() { return 0; }\n"}, {"k.yaml": gcc}))
