@@ -56,3 +56,38 @@ def test_a_job_build_with_its_binary_glued_to_o_is_refused_at_load(tmp_path: Pat
     assert "-o {binary}`, a space between them" in str(err), str(err)
     gcc = job.replace(build, "g++ -x c++ -o{binary} {sources}")
     load_farm(farm_dir(tmp_path / "gcc", {"k.cu": "int main() { return 0; }\n"}, {"k.yaml": gcc}))
+
+
+def _job(variants: str) -> str:
+    return f"""\
+        kernel: k
+        sources: [kernels/k.cu]
+        pass_marker: PASS
+        refusal_marker: needs CC
+        variants:{variants}
+        """
+
+
+EMPTY = [
+    # (the job's variants, the key told, what it must say: pydantic's words had said none of it)
+    (" {}", "variants", "the builds, each by name, e.g. variants: {sm80:"),
+    ("\n          sm75: {build: '', cc: {min: '7.5'}}", "variants.sm75.build", "the variant's build command, e.g."),
+    (
+        "\n          sm75:\n            build: '{nvcc} -o {binary} {sources}'\n            cc: {min: '7.5'}\n"
+        "            known_failures: [{when: {nvcc: '>=13.0'}, outcome: build-fail, reason: ''}]",
+        "variants.sm75.known_failures[0].reason",
+        "why, in words a reviewer can check",
+    ),
+]
+
+
+@pytest.mark.parametrize(("variants", "key", "says"), EMPTY, ids=[e[1] for e in EMPTY])
+def test_an_empty_required_value_says_what_the_key_holds(tmp_path: Path, variants: str, key: str, says: str) -> None:
+    """A new job's `variants: {}`, `build: ''`, a known failure's `reason: ''`. Before: "expected
+    Dictionary should have at least 1 item after validation, not 0" and "expected String should have
+    at least 1 character", pydantic's words, no example. Figure: the key, and what it holds with an
+    example, as a missing key's error says (review 150)."""
+    err = refused(farm_dir(tmp_path, {"k.cu": "int main() { return 0; }\n"}, {"k.yaml": _job(variants)}))
+    text = str(err)
+    assert err.key == key and says in text, text
+    assert "should have" not in text and "Dictionary" not in text and "String" not in text, text
