@@ -91,3 +91,18 @@ def test_an_empty_required_value_says_what_the_key_holds(tmp_path: Path, variant
     text = str(err)
     assert err.key == key and says in text, text
     assert "should have" not in text and "Dictionary" not in text and "String" not in text, text
+
+
+@pytest.mark.parametrize("when", ["{nvcc: ''}", "{nvcc: ' '}", "{nvcc: ',', cc: {min: '7.5'}}"])
+def test_a_known_failure_for_an_empty_nvcc_range_is_refused(tmp_path: Path, when: str) -> None:
+    """`when: {nvcc: ""}` (a version left to fill in). Before: it loaded, SpecifierSet("") admits every
+    version, and the variant's build-fail on every card under every nvcc was `known-failure`, as
+    expected, exit 0: the failure declared everywhere that `when: {}` is refused for. Figure: refused
+    at load naming the key and a version range to write."""
+    variants = (
+        "\n          sm75:\n            build: '{nvcc} -o {binary} {sources}'\n            cc: {min: '7.5'}\n"
+        f"            known_failures: [{{when: {when}, outcome: build-fail, reason: nvcc rejects it}}]"
+    )
+    err = refused(farm_dir(tmp_path, {"k.cu": "int main() { return 0; }\n"}, {"k.yaml": _job(variants)}))
+    assert err.key == "variants.sm75.known_failures[0].when.nvcc", str(err)
+    assert "covers every nvcc" in str(err) and ">=13.0,<13.4" in str(err), str(err)
