@@ -72,9 +72,14 @@ class KnownFailureWhen(StrictModel):
     def _valid_specifier(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                SpecifierSet(value)
+                specifiers = SpecifierSet(value)
             except InvalidSpecifier:
                 raise ValueError('expected a version range such as ">=13.0,<13.4"') from None
+            if not len(specifiers):  # "" (or ",") admits every version: the failure declared everywhere
+                raise ValueError(
+                    'expected a version range such as ">=13.0,<13.4" (an empty one covers every nvcc: the failure '
+                    "declared everywhere, which hides every one)"
+                )
         return value
 
 

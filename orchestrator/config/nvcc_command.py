@@ -32,6 +32,9 @@ _SOURCE_EXT_RE = re.compile(r"\.(cu|cuh|c|cc|cpp|cxx|o|obj|a|so|ptx|cubin|fatbin
 _ARCH_OPTIONS = ("-arch", "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code")
 _INCLUDE_OPTIONS = ("-I", "--include-path")
 _OUTPUT_OPTIONS = ("-o", "--output-file")
+# nvcc's own options that open with -o; any other `-oNAME` is gcc's habit, which nvcc stops at
+# ("Unknown option '-ok'"): kept as a flag, it made every cell the kernel's build-fail (review 205)
+_O_OPTIONS = frozenset(("-odir", "-optf", "-opt-info", "-optix-ir", "-objtemp"))
 # nvcc modes that make something other than one executable, or run it at build time
 _OTHER_PRODUCTS = frozenset(
     (  # noqa: SIM905 - a list of words reads best as words
@@ -166,6 +169,9 @@ def translate(path: Path, kernel: str, line: int, label: str, words: Words) -> B
             arch_words.append((" ".join(w for w, _ in words[at : at + taken]), number))
             targets += [(digits, suffix, number) for digits, suffix in _TARGET_RE.findall(value)]
             template += [w for w, _ in words[at : at + taken]]
+        elif word.startswith("-o") and len(word) > 2 and word.split("=")[0] not in _O_OPTIONS:
+            found = f"{word!r}, an output written together with -o"
+            raise line_error(path, number, "Build", found, f"-o {word[2:]} (nvcc has no -oNAME)")
         elif word in _OTHER_PRODUCTS:
             raise line_error(
                 path, number, "Build", repr(word), "a build that makes one executable (no -c, -ptx, --run...)"

@@ -54,6 +54,19 @@ def check_build(vname: str, build: str, file: Path) -> ConfigError | None:
             f"{build!r}, which never names {BINARY}",
             f"{BUILD_EXPECTED}: write the output as `-o {BINARY}` (the farm names the binary per variant)",
         )
+    # nvcc has no -oNAME (gcc's habit): `-o{binary}` loaded and every cell was the kernel's build-fail,
+    # "Unknown option '-o/home/farm/...'" (review 205)
+    for command in lex(build).commands:
+        at = command.program()
+        if at is None or posixpath.basename(command.words[at[0]].text) not in ("{nvcc}", "nvcc"):
+            continue
+        if glued := next((w.text for w in command.words if unquoted(w.text)[0].startswith("-o" + BINARY)), None):
+            return ConfigError(
+                str(file),
+                f"variants.{vname}.build",
+                f"{build!r}, whose output {glued!r} is written together with -o, which nvcc refuses",
+                f"{BUILD_EXPECTED}: `-o {BINARY}`, a space between them (nvcc has no -oNAME)",
+            )
     return None
 
 

@@ -153,6 +153,17 @@ def translate(err: ValidationError, file: Path, model: type[BaseModel]) -> Confi
         elif kind in ("model_type", "dict_type"):  # pydantic named a Python class: say how to write the key
             holder = _model_at(model, loc) if kind == "model_type" else None
             errors.append(ConfigError(str(file), key, _describe(item.get("input")), mapping_expected(loc, holder)))
+        elif kind in ("string_too_short", "too_short"):
+            # pydantic's "Dictionary should have at least 1 item after validation, not 0" (variants: {}),
+            # "String should have at least 1 character" (build: ''): say what the key holds (review 205)
+            holder = _model_at(model, loc[:-1])
+            what = required_expected(holder.__name__ if holder else None, str(loc[-1]))
+            least = (item.get("ctx") or {}).get("min_length", 1)
+            unit = "character" if kind == "string_too_short" else "entry"
+            expected = f"at least {least} {unit}{'' if least == 1 else 's'}" + (
+                "" if what == required_expected(None, "") else f": {what}"
+            )
+            errors.append(ConfigError(str(file), key, _describe(item.get("input")), expected))
         elif kind == "list_type" and isinstance(item.get("input"), str) and loc:
             # "expected a valid list" did not say how to write one: a single entry is bracketed
             value = item["input"]
