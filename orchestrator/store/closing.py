@@ -27,20 +27,36 @@ KIND = "closed"
 def mark_closed(folder: Path | None, token: str | None, at: datetime) -> bool:
     """Append the closing mark to the journal of run `token` in `folder`, where there is one
     (never made here: a run journaled elsewhere gets none). One write of O_APPEND: never inside
-    a record the run itself is appending. Whether it was written; a failure is no error (the
-    import judges by the clocks then, and says so)."""
+    a record the run itself is appending (a run appending between the look at the last byte and
+    this write leaves a blank line, which the journal's reader skips). Whether it was written; a
+    failure is no error (the import judges by the clocks then, and says so)."""
     if folder is None or not token:
         return False
     line = json.dumps({"kind": KIND, "at": {"$time": at.isoformat()}}, separators=(",", ":")) + "\n"
     with contextlib.suppress(OSError):
-        fd = os.open(folder / f"{token}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        path = folder / f"{token}.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
-            os.write(fd, line.encode())
+            os.write(fd, (b"\n" if _cut_short(path) else b"") + line.encode())
             os.fsync(fd)
         finally:
             os.close(fd)
         return True
     return False
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether the journal's last record lacks its line break (the run's crash cut it short): the
+    mark then goes on a line of its own, else glued to the piece, one line that parsed as nothing,
+    skipped as a crash's cut, and the mark was lost (red-team 209)."""
+    try:
+        with open(path, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def closed_at(records: list[tuple[str, dict[str, Any]]]) -> int | None:

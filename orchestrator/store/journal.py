@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # database.py imports this module
     from orchestrator.store.database import Store
     from orchestrator.store.recovery import JournaledRun
 
-KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish", "closed")  # closed: closing.py
+CLOSED = "closed"  # another farm's start closed the run here (closing.py)
+KINDS = ("run", "source", "planned", "snapshot", "attempt", "result", "finish", CLOSED)
 
 
 def journal_folder(database_url: str, farm_root: Path, configured: str | None = None) -> Path:
@@ -147,17 +148,24 @@ def started_at(path: Path) -> datetime | None:
 
 def read(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(kind, fields) of each record, a line at a time (a big run's journal is
-    never all in memory); a last line cut short by a crash is skipped."""
+    never all in memory); a last line cut short by a crash is skipped, and so is one that only
+    other farms' closing marks follow (closing.py: appended after the crash)."""
     try:
         with open(path, encoding="utf-8") as handle:
             cut: tuple[int, json.JSONDecodeError] | None = None  # a line that did not parse: the last one?
             for number, line in enumerate(handle, 1):
-                if cut is not None:
-                    raise StoreError(f"{path}: line {cut[0]} is not a journal record ({cut[1]})") from cut[1]
+                if not line.strip():
+                    continue  # a closing mark's line break, raced by the run's own append (closing.py)
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    cut = (number, err)
+                    record = err
+                # only closing marks follow a record a crash cut short: another start's, appended after
+                is_mark = isinstance(record, dict) and record.get("kind") == CLOSED
+                if cut is not None and not is_mark:
+                    raise StoreError(f"{path}: line {cut[0]} is not a journal record ({cut[1]})") from cut[1]
+                if isinstance(record, json.JSONDecodeError):
+                    cut = (number, record)
                     continue
                 kind = record.pop("kind", None) if isinstance(record, dict) else None
                 if kind not in KINDS:
