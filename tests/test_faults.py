@@ -300,6 +300,10 @@ def midrun(ssh_fleet: Fleet, own_nodes: list[SshNode], tmp_path_factory: pytest.
     frozen_pids: list[int] = []
     faults = {"killed": killed, "frozen": frozen} | ({"cut": cut} if cut else {})
     thread = threading.Thread(target=farm_thread, daemon=True)
+    # the frozen and the cut nodes are found by their runners' silence: 8 s of it here (20 s in a run,
+    # which this whole run waited out), still past the runner's beat of 3 s
+    patch = pytest.MonkeyPatch()
+    patch.setattr(resident, "SILENT_LIMIT", 8.0)
     thread.start()
     try:
         deadline = time.monotonic() + 120
@@ -320,6 +324,7 @@ def midrun(ssh_fleet: Fleet, own_nodes: list[SshNode], tmp_path_factory: pytest.
                 del faults[name]
             time.sleep(0.02)
         thread.join(timeout=SILENT_BOUND + 60)
+        patch.undo()  # the module's other tests run with the farm's own silence
         if thread.is_alive():
             rows = query(root / "results.db", "SELECT * FROM results")
             stored = [(r["node"], r["variant"], r["outcome"]) for r in rows]
@@ -333,6 +338,7 @@ def midrun(ssh_fleet: Fleet, own_nodes: list[SshNode], tmp_path_factory: pytest.
         assert not faults, f"never saw the slow cell running on {sorted(faults)}: no fault injected there"
         yield run
     finally:
+        patch.undo()
         signal_pids(frozen_pids, signal.SIGCONT)
         for node in (killed, frozen, cut):
             if node is not None:
@@ -438,8 +444,8 @@ def test_network_cut_mid_run(midrun: MidRun) -> None:
     timed out on the farm's side; the reconnect failed), the 2 later cells infra-error at once, the node
     done within the silent-peer bound after the cut.
     Figure: injected 1 link cut; 3/3 cells infra-error, 0 kernel verdicts; node
-    done 22 s after the cut here (bound 61 s): the runner's silence (20 s), not
-    the run's deadline (39 s before 2026-12-02)."""
+    done 22 s after the cut here (bound 61 s): the runner's silence (20 s; 8 s in
+    this module's run), not the run's deadline (39 s before 2026-12-02)."""
     assert midrun.netns_error is None, (
         f"network namespaces are not usable here ({midrun.netns_error}): this test cuts a real veth link "
         "and needs root and iproute2 (`ip netns`), as CI has"
@@ -466,7 +472,7 @@ def test_host_frozen_mid_run(midrun: MidRun) -> None:
     silent-peer bound after the freeze.
     Figure: injected 1 frozen host; 3/3 cells infra-error, 0 kernel verdicts;
     node done 22 s after the freeze here (bound 61 s): the runner's silence
-    (resident.SILENT_LIMIT, 20 s), not the run's deadline (41 s before)."""
+    (resident.SILENT_LIMIT, 20 s; 8 s in this module's run), not the run's deadline (41 s before)."""
     assert "frozen" in midrun.injected, midrun.detail
     assert_faulted_slow_cell(
         midrun,

@@ -29,6 +29,7 @@ from test_slurm import (
     transport,
 )
 
+import orchestrator.transport.slurm as slurm_transport
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import InfraError
 from orchestrator.transport.slurm import SlurmCancelled, SlurmJob, SlurmJobError, SlurmTimeLimit, SlurmTransport
@@ -44,11 +45,17 @@ def wait_for(what: str, ready: Callable[[], object], seconds: float = 60) -> Non
 
 
 def run_while(
-    cluster: SlurmCluster, tmp_path: Path, act: Callable[[SlurmTransport, str], None], command: str = "sleep 20"
+    cluster: SlurmCluster,
+    tmp_path: Path,
+    act: Callable[[SlurmTransport, str], None],
+    command: str = "sleep 20",
+    partition: str = "t4",
+    **extra: object,
 ) -> tuple[SlurmTransport, BaseException | None, object]:
-    """Run `touch started; COMMAND; echo done` as a job on t4; once its command runs, act(t, job id)."""
+    """Run `touch started; COMMAND; echo done` as a job on PARTITION (t4; EXTRA: the node's farm.yaml
+    keys); once its command runs, act(t, job id)."""
     started = tmp_path / "started"
-    t = transport(cluster, "t4")
+    t = transport(cluster, partition, **extra)
     got: dict[str, object] = {}
 
     def job() -> None:
@@ -130,10 +137,13 @@ def test_the_commands_own_srun_ended_by_its_own_timeout_stays_its_result(cluster
 
 
 def test_a_job_whose_srun_was_killed_is_cancelled_not_left_holding_the_gpu(
-    cluster: SlurmCluster, tmp_path: Path
+    cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """srun SIGKILLed: the farm said "ended in state RUNNING" and went on, the job still RUNNING on
-    the compute node, its GPU taken until its time limit, the next cell's job waiting behind it."""
+    the compute node, its GPU taken until its time limit, the next cell's job waiting behind it.
+    The job's record is waited for 2 s here (20 s in a run, all of it waited out by this test): its
+    `sleep 100` keeps it RUNNING past either."""
+    monkeypatch.setattr(slurm_transport, "SETTLE_POLLS", 8)
 
     def kill(t: SlurmTransport, _: str) -> None:
         pids = srun_pids(t)
@@ -216,16 +226,25 @@ def test_a_cell_whose_job_scancel_signalled_says_slurm_cancelled_it(cluster: Slu
     assert [(a["status"], a["stage"]) for a in attempts] == [("infra", "run")]
 
 
-def test_a_time_limit_shorter_than_the_commands_own_is_said_and_not_retried(cluster: SlurmCluster) -> None:
+def test_a_time_limit_shorter_than_the_commands_own_is_said_and_not_retried(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
     """`time_limit: 1` (minutes) on a node whose commands may run 120 s: Slurm ends the job (TIMEOUT)
     before the farm's own timeout can, each retry again after a minute, and a hung kernel reads
-    infra-error with nothing said of why. Not retried now, and the reason says what to raise."""
-    with transport(cluster, "h100", time_limit=1) as t, pytest.raises(SlurmTimeLimit) as err:
-        t.run("sleep 170", timeout=120)
+    infra-error with nothing said of why. Not retried now, and the reason says what to raise.
+    The limit is Slurm's own, brought forward: once the command runs its job's end time is set to now
+    (`scontrol update EndTime=`, as an operator may), and slurmctld's next time-limit check (every
+    30 s) ends it TIMEOUT, as it would at the minute (which cost this test 60 to 90 s)."""
+
+    def end_now(_: SlurmTransport, job_id: str) -> None:
+        cluster.cmd(["scontrol", "update", f"JobId={job_id}", "EndTime=now"])
+
+    t, error, result = run_while(cluster, tmp_path, end_now, command="sleep 170", partition="h100", time_limit=1)
+    assert result is None and isinstance(error, SlurmTimeLimit), repr(error)
     assert t.last_job.state == "TIMEOUT", t.last_job
-    assert not err.value.retryable, "every attempt runs into the same limit"
-    assert "the node's time_limit of 1 min is shorter than the command's own limit of 120 s" in str(err.value)
-    assert "reached its Slurm time limit (TIMEOUT)" in str(err.value)
+    assert not error.retryable, "every attempt runs into the same limit"
+    assert "the node's time_limit of 1 min is shorter than the command's own limit of 120 s" in str(error)
+    assert "reached its Slurm time limit (TIMEOUT)" in str(error)
 
 
 def test_a_time_limit_longer_than_the_commands_own_stays_a_passing_fault() -> None:

@@ -103,7 +103,8 @@ def test_an_epilog_outlasting_the_jobs_budget_leaves_only_sruns_word(
     Slurm's own words (a cancel) still make it infra-error."""
     monkeypatch.setattr(slurm_transport, "SETTLE_POLLS", 4)
     monkeypatch.setattr(slurm_transport, "SUBMIT_MARGIN", 14.0)  # the login side's budget: 2 + 2 + 14 s
-    cluster.epilog_seconds.write_text("25\n")
+    # past the COMPLETING wait's end (the budget less its 8 s: 10 s after submission), with 4 s to spare
+    cluster.epilog_seconds.write_text("14\n")
     try:
         with transport(cluster, pending_limit=2) as t:
             result = t.run("echo ran; exit 4", timeout=2)
