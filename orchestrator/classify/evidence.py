@@ -35,6 +35,9 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     refusal_on_stdout: int | None = None  # stdout line of one, never a refusal: only named in the reason (gate_order)
+    # a stderr line its refusal marker misses only by a `\r` before its `$` or a Unicode normal form:
+    # "; stderr line 1, ... matches its refusal marker ... but for ..." (failure_words.near_miss), or ""
+    refusal_near: str = ""
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
     no_pass: str = ""  # a run without its pass marker: " (pass marker ...; last stdout line ...)" (run.py)
     # the run's commands naming {binary} (run/commands.py kernel_run): whether one started (None: not
