@@ -23,6 +23,7 @@ Broke (before -> after):
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import unicodedata
 from pathlib import Path
@@ -109,3 +110,31 @@ def test_one_normal_form_is_never_read_as_the_other() -> None:
     from orchestrator.run.streams import scan_bytes
 
     assert scan_bytes(NFD_PASS.encode(), {"pass": "résultat: PASS"}).matches == {}
+
+
+FFMA_SOURCE = (
+    "#include <cstdio>\n"
+    'extern "C" __attribute__((noinline)) int FFMA(int x) { return x * 3 + 1; }\n'
+    'int main(int argc, char **) { std::printf("toy: PASS %d\\n", FFMA(argc)); return 0; }\n'
+)
+
+
+def test_a_lower_case_sass_name_on_a_compile_only_node_says_sass_is_upper_case(tmp_path: Path) -> None:
+    """Before: inspect-fail, "required instructions missing: ffma (0 < 1) (counted over the whole dump
+    ...)", the dump holding FFMA (objdump's: a function of that name stands in for cuobjdump's opcode).
+    Figure: inspect-fail, the reason saying a lower-case name names a PTX instruction, SASS opcodes are
+    upper case, and how often the dump holds FFMA."""
+    config = toy_farm(tmp_path, source=FFMA_SOURCE)  # no card: compile-only
+    job = tmp_path / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("instructions: {ret: 1}", "instructions: {ffma: 1}"))
+    done = farm_cli(tmp_path, "verify", "--all", "--config", str(config))
+    assert done.returncode == EXIT_UNEXPECTED, done.stdout + done.stderr
+    with sqlite3.connect(tmp_path / "results.db") as db:
+        outcome, reason = db.execute("SELECT outcome, reason FROM results").fetchone()
+    assert outcome == "inspect-fail"
+    assert reason.startswith("required instructions missing: ffma (0 < 1)"), reason
+    assert re.search(
+        r"; ffma is in lower case, which names a PTX instruction: SASS opcodes are upper case, and the dump "
+        r"holds FFMA \d+ times? \(`FFMA: 1`\)$",
+        reason,
+    ), reason

@@ -27,6 +27,7 @@ class Evidence:
     inspect_exit: int | None = None
     inspect_err: str = ""  # a failed inspect's first words on stderr, as its reason's end (`: "..."`), or ""
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
+    instructions_case: str = ""  # "; ffma is in lower case, ..." (machine_code.case_slips), or ""
     run_exit: int | None = None
     run_timed_out: bool = False
     # the kernel's command ended 124 under a `timeout` launcher of the run's own: killed at that
