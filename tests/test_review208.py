@@ -138,3 +138,18 @@ def test_a_lower_case_sass_name_on_a_compile_only_node_says_sass_is_upper_case(t
         r"holds FFMA \d+ times? \(`FFMA: 1`\)$",
         reason,
     ), reason
+
+
+@pytest.mark.parametrize("name", ["-x", ".x", "_x"])
+def test_a_variant_name_starting_with_a_dash_says_what_it_may_start_with(tmp_path: Path, name: str) -> None:
+    """Before: exit 3, "the name '-x' ... expected a name of letters, digits, '_', '.' and '-'", `-`
+    among the allowed. Figure: exit 3, the message saying a name starts with a letter or digit."""
+    from orchestrator.errors import EXIT_CONFIG
+
+    config = toy_farm(tmp_path)
+    job = tmp_path / "jobs" / "toy.yaml"
+    job.write_text(job.read_text().replace("  plain:\n", f"  '{name}':\n"))
+    done = farm_cli(tmp_path, "verify", "--all", "--config", str(config))
+    assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
+    assert f"the name {name!r}" in done.stderr, done.stderr
+    assert "starting with a letter or digit" in done.stderr, done.stderr
