@@ -153,3 +153,43 @@ def test_a_variant_name_starting_with_a_dash_says_what_it_may_start_with(tmp_pat
     assert done.returncode == EXIT_CONFIG, done.stdout + done.stderr
     assert f"the name {name!r}" in done.stderr, done.stderr
     assert "starting with a letter or digit" in done.stderr, done.stderr
+
+
+def test_a_lock_held_by_another_program_names_no_ended_farm_run(tmp_path: Path) -> None:
+    """Before: LockError "another farm run holds .../results.db.lock (pid N on HOST since ...)", N the
+    pid an earlier farm run left in `.holder`, a process long gone, the lock held by `flock`. Figure:
+    the message says that farm run has ended and something other than a farm run holds the lock."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from orchestrator.errors import LockError
+    from orchestrator.store.lock import RunLock
+
+    path = tmp_path / "results.db.lock"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(gone.stdout)
+    record = {"pid": pid, "host": socket.gethostname(), "since": "2026-01-01T00:00:00+00:00"}
+    path.with_name(path.name + ".holder").write_text(json.dumps(record))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockError) as caught, RunLock(path, wait=0):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    said = str(caught.value)
+    assert "another farm run holds" not in said, said
+    assert f"pid {pid}" in said and "has ended" in said and "not by a farm run" in said, said
