@@ -109,7 +109,8 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
     if ev.missing_instructions:
         missing = ", ".join(f"{n} ({f} < {w})" for n, (f, w) in sorted(ev.missing_instructions.items()))
         where = f" ({ev.counted_in})" if ev.counted_in else ""
-        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}{where}")
+        missing += where + ev.instructions_case  # a lower-case SASS name said so (review 208)
+        return Verdict(Outcome.INSPECT_FAIL, "inspect", f"required instructions missing: {missing}")
     if exp.outcome is Outcome.COMPILE_ONLY:
         return Verdict(Outcome.COMPILE_ONLY, None, "built and inspected; no GPU to run on")
     if ev.run_timed_out:

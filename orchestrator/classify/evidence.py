@@ -27,6 +27,7 @@ class Evidence:
     inspect_exit: int | None = None
     inspect_err: str = ""  # a failed inspect's first words on stderr, as its reason's end (`: "..."`), or ""
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)
+    instructions_case: str = ""  # "; ffma is in lower case, ..." (machine_code.case_slips), or ""
     run_exit: int | None = None
     run_timed_out: bool = False
     # the kernel's command ended 124 under a `timeout` launcher of the run's own: killed at that
@@ -35,6 +36,9 @@ class Evidence:
     pass_line: int | None = None  # stdout line of the first pass-marker match
     refusal_line: int | None = None  # stderr line of the first refusal-marker match
     refusal_on_stdout: int | None = None  # stdout line of one, never a refusal: only named in the reason (gate_order)
+    # a stderr line its refusal marker misses only by a `\r` before its `$` or a Unicode normal form:
+    # "; stderr line 1, ... matches its refusal marker ... but for ..." (failure_words.near_miss), or ""
+    refusal_near: str = ""
     stderr_last_line: str = ""  # the kernel's own last words on stderr (bounded)
     no_pass: str = ""  # a run without its pass marker: " (pass marker ...; last stdout line ...)" (run.py)
     # the run's commands naming {binary} (run/commands.py kernel_run): whether one started (None: not

@@ -9,6 +9,8 @@ a refusal it makes the cell `missing-refusal`, as a kernel command that exited 0
 A missing refusal whose gate was there but spoke wrongly says how (review 123): a newcomer's gate that
 printed its text on stdout, or printed it on stderr and exited 0, read "exit 2 without the refusal text
 on stderr" and "ran on a card it must refuse", as a kernel with no gate at all does. The verdict stays.
+So does one whose text its marker misses by a carriage return before its `$`, or by a Unicode normal
+form (review 208: failure_words.near_miss).
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ def judge_gate(verdict: V, ev: Evidence, exp: Expectation) -> V:
 
 def _how_the_gate_spoke(verdict: V, ev: Evidence) -> V:
     """A missing refusal whose refusal text was printed where, or as, no refusal is read: said so."""
-    reason = getattr(verdict, "reason", "")
-    if getattr(verdict, "outcome", None) is not Outcome.MISSING_REFUSAL or ev.pass_line is not None:
+    reason, outcome = getattr(verdict, "reason", ""), getattr(verdict, "outcome", None)
+    if outcome is Outcome.FAIL and ev.refusal_near and ev.run_exit:  # a gate on a card it serves (review 208)
+        return replace(verdict, reason=reason + ev.refusal_near)
+    if outcome is not Outcome.MISSING_REFUSAL or ev.pass_line is not None:
         return verdict
+    if ev.refusal_near and ev.refusal_line is None:  # its text, missed by a `\r` or a normal form (review 208)
+        return replace(verdict, reason=reason + ev.refusal_near)
     if ev.refusal_line is None and ev.refusal_on_stdout is not None:
         hint = (
             f"its refusal marker matched stdout line {ev.refusal_on_stdout}, but a refusal is read on stderr "

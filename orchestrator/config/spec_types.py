@@ -16,7 +16,11 @@ from orchestrator.config.capability import ComputeCapability
 # Names end up in paths and remote command lines; keep them to a safe alphabet
 # so that quoting is a second line of defence, not the only one.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # always fullmatch: "$" admits a trailing newline
-NAME_EXPECTED = "a name of letters, digits, '_', '.' and '-' (at most 64, no spaces or '/')"
+# its first character said too: `-x` was refused with '-' listed as allowed (a name never starts with
+# one: a command line would read it as an option; review 208)
+NAME_EXPECTED = (
+    "a name of letters, digits, '_', '.' and '-', starting with a letter or digit (at most 64, no '..', spaces or '/')"
+)
 
 
 def check_name(value: str) -> str:

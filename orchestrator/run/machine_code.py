@@ -66,6 +66,22 @@ def count_instructions(disassembly: str, names: list[str], sass: bool = False, p
     return counts
 
 
+def case_slips(disassembly: str, missing: dict[str, tuple[int, int]]) -> str:
+    """`; ffma is in lower case, ...` for each missing lower-case name whose upper-case one the dump
+    holds: a lower-case name is a PTX one, and `ffma: 1` on a compile-only node had said only
+    "(0 < 1)" (review 208). Read only for an inspect that failed."""
+    said = ""
+    for name, (_, needed) in sorted(missing.items()):
+        upper = name.upper()
+        if name[:1].isupper() or not (held := count_instructions(disassembly, [upper])[upper]):
+            continue
+        said += (
+            f"; {name} is in lower case, which names a PTX instruction: SASS opcodes are upper case, and the "
+            f"dump holds {upper} {held} time{'s' * (held != 1)} (`{upper}: {needed}`)"
+        )
+    return said
+
+
 # each line of cuobjdump --list-elf / --list-ptx ends in the code's own target ("ELF file 1:
 # STEM.1.sm_80.cubin"); the STEM is the binary's name, which a variant named `sm_90.cubin.x`
 # once made a second, false target of

@@ -30,7 +30,7 @@ from filelock import FileLock, Timeout
 from orchestrator.errors import LockError
 from orchestrator.store.engine import check_url
 from orchestrator.store.location import real_sqlite_file, server_identity
-from orchestrator.store.lock_files import MODE, NO_LOCKS, not_writable
+from orchestrator.store.lock_files import MODE, NO_LOCKS, held_by_another_program, not_writable, recorded_holder
 
 
 def lock_path(database_url: str, farm_root: Path, lock_dir: Path | None = None) -> Path:
@@ -78,8 +78,11 @@ class RunLock:
         try:
             self._acquire()
         except Timeout:
+            holder, ended = self._holder()
+            if ended:  # the record's farm run is gone, and the OS frees a dead process's lock: not a farm run's
+                raise LockError(held_by_another_program(self.path, holder, self.wait)) from None
             raise LockError(
-                f"another farm run holds {self.path} ({self._holder()}); waited {self.wait:.0f} s. "
+                f"another farm run holds {self.path} ({holder}); waited {self.wait:.0f} s. "
                 "Let it finish, or pass --wait SECONDS to queue behind it."
             ) from None
         except OSError as err:  # a directory in its place, a read-only or missing folder (Timeout is one too)
@@ -113,12 +116,8 @@ class RunLock:
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
-    def _holder(self) -> str:
-        try:
-            info = json.loads(self._info.read_text())
-            return f"pid {info['pid']} on {info['host']} since {info['since']}"
-        except (OSError, ValueError, KeyError):
-            return "holder unknown"
+    def _holder(self) -> tuple[str, bool]:
+        return recorded_holder(self._info)
 
 
 # "farm run" as a number: the PostgreSQL advisory lock every farm run of a database takes

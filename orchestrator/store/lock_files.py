@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import grp
+import json
 import os
 import pwd
+import socket
 from pathlib import Path
 
 MODE = 0o664  # the farm's group takes a lock its cron user made; a lock file holds nothing to protect
@@ -43,4 +45,34 @@ def not_writable(path: Path, err: OSError) -> str | None:
         f"{path} belongs to {owner}, mode {info.st_mode & 0o777:04o}, and this user ({me}) may not write it; "
         f"its owner may `chmod g+w {path}` for the group {_name(grp.getgrgid, info.st_gid)}, "
         "or remove it while no farm runs (farm makes it group-writable)"
+    )
+
+
+def recorded_holder(record: Path) -> tuple[str, bool]:
+    """The run lock's last holder as its `.holder` record says, and whether it is a process of this
+    host that has ended: an old record's pid had been named as the holder of a lock `flock` held
+    (review 208)."""
+    try:
+        info = json.loads(record.read_text())
+        said = f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown", False
+    pid = info["pid"]
+    if info["host"] != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return said, False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return said, True
+    except OSError:  # another user's process (EPERM): alive
+        pass
+    return said, False
+
+
+def held_by_another_program(path: Path, holder: str, wait: float) -> str:
+    """The exit-6 message where the farm run recorded as the lock's holder has ended."""
+    return (
+        f"{path} is held, but not by a farm run: the farm run last recorded as its holder ({holder}) has ended, "
+        f"and the OS frees the lock of a process that ended, so another program holds it (`flock`, a backup or "
+        f"sync tool; `fuser -v {path}` names it); waited {wait:.0f} s"
     )

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 
-from orchestrator.run.streams import scan_bytes
+from orchestrator.run.streams import ScanResult, scan_bytes
 
 # nvcc's and gcc's "error:", ptxas' and nvcc's "fatal", ld's "cannot find -lx" and "undefined
 # reference" (its "collect2: error: ld returned 1" comes after, and says nothing of which)
@@ -85,12 +86,64 @@ def with_end_blanks(pattern: str) -> str | None:
     return pattern[:-1] + r"[ \t\r\f\v]+$"
 
 
+def as_yaml(text: str) -> str:
+    """`text` as a YAML single-quoted scalar, as a job writes a marker (its backslashes single)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def other_form(pattern: str) -> tuple[str, str, str] | None:
+    """(the marker in the other Unicode normal form, its own form's name, the other's); None where
+    it reads the same in both (ASCII: every marker of most jobs, at no cost)."""
+    if pattern.isascii():
+        return None
+    nfc, nfd = unicodedata.normalize("NFC", pattern), unicodedata.normalize("NFD", pattern)
+    if nfc == nfd:
+        return None
+    return (nfd, "NFC", "NFD") if pattern == nfc else (nfc, "NFD" if pattern == nfd else "neither", "NFC")
+
+
+_NEVER = "the same letters as other code points, which a marker never matches: write it as the kernel prints it"
+
+
+def near_miss(pattern: str, seen: ScanResult, stream: str, whose: str, blanks: bool = True) -> str:
+    """`; stderr line 1, "needs CC 7.5", matches its refusal marker '...' but for a carriage return ...`
+    where `pattern` matched no line of the stream but does without its `$`'s end (`blanks`), or
+    written in the other Unicode normal form (NFC/NFD), or "". Looked for in the stream's kept copy
+    after the run, only where a marker is missing: a healthy cell's scan pays nothing for it (review
+    208). A line past the kept copy's cut is named without its number."""
+    looks = {}
+    if blanks and (ended := with_end_blanks(pattern)) is not None:
+        looks["blanks"] = ended
+    if (other := other_form(pattern)) is not None:
+        looks["form"] = other[0]
+    if not looks:
+        return ""
+    try:
+        found = scan_bytes(seen.kept, looks, len(seen.kept) + 1)
+    except ValueError:  # a form RE2 reads otherwise (a combining mark after a `(`): no hint, no failure
+        return ""
+    head = seen.kept[: seen.cut[0]].count(b"\n") if seen.cut else None
+    said = ""
+    for name, line in sorted(found.matches.items()):
+        where = f"{stream} line {line}" if head is None or line <= head else f"a {stream} line"
+        said += f'; {where}, "{found.texts[name]}", matches {whose}'
+        if name == "blanks":
+            said += (
+                " but for a carriage return or blanks at its end, which the marker's $ does not allow before "
+                "the line's end: end it in \\s*$ to allow them"
+            )
+        elif other is not None:
+            said += f" written in another Unicode normal form (the line is {other[2]}, the marker {other[1]}): {_NEVER}"
+    return said
+
+
 def marker_missing(
     pattern: str,
     last_stdout: str,
     as_printed: tuple[int, str] | None = None,
     long_lines: int = 0,
     but_blanks: tuple[int, str] | None = None,
+    near: str = "",
 ) -> str:
     """` (pass marker 'PASS'; last stdout line: "Test passed")`, or with "stdout was empty"; where
     the marker's text was printed (`as_printed`: its line's number and text), that it is a regex;
@@ -109,12 +162,13 @@ def marker_missing(
             f'; stdout line {but_blanks[0]}, "{but_blanks[1]}", matches it but for a carriage return or blanks at '
             "its end, which the marker's $ does not allow before the line's end: end it in \\s*$ to allow them"
         )
+    said += near  # near_miss: a line that is the marker in another Unicode normal form
     shown = pattern if len(pattern) <= 120 else pattern[:119] + "…"
     escaped = as_text(pattern)
     if as_printed is not None and escaped is not None:
         number, line = as_printed
         chars = list(dict.fromkeys(_META.findall(pattern)))
-        quoted = "'" + escaped.replace("'", "''") + "'"  # as a YAML single-quoted scalar, the README's form
+        quoted = as_yaml(escaped)  # the README's form
         quoted = quoted if len(quoted) <= 160 else quoted[:159] + "…"
         said += (
             f'; the pass marker is a regular expression: read literally it matches stdout line {number}, "{line}"; '

@@ -12,7 +12,14 @@ from orchestrator.config.shell import lex, unquoted
 from orchestrator.errors import InfraError
 from orchestrator.outcomes import Outcome
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, guarded
-from orchestrator.run.machine_code import ELF_TARGETS, PTX_TARGETS, code_path_for, count_for_card, count_instructions
+from orchestrator.run.machine_code import (
+    ELF_TARGETS,
+    PTX_TARGETS,
+    case_slips,
+    code_path_for,
+    count_for_card,
+    count_instructions,
+)
 from orchestrator.run.runtime_code import JIT_NAMES, JIT_VARIABLES, RUNTIME_LOADERS, runtime_loads
 from orchestrator.run.stage_trip import Trip
 from orchestrator.run.stages.base import CellStages
@@ -275,4 +282,6 @@ class InspectStage(CellStages):
         ev.missing_instructions = {
             name: (counts[name], needed) for name, needed in self.variant.instructions.items() if counts[name] < needed
         }
+        if ev.missing_instructions:  # `ffma: 1` where the dump holds FFMA: said, on any node
+            ev.instructions_case = case_slips(text, ev.missing_instructions)
         return "failed" if ev.missing_instructions else "ok"

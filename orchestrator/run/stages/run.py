@@ -47,7 +47,9 @@ from orchestrator.run.stages.failure_words import (
     PASS_BLANKS,
     PASS_TEXT,
     as_text,
+    as_yaml,
     marker_missing,
+    near_miss,
     unshipped_input,
     with_end_blanks,
 )
@@ -292,6 +294,10 @@ class RunStage(CellStages):
         ev.refusal_line = self.result.stderr.matches.get("refusal")
         ev.refusal_on_stdout = self.result.stdout.matches.get("refusal")
         ev.stderr_last_line = self.result.stderr.last_line
+        if ev.refusal_line is None and (ev.run_exit or self.result.expectation.outcome is not Outcome.PASS):
+            # a gate's text its marker misses by a `\r` or a normal form: looked for after the run, not in its scan
+            refusal = self.job.spec.refusal_marker
+            ev.refusal_near = near_miss(refusal, self.result.stderr, "stderr", f"its refusal marker {as_yaml(refusal)}")
         if ev.pass_line is None:
             out = self.result.stdout
             printed = out.matches.get(PASS_TEXT)
@@ -299,7 +305,8 @@ class RunStage(CellStages):
             ended = out.matches.get(PASS_BLANKS)
             but_blanks = None if ended is None else (ended, out.texts.get(PASS_BLANKS, ""))
             marker = self.job.spec.pass_marker
-            ev.no_pass = marker_missing(marker, out.last_line, as_printed, out.long_lines, but_blanks)
+            near = near_miss(marker, out, "stdout", "it", blanks=False)  # its `$` is the scan's (PASS_BLANKS)
+            ev.no_pass = marker_missing(marker, out.last_line, as_printed, out.long_lines, but_blanks, near)
             shipped = [rel for rel in self.job.files if rel not in self.job.spec.sources]
             ev.no_pass += unshipped_input(f"{ev.stderr_last_line}\n{out.last_line}", shipped)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
