@@ -14,6 +14,18 @@ as the shell's `timeout -k`.
 
 This module runs that same text in its own namespace, as the node does: the farm's tests reach
 the runner's functions and settings here (`noderunner.KernelFiles`, `noderunner.HOLD`).
+
+The resident runner's protocol (one line, then the bytes it announces; from the node, each message
+starts with the runner's secret mark and is one write within PIPE_BUF, so that
+what another process of the node's user writes into the stream is skipped):
+    farm -> node   r ID LEN   a cell's plan (marshal)
+                   k ID       kill that cell
+                   h          still here (every HEARTBEAT s; unheard for IDLE_LIMIT s, an idle runner ends)
+    node -> farm   p PGID     its process group (first)
+                   b          still here (with cells in flight and nothing said for BEAT s)
+                   o ID LEN   the cell's stdout
+                   e ID LEN   its stderr
+                   x ID CODE  it ended; CODE is what the shell's $? would say
 """
 
 from orchestrator.run.node import SOURCE

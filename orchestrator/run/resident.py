@@ -23,17 +23,7 @@ lost session), once the farm has killed it, its children and their cells'
 processes where the node still answers (so no cell of it goes on beside its
 retry), and the next cell starts a new one.
 
-Protocol (one line, then the bytes it announces; from the node, each message
-starts with the runner's secret mark and is one write within PIPE_BUF, so that
-what another process of the node's user writes into the stream is skipped):
-    farm -> node   r ID LEN   a cell's plan (marshal)
-                   k ID       kill that cell
-                   h          still here (every HEARTBEAT s; unheard for IDLE_LIMIT s, an idle runner ends)
-    node -> farm   p PGID     its process group (first)
-                   b          still here (with cells in flight and nothing said for BEAT s)
-                   o ID LEN   the cell's stdout
-                   e ID LEN   its stderr
-                   x ID CODE  it ended; CODE is what the shell's $? would say
+Its protocol, both ways, is described in noderunner.py.
 """
 
 from __future__ import annotations
@@ -51,6 +41,7 @@ from orchestrator.errors import CommandTimeout, ConnectError, InfraError, NodeUn
 from orchestrator.run.probe import RUNNER_SOURCE
 from orchestrator.run.runner_code import compiled
 from orchestrator.transport.base import ANSWER_WAIT, CommandResult, Deadline, Process, Transport, reap
+from orchestrator.transport.ssh_watchdog import WATCHDOG
 from orchestrator.transport.stdin_gate import STDIN_HINT
 
 STDERR_KEEP = 1 << 16  # bytes of a cell's stderr kept
@@ -164,6 +155,17 @@ class ResidentRunner:
                 try:
                     kind, value = served.chunks.get(timeout=min(left, 1.0))
                 except queue.Empty:
+                    if WATCHDOG.cut_passed():
+                        # a stop whose kill gave no end by its cut: the node is cut off or frozen (the cell waited
+                        # out its budget: red-team 207); its entry goes first, so _lost kills nothing on the dead link
+                        served.gone = True
+                        with self._lock:
+                            self._served.pop(ident, None)
+                        process.drop()
+                        raise CommandTimeout(
+                            f"node {self.name!r}: the run was stopped and the node gave no end of this cell "
+                            "since (its resident runner's connection closed)"
+                        ) from None
                     # how long its reader has waited on the node (a reader busy handing on what came
                     # is not waiting), counted from this cell's request at the earliest, once the
                     # runner is serving (it said its group): a python3 still starting, on a node

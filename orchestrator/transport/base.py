@@ -123,6 +123,10 @@ class Process(ABC):
         `timeout` s); one that does not is closed. Where nothing lies between them: yes."""
         return True
 
+    def drop(self) -> None:
+        """Close the connection the process runs over (a stop's cut: the node gave no end in time)."""
+        self.close()
+
 
 class Transport(ABC):
     """Acts on one node. Not thread-safe: each worker thread has its own (sibling()

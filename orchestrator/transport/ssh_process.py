@@ -71,6 +71,10 @@ class ChannelProcess(Process):
         with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
             self._channel.close()
 
+    def drop(self) -> None:
+        with contextlib.suppress(OSError, paramiko.SSHException, EOFError, AttributeError):
+            self._channel.get_transport().close()  # its reader's recv ends, and every channel on it
+
     def answers(self, timeout: float) -> bool:
         """Whether the node answers on the process's connection (link_answers); one that does not is closed."""
         return link_answers(self._channel.get_transport(), timeout, self._name)

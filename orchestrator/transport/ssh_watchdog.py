@@ -81,6 +81,12 @@ class Watchdog:
                 self._thread.start()
             self._cond.notify()
 
+    def cut_passed(self) -> bool:
+        """Whether a stop's cut is due: what waits on a node outside a command of its own (a cell on
+        the resident runner) gives up then, as the cut's commands do (red-team 207)."""
+        cut_at = self._cut_at  # one read, no lock: a cell's idle second asks it
+        return cut_at is not None and time.monotonic() >= cut_at
+
     def uncut(self) -> None:
         with self._cond:
             self._cut_at = None
