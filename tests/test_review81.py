@@ -219,6 +219,7 @@ def test_a_second_outage_does_not_say_the_first_ones_error() -> None:
     work = SimpleNamespace(
         farm=SimpleNamespace(spec=SimpleNamespace(reconnect_window=1.5)),
         stopping=None,
+        _stopping=threading.Event(),  # never set: each back-off slept whole
         _transport=lambda name: Probe(),
         _open=lambda transport: transport.open(),
     )
@@ -257,6 +258,7 @@ def test_a_known_hosts_that_could_not_be_read_while_the_node_was_away_is_waited_
     work = SimpleNamespace(
         farm=SimpleNamespace(spec=SimpleNamespace(reconnect_window=5.0)),
         stopping=None,
+        _stopping=threading.Event(),  # never set: each back-off slept whole
         _transport=lambda name: Probe(),
         _open=lambda transport: transport.open(),
     )

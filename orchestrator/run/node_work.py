@@ -313,7 +313,8 @@ class NodeWork:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(delay, left))
+            if self._stopping.wait(min(delay, left)):  # a stop ends it (it slept on a back-off: red-team 212)
+                break
             delay = min(delay * 2, 30.0)
             probe_transport = self._transport(name)
             opened = False

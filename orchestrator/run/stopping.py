@@ -48,6 +48,10 @@ class Stopping:
     def is_set(self) -> bool:
         return self._set.is_set()
 
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, or less where the run is stopped meanwhile: whether it was."""
+        return self._set.wait(seconds)
+
     def halt(self, reason: str) -> None:
         """Start no more cells, killing nothing."""
         if not self._set.is_set():
