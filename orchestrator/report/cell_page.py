@@ -26,6 +26,7 @@ from orchestrator.report.model import unconfirmed
 from orchestrator.report.standing import category
 from orchestrator.report.unbacked import certifies_nothing_why
 from orchestrator.store.tables import ResultRow
+from orchestrator.terminal import card_text
 
 _UNFINISHED = {"aborted": "did not finish", "running": "had not finished"}
 UNCONFIRMED_TEXT = '<small class="flag">on a card the NVIDIA driver did not confirm: certifies nothing</small>'
@@ -111,11 +112,12 @@ def cell_body(
     for flag in since:  # grey, never green, as the matrix shows it (the stamp holds the flags)
         unsure = " unconfirmed" if category(r.outcome) == "good" else unsure
         unsure_text += f'<small class="flag rejudged">{_ew(flag)}</small>'
+    card = f" ({_ew(card_text(r.device))})" if r.device else ""  # look-alike names read apart (red-team 210)
     out = [
         f'<p><a id="back" href="../index.html">back to the matrix</a> · '
         f'<a href="../kernels/{page_name(r.kernel)}.html">{_ew(r.kernel)}</a> · '
         f'<a href="../nodes/{page_name(r.node)}.html">{_ew(r.node)}</a></p>\n'
-        f"<h1>{_ew(r.kernel)} : {_ew(r.variant)} on {_ew(r.node)}{f' ({_ew(r.device)})' if r.device else ''}</h1>\n"
+        f"<h1>{_ew(r.kernel)} : {_ew(r.variant)} on {_ew(r.node)}{card}</h1>\n"
         f'<table><tr><td class="{category(r.outcome)}{unsure}" id="outcome">'
         f'<span class="outcome">{_ew(r.outcome)}</span>'
         f"{f' at {_ew(r.failed_stage)}' if r.failed_stage else ''}{unsure_text}</td>\n"
@@ -167,7 +169,7 @@ def cell_body(
     s = snapshot
     if s is not None:
         if r.device:
-            gpu = f"{_ew(r.device)}, CC {_ew(r.cc or '–')}"
+            gpu = f"{_ew(card_text(r.device))}, CC {_ew(r.cc or '–')}"
             if r.gpu_index is not None:
                 gpu += f", GPU {_e(r.gpu_index)} ({_e(r.gpu_uuid)})"
             if r.real_gpu:

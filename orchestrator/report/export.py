@@ -30,21 +30,21 @@ from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.report.unbacked import certifies_nothing_why
 from orchestrator.report.unbacked import reasons as unbacked_reasons
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow
-from orchestrator.terminal import ci_inert
+from orchestrator.terminal import card_text, ci_inert
 
 METRIC_KEYS = ("name", "value", "unit", "better", "tolerance", "note", "baseline", "regressed")
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr carried into a JUnit file per cell
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _xml_safe(text: str) -> str:
-    """XML 1.0 cannot carry most control characters (nor lone surrogates, nor
-    U+FFFE/FFFF); keep tab, newline, return."""
-    return "".join(
-        ch
-        if ch in "\t\n\r" or (32 <= ord(ch) < 0xD800) or (0xE000 <= ord(ch) < 0xFFFE) or ord(ch) > 0xFFFF
-        else "\ufffd"
-        for ch in text
-    )
+    """XML 1.0 cannot carry most control characters (nor lone surrogates, nor U+FFFE/FFFF); keep
+    tab, newline, return. Each is shown as its escape, as the pages show it: written as U+FFFD, the
+    mark of a byte that is not UTF-8, a kernel's "\\x1b[2K" (erasing a terminal's line) read
+    "\\ufffd[2K" (red-team 210)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if m.group() < " " else f"\\u{ord(m.group()):04x}", text)
 
 
 def _text(data: bytes | None, result_id: int | None = None) -> str:
@@ -185,9 +185,8 @@ def junit(model: ReportModel) -> str:
         node = ET.SubElement(case, "error", message=f"the run did not finish: {run.status}", type="incomplete-run")
         node.text = f"run {run.id} is {run.status}; its cells that did not finish are not-run, no verdict"
     for kernel, variant, node_name, device in model.unfinished:
-        case = ET.SubElement(
-            suite, "testcase", classname=classname(kernel, variant), name=node_name + (f"[{device}]" if device else "")
-        )
+        shown = node_name + (f"[{card_text(device)}]" if device else "")
+        case = ET.SubElement(suite, "testcase", classname=classname(kernel, variant), name=shown)
         ET.SubElement(case, "error", message=_no_result(run), type=Outcome.NOT_RUN)
     for r in results:
         elapsed, stepped = seconds(r.started_at, r.ended_at)
@@ -195,7 +194,8 @@ def junit(model: ReportModel) -> str:
             suite,
             "testcase",
             classname=classname(r.kernel, r.variant),
-            name=r.node + (f"[{r.device}]" if r.node in model.several and r.device else ""),
+            # its card as terminal.card_text shows it: look-alike card names were testcases of one name (red-team 210)
+            name=r.node + (f"[{card_text(r.device)}]" if r.node in model.several and r.device else ""),
             time=f"{elapsed:.3f}",
         )
         stage = f" at {r.failed_stage}" if r.failed_stage else ""
@@ -219,7 +219,7 @@ def junit(model: ReportModel) -> str:
             node.text = f"{r.reason}\nexpected {r.expected} ({r.expected_reason}) on {where}"
         # the card a case ran on, and whether the driver confirmed it: a case was named by its node
         # alone (h100-lent beside farm.yaml's h100), its card a click into the site away (review 108)
-        card = [("gpu", r.device), ("cc", r.cc or ""), ("real_gpu", "true" if r.real_gpu else "false")]
+        card = [("gpu", card_text(r.device)), ("cc", r.cc or ""), ("real_gpu", "true" if r.real_gpu else "false")]
         card = card if r.device else []
         if was_waived(r):  # a pass, but not one the CUDA-error rule looked at: a CI reader is told so
             card.append(("cuda_error_waived", FLAG))

@@ -30,6 +30,7 @@ from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.report.standing import category
 from orchestrator.report.unbacked import UNIDENTIFIED
 from orchestrator.run.snapshot import card_columns
+from orchestrator.terminal import card_text
 
 
 def age_text(days: float) -> str:
@@ -105,6 +106,11 @@ def trend_rows(trends_by_metric: dict[str, list[trends.Series]]) -> list[tuple[s
 _PROBED = ("gpu_name", "cc", "driver", "nvcc_version")  # a change from the run before is marked
 
 
+def _probed(name: str, value: Any) -> Any:
+    # a card's name with its look-alike letters as escapes (terminal.card_text), so two read apart
+    return "–" if not value else card_text(value) if name == "gpu_name" else value
+
+
 def probe_rows(snaps: list[Any]) -> Markup:
     """A node page's probe table rows, one per snapshot (oldest first), as HTML made
     here: the bytes the template made, at a fraction of its cost per value."""
@@ -115,10 +121,10 @@ def probe_rows(snaps: list[Any]) -> Markup:
         for name in _PROBED:
             value = getattr(s, name)
             if prev is not None and getattr(prev, name) != value:
-                was = getattr(prev, name)
-                row.append(f'<td class="flag" title="changed">{_t(value or "–")} (was {_t(was or "–")})</td>\n')
+                was = _probed(name, getattr(prev, name))
+                row.append(f'<td class="flag" title="changed">{_t(_probed(name, value))} (was {_t(was)})</td>\n')
             else:
-                row.append(f"<td>{_t(value or '–')}</td>\n")
+                row.append(f"<td>{_t(_probed(name, value))}</td>\n")
         differs = ' <span class="flag">differs</span>' if s.cc_mismatch else ""
         row.append(
             f"<td>{'yes' if s.real_gpu else 'no'}</td>\n"

@@ -59,7 +59,7 @@ from orchestrator.report.stamps import run_stamp, stamped
 from orchestrator.report.standing import category
 from orchestrator.report.unbacked import run_words
 from orchestrator.store.database import Store
-from orchestrator.terminal import printable_on_page
+from orchestrator.terminal import card_text, printable_on_page
 
 KERNEL_HISTORY_RUNS = GRID_RUNS  # columns of a kernel page's history grid (history.html has all)
 
@@ -95,6 +95,8 @@ def _env() -> Environment:
     # columns: a stored probe's cards as the matrix's columns (a name of two CCs is two: run/snapshot.py)
     env.filters.update(when=_when, age=grids.age_text, number=metrics.number, percent=metrics.percent)
     env.filters.update(columns=grids.probed_columns)
+    # a card's name where cards are told apart: look-alike letters shown as escapes (terminal.card_text)
+    env.filters.update(card=card_text)
     env.globals["category"] = category
     env.globals["regression_words"] = metrics.regression_words
     return env
