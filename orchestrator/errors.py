@@ -2,24 +2,31 @@
 
     FarmError                      base; carries the CLI exit code
     ├── ConfigError                farm.yaml or a job file is wrong (exit 3)
-    │   └── ConfigErrors           several at once, from one load
+    │   ├── ConfigErrors           several at once, from one load
+    │   └── FarmChanged            farm.yaml or a job no longer loads at a run's end (cli/farm_now.py)
     ├── StoreError                 the results database cannot be used (exit 5)
+    │   └── StoreUnreachable       its server could not be reached again (store/outage.py)
     ├── LockError                  another run holds the farm's lock (exit 6)
     ├── StoppedBeforeRun           a stop signal before the run was stored: nothing of it is (exit 4)
     ├── TransportClosed            a closed transport was used: a bug in the farm (exit 70; never retried)
+    ├── PageWriteError             a report page could not be written (report/site.py; exit 3)
     └── InfraError                 a node could not be used; never a kernel verdict (exit 4)
         ├── ConnectError           refused, unreachable, banner/auth failure
         │   ├── HostKeyError       unknown or changed host key (strict checking; never retried)
         │   │   └── KnownHostsUnreadable  the node's known_hosts could not be read (no key refused)
-        │   └── SessionLost        a session that worked broke (the node rebooted, the network went)
+        │   ├── SessionLost        a session that worked broke (the node rebooted, the network went)
+        │   └── SshdDropped        sshd closed the connection before the login (the machine is up)
         ├── NodeUnusable           reachable, but no nvcc, no work folder or a broken GPU (never retried)
-        ├── StagingFailed          the node could not take a bundle (staging.py: disk full, permissions)
-        ├── InputsChanged          a file saved on the farm's machine since the load (bundle.py; never retried)
+        │   └── RunnerMute         the resident runner never said its group (run/resident.py)
+        ├── ToolchainUnavailable   a toolchain's wheels could not be had (run/toolchain.py; never retried)
+        ├── StagingFailed          the node could not take a bundle (run/staging.py: disk full, permissions)
+        ├── InputsChanged          a file saved on the farm's machine since the load (run/bundle.py; never retried)
         ├── CommandTimeout         a command outlived its channel timeout
-        └── SlurmJobError          Slurm ended the job or never started it (transport/slurm.py)
+        └── SlurmJobError          Slurm ended the job or never started it (transport/slurm_jobs.py)
             ├── SlurmRejected      refused at submission (never retried)
             ├── SlurmPendingLimit  waited past the node's pending_limit (never retried)
             ├── SlurmCancelled     scancel by a person or a policy (never retried)
+            ├── SlurmOutOfMemory   killed over the job's memory limit (never retried)
             └── SlurmTimeLimit     Slurm's time limit (also a CommandTimeout)
 
 Any other exception inside a node's thread is a bug in the farm: it stays with

@@ -15,6 +15,7 @@ from enum import StrEnum
 STAGES = ("probe", "stage", "build", "inspect", "run", "sanitize")
 NODE_STAGES = STAGES[:2]
 CELL_STAGES = STAGES[2:]
+KERNEL_STAGES = STAGES[STAGES.index("run") :]  # the ones that start the kernel on the cell's GPU
 
 
 class Outcome(StrEnum):

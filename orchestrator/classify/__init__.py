@@ -20,7 +20,7 @@ from orchestrator.classify.blame import (
 from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.evidence import Evidence
 from orchestrator.classify.gate_order import judge_gate
-from orchestrator.lost_files import lost_unconfined
+from orchestrator.classify.lost_files import lost_unconfined
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
-from orchestrator.outcomes import Outcome, is_as_expected
+from orchestrator.outcomes import KERNEL_STAGES, Outcome, is_as_expected
 
 if TYPE_CHECKING:
     from orchestrator.classify.evidence import Evidence
@@ -93,7 +93,7 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
         during = "its sanitizer runs" if stage == "sanitize" else "its run"
         return f"the node lost the cell's GPU during {during} ({ev.gpu_lost})"
     # the card's state, read by the farm after the run, not the kernel's words
-    if ev.gpu_unfit and stage in ("run", "sanitize"):
+    if ev.gpu_unfit and stage in KERNEL_STAGES:
         return ev.gpu_unfit
     known = exp.known_failure
     if ev.build_unsupported and outcome is Outcome.BUILD_FAIL and not (known and known.outcome is outcome):

@@ -23,7 +23,7 @@ class Evidence:
     build_exit: int | None = None
     build_no_binary: bool = False  # the build exited 0 but wrote no binary where the job says it does
     build_denied: bool = False  # it ran confined and its log says a write was refused (outside its folder)
-    build_err: str = ""  # a failed build's first error line, as its reason's end (`: "..."`: build_errors.py)
+    build_err: str = ""  # a failed build's first error line, its reason's end (failure_words.first_error)
     inspect_exit: int | None = None
     inspect_err: str = ""  # a failed inspect's first words on stderr, as its reason's end (`: "..."`), or ""
     missing_instructions: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (found, needed)

@@ -24,7 +24,6 @@ class _UniqueKeyLoader(_SafeBase):  # type: ignore[misc, valid-type]
     """SafeLoader that refuses duplicate mapping keys instead of keeping the last."""
 
 
-_STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 # YAML 1.1 reads `010` as octal 8 and `1:30` as 90 (base 60): `build_jobs: 010` ran 8 builds unsaid

@@ -6,7 +6,8 @@ What is read is bounded by the rendered run, not by the history on record: its o
 each cell's last few earlier results, the last GRID_RUNS runs' outcomes (the kernel pages'
 grids) and the last HISTORY_RUNS runs' counts. The fleet's standing (each cell's latest
 verdict from any run) and the ledger's counts of certifying passes are over all history by
-definition, aggregated in the database from indexes (store.py). Logs: the full cells' only.
+definition, aggregated in the database from indexes (store/queries.py, store/certifying.py).
+Logs: the full cells' only.
 """
 
 from __future__ import annotations

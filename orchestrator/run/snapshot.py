@@ -77,7 +77,7 @@ class NodeSnapshot:
     placed: frozenset[str] = frozenset()
     resident: bool = False  # one python3 runs all of the run's cells there (resident.py)
     # KiB free in the work folder and in the temporary folder, and whether a program in the work
-    # folder can run (no noexec mount); None where the probe could not tell (scheduler._check_room)
+    # folder can run (no noexec mount); None where the probe could not tell (room_problem, asked by node_setup.py)
     work_free_kib: int | None = None
     tmp_free_kib: int | None = None
     work_free_inodes: int | None = None  # None also where the file system counts none (btrfs)

@@ -153,15 +153,6 @@ class Queries:
                 latest_verdict[key] = row
         return latest_verdict, latest_any
 
-    def previous_verdicts(self, run_id: int, per_cell: int = 10) -> dict[tuple, list[tuple[int, str]]]:
-        """For each cell of run `run_id`, the outcomes of its last `per_cell` results
-        from earlier runs, oldest first: [(run id, outcome)]."""
-        cells = {row.id: (row.kernel, row.variant, row.node, row.device) for row in self.run_matrix([run_id])}
-        return {
-            cells[this_id]: [(rid, outcome) for rid, outcome, _id in prior]
-            for this_id, prior in self.previous_results(run_id=run_id, per_cell=per_cell).items()
-        }
-
     def previous_results(
         self, *, run_id: int | None = None, result_ids: list[int] | None = None, per_cell: int = 10
     ) -> dict[int, list[tuple[int, str, int]]]:

@@ -206,7 +206,7 @@ class RunStage(CellStages):
                 f"node {self.t.name!r}: the run wrapper printed no status ({(outcome.stderr or text).strip()[-300:]!r})"
             )
         lost = run_files_lost(text)
-        if lost and not self._ran_confined(trip, text):  # the run could have removed them: lost_files.py
+        if lost and not self._ran_confined(trip, text):  # the run could have removed them: classify/lost_files.py
             self.result.evidence.run_files_lost = lost[:200]
         elif lost:
             raise InfraError(

@@ -1,6 +1,6 @@
 """Alembic's environment for the farm's results store.
 
-The farm runs migrations itself when it opens a database (store.py), handing
+The farm runs migrations itself when it opens a database (store/engine.py), handing
 its open connection in through config.attributes["connection"]; a developer
 can also run `alembic -c orchestrator/store/migrations/alembic.ini ...` with
 FARM_DATABASE set.

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from orchestrator.classify import Evidence
     from orchestrator.plan import Expectation
 
-V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify imports it)
+V = TypeVar("V")  # classify.Verdict, which this module cannot import (classify/__init__.py imports it)
 
 # verdicts the run's lost files leave standing: decided before the run's output was read, or by
 # the farm's own clock (timeout), or already no kernel verdict
