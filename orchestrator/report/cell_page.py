@@ -257,6 +257,16 @@ def commit_text(farm_commit: str | None) -> str:
     return farm_commit or "not recorded"
 
 
+def short_commit(farm_commit: str | None) -> str:
+    """A run's farm commit shortened for a line: its first 12 hex digits and what follows them
+    ("+dirty": a tree that was not its commit). Cut at 12 characters, the "+dirty" went, and a
+    certificate made by uncommitted code read as made at a commit anyone could check out (red-team 216)."""
+    if not farm_commit:
+        return "–"
+    digest, plus, rest = farm_commit.partition("+")
+    return digest[:12] + plus + rest
+
+
 def driver_text(snapshot: Any) -> str:
     """The NVIDIA driver of the card's node, as its probe read it."""
     return snapshot.driver or "–"

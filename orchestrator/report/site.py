@@ -47,6 +47,7 @@ from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
 from orchestrator.report import grids, history
+from orchestrator.report.cell_page import short_commit
 from orchestrator.report.cell_pages import write_cell_pages
 from orchestrator.report.escape import page_name
 from orchestrator.report.escape import when as _when
@@ -97,6 +98,8 @@ def _env() -> Environment:
     env.filters.update(columns=grids.probed_columns)
     # a card's name where cards are told apart: look-alike letters shown as escapes (terminal.card_text)
     env.filters.update(card=card_text)
+    # a run's farm commit on a line: "+dirty" kept where the tree was not its commit (red-team 216)
+    env.filters.update(commit=short_commit)
     env.globals["category"] = category
     env.globals["regression_words"] = metrics.regression_words
     return env

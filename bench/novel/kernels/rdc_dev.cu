@@ -1,0 +1,1 @@
+__device__ float scale(float x) { return 3.0f * x + 1.0f; }
