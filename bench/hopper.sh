@@ -86,4 +86,7 @@ echo "cold rc=$cold_rc warm rc=$warm_rc"
 log "gpu-marked tests"
 python3 -m pytest -m gpu -v -s -p no:cacheprovider tests/test_course_kernels.py tests/test_sanitize.py 2>&1 | tail -80
 
+log "kernels the course has not (bench/novel/: expected pass, pass, pass, fail)"
+bash bench/novel.sh 2>&1 | tail -12
+
 cp results.db "$OUT/results.db"
