@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import Outcome
 from orchestrator.store.closing import closed_at, journaled_end
+from orchestrator.store.older_journals import as_stored, transports
 from orchestrator.store.result_rows import ATTEMPT_NULLABLE, ATTEMPTS, RESULTS, fit, insert_result, stored
 from orchestrator.store.tables import NodeSnapshotRow, ResultRow, Run
 from orchestrator.utc import as_utc
@@ -119,6 +119,7 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
     )
     refs = [fields["ref"] for kind, fields in records if kind == "snapshot"]
     by_ref = dict(zip(refs, snapshots, strict=True)) if len(refs) == len(snapshots) else {}
+    transport = transports(records)
     connection = session.connection()
     added = 0
     adding = False  # the attempts after an added result were journaled with it, in its transaction
@@ -157,7 +158,8 @@ def complete_run(session: Session, run_id: int, records: list[tuple[str, dict[st
             connection.execute(delete(table).where(table.c.id.in_([r.id for r in same])))
         elif _rerun_later(session, run_id, kept):
             continue  # no row to take the place of: a new id would stand over the later run's
-        row = {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **journaled(fields)}  # 0015's flag
+        # the flags later revisions added, as their migrations fill them for an older farm's run
+        row = {**at, "run_id": run_id, "snapshot_id": by_ref.get(ref), **as_stored(fields, transport.get(ref))}
         insert_result(connection, row, metrics, ())
         added += 1
         adding = True

@@ -33,6 +33,7 @@ from orchestrator.store.url_secrets import url_secrets
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 FIRST_SCHEMA = "0001"  # databases made before the farm used Alembic have this schema
+FIRST_TABLES = {"farm_meta", "runs", "source_files", "node_snapshots", "results"}  # 0001's, all a 0.1.0 farm made
 CONNECT_TIMEOUT = 10  # seconds, for server databases (PostgreSQL)
 BUSY_MAX_MS = 2**31 - 1  # SQLite's busy_timeout is a C int of milliseconds (about 24.8 days)
 MIGRATION_LOCK = 0x6661726D  # "farm": PostgreSQL advisory lock serialising concurrent migrations
@@ -138,7 +139,7 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
         config.attributes["connection"] = connection
         scripts = _scripts()
         context = MigrationContext.configure(connection)
-        current = context.get_current_revision()
+        current = _revision(context, url)
         if current is not None and current == scripts.get_current_head():
             return  # this farm's schema already: what every run but the first finds
         known = {script.revision for script in scripts.walk_revisions()}
@@ -150,6 +151,7 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
             # new database's whole schema in one journal sync (it took 18 ms, 10 ms so)
             connection.exec_driver_sql("BEGIN")
         if current is None and "runs" in present:
+            _refuse_lost(url, present)
             if not create:
                 _refuse_older(url, "none (a farm from before schema revisions wrote it)", scripts)
             command.stamp(config, FIRST_SCHEMA)
@@ -170,6 +172,13 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
                 f"{redact_url(url)} holds no farm results (none of its tables is the farm's); nothing was "
                 "written to it: point --database or farm.yaml's `database` at the farm's own, or run `farm verify`"
             )
+        if current is not None and current not in known and not _farms(current):
+            raise StoreError(
+                f"the results database {redact_url(url)} has schema revision {current!r}, which no farm wrote "
+                f"(the farm's are numbered 0001 to {scripts.get_current_head()}): another program's Alembic "
+                "table (alembic_version) in the same database? Nothing was written to it: give the farm a "
+                "database of its own (--database, farm.yaml's `database`)"
+            )
         if current is not None and current not in known:
             raise StoreError(
                 f"the results database {redact_url(url)} has schema revision {current}, written by a newer "
@@ -187,6 +196,41 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
                 f"to {scripts.get_current_head()} failed ({first_line(err, url)}); nothing of the upgrade was kept, "
                 f"it is left at {current or 'none'}: remove the cause and run `farm verify` again"
             ) from err
+
+
+def _farms(revision: str) -> bool:
+    """Whether a revision is numbered as the farm's are (0001, 0002, ...): one that is not is another
+    program's, never "a newer farm's" (red-team 215)."""
+    return len(revision) == 4 and revision.isdigit()
+
+
+def _revision(context: MigrationContext, url: str) -> str | None:
+    """The database's one revision; StoreError where alembic_version holds several (an edit, a
+    restore merged into it): Alembic's own error was "a bug in farm", exit 70 (red-team 215)."""
+    heads = context.get_current_heads()
+    if len(heads) > 1:
+        raise StoreError(
+            f"the results database {redact_url(url)} has {len(heads)} schema revisions in its alembic_version "
+            f"table ({', '.join(sorted(heads))}), where the farm writes one; nothing was written to it: keep the row "
+            "of the revision its tables are at (DELETE the others), or restore it from a backup"
+        )
+    return heads[0] if heads else None
+
+
+def _refuse_lost(url: str, present: set[str]) -> None:
+    """A database with no revision is one from before the farm had any (0.1.0: 0001's five tables), to
+    be stamped 0001 and upgraded. One that also holds a later revision's tables lost its alembic_version
+    row (an edit, a partial restore): taken for 0001, its upgrade failed on every start, "table attempts
+    already exists", and said it was left at 0001 (red-team 215)."""
+    later = sorted(present & set(Base.metadata.tables) - FIRST_TABLES)
+    if later:
+        raise StoreError(
+            f"the results database {redact_url(url)} has no schema revision (its alembic_version table is empty "
+            f"or gone), yet it holds tables later farms made ({', '.join(later)}): its revision record was lost, "
+            "and no farm can tell which revision its tables are at. Nothing was written to it: restore it (or "
+            "its alembic_version) from a backup, or, knowing the revision of the farm that wrote it, "
+            "`FARM_DATABASE=URL alembic -c orchestrator/store/migrations/alembic.ini stamp REVISION`"
+        )
 
 
 def _refuse_older(url: str, current: str, scripts: ScriptDirectory) -> NoReturn:

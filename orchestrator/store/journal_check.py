@@ -16,6 +16,7 @@ from typing import Any
 from orchestrator.errors import StoreError
 from orchestrator.outcomes import Outcome
 from orchestrator.store import journal
+from orchestrator.store.tables import Attempt, MetricValue, NodeSnapshotRow, ResultRow, Run, SourceFile
 
 # a journal's fields the import trusts to be of these types (what Store wrote); any other is refused
 _JOURNAL_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
@@ -59,6 +60,36 @@ _FILLED = {
 _METRIC_FILLED = ("id", "result_id", "run_id", "kernel", "variant", "node", "device")  # its result's
 
 
+def _columns(table: Any, *own: str) -> frozenset[str]:
+    return frozenset({column.name for column in table.__table__.columns} | set(own))
+
+
+# each record's keys this farm knows: its row's columns and the journal's own (a snapshot's ref, a result's
+# snapshot_ref and metrics). A key past them is a newer farm's field: the import dropped it without a word,
+# whatever it said of the verdict (a flag a later revision adds, as 0016's farm_writable was), red-team 215
+_KNOWN = {
+    "run": _columns(Run),
+    "result": _columns(ResultRow, "snapshot_ref", "metrics"),
+    "snapshot": _columns(NodeSnapshotRow, "ref"),
+    "attempt": _columns(Attempt),
+    "source": _columns(SourceFile),
+    "planned": frozenset({"cells"}),
+    "finish": frozenset({"status", "exit_code", "ended_at"}),
+}
+_METRIC_KNOWN = _columns(MetricValue)
+
+
+def _unknown(kind: str, fields: dict[str, Any]) -> str | None:
+    """A key of the record (or of its metrics) this farm never writes, else None."""
+    known = _KNOWN.get(kind)
+    if known is None:  # a kind this farm does not read into rows (closing.py's mark)
+        return None
+    if key := next((k for k in fields if k not in known), None):
+        return key
+    metrics = fields.get("metrics", []) if kind == "result" and isinstance(fields.get("metrics"), list) else []
+    return next((f"metrics' {k}" for m in metrics if isinstance(m, dict) for k in m if k not in _METRIC_KNOWN), None)
+
+
 def _filled(kind: str, fields: dict[str, Any]) -> str | None:
     """What of a record the store fills itself (the record's own key named), else None."""
     if key := next((k for k in _FILLED.get(kind, ()) if k in fields), None):
@@ -95,6 +126,13 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
             raise StoreError(
                 f"{path}: record {number} ({kind}): {filled}, which the farm never journals (the database "
                 "fills it): a record edited or from elsewhere"
+            )
+        if unknown := _unknown(kind, fields):
+            version = records[0][1].get("farm_version") if records and records[0][0] == "run" else None
+            raise StoreError(
+                f"{path}: record {number} ({kind}): {unknown}, a field this farm does not know: a newer farm "
+                f"wrote it (farm_version {version!r}), or it was edited, and this one would drop what it says. Nothing "
+                "was imported: import it with a farm as new as the one that wrote it"
             )
         if kind == "result" and (first := results.setdefault(_same_result(fields), number)) != number:
             raise StoreError(

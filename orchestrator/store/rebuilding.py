@@ -15,10 +15,10 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.orm import Session
 
-from orchestrator.cuda_waiver import journaled
 from orchestrator.outcomes import CLOSED_BEFORE, FROM_JOURNAL
 from orchestrator.store.closing import closed_at, journaled_end
 from orchestrator.store.not_run_rows import never_finished, not_run_row, probed_cards
+from orchestrator.store.older_journals import as_stored, transports
 from orchestrator.store.result_rows import (
     ATTEMPT_NULLABLE,
     ATTEMPTS,
@@ -61,6 +61,7 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
     session.flush()
     connection = session.connection()  # the rows a run writes many of, as Store writes them
     snapshots: dict[int, int] = {}
+    transport = transports(records)  # an older farm's journal: flags as its migrations fill them (older_journals.py)
     results = 0
     done: set[Cell] = set()
     late: set[Cell] = set()
@@ -80,7 +81,7 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
                 continue
             ref = fields.pop("snapshot_ref")
             metrics = fields.pop("metrics", [])
-            row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **journaled(fields)}
+            row = {"run_id": run.id, "snapshot_id": snapshots.get(ref), **as_stored(fields, transport.get(ref))}
             insert_result(connection, row, metrics, ())
             done.add(cell)
             results += 1
