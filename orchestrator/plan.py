@@ -24,6 +24,7 @@ from orchestrator.config.jobs import Job
 from orchestrator.cuda_waiver import noted
 from orchestrator.outcomes import Outcome
 from orchestrator.run.snapshot import NodeSnapshot
+from orchestrator.terminal import card_text
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,9 @@ class Cell:
 
     @property
     def label(self) -> str:
-        card = f"[{self.device}]" if self.several and self.device else ""
+        # the card as terminal.card_text shows it: "NVIDIA \u041d100" (a Cyrillic En) read as the node's
+        # real "NVIDIA H100" in the progress lines and --log (review 213)
+        card = f"[{card_text(self.device)}]" if self.several and self.device else ""
         return f"{self.kernel}:{self.variant}@{self.node}{card}"
 
     @property

@@ -24,7 +24,7 @@ from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.run.summary import RunSummary
-from orchestrator.terminal import printable
+from orchestrator.terminal import card_text, printable
 
 
 def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -> str:
@@ -32,10 +32,11 @@ def describe_node(node: str, snapshot: NodeSnapshot | None, error: str | None) -
         return f"node {node}: unreachable or unusable: {error}"
     assert snapshot is not None
     if len(snapshot.gpus) > 1:
-        cards = ", ".join(f"{g.index}: {g.name} CC {g.cc}" for g in snapshot.gpus)
+        # each card as terminal.card_text shows it: a look-alike read as the real card here too (review 213)
+        cards = ", ".join(f"{g.index}: {card_text(g.name)} CC {g.cc}" for g in snapshot.gpus)
         gpu = f"{len(snapshot.gpus)} GPUs ({cards}), driver {snapshot.driver}"
     elif snapshot.has_gpu:
-        gpu = f"{snapshot.gpu_name}, CC {snapshot.cc}, driver {snapshot.driver}"
+        gpu = f"{card_text(snapshot.gpu_name or '')}, CC {snapshot.cc}, driver {snapshot.driver}"
     else:
         gpu = "no GPU (compile-only)"
     drift = f" [farm.yaml declares CC {snapshot.declared_cc}]" if snapshot.cc_mismatch else ""

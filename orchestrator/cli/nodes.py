@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from orchestrator.errors import EXIT_OK, FarmError
-from orchestrator.terminal import printable
+from orchestrator.terminal import card_text, printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     pass
@@ -71,7 +71,8 @@ def nodes(config_path: Path, database: str | None) -> None:
         notes = printable(notes, keep_newlines=False)
         for gpu in snap.gpus:
             why = "" if gpu.verified else f" {printable(gpu.check, keep_newlines=False)}: certifies nothing"
-            label = printable(f"{gpu.index}: {gpu.name}" if len(snap.gpus) > 1 else gpu.name, keep_newlines=False)
+            # the card as terminal.card_text shows it: a Cyrillic "\u041d100" read as the real H100 (review 213)
+            label = f"{gpu.index}: {card_text(gpu.name)}" if len(snap.gpus) > 1 else card_text(gpu.name)
             driver = printable(snap.driver or "-", keep_newlines=False)
             click.echo(
                 f"{name:<12} {'yes':<7} {label:<28} {gpu.cc!s:<5} "

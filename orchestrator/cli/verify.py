@@ -16,7 +16,7 @@ from orchestrator.errors import ConfigError, FarmError, StoreError
 from orchestrator.guarded import aside
 from orchestrator.outcomes import STAGES, is_as_expected
 from orchestrator.run.summary import NullListener, RunSummary
-from orchestrator.terminal import printable
+from orchestrator.terminal import card_text, printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
     from orchestrator.config.farm import Farm
@@ -56,7 +56,8 @@ def _change_line(change: Change, model: ReportModel, run_id: int) -> str:
     """A --quiet line: the change, and for a cell not as expected why and the `farm show ID` that
     prints the rest, as its progress line says (the cron mail said neither: review 179)."""
     was = f"{change.previous} (run {change.previous_run}) -> " if change.previous else ""
-    line = f"{change.change}: {change.label}: {was}{change.outcome}"
+    # the model's label names the card on a node of several (Change.label does not): two cards' changes read alike
+    line = f"{change.change}: {model.label(change.key)}: {was}{change.outcome}"
     result_id = model.run_cells.get(run_id, {}).get(change.key, ("", None))[1]
     if result_id is not None and not is_as_expected(change.outcome):
         reason = next((r.reason for r in model.results if r.id == result_id), None)
@@ -71,7 +72,10 @@ def _matrix_text(summary: RunSummary) -> str:
     # a node's card names come from the node: shown as text, never as the terminal's commands
     rows = [(printable(k, keep_newlines=False), printable(v, keep_newlines=False), (k, v)) for k, v in rows]
     first = max([len(f"{k}:{v}") for k, v, _ in rows] + [14])
-    names = {(n, d): printable(f"{n}[{d}]" if several else n, keep_newlines=False) for n, d, several in columns}
+    # a card as terminal.card_text shows it: "NVIDIA \u041d100" headed a column reading "NVIDIA H100" (review 213)
+    names = {
+        (n, d): printable(f"{n}[{card_text(d)}]" if several else n, keep_newlines=False) for n, d, several in columns
+    }
     widths = {key: max(len(name), 18) for key, name in names.items()}
     lines = ["kernel:variant".ljust(first) + "  " + "  ".join(names[k].ljust(widths[k]) for k in names)]
     for shown_kernel, shown_variant, (kernel, variant) in rows:

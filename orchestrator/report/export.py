@@ -264,10 +264,6 @@ def utc_iso(moment: datetime | None) -> str | None:
     return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def utc_date(moment: datetime) -> str:
-    return (utc_iso(moment) or "")[:10]
-
-
 def result_record(row: ResultRow, snap: NodeSnapshotRow | None) -> dict[str, Any]:
     """One cell as plain data (the JSON export's shape)."""
     return {

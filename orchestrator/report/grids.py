@@ -160,6 +160,7 @@ def run_matrix(
     and carries data-node, data-device and data-cell (the rendered run's own matrix).
     `waived`: passes judged with the CUDA-error rule waived, flagged in words."""
     at = {column: i for i, column in enumerate(columns)}
+    shown = {column: _e(card_text(column[1])) for column in columns}  # data-device as the head shows it, once a column
     blank = [_NO_CELL] * len(columns)
     rows: dict[tuple[str, str], list[str]] = {}
     for (kernel, variant, node, device), (outcome, rid) in cells.items():
@@ -170,7 +171,7 @@ def run_matrix(
             row[at[(node, device)]] = (
                 f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
                 f'title="result {int(rid)}" data-node="{_e(node)}" '
-                f'data-device="{_e(device)}" data-cell="{_e(f"{kernel}:{variant}")}">'
+                f'data-device="{shown[(node, device)]}" data-cell="{_e(f"{kernel}:{variant}")}">'
                 f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if rid in unsure else ""}'
                 f"{_WAIVED if rid in waived else ''}</td>"
             )
@@ -240,7 +241,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
     the database goes through _e; the bytes are those the template made."""
     run_id = model.run.id
     standing = model.standing
-    heads = [(col.node, col.device, _t(col.node), _t(col.device)) for col in model.columns]
+    # data-device as the head shows the card (card_text): a look-alike name's attribute read as the real one's
+    heads = [(col.node, col.device, _t(col.node), _t(card_text(col.device))) for col in model.columns]
     out = []
     for kernel, variant, contract in model.rows:
         kernel_text, variant_text = _t(kernel), _t(variant)

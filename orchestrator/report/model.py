@@ -33,6 +33,7 @@ from orchestrator.report.unrun import UnrunNode, unrun_nodes
 from orchestrator.store.database import Store
 from orchestrator.store.queries import BISECT_TRIGGER
 from orchestrator.store.tables import NodeSnapshotRow, Run
+from orchestrator.terminal import card_text
 
 HISTORY_RUNS = 30  # runs in history.html, each with its own page
 GRID_RUNS = 10  # runs (columns) in a kernel page's history grid
@@ -50,7 +51,8 @@ def unconfirmed(r: Any) -> bool:
 
 def cell_label(key: history.CellKey, several: bool) -> str:
     kernel, variant, node, device = key
-    return f"{kernel}:{variant}@{node}" + (f"[{device}]" if several and device else "")
+    # the card as terminal.card_text shows it, as the column heads do (review 213)
+    return f"{kernel}:{variant}@{node}" + (f"[{card_text(device)}]" if several and device else "")
 
 
 @dataclass

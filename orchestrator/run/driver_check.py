@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.run.snapshot import Gpu
+from orchestrator.terminal import card_text
 
 # nvidia-smi's columns, as smi_gpus reads them
 GPU_QUERY = "index,uuid,name,compute_cap,driver_version,memory.total"
@@ -179,10 +180,12 @@ def cross_check(
                 problems.append(f"the driver (NVML) names it {driver_name!r}, nvidia-smi {name!r}")
         if proc and uuid in proc and proc[uuid] != name:
             problems.append(f"/proc/driver/nvidia names it {proc[uuid]!r}")
+        # the card as terminal.card_text shows it: `farm nodes` quoted a look-alike "NVIDIA \u041d100" as
+        # the real H100 in this check (review 213)
         if problems:
-            check = f"nvidia-smi's GPU {index} ({name}, CC {cc}) is not confirmed: " + "; ".join(problems)
+            check = f"nvidia-smi's GPU {index} ({card_text(name)}, CC {cc}) is not confirmed: " + "; ".join(problems)
         else:
-            check = f"confirmed by the driver (NVML): {name}, CC {cc}, {uuid}"
+            check = f"confirmed by the driver (NVML): {card_text(name)}, CC {cc}, {uuid}"
         count = (ecc or {}).get(uuid, "")
         if count.isdigit() and int(count):  # a note, not a refusal: its cells are judged by new ones
             check += (

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from orchestrator.config.farm import Farm
 from orchestrator.run.cell import StageRecord
@@ -65,14 +65,6 @@ def declared_snapshot(name: str, farm: Farm) -> NodeSnapshot:
         declared_gpu=node.gpu,
         declared_cc=node.declared_cc,
     )
-
-
-T = TypeVar("T")
-
-
-def in_background(action: Callable[[], T], name: str) -> Future[T]:
-    """`action` run in a thread of its own: its result, or its error, in the Future."""
-    return in_background_each([action], name)[0]
 
 
 def in_background_each(actions: Sequence[Callable[[], Any]], name: str) -> list[Future[Any]]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.terminal import card_text
 
 # room a node's work folder and temporary folder must have for builds and runs: a full disk
 # made a build-fail, an inspect-fail (a dump cut short) or a fail (a marker never written)
@@ -34,7 +35,8 @@ class Gpu:
 
     @property
     def label(self) -> str:
-        return f"GPU {self.index} ({self.name}, CC {self.cc}, {self.uuid})"
+        # the name as terminal.card_text shows it: a look-alike card's reasons read as the real one's (review 213)
+        return f"GPU {self.index} ({card_text(self.name)}, CC {self.cc}, {self.uuid})"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
+from orchestrator.outcomes import CELL_STAGES
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import runner_command
 from orchestrator.run.file_ends import read_back, with_framed
@@ -38,7 +39,11 @@ from orchestrator.run.together_script import together_script
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline
 
-_SECTION = re.compile(r"^@@farm section (build|inspect|run) (\d{1,19})$", re.M)
+# a cell's stages by outcomes.CELL_STAGES' names (a stage added there is read here too); a round trip of
+# several holds build, inspect and run (pipeline.py), sanitize one of its own, which the pattern allows
+_STAGE = "|".join(map(re.escape, CELL_STAGES))
+_SECTION = re.compile(rf"^@@farm section ({_STAGE}) (\d{{1,19}})$", re.M)
+_RAN = rf"^@@farm ran((?: (?:{_STAGE}))*)$"
 DAY_NS = 86400 * 10**9  # a node's clock may say anything: a stage's time is kept within a day
 
 
@@ -243,7 +248,7 @@ class CellTrips:
             control = reader.finish()
         except InfraError as err:  # a file cut short: by a node out of processes, maybe (node_limits.py)
             error, control = unless_forkless(err, self.t.name, "cell's script", outcome.stderr), reader.control
-        said = last_match(r"^@@farm ran((?: (?:build|inspect|run))*)$", control)
+        said = last_match(_RAN, control)
         if error is None and said is None:
             error = InfraError(
                 f"node {self.t.name!r}: the cell's command never said which stages it ran "

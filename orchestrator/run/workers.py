@@ -60,7 +60,6 @@ STORE_CALLS = frozenset(
         "metric_baseline",
     }
 )
-LISTENER_CALLS = frozenset({"node_ready", "cell_started", "cell_finished"})
 
 
 def sshd_of(farm: Farm, name: str) -> tuple[str, ...]:

@@ -12,11 +12,51 @@ default CheckHostIP no).
 
 from __future__ import annotations
 
+import errno
+import os
+import select
 import socket
+import threading
+import time
 from typing import Any
 
 from fabric import Connection
 from paramiko.ssh_exception import NoValidConnectionsError
+
+from orchestrator.transport.ssh_watchdog import STOP_THREADS, WATCHDOG
+
+# how often a dial in progress asks whether a stop's cut is due: a SIGTERM while a node's dial hung (a
+# black-holed address, connect_timeout 60 s) waited out the whole connect_timeout (red-team 207, review 213)
+CUT_SLICE = 0.25
+
+
+class DialCut(OSError):
+    """A dial given up because the run is being stopped (WATCHDOG's cut is due)."""
+
+
+def _connect(sock: socket.socket, address: Any, timeout: float | None) -> None:
+    """sock.connect(address) within `timeout`, waited on in CUT_SLICE slices that end it once a stop's
+    cut is due, unless this thread is the stop's own (its kills keep their full limits, as in the
+    watchdog). TimeoutError past `timeout`, DialCut at the cut, the connect's OSError otherwise."""
+    stops = threading.current_thread().name.startswith(STOP_THREADS)
+    sock.setblocking(False)
+    code = sock.connect_ex(address)
+    if code in (errno.EINPROGRESS, errno.EAGAIN):
+        end = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        while True:
+            if not stops and WATCHDOG.cut_passed():
+                raise DialCut(errno.ECANCELED, "dial given up: the run is being stopped")
+            left = CUT_SLICE if end is None else min(CUT_SLICE, end - time.monotonic())
+            if left <= 0:
+                raise TimeoutError("timed out")
+            if poller.poll(max(1, int(left * 1000))):
+                break
+        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if code:
+        raise OSError(code, os.strerror(code))
+    sock.settimeout(timeout)  # blocking again, with the node's timeout, for paramiko
 
 
 def dial(host: str, port: int, timeout: float | None) -> socket.socket:
@@ -30,13 +70,14 @@ def dial(host: str, port: int, timeout: float | None) -> socket.socket:
             # made in the try: a family this host lacks (no IPv6 in its kernel: EAFNOSUPPORT) is an
             # address that failed, as in OpenSSH, not the node's end (review 202)
             sock = socket.socket(family, kind, proto)
-            sock.settimeout(timeout)
-            sock.connect(address)
+            _connect(sock, address, timeout)
             return sock
         except OSError as err:
             if sock is not None:
                 sock.close()
             errors[address] = err
+            if isinstance(err, DialCut):  # the run is being stopped: no next address
+                break
     if not errors:  # getaddrinfo gives at least one address or raises; this is belt and braces
         raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
     raise NoValidConnectionsError(errors)
