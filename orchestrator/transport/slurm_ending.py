@@ -140,7 +140,8 @@ def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float) -> No
         # unread, and with it whether Slurm suspended, killed or cancelled the job (red-team round 214)
         raise SlurmJobError(
             f"node {name!r}: {ident}{where} ended, but Slurm's controller did not answer for its record "
-            f"({job.unanswered}, asked up to {QUERY_TRIES} times): how it ended cannot be read; not a verdict on the command",
+            f"({job.unanswered}, asked up to {QUERY_TRIES} times): how it ended cannot be read; "
+            "not a verdict on the command",
             job,
         )
     if job.state in (None, "COMPLETING"):
