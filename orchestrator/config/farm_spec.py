@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import ComputeCapability
-from orchestrator.config.slurm_options import farms_own, other_cluster, other_cluster_env
+from orchestrator.config.slurm_options import changes_the_job, farms_own, other_cluster, other_cluster_env
 from orchestrator.config.spec_types import WEEK, CCText, Count, StrictModel, check_cc, check_name
 
 
@@ -288,6 +288,8 @@ class NodeSpec(StrictModel):
                         f"slurm_options: {option!r} sets {own}, which the farm sets on every job itself "
                         "(partition, time_limit, pending_limit, gres and constraint are keys of the node)"
                     )
+                if (why := changes_the_job(option)) is not None:  # red-team 214's note
+                    raise ValueError(f"slurm_options: {option!r}: {why}; leave it out")
                 # srun refuses --mem beside --mem-per-cpu/-gpu, and a second --mem would make the
                 # limit a reason names another than the job had
                 if self.memory and re.match(r"--mem(=|$|-per-)", option):

@@ -62,6 +62,32 @@ def farms_own(option: str) -> str | None:
     return next((f"-{letter}" for letter in _short_letters(option) if letter in FARMS_OWN_SHORT), None)
 
 
+# options that change how srun runs the farm's command or writes its words: each made every job an
+# infra-error the night found (red-team 214's note), where the file could have been refused at load
+CHANGES_THE_JOB = {
+    "label": "prefixes every line of the job's output with its task's number, which the farm reads as the command's",
+    "pty": "runs the command on a terminal, which rewrites its output's line ends and merges its stderr",
+    "test-only": "only asks when a job would start: no job runs",
+    "hold": "holds the job, which then waits out its pending limit",
+    "multi-prog": "runs the programs of a file, not the farm's command",
+    "gpus": "asks for GPUs beside the node's `gres`, which the farm's card check reads: give them in `gres`",
+}
+CHANGES_SHORT = {"l": "label", "H": "hold", "G": "gpus"}
+
+
+def changes_the_job(option: str) -> str | None:
+    """Why `option` may not be given (it changes how the farm's job runs or reads), or None."""
+    if option.startswith("--"):
+        name = option[2:].split("=", 1)[0]
+        for own, why in CHANGES_THE_JOB.items():
+            # by srun's unambiguous prefix, and --gpus-per-node and the like with --gpus
+            if (name and (own.startswith(name) if len(name) >= 3 else own == name)) or name.startswith(f"{own}-"):
+                return f"--{own} {why}"
+        return None
+    letter = next((letter for letter in _short_letters(option) if letter in CHANGES_SHORT), None)
+    return None if letter is None else f"-{letter} {CHANGES_THE_JOB[CHANGES_SHORT[letter]]}"
+
+
 # variables of a node's `env:` that send the jobs to another cluster: srun, squeue and scancel read
 # SLURM_CLUSTERS as their --clusters, sacct does not, so the record of a job squeue no longer knew
 # was looked for on the login node's own cluster (a red-team finding, round 98)
