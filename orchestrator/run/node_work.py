@@ -268,6 +268,9 @@ class NodeWork:
             try:
                 while (cell := next_cell()) is not None:
                     self._cell(transport, cell, ctx)
+            except StoreError:  # at once: each other worker ran a cell more, each node went on (red-team 218)
+                threading.Thread(target=self.stop, args=("the results database failed",), daemon=True).start()
+                raise
             finally:
                 transport.close()
 

@@ -2,7 +2,8 @@
 brought to this farm's (Alembic), and its URL's secrets kept out of every message.
 
 SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC
-(whatever the URL's own `options`), connect with a 10 s timeout and check a pooled connection before use;
+and UTF-8 (whatever the URL's own `options` or the role's settings), connect with a 10 s timeout and check a pooled
+connection before use;
 a session whose server stops answering is found and cut (liveness.py). A new
 database gets the farm's schema at once; one an earlier farm wrote is upgraded in
 place (by `farm verify` only), in one transaction on both backends; one a newer farm wrote is refused.
@@ -70,7 +71,20 @@ def check_url(url: str) -> None:
 
 def first_line(err: BaseException, url: str) -> str:
     lines = str(err).strip().splitlines()
-    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url)
+    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}{_read_only_hint(err)}", url)
+
+
+def _read_only_hint(err: BaseException) -> str:
+    """What to do about a server that takes no writes (SQLSTATE 25006): the driver's "cannot execute
+    INSERT in a read-only transaction" named no setting, and its `farm import` met the same (red-team 218)."""
+    if getattr(getattr(err, "orig", err), "sqlstate", None) != "25006":
+        return ""
+    return (
+        " (the server takes no writes from this session: default_transaction_read_only is on for the URL's role "
+        "or its database, a DBA's ALTER ROLE/DATABASE ... SET default_transaction_read_only = on, undone by "
+        "ALTER ROLE/DATABASE ... RESET default_transaction_read_only; or it is a hot standby: point `database` "
+        "at the primary)"
+    )
 
 
 def open_engine(url: str, stopped: Callable[[], object] = lambda: None) -> Engine:
@@ -93,8 +107,12 @@ def open_engine(url: str, stopped: Callable[[], object] = lambda: None) -> Engin
             connect_args["connect_timeout"] = CONNECT_TIMEOUT
         # appended to the URL's own options (a site's statement_timeout, a search_path), last so it wins:
         # with options of its own a session ran in the server's zone, pages printing local times (red-team 151)
+        # and in UTF-8: a DBA's client_encoding (ALTER ROLE farm SET client_encoding = 'LATIN1', an SQL_ASCII
+        # database's default) could not carry a kernel's "✓" or the U+FFFD of a NUL; psycopg's encoder
+        # raised outside the store's errors, the pass stored infra-error, the run exit 70 (red-team 218)
         own = query.get("options", ())
-        connect_args["options"] = " ".join([*([own] if isinstance(own, str) else own), "-c timezone=UTC"])
+        forced = ["-c timezone=UTC", "-c client_encoding=UTF8"]
+        connect_args["options"] = " ".join([*([own] if isinstance(own, str) else own), *forced])
         # keepalives and a watchdog: a server that stops answering an open session is found (liveness.py)
         return server_engine(url, connect_args, stopped, pool_pre_ping=True)
     return create_engine(url, connect_args=connect_args, pool_pre_ping=True)
