@@ -177,11 +177,12 @@ def cross_check(
             if driver_cc != str(cc):
                 problems.append(f"the driver (NVML) says CC {driver_cc}, nvidia-smi says {cc}")
             if driver_name != name:
-                problems.append(f"the driver (NVML) names it {driver_name!r}, nvidia-smi {name!r}")
+                said = f'"{card_text(driver_name)}", nvidia-smi "{card_text(name)}"'
+                problems.append(f"the driver (NVML) names it {said}")
         if proc and uuid in proc and proc[uuid] != name:
-            problems.append(f"/proc/driver/nvidia names it {proc[uuid]!r}")
+            problems.append(f'/proc/driver/nvidia names it "{card_text(proc[uuid])}"')
         # the card as terminal.card_text shows it: `farm nodes` quoted a look-alike "NVIDIA \u041d100" as
-        # the real H100 in this check (review 213)
+        # the real H100 in this check (review 213), and `!r` showed it raw in the names above (review 217)
         if problems:
             check = f"nvidia-smi's GPU {index} ({card_text(name)}, CC {cc}) is not confirmed: " + "; ".join(problems)
         else:

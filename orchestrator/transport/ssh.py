@@ -48,7 +48,7 @@ from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
-from orchestrator.transport.ssh_dial import DialedConnection, answers
+from orchestrator.transport.ssh_dial import DialCut, DialedConnection, answers
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
 from orchestrator.transport.ssh_process import (
     PROCESS_IO_TIMEOUT,
@@ -173,6 +173,9 @@ class SSHTransport(Transport):
         except HostKeyError:
             close_connection(conn)
             raise
+        except DialCut as err:  # a stop's cut: not the node's fault, whatever paramiko said of the cut socket
+            close_connection(conn)
+            raise ConnectError(f"node {self.name!r}: {node.host}:{node.port}: {err.strerror}") from err
         except paramiko.AuthenticationException as err:
             said = refused_keys(conn.client.get_transport(), err)
             close_connection(conn)

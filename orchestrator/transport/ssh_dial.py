@@ -8,11 +8,16 @@ address gets the node's connect_timeout, in getaddrinfo's order, and where none 
 error names each and what it said. The host-key check is unchanged: paramiko is still given
 the node's name, and known_hosts is read for `name` or `[name]:port` (OpenSSH's, with its
 default CheckHostIP no).
+
+A stop's cut (ssh_watchdog.py) ends each wait of a dial outside the stop's own threads: the
+name's resolving, the TCP connect (review 213) and the SSH handshake (review 217).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import ipaddress
 import os
 import select
 import socket
@@ -23,7 +28,12 @@ from typing import Any
 from fabric import Connection
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from orchestrator.transport.base import Deadline
 from orchestrator.transport.ssh_watchdog import STOP_THREADS, WATCHDOG
+
+# how long a handshake's watch waits for a cut: paramiko bounds the handshake itself (banner_timeout,
+# auth_timeout); the watch is there for a stop's cut only
+HANDSHAKE_WATCH = 86400.0
 
 # how often a dial in progress asks whether a stop's cut is due: a SIGTERM while a node's dial hung (a
 # black-holed address, connect_timeout 60 s) waited out the whole connect_timeout (red-team 207, review 213)
@@ -59,12 +69,44 @@ def _connect(sock: socket.socket, address: Any, timeout: float | None) -> None:
     sock.settimeout(timeout)  # blocking again, with the node's timeout, for paramiko
 
 
+def _resolve(host: str, port: int) -> list[tuple[Any, ...]]:
+    """getaddrinfo's answer for `host`, given up (DialCut) once a stop's cut is due: a resolver that
+    hangs (a DNS server that answers nothing) held a SIGTERM as long as its own timeouts and retries
+    (review 217). A name is resolved in a thread of its own, left to end by itself where the stop
+    gives it up; an address (nothing to ask) and the stop's own threads resolve here, as before."""
+    args = (host, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    try:
+        ipaddress.ip_address(host)
+        numeric = True
+    except ValueError:
+        numeric = False
+    if numeric or threading.current_thread().name.startswith(STOP_THREADS):
+        return socket.getaddrinfo(*args)
+    said: list[Any] = []
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            said.append(socket.getaddrinfo(*args))
+        except BaseException as err:  # handed to the dial's thread, raised there
+            said.append(err)
+        done.set()
+
+    threading.Thread(target=ask, daemon=True, name="ssh-resolve").start()
+    while not done.wait(CUT_SLICE):
+        if WATCHDOG.cut_passed():
+            raise DialCut(errno.ECANCELED, f"resolving {host} given up: the run is being stopped")
+    if isinstance(said[0], BaseException):
+        raise said[0]
+    return said[0]
+
+
 def dial(host: str, port: int, timeout: float | None) -> socket.socket:
     """A connected socket to the first of `host`'s addresses that answers within `timeout` each.
     socket.gaierror where the name does not resolve; NoValidConnectionsError (every address's
-    error, in the order tried) where none answers."""
+    error, in the order tried) where none answers; DialCut where a stop came while it resolved."""
     errors: dict[tuple[Any, ...], OSError] = {}
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM):
+    for family, kind, proto, _, address in _resolve(host, port):
         sock = None
         try:
             # made in the try: a family this host lacks (no IPv6 in its kernel: EAFNOSUPPORT) is an
@@ -100,11 +142,33 @@ class DialedConnection(Connection):
     """Fabric's Connection, its socket dialled by dial() (a gateway's channel where it has one)."""
 
     def open(self) -> Any:
-        if self.is_connected or self.gateway:
+        if self.is_connected:
             return super().open()
-        self.connect_kwargs["sock"] = dial(self.host, self.port, self.connect_timeout)
+        sock = None if self.gateway else dial(self.host, self.port, self.connect_timeout)
+        if sock is not None:
+            self.connect_kwargs["sock"] = sock
+        # the handshake (banner, key exchange, login) waits up to paramiko's banner_timeout and
+        # auth_timeout on a node that took the connection and says nothing (a frozen sshd): a stop's
+        # cut ends that wait as it ends a command's (review 217); the stop's own dials keep theirs
+        watch = WATCHDOG.watch(Deadline(HANDSHAKE_WATCH), lambda: self._cut(sock))
         try:
             return super().open()
+        except Exception as err:
+            if watch.fired:
+                raise DialCut(errno.ECANCELED, "SSH handshake given up: the run is being stopped") from err
+            raise
         finally:
+            watch.cancel()
             # the socket is the transport's now (closed with it); a later open() dials again
             self.connect_kwargs.pop("sock", None)
+
+    def _cut(self, sock: socket.socket | None) -> None:
+        """Wakes the handshake's reader: a socket shut down (closing it would not wake a recv() in
+        another thread), or through a jump host the transport closed (its channel with it)."""
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            return
+        link = self.client.get_transport()
+        if link is not None:
+            link.close()
