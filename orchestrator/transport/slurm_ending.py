@@ -24,7 +24,7 @@ from orchestrator.transport.slurm_jobs import (
     slurms_kill,
     suspension,
 )
-from orchestrator.transport.slurm_query import QUERY_TRIES, UNSETTLED, start_line
+from orchestrator.transport.slurm_query import UNSETTLED, start_line
 
 _SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
 # what srun and slurmstepd print as a job ends, at the very end of stderr
@@ -135,15 +135,6 @@ def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float) -> No
         )
     if (held := suspension(job, f"node {name!r}: {ident}{where}")) is not None:
         raise held
-    if job.state is None and job.unanswered:
-        # squeue failed each time it was asked: not "Slurm keeps no record" (the case below), a record
-        # unread, and with it whether Slurm suspended, killed or cancelled the job (red-team round 214)
-        raise SlurmJobError(
-            f"node {name!r}: {ident}{where} ended, but Slurm's controller did not answer for its record "
-            f"({job.unanswered}, asked up to {QUERY_TRIES} times): how it ended cannot be read; "
-            "not a verdict on the command",
-            job,
-        )
     if job.state in (None, "COMPLETING"):
         # Slurm no longer knows the job (a short MinJobAge, no accounting), or its final record is not
         # there yet (an Epilog outlasting the login side's wait): only srun's word is left.

@@ -40,7 +40,6 @@ class SlurmJob:
     memory: str | None = None  # the memory its record says it asked for (squeue %m, sacct ReqMem), e.g. "50M"
     step_state: str | None = None  # accounting's record of its step .0 (sacct), e.g. "CANCELLED by 1234"
     minutes: int | None = None  # the time limit it asked for (srun --time)
-    unanswered: str | None = None  # why squeue gave no record, tried again and again (slurmctld silent)
     suspended: int = 0  # seconds Slurm held it suspended, by its record: its end less its start and run time
 
 
@@ -226,8 +225,6 @@ def slurms_kill(job: SlurmJob, said: str, memory: str | None, srun: str) -> Slur
 def read_records(job: SlurmJob, token: str, records: str) -> None:
     """The job's record (squeue's or sacct's: id|state|node|reason|memory) and its step's (sacct's)."""
     for line in records.splitlines():
-        if line.startswith(f"@@slurm-noanswer-{token} "):
-            job.unanswered = line.split(" ", 1)[1].strip() or "no answer"
         if line.startswith(f"@@slurm-step-{token} ") and job.job_id:
             step, _, state = line.split(" ", 1)[1].partition("|")
             job.step_state = state.strip() if step == f"{job.job_id}.0" else job.step_state

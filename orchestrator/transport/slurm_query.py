@@ -8,8 +8,6 @@ import shlex
 
 # How long the state query waits for a finished job to leave RUNNING, PENDING... (0.25 s steps).
 SETTLE_POLLS = 80
-# Tries at squeue, 1 s apart, when it fails (slurmctld busy or restarting) before the job's record is given up
-QUERY_TRIES = 6
 # Seconds before the login side's own timeout at which a job still COMPLETING is left so (1 s steps)
 COMPLETING_MARGIN = 8
 
@@ -37,12 +35,8 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     name = shlex.quote(job_name)
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
-        # a squeue that fails (a busy or restarting slurmctld: "Socket timed out") is asked again, up to
-        # QUERY_TRIES times within $farm_deadline: its silence is no "Slurm keeps no record" (red-team 214)
-        "n=0; m=0; while :; do s=$(SLURM_TIME_FORMAT=%s "
-        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null) && q= || q=\"squeue exited $?\"; "
-        f'if [ -n "$q" ]; then m=$((m+1)); [ $m -lt {QUERY_TRIES} ] && [ "{NOW_S}" -lt "$farm_deadline" ] || break; '
-        "sleep 1; continue; fi; "
+        "n=0; while :; do s=$(SLURM_TIME_FORMAT=%s "
+        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null); "
         f'case "$s" in *\'|COMPLETING|\'*) [ "{NOW_S}" -lt "$farm_deadline" ] || break; sleep 1;; '
         f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
         "*) break;; esac; done; "
@@ -51,8 +45,6 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
         f'[ -n "$s" ] || s=$(SLURM_TIME_FORMAT=%s sacct -X -n -P -S now-7days --name={name} '
         "-o JobID,State,NodeList,Reason,ReqMem,Start,End,Elapsed 2>/dev/null); "
         f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
-        # no record, and squeue never answered: the job's ending cannot be read
-        f'[ -n "$s" ] || [ -z "$q" ] || echo "@@slurm-noanswer-{token} $q"; '
         # who killed a failed step: accounting's step record, where the cluster keeps one
         f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | head -n 1 | cut -d"|" -f1); [ -z "$i" ] || '
         f"sacct -n -P -j \"$i.0\" -o JobID,State 2>/dev/null | sed 's/^/@@slurm-step-{token} /'; }}"
