@@ -9,6 +9,7 @@ tmpfs mount.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -16,11 +17,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from nodes import LOOPBACK, SSHD, Card, SshNode, standin_job, write_farm
+from nodes import CARDS, LOOPBACK, SSHD, Card, SshNode, standin_job, write_farm
 
 FAULTS_SOURCE = Path(__file__).resolve().parent / "standin" / "faults.cpp"
 FAULTS_KERNEL = "faults"
@@ -275,6 +276,21 @@ class NetnsNode(SshNode):
 
     def farm_entry(self, workdir: Path, **overrides: object) -> dict[str, object]:
         return super().farm_entry(workdir, **{"host": self.node_addr, **overrides})
+
+
+@contextlib.contextmanager
+def started_netns_node(name: str, root: Path, card: Card | None = CARDS["t4"]) -> Iterator[NetnsNode]:
+    """A NetnsNode started for a test, stopped after it (each test file names its own: two files'
+    tests run at once under xdist, each in namespaces of its node's name)."""
+    why = netns_works()
+    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
+    node = NetnsNode(name, root, card)
+    node.prepare()
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 class Tmpfs:

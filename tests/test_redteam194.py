@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import NetnsNode, faults_job, faults_variant, netns_works
+from faults import NetnsNode, faults_job, faults_variant, started_netns_node
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, query
+from nodes import query
 
 from orchestrator.config.farm import load_farm
 from orchestrator.plan import plan_cells
@@ -24,13 +24,8 @@ from orchestrator.store.database import Store
 
 @pytest.fixture
 def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
-    why = netns_works()
-    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
-    node = NetnsNode("blackhole", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    node.start()
-    yield node
-    node.stop()
+    with started_netns_node("blackhole", tmp_path / "node") as node:
+        yield node
 
 
 def test_a_path_mtu_black_hole_at_start_says_the_stall_not_a_dead_session(

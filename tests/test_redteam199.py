@@ -15,22 +15,17 @@ from pathlib import Path
 
 import pytest
 from farm_cli import farm
-from faults import NetnsNode, faults_job, faults_variant, netns_works, run_in_background, wait_for
+from faults import NetnsNode, faults_job, faults_variant, run_in_background, started_netns_node, wait_for
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, query
+from nodes import query
 
 NAME = "twoaddr.farm-test"  # the node's host name: only the farm's /etc/hosts knows it
 
 
 @pytest.fixture
 def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
-    why = netns_works()
-    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
-    node = NetnsNode("twoaddr", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    node.start()
-    yield node
-    node.stop()
+    with started_netns_node("twoaddr", tmp_path / "node") as node:
+        yield node
 
 
 def _ip(*args: str) -> None:

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import NetnsNode, faults_job, faults_variant, netns_works, run_in_background, wait_for
+from faults import NetnsNode, faults_job, faults_variant, run_in_background, started_netns_node, wait_for
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, processes_matching, query
+from nodes import processes_matching, query
 
 from orchestrator.run.commands import KILL_GRACE
 from orchestrator.run.stages import base as stage_base
@@ -31,13 +31,8 @@ from orchestrator.transport.base import ANSWER_WAIT
 
 @pytest.fixture
 def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
-    why = netns_works()
-    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
-    node = NetnsNode("oneway", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    node.start()
-    yield node
-    node.stop()
+    with started_netns_node("oneway", tmp_path / "node") as node:
+        yield node
 
 
 def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounded_time(

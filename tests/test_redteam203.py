@@ -18,20 +18,15 @@ from pathlib import Path
 
 import pytest
 from farm_cli import farm, farm_argv, farm_env
-from faults import NetnsNode, faults_job, faults_variant, netns_works, wait_for
+from faults import NetnsNode, faults_job, faults_variant, started_netns_node, wait_for
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, processes_matching, query
+from nodes import processes_matching, query
 
 
 @pytest.fixture
 def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
-    why = netns_works()
-    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
-    node = NetnsNode("stop", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    node.start()
-    yield node
-    node.stop()
+    with started_netns_node("stop", tmp_path / "node") as node:
+        yield node
 
 
 def _blackhole(node: NetnsNode) -> None:

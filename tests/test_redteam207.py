@@ -13,21 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import NetnsNode, faults_job, faults_variant, netns_works
+from faults import NetnsNode, faults_job, faults_variant, started_netns_node
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, processes_matching
+from nodes import processes_matching
 from test_redteam203 import _blackhole, _stop
 
 
 @pytest.fixture
 def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
-    why = netns_works()
-    assert why is None, f"network namespaces are not usable here ({why}): CI runs as root with iproute2"
-    node = NetnsNode("stop207", tmp_path / "node", CARDS["t4"])
-    node.prepare()
-    node.start()
-    yield node
-    node.stop()
+    with started_netns_node("stop207", tmp_path / "node") as node:
+        yield node
 
 
 VARIANTS = {
