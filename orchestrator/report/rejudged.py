@@ -31,6 +31,7 @@ from orchestrator.report.fleet import same_file
 from orchestrator.report.ledger import KernelLedger
 from orchestrator.run.machine_code import JIT_COUNTED, PTX_OPCODES, PTX_STATEMENTS, SOURCE_PTX
 from orchestrator.run.stages.inspect import reads_cuda
+from orchestrator.store.certifying import CERTIFYING_OUTCOMES
 
 CellKey = tuple[str, str, str, str]
 
@@ -72,9 +73,9 @@ def gone(farm: Farm | None, kernel: str, files: dict[str, str], run_file: str | 
     return f"no job of {farm.file} runs {kernel}, and its sources ({', '.join(sorted(files))}) are not in {project}"
 
 
-# every outcome that certifies (store/certifying.py): a `fixed` one left out stayed green on the matrix while
+# every outcome that certifies: a `fixed` one left out stayed green on the matrix while
 # the ledger voided its CC for the same unbacked `instructions:` (red-team 222)
-_PASSED = (Outcome.PASS.value, Outcome.FIXED.value, Outcome.PERF_REGRESSION.value)
+_PASSED = CERTIFYING_OUTCOMES
 UNWAIVED = "this pass was judged with the CUDA-error rule waived, and it certifies once it runs again under the rule"
 
 
