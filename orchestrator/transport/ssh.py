@@ -50,12 +50,12 @@ from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_dial import DialCut, DialedConnection, answers
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
+from orchestrator.transport.ssh_liveness import Hearing, silent
 from orchestrator.transport.ssh_process import (
     PROCESS_IO_TIMEOUT,
     STDERR_KEEP,
     ChannelProcess,
     close_connection,
-    silent,
 )
 from orchestrator.transport.ssh_tuning import TunedTransport, exec_nowait
 from orchestrator.transport.ssh_watchdog import WATCHDOG
@@ -287,6 +287,8 @@ class SSHTransport(Transport):
                     # its exit status and stderr, read below, say why; a connection that
                     # broke has no exit status, and is a lost session there
                     pass
+                # a node cut off mid-command is asked after a silence, not waited for to its budget's end
+                hearing = Hearing(channel, self.name)
                 while True:
                     left = deadline.left()
                     if left <= 0:
@@ -296,17 +298,22 @@ class SSHTransport(Transport):
                     channel.settimeout(min(left, 1.0))
                     while channel.recv_stderr_ready():  # drained as it comes: it shares stdout's window
                         stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
+                        hearing.heard()
                     try:
                         block = channel.recv(1 << 20)
                     except TimeoutError:
+                        hearing.check()
                         continue
                     if not block:
                         break
+                    hearing.heard()
                     sink(block)
-                if not channel.status_event.wait(max(deadline.left(), 0.1)):
-                    raise CommandTimeout(
-                        f"node {self.name!r}: no exit status within {deadline.budget:.0f} s{silent(channel)}"
-                    )
+                while not channel.status_event.wait(min(max(deadline.left(), 0.1), 1.0)):
+                    if deadline.left() <= 0:
+                        raise CommandTimeout(
+                            f"node {self.name!r}: no exit status within {deadline.budget:.0f} s{silent(channel)}"
+                        )
+                    hearing.check()
                 while channel.recv_stderr_ready():
                     stderr += channel.recv_stderr(1 << 16)[: max(STDERR_KEEP - len(stderr), 0)]
                 status = channel.exit_status

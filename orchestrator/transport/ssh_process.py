@@ -5,13 +5,13 @@ runner), and the closing of a connection, with what Fabric's close() leaves open
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import paramiko
 from fabric import Connection
 
 from orchestrator.errors import SessionLost
-from orchestrator.transport.base import ANSWER_WAIT, Process
+from orchestrator.transport.base import Process
+from orchestrator.transport.ssh_liveness import link_answers
 
 # Bytes of a streamed command's own stderr kept (the farm's scripts send a kernel's elsewhere).
 STDERR_KEEP = 1 << 16
@@ -78,39 +78,3 @@ class ChannelProcess(Process):
     def answers(self, timeout: float) -> bool:
         """Whether the node answers on the process's connection (link_answers); one that does not is closed."""
         return link_answers(self._channel.get_transport(), timeout, self._name)
-
-
-def link_answers(link: paramiko.Transport | None, timeout: float = ANSWER_WAIT, name: str = "ssh") -> bool:
-    """sshd answers a keepalive@openssh.com request (its refusal is an answer) where the node is
-    there and its connection carries both ways; a node cut off, or whose packets to the farm are
-    dropped, answers nothing, and its connection is closed: each sibling on it would wait out
-    its own command's timeout (red-team round 199). paramiko waits for the answer without a
-    timeout: the request is sent from a thread of its own, which ends when the connection does."""
-    if link is None or not link.is_active():
-        return False
-    answered = threading.Event()
-
-    def ask() -> None:
-        with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
-            link.global_request("keepalive@openssh.com", wait=True)
-            answered.set()
-
-    threading.Thread(target=ask, daemon=True, name=f"{name}-keepalive").start()
-    if answered.wait(timeout) and link.is_active():
-        return True
-    link.close()
-    return False
-
-
-def silent(channel: paramiko.Channel) -> str:
-    """Where a command outlived its budget: "" if its connection still answers a keepalive, else why
-    the node is taken as gone, its connection closed. A one-way partition (the node's packets to the
-    farm dropped) left the shared connection open: every later command of the node waited out its
-    own whole budget on it (the build's 120 s, the look's 30 s, each retry), a run held 9 minutes
-    and more (red-team 199's runner: shell)."""
-    if link_answers(channel.get_transport()):
-        return ""
-    return (
-        f"; the node stopped answering (its SSH connection answered no keepalive in {ANSWER_WAIT:g} s): "
-        "frozen, or cut off from the farm"
-    )

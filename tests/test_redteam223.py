@@ -1,0 +1,73 @@
+"""Red-team round 223: a node cut off one way while a command of its says nothing.
+
+Red-team 201's test failed in CI now and then ("the run still going 150 s after the cut"): under
+`runner: shell` a cell's build, look and run go out as one command whose budget is each stage's,
+counted from when the farm hears the node start it. Cut as the node went from the look to the
+kernel, before the kernel's start had reached the farm, the command still had the look's budget
+(300 s and more) to wait on the dead connection (stacks dumped in a loop of reruns: the cell's
+thread in ssh.py's recv, 120 s after the cut). A command silent for 15 s now has its connection
+asked for a keepalive answer; one that gives none is closed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from faults import NetnsNode, faults_job, faults_variant, run_in_background, started_netns_node, wait_for
+from faults import write_fault_farm as write_farm
+from nodes import processes_matching, query
+
+from orchestrator.transport.base import ANSWER_WAIT
+from orchestrator.transport.ssh_liveness import SILENCE_PROBE
+
+
+@pytest.fixture
+def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
+    with started_netns_node("silent", tmp_path / "node") as node:
+        yield node
+
+
+def test_a_node_cut_off_one_way_mid_look_is_known_gone_after_a_silence_not_the_looks_budget(
+    netns_node: NetnsNode, tmp_path: Path
+) -> None:
+    """Before: a cell whose look (its `inspect:` command, silent: its output goes to a file) was
+    running when the node's route to the farm went: the run still going 150 s after the cut (the
+    look's budget is 300 s and more). Figure: the run over within the silence, the keepalive's wait,
+    a 3 s dial and room for a loaded machine; the cell infra-error, saying the node stopped answering."""
+    # no `instructions:` counted, so the look may be any command: this one naps, silent, before its dump
+    variant = faults_variant(
+        "SLOWPASS",
+        {"min": "7.5"},
+        "SLEEP_S=0",
+        inspect="cp /bin/sleep {binary}.nap && {binary}.nap 40 && objdump -d {binary}",
+    )
+    del variant["instructions"]
+    entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3, runner="shell")
+    config = write_farm(
+        tmp_path / "farm", {"cut": entry}, [faults_job({"nap": variant}, timeout=8)], retries=0, reconnect_window=2.0
+    )
+    thread, outcome, store = run_in_background(config, tmp_path)
+    nap = re.compile(r"\.nap 40$")
+    wait_for(lambda: any(nap.search(c) for _, c in processes_matching(str(tmp_path / "work"))), 60, "the look")
+    cut = time.monotonic()
+    done = subprocess.run(
+        ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    thread.join(150)
+    store.close()
+    took = time.monotonic() - cut
+    assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
+    assert "error" not in outcome, outcome
+    assert took < SILENCE_PROBE + 1 + ANSWER_WAIT + 3 + 20, took
+    rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
+    assert [r["outcome"] for r in rows] == ["infra-error"], rows
+    assert "stopped answering" in rows[0]["reason"], rows[0]["reason"]
+    assert "said nothing for" in rows[0]["reason"], rows[0]["reason"]
