@@ -8,6 +8,12 @@ import shlex
 
 # How long the state query waits for a finished job to leave RUNNING, PENDING... (0.25 s steps).
 SETTLE_POLLS = 80
+# A failed squeue (a busy or restarting slurmctld: "Socket timed out") is asked again, 1 s apart, for
+# up to QUERY_WINDOW s after the first ask and within $farm_deadline: a squeue that failed once read as
+# "Slurm keeps no record", and a job Slurm suspended past its `timeout` came back as the command's own
+# exit 124 (red-team 214). One that never answers still leaves srun's word (red-team 87's rule), and a
+# controller that is unreachable (each ask ~its message timeout) is asked once, as before (red-team 98)
+QUERY_WINDOW = 8
 # Seconds before the login side's own timeout at which a job still COMPLETING is left so (1 s steps)
 COMPLETING_MARGIN = 8
 
@@ -35,8 +41,10 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     name = shlex.quote(job_name)
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
-        "n=0; while :; do s=$(SLURM_TIME_FORMAT=%s "
-        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null); "
+        f"n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
+        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null) || "
+        f'{{ q_now={NOW_S}; [ "$q_now" -lt "$q_end" ] && [ "$q_now" -lt "$farm_deadline" ] && '
+        "{ sleep 1; continue; }; }; "
         f'case "$s" in *\'|COMPLETING|\'*) [ "{NOW_S}" -lt "$farm_deadline" ] || break; sleep 1;; '
         f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
         "*) break;; esac; done; "
