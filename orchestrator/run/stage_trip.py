@@ -4,6 +4,7 @@ back; a later stage's part read ahead of its turn (Fetched); and how the farm re
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,9 +14,19 @@ from typing import Any
 from orchestrator.transport import CommandResult
 
 
+@functools.lru_cache(maxsize=512)
+def _multiline(pattern: str) -> re.Pattern[str]:
+    # compiled once per pattern: a cell reads about 18 control lines, and re's own cache lookup per call
+    # (the flags hashed with it) cost more than the search in the few hundred bytes (issue 11, profiled)
+    return re.compile(pattern, re.M)
+
+
 def last_match(pattern: str, text: str) -> re.Match[str] | None:
     """The last line of `text` matching `pattern` (multi-line), or None."""
-    return [None, *re.finditer(pattern, text, re.M)][-1]
+    found = None
+    for found in _multiline(pattern).finditer(text):  # noqa: B007 - the last one is the answer
+        pass
+    return found
 
 
 @dataclass

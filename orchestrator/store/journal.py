@@ -74,6 +74,10 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"a journal record cannot hold {type(value).__name__}")
 
 
+# one encoder for every record: json.dumps with options builds a new one per call (issue 11)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_encode)
+
+
 def _decode(value: Any) -> Any:
     if isinstance(value, dict):
         if set(value) == {"$bytes"}:
@@ -101,10 +105,7 @@ class Journal:
 
     def write_many(self, records: list[tuple[str, dict[str, Any]]]) -> None:
         """Several records, flushed to disk together (one fsync)."""
-        line = "".join(
-            json.dumps({"kind": kind, **fields}, separators=(",", ":"), default=_encode) + "\n"
-            for kind, fields in records
-        )
+        line = "".join(_ENCODER.encode({"kind": kind, **fields}) + "\n" for kind, fields in records)
         with self._lock:
             try:
                 if self._handle is None:

@@ -24,6 +24,10 @@ from orchestrator.run.trips import CellTrips
 from orchestrator.transport import Transport
 from orchestrator.transport.base import reap
 
+# the stage's control lines, compiled once (issue 11: a cell reads a dozen)
+_BINARY_ALTERED = re.compile(r"^@@farm binary-altered (\S+)", re.M)
+_GPU_WAIT_FAILED = re.compile(r"^@@farm gpu-wait-failed", re.M)
+
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
 LOOKED = "@@farm-looked"  # the last line of the look at the node after a failed stage
 
@@ -284,13 +288,13 @@ class CellStages(CellTrips):
         return f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock"
 
     def _check_started(self, text: str, gpu: Gpu | None, wait: int) -> None:
-        altered = re.search(r"^@@farm binary-altered (\S+)", text, re.M)
+        altered = _BINARY_ALTERED.search(text)
         if altered:
             raise InfraError(
                 f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
                 f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
             )
-        if re.search(r"^@@farm gpu-wait-failed", text, re.M):
+        if _GPU_WAIT_FAILED.search(text):
             raise InfraError(
                 f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
                 "(another farm run on this node, or a stuck kernel): not run"

@@ -30,6 +30,21 @@ from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_scri
 from orchestrator.run.stages.failure_words import first_error
 from orchestrator.transport import CommandResult
 
+# the stage's control lines, compiled once (issue 11: a cell reads a dozen)
+_CACHE_STALE = re.compile(r"^@@farm cache-stale (.*)$", re.M)
+_CACHE_MISMATCH = re.compile(r"^@@farm cache-mismatch ", re.M)
+_CACHED = re.compile(r"^@@farm cached ([0-9a-f]{64})$", re.M)
+_ALTERED = re.compile(r"^@@farm altered (\S+) (\S+)$", re.M)
+_TOOLCHAIN_CHANGED = re.compile(r"^@@farm toolchain-changed (\S+)$", re.M)
+_ALTERED_DURING = re.compile(r"^@@farm altered-during ", re.M)
+_ALTERED_DURING_FILE = re.compile(r"^@@farm altered-during (\S+) (\S+)$", re.M)
+_BUILD_LOCK_FAILED = re.compile(r"^@@farm build-lock-failed (.+)$", re.M)
+_BUILD_LOCK_UNSAID = re.compile(r"^@@farm build-lock-failed$", re.M)
+_RC = re.compile(r"^@@farm rc=(\d+)$", re.M)
+_BUILT = re.compile(r"^@@farm built ([0-9a-f]{64})$", re.M)
+_BUILD_CONFINED = re.compile(r"^@@farm build-confined$", re.M)
+_COPY = re.compile(r"^@@farm copy ([0-9a-f]{64})$", re.M)
+
 # what a tool says when Landlock refuses it a write (EACCES; EPERM and EROFS from some tools)
 _REFUSED = re.compile(rb"Permission denied|Operation not permitted|Read-only file system")
 
@@ -149,7 +164,7 @@ class BuildStage(CellStages):
                 if recorded
                 else "a cached build with no record of its binary in the results database: rebuilt"
             )
-            stale = re.search(r"^@@farm cache-stale (.*)$", text, re.M)
+            stale = _CACHE_STALE.search(text)
             if stale:
                 read = stale.group(1)
                 self._detail.append(
@@ -157,9 +172,9 @@ class BuildStage(CellStages):
                     if read == NO_LIST
                     else f"a file the cached build read changed on the node since ({read}): rebuilt"
                 )
-            if re.search(r"^@@farm cache-mismatch ", text, re.M):
+            if _CACHE_MISMATCH.search(text):
                 self._detail.append(unrecorded)
-            cached = re.search(r"^@@farm cached ([0-9a-f]{64})$", text, re.M)
+            cached = _CACHED.search(text)
             if cached:
                 if recorded == cached.group(1):
                     self.result.build_cached = True
@@ -171,7 +186,7 @@ class BuildStage(CellStages):
                 self._detail.append(unrecorded)
                 reuse = False
                 continue
-            altered = re.findall(r"^@@farm altered (\S+) (\S+)$", text, re.M)
+            altered = _ALTERED.findall(text)
             if altered:
                 self._checked(outcome)
                 names = ", ".join(name for name, _ in altered)
@@ -188,8 +203,8 @@ class BuildStage(CellStages):
                 restaged = True
                 continue
             break
-        drift = re.findall(r"^@@farm toolchain-changed (\S+)$", text, re.M)
-        if drift or re.search(r"^@@farm altered-during ", text, re.M):
+        drift = _TOOLCHAIN_CHANGED.findall(text)
+        if drift or _ALTERED_DURING.search(text):
             self._checked(outcome)
         if drift:  # whatever the build's status: nvcc's word about another toolchain is not the node's
             raise InfraError(
@@ -197,33 +212,33 @@ class BuildStage(CellStages):
                 "since its probe, whose nvcc and host compilers name the build and its record: the binary cannot "
                 "be vouched for"
             )
-        during = re.findall(r"^@@farm altered-during (\S+) (\S+)$", text, re.M)
+        during = _ALTERED_DURING_FILE.findall(text)
         if during:
             names = ", ".join(name for name, _ in during)
             raise InfraError(
                 f"node {self.t.name!r}: inputs changed on the node while nvcc ran ({names}); "
                 "the binary cannot be trusted"
             )
-        unmade = re.search(r"^@@farm build-lock-failed (.+)$", text, re.M)
+        unmade = _BUILD_LOCK_FAILED.search(text)
         if unmade:  # the node's own words (a read-only work folder), not a lock someone holds
             raise InfraError(
                 f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} could not be made on "
                 f"the node ({unmade.group(1).strip()[:200]})"
             )
-        if re.search(r"^@@farm build-lock-failed$", text, re.M):
+        if _BUILD_LOCK_UNSAID.search(text):
             raise InfraError(
                 f"node {self.t.name!r}: the lock of the build folder {self.paths.build_dir} was held past the "
                 f"build's limit ({limit} s), or could not be taken: another farm building the same cell in this "
                 "node's workdir?"
             )
-        rc = re.search(r"^@@farm rc=(\d+)$", text, re.M)
+        rc = _RC.search(text)
         if rc is None:
             raise InfraError(
                 f"node {self.t.name!r}: the build wrapper printed no status "
                 f"({(outcome.stderr or text).strip()[-300:]!r})"
             )
         exit_code = int(rc.group(1))
-        built = re.search(r"^@@farm built ([0-9a-f]{64})$", text, re.M)
+        built = _BUILT.search(text)
         self._built_sha = built.group(1) if built else None
         self.result.binary_sha256 = self._built_sha
         self.result.evidence.build_exit = exit_code
@@ -241,7 +256,7 @@ class BuildStage(CellStages):
                 self.result.build_log += f"\n{forks_note(words)}\n".encode()
             ev.build_unsupported = unsupported_arch(self.result.build_log, command, self.snapshot.nvcc_version)
             ev.build_err = first_error(self.result.build_log)
-            if re.search(r"^@@farm build-confined$", text, re.M) and _REFUSED.search(self.result.build_log):
+            if _BUILD_CONFINED.search(text) and _REFUSED.search(self.result.build_log):
                 self.result.evidence.build_denied = True
                 self.result.build_log += f"\n[farm] {CONFINED_BUILD}\n".encode()
             self.cleaned = True  # the script removed the cell's folder: nothing runs from it
@@ -251,7 +266,7 @@ class BuildStage(CellStages):
             said = f"\n[farm] the build exited 0 but wrote no binary at {self.paths.binary}\n"
             self.result.build_log += said.encode()
             return "failed"
-        copy = re.search(r"^@@farm copy ([0-9a-f]{64})$", text, re.M)
+        copy = _COPY.search(text)
         if copy is None or copy.group(1) != self._built_sha:
             raise InfraError(
                 f"node {self.t.name!r}: the binary changed while it was copied into the cell's folder "

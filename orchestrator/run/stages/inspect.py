@@ -26,6 +26,14 @@ from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
 
+# the stage's control lines, compiled once (issue 11: a cell reads a dozen)
+_TOOLKIT_ALTERED = re.compile(r"^@@farm toolkit-altered (\S+)$", re.M)
+_CUOBJDUMP_CHANGED = re.compile(r"^@@farm toolchain-changed cuobjdump$", re.M)
+_JIT_TOOL_CHANGED = re.compile(r"^@@farm toolchain-changed jit:(\S+)$", re.M)
+_RC = re.compile(r"@@farm rc=(\d+)")
+_SHA = re.compile(r"@@farm sha\n([0-9a-f]{64})")
+_JIT_FAILED = re.compile(r"^@@farm jit-failed (.*)$", re.M)
+
 INSPECT_TIMEOUT = 300.0
 # each of cuobjdump's lists after the dump (ELF and PTX targets), within the farm's wait for the
 # stage: with the dump's budget each, a hung cuobjdump kept the node past it, and the cell's trip
@@ -200,18 +208,18 @@ class InspectStage(CellStages):
         ev = self.result.evidence
         kit = self.paths.toolchain
         cuda = reads_cuda(self.variant.inspect)
-        altered = re.search(r"^@@farm toolkit-altered (\S+)$", text, re.M)
+        altered = _TOOLKIT_ALTERED.search(text)
         if altered:
             raise InfraError(
                 f"node {self.t.name!r}: the shipped toolkit changed on the node before inspection "
                 f"(digest {altered.group(1)[:12]}, expected {kit.digest[:12] if kit else '?'}); not inspected"
             )
-        if re.search(r"^@@farm toolchain-changed cuobjdump$", text, re.M):
+        if _CUOBJDUMP_CHANGED.search(text):
             raise InfraError(
                 f"node {self.t.name!r}: its cuobjdump ({self.cuobjdump}) changed on the node since its probe; "
                 "what it said of the binary is not taken"
             )
-        jit_tool = re.search(r"^@@farm toolchain-changed jit:(\S+)$", text, re.M)
+        jit_tool = _JIT_TOOL_CHANGED.search(text)
         if jit_tool:
             raise InfraError(
                 f"node {self.t.name!r}: its {jit_tool.group(1)} changed on the node since its probe, before the "
@@ -223,9 +231,9 @@ class InspectStage(CellStages):
             error = InfraError(f"node {self.t.name!r}: {older}")
             error.retryable = False  # the same cuobjdump on a retry: its cells need the node's `cuobjdump:` fixed
             raise error
-        rc = re.search(r"@@farm rc=(\d+)", text)
+        rc = _RC.search(text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
-        sha = re.search(r"@@farm sha\n([0-9a-f]{64})", text)
+        sha = _SHA.search(text)
         if sha is None or sha.group(1) != self._built_sha:
             raise InfraError(
                 f"node {self.t.name!r}: the cell's copy of the binary changed on the node before inspection "
@@ -250,7 +258,7 @@ class InspectStage(CellStages):
             # cards it serves, so the whole dump counts (counted for the card, a T4 that must
             # refuse an sm_90a build had it inspect-fail, its gate never run)
             runs = r.expectation.outcome is Outcome.PASS
-            failed = re.search(r"^@@farm jit-failed (.*)$", text_said, re.M)
+            failed = _JIT_FAILED.search(text_said)
             if failed and r.code_path == "ptx-jit" and runs:
                 # the node's toolkit could not make what the card runs (a card newer than its nvcc):
                 # what it then misses is not the kernel's (blame.py), nor the node's health
