@@ -71,3 +71,50 @@ def test_a_node_cut_off_one_way_mid_look_is_known_gone_after_a_silence_not_the_l
     assert [r["outcome"] for r in rows] == ["infra-error"], rows
     assert "stopped answering" in rows[0]["reason"], rows[0]["reason"]
     assert "said nothing for" in rows[0]["reason"], rows[0]["reason"]
+
+
+def test_a_node_cut_off_one_way_as_a_bundle_uploads_is_known_gone_after_a_silence(
+    netns_node: NetnsNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a bundle too big for a command's stdin (CUTLASS's headers; here every bundle, the
+    limit patched to 0) goes by SFTP, whose waits have no timeout (its channel's open: an hour; each
+    write's answer: as long as TCP retransmits, some 15 minutes): the node's route to the farm gone as
+    the upload began (its SFTP channel open), the run still going 150 s after the cut. Figure: the run over within the
+    silence, the keepalive's wait and room for a loaded machine; the cell infra-error, saying the
+    upload's node stopped answering."""
+    from orchestrator.run import staging
+    from orchestrator.transport.ssh_files import SftpFiles
+
+    monkeypatch.setattr(staging, "INLINE_BYTES", 0)
+    cut: list[float] = []
+    upload = SftpFiles._put
+
+    def put(self: SftpFiles, local: Path, remote: str) -> None:
+        if not cut:
+            self._sftp_client()  # its channel open: an open that meets the cut times out (connect_timeout)
+            done = subprocess.run(
+                ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
+            cut.append(time.monotonic())
+        upload(self, local, remote)
+
+    monkeypatch.setattr(SftpFiles, "_put", put)
+    variant = faults_variant("SLOWPASS", {"min": "7.5"}, "SLEEP_S=0")
+    entry = netns_node.farm_entry(tmp_path / "work", build_jobs=1, connect_timeout=3, runner="shell")
+    config = write_farm(
+        tmp_path / "farm", {"cut": entry}, [faults_job({"up": variant}, timeout=8)], retries=0, reconnect_window=2.0
+    )
+    thread, outcome, store = run_in_background(config, tmp_path)
+    wait_for(lambda: cut, 60, "the upload")
+    thread.join(150)
+    store.close()
+    took = time.monotonic() - cut[0]
+    assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
+    assert "error" not in outcome, outcome
+    assert took < SILENCE_PROBE + ANSWER_WAIT + 3 + 20, took
+    rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
+    assert [r["outcome"] for r in rows] == ["infra-error"], rows
+    assert "stopped answering" in rows[0]["reason"] and "upload" in rows[0]["reason"], rows[0]["reason"]

@@ -26,11 +26,9 @@
 from __future__ import annotations
 
 import logging
-import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import paramiko
 from fabric import Config, Connection
@@ -39,7 +37,6 @@ from orchestrator.errors import (
     CommandTimeout,
     ConnectError,
     HostKeyError,
-    InfraError,
     KnownHostsUnreadable,
     SessionLost,
     SshdDropped,
@@ -49,6 +46,7 @@ from orchestrator.transport.base import CommandResult, Deadline, Process, Transp
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_dial import DialCut, DialedConnection, answers
+from orchestrator.transport.ssh_files import SftpFiles
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
 from orchestrator.transport.ssh_liveness import Hearing, silent
 from orchestrator.transport.ssh_process import (
@@ -66,8 +64,6 @@ from orchestrator.transport.stdin_gate import await_ready, gated
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
 
-# Seconds a streamed file may stall before the read is given up (infra-error).
-STREAM_IDLE = 60.0
 OVERFLOW_WAIT = 5.0  # seconds a thread's own connection is asked again for a session (_session)
 
 
@@ -90,7 +86,7 @@ class _Shared:
         self.lock = threading.Lock()
 
 
-class SSHTransport(Transport):
+class SSHTransport(SftpFiles, Transport):
     streams_output = True
     keeps_processes = True
     _overflow: Connection | None = None  # a connection of this thread's own (_session), once sshd refused one
@@ -345,54 +341,3 @@ class SSHTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
             raise SessionLost(f"node {self.name!r}: session failed ({type(err).__name__}: {err})") from err
         return ChannelProcess(channel, self.name)
-
-    def _sftp_client(self) -> paramiko.SFTPClient:
-        # its own SFTP, not Fabric's Connection.sftp(): that one is the connection's, shared by the
-        # siblings, and a sibling's close (after a broken session) closed it under the others
-        if self._sftp is None:
-            try:
-                self._sftp = self._conn.client.open_sftp()
-            except paramiko.ChannelException:  # sshd's MaxSessions: as _session()
-                self._overflow = self._overflow or self._dial()
-                self._sftp = self._overflow.client.open_sftp()
-        return self._sftp
-
-    def _put(self, local: Path, remote: str) -> None:
-        try:
-            self._sftp_client().put(str(local), remote)
-        except (paramiko.SSHException, OSError, EOFError) as err:
-            raise InfraError(f"node {self.name!r}: upload of {local.name} failed ({err})") from err
-
-    def _read(self, remote: str, limit: int) -> bytes:
-        try:
-            with self._sftp_client().open(remote, "rb") as handle:
-                size = handle.stat().st_size or 0
-                if size:
-                    handle.prefetch(min(size, limit))
-                return handle.read(limit)
-        except FileNotFoundError:
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as err:
-            raise InfraError(f"node {self.name!r}: download of {remote} failed ({err})") from err
-
-    def _stream(self, remote: str, limit: int, chunk: int) -> Iterator[bytes]:
-        # `head` on a channel of its own: SSH's window is the flow control, so a
-        # 100 MB stdout streams at link speed with one chunk in memory
-        # (paramiko's SFTP prefetch would buffer the whole file). A regular file only, not through
-        # a link, as frames.emit reads: `cat` sent a link's target (a kernel's stdout made a link to
-        # ~/.ssh/id_ed25519) and blocked on a FIFO put in a file's place
-        q = shlex.quote(remote)
-        read = f"if [ -f {q} ] && [ ! -L {q} ]; then head -c {int(limit)} -- {q}; fi"
-        try:
-            channel = self._session()
-            channel.settimeout(STREAM_IDLE)
-            channel.exec_command(portable(read))
-            while block := channel.recv(chunk):
-                yield block
-            status = channel.recv_exit_status()
-            error = channel.recv_stderr(4096).decode("utf-8", "replace").strip()
-            channel.close()
-        except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
-            raise InfraError(f"node {self.name!r}: reading {remote} failed ({type(err).__name__}: {err})") from err
-        if status != 0 and "No such file" not in error:
-            raise InfraError(f"node {self.name!r}: reading {remote} failed (cat exited {status}: {error[-200:]})")

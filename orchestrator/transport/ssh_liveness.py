@@ -14,11 +14,14 @@ import contextlib
 import threading
 import time
 import weakref
+from collections.abc import Callable
+from types import TracebackType
 
 import paramiko
 
 from orchestrator.errors import CommandTimeout
-from orchestrator.transport.base import ANSWER_WAIT
+from orchestrator.transport.base import ANSWER_WAIT, Deadline
+from orchestrator.transport.ssh_watchdog import WATCHDOG, WATCHDOG_GRACE
 
 # Seconds a command may say nothing before its connection is asked whether the node is there: one
 # small request each way that often for a silent kernel, against a cut node held a stage's budget.
@@ -108,3 +111,55 @@ class Hearing:
         if not link_answers(self._channel.get_transport(), name=self._name, fresh=SILENCE_PROBE):
             raise CommandTimeout(f"node {self._name!r}: the command said nothing for {quiet:.0f} s, and {STOPPED}")
         self._at = time.monotonic()
+
+
+class Transfer:
+    """An SFTP transfer watched as a silent command is (`Hearing`): paramiko's SFTP waits without a
+    timeout (opening its channel, up to an hour; each write's and read's answer, for as long as TCP
+    retransmits: some 15 minutes), so a node cut off one way mid-upload of a bundle too big for a
+    command's stdin (CUTLASS's headers) held the run, and a stop, that long. Past SILENCE_PROBE with
+    no progress (`progressed`, paramiko's callback) its connection is asked; one that does not answer
+    is closed (the transfer's wait ends), and the transfer's error becomes CommandTimeout saying
+    so. A stop's cut closes it as it does a command's."""
+
+    def __init__(self, link: Callable[[], paramiko.Transport | None], name: str, what: str) -> None:
+        self._link = link
+        self._name = name
+        self._what = what
+        self._gone = ""
+        self._done = False
+        self._lock = threading.Lock()
+        self._deadline = Deadline(0.0)
+        self._watch = WATCHDOG.watch(self._deadline, self._stalled)
+        self.progressed()
+
+    def progressed(self, *_: int) -> None:
+        # the watchdog acts WATCHDOG_GRACE past a deadline: this one is due SILENCE_PROBE past the last progress
+        self._deadline.extend(max(SILENCE_PROBE - WATCHDOG_GRACE, 0.0))
+
+    def _stalled(self) -> None:
+        link = self._link()
+        if WATCHDOG.cut_passed():
+            self._gone = "the run was stopped, and it was still waiting on the node: its connection closed"
+        elif link_answers(link, name=self._name, fresh=SILENCE_PROBE):
+            with self._lock:  # slow, but the node is there: watched again, unless it ended meanwhile
+                if not self._done:
+                    self.progressed()
+                    self._watch = WATCHDOG.watch(self._deadline, self._stalled)
+            return
+        else:
+            self._gone = f"it made no progress for {SILENCE_PROBE:g} s, and {STOPPED}"
+        if link is not None:
+            link.close()
+
+    def __enter__(self) -> Transfer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        with self._lock:
+            self._done = True
+            self._watch.cancel()
+        if err is not None and self._gone:
+            raise CommandTimeout(f"node {self._name!r}: {self._what}: {self._gone}") from err
