@@ -25,6 +25,7 @@
         └── SlurmJobError          Slurm ended the job or never started it (transport/slurm_jobs.py)
             ├── SlurmRejected      refused at submission (never retried)
             ├── SlurmPendingLimit  waited past the node's pending_limit (never retried)
+            ├── SlurmStuck         pended for a reason Slurm never resolves; cancelled (never retried)
             ├── SlurmCancelled     scancel by a person or a policy (never retried)
             ├── SlurmOutOfMemory   killed over the job's memory limit (never retried)
             └── SlurmTimeLimit     Slurm's time limit (also a CommandTimeout)

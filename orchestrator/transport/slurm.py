@@ -55,16 +55,17 @@ from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, InfraError
 from orchestrator.transport.base import CommandResult, Transport
 from orchestrator.transport.slurm_ending import job_ident, judge_ending, read_submission, split_stderr
-from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled, SlurmPendingLimit: the module's API
+from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled, SlurmPendingLimit, SlurmStuck: the module's API
     SlurmCancelled,
     SlurmJob,
     SlurmJobError,
     SlurmPendingLimit,
     SlurmRejected,
+    SlurmStuck,
     SlurmTimeLimit,
     within_time_limit,
 )
-from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, stop_script
+from orchestrator.transport.slurm_query import UNSETTLED, deadline_setting, record_query, stop_script, stuck_watch
 
 # Seconds the login node's side may take beyond the job's own wait and run:
 # srun's start-up, the job's completion, the state query.
@@ -74,6 +75,10 @@ SUBMIT_MARGIN = 45.0
 SETTLE_POLLS = 80
 SCANCEL_TIMEOUT = 30.0
 STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
+# A pending job whose reason Slurm never resolves by itself (held, partition down, node drained:
+# slurm_query.STUCK_REASONS) is cancelled once it has said so for this long, asked every STUCK_POLL_S
+STUCK_SECONDS = 10.0
+STUCK_POLL_S = 2.0
 
 
 # what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm
@@ -182,7 +187,11 @@ class SlurmTransport(Transport):
         srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
         query = record_query(job_name, token, SETTLE_POLLS)
         deadline = deadline_setting(self._budget(timeout))
-        return f"{deadline}{srun}; rc=$?; printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+        watch = stuck_watch(job_name, token, max(1, math.ceil(STUCK_SECONDS / STUCK_POLL_S)), STUCK_POLL_S)
+        return (
+            f"{deadline}{watch}{srun}; rc=$?; kill $farm_w 2>/dev/null; "
+            f"printf '\\n@@slurm-end-{token} %s\\n' \"$rc\"; {query}"
+        )
 
     def _budget(self, timeout: float) -> float:
         """The login side's wait for a job: its own run, its pending limit and srun's margin."""
@@ -233,7 +242,7 @@ class SlurmTransport(Transport):
 
     def _judge(self, job: SlurmJob, rc: int, seconds: float) -> None:
         """Raise for every ending that is Slurm's doing, or a result from another card than the probe's."""
-        judge_ending(self.name, self.node, job, seconds)
+        judge_ending(self.name, self.node, job, seconds, STUCK_SECONDS)
         self._check_pin(job, job_ident(job))
 
     def _check_pin(self, job: SlurmJob, ident: str) -> None:

@@ -15,6 +15,7 @@ from orchestrator.transport.slurm_jobs import (
     SlurmJobError,
     SlurmPendingLimit,
     SlurmRejected,
+    SlurmStuck,
     _error_for,
     controller_unreachable,
     ended_by_slurm,
@@ -50,6 +51,12 @@ def read_submission(name: str, job: SlurmJob, token: str, text: str) -> tuple[st
     body, tail = text[:cut], text[cut + len(end) :]
     rc_text, _, records = tail.partition("\n")
     rc = int(rc_text.strip()) if rc_text.strip().lstrip("-").isdigit() else 255
+    # the stuck-job watcher's line (slurm_query.stuck_watch): written as the job still pended, it may
+    # land among the command's output where the job started at that moment; taken out wherever it is
+    stuck = re.compile(rf"@@slurm-stuck-{token} ([^\n]*)\n")
+    if found := stuck.search(body):
+        job.stuck = found.group(1).strip() or "unknown"
+        body = stuck.sub("", body)
     start, before = start_line(token, body)
     job.messages.extend(before)
     if start:
@@ -79,11 +86,23 @@ def split_stderr(job: SlurmJob, text: str) -> str:
     return "".join(kept)
 
 
+def no_controller(said: str, job: SlurmJob, srun: str) -> SlurmJobError:
+    """The error for a job whose record slurmctld did not give (stopped, or silent past squeue's timeout):
+    whether Slurm ended it is unknown, so its exit is no verdict (it read as the command's pass or
+    fail: red-team 221). Retried: the controller may be back by then."""
+    return SlurmJobError(
+        f"{said}: Slurm's controller (slurmctld) did not answer for the job's record (squeue: "
+        f"{(job.unanswered or '')[-300:]}), so whether Slurm ended it is not known; not a verdict on the command"
+        f"{srun}",
+        job,
+    )
+
+
 def job_ident(job: SlurmJob) -> str:
     return f"Slurm job {job.job_id}" if job.job_id else f"Slurm job {job.name}"
 
 
-def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float) -> None:
+def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float, stuck_seconds: float = 0) -> None:
     """Raise for every ending that is Slurm's doing; return for the command's own (whose compute node
     SlurmTransport._check_pin judges next)."""
     said = "; ".join(m for m in job.messages if "error" in m or "CANCELLED" in m) or "; ".join(job.messages)
@@ -94,6 +113,17 @@ def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float) -> No
     if not job.started:
         if (unanswered := controller_unreachable(job, f"node {name!r}: {ident}")) is not None:
             raise unanswered
+        if job.stuck is not None:
+            job.reason = job.stuck
+            raise SlurmStuck(
+                f"node {name!r}: {ident} could not start in partition {node.partition!r}: Slurm's reason "
+                f"{job.stuck}, which Slurm does not resolve by itself; cancelled by the farm once it had said so for "
+                f"{stuck_seconds:g} s, not left waiting for its pending limit of {node.pending_limit} s"
+                f"{pending_hint(job)}{srun}",
+                job,
+            )
+        if job.state is None and job.unanswered is not None:
+            raise no_controller(f"node {name!r}: {ident}", job, srun)
         if job.job_id is None or job.state == "FAILED":
             # what the node asked besides: Slurm's "Requested node configuration is not available" names
             # none of it, and "Invalid generic resource" no value (red-team round 174)
@@ -146,6 +176,8 @@ def judge_ending(name: str, node: NodeSpec, job: SlurmJob, seconds: float) -> No
                 f"{'; '.join(trouble)[-400:]}",
                 job,
             )
+        if job.state is None and job.unanswered is not None:
+            raise no_controller(f"node {name!r}: {ident}{where}", job, srun)
     elif job.state not in RESULT_STATES:
         gone = "; its srun returned while Slurm still had it: cancelled by the farm"
         gone = gone if job.state in UNSETTLED else ""

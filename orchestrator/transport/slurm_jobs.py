@@ -41,6 +41,8 @@ class SlurmJob:
     step_state: str | None = None  # accounting's record of its step .0 (sacct), e.g. "CANCELLED by 1234"
     minutes: int | None = None  # the time limit it asked for (srun --time)
     suspended: int = 0  # seconds Slurm held it suspended, by its record: its end less its start and run time
+    stuck: str | None = None  # the reason it pended for that Slurm never resolves, when the farm cancelled it so
+    unanswered: str | None = None  # squeue's last words when it could not reach slurmctld for the job's record
 
 
 class SlurmJobError(InfraError):
@@ -61,6 +63,13 @@ class SlurmRejected(SlurmJobError):
 class SlurmPendingLimit(SlurmJobError):
     """Waited for its allocation past the node's pending_limit; withdrawn. Not
     retried: a retry is only a longer wait, and the limit says how long is enough."""
+
+    retryable = False
+
+
+class SlurmStuck(SlurmJobError):
+    """Pended for a reason Slurm never resolves by itself (held, partition down, node drained):
+    cancelled by the farm. Not retried: the next job pends for the same reason."""
 
     retryable = False
 
@@ -223,8 +232,11 @@ def slurms_kill(job: SlurmJob, said: str, memory: str | None, srun: str) -> Slur
 
 
 def read_records(job: SlurmJob, token: str, records: str) -> None:
-    """The job's record (squeue's or sacct's: id|state|node|reason|memory) and its step's (sacct's)."""
+    """The job's record (squeue's or sacct's: id|state|node|reason|memory), its step's (sacct's), and
+    squeue's words where it could not ask slurmctld."""
     for line in records.splitlines():
+        if line.startswith(f"@@slurm-noctld-{token} "):
+            job.unanswered = line.split(" ", 1)[1].strip() or "no answer"
         if line.startswith(f"@@slurm-step-{token} ") and job.job_id:
             step, _, state = line.split(" ", 1)[1].partition("|")
             job.step_state = state.strip() if step == f"{job.job_id}.0" else job.step_state

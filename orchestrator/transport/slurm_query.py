@@ -41,9 +41,13 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     name = shlex.quote(job_name)
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
-        f"n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
-        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>/dev/null) || "
-        f'{{ q_now={NOW_S}; [ "$q_now" -lt "$q_end" ] && [ "$q_now" -lt "$farm_deadline" ] && '
+        # squeue's failure (slurmctld stopped or silent) is asked again for QUERY_WINDOW, then said, never
+        # taken for "no record": a job whose controller went silent mid-job read as its command's own
+        # pass (red-team 221)
+        f"farm_q=; n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
+        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>&1) || "
+        '{ farm_q=$(printf "%s\n" "$s" | tail -n 1); s=; '
+        f'q_now={NOW_S}; [ "$q_now" -lt "$q_end" ] && [ "$q_now" -lt "$farm_deadline" ] && '
         "{ sleep 1; continue; }; }; "
         f'case "$s" in *\'|COMPLETING|\'*) [ "{NOW_S}" -lt "$farm_deadline" ] || break; sleep 1;; '
         f"{unsettled}) [ $n -lt {settle_polls} ] || break; n=$((n+1)); sleep 0.25;; "
@@ -53,8 +57,10 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
         f'[ -n "$s" ] || s=$(SLURM_TIME_FORMAT=%s sacct -X -n -P -S now-7days --name={name} '
         "-o JobID,State,NodeList,Reason,ReqMem,Start,End,Elapsed 2>/dev/null); "
         f"printf '%s\\n' \"$s\" | sed 's/^/@@slurm-job-{token} /'; "
-        # who killed a failed step: accounting's step record, where the cluster keeps one
-        f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | head -n 1 | cut -d"|" -f1); [ -z "$i" ] || '
+        f'[ -n "$s" ] || [ -z "$farm_q" ] || printf "@@slurm-noctld-{token} %s\\n" "$farm_q"; '
+        # who killed a failed step: accounting's step record, where the cluster keeps one (the first
+        # line that is a record: squeue's stderr comes with it)
+        f'[ "$rc" = 0 ] || {{ i=$(printf "%s\\n" "$s" | sed -n "/|/{{p;q;}}" | cut -d"|" -f1); [ -z "$i" ] || '
         f"sacct -n -P -j \"$i.0\" -o JobID,State 2>/dev/null | sed 's/^/@@slurm-step-{token} /'; }}"
     )
 
@@ -95,4 +101,47 @@ def stop_script(token: str, timeout: float, queries: int) -> str:
         "ids=; for line in $jobs; do "
         f'case "${{line#*|}}" in {pattern}) ids="$ids ${{line%%|*}}";; esac; done; '
         '[ -z "$ids" ] || scancel $ids; set -- $ids; echo "@@farm cancelled $#"'
+    )
+
+
+# Slurm's reasons for a pending job that it never resolves by itself (each the start of squeue's %r):
+# an admin's or a user's hold, a partition down or inactive, a required node drained or down (its
+# reason turns to its description after a scheduler pass), a request over a partition's limit or one
+# no node meets. Waiting for the node's pending_limit (300 s by default) left the job in the queue
+# and the night's cell waiting for nothing (red-team 221).
+STUCK_REASONS = (
+    "JobHeldAdmin",
+    "JobHeldUser",
+    "PartitionDown",
+    "PartitionInactive",
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "BadConstraints",
+    "ReqNodeNotAvail",
+    "Nodes required for job are DOWN, DRAINED",
+    "NodeDown",
+    "InvalidAccount",
+    "InvalidQOS",
+    "AccountNotAllowed",
+    "QOSNotAllowed",
+    "DependencyNeverSatisfied",
+)
+# ...and anywhere in it: a QOS's or an association's per-job limit (QOSMaxWallDurationPerJobLimit...)
+STUCK_WITHIN = ("PerJob",)
+
+
+def stuck_watch(job_name: str, token: str, polls: int, interval: float) -> str:
+    """Shell started in the background beside the job's srun: while the job pends, it asks squeue for
+    its reason every `interval` s; a reason of STUCK_REASONS seen `polls` times in a row is printed
+    (`@@slurm-stuck-TOKEN REASON`, before the cancel, so srun's return finds it written) and the job
+    scancelled if it still pends. It ends once the job leaves PENDING, or at $farm_deadline; a
+    silent controller (squeue failing) cancels nothing. Its sleep holds none of the shell's pipes."""
+    name = shlex.quote(job_name)
+    stuck = "|".join([*(f"'PENDING|{r}'*" for r in STUCK_REASONS), *(f"'PENDING|'*'{r}'*" for r in STUCK_WITHIN)])
+    return (
+        f'( n=0; while [ "{NOW_S}" -lt "$farm_deadline" ]; do sleep {interval:g} </dev/null >/dev/null 2>&1; '
+        f"r=$(squeue -h -t all --name={name} -o '%T|%r' 2>/dev/null) || continue; "
+        f"case \"$r\" in '') continue;; {stuck}) n=$((n+1));; 'PENDING|'*) n=0; continue;; *) exit 0;; esac; "
+        f'[ "$n" -ge {polls} ] || continue; printf "@@slurm-stuck-{token} %s\\n" "${{r#*|}}"; '
+        f"scancel --state=PENDING --name={name} </dev/null >/dev/null 2>&1; exit 0; done ) & farm_w=$!; "
     )
