@@ -1,0 +1,76 @@
+"""Red-team round 224: nodes whose environment differs from the tests' default node, on real sshd nodes.
+
+A German node: its login's ~/.bashrc sets `LANG=C.UTF-8 LANGUAGE=de` (no de_DE locale is built here;
+gettext follows LANGUAGE in any locale but C, and the node has coreutils' and glibc's German
+catalogs), so its tools and the C library say their errors in German ("Die Ressource ist zur Zeit
+nicht verfügbar" for EAGAIN).
+
+Broke (before/after):
+- The node's user out of processes (a pids cgroup at its limit): gcc's "collect2: fatal error:
+  vfork: Die Ressource ist zur Zeit nicht verfügbar" matched none of the English words the farm
+  looked for, and the kernel got `build-fail`, exit 1, though the node, asked, could not fork.
+  Now the words after `vfork: ` may be any language's: infra-error, out of processes, exit 4.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from faults import descendants
+from nodes import CARDS, SshNode, running_node
+from test_redteam116 import NAME, midrun
+
+from orchestrator.errors import EXIT_INFRA
+from orchestrator.run.node_limits import fork_failed
+
+GERMAN = "export LANG=C.UTF-8 LANGUAGE=de\n"
+
+
+@pytest.fixture
+def german(tmp_path: Path) -> Iterator[SshNode]:
+    yield from running_node(NAME, tmp_path / "node", CARDS["t4"], home_files={".bashrc": GERMAN})
+
+
+def test_a_german_node_out_of_processes_is_no_build_fail(german: SshNode, tmp_path: Path) -> None:
+    """As test_redteam116's, its node German. Before: `build-fail` "collect2: fatal error: vfork: Die
+    Ressource ist zur Zeit nicht verfügbar", exit 1. Figure: infra-error saying out of processes, exit 4."""
+    group = Path("/sys/fs/cgroup/pids") / f"rt224-{german.port}"
+    if not group.parent.is_dir():
+        group = Path("/sys/fs/cgroup") / f"rt224-{german.port}"  # cgroup v2
+    group.mkdir()
+
+    def at_its_limit(_: Path) -> None:
+        assert german.proc is not None
+        for pid in [german.proc.pid, *(pid for pid, _ in descendants(german.proc.pid))]:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                (group / "cgroup.procs").write_text(str(pid))
+        (group / "pids.max").write_text((group / "pids.current").read_text().strip())
+
+    try:
+        code, rows, tries = midrun(german, tmp_path, at_its_limit)
+    finally:
+        (group / "pids.max").write_text("max")
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (group.parent / "cgroup.procs").write_text(pid)
+        group.rmdir()
+    assert rows["after"]["outcome"] == "infra-error", rows["after"]["reason"]
+    said = [t["error"] or "" for t in tries if t["variant"] == "after"]
+    assert any("out of processes" in error and "vfork" in error for error in said), said
+    assert code == EXIT_INFRA
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "collect2: fatal error: vfork: Die Ressource ist zur Zeit nicht verfügbar",
+        "bash: fork: Wiederholung: Die Ressource ist zur Zeit nicht verfügbar",
+        "g++: fatal error: cannot execute 'cc1plus': posix_spawn: Ressource temporairement non disponible",
+    ],
+)
+def test_fork_failure_words_in_any_language(line: str) -> None:
+    """Before: none read as a tool that could not start a process. Figure: each does."""
+    assert fork_failed(f"before\n{line}\nafter".encode())
