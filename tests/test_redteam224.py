@@ -19,9 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faults import descendants
+from faults import descendants, faults_job, faults_variant
+from faults import write_fault_farm as write_farm
 from nodes import CARDS, SshNode, running_node
-from test_redteam116 import NAME, midrun
+from test_faults import attempts, results, run_farm
+from test_redteam116 import MIN75, NAME, midrun
 
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.run.node_limits import fork_failed
@@ -74,3 +76,18 @@ def test_a_german_node_out_of_processes_is_no_build_fail(german: SshNode, tmp_pa
 def test_fork_failure_words_in_any_language(line: str) -> None:
     """Before: none read as a tool that could not start a process. Figure: each does."""
     assert fork_failed(f"before\n{line}\nafter".encode())
+
+
+def test_a_german_node_without_its_nvcc_is_told_where_to_find_it(german: SshNode, tmp_path: Path) -> None:
+    """The node's `nvcc:` a bare name its login's PATH lacks. Before: "no working nvcc at 'nvcc-rt224'
+    (timeout: der Befehl „nvcc-rt224“ konnte nicht ausgeführt werden: Datei oder Verzeichnis nicht
+    gefunden ...)", without what to do, and the probe tried again as a passing fault. Figure: the
+    reason says to give its full path; one try of the node's setup."""
+    entry = german.farm_entry(tmp_path / "work", nvcc="nvcc-rt224", connect_timeout=3, runner="shell")
+    variants = {"after": faults_variant("SLOWPASS", MIN75, "SLEEP_S=0")}
+    config = write_farm(tmp_path, {NAME: entry}, [faults_job(variants)], retries=2, retry_backoff=0.2)
+    summary, _ = run_farm(config)
+    row = results(tmp_path / "results.db", summary.run_id)[(NAME, "after")]
+    assert row["outcome"] == "infra-error", row["reason"]
+    assert "give its full path" in row["reason"], row["reason"]
+    assert len(attempts(tmp_path / "results.db", summary.run_id, NAME, None)) == 1
