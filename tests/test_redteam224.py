@@ -10,12 +10,20 @@ Broke (before/after):
   vfork: Die Ressource ist zur Zeit nicht verfügbar" matched none of the English words the farm
   looked for, and the kernel got `build-fail`, exit 1, though the node, asked, could not fork.
   Now the words after `vfork: ` may be any language's: infra-error, out of processes, exit 4.
+- A bare `nvcc:` the node's PATH lacks (shell runner): timeout's "Datei oder Verzeichnis nicht
+  gefunden" lost the advice to give its full path, and the probe was tried again as a passing
+  fault. Now "not found" is the status, 127: the advice, one try.
+
+And a login's `umask 000` (~/.bashrc): everything the farm made on the node was writable by every
+account there (sources, cached binaries 0777, cells). Now others never get write (`umask u+rwx,o-w`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import stat
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +32,7 @@ from faults import write_fault_farm as write_farm
 from nodes import CARDS, SshNode, running_node
 from test_faults import attempts, results, run_farm
 from test_redteam116 import MIN75, NAME, midrun
+from test_redteam125 import outcomes
 
 from orchestrator.errors import EXIT_INFRA
 from orchestrator.run.node_limits import fork_failed
@@ -91,3 +100,23 @@ def test_a_german_node_without_its_nvcc_is_told_where_to_find_it(german: SshNode
     assert row["outcome"] == "infra-error", row["reason"]
     assert "give its full path" in row["reason"], row["reason"]
     assert len(attempts(tmp_path / "results.db", summary.run_id, NAME, None)) == 1
+
+
+@pytest.mark.parametrize("runner", ["auto", "shell"])
+def test_a_login_umask_000_leaves_no_farm_file_writable_by_others(make_farm, tmp_path: Path, runner: str) -> None:
+    """A ~/.bashrc with `umask 000`. Before: the work folder's bundles (the kernels' sources), builds
+    (the cached binaries, 0777), cells and locks were writable by every account on the node, which
+    could change what the farm builds, runs and reads back. Figure: the verdicts as the kernels are,
+    nothing under the work folder writable by others (the group's bits stay as the login masks them)."""
+    home = {".bashrc": "umask 000\n"}
+    with contextmanager(running_node)("odd", tmp_path / "node", CARDS["t4"], home_files=home) as node:
+        found = outcomes(make_farm, tmp_path, node, runner)
+    assert found["a-pass"][0] == "pass", found
+    assert found["b-fail"][0] == "fail", found
+    work = tmp_path / "work"
+    shared = [
+        f"{oct(mode)} {path}"
+        for path in [work, *work.rglob("*")]
+        if not stat.S_ISLNK(mode := path.lstat().st_mode) and mode & stat.S_IWOTH
+    ]
+    assert not shared, shared[:10]
