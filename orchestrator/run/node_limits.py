@@ -39,9 +39,11 @@ _FORKS = (
 )
 
 _FORK_FAILED = re.compile(
-    # gcc, collect2, bash, python: "TOOL: [fatal error: ...: ]vfork: Resource temporarily unavailable"
-    r"^(?:[\w.+/-]+: |nvcc (?:fatal|error)\s*: ).*"
-    r"\b(?:v?fork|clone|posix_spawnp?)(?:: retry)?: Resource temporarily unavailable$"
+    # gcc, collect2, bash, python: "TOOL: [fatal error: ...: ]vfork: Resource temporarily unavailable", the
+    # system's words in the node's language: a German node's "vfork: Die Ressource ist zur Zeit nicht
+    # verfügbar" was the kernel's build-fail (red-team 224); node_cannot_fork is the evidence, not the words
+    r"^(?:[\w.+/-]+: |nvcc (?:fatal|error)\s*: )(?:.*: )?"
+    r"(?:v?fork|clone|posix_spawnp?)(?:: [^:\n]+)?: [^:\n]+$"
     # dash: "sh: 1: Cannot fork", "sh: 1: eval: Cannot fork"
     r"|^(?:\S*/)?(?:sh|dash|ash): (?:\d+: )?(?:[\w.]+: )?Cannot fork$",
     re.M,

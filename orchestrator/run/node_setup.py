@@ -222,18 +222,29 @@ def check_probed(farm: Farm, setup: Transport, snapshot: NodeSnapshot) -> None:
             f"{_nvcc_advice(farm, node, snapshot.nvcc_output)}"
         )
         # missing is missing; anything else (a fork failing under load) may pass
-        error.retryable = not re.search(r"not found|No such file|Permission denied", snapshot.nvcc_output)
+        error.retryable = not _nvcc_missing(snapshot.nvcc_output, unrunnable=True)
         raise error
     if not snapshot.workdir:
         raise NodeUnusable(_workdir_refused(farm, setup))
     NodeSetup.check_usable(setup.name, node, snapshot, setup.pins_gpus)
 
 
+def _nvcc_missing(said: str, unrunnable: bool = False) -> bool:
+    """Whether the probe's nvcc was not there to start (`unrunnable`: or not executable): its status,
+    `timeout`'s and the shell's 127 (126), or the tools' English words. Words alone missed a node whose
+    locale says them in its language (a German node's "Datei oder Verzeichnis nicht gefunden", red-team
+    224): no advice, and the probe tried again as a passing fault."""
+    lines = said.strip().splitlines()
+    status = lines[-1].strip() if lines else ""
+    words = r"not found|No such file" + (r"|Permission denied" if unrunnable else "")
+    return status == "rc=127" or (unrunnable and status == "rc=126") or bool(re.search(words, said))
+
+
 def _nvcc_advice(farm: Farm, node: NodeSpec, said: str) -> str:
     """What to do where a bare `nvcc` was not found: cron (PATH=/usr/bin:/bin) and systemd
     start the farm with a PATH that lacks /usr/local/cuda/bin, and the node was infra
     every night with no word of why (a red-team finding)."""
-    if "/" in node.nvcc or not re.search(r"not found|No such file", said):
+    if "/" in node.nvcc or not _nvcc_missing(said):
         return ""
     path = f"PATH ({os.environ.get('PATH', '')})" if node.transport == "local" else "the node's PATH over SSH"
     return (

@@ -42,8 +42,10 @@ def portable(command: str) -> str:
         encoded = "\\055" + encoded[1:]
     # `umask u+rwx`: a login's umask that masks the owner's own bits (0777 in a ~/.bashrc) left the
     # farm's built copies unrunnable, and a passing kernel was judged fail ("the kernel's copy was
-    # gone or not executable"); the group's and others' bits stay as the login masks them
-    return f'exec /bin/sh -c \'umask u+rwx; eval "$(printf "{encoded}")"\''
+    # gone or not executable"); `o-w`: a login's `umask 000` left the work folder's sources, cached
+    # binaries and cells writable by every account on the node (red-team 224); the group's bits stay
+    # as the login masks them (a project's shared group, umask 002)
+    return f'exec /bin/sh -c \'umask u+rwx,o-w; eval "$(printf "{encoded}")"\''
 
 
 def refused(name: str, node: NodeSpec, result: CommandResult) -> str:
