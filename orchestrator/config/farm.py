@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import header, output_paths, own_files, srun_nodes
+from orchestrator.config import followable, header, output_paths, own_files, srun_nodes
 from orchestrator.config.database_url import check_url, raw_at_problem, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
@@ -206,6 +206,8 @@ def load_farm(
     `check_dependencies=False` is for commands that only read the database
     (show, report): they need no CUTLASS installed to print a stored cell.
     `database_where` names where `database` came from in its errors (--database, FARM_DATABASE)."""
+    if (unfollowed := followable.config_path_error(Path(file).absolute())) is not None:
+        raise unfollowed
     file = Path(file).resolve()
     try:
         str(file).encode()
@@ -235,6 +237,9 @@ def load_farm(
     if errors:
         raise ConfigErrors(errors)
     check_url(spec.database, file)
+    # before any of them is followed: a loop or a name too long was "a bug in farm" (red-team 225)
+    if unfollowed_paths := followable.folder_errors(file, spec, database, database_where or "--database"):
+        raise ConfigErrors(unfollowed_paths)
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}

@@ -1,0 +1,69 @@
+"""Red-team round 225: the farm's reading of farm.yaml's paths and of its command line.
+
+Broke (before -> after):
+
+1. A path the configuration names that the file system cannot follow, a symbolic link loop on its
+   way or a name longer than 255 bytes (`--config`/FARM_CONFIG, `database` and --database, `jobs`,
+   `kernels`, `reports`, `journal`, `lock_dir`), raised from pathlib's resolve() or exists(): every
+   command was "internal error (RuntimeError: Symlink loop from ...); this is a bug in farm", exit
+   70, naming no key. Now exit 3, naming the file, the key and what was expected.
+
+Held (checked by hand): `cc: {min: 8.0}` (read as "8.0"), `7.50`, `8`, `"9.0a"`, full-width digits,
+blanks, `.inf`, `1e1` refused naming the key; variant names `no`, `null`, `1e3` kept as written;
+`''`, `a/b`, `..`, `a:b` refused; a date where a string belongs; a UTF-8 BOM, CRLF and CR-only
+endings; NUL, Latin-1 and UTF-16 files refused; `farm verify` with an unknown kernel, variant or
+node (the known ones listed), `toy:`, no selection, `--config .` (a folder: exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from toyfarm import toy_farm
+
+from orchestrator.cli import main
+
+LONG = "x" * 300  # one name past NAME_MAX (255 bytes) on every Linux file system
+
+
+def _farm_yaml(root: Path, extra: str) -> Path:
+    path = root / "farm.yaml"
+    text = path.read_text().replace("reports: reports\n", "" if "\nreports:" in extra else "reports: reports\n")
+    path.write_text(text.replace("database: sqlite:///results.db\n", extra))
+    return path
+
+
+@pytest.mark.parametrize("way", ["loop", "long"])
+@pytest.mark.parametrize(
+    "key", ["jobs", "kernels", "reports", "journal", "lock_dir", "database", "--database", "--config"]
+)
+def test_a_path_the_file_system_cannot_follow_is_a_configuration_error_naming_its_key(
+    tmp_path: Path, key: str, way: str
+) -> None:
+    """Before: `jobs: loop` (loop -> loop) or a 300-byte name was "internal error (RuntimeError:
+    Symlink loop ...); this is a bug in farm", exit 70, on every command. Figure: exit 3, one Error
+    line naming farm.yaml (or the option) and the key."""
+    farm = toy_farm(tmp_path)
+    (tmp_path / "loop").symlink_to("loop")
+    bad = "loop/x" if way == "loop" else LONG
+    args = ["jobs"]
+    if key == "database":
+        _farm_yaml(tmp_path, f"database: sqlite:///{bad}/results.db\n")
+    elif key == "--database":
+        args += ["--database", f"sqlite:///{tmp_path / bad}"]
+    elif key == "--config":
+        farm = tmp_path / bad
+    else:
+        _farm_yaml(tmp_path, f"database: sqlite:///results.db\n{key}: {bad}\n")
+    result = CliRunner().invoke(main, [*args, "--config", str(farm)])
+    assert result.exit_code == 3, result.output
+    assert "bug in farm" not in result.output
+    assert "symbolic link loop" in result.output or "longer than the file system holds" in result.output
+    if key.startswith("--"):
+        assert result.output.startswith("Error: --database:" if key == "--database" else f"Error: {farm}:")
+    else:
+        assert f"farm.yaml: {key}: found" in result.output, result.output
+    assert os.path.exists(tmp_path / "kernels" / "toy.cpp")  # nothing was touched
