@@ -7,6 +7,9 @@ Broke (before -> after):
    `kernels`, `reports`, `journal`, `lock_dir`), raised from pathlib's resolve() or exists(): every
    command was "internal error (RuntimeError: Symlink loop from ...); this is a bug in farm", exit
    70, naming no key. Now exit 3, naming the file, the key and what was expected.
+2. `jobs: nope/jobs`, a jobs folder whose parent is missing too (a typo, a disk not mounted), was
+   refused as "kernels: found 'kernels', outside .../nope", a key farm.yaml did not write, and
+   nothing said the jobs folder was missing. Now "jobs: found 'nope/jobs', which is not a folder".
 
 Held (checked by hand): `cc: {min: 8.0}` (read as "8.0"), `7.50`, `8`, `"9.0a"`, full-width digits,
 blanks, `.inf`, `1e1` refused naming the key; variant names `no`, `null`, `1e3` kept as written;
@@ -67,3 +70,14 @@ def test_a_path_the_file_system_cannot_follow_is_a_configuration_error_naming_it
     else:
         assert f"farm.yaml: {key}: found" in result.output, result.output
     assert os.path.exists(tmp_path / "kernels" / "toy.cpp")  # nothing was touched
+
+
+def test_a_jobs_folder_that_is_not_there_is_told_as_such_not_as_kernels_outside_it(tmp_path: Path) -> None:
+    """Before: `jobs: course/jobs` with no course/ was "kernels: found 'kernels', outside
+    .../course; expected a folder inside .../course": the key named was one farm.yaml leaves to its
+    default. Figure: exit 3, "jobs: found 'course/jobs', which is not a folder"."""
+    farm = _farm_yaml(toy_farm(tmp_path).parent, "database: sqlite:///results.db\njobs: course/jobs\n")
+    result = CliRunner().invoke(main, ["jobs", "--config", str(farm)])
+    assert result.exit_code == 3, result.output
+    assert "jobs: found 'course/jobs', which is not a folder" in result.output, result.output
+    assert "kernels:" not in result.output

@@ -287,6 +287,12 @@ def load_farm(
             "a folder apart from the published site (e.g. /var/lock/farm)",
         )  # fmt: skip
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
+    no_folder = ConfigError(
+        str(file), "jobs", f"{spec.jobs!r}, which is not a folder", "a folder of job files (one YAML per kernel)"
+    )
+    if "jobs" in spec.model_fields_set and not jobs_dir.is_dir():
+        # first: `jobs: nope/jobs` said `kernels` was outside nope/, a key the file did not write (red-team 225)
+        raise no_folder
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job
     job_files: list[Path] = []
@@ -306,10 +312,8 @@ def load_farm(
             f"one job file per kernel, or kernels in {spec.kernels}/ whose headers have Build: lines",
         )
     else:
-        no_jobs = ConfigError(
-            str(file), "jobs", f"{spec.jobs!r}, which is not a folder", "a folder of job files (one YAML per kernel)"
-        )
-        if "jobs" in spec.model_fields_set or not kernels:
+        no_jobs = no_folder
+        if not kernels:
             raise no_jobs
     if not job_files and not kernels:
         raise no_jobs
