@@ -10,6 +10,10 @@ Broke (before -> after):
 2. `jobs: nope/jobs`, a jobs folder whose parent is missing too (a typo, a disk not mounted), was
    refused as "kernels: found 'kernels', outside .../nope", a key farm.yaml did not write, and
    nothing said the jobs folder was missing. Now "jobs: found 'nope/jobs', which is not a folder".
+3. An option of one value given twice (`farm verify --all --config prod.yaml ... --config farm.yaml`,
+   a wrapper's appended default; `--log a --log b`; `farm report --run 5 --run 6`): click kept the
+   last and dropped the first unsaid, the run going to another farm or the first log getting
+   nothing. Now exit 2 naming the option; `--node` (repeatable) and a flag twice stay accepted.
 
 Held (checked by hand): `cc: {min: 8.0}` (read as "8.0"), `7.50`, `8`, `"9.0a"`, full-width digits,
 blanks, `.inf`, `1e1` refused naming the key; variant names `no`, `null`, `1e3` kept as written;
@@ -81,3 +85,34 @@ def test_a_jobs_folder_that_is_not_there_is_told_as_such_not_as_kernels_outside_
     assert result.exit_code == 3, result.output
     assert "jobs: found 'course/jobs', which is not a folder" in result.output, result.output
     assert "kernels:" not in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify", "--all", "--no-report", "--config", "{farm}", "--config", "{farm}"],
+        ["verify", "--all", "--no-report", "--log", "{root}/a.log", "--log", "{root}/b.log", "--config", "{farm}"],
+        ["report", "--format", "json", "--run", "1", "--run", "2", "--config", "{farm}"],
+        ["jobs", "--database", "sqlite:///{root}/a.db", "--database=sqlite:///{root}/b.db", "--config", "{farm}"],
+    ],
+)
+def test_an_option_of_one_value_given_twice_is_refused(tmp_path: Path, args: list[str]) -> None:
+    """Before: the last of the two was used and the first dropped unsaid: `verify` ran (run 1 stored,
+    exit 0) and wrote nothing to a.log. Figure: exit 2, the option named, no run stored."""
+    farm = toy_farm(tmp_path)
+    line = [a.format(farm=farm, root=tmp_path) for a in args]
+    result = CliRunner().invoke(main, line)
+    assert result.exit_code == 2, result.output
+    given = [a.split("=")[0] for a in args if a.startswith("--")]
+    option = next(a for a in given if given.count(a) > 1)
+    assert f"{option} given twice" in result.output, result.output
+    assert not (tmp_path / "results.db").exists()  # nothing ran, nothing stored
+
+
+def test_a_repeatable_option_and_a_flag_may_still_be_given_twice(tmp_path: Path) -> None:
+    """The check costs nothing it should not: `--node here --node here` and `--all --all` run as before."""
+    farm = toy_farm(tmp_path)
+    result = CliRunner().invoke(
+        main, ["verify", "--all", "--all", "--node", "here", "--node", "here", "--no-report", "--config", str(farm)]
+    )
+    assert result.exit_code == 0, result.output
