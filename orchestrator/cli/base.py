@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from orchestrator.cli.once import OnceGroup
 from orchestrator.errors import EXIT_CONFIG, EXIT_INTERNAL, EXIT_SIGPIPE, ConfigError, FarmError
 from orchestrator.terminal import printable
 
@@ -146,7 +147,7 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group()
+@click.group(cls=OnceGroup)
 @click.version_option(package_name="farm")
 def main() -> None:
     """A multi-architecture GPU test farm: build, inspect and run every kernel

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import header, output_paths, own_files, srun_nodes
+from orchestrator.config import followable, header, output_paths, own_files, srun_nodes
 from orchestrator.config.database_url import check_url, raw_at_problem, resolve_database
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP, FarmSpec, NodeSpec
 from orchestrator.config.jobs import Job, load_jobs
@@ -206,6 +206,8 @@ def load_farm(
     `check_dependencies=False` is for commands that only read the database
     (show, report): they need no CUTLASS installed to print a stored cell.
     `database_where` names where `database` came from in its errors (--database, FARM_DATABASE)."""
+    if (unfollowed := followable.config_path_error(Path(file).absolute())) is not None:
+        raise unfollowed
     file = Path(file).resolve()
     try:
         str(file).encode()
@@ -235,6 +237,9 @@ def load_farm(
     if errors:
         raise ConfigErrors(errors)
     check_url(spec.database, file)
+    # before any of them is followed: a loop or a name too long was "a bug in farm" (red-team 225)
+    if unfollowed_paths := followable.folder_errors(file, spec, database, database_where or "--database"):
+        raise ConfigErrors(unfollowed_paths)
     root = file.parent
     jobs_dir = (root / spec.jobs).resolve()
     sources = {"jobs": jobs_dir, "kernels": (root / spec.kernels).resolve()}
@@ -282,6 +287,12 @@ def load_farm(
             "a folder apart from the published site (e.g. /var/lock/farm)",
         )  # fmt: skip
     project = jobs_dir.parent  # sources are relative to the folder that holds jobs/ (and kernels/)
+    no_folder = ConfigError(
+        str(file), "jobs", f"{spec.jobs!r}, which is not a folder", "a folder of job files (one YAML per kernel)"
+    )
+    if "jobs" in spec.model_fields_set and not jobs_dir.is_dir():
+        # first: `jobs: nope/jobs` said `kernels` was outside nope/, a key the file did not write (red-team 225)
+        raise no_folder
     kernels = _kernel_sources(file, spec, project)
     # without a jobs folder (farm.yaml not naming one), the kernels' headers may give every job
     job_files: list[Path] = []
@@ -301,10 +312,8 @@ def load_farm(
             f"one job file per kernel, or kernels in {spec.kernels}/ whose headers have Build: lines",
         )
     else:
-        no_jobs = ConfigError(
-            str(file), "jobs", f"{spec.jobs!r}, which is not a folder", "a folder of job files (one YAML per kernel)"
-        )
-        if "jobs" in spec.model_fields_set or not kernels:
+        no_jobs = no_folder
+        if not kernels:
             raise no_jobs
     if not job_files and not kernels:
         raise no_jobs
