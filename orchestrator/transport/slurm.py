@@ -77,8 +77,8 @@ SCANCEL_TIMEOUT = 30.0
 STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 # A pending job whose reason Slurm never resolves by itself (held, partition down, node drained:
 # slurm_query.STUCK_REASONS) is cancelled once it has said so for this long, asked every STUCK_POLL_S
-STUCK_SECONDS = 10.0
-STUCK_POLL_S = 2.0
+STUCK_SECONDS = 15.0
+STUCK_POLL_S = 5.0  # an squeue a pending job this often: a big cluster's controller serves every user's
 
 
 # what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm
