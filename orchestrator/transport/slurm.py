@@ -78,7 +78,7 @@ STOP_QUERIES = 4  # tries at squeue when a stop looks for the run's jobs
 # A pending job whose reason Slurm never resolves by itself (held, partition down, node drained:
 # slurm_query.STUCK_REASONS) is cancelled once it has said so for this long, asked every STUCK_POLL_S
 STUCK_SECONDS = 15.0
-STUCK_POLL_S = 5.0  # an squeue a pending job this often: a big cluster's controller serves every user's
+STUCK_POLL_S = 5.0  # an squeue a pending job this often, of the login user's jobs alone (slurm_query.SQUEUE_USER)
 
 
 # what the job's shell sees: "name, cc" of each GPU, ";" after each (a job may see only the GPU Slurm

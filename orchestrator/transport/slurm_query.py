@@ -23,6 +23,13 @@ COMPLETING_MARGIN = 8
 # and called a finished job one still running at its time limit (red-team round 158)
 NOW_S = '$( { read farm_u _ </proc/uptime && echo "${farm_u%.*}"; } 2>/dev/null || date +%s)'
 
+# squeue's filter by the login's uid, set once ($farm_uid): with one user, squeue asks slurmctld for
+# that user's jobs alone (slurm_load_job_user); by --name alone it filters on the client, and each ask
+# had slurmctld pack every job of the cluster under its read lock, every 5 s a pending job (review 227).
+# Empty where `id` fails: then no filter, not a `-u ""` squeue refuses
+SQUEUE_USER = '${farm_uid:+-u "$farm_uid"}'
+UID_SETTING = "farm_uid=$(id -u 2>/dev/null); "
+
 # States in which a job whose srun has returned is still finishing.
 UNSETTLED = ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING", "SIGNALING", "STAGE_OUT", "REQUEUED", "RESIZING")
 
@@ -44,8 +51,8 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
         # squeue's failure (slurmctld stopped or silent) is asked again for QUERY_WINDOW, then said, never
         # taken for "no record": a job whose controller went silent mid-job read as its command's own
         # pass (red-team 221)
-        f"farm_q=; n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
-        f"squeue -h -t all --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>&1) || "
+        f"{UID_SETTING}farm_q=; n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
+        f"squeue -h -t all {SQUEUE_USER} --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>&1) || "
         '{ farm_q=$(printf "%s\n" "$s" | tail -n 1); s=; '
         f'q_now={NOW_S}; [ "$q_now" -lt "$q_end" ] && [ "$q_now" -lt "$farm_deadline" ] && '
         "{ sleep 1; continue; }; }; "
@@ -139,8 +146,9 @@ def stuck_watch(job_name: str, token: str, polls: int, interval: float) -> str:
     name = shlex.quote(job_name)
     stuck = "|".join([*(f"'PENDING|{r}'*" for r in STUCK_REASONS), *(f"'PENDING|'*'{r}'*" for r in STUCK_WITHIN)])
     return (
+        f"{UID_SETTING}"
         f'( n=0; while [ "{NOW_S}" -lt "$farm_deadline" ]; do sleep {interval:g} </dev/null >/dev/null 2>&1; '
-        f"r=$(squeue -h -t all --name={name} -o '%T|%r' 2>/dev/null) || continue; "
+        f"r=$(squeue -h -t all {SQUEUE_USER} --name={name} -o '%T|%r' 2>/dev/null) || continue; "
         f"case \"$r\" in '') continue;; {stuck}) n=$((n+1));; 'PENDING|'*) n=0; continue;; *) exit 0;; esac; "
         f'[ "$n" -ge {polls} ] || continue; printf "@@slurm-stuck-{token} %s\\n" "${{r#*|}}"; '
         f"scancel --state=PENDING --name={name} </dev/null >/dev/null 2>&1; exit 0; done ) & farm_w=$!; "
