@@ -7,6 +7,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from orchestrator.config.followable import unfollowable
 from orchestrator.transport.slurm_query import deadline_setting, record_query, stuck_watch
 
 FAKE_SQUEUE = """#!/bin/sh
@@ -39,3 +42,18 @@ def test_the_stuck_watch_and_the_record_ask_slurmctld_for_the_users_jobs_not_the
     uid = str(os.getuid())
     for line in asked:
         assert f"-u {uid} " in f"{line} " and "--name=farm-n-1 odd'name" in line, asked
+
+
+def test_a_symbolic_link_loop_is_told_where_resolve_no_longer_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: red-team 225's check asked pathlib (`resolve().exists()`), taking Python 3.11's
+    RuntimeError for a loop; on Python 3.13 (pyproject: >=3.11) resolve() returns the path as it is
+    and exists() reads ELOOP as False, so a loop under `jobs:` or `database:` passed as a path not yet
+    there. Figure: with resolve() as 3.13 has it, the loop is still told as one (the kernel's ELOOP)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    monkeypatch.setattr(Path, "resolve", lambda self, strict=False: Path(os.path.abspath(self)))  # 3.13's
+    assert unfollowable(tmp_path / "a" / "jobs") == "a symbolic link loop on its way"
+    assert unfollowable(tmp_path / ("n" * 300)) == "a name longer than the file system holds"
+    assert unfollowable(tmp_path / "absent" / "jobs") is None

@@ -6,6 +6,7 @@ and every command was "a bug in farm", exit 70, naming no key (red-team 225)."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 from orchestrator.config.farm_spec import FarmSpec
@@ -18,11 +19,11 @@ FOLLOWABLE = "a path the file system can follow (no symbolic link loop, each nam
 
 
 def unfollowable(path: Path) -> str | None:
-    """Why `path` cannot be followed to where it leads (a loop, a name too long), else None."""
+    """Why `path` cannot be followed to where it leads (a loop, a name too long), else None. Asked of
+    the kernel (stat), not of pathlib: Python 3.13's resolve() no longer raises on a loop and exists()
+    reads ELOOP as "not there", so a loop passed this check there as one absent (review 227)."""
     try:
-        path.resolve().exists()
-    except RuntimeError:  # Python 3.11's resolve() on a loop
-        return "a symbolic link loop on its way"
+        os.stat(path)
     except OSError as err:
         if err.errno in _ABSENT:
             return None
@@ -31,6 +32,8 @@ def unfollowable(path: Path) -> str | None:
         if err.errno == errno.ENAMETOOLONG:
             return "a name longer than the file system holds"
         return f"a path the file system cannot follow ({err.strerror})"
+    except ValueError:  # a NUL in the name: said where the path is read
+        return None
     return None
 
 
