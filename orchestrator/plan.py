@@ -76,6 +76,15 @@ class SelectionError(ValueError):
     pass
 
 
+def unknown_nodes(names: list[str]) -> str:
+    """`no node named X` for names no node has; an empty one (`--node ''`, an unset variable in
+    `--node "$NODE"`) said "no node named  in", which read as a typo of the farm's."""
+    empty = "an empty node name (--node '')" if "" in names else ""
+    named = [n for n in names if n]
+    said = f"no node named {', '.join(named)}" if named else ""
+    return "; ".join(s for s in (said, empty) if s)
+
+
 def plan_cells(
     farm: Farm,
     selectors: list[str] | None = None,
@@ -88,7 +97,7 @@ def plan_cells(
         columns = {n: [c for c in farm.nodes if c == n or c.startswith(n + TOOLCHAIN_SEP)] for n in node_names}
         unknown = [n for n, found in columns.items() if not found]
         if unknown:
-            raise SelectionError(f"no node named {', '.join(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}")
+            raise SelectionError(f"{unknown_nodes(unknown)} in {farm.file}; nodes: {', '.join(farm.nodes)}")
         nodes = list(dict.fromkeys(c for found in columns.values() for c in found))
     else:
         nodes = list(farm.enabled_nodes)

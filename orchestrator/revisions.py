@@ -20,7 +20,8 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config.farm import Farm, load_farm
-from orchestrator.config.includes import MAX_HEADERS, quoted_includes
+from orchestrator.config.include_lines import quoted_includes
+from orchestrator.config.includes import MAX_HEADERS
 from orchestrator.config.jobs import Job
 from orchestrator.config.yaml_file import read_yaml
 from orchestrator.errors import ConfigError
@@ -261,10 +262,17 @@ class KernelHistory:
         moved code into a header, and that commit was named the first bad one (a red-team finding)."""
         seen = {rel for rel in written if (tree / rel).is_file()}
         queue = sorted(seen)
-        while queue and len(seen) < MAX_HEADERS:
+        # past the limit the loader says so (config/includes.py): once the headers stopped here
+        # unsaid, and the commit's build failed for those not written ("No such file")
+        limit = len(seen) + MAX_HEADERS + 1
+        while queue and len(seen) < limit:
             wanted = set()
             for rel in queue:
-                for _line, name in quoted_includes(tree / rel):
+                try:
+                    includes = quoted_includes(tree / rel)
+                except ConfigError as err:  # a file past the size the farm reads
+                    return self._at(err, tree)
+                for _line, name in includes:
                     path = posixpath.normpath(posixpath.join(posixpath.dirname(rel), name))
                     if "\0" not in path and path != ".." and not path.startswith(("/", "../")) and path not in seen:
                         wanted.add(path)

@@ -38,7 +38,7 @@ from orchestrator.config.farm import Farm
 from orchestrator.config.jobs import Job
 from orchestrator.errors import EXIT_INFRA, ConfigError, StoppedBeforeRun
 from orchestrator.outcomes import is_as_expected, is_infra
-from orchestrator.plan import Cell, SelectionError, plan_cells
+from orchestrator.plan import Cell, SelectionError, plan_cells, unknown_nodes
 from orchestrator.revisions import Commit, KernelHistory
 from orchestrator.run.scheduler import FarmRun
 from orchestrator.run.stopping import reap_dead_runs
@@ -81,7 +81,7 @@ class Bisector:
         self.kernel, _, self.variant = selector.partition(":")
         self.selector = selector
         if node not in farm.nodes:
-            raise SelectionError(f"no node named {node} in {farm.file}; nodes: {', '.join(farm.nodes)}")
+            raise SelectionError(f"{unknown_nodes([node])} in {farm.file}; nodes: {', '.join(farm.nodes)}")
         self.node = node
         self.say = say
         self.cache_dir = cache_dir

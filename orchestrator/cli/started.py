@@ -44,8 +44,10 @@ def settle() -> None:
 
     A umask that masks the owner's own bits (0777) keeps them: the `local` node's build came out
     mode 000 and a passing kernel was judged `fail` ("the kernel's copy was gone or not
-    executable"), as SSH logins get `umask u+rwx` (transport/login_shell.py); the group's and
-    others' bits stay masked as the umask says."""
+    executable"), and others never get write: under `umask 000` the `local` node's sources, cached
+    binaries and cells were writable by every account on the machine (red-team 226), as SSH
+    logins get `umask u+rwx,o-w` (transport/login_shell.py); the group's bits and others' read
+    and execute stay as the umask says (a project's shared group, umask 002)."""
     closed = []
     for fd in (0, 1, 2):
         try:
@@ -61,4 +63,4 @@ def settle() -> None:
         sys.stdout = io.TextIOWrapper(stream, encoding="utf-8", errors="backslashreplace", line_buffering=True)
     if 2 in closed or sys.stderr is None:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's own, for its life
-    os.umask(os.umask(0o077) & 0o077)
+    os.umask(os.umask(0o077) & 0o077 | 0o002)

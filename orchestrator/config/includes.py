@@ -14,37 +14,26 @@ line: the farm could neither ship it nor hash it.
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Collection
 from pathlib import Path
 
+from orchestrator.config.include_lines import quoted_includes
 from orchestrator.errors import ConfigError
 
-INCLUDE_BYTES = 1024 * 1024  # an include list is near the top; a generated file is not read whole
-MAX_HEADERS = 256  # a loop of includes, or a vendored library, stops here rather than hang the load
-_INCLUDE_RE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+# a vendored library of more headers beside the source is refused, named: the scan once stopped
+# at 256 unsaid, and a header past it was not shipped (the kernel's build-fail, the farm's omission)
+MAX_HEADERS = 1024
 
 
-def quoted_includes(path: Path) -> list[tuple[int, str]]:
-    """(line, name) of each `#include "name"` in the file's first INCLUDE_BYTES."""
-    try:
-        with path.open("rb") as handle:
-            text = handle.read(INCLUDE_BYTES)
-    except OSError:  # the job's check of its headers says which cannot be read (input_paths.py)
-        return []
-    # gcc skips a UTF-8 byte order mark before the first line: an include there is one (round 61)
-    text = text.removeprefix(b"\xef\xbb\xbf")
-    return [
-        (text.count(b"\n", 0, m.start()) + 1, m.group(1).decode("utf-8", "replace")) for m in _INCLUDE_RE.finditer(text)
-    ]
-
-
-def included_headers(source: Path, root: Path) -> list[tuple[str, str]]:
+def included_headers(source: Path, root: Path, shipped: Collection[str] = ()) -> list[tuple[str, str]]:
     """(header relative to root, where it was included: `FILE:LINE #include`) for every file
-    a quoted include names beside its includer, the includes of those included, in order."""
+    a quoted include names beside its includer, the includes of those included, in order.
+    More than MAX_HEADERS of them not in `shipped` (what a job file lists) is a ConfigError."""
     root_abs = Path(os.path.abspath(root))
     found: dict[str, str] = {}
     queue = [source]
-    while queue and len(found) < MAX_HEADERS:
+    unlisted = 0
+    while queue:
         includer = queue.pop(0)
         includer_rel = os.path.relpath(os.path.abspath(includer), root_abs)
         for line, name in quoted_includes(includer):
@@ -66,6 +55,16 @@ def included_headers(source: Path, root: Path) -> list[tuple[str, str]]:
             rel = target.relative_to(root_abs).as_posix()
             if rel in found or target == Path(os.path.abspath(source)):
                 continue
+            unlisted += rel not in shipped
+            if unlisted > MAX_HEADERS:
+                raise ConfigError(
+                    str(source),
+                    "#include",
+                    f"more than {MAX_HEADERS} headers included from beside it ({rel}, at {includer_rel}:{line})",
+                    f"at most {MAX_HEADERS}: the farm reads each to find what to ship with the kernel",
+                    f"List them under `headers` of jobs/{source.stem}.yaml (a folder counts), or give a "
+                    "library this large to the build as a dependency (`dependencies:`, its -I).",
+                )
             found[rel] = f"{includer_rel}:{line} #include"
             queue.append(target)
     return list(found.items())
@@ -78,7 +77,7 @@ def unshipped_include_errors(sources: list[str], file: Path, root: Path, files: 
     errors = []
     for source in sources:
         try:
-            included = included_headers(root / source, root)
+            included = included_headers(root / source, root, files)
         except ConfigError as err:
             errors.append(err)
             continue
