@@ -48,9 +48,8 @@ def record_query(job_name: str, token: str, settle_polls: int) -> str:
     name = shlex.quote(job_name)
     unsettled = "|".join(f"*'|{s}|'*" for s in UNSETTLED if s != "COMPLETING")
     return (
-        # squeue's failure (slurmctld stopped or silent) is asked again for QUERY_WINDOW, then said, never
-        # taken for "no record": a job whose controller went silent mid-job read as its command's own
-        # pass (red-team 221)
+        # squeue's failure (slurmctld stopped or silent) is asked again for QUERY_WINDOW, then said
+        # (@@slurm-noctld): a job that never started is infra-error naming the controller (red-team 221)
         f"{UID_SETTING}farm_q=; n=0; q_end=$(( {NOW_S} + {QUERY_WINDOW} )); while :; do s=$(SLURM_TIME_FORMAT=%s "
         f"squeue -h -t all {SQUEUE_USER} --name={name} -o '%i|%T|%N|%r|%m|%S|%e|%M' 2>&1) || "
         '{ farm_q=$(printf "%s\n" "$s" | tail -n 1); s=; '
