@@ -118,3 +118,48 @@ def test_a_node_cut_off_one_way_as_a_bundle_uploads_is_known_gone_after_a_silenc
     rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
     assert [r["outcome"] for r in rows] == ["infra-error"], rows
     assert "stopped answering" in rows[0]["reason"] and "upload" in rows[0]["reason"], rows[0]["reason"]
+
+
+class _Packets:
+    _Packetizer__received_packets = 0  # paramiko's packetizer's count, as ssh_liveness reads it
+
+
+class _Link:
+    """A connection as link_answers sees it: its keepalive's answer comes after `answer_after` s,
+    packets arriving meanwhile where `busy` (a sibling's output on a slow link), none where not."""
+
+    def __init__(self, answer_after: float, busy: bool) -> None:
+        self.packetizer = _Packets()
+        self.answer_after = answer_after
+        self.busy = busy
+        self.closed = False
+
+    def is_active(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def global_request(self, kind: str, wait: bool = True) -> bool:
+        end = time.monotonic() + self.answer_after
+        while time.monotonic() < end and not self.closed:
+            time.sleep(0.1)
+            self.packetizer._Packetizer__received_packets += 1 if self.busy else 0
+        return True
+
+
+@pytest.mark.parametrize(("busy", "alive"), [(True, True), (False, False)])
+def test_a_keepalive_answer_queued_behind_a_busy_links_packets_is_waited_for(busy: bool, alive: bool) -> None:
+    """Before: review 227 shaped a node's link to 1 Mbit/s while a sibling streamed output: the
+    keepalive's answer took 4.3 s against the 5 s wait, and slower a healthy connection would be
+    closed under the sibling (here: the answer after 3.5 s against a 1 s wait, closed). Figure:
+    packets still coming while the answer is awaited keep the wait going: answered, left open; a
+    link that receives nothing is still closed after one wait."""
+    from orchestrator.transport.ssh_liveness import link_answers
+
+    link = _Link(answer_after=3.5, busy=busy)
+    clock = time.monotonic()
+    answered = link_answers(link, timeout=1.0)  # type: ignore[arg-type]
+    took = time.monotonic() - clock
+    assert (answered, link.closed) == (alive, not alive), (answered, link.closed, took)
+    assert took < (4.5 if alive else 1.5), took

@@ -27,6 +27,9 @@ from orchestrator.transport.ssh_watchdog import WATCHDOG, WATCHDOG_GRACE
 # small request each way that often for a silent kernel, against a cut node held a stage's budget.
 SILENCE_PROBE = 15.0
 
+# Waits of `timeout` each for a keepalive's answer while other packets keep coming on the connection.
+BUSY_WAITS = 6
+
 STOPPED = (
     f"the node stopped answering (its SSH connection answered no keepalive in {ANSWER_WAIT:g} s): "
     "frozen, or cut off from the farm"
@@ -73,11 +76,28 @@ def link_answers(
                 answered.set()
 
         threading.Thread(target=ask, daemon=True, name=f"{name}-keepalive").start()
-        if answered.wait(timeout) and link.is_active():
+        # packets that keep coming while the answer is awaited are the node's too: on a slow link
+        # busy with a sibling's output the answer queues behind them (over 5 s at 1 Mbit/s, review
+        # 227), and the healthy connection was closed under that sibling
+        came = _received(link)
+        for _ in range(BUSY_WAITS):
+            if answered.wait(timeout):
+                break
+            now = _received(link)
+            if now is None or now == came or not link.is_active():
+                break
+            came = now
+        if answered.is_set() and link.is_active():
             asked.answered_at = time.monotonic()
             return True
         link.close()
         return False
+
+
+def _received(link: paramiko.Transport) -> int | None:
+    """The count of packets the connection has received (paramiko's packetizer's, reset at a rekey:
+    compared for a change, not an increase); None where paramiko keeps none by that name."""
+    return getattr(getattr(link, "packetizer", None), "_Packetizer__received_packets", None)
 
 
 def silent(channel: paramiko.Channel) -> str:
