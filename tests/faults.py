@@ -257,6 +257,11 @@ class NetnsNode(SshNode):
     def cut(self) -> None:
         self._ip("-n", self.netns, "link", "set", self.node_if, "down")
 
+    def cut_one_way(self) -> None:
+        """The node's packets to the farm vanish (a blackhole route on its side); the farm's still
+        reach it: TCP keeps the farm's connection open, as after a one-way partition."""
+        self._ip("-n", self.netns, "route", "add", "blackhole", f"{self.host_addr}/32")
+
     def drop_large_from_node(self, size: int = 1200) -> None:
         """Packets the node sends over `size` bytes vanish (a tbf qdisc whose bucket is smaller than
         them drops them on the node's side of the link): a path-MTU black hole toward the farm, where

@@ -136,13 +136,12 @@ def test_a_work_folder_turned_read_only_mid_run_is_the_nodes_trouble(node: SshNo
     assert code == EXIT_INFRA
 
 
-def test_a_node_out_of_processes_is_no_build_fail(node: SshNode, tmp_path: Path) -> None:
-    """The node's sshd and everything under it put in a pids cgroup at its limit while the first
-    cell runs: the next cell's gcc cannot vfork. Before: `build-fail` "collect2: fatal error: vfork:
-    Resource temporarily unavailable", exit 1. Figure: infra-error saying out of processes, exit 4."""
-    group = Path("/sys/fs/cgroup/pids") / f"rt116-{node.port}"
+def out_of_processes(node: SshNode, tmp_path: Path, tag: str) -> tuple[int, dict, list]:
+    """midrun, its fault the node's sshd and everything under it put in a pids cgroup at its limit
+    while the first cell runs: the next cell's gcc cannot vfork."""
+    group = Path("/sys/fs/cgroup/pids") / f"{tag}-{node.port}"
     if not group.parent.is_dir():
-        group = Path("/sys/fs/cgroup") / f"rt116-{node.port}"  # cgroup v2
+        group = Path("/sys/fs/cgroup") / f"{tag}-{node.port}"  # cgroup v2
     group.mkdir()
 
     def at_its_limit(_: Path) -> None:
@@ -153,13 +152,20 @@ def test_a_node_out_of_processes_is_no_build_fail(node: SshNode, tmp_path: Path)
         (group / "pids.max").write_text((group / "pids.current").read_text().strip())
 
     try:
-        code, rows, tries = midrun(node, tmp_path, at_its_limit)
+        return midrun(node, tmp_path, at_its_limit)
     finally:
         (group / "pids.max").write_text("max")
         for pid in (group / "cgroup.procs").read_text().split():
             with contextlib.suppress(OSError):
                 (group.parent / "cgroup.procs").write_text(pid)
         group.rmdir()
+
+
+def test_a_node_out_of_processes_is_no_build_fail(node: SshNode, tmp_path: Path) -> None:
+    """The node's sshd and everything under it put in a pids cgroup at its limit while the first
+    cell runs: the next cell's gcc cannot vfork. Before: `build-fail` "collect2: fatal error: vfork:
+    Resource temporarily unavailable", exit 1. Figure: infra-error saying out of processes, exit 4."""
+    code, rows, tries = out_of_processes(node, tmp_path, "rt116")
     assert rows["after"]["outcome"] == "infra-error", rows["after"]["reason"]
     said = [t["error"] or "" for t in tries if t["variant"] == "after"]
     assert any("out of processes" in error and "vfork" in error for error in said), said

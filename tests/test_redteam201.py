@@ -12,7 +12,6 @@ command dials anew and meets the partition at once) and the cell says the node s
 from __future__ import annotations
 
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -53,12 +52,7 @@ def test_a_node_cut_off_one_way_mid_kernel_under_the_shell_runner_ends_in_bounde
         lambda: any(kernel.search(c) for _, c in processes_matching(str(tmp_path / "work"))), 60, "the slow kernel"
     )
     cut = time.monotonic()
-    done = subprocess.run(
-        ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    netns_node.cut_one_way()
     thread.join(150)
     store.close()
     took = time.monotonic() - cut

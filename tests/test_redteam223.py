@@ -12,7 +12,6 @@ asked for a keepalive answer; one that gives none is closed.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,12 +54,7 @@ def test_a_node_cut_off_one_way_mid_look_is_known_gone_after_a_silence_not_the_l
     nap = re.compile(r"\.nap 40$")
     wait_for(lambda: any(nap.search(c) for _, c in processes_matching(str(tmp_path / "work"))), 60, "the look")
     cut = time.monotonic()
-    done = subprocess.run(
-        ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    netns_node.cut_one_way()
     thread.join(150)
     store.close()
     took = time.monotonic() - cut
@@ -92,12 +86,7 @@ def test_a_node_cut_off_one_way_as_a_bundle_uploads_is_known_gone_after_a_silenc
     def put(self: SftpFiles, local: Path, remote: str) -> None:
         if not cut:
             self._sftp_client()  # its channel open: an open that meets the cut times out (connect_timeout)
-            done = subprocess.run(
-                ["ip", "-n", netns_node.netns, "route", "add", "blackhole", f"{netns_node.host_addr}/32"],
-                capture_output=True,
-                text=True,
-            )
-            assert done.returncode == 0, done.stderr
+            netns_node.cut_one_way()
             cut.append(time.monotonic())
         upload(self, local, remote)
 

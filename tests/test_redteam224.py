@@ -20,18 +20,17 @@ account there (sources, cached binaries 0777, cells). Now others never get write
 
 from __future__ import annotations
 
-import contextlib
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from faults import descendants, faults_job, faults_variant
+from faults import faults_job, faults_variant
 from faults import write_fault_farm as write_farm
 from nodes import CARDS, SshNode, running_node
 from test_faults import attempts, results, run_farm
-from test_redteam116 import MIN75, NAME, midrun
+from test_redteam116 import MIN75, NAME, out_of_processes
 from test_redteam125 import outcomes
 
 from orchestrator.errors import EXIT_INFRA
@@ -48,26 +47,7 @@ def german(tmp_path: Path) -> Iterator[SshNode]:
 def test_a_german_node_out_of_processes_is_no_build_fail(german: SshNode, tmp_path: Path) -> None:
     """As test_redteam116's, its node German. Before: `build-fail` "collect2: fatal error: vfork: Die
     Ressource ist zur Zeit nicht verfügbar", exit 1. Figure: infra-error saying out of processes, exit 4."""
-    group = Path("/sys/fs/cgroup/pids") / f"rt224-{german.port}"
-    if not group.parent.is_dir():
-        group = Path("/sys/fs/cgroup") / f"rt224-{german.port}"  # cgroup v2
-    group.mkdir()
-
-    def at_its_limit(_: Path) -> None:
-        assert german.proc is not None
-        for pid in [german.proc.pid, *(pid for pid, _ in descendants(german.proc.pid))]:
-            with contextlib.suppress(OSError):  # ended meanwhile
-                (group / "cgroup.procs").write_text(str(pid))
-        (group / "pids.max").write_text((group / "pids.current").read_text().strip())
-
-    try:
-        code, rows, tries = midrun(german, tmp_path, at_its_limit)
-    finally:
-        (group / "pids.max").write_text("max")
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):
-                (group.parent / "cgroup.procs").write_text(pid)
-        group.rmdir()
+    code, rows, tries = out_of_processes(german, tmp_path, "rt224")
     assert rows["after"]["outcome"] == "infra-error", rows["after"]["reason"]
     said = [t["error"] or "" for t in tries if t["variant"] == "after"]
     assert any("out of processes" in error and "vfork" in error for error in said), said
