@@ -12,26 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from test_config import GOOD_FARM, make_farm
+from test_config import GOOD_FARM, GOOD_JOB, make_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.report.rejudged import rejudged
 
-JOB = """\
-kernel: k
-sources: [kernels/k.cu]
-pass_marker: PASS
-refusal_marker: needs CC
-variants:
-  v1:
-    build: '{nvcc} -o {binary} {sources}'
-    cc: {min: "7.5"}
+JOB = (
+    GOOD_JOB
+    + """\
     instructions: {ldmatrix: 1}
     known_failures:
       - when: {cc: {min: "8.0"}}
         outcome: fail
         reason: wrong numbers on Ampere (issue 12)
 """
+)
 
 # the inspect detail of a native pass stored before round 73: `ldmatrix` met as a word of the cubin's dump
 OLD_DETAIL = {"inspect": {"detail": "counted in the sm_80 cubin a CC 8.0 card loads; ldmatrix in ldmatrix"}}

@@ -77,8 +77,8 @@ def link_answers(
 
         threading.Thread(target=ask, daemon=True, name=f"{name}-keepalive").start()
         # packets that keep coming while the answer is awaited are the node's too: on a slow link
-        # busy with a sibling's output the answer queues behind them (over 5 s at 1 Mbit/s, review
-        # 227), and the healthy connection was closed under that sibling
+        # busy with a sibling's output the answer queues behind them (4.3 s of the 5 s wait at
+        # 1 Mbit/s, review 227's tbf); slower, the healthy connection would be closed under the sibling
         came = _received(link)
         for _ in range(BUSY_WAITS):
             if answered.wait(timeout):
