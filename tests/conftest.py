@@ -13,13 +13,15 @@ host key, client key, known_hosts and PATH (see tests/nodes.py):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, missing_tools, write_farm
+from nodes import CARDS, LOOPBACK, Fleet, missing_tools, write_farm
 
 
 @pytest.fixture(scope="session")
@@ -28,14 +30,21 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if missing:
         pytest.skip(f"the loopback sshd fleet needs {', '.join(missing)}")
     fleet = Fleet(tmp_path_factory.mktemp("fleet"))
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         for name in ("t4", "a100", "h100"):
             fleet.add(name, CARDS[name])
         fleet.add("nogpu", None)
-        fleet.add("down", CARDS["a100"]).stop()
+        down = fleet.add("down", CARDS["a100"])
+        down.stop()
+        # its port kept, bound and not listening (a connection to it is refused): left free, another
+        # test's sshd took it once in CI ("the stopped node's port must have no sshd", session 43)
+        with contextlib.suppress(OSError):  # taken already: as before, free
+            holder.bind((LOOPBACK, down.port))
         fleet.add("frozen", CARDS["a100"]).freeze()
         yield fleet
     finally:
+        holder.close()
         fleet.stop()
 
 
