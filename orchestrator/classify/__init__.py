@@ -21,6 +21,7 @@ from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.evidence import Evidence
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.lost_files import lost_unconfined
+from orchestrator.classify.output_limit import output_cut_unbacked
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 
@@ -281,6 +282,7 @@ def classify(ev: Evidence, exp: Expectation) -> Verdict:
 def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
+    raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
     if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble)):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc

@@ -91,6 +91,9 @@ class Evidence:
     ptx_uncounted: str = ""  # PTX names with no PTX to count them in, and why (machine_code.Counted.uncounted)
     runtime_code: str = ""  # why the run may execute code the inspect never counted (runtime_code.runtime_loads)
     injected: str = ""  # why code other than the kernel's may have printed its lines or noted its status (blame.py)
+    # the streams ("stdout", "stderr") whose file reached the run's size limit (commands.OUTPUT_LIMIT):
+    # what the kernel wrote past it never reached the farm (output_limit.py)
+    output_at_limit: str = ""
     cuda_error: str = ""  # where the kernel printed CUDA's words for GPU work that did not happen (cuda_errors.py)
     run_files_lost: str = ""  # run files gone after an unconfined run, which may have removed them (lost_files.py)
     # why no verdict of the cell is the kernel's, pass or fail: the NVIDIA module loaded after its run is not the

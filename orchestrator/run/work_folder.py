@@ -81,7 +81,7 @@ def unasked(result: CellResult, node: str, err: InfraError) -> None:
         stage
         for stage, bad in (
             ("sanitize", any(not report.clean for report in ev.sanitizer)),
-            ("run", ev.run_exit not in (None, 0) or bool(ev.cuda_error)),
+            ("run", ev.run_exit not in (None, 0) or bool(ev.cuda_error) or bool(ev.output_at_limit)),
             ("inspect", ev.inspect_exit not in (None, 0)),
             ("build", ev.build_exit not in (None, 0)),
         )

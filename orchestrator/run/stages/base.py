@@ -157,7 +157,8 @@ class CellStages(CellTrips):
         (its launches did nothing, its result check printed and returned 0): not asked after, its card's
         loss was never read, and the kernel was judged `fail` (red-team round 147)."""
         ev = self.result.evidence
-        return ev.run_exit is not None and (ev.run_exit != 0 or bool(ev.cuda_error) or ev.pass_line is None)
+        unbacked = bool(ev.cuda_error) or bool(ev.output_at_limit)  # no pass either (classify)
+        return ev.run_exit is not None and (ev.run_exit != 0 or unbacked or ev.pass_line is None)
 
     def _gpu_slowed(self) -> str:
         """Why the cell's card ran slowed by its own trouble (a fan, a power brake), as nvidia-smi

@@ -310,6 +310,8 @@ class RunStage(CellStages):
             shipped = [rel for rel in self.job.files if rel not in self.job.spec.sources]
             ev.no_pass += unshipped_input(f"{ev.stderr_last_line}\n{out.last_line}", shipped)
         streams = (("stderr", self.result.stderr), ("stdout", self.result.stdout))
+        # a stream the size limit cut (`ulimit -f`): what the kernel wrote past it is unknown (output_limit.py)
+        ev.output_at_limit = " and ".join(name for name, got in reversed(streams) if got.size >= OUTPUT_LIMIT)
         said = [where_said(name, got.matches.get(MARKER), got.texts.get(MARKER, "")) for name, got in streams]
         ev.cuda_error = next(filter(None, said), "")
         # no kernel command started, and the run's shell said it could not start one: the node is out of
