@@ -10,6 +10,10 @@ Broke (before -> after):
 2. A login whose file size limit is under the farm's own 256 MiB (`ulimit -f`, limits.conf's
    `fsize`): a kernel printing 8 MiB was `fail` "killed by SIGXFSZ ... passed the farm's size
    limit", a limit the farm never set. Now infra-error at the probe, naming `ulimit -f`.
+3. A login with a CPU time limit (`ulimit -t`, limits.conf's `cpu`): a kernel computing 3 s within
+   its 30 s timeout was `fail` "killed by SIGKILL" (SIGXCPU at a soft limit under the hard one); a
+   long build the same, and the resident runner, one process for the whole run, is held to it too.
+   Now infra-error at the probe, naming `ulimit -t`.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def limited_node(root: Path, limits: list[str]) -> Iterator[SshNode]:
         node.stop()
 
 
-def run_reserving(node: SshNode, tmp_path: Path) -> tuple[int, dict]:
+def run_source(node: SshNode, tmp_path: Path, source: str) -> tuple[int, dict]:
     variant = {
         "build": "g++ -O1 -o {binary} {sources}",
         "inspect": "objdump -d {binary}",
@@ -65,7 +69,7 @@ def run_reserving(node: SshNode, tmp_path: Path) -> tuple[int, dict]:
         tmp_path / "farm",
         {NAME: entry},
         [job],
-        {"kernels/reserves.cpp": RESERVES.encode()},
+        {"kernels/reserves.cpp": source.encode()},
         retries=1,
         retry_backoff=0.2,
     )
@@ -84,7 +88,7 @@ def test_a_login_with_a_small_address_space_is_the_nodes_trouble(
 ) -> None:
     """Before: `fail` "exit 1" for a kernel that passes on any node without the limit, exit 1.
     Figure: infra-error naming `ulimit -v` and the limit, exit 4."""
-    code, rows = run_reserving(small_address_space, tmp_path)
+    code, rows = run_source(small_address_space, tmp_path, RESERVES)
     row = rows["uva"]
     assert row["outcome"] == "infra-error", (row["outcome"], row["reason"])
     assert "ulimit -v" in row["reason"] and "8192 MiB" in row["reason"], row["reason"]
@@ -110,3 +114,31 @@ def test_a_login_with_a_small_file_size_limit_is_the_nodes_trouble(
     assert row["outcome"] == "infra-error", (row["outcome"], row["reason"])
     assert "ulimit -f" in row["reason"] and "4 MiB" in row["reason"], row["reason"]
     assert summary.exit_code == EXIT_INFRA
+
+
+# a kernel that computes for 3 s of CPU, well within its job's 30 s timeout
+SPINS = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    volatile unsigned long n = 0;
+    while (clock() < 3 * CLOCKS_PER_SEC) n++;
+    puts("standin: PASS");
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def short_cpu(tmp_path: Path) -> Iterator[SshNode]:
+    yield from limited_node(tmp_path / "node", ["--cpu=2"])
+
+
+def test_a_login_with_a_cpu_time_limit_is_the_nodes_trouble(short_cpu: SshNode, tmp_path: Path, runner: str) -> None:
+    """Before: `fail` "killed by SIGKILL (exit 137)" (the limit's hard end; SIGXCPU at a lower soft one)
+    for a kernel computing 3 s within its 30 s timeout. Figure: infra-error naming `ulimit -t` and the limit, exit 4."""
+    code, rows = run_source(short_cpu, tmp_path, SPINS)
+    row = rows["uva"]
+    assert row["outcome"] == "infra-error", (row["outcome"], row["reason"])
+    assert "ulimit -t" in row["reason"] and "to 2 s" in row["reason"], row["reason"]
+    assert code == EXIT_INFRA

@@ -55,7 +55,8 @@ def free_inodes_sh(folder: str) -> str:
 # the login's soft limits, which every build and kernel inherits (login_limits.py says why they are
 # read), as run/node/probe.py's limits() prints them
 LIMITS_SH = (
-    'awk \'/^Max address space/ {print "limit as", $4} /^Max file size/ {print "limit fsize", $4}\' '
+    'awk \'/^Max cpu time/ {print "limit cpu", $4} /^Max file size/ {print "limit fsize", $4} '
+    '/^Max address space/ {print "limit as", $4}\' '
     "/proc/self/limits 2>/dev/null"
 )
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe

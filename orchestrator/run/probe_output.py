@@ -145,13 +145,14 @@ def _bounded(text: str, limit: int = TOOL_OUTPUT_KEPT) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
-_LIMITS = {"as": "address_space_limit", "fsize": "file_size_limit"}  # the login's soft limits (login_limits.py)
+# the login's soft limits (login_limits.py), by the probe's names
+_LIMITS = {"cpu": "cpu_time_limit", "as": "address_space_limit", "fsize": "file_size_limit"}
 
 
 def _room(lines: list[str]) -> dict[str, Any]:
     """work_free_kib, tmp_free_kib, work_executes and the free inodes from the probe's `room`
     section ("work KIB RUNS [INODES]"; INODES "-" where the file system counts none), and the
-    login's limits ("limit as|fsize BYTES|unlimited")."""
+    login's limits ("limit cpu|as|fsize SECONDS|BYTES|unlimited")."""
     found: dict[str, Any] = {}
     for line in lines:
         words = line.split()

@@ -143,12 +143,12 @@ def room(folder):
 
 
 def limits():
-    """`limit fsize|as BYTES|unlimited` of this process's soft limits, the login's (every build and
+    """`limit cpu|fsize|as SECONDS|BYTES|unlimited` of this process's soft limits, the login's (every build and
     kernel inherits them), as the shell probe's awk reads /proc/self/limits (login_limits.py)."""
     import resource
 
     lines = []
-    for name, which in (("fsize", resource.RLIMIT_FSIZE), ("as", resource.RLIMIT_AS)):
+    for name, which in (("cpu", resource.RLIMIT_CPU), ("fsize", resource.RLIMIT_FSIZE), ("as", resource.RLIMIT_AS)):
         soft = resource.getrlimit(which)[0]
         lines.append(f"limit {name} {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
     return lines
