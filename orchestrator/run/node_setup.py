@@ -22,6 +22,7 @@ from orchestrator.outcomes import NODE_STAGES
 from orchestrator.plan import Cell
 from orchestrator.run import bundle, staging
 from orchestrator.run.cell import StageRecord
+from orchestrator.run.login_limits import limits_problem
 from orchestrator.run.probe import probe, resident_probe, shipped_nvcc
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
@@ -175,7 +176,7 @@ class NodeSetup:
                 f"node {name!r}: farm.yaml declares a CC {node.cc} GPU, but nvidia-smi lists none "
                 f"({words}): not run as a compile-only node"
             )
-        if (short := snapshot.room_problem()) is not None:
+        if (short := snapshot.room_problem() or limits_problem(snapshot)) is not None:
             raise NodeUnusable(f"node {name!r}: {short}: a node's trouble, not a kernel's")
         # as the hex they are: one UUID in capitals (or with a blank) on a second row was a second
         # card, slot and lock file of one GPU, its cells run at once on it (red-team round 96)

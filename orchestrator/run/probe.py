@@ -52,6 +52,13 @@ def free_inodes_sh(folder: str) -> str:
     return f"df -Pi {folder} 2>/dev/null | awk 'NR==2 {{print ($2 > 0 ? $4 : \"-\")}}'"
 
 
+# the login's soft limits, which every build and kernel inherits (login_limits.py says why they are
+# read), as run/node/probe.py's limits() prints them
+LIMITS_SH = (
+    'awk \'/^Max cpu time/ {print "limit cpu", $4} /^Max file size/ {print "limit fsize", $4} '
+    '/^Max address space/ {print "limit as", $4}\' '
+    "/proc/self/limits 2>/dev/null"
+)
 FOLDERS_TIMEOUT = 600.0  # the folders' digests, computed beside the probe
 NVCC_IN_TREE = "nvidia/cu13/bin/nvcc"  # where NVIDIA's nvcc wheel puts it (run/toolchain.py)
 HOST_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "as", "ld")  # noderunner.HOST_COMPILERS
@@ -122,6 +129,7 @@ def probe_command(node: NodeSpec, folders: Sequence[str] = ()) -> str:
             f'rm -f $f)" "$({free_inodes_sh(".")})"',
             "printf 'tmp %s 1 %s\\n' \"$(df -Pk \"${TMPDIR:-/tmp}\" 2>/dev/null | awk 'NR==2 {print $4}')\" "
             '"$(' + free_inodes_sh('"${TMPDIR:-/tmp}"') + ')"',
+            LIMITS_SH,
             *(
                 [
                     "{ "

@@ -145,12 +145,20 @@ def _bounded(text: str, limit: int = TOOL_OUTPUT_KEPT) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
+# the login's soft limits (login_limits.py), by the probe's names
+_LIMITS = {"cpu": "cpu_time_limit", "as": "address_space_limit", "fsize": "file_size_limit"}
+
+
 def _room(lines: list[str]) -> dict[str, Any]:
     """work_free_kib, tmp_free_kib, work_executes and the free inodes from the probe's `room`
-    section ("work KIB RUNS [INODES]"; INODES "-" where the file system counts none)."""
+    section ("work KIB RUNS [INODES]"; INODES "-" where the file system counts none), and the
+    login's limits ("limit cpu|as|fsize SECONDS|BYTES|unlimited")."""
     found: dict[str, Any] = {}
     for line in lines:
         words = line.split()
+        if len(words) == 3 and words[0] == "limit" and words[1] in _LIMITS and words[2].isdigit():
+            found[_LIMITS[words[1]]] = int(words[2])  # "unlimited" (or unread) is None: nothing to refuse
+            continue
         if len(words) in (3, 4) and words[0] in ("work", "tmp") and words[1].isdigit() and words[2] in ("0", "1"):
             found[f"{words[0]}_free_kib"] = int(words[1])
             if words[0] == "work":

@@ -85,6 +85,11 @@ class NodeSnapshot:
     work_free_inodes: int | None = None  # None also where the file system counts none (btrfs)
     tmp_free_inodes: int | None = None
     work_executes: bool | None = None
+    # the login's soft limits, seconds and bytes (`ulimit -t`, `-v`, `-f`); None where unlimited or unread
+    # (login_limits.py)
+    cpu_time_limit: int | None = None
+    address_space_limit: int | None = None
+    file_size_limit: int | None = None
     unreadable_gpus: tuple[str, ...] = ()  # nvidia-smi's rows of GPUs whose CC could not be read ("[N/A]")
     # the boards the NVIDIA kernel driver holds (/proc/driver/nvidia/gpus/*/information's models)
     driver_boards: tuple[str, ...] = ()

@@ -142,6 +142,18 @@ def room(folder):
     return f"{found.f_bavail * found.f_frsize // 1024} {runs} {inodes}"
 
 
+def limits():
+    """`limit cpu|fsize|as SECONDS|BYTES|unlimited` of this process's soft limits, the login's (every build and
+    kernel inherits them), as the shell probe's awk reads /proc/self/limits (login_limits.py)."""
+    import resource
+
+    lines = []
+    for name, which in (("cpu", resource.RLIMIT_CPU), ("fsize", resource.RLIMIT_FSIZE), ("as", resource.RLIMIT_AS)):
+        soft = resource.getrlimit(which)[0]
+        lines.append(f"limit {name} {'unlimited' if soft == resource.RLIM_INFINITY else soft}")
+    return lines
+
+
 def _nvml(spec):
     """The cards as the driver knows them (NVML), as probe lines: asked from a thread of its own,
     beside nvidia-smi (which asks the driver too: tens of ms on a real card), not after it; a
@@ -205,7 +217,7 @@ def probe(spec):
     except OSError as err:
         sys.stderr.write(f"farm runner: cannot make {workdir}: {err}\n")
         workdir = ""
-    lines += ["@@farm room", "work " + room(workdir), "tmp " + room(LOGIN_ENV.get("TMPDIR") or "/tmp")]
+    lines += ["@@farm room", "work " + room(workdir), "tmp " + room(LOGIN_ENV.get("TMPDIR") or "/tmp"), *limits()]
     uname = os.uname()
     lines += ["@@farm host", uname.nodename, uname.sysname + " " + uname.machine]
     folders, placed = [], []
