@@ -6,17 +6,23 @@ Broke (before/after):
   `reports/index.html` stayed the night before's green as the current run (its "no report" page
   could not be written there either); the cron mail had one "report not rendered" line. It is
   checked before the run now: exit 3 naming farm.yaml's `reports`, the folder and why, no run.
+- `farm report --format junit|json --out FILE` stopped as it wrote (a CI step's timeout: SIGTERM; a
+  cancel or Ctrl-C: SIGINT; SIGHUP): a Ctrl-C was click's "Aborted!" and exit 1, a kernel's failure,
+  SIGTERM and SIGHUP killed it unsaid, and each left `FILE.PID.tmp` beside FILE. Now one `Error:` line,
+  exit 128+N, the temporary removed.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from farm_cli import farm
+import pytest
+from farm_cli import farm, farm_env
 from toyfarm import toy_on_t4
 
 FAILING = '#include <cstdio>\nint main() { std::printf("wrong\\n"); return 3; }\n'
@@ -71,3 +77,46 @@ def test_a_missing_reports_folder_under_a_writable_parent_is_fine(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "new" / "reports" / "index.html").is_file()
     assert not [p for p in (tmp_path / "site").rglob(".farm-write-check*")]
+
+
+# `farm report` in a process whose rename of the export's temporary file first sends the process
+# SIGNAL: a CI step's timeout (SIGTERM) or a Ctrl-C as the file is being put in place
+_STOPPED_AT_RENAME = """
+import os, signal, sys
+from orchestrator.report import pagewriter
+real = os.replace
+def replace(src, dst):
+    os.kill(os.getpid(), signal.{signal})
+    return real(src, dst)
+pagewriter.os.replace = replace
+from orchestrator.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)])
+@pytest.mark.parametrize("fmt", ["junit", "json"])
+def test_an_export_stopped_as_it_is_written_leaves_nothing_and_says_so(
+    tmp_path: Path, fmt: str, name: str, code: int
+) -> None:
+    """Before: a Ctrl-C ended in click's "Aborted!" and exit 1, the code of a kernel's failure; a SIGTERM
+    or SIGHUP killed it without a word; each left `junit.xml.PID.tmp`, the whole export under a name of
+    its own, beside the file (a CI glob `junit*` takes it). Figure: exit 128+N, one `Error:` line naming
+    the signal and the file, no temporary file, no export."""
+    config, env = toy_on_t4(tmp_path)
+    assert farm("verify", "--all", "--no-report", "--config", str(config), extra_env=env).returncode == 0
+    ci = tmp_path / "ci"
+    ci.mkdir()
+    out = ci / f"out.{fmt}"
+    done = subprocess.run(
+        [sys.executable, "-c", _STOPPED_AT_RENAME.format(signal=name), "report", "--format", fmt, "--out", str(out)],
+        cwd=tmp_path,
+        env=farm_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    assert done.stderr.startswith(f"Error: farm report was stopped by {name}"), done.stderr
+    assert str(out) in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert sorted(p.name for p in ci.iterdir()) == [], sorted(ci.iterdir())
