@@ -8,6 +8,7 @@
     │   └── StoreUnreachable       its server could not be reached again (store/outage.py)
     ├── LockError                  another run holds the farm's lock (exit 6)
     ├── StoppedBeforeRun           a stop signal before the run was stored: nothing of it is (exit 4)
+    ├── CommandStopped             a stop signal ended `farm report` (exit 128+N, as a shell says it)
     ├── TransportClosed            a closed transport was used: a bug in the farm (exit 70; never retried)
     ├── PageWriteError             a report page could not be written (report/site.py; exit 3)
     └── InfraError                 a node could not be used; never a kernel verdict (exit 4)
@@ -121,6 +122,16 @@ class StoppedBeforeRun(FarmError):
 
     exit_code = EXIT_INFRA
     meaning = "the run was stopped before it started: no cell ran, no verdict"
+
+
+class CommandStopped(FarmError):
+    """SIGINT, SIGTERM or SIGHUP ended a command that has no run to stop (`farm report`,
+    cli/run_signals.raising_on_signals): its exit is a shell's for that signal, 128+N; a Ctrl-C
+    was click's "Aborted!" and exit 1, a kernel's failure (red-team 230)."""
+
+    def __init__(self, text: str, signum: int) -> None:
+        super().__init__(text)
+        self.exit_code = 128 + signum
 
 
 class InfraError(FarmError):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.errors import ConfigError, FarmError, StoreError
+from orchestrator.errors import CommandStopped, ConfigError, FarmError, StoreError
 from orchestrator.farm_writable import WHY
 from orchestrator.terminal import printable
 
@@ -46,6 +46,23 @@ def report(run_id: int | None, given_out: str | None, fmt: str, config_path: Pat
 
     Examples: farm report;  farm report --format junit --out junit.xml
     """
+    from orchestrator.cli.run_signals import Stopped, raising_on_signals
+
+    try:
+        with raising_on_signals():
+            _report(run_id, given_out, fmt, config_path, database)
+    except Stopped as stop:
+        # one line and a shell's code for the signal: "Aborted!" and exit 1 read as a kernel's failure
+        if fmt == "html":
+            left = "each page it wrote is whole, the rest are as they were: `farm report` renders them"
+        elif given_out is None:
+            left = "the export on stdout is cut short"
+        else:
+            left = f"{given_out} was not written (no part of the export is there)"
+        raise CommandStopped(f"farm report was stopped by {stop.name}: {left}", stop.signum) from None
+
+
+def _report(run_id: int | None, given_out: str | None, fmt: str, config_path: Path, database: str | None) -> None:
     from orchestrator.config.output_paths import farm_file_problem, site_folder_problem
     from orchestrator.report import export
     from orchestrator.report import site as report_mod

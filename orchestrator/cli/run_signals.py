@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Protocol
 
 from orchestrator.guarded import aside, hurry
@@ -63,3 +64,30 @@ def stopping_on_signals(run: Stoppable, until_exit: bool = False):
 def _exit_stored(signum: int, _frame: object) -> None:
     hurry()
     aside(f"{signal.Signals(signum).name}: the run has ended and is stored; the farm exits with its stored code")
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal, raised where the main thread is (raising_on_signals)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def raising_on_signals() -> Iterator[None]:
+    """SIGTERM, SIGINT and SIGHUP (unless ignored: `nohup`) raise Stopped, so a command with no
+    run to stop unwinds: a file it was writing is removed, not left beside its name (pagewriter's
+    temporary), and it says so. SIGTERM and SIGHUP had killed it where it stood (red-team 230)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        raise Stopped(signum)
+
+    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -143,7 +143,7 @@ def verify(
     Examples: farm verify --all;  farm verify wgmma_gemm:gencode --node h100;
     farm verify --all --quiet --trigger cron --log /var/log/farm.log --wait 600
     """
-    from orchestrator.config.output_paths import farm_file_problem
+    from orchestrator.config.output_paths import farm_file_problem, site_write_problem
     from orchestrator.plan import SelectionError, plan_cells
     from orchestrator.progress import Guarded, Listeners, LiveListener, PlainListener
     from orchestrator.report import site as report_mod
@@ -166,6 +166,10 @@ def verify(
     # from here on every failure also ends the log: its last line was the night before's
     # verdict, green over a night refused at its start (a red-team finding)
     with failure_logged(log_file), stop_before_run() as prerun:
+        # before the run, not after it: its index stayed the night before's green (red-team 230)
+        site_here = not no_report and same_database(farm.database_url, farm.configured_database_url)
+        if site_here and (problem := site_write_problem(farm.reports_dir)):
+            raise ConfigError(str(farm.file), "reports", *problem)
         journals = journal.journal_folder(farm.database_url, farm.root, farm.spec.journal)
         if problem := write_problem(farm.database_url, journals):  # before the lock: its exit 6 says "held"
             raise StoreError(problem)

@@ -6,6 +6,7 @@ farm's own: an export given `--out results.db` replaced the database with JSON, 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,3 +142,25 @@ def database_place_problem(url: str, config: Path, sources: dict[str, Path]) -> 
 
 
 _APART = "a database file apart from farm.yaml and the course's jobs and kernels (e.g. sqlite:///results.db)"
+
+
+def site_write_problem(path: Path) -> tuple[str, str] | None:
+    """(found, expected) when the site's folder `path` (or, where it is not there yet, the folder it
+    would be made in) cannot be written by this process, else None. Checked by `verify` before its
+    run: a read-only or another user's reports folder failed the render only once the night's run
+    was stored, and its index (not even a "no report" page could be written) stayed the night
+    before's green over it (red-team 230). A probe file is made and removed; nothing else."""
+    import tempfile
+
+    folder = next((p for p in (path, *path.parents) if p.exists()), None)
+    if folder is None or not folder.is_dir():
+        return None  # site_folder_problem's to say (a file where a folder goes)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".farm-write-check-", dir=folder)
+    except OSError as err:
+        what = "a folder that cannot be written" if folder == path else f"a folder that cannot be made in {folder}"
+        found = f"{path}, {what} ({err.strerror or err})"
+        return found, "a folder this user may write (the site is rendered there), or `farm verify --no-report`"
+    os.close(fd)
+    os.unlink(probe)
+    return None

@@ -107,7 +107,7 @@ def write_page(path: str, data: bytes, compare: bool) -> None:
             _published(page.fileno())
             page.write(data)
         os.replace(tmp, path)
-    except OSError:  # a full disk, a folder where the page goes: no temporary left behind
+    except BaseException:  # a full disk, a folder where the page goes, a stop signal: no temporary left behind
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
