@@ -11,6 +11,7 @@ resident runners sent per cell where the tree has them.
     PYTHONPATH=. python3 bench/farm_cpu.py                      # this tree alone
     PYTHONPATH=. python3 bench/farm_cpu.py --trees /tmp/old .   # old against this tree
     PYTHONPATH=. python3 bench/farm_cpu.py --profile 30         # the 30 costliest functions, this tree
+    PYTHONPATH=. python3 bench/farm_cpu.py --split 1,24         # a node's CPU once, and a cell's, fitted
 
 An old tree is `git archive COMMIT orchestrator tests | tar -x -C /tmp/old`.
 A run whose cells did not all pass prints no figure, and the bench exits 1.
@@ -51,6 +52,18 @@ if put is not None:
         messages[1] += len(item[1]) if isinstance(item[1], bytes) else 0
         return put(served, item)
     resident._put = counted
+# each thread's own CPU as it ends, by its kind (its name without numbers, as the farm names them):
+# where the CPU goes without a profiler's per-call cost, which inflates generator-heavy code 4x
+import re as _re, threading as _threading
+by_thread = {}
+_inner = _threading.Thread._bootstrap_inner
+def _counted(self):
+    try:
+        _inner(self)
+    finally:
+        kind = _re.sub(r"[0-9]+", "#", self.name)
+        by_thread[kind] = by_thread.get(kind, 0.0) + time.thread_time()
+_threading.Thread._bootstrap_inner = _counted
 farm = load_farm(farm_file)
 cells = plan_cells(farm, None, None)
 store = Store(farm.database_url)
@@ -112,6 +125,7 @@ if profiles:
 print(json.dumps({
     "cells": len(cells), "cpu": cpu, "wall": wall, "outcomes": dict(summary.outcomes),
     "messages": messages[0] if put is not None else None, "bytes": messages[1], "kinds": kinds, "split": split,
+    "threads": by_thread,
 }))
 """
 
@@ -176,6 +190,33 @@ def one_run(tree: Path, root: Path, nodes: list, jobs: int, runner: str, profile
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def split_fixed(tree: Path, tmp: Path, nodes: list, args: argparse.Namespace) -> int:
+    """CPU(K) = N x (node + K x cell), for two K side by side: what a node costs once and what a cell adds."""
+    k1, k2 = (int(k) for k in args.split.split(","))
+    cpu: dict[int, list[float]] = {k1: [], k2: []}
+    for _ in range(args.repeat):
+        for k in (k1, k2):
+            run = one_run(tree, tmp / "farm", nodes, k, args.runner, 0, args.processes)
+            if run["outcomes"].get("pass", 0) != run["cells"]:
+                print(f"{tree} at {k} cells per node: NOT ALL PASS ({run['outcomes']}); no figure")
+                return 1
+            cpu[k].append(run["cpu"] / len(nodes) * 1000)  # ms per node
+    a, b = statistics.median(cpu[k1]), statistics.median(cpu[k2])
+    cell = (b - a) / (k2 - k1)
+    node = a - k1 * cell
+    print(
+        f"{len(nodes)} nodes, {k1} and {k2} cells each, {args.repeat} runs of each, alternating; "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    )
+    for k in (k1, k2):
+        print(f"{k} cells per node: farm CPU per node {' / '.join(f'{x:.1f}' for x in cpu[k])} ms")
+    print(
+        f"fitted: each node {node:.1f} ms once, each cell {cell:.2f} ms; at 6 cells per node (bench/fleet.py) "
+        f"{node / 6 + cell:.2f} ms a cell, {node / 6 / (node / 6 + cell):.0%} of it the node's"
+    )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trees", nargs="+", default=[str(REPO)], help="farm trees to run side by side")
@@ -185,6 +226,12 @@ def main() -> int:
     ap.add_argument("--runner", choices=["auto", "cell", "shell"], default="auto")
     ap.add_argument("--processes", type=int, default=1, help="farm.yaml's worker processes (1: none)")
     ap.add_argument("--profile", type=int, default=0, help="print this many costliest functions (first tree, one run)")
+    ap.add_argument(
+        "--split",
+        default="",
+        help="K1,K2: the first tree at K1 and at K2 cells per node, alternated --repeat times; prints the CPU a "
+        "node costs once (connect, probe, stage, its records) and the CPU each further cell costs, fitted",
+    )
     args = ap.parse_args()
     sys.path[:0] = [str(REPO / "tests")]
     from nodes import CARDS, Fleet
@@ -202,6 +249,8 @@ def main() -> int:
         if args.profile:
             one_run(trees[0], tmp / "farm-profile", nodes, args.jobs, args.runner, args.profile, args.processes)
             return 0
+        if args.split:
+            return split_fixed(trees[0], tmp, nodes, args)
         seen: dict[Path, list[dict]] = {t: [] for t in trees}
         for _ in range(args.repeat):
             for tree in trees:
@@ -231,6 +280,15 @@ def main() -> int:
                 for k in runs[0].get("split", {})
             )
             said += f"; per cell, ms: {parts}" if parts else ""
+            threads = runs[-1].get("threads") or {}
+            if threads and args.processes == 1:  # a worker process's threads are not the child's
+                own = sum(threads.values())
+                rest = runs[-1]["cpu"] - own  # the run's main thread (cpu counts from its start) and reaped children
+                named = {"node_#": "node (connect, probe, stage; its first cell worker)", "Thread-#": "paramiko reader"}
+                kinds = sorted(((named.get(k, k), v) for k, v in threads.items()), key=lambda kv: -kv[1])
+                said += "; by thread, ms per cell (last run): " + ", ".join(
+                    [f"{kind} {sec / cells * 1000:.2f}" for kind, sec in kinds] + [f"main {rest / cells * 1000:.2f}"]
+                )
             print(
                 f"{tree}: farm CPU per cell {' / '.join(f'{x:.1f}' for x in per_cell)} ms "
                 f"(median {statistics.median(per_cell):.1f}); wall {statistics.median(r['wall'] for r in runs):.2f} s"
