@@ -8,20 +8,27 @@
    resolve by itself", though the node was only busy. Now a node reason counts as stuck only while a
    node it names (else the job's requested node, else its partition's every node) is down, drained,
    draining, failing or in maintenance, by sinfo.
+2. A login node whose non-interactive shell has no srun on its PATH (Slurm's bin folder added by a
+   login profile only) made every job "Slurm's controller (slurmctld) did not answer for the job's
+   record (squeue: sh: 1: squeue: not found)", retried each cell after 8 s of squeue retries: the night
+   operator was sent to slurmctld. Now NodeUnusable (not retried) saying to set PATH in the node's env.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from slurm import SlurmCluster, running_cluster, tool
 
 import orchestrator.transport.slurm as slurm_transport
 from orchestrator.config.farm_spec import NodeSpec
+from orchestrator.errors import InfraError, NodeUnusable
 from orchestrator.transport.slurm import SlurmStuck, SlurmTransport
 
 
@@ -37,13 +44,13 @@ def quick_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(slurm_transport, "STUCK_POLL_S", 0.5)
 
 
-def transport(cluster: SlurmCluster, partition: str = "t4", pending_limit: int = 40) -> SlurmTransport:
+def transport(cluster: SlurmCluster, partition: str = "t4", pending_limit: int = 40, **env: str) -> SlurmTransport:
     node = NodeSpec(
         transport="slurm",
         partition=partition,
         gres="gpu:1",
         pending_limit=pending_limit,
-        env={"SLURM_CONF": str(cluster.conf)},
+        env={"SLURM_CONF": str(cluster.conf), **env},
     )
     return SlurmTransport(partition, node)
 
@@ -124,3 +131,19 @@ def test_a_pinned_job_whose_node_is_drained_is_still_stuck(cluster: SlurmCluster
             cluster.cmd(["scontrol", "update", "NodeName=t4node", "State=RESUME"])
             cluster.wait_idle()
     assert waited < 20 and "does not resolve" in str(err.value), (waited, str(err.value))
+
+
+def test_a_login_shell_without_srun_on_its_path_says_so_not_slurmctld(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Before: SlurmJobError, retried, "Slurm's controller (slurmctld) did not answer for the job's
+    record (squeue: sh: 1: squeue: not found)". Figure: NodeUnusable, not retried, naming srun and the
+    node's PATH, not slurmctld."""
+    bin_dir = tmp_path / "bin"  # the shell's own tools, none of Slurm's
+    bin_dir.mkdir()
+    for name in ("sh", "sed", "cut", "tail", "sleep", "id", "date", "tr", "timeout", "cat", "grep"):
+        if found := shutil.which(name):
+            (bin_dir / name).symlink_to(found)
+    with transport(cluster, PATH=str(bin_dir)) as t, pytest.raises(InfraError) as err:
+        t.run("echo never", timeout=20)
+    said = str(err.value)
+    assert isinstance(err.value, NodeUnusable) and not err.value.retryable, said
+    assert "srun" in said and "PATH" in said and "slurmctld" not in said, said
