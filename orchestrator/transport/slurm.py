@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from orchestrator.config.farm_spec import NodeSpec
-from orchestrator.errors import CommandTimeout, InfraError
+from orchestrator.errors import CommandTimeout, InfraError, NodeUnusable
 from orchestrator.transport.base import CommandResult, Transport
 from orchestrator.transport.slurm_ending import job_ident, judge_ending, read_submission, split_stderr
 from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled, SlurmPendingLimit, SlurmStuck: the module's API
@@ -88,6 +88,11 @@ _CARDS = (
     "--query-gpu=index,uuid,name,compute_cap,driver_version,memory.total --format=csv,noheader 2>/dev/null "
     '| cut -s -d, -f3,4 | tr "\\n" ";")'
 )
+
+
+# the login shell's words for a Slurm client it cannot find (dash: "sh: 1: srun: not found"; bash:
+# "bash: line 1: srun: command not found"): the login node's PATH, not slurmctld (red-team 231)
+_NOT_FOUND = re.compile(r"^[^\n]*?\b(srun|squeue): (?:command )?not found$", re.M)
 
 
 def _minutes(seconds: float) -> int:
@@ -221,6 +226,13 @@ class SlurmTransport(Transport):
             # srun is gone (killed on the login node) while Slurm still runs the job: left alone it
             # holds its compute node's GPU until its time limit, and the next job waits behind it
             self._cancel(job)
+        if not job.started and job.job_id is None and (missing := _NOT_FOUND.search(outcome.stderr)):
+            # the login shell found no srun or squeue: before, "slurmctld did not answer", retried each cell
+            raise NodeUnusable(
+                f"node {self.name!r}: Slurm's {missing.group(1)} is not on the login node's PATH for the farm's "
+                f"shell ({missing.group(0).strip()[:200]}): set PATH in the node's `env` to include Slurm's bin "
+                "folder (a non-interactive shell reads no login profile); not a verdict on the command"
+            )
         try:
             self._judge(job, rc, seconds)
         except SlurmTimeLimit as err:

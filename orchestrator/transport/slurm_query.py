@@ -111,8 +111,7 @@ def stop_script(token: str, timeout: float, queries: int) -> str:
 
 
 # Slurm's reasons for a pending job that it never resolves by itself (each the start of squeue's %r):
-# an admin's or a user's hold, a partition down or inactive, a required node drained or down (its
-# reason turns to its description after a scheduler pass), a request over a partition's limit or one
+# an admin's or a user's hold, a partition down or inactive, a request over a partition's limit or one
 # no node meets. Waiting for the node's pending_limit (300 s by default) left the job in the queue
 # and the night's cell waiting for nothing (red-team 221).
 STUCK_REASONS = (
@@ -123,9 +122,6 @@ STUCK_REASONS = (
     "PartitionNodeLimit",
     "PartitionTimeLimit",
     "BadConstraints",
-    "ReqNodeNotAvail",
-    "Nodes required for job are DOWN, DRAINED",
-    "NodeDown",
     "InvalidAccount",
     "InvalidQOS",
     "AccountNotAllowed",
@@ -134,21 +130,50 @@ STUCK_REASONS = (
 )
 # ...and anywhere in it: a QOS's or an association's per-job limit (QOSMaxWallDurationPerJobLimit...)
 STUCK_WITHIN = ("PerJob",)
+# Slurm's reasons for a job its node(s) cannot take now: stuck only while a node they concern is down,
+# drained or in maintenance (by sinfo). The same words say a node merely busy: a job pinned (--nodelist,
+# every job after the probe) behind another job waiting for that node reads "ReqNodeNotAvail,
+# UnavailableNodes:NODE", or in a partition of one node "Nodes required for job are DOWN, DRAINED or
+# reserved for jobs in higher priority partitions"; each was cancelled as stuck (red-team 231)
+NODE_REASONS = ("ReqNodeNotAvail", "Nodes required for job are DOWN, DRAINED", "NodeDown")
+# sinfo's long states (%T, a flag such as `*` after) of a node Slurm gives no job until someone acts
+UNUSABLE_NODE = "down*|drain*|fail*|maint*|inval*|future*"
+
+
+def _node_check() -> str:
+    """Shell that, for a node reason in $why, counts the job stuck ($n+1) only where sinfo says a
+    concerned node cannot take jobs: a node the reason names (UnavailableNodes:), else the job's
+    requested node ($req), else every node of its partition ($part). Otherwise the job waits (n=0)."""
+    unusable = UNUSABLE_NODE
+    return (
+        'u=${why#*UnavailableNodes:}; [ "$u" != "$why" ] || u=$req; '
+        'if [ -n "$u" ]; then st=$(sinfo -h -N -n "$u" -o %T 2>/dev/null) || continue; b=0; '
+        f'for x in $st; do case "$x" in {unusable}) b=1;; esac; done; '
+        'else st=$(sinfo -h -N -p "$part" -o %T 2>/dev/null) || continue; b=${st:+1}; '
+        f'for x in $st; do case "$x" in {unusable}) ;; *) b=0;; esac; done; fi; '
+        '[ "${b:-0}" = 1 ] || { n=0; continue; }; n=$((n+1))'
+    )
 
 
 def stuck_watch(job_name: str, token: str, polls: int, interval: float) -> str:
     """Shell started in the background beside the job's srun: while the job pends, it asks squeue for
-    its reason every `interval` s; a reason of STUCK_REASONS seen `polls` times in a row is printed
-    (`@@slurm-stuck-TOKEN REASON`, before the cancel, so srun's return finds it written) and the job
-    scancelled if it still pends. It ends once the job leaves PENDING, or at $farm_deadline; a
-    silent controller (squeue failing) cancels nothing. Its sleep holds none of the shell's pipes."""
+    its reason every `interval` s; a reason of STUCK_REASONS (or of NODE_REASONS, its node unusable)
+    seen `polls` times in a row is printed (`@@slurm-stuck-TOKEN REASON`, before the cancel, so srun's
+    return finds it written) and the job scancelled if it still pends. It ends once the job leaves
+    PENDING, or at $farm_deadline; a silent controller (squeue failing) cancels nothing. Its sleep
+    holds none of the shell's pipes."""
     name = shlex.quote(job_name)
     stuck = "|".join([*(f"'PENDING|{r}'*" for r in STUCK_REASONS), *(f"'PENDING|'*'{r}'*" for r in STUCK_WITHIN)])
+    nodes = "|".join(f"'PENDING|{r}'*" for r in NODE_REASONS)
     return (
         f"{UID_SETTING}"
-        f'( n=0; while [ "{NOW_S}" -lt "$farm_deadline" ]; do sleep {interval:g} </dev/null >/dev/null 2>&1; '
-        f"r=$(squeue -h -t all {SQUEUE_USER} --name={name} -o '%T|%r' 2>/dev/null) || continue; "
-        f"case \"$r\" in '') continue;; {stuck}) n=$((n+1));; 'PENDING|'*) n=0; continue;; *) exit 0;; esac; "
-        f'[ "$n" -ge {polls} ] || continue; printf "@@slurm-stuck-{token} %s\\n" "${{r#*|}}"; '
+        # set -f: sinfo's "down*" split unquoted, never a glob of the login's folder
+        f'( set -f; n=0; while [ "{NOW_S}" -lt "$farm_deadline" ]; do sleep {interval:g} </dev/null >/dev/null 2>&1; '
+        f"r=$(squeue -h -t all {SQUEUE_USER} --name={name} -o '%T|%r|%n|%P' 2>/dev/null) || continue; "
+        # its reason, requested nodes and partition (no reason holds a "|")
+        "why=${r#*|}; why=${why%%|*}; req=${r#*|*|}; part=${req#*|}; req=${req%%|*}; "
+        f"case \"$r\" in '') continue;; {stuck}) n=$((n+1));; {nodes}) {_node_check()};; "
+        "'PENDING|'*) n=0; continue;; *) exit 0;; esac; "
+        f'[ "$n" -ge {polls} ] || continue; printf "@@slurm-stuck-{token} %s\\n" "$why"; '
         f"scancel --state=PENDING --name={name} </dev/null >/dev/null 2>&1; exit 0; done ) & farm_w=$!; "
     )
