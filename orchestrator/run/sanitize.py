@@ -39,6 +39,8 @@ PRINT_LIMIT = 20  # errors each tool prints in full (it still counts them all)
 _SUMMARY_RE = re.compile(r"^=+ ERROR SUMMARY: (\d+) errors?\s*$", re.M)
 _FINDING_RE = re.compile(r"^=+ [^\s=]", re.M)  # a finding's first line, as the tool prints it
 _RACE_SUMMARY_RE = re.compile(r"^=+ RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, \d+ warnings?\)", re.M)
+# past --print-limit the tool adds this line after its count: its own, where it follows the count
+_UNPRINTED_RE = re.compile(r"=+ ERROR SUMMARY: (\d+) errors? (?:was|were) not printed\. Use --print-limit option\b.*")
 
 
 def log_path(run_dir: str, tool: str) -> str:
@@ -88,9 +90,15 @@ def findings(log: str) -> str:
 def error_count(log: str) -> int | None:
     """The errors the tool's summary line counts, where that line ends the log; None when none does.
     The tool writes it last, once the program ended: a summary with lines after it is not the
-    tool's word (a kernel forged it), nor is one that lines written after the tool's follow."""
+    tool's word (a kernel forged it), nor is one that lines written after the tool's follow. Past
+    --print-limit the tool's last line says how many it did not print, right after its count
+    (read as a forgery, 257 errors were "1 error, not the tool's word": red-team 232)."""
     lines = log.rstrip().splitlines()
     last = lines[-1] if lines else ""
+    unprinted = _UNPRINTED_RE.fullmatch(last.rstrip())
+    if unprinted and len(lines) > 1:  # the count is the line before it, and counts more than it left out
+        count = _SUMMARY_RE.fullmatch(lines[-2])
+        return int(count.group(1)) if count and int(count.group(1)) > int(unprinted.group(1)) else None
     found = _SUMMARY_RE.fullmatch(last) or _RACE_SUMMARY_RE.match(last)
     return int(found.group(1)) if found else None
 
