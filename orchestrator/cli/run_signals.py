@@ -7,8 +7,8 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from orchestrator.guarded import aside, hurry
 
@@ -46,11 +46,7 @@ def stopping_on_signals(run: Stoppable, until_exit: bool = False):
         else:
             aside(f"{name}: stopping run: no new cells; killing the running ones on every node")
 
-    # a hangup (the ssh session `farm verify` ran in closed) killed the farm outright: its kernels
-    # ran on, the run stayed `running` (a red-team finding); it stops the run as SIGTERM does,
-    # unless it is ignored (`nohup`: the run is meant to outlive its session)
-    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
+    previous = _install(handle)
     try:
         yield
     finally:
@@ -84,10 +80,17 @@ def raising_on_signals() -> Iterator[None]:
     def handle(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
-    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
+    previous = _install(handle)
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _install(handle: Callable[[int, Any], None]) -> dict[signal.Signals, Any]:
+    """`handle` for SIGTERM, SIGINT and SIGHUP; the handlers before it. A hangup (the ssh session `farm
+    verify` ran in closed) killed the farm outright: its kernels ran on, the run stayed `running` (a
+    red-team finding); it is handled as SIGTERM is, unless ignored (`nohup`: meant to outlive its session)."""
+    hangup = [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    return {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT, *hangup)}
