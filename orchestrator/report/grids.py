@@ -234,6 +234,43 @@ def standing_counts(model: ReportModel) -> dict[str, int]:
     return counts
 
 
+def unconfirmed_why(r: Any) -> str:
+    """Why an unconfirmed(r) verdict certifies nothing, each cause said: its card, where it ran
+    (farm_writable.py), inputs the farm did not all identify."""
+    return "; ".join(
+        [
+            *(["stand-in card"] if not r.real_gpu else []),
+            *([WHY] if r.farm_writable else []),
+            *([UNIDENTIFIED] if not r.identity else []),
+        ]
+    )
+
+
+def change_caveats(model: ReportModel, since: dict[int, list[str]]) -> dict[history.CellKey, str]:
+    """cell -> why the run's as-expected verdict, listed under "what changed", certifies nothing:
+    "fixed: fail (run 1) → pass" of a stand-in card's pass read as the night's fix, the matrix's
+    grey below it (review 234)."""
+    unfinished = _UNFINISHED.get(model.run.status, "did not finish") if model.run.status != "finished" else ""
+    caveats = {}
+    for r in model.results:  # light rows: the card's and the runner's columns are the standing's
+        key = (r.kernel, r.variant, r.node, r.device)
+        if category(r.outcome) != "good":
+            continue
+        standing = model.standing.get(key)
+        full = standing.result if standing is not None and standing.result.id == r.id else None
+        unsure = unconfirmed_why(full) if full is not None and unconfirmed(full) else ""
+        if not unsure and r.id in model.unconfirmed_ids:  # not its cell's standing verdict (never, but said)
+            unsure = "a card the driver did not confirm, or run unconfined"
+        why = [
+            *([unsure] if unsure else []),
+            *([f"run {r.run_id} {unfinished}"] if unfinished else []),
+            *since.get(r.id, []),
+        ]
+        if why:
+            caveats[key] = "; ".join(why)
+    return caveats
+
+
 def standing_matrix(model: ReportModel, env: Environment) -> Markup:
     """index.html's matrix rows (the fleet's standing), one <tr> per (kernel, variant)
     and a cell per column, as HTML made here: Jinja2 spent microseconds on each of a
@@ -287,14 +324,7 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 # its card, where it ran (farm_writable.py), or both: each said, and beside a run that did
                 # not finish (one flag had hidden the other: review 141)
                 if cat == "good unconfirmed" and unconfirmed(r):
-                    said = "; ".join(
-                        [
-                            *(["stand-in card"] if not r.real_gpu else []),
-                            *([WHY] if r.farm_writable else []),
-                            *([UNIDENTIFIED] if not r.identity else []),
-                        ]
-                    )
-                    cell.append(f'<small class="flag">{_t(said)}: certifies nothing</small>')
+                    cell.append(f'<small class="flag">{_t(unconfirmed_why(r))}: certifies nothing</small>')
                 # a build that failed has no stderr line of the kernel's: its reason holds nvcc's error (round 95)
                 said = r.last_stderr_line or (r.reason if r.outcome == "build-fail" else "")
                 if cat == "bad" and said:
@@ -316,6 +346,9 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 cell.append(f'<small class="flag rejudged">job changed since: {_t(moot)}</small>\n')
             if left:
                 cell.append('<small class="flag departed">node not in the fleet now</small>\n')
+            if cat == "good unconfirmed" and not (unfinished or unconfirmed(r)):
+                # grey for a flag above alone: said as the run page says it, not by colour (review 234)
+                cell.append('<small class="flag">so it certifies nothing</small>\n')
             if s.infra_since:
                 then = s.infra_since
                 cell.append(f'<small class="flag">then {_t(then.outcome)} in run {_t(then.run_id)}</small>')

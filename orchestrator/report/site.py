@@ -338,6 +338,7 @@ def _render(
             matrix=grids.standing_matrix(model, env),
             fleet=grids.standing_counts(model),
             cell_ids={(r.kernel, r.variant, r.node, r.device): r.id for r in model.results},
+            caveats=grids.change_caveats(model, since),
             page_name=page_name,
         ),
         pages,
