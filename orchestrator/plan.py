@@ -124,6 +124,24 @@ def plan_cells(
     return [Cell(k, v, n) for n in nodes for k, v in chosen]
 
 
+def nvcc_in_range(version: Version, text: str) -> bool:
+    """Whether nvcc's version (13.0.88: release 13.0, build 88) is in a known failure's range, each
+    clause judged on as many numbers as it names: `>13.0` is 13.1 on and `!=13.0` all but 13.0, where
+    PEP 440 put 13.0.88 in both (a failure the declaration excludes read `known-failure`, green), and
+    `==13.0` or `<=13.0` covered no nvcc 13.0 (red-team 235). Three numbers (`>=12.4.131`) and
+    wildcards (`==13.0.*`) are judged as PEP 440 says."""
+    for clause in SpecifierSet(text):
+        named = clause.version
+        judged = version
+        if clause.operator != "===" and not named.endswith(".*"):
+            places = len(Version(named).release)
+            if places < len(version.release):
+                judged = Version(".".join(str(n) for n in version.release[:places]))
+        if not clause.contains(judged):
+            return False
+    return True
+
+
 def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: ComputeCapability | None) -> bool:
     """Whether a declared known failure covers a cell built by this nvcc, on a card of this CC
     (the plan's question, and the report's of a verdict stored before the job was edited)."""
@@ -132,7 +150,7 @@ def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: 
         if nvcc_version is None:
             return False
         try:
-            if Version(nvcc_version) not in SpecifierSet(when.nvcc):
+            if not nvcc_in_range(Version(nvcc_version), when.nvcc):
                 return False
         except InvalidVersion:
             return False
