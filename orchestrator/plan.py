@@ -66,10 +66,22 @@ class Expectation:
     known_failure: KnownFailureSpec | None = None
     cc: ComputeCapability | None = None  # the card's CC the cell is judged against
     cuda_error_waived: bool = False  # `cuda_error_text: expected` (waives_cuda_errors)
+    # the further declarations that cover the cell too (an nvcc's build-fail and a card's wrong
+    # numbers): the first alone was asked, and the second's failure was a red `fail` (red-team 235)
+    also_known: tuple[KnownFailureSpec, ...] = ()
 
     @property
     def label(self) -> str:
         return Outcome.KNOWN_FAILURE.value if self.known_failure else self.outcome.value
+
+    @property
+    def known_failures(self) -> tuple[KnownFailureSpec, ...]:
+        """Every declared known failure that covers the cell, in the job's order."""
+        return (self.known_failure, *self.also_known) if self.known_failure else ()
+
+    def declared(self, outcome: Outcome) -> KnownFailureSpec | None:
+        """The first declaration covering the cell that names this failure, or None."""
+        return next((kf for kf in self.known_failures if kf.outcome is outcome), None)
 
 
 class SelectionError(ValueError):
@@ -194,14 +206,12 @@ def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCa
         outcome, reason = Outcome.PASS, f"CC {cc} satisfies {contract}"
     else:
         outcome, reason = Outcome.EXPECTED_REFUSAL, f"CC {cc} is outside {contract}: the gate must refuse"
-    known = next(
-        (
-            kf
-            for kf in variant.known_failures
-            if kf.outcome in CAN_FAIL_AS[outcome] and known_failure_applies(kf, snapshot.nvcc_version, cc)
-        ),
-        None,
-    )
+    known = [
+        kf
+        for kf in variant.known_failures
+        if kf.outcome in CAN_FAIL_AS[outcome] and known_failure_applies(kf, snapshot.nvcc_version, cc)
+    ]
     waived = waives_cuda_errors(job.spec, variant)
     # said in the expectation, which is stored: where reviewers certify, a waived pass is told apart (cuda_waiver.py)
-    return Expectation(outcome, noted(reason, waived and outcome is Outcome.PASS), known, cc, waived)
+    reason = noted(reason, waived and outcome is Outcome.PASS)
+    return Expectation(outcome, reason, known[0] if known else None, cc, waived, tuple(known[1:]))

@@ -13,7 +13,7 @@ import pytest
 from test_classify import built
 from test_config import GOOD_FARM, make_farm
 
-from orchestrator.classify import classify
+from orchestrator.classify import Evidence, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import Outcome
@@ -98,3 +98,31 @@ def test_an_nvcc_range_is_judged_on_the_release_it_names(
     assert (exp.known_failure is not None) is applies, (nvcc_range, nvcc, exp)
     verdict = classify(built(run_exit=1), exp)  # the wrong numbers
     assert verdict.outcome is (Outcome.KNOWN_FAILURE if applies else Outcome.FAIL), verdict
+
+
+TWO = """\
+      - when: {nvcc: ">=13.0,<13.1"}
+        outcome: build-fail
+        reason: nvcc 13.0 rejects the header (issue 3)
+      - when: {cc: {exactly: "7.5"}}
+        outcome: fail
+        reason: wrong numbers on Turing (issue 9)
+"""
+
+
+def test_each_known_failure_that_covers_a_cell_is_honoured(tmp_path: Path) -> None:
+    """Before: the cell took the first declaration that covers it (nvcc 13.0's build-fail), so the
+    second (wrong numbers on CC 7.5), which covers it too, was never asked: a built binary's wrong
+    numbers on the T4 with nvcc 13.0.88 were a red `fail` the job declares, while with nvcc 13.1 the
+    same failure was `known-failure`. Figure: a failure is known if any declaration covering the
+    cell names it; a pass is `fixed`, naming every declaration that covered it."""
+    exp = _expectation(tmp_path, TWO)
+    assert exp.known_failure is not None and exp.known_failure.outcome is Outcome.BUILD_FAIL, exp
+    built_fails = classify(built(run_exit=1), exp)
+    assert built_fails.outcome is Outcome.KNOWN_FAILURE, built_fails
+    assert "issue 9" in built_fails.reason, built_fails
+    assert classify(Evidence(build_exit=1), exp).outcome is Outcome.KNOWN_FAILURE
+    passed = classify(built(run_exit=0, stdout=b"PASS"), exp)
+    assert passed.outcome is Outcome.FIXED and "issue 3" in passed.reason and "issue 9" in passed.reason, passed
+    # a failure no declaration names stays the kernel's
+    assert classify(built(run_exit=0, stdout=b"PASS", run_timed_out=True), exp).outcome is Outcome.TIMEOUT
