@@ -66,10 +66,22 @@ class Expectation:
     known_failure: KnownFailureSpec | None = None
     cc: ComputeCapability | None = None  # the card's CC the cell is judged against
     cuda_error_waived: bool = False  # `cuda_error_text: expected` (waives_cuda_errors)
+    # the further declarations that cover the cell too (an nvcc's build-fail and a card's wrong
+    # numbers): the first alone was asked, and the second's failure was a red `fail` (red-team 235)
+    also_known: tuple[KnownFailureSpec, ...] = ()
 
     @property
     def label(self) -> str:
         return Outcome.KNOWN_FAILURE.value if self.known_failure else self.outcome.value
+
+    @property
+    def known_failures(self) -> tuple[KnownFailureSpec, ...]:
+        """Every declared known failure that covers the cell, in the job's order."""
+        return (self.known_failure, *self.also_known) if self.known_failure else ()
+
+    def declared(self, outcome: Outcome) -> KnownFailureSpec | None:
+        """The first declaration covering the cell that names this failure, or None."""
+        return next((kf for kf in self.known_failures if kf.outcome is outcome), None)
 
 
 class SelectionError(ValueError):
@@ -124,6 +136,24 @@ def plan_cells(
     return [Cell(k, v, n) for n in nodes for k, v in chosen]
 
 
+def nvcc_in_range(version: Version, text: str) -> bool:
+    """Whether nvcc's version (13.0.88: release 13.0, build 88) is in a known failure's range, each
+    clause judged on as many numbers as it names: `>13.0` is 13.1 on and `!=13.0` all but 13.0, where
+    PEP 440 put 13.0.88 in both (a failure the declaration excludes read `known-failure`, green), and
+    `==13.0` or `<=13.0` covered no nvcc 13.0 (red-team 235). Three numbers (`>=12.4.131`) and
+    wildcards (`==13.0.*`) are judged as PEP 440 says."""
+    for clause in SpecifierSet(text):
+        named = clause.version
+        judged = version
+        if clause.operator != "===" and not named.endswith(".*"):
+            places = len(Version(named).release)
+            if places < len(version.release):
+                judged = Version(".".join(str(n) for n in version.release[:places]))
+        if not clause.contains(judged):
+            return False
+    return True
+
+
 def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: ComputeCapability | None) -> bool:
     """Whether a declared known failure covers a cell built by this nvcc, on a card of this CC
     (the plan's question, and the report's of a verdict stored before the job was edited)."""
@@ -132,7 +162,7 @@ def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: 
         if nvcc_version is None:
             return False
         try:
-            if Version(nvcc_version) not in SpecifierSet(when.nvcc):
+            if not nvcc_in_range(Version(nvcc_version), when.nvcc):
                 return False
         except InvalidVersion:
             return False
@@ -176,14 +206,12 @@ def expect(job: Job, variant: VariantSpec, snapshot: NodeSnapshot, cc: ComputeCa
         outcome, reason = Outcome.PASS, f"CC {cc} satisfies {contract}"
     else:
         outcome, reason = Outcome.EXPECTED_REFUSAL, f"CC {cc} is outside {contract}: the gate must refuse"
-    known = next(
-        (
-            kf
-            for kf in variant.known_failures
-            if kf.outcome in CAN_FAIL_AS[outcome] and known_failure_applies(kf, snapshot.nvcc_version, cc)
-        ),
-        None,
-    )
+    known = [
+        kf
+        for kf in variant.known_failures
+        if kf.outcome in CAN_FAIL_AS[outcome] and known_failure_applies(kf, snapshot.nvcc_version, cc)
+    ]
     waived = waives_cuda_errors(job.spec, variant)
     # said in the expectation, which is stored: where reviewers certify, a waived pass is told apart (cuda_waiver.py)
-    return Expectation(outcome, noted(reason, waived and outcome is Outcome.PASS), known, cc, waived)
+    reason = noted(reason, waived and outcome is Outcome.PASS)
+    return Expectation(outcome, reason, known[0] if known else None, cc, waived, tuple(known[1:]))

@@ -300,16 +300,19 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
 
 
 def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
-    known = exp.known_failure
-    if known is None or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
+    if not exp.known_failures or verdict.outcome in (Outcome.INFRA_ERROR, Outcome.NOT_RUN):
         return verdict
-    if verdict.outcome is known.outcome:
+    # any declaration that covers the cell and names this failure, not only the job's first (red-team 235)
+    known = exp.declared(verdict.outcome)
+    if known is not None:
         return Verdict(Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}")
     if verdict.outcome is exp.outcome:
+        several = len(exp.known_failures) > 1
         return Verdict(
             Outcome.FIXED,
             None,
-            f"behaves as its contract says although a known failure is declared "
-            f"({known.reason}); remove the declaration",
+            f"behaves as its contract says although {'known failures are' if several else 'a known failure is'} "
+            f"declared ({'; '.join(kf.reason for kf in exp.known_failures)}); "
+            f"remove the {'declarations' if several else 'declaration'}",
         )
     return verdict

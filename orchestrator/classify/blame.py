@@ -95,8 +95,7 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     # the card's state, read by the farm after the run, not the kernel's words
     if ev.gpu_unfit and stage in KERNEL_STAGES:
         return ev.gpu_unfit
-    known = exp.known_failure
-    if ev.build_unsupported and outcome is Outcome.BUILD_FAIL and not (known and known.outcome is outcome):
+    if ev.build_unsupported and outcome is Outcome.BUILD_FAIL and exp.declared(outcome) is None:
         return (
             f"the node's toolchain cannot target {ev.build_unsupported}: the toolchain's, not the kernel's "
             "(build it with a toolchain that can, or declare the failure in the job's known_failures)"
