@@ -8,17 +8,24 @@
    printed each float with fewer digits, and psycopg read what it printed: a metric's 1234.5678901
    GFLOP/s came back 1000.0, so a cell's baseline was rounded and a slowdown past the tolerance was
    judged within it (a perf-regression stored as pass). Sessions now read floats exactly.
+3. A number past PostgreSQL's 32-bit integer in an Integer column (a node's nvidia-smi saying GPU
+   3000000000, its result's gpu_index; a node's bytes_shipped past 2 GiB): SQLite stored it, PostgreSQL
+   refused the result ("integer out of range") and the run stopped, exit 5, its `farm import` refused
+   the same. Both keep the same now, as a string past its column is cut (result_rows.fit).
 """
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 from test_metrics import ENV, metric, new_run
 from test_metrics import result_record as metric_result
-from test_store_backends import RUN_FIELDS, postgres_admin, postgres_url  # noqa: F401 (fixtures)
+from test_store_backends import BACKENDS, RUN_FIELDS, postgres_admin, postgres_url  # noqa: F401 (fixtures)
 
 from orchestrator.metrics import Measured
 from orchestrator.store.database import Store
@@ -68,5 +75,30 @@ def test_a_dbas_extra_float_digits_keeps_a_metrics_values_exact(postgres_url: st
         judged = Measured("gflops", "GFLOP/s", "higher", 0.1, 950.0, "read", tuple(found["gflops"]))
         assert judged.regressed
         assert [m.value for m in store.metric_values(run_id=run_id)] == [1234.5678901]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gpu_index_past_32_bits_is_stored_alike_on_both_backends(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Before: on PostgreSQL exit 5, "DataError: (psycopg.errors.NumericValueOutOfRange) integer out of
+    range", the pass unstored; on SQLite exit 0, gpu_index 3000000000. Figure: the toy farm's stand-in
+    nvidia-smi lists its T4 as GPU 3000000000: exit 0 on both, the pass stored with no GPU index."""
+    from farm_cli import farm
+    from toyfarm import toy_on_t4
+
+    config, env = toy_on_t4(tmp_path / "farm")
+    url = request.getfixturevalue("postgres_url") if backend == "postgresql" else f"sqlite:///{tmp_path / 'r.db'}"
+    config.write_text(config.read_text().replace("sqlite:///results.db", url))
+    smi = tmp_path / "farm" / "smi" / "nvidia-smi"
+    smi.write_text(re.sub(r"echo '0, ", "echo '3000000000, ", smi.read_text()))
+    ran = farm("verify", "--all", cwd=config.parent, env=env, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    store = Store(url)
+    try:
+        (result,) = store.results(1)
+        assert (result.outcome, result.gpu_index, result.gpu_uuid is not None) == ("pass", None, True)
     finally:
         store.close()
