@@ -1,9 +1,9 @@
 """Opening a results database: its engine with each backend's settings, its schema
 brought to this farm's (Alembic), and its URL's secrets kept out of every message.
 
-SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC
-and UTF-8 (whatever the URL's own `options` or the role's settings), connect with a 10 s timeout and check a pooled
-connection before use;
+SQLite runs in WAL mode with a 30 s busy timeout (the URL's `timeout` where it has one); PostgreSQL sessions run in UTC,
+UTF-8, ISO dates and exact floats (whatever the URL's own `options` or the role's settings), connect with a
+10 s timeout and check a pooled connection before use;
 a session whose server stops answering is found and cut (liveness.py). A new
 database gets the farm's schema at once; one an earlier farm wrote is upgraded in
 place (by `farm verify` only), in one transaction on both backends; one a newer farm wrote is refused.
@@ -109,9 +109,11 @@ def open_engine(url: str, stopped: Callable[[], object] = lambda: None) -> Engin
         # with options of its own a session ran in the server's zone, pages printing local times (red-team 151)
         # and in UTF-8: a DBA's client_encoding (ALTER ROLE farm SET client_encoding = 'LATIN1', an SQL_ASCII
         # database's default) could not carry a kernel's "✓" or the U+FFFD of a NUL; psycopg's encoder
-        # raised outside the store's errors, the pass stored infra-error, the run exit 70 (red-team 218)
+        # raised outside the store's errors, the pass stored infra-error, the run exit 70 (red-team 218);
+        # values printed as psycopg reads them back: a DBA's DateStyle 'SQL, DMY' made every time unreadable
+        # (no report, exit 70), extra_float_digits -15 read a metric's 1234.57 as 1000.0 (red-team 233)
         own = query.get("options", ())
-        forced = ["-c timezone=UTC", "-c client_encoding=UTF8"]
+        forced = ["-c timezone=UTC", "-c client_encoding=UTF8", "-c datestyle=ISO", "-c extra_float_digits=3"]
         connect_args["options"] = " ".join([*([own] if isinstance(own, str) else own), *forced])
         # keepalives and a watchdog: a server that stops answering an open session is found (liveness.py)
         return server_engine(url, connect_args, stopped, pool_pre_ping=True)
