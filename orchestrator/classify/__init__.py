@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.classify.blame import (
     driver_unbacked,
@@ -22,6 +22,7 @@ from orchestrator.classify.evidence import Evidence
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.lost_files import lost_unconfined
 from orchestrator.classify.output_limit import output_cut_unbacked
+from orchestrator.config.job_spec import KnownFailureSpec
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 
@@ -45,6 +46,9 @@ class Verdict:
     outcome: Outcome
     failed_stage: str | None  # the stage that decided a bad outcome
     reason: str
+    # the declarations it names: a known failure's the one it matched, `fixed`'s every one covering the
+    # cell; stored as known_failure_reason, which named the job's first over the second's match (review 236)
+    declared: tuple[KnownFailureSpec, ...] = field(default=(), compare=False)
 
 
 def signal_name(code: int) -> str | None:
@@ -305,7 +309,7 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
     # any declaration that covers the cell and names this failure, not only the job's first (red-team 235)
     known = exp.declared(verdict.outcome)
     if known is not None:
-        return Verdict(Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}")
+        return Verdict(Outcome.KNOWN_FAILURE, verdict.failed_stage, f"known failure: {known.reason}", (known,))
     if verdict.outcome is exp.outcome:
         several = len(exp.known_failures) > 1
         return Verdict(
@@ -314,5 +318,6 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
             f"behaves as its contract says although {'known failures are' if several else 'a known failure is'} "
             f"declared ({'; '.join(kf.reason for kf in exp.known_failures)}); "
             f"remove the {'declarations' if several else 'declaration'}",
+            exp.known_failures,
         )
     return verdict

@@ -18,6 +18,7 @@ from sqlalchemy import JSON
 
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
+from orchestrator.outcomes import Outcome
 from orchestrator.report import history
 from orchestrator.report.escape import decoded_text, page_name, when
 from orchestrator.report.escape import e as _e
@@ -133,8 +134,9 @@ def cell_body(
     line = " · ".join(f"run {rid} {outcome}" for rid, outcome, _ in [*prior, (r.run_id, r.outcome, r.id)])
     said = "The fleet's results before it (other commits), then" if bisected else "History up to"
     out.append(f'<p class="meta">{said} this result (oldest first): {_e(line)}</p>\n')
-    if r.known_failure_reason:
-        out.append(f"<p><strong>Known failure declared:</strong> {_ew(r.known_failure_reason)}</p>\n")
+    if r.known_failure_reason:  # a known failure's the one it matched, else each covering the cell (review 236)
+        named = "Known failure declared" if r.outcome == Outcome.KNOWN_FAILURE else "Known failures declared here"
+        out.append(f"<p><strong>{named}:</strong> {_ew(r.known_failure_reason)}</p>\n")
     identity = r.identity or "not identified (stored before the farm hashed every input): certifies nothing"
     out.append(
         '\n<h2>Provenance</h2>\n<dl class="kv">\n'

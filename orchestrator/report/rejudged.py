@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
+from orchestrator.config.job_spec import KnownFailureSpec
 from orchestrator.cuda_waiver import was_waived
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies, waives_cuda_errors
@@ -129,6 +130,28 @@ def _cut_at_lines(code_path: str | None, ptx: list[str], detail: str, cc: str | 
     )
 
 
+# where each failure a job may declare is found (classify's failed_stage): a timeout under the sanitizer too
+_FOUND_AT = {
+    Outcome.BUILD_FAIL: {"build"},
+    Outcome.INSPECT_FAIL: {"inspect"},
+    Outcome.SANITIZER_ERROR: {"sanitize"},
+    Outcome.TIMEOUT: {"run", "sanitize"},
+}
+
+
+def stored_failures(r: Any, declared: list[KnownFailureSpec]) -> set[Outcome]:
+    """The failures a stored `known-failure` row may have been: that of the declaration its reason
+    names ("known failure: REASON"), else (its words edited since) each found at its failed stage.
+    Any covering declaration kept it green, one of Turing's wrong numbers over nvcc 13.0's build
+    failure no longer declared (review 236)."""
+    stage = getattr(r, "failed_stage", None)
+    possible = set(CAN_FAIL_AS[Outcome.PASS] | CAN_FAIL_AS[Outcome.EXPECTED_REFUSAL])
+    if stage is not None:  # a row without one (a test's, an older farm's) may have been any
+        possible = {o for o in possible if stage in _FOUND_AT.get(o, {"run"})}
+    named = {kf.outcome for kf in declared if getattr(r, "reason", None) == f"known failure: {kf.reason}"}
+    return (named & possible) or possible
+
+
 def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any]) -> dict[CellKey, str]:
     """cell -> why the jobs now would not judge its standing verdict so, for every
     standing cell (`.result`: a light row with contract, contract_expected, expected,
@@ -157,6 +180,7 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
         except ValueError:
             cc = None
         must = Outcome.COMPILE_ONLY if cc is None else Outcome.PASS if contract.admits(cc) else Outcome.EXPECTED_REFUSAL
+        failed = stored_failures(r, spec.known_failures) if r.outcome == Outcome.KNOWN_FAILURE.value else set()
         then = r.contract_expected or (r.expected if r.expected != Outcome.KNOWN_FAILURE.value else None)
         if r.build_command and not same_build(spec.build, r.build_command, len(job.spec.sources)):
             found[key] = f"{name} now builds {variant} with `{spec.build}`: this verdict is of another build"
@@ -167,11 +191,13 @@ def rejudged(farm: Farm | None, standing: dict[CellKey, Any], now: dict[str, Any
                 f"{_MUST[must.value]}; this verdict held it to {_MUST.get(then, then)}"
             )
         elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
-            kf.outcome in CAN_FAIL_AS[must] for kf in spec.known_failures
+            kf.outcome in CAN_FAIL_AS[must] and kf.outcome in failed for kf in spec.known_failures
         ):
             found[key] = f"{name} no longer declares this known failure: the failure is the kernel's now"
         elif r.outcome == Outcome.KNOWN_FAILURE.value and not any(
-            kf.outcome in CAN_FAIL_AS[must] and known_failure_applies(kf, getattr(r, "nvcc_version", None), cc)
+            kf.outcome in CAN_FAIL_AS[must]
+            and kf.outcome in failed
+            and known_failure_applies(kf, getattr(r, "nvcc_version", None), cc)
             for kf in spec.known_failures
         ):
             # its `when` narrowed (`nvcc: ">=13.0,<13.1"` to `"<13.0"`): the old failure stayed grey-green

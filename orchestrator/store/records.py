@@ -27,9 +27,10 @@ from orchestrator.outcomes import Outcome
 from orchestrator.store.tables import Attempt, Base, NodeSnapshotRow, ResultRow
 
 if TYPE_CHECKING:  # the pipeline's objects, read here; the store imports this module without them
+    from orchestrator.classify import Verdict
     from orchestrator.config.farm_spec import NodeSpec
     from orchestrator.config.jobs import Job
-    from orchestrator.plan import Cell
+    from orchestrator.plan import Cell, Expectation
     from orchestrator.run.cell import CellResult
     from orchestrator.run.snapshot import Gpu, NodeSnapshot
     from orchestrator.run.staging import Staging
@@ -236,6 +237,14 @@ def card_confirmed(gpu: Gpu | None, device_gpus: list[Gpu]) -> bool:
     return gpu.verified if gpu is not None else bool(device_gpus) and all(g.verified for g in device_gpus)
 
 
+def declared_reasons(exp: Expectation, verdict: Verdict) -> str | None:
+    """The declared known failures a result names: the one its known failure matched, `fixed`'s every
+    one; any other outcome, every one that covers the cell. The job's first alone was stored, and the
+    cell page's "Known failure declared" named a build failure over the wrong numbers it matched."""
+    said = verdict.declared or exp.known_failures
+    return "; ".join(kf.reason for kf in said) or None
+
+
 def result_record(
     run_id: int,
     snapshot_id: int | None,
@@ -286,7 +295,7 @@ def result_record(
         contract_expected=exp.outcome.value,
         expected_reason=exp.reason,
         cuda_waived=stored_waiver(exp, verdict.outcome),  # the expectation's flag, never its words
-        known_failure_reason=exp.known_failure.reason if exp.known_failure else None,
+        known_failure_reason=declared_reasons(exp, verdict),
         outcome=verdict.outcome.value,
         failed_stage=verdict.failed_stage,
         reason=verdict.reason,
