@@ -54,7 +54,7 @@ def bisect_(
     Example: farm bisect cutlass_gemm:sm80 --node t4 --good v1.0 --bad HEAD
     """
     from orchestrator.bisect import Bisection, Bisector, Ending
-    from orchestrator.config.output_paths import site_folder_problem
+    from orchestrator.config.output_paths import site_folder_problem, site_write_problem
     from orchestrator.report import site as report_mod
     from orchestrator.store.database import Store
     from orchestrator.store.engine import redact_url
@@ -73,6 +73,11 @@ def bisect_(
     elsewhere = target.resolve() == farm.reports_dir.resolve() and not same_database(
         farm.database_url, farm.configured_database_url
     )
+    # the site's folder named as the user gave it: an unwritable farm.yaml `reports` was called `--out`
+    named = ("--out", str(out)) if out is not None else (str(farm.file), "reports")
+    # before the walk, as `verify` before its run (red-team 230): found only after every commit's run (review 236)
+    if not elsewhere and (problem := site_write_problem(target, "another folder with `--out DIR`")):
+        raise ConfigError(*named, *problem)
 
     def render(found: Bisection) -> None:
         """The shown run's site, rendered under the walk's run lock (see Bisector.run); a
@@ -92,7 +97,7 @@ def bisect_(
         except (OSError, report_mod.PageWriteError) as err:
             cause = err.oserror if isinstance(err, report_mod.PageWriteError) else err
             found_text = f"a folder that cannot be written ({cause.strerror or cause})"
-            unwritten.append(ConfigError("--out", str(target), found_text, "a writable folder"))
+            unwritten.append(ConfigError(*named, found_text, "a writable folder"))
             unwritten[-1].__cause__ = err
         except FarmError as err:  # the database failing under the render
             unwritten.append(err)

@@ -144,12 +144,13 @@ def database_place_problem(url: str, config: Path, sources: dict[str, Path]) -> 
 _APART = "a database file apart from farm.yaml and the course's jobs and kernels (e.g. sqlite:///results.db)"
 
 
-def site_write_problem(path: Path) -> tuple[str, str] | None:
+def site_write_problem(path: Path, instead: str = "`farm verify --no-report`") -> tuple[str, str] | None:
     """(found, expected) when the site's folder `path` (or, where it is not there yet, the folder it
     would be made in) cannot be written by this process, else None. Checked by `verify` before its
     run: a read-only or another user's reports folder failed the render only once the night's run
     was stored, and its index (not even a "no report" page could be written) stayed the night
-    before's green over it (red-team 230). A probe file is made and removed; nothing else."""
+    before's green over it (red-team 230); by `bisect` before its walk (review 236). `instead`: the
+    command's way around it. A probe file is made and removed; nothing else."""
     import tempfile
 
     folder = next((p for p in (path, *path.parents) if p.exists()), None)
@@ -160,7 +161,7 @@ def site_write_problem(path: Path) -> tuple[str, str] | None:
     except OSError as err:
         what = "a folder that cannot be written" if folder == path else f"a folder that cannot be made in {folder}"
         found = f"{path}, {what} ({err.strerror or err})"
-        return found, "a folder this user may write (the site is rendered there), or `farm verify --no-report`"
+        return found, f"a folder this user may write (the site is rendered there), or {instead}"
     os.close(fd)
     os.unlink(probe)
     return None
