@@ -26,7 +26,7 @@ from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
 from orchestrator.config.job_spec import KnownFailureSpec
 from orchestrator.cuda_waiver import was_waived
-from orchestrator.outcomes import Outcome
+from orchestrator.outcomes import CELL_STAGES, Outcome
 from orchestrator.plan import CAN_FAIL_AS, known_failure_applies, waives_cuda_errors
 from orchestrator.report.fleet import same_file
 from orchestrator.report.ledger import KernelLedger
@@ -135,7 +135,7 @@ _FOUND_AT = {
     Outcome.BUILD_FAIL: {"build"},
     Outcome.INSPECT_FAIL: {"inspect"},
     Outcome.SANITIZER_ERROR: {"sanitize"},
-    Outcome.TIMEOUT: {"run", "sanitize"},
+    Outcome.TIMEOUT: set(CELL_STAGES[CELL_STAGES.index("run") :]),  # the stages that run the kernel
 }
 
 
