@@ -190,6 +190,25 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "run",
             _with_stderr(f"its run could not be started on the node ({CANNOT_START[ev.run_exit]})", ev),
         )
+    # a launcher the shell started that could not start itself, nor the kernel, whose copy nothing read:
+    # its loader's 127 ("error while loading shared libraries": an MPI runtime half installed) or a
+    # 126, the node's (it was the kernel's fail: red-team 238); a kernel that ran on a card it must
+    # refuse is a missing refusal whatever else failed
+    if (
+        ev.kernel_unread
+        and ev.kernel_started
+        and ev.kernel_exit in CANNOT_START
+        and (exp.outcome is Outcome.PASS or not ev.kernel_exited_0)
+    ):
+        return Verdict(
+            Outcome.INFRA_ERROR,
+            "run",
+            _with_stderr(
+                f"a launcher of the kernel could not be started on the node ({CANNOT_START[ev.kernel_exit]}), "
+                "and the kernel's binary was never read: the node's launcher, not the kernel",
+                ev,
+            ),
+        )
     if never:  # whatever the run printed, no kernel of it did
         said = f"the run never started the kernel ({ended})"
         if ev.kernel_unread and ev.kernel_started:

@@ -162,3 +162,25 @@ def run_names(run: str) -> list[str]:
     what a sourced script or a program of the run set under another name (BASH_ENV for a launcher
     that is a bash script, an MPI launcher's own settings) never reaches it."""
     return sorted(set(_NAME_RE.findall(run)))
+
+
+# The lines a launcher prints on the kernel's streams itself, by the prefix it marks each with:
+# compute-sanitizer's (and cuda-memcheck's) `=========` on stdout, ncu's `==PROF==`, `==ERROR==`,
+# `==WARNING==`, valgrind's `==PID==` and `--PID--`. Never read for a marker: its own words are no
+# kernel's (`========= ERROR SUMMARY: 0 errors` passed a kernel whose check printed "3 errors" under
+# the pass marker `0 errors`, and ncu's "... - 9 passes" matches `(?i)pass`: red-team 238). A kernel
+# line written with such a prefix is skipped too: that costs the kernel a marker, never makes one.
+_OWN_LINES = {
+    "compute-sanitizer": r"={9}",
+    "cuda-memcheck": r"={9}",
+    "ncu": r"==[A-Z]+==",
+    "nv-nsight-cu-cli": r"==[A-Z]+==",
+    "valgrind": r"==\d+==|--\d+--|\*\*\d+\*\*",
+}
+
+
+def launcher_lines(run: str) -> str:
+    """A regex (RE2) matching the lines the launchers of `run`'s kernel commands mark as their
+    own (_OWN_LINES), at a line's start; "" where none of them runs the kernel."""
+    own = sorted({_OWN_LINES[name] for name in kernel_launchers(run) if name in _OWN_LINES})
+    return f"^(?:{'|'.join(own)})" if own else ""

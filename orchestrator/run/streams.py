@@ -71,8 +71,12 @@ class ScanResult:
 class StreamScan:
     """Feed a stream's bytes in chunks; `finish()` returns what it saw."""
 
-    def __init__(self, markers: dict[str, str], cap: int, anywhere: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, markers: dict[str, str], cap: int, anywhere: frozenset[str] = frozenset(), skip: str = ""
+    ) -> None:
         self._markers = {name: compile_marker(p) for name, p in markers.items() if p}
+        # a launcher's own lines (kernel_calls.launcher_lines): never a marker's, but for `anywhere` ones
+        self._skip = compile_marker(skip) if skip else None
         self._anywhere = frozenset(anywhere & set(self._markers))  # also searched in lines longer than MAX_LINE
         self._carry = b""  # the last OVERLAP bytes of the over-long line being skipped
         self._half = max(cap // 2, 1)
@@ -150,6 +154,8 @@ class StreamScan:
             number = self._lines
             for line in block.split(b"\n")[:-1]:
                 number += 1
+                if name not in self._anywhere and self._skip is not None and self._skip.match(line):
+                    continue
                 if (len(line) <= MAX_LINE or name in self._anywhere) and (found := marker.search(line)):
                     self._matches[name] = number
                     self._texts[name] = shown(line[found.start() :], line[: found.start()])

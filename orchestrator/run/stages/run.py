@@ -11,6 +11,7 @@ from orchestrator.classify.cuda_errors import MARKER, cuda_error_pattern, where_
 from orchestrator.config.kernel_calls import (
     kernel_call_words,
     kernel_launchers,
+    launcher_lines,
     run_names,
     runs_once,
     runs_other_programs,
@@ -153,8 +154,9 @@ class RunStage(CellStages):
             scan[PASS_TEXT] = text
         if (blanks := with_end_blanks(spec.pass_marker)) is not None:  # `PASS$` on "PASS\r": said so
             scan[PASS_BLANKS] = blanks
-        stdout = StreamScan(scan, self.output_cap, frozenset(cuda))
-        stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda))
+        own = launcher_lines(self.variant.run)  # a launcher's own lines are read for no marker
+        stdout = StreamScan(scan, self.output_cap, frozenset(cuda), own)
+        stderr = StreamScan({"refusal": spec.refusal_marker, **cuda}, self.output_cap, frozenset(cuda), own)
         statuses = bytearray()  # each kernel command's exit status (kernel_run)
         other = bytearray()  # what the run's other commands printed (kernel_run): shown, never matched
         whole = 1 << 62  # markers are matched over all of it; StreamScan keeps a bounded copy
