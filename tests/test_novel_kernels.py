@@ -16,9 +16,15 @@ def test_the_novel_kernels_farm_loads_and_plans_each_job() -> None:
     farm = load_farm(NOVEL / "farm.yaml")
     cells = plan_cells(farm, None, None)
     assert sorted((c.kernel, c.variant) for c in cells) == [
+        ("cdp", "sm90"),
+        ("cluster", "sm90"),
         ("coop_grid", "sm90"),
         ("crashy", "sm90"),
+        ("cublas", "sm90"),
         ("devprintf", "sm90"),
+        ("fp8", "sm90"),
+        ("future", "sm100"),
+        ("offbyone", "sm90"),
         ("rdc", "sm90"),
     ]
     for job in (NOVEL / "jobs").glob("*.yaml"):
