@@ -54,16 +54,26 @@ def toy_identity(farm) -> str:
     return inputs.identity(farm.jobs["toy"].file_sha256, {}, farm.jobs["toy"].spec.sources)
 
 
-def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "9.0", **fields: object) -> int:
+def certify(
+    store: Store,
+    run_id: int,
+    identity: str,
+    *,
+    real: bool,
+    cc: str = "9.0",
+    node: str = "hopper",
+    gpu: str = "NVIDIA H100",
+    **fields: object,
+) -> int:
     """Record a pass of toy:plain on a card with the given realness (as if probed);
     `fields` override the result's (another outcome, a node's hostile bytes)."""
     snapshot = store.add_snapshot(
         SnapshotRecord(
             run_id=run_id,
-            node="hopper",
+            node=node,
             transport="ssh",
-            address="farm@hopper:22",
-            gpu_name="NVIDIA H100",
+            address=f"farm@{node}:22",
+            gpu_name=gpu,
             cc=cc,
             driver="580.1",
             gpu_count=1,
@@ -79,8 +89,8 @@ def certify(store: Store, run_id: int, identity: str, *, real: bool, cc: str = "
         snapshot_id=snapshot,
         kernel="toy",
         variant="plain",
-        node="hopper",
-        device="NVIDIA H100",
+        node=node,
+        device=gpu,
         cc=cc,
         real_gpu=real,
         gpu_index=0,

@@ -10,18 +10,17 @@ from __future__ import annotations
 import random
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from test_report import certify
 from toyfarm import toy_farm
 
 from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import RAN_AS_EXPECTED, is_as_expected, is_infra
 from orchestrator.report.site import render
 from orchestrator.store.database import Store
-from orchestrator.store.records import ResultRecord, SnapshotRecord
 
 CARDS = {"t4": ("Tesla T4", "7.5"), "a100": ("NVIDIA A100-SXM4-40GB", "8.0"), "h100": ("NVIDIA H100", "9.0")}
 OUTCOMES = [
@@ -46,59 +45,25 @@ def store_cell(
 ) -> int:
     """One cell's result, with its node's probe, as a run stores it (a real card when `real`)."""
     gpu, cc = CARDS[card]
-    snapshot = store.add_snapshot(
-        SnapshotRecord(
-            run_id=run_id,
-            node=node,
-            transport="ssh",
-            address=f"farm@{node}:22",
-            gpu_name=gpu,
-            cc=cc,
-            driver="580.1",
-            gpu_count=1,
-            nvcc_path="nvcc",
-            nvcc_version="13.0.88",
-            real_gpu=real,
-            driver_evidence="NVRM version: 580.1" if real else "",
-        )
-    )
-    now = datetime.now(UTC)
-    record = ResultRecord(
-        run_id=run_id,
-        snapshot_id=snapshot,
+    return certify(
+        store,
+        run_id,
+        "b" * 64,
+        real=real,
+        cc=cc,
+        node=node,
+        gpu=gpu,
         kernel=kernel,
         variant=variant,
-        node=node,
-        device=gpu,
-        cc=cc,
-        real_gpu=real,
-        gpu_index=0,
-        gpu_uuid="GPU-00000000-0000-0000-0000-000000000000",
-        contract="CC >= 7.5",
-        expected="pass",
-        contract_expected="pass",
-        expected_reason="its contract admits the card",
         outcome=outcome,
+        contract="CC >= 7.5",
+        expected_reason="its contract admits the card",
         reason="why",
-        exit_code=0,
-        stage_seconds={},
-        stage_details={},
         build_command="nvcc -o {binary}",
-        build_log=b"",
         stdout=b"",
-        stderr=b"",
         source_sha256="a" * 64,
         sources={"kernels/k.cu": "a" * 64},
-        identity="b" * 64,
-        instruction_counts={},
-        required_instructions={},
-        elf_targets=[],
-        ptx_targets=[],
-        code_path="native",
-        started_at=now,
-        ended_at=now,
     )
-    return store.add_result(record)
 
 
 BLOCKS = frozenset({"p", "li", "td", "th", "tr", "small", "h1", "h2", "div", "section", "dd", "dt"})
