@@ -12,30 +12,15 @@ from pathlib import Path
 import pytest
 from test_classify import built
 from test_config import GOOD_FARM, make_farm
+from test_config_properties import FAKE_SNAPSHOT
 
 from orchestrator.classify import Evidence, classify
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import expect
-from orchestrator.run.snapshot import NodeSnapshot
 
-SNAPSHOT = NodeSnapshot(
-    node="t4",
-    workdir="/w",
-    hostname="h",
-    os="Linux",
-    gpu_name="Tesla T4",
-    cc=ComputeCapability(7, 5),
-    driver="580.1",
-    memory="1",
-    gpu_count=1,
-    nvcc_path="nvcc",
-    nvcc_version="13.0.88",
-    smi_output="",
-    declared_gpu=None,
-    declared_cc=None,
-)
+SNAPSHOT = FAKE_SNAPSHOT  # a T4 (CC 7.5) node whose nvcc is 13.0.88
 
 
 def _job(known: str) -> str:
