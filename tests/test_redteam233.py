@@ -21,23 +21,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 from test_metrics import ENV, metric, new_run
 from test_metrics import result_record as metric_result
+from test_redteam218 import _set_for_farm
 from test_store_backends import BACKENDS, RUN_FIELDS, postgres_admin, postgres_url  # noqa: F401 (fixtures)
 
 from orchestrator.metrics import Measured
 from orchestrator.store.database import Store
-
-
-def _set_for_farm(url: str, setting: str) -> None:
-    """The DBA's ALTER ROLE farm IN DATABASE ... SET: the role's sessions there, from the next one."""
-    engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    with engine.connect() as db:
-        name = db.execute(text("SELECT current_database()")).scalar()
-        db.execute(text(f'ALTER ROLE CURRENT_USER IN DATABASE "{name}" SET {setting}'))
-    engine.dispose()
 
 
 def test_a_dbas_datestyle_reads_back_a_runs_times(postgres_url: str) -> None:  # noqa: F811
