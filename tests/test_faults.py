@@ -1129,16 +1129,24 @@ def test_a_node_that_reboots_is_waited_for_and_its_cell_rerun(own_nodes: list[Ss
 
 
 def session_signalled(
-    own_nodes: list[SshNode], tmp_path: Path, sig: signal.Signals, until: Callable[[list[int]], object] | None = None
+    own_nodes: list[SshNode],
+    tmp_path: Path,
+    sig: signal.Signals,
+    until: Callable[[list[int]], object] | None = None,
+    connect_timeout: int = 10,
 ) -> tuple[RunSummary, dict, list[dict]]:
     """A node's sshd sessions (not its listener) sent `sig` while a cell's slow kernel runs
     (`until(kernel pids)` waited for after it; SIGSTOP is undone once the run ended, or
-    failed to): the run's summary, the cell's row and its attempts."""
+    failed to): the run's summary, the cell's row and its attempts. `connect_timeout` also bounds
+    a session asked for on the frozen connection (the kill of what the lost runner left)."""
     node = start(own_nodes, SshNode("sessions", tmp_path / "node", CARDS["t4"]))
     workdir = tmp_path / "work"
     variants = {"slow": faults_variant("SLOWPASS", MIN75, "SLEEP_S=4", timeout=60)}
     config = write_farm(
-        tmp_path, {"sessions": node.farm_entry(workdir, build_jobs=1)}, [faults_job(variants)], retries=2
+        tmp_path,
+        {"sessions": node.farm_entry(workdir, build_jobs=1, connect_timeout=connect_timeout)},
+        [faults_job(variants)],
+        retries=2,
     )
     outcome: dict[str, object] = {}
     thread = threading.Thread(target=lambda: outcome.update(run=run_farm(config)), daemon=True)
@@ -1187,9 +1195,11 @@ def test_a_frozen_session_is_left_for_a_fresh_one(
     listener up. The resident runner said nothing for 20 s and the cell's try was infra-error;
     its retries went to the same frozen runner, each waiting out the silence (6 tries, 128 s,
     infra-error). The silent runner is now taken for lost, and the retry passes on a fresh one.
-    The silence allowed is 8 s here (20 s in a run): still past the runner's beat of 3 s."""
+    The silence allowed is 8 s here (20 s in a run): still past the runner's beat of 3 s; the
+    connect_timeout 4 s (10 s took 24 s of CI: the lost runner's kill first asks its frozen connection
+    for a session, for as long)."""
     monkeypatch.setattr(resident, "SILENT_LIMIT", 8.0)
-    summary, row, tries = session_signalled(own_nodes, tmp_path, signal.SIGSTOP)
+    summary, row, tries = session_signalled(own_nodes, tmp_path, signal.SIGSTOP, connect_timeout=4)
     assert row["outcome"] == "pass", row["reason"]
     assert [t["status"] for t in tries] == ["infra", "ok"], tries
     assert "said nothing for" in tries[0]["error"] and summary.exit_code == EXIT_OK

@@ -21,8 +21,8 @@ from faults import NetnsNode, faults_job, faults_variant, run_in_background, sta
 from faults import write_fault_farm as write_farm
 from nodes import processes_matching, query
 
+from orchestrator.transport import ssh_liveness
 from orchestrator.transport.base import ANSWER_WAIT
-from orchestrator.transport.ssh_liveness import SILENCE_PROBE
 
 
 @pytest.fixture
@@ -32,12 +32,14 @@ def netns_node(tmp_path: Path) -> Iterator[NetnsNode]:
 
 
 def test_a_node_cut_off_one_way_mid_look_is_known_gone_after_a_silence_not_the_looks_budget(
-    netns_node: NetnsNode, tmp_path: Path
+    netns_node: NetnsNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: a cell whose look (its `inspect:` command, silent: its output goes to a file) was
     running when the node's route to the farm went: the run still going 150 s after the cut (the
-    look's budget is 300 s and more). Figure: the run over within the silence, the keepalive's wait,
-    a 3 s dial and room for a loaded machine; the cell infra-error, saying the node stopped answering."""
+    look's budget is 300 s and more). Figure: the run over within the silence (SILENCE_PROBE 5 s
+    here, the farm's 15 s took 28 s of CI), the keepalive's wait, a 3 s dial and room for a loaded
+    machine; the cell infra-error, saying the node stopped answering."""
+    monkeypatch.setattr(ssh_liveness, "SILENCE_PROBE", 5.0)
     # no `instructions:` counted, so the look may be any command: this one naps, silent, before its dump
     variant = faults_variant(
         "SLOWPASS",
@@ -60,7 +62,7 @@ def test_a_node_cut_off_one_way_mid_look_is_known_gone_after_a_silence_not_the_l
     took = time.monotonic() - cut
     assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
     assert "error" not in outcome, outcome
-    assert took < SILENCE_PROBE + 1 + ANSWER_WAIT + 3 + 20, took
+    assert took < ssh_liveness.SILENCE_PROBE + 1 + ANSWER_WAIT + 3 + 20, took
     rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
     assert [r["outcome"] for r in rows] == ["infra-error"], rows
     assert "stopped answering" in rows[0]["reason"], rows[0]["reason"]
@@ -75,11 +77,16 @@ def test_a_node_cut_off_one_way_as_a_bundle_uploads_is_known_gone_after_a_silenc
     write's answer: as long as TCP retransmits, some 15 minutes): the node's route to the farm gone as
     the upload began (its SFTP channel open), the run still going 150 s after the cut. Figure: the run over within the
     silence, the keepalive's wait and room for a loaded machine; the cell infra-error, saying the
-    upload's node stopped answering."""
+    upload's node stopped answering. The silence is 5 s here (SILENCE_PROBE, and the watchdog's grace
+    that bounds it from below; 15 s each in a run, which took 20 s of CI)."""
     from orchestrator.run import staging
+    from orchestrator.transport import ssh_watchdog
     from orchestrator.transport.ssh_files import SftpFiles
 
     monkeypatch.setattr(staging, "INLINE_BYTES", 0)
+    monkeypatch.setattr(ssh_liveness, "SILENCE_PROBE", 5.0)
+    monkeypatch.setattr(ssh_liveness, "WATCHDOG_GRACE", 5.0)
+    monkeypatch.setattr(ssh_watchdog, "WATCHDOG_GRACE", 5.0)
     cut: list[float] = []
     upload = SftpFiles._put
 
@@ -103,7 +110,7 @@ def test_a_node_cut_off_one_way_as_a_bundle_uploads_is_known_gone_after_a_silenc
     took = time.monotonic() - cut[0]
     assert not thread.is_alive(), f"the run still going {took:.0f} s after the cut"
     assert "error" not in outcome, outcome
-    assert took < SILENCE_PROBE + ANSWER_WAIT + 3 + 20, took
+    assert took < ssh_liveness.SILENCE_PROBE + ANSWER_WAIT + 3 + 20, took
     rows = query(tmp_path / "farm" / "results.db", "SELECT * FROM results")
     assert [r["outcome"] for r in rows] == ["infra-error"], rows
     assert "stopped answering" in rows[0]["reason"] and "upload" in rows[0]["reason"], rows[0]["reason"]

@@ -10,6 +10,8 @@ import pytest
 from nodes import CARDS, Fleet, query, standin_job, standin_variant
 from test_verdicts import MIN75, rows, run
 
+from orchestrator.run.stages import base as stages_base
+
 
 @pytest.fixture
 def small_tmp(tmp_path: Path) -> Iterator[Path]:
@@ -85,6 +87,12 @@ def test_a_kernel_that_takes_the_execute_bits_of_cached_builds_fails_no_later_ru
     assert [outcome for _, outcome, _ in said] == ["pass"] * 4, said
 
 
+# the farm's 10 s slack, the later cells' 30 s limits and a 40 s hold, scaled down: the hold still
+# outlasts what a run on GPU 1 waited before (its own GPU's queue plus the slack)
+SLACK_S = 3
+B_LIMIT_S = 5
+HOLD_S = 15
+
 HOLD = """import fcntl, glob, os, sys, time
 # every GPU lock of the node's work folder but its own (the runner holds that one): a read-only
 # open is all flock needs, and Landlock handles neither
@@ -105,7 +113,7 @@ time.sleep(float(sys.argv[2]))
 
 
 def test_a_kernel_that_holds_another_gpus_lock_fails_no_cell_of_that_gpu(
-    ssh_fleet: Fleet, make_farm, tmp_path: Path
+    ssh_fleet: Fleet, make_farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A node's GPUs are queued on its lock files (flock on WORKDIR/gpu-UUID.lock), and a run waits
     on its GPU's lock only as long as the runs the farm queued there before it, plus 10 s. A
@@ -113,16 +121,19 @@ def test_a_kernel_that_holds_another_gpus_lock_fails_no_cell_of_that_gpu(
     for its whole run: the next run on GPU 1 then gave up on its lock and was infra-error
     ("stayed locked ... another farm run on this node, or a stuck kernel"). A run now waits as
     long as the node's busiest GPU has runs queued (plus 10 s): whatever holds its lock is then
-    a kernel the farm will have killed by that time, or not the farm's."""
+    a kernel the farm will have killed by that time, or not the farm's.
+    Figure: every cell passes; the farm's numbers scaled down (slack 3 s, the later cells' limits 5 s,
+    a 15 s hold; 10, 30 and 40 s took all of this test's 40 s): before the fix b1 is still infra-error."""
+    monkeypatch.setattr(stages_base, "QUEUE_SLACK", SLACK_S)
     node = ssh_fleet.add(f"two-{tmp_path.name[-12:]}", [CARDS["t4"], CARDS["t4"]])
     hold = tmp_path / "hold.py"
     hold.write_text(HOLD)
     workdir = tmp_path / "work-two"
     prelude = tmp_path / "hold.sh"
-    prelude.write_text(f"python3 {hold} {workdir} 40\n")
+    prelude.write_text(f"python3 {hold} {workdir} {HOLD_S}\n")
     variants = {
         "a-holds": standin_variant("PASS", MIN75, "MIN_CC=75", prelude=prelude, timeout=90),
-        **{f"b{i}": standin_variant("PASS", MIN75, "MIN_CC=75") for i in range(3)},
+        **{f"b{i}": standin_variant("PASS", MIN75, "MIN_CC=75", timeout=B_LIMIT_S) for i in range(3)},
     }
     try:
         config = make_farm(tmp_path, {"two": node.farm_entry(workdir)}, [standin_job("standin", variants)])

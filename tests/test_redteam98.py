@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from slurm import SlurmCluster, missing_tools, tool
@@ -134,13 +135,21 @@ def test_a_task_prologs_words_before_the_start_line_are_not_the_command_s(cluste
     assert any("Welcome to the farm cluster" in m for m in t.last_job.messages), t.last_job.messages
 
 
-def test_an_unreachable_controller_is_a_passing_fault_not_a_refusal(cluster: OddCluster) -> None:
+def test_an_unreachable_controller_is_a_passing_fault_not_a_refusal(cluster: OddCluster, tmp_path: Path) -> None:
+    """Figure: slurmctld stopped, a job submitted: a retryable SlurmJobError naming the controller,
+    not a refusal. The farm's commands read a copy of the cluster's slurm.conf with MessageTimeout=3
+    (Slurm's 10 s, the window in which a command retries an unreachable controller, took 22 s of CI)."""
+    impatient = tmp_path / "slurm.conf"
+    impatient.write_text(cluster.conf.read_text() + "MessageTimeout=3\n")
     ctld = cluster.procs.pop("slurmctld")
     ctld.terminate()
     ctld.wait(30)
     cluster.procs["slurmctld"] = ctld  # restart_controller pops it again
     try:
-        with transport(cluster, pending_limit=3) as t, pytest.raises(SlurmJobError) as err:
+        with (
+            transport(cluster, pending_limit=3, env={"SLURM_CONF": str(impatient)}) as t,
+            pytest.raises(SlurmJobError) as err,
+        ):
             t.run("echo never", timeout=10)
     finally:
         cluster.restart_controller(0)

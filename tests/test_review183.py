@@ -51,12 +51,14 @@ def _write_in_thread(store: Store, run_id: int) -> tuple[threading.Thread, list[
 def test_a_hung_server_ends_the_run_within_store_wait_not_never(
     tmp_path: Path,
     faults: tuple[str, Faults],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Before: the write was still waiting after 90 s (it waits for ever: the proxy's kernel ACKs every
     byte, as a SIGSTOPped postgres's does), holding the write lock and the run lock. Figure: the run
     lock held, a store_wait of 4 s, every session of the server swallowed from the run's start on,
-    the farm's own settings (ANSWER_WAIT 30 s): the write fails, unreachable, within 30 s + store_wait
-    + a margin."""
+    ANSWER_WAIT 8 s (the farm's 30 s took 38 s of CI; still past store_wait and the probe's 3 s, as
+    30 s is): the write fails, unreachable, within ANSWER_WAIT + store_wait + a margin."""
+    monkeypatch.setattr(liveness, "ANSWER_WAIT", 8.0)
     url, proxy = faults
     with DatabaseLock(url, 0):
         store = _store(url, tmp_path, 4)
