@@ -75,3 +75,34 @@ def test_a_journal_without_a_token_imported_again_is_refused(tmp_path: Path) -> 
             assert db.scalar(select(func.count()).select_from(Run)) == 1
     finally:
         store.close()
+
+
+def test_a_result_of_a_cell_the_run_never_planned_is_refused_naming_the_record(tmp_path: Path) -> None:
+    """Before: a journal edited by hand (or spliced from another run's), a `result` record added for
+    a cell its run never planned (v3: the line of v1's pass, its variant changed), was imported
+    without a word: v3 pass stored in the run, certified green on the matrix, though no cell v3 was
+    ever scheduled. Figure: the journal is refused whole, naming the file, the record, the cell and
+    what the farm writes (a result of a cell its run planned); nothing stored."""
+    _url, store, first = _begun(tmp_path)  # planned v1 and v2; v1 passed
+    store.add_result(result_record(first, None, 2))
+    store.finish_run(first, "finished", 0)
+    assert store.journal is not None
+    store.journal.close()
+    store.close()
+    path = tmp_path / "journal" / "aa.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    v1 = next(line for line in lines if line.startswith('{"kind":"result"') and '"variant":"v1"' in line)
+    forged = v1.replace('"variant":"v1"', '"variant":"v3"')
+    path.write_text("".join(lines[:-1]) + forged + lines[-1])  # before the finish, as a run writes it
+    number = len(lines)  # the forged record's line
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}", create=True)
+    try:
+        with pytest.raises(StoreError) as refused:
+            fresh.import_journal(path)
+        said = str(refused.value)
+        assert f"{path}: record {number} (result)" in said and "k:v3 on n" in said, said
+        assert "never planned" in said, said
+        with fresh.engine.connect() as db:
+            assert db.scalar(select(func.count()).select_from(Run)) == 0
+    finally:
+        fresh.close()
