@@ -113,6 +113,28 @@ def _cells(cells: Any) -> bool:
     )
 
 
+def _unplanned(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
+    """StoreError naming the first result of a cell its run never planned: the farm stores a result
+    only of a cell its run planned (for the node, or per card), so one that is not is a record added
+    by hand or spliced from another run's journal; imported, it was a pass on the matrix of a cell
+    never scheduled (red-team 239). Planned anywhere in the journal: a card's plan may come late. A
+    journal with no plan at all (a run stored without one, as the store's callers may) is not judged."""
+    planned = {tuple(cell) for kind, fields in records if kind == "planned" for cell in fields["cells"]}
+    if not any(kind == "planned" for kind, _fields in records):
+        return
+    for number, (kind, fields) in enumerate(records, 1):
+        if kind != "result":
+            continue
+        kernel, variant, node, device = (fields.get(k) or "" for k in ("kernel", "variant", "node", "device"))
+        if (kernel, variant, node, "") not in planned and (kernel, variant, node, device) not in planned:
+            on = f" ({device})" if device else ""
+            raise StoreError(
+                f"{path}: record {number} (result): cell {kernel}:{variant} on {node}{on}, which its run never "
+                "planned; the farm journals results of its run's planned cells only: a record added or from "
+                "another run's journal. Nothing was imported"
+            )
+
+
 def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> None:
     """A journal is read back as the farm wrote it, or refused whole (nothing imported):
     the types of the fields that name and judge a run, one run and at most one finish,
@@ -160,6 +182,7 @@ def _check_journal(path: Path, records: list[tuple[str, dict[str, Any]]]) -> Non
             raise StoreError(f"{path}: record {number} (source): its bytes do not hash to its sha256")
     if counts["run"] != 1 or counts["finish"] > 1:
         raise StoreError(f"{path}: {counts['run']} run and {counts['finish']} finish records (one run, one finish)")
+    _unplanned(path, records)
 
 
 def read_journal(path: Path) -> list[tuple[str, dict[str, Any]]]:

@@ -6,6 +6,10 @@ database and killed what the run had on the nodes. What the run journaled after 
 verdict (a killed kernel's crash, a finish the closed run wrote regardless): a rebuild that took it
 made that crash a cell's verdict and the run finished (a review finding, 142). After the mark the
 cells are not-run and the run is aborted, as the database that closed it holds it.
+
+Nor is what a run journaled after its own end (a worker's result after the run stopped, exit 5:
+its commit refused, the run no longer open). The next start's completion turned it away (review
+186), but a rebuild of the same journal stored it, a verdict no run stood by (red-team 239).
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
     mark; the caller has checked the run is not here and may come after the newest."""
     mark = closed_at(records)
     end = journaled_end(records)  # after a closing mark, the close ended it, not its farm
+    # the run's own end, before any mark: what comes after it is no verdict of the run (red-team 239)
+    finish = next((i for i, (kind, _fields) in enumerate(records) if kind == "finish"), None)
+    own_end = finish if finish is not None and (mark is None or finish < mark) else None
     run_fields = stored(Run.__table__, dict(records[0][1]))  # as begin_run stored it (result_rows.fit)
     planned_table = PlannedCell.__table__  # its rows: fit, as begin_run's
     run = Run(
@@ -64,7 +71,8 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
     transport = transports(records)  # an older farm's journal: flags as its migrations fill them (older_journals.py)
     results = 0
     done: set[Cell] = set()
-    late: set[Cell] = set()
+    late: set[Cell] = set()  # journaled after another farm's start closed the run
+    after_end: set[Cell] = set()  # journaled after the run's own end
     taking = True  # an attempt belongs to the result journaled before it
     planned: list[PlannedCell] = []
     for index, (kind, fields) in enumerate(records[1:], start=1):
@@ -75,9 +83,9 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
         elif kind == "result":
             kept = fit(RESULTS, fields)  # the cell as stored, to match its planned one's
             cell = (kept["kernel"], kept["variant"], kept["node"], kept.get("device", ""))
-            taking = mark is None or index < mark
+            taking = (mark is None or index < mark) and (own_end is None or index < own_end)
             if not taking:
-                late.add(cell)
+                (late if own_end is None else after_end).add(cell)
                 continue
             ref = fields.pop("snapshot_ref")
             metrics = fields.pop("metrics", [])
@@ -102,10 +110,11 @@ def rebuild_run(session: Session, records: list[tuple[str, dict[str, Any]]]) -> 
     cards = probed_cards(session, run.id)
     missing = never_finished(planned, done)
     for cell in missing:
-        before = CLOSED_BEFORE if mark is not None else "the run stopped before this cell finished"
+        before = CLOSED_BEFORE if mark is not None and own_end is None else "the run stopped before this cell finished"
         session.add(not_run_row(run.id, cell, run.ended_at, f"{before} {FROM_JOURNAL}", cards))
     if missing and run.status == "finished":  # a journaled "finished" with a cell unstored (a record lost,
         run.status = "aborted"  # edited): not-run rows under a finished run read complete, exit 0 (red-team 190)
     session.commit()
     note = f"; {len(late)} results journaled after another farm's start closed the run not taken" if late else ""
+    note += f"; {len(after_end)} results journaled after the run's own end not taken" if after_end else ""
     return Imported(run.id, run.status, results, note)

@@ -116,6 +116,16 @@ def _own_journal(folder: Path | None, token: str | None) -> tuple[list[tuple[str
     return records, ""
 
 
+def _same_run(run: dict[str, Any]) -> Any:
+    """The query for the journal's run here: by its token, or, a run record with none (an older farm's,
+    or its token emptied), by a token-less run of the same start and host. Looked up by nothing, such
+    a journal imported again was stored again, a second run of the same passes (red-team 239)."""
+    if token := run.get("token"):
+        return select(Run.id).where(Run.token == token)
+    same = (Run.started_at == run.get("started_at"), Run.host == run.get("host"))
+    return select(Run.id).where(or_(Run.token.is_(None), Run.token == ""), *same).order_by(Run.id)
+
+
 class JournaledRun(NamedTuple):
     """A run found by its journal's token, with its rows that a journal also holds."""
 
@@ -255,9 +265,8 @@ class Recovery:
         operator says it came after): an older run imported later would pass for it."""
         records = read_journal(path)
         run_fields = dict(records[0][1])
-        token = run_fields.get("token")
         with self._guard("importing"), self._write_lock, self.session() as session:
-            if token and (found := session.scalars(select(Run.id).where(Run.token == token)).first()) is not None:
+            if (found := session.scalars(_same_run(run_fields)).first()) is not None:
                 # a run whose commit failed: its journal's results the database lacks (completing.py)
                 done = complete_run(session, found, records)
                 if done.added or done.ended:
