@@ -113,7 +113,7 @@ def left_fleet(model: ReportModel, r: Any) -> str | None:
     """Why this cell's node is no longer in the fleet (report/fleet.py), where it is its cell's
     standing verdict: a removed node's pass read as the fleet's in CI (a red-team finding)."""
     standing = model.standing.get((r.kernel, r.variant, r.node, r.device))
-    return model.departed.get(r.node) if standing is not None and standing.result.id == r.id else None
+    return model.left(r.node, r.device) if standing is not None and standing.result.id == r.id else None
 
 
 def classname(kernel: str, variant: str) -> str:

@@ -87,14 +87,19 @@ def departed(store: Store, farm: Farm | None, columns: list[Any]) -> dict[str, s
     return found
 
 
-def flag_departed(ledgers: list[KernelLedger], gone: dict[str, str]) -> list[KernelLedger]:
+def flag_departed(
+    ledgers: list[KernelLedger], gone: dict[str, str], cards: dict[tuple[str, str], str] | None = None
+) -> list[KernelLedger]:
     """Flags each CC a kernel is VERIFIED on whose shown certificates are all of nodes that
-    left the fleet (`not-in-fleet`): the bytes passed there, but no node of the fleet now did."""
-    for entry in ledgers if gone else []:
+    left the fleet, or of cards their node's probe no longer finds (`cards`: card_heads.gone_cards),
+    `not-in-fleet`: the bytes passed there, but no node or card of the fleet now did."""
+    cards = cards or {}
+    for entry in ledgers if gone or cards else []:
         for cc in entry.verified_ccs:
-            nodes = sorted({c.node for c in entry.capabilities[cc].current})
-            if nodes and all(node in gone for node in nodes):
-                said = "; ".join(f"{node}: {gone[node]}" for node in nodes)
-                said = f"CC {cc} is VERIFIED by passes on nodes that left the fleet ({said})."
+            where = sorted({(c.node, c.gpu) for c in entry.capabilities[cc].current})
+            why = [f"{node}: {gone[node]}" if node in gone else cards.get((node, gpu)) for node, gpu in where]
+            if where and all(why):
+                said = "; ".join(dict.fromkeys(str(w) for w in why))
+                said = f"CC {cc} is VERIFIED by passes on nodes or cards that left the fleet ({said})."
                 entry.flags.append(("not-in-fleet", said))
     return ledgers

@@ -29,7 +29,6 @@ from orchestrator.report.escape import t as _t
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.report.standing import category
 from orchestrator.report.unbacked import UNIDENTIFIED
-from orchestrator.run.snapshot import card_columns
 from orchestrator.terminal import card_text
 
 
@@ -199,8 +198,8 @@ def since_flags(model: ReportModel, r: Any) -> list[str]:
         flags.append("inputs changed since: the kernel's sources, headers or dependencies are no longer these bytes")
     if moot := model.rejudged.get(key):
         flags.append(f"job changed since: {moot}")
-    if left := model.departed.get(r.node):
-        flags.append(f"node {r.node} left the fleet: {left}")
+    if left := model.left(r.node, r.device):
+        flags.append(left)
     return flags
 
 
@@ -227,7 +226,7 @@ def standing_counts(model: ReportModel) -> dict[str, int]:
     for key, s in model.standing.items():
         cat = category(s.result.outcome)
         # not what the course has now: its job or inputs changed, or its node left the fleet (fleet.py)
-        moot = key in model.rejudged or changed_inputs(model, key[0], s.result) or key[2] in model.departed
+        moot = key in model.rejudged or changed_inputs(model, key[0], s.result) or model.left(key[2], key[3])
         if cat == "good" and (unconfirmed(s.result) or s.result.run_id in model.unfinished_runs or moot):
             cat = "unconfirmed"
         counts[cat] += 1
@@ -304,9 +303,11 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
             # a verdict on bytes that are no longer the kernel's (an edited source, a new CUTLASS): those
             # bytes never ran there, and the cell stayed green under its flag (a red-team finding)
             changed = changed_inputs(model, kernel, r)
-            # a node removed from farm.yaml: its green read as the fleet's now (a red-team finding)
+            # a node removed from farm.yaml, or a card its probe no longer finds: its green read as the
+            # fleet's now (a red-team finding; the swapped card, review 240)
             left = model.departed.get(node)
-            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed or left):
+            gone = None if left else model.gone_cards.get((node, device))
+            if cat == "good" and (unconfirmed(r) or unfinished or moot or changed or left or gone):
                 cat = "good unconfirmed"
             stale = " stale-cell" if s.stale or changed else ""
             cell = [
@@ -346,6 +347,8 @@ def standing_matrix(model: ReportModel, env: Environment) -> Markup:
                 cell.append(f'<small class="flag rejudged">job changed since: {_t(moot)}</small>\n')
             if left:
                 cell.append('<small class="flag departed">node not in the fleet now</small>\n')
+            if gone:
+                cell.append('<small class="flag gone-card">card not in the node now</small>\n')
             if cat == "good unconfirmed" and not (unfinished or unconfirmed(r)):
                 # grey for a flag above alone: said as the run page says it, not by colour (review 234)
                 cell.append('<small class="flag">so it certifies nothing</small>\n')
@@ -366,9 +369,3 @@ def cells_by_run(model: ReportModel) -> dict[int, dict[history.CellKey, tuple[st
         for run_id, outcome, result_id in entries:
             found[run_id][key] = (outcome, result_id)
     return found
-
-
-def probed_columns(gpus: list[dict[str, Any]] | None) -> list[str]:
-    """The matrix's columns a stored probe's cards make: a name of two CCs is two columns, each
-    "NAME (CC X.Y)" (run/snapshot.py card_columns), and still a card the probe found."""
-    return card_columns([(str(g.get("name")), str(g.get("cc"))) for g in gpus or [] if isinstance(g, dict)])

@@ -23,6 +23,7 @@ from orchestrator.errors import StoreError
 from orchestrator.farm_writable import ledger_flags
 from orchestrator.outcomes import RAN_AS_EXPECTED, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
+from orchestrator.report.card_heads import gone_cards
 from orchestrator.report.certificates import certificates
 from orchestrator.report.kernel_inputs import KernelInputs, current_inputs
 from orchestrator.report.no_verdict import NoVerdict, no_verdict
@@ -81,6 +82,8 @@ class ReportModel:
     # standing cell -> why the jobs now would not judge its verdict so (rejudged.py): never green
     rejudged: dict[history.CellKey, str] = field(default_factory=dict)
     departed: dict[str, str] = field(default_factory=dict)  # node -> why it left the fleet (fleet.py): never green
+    # (node, card) -> why the node's latest probe no longer finds that card (card_heads.py): as departed
+    gone_cards: dict[tuple[str, str], str] = field(default_factory=dict)
     unrun: list[UnrunNode] = field(default_factory=list)  # the farm file's nodes with no column (unrun.py)
     # result id (of the run's cells) -> its cell's last history.WINDOW earlier results, oldest first
     previous: dict[int, list[tuple[int, str, int]]] = field(default_factory=dict)
@@ -112,6 +115,16 @@ class ReportModel:
         for r in self.results:
             seen[r.node].add(r.device)
         return {node for node, devices in seen.items() if len(devices) > 1}
+
+    def left(self, node: str, device: str) -> str | None:
+        """Why a column is no longer the fleet's: its node left it (fleet.py), or the node's probe
+        no longer finds its card (card_heads.gone_cards). A card swapped under the node's name
+        stayed green where a node renamed for it was greyed (review 240)."""
+        if gone := self.departed.get(node):
+            return f"node {node} left the fleet: {gone}"
+        if card := self.gone_cards.get((node, device)):
+            return f"the node's card is gone: {card}"
+        return None
 
     def label(self, key: history.CellKey) -> str:
         return cell_label(key, key[2] in self.several)
@@ -283,6 +296,7 @@ def collect(
     for row in light:
         counts[category(row.outcome)] += 1
     gone = fleet.departed(store, farm, columns)
+    swapped = gone_cards(columns)
     model = ReportModel(
         run=run,
         runs=runs,
@@ -296,8 +310,9 @@ def collect(
         run_counts=run_counts,
         run_cells=run_cells,
         node_history=dict(node_history),
-        ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers, now_inputs), gone),
+        ledgers=fleet.flag_departed(flag_ledgers(farm, ledgers, now_inputs), gone, swapped),
         departed=gone,
+        gone_cards=swapped,
         unrun=unrun_nodes(farm, columns),
         counts=counts,
         columns=columns,

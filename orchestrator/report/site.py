@@ -47,6 +47,7 @@ from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
 from orchestrator.report import grids, history
+from orchestrator.report.card_heads import card_head, run_card
 from orchestrator.report.cell_page import short_commit
 from orchestrator.report.cell_pages import write_cell_pages
 from orchestrator.report.escape import page_name
@@ -93,14 +94,13 @@ def _env() -> Environment:
     # every {{ }} of a page: a kernel's words with NUL, ESC or U+202E in them, shown as escapes (Markup is
     # the farm's own HTML, its untrusted parts already through _e)
     env.finalize = lambda value: printable_on_page(value) if type(value) is str else value
-    # columns: a stored probe's cards as the matrix's columns (a name of two CCs is two: run/snapshot.py)
     env.filters.update(when=_when, age=grids.age_text, number=metrics.number, percent=metrics.percent)
-    env.filters.update(columns=grids.probed_columns)
     # a card's name where cards are told apart: look-alike letters shown as escapes (terminal.card_text)
     env.filters.update(card=card_text)
     # a run's farm commit on a line: "+dirty" kept where the tree was not its commit (red-team 216)
     env.filters.update(commit=short_commit)
     env.globals["category"] = category
+    env.globals["card_head"] = card_head  # a column's card in words, on the index and run pages alike
     env.globals["regression_words"] = metrics.regression_words
     return env
 
@@ -279,6 +279,8 @@ def _render(
                     matrix=matrix,
                     counts=model.run_counts.get(past.id, {}),
                     columns=columns,
+                    # each card as the run's own probe read it, in the index's words (card_heads.py)
+                    heads=[(n, d, run_card(model.node_history.get(n, ()), past.id, d)) for n, d in columns],
                     several={n for n, seen in Counter(n for n, _d in columns).items() if seen > 1},
                     linked=linked,
                 ),

@@ -22,6 +22,8 @@ PAGE_SOURCES = (
     *("history.py", "trends.py", "standing.py", "../outcomes.py", "../metrics.py", "../terminal.py"),
     # the words of why a cell certifies nothing, on its page: a change to them left finished pages as they were
     *("unbacked.py", "../farm_writable.py"),
+    # a run page's heads: the card's words, "(stand-in)" (review 240)
+    "card_heads.py",
 )
 
 

@@ -22,7 +22,7 @@ COMPILE_ONLY = "compile-only: built and inspected on a node without a GPU; the k
 def reasons(r: Any, run_status: str, moot: str | None = None, left: str | None = None) -> list[str]:
     """Each reason the as-expected result `r` certifies nothing, first its own (outcome, card, where it
     ran), then its run's (`run_status` not finished), then what changed since (`moot`: its job, as
-    export.rejudged says; `left`: its node's leaving, as export.left_fleet says). Empty where it
+    export.rejudged says; `left`: its node's or card's leaving, as export.left_fleet says). Empty where it
     certifies (or is no as-expected verdict at all: a fail's outcome is its reason)."""
     if not is_as_expected(r.outcome):
         return []
@@ -38,7 +38,7 @@ def reasons(r: Any, run_status: str, moot: str | None = None, left: str | None =
     if moot:
         said.append(f"the job changed since: {moot}")
     if left:
-        said.append(f"node {r.node} left the fleet: {left}")
+        said.append(left)  # ReportModel.left's words: its node left the fleet, or its card the node
     return said
 
 
