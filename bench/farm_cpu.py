@@ -12,6 +12,7 @@ resident runners sent per cell where the tree has them.
     PYTHONPATH=. python3 bench/farm_cpu.py --trees /tmp/old .   # old against this tree
     PYTHONPATH=. python3 bench/farm_cpu.py --profile 30         # the 30 costliest functions, this tree
     PYTHONPATH=. python3 bench/farm_cpu.py --split 1,24         # a node's CPU once, and a cell's, fitted
+    PYTHONPATH=. python3 bench/farm_cpu.py --time orchestrator.store.recording:Recording.add_result  # its CPU a cell
 
 An old tree is `git archive COMMIT orchestrator tests | tar -x -C /tmp/old`.
 A run whose cells did not all pass prints no figure, and the bench exits 1.
@@ -56,6 +57,31 @@ if put is not None:
 # where the CPU goes without a profiler's per-call cost, which inflates generator-heavy code 4x
 import re as _re, threading as _threading
 by_thread = {}
+# --time module:Class.method,...: each one's own thread CPU (outermost calls), summed over the run
+timed = {}
+def _timed(spec):
+    import importlib
+    mod, _, attr = spec.partition(":")
+    owner = importlib.import_module(mod)
+    *path, name = attr.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    fn, depth = getattr(owner, name), _threading.local()
+    def wrapped(*a, **k):
+        outer = not getattr(depth, "n", 0)
+        depth.n = getattr(depth, "n", 0) + 1
+        t = time.thread_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            depth.n -= 1
+            if outer:
+                seen = timed.setdefault(spec, [0.0, 0])
+                seen[0] += time.thread_time() - t
+                seen[1] += 1
+    setattr(owner, name, wrapped)
+for spec in filter(None, os.environ.get("FARM_CPU_TIME", "").split(",")):
+    _timed(spec)
 _inner = _threading.Thread._bootstrap_inner
 def _counted(self):
     try:
@@ -125,7 +151,7 @@ if profiles:
 print(json.dumps({
     "cells": len(cells), "cpu": cpu, "wall": wall, "outcomes": dict(summary.outcomes),
     "messages": messages[0] if put is not None else None, "bytes": messages[1], "kinds": kinds, "split": split,
-    "threads": by_thread,
+    "threads": by_thread, "timed": timed,
 }))
 """
 
@@ -227,12 +253,19 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=1, help="farm.yaml's worker processes (1: none)")
     ap.add_argument("--profile", type=int, default=0, help="print this many costliest functions (first tree, one run)")
     ap.add_argument(
+        "--time",
+        default="",
+        help="module:Class.method,... (or module:function): each one's thread CPU per cell, last run, "
+        "e.g. orchestrator.store.recording:Recording.add_result",
+    )
+    ap.add_argument(
         "--split",
         default="",
         help="K1,K2: the first tree at K1 and at K2 cells per node, alternated --repeat times; prints the CPU a "
         "node costs once (connect, probe, stage, its records) and the CPU each further cell costs, fitted",
     )
     args = ap.parse_args()
+    os.environ["FARM_CPU_TIME"] = args.time  # read by each run's child (CHILD)
     sys.path[:0] = [str(REPO / "tests")]
     from nodes import CARDS, Fleet
 
@@ -289,6 +322,8 @@ def main() -> int:
                 said += "; by thread, ms per cell (last run): " + ", ".join(
                     [f"{kind} {sec / cells * 1000:.2f}" for kind, sec in kinds] + [f"main {rest / cells * 1000:.2f}"]
                 )
+            for spec, (sec, calls) in (runs[-1].get("timed") or {}).items():
+                said += f"; {spec}: {sec / cells * 1000:.3f} ms per cell ({calls} calls)"
             print(
                 f"{tree}: farm CPU per cell {' / '.join(f'{x:.1f}' for x in per_cell)} ms "
                 f"(median {statistics.median(per_cell):.1f}); wall {statistics.median(r['wall'] for r in runs):.2f} s"
