@@ -13,13 +13,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from orchestrator.config.capability import ComputeCapability
 from orchestrator.config.farm import Farm
 from orchestrator.config.farm_spec import TOOLCHAIN_SEP
-from orchestrator.config.job_spec import JobSpec, KnownFailureSpec, VariantSpec
+from orchestrator.config.job_spec import JobSpec, KnownFailureSpec, VariantSpec, nvcc_in_range
 from orchestrator.config.jobs import Job
 from orchestrator.cuda_waiver import noted
 from orchestrator.outcomes import Outcome
@@ -134,24 +133,6 @@ def plan_cells(
             if (kernel, name) not in chosen:
                 chosen.append((kernel, name))
     return [Cell(k, v, n) for n in nodes for k, v in chosen]
-
-
-def nvcc_in_range(version: Version, text: str) -> bool:
-    """Whether nvcc's version (13.0.88: release 13.0, build 88) is in a known failure's range, each
-    clause judged on as many numbers as it names: `>13.0` is 13.1 on and `!=13.0` all but 13.0, where
-    PEP 440 put 13.0.88 in both (a failure the declaration excludes read `known-failure`, green), and
-    `==13.0` or `<=13.0` covered no nvcc 13.0 (red-team 235). Three numbers (`>=12.4.131`) and
-    wildcards (`==13.0.*`) are judged as PEP 440 says."""
-    for clause in SpecifierSet(text):
-        named = clause.version
-        judged = version
-        if clause.operator != "===" and not named.endswith(".*"):
-            places = len(Version(named).release)
-            if places < len(version.release):
-                judged = Version(".".join(str(n) for n in version.release[:places]))
-        if not clause.contains(judged):
-            return False
-    return True
 
 
 def known_failure_applies(spec: KnownFailureSpec, nvcc_version: str | None, cc: ComputeCapability | None) -> bool:

@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import CapabilityContract, ComputeCapability
@@ -60,6 +61,32 @@ def _each_once(value: list[str], expected: str) -> list[str]:
     return value
 
 
+# nvcc releases from CUDA 7 (older ones build for no card a node still has) to far past the
+# newest: a range admitting each one (as plan.known_failure_applies judges it) covers every nvcc
+_EVERY_NVCC = (
+    *("7.0.27", "8.0.61", "9.2.148", "10.2.89", "11.0.221", "11.8.89", "12.0.76", "12.9.86", "13.0.88", "13.5.0"),
+    *("14.0", "99.0"),  # and releases to come
+)
+
+
+def nvcc_in_range(version: Version, text: str) -> bool:
+    """Whether nvcc's version (13.0.88: release 13.0, build 88) is in a known failure's range, each
+    clause judged on as many numbers as it names: `>13.0` is 13.1 on and `!=13.0` all but 13.0, where
+    PEP 440 put 13.0.88 in both (a failure the declaration excludes read `known-failure`, green), and
+    `==13.0` or `<=13.0` covered no nvcc 13.0 (red-team 235). Three numbers (`>=12.4.131`) and
+    wildcards (`==13.0.*`) are judged as PEP 440 says."""
+    for clause in SpecifierSet(text):
+        named = clause.version
+        judged = version
+        if clause.operator != "===" and not named.endswith(".*"):
+            places = len(Version(named).release)
+            if places < len(version.release):
+                judged = Version(".".join(str(n) for n in version.release[:places]))
+        if not clause.contains(judged):
+            return False
+    return True
+
+
 class KnownFailureWhen(StrictModel):
     """Where a known failure applies: an nvcc version range (PEP 440 specifier,
     e.g. ">=13.0,<13.4") and/or a compute-capability range. Both must hold."""
@@ -75,10 +102,12 @@ class KnownFailureWhen(StrictModel):
                 specifiers = SpecifierSet(value)
             except InvalidSpecifier:
                 raise ValueError('expected a version range such as ">=13.0,<13.4"') from None
-            if not len(specifiers):  # "" (or ",") admits every version: the failure declared everywhere
+            # "" (or ","), and a range that admits every release (`>=0`, `>0.0`, `!=1.0`): the failure
+            # declared everywhere, as `when: {}` would, which is refused (red-team 241: `>=0` loaded)
+            if not len(specifiers) or all(nvcc_in_range(Version(v), value) for v in _EVERY_NVCC):
                 raise ValueError(
-                    'expected a version range such as ">=13.0,<13.4" (an empty one covers every nvcc: the failure '
-                    "declared everywhere, which hides every one)"
+                    'expected a version range such as ">=13.0,<13.4" (an empty one, or one that admits every '
+                    "release such as `>=0`, covers every nvcc: the failure declared everywhere, which hides every one)"
                 )
         return value
 
@@ -96,6 +125,12 @@ DECLARABLE_FAILURES = frozenset(
 )
 
 
+def _every_card(cc: ContractSpec) -> bool:
+    """Whether every card is in the range: no `exactly`, no `max`, a `min` no higher than CC 1.0 (CUDA's first)."""
+    low = None if cc.min is None else ComputeCapability.parse(cc.min)
+    return cc.exactly is None and cc.max is None and (low is None or low <= ComputeCapability.parse("1.0"))
+
+
 class KnownFailureSpec(StrictModel):
     when: KnownFailureWhen
     outcome: Outcome
@@ -104,8 +139,11 @@ class KnownFailureSpec(StrictModel):
     @field_validator("when")
     @classmethod
     def _says_where(cls, value: KnownFailureWhen) -> KnownFailureWhen:
-        if value.nvcc is None and value.cc is None:  # a failure declared everywhere hides every one
-            raise ValueError("where it applies: `nvcc` (a version range), `cc` (a CC range), or both")
+        # a failure declared everywhere hides every one: so does a CC range every card is in (`min: "1.0"`)
+        if value.nvcc is None and (value.cc is None or _every_card(value.cc)):
+            raise ValueError(
+                "where it applies: `nvcc` (a version range), `cc` (a CC range some card is outside of), or both"
+            )
         return value
 
     @field_validator("outcome")
