@@ -212,3 +212,61 @@ def test_a_verify_run_under_an_idle_in_transaction_timeout_ends_with_its_own_exi
         assert [r.outcome for r in store.results(1)] == ["pass"]
     finally:
         store.close()
+
+
+def test_a_dbas_search_path_to_another_schema_never_splits_the_results(postgres_url: str) -> None:  # noqa: F811
+    """Before: with the farm's tables in public and `ALTER ROLE farm IN DATABASE ... SET search_path =
+    other`, the farm found "no tables", made a second schema in `other` and stored the run there: exit 0,
+    the fleet's earlier runs gone from every page. Figure: StoreError naming the schema that holds them
+    and search_path; nothing made in `other`."""
+    from orchestrator.errors import StoreError
+
+    store = Store(postgres_url)
+    store.journal = None
+    new_run(store)
+    store.close()
+    engine = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text("CREATE SCHEMA other"))
+    engine.dispose()
+    _set_for_farm(postgres_url, "search_path = other")
+    with pytest.raises(StoreError, match=r"farm's tables in schema public.*search_path \(other\)"):
+        Store(postgres_url)
+    assert _scalar(postgres_url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'other'") == 0
+
+
+def test_a_search_path_of_no_schema_names_the_setting(postgres_url: str) -> None:  # noqa: F811
+    """Before: "ProgrammingError: (psycopg.errors.InvalidSchemaName) no schema has been selected to create
+    in", no setting named. Figure: a new database under search_path = nowhere: the error names search_path
+    and its RESET."""
+    from orchestrator.errors import StoreError
+
+    _set_for_farm(postgres_url, "search_path = nowhere")
+    with pytest.raises(StoreError, match=r"no schema has been selected.*search_path.*RESET it"):
+        Store(postgres_url)
+
+
+def test_a_dbas_statement_timeout_names_the_setting(postgres_url: str) -> None:  # noqa: F811
+    """Before: "OperationalError: (psycopg.errors.QueryCanceled) canceling statement due to statement
+    timeout", no setting named (nor the farm's own words: its password "farm" masked them). Figure:
+    statement_timeout = 200ms on the role, a read held behind another session's lock:
+    the error names statement_timeout, its RESET and the URL option that lifts it for the farm alone."""
+    from orchestrator.errors import StoreError
+
+    Store(postgres_url).close()
+    _set_for_farm(postgres_url, "statement_timeout = '200ms'")
+    holder = create_engine(postgres_url)
+    try:
+        with holder.begin() as connection:  # another session's lock: the farm's read waits past the timeout
+            connection.execute(text("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE"))
+            store = Store(postgres_url)
+            try:
+                with pytest.raises(StoreError) as raised:
+                    store.runs()
+            finally:
+                store.close()
+    finally:
+        holder.dispose()
+    said = str(raised.value)
+    assert "statement timeout" in said and "RESET statement_timeout" in said and "statement_timeout%3D0" in said
+    assert "farm's statement" in said
