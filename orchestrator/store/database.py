@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, make_url, select
+from sqlalchemy import event, make_url, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -50,6 +50,11 @@ from orchestrator.store.tables import Attempt, Base, Meta, NodeSnapshotRow, Resu
 from orchestrator.store.waived import WaivedQueries
 
 T = TypeVar("T")
+# a read snapshot's transaction, kept from the server's timeouts of a transaction (Store.reading)
+UNTIMED = text(
+    "SELECT set_config(name, '0', true) FROM pg_settings "
+    "WHERE name IN ('idle_in_transaction_session_timeout', 'transaction_timeout')"
+)
 
 
 class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery, RecordedBinaries, WaivedQueries):
@@ -283,9 +288,14 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
                 # pysqlite opens no transaction for SELECTs: open one, so they share a snapshot
                 session.connection().exec_driver_sql("BEGIN")
             elif self.engine.dialect.name == "postgresql":
-                session.connection(
+                connection = session.connection(
                     execution_options={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
                 )
+                # the snapshot is held while pages render between its reads: a DBA's
+                # idle_in_transaction_session_timeout (or PostgreSQL 17's transaction_timeout) ended the
+                # session mid-render, the report never written and `farm verify` a traceback, exit 70
+                # (red-team 242). Off for this transaction alone (SET LOCAL; any session may), where present
+                connection.execute(UNTIMED)
             self._pinned.session = session
             try:
                 yield self

@@ -23,7 +23,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, inspect, make_url, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import StoreError
@@ -71,20 +71,40 @@ def check_url(url: str) -> None:
 
 def first_line(err: BaseException, url: str) -> str:
     lines = str(err).strip().splitlines()
-    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}{_read_only_hint(err)}", url)
+    # the hint after the scrub: it holds no secret, and a password "farm" had masked its words
+    return _scrub(f"{err.__class__.__name__}: {lines[0] if lines else ''}", url) + _read_only_hint(err)
 
 
-def _read_only_hint(err: BaseException) -> str:
-    """What to do about a server that takes no writes (SQLSTATE 25006): the driver's "cannot execute
-    INSERT in a read-only transaction" named no setting, and its `farm import` met the same (red-team 218)."""
-    if getattr(getattr(err, "orig", err), "sqlstate", None) != "25006":
-        return ""
-    return (
+# what to do about a server setting that stopped the farm's statement, by SQLSTATE (and the words that tell
+# a timeout from a DBA's cancel): the driver's words named no setting (red-team 218, 242)
+HINTS = {
+    "25006": (
+        "",
         " (the server takes no writes from this session: default_transaction_read_only is on for the URL's role "
         "or its database, a DBA's ALTER ROLE/DATABASE ... SET default_transaction_read_only = on, undone by "
         "ALTER ROLE/DATABASE ... RESET default_transaction_read_only; or it is a hot standby: point `database` "
-        "at the primary)"
-    )
+        "at the primary)",
+    ),
+    "57014": (
+        "statement timeout",
+        " (the server's statement_timeout, set for the URL's role or its database or in the URL's options, cut the "
+        "farm's statement: ALTER ROLE/DATABASE ... RESET statement_timeout, or a URL option "
+        "options=-c%20statement_timeout%3D0 for the farm's sessions alone)",
+    ),
+    "3F000": (
+        "",
+        " (the session's search_path names no schema that exists: the URL's role or its database has a "
+        "search_path set (ALTER ROLE/DATABASE ... SET search_path) or the URL's options give one; RESET it, "
+        "or name the schema that holds the farm's tables)",
+    ),
+}
+
+
+def _read_only_hint(err: BaseException) -> str:
+    """What to do about a server setting that refused the statement (HINTS), or ""."""
+    state = getattr(getattr(err, "orig", err), "sqlstate", None)
+    words, hint = HINTS.get(state or "", ("", ""))
+    return hint if state in HINTS and words in str(err) else ""
 
 
 def open_engine(url: str, stopped: Callable[[], object] = lambda: None) -> Engine:
@@ -182,6 +202,7 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
             # the tests hold the two to the same schema (test_store.py). No table is taken as
             # already there: another program's table of one of these names is an error here,
             # as it is in the migrations
+            _refuse_elsewhere(connection, url)
             Base.metadata.create_all(connection, checkfirst=False)
             # and the rows a migration seeds on an empty database (0011: every value is a baseline)
             connection.execute(Meta.__table__.insert(), [{"key": "metric_baseline_from", "value": "1"}])
@@ -216,6 +237,29 @@ def migrate(engine: Engine, url: str, create: bool = True) -> None:
                 f"to {scripts.get_current_head()} failed ({first_line(err, url)}); nothing of the upgrade was kept, "
                 f"it is left at {current or 'none'}: remove the cause and run `farm verify` again"
             ) from err
+
+
+def _refuse_elsewhere(connection: Connection, url: str) -> None:
+    """On PostgreSQL, a database whose farm tables lie in a schema this session's search_path does not
+    reach: a DBA's ALTER ROLE/DATABASE ... SET search_path = other made the farm create a second, empty
+    schema there and store the night's run in it, the fleet's history and certificates gone from every
+    page (red-team 242). Refused, nothing written."""
+    if connection.dialect.name != "postgresql":
+        return
+    query = (
+        "SELECT string_agg(DISTINCT table_schema, ', ') FROM information_schema.tables WHERE table_name = "
+        "'alembic_version' AND table_schema IN (SELECT table_schema FROM information_schema.tables "
+        "WHERE table_name = 'runs') AND table_schema IS DISTINCT FROM current_schema()"
+    )
+    found = connection.execute(text(query)).scalar()
+    if found:
+        path = connection.execute(text("SHOW search_path")).scalar()
+        raise StoreError(
+            f"the results database {redact_url(url)} holds the farm's tables in schema {found}, which this "
+            f"session's search_path ({path}) does not reach: the URL's role or its database has a search_path "
+            "set (ALTER ROLE/DATABASE ... SET search_path) or the URL's options give one. Nothing was written: "
+            "RESET it, or put that schema first in it (options=-c%20search_path%3DSCHEMA in the URL)"
+        )
 
 
 def _farms(revision: str) -> bool:

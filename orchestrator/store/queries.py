@@ -44,10 +44,10 @@ class Queries:
             return session.scalars(query.order_by(Run.id.desc()).limit(1)).first()
 
     def _holds(self, row_id: int) -> bool:
-        """Whether an id can be one this database holds: its INTEGER is 64 bits in SQLite (past
-        them, an overflow), 32 in PostgreSQL (past them "integer out of range", a database
-        fault where SQLite said there is no such row: a red-team finding)."""
-        return 1 <= row_id < (2**31 if self.engine.dialect.name == "postgresql" else 2**63)
+        """Whether an id can be one this database holds: 64 bits on both backends (past them, an
+        overflow in SQLite, "bigint out of range" in PostgreSQL: a database fault where there is no
+        such row, a red-team finding); PostgreSQL's were 32 bits until 0018 (red-team 242)."""
+        return 1 <= row_id < 2**63
 
     def run(self, run_id: int) -> Run | None:
         if not self._holds(run_id):

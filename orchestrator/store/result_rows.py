@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Integer, String, Table
+from sqlalchemy import BigInteger, Integer, String, Table
 from sqlalchemy.engine import Connection, Dialect
 
 from orchestrator.store.inserts import Inserts
@@ -31,15 +31,19 @@ def _limits(table: Table) -> tuple[tuple[str, int], ...]:
 
 
 @functools.cache
-def _integers(table: Table) -> tuple[tuple[str, bool], ...]:
-    """(column, nullable) of the table's Integer columns of measured values: never an id (the server
-    numbers them; one past 32 bits is another run's or none, never one to make fit)."""
+def _integers(table: Table) -> tuple[tuple[str, bool, int], ...]:
+    """(column, nullable, bits) of the table's Integer columns of measured values: never an id (the
+    server numbers them; one past its column is another run's or none, never one to make fit). A
+    BigInteger column (tables.Wide) holds 64 bits on both backends, an Integer 32 on PostgreSQL."""
     ids = [c for c in table.columns if c.primary_key or c.foreign_keys or c.key.endswith("_id")]
-    return tuple((c.key, bool(c.nullable)) for c in table.columns if isinstance(c.type, Integer) and c not in ids)
+    return tuple(
+        (c.key, bool(c.nullable), 64 if isinstance(c.type, BigInteger) else 32)
+        for c in table.columns
+        if isinstance(c.type, Integer) and c not in ids
+    )
 
 
 TAIL = 7  # the end a cut value keeps: a farm commit's "+dirty", a name's last part
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1  # PostgreSQL's integer; SQLite's holds 64 bits
 
 
 def fit(table: Table, params: dict[str, Any]) -> dict[str, Any]:
@@ -49,15 +53,17 @@ def fit(table: Table, params: dict[str, Any]) -> dict[str, Any]:
     kept it whole; both keep the same now (a red-team finding). So too a number past an
     Integer column's 32 bits (a node's nvidia-smi saying GPU 3000000000: PostgreSQL's
     "integer out of range" stopped the run, exit 5, red-team 233): none where the column
-    may be empty, else the nearest it holds."""
+    may be empty, else the nearest it holds. Sizes and counts that pass 32 bits are in BIGINT
+    columns since 0018 and kept whole: cut to 2147483647, a 5 GiB upload read as 2 GiB (red-team 242)."""
     cut = {
         key: value[: n - TAIL - 1] + "\u2026" + value[-TAIL:]
         for key, n in _limits(table)
         if isinstance(value := params.get(key), str) and len(value) > n
     }
-    for key, nullable in _integers(table):
-        if type(value := params.get(key)) is int and not INT_MIN <= value <= INT_MAX:
-            cut[key] = None if nullable else min(max(value, INT_MIN), INT_MAX)
+    for key, nullable, bits in _integers(table):
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        if type(value := params.get(key)) is int and not low <= value <= high:
+            cut[key] = None if nullable else min(max(value, low), high)
     return {**params, **cut} if cut else params
 
 

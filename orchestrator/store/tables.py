@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -29,6 +30,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 class Base(DeclarativeBase):
     pass
+
+
+# Ids and the measured numbers that pass 2**31 (bytes shipped, an instruction count): PostgreSQL's
+# INTEGER is 32 bits, and such a value had been cut to 2147483647 (red-team 242); SQLite's INTEGER is
+# 64 bits already, and only "INTEGER PRIMARY KEY" numbers its rows itself, so it keeps its INTEGER (0018)
+Wide = BigInteger().with_variant(Integer, "sqlite")
 
 
 class Meta(Base):
@@ -59,7 +66,7 @@ class SourceFile(Base):
 
 class Run(Base):
     __tablename__ = "runs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     status: Mapped[str] = mapped_column(String(16))  # running | finished | aborted
@@ -81,8 +88,8 @@ class Run(Base):
 
 class NodeSnapshotRow(Base):
     __tablename__ = "node_snapshots"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Wide, ForeignKey("runs.id"), index=True)
     node: Mapped[str] = mapped_column(String(64))
     transport: Mapped[str] = mapped_column(String(16))
     address: Mapped[str] = mapped_column(String(255))
@@ -103,7 +110,7 @@ class NodeSnapshotRow(Base):
     probe_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     probe_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     stage_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
-    bytes_shipped: Mapped[int] = mapped_column(Integer, default=0)
+    bytes_shipped: Mapped[int] = mapped_column(Wide, default=0)
     smi_output: Mapped[str | None] = mapped_column(Text, nullable=True)
     # every usable GPU: [{index, uuid, name, cc, memory, verified, check}] (0004)
     # nullable as migration 0004 added it: a new database is made from these models (engine.migrate)
@@ -140,9 +147,9 @@ class ResultRow(Base):
             "run_id",  # 0013: only finished runs certify
         ),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("node_snapshots.id"), nullable=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Wide, ForeignKey("runs.id"), index=True)
+    snapshot_id: Mapped[int | None] = mapped_column(Wide, ForeignKey("node_snapshots.id"), nullable=True)
     kernel: Mapped[str] = mapped_column(String(64), index=True)
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64), index=True)
@@ -176,8 +183,8 @@ class ResultRow(Base):
     build_log: Mapped[bytes] = mapped_column(LargeBinary)
     stdout: Mapped[bytes] = mapped_column(LargeBinary)
     stderr: Mapped[bytes] = mapped_column(LargeBinary)
-    stdout_size: Mapped[int] = mapped_column(Integer, default=0)
-    stderr_size: Mapped[int] = mapped_column(Integer, default=0)
+    stdout_size: Mapped[int] = mapped_column(Wide, default=0)
+    stderr_size: Mapped[int] = mapped_column(Wide, default=0)
     # the whole streams' sha256, where the kept copies were cut ({stream: [start, end]}), and
     # the stdout/stderr lines where the markers were found ({"pass": n, "refusal": n}) (0004)
     stdout_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -214,8 +221,8 @@ class PlannedCell(Base):
     the ones it never finished as not-run."""
 
     __tablename__ = "planned_cells"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Wide, ForeignKey("runs.id"), index=True)
     kernel: Mapped[str] = mapped_column(String(64))
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64))
@@ -227,8 +234,8 @@ class Attempt(Base):
     (and a flaky node can be blamed) even when a later try succeeded."""
 
     __tablename__ = "attempts"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Wide, ForeignKey("runs.id"), index=True)
     node: Mapped[str] = mapped_column(String(64))
     kernel: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: node setup
     variant: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -250,9 +257,9 @@ class MetricValue(Base):
         Index("ix_metric_values_cell", "kernel", "variant", "node", "device", "name", "result_id", "value"),
         Index("ix_metric_values_run", "run_id", "kernel"),
     )
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
-    run_id: Mapped[int] = mapped_column(Integer)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    result_id: Mapped[int] = mapped_column(Wide, ForeignKey("results.id"), index=True)
+    run_id: Mapped[int] = mapped_column(Wide)
     kernel: Mapped[str] = mapped_column(String(64))
     variant: Mapped[str] = mapped_column(String(64))
     node: Mapped[str] = mapped_column(String(64))
@@ -274,8 +281,8 @@ class SassCount(Base):
     when the result is written (and once, for earlier results, by 0008)."""
 
     __tablename__ = "sass_counts"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    result_id: Mapped[int] = mapped_column(ForeignKey("results.id"), index=True)
+    id: Mapped[int] = mapped_column(Wide, primary_key=True)
+    result_id: Mapped[int] = mapped_column(Wide, ForeignKey("results.id"), index=True)
     identity: Mapped[str | None] = mapped_column(String(64), nullable=True)
     instruction: Mapped[str] = mapped_column(Text)  # a mnemonic the job names (any length)
-    count: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Wide)
