@@ -108,7 +108,7 @@ def test_a_known_failure_whose_variant_or_declaration_is_gone_is_not_green(
 def test_a_known_failure_whose_when_no_longer_covers_its_nvcc_is_not_green(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The declaration stays but its `when` narrows: `nvcc: '>=1'` became `'<1'` (say, a fix
+    """The declaration stays but its `when` narrows: `nvcc: '>=13.0'` became `'<1'` (say, a fix
     shipped in the node's nvcc, and the course kept the failure declared for older ones). The
     old known-failure, of an nvcc the declaration no longer covers, stayed green: the report
     asked only whether some known failure of that outcome was declared, not where."""
@@ -116,8 +116,8 @@ def test_a_known_failure_whose_when_no_longer_covers_its_nvcc_is_not_green(
     index = tmp_path / "farm" / "reports" / "index.html"
     assert matrix_cell(index, "broken").startswith('<td class="good" ')
     job = tmp_path / "farm" / "jobs" / "toy.yaml"
-    assert "nvcc: '>=1'" in job.read_text()
-    job.write_text(job.read_text().replace("nvcc: '>=1'", "nvcc: '<1'"))
+    assert "nvcc: '>=13.0'" in job.read_text()
+    job.write_text(job.read_text().replace("nvcc: '>=13.0'", "nvcc: '<1'"))
     assert cli.invoke(main, ["report", "--config", str(config)]).exit_code == 0
     cell = matrix_cell(index, "broken")
     assert cell.startswith('<td class="good unconfirmed" '), cell

@@ -66,7 +66,7 @@ def toy_farm(
     if broken == "known-failure":
         job += (
             "    known_failures:\n"
-            "      - when: {nvcc: '>=1'}\n"
+            "      - when: {nvcc: '>=13.0'}\n"
             "        outcome: build-fail\n"
             "        reason: links a library that does not exist (declared for the test)\n"
         )
