@@ -15,6 +15,7 @@ from orchestrator.outcomes import is_as_expected, is_infra
 from orchestrator.report import history
 from orchestrator.store.database import Store
 from orchestrator.store.tables import NodeSnapshotRow, Run
+from orchestrator.utc import as_utc
 
 
 @functools.cache
@@ -78,6 +79,30 @@ def _days(later: datetime, earlier: datetime | None) -> float:
     return math.inf if days < -1 else max(days, 0.0)
 
 
+def _earliest_after(starts: list[tuple[int, datetime]]) -> dict[int, datetime]:
+    """run id -> the earliest start of the runs after it (of `starts`, (id, start) in id order; the
+    last run has none). A run starts after every run before it, whatever the clocks read: a verdict
+    whose run's clock was ahead is at least as old as any later run's start says (red-team 246)."""
+    earliest: dict[int, datetime] = {}
+    least: datetime | None = None
+    for rid, started in reversed(starts):
+        if least is not None:
+            earliest[rid] = least
+        moment = as_utc(started)
+        least = moment if least is None else min(least, moment)
+    return earliest
+
+
+def _age(run: Run, row: Any, earliest: dict[int, datetime]) -> float:
+    """Days between the verdict `row` and the rendered `run` (its own run's: none): from its own
+    start, or where a later run started before it (its clock was ahead), from that start."""
+    if row.run_id == run.id:
+        return 0.0
+    own = _days(run.started_at, row.started_at)
+    later = earliest.get(row.run_id)
+    return own if later is None else max(own, _days(run.started_at, later))
+
+
 @dataclass(frozen=True)
 class FleetStanding:
     """The standing of every cell on record, and the matrix's columns and rows it makes."""
@@ -93,14 +118,15 @@ def fleet_standing(store: Store, run: Run, stale_after: float) -> FleetStanding:
     where that was infra, and the matrix's columns and rows."""
     standing: dict[history.CellKey, StandingCell] = {}
     latest_verdicts, latest_any = store.standing(run.id)
+    earliest = _earliest_after(store.run_starts(run.id))
     for key, row in latest_verdicts.items():
         later = latest_any.get(key)
         infra = later if later is not None and later.id != row.id else None
-        age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0  # its own run's: no age
+        age = _age(run, row, earliest)
         standing[key] = StandingCell(row, age, age > stale_after, infra)
     for key, row in latest_any.items():
         if key not in standing:  # never a verdict: show what there is
-            age = _days(run.started_at, row.started_at) if row.run_id != run.id else 0.0
+            age = _age(run, row, earliest)
             standing[key] = StandingCell(row, age, age > stale_after, None)
     latest_snaps = {s.node: s for s in store.latest_snapshots(run.id)}
     by_column: dict[tuple[str, str], list[StandingCell]] = defaultdict(list)

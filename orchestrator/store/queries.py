@@ -206,6 +206,13 @@ class Queries:
             found[this_id].append((rid, outcome, res))
         return {this_id: prior[-per_cell:] for this_id, prior in found.items()}
 
+    def run_starts(self, before: int) -> list[tuple[int, datetime]]:
+        """(id, start) of every run before run `before`, in id order: the database's order, which a
+        start read off a clock that stepped need not follow (report/standing.py ages by it)."""
+        query = select(Run.id, Run.started_at).where(Run.id < before).order_by(Run.id)
+        with self._reading() as session:
+            return [(rid, started) for rid, started in session.execute(query)]
+
     def run_states(self, run_ids: list[int]) -> dict[int, tuple[datetime, str, str | None, str | None]]:
         """run id -> (when it started, its status, the commit a bisection's run tested, else
         None, the farm's own commit it ran at, else None): what a cell page says of its run,

@@ -11,6 +11,10 @@ writes, the next night's run (the clock corrected) stored a newer verdict, and t
 stamped "later", was imported as the newest run over it, its older pass standing over the newer
 fail (round 158). A start after this host's clock now was read by a clock that was ahead: it
 tells nothing of the run's order, so such a journal is imported only where the operator says.
+
+The newest run's own start can be behind: a night's run under a clock stepped back stamped a start
+before the run before it, and the journal of the night between read as after it (round 246). A
+newest run that started before an earlier one (by a clock this host's has passed) orders nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def check_after_newest(session: Session, path: Path, started: Any, url: str, giv
             "sqlite:///recovered.db): as the newest run, its verdicts would stand over the later run's"
         )
     if as_utc(started) >= theirs:
+        _check_newest_not_behind(session, path, newest, url)
         return
     said = (
         f"{path}: its run started {as_utc(started).isoformat(timespec='seconds')}, before run "
@@ -66,4 +71,31 @@ def check_after_newest(session: Session, path: Path, started: Any, url: str, giv
         "A run newer than it is already there (a later night's): its standing would go back in time; "
         "import it into a database of its own (farm import JOURNAL --database sqlite:///recovered.db) "
         "and read it there (farm report --database sqlite:///recovered.db --out DIR)"
+    )
+
+
+def _check_newest_not_behind(session: Session, path: Path, newest: Run, url: str) -> None:
+    """StoreError where the newest run's start is before an earlier run's that this host's clock
+    has passed: the newest run's farm host's clock was behind (stepped back, a machine resumed from
+    a snapshot), and a journal's start after it tells nothing of which run came first. Such a
+    journal of the night between (its database writes lost) was imported as the newest run, its
+    older verdicts over the later night's (red-team 246). An earlier start after this host's clock
+    now is a clock that was ahead, and says nothing of the newest run's (round 131)."""
+    theirs, now = as_utc(newest.started_at), datetime.now(UTC) + CLOCK_SLACK
+    earlier = [
+        (as_utc(started), rid)
+        for rid, started in session.execute(select(Run.id, Run.started_at).where(Run.id < newest.id))
+        if theirs + CLOCK_SLACK < as_utc(started) <= now
+    ]
+    if not earlier:
+        return
+    when, rid = max(earlier)
+    raise StoreError(
+        f"{path}: run {newest.id}, the newest in {url}, started {theirs.isoformat(timespec='seconds')}, before "
+        f"run {rid} ({when.isoformat(timespec='seconds')}), which came before it: run {newest.id}'s farm host's clock "
+        "was behind (stepped back, a machine resumed from a snapshot), and the starts cannot tell whether this "
+        f"journal's run came before or after run {newest.id}. Where it came after, import it with `farm import "
+        "--in-given-order JOURNAL...`; where before (a run whose database writes were lost, a later night's run "
+        "already stored), import it into a database of its own (farm import JOURNAL --database "
+        "sqlite:///recovered.db): as the newest run, its verdicts would stand over the later run's"
     )
