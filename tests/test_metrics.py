@@ -133,7 +133,8 @@ def test_perf_regression_cannot_be_declared_a_known_failure(tmp_path: Path) -> N
     file = tmp_path / "jobs" / "k.yaml"
     file.write_text(
         JOB.replace("metrics:\n", "")
-        + "    known_failures:\n      - when: {nvcc: '>=13.0'}\n        outcome: perf-regression\n        reason: slow\n"
+        + "    known_failures:\n      - when: {nvcc: '>=13.0'}\n"
+        + "        outcome: perf-regression\n        reason: slow\n"
     )
     with pytest.raises(ConfigError) as info:
         load_job(file, tmp_path, {})
