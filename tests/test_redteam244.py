@@ -184,3 +184,15 @@ def test_the_files_asked_of_the_node_are_outside_the_cells_own_folders() -> None
     ]
     said = denied_files.denied(["@@farm-denied read 0 /opt/cu/include/cuda_runtime.h"])
     assert "/opt/cu/include/cuda_runtime.h" in said and "(mode 000)" in said, said
+
+
+def test_a_shells_refused_write_is_not_a_program_refused_its_run() -> None:
+    """Before (this round's first cut): `sh: 1: cannot create SOURCE: Permission denied` (a confined
+    build's write, refused by Landlock) was read as a program refused its run, and the readable
+    staged source of mode 644 was "no longer run" by the node's user: infra-error. Figure: asked as
+    a file to read (which it is), and a shell's own `sh: 1: ptxas:` as one to run."""
+    from orchestrator.run import denied_files
+
+    log = b"sh: 1: cannot create /w/bundles/d/k.cpp: Permission denied\nsh: 1: ptxas: Permission denied\n"
+    asked = denied_files.candidates(log, "/w/build/k", ["/w/build/k"], ["/opt/cu/bin"])
+    assert asked == [("/w/bundles/d/k.cpp", False), ("/opt/cu/bin/ptxas", True)], asked

@@ -23,8 +23,9 @@ MARK = "@@farm-denied"  # MARK HOW MODE PATH: a file of the login's own it canno
 MAX_PATHS = 12  # files asked of one log: a log of a thousand denials costs the look no more
 # a line of the build log saying a file was refused (EACCES), and the part of it before the words
 _DENIED = re.compile(r"^(.*?):?\s*Permission denied\b", re.M)
-# the refused file was to be run: a shell's (`sh: 1: ptxas: Permission denied`) or exec's words
-_RUN = re.compile(r"\bexec|cannot execute|^(?:\S*/)?(?:sh|bash|dash): (?:\d+: |line \d+: )?")
+# the refused file was to be run: exec's words, or a shell's naming the program alone (`sh: 1: ptxas:
+# Permission denied`; its `sh: 1: cannot create X: Permission denied` is a write, refused by Landlock)
+_RUN = re.compile(r"\bexec|cannot execute|^(?:\S*/)?(?:sh|bash|dash): (?:\d+: |line \d+: )?[^\s:]+$")
 _QUOTED = re.compile(r"['\"`‘’]([^'\"`‘’]+)['\"`‘’]")
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f]")
 
