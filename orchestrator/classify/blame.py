@@ -89,6 +89,8 @@ def not_the_kernels(ev: Evidence, exp: Expectation, outcome: Outcome, stage: str
     # too (classify._judged): a run that could not start, its folder remounted noexec, says so (round 169)
     if ev.folder_trouble:
         return ev.folder_trouble
+    if ev.build_unreadable and stage == "build":  # a toolkit's file whose bits were taken: every build fails
+        return ev.build_unreadable
     if ev.gpu_lost:
         during = "its sanitizer runs" if stage == "sanitize" else "its run"
         return f"the node lost the cell's GPU during {during} ({ev.gpu_lost})"

@@ -81,6 +81,9 @@ class Evidence:
     # once its run had failed, nvidia-smi asked of the cell's GPU: why it no longer answered (a card
     # lost mid-run failed the kernel), why no program of the farm could have it (gpu_state.py); ""
     gpu_lost: str = ""
+    # once its build had failed "Permission denied": why a file of the node's own it names (outside the
+    # cell's folders) can no longer be read by the node's user who owns it (run/denied_files.py), else ""
+    build_unreadable: str = ""
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
     build_unsupported: str = ""  # the target its nvcc cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)

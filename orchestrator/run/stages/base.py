@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import driver_check, gpu_state, probe, snapshot, work_folder
+from orchestrator.run import denied_files, driver_check, gpu_state, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -116,6 +116,11 @@ class CellStages(CellTrips):
             + work_folder.unwritable_sh(q(self.snapshot.workdir))
         )
         ev = self.result.evidence
+        if ev.build_exit not in (None, 0):  # the files its log says were refused: of the node's own? (round 244)
+            own = (self.paths.build_dir, self.paths.run_dir)
+            dirs = denied_files.tool_dirs(self.snapshot.compilers, self.snapshot.nvcc_path)
+            asked = denied_files.candidates(self.result.build_log, self.paths.build_dir, own, dirs)
+            command += f"; {denied_files.denied_sh(asked)}" if asked else ""
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
         # (or a run that exited 0 after CUDA's own error: cuda_errors.py, or without its pass marker)
@@ -148,6 +153,8 @@ class CellStages(CellTrips):
             unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
+        ev.build_unreadable = denied_files.denied(room_lines)
+        ev.build_denied = ev.build_denied and not ev.build_unreadable  # a read refused, not a write
         folders = f"the node ran out of room during the cell ({short})" if short else ""
         return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
 
