@@ -41,21 +41,32 @@ while [ $# -gt 0 ]; do
 done
 """
 # v12.4's wheel (2024.1.0): its banner and "0 errors", exit 0, the binary never executed
-NEVER_RUNS = "#!/bin/sh\n" + _OPTIONS + (
-    'printf "========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n" > "$log"\nexit 0\n'
+NEVER_RUNS = (
+    "#!/bin/sh\n"
+    + _OPTIONS
+    + ('printf "========= COMPUTE-SANITIZER\\n========= ERROR SUMMARY: 0 errors\\n" > "$log"\nexit 0\n')
 )
 # a tool without its injection library: the program runs (and passes) uninstrumented
-UNINSTRUMENTED = "#!/bin/sh\n" + _OPTIONS + (
-    '"$@"; rc=$?\n'
-    'printf "========= COMPUTE-SANITIZER\\n========= Error: Target application terminated before first '
-    'instrumented API call\\n========= ERROR SUMMARY: 0 errors\\n" > "$log"\nexit $rc\n'
+UNINSTRUMENTED = (
+    "#!/bin/sh\n"
+    + _OPTIONS
+    + (
+        '"$@"; rc=$?\n'
+        'printf "========= COMPUTE-SANITIZER\\n========= Error: Target application terminated before first '
+        'instrumented API call\\n========= ERROR SUMMARY: 0 errors\\n" > "$log"\nexit $rc\n'
+    )
 )
 # an option it does not know: said on its stderr, no log written
 BAD_OPTION = "#!/bin/sh\necho \"Unrecognized option '--print-limit'\" >&2\nexit 1\n"
 # a tool that cannot serve this card: its banner and its error, no summary, its own exit
-UNSUPPORTED = "#!/bin/sh\n" + _OPTIONS + (
-    'printf "========= COMPUTE-SANITIZER\\n========= Error: racecheck is not supported on this device\\n" > "$log"\n'
-    'echo "compute-sanitizer: tool initialisation failed" >&2\nexit 1\n'
+UNSUPPORTED = (
+    "#!/bin/sh\n"
+    + _OPTIONS
+    + (
+        'printf "========= COMPUTE-SANITIZER\\n========= Error: racecheck is not supported on this device\\n" '
+        '> "$log"\n'
+        'echo "compute-sanitizer: tool initialisation failed" >&2\nexit 1\n'
+    )
 )
 
 
@@ -179,7 +190,7 @@ def test_classify_wants_the_pass_marker_under_the_tool() -> None:
         (SanitizerReport("memcheck", 3, 0, passed=False, printed=False, said="boom"), Outcome.INFRA_ERROR),
         (SanitizerReport("memcheck", 139, 0, passed=False, printed=False), Outcome.SANITIZER_ERROR),  # a crash
         (SanitizerReport("memcheck", 86, 2, passed=False, printed=False), Outcome.SANITIZER_ERROR),  # its findings
-        (SanitizerReport("memcheck", 0, 0, passed=True, printed=True, unchecked="Error: Target ..."), Outcome.INFRA_ERROR),
+        (SanitizerReport("memcheck", 0, 0, passed=True, printed=True, unchecked="Error: ..."), Outcome.INFRA_ERROR),
     ]
     for report, outcome in rows:
         verdict = classify(Evidence(**PASSED, sanitizer=(report,)), PASS)

@@ -306,7 +306,9 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
-    if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble)):
+    # a sanitizer run that checked nothing (_sanitized) is asked too: a card lost under it is the better why
+    checked_nothing = raw.failed_stage == "sanitize" and ev.infra_stage is None
+    if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble) or checked_nothing):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:
             reason = f"{why}, so its {raw.outcome} ({raw.reason}) is no verdict on the kernel"

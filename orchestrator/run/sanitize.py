@@ -4,8 +4,9 @@ A kernel's numbers can come out right over a race or an out-of-bounds write. A
 variant that asks for `sanitize: [memcheck, racecheck, ...]` has its binary run
 again, on a GPU node, once per tool, under `compute-sanitizer --tool T
 --error-exitcode 86 --log-file FILE`, each with the job's `sanitize_timeout`.
-The sanitizer's own log (its `=========` lines) comes back; the kernel's
-output under the tool is not judged (its numbers were, by the run stage).
+The sanitizer's own log (its `=========` lines) comes back, and what the program printed
+under it (captured): its numbers were judged by the run stage, but a "0 errors" backs the
+pass only where the kernel printed its pass marker under the tool too (classify/sanitizer_report).
 
 What counts, per tool, and why it can be trusted: the exit code (86 exactly
 when the tool found errors; else the program's own), and the last summary
@@ -189,7 +190,8 @@ def report(
         return SanitizerReport(tool, exit_code, 0, found, timed_out=True, log_cut=cut, **seen)
     errors = error_count(text)
     if errors is None:
-        if _SUMMARY_RE.search(text) or _RACE_SUMMARY_RE.search(text):  # said, for the reviewer who sees one
+        forged = bool(_SUMMARY_RE.search(head + text) or _RACE_SUMMARY_RE.search(head + text))
+        if forged:  # said, for the reviewer who sees one
             found = "\n".join(filter(None, (found, "[farm: lines follow its summary line: not the tool's word]")))
         if exit_code == SANITIZER_EXIT:  # it found errors and its log was cut or overwritten
             found = found or "errors found; the log has no summary"
@@ -198,8 +200,10 @@ def report(
         # may write its log too (one that emptied it and killed the tool left no banner, an infra-error
         # that blamed the node: a red-team finding). A tool that exits unsignalled without its summary
         # failed by itself (an option it refused, a card it cannot serve, no device, no temporary folder:
-        # its banner and its error, or no log and its words on stderr): the tool's trouble, said in its words
-        if exit_code > 128:
+        # its banner and its error, or no log and its words on stderr): the tool's trouble, said in its words.
+        # A summary with lines after it was written over: by the program under it (red-team 232), not the tool;
+        # so may a log cut in its middle, whose unread bytes could hold one (review 134)
+        if exit_code > 128 or forged or cut is not None:
             return SanitizerReport(tool, exit_code, 0, found, finished=False, log_cut=cut, **seen)
         tail = " / ".join(text.strip().splitlines()[-3:])[-300:]
         said = f"exit {exit_code}; log: {tail!r}{stderr}"

@@ -37,7 +37,7 @@ class SanitizeStage(CellStages):
         wait, queue_on_node = self._queue_on_node(gpu)
         if gpu is not None and gpu != self.result.gpu:
             self._detail.append(f"on {gpu.label}")
-        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # the tool's command sends its streams to files (captured)
         make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
         q = shlex.quote
         # a fresh copy of the build before each tool, hashed: see noderunner.sanitize
