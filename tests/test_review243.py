@@ -21,6 +21,7 @@ from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.config.farm import load_farm
 from orchestrator.outcomes import Outcome
 from orchestrator.plan import Expectation, plan_cells
+from orchestrator.report.site import render
 from orchestrator.run.scheduler import run_cells
 from orchestrator.store.database import Store
 
@@ -107,7 +108,8 @@ def test_a_kernel_that_skips_its_check_under_the_tool_is_no_pass(fleet, make_far
     """Before: a kernel that passed its run, then under memcheck ended 0 before its pass line
     ("standin: check skipped"), was `pass` with memcheck's "0 errors": the tool checked a run that
     did no work. Figure: sanitizer-error, the reason saying the pass marker was not printed under
-    the tool and quoting the kernel's last line there; a kernel that passes under it stays pass."""
+    the tool and quoting the kernel's last line there (and the cell page, beside the tool's count);
+    a kernel that passes under it stays pass."""
     variants = {
         "skips": standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=["memcheck"]),
         "clean": standin_variant("PASS", MIN75, "MIN_CC=75", sanitize=["memcheck"]),
@@ -123,6 +125,15 @@ def test_a_kernel_that_skips_its_check_under_the_tool_is_no_pass(fleet, make_far
     (memcheck,) = json.loads(skips["sanitizer"])
     assert memcheck["passed"] is False and memcheck["errors"] == 0
     assert summary.exit_code == 1
+    # the cell page says it beside the tool's "0 errors", flagged
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        render(store, tmp_path / "site")
+    finally:
+        store.close()
+    page = (tmp_path / "site" / "cells" / f"{skips['id']}.html").read_text()
+    assert 'data-under="memcheck"' in page and "No pass marker on the kernel&#x27;s stdout" in page
+    assert "standin: check skipped" in page
 
 
 def test_a_self_check_that_fails_under_the_tool_is_quoted(fleet, make_farm, tmp_path: Path) -> None:
