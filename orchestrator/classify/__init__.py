@@ -22,6 +22,7 @@ from orchestrator.classify.evidence import Evidence
 from orchestrator.classify.gate_order import judge_gate
 from orchestrator.classify.lost_files import lost_unconfined
 from orchestrator.classify.output_limit import output_cut_unbacked
+from orchestrator.classify.sanitizer_report import sanitizer_words
 from orchestrator.config.job_spec import KnownFailureSpec
 from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
@@ -284,16 +285,14 @@ def _sanitized(ev: Evidence) -> Verdict | None:
     dirty = [r for r in ev.sanitizer if not r.clean]
     if not dirty:
         return None
-    words = []
-    for r in dirty:
-        said = f"{r.errors} error{'s' if r.errors != 1 else ''}"
-        if not r.finished:
-            said = f"the check did not finish ({exit_words(r.exit_code)}, no summary)"
-        elif r.errors == 0:  # no error reported, but the program failed under the tool
-            said = f"the program {exit_words(r.exit_code)} under it"
-        first = r.findings.strip().splitlines()[0] if r.findings.strip() else ""
-        words.append(f"{r.tool}: {said}" + (f" ({first})" if first else ""))
-    return Verdict(Outcome.SANITIZER_ERROR, "sanitize", "compute-sanitizer: " + "; ".join(words))
+    judged = [(r, *sanitizer_words(r, exit_words(r.exit_code))) for r in dirty]
+    # the kernel's own doings under a tool (its findings, its failure, a run without its pass) outrank a
+    # tool that checked nothing: those are evidence against it; a "0 errors" of no run is evidence of nothing
+    theirs = [f"{r.tool}: {said}" for r, said, kernels in judged if kernels]
+    if theirs:
+        return Verdict(Outcome.SANITIZER_ERROR, "sanitize", "compute-sanitizer: " + "; ".join(theirs))
+    words = "; ".join(f"{r.tool}: {said}" for r, said, _ in judged)
+    return Verdict(Outcome.INFRA_ERROR, "sanitize", f"compute-sanitizer checked nothing of the kernel: {words}")
 
 
 def classify(ev: Evidence, exp: Expectation) -> Verdict:
@@ -307,7 +306,9 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
-    if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble)):
+    # a sanitizer run that checked nothing (_sanitized) is asked too: a card lost under it is the better why
+    checked_nothing = raw.failed_stage == "sanitize" and ev.infra_stage is None
+    if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble) or checked_nothing):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:
             reason = f"{why}, so its {raw.outcome} ({raw.reason}) is no verdict on the kernel"

@@ -332,6 +332,10 @@ def show(result_id: int, config_path: Path, database: str | None) -> None:
         cut = one.get("log_cut")  # [start, end, size]: the log's middle was not read (run/sanitize.py)
         said = f" (log of {cut[2]} bytes; bytes {cut[0]} to {cut[1]} not read)" if cut else ""
         say(f"sanitize  {one.get('tool')}: {found}, exit {one.get('exit_code')}{said}")
+        if one.get("unchecked"):  # the kernel under the tool (review 243)
+            say(f"          it instrumented no CUDA call: {one['unchecked']}")
+        if one.get("passed") is False:
+            say(f"          no pass marker under it; its last line: {one.get('last_line') or '-'}")
         lines = str(one.get("findings") or "").splitlines()
         at = next((i for i, line in enumerate(lines) if cut and " bytes left out here (" in line), len(lines))
         for line in lines[: min(at, 10)] + lines[at : at + 11]:  # a cut log's first findings, and its last

@@ -290,11 +290,13 @@ def sanitizer_table(reports: list[dict[str, Any]]) -> str:
     ]
     for one in reports:
         errors = "timed out" if one.get("timed_out") else one.get("errors")
-        flag = ' class="flag"' if one.get("timed_out") or one.get("errors") or one.get("exit_code") else ""
-        cut = ""
+        # the kernel under the tool (review 243): no pass marker there, or a tool that checked nothing
+        unbacked = one.get("passed") is False or one.get("unchecked")
+        flag = ' class="flag"' if one.get("timed_out") or one.get("errors") or one.get("exit_code") or unbacked else ""
+        cut = _under_the_tool(one)
         if log_cut := one.get("log_cut"):  # [start, end, size]: its log past LOG_LIMIT (run/sanitize.py)
             start, end, size = log_cut
-            cut = (
+            cut += (
                 f'<p class="meta" id="sanitizer-{_e(one.get("tool"))}-cut">Its log was cut: bytes {_e(start)} to '
                 f"{_e(end)} of {_e(size)} were not read (its summary and last findings are from the last "
                 f"{_e(size - end)} bytes).</p>"
@@ -305,6 +307,20 @@ def sanitizer_table(reports: list[dict[str, Any]]) -> str:
         )
     out.append("</table>\n")
     return "".join(out)
+
+
+def _under_the_tool(one: dict[str, Any]) -> str:
+    """What the kernel printed under a tool, where that backs no clean bill (untrusted, escaped)."""
+    said = []
+    if one.get("unchecked"):
+        said.append(f"The tool instrumented no CUDA call: {one['unchecked']}")
+    if one.get("passed") is False:
+        said.append(
+            f"No pass marker on the kernel's stdout under the tool (its last line: {one.get('last_line') or '–'})"
+        )
+    if said and one.get("said"):
+        said.append(f"Its stderr there ended: {one['said']}")
+    return "".join(f'<p class="meta" data-under="{_e(one.get("tool"))}">{_e(line)}</p>' for line in said)
 
 
 def speed_table(measured: list[Any]) -> str:

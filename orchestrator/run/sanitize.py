@@ -4,8 +4,9 @@ A kernel's numbers can come out right over a race or an out-of-bounds write. A
 variant that asks for `sanitize: [memcheck, racecheck, ...]` has its binary run
 again, on a GPU node, once per tool, under `compute-sanitizer --tool T
 --error-exitcode 86 --log-file FILE`, each with the job's `sanitize_timeout`.
-The sanitizer's own log (its `=========` lines) comes back; the kernel's
-output under the tool is not judged (its numbers were, by the run stage).
+The sanitizer's own log (its `=========` lines) comes back, and what the program printed
+under it (captured): its numbers were judged by the run stage, but a "0 errors" backs the
+pass only where the kernel printed its pass marker under the tool too (classify/sanitizer_report).
 
 What counts, per tool, and why it can be trusted: the exit code (86 exactly
 when the tool found errors; else the program's own), and the last summary
@@ -26,18 +27,25 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.classify.sanitizer_report import SanitizerReport
 from orchestrator.config.kernel_calls import prefix_kernel_commands
+from orchestrator.run.commands import OUTPUT_LIMIT
 from orchestrator.run.streams import elision
 
 SANITIZER_EXIT = 86  # --error-exitcode: a code the course's kernels never return
 LOG_LIMIT = 64 << 10  # bytes of each tool's log read back: its first and last half (file_ends.py)
 FINDINGS_LIMIT = 4000  # characters of findings kept on the cell
 PRINT_LIMIT = 20  # errors each tool prints in full (it still counts them all)
+SAID_LIMIT = 300  # characters of the program's stderr under a tool (and the tool's own words) kept
+ERR_LIMIT = 8 << 10  # bytes of that stderr read back: its first and last half (file_ends.py)
 
 _SUMMARY_RE = re.compile(r"^=+ ERROR SUMMARY: (\d+) errors?\s*$", re.M)
 _FINDING_RE = re.compile(r"^=+ [^\s=]", re.M)  # a finding's first line, as the tool prints it
+# the tool's word that it saw no CUDA call of the program (its injection failed, or none was made)
+_UNCHECKED_RE = re.compile(r"^=+ (?:Error: )?Target application terminated before first instrumented API call.*$", re.M)
 _RACE_SUMMARY_RE = re.compile(r"^=+ RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, \d+ warnings?\)", re.M)
 # past --print-limit the tool adds this line after its count: its own, where it follows the count
 _UNPRINTED_RE = re.compile(r"=+ ERROR SUMMARY: (\d+) errors? (?:was|were) not printed\. Use --print-limit option\b.*")
@@ -45,6 +53,21 @@ _UNPRINTED_RE = re.compile(r"=+ ERROR SUMMARY: (\d+) errors? (?:was|were) not pr
 
 def log_path(run_dir: str, tool: str) -> str:
     return f"{run_dir}/sanitize-{tool}.log"
+
+
+def stream_path(run_dir: str, tool: str, stream: str) -> str:
+    """Where the program's STREAM ("out", "err") under TOOL goes: its work folder, the one place
+    besides the log it may write (its stderr holds the tool's own words too)."""
+    return f"{run_dir}/work/.farm-sanitize-{tool}.{stream}"
+
+
+def captured(tool: str, run_dir: str, command: str) -> str:
+    """`command` (tool_command's) with its stdout and stderr in files of their own (stream_path), read
+    back: a "0 errors" says nothing of a kernel that skipped its work or never started, and a tool that
+    failed says why on its stderr (review 243). What the run left by those names (a link, a FIFO) is
+    removed first, and the shell will not open one made after (set -C); `ulimit -f` as the run's."""
+    out, err = (shlex.quote(stream_path(run_dir, tool, s)) for s in ("out", "err"))
+    return f"rm -f {out} {err} && set -C && exec > {out} 2> {err} && ulimit -f {OUTPUT_LIMIT // 512} && {command}"
 
 
 def locate(configured: str | None, nvcc: str, workdir: str) -> str:
@@ -125,29 +148,66 @@ def _findings(head: str, tail: str, cut: tuple[int, int, int] | None) -> str:
     return "\n".join(part for part in (findings(head)[:half], left, findings(tail)[:half]) if part)
 
 
+@dataclass(frozen=True)
+class Under:
+    """What the program printed under a tool (captured's files): its pass marker on stdout, whether
+    stdout held anything, its last line, and stderr's last lines (the kernel's and the tool's own)."""
+
+    passed: bool
+    printed: bool
+    last_line: str = ""
+    said: str = ""
+
+
+def said_on(stderr: bytes) -> str:
+    """The last lines of a stderr, bounded (the tool's own complaint comes last)."""
+    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return " / ".join(lines[-3:])[-SAID_LIMIT:]
+
+
 def report(
-    tool: str, exit_code: int, timed_out: bool, log: bytes, cut: tuple[int, int, int] | None = None
+    tool: str,
+    exit_code: int,
+    timed_out: bool,
+    log: bytes,
+    cut: tuple[int, int, int] | None = None,
+    under: Under | None = None,
 ) -> SanitizerReport | str:
     """The tool's report, or (a str) why it is no evidence at all. `cut`: [start, end, size] where
-    `log` is a long log's head, elision line and tail (file_ends.KeptLog): judged by its tail."""
+    `log` is a long log's head, elision line and tail (file_ends.KeptLog): judged by its tail. `under`:
+    what the program printed under it (None: not read; a report then judges the tool's words alone)."""
     head, text = _ends(log, cut)
     found = _findings(head, text, cut)
+    seen: dict[str, Any] = {}
+    if under is not None:
+        seen = dict(passed=under.passed, printed=under.printed, last_line=under.last_line, said=under.said)
+    stderr = f"; stderr: {under.said!r}" if under is not None and under.said else ""
+    unchecked = _UNCHECKED_RE.search(head + text)
+    if unchecked:  # not a finding: the tool saw no CUDA call (a kernel that forged it forfeits its pass)
+        seen["unchecked"] = unchecked.group(0).lstrip("= ").strip()[:SAID_LIMIT]
+        found = "\n".join(line for line in found.splitlines() if "Target application terminated" not in line)
     if timed_out:
-        return SanitizerReport(tool, exit_code, 0, found, timed_out=True, log_cut=cut)
+        return SanitizerReport(tool, exit_code, 0, found, timed_out=True, log_cut=cut, **seen)
     errors = error_count(text)
     if errors is None:
-        if _SUMMARY_RE.search(text) or _RACE_SUMMARY_RE.search(text):  # said, for the reviewer who sees one
+        forged = bool(_SUMMARY_RE.search(head + text) or _RACE_SUMMARY_RE.search(head + text))
+        if forged:  # said, for the reviewer who sees one
             found = "\n".join(filter(None, (found, "[farm: lines follow its summary line: not the tool's word]")))
         if exit_code == SANITIZER_EXIT:  # it found errors and its log was cut or overwritten
-            return SanitizerReport(tool, exit_code, 1, found or "errors found; the log has no summary", log_cut=cut)
-        # it started checking and never said how that ended, or it died of a signal (its timeout is
-        # timed_out): killed mid-check. The kernel under it may write its log: one that emptied it
-        # and killed the tool left no banner, an infra-error that blamed the node (a red-team
-        # finding); a tool that cannot start (no device, no temporary folder) exits, unsignalled
-        if "COMPUTE-SANITIZER" in head + text or exit_code > 128:
-            return SanitizerReport(tool, exit_code, 0, found, finished=False, log_cut=cut)
+            found = found or "errors found; the log has no summary"
+            return SanitizerReport(tool, exit_code, 1, found, log_cut=cut, **seen)
+        # it died of a signal (its timeout is timed_out) mid-check: killed, by the kernel under it, which
+        # may write its log too (one that emptied it and killed the tool left no banner, an infra-error
+        # that blamed the node: a red-team finding). A tool that exits unsignalled without its summary
+        # failed by itself (an option it refused, a card it cannot serve, no device, no temporary folder:
+        # its banner and its error, or no log and its words on stderr): the tool's trouble, said in its words.
+        # A summary with lines after it was written over: by the program under it (red-team 232), not the tool;
+        # so may a log cut in its middle, whose unread bytes could hold one (review 134)
+        if exit_code > 128 or forged or cut is not None:
+            return SanitizerReport(tool, exit_code, 0, found, finished=False, log_cut=cut, **seen)
         tail = " / ".join(text.strip().splitlines()[-3:])[-300:]
-        return f"compute-sanitizer --tool {tool} ended without its summary line (exit {exit_code}; log: {tail!r})"
+        said = f"exit {exit_code}; log: {tail!r}{stderr}"
+        return f"compute-sanitizer --tool {tool} ended without its summary line ({said})"
     if exit_code == SANITIZER_EXIT and errors == 0:
         errors = 1  # the exit code is the tool's own word; a forged summary line is not
-    return SanitizerReport(tool, exit_code, errors, found, log_cut=cut)
+    return SanitizerReport(tool, exit_code, errors, found, log_cut=cut, **seen)

@@ -26,6 +26,8 @@
 // in its work folder, named as a sanitizer's temporary folder was. With
 // -DPRELUDE_FILE='"PATH"' it first runs `sh PATH` with its own stdout and stderr: a
 // hostile kernel's doings, as the kernel's own (a run's other commands are not the kernel).
+// With -DQUIET_UNDER='"TOOL"' it ends 0 under that tool before its pass line (a kernel that skips
+// its work there), with -DFAIL_UNDER='"TOOL"' its self-check fails there (exit 1, no pass line).
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +176,18 @@ int main(void) {
             fclose(out);
         }
     }
+#if defined(QUIET_UNDER)
+    if (tool != NULL && strcmp(tool, QUIET_UNDER) == 0) {
+        printf("standin: check skipped\n");
+        return 0;
+    }
+#endif
+#if defined(FAIL_UNDER)
+    if (tool != NULL && strcmp(tool, FAIL_UNDER) == 0) {
+        fprintf(stderr, "standin: mismatch at element 5 under the tool: got 0, expected 2\n");
+        return 1;
+    }
+#endif
     printf("standin: PASS\n");
     return 0;
 #endif

@@ -6,6 +6,7 @@ import posixpath
 import re
 import shlex
 
+from orchestrator.config.kernel_calls import launcher_lines
 from orchestrator.errors import InfraError
 from orchestrator.run import sanitize
 from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarded, own_tmp
@@ -14,6 +15,7 @@ from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.run import undying_error
+from orchestrator.run.streams import StreamScan
 
 
 class SanitizeStage(CellStages):
@@ -35,16 +37,19 @@ class SanitizeStage(CellStages):
         wait, queue_on_node = self._queue_on_node(gpu)
         if gpu is not None and gpu != self.result.gpu:
             self._detail.append(f"on {gpu.label}")
-        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # its numbers were judged by the run stage
+        quiet = "> /dev/null 2>&1 < /dev/null 9>&-"  # the tool's command sends its streams to files (captured)
         make_tmp, drop_tmp = own_tmp(self.paths.run_tmp)
         q = shlex.quote
         # a fresh copy of the build before each tool, hashed: see noderunner.sanitize
         made = f"mkdir -p {q(rdir + '/work')} {q(posixpath.dirname(private))}"
         fresh = f"rm -rf {q(private)} && {made} && cp {q(self.paths.binary)} {q(private)}; "
         check = self._binary_check(q(self._built_sha or ""))
+        commands = {
+            tool: sanitize.captured(tool, rdir, sanitize.tool_command(tool, rdir, run, private)) for tool in tools
+        }
         runs = "; ".join(
             f"{fresh}{check}t0=$({NOW_NS}); "
-            f"{guarded(sanitize.tool_command(tool, rdir, run, private), limit, quiet, self.marker)}; "
+            f"{guarded(commands[tool], limit, quiet, self.marker)}; "
             f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
@@ -58,14 +63,24 @@ class SanitizeStage(CellStages):
         # each log's first and last LOG_LIMIT / 2 bytes and its size (file_ends.py): the summary the
         # tool writes last is read where it is, however long its findings or a kernel made the log
         logs = {tool: FileEnds(sanitize.LOG_LIMIT) for tool in tools}
+        # what the program printed under each tool: its stdout scanned whole for the pass marker, as the
+        # run's is (streams.py), and its stderr's ends, where the tool says why it failed (review 243)
+        marker = {"pass": self.job.spec.pass_marker}
+        outs = {tool: StreamScan(marker, 4096, skip=launcher_lines(run)) for tool in tools}
+        errs = {tool: FileEnds(sanitize.ERR_LIMIT) for tool in tools}
+        streams = [
+            (f"{tool}-{name}", sanitize.stream_path(rdir, tool, name), limit, feed)
+            for tool in tools
+            for name, limit, feed in (("out", 1 << 62, outs[tool].feed), ("err", sanitize.ERR_LIMIT, errs[tool].feed))
+        ]
         trip = Trip(
             "sanitize",
             script,
             wait + len(tools) * (limit + KILL_GRACE) + CHANNEL_MARGIN,
-            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].feed) for tool in tools],
+            [(tool, sanitize.log_path(rdir, tool), sanitize.LOG_LIMIT, logs[tool].feed) for tool in tools] + streams,
             clean_up=True,
             release=True,
-            ends=tuple(tools),
+            ends=(*tools, *(f"{tool}-err" for tool in tools)),
             spec={
                 "private": self.paths.private_binary,
                 "copy_from": self.paths.binary,
@@ -76,10 +91,7 @@ class SanitizeStage(CellStages):
                 "limit": limit,
                 "tmp": self.paths.run_tmp,
                 "gpu": gpu.uuid if gpu is not None else None,
-                "tools": [
-                    [tool, sanitize.tool_command(tool, rdir, run, private), sanitize.log_path(rdir, tool)]
-                    for tool in tools
-                ],
+                "tools": [[tool, commands[tool], sanitize.log_path(rdir, tool)] for tool in tools],
                 "configured": self.t.node.compute_sanitizer,
                 "nvcc": self.snapshot.nvcc_path,
                 "workdir": self.snapshot.workdir,
@@ -112,7 +124,10 @@ class SanitizeStage(CellStages):
             code, started, ended = (int(x) for x in ran.groups())
             timed_out = code in (124, 137) and (ended - started) / 1e9 >= limit * 0.98
             kept = logs[tool].finish()
-            found = sanitize.report(tool, code, timed_out, kept.kept, (*kept.cut, kept.size) if kept.cut else None)
+            out, err = outs[tool].finish(), errs[tool].finish()
+            under = sanitize.Under("pass" in out.matches, out.size > 0, out.last_line, sanitize.said_on(err.kept))
+            cut = (*kept.cut, kept.size) if kept.cut else None
+            found = sanitize.report(tool, code, timed_out, kept.kept, cut, under)
             if isinstance(found, str):
                 error = InfraError(f"node {self.t.name!r}: {found}")
                 error.retryable = False
