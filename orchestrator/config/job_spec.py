@@ -16,7 +16,7 @@ from packaging.version import Version
 from pydantic import AfterValidator, Field, Strict, ValidationInfo, field_validator, model_validator
 
 from orchestrator.config.capability import CapabilityContract, ComputeCapability
-from orchestrator.config.marker_slips import literal_slip, same_words
+from orchestrator.config.marker_slips import control_slip, literal_slip, same_words
 from orchestrator.config.spec_types import CCText, Seconds, StrictModel, check_cc, check_name
 from orchestrator.outcomes import Outcome
 from orchestrator.run.streams import compile_marker
@@ -298,7 +298,9 @@ class JobSpec(StrictModel):
                 f"a regular expression that matches only the kernel's own words (it matches {said.decode()!r}, "
                 "which any failing or crashing kernel may print)"
             )
-        slip = literal_slip(value)  # `PASS (4096 elements)`: valid RE2 that never matches its own line
+        slip = control_slip(value, info.field_name or "") or literal_slip(
+            value
+        )  # `PASS (4096 elements)`: valid RE2 that never matches its own line
         if slip is None and info.field_name == "refusal_marker" and "pass_marker" in info.data:
             slip = same_words(info.data["pass_marker"], value)
         if slip is not None:

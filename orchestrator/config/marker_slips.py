@@ -15,6 +15,34 @@ _PLAIN_GROUP = re.compile(r"(?<!\\)(?:\\\\)*\((?!\?)([^()\[\]\\|.*+?{}^$]+)\)(?!
 _WORD_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\[(?!\^)([A-Za-z0-9 _:]+)\]")
 
 
+# what a YAML double-quoted escape made of a regex's own: `"\bPASS\b"` is PASS between backspaces
+_YAML_ESCAPES = {
+    "\b": "\\b",
+    "\a": "\\a",
+    "\f": "\\f",
+    "\v": "\\v",
+    "\x1b": "\\e",
+    "\0": "\\0",
+    "\n": "\\n",
+    "\r": "\\r",
+}
+
+
+def control_slip(pattern: str, key: str) -> str | None:
+    """Why a marker holding a control character (a tab aside) can match no line the kernel prints."""
+    controls = [c for c in pattern if (c < " " and c != "\t") or c == "\x7f"]
+    if not controls:
+        return None
+    escape = _YAML_ESCAPES.get(controls[0])
+    said = f"U+{ord(controls[0]):04X}" + (f", which YAML reads from {escape} in double quotes" if escape else "")
+    meant = "".join(_YAML_ESCAPES.get(c, c) for c in pattern)
+    example = f": {key}: {_quoted(meant)}" if all(c in _YAML_ESCAPES for c in controls) else ""
+    return (
+        f"a regular expression without control characters (it holds {said}); write the marker in "
+        f"single quotes, where a backslash is the regular expression's{example}"
+    )
+
+
 def literal_slip(pattern: str) -> str | None:
     """Why `pattern` likely meant its brackets literally, with the escaped form; else None."""
     group = _PLAIN_GROUP.search(pattern)
@@ -57,11 +85,44 @@ def same_words(pass_marker: str, refusal_marker: str) -> str | None:
     """Why the refusal marker would read the pass marker's own line as a gate; else None."""
     if pass_marker == refusal_marker:
         return "a refusal marker other than the pass marker (they are the same: a gate's text is no pass)"
-    line = pass_marker.encode()
-    if compile_marker(pass_marker).search(line) and compile_marker(refusal_marker).search(line):
-        # the pass marker is its own line (plain words): that line must never read as a refusal
-        return (
-            f"a refusal marker that does not match the pass marker's line (it matches {pass_marker!r}, "
-            "so the kernel's pass line would read as its gate's text)"
-        )
+    refusal = compile_marker(refusal_marker)
+    for line in _pass_lines(pass_marker):
+        if refusal.search(line.encode()):
+            # a line the pass marker itself matches (its plain words, or `PASS \(\d+ elements\)` read as
+            # `PASS (1 elements)`): the kernel's pass line must never read as a refusal
+            return (
+                f"a refusal marker that does not match the pass marker's line (it matches {line!r}, "
+                "so the kernel's pass line would read as its gate's text)"
+            )
     return None
+
+
+# a regex's simplest pieces, each with the text it stands for; anything else leaves a line unguessed
+_PIECE = re.compile(r"\\([dws])|\\([^A-Za-z0-9])|\\b|([+*?])|([^\\()\[\]{}|.^$+*?])")
+_STANDS_FOR = {"d": "1", "w": "a", "s": " "}
+
+
+def _pass_lines(pass_marker: str) -> list[str]:
+    r"""Lines the pass marker matches, written out from its plain pieces: its own words, and each
+    top-level alternative with `\d`, `\s`, `\w` and escaped punctuation read as text. Only a line
+    the marker really matches is returned (a marker of groups or classes gives its own words only)."""
+    lines = [pass_marker]
+    if "(" not in pass_marker.replace("\\(", ""):  # `|` outside any group splits alternatives
+        lines += re.split(r"(?<!\\)\|", pass_marker)
+    compiled = compile_marker(pass_marker)
+    out: list[str] = []
+    for alternative in lines:
+        text: list[str] = []
+        at = 0
+        for piece in _PIECE.finditer(alternative.strip("^$")):
+            if piece.start() != at:
+                break
+            at = piece.end()
+            klass, punct, _, char = piece.groups()
+            text.append(_STANDS_FOR[klass] if klass else punct or char or "")
+        line = "".join(text)
+        if at == len(alternative.strip("^$")) and line and compiled.search(line.encode()) and line not in out:
+            out.append(line)
+    if compiled.search(pass_marker.encode()) and pass_marker not in out:
+        out.insert(0, pass_marker)
+    return out

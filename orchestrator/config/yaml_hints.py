@@ -8,6 +8,8 @@ marker holding ': ' unquoted was told only "expected valid YAML" (review 107).
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 _INDENT_HINT = (
@@ -31,6 +33,31 @@ _HINTS: tuple[tuple[str, str], ...] = (
     ),
 )
 _TAB_HINT = "a tab where YAML reads indentation: indent with spaces only"
+# `key: "a \(b\)"`: a regex's backslash inside double quotes is a YAML escape (`\(` is none)
+_QUOTED_KEY = re.compile(r'^(\s*[A-Za-z0-9_.-]+:\s*)"(.*)"\s*(#.*)?$')
+
+
+def _escape_hint(line: str) -> str:
+    """Say that a regex belongs in single quotes, with the line so written where it is one key's value."""
+    hint = (
+        "a backslash inside double quotes, which YAML reads as its own escape (\\n, \\t), not the "
+        "regular expression's: write a marker or build command in single quotes"
+    )
+    quoted = _QUOTED_KEY.match(line)
+    if quoted is None:
+        return hint
+    return hint + ", e.g. " + quoted.group(1).strip() + " '" + quoted.group(2).replace("'", "''") + "'"
+
+
+def _missing_colon(lines: list[str], at: int, column: int) -> str | None:
+    """The line above, where a bare word (`sm80` for `sm80:`) made this line's key a value's rest."""
+    if ":" in lines[at][:column]:
+        return None  # the colon YAML stopped at is not the line's first: a value holding ': '
+    above = next((i for i in range(at - 1, -1, -1) if lines[i].strip() and not lines[i].lstrip().startswith("#")), None)
+    if above is None or ":" in lines[above] or lines[above].lstrip().startswith("-"):
+        return None
+    word = lines[above].strip()
+    return f"a key missing its colon on line {above + 1}, `{word}`: write `{word}:`"
 
 
 def malformed_yaml(err: yaml.YAMLError, text: str) -> tuple[str, str]:
@@ -47,6 +74,10 @@ def malformed_yaml(err: yaml.YAMLError, text: str) -> tuple[str, str]:
         # as written (a marker's backslashes not doubled), unless it holds what a terminal would act on
         found += f": `{shown}`" if shown.isprintable() else f": {shown!r}"
     hint = _TAB_HINT if "\t" in line[: mark.column + 1] else None
+    if hint is None and problem.startswith("found unknown escape character"):
+        hint = _escape_hint(line)
+    if hint is None and "mapping values are not allowed" in problem:
+        hint = _missing_colon(lines, mark.line, mark.column)
     if hint is None:
         hint = next((words for said, words in _HINTS if said in problem), None)
     return found, "valid YAML" if hint is None else f"valid YAML; this is likely {hint}"
