@@ -158,6 +158,12 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
         )
+    if ev.farm_folders_changed:  # the kernel's, or its neighbour's: the run harmed the node, no green
+        return _no_evidence(
+            exp,
+            f"the farm's own folders had their modes changed during the run ({ev.farm_folders_changed}), as a "
+            "kernel may (Landlock handles no chmod): a run that breaks its node for every later cell is no pass",
+        )
     if ev.kernel_loads_writable:
         return _no_evidence(
             exp,
