@@ -158,12 +158,6 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
             "a program of the run asked the node's runner to start something other than one of the run's "
             f"kernel commands ({ev.kernel_requests_forged} refused): what the kernel's output says is no evidence",
         )
-    if ev.farm_folders_changed:  # the kernel's, or its neighbour's: the run harmed the node, no green
-        return _no_evidence(
-            exp,
-            f"the farm's own folders had their modes changed during the run ({ev.farm_folders_changed}), as a "
-            "kernel may (Landlock handles no chmod): a run that breaks its node for every later cell is no pass",
-        )
     if ev.kernel_loads_writable:
         return _no_evidence(
             exp,
@@ -313,6 +307,7 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
+    raw = _folders_taken(raw, ev, exp)  # nor a run that broke its node's folders (red-team 247)
     if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble)):
         why = not_the_kernels(ev, exp, raw.outcome, raw.failed_stage)  # the node's room, card, driver, nvcc
         if why:
@@ -346,3 +341,27 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
             exp.known_failures,
         )
     return verdict
+
+
+def _folders_taken(verdict: Verdict, ev: Evidence, exp: Expectation) -> Verdict:
+    """A run during which the farm's own folders had their modes changed (ev.farm_folders_changed: set
+    back since): as expected, no pass (a kernel's `chmod 000 cells` passed and broke every later cell:
+    red-team 247); a failure, no verdict on the kernel (another cell's kernel may have taken them: round
+    164's words). An infra-error or a cell not run keeps its own cause."""
+    changed = ev.farm_folders_changed
+    if not changed or is_infra(verdict.outcome) or verdict.outcome is Outcome.NOT_RUN:
+        return verdict
+    if is_as_expected(verdict.outcome):
+        return _no_evidence(
+            exp,
+            f"the farm's own folders had their modes changed during the run ({changed}), as a kernel may "
+            "(Landlock handles no chmod): a run that breaks its node for every later cell is no pass",
+        )
+    mode, _, rest = changed.partition(" of ")
+    return Verdict(
+        Outcome.INFRA_ERROR,
+        "run",
+        f"the farm's folder {rest} could no longer be used during the cell: a program of the node's user took "
+        f"its owner's bits ({mode}), as a kernel of the run may (Landlock handles no chmod), and the farm "
+        f"cannot tell whose, so its {verdict.outcome} is no verdict on the kernel",
+    )

@@ -132,7 +132,7 @@ def folders_changed(text: str) -> str:
     said = []
     for now, was, kept, folder in _MODE.findall(text):
         back = "NOT set back" if kept else "set back"
-        said.append(f"{folder[:300]} mode {now} (was {was}; {back})")
+        said.append(f"mode {now} of {folder[:300]} (was {was}; {back})")
     return "; ".join(said)
 
 
