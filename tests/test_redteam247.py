@@ -86,3 +86,21 @@ def test_a_copy_that_cannot_be_made_says_the_folder_and_its_mode(node_home: Path
     assert [r["outcome"] for r in rows][-1:] == ["infra-error"], (rows, done.stdout[-3000:])
     assert f"{workdir} (mode 555)" in rows[-1]["reason"], rows[-1]["reason"]
     assert "copy missing" not in rows[-1]["reason"], rows[-1]["reason"]
+
+
+def test_a_node_fault_found_after_its_builds_retires_the_node_not_each_cell(node_home: Path) -> None:
+    """Before: with the node's own toolkit header unreadable (round 244's finding), each of the node's
+    six cells built once and was its own infra-error naming the header: the node was never marked
+    unhealthy (a fault found by the look after a failed stage counted as a sound cell). Figure: after
+    `unhealthy_after` (3) such cells in a row, the rest are skipped, "marked unhealthy for this run"
+    with the header's words, unbuilt."""
+    header = node_home / "cuda" / "include" / "cuda_runtime.h"
+    header.chmod(0)
+    kernels = {f"v{i}": (VICTIM, BUILD) for i in range(6)}
+    done = _farm(node_home, kernels, "python")
+    rows = [row for i in range(6) for row in _rows(node_home, f"v{i}")]
+    said = (rows, done.stdout[-3000:])
+    assert [r["outcome"] for r in rows] == ["infra-error"] * 6, said
+    assert all(str(header) in r["reason"] for r in rows), said
+    skipped = [r for r in rows if "marked unhealthy for this run" in r["reason"]]
+    assert 1 <= len(skipped) <= 3, said
