@@ -306,6 +306,7 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
+    raw = _folders_taken(raw, ev, exp)  # nor a run that broke its node's folders (red-team 247)
     # a sanitizer run that checked nothing (_sanitized) is asked too: a card lost under it is the better why
     checked_nothing = raw.failed_stage == "sanitize" and ev.infra_stage is None
     if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble) or checked_nothing):
@@ -341,3 +342,27 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
             exp.known_failures,
         )
     return verdict
+
+
+def _folders_taken(verdict: Verdict, ev: Evidence, exp: Expectation) -> Verdict:
+    """A run during which the farm's own folders had their modes changed (ev.farm_folders_changed: set
+    back since): as expected, no pass (a kernel's `chmod 000 cells` passed and broke every later cell:
+    red-team 247); a failure, no verdict on the kernel (another cell's kernel may have taken them: round
+    164's words). An infra-error or a cell not run keeps its own cause."""
+    changed = ev.farm_folders_changed
+    if not changed or is_infra(verdict.outcome) or verdict.outcome is Outcome.NOT_RUN:
+        return verdict
+    if is_as_expected(verdict.outcome):
+        return _no_evidence(
+            exp,
+            f"the farm's own folders had their modes changed during the run ({changed}), as a kernel may "
+            "(Landlock handles no chmod): a run that breaks its node for every later cell is no pass",
+        )
+    mode, _, rest = changed.partition(" of ")
+    return Verdict(
+        Outcome.INFRA_ERROR,
+        "run",
+        f"the farm's folder {rest} could no longer be used during the cell: a program of the node's user took "
+        f"its owner's bits ({mode}), as a kernel of the run may (Landlock handles no chmod), and the farm "
+        f"cannot tell whose, so its {verdict.outcome} is no verdict on the kernel",
+    )

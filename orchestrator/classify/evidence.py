@@ -61,6 +61,9 @@ class Evidence:
     # what the copy makes its loader read from where the run could write (node/loads.py: an RPATH
     # `.`, an interpreter in /tmp): what ran was the run's code, not the binary's
     kernel_loads_writable: str = ""
+    # the farm's own folders whose modes changed during the run, each set back (work_folder.folders_changed):
+    # a kernel's `chmod 000 cells` (no Landlock rule holds chmod) had failed every later cell's copy
+    farm_folders_changed: str = ""
     # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one unread
     kernel_statuses_cut: bool = False
     # kernel commands the run started that had not ended when its shell did (`f &` in a script it

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from orchestrator.classify import classify
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.outcomes import CELL_STAGES
+from orchestrator.outcomes import CELL_STAGES, Outcome
 from orchestrator.output_secrets import Masker, farm_masker, key_file_secrets, masked_note
 from orchestrator.plan import Cell, expect
 from orchestrator.run.cell import CellResult, StageRecord
@@ -161,6 +161,8 @@ class CellWork:
             if infra is None:
                 if reloaded:
                     ctx.health.failed(reloaded)
+                elif fault := _node_fault(result):
+                    ctx.health.failed(fault)  # no retry (it stays), but `unhealthy_after` in a row retire the node
                 else:
                     ctx.health.succeeded()
                 break
@@ -306,3 +308,14 @@ class CellWork:
             for record in result.stages:
                 if record.name in CELL_STAGES:
                     self.summary.stage_seconds[record.name] += record.seconds
+
+
+def _node_fault(result: CellResult) -> str:
+    """Why a cell the stages ran is infra-error for its node's own trouble, found by the look after its
+    failed stage (its work folder, a toolkit file of the login's, its card), else "": counted against the
+    node's health as an InfraError is. Each later cell had built once and failed the same way, one by one,
+    the node never marked unhealthy (red-team round 247); one such cell between sound ones retires nothing."""
+    ev, verdict = result.evidence, result.verdict
+    if verdict is None or verdict.outcome is not Outcome.INFRA_ERROR:
+        return ""
+    return verdict.reason if ev.folder_trouble or ev.build_unreadable or ev.gpu_lost else ""

@@ -12,7 +12,12 @@ this beside the folder's room, in the same round trip: a file made and removed a
 
 from __future__ import annotations
 
+import posixpath
+import re
+import shlex
 from typing import TYPE_CHECKING
+
+from orchestrator.config.local_workdirs import NODE_FOLDERS
 
 if TYPE_CHECKING:
     from orchestrator.errors import InfraError
@@ -94,3 +99,53 @@ def unasked(result: CellResult, node: str, err: InfraError) -> None:
         f"and card were still sound ({str(err)[:300]}), so that failure is no verdict on the kernel"
     )
     ev.infra_retryable, ev.infra_unreachable = err.retryable, err.unreachable
+
+
+def farm_folders(workdir: str, run_dir: str) -> list[str]:
+    """The farm's own folders a cell's run must leave as they were, parents first (each set back
+    after its children's parent: node/farm_folders.py): the work folder, what the node makes in it,
+    and the run's and node's folders above RUN_DIR (a kernel's `chmod 000 cells` failed every later
+    cell's copy of its binary: red-team round 247)."""
+    node = posixpath.dirname(run_dir)
+    return [workdir, *(f"{workdir}/{name}" for name in NODE_FOLDERS), posixpath.dirname(node), node]
+
+
+def modes_sh(folders: list[str]) -> tuple[str, str]:
+    """The shell runner's folder_modes and modes_restored (node/farm_folders.py): shell noting the
+    modes of FOLDERS (`farm_fm`), and shell setting back and saying each that changed since."""
+    words = " ".join(shlex.quote(f) for f in folders)
+    before = (
+        f'farm_fm=$(for farm_f in {words}; do [ -d "$farm_f" ] && [ ! -L "$farm_f" ] && [ -O "$farm_f" ] && '
+        'echo "$(stat -c %a -- "$farm_f") $farm_f"; done); '
+    )
+    after = (
+        'printf \'%s\\n\' "$farm_fm" | while read -r farm_m farm_f; do [ -n "$farm_f" ] || continue; '
+        'farm_n=$(stat -c %a -- "$farm_f" 2>/dev/null) || continue; [ "$farm_n" = "$farm_m" ] && continue; '
+        '[ -L "$farm_f" ] && continue; farm_x=; chmod "$farm_m" -- "$farm_f" 2>/dev/null || farm_x=!; '
+        'printf \'@@farm folder-mode %03d %03d%s %s\\n\' "$farm_n" "$farm_m" "$farm_x" "$farm_f"; done; '
+    )
+    return before, after
+
+
+def folders_changed(text: str) -> str:
+    """Why the run changed a folder of the farm's (MODE_LINE lines of either runner), else ""."""
+    said = []
+    for now, was, kept, folder in _MODE.findall(text):
+        back = "NOT set back" if kept else "set back"
+        said.append(f"mode {now} of {folder[:300]} (was {was}; {back})")
+    return "; ".join(said)
+
+
+COPY_BLOCKED_SH = (  # node/farm_folders.py copy_blocked, of the shell's $farm_p
+    'farm_d=$(dirname -- "$farm_p"); while [ "$farm_d" != / ] && ! stat -- "$farm_d" >/dev/null 2>&1; do '
+    'farm_d=$(dirname -- "$farm_d"); done; echo "@@farm copy-failed $(printf %03d "$(stat -c %a -- "$farm_d" '
+    '2>/dev/null || echo 0)") $farm_d"'
+)
+_MODE = re.compile(r"^@@farm folder-mode (\d+) (\d+)(!?) (.*)$", re.M)
+_BLOCKED = re.compile(r"^@@farm copy-failed (\S+) (.*)$", re.M)
+
+
+def copy_blocked(text: str) -> str:
+    """Where a cell's copy of its binary could not be made (the runner's copy-failed line), else ""."""
+    found = _BLOCKED.search(text)
+    return f"{found.group(2)[:300]} (mode {found.group(1)[:8]})" if found else ""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 PARTS = (
     "files",
+    "farm_folders",
     "ended",
     "readable",
     "spawn",

@@ -8,6 +8,7 @@ from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, ru
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
 from orchestrator.run.node.ended import undying
+from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, modes_restored
 from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.imports import say_imports
@@ -124,12 +125,11 @@ def build_holding_lock(out, spec, env, ahead):
         # with the libraries its linker found on its own (linked.py); None: one is found nowhere
         linked = None if bad else linked_files(spec.get("linked"), env, bdir, spec.get("named", ()))
         listed = linked is not None and write_reads(bdir, skip, [*spec.get("named", ()), *linked])
-        if (
-            not bad
-            and (not listed or mark_built(os.path.join(bdir, ".farm-built")))
-            and take_copy(binary, run_dir, private)
-        ):
-            out.say("@@farm copy " + sha_of(private))
+        if not bad and (not listed or mark_built(os.path.join(bdir, ".farm-built"))):
+            if take_copy(binary, run_dir, private):
+                out.say("@@farm copy " + sha_of(private))
+            else:  # why, where the farm said only "copy missing" (a folder of its own of mode 000: farm_folders.py)
+                out.say("@@farm copy-failed " + copy_blocked(private))
     else:
         remove(run_dir)
     out.say(f"@@farm rc={code}")
@@ -220,6 +220,7 @@ def run(out, spec, env, ahead):
         # code its loader reads where the run writes (loads.py); before watch, as this read sets atime
         loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
+        modes = folder_modes(spec.get("folders") or ())  # the farm's folders, set back after it (farm_folders.py)
         started = now()  # the monotonic clock (files.now): a timeout is judged by its seconds
         code = 1
         served = None
@@ -255,7 +256,6 @@ def run(out, spec, env, ahead):
         for handle in (stdout, stderr, status, other):
             if handle is not None:
                 handle.close()
-        lost = files_lost(run_dir, spec["kernel_files"], (stdout, stderr, status, other))
         # first what its commands left under this (sub)reaper, whatever their environment; then,
         # by the marker, whatever got away from it (each killed and counted once)
         orphans = kill_orphans() if ahead.get("subreaper") else 0
@@ -263,6 +263,8 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
+        modes_restored(out, modes)  # once the kernel and what it left are gone: none can take them again
+        lost = files_lost(run_dir, spec["kernel_files"], (stdout, stderr, status, other))  # under them, too
         for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
             out.say("@@farm undying " + survivor)
         say_driver(out)  # the module the kernel ran on, once it and its leftovers are gone (driver_version.py)

@@ -28,6 +28,7 @@ from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
+from orchestrator.run.work_folder import COPY_BLOCKED_SH, copy_blocked
 from orchestrator.transport import CommandResult
 
 # the stage's control lines, compiled once (issue 11: a cell reads a dozen)
@@ -97,8 +98,9 @@ class BuildStage(CellStages):
             f"{toolchain_script(self._toolchain)}"  # nvcc, a host compiler replaced since the probe
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
             # only a build whose inputs stayed intact is marked reusable
-            f'if [ -z "$bad" ]; then {listed}{copy} && '
-            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; fi; else rm -rf {rdir}; fi; '
+            f'if [ -z "$bad" ]; then {listed}if {copy}; then '
+            f'echo "@@farm copy $(sha256sum < {private} | cut -c1-64)"; else farm_p={private}; {COPY_BLOCKED_SH}; fi; '
+            f"fi; else rm -rf {rdir}; fi; "
             f'echo "@@farm rc=$rc"; }}'
         )
 
@@ -267,6 +269,12 @@ class BuildStage(CellStages):
             self.result.build_log += said.encode()
             return "failed"
         copy = _COPY.search(text)
+        if copy is None and (blocked := copy_blocked(text)):  # the runner's words why (work_folder.py)
+            raise InfraError(
+                f"node {self.t.name!r}: the cell's copy of its binary could not be made: the node's user can no "
+                f"longer write or search the farm's folder {blocked}, taken by a program of its user "
+                "(an earlier kernel's chmod?); no verdict on the kernel"
+            )
         if copy is None or copy.group(1) != self._built_sha:
             raise InfraError(
                 f"node {self.t.name!r}: the binary changed while it was copied into the cell's folder "

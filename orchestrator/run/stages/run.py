@@ -55,6 +55,7 @@ from orchestrator.run.stages.failure_words import (
     with_end_blanks,
 )
 from orchestrator.run.streams import StreamScan
+from orchestrator.run.work_folder import farm_folders, folders_changed, modes_sh
 from orchestrator.transport import CommandResult
 
 
@@ -107,6 +108,7 @@ class RunStage(CellStages):
         (None: the one the node's build gate took, in a trip with the build)."""
         limit = int(self.variant.timeout or self.job.spec.timeout)
         rdir = self.paths.run_dir
+        folders = farm_folders(self.snapshot.workdir, rdir)
         work = f"{rdir}/work"
         copy = self.paths.private_binary
         files = kernel_files(rdir)
@@ -130,15 +132,17 @@ class RunStage(CellStages):
             if self._fresh_copy:  # noderunner.take_copy, as the shell says it
                 made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
                 fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
+            modes_before, modes_after = modes_sh(folders)  # the farm's folders, set back after it
             return (
                 # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
                 f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}"
                 # whether its copy is read (noderunner.watch): its access time 0, where a read of its folder sets it
-                f'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
+                f"{modes_before}"
+                'farm_w=; touch -a -d @0 . && ls . > /dev/null && [ "$(stat -c %X .)" != 0 ] && '
                 f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
                 f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
                 # the clock is read before the leftovers are killed, and printed after: none can follow it
-                f"t1=$({NOW_NS}); {self._reap_cell()}; {drop_tmp}; {MODULE_NOW_SH}; "
+                f"t1=$({NOW_NS}); {self._reap_cell()}; {modes_after}{drop_tmp}; {MODULE_NOW_SH}; "
                 'echo "@@farm ns ${q0:-$t0} $t0 $t1"; '
                 f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
                 f"{_lost_check((f'{rdir}/stdout', f'{rdir}/stderr', *files))}"
@@ -191,6 +195,7 @@ class RunStage(CellStages):
                 "gpu": gpu.uuid if gpu is not None else None,
                 "guarded": self.guarded,
                 "unreadable": self.unreadable,
+                "folders": folders,
             },
         )
 
@@ -285,6 +290,7 @@ class RunStage(CellStages):
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
         loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
         ev.kernel_loads_writable = loads.group(1)[:200] if loads else ""
+        ev.farm_folders_changed = folders_changed(text)  # the farm's own folders' modes (work_folder.py)
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)

@@ -1,0 +1,60 @@
+"""The farm's own folders above a cell's (its work folder and the subfolders it made there), whose
+modes a cell's run must leave as they were; and why a cell's copy of its binary could not be made.
+
+Landlock (confine.py) handles no chmod: a kernel that took every bit of the node's `cells/` folder
+passed, and the copy of every later cell's binary failed silently (take_copy), each an infra-error
+"the binary changed while it was copied ... (copy missing)", the node broken for every later run (red-team
+round 247). The runner notes these folders' modes before the run and compares them after it: one
+changed is set back (the farm made it, and knows its mode) and said, the kernel's cell no pass."""
+
+import os
+import stat
+
+# the folders the farm's lines say a mode of, at the end of each: "@@farm folder-mode NOW WAS FOLDER"
+MODE_LINE = "@@farm folder-mode "
+
+
+def folder_modes(folders):
+    """{folder: its permission bits} of each of FOLDERS that is a folder the runner's user owns
+    (not a link): what the farm made there and may set back."""
+    modes = {}
+    for folder in folders:
+        try:
+            held = os.lstat(folder)
+        except OSError:
+            continue
+        if stat.S_ISDIR(held.st_mode) and held.st_uid == os.geteuid():
+            modes[folder] = stat.S_IMODE(held.st_mode)
+    return modes
+
+
+def modes_restored(out, before):
+    """Set back each folder of BEFORE (folder_modes, parents first) whose mode changed, saying so; a
+    folder gone meanwhile (another cell's removal of an empty run folder) is no change."""
+    for folder, mode in before.items():
+        try:  # the very folder, by its descriptor: no name swapped between the look and the chmod
+            held = os.open(folder, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        now = mode
+        try:
+            now = stat.S_IMODE(os.fstat(held).st_mode)
+            if now != mode:
+                os.chmod(f"/proc/self/fd/{held}", mode)
+                out.say(f"{MODE_LINE}{now:03o} {mode:03o} {folder}")
+        except OSError:
+            out.say(f"{MODE_LINE}{now:03o} {mode:03o}! {folder}")  # not set back: the farm says so
+        finally:
+            os.close(held)
+
+
+def copy_blocked(path):
+    """The nearest folder above PATH that is there, and its mode: where a copy that failed stopped
+    (`cells/` of mode 000 hides all below it). The shell's COPY_BLOCKED_SH says the same."""
+    folder = os.path.dirname(path)
+    while folder not in ("", "/"):
+        try:
+            return f"{stat.S_IMODE(os.stat(folder).st_mode):03o} {folder}"
+        except OSError:
+            folder = os.path.dirname(folder)
+    return "- /"
