@@ -241,3 +241,20 @@ def test_the_shells_modes_check_is_one_stat_each_side(tmp_path: Path) -> None:
     said = subprocess.run(["sh", "-c", changed], capture_output=True, text=True, check=True).stdout
     assert said.splitlines() == [f"@@farm folder-mode 000 755 {top}", f"@@farm folder-mode 000 755 {below}"], said
     assert below.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_folder_noted_while_another_cells_code_held_its_bits_is_not_set_back_to_that(tmp_path: Path) -> None:
+    """Before (this round's first cut, and round 247's run on a node of several GPUs): a stage that noted
+    cells/ at mode 000 (another cell's kernel had just taken its bits) and found it 755 after (that
+    cell's own check had mended it) "set it back" to 000 and said so: the node broken again, an innocent
+    stage blamed (a flaky test_redteam247 under load showed it). Figure: neither runner notes a folder
+    without its owner's bits, nor sets one back to that."""
+    from orchestrator.run.node.farm_folders import folder_modes
+
+    cells = tmp_path / "cells"
+    cells.mkdir()
+    cells.chmod(0)
+    assert folder_modes([str(cells)]) == {}
+    before, after = modes_sh([str(cells)])
+    said = subprocess.run(["sh", "-c", f"{before}chmod 755 {cells}; {after}"], capture_output=True, text=True)
+    assert said.stdout == "" and cells.stat().st_mode & 0o777 == 0o755, (said, oct(cells.stat().st_mode))

@@ -346,7 +346,7 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
 
 
 # what a stage's change of the farm's folders makes a cell that behaved as expected: its own failure
-_TAKEN_BY = {"build": Outcome.BUILD_FAIL, "inspect": Outcome.INSPECT_FAIL}
+_TAKEN_BY = dict(zip(CELL_STAGES[:2], (Outcome.BUILD_FAIL, Outcome.INSPECT_FAIL), strict=True))  # build, inspect
 
 
 def _folders_taken(verdict: Verdict, ev: Evidence, exp: Expectation) -> Verdict:

@@ -122,6 +122,8 @@ def modes_sh(folders: list[str]) -> tuple[str, str]:
     after = (
         f"farm_fn=$(stat -c '%a %n' -- {words} 2>/dev/null); "
         '[ "$farm_fn" = "$farm_fm" ] || printf \'%s\\n\' "$farm_fm" | while read -r farm_m farm_f; do '
+        # as node/farm_folders.py: a folder noted without its owner's bits (another cell's code held them) is left
+        "case $farm_m in *7??) ;; *) continue ;; esac; "
         '[ -n "$farm_f" ] && [ -d "$farm_f" ] && [ ! -L "$farm_f" ] && [ -O "$farm_f" ] || continue; '
         'farm_n=$(stat -c %a -- "$farm_f" 2>/dev/null) || continue; [ "$farm_n" = "$farm_m" ] && continue; '
         'farm_x=; chmod "$farm_m" -- "$farm_f" 2>/dev/null || farm_x=!; '
