@@ -12,6 +12,7 @@ made says why, naming the folder and its mode.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -75,16 +76,20 @@ def test_a_copy_that_cannot_be_made_says_the_folder_and_its_mode(node_home: Path
     """Before: a build that took the write bits of the node's work folder (Landlock handles no chmod),
     where the cell's folder is yet to be made, left its cell infra-error "the binary changed while it
     was copied into the cell's folder (... copy missing)": the copy had failed unsaid. Figure:
-    infra-error naming the folder and its mode 555."""
-    workdir = node_home / "node"
-    build = f"{BUILD} && chmod 555 {workdir}"
+    infra-error naming the folder and its mode 555. (Since red-team 249 a build's chmod is set back
+    before the copy, and the build blamed: here cells/ was left mode 555 before the run, by no stage
+    of it, as a node broken before that round was.)"""
+    cells = node_home / "node" / "cells"
+    cells.mkdir(parents=True)
+    subprocess.run(["chown", "-R", f"{os.stat(node_home).st_uid}:{os.stat(node_home).st_gid}", str(cells.parent)])
+    cells.chmod(0o555)
     try:
-        done = _farm(node_home, {"victim": (VICTIM, build)}, runner)
+        done = _farm(node_home, {"victim": (VICTIM, BUILD)}, runner)
     finally:
-        workdir.chmod(0o755)
+        cells.chmod(0o755)
     rows = _rows(node_home, "victim")
     assert [r["outcome"] for r in rows][-1:] == ["infra-error"], (rows, done.stdout[-3000:])
-    assert f"{workdir} (mode 555)" in rows[-1]["reason"], rows[-1]["reason"]
+    assert f"{cells} (mode 555)" in rows[-1]["reason"], rows[-1]["reason"]
     assert "copy missing" not in rows[-1]["reason"], rows[-1]["reason"]
 
 

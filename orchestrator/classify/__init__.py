@@ -24,7 +24,7 @@ from orchestrator.classify.lost_files import lost_unconfined
 from orchestrator.classify.output_limit import output_cut_unbacked
 from orchestrator.classify.sanitizer_report import sanitizer_words
 from orchestrator.config.job_spec import KnownFailureSpec
-from orchestrator.outcomes import STOPPED_REASON, Outcome, is_as_expected, is_infra
+from orchestrator.outcomes import CELL_STAGES, STOPPED_REASON, Outcome, is_as_expected, is_infra
 from orchestrator.plan import Expectation
 
 # The shell's words for a program it could not start: no kernel ran, no disassembler read the binary, so
@@ -306,7 +306,7 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
-    raw = _folders_taken(raw, ev, exp)  # nor a run that broke its node's folders (red-team 247)
+    raw = _folders_taken(raw, ev, exp)  # nor a stage that broke its node's folders (red-team 247, 249)
     # a sanitizer run that checked nothing (_sanitized) is asked too: a card lost under it is the better why
     checked_nothing = raw.failed_stage == "sanitize" and ev.infra_stage is None
     if not is_as_expected(raw.outcome) and (not is_infra(raw.outcome) or bool(ev.folder_trouble) or checked_nothing):
@@ -314,7 +314,8 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
         if why:
             reason = f"{why}, so its {raw.outcome} ({raw.reason}) is no verdict on the kernel"
             return Verdict(Outcome.INFRA_ERROR, raw.failed_stage, reason)
-    verdict = _known_failure(raw, exp)
+    # no declaration makes a cell that broke its node's folders green (a `fail` declared turned one known-failure)
+    verdict = raw if ev.farm_folders_changed else _known_failure(raw, exp)
     slower = [m for m in ev.metrics if m.regressed]
     if verdict.outcome is Outcome.PASS and slower:
         words = "; ".join(m.words() for m in slower)
@@ -344,25 +345,36 @@ def _known_failure(verdict: Verdict, exp: Expectation) -> Verdict:
     return verdict
 
 
+# what a stage's change of the farm's folders makes a cell that behaved as expected: its own failure
+_TAKEN_BY = dict(zip(CELL_STAGES[:2], (Outcome.BUILD_FAIL, Outcome.INSPECT_FAIL), strict=True))  # build, inspect
+
+
 def _folders_taken(verdict: Verdict, ev: Evidence, exp: Expectation) -> Verdict:
-    """A run during which the farm's own folders had their modes changed (ev.farm_folders_changed: set
-    back since): as expected, no pass (a kernel's `chmod 000 cells` passed and broke every later cell:
-    red-team 247); a failure, no verdict on the kernel (another cell's kernel may have taken them: round
-    164's words). An infra-error or a cell not run keeps its own cause."""
-    changed = ev.farm_folders_changed
+    """A cell during one of whose stages the farm's own folders had their modes changed (ev.farm_folders_
+    changed, set back since; ev.farm_folders_stage the first such stage: a build or inspect command, the
+    run, a sanitizer run): as expected, no pass, that stage's failure (a kernel's `chmod 000 cells` passed
+    and broke every later cell: red-team 247; a build's or inspection's too: 249); a failure there or
+    before, no verdict on the kernel (another cell's kernel may have taken them: round 164's words). A
+    failure of a later stage, once they were set back, stands. An infra-error or a cell not run keeps its
+    own cause."""
+    changed, stage = ev.farm_folders_changed, ev.farm_folders_stage or "run"
     if not changed or is_infra(verdict.outcome) or verdict.outcome is Outcome.NOT_RUN:
         return verdict
     if is_as_expected(verdict.outcome):
-        return _no_evidence(
-            exp,
-            f"the farm's own folders had their modes changed during the run ({changed}), as a kernel may "
-            "(Landlock handles no chmod): a run that breaks its node for every later cell is no pass",
+        why = (
+            f"the farm's own folders had their modes changed during its {stage} ({changed}), as the job's or the "
+            f"kernel's code may (Landlock handles no chmod): a {stage} that breaks its node for every later cell "
+            "is no pass"
         )
+        return Verdict(_TAKEN_BY.get(stage) or _no_evidence(exp, why).outcome, stage, why)
+    failed = verdict.failed_stage
+    if failed in CELL_STAGES and CELL_STAGES.index(failed) > CELL_STAGES.index(stage):
+        return Verdict(verdict.outcome, failed, f"{verdict.reason}; its {stage} changed the modes of {changed}")
     mode, _, rest = changed.partition(" of ")
     return Verdict(
         Outcome.INFRA_ERROR,
-        "run",
-        f"the farm's folder {rest} could no longer be used during the cell: a program of the node's user took "
-        f"its owner's bits ({mode}), as a kernel of the run may (Landlock handles no chmod), and the farm "
+        stage,
+        f"the farm's folder {rest} could no longer be used during its {stage}: a program of the node's user took "
+        f"its owner's bits ({mode}), as the job's or a kernel's code may (Landlock handles no chmod), and the farm "
         f"cannot tell whose, so its {verdict.outcome} is no verdict on the kernel",
     )

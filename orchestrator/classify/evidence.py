@@ -64,6 +64,7 @@ class Evidence:
     # the farm's own folders whose modes changed during the run, each set back (work_folder.folders_changed):
     # a kernel's `chmod 000 cells` (no Landlock rule holds chmod) had failed every later cell's copy
     farm_folders_changed: str = ""
+    farm_folders_stage: str = ""  # the first stage whose commands changed them (build, inspect, run, sanitize)
     # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one unread
     kernel_statuses_cut: bool = False
     # kernel commands the run started that had not ended when its shell did (`f &` in a script it

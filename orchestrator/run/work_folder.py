@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config.local_workdirs import NODE_FOLDERS
 
 if TYPE_CHECKING:
+    from orchestrator.classify.evidence import Evidence
     from orchestrator.errors import InfraError
     from orchestrator.run.cell import CellResult
 
@@ -112,16 +113,20 @@ def farm_folders(workdir: str, run_dir: str) -> list[str]:
 
 def modes_sh(folders: list[str]) -> tuple[str, str]:
     """The shell runner's folder_modes and modes_restored (node/farm_folders.py): shell noting the
-    modes of FOLDERS (`farm_fm`), and shell setting back and saying each that changed since."""
+    modes of FOLDERS (`farm_fm`), and shell setting back and saying each that changed since. One
+    `stat` of them all each side (the build, inspect, run and sanitize stages each hold one pair:
+    red-team 249); only where the two differ is each folder looked at, parents first, and set back
+    where it is the node's user's own folder (not a link): no other user's could its code chmod."""
     words = " ".join(shlex.quote(f) for f in folders)
-    before = (
-        f'farm_fm=$(for farm_f in {words}; do [ -d "$farm_f" ] && [ ! -L "$farm_f" ] && [ -O "$farm_f" ] && '
-        'echo "$(stat -c %a -- "$farm_f") $farm_f"; done); '
-    )
+    before = f"farm_fm=$(stat -c '%a %n' -- {words} 2>/dev/null); "
     after = (
-        'printf \'%s\\n\' "$farm_fm" | while read -r farm_m farm_f; do [ -n "$farm_f" ] || continue; '
+        f"farm_fn=$(stat -c '%a %n' -- {words} 2>/dev/null); "
+        '[ "$farm_fn" = "$farm_fm" ] || printf \'%s\\n\' "$farm_fm" | while read -r farm_m farm_f; do '
+        # as node/farm_folders.py: a folder noted without its owner's bits (another cell's code held them) is left
+        "case $farm_m in *7??) ;; *) continue ;; esac; "
+        '[ -n "$farm_f" ] && [ -d "$farm_f" ] && [ ! -L "$farm_f" ] && [ -O "$farm_f" ] || continue; '
         'farm_n=$(stat -c %a -- "$farm_f" 2>/dev/null) || continue; [ "$farm_n" = "$farm_m" ] && continue; '
-        '[ -L "$farm_f" ] && continue; farm_x=; chmod "$farm_m" -- "$farm_f" 2>/dev/null || farm_x=!; '
+        'farm_x=; chmod "$farm_m" -- "$farm_f" 2>/dev/null || farm_x=!; '
         'printf \'@@farm folder-mode %03d %03d%s %s\\n\' "$farm_n" "$farm_m" "$farm_x" "$farm_f"; done; '
     )
     return before, after
@@ -134,6 +139,15 @@ def folders_changed(text: str) -> str:
         back = "NOT set back" if kept else "set back"
         said.append(f"mode {now} of {folder[:300]} (was {was}; {back})")
     return "; ".join(said)
+
+
+def note_folders(ev: Evidence, stage: str, text: str) -> None:
+    """Note in EV the farm's folders whose modes STAGE's text says changed (the first stage that changed
+    any is the one blamed: classify._folders_taken). The build's, inspect's and sanitizer's commands run
+    the job's or the kernel's code as the run does, and can chmod them too (red-team 249)."""
+    if said := folders_changed(text):
+        ev.farm_folders_changed = "; ".join(s for s in (ev.farm_folders_changed, said) if s)
+        ev.farm_folders_stage = ev.farm_folders_stage or stage
 
 
 COPY_BLOCKED_SH = (  # node/farm_folders.py copy_blocked, of the shell's $farm_p

@@ -16,14 +16,16 @@ MODE_LINE = "@@farm folder-mode "
 
 def folder_modes(folders):
     """{folder: its permission bits} of each of FOLDERS that is a folder the runner's user owns
-    (not a link): what the farm made there and may set back."""
+    (not a link) with its owner's bits: what the farm made there and may set back."""
     modes = {}
     for folder in folders:
         try:
             held = os.lstat(folder)
         except OSError:
             continue
-        if stat.S_ISDIR(held.st_mode) and held.st_uid == os.geteuid():
+        # one without its owner's bits is noted while another cell's code holds it taken: "set back" to
+        # that, it broke the node again once that cell's own check had mended it (red-team 249)
+        if stat.S_ISDIR(held.st_mode) and held.st_uid == os.geteuid() and held.st_mode & 0o700 == 0o700:
             modes[folder] = stat.S_IMODE(held.st_mode)
     return modes
 

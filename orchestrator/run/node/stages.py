@@ -94,6 +94,7 @@ def build_holding_lock(out, spec, env, ahead):
     fd = rules[0] if rules else None
     if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
         out.say("@@farm build-confined")
+    modes = folder_modes(spec.get("folders") or ())  # the farm's folders: the job's build may chmod them too
     if log is None:
         code = 1
     else:
@@ -107,6 +108,7 @@ def build_holding_lock(out, spec, env, ahead):
                 os.close(fd)
     if ahead.get("subreaper"):
         kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
+    modes_restored(out, modes)  # before its checks and its copy read and write there (farm_folders.py)
     for folder in tmp:
         remove(folder)
     bad = verify(out, spec["inputs"], "altered-during")
@@ -154,6 +156,7 @@ def inspect(out, spec, env, ahead):
         # copy of its binary between that run's hash and its start, a false pass (a red-team finding)
         env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
         rules = confined_to(run_dir, *tmp, unreadable=spec.get("unreadable") or ())[0] if tmp else None
+        modes = folder_modes(spec.get("folders") or ())  # any inspect command may chmod them (farm_folders.py)
         try:
             if dump is not None and errors is not None:
                 fd = rules[0] if rules else None
@@ -163,6 +166,7 @@ def inspect(out, spec, env, ahead):
                 os.close(rules[0])
         if ahead.get("subreaper"):
             kill_orphans()  # what it left, as a build's (build_holding_lock)
+        modes_restored(out, modes)
         for folder in tmp:
             remove(folder)
         for handle in (dump, errors):

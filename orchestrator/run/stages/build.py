@@ -28,7 +28,7 @@ from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
-from orchestrator.run.work_folder import COPY_BLOCKED_SH, copy_blocked
+from orchestrator.run.work_folder import COPY_BLOCKED_SH, copy_blocked, farm_folders, modes_sh, note_folders
 from orchestrator.transport import CommandResult
 
 # the stage's control lines, compiled once (issue 11: a cell reads a dozen)
@@ -64,6 +64,8 @@ class BuildStage(CellStages):
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
         make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
+        # the farm's folders, noted and set back around the job's build command (work_folder.modes_sh)
+        modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir))
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
         work, held = f"{rdir}/work", q(posixpath.dirname(self.paths.private_binary))
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
@@ -92,8 +94,9 @@ class BuildStage(CellStages):
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"{remove_sh(bdir)} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {make_tmp}{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
-            f"{drop_tmp}; "
+            f"{{ {make_tmp}{modes_before}"
+            f"{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
+            f"{modes_after}{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f"{toolchain_script(self._toolchain)}"  # nvcc, a host compiler replaced since the probe
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
@@ -131,6 +134,7 @@ class BuildStage(CellStages):
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
                 "tools": self._toolchain,  # checked after the build, as the shell's toolchain_script does
                 "unreadable": self.unreadable,  # the farm's secrets, on its own machine (farm_secrets.py)
+                "folders": farm_folders(self.snapshot.workdir, self.paths.run_dir),
             },
         )
 
@@ -205,6 +209,7 @@ class BuildStage(CellStages):
                 restaged = True
                 continue
             break
+        note_folders(self.result.evidence, "build", text)  # the farm's folders its command changed (work_folder.py)
         drift = _TOOLCHAIN_CHANGED.findall(text)
         if drift or _ALTERED_DURING.search(text):
             self._checked(outcome)

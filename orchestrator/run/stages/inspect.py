@@ -25,6 +25,7 @@ from orchestrator.run.stage_trip import Trip
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.build_tools import cuobjdump_check_sh, cuobjdump_seen, jit_tools, older_cuobjdump
 from orchestrator.run.stages.jit_shell import jit_script, lists_kept
+from orchestrator.run.work_folder import farm_folders, modes_sh, note_folders
 
 # the stage's control lines, compiled once (issue 11: a cell reads a dozen)
 _TOOLKIT_ALTERED = re.compile(r"^@@farm toolkit-altered (\S+)$", re.M)
@@ -120,6 +121,7 @@ class InspectStage(CellStages):
         seen = cuobjdump_seen(self.snapshot) if cuda and not kit_check else None
         jit = self._jit_spec(cuda)
         loaders = self._loaders(cuda)
+        folders = farm_folders(self.snapshot.workdir, self.paths.run_dir)  # set back after it (work_folder.py)
 
         def script() -> str:  # the shell's (stage_trip.Trip.shell): the python runner reads the spec
             bdir = shlex.quote(self.paths.run_dir)
@@ -139,10 +141,11 @@ class InspectStage(CellStages):
             tool_check = cuobjdump_check_sh(self.cuobjdump, seen) if seen is not None else ""
             if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
                 lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
+            modes_before, modes_after = modes_sh(folders)
             return (
-                f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}cd {bdir} && "
+                f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}{modes_before}cd {bdir} && "
                 f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
-                f'echo "@@farm rc=$rc"; '
+                f'{modes_after}echo "@@farm rc=$rc"; '
                 f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {imports_sh(binary) if loaders else ''}"
                 f"{lists}{tool_check}exit 0"
             )
@@ -178,6 +181,7 @@ class InspectStage(CellStages):
                 "unreadable": self.unreadable,
                 "jit": jit,
                 "loaders": list(RUNTIME_LOADERS) if loaders else None,
+                "folders": folders,
             },
         )
 
@@ -231,6 +235,7 @@ class InspectStage(CellStages):
             error = InfraError(f"node {self.t.name!r}: {older}")
             error.retryable = False  # the same cuobjdump on a retry: its cells need the node's `cuobjdump:` fixed
             raise error
+        note_folders(ev, "inspect", text)  # the farm's folders its command changed (work_folder.py)
         rc = _RC.search(text)
         ev.inspect_exit = int(rc.group(1)) if rc else 255
         sha = _SHA.search(text)

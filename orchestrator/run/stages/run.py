@@ -55,7 +55,7 @@ from orchestrator.run.stages.failure_words import (
     with_end_blanks,
 )
 from orchestrator.run.streams import StreamScan
-from orchestrator.run.work_folder import farm_folders, folders_changed, modes_sh
+from orchestrator.run.work_folder import farm_folders, modes_sh, note_folders
 from orchestrator.transport import CommandResult
 
 
@@ -290,7 +290,7 @@ class RunStage(CellStages):
         ev.kernel_requests_forged = int(forged.group(1)) if forged else 0
         loads = last_match(r"^@@farm loads-writable (.*)$", text)  # node/loads.py
         ev.kernel_loads_writable = loads.group(1)[:200] if loads else ""
-        ev.farm_folders_changed = folders_changed(text)  # the farm's own folders' modes (work_folder.py)
+        note_folders(ev, "run", text)  # the farm's own folders' modes (work_folder.py)
         if said := other_output(bytes(other)):
             self._detail.append(f"the run's other commands printed (not read for a marker): {said}")
         ev.other_last_line = other_output(bytes(other).rstrip().rsplit(b"\n", 1)[-1], 200)

@@ -16,6 +16,7 @@ from orchestrator.run.stage_trip import Trip, last_match
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.run import undying_error
 from orchestrator.run.streams import StreamScan
+from orchestrator.run.work_folder import farm_folders, modes_sh, note_folders
 
 
 class SanitizeStage(CellStages):
@@ -44,13 +45,15 @@ class SanitizeStage(CellStages):
         made = f"mkdir -p {q(rdir + '/work')} {q(posixpath.dirname(private))}"
         fresh = f"rm -rf {q(private)} && {made} && cp {q(self.paths.binary)} {q(private)}; "
         check = self._binary_check(q(self._built_sha or ""))
+        folders = farm_folders(self.snapshot.workdir, rdir)  # set back after each tool's run (work_folder.py)
+        modes_before, modes_after = modes_sh(folders)
         commands = {
             tool: sanitize.captured(tool, rdir, sanitize.tool_command(tool, rdir, run, private)) for tool in tools
         }
         runs = "; ".join(
-            f"{fresh}{check}t0=$({NOW_NS}); "
+            f"{fresh}{check}{modes_before}t0=$({NOW_NS}); "
             f"{guarded(commands[tool], limit, quiet, self.marker)}; "
-            f't1=$({NOW_NS}); {self._reap_cell()}; echo "@@farm tool {tool} $rc $t0 $t1"'
+            f't1=$({NOW_NS}); {self._reap_cell()}; {modes_after}echo "@@farm tool {tool} $rc $t0 $t1"'
             for tool in tools
         )
         script = (
@@ -97,6 +100,7 @@ class SanitizeStage(CellStages):
                 "workdir": self.snapshot.workdir,
                 "guarded": self.guarded,
                 "unreadable": self.unreadable,
+                "folders": folders,
             },
         )
         try:
@@ -105,6 +109,8 @@ class SanitizeStage(CellStages):
             self._release()
         self._check_started(text, gpu, wait)
         undying_error(self.t.name, text)  # a tool's process that outlived its kill may hold the GPU still
+        ev = self.result.evidence
+        note_folders(ev, "sanitize", text)  # the farm's folders the kernel changed under a tool (work_folder.py)
         missing = re.search(r"^@@farm no-sanitizer (.*)$", text, re.M)
         if missing:
             error = InfraError(
@@ -128,8 +134,9 @@ class SanitizeStage(CellStages):
             under = sanitize.Under("pass" in out.matches, out.size > 0, out.last_line, sanitize.said_on(err.kept))
             cut = (*kept.cut, kept.size) if kept.cut else None
             found = sanitize.report(tool, code, timed_out, kept.kept, cut, under)
-            if isinstance(found, str):
-                error = InfraError(f"node {self.t.name!r}: {found}")
+            if isinstance(found, str):  # where its log could not be written, the kernel's chmod may be why
+                taken = f"; the farm's folders had their modes changed under it: {ev.farm_folders_changed}"
+                error = InfraError(f"node {self.t.name!r}: {found}{taken if ev.farm_folders_changed else ''}")
                 error.retryable = False
                 raise error
             reports.append(found)
@@ -141,7 +148,6 @@ class SanitizeStage(CellStages):
         # since the run makes its pass no verdict on the kernel (classify/blame.driver_unbacked)
         module = last_match(r"^@@farm driver ?(.*)$", text)
         said = module_changed(self.snapshot.driver_evidence, module.group(1) if module else None, "its sanitizer runs")
-        ev = self.result.evidence
         if said and not ev.driver_reloaded:  # the run's own read, where it saw one, names the run
             ev.driver_reloaded, ev.driver_reloaded_by = said, "sanitize"
         self.result.evidence.sanitizer = tuple(reports)
