@@ -21,7 +21,9 @@ import pytest
 from slurm import SlurmCluster, running_cluster
 
 from orchestrator.config.farm_spec import NodeSpec
-from orchestrator.transport.slurm import SlurmCancelled, SlurmJobError, SlurmTransport
+from orchestrator.errors import CommandTimeout
+from orchestrator.transport.base import CommandResult
+from orchestrator.transport.slurm import SlurmCancelled, SlurmJobError, SlurmTimeLimit, SlurmTransport
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +138,44 @@ def test_the_shell_marker_is_read_from_the_last_copy() -> None:
     assert command_output("ab", "no marker") == ("no marker", None, False)
     assert command_output("ab", "@@slurm-notemp-ab\n") == ("", None, True)
     assert command_output("ab", "\n@@slurm-err-ab\nzz\n")[1] == "zz\n"
+
+
+class HungLogin:
+    """A login node whose srun never returns; squeue answers `said` with `code`."""
+
+    def __init__(self, code: int, said: str) -> None:
+        self.code, self.said, self.asked = code, said, []
+
+    def run(self, command: str, timeout: float) -> CommandResult:
+        self.asked.append(command)
+        if "srun " in command:
+            raise CommandTimeout("node 'x': command still running after 9 s; killed")
+        return CommandResult(command, self.code if command.startswith("squeue") else 0, self.said, "", 0.1)
+
+
+@pytest.mark.parametrize(
+    ("code", "said", "kind", "words"),
+    [
+        (1, "squeue: error: Munge encode failed: Failed to access socket", SlurmJobError, "munge, slurmctld"),
+        (0, "", SlurmJobError, "Slurm no longer lists the job: it ended, but srun never said so"),
+        (0, "COMPLETED\n", SlurmJobError, "the job ended (COMPLETED), but srun never said so"),
+        (0, "RUNNING\n", SlurmTimeLimit, "Slurm still has the job RUNNING"),
+    ],
+)
+def test_an_srun_that_never_returns_says_what_slurm_knows(
+    code: int, said: str, kind: type[SlurmJobError], words: str
+) -> None:
+    """Before: "Slurm job ... still running after N s; cancelled" (SlurmTimeLimit, not retried) whatever
+    Slurm knew: a job long ended (slurmstepd crashed) or a Slurm nobody could ask (munge dead). Figure:
+    squeue is asked first; its answer is in the words, and only a job Slurm still holds is SlurmTimeLimit."""
+    t = SlurmTransport("x", NodeSpec(transport="slurm", partition="p", pending_limit=5))
+    login = HungLogin(code, said)
+    t._login = login  # type: ignore[assignment]
+    with pytest.raises(SlurmJobError) as err:
+        t._run("true", timeout=4)
+    assert type(err.value) is kind, repr(err.value)
+    assert words in str(err.value) and "had not returned after 4 s" in str(err.value), str(err.value)
+    assert "still running after" not in str(err.value).split("cancelled (")[0]
+    assert "squeue: error: Munge" in str(err.value) if code else True
+    assert err.value.retryable  # a passing fault, as the time limit of a job the farm gave up on was
+    assert any(c.startswith("scancel") for c in login.asked), login.asked

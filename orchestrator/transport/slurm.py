@@ -223,10 +223,15 @@ class SlurmTransport(Transport):
         try:
             outcome = self._login.run(script, timeout=self._budget(timeout))
         except CommandTimeout as err:
+            state, words = self._left_behind(job)
             self._cancel(job)
-            raise SlurmTimeLimit(
-                f"node {self.name!r}: Slurm job {job.name} still running after "
-                f"{timeout:.0f} s (+{self.node.pending_limit} s pending limit); cancelled ({err})",
+            waited = f"{timeout:.0f} s (+{self.node.pending_limit} s pending limit, +{SUBMIT_MARGIN:g} s margin)"
+            # only a job Slurm still runs or holds outlived its time: srun hung on a job that ended
+            # (a compute node's slurmstepd lost) or on Slurm's daemons (munge, slurmctld) is a passing fault
+            kind = SlurmTimeLimit if state in UNSETTLED else SlurmJobError
+            raise kind(
+                f"node {self.name!r}: Slurm job {job.name}: its srun on the login node had not returned after "
+                f"{waited}; {words}; cancelled ({err})",
                 job,
             ) from err
         seconds = time.monotonic() - clock
@@ -302,6 +307,26 @@ class SlurmTransport(Transport):
                 job,
             )
         self.pinned, self.pinned_cards = job.compute_node, job.cards
+
+    def _left_behind(self, job: SlurmJob) -> tuple[str | None, str]:
+        """Slurm's state of a job whose srun did not return in time, and words for it: "still running
+        after N s" had been said of a job that had ended, or that Slurm could not be asked about."""
+        try:
+            said = self._login.run(f"squeue -h -n {shlex.quote(job.name)} -o %T 2>&1", timeout=SCANCEL_TIMEOUT)
+        except InfraError as err:
+            return None, f"whether the job still runs is not known (squeue: {str(err)[-200:]})"
+        words = said.stdout.strip()
+        if said.exit_code != 0:
+            return None, (
+                f"Slurm could not be asked whether the job still runs (squeue: {words[-200:]}): "
+                "a Slurm daemon (munge, slurmctld) may be down"
+            )
+        state = words.splitlines()[-1].strip() if words else None
+        if state in UNSETTLED:
+            return state, f"Slurm still has the job {state}"
+        if state is None:
+            return None, "Slurm no longer lists the job: it ended, but srun never said so (slurmstepd or munge lost?)"
+        return state, f"the job ended ({state}), but srun never said so (slurmstepd or munge lost?)"
 
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""
