@@ -133,7 +133,9 @@ def test_the_commands_own_srun_ended_by_its_own_timeout_stays_its_result(cluster
     with transport(cluster, "t4") as t:
         result = t.run("timeout 3 srun sleep 30; echo rc=$?", timeout=30)
         assert (result.exit_code, result.stdout) == (0, "rc=124\n"), result
-        assert any("forcing job termination" in m for m in t.last_job.messages), t.last_job.messages
+        # the command's own srun's words are its stderr, kept off the job's srun's (red-team 250)
+        assert "forcing job termination" in result.stderr, result.stderr
+        assert not any("forcing job termination" in m for m in t.last_job.messages), t.last_job.messages
 
 
 def test_a_job_whose_srun_was_killed_is_cancelled_not_left_holding_the_gpu(

@@ -54,7 +54,14 @@ from pathlib import Path
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import CommandTimeout, InfraError, NodeUnusable
 from orchestrator.transport.base import CommandResult, Transport
-from orchestrator.transport.slurm_ending import job_ident, judge_ending, read_submission, split_stderr
+from orchestrator.transport.slurm_ending import (
+    command_output,
+    job_ident,
+    judge_ending,
+    own_stderr,
+    read_submission,
+    split_stderr,
+)
 from orchestrator.transport.slurm_jobs import (  # noqa: F401 - SlurmRejected, SlurmCancelled, SlurmPendingLimit, SlurmStuck: the module's API
     SlurmCancelled,
     SlurmJob,
@@ -189,7 +196,10 @@ class SlurmTransport(Transport):
             f'export SLURM_OVERLAP=1; printf "@@slurm-start-{token} %s %s %s\\n" "$SLURM_JOB_ID" "$SLURMD_NODENAME" '
             f'"{_CARDS}"; '
         )
-        srun = " ".join(shlex.quote(a) for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", start + command])
+        srun = " ".join(
+            shlex.quote(a)
+            for a in [*self.srun_arguments(job_name, timeout), "sh", "-c", own_stderr(start, command, token)]
+        )
         query = record_query(job_name, token, SETTLE_POLLS)
         deadline = deadline_setting(self._budget(timeout))
         watch = stuck_watch(job_name, token, max(1, math.ceil(STUCK_SECONDS / STUCK_POLL_S)), STUCK_POLL_S)
@@ -213,15 +223,25 @@ class SlurmTransport(Transport):
         try:
             outcome = self._login.run(script, timeout=self._budget(timeout))
         except CommandTimeout as err:
+            state, words = self._left_behind(job)
             self._cancel(job)
-            raise SlurmTimeLimit(
-                f"node {self.name!r}: Slurm job {job.name} still running after "
-                f"{timeout:.0f} s (+{self.node.pending_limit} s pending limit); cancelled ({err})",
+            waited = f"{timeout:.0f} s (+{self.node.pending_limit} s pending limit, +{SUBMIT_MARGIN:g} s margin)"
+            # only a job Slurm still runs or holds outlived its time: srun hung on a job that ended
+            # (a compute node's slurmstepd lost) or on Slurm's daemons (munge, slurmctld) is a passing fault
+            kind = SlurmTimeLimit if state in UNSETTLED else SlurmJobError
+            raise kind(
+                f"node {self.name!r}: Slurm job {job.name}: its srun on the login node had not returned after "
+                f"{waited}; {words}; cancelled ({err})",
                 job,
             ) from err
         seconds = time.monotonic() - clock
         stdout, rc = read_submission(self.name, job, token, outcome.stdout)
+        stdout, own, no_temp = command_output(token, stdout)
         stderr = split_stderr(job, outcome.stderr)
+        if own is not None:
+            # what else srun's stderr held came from the job's surroundings (a prolog), not the command
+            job.messages.extend(line for line in stderr.splitlines() if line.strip())
+            stderr = own
         if job.state in UNSETTLED and job.state != "COMPLETING":
             # srun is gone (killed on the login node) while Slurm still runs the job: left alone it
             # holds its compute node's GPU until its time limit, and the next job waits behind it
@@ -237,6 +257,14 @@ class SlurmTransport(Transport):
             self._judge(job, rc, seconds)
         except SlurmTimeLimit as err:
             raise within_time_limit(err, self.node.time_limit, timeout)  # noqa: B904 - err itself, or err said again
+        if no_temp and rc == 125:
+            # the command never ran: its shell had no file to keep its stderr from srun's (slurm_ending.own_stderr)
+            raise SlurmJobError(
+                f"node {self.name!r}: {job_ident(job)} on {job.compute_node}: the job's shell could not make a "
+                "temporary file (mktemp, in $TMPDIR or /tmp) for the command's stderr, so the command did not run "
+                f"({stderr.strip()[-300:]}); not a verdict on the command",
+                job,
+            )
         return CommandResult(command=command, exit_code=rc, stdout=stdout, stderr=stderr, seconds=seconds)
 
     def stop_run(self, token: str, timeout: float) -> int:
@@ -279,6 +307,26 @@ class SlurmTransport(Transport):
                 job,
             )
         self.pinned, self.pinned_cards = job.compute_node, job.cards
+
+    def _left_behind(self, job: SlurmJob) -> tuple[str | None, str]:
+        """Slurm's state of a job whose srun did not return in time, and words for it: "still running
+        after N s" had been said of a job that had ended, or that Slurm could not be asked about."""
+        try:
+            said = self._login.run(f"squeue -h -n {shlex.quote(job.name)} -o %T 2>&1", timeout=SCANCEL_TIMEOUT)
+        except InfraError as err:
+            return None, f"whether the job still runs is not known (squeue: {str(err)[-200:]})"
+        words = said.stdout.strip()
+        if said.exit_code != 0:
+            return None, (
+                f"Slurm could not be asked whether the job still runs (squeue: {words[-200:]}): "
+                "a Slurm daemon (munge, slurmctld) may be down"
+            )
+        state = words.splitlines()[-1].strip() if words else None
+        if state in UNSETTLED:
+            return state, f"Slurm still has the job {state}"
+        if state is None:
+            return None, "Slurm no longer lists the job: it ended, but srun never said so (slurmstepd or munge lost?)"
+        return state, f"the job ended ({state}), but srun never said so (slurmstepd or munge lost?)"
 
     def _cancel(self, job: SlurmJob) -> None:
         """Best effort: a job whose srun was killed keeps running otherwise."""

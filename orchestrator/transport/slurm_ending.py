@@ -27,6 +27,7 @@ from orchestrator.transport.slurm_jobs import (
 )
 from orchestrator.transport.slurm_query import UNSETTLED, start_line
 
+STDERR_KEEP = 1 << 16  # bytes of a command's stderr handed back, as the login transports keep of theirs
 _SLURM_LINE = re.compile(r"^(srun|slurmstepd(-[^:\s]*)?): ")
 # what srun and slurmstepd print as a job ends, at the very end of stderr
 _SLURM_ENDING = re.compile(
@@ -67,6 +68,38 @@ def read_submission(name: str, job: SlurmJob, token: str, text: str) -> tuple[st
         body = body[start.end() :]
     read_records(job, token, records)
     return body, rc
+
+
+def own_stderr(start: str, command: str, token: str, keep: int = STDERR_KEEP) -> str:
+    """The job shell's script: `start`, then `command` with its stderr in a file of the shell's own (unlinked
+    at once, read back through fd 9), handed back after it on stdout, hex-encoded, behind the marker
+    command_output reads. srun's stderr then holds Slurm's lines alone: a kernel's stderr went straight
+    onto it, and its forged "slurmstepd: ... CANCELLED" or "oom-kill event" line read as Slurm ending the
+    job, an infra-error where its own exit was a fail (red-team 250). No mktemp: the notemp line, exit 125."""
+    return (
+        'f=$(mktemp 2>/dev/null || mktemp -p /tmp) && exec 2>"$f" 9<"$f" && rm -f "$f" || f=; '
+        f'{start}[ -n "$f" ] || {{ printf "@@slurm-notemp-{token}\\n"; exit 125; }}; '
+        f"( {command}\n) 9<&-; rc=$?; printf '\\n@@slurm-err-{token}\\n'; head -c {keep} <&9 | od -An -v -tx1; "
+        'exit "$rc"'
+    )
+
+
+def command_output(token: str, body: str) -> tuple[str, str | None, bool]:
+    """The command's stdout, its stderr (None where its shell did not hand it back: ended by Slurm, or
+    killed) and whether its shell found no temp file for it, from the job's stdout after its start line.
+    The shell's marker is its last copy (a command may print one; what follows the shell's is hex)."""
+    if body.startswith(f"@@slurm-notemp-{token}\n"):
+        return "", None, True
+    mark = f"\n@@slurm-err-{token}\n"
+    cut = body.rfind(mark)
+    if cut < 0:
+        return body, None, False
+    hexed = body[cut + len(mark) :]
+    try:
+        stderr = bytes.fromhex(hexed).decode("utf-8", "replace")  # decoded as the login transport decodes
+    except ValueError:
+        stderr = hexed  # not the shell's hex (a process the command left behind wrote after it): as it came
+    return body[:cut], stderr, False
 
 
 def split_stderr(job: SlurmJob, text: str) -> str:
