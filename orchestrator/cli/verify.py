@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.errors import ConfigError, FarmError, StoreError
+from orchestrator.errors import EXIT_INFRA, ConfigError, FarmError, StoreError
 from orchestrator.guarded import aside
-from orchestrator.outcomes import STAGES, is_as_expected
+from orchestrator.outcomes import STAGES, Outcome, is_as_expected
 from orchestrator.run.summary import NullListener, RunSummary
 from orchestrator.terminal import card_text, printable
 
@@ -46,9 +46,18 @@ def verdict_line(summary: RunSummary) -> str:
     # "as expected" on stand-in cards alone read as a green night in CI (a red-team finding); so did
     # passes that ran unconfined on the farm's own machine (review 141)
     note = certify_nothing_counts(summary.results, "on cards the NVIDIA driver did not confirm (stand-in)")
+    counts = f"{summary.infra} infra"
+    meaning = EXIT_MEANING[summary.exit_code]
+    if summary.stopped:
+        # a stopped run's not-run cells are the stop's, not the nodes': its last line had read "3 infra;
+        # exit 4 (every verdict as expected, but some cells could not run (infra))" (review 253)
+        not_run = summary.outcomes.get(Outcome.NOT_RUN.value, 0)
+        counts = f"{summary.infra - not_run} infra, {not_run} not-run (stopped by {summary.stopped})"
+        if summary.exit_code == EXIT_INFRA:
+            meaning = f"the run did not finish: stopped by {summary.stopped}; not green"
     return (
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-        f"{summary.infra} infra; exit {summary.exit_code} ({EXIT_MEANING[summary.exit_code]}){note}"
+        f"{counts}; exit {summary.exit_code} ({meaning}){note}"
     )
 
 

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from orchestrator import metrics
 from orchestrator.cuda_waiver import FLAG, was_waived
 from orchestrator.farm_writable import WHY
+from orchestrator.outcomes import is_as_expected
 from orchestrator.report import history, trends
 from orchestrator.report.cell_page import _UNFINISHED
 from orchestrator.report.durations import seconds
@@ -49,12 +50,15 @@ def _outcome_td(outcome: str | None, unsure: bool = False, waived: bool = False)
     # one per outcome word, escaped once: a kernel page's grid repeats a dozen words 10^4 times
     if not outcome:
         return '<td class="h none">–</td>'
+    unsure = unsure and is_as_expected(outcome)  # _flagged: a fail or not-run is never green, nothing to ungreen
     # in words too, not grey alone: a reader of the text (a print, a screen reader, a copy) read a pass (review 97)
     said = (_UNSURE if unsure else "") + (_WAIVED if waived else "")
     return f'<td class="h {category(outcome)}{" unconfirmed" if unsure else ""}">{_e(outcome)}{said}</td>'
 
 
 _UNSURE = "<small>certifies nothing</small>"  # a grey cell's words (run pages, history grids): never colour alone
+# only on an as-expected verdict: every not-run and fail of a stopped run said "certifies nothing" too, noise
+# around the run's one line that matters, its banner (review 253); those are never green to begin with
 # a pass the CUDA-error rule did not look at, said as the index matrix says it (round 106: the run
 # pages and the kernels' history grids showed it as a plain pass)
 _WAIVED = f'<small class="flag waived">{FLAG}</small>'
@@ -142,6 +146,7 @@ _NO_CELL = '<td class="none">–</td>'
 def _run_td(outcome: str, unsure: bool = False, waived: bool = False) -> tuple[str, str]:
     """A plain run-page cell, per outcome word: its HTML before the result id and after
     it (made and escaped once: a cold render's 30 run pages hold 10^5 of them)."""
+    unsure = unsure and is_as_expected(outcome)  # as _outcome_td
     words = f"{_e(outcome)}{_UNSURE if unsure else ''}{_WAIVED if waived else ''}"
     return f'<td class="{category(outcome)}{" unconfirmed" if unsure else ""}" title="result ', f'">{words}</td>'
 
@@ -167,11 +172,12 @@ def run_matrix(
         if row is None:
             row = rows[(kernel, variant)] = blank.copy()
         if linked:
+            flag = rid in unsure and is_as_expected(outcome)  # as _outcome_td
             row[at[(node, device)]] = (
-                f'<td class="{category(outcome)}{" unconfirmed" if rid in unsure else ""}" '
+                f'<td class="{category(outcome)}{" unconfirmed" if flag else ""}" '
                 f'title="result {int(rid)}" data-node="{_e(node)}" '
                 f'data-device="{shown[(node, device)]}" data-cell="{_e(f"{kernel}:{variant}")}">'
-                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if rid in unsure else ""}'
+                f'<a href="../cells/{int(rid)}.html">{_e(outcome)}</a>{_UNSURE if flag else ""}'
                 f"{_WAIVED if rid in waived else ''}</td>"
             )
         else:
