@@ -1005,7 +1005,8 @@ def test_a_stop_signal_stops_the_run_cleanly(ssh_fleet: Fleet, tmp_path: Path, s
             farm.wait()
     text = log.read_text()
     name = signal.Signals(signum).name
-    assert f"run 1 was stopped by {name}" in text and "run 1: 1 as expected, 0 not, 2 infra; exit 4" in text, text
+    last = f"run 1: 1 as expected, 0 not, 0 infra, 2 not-run (stopped by {name}); exit 4"  # review 253's words
+    assert f"run 1 was stopped by {name}" in text and last in text, text
     assert code == EXIT_INFRA, text
     (run,) = query(db, "SELECT * FROM runs")
     assert (run["status"], run["exit_code"]) == ("aborted", code)
