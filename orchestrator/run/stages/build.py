@@ -96,7 +96,8 @@ class BuildStage(CellStages):
             f"{remove_sh(bdir)} && mkdir -p {bdir} && cd {bdir} && "
             f"{{ {make_tmp}{modes_before}"
             f"{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
-            f"{modes_after}{drop_tmp}; "
+            # what it left (a daemon out of its group) killed before the check, as the python runner's kill_orphans
+            f"{self._reap_cell('build-leftover')}; {modes_after}{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f"{toolchain_script(self._toolchain)}"  # nvcc, a host compiler replaced since the probe
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '
