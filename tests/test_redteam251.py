@@ -13,6 +13,7 @@ daemon's setsid keeps) before their check, as its run and sanitize stages did.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -80,3 +81,67 @@ def test_an_inspections_detached_daemon_is_killed_before_it_takes_the_folders_bi
     assert mode & 0o700 == 0o700, (oct(mode), said)
     assert row["outcome"] == "pass", (row, said)
     assert [r["outcome"] for r in victim] == ["pass"], (victim, said)
+
+
+class _Said:
+    """The python runner's `out` (node/stages.py): what its stage said, line by line."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_a_stage_another_cells_check_mended_during_says_so_on_either_runner(tmp_path: Path) -> None:
+    """Before: the breaker's stage (cell b) took cells/'s bits while an innocent stage (cell a) overlapped it;
+    a's check mended them first (a blamed), and b's own check, finding cells/ as it noted it, said nothing:
+    b passed. Figure: the mend is logged in the node's work folder, and b's check (either runner's) says
+    a's set-back as `@@farm folder-mode-other a 000 755 CELLS`; a's own lines it does not repeat."""
+    from orchestrator.run.node.farm_folders import folder_modes, log_mark, modes_restored
+    from orchestrator.run.work_folder import modes_sh
+
+    top = tmp_path / "w"
+    cells = top / "cells"
+    cells.mkdir(parents=True)
+    folders = [str(top), str(cells)]
+    a_before, a_after = modes_sh(folders, "a")
+    b_before, b_after = modes_sh(folders, "b")
+    script = f"{a_before}{{ {b_before}chmod 0 {cells}; ( {a_after} ) > a.txt; {b_after} }}"
+    said = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert (tmp_path / "a.txt").read_text().splitlines() == [f"@@farm folder-mode 000 755 {cells}"]
+    assert said.stdout.splitlines() == [f"@@farm folder-mode-other a 000 755 {cells}"], said
+    assert said.stderr == "", said.stderr
+    # the python runner's, with the shell's log as it is (one node: either runner's stages may overlap)
+    a_modes, a_mark = folder_modes(folders), log_mark(folders)
+    b_modes, b_mark = folder_modes(folders), log_mark(folders)
+    cells.chmod(0)
+    a_out, b_out = _Said(), _Said()
+    modes_restored(a_out, a_modes, a_mark, "a")
+    modes_restored(b_out, b_modes, b_mark, "b")
+    assert a_out.lines == [f"@@farm folder-mode 000 755 {cells}"], a_out.lines
+    assert b_out.lines == [f"@@farm folder-mode-other a 000 755 {cells}"], b_out.lines
+    assert cells.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_cell_whose_stage_overlapped_another_cells_mend_is_no_pass() -> None:
+    """Before: a cell whose run saw another cell's stage set back the farm's folders passed (nothing of its
+    own changed). Figure: its text's folder-mode-other line is noted, and the cell is infra-error of that
+    stage naming the folder; a later stage's failure stands, saying it."""
+    from orchestrator.classify import Evidence, classify
+    from orchestrator.outcomes import Outcome
+    from orchestrator.plan import Expectation
+    from orchestrator.run.work_folder import note_folders
+
+    exp = Expectation(Outcome.PASS, "a CC 7.5 card, contract CC >= 7.5", None, None)
+    ev = Evidence(build_exit=0, inspect_exit=0, run_exit=0, pass_line=1)
+    assert classify(ev, exp).outcome is Outcome.PASS
+    note_folders(ev, "inspect", "@@farm rc=0\n@@farm folder-mode-other tok.7 000 755 /w/cells\n")
+    verdict = classify(ev, exp)
+    assert (verdict.outcome, verdict.failed_stage) == (Outcome.INFRA_ERROR, "inspect"), verdict
+    assert "/w/cells" in verdict.reason and "set back by cell tok.7" in verdict.reason, verdict.reason
+    assert ev.farm_folders_changed == "", ev  # it changed nothing itself: not blamed
+    ev.run_exit, ev.pass_line = 1, None
+    later = classify(ev, exp)
+    assert (later.outcome, later.failed_stage) == (Outcome.FAIL, "run"), later
+    assert "mended the modes of mode 000 of /w/cells" in later.reason, later.reason

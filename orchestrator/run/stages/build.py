@@ -65,7 +65,7 @@ class BuildStage(CellStages):
         limit = int(self.job.spec.build_timeout)
         make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
         # the farm's folders, noted and set back around the job's build command (work_folder.modes_sh)
-        modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir))
+        modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir), self._cell)
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
         work, held = f"{rdir}/work", q(posixpath.dirname(self.paths.private_binary))
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
