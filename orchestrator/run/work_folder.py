@@ -134,8 +134,8 @@ def modes_sh(folders: list[str], cell: str = "-") -> tuple[str, str]:
         'printf \'@@farm folder-mode %03d %03d%s %s\\n\' "$farm_n" "$farm_m" "$farm_x" "$farm_f"; '
         f"[ -L {log} ] || {{ printf '%s %03d %03d%s %s\\n' {me} "
         f'"$farm_n" "$farm_m" "$farm_x" "$farm_f" >> {log}; }} 2>/dev/null; done; '
-        f"[ -f {log} ] && [ ! -L {log} ] && tail -c +$((farm_ls+1)) -- {log} 2>/dev/null | head -c {LOG_READ} | "
-        f'while read -r farm_t farm_r; do [ "$farm_t" = {me} ] || echo "{OTHER_LINE}$farm_t $farm_r"; done; '
+        f"if [ -f {log} ] && [ ! -L {log} ]; then tail -c +$((farm_ls+1)) -- {log} 2>/dev/null | head -c {LOG_READ} | "
+        f'while read -r farm_t farm_r; do [ "$farm_t" = {me} ] || echo "{OTHER_LINE}$farm_t $farm_r"; done; fi; '
     )
     return before, after
 
