@@ -355,26 +355,33 @@ def _folders_taken(verdict: Verdict, ev: Evidence, exp: Expectation) -> Verdict:
     run, a sanitizer run): as expected, no pass, that stage's failure (a kernel's `chmod 000 cells` passed
     and broke every later cell: red-team 247; a build's or inspection's too: 249); a failure there or
     before, no verdict on the kernel (another cell's kernel may have taken them: round 164's words). A
-    failure of a later stage, once they were set back, stands. An infra-error or a cell not run keeps its
-    own cause."""
+    failure of a later stage, once they were set back, stands. A stage in whose window another cell's stage
+    set them back (ev.farm_folders_overlap: the node's log) ran while they were broken, and the farm cannot
+    tell whose code broke them: no verdict, as expected or not (red-team 251). An infra-error or a cell not
+    run keeps its own cause."""
     changed, stage = ev.farm_folders_changed, ev.farm_folders_stage or "run"
-    if not changed or is_infra(verdict.outcome) or verdict.outcome is Outcome.NOT_RUN:
+    if is_infra(verdict.outcome) or verdict.outcome is Outcome.NOT_RUN:
         return verdict
-    if is_as_expected(verdict.outcome):
+    if not changed and ev.farm_folders_overlap:  # another cell's stage mended them during one of its own (251)
+        changed, stage = ev.farm_folders_overlap, ""
+    elif not changed:
+        return verdict
+    if is_as_expected(verdict.outcome) and stage:
         why = (
             f"the farm's own folders had their modes changed during its {stage} ({changed}), as the job's or the "
             f"kernel's code may (Landlock handles no chmod): a {stage} that breaks its node for every later cell "
             "is no pass"
         )
         return Verdict(_TAKEN_BY.get(stage) or _no_evidence(exp, why).outcome, stage, why)
-    failed = verdict.failed_stage
-    if failed in CELL_STAGES and CELL_STAGES.index(failed) > CELL_STAGES.index(stage):
-        return Verdict(verdict.outcome, failed, f"{verdict.reason}; its {stage} changed the modes of {changed}")
+    failed, own = verdict.failed_stage, stage or ev.farm_folders_overlap_stage or "run"
+    if failed in CELL_STAGES and CELL_STAGES.index(failed) > CELL_STAGES.index(own):
+        did = "changed" if stage else "ran while another cell's stage mended"
+        return Verdict(verdict.outcome, failed, f"{verdict.reason}; its {own} {did} the modes of {changed}")
     mode, _, rest = changed.partition(" of ")
     return Verdict(
         Outcome.INFRA_ERROR,
-        stage,
-        f"the farm's folder {rest} could no longer be used during its {stage}: a program of the node's user took "
+        own,
+        f"the farm's folder {rest} could no longer be used during its {own}: a program of the node's user took "
         f"its owner's bits ({mode}), as the job's or a kernel's code may (Landlock handles no chmod), and the farm "
         f"cannot tell whose, so its {verdict.outcome} is no verdict on the kernel",
     )

@@ -65,6 +65,10 @@ class Evidence:
     # a kernel's `chmod 000 cells` (no Landlock rule holds chmod) had failed every later cell's copy
     farm_folders_changed: str = ""
     farm_folders_stage: str = ""  # the first stage whose commands changed them (build, inspect, run, sanitize)
+    # those another cell's stage set back while one of this cell's ran (the node's log: work_folder.note_folders),
+    # and the first such stage: whose code changed them the farm cannot tell, so that stage is no pass
+    farm_folders_overlap: str = ""
+    farm_folders_overlap_stage: str = ""
     # the run noted more statuses than the farm reads back (commands.STATUS_LIMIT): a failing one unread
     kernel_statuses_cut: bool = False
     # kernel commands the run started that had not ended when its shell did (`f &` in a script it

@@ -133,6 +133,7 @@ class CellWork:
                     unreadable=self._farm_secrets if self.farm.nodes[cell.node].transport == "local" else (),
                 )
                 pipeline.execute()
+                _overlap_retried(result)
                 ctx.unswept = ctx.unswept or not pipeline.cleaned
                 if reloaded := result.evidence.driver_reloaded:
                     # the probe is void for the node's other cells too: none is run on it (each was its own
@@ -319,3 +320,13 @@ def _node_fault(result: CellResult) -> str:
     if verdict is None or verdict.outcome is not Outcome.INFRA_ERROR:
         return ""
     return verdict.reason if ev.folder_trouble or ev.build_unreadable or ev.gpu_lost else ""
+
+
+def _overlap_retried(result: CellResult) -> None:
+    """A cell denied its verdict only because another cell's stage set the farm's folders back during one of
+    its own (classify._folders_taken: red-team 251) is tried again, as a cell its node broke: one of the
+    overlapping cells broke them, and the innocent's try alone passes, the breaker's own check blames it."""
+    ev, verdict = result.evidence, result.verdict
+    denied = verdict is not None and verdict.outcome is Outcome.INFRA_ERROR and ev.infra_stage is None
+    if denied and ev.farm_folders_overlap and not ev.farm_folders_changed and verdict is not None:
+        ev.infra_stage, ev.infra_detail, ev.infra_retryable = verdict.failed_stage or "run", verdict.reason, True

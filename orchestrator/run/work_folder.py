@@ -18,6 +18,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from orchestrator.config.local_workdirs import NODE_FOLDERS
+from orchestrator.run.node.farm_folders import LOG_NAME, LOG_READ, OTHER_LINE
 
 if TYPE_CHECKING:
     from orchestrator.classify.evidence import Evidence
@@ -111,14 +112,17 @@ def farm_folders(workdir: str, run_dir: str) -> list[str]:
     return [workdir, *(f"{workdir}/{name}" for name in NODE_FOLDERS), posixpath.dirname(node), node]
 
 
-def modes_sh(folders: list[str]) -> tuple[str, str]:
+def modes_sh(folders: list[str], cell: str = "-") -> tuple[str, str]:
     """The shell runner's folder_modes and modes_restored (node/farm_folders.py): shell noting the
     modes of FOLDERS (`farm_fm`), and shell setting back and saying each that changed since. One
     `stat` of them all each side (the build, inspect, run and sanitize stages each hold one pair:
     red-team 249); only where the two differ is each folder looked at, parents first, and set back
-    where it is the node's user's own folder (not a link): no other user's could its code chmod."""
+    where it is the node's user's own folder (not a link): no other user's could its code chmod. Each set
+    back is logged as CELL's in the node's set-back log, and the others' set-backs the log gained meanwhile
+    are said (node/farm_folders.py log_mark: red-team 251)."""
     words = " ".join(shlex.quote(f) for f in folders)
-    before = f"farm_fm=$(stat -c '%a %n' -- {words} 2>/dev/null); "
+    log, me = shlex.quote(posixpath.join(folders[0], LOG_NAME)), shlex.quote(cell or "-")
+    before = f"farm_fm=$(stat -c '%a %n' -- {words} 2>/dev/null); farm_ls=$(wc -c 2>/dev/null < {log}) || farm_ls=0; "
     after = (
         f"farm_fn=$(stat -c '%a %n' -- {words} 2>/dev/null); "
         '[ "$farm_fn" = "$farm_fm" ] || printf \'%s\\n\' "$farm_fm" | while read -r farm_m farm_f; do '
@@ -127,7 +131,11 @@ def modes_sh(folders: list[str]) -> tuple[str, str]:
         '[ -n "$farm_f" ] && [ -d "$farm_f" ] && [ ! -L "$farm_f" ] && [ -O "$farm_f" ] || continue; '
         'farm_n=$(stat -c %a -- "$farm_f" 2>/dev/null) || continue; [ "$farm_n" = "$farm_m" ] && continue; '
         'farm_x=; chmod "$farm_m" -- "$farm_f" 2>/dev/null || farm_x=!; '
-        'printf \'@@farm folder-mode %03d %03d%s %s\\n\' "$farm_n" "$farm_m" "$farm_x" "$farm_f"; done; '
+        'printf \'@@farm folder-mode %03d %03d%s %s\\n\' "$farm_n" "$farm_m" "$farm_x" "$farm_f"; '
+        f"[ -L {log} ] || {{ printf '%s %03d %03d%s %s\\n' {me} "
+        f'"$farm_n" "$farm_m" "$farm_x" "$farm_f" >> {log}; }} 2>/dev/null; done; '
+        f"if [ -f {log} ] && [ ! -L {log} ]; then tail -c +$((farm_ls+1)) -- {log} 2>/dev/null | head -c {LOG_READ} | "
+        f'while read -r farm_t farm_r; do [ "$farm_t" = {me} ] || echo "{OTHER_LINE}$farm_t $farm_r"; done; fi; '
     )
     return before, after
 
@@ -148,6 +156,14 @@ def note_folders(ev: Evidence, stage: str, text: str) -> None:
     if said := folders_changed(text):
         ev.farm_folders_changed = "; ".join(s for s in (ev.farm_folders_changed, said) if s)
         ev.farm_folders_stage = ev.farm_folders_stage or stage
+    # another cell's stage set one back during this stage's window: it ran while they were broken (red-team 251)
+    others = [
+        f"mode {now} of {folder[:300]} (was {was}; {'NOT ' if kept else ''}set back by cell {cell[:60]})"
+        for cell, now, was, kept, folder in _OTHER.findall(text)
+    ]
+    if others:
+        ev.farm_folders_overlap = "; ".join(s for s in (ev.farm_folders_overlap, *others[:5]) if s)
+        ev.farm_folders_overlap_stage = ev.farm_folders_overlap_stage or stage
 
 
 COPY_BLOCKED_SH = (  # node/farm_folders.py copy_blocked, of the shell's $farm_p
@@ -156,6 +172,7 @@ COPY_BLOCKED_SH = (  # node/farm_folders.py copy_blocked, of the shell's $farm_p
     '2>/dev/null || echo 0)") $farm_d"'
 )
 _MODE = re.compile(r"^@@farm folder-mode (\d+) (\d+)(!?) (.*)$", re.M)
+_OTHER = re.compile(r"^@@farm folder-mode-other (\S+) (\d+) (\d+)(!?) (.*)$", re.M)
 _BLOCKED = re.compile(r"^@@farm copy-failed (\S+) (.*)$", re.M)
 
 

@@ -12,6 +12,55 @@ import stat
 
 # the folders the farm's lines say a mode of, at the end of each: "@@farm folder-mode NOW WAS FOLDER"
 MODE_LINE = "@@farm folder-mode "
+# the node's log of every set-back (in its work folder, the first of the farm's folders), appended "CELL NOW
+# WAS FOLDER" by whichever stage mends one: a stage whose window another cell's set-back fell in said it as
+# "@@farm folder-mode-other CELL NOW WAS FOLDER" (red-team 251: it ran while the folders were broken, and a
+# breaker whose change an overlapping stage had mended first passed). work_folder.modes_sh is the shell's.
+LOG_NAME = "folder-modes.log"
+OTHER_LINE = "@@farm folder-mode-other "
+LOG_READ = 1 << 16  # bytes read of what the log gained in one stage's window: enough to be denied a pass
+
+
+def log_mark(folders):
+    """(the node's set-back log, its size now): where a stage's window starts; None without folders."""
+    if not folders:
+        return None
+    log = os.path.join(folders[0], LOG_NAME)
+    try:
+        return log, os.lstat(log).st_size
+    except OSError:
+        return log, 0
+
+
+def _logged(mark, line):
+    try:
+        held = os.open(mark[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(held, (line + "\n").encode(errors="replace"))
+    except OSError:
+        pass
+    finally:
+        os.close(held)
+
+
+def _others(out, mark, cell):
+    """Say each set-back the log gained since MARK by another cell's stage."""
+    try:
+        held = os.open(mark[0], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.lseek(held, mark[1], os.SEEK_SET)
+        text = os.read(held, LOG_READ).decode(errors="replace")
+    except OSError:
+        text = ""
+    finally:
+        os.close(held)
+    for line in text.splitlines():
+        if line and line.split(" ", 1)[0] != cell:
+            out.say(OTHER_LINE + line[:600])
 
 
 def folder_modes(folders):
@@ -30,9 +79,11 @@ def folder_modes(folders):
     return modes
 
 
-def modes_restored(out, before):
-    """Set back each folder of BEFORE (folder_modes, parents first) whose mode changed, saying so; a
-    folder gone meanwhile (another cell's removal of an empty run folder) is no change."""
+def modes_restored(out, before, mark=None, cell=None):
+    """Set back each folder of BEFORE (folder_modes, parents first) whose mode changed, saying so and
+    logging it as CELL's; then say the set-backs of other cells since MARK (log_mark). A folder gone
+    meanwhile (another cell's removal of an empty run folder) is no change."""
+    cell = cell or "-"
     for folder, mode in before.items():
         try:  # the very folder, by its descriptor: no name swapped between the look and the chmod
             held = os.open(folder, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -44,10 +95,16 @@ def modes_restored(out, before):
             if now != mode:
                 os.chmod(f"/proc/self/fd/{held}", mode)
                 out.say(f"{MODE_LINE}{now:03o} {mode:03o} {folder}")
+                if mark:
+                    _logged(mark, f"{cell} {now:03o} {mode:03o} {folder}")
         except OSError:
             out.say(f"{MODE_LINE}{now:03o} {mode:03o}! {folder}")  # not set back: the farm says so
+            if mark:
+                _logged(mark, f"{cell} {now:03o} {mode:03o}! {folder}")
         finally:
             os.close(held)
+    if mark:
+        _others(out, mark, cell)
 
 
 def copy_blocked(path):

@@ -6,7 +6,7 @@ import os
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.driver_version import say_driver
 from orchestrator.run.node.ended import undying
-from orchestrator.run.node.farm_folders import folder_modes, modes_restored
+from orchestrator.run.node.farm_folders import folder_modes, log_mark, modes_restored
 from orchestrator.run.node.files import fresh_copy, now, remove, sha_of
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.probe import _which
@@ -63,6 +63,7 @@ def sanitize(out, spec, env, ahead):
                 os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
                 rules, unconfined = confined_to(run_dir, log, *private, unreadable=spec.get("unreadable") or ())
                 modes = folder_modes(spec.get("folders") or ())  # the kernel may chmod them here too
+                mark = log_mark(spec.get("folders"))
                 started = now()
                 try:
                     fd = rules[0] if rules else None
@@ -75,7 +76,7 @@ def sanitize(out, spec, env, ahead):
                 if ahead.get("subreaper"):
                     kill_orphans()
                 reap("FARM_CELL", ahead["cell"])
-                modes_restored(out, modes)  # before the next tool's copy (farm_folders.py)
+                modes_restored(out, modes, mark, ahead["cell"])  # before the next tool's copy (farm_folders.py)
                 for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
                     out.say("@@farm undying " + survivor)
                 say_confinement(out, rules, unconfined)

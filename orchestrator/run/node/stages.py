@@ -8,7 +8,7 @@ from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, ru
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
 from orchestrator.run.node.ended import undying
-from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, modes_restored
+from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, log_mark, modes_restored
 from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.imports import say_imports
@@ -95,6 +95,7 @@ def build_holding_lock(out, spec, env, ahead):
     if rules:  # the farm's hint where a confined build was refused a write (stages/build.py)
         out.say("@@farm build-confined")
     modes = folder_modes(spec.get("folders") or ())  # the farm's folders: the job's build may chmod them too
+    mark = log_mark(spec.get("folders"))  # and the set-backs of other cells during it (farm_folders.py)
     if log is None:
         code = 1
     else:
@@ -108,7 +109,7 @@ def build_holding_lock(out, spec, env, ahead):
                 os.close(fd)
     if ahead.get("subreaper"):
         kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
-    modes_restored(out, modes)  # before its checks and its copy read and write there (farm_folders.py)
+    modes_restored(out, modes, mark, ahead.get("cell"))  # before its checks and its copy read and write there
     for folder in tmp:
         remove(folder)
     bad = verify(out, spec["inputs"], "altered-during")
@@ -157,6 +158,7 @@ def inspect(out, spec, env, ahead):
         env, tmp = own_tmp(env, spec["tmp"]) if spec.get("tmp") else (env, ())
         rules = confined_to(run_dir, *tmp, unreadable=spec.get("unreadable") or ())[0] if tmp else None
         modes = folder_modes(spec.get("folders") or ())  # any inspect command may chmod them (farm_folders.py)
+        mark = log_mark(spec.get("folders"))
         try:
             if dump is not None and errors is not None:
                 fd = rules[0] if rules else None
@@ -166,7 +168,7 @@ def inspect(out, spec, env, ahead):
                 os.close(rules[0])
         if ahead.get("subreaper"):
             kill_orphans()  # what it left, as a build's (build_holding_lock)
-        modes_restored(out, modes)
+        modes_restored(out, modes, mark, ahead.get("cell"))
         for folder in tmp:
             remove(folder)
         for handle in (dump, errors):
@@ -225,6 +227,7 @@ def run(out, spec, env, ahead):
         loads = loads_writable(private, run_dir, scratch(node_env, run_dir, spec.get("guarded") or ()))
         unread = watch(private, work)  # an expected refusal needs the kernel to have been read
         modes = folder_modes(spec.get("folders") or ())  # the farm's folders, set back after it (farm_folders.py)
+        mark = log_mark(spec.get("folders"))
         started = now()  # the monotonic clock (files.now): a timeout is judged by its seconds
         code = 1
         served = None
@@ -267,7 +270,7 @@ def run(out, spec, env, ahead):
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:
             out.say(f"@@farm leftover {left}")
-        modes_restored(out, modes)  # once the kernel and what it left are gone: none can take them again
+        modes_restored(out, modes, mark, ahead["cell"])  # once the kernel and what it left are gone
         lost = files_lost(run_dir, spec["kernel_files"], (stdout, stderr, status, other))  # under them, too
         for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
             out.say("@@farm undying " + survivor)

@@ -308,6 +308,11 @@ class CellStages(CellTrips):
                 "(another farm run on this node, or a stuck kernel): not run"
             )
 
+    @property
+    def _cell(self) -> str:
+        """The cell's FARM_CELL marker: whose set-backs the node's log says (work_folder.modes_sh)."""
+        return self.marker_env.get("FARM_CELL", "-")
+
     def _reap_cell(self, tag: str = "leftover") -> str:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
         cell = self.marker_env.get("FARM_CELL")

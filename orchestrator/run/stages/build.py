@@ -65,7 +65,7 @@ class BuildStage(CellStages):
         limit = int(self.job.spec.build_timeout)
         make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
         # the farm's folders, noted and set back around the job's build command (work_folder.modes_sh)
-        modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir))
+        modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir), self._cell)
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
         work, held = f"{rdir}/work", q(posixpath.dirname(self.paths.private_binary))
         made = f"{{ mkdir -p {work} 2>/dev/null || mkdir -p {work} 2>/dev/null || mkdir -p {work}; }}"
@@ -96,7 +96,8 @@ class BuildStage(CellStages):
             f"{remove_sh(bdir)} && mkdir -p {bdir} && cd {bdir} && "
             f"{{ {make_tmp}{modes_before}"
             f"{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
-            f"{modes_after}{drop_tmp}; "
+            # what it left (a daemon out of its group) killed before the check, as the python runner's kill_orphans
+            f"{self._reap_cell('build-leftover')}; {modes_after}{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
             f"{toolchain_script(self._toolchain)}"  # nvcc, a host compiler replaced since the probe
             f'if [ $rc -eq 0 ]; then echo "@@farm built $(sha256sum < {binary} | cut -c1-64)"; '

@@ -141,11 +141,12 @@ class InspectStage(CellStages):
             tool_check = cuobjdump_check_sh(self.cuobjdump, seen) if seen is not None else ""
             if jit is not None and not self.python:  # the python runner compiles it itself (node/jit.py)
                 lists = lists_kept(tool, binary) + jit_script(jit, self.cuobjdump, binary)
-            modes_before, modes_after = modes_sh(folders)
+            modes_before, modes_after = modes_sh(folders, self._cell)
             return (
                 f"{kit_shell}{tool_check.replace('cw=1;', 'exit 0;')}{modes_before}cd {bdir} && "
                 f"{guarded(command, int(INSPECT_TIMEOUT), '> inspect.txt 2> inspect.err < /dev/null', self.marker)}; "
-                f'{modes_after}echo "@@farm rc=$rc"; '
+                # a daemon it left killed before the check (red-team 251), as the python runner's kill_orphans
+                f'{self._reap_cell("inspect-leftover")}; {modes_after}echo "@@farm rc=$rc"; '
                 f"echo '@@farm sha'; sha256sum < {binary} | cut -c1-64; {imports_sh(binary) if loaders else ''}"
                 f"{lists}{tool_check}exit 0"
             )

@@ -132,7 +132,7 @@ class RunStage(CellStages):
             if self._fresh_copy:  # noderunner.take_copy, as the shell says it
                 made = f"mkdir -p {q(work)} {q(posixpath.dirname(copy))}"
                 fresh = f"rm -rf {q(rdir)} && {made} && cp {q(self.paths.binary)} {q(copy)}; "
-            modes_before, modes_after = modes_sh(folders)  # the farm's folders, set back after it
+            modes_before, modes_after = modes_sh(folders, self._cell)  # the farm's folders, set back after it
             return (
                 # hashed once the GPU's lock is held: the run before, and what it left, are gone by then
                 f"{queue_on_node}{fresh}{self._binary_check(word)}cd {q(work)} && {{ {pin}{make_tmp}"

@@ -46,7 +46,7 @@ class SanitizeStage(CellStages):
         fresh = f"rm -rf {q(private)} && {made} && cp {q(self.paths.binary)} {q(private)}; "
         check = self._binary_check(q(self._built_sha or ""))
         folders = farm_folders(self.snapshot.workdir, rdir)  # set back after each tool's run (work_folder.py)
-        modes_before, modes_after = modes_sh(folders)
+        modes_before, modes_after = modes_sh(folders, self._cell)
         commands = {
             tool: sanitize.captured(tool, rdir, sanitize.tool_command(tool, rdir, run, private)) for tool in tools
         }
