@@ -915,7 +915,8 @@ def test_disk_full_while_staging(ssh_fleet: Fleet, tmp_path: Path, monkeypatch: 
 def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: Path) -> None:
     """Issue 10, case 3: a kernel that double-forks into a session of its own
     escapes the group kill; the cell's environment marker finds it.
-    Figure: 1 daemon left by the kernel, 1 killed, none alive after the cell."""
+    Figure: 1 daemon left by the kernel, 1 killed, none alive after the cell; the cell no pass
+    (red-team 257: what the daemon would have done is unknown)."""
     workdir = tmp_path / "work-t4"
     config = write_farm(
         tmp_path,
@@ -924,7 +925,8 @@ def test_a_daemon_the_kernel_left_behind_is_killed(ssh_fleet: Fleet, tmp_path: P
     )
     summary, _ = run_farm(config)
     row = results(tmp_path / "results.db", summary.run_id)[("t4", "daemon")]
-    assert row["outcome"] == "pass", row["reason"]
+    assert row["outcome"] == "fail", row["reason"]  # a process left at work backs no pass (red-team 257)
+    assert "1 process(es) of the run were still running" in row["reason"], row["reason"]
     detail = json.loads(row["stage_details"])["run"]["detail"]
     assert "1 leftover processes killed" in detail, detail
     left = [cmd for _, cmd in processes_matching(f"{workdir}/cells/") if cmd.endswith("/faults-daemon")]
@@ -947,7 +949,8 @@ def test_a_daemon_that_cleared_its_environment_is_killed_too(ssh_fleet: Fleet, t
     config = write_farm(tmp_path, {"t4": ssh_fleet["t4"].farm_entry(workdir)}, [standin_job("standin", {"d": variant})])
     summary, _ = run_farm(config)
     row = results(tmp_path / "results.db", summary.run_id)[("t4", "d")]
-    assert row["outcome"] == "pass", row["reason"]
+    # counted where the runner's subreaper found it: no pass then (red-team 257); the shell's never sees it
+    assert row["outcome"] == ("pass" if runner == "shell" else "fail"), row["reason"]
     time.sleep(0.5)
     alive = [pid for pid, cmd in processes_matching(f"sleep 300.{token}")]
     try:

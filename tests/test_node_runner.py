@@ -742,7 +742,8 @@ def test_a_chain_of_leftovers_deeper_than_any_round_count_is_killed(
     (row,) = verify(
         {"t4": own_home_node}, tmp_path / "farm", {"chain": standin_variant("PASS", MIN75, "MIN_CC=75", run=run)}
     )
-    assert row["outcome"] == "pass", row["reason"]
+    # the chain counted where the runner's subreaper found it: no pass then (red-team 257)
+    assert row["outcome"] == ("pass" if runner == "shell" else "fail"), row["reason"]
     time.sleep(0.5)
     alive = processes_matching(f"sleep 1000.{token}")
     try:

@@ -20,6 +20,7 @@ from orchestrator.classify.blame import (
 from orchestrator.classify.cuda_errors import cuda_error_unbacked
 from orchestrator.classify.evidence import Evidence
 from orchestrator.classify.gate_order import judge_gate
+from orchestrator.classify.left_running import left_running_unbacked
 from orchestrator.classify.lost_files import lost_unconfined
 from orchestrator.classify.output_limit import output_cut_unbacked
 from orchestrator.classify.sanitizer_report import sanitizer_words
@@ -305,6 +306,7 @@ def _judged(ev: Evidence, exp: Expectation) -> Verdict:
     raw = lost_unconfined(judge_gate(_raw_verdict(ev, exp), ev, exp), ev, exp)  # no evidence, no refusal
     raw = injected_unbacked(runtime_unbacked(cuda_error_unbacked(raw, ev, exp), ev), ev)  # no pass it may not have made
     raw = output_cut_unbacked(raw, ev)  # nor one whose output was cut at the size limit
+    raw = left_running_unbacked(raw, ev, exp)  # nor a pass or refusal whose run left processes at work
     raw = lost_unbacked(raw, ev)  # no refusal made against no card
     raw = _folders_taken(raw, ev, exp)  # nor a stage that broke its node's folders (red-team 247, 249)
     # a sanitizer run that checked nothing (_sanitized) is asked too: a card lost under it is the better why

@@ -75,6 +75,9 @@ class Evidence:
     # sourced): killed by the farm, their status never noted (commands.STARTED_NOTE)
     kernel_unfinished: int = 0
     kernel_exit: int | None = None
+    # processes of the run still running when its commands had ended, killed by the farm (its group's,
+    # the subreaper's and the FARM_CELL marker's kills): what they would have printed or done is unknown
+    run_leftover: int = 0
     # a kernel command of the run exited 0: the kernel ran, and on a card it must refuse it refused
     # nothing, whatever another command's failure printed (`{binary}; taskset -c 4095 {binary}`)
     kernel_exited_0: bool = False

@@ -66,9 +66,19 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     """
     return (
         f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
-        f"wait $pid; rc=$?; kill -s KILL -- -$pid 2>/dev/null && {{ {GROUP_SH}{ended_sh('$farm_gk')}:; }}"
+        # farm_gn: how many of its group were still running once it ended (a kernel's forked child, a
+        # run's `helper &`), counted before the kill (a zombie is none): the run's leftovers (red-team 257)
+        f"wait $pid; rc=$?; farm_gn=0; kill -s 0 -- -$pid 2>/dev/null && {{ {GROUP_COUNT_SH}"
+        f"kill -s KILL -- -$pid 2>/dev/null && {{ {GROUP_SH}{ended_sh('$farm_gk')}:; }}; }}"
     )
 
+
+# Shell setting farm_gn to how many processes of group $pid have not ended (a zombie has)
+GROUP_COUNT_SH = (
+    'for farm_gf in /proc/[0-9]*/stat; do read -r farm_rx 2>/dev/null < "$farm_gf" || continue; '
+    "farm_rx=${farm_rx##*) }; farm_gs=${farm_rx%% *}; farm_rx=${farm_rx#* }; farm_rx=${farm_rx#* }; "
+    '[ "${farm_rx%% *}" = "$pid" ] && [ "$farm_gs" != Z ] && farm_gn=$((farm_gn+1)); done; '
+)
 
 # Shell setting farm_gk to the pids of process group $pid (killed just before: the group's kill
 # reached someone, else none of this runs), for ended_sh to wait until they ended (a zombie has)

@@ -73,7 +73,7 @@ class CellTrips:
     def _clean_up(self) -> None:
         raise NotImplementedError
 
-    def _reap_cell(self, tag: str = "leftover") -> str:
+    def _reap_cell(self, tag: str = "leftover", start: str = "0") -> str:
         raise NotImplementedError
 
     def _wrap(self, script: str) -> str:

@@ -61,15 +61,16 @@ class Deadline:
         return self.at - time.monotonic()
 
 
-def reap(variable: str, value: str, tag: str = "leftover") -> str:
+def reap(variable: str, value: str, tag: str = "leftover", start: str = "0") -> str:
     """Shell that SIGKILLs every process of this login whose environment holds
-    VARIABLE=VALUE, waits until they ended (ended_sh), and prints `@@farm TAG N`. One grep reads every
+    VARIABLE=VALUE, waits until they ended (ended_sh), and prints `@@farm TAG N`, N counted from
+    START (a shell word: the run's group kill's count, commands.guarded's farm_gn). One grep reads every
     /proc/PID/environ it may; the scanning shell itself carries no marker. The
     farm puts FARM_RUN=<run> FARM_CELL=<cell> into every kernel's environment,
     which a daemon's double fork and setsid keep."""
     pattern = shlex.quote(f"{variable}={value}")
     return (
-        f"n=0; farm_rk=; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
+        f"n={start}; farm_rk=; for p in $(grep -lxzF {pattern} /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do "
         f'[ "$p" = "$$" ] || {{ kill -s KILL "$p" 2>/dev/null && n=$((n+1)) && farm_rk="$farm_rk $p"; }}; done; '
         f'{ended_sh("$farm_rk")}echo "@@farm {tag} $n"'
     )

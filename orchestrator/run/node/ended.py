@@ -10,6 +10,10 @@ import time
 from orchestrator.run.node.files import KILL_GRACE
 
 UNDYING = []  # "PID CMD" of each process a kill did not end within its bound; said by the stage (undying)
+# how many of a command's process group were still running when the command itself had ended, each
+# group kill's (kill_group_ended): the run stage counts them as its leftovers (node/stages.py), a
+# kernel's forked child in its group as much as a daemon in a session of its own (red-team 257)
+GROUP_LEFT = []
 
 
 def stat_fields(pid):
@@ -88,6 +92,11 @@ def group_members(pgid):
 def kill_group_ended(pgid, seconds=KILL_GRACE):
     """SIGKILL to process group PGID, and once it reached any, the wait until they ended (wait_gone):
     where it reached none (the common case: the command's group ended with it) nothing is read."""
+    try:
+        os.killpg(pgid, 0)  # the common case ends here, no /proc read: the group ended with its command
+    except OSError:
+        return []
+    GROUP_LEFT.append(len(group_members(pgid)))  # counted before the kill: a zombie is none, a killed one is
     try:
         os.killpg(pgid, _signal.SIGKILL)
     except OSError:

@@ -7,7 +7,7 @@ from orchestrator.run.node.built import mark_built, reads_env, stale_read, write
 from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, runnable, say_confinement
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
-from orchestrator.run.node.ended import undying
+from orchestrator.run.node.ended import GROUP_LEFT, undying
 from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, log_mark, modes_restored
 from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.gpu_lock import take_gpu
@@ -231,6 +231,7 @@ def run(out, spec, env, ahead):
         started = now()  # the monotonic clock (files.now): a timeout is judged by its seconds
         code = 1
         served = None
+        del GROUP_LEFT[:]  # the run's own group kill alone: a build's or an inspection's is not the kernel's
         try:
             if None not in (stdout, stderr, status, other):
                 fd = rules[0] if rules else None
@@ -265,7 +266,8 @@ def run(out, spec, env, ahead):
                 handle.close()
         # first what its commands left under this (sub)reaper, whatever their environment; then,
         # by the marker, whatever got away from it (each killed and counted once)
-        orphans = kill_orphans() if ahead.get("subreaper") else 0
+        # (what its own process group still held when its command ended came first: guarded's kill)
+        orphans = (kill_orphans() if ahead.get("subreaper") else 0) + sum(GROUP_LEFT)
         left = reap("FARM_CELL", ahead["cell"])
         left = None if left is None and not orphans else (left or 0) + orphans
         if left is not None:

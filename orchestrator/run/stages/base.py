@@ -313,7 +313,7 @@ class CellStages(CellTrips):
         """The cell's FARM_CELL marker: whose set-backs the node's log says (work_folder.modes_sh)."""
         return self.marker_env.get("FARM_CELL", "-")
 
-    def _reap_cell(self, tag: str = "leftover") -> str:
+    def _reap_cell(self, tag: str = "leftover", start: str = "0") -> str:
         """Kill what the kernel left running, found by the cell's marker (or nothing without one)."""
         cell = self.marker_env.get("FARM_CELL")
-        return reap("FARM_CELL", cell, tag) if cell else "true"
+        return reap("FARM_CELL", cell, tag, start) if cell else "true"

@@ -142,7 +142,7 @@ class RunStage(CellStages):
                 f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
                 f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
                 # the clock is read before the leftovers are killed, and printed after: none can follow it
-                f"t1=$({NOW_NS}); {self._reap_cell()}; {modes_after}{drop_tmp}; {MODULE_NOW_SH}; "
+                f"t1=$({NOW_NS}); {self._reap_cell(start='${farm_gn:-0}')}; {modes_after}{drop_tmp}; {MODULE_NOW_SH}; "
                 'echo "@@farm ns ${q0:-$t0} $t0 $t1"; '
                 f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
                 f"{_lost_check((f'{rdir}/stdout', f'{rdir}/stderr', *files))}"
@@ -283,6 +283,7 @@ class RunStage(CellStages):
         self.result.run_seconds = elapsed
         leftover = last_match(r"^@@farm leftover (\d+)$", text)
         self.result.leftover = int(leftover.group(1)) if leftover else 0
+        ev.run_leftover = self.result.leftover  # no pass, no refusal then (classify/left_running.py)
         if self.result.leftover:
             self._detail.append(f"{self.result.leftover} leftover processes killed after the kernel ended")
         self._note_confinement(trip, text, "the kernel ran")
