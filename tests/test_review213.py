@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import unicodedata
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from faults import NetnsNode, faults_job, netns_works
 from faults import write_fault_farm as write_farm
-from nodes import CARDS, Card, nvidia_smi_script, smi_on_path
+from nodes import CARDS, Card, nvidia_smi_script, query, smi_on_path
 from test_redteam203 import VARIANTS, _blackhole, _stop
 from toyfarm import toy_farm
 
@@ -95,6 +96,14 @@ def test_the_index_pages_data_device_shows_the_card_as_its_head_does(
         assert "NVIDIA \\u041d100" in devices, (page.name, devices)
 
 
+def _run_stored(db: Path) -> bool:
+    """The farm has stored its run (its database and the run's row are there)."""
+    try:
+        return db.is_file() and bool(query(db, "SELECT id FROM runs"))
+    except sqlite3.Error:
+        return False
+
+
 def test_sigterm_while_a_nodes_dial_hangs_ends_the_farm_within_seconds(tmp_path: Path) -> None:
     """Red-team 207's open item: the node's replies black-holed from the start, the farm dialling it
     with connect_timeout 60 s when SIGTERM comes. Before: the farm ran on until the dial timed out
@@ -110,7 +119,9 @@ def test_sigterm_while_a_nodes_dial_hangs_ends_the_farm_within_seconds(tmp_path:
         root = tmp_path / "farm"
         write_farm(root, {"bh": entry}, [faults_job(VARIANTS, timeout=30)], retries=0, reconnect_window=0.0)
         _blackhole(node)
-        result = _stop(root, lambda: True, lambda: None, 2)
+        # SIGTERM once the run is stored (a loaded machine may take seconds to get there), the dial then
+        # under way with its node black-holed
+        result = _stop(root, lambda: _run_stored(root / "results.db"), lambda: None, 2)
     finally:
         node.stop()
     assert result["took"] is not None and result["took"] < 10, result
