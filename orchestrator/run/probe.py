@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import marshal
 import shlex
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -30,6 +29,7 @@ from orchestrator.run.driver_check import NVML_QUERY, PROBE_QUERY
 from orchestrator.run.node import SOURCE
 from orchestrator.run.probe_output import parse_probe, read_nvcc_version
 from orchestrator.run.probe_toolkit import node_cuobjdump, toolkit_sh
+from orchestrator.run.runner_code import squeezed
 from orchestrator.run.snapshot import NodeSnapshot
 from orchestrator.transport import Transport, login_shell
 from orchestrator.transport.base import Deadline
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 # the node-side runner (noderunner.py says why it is sent, never a file on the node)
 RUNNER_SOURCE = SOURCE  # the node runner, as it is shipped (run/node/)
-PACKED = base64.b64encode(zlib.compress(RUNNER_SOURCE, 9)).decode()  # as the shell probe's python3 gets it
+# compressed once, for the shell probe's python3 (base64) and the resident runner's stdin (squeezed)
+PACKED = base64.b64encode(squeezed(RUNNER_SOURCE, 9)).decode()
 PROBE_TIMEOUT = 60.0
 # nvidia-smi, nvcc --version bounded as noderunner.PROBE_TOOL_TIMEOUT: a hung one outlived the 660 s deadline
 TOOL_SECONDS, TOOL_GRACE = 50, 5

@@ -39,7 +39,7 @@ from importlib.util import MAGIC_NUMBER
 
 from orchestrator.errors import CommandTimeout, ConnectError, InfraError, NodeUnusable, SessionLost
 from orchestrator.run.probe import RUNNER_SOURCE
-from orchestrator.run.runner_code import compiled
+from orchestrator.run.runner_code import compiled, squeezed
 from orchestrator.transport.base import ANSWER_WAIT, CommandResult, Deadline, Process, Transport, reap
 from orchestrator.transport.ssh_watchdog import WATCHDOG
 from orchestrator.transport.stdin_gate import STDIN_HINT
@@ -66,10 +66,11 @@ class RunnerMute(NodeUnusable):
 def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str, bytes]:
     """The command starting noderunner.serve, and the first bytes of its stdin: the
     stream's mark (MARK_SIZE characters, kept from the command line, where any
-    process may read it), the runner compiled by the farm, and its source. Read
-    with os.read, not sys.stdin: a buffered read could take requests with them.
-    A python3 older than 3.8 says so and ends before its first message."""
-    code = compiled(RUNNER_SOURCE)
+    process may read it), the runner compiled by the farm, and its source, each
+    zlib-compressed (once per process: runner_code.squeezed). Read with os.read,
+    not sys.stdin: a buffered read could take requests with them. A python3 older
+    than 3.8 says so and ends before its first message."""
+    code, source = squeezed(compiled(RUNNER_SOURCE)), squeezed(RUNNER_SOURCE, 9)
     boot = (
         "import os, sys, marshal\n"
         "if sys.version_info < (3, 8):\n"
@@ -81,12 +82,14 @@ def resident_command(python: str, run_token: str | None, mark: str) -> tuple[str
         "        if not c: raise SystemExit('farm-runner: stdin ended early')\n"
         "        b += c\n"
         "    return b\n"
-        f"STREAM_MARK = r({MARK_SIZE}).decode(); c = r({len(code)}); s = r({len(RUNNER_SOURCE)})\n"
+        f"STREAM_MARK = r({MARK_SIZE}).decode(); c = r({len(code)}); s = r({len(source)})\n"
+        "import zlib\n"
         "m = getattr(sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None)\n"
-        f"exec(marshal.loads(c) if m == {MAGIC_NUMBER!r} else compile(s, 'farm-runner', 'exec'))\n"
+        f"exec(marshal.loads(zlib.decompress(c)) if m == {MAGIC_NUMBER!r} else "
+        "compile(zlib.decompress(s), 'farm-runner', 'exec'))\n"
     )
     run = f"FARM_RUN={shlex.quote(run_token)} " if run_token else ""
-    given = mark.encode() + code + RUNNER_SOURCE
+    given = mark.encode() + code + source
     serve = f"serve {IDLE_LIMIT:g} {BEAT:g}"
     return f"{run}exec {shlex.quote(python)} -I -S -c {shlex.quote(boot)} {serve}", given
 

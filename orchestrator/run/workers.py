@@ -278,11 +278,12 @@ class Workers:
         self.threads = []
         self.failure: BaseException | None = None  # a store error the run ends on
         if self.start_method == "fork":
-            # the node runner compiled once, here, for all of them (26 ms each; workers x nodes raced to it)
+            # the node runner compiled and squeezed once, here, for all of them (26 ms each; workers x nodes
+            # raced to it)
             from orchestrator.run.probe import RUNNER_SOURCE
-            from orchestrator.run.resident import compiled
+            from orchestrator.run.resident import compiled, squeezed
 
-            compiled(RUNNER_SOURCE)
+            squeezed(compiled(RUNNER_SOURCE))
             # what the workers inherit is left out of their collections: a collection touching
             # each object would copy every page of the parent's heap into each of them
             gc.freeze()
