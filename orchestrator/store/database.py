@@ -20,6 +20,7 @@ nothing a kernel prints is lost or altered), each capped at farm.yaml's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -80,6 +81,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
         self.outage = Outage()
         self._looked_after = 0  # outage.failures at the run lock's last check (_check_file)
         self._closed: str | None = None  # why this run may no longer write, once found (_still_open): it stays so
+        self._writer: Connection | None = None  # SQLite's writes' own connection, held between them (_writing_rows)
         if not create and make_url(url).get_backend_name() == "sqlite":
             path = make_url(url).database
             if path and path != ":memory:" and not Path(path).is_file():
@@ -304,10 +306,29 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
 
     @contextmanager
     def _writing_rows(self) -> Iterator[Connection]:
-        """One transaction for inserts (Core's, or inserts.py's on its connection), committed on leaving."""
-        with self._guard("writing"), self._write_turn(), self.engine.begin() as connection:
-            self._check_file()
-            yield connection
+        """One transaction for inserts (Core's, or inserts.py's on its connection), committed on leaving.
+        SQLite's writes (one at a time: the write lock) share one connection, held between them: the
+        pool's checkout and return were a seventh of a result's write (issue 11). One whose transaction
+        failed goes back to the pool, and the next write takes another. PostgreSQL's each check one out
+        of the pool, whose pre-ping finds a connection the server's restart broke before it is used."""
+        with self._guard("writing"), self._write_turn():
+            if self.engine.dialect.name != "sqlite":
+                with self.engine.begin() as connection:
+                    self._check_file()
+                    yield connection
+                return
+            connection = self._writer
+            if connection is None or connection.closed or connection.invalidated:
+                connection = self._writer = self.engine.connect()
+            try:
+                with connection.begin():
+                    self._check_file()
+                    yield connection
+            except BaseException:
+                self._writer = None
+                with contextlib.suppress(SQLAlchemyError):  # the write's own error is the one to say
+                    connection.close()
+                raise
 
     def _add(self, table: type[Base], fields: dict[str, Any]) -> int:
         """One row of `table` (an ORM model) of a run, committed; returns its id."""
@@ -358,4 +379,7 @@ class Store(Recording, Queries, CertifyingQueries, MeasurementQueries, Recovery,
     def close(self) -> None:
         if self.journal is not None:
             self.journal.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
         self.engine.dispose()
