@@ -16,8 +16,13 @@ mkdir -p "$OUT"
 bash .kit/bench-tools.sh .kit
 pip_target() { python3 -m pip install -q --no-index --no-deps --target "$1" "${@:2}"; }
 pip_target /tmp/farm-site .kit/wheels/*.whl
-if compgen -G ".kit/rfm-wheels/*.whl" > /dev/null; then  # none: run it with --no-reframe
+if compgen -G ".kit/rfm-wheels/*.whl" > /dev/null; then
     pip_target /tmp/rfm-site .kit/rfm-wheels/*.whl
+elif [[ " $* " != *" --no-reframe "* ]]; then
+    # said before the nodes start: without it the whole bench ran, then printed no ratio (session 46)
+    echo "fleet-gpu.sh: no ReFrame wheels in .kit/rfm-wheels (this script's header says how to get them);" \
+        "pass --no-reframe to run without ReFrame" >&2
+    exit 2
 fi
 mkdir -p /tmp/rfm/bin
 cat > /tmp/rfm/bin/reframe <<'EOF'
