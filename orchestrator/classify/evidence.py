@@ -93,7 +93,8 @@ class Evidence:
     # lost mid-run failed the kernel), why no program of the farm could have it (gpu_state.py); ""
     gpu_lost: str = ""
     # once its build had failed "Permission denied": why a file of the node's own it names (outside the
-    # cell's folders) can no longer be read by the node's user who owns it (run/denied_files.py), else ""
+    # cell's folders) can no longer be read by the node's user who owns it (run/denied_files.py), or why
+    # the build's compilers cannot build even the farm's own one-line program (run/canary.py), else ""
     build_unreadable: str = ""
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""

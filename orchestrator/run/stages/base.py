@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import denied_files, driver_check, gpu_state, probe, snapshot, work_folder
+from orchestrator.run import canary, denied_files, driver_check, gpu_state, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -121,6 +121,9 @@ class CellStages(CellTrips):
             dirs = denied_files.tool_dirs(self.snapshot.compilers, self.snapshot.nvcc_path)
             asked = denied_files.candidates(self.result.build_log, self.paths.build_dir, own, dirs)
             command += f"; {denied_files.denied_sh(asked)}" if asked else ""
+            # the farm's own program built by the build's compilers: the log's words are the kernel's (round 260)
+            compilers = canary.tools(self.result.build_command or "", self.snapshot.nvcc_path)
+            command += f"; {canary.canary_sh(compilers, self.snapshot.workdir)}" if compilers else ""
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
         # (or a run that exited 0 after CUDA's own error: cuda_errors.py, or without its pass marker)
@@ -137,10 +140,11 @@ class CellStages(CellTrips):
         # the df and, for a card, every nvidia-smi it may ask, each to its own bound: a look cut off
         # by its own timeout says nothing, and a lost card (whose nvidia-smi hangs) failed the kernel
         calls = 1 + gpu_state.STATE_CALLS if gpu is not None else 0
+        built = canary.SECONDS + 10 if ev.build_exit not in (None, 0) else 0  # each canary build's own bound
         # its last line says the look ran to its end: a session cut mid-look (a node going down with
         # its card) answers with part of it or nothing, which had read as a sound node (InfraError)
         command += f"; echo {LOOKED}"
-        ran = self.t.run(command, timeout=60 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE))
+        ran = self.t.run(command, timeout=60 + built * 2 + calls * (probe.TOOL_SECONDS + probe.TOOL_GRACE))
         said, looked, _ = ran.stdout.partition(f"{LOOKED}\n")
         if not looked and not ran.stdout.endswith(LOOKED):  # a transport's own lines may follow it
             raise InfraError(f"the look ended unfinished (exit {ran.exit_code}: {(ran.stderr or said)[-200:]!r})")
@@ -153,7 +157,7 @@ class CellStages(CellTrips):
             unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
-        ev.build_unreadable = denied_files.denied(room_lines)
+        ev.build_unreadable = denied_files.denied(room_lines) or canary.broken(room_lines)
         ev.build_denied = ev.build_denied and not ev.build_unreadable  # a read refused, not a write
         folders = f"the node ran out of room during the cell ({short})" if short else ""
         return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit
