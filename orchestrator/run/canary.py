@@ -39,7 +39,25 @@ def tools(command: str, nvcc: str) -> list[tuple[str, str]]:
     return found
 
 
-def canary_sh(compilers: list[tuple[str, str]], workdir: str) -> str:
+# nvcc's host compiler as the build named it: a node whose default g++ is newer than nvcc takes,
+# built with `-ccbin g++-12` by its jobs, is sound; the canary built with the default one blamed the
+# node for a kernel's own compile error
+_CCBIN = re.compile(r"(?:^|\s)(-ccbin|--compiler-bindir)(?:=|\s+)('[^']*'|\"[^\"]*\"|[^\s;&|]+)")
+
+
+def host_compiler(command: str) -> list[str]:
+    """The failed build's `-ccbin X` (or `--compiler-bindir X`) as nvcc arguments, [] where it names none."""
+    found = _CCBIN.search(command)
+    if found is None:
+        return []
+    try:
+        words = shlex.split(found.group(2))
+    except ValueError:
+        return []
+    return [found.group(1), words[0]] if len(words) == 1 else []
+
+
+def canary_sh(compilers: list[tuple[str, str]], workdir: str, nvcc_args: list[str] | None = None) -> str:
     """Shell building the farm's own program with each of COMPILERS in a folder of its own under
     WORKDIR (removed after), printing `MARK LABEL RC` and, where it failed, `MARK-said LABEL LINE`
     for each of the build's log lines (at most 40); nothing where the folder cannot be made (the
@@ -53,8 +71,9 @@ def canary_sh(compilers: list[tuple[str, str]], workdir: str) -> str:
     ]
     for label, program in compilers:
         source = "c.cu" if label == "nvcc" else "c.cpp"
+        args = "".join(f"{q(a)} " for a in (nvcc_args or [])) if label == "nvcc" else ""
         steps.append(
-            f'( cd "$farm_cd" && TMPDIR="$farm_cd" && export TMPDIR && timeout -k 5 {SECONDS} {q(program)} '
+            f'( cd "$farm_cd" && TMPDIR="$farm_cd" && export TMPDIR && timeout -k 5 {SECONDS} {q(program)} {args}'
             f'-o "$farm_cd/out" {source} > "$farm_cd/log" 2>&1 < /dev/null ); farm_cr=$?; '
             f"echo {q(f'{MARK} {label}')} $farm_cr; [ $farm_cr -eq 0 ] || "
             f'head -n 40 "$farm_cd/log" | sed {q(f"s/^/{MARK}-said {label} /")}; '

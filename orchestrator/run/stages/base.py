@@ -123,7 +123,8 @@ class CellStages(CellTrips):
             command += f"; {denied_files.denied_sh(asked)}" if asked else ""
             # the farm's own program built by the build's compilers: the log's words are the kernel's (round 260)
             compilers = canary.tools(self.result.build_command or "", self.snapshot.nvcc_path)
-            command += f"; {canary.canary_sh(compilers, self.snapshot.workdir)}" if compilers else ""
+            ccbin = canary.host_compiler(self.result.build_command or "")  # the build's own host compiler
+            command += f"; {canary.canary_sh(compilers, self.snapshot.workdir, ccbin)}" if compilers else ""
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
         # (or a run that exited 0 after CUDA's own error: cuda_errors.py, or without its pass marker)
