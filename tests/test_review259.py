@@ -5,6 +5,10 @@ Found (before/after):
   that had finished (two grey passes) and said "2 as expected, 0 not, 0 infra": the two cells it never
   finished were nowhere on the page (the JSON export and JUnit listed them). Now they are in its matrix,
   not-run, "no result yet", and the counts say "0 infra-error, 2 not-run (of them 2 with no result yet".
+- A run whose SQLite database was locked past its wait (exit 5, its records in its journal) stayed
+  `running`; its banner said only that the next `farm verify` stores it aborted, its unfinished cells
+  not-run, while that verify takes their results from the journal first (they were not lost). Now the
+  banner names the failed database and the journal (`farm import`).
 - A run page's counts lumped not-run with infra-error ("1 infra" for a broken node's cell and a stop's
   alike). Now infra-error and not-run are counted apart.
 """
@@ -86,7 +90,9 @@ def test_a_sigkilled_runs_page_lists_the_cells_it_never_finished(fleet: Fleet, t
     assert page.count("<th data-node=") == 2, page  # the no-result cells under the nodes' cards
     counts = re.search(r'<span id="counts">([^<]*)</span>', page)
     assert counts is not None, shown
-    assert counts.group(1).startswith("2 as expected, 0 not, 0 infra-error, 2 not-run (of them 2 with no result"), shown
+    assert counts.group(1).startswith(
+        "2 as expected, 0 not, 0 infra-error, 2 not-run (of them 2 with no result stored"
+    ), shown
     assert 'id="incomplete"' in page
 
     export = farm("report", "--format", "json", "--config", str(root / "farm.yaml"), cwd=root, timeout=120)
@@ -143,3 +149,16 @@ def test_an_earlier_runs_page_shows_its_missing_cells_unlinked() -> None:
     assert set(by_variant) == {"fast", "slow"}, rows
     assert by_variant["slow"] == '<td class="infra" data-no-result="1">not-run<small>no result</small></td>'
     assert "certifies nothing" in by_variant["fast"]
+
+
+def test_a_running_runs_banner_names_the_journal() -> None:
+    """Before: a run left `running` by a database locked past its wait (exit 5) read "the next farm verify
+    stores it aborted, its unfinished cells not-run", not that the journal holds their results. Figure: the
+    banner names a failed database and that the next verify takes the journal's records (farm import)."""
+    from orchestrator.report.site import _env
+
+    run = SimpleNamespace(id=2, status="running", exit_code=None, selection="--all", config_file="/f/farm.yaml")
+    text = _env().get_template("incomplete.html.j2").render(run=run)
+    assert "its database failed, exit 5" in text, text
+    assert "takes from the run's journal what the database lacks" in text and "farm import" in text, text
+    assert "stores it aborted" in text, text

@@ -19,7 +19,10 @@ CellKey = tuple[str, str, str, str]  # (kernel, variant, node, device), as histo
 # why a planned cell has no result, by its run's status (the index's summary line says it so too)
 _WHY = {
     "finished": "no result: planned, none stored (a bug in the farm)",
-    "running": "no result yet: the run has not finished (its farm killed, or still running)",
+    "running": (
+        "no result stored: the run has not finished (still running, or its farm or database failed; "
+        "its journal may hold it)"
+    ),
 }
 
 
