@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from jinja2 import Environment
@@ -30,6 +31,7 @@ from orchestrator.report.escape import t as _t
 from orchestrator.report.model import ReportModel, unconfirmed
 from orchestrator.report.standing import category
 from orchestrator.report.unbacked import UNIDENTIFIED
+from orchestrator.report.unfinished_cells import no_result_td
 from orchestrator.terminal import card_text
 
 
@@ -157,12 +159,15 @@ def run_matrix(
     linked: bool,
     unsure: set[int],
     waived: set[int] | frozenset[int] = frozenset(),
+    missing: Sequence[history.CellKey] = (),
+    missing_words: str = "",
 ) -> list[tuple[str, str, Markup]]:
     """A run page's matrix: per (kernel, variant), its row of cells, one per column
     (node, card), as HTML made here from escaped text: a cold render has 10^5 cells,
     and a template spends microseconds on each. `linked`: each cell links to its page
     and carries data-node, data-device and data-cell (the rendered run's own matrix).
-    `waived`: passes judged with the CUDA-error rule waived, flagged in words."""
+    `waived`: passes judged with the CUDA-error rule waived, flagged in words. `missing`: planned cells
+    with no result (placed: unfinished_cells.place), not-run cells saying `missing_words` (review 259)."""
     at = {column: i for i, column in enumerate(columns)}
     shown = {column: _e(card_text(column[1])) for column in columns}  # data-device as the head shows it, once a column
     blank = [_NO_CELL] * len(columns)
@@ -183,6 +188,10 @@ def run_matrix(
         else:
             before, after = _run_td(outcome, rid in unsure, rid in waived)
             row[at[(node, device)]] = f"{before}{int(rid)}{after}"
+    for kernel, variant, node, device in missing:  # a dead running run's page had left them out
+        row = rows.setdefault((kernel, variant), blank.copy())
+        td = no_result_td(kernel, variant, node, shown[(node, device)], linked, missing_words)
+        row[at[(node, device)]] = td
     return [(kernel, variant, Markup("".join(rows[(kernel, variant)]))) for kernel, variant in sorted(rows)]
 
 

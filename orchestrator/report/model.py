@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator.config.farm import Farm
 from orchestrator.errors import StoreError
 from orchestrator.farm_writable import ledger_flags
-from orchestrator.outcomes import RAN_AS_EXPECTED, is_as_expected, is_infra
+from orchestrator.outcomes import RAN_AS_EXPECTED, Outcome, is_as_expected, is_infra
 from orchestrator.report import fleet, history, ledger
 from orchestrator.report.card_heads import gone_cards
 from orchestrator.report.certificates import certificates
@@ -98,6 +98,8 @@ class ReportModel:
     # or one whose farm died): not-run in the exports' counts
     unfinished: list[tuple[str, str, str, str]] = field(default_factory=list)
     no_verdict: list[NoVerdict] = field(default_factory=list)  # the run's cells without one, by cause
+    # run -> its not-run results (of its "infra"): a run page tells a stop's cells from a broken node's (review 259)
+    run_not_run: dict[int, int] = field(default_factory=dict)
     # (how many, the latest) of the fleet's runs newer than `run`: its report is as of its end, and says so
     newer: tuple[int, int] | None = None
 
@@ -328,6 +330,7 @@ def collect(
         # a finished run too: a planned cell with no result leaves it incomplete (exports, summary)
         unfinished=store.unfinished_cells(run.id),
         no_verdict=no_verdict(store, light),
+        run_not_run={rid: tallies[rid].get(Outcome.NOT_RUN.value, 0) for rid in run_ids},
         newer=newer,
     )
     model.trends = trend_series(trend_rows, model.several)

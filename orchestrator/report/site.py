@@ -46,7 +46,7 @@ from jinja2 import BytecodeCache, Environment, FileSystemBytecodeCache, PackageL
 from orchestrator import metrics
 from orchestrator.config.farm import Farm
 from orchestrator.errors import EXIT_CONFIG, FarmError, LockError
-from orchestrator.report import grids, history
+from orchestrator.report import grids, history, unfinished_cells
 from orchestrator.report.card_heads import card_head, run_card
 from orchestrator.report.cell_page import short_commit
 from orchestrator.report.cell_pages import write_cell_pages
@@ -269,15 +269,24 @@ def _render(
             unsure = unsure | moot.get(past.id, frozenset())
             if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
                 unsure = unsure | {rid for _outcome, rid in own.values()}
-            columns = sorted({(n, d) for (_k, _v, n, d) in own})
-            matrix = grids.run_matrix(own, columns, linked, unsure, waived)
+            # the cells it planned and has no result for: a dead running run's page had left them out (review 259)
+            missing = model.unfinished if linked else []
+            if not linked and past.status != "finished":
+                missing = store.unfinished_cells(past.id)
+            missing = unfinished_cells.place(missing, {(n, d) for (_k, _v, n, d) in own})
+            columns = sorted({(n, d) for (_k, _v, n, d) in [*own, *missing]})
+            words = unfinished_cells.no_result_words(past.status)
+            matrix = grids.run_matrix(own, columns, linked, unsure, waived, missing, words)
             _write(
                 target,
                 run_page.render(
                     stamp=stamp,
                     run=past,
                     matrix=matrix,
-                    counts=model.run_counts.get(past.id, {}),
+                    counts=unfinished_cells.page_counts(
+                        model.run_counts.get(past.id, {}), model.run_not_run.get(past.id, 0), missing
+                    ),
+                    missing_words=words,
                     columns=columns,
                     # each card as the run's own probe read it, in the index's words (card_heads.py)
                     heads=[(n, d, run_card(model.node_history.get(n, ()), past.id, d)) for n, d in columns],

@@ -24,6 +24,8 @@ PAGE_SOURCES = (
     *("unbacked.py", "../farm_writable.py"),
     # a run page's heads: the card's words, "(stand-in)" (review 240)
     "card_heads.py",
+    # a run page's cells with no result and its split counts (review 259)
+    "unfinished_cells.py",
 )
 
 
