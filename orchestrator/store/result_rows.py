@@ -131,6 +131,11 @@ def run_status(connection: Connection, run_id: int) -> str | None:
     return _inserts(connection.dialect).run_status(connection, run_id)
 
 
+def newest_snapshot(connection: Connection, run_id: int, node: str) -> int | None:
+    """Node `node`'s newest snapshot of run `run_id` in the caller's transaction (inserts.Inserts.newest_snapshot)."""
+    return _inserts(connection.dialect).newest_snapshot(connection, run_id, node)
+
+
 _PREPARED: weakref.WeakKeyDictionary[Dialect, Inserts] = weakref.WeakKeyDictionary()  # an engine's, while it lives
 
 
