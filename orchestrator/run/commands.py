@@ -52,7 +52,7 @@ CHANNEL_MARGIN = 30.0  # channel timeout beyond the remote timeout
 OUTPUT_LIMIT = 256 << 20
 
 
-def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
+def guarded(command: str, limit: int, redirects: str, marker: str = "", watch: str = "") -> str:
     """A shell fragment running `command` under `timeout -k`, leaving its exit
     status in $rc, and then killing whatever is left of its process group, and waiting until that
     ended (ended_sh: the cell's end, and its GPU lock's release, come after it).
@@ -62,10 +62,11 @@ def guarded(command: str, limit: int, redirects: str, marker: str = "") -> str:
     once and never sends the KILL. The group kill afterwards catches that child.
     `marker` ("FARM_RUN=... FARM_CELL=..." and scheduler.CELL_ENV) goes into the environment of the
     command and everything it starts, so `reap` finds even those that left
-    the group (a daemon's double fork and setsid keep their environment).
+    the group (a daemon's double fork and setsid keep their environment). `watch`: shell started
+    once $pid is the command's (stages/room.py's sampler, which runs while $pid does).
     """
     return (
-        f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; "
+        f"{marker}timeout -k {KILL_GRACE} {limit} sh -c {shlex.quote(command)} {redirects} & pid=$!; {watch}"
         # farm_gn: how many of its group were still running once it ended (a kernel's forked child, a
         # run's `helper &`), counted before the kill (a zombie is none): the run's leftovers (red-team 257)
         f"wait $pid; rc=$?; farm_gn=0; kill -s 0 -- -$pid 2>/dev/null && {{ {GROUP_COUNT_SH}"

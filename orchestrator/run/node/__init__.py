@@ -28,6 +28,7 @@ PARTS = (
     "jit",
     "linked",
     "built",
+    "room",
     "drift",
     "driver_version",
     "gpu_lock",

@@ -17,6 +17,7 @@ from orchestrator.run.node.kernel_requests import KernelFiles
 from orchestrator.run.node.linked import linked_files
 from orchestrator.run.node.loads import loads_writable
 from orchestrator.run.node.processes import kill_orphans, lock_within, reap
+from orchestrator.run.node.room import RoomWatch
 from orchestrator.run.node.sanitizing import sanitize
 from orchestrator.run.node.spawn import guarded, ruleset, scratch
 
@@ -84,6 +85,8 @@ def build_holding_lock(out, spec, env, ahead):
     except OSError:
         return
     log = open_or_none(os.path.join(bdir, "build.log"))
+    # the build folder's and the login's temporary folder's room at their lowest while it ran (room.py)
+    watch_room = RoomWatch((bdir, env.get("TMPDIR") or "/tmp"))
     env, tmp = own_tmp(env, spec["tmp"])
     # its writes only in its build folder and its own $TMPDIR (and /dev, /proc, as a run's), its
     # signals within its own tree: a build of one job could swap another cell's copy of its binary
@@ -100,7 +103,7 @@ def build_holding_lock(out, spec, env, ahead):
         code = 1
     else:
         try:
-            with log:
+            with log, watch_room:
                 code = guarded(
                     spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), reads_env(env, bdir), fd
                 )
@@ -109,6 +112,7 @@ def build_holding_lock(out, spec, env, ahead):
                 os.close(fd)
     if ahead.get("subreaper"):
         kill_orphans()  # a build's daemon would outlive it, as a kernel's would (run)
+    watch_room.say(out)
     modes_restored(out, modes, mark, ahead.get("cell"))  # before its checks and its copy read and write there
     for folder in tmp:
         remove(folder)

@@ -99,6 +99,7 @@ class CellStages(CellTrips):
         self._fetched: dict[str, Fetched | InfraError] = {}  # later stages read ahead, or why they broke
         self._clock: tuple[datetime, float] | None = None  # a fetched stage's own start and seconds
         self._fresh_copy = False  # the run takes a fresh copy of the build in a fresh folder first
+        self._build_room: list[str] = []  # the build's folders' room at its lowest while it ran (room.py)
 
     def _node_trouble(self) -> tuple[str, str, str]:
         """After a failed stage, once the cell's own files are gone: (why the node's work or
@@ -158,6 +159,10 @@ class CellStages(CellTrips):
             unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
+        # or short while the build ran, the farm's own samples: a disk filled and freed since failed
+        # nvcc with "No space left on device", stored as the kernel's build-fail (red-team round 262)
+        if not short and ev.build_exit not in (None, 0) and (low := self._short_of_room(self._build_room)):
+            short = f"while its build ran, {low.removeprefix('its ')}"
         ev.build_unreadable = denied_files.denied(room_lines) or canary.broken(room_lines)
         ev.build_denied = ev.build_denied and not ev.build_unreadable  # a read refused, not a write
         folders = f"the node ran out of room during the cell ({short})" if short else ""

@@ -28,6 +28,7 @@ from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
+from orchestrator.run.stages.room import lowest_room, watch_sh
 from orchestrator.run.work_folder import COPY_BLOCKED_SH, copy_blocked, farm_folders, modes_sh, note_folders
 from orchestrator.transport import CommandResult
 
@@ -64,6 +65,7 @@ class BuildStage(CellStages):
         rdir, private = q(self.paths.run_dir), q(self.paths.private_binary)
         limit = int(self.job.spec.build_timeout)
         make_tmp, drop_tmp = own_tmp(self.paths.build_tmp)
+        note_tmp, watch = watch_sh(bdir)  # the room at its lowest while it runs (room.py)
         # the farm's folders, noted and set back around the job's build command (work_folder.modes_sh)
         modes_before, modes_after = modes_sh(farm_folders(self.snapshot.workdir, self.paths.run_dir), self._cell)
         # made again where another cell's clean-up (remove_run_dir) took an empty parent meanwhile
@@ -94,8 +96,9 @@ class BuildStage(CellStages):
             f"{cached}"
             f'{verify_inputs_script(self.paths, "altered")}; [ -z "$bad" ] || exit 0; '
             f"{remove_sh(bdir)} && mkdir -p {bdir} && cd {bdir} && "
-            f"{{ {make_tmp}{modes_before}"
-            f"{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker)}; "
+            f"{{ {note_tmp}{make_tmp}{modes_before}"
+            f"{guarded(command, limit, '> build.log 2>&1 < /dev/null', reading + self.marker, watch)}; "
+            "wait $farm_rp; "
             # what it left (a daemon out of its group) killed before the check, as the python runner's kill_orphans
             f"{self._reap_cell('build-leftover')}; {modes_after}{drop_tmp}; "
             f"{verify_inputs_script(self.paths, 'altered-during')}; "
@@ -210,6 +213,7 @@ class BuildStage(CellStages):
                 restaged = True
                 continue
             break
+        self._build_room = lowest_room(text)  # read by the look after a failed build (base._node_trouble)
         note_folders(self.result.evidence, "build", text)  # the farm's folders its command changed (work_folder.py)
         drift = _TOOLCHAIN_CHANGED.findall(text)
         if drift or _ALTERED_DURING.search(text):
