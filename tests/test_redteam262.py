@@ -32,7 +32,7 @@ FILLS = (
     "echo 'nvcc fatal   : Could not write to file: No space left on device'; exit 1"
 )
 # the words alone, with the disk's room untouched
-SAYS = "test -e {sources} -o -e {binary}; echo 'fatal error: error writing to /tmp/ccX.s: No space left on device'; exit 1"
+SAYS = "test -e {sources} -o -e {binary}; echo 'fatal error: writing /tmp/ccX.s: No space left on device'; exit 1"
 
 
 @pytest.fixture
