@@ -10,7 +10,9 @@ import re
 
 from orchestrator.run import probe
 
-ROOM_EVERY = 0.1  # as run/node/room.py's
+# half a second, not run/node/room.py's tenth: each sample here starts df, awk and tr (six processes),
+# a tenth's would be sixty a second on the node for as long as a build runs
+ROOM_EVERY = 0.5
 BUILD_ROOM = re.compile(r"^@@farm build-room (\S+) (\S+)$", re.M)
 
 
