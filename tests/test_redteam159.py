@@ -80,7 +80,7 @@ def _sanitize_in_process(tmp_path: Path, command: str, limit: int) -> str:
 
 def _tool_seconds(text: str) -> tuple[int, float]:
     [line] = [line for line in text.splitlines() if line.startswith("@@farm tool memcheck ")]
-    code, started, ended = (int(word) for word in line.split()[3:])
+    code, started, ended = (int(word) for word in line.split()[3:6])
     return code, (ended - started) / 1e9
 
 

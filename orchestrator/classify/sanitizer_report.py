@@ -25,6 +25,9 @@ class SanitizerReport:
     last_line: str = ""  # its stdout's last line there, bounded
     said: str = ""  # the last lines on stderr there, the kernel's and the tool's own (untrusted), bounded
     unchecked: str = ""  # the tool's own line saying it instrumented no CUDA call of the program
+    # processes of the tool's run still running once the tool had ended (a kernel's forked child, a daemon),
+    # killed by the farm: what they did on the card went unchecked by the tool (red-team 263)
+    leftover: int = 0
 
     @property
     def clean(self) -> bool:
@@ -35,6 +38,7 @@ class SanitizerReport:
             and self.exit_code == 0
             and self.passed is not False
             and not self.unchecked
+            and not self.leftover
         )
 
 
@@ -55,6 +59,12 @@ def sanitizer_words(r: SanitizerReport, exit_words: str) -> tuple[str, bool]:
         return f"{r.errors} error{'s' if r.errors != 1 else ''}" + (f" ({first})" if first else ""), True
     if not r.finished:  # killed by a signal mid-check (by the kernel: run/sanitize.report)
         return f"the check did not finish ({exit_words}, no summary)" + (f" ({first})" if first else ""), True
+    if r.leftover:  # the kernel's doing, as in its run (classify/left_running.py): checked past its end, not at all
+        return (
+            f"{r.leftover} process(es) the program started were still running when the tool had ended ("
+            f"{exit_words}), and the farm killed them: what they did on the card went unchecked, so its "
+            f"{r.errors} errors back no clean bill; a kernel must wait for what it starts"
+        ), True
     if r.unchecked:
         return f"it instrumented no CUDA call of the program ({_quoted(r.unchecked)}; {exit_words}{stderr})", False
     crashed = r.exit_code > 128

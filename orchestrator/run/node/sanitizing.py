@@ -5,7 +5,7 @@ import os
 
 from orchestrator.run.node.confine import confined_to, own_tmp, say_confinement
 from orchestrator.run.node.driver_version import say_driver
-from orchestrator.run.node.ended import undying
+from orchestrator.run.node.ended import GROUP_LEFT, undying
 from orchestrator.run.node.farm_folders import folder_modes, log_mark, modes_restored
 from orchestrator.run.node.files import fresh_copy, now, remove, sha_of
 from orchestrator.run.node.gpu_lock import take_gpu
@@ -65,6 +65,7 @@ def sanitize(out, spec, env, ahead):
                 modes = folder_modes(spec.get("folders") or ())  # the kernel may chmod them here too
                 mark = log_mark(spec.get("folders"))
                 started = now()
+                del GROUP_LEFT[:]  # this tool's own group kill alone (ended.py)
                 try:
                     fd = rules[0] if rules else None
                     work = os.path.join(run_dir, "work")
@@ -73,14 +74,15 @@ def sanitize(out, spec, env, ahead):
                     if rules:
                         os.close(rules[0])
                 ended = now()
-                if ahead.get("subreaper"):
-                    kill_orphans()
-                reap("FARM_CELL", ahead["cell"])
+                # what its run left running, counted as the run's are (node/stages.py run): its group's,
+                # the subreaper's orphans, the marker's; said on the tool's line (red-team 263)
+                left = sum(GROUP_LEFT) + (kill_orphans() if ahead.get("subreaper") else 0)
+                left += reap("FARM_CELL", ahead["cell"]) or 0
                 modes_restored(out, modes, mark, ahead["cell"])  # before the next tool's copy (farm_folders.py)
                 for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
                     out.say("@@farm undying " + survivor)
                 say_confinement(out, rules, unconfined)
-                out.say(f"@@farm tool {tool} {code} {started} {ended}")
+                out.say(f"@@farm tool {tool} {code} {started} {ended} {left}")
         # the module the tools ran on, once they and their leftovers are gone, as the run stage says it:
         # one reloaded between the run and these made the pass the probe's driver's no more (driver_version.py)
         say_driver(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 import shlex
@@ -53,7 +54,10 @@ class SanitizeStage(CellStages):
         runs = "; ".join(
             f"{fresh}{check}{modes_before}t0=$({NOW_NS}); "
             f"{guarded(commands[tool], limit, quiet, self.marker)}; "
-            f't1=$({NOW_NS}); {self._reap_cell()}; {modes_after}echo "@@farm tool {tool} $rc $t0 $t1"'
+            # what the tool's run left running, its group's first (guarded's farm_gn), counted as the run's are
+            # and said on the tool's own line, after them (red-team 263)
+            f"t1=$({NOW_NS}); n=${{farm_gn:-0}}; {self._reap_cell('sanitize-leftover', start='${farm_gn:-0}')}; "
+            f'{modes_after}echo "@@farm tool {tool} $rc $t0 $t1 $n"'
             for tool in tools
         )
         script = (
@@ -121,19 +125,21 @@ class SanitizeStage(CellStages):
             raise error
         reports = []
         for tool in tools:
-            ran = last_match(rf"^@@farm tool {tool} (\d+) (\d+) (\d+)$", text)
+            ran = last_match(rf"^@@farm tool {tool} (\d+) (\d+) (\d+) (\d+)$", text)
             if ran is None:
                 raise InfraError(
                     f"node {self.t.name!r}: the sanitize script printed no status for {tool} "
                     f"({(outcome.stderr or text).strip()[-300:]!r})"
                 )
-            code, started, ended = (int(x) for x in ran.groups())
+            code, started, ended, left = (int(x) for x in ran.groups())
             timed_out = code in (124, 137) and (ended - started) / 1e9 >= limit * 0.98
             kept = logs[tool].finish()
             out, err = outs[tool].finish(), errs[tool].finish()
             under = sanitize.Under("pass" in out.matches, out.size > 0, out.last_line, sanitize.said_on(err.kept))
             cut = (*kept.cut, kept.size) if kept.cut else None
             found = sanitize.report(tool, code, timed_out, kept.kept, cut, under)
+            if left and not isinstance(found, str):  # no clean bill, as no pass of a run that left them
+                found = dataclasses.replace(found, leftover=left)
             if isinstance(found, str):  # where its log could not be written, the kernel's chmod may be why
                 taken = f"; the farm's folders had their modes changed under it: {ev.farm_folders_changed}"
                 error = InfraError(f"node {self.t.name!r}: {found}{taken if ev.farm_folders_changed else ''}")
@@ -141,7 +147,9 @@ class SanitizeStage(CellStages):
                 raise error
             reports.append(found)
             self._detail.append(
-                f"{tool}: " + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
+                f"{tool}: "
+                + ("timed out" if found.timed_out else f"{found.errors} errors, exit {found.exit_code}")
+                + (f", {left} leftover processes killed after it ended" if left else "")
             )
         self._note_confinement(trip, text, "its sanitizer runs ran")
         # the module the tools ran on, read once they were gone (as the run stage reads it): one reloaded
