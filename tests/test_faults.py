@@ -492,8 +492,8 @@ def test_frozen_host_at_start_keeps_quiet_output_quiet(ssh_fleet: Fleet, tmp_pat
 
     Its cell is infra-error at probe after 2 setup attempts of at most
     connect_timeout (1 s) each, exit 4, and the output is the node's cause,
-    once (issue 10, case 7: the cron mail must say why), and the verdict line,
-    with nothing on stderr.
+    once (issue 10, case 7: the cron mail must say why), the line naming its rerun
+    (review 264) and the verdict line, with nothing on stderr.
     Figure: injected 1 frozen host; 1/1 cell infra-error in about 3 s; FAILS
     today: paramiko's banner traceback (~20 lines) reaches stderr."""
     config = write_farm(
@@ -518,7 +518,10 @@ def test_frozen_host_at_start_keeps_quiet_output_quiet(ssh_fleet: Fleet, tmp_pat
         "run 1: 0 as expected, 0 not, 1 infra; exit 4 (every verdict as expected, but some cells could not run (infra))"
     )
     lines = done.stdout.splitlines()
-    assert lines[-1] == verdict and len(lines) == 2, done.stdout
+    assert lines[-1] == verdict and len(lines) == 3, done.stdout
+    # the node and the command that reruns just its cell, before the verdict (review 264)
+    assert lines[-2].startswith("run 1: 1 cell could not run on node frozen (1 infra-error;"), done.stdout
+    assert lines[-2].endswith(f"to rerun just them: farm verify --all --node frozen --config {config}"), done.stdout
     assert lines[0].endswith(f"node frozen: unreachable or unusable: {row['reason']}"), done.stdout
     assert done.stderr == "", (
         "BUG in orchestrator/transport/ssh.py: paramiko's transport thread logs 'Exception (client): Error "

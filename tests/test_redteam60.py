@@ -256,7 +256,7 @@ def test_the_json_summary_counts_a_killed_runs_unfinished_cells_as_infra(
         db.execute("DELETE FROM results WHERE variant = 'broken'")
     document = json.loads(cli.invoke(main, ["report", "--format", "json", "--config", str(config)]).output)
     assert len(document["unfinished"]) == 1
-    assert document["summary"] == {"good": 1, "bad": 0, "infra": 1, "not_run": 1}, document["summary"]
+    assert document["summary"] == {"good": 1, "bad": 0, "infra": 1, "not_run": 1, "infra_error": 0}, document["summary"]
     junit = ET.fromstring(cli.invoke(main, ["report", "--format", "junit", "--config", str(config)]).output)
     assert junit.get("errors") == "2"  # the run itself and its unfinished cell
 

@@ -15,7 +15,7 @@ import click
 from orchestrator.errors import EXIT_INFRA, ConfigError, FarmError, StoreError
 from orchestrator.guarded import aside
 from orchestrator.outcomes import STAGES, Outcome, is_as_expected
-from orchestrator.run.summary import NullListener, RunSummary
+from orchestrator.run.summary import NullListener, RunSummary, rerun_line
 from orchestrator.terminal import card_text, printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -277,6 +277,8 @@ def verify(
                     f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run; "
                     f"for their verdicts run it again: {again}"
                 )
+            elif line := rerun_line(summary, selectors, all_, config_path):  # the lost nodes and their rerun
+                say(line)
             say(verdict_line(summary))
             # the run's end is committed: older finished runs' journals beyond journal_keep can go
             journal.prune(journals, store, farm.spec.journal_keep)

@@ -350,6 +350,9 @@ def as_json(model: ReportModel) -> str:
             # a planned cell with no row is not-run (infra): a SIGKILLed run's read `bad: 0, infra: 0`, all green
             "infra": model.counts.get("infra", 0) + len(model.unfinished),
             "not_run": sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN) + len(model.unfinished),
+            # added beside `infra` (which keeps not-run in it, for readers of it): a broken node's cells apart
+            # from a stop's, as the run page and history.html count them (review 264)
+            "infra_error": model.counts.get("infra", 0) - sum(1 for r in model.results if r.outcome == Outcome.NOT_RUN),
         },
         # the cells the run planned and has no result for (it did not finish, or the farm lost them)
         "unfinished": [{"kernel": k, "variant": v, "node": n, "device": d or None} for k, v, n, d in model.unfinished],

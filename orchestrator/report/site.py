@@ -246,6 +246,13 @@ def _render(
         moot = grids.flagged_by_run(model, since)
         write_cell_pages(store, model, env, out_dir, pages, also, since)
 
+        # each run's planned cells with no result (a run still running, or whose farm died): its page draws
+        # them and history.html counts them; a finished run's, where one lost a cell, on the rendered run's page
+        missing_by_run = {
+            past.id: model.unfinished if past.id == run.id else store.unfinished_cells(past.id)
+            for past in model.runs
+            if past.id == run.id or past.status != "finished"
+        }
         run_page = env.get_template("run.html.j2")
         from_grid: dict[int, dict[history.CellKey, tuple[str, int]]] | None = None
         for past in model.runs:
@@ -270,10 +277,7 @@ def _render(
             if past.status != "finished":  # nothing of a run that did not finish certifies: no cell of it green
                 unsure = unsure | {rid for _outcome, rid in own.values()}
             # the cells it planned and has no result for: a dead running run's page had left them out (review 259)
-            missing = model.unfinished if linked else []
-            if not linked and past.status != "finished":
-                missing = store.unfinished_cells(past.id)
-            missing = unfinished_cells.place(missing, {(n, d) for (_k, _v, n, d) in own})
+            missing = unfinished_cells.place(missing_by_run.get(past.id, []), {(n, d) for (_k, _v, n, d) in own})
             columns = sorted({(n, d) for (_k, _v, n, d) in [*own, *missing]})
             words = unfinished_cells.no_result_words(past.status)
             matrix = grids.run_matrix(own, columns, linked, unsure, waived, missing, words)
@@ -328,7 +332,13 @@ def _render(
             run=run,
             newer=model.newer,
             runs=model.runs,
-            counts=model.run_counts,
+            # infra-error apart from not-run, a dead run's cells with no result among them, as on its page (review 264)
+            counts={
+                r.id: unfinished_cells.page_counts(
+                    model.run_counts.get(r.id, {}), model.run_not_run.get(r.id, 0), missing_by_run.get(r.id, [])
+                )
+                for r in model.runs
+            },
             unconfirmed=unsure_counts,
             bisections=bisections,
             cards=run_cards(model.node_history),
