@@ -53,12 +53,16 @@ class RoomWatch:
 
     def __enter__(self):
         self._look()
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:  # a node out of processes (its pids limit) starts no thread: the build's own
+            self._thread = None  # fork fails next and says so; the looks before and after still count
         return self
 
     def __exit__(self, *_):
         self._done.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._look()  # as it ended: a fill its last sample missed may still be there
 
     def say(self, out):
