@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 
 import paramiko
-from fabric import Connection
+from fabric import Config, Connection
 
 from orchestrator.errors import (
     CommandTimeout,
@@ -45,7 +45,7 @@ from orchestrator.transport import known_hosts
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.home_paths import expanded
 from orchestrator.transport.login_shell import portable
-from orchestrator.transport.ssh_dial import DialCut, DialedConnection, answers, fabric_config
+from orchestrator.transport.ssh_dial import DialCut, DialedConnection, answers
 from orchestrator.transport.ssh_files import SftpFiles
 from orchestrator.transport.ssh_handshake import dropped, refused_keys
 from orchestrator.transport.ssh_liveness import Hearing, silent
@@ -107,6 +107,7 @@ class SSHTransport(SftpFiles, Transport):
     def _connection(self, host: str, port: int, user: str | None, gateway=None) -> Connection:
         node = self.node
         key_file = expanded(node.key_file, self.name, "key_file") if node.key_file else None
+        config = Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
         connect_kwargs = {
             "banner_timeout": node.connect_timeout,
             "auth_timeout": node.connect_timeout,
@@ -136,7 +137,7 @@ class SSHTransport(SftpFiles, Transport):
             host,
             user=user,
             port=port,
-            config=fabric_config(),
+            config=config,
             gateway=gateway,
             connect_timeout=node.connect_timeout,
             connect_kwargs=connect_kwargs,

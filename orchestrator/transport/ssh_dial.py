@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import ipaddress
 import os
 import select
@@ -26,9 +25,8 @@ import threading
 import time
 from typing import Any
 
-import paramiko
-from fabric import Config, Connection
-from paramiko.ssh_exception import NoValidConnectionsError, PasswordRequiredException
+from fabric import Connection
+from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.transport.base import Deadline
 from orchestrator.transport.ssh_watchdog import STOP_THREADS, WATCHDOG
@@ -140,61 +138,8 @@ def answers(err: NoValidConnectionsError, timeout: float | None) -> str:
     return "; ".join(said)
 
 
-@functools.cache
-def fabric_config() -> Config:
-    """The farm's Fabric settings (no SSH config files), built once per process and shared by every
-    connection: Fabric's Connection keeps the object it is given and only reads it, and building one
-    (invoke's merging, its config files looked for) was a quarter of each node's dial (bench/farm_cpu.py)."""
-    return Config(overrides={"load_ssh_configs": False, "run": {"hide": True}})
-
-
-# (path, key class, passphrase, the key's and its certificate's files as stat says them) -> what
-# paramiko made of them: the key, or the SSHException it raised (its class and words)
-_KEYS: dict[tuple[Any, ...], paramiko.PKey | tuple[type[Exception], tuple[Any, ...]]] = {}
-
-
-def _file_state(path: str) -> tuple[int, ...] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-class KeyFileClient(paramiko.SSHClient):
-    """paramiko's client, its key_filename parsed once per file rather than once per node: paramiko
-    tries each key class on the file (RSA, ECDSA, then Ed25519), reading and parsing it each time, at
-    every handshake. A key or certificate file changed (another inode, size, time) is read again;
-    a file that cannot be read is asked of paramiko each time, as before."""
-
-    def _key_from_filepath(self, filename: str, klass: type[paramiko.PKey], password: str | None) -> paramiko.PKey:
-        suffix = "-cert.pub"  # paramiko's own pairing of a key and its certificate
-        pair = (filename[: -len(suffix)], filename) if filename.endswith(suffix) else (filename, filename + suffix)
-        states = tuple(_file_state(path) for path in pair)
-        key = (filename, klass, password, states)
-        known = _KEYS.get(key) if states[0] is not None else None
-        if isinstance(known, paramiko.PKey):
-            return known
-        if known is not None:
-            kind, args = known
-            raise kind(*args)  # a fresh one: the same object raised in several threads would share a traceback
-        try:
-            loaded = super()._key_from_filepath(filename, klass, password)
-        except (paramiko.SSHException, PasswordRequiredException) as err:
-            if states[0] is not None and type(err) in (paramiko.SSHException, PasswordRequiredException):
-                _KEYS[key] = (type(err), err.args)
-            raise
-        if states[0] is not None:
-            _KEYS[key] = loaded
-        return loaded
-
-
 class DialedConnection(Connection):
     """Fabric's Connection, its socket dialled by dial() (a gateway's channel where it has one)."""
-
-    def __init__(self, host: str, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self.client = KeyFileClient()  # as Fabric's (its host-key policy is replaced by the caller)
 
     def open(self) -> Any:
         if self.is_connected:
