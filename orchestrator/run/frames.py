@@ -41,31 +41,55 @@ def emit(token: str, tag: str, path: str, limit: int, ends: bool = False) -> str
     """Shell that prints the first `limit` bytes of `path` as one frame (an
     empty frame for a missing file). `ends`: the file's size as SIZE_DIGITS digits, then
     the whole file where it fits in `limit`, else its first and last `limit // 2` bytes
-    (file_ends.py): a build log of gigabytes ships no more than that, its end kept."""
+    (file_ends.py): a build log of gigabytes ships no more than that, its end kept.
+
+    A file that is there but cannot be read (its mode, or a folder above it another cell's kernel
+    took the bits of while it was read) ends with `@@farm-frame-unread` instead of
+    `@@farm-frame-end`: its empty body is no evidence (CI, red-team 247: a victim's disassembly read
+    back as nothing was its inspect-fail, "ret (0 < 1)")."""
     q = shlex.quote(path)
     # only a regular file is read: a FIFO a kernel put in its place would block `head` (a red-team
     # helper's: the shell runner hung to the farm's timeout where the python runners read nothing);
     # nor is one opened for its 0 bytes: `head -c 0 FIFO` opens it, and blocks there (round 122)
-    size = f"s=0; [ -f {q} ] && [ ! -L {q} ] && s=$(stat -c %s {q} 2>/dev/null || echo 0); "
+    above = " ".join(shlex.quote(a) for a in _folders_above(path))
+    size = (
+        f"s=0; u=0; if [ -f {q} ] && [ ! -L {q} ]; then s=$(stat -c %s {q} 2>/dev/null) || {{ s=0; u=1; }}; "
+        f"elif [ ! -e {q} ] && [ ! -L {q} ]; then for a in {above}; do "
+        '[ -d "$a" ] && [ ! -x "$a" ] && u=1; done; fi; '
+    )
+    end = f"e=end; [ $u -eq 0 ] || e=unread; printf '\\n@@farm-frame-%s %s %s\\n' $e {token} {tag}"
+    # the file opened once, by the shell itself (a redirection of a group: its failure is the group's,
+    # never the script's end), so that one that cannot be opened says so
+    opened = "o=1; {{ o=0; {body}; }} 4< {q} 2>/dev/null; [ $o -eq 0 ] || {{ u=1; {pad}; }}"
     if ends:
         half = limit // 2
         # each part padded or cut to its own length: a file that shrinks shifts neither the stream
         # nor the tail into the head's place
+        body = (
+            "{ [ $h -eq 0 ] || head -c $h <&4 2>/dev/null; head -c $h /dev/zero; } | head -c $h; "
+            "{ [ $t -eq 0 ] || tail -c $t <&4 2>/dev/null; head -c $t /dev/zero; } | head -c $t"
+        )
+        pad = "head -c $h /dev/zero; head -c $t /dev/zero"
         return (
             f"{size}h=$s; t=0; [ $s -le {2 * half} ] || {{ h={half}; t={half}; }}; "
             f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $(({SIZE_DIGITS} + h + t)); "
             f"printf '%0{SIZE_DIGITS}d' $s; "
-            f"{{ [ $h -eq 0 ] || head -c $h {q} 2>/dev/null; head -c $h /dev/zero; }} | head -c $h; "
-            f"{{ [ $t -eq 0 ] || tail -c $t {q} 2>/dev/null; head -c $t /dev/zero; }} | head -c $t; "
-            f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"
+            f"[ $s -eq 0 ] || {{ {opened.format(body=body, q=q, pad=pad)}; }}; {end}"
         )
+    body = "{ head -c $s <&4 2>/dev/null; head -c $s /dev/zero; } | head -c $s"
     return (
         f"{size}"
         f"[ $s -le {limit} ] || s={limit}; "
         f"printf '\\n@@farm-frame %s %s %s\\n' {token} {tag} $s; "
-        f"{{ [ $s -eq 0 ] || head -c $s {q} 2>/dev/null; head -c $s /dev/zero; }} | head -c $s; "
-        f"printf '\\n@@farm-frame-end %s %s\\n' {token} {tag}"
+        f"[ $s -eq 0 ] || {{ {opened.format(body=body, q=q, pad='head -c $s /dev/zero')}; }}; {end}"
     )
+
+
+def _folders_above(path: str) -> list[str]:
+    """The folders above PATH, nearest last: one a kernel took the search bit of hides the file as
+    a missing one would be hidden (`[ -f ]` fails either way)."""
+    parts = path.split("/")[:-1]
+    return [folder for i in range(len(parts)) if (folder := "/".join(parts[: i + 1]))]
 
 
 class FrameReader:
@@ -73,7 +97,7 @@ class FrameReader:
 
     `sinks` maps a frame tag to a callable fed the frame's bytes in chunks; a
     frame is recognized only with this command's token. `frames` lists the tags
-    read whole, with their sizes."""
+    read whole, with their sizes; `unread` those the node could not read (finish() says so)."""
 
     def __init__(
         self,
@@ -91,11 +115,13 @@ class FrameReader:
         self.sinks = sinks
         self.node = node
         self.frames: dict[str, int] = {}
+        self.unread: list[str] = []
         self.overflowed = False  # more text outside frames than CONTROL_LIMIT: not the farm's own
         self._control = bytearray()
         self._buf = bytearray()
         self._frame: tuple[str, int] | None = None  # (tag, body bytes still to come)
         self._trailer = b""  # the end line expected right after a body
+        self._unread = b""  # ... or the one saying the node could not read the file (emit)
 
     def feed(self, chunk: bytes) -> None:
         if self._frame is not None and not self._buf:
@@ -116,6 +142,7 @@ class FrameReader:
         else:
             self._frame = None
             self._trailer = f"\n@@farm-frame-end {self._token} {tag}\n".encode()
+            self._unread = f"\n@@farm-frame-unread {self._token} {tag}\n".encode()
         return rest
 
     def _process(self) -> None:
@@ -125,12 +152,15 @@ class FrameReader:
                 self._buf = bytearray(rest)
                 continue
             if self._trailer:
-                if len(self._buf) < len(self._trailer):
-                    return
-                if not self._buf.startswith(self._trailer):
+                ended = next((line for line in (self._trailer, self._unread) if self._buf.startswith(line)), None)
+                if ended is None:
+                    if any(line.startswith(self._buf) for line in (self._trailer, self._unread)):
+                        return  # the rest of the line is to come
                     raise InfraError(f"node {self.node!r}: a file sent back by the node did not end where it said")
-                del self._buf[: len(self._trailer)]
-                self._trailer = b""
+                if ended is self._unread:
+                    self.unread.append(ended.split()[-1].decode())
+                del self._buf[: len(ended)]
+                self._trailer = self._unread = b""
                 continue
             at = self._buf.find(self._opening)
             if at < 0:
@@ -198,5 +228,12 @@ class FrameReader:
             raise InfraError(
                 f"node {self.node!r}: the command printed more than {CONTROL_LIMIT} bytes outside the files it "
                 "sends back (a kernel writing into the farm's own output): no evidence from it"
+            )
+        if self.unread:
+            # nothing read is not an empty file: a disassembly of no instructions, a run that printed
+            # no marker (another cell's kernel took the bits of a folder of the farm's while it was read)
+            raise InfraError(
+                f"node {self.node!r}: the node could not read back the cell's {', '.join(self.unread)} (the file, "
+                "or a folder of the farm's above it, unreadable there): no evidence from it"
             )
         return self._control.decode("utf-8", "replace")

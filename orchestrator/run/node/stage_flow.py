@@ -1,6 +1,7 @@
 """Between a cell's stages on the node: each stage's control text, whether the next goes on (the
 shell's gate), the files framed back, the cell's folder removed."""
 
+import errno
 import os
 import stat
 import sys
@@ -18,13 +19,17 @@ def frame(token, tag, path, limit, ends=False):
     bytes, as emit(ends=True) sends them: a build log of gigabytes ships only those."""
     handle = None
     size = 0
+    unread = [False]  # there but not read (frames.emit: `@@farm-frame-unread`, no evidence)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         handle = os.fdopen(fd, "rb")
         info = os.fstat(fd)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-    except OSError:
+    except OSError as error:
         size = 0
+        # missing, or a link (not followed): empty, as before; its mode, a folder above it
+        # another cell's kernel took the bits of, the disk's error: not read
+        unread[0] = error.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)
     half = limit // 2
     if not ends:
         parts, prefix = [(0, min(size, limit))], b""
@@ -35,27 +40,29 @@ def frame(token, tag, path, limit, ends=False):
     OUT.write(f"\n@@farm-frame {token} {tag} {len(prefix) + sum(n for _, n in parts)}\n".encode())
     OUT.write(prefix)
     for offset, wanted in parts:
-        _part(handle, offset, wanted)
+        _part(handle, offset, wanted, unread)
     if handle is not None:
         handle.close()
-    OUT.write((f"\n@@farm-frame-end {token} {tag}\n").encode())
+    OUT.write((f"\n@@farm-frame-{'unread' if unread[0] else 'end'} {token} {tag}\n").encode())
 
 
-def _part(handle, offset, wanted):
+def _part(handle, offset, wanted, unread):
     """`wanted` bytes of the file from `offset`, padded where it shrank while it was read: neither the
-    stream nor the tail's place in the frame can shift."""
+    stream nor the tail's place in the frame can shift. A read that failed sets `unread`."""
     left = wanted
     if handle is not None and left:
         try:
             handle.seek(offset)
         except OSError:
             left = wanted
+            unread[0] = True
         else:
             while left > 0:
                 try:
                     block = handle.read(min(left, 1 << 20))
                 except OSError:
                     block = b""
+                    unread[0] = True
                 if not block:
                     break
                 OUT.write(block)
