@@ -29,11 +29,18 @@ def runner_command(python: str, version: str = "", code: bytes = b"") -> tuple[s
     runner as the probe's python3 compiled it, of sys.version `version`), a python3
     of that very version loads it (no compiling: a quarter of the node's CPU per
     cell); any other compiles the source, which is sent beside it."""
+    # a runner cut short says so in words the farm knows (stdin_gate.stdin_hint): a login's reader of
+    # stdin took it (review 128: an empty read compiled to nothing, or marshal's bare EOFError)
+    cut = "sys.exit('farm-runner: stdin ended early')"
     if not code:
-        boot = f"import sys; exec(compile(sys.stdin.buffer.read({len(RUNNER_SOURCE)}), 'farm-runner', 'exec'))"
+        boot = (
+            f"import sys; s = sys.stdin.buffer.read({len(RUNNER_SOURCE)}); "
+            f"exec(compile(s, 'farm-runner', 'exec')) if len(s) == {len(RUNNER_SOURCE)} else {cut}"
+        )
         return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", RUNNER_SOURCE
     boot = (
         f"import sys, marshal; r = sys.stdin.buffer.read; c = r({len(code)}); s = r({len(RUNNER_SOURCE)}); "
+        f"{cut} if len(c) + len(s) != {len(code) + len(RUNNER_SOURCE)} else "
         f"exec(marshal.loads(c) if sys.version == {version!r} else compile(s, 'farm-runner', 'exec'))"
     )
     return f"{shlex.quote(python)} -I -S -c {shlex.quote(boot)}", code + RUNNER_SOURCE

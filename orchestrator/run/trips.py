@@ -38,6 +38,7 @@ from orchestrator.run.stage_trip import Fetched, Trip, last_match
 from orchestrator.run.together_script import together_script
 from orchestrator.transport import CommandResult, Transport
 from orchestrator.transport.base import Deadline
+from orchestrator.transport.stdin_gate import stdin_hint
 
 # a cell's stages by outcomes.CELL_STAGES' names (a stage added there is read here too); a round trip of
 # several holds build, inspect and run (pipeline.py), sanitize one of its own, which the pattern allows
@@ -177,7 +178,7 @@ class CellTrips:
         if missing:
             raise InfraError(
                 f"node {self.t.name!r}: the stage's script ended before sending back its {', '.join(missing)} "
-                f"({outcome.stderr.strip()[-300:]!r})"
+                + stdin_hint(f"({outcome.stderr.strip()[-300:]!r})")
             )
 
     def _go(self, stage: str, plan: Callable[[], Trip]) -> tuple[Trip, CommandResult, str]:
@@ -252,7 +253,9 @@ class CellTrips:
         if error is None and said is None:
             error = InfraError(
                 f"node {self.t.name!r}: the cell's command never said which stages it ran "
-                f"(killed, by the kernel or the node): no evidence from it ({outcome.stderr.strip()[-200:]!r})"
+                + stdin_hint(
+                    f"(killed, by the kernel or the node): no evidence from it ({outcome.stderr.strip()[-200:]!r})"
+                )
             )
             error.retryable = False
         ran = said.group(1).split() if said is not None and error is None else []

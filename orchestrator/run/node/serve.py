@@ -18,7 +18,10 @@ from orchestrator.run.node.stages import LOGIN_ENV, login_env
 
 def main():
     non_dumpable()  # as the resident runner: its memory holds the cell's frame token, its fd 1 the stream
-    plan = marshal.loads(sys.stdin.buffer.read())
+    given = sys.stdin.buffer.read()
+    if not given:  # the words the farm knows (stdin_gate.stdin_hint): a login's reader took the plan
+        raise SystemExit("farm-runner: stdin ended early")
+    plan = marshal.loads(given)
     with open(os.devnull, "rb") as nothing:  # a local transport's stdin is a file /proc/PID/fd/0 would re-read
         os.dup2(nothing.fileno(), 0)
     run_plan(plan)
