@@ -8,7 +8,7 @@ import time
 
 from orchestrator.run.node.kernel_commands import STARTED_NOTE, KernelCommands
 from orchestrator.run.node.serve import write_all
-from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code, libc
+from orchestrator.run.node.spawn import DEFAULTS, SPAWN_ERRORS, SYS_RESTRICT, exit_code, libc, ticked
 from orchestrator.run.node.trampoline import TRAMPOLINE
 
 MAX_REQUESTS = 900  # connections held open at once; more are closed unanswered (and noted)
@@ -66,11 +66,12 @@ class KernelFiles(KernelCommands):
         python = sys.executable or "python3"
         return f"farm_py={_q(python)}; farm_tr={_q(TRAMPOLINE)}; farm_sock={self.name}; "
 
-    def wait(self, pid, seconds):
-        """wait_for(), answering requests and reaping the kernels meanwhile."""
+    def wait(self, pid, seconds, tick=None):
+        """wait_for(), answering requests and reaping the kernels meanwhile (and TICK's call, as it says)."""
         import select
 
         deadline = time.monotonic() + seconds
+        due = float("inf") if tick is None else time.monotonic() + tick[0]
         self.shell = pid
         pidfd = None
         try:  # noqa: SIM105 - contextlib is an import the runner does without
@@ -91,11 +92,12 @@ class KernelFiles(KernelCommands):
                     self.reap()
                     return exit_code(status)
                 self.reap()
+                due = ticked(tick, due)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 polled = pidfd is not None and all(k[1] is not None for k in self.kernels.values())
-                pause = left if polled else min(left, 0.02)
+                pause = min(left if polled else min(left, 0.02), max(due - time.monotonic(), 0))
                 for fd, _ in poller.poll(int(pause * 1000) + 1):
                     if fd == self.listener.fileno():
                         self.accept()

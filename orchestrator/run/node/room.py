@@ -5,8 +5,8 @@ A disk another job fills during a build and frees before the farm's look (stages
 toolchain, and the cell was stored as the kernel's `build-fail` (red-team round 262). The log's
 words are the kernel's to write, so they decide nothing; this watch samples the free space and
 inodes of the build folder's file system and of the login's temporary folder while the build runs
-(and once as it ends) and says their lowest on the stage's own channel, as the shell runner's
-stages/room.py fragment does.
+(from the runner's own wait, and once as it ends) and says their lowest on the stage's own
+channel, as the shell runner's stages/room.py fragment does.
 """
 
 import os
@@ -25,15 +25,15 @@ def room_of(folder):
 
 
 class RoomWatch:
-    """Samples FOLDERS' room in a thread of its own from `with` to its end; `say` prints the lowest."""
+    """FOLDERS' room, looked at as `with` starts, every ROOM_EVERY seconds of the build (its
+    `tick`, called from the runner's own wait: spawn.wait_for) and as it ends; `say` prints the
+    lowest. No thread of its own: a thread takes a pid, and on a node out of processes the
+    build's own `sh` failed to fork in its compiler's place, its words lost (red-team round 266)."""
 
     def __init__(self, folders):
         self.folders = folders
         self.low = [None] * len(folders)
-        import threading  # here, not at the top: every runner's start would load it (spawn.py says why)
-
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.tick = (ROOM_EVERY, self._look)  # what guarded() takes
 
     def _look(self):
         for index, folder in enumerate(self.folders):
@@ -47,22 +47,11 @@ class RoomWatch:
             files = got[1] if low[1] is None else low[1] if got[1] is None else min(low[1], got[1])
             self.low[index] = (min(low[0], got[0]), files)
 
-    def _loop(self):
-        while not self._done.wait(ROOM_EVERY):
-            self._look()
-
     def __enter__(self):
         self._look()
-        try:
-            self._thread.start()
-        except RuntimeError:  # a node out of processes (its pids limit) starts no thread: the build's own
-            self._thread = None  # fork fails next and says so; the looks before and after still count
         return self
 
     def __exit__(self, *_):
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
         self._look()  # as it ended: a fill its last sample missed may still be there
 
     def say(self, out):

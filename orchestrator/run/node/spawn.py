@@ -232,21 +232,39 @@ def exit_code(status):
     return os.WEXITSTATUS(status)
 
 
-def wait_for(pid, seconds, served=None):
+def ticked(tick, due):
+    """TICK's call made where its time DUE (the monotonic clock's) has come; when it is due next
+    (never, where there is no TICK). TICK: (seconds, call), as wait_for takes it."""
+    if tick is None:
+        return float("inf")
+    now = time.monotonic()
+    if now < due:
+        return due
+    tick[1]()
+    return now + tick[0]
+
+
+def wait_for(pid, seconds, served=None, tick=None):
     """The child's $? once it ends within `seconds`, else None (it runs on).
     SIGCHLD is blocked in the runner: sigtimedwait sleeps until a child ends.
-    With SERVED (KernelFiles), its requests are answered meanwhile."""
+    With SERVED (KernelFiles), its requests are answered meanwhile. TICK: (seconds, call),
+    call() made every that many seconds meanwhile, from this wait: a thread of its own (the
+    build's room watch, room.py) took a pid of a node out of processes, and the build's own
+    `sh` then failed to fork in the compiler's place (red-team round 266)."""
     if served is not None:
-        return served.wait(pid, seconds)
+        return served.wait(pid, seconds, tick)
     deadline = time.monotonic() + seconds
+    due = float("inf") if tick is None else time.monotonic() + tick[0]
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return exit_code(status)
-        left = deadline - time.monotonic()
+        due = ticked(tick, due)
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             return None
-        _signal.sigtimedwait([_signal.SIGCHLD], min(left, 1.0))
+        _signal.sigtimedwait([_signal.SIGCHLD], max(min(left, 1.0, due - now), 0))
 
 
 def _above(fd, lowest=10):
@@ -257,11 +275,12 @@ def _above(fd, lowest=10):
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
 
 
-def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), served=None):
+def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), served=None, tick=None):
     """`timeout -k GRACE LIMIT sh -c COMMAND`, then a KILL to what is left of its
     process group, and the wait until that ended; returns what $rc would hold. RULES: a Landlock ruleset to start it in;
     EXTRA: (target, fd) pairs it gets besides its stdout and stderr; SERVED: the
-    KernelFiles its kernel commands ask to be started, answered while it runs."""
+    KernelFiles its kernel commands ask to be started, answered while it runs; TICK: (seconds,
+    call), call() made that often while it runs (wait_for)."""
     copies = []
     if served is not None:
         command = served.prelude() + command
@@ -281,14 +300,14 @@ def guarded(command, limit, cwd, stdout, stderr, env, rules=None, extra=(), serv
                 os.close(fd)
     if pid is None:  # the node, not the command: no verdict (the stage ends with status 1)
         raise RuntimeError("cannot start sh -c: " + "; ".join(SPAWN_ERRORS[-1:]))
-    code = wait_for(pid, limit, served)
+    code = wait_for(pid, limit, served, tick)
     if code is None:
         kill_group(pid, _signal.SIGTERM)
         kill_group(pid, _signal.SIGCONT)  # a stopped process of the group gets its TERM too
-        code = 124 if wait_for(pid, KILL_GRACE) is not None else None
+        code = 124 if wait_for(pid, KILL_GRACE, tick=tick) is not None else None
         if code is None:
             kill_group(pid, _signal.SIGKILL)
-            wait_for(pid, KILL_GRACE)  # one stuck in the kernel (a hung driver call) is not waited for
+            wait_for(pid, KILL_GRACE, tick=tick)  # one stuck in the kernel (a hung driver call) is not waited for
             code = 137
     # what is left of its group, waited for until it ended (ended.py): the cell's end, and the GPU's
     # lock let go after it, come after theirs

@@ -104,9 +104,8 @@ def build_holding_lock(out, spec, env, ahead):
     else:
         try:
             with log, watch_room:
-                code = guarded(
-                    spec["command"], spec["limit"], bdir, log.fileno(), log.fileno(), reads_env(env, bdir), fd
-                )
+                command, limit, build_env = spec["command"], spec["limit"], reads_env(env, bdir)
+                code = guarded(command, limit, bdir, log.fileno(), log.fileno(), build_env, fd, tick=watch_room.tick)
         finally:
             if fd is not None:
                 os.close(fd)
