@@ -89,3 +89,19 @@ def test_a_build_given_exactly_its_processes_builds(tmp_path: Path, pids_group: 
     log = tmp_path / "builds" / "n" / "k-v-key" / "build.log"
     assert "@@farm rc=0" in said, (said, errors, log.read_text() if log.exists() else "")
     assert copy.read_text() == "built\n"
+
+
+def test_a_build_whose_confining_thread_cannot_start_says_the_node_is_out_of_processes(
+    tmp_path: Path, pids_group: Path
+) -> None:
+    """pids.max 1: the runner alone. The build is started, confined (Landlock), from a thread of its
+    own (spawn.spawn_confined), which cannot start. Before: RuntimeError("can't start new thread") raised
+    out of the stage (the runner's own fault, not said as the node's pids): the stage's words named no
+    process limit. Figure: the stage's error is the runner's "cannot start sh -c: ..." that
+    node_limits.spawn_failed reads as out of processes."""
+    from orchestrator.run.node_limits import forkless
+
+    said, errors, copy = _build(tmp_path, "echo built > kern", str(pids_group), "1")
+    assert not copy.exists(), (said, errors)
+    assert "can't start new thread" in said + errors, (said, errors)
+    assert forkless(said + errors), (said, errors)

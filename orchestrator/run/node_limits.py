@@ -52,7 +52,9 @@ _FORK_FAILED = re.compile(
 # spawn.py's SPAWN_ERRORS for a posix_spawn or fork that failed with EAGAIN, "ARGV0: BlockingIOError(11,
 # 'Resource temporarily unavailable')", as the runner tells a stage's error (in a repr: \' maybe)
 _SPAWN_EAGAIN = re.compile(
-    r"cannot start [^:\n]*: ([\w.+/-]+: (?:BlockingIOError|OSError)\(11, \\?'Resource temporarily unavailable\\?'\))"
+    r"cannot start [^:\n]*: ([\w.+/-]+: (?:(?:BlockingIOError|OSError)\(11, \\?'Resource temporarily unavailable\\?'\)"
+    # the thread that confines a build or run (spawn_confined) could not start: pthread_create's EAGAIN
+    r"|RuntimeError\(\"can\\?'t start new thread\"\)))"
 )
 
 # dash's, in the stderr of the farm's own script, where two of its shells failing at once interleave

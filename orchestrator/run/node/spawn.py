@@ -220,7 +220,11 @@ def spawn_confined(argv, cwd, env, fds, rules, extra=(), before=None):
         finally:
             done.release()
 
-    _thread.start_new_thread(confined, ())
+    try:
+        _thread.start_new_thread(confined, ())
+    except RuntimeError as err:  # "can't start new thread": a node out of processes (its pids limit)
+        SPAWN_ERRORS.append(argv[0] + ": " + repr(err))
+        return None
     done.acquire()  # the thread's last step: it confined nothing but itself and its child
     return started[0] if started else None
 
