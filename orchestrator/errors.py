@@ -23,6 +23,7 @@
         ├── StagingFailed          the node could not take a bundle (run/staging.py: disk full, permissions)
         ├── InputsChanged          a file saved on the farm's machine since the load (run/bundle.py; never retried)
         ├── CommandTimeout         a command outlived its channel timeout
+        ├── NotReadBack            a file of the cell's the node has but could not read back (not_read_back)
         └── SlurmJobError          Slurm ended the job or never started it (transport/slurm_jobs.py)
             ├── SlurmRejected      refused at submission (never retried)
             ├── SlurmPendingLimit  waited past the node's pending_limit (never retried)
@@ -176,3 +177,18 @@ class NodeUnusable(InfraError):
 
 class CommandTimeout(InfraError):
     unreachable = True  # every command runs under a remote timeout: outliving it means the peer is gone
+
+
+class NotReadBack(InfraError):
+    """A file of the cell's that the node has but could not read back: its mode, a folder above it without
+    its search bit (another cell's kernel's `chmod 000 cells`), a read that failed. Nothing read is no empty
+    file: a disassembly of no instructions, a run that printed no marker (review 265, red-team 268)."""
+
+
+def not_read_back(node: str, names: list[str]) -> NotReadBack:
+    """The error, in one wording for the framed files (frames.FrameReader.finish) and the streamed ones
+    (Transport.stream, Slurm's read-back: file_ends.read_back names the file's tag)."""
+    return NotReadBack(
+        f"node {node!r}: the node could not read back the cell's {', '.join(names)} (the file, "
+        "or a folder of the farm's above it, unreadable there): no evidence from it"
+    )

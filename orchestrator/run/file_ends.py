@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.errors import InfraError
+from orchestrator.errors import InfraError, NotReadBack, not_read_back
 from orchestrator.run.frames import SIZE_DIGITS, FrameReader, emit, new_token
 from orchestrator.run.streams import elision
 from orchestrator.transport import Transport
@@ -76,13 +76,17 @@ def with_framed(script: str, files: Files, ends: Sequence[str]) -> tuple[str, st
 def read_back(t: Transport, token: str, files: Files, ends: Sequence[str]) -> None:
     """Slurm: each file, in a round trip of its own; an `ends` one as its framed copy, read by length.
     Each is read as frames.emit reads it on the node (Transport.stream): a regular file only, never
-    through a link nor from a FIFO, and no more than is kept."""
+    through a link nor from a FIFO, and no more than is kept; one there but unreadable is no empty
+    file (NotReadBack: a kernel's stdout unread had read as "no pass marker", red-team 268)."""
     for tag, path, limit, sink in files:
         got = 0
         if tag not in ends:
-            for chunk in t.stream(path, limit):
-                sink(chunk[: max(limit - got, 0)])
-                got += len(chunk)
+            try:
+                for chunk in t.stream(path, limit):
+                    sink(chunk[: max(limit - got, 0)])
+                    got += len(chunk)
+            except NotReadBack as err:  # named as the streaming runners' frames name it (frames.py)
+                raise not_read_back(t.name, [tag]) from err
             continue
         reader = FrameReader(token, {tag: sink}, t.name)
         bound = SIZE_DIGITS + limit + SLACK  # a copy grown past its frame is cut: finish() says so

@@ -25,7 +25,7 @@ import secrets
 import shlex
 from collections.abc import Callable, Sequence
 
-from orchestrator.errors import InfraError
+from orchestrator.errors import InfraError, not_read_back
 
 CONTROL_LIMIT = 1 << 20  # bytes of control text kept: the farm's own lines, never this much
 SIZE_DIGITS = 20  # an `ends` frame's first bytes: the file's whole size, in decimal (2**63 fits)
@@ -232,8 +232,5 @@ class FrameReader:
         if self.unread:
             # nothing read is not an empty file: a disassembly of no instructions, a run that printed
             # no marker (another cell's kernel took the bits of a folder of the farm's while it was read)
-            raise InfraError(
-                f"node {self.node!r}: the node could not read back the cell's {', '.join(self.unread)} (the file, "
-                "or a folder of the farm's above it, unreadable there): no evidence from it"
-            )
+            raise not_read_back(self.node, self.unread)
         return self._control.decode("utf-8", "replace")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from orchestrator.errors import CommandTimeout, NodeUnusable, SessionLost
+from orchestrator.errors import CommandTimeout, NodeUnusable, SessionLost, not_read_back
 from orchestrator.transport.base import CommandResult, Deadline, Process, Transport
 from orchestrator.transport.farm_private import keep_private
 from orchestrator.transport.local_env import node_environment
@@ -215,16 +215,23 @@ class LocalTransport(Transport):
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(self._path(remote), flags)
-        except (FileNotFoundError, NotADirectoryError):
-            return
         except OSError as err:
-            if err.errno == errno.ELOOP:  # a link
+            if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # missing, or a link: empty
                 return
-            raise
+            # its mode, a folder above it without its search bit (another cell's kernel's `chmod 000
+            # cells`): no empty file, as node/stage_flow.frame says (a bare PermissionError had been
+            # the farm's internal error; red-team 268)
+            raise not_read_back(self.name, [remote]) from err
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a folder: nothing of it is read
             os.close(fd)
             return
         with open(fd, "rb") as handle:
-            while limit > 0 and (block := handle.read(min(chunk, limit))):
+            while limit > 0:
+                try:
+                    block = handle.read(min(chunk, limit))
+                except OSError as err:
+                    raise not_read_back(self.name, [remote]) from err
+                if not block:
+                    break
                 limit -= len(block)
                 yield block

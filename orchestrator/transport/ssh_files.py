@@ -10,12 +10,19 @@ from pathlib import Path
 import paramiko
 from fabric import Connection
 
-from orchestrator.errors import InfraError
+from orchestrator.errors import InfraError, not_read_back
 from orchestrator.transport.login_shell import portable
 from orchestrator.transport.ssh_liveness import Transfer
 
 # Seconds a streamed file may stall before the read is given up (infra-error).
 STREAM_IDLE = 60.0
+UNREAD = "@@farm-unread"  # on stderr, exit 3: the streamed file is there but could not be read
+
+
+def _folders_above(path: str) -> list[str]:
+    """The folders above PATH (as frames.emit looks at them): one without its search bit hides the file."""
+    parts = path.split("/")[:-1]
+    return [folder for i in range(len(parts)) if (folder := "/".join(parts[: i + 1]))]
 
 
 class SftpFiles:
@@ -76,7 +83,15 @@ class SftpFiles:
         # a link, as frames.emit reads: `cat` sent a link's target (a kernel's stdout made a link to
         # ~/.ssh/id_ed25519) and blocked on a FIFO put in a file's place
         q = shlex.quote(remote)
-        read = f"if [ -f {q} ] && [ ! -L {q} ]; then head -c {int(limit)} -- {q}; fi"
+        # one that is there but cannot be read (its mode, a folder above it without its search bit:
+        # `[ -f ]` fails as for a missing one) says so, as frames.emit does: read as empty, a kernel's
+        # stdout was "no pass marker", the kernel blamed (red-team 268)
+        above = " ".join(shlex.quote(a) for a in _folders_above(remote))
+        read = (
+            f"u=0; if [ -f {q} ] && [ ! -L {q} ]; then o=1; {{ o=0; head -c {int(limit)} <&4 || u=1; }} 4< {q} "
+            f"2>/dev/null; [ $o -eq 0 ] || u=1; elif [ ! -e {q} ] && [ ! -L {q} ]; then for a in {above}; do "
+            f'[ -d "$a" ] && [ ! -x "$a" ] && u=1; done; fi; [ $u -eq 0 ] || {{ echo {UNREAD} >&2; exit 3; }}'
+        )
         try:
             channel = self._session()
             channel.settimeout(STREAM_IDLE)
@@ -88,5 +103,7 @@ class SftpFiles:
             channel.close()
         except (paramiko.SSHException, OSError, EOFError, AttributeError) as err:
             raise InfraError(f"node {self.name!r}: reading {remote} failed ({type(err).__name__}: {err})") from err
+        if status == 3 and error.splitlines()[-1:] == [UNREAD]:
+            raise not_read_back(self.name, [remote])
         if status != 0 and "No such file" not in error:
             raise InfraError(f"node {self.name!r}: reading {remote} failed (cat exited {status}: {error[-200:]})")
