@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from typing import TextIO
 
@@ -23,7 +24,7 @@ from orchestrator.outcomes import CELL_STAGES, RAN_AS_EXPECTED, Outcome, is_as_e
 from orchestrator.plan import Cell
 from orchestrator.run.cell import CellResult
 from orchestrator.run.snapshot import NodeSnapshot
-from orchestrator.run.summary import RunSummary
+from orchestrator.run.summary import RunSummary, counts_text
 from orchestrator.terminal import card_text, printable
 
 
@@ -104,11 +105,18 @@ NAMED = 20  # cells a --quiet not-run line names; the rest are counted
 class PlainListener:
     """Timestamped lines, safe to interleave from worker threads."""
 
-    def __init__(self, stream: TextIO | Guarded | None = None, quiet: bool = False, verdict: bool = False) -> None:
+    def __init__(
+        self,
+        stream: TextIO | Guarded | None = None,
+        quiet: bool = False,
+        verdict: bool = False,
+        steps: Callable[[RunSummary], list[str]] | None = None,
+    ) -> None:
         stream = stream or sys.stdout
         self.stream = stream if isinstance(stream, Guarded) else Guarded(stream)
         self.quiet = quiet  # the cron mail: only why nodes could not be used, each cause once
         self.verdict = verdict  # end with the run's verdict line (for a log file)
+        self.steps = steps  # the run's next steps (summary.NextSteps), before its verdict line
         self._lock = threading.Lock()
         self._causes: set[tuple[str, str]] = set()
         self._not_run: dict[tuple[str, str], list[str]] = {}  # (node, why) -> its not-run cells' labels
@@ -148,11 +156,13 @@ class PlainListener:
         for (node, why), labels in self._not_run.items():
             named = ", ".join(labels[:NAMED]) + (f" and {len(labels) - NAMED} more" if len(labels) > NAMED else "")
             self._line(f"node {node}: not-run: {len(labels)} cell{'s' * (len(labels) != 1)} ({named}): {why}")
+        for line in self.steps(summary) if self.steps is not None else []:
+            self._line(line)
         if self.verdict:
             note = certify_nothing_counts(summary.results, "on stand-in cards")
             self._line(
                 f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-                f"{summary.infra} infra; exit {summary.exit_code}{note}"
+                f"{counts_text(summary)}; exit {summary.exit_code}{note}"
             )
 
 

@@ -118,7 +118,7 @@ def _result(kernel: str, variant: str, node: str, outcome: Outcome) -> tuple[obj
 def test_a_rerun_of_a_nodes_few_failed_cells_names_them_and_says_what_else_it_runs() -> None:
     """Figure: where a node lost some of its cells, the rerun names their kernel:variants (not the whole
     selection) on the nodes that lost them, and counts the cells with a verdict that it runs again too;
-    a stopped run, and one with no infra cell, get no such line."""
+    one with no infra cell gets no such line, a stopped run one of its infra-error cells alone (review 267)."""
     from orchestrator.run.summary import rerun_line  # imported here: before the fix it did not exist
 
     results = [
@@ -135,6 +135,7 @@ def test_a_rerun_of_a_nodes_few_failed_cells_names_them_and_says_what_else_it_ru
         "to rerun just them (and 2 cells of theirs that had a verdict): "
         "farm verify k:x k:y --node a --node b --config /f/farm.yaml"
     ), line
-    summary.stopped = "SIGTERM"
-    assert rerun_line(summary, ["k"], False, Path("/f/farm.yaml")) is None
+    summary.stopped = "SIGTERM"  # a stopped run's line names the nodes' infra-error alone (review 267)
+    stopped = rerun_line(summary, ["k"], False, Path("/f/farm.yaml"))
+    assert stopped is not None and "1 cell could not run on node a (1 infra-error;" in stopped, stopped
     assert rerun_line(RunSummary(run_id=8, results=results[1:2]), [], True, Path("f.yaml")) is None  # type: ignore[arg-type]

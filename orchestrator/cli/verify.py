@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import shlex
 import sys
 import threading
 from pathlib import Path
@@ -14,8 +13,8 @@ import click
 
 from orchestrator.errors import EXIT_INFRA, ConfigError, FarmError, StoreError
 from orchestrator.guarded import aside
-from orchestrator.outcomes import STAGES, Outcome, is_as_expected
-from orchestrator.run.summary import NullListener, RunSummary, rerun_line
+from orchestrator.outcomes import STAGES, is_as_expected
+from orchestrator.run.summary import NextSteps, NullListener, RunSummary, counts_text
 from orchestrator.terminal import card_text, printable
 
 if TYPE_CHECKING:  # the pipeline's modules are imported by the commands that use them: `farm --help` needs none
@@ -46,18 +45,13 @@ def verdict_line(summary: RunSummary) -> str:
     # "as expected" on stand-in cards alone read as a green night in CI (a red-team finding); so did
     # passes that ran unconfined on the farm's own machine (review 141)
     note = certify_nothing_counts(summary.results, "on cards the NVIDIA driver did not confirm (stand-in)")
-    counts = f"{summary.infra} infra"
     meaning = EXIT_MEANING[summary.exit_code]
-    if summary.stopped:
-        # a stopped run's not-run cells are the stop's, not the nodes': its last line had read "3 infra;
-        # exit 4 (every verdict as expected, but some cells could not run (infra))" (review 253)
-        not_run = summary.outcomes.get(Outcome.NOT_RUN.value, 0)
-        counts = f"{summary.infra - not_run} infra, {not_run} not-run (stopped by {summary.stopped})"
-        if summary.exit_code == EXIT_INFRA:
-            meaning = f"the run did not finish: stopped by {summary.stopped}; not green"
+    if summary.stopped and summary.exit_code == EXIT_INFRA:
+        # a stopped run's exit 4 had read "every verdict as expected, but some cells could not run (infra)" (review 253)
+        meaning = f"the run did not finish: stopped by {summary.stopped}; not green"
     return (
         f"run {summary.run_id}: {summary.as_expected} as expected, {summary.unexpected} not, "
-        f"{counts}; exit {summary.exit_code} ({meaning}){note}"
+        f"{counts_text(summary)}; exit {summary.exit_code} ({meaning}){note}"
     )
 
 
@@ -215,6 +209,9 @@ def verify(
                 say(f"run {run_id}: killed {count} process{'es' * (count != 1)} it left on {node}")
             listeners: list = []
             same_site = same_database(farm.database_url, farm.configured_database_url)
+            # the commands the run's end names: the run's database where not farm.yaml's, and farm.yaml by a
+            # path that holds wherever cron started the run (review 267)
+            steps = NextSteps(selectors, all_, nodes, config_path.absolute(), None if same_site else farm.database_url)
             own_site = not no_report and same_site
             early = _RenderAtStart(store, farm) if own_site else None
             if early is not None:
@@ -230,7 +227,7 @@ def verify(
             if log_file is not None:
                 log = Guarded(open_log(log_file))  # its lines out before it closes, or given up (guarded.py)
                 stack.callback(log.close)
-                listeners.append(PlainListener(stream=log, verdict=True))
+                listeners.append(PlainListener(stream=log, verdict=True, steps=steps))
             selection = " ".join(["--all"] if all_ else selectors) + "".join(f" --node {n}" for n in nodes)
             run = FarmRun(farm, store, listener=Listeners(listeners), trigger=trigger)
             store.outage.stopped = lambda: run.stopping  # a SIGTERM ends the wait for a server gone
@@ -270,14 +267,7 @@ def verify(
                     f"\nwall {summary.wall_seconds:.1f} s; summed over cells: {stages}; "
                     f"{summary.bytes_shipped} bytes shipped"
                 )
-            if summary.stopped:
-                # the operator's next step, named: "not-run" alone left the night's cells without a verdict (review 127)
-                again = shlex.join(["farm", "verify", *selection.split(), "--config", str(config_path)])
-                say(
-                    f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run; "
-                    f"for their verdicts run it again: {again}"
-                )
-            elif line := rerun_line(summary, selectors, all_, config_path):  # the lost nodes and their rerun
+            for line in steps(summary):  # a stop's rerun (review 127), the lost nodes' (review 264)
                 say(line)
             say(verdict_line(summary))
             # the run's end is committed: older finished runs' journals beyond journal_keep can go

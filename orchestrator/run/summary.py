@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.errors import EXIT_INFRA, EXIT_INTERNAL, EXIT_OK, EXIT_UNEXPECTED
-from orchestrator.outcomes import is_as_expected, is_infra
+from orchestrator.outcomes import INFRA, Outcome, is_as_expected, is_infra
+from orchestrator.store.url_secrets import redact_url
 
 if TYPE_CHECKING:  # annotations only: the command line imports this before any of the pipeline (`farm --help`)
     from pathlib import Path
@@ -70,12 +71,43 @@ class RunSummary:
         return EXIT_OK
 
 
-def rerun_line(summary: RunSummary, selectors: Sequence[str], all_: bool, config: Path) -> str | None:
-    """A run that finished with cells that could not run (a node lost, unreachable): the nodes and the command
+def counts_text(summary: RunSummary) -> str:
+    """The cells with no verdict as a run's last line counts them (the terminal's, --log's): "N infra" (a
+    node's infra-error), and beside it "M not-run" where cells were not run. Not-run had been counted as
+    infra unless the run was stopped, and --log's line said "3 infra" of a stop's cells (review 267),
+    where history.html and the JSON summary tell the two apart (reviews 259, 264)."""
+    not_run = summary.outcomes.get(Outcome.NOT_RUN.value, 0)
+    if summary.stopped:  # a stopped run's not-run cells are the stop's, not the nodes' (review 253)
+        return f"{summary.infra - not_run} infra, {not_run} not-run (stopped by {summary.stopped})"
+    return f"{summary.infra - not_run} infra, {not_run} not-run" if not_run else f"{summary.infra} infra"
+
+
+def verify_command(chosen: Sequence[str], nodes: Sequence[str], config: Path, database: str | None) -> str:
+    """`farm verify` of those selectors on those nodes, with the run's --config and, where the run's
+    database was not farm.yaml's, that database: without it the rerun stored its verdicts in farm.yaml's
+    database, the night's run in another (review 267). A password in it is *** (never printed)."""
+    words = ["farm", "verify", *chosen, *[a for n in nodes for a in ("--node", n)], "--config", str(config)]
+    return shlex.join(words + (["--database", redact_url(database)] if database is not None else []))
+
+
+def _masked(database: str | None) -> str:
+    """Where verify_command masked the database's password: the command, as printed, needs it back."""
+    if database is None or redact_url(database) == database:
+        return ""
+    return " (with the database's password where *** stands: it is not printed)"
+
+
+def rerun_line(
+    summary: RunSummary, selectors: Sequence[str], all_: bool, config: Path, database: str | None = None
+) -> str | None:
+    """A run that ended with cells that could not run (a node lost, unreachable): the nodes and the command
     that reruns just their cells. Its last line had said "some cells could not run (infra)" and named the
-    node only in each cell's reason, the rerun left to the operator to work out (review 264)."""
-    failed = [(c, r) for c, r, _id in summary.results if r.verdict is not None and is_infra(r.verdict.outcome)]
-    if summary.stopped or not failed:  # a stopped run's line names its own next step (review 253)
+    node only in each cell's reason, the rerun left to the operator to work out (review 264). A stopped
+    run's not-run cells are the stop's (stop_line reruns them): its line names the nodes' infra-error
+    cells alone, which had gone unsaid under the stop's line (review 267)."""
+    lost = (Outcome.INFRA_ERROR.value,) if summary.stopped else tuple(o.value for o in INFRA)
+    failed = [(c, r) for c, r, _id in summary.results if r.verdict is not None and r.verdict.outcome in lost]
+    if not failed:
         return None
     nodes = sorted({cell.node for cell, _ in failed})
     kinds = Counter(result.verdict.outcome.value for _, result in failed if result.verdict is not None)
@@ -84,13 +116,46 @@ def rerun_line(summary: RunSummary, selectors: Sequence[str], all_: bool, config
     whole = len(on_nodes) == len(failed)
     picked = list(dict.fromkeys(f"{c.kernel}:{c.variant}" for c, _ in failed))
     chosen = (["--all"] if all_ else list(selectors)) if whole else picked
-    again = shlex.join(["farm", "verify", *chosen, *[a for n in nodes for a in ("--node", n)], "--config", str(config)])
+    again = verify_command(chosen, nodes, config, database)
     # a kernel:variant failed on one node and passed on another is run again on both: said, not hidden
-    extra = 0 if whole else sum(1 for c, _ in on_nodes if f"{c.kernel}:{c.variant}" in picked) - len(failed)
-    also = f" (and {extra} cell{'s' * (extra != 1)} of theirs that had a verdict)" if extra else ""
+    extra = sum(
+        1
+        for c, r in on_nodes
+        if f"{c.kernel}:{c.variant}" in picked and r.verdict is not None and not is_infra(r.verdict.outcome)
+    )
+    also = f" (and {extra} cell{'s' * (extra != 1)} of theirs that had a verdict)" if extra and not whole else ""
     said = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
     return (
         f"run {summary.run_id}: {len(failed)} cell{'s' * (len(failed) != 1)} could not run on "
         f"node{'s' * (len(nodes) != 1)} {', '.join(nodes)} ({said}; `farm show ID` says why); "
-        f"to rerun just them{also}: {again}"
+        f"to rerun just them{also}{_masked(database)}: {again}"
     )
+
+
+def stop_line(
+    summary: RunSummary, chosen: Sequence[str], nodes: Sequence[str], config: Path, database: str | None
+) -> str:
+    """A stopped run's next step, named: "not-run" alone left the night's cells without a verdict (review 127)."""
+    again = verify_command(chosen, nodes, config, database)
+    return (
+        f"run {summary.run_id} was stopped by {summary.stopped}: its unfinished cells are not-run; "
+        f"for their verdicts run it again{_masked(database)}: {again}"
+    )
+
+
+@dataclass(frozen=True)
+class NextSteps:
+    """The lines a run's end names its next steps with, before its verdict line, on the terminal and in
+    --log alike: cron's log had the verdict and not the rerun, which went to stdout only (review 267)."""
+
+    selectors: Sequence[str]
+    all_: bool
+    nodes: Sequence[str]  # the run's --node
+    config: Path  # absolute: cron's working folder is not the operator's
+    database: str | None  # the run's database where it was not farm.yaml's, else None
+
+    def __call__(self, summary: RunSummary) -> list[str]:
+        chosen = ["--all"] if self.all_ else list(self.selectors)
+        lines = [stop_line(summary, chosen, self.nodes, self.config, self.database)] if summary.stopped else []
+        lost = rerun_line(summary, self.selectors, self.all_, self.config, self.database)
+        return lines + ([lost] if lost else [])
