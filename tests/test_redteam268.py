@@ -26,17 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, SshNode, install_sanitizer, query, standin_job, standin_variant
+import test_redteam263
+from nodes import Fleet, SshNode, standin_variant
 from slurm import SlurmCluster, running_cluster
 from test_slurm import transport
 
-from orchestrator.config.farm import load_farm
 from orchestrator.config.farm_spec import NodeSpec
 from orchestrator.errors import InfraError
-from orchestrator.plan import plan_cells
 from orchestrator.run.file_ends import read_back
-from orchestrator.run.scheduler import run_cells
-from orchestrator.store.database import Store
 from orchestrator.transport import Transport, transport_for
 
 UID = 54321  # no entry in the password database: not root, owns nothing here (as review 265's)
@@ -62,27 +59,9 @@ esac
 """
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    nodes = Fleet(tmp_path_factory.mktemp("redteam268-fleet"))
-    try:
-        install_sanitizer(nodes.add("t4san", CARDS["t4"], start=False))
-        nodes["t4san"].start()
-        yield nodes
-    finally:
-        nodes.stop()
-
-
-def _run(fleet: Fleet, make_farm, tmp_path: Path, variants: dict, runner: str) -> dict:
-    entry = fleet["t4san"].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)
-    farm = load_farm(make_farm(tmp_path, {"t4san": entry}, [standin_job("standin", variants)]))
-    store = Store(farm.database_url)
-    try:
-        summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
-    finally:
-        store.close()
-    rows = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
-    return {r["variant"]: r for r in rows}
+# red-team 263's sanitizer node (its stand-in compute-sanitizer) and its run of a farm there, by their names
+fleet = test_redteam263.fleet
+_run = test_redteam263._run
 
 
 @pytest.mark.parametrize("runner", ["shell", "auto"])
