@@ -107,6 +107,29 @@ def modes_restored(out, before, mark=None, cell=None):
         _others(out, mark, cell)
 
 
+def own_bits_back(paths):
+    """Give each of PATHS (a cell's own run folder first, then its run files: made by the runner for
+    that run alone) its owner's read and write bits, and a folder its search bit, where the runner's
+    user owns it and it is no link. Landlock handles no chmod: a failing kernel that took them
+    (`fchmod(1, 0)`, `chmod .. 0`) was read back as "the node could not read back the cell's stdout",
+    infra-error, tried again and counted against its node (review 272). Called once the kernel and
+    what it left are gone; run/stages/run.py OWN_BITS_SH is the shell's."""
+    for path in paths:
+        try:  # the very file, by its descriptor: no name swapped between the look and the chmod
+            held = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(held)
+            bits = 0o700 if stat.S_ISDIR(info.st_mode) else 0o600 if stat.S_ISREG(info.st_mode) else 0
+            if bits and info.st_uid == os.geteuid() and info.st_mode & bits != bits:
+                os.chmod(f"/proc/self/fd/{held}", stat.S_IMODE(info.st_mode) | bits)
+        except OSError:
+            pass  # read back as it is: unreadable, the farm says so (frames.emit)
+        finally:
+            os.close(held)
+
+
 def copy_blocked(path):
     """The nearest folder above PATH that is there, and its mode: where a copy that failed stopped
     (`cells/` of mode 000 hides all below it). The shell's COPY_BLOCKED_SH says the same."""

@@ -8,7 +8,7 @@ from orchestrator.run.node.confine import confined_to, dev_writable, own_tmp, ru
 from orchestrator.run.node.drift import drifted, identities, jit_changed, tool_changed, verify
 from orchestrator.run.node.driver_version import say_driver
 from orchestrator.run.node.ended import GROUP_LEFT, undying
-from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, log_mark, modes_restored
+from orchestrator.run.node.farm_folders import copy_blocked, folder_modes, log_mark, modes_restored, own_bits_back
 from orchestrator.run.node.files import files_lost, folder_digest, make_dirs, now, remove, sha_of, take_copy, watch
 from orchestrator.run.node.gpu_lock import take_gpu
 from orchestrator.run.node.imports import say_imports
@@ -276,6 +276,8 @@ def run(out, spec, env, ahead):
         if left is not None:
             out.say(f"@@farm leftover {left}")
         modes_restored(out, modes, mark, ahead["cell"])  # once the kernel and what it left are gone
+        # the cell's own folder and run files readable again, whatever its kernel made of their modes (review 272)
+        own_bits_back([run_dir, *(os.path.join(run_dir, n) for n in ("stdout", "stderr")), *spec["kernel_files"]])
         lost = files_lost(run_dir, spec["kernel_files"], (stdout, stderr, status, other))  # under them, too
         for survivor in undying():  # killed and waited for, yet not ended (ended.py): no verdict
             out.say("@@farm undying " + survivor)

@@ -69,6 +69,17 @@ def _lost_check(paths: tuple[str, ...]) -> str:
     )
 
 
+def own_bits_sh(paths: tuple[str, ...]) -> str:
+    """Shell giving each of PATHS (the cell's own run folder first, then its run files) its owner's read
+    and write bits, a folder its search bit, where the login owns it and it is no link: node/farm_folders.py
+    own_bits_back, the python runners' (a failing kernel that took them was the node's infra-error, review 272)."""
+    each = " ".join(shlex.quote(path) for path in paths)
+    return (
+        f'for farm_f in {each}; do [ -O "$farm_f" ] && [ ! -L "$farm_f" ] && '
+        '{ [ -d "$farm_f" ] || [ -f "$farm_f" ]; } && chmod u+rwX -- "$farm_f" 2>/dev/null; done; '
+    )
+
+
 def run_files_lost(text: str) -> str:
     """The run files the node said were lost (`@@farm files-lost`), read only on the line just before
     the last `@@farm checked` one, which the node prints once the kernel and its leftovers are gone:
@@ -112,6 +123,7 @@ class RunStage(CellStages):
         work = f"{rdir}/work"
         copy = self.paths.private_binary
         files = kernel_files(rdir)
+        own_bits = own_bits_sh((rdir, f"{rdir}/stdout", f"{rdir}/stderr", *files))  # once the kernel is gone
         served = runs_other_programs(self.variant.run)  # the runner starts each kernel command itself
         command = f"ulimit -f {OUTPUT_LIMIT // 512}; " + kernel_run(self.variant.run, copy, served=served)
         gpu = self.result.gpu
@@ -142,7 +154,8 @@ class RunStage(CellStages):
                 f"touch -a -d @0 {q(copy)} && farm_w=1; t0=$({NOW_NS}); "
                 f"{guarded(shell_command, limit, '> ../stdout 2> ../stderr < /dev/null 9>&-', marker)}; "
                 # the clock is read before the leftovers are killed, and printed after: none can follow it
-                f"t1=$({NOW_NS}); {self._reap_cell(start='${farm_gn:-0}')}; {modes_after}{drop_tmp}; {MODULE_NOW_SH}; "
+                f"t1=$({NOW_NS}); {self._reap_cell(start='${farm_gn:-0}')}; {modes_after}{own_bits}{drop_tmp}; "
+                f"{MODULE_NOW_SH}; "
                 'echo "@@farm ns ${q0:-$t0} $t0 $t1"; '
                 f'[ -n "$farm_w" ] && [ "$(stat -c %X {q(copy)})" = 0 ] && echo "@@farm kernel-unread"; '
                 f"{_lost_check((f'{rdir}/stdout', f'{rdir}/stderr', *files))}"
