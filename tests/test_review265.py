@@ -97,9 +97,11 @@ def test_a_dump_behind_a_folder_taken_at_mode_000_is_no_empty_dump(cell: Path, s
 
 @pytest.mark.parametrize("sender", sorted(SENDERS))
 def test_a_file_at_mode_000_is_unread_and_a_missing_one_or_a_link_is_empty(cell: Path, sender: str) -> None:
-    """Before: a dump at mode 000 was an empty frame, as a missing file is. Figure: the dump at mode
-    000 is an infra error naming it alone; a missing log and a link in a file's place stay empty frames."""
+    """Before: a dump at mode 000 was an empty frame, as a missing file is. Figure: a dump at mode 000
+    that is not the login's (root's, here) is an infra error naming it alone; a missing log and a link in a
+    file's place stay empty frames. (One the login owns gets its read bit back and is read: review 274.)"""
     token = new_token()
+    os.chown(cell / "inspect.txt", 0, 0)
     (cell / "inspect.txt").chmod(0)
     (cell / "stdout.txt").symlink_to(cell / "inspect.txt")
     files = [
@@ -113,3 +115,15 @@ def test_a_file_at_mode_000_is_unread_and_a_missing_one_or_a_link_is_empty(cell:
     (cell / "inspect.txt").chmod(0o644)
     got, error = _read(token, SENDERS[sender](token, files, False), ["dump", "log", "stdout"])
     assert error is None and got == {"dump": b"ret\n", "log": b"", "stdout": b""}, (got, error)
+
+
+@pytest.mark.parametrize("sender", sorted(SENDERS))
+def test_a_file_of_the_logins_own_at_mode_000_gets_its_read_bit_back_and_is_read(cell: Path, sender: str) -> None:
+    """Review 274. Before (since 265): a file the login owns at mode 000 (a build's `chmod 0 build.log`)
+    was "could not read back", the node's infra-error, tried three times and counted against the node for
+    the job's own doing. Figure: its owner's read bit back, read whole, no error."""
+    token = new_token()
+    (cell / "inspect.txt").chmod(0)
+    got, error = _read(token, SENDERS[sender](token, [("dump", str(cell / "inspect.txt"))], False), ["dump"])
+    assert error is None and got["dump"] == b"ret\n", (got, error)
+    assert (cell / "inspect.txt").stat().st_mode & 0o400, oct((cell / "inspect.txt").stat().st_mode)

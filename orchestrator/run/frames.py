@@ -52,7 +52,10 @@ def emit(token: str, tag: str, path: str, limit: int, ends: bool = False) -> str
     # helper's: the shell runner hung to the farm's timeout where the python runners read nothing);
     # nor is one opened for its 0 bytes: `head -c 0 FIFO` opens it, and blocks there (round 122)
     above = " ".join(shlex.quote(a) for a in _folders_above(path))
-    size = (
+    # a file of the cell's own its command took the read bit of (a build's `chmod 0 build.log`): its bits
+    # back first, as the run's files get theirs (node/stage_flow.frame; review 272)
+    mine = f"[ -f {q} ] && [ ! -L {q} ] && [ ! -r {q} ] && [ -O {q} ] && chmod u+r -- {q} 2>/dev/null; "
+    size = mine + (
         f"s=0; u=0; if [ -f {q} ] && [ ! -L {q} ]; then s=$(stat -c %s {q} 2>/dev/null) || {{ s=0; u=1; }}; "
         f"elif [ ! -e {q} ] && [ ! -L {q} ]; then for a in {above}; do "
         '[ -d "$a" ] && [ ! -x "$a" ] && u=1; done; fi; '

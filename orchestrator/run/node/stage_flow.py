@@ -6,6 +6,7 @@ import os
 import stat
 import sys
 
+from orchestrator.run.node.farm_folders import own_bits_back
 from orchestrator.run.node.files import OUT, remove
 from orchestrator.run.node.processes import reap
 from orchestrator.run.node.stages import STAGES, Stage
@@ -21,7 +22,14 @@ def frame(token, tag, path, limit, ends=False):
     size = 0
     unread = [False]  # there but not read (frames.emit: `@@farm-frame-unread`, no evidence)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except PermissionError:
+            # a file of the cell's own the login owns, its read bit taken by the command that wrote it
+            # (a build's `chmod 0 build.log`): its bits back, then read, as the run's files are (review 272);
+            # a job's command had made its node's infra-error, three tries counted against the node
+            own_bits_back([path])
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         handle = os.fdopen(fd, "rb")
         info = os.fstat(fd)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
