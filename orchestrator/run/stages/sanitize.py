@@ -112,9 +112,8 @@ class SanitizeStage(CellStages):
         finally:
             self._release()
         self._check_started(text, gpu, wait, trip)
-        undying_error(
-            self.t.name, text, not self._by_runner(trip)
-        )  # a tool's process that outlived its kill may hold the GPU still
+        # a tool's process that outlived its kill may hold the GPU still
+        undying_error(self.t.name, text, not self._by_runner(trip))
         ev = self.result.evidence
         note_folders(ev, "sanitize", text)  # the farm's folders the kernel changed under a tool (work_folder.py)
         # as the lines _check_started reads: the shell script's, its last before its end (red-team 271)
