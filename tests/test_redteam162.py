@@ -214,4 +214,4 @@ def test_a_sanitizer_tools_process_that_would_not_die_is_said_and_makes_the_stag
     with pytest.raises(InfraError, match="would not die: 4242 compute-sanitizer"):
         undying_error("n1", text)
     sanitize_stage = (Path(__file__).parent.parent / "orchestrator/run/stages/sanitize.py").read_text()
-    assert "undying_error(self.t.name, text)" in sanitize_stage
+    assert "undying_error(self.t.name, text, " in sanitize_stage  # its forgeable flag since round 271

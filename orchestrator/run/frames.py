@@ -37,6 +37,22 @@ def new_token() -> str:
     return secrets.token_hex(6)
 
 
+# The shell scripts' token, never in their words: a command's words are its shell's command line
+# (/proc/PID/cmdline), which the kernel, of the same login, reads; it then wrote the rest of its
+# run's frames (a pass marker, `@@farm end 0`, its statuses) and the last `@@farm ran` line into the
+# shell's stdout (/proc/PID/fd/1), and left that shell no descriptor (prlimit), so that it ended
+# before its own: a failing kernel passed (red-team round 271). The token now comes on the command's
+# stdin (token_input), read by the shell itself (`read`, a builtin: in no process's words or
+# environment) before anything of the cell runs, and each frame names the variable it is in.
+READ_TOKEN = "IFS= read -r farm_z; "
+HIDDEN_TOKEN = '"$farm_z"'  # what emit() and together_script() are given: the shell expands it
+
+
+def token_input(token: str) -> bytes:
+    """The stdin of a command starting with READ_TOKEN."""
+    return token.encode() + b"\n"
+
+
 def emit(token: str, tag: str, path: str, limit: int, ends: bool = False) -> str:
     """Shell that prints the first `limit` bytes of `path` as one frame (an
     empty frame for a missing file). `ends`: the file's size as SIZE_DIGITS digits, then

@@ -57,7 +57,10 @@ def together_script(
             parts += [f"go=; {gate}", f'if [ -n "$go" ]; then {section(i + 1)}; fi']
         return "; ".join(parts)
 
-    return f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {swept};; esac; echo "@@farm ran$ran"'
+    # the last line carries the token (frames.READ_TOKEN): one a kernel wrote, naming stages whose frames
+    # never came, before it cut its shell short, made its cell retried to the node's retirement (round 271)
+    said = f"printf '@@farm ran %s%s\\n' {token} \"$ran\""
+    return f'ran=; {section(0)}; case "$ran" in *run*) ;; *) {swept};; esac; {said}'
 
 
 def stage_gate(stage: str, nl: str, dump_path: str, instructions: Mapping[str, int]) -> str:

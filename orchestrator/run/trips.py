@@ -30,7 +30,15 @@ from orchestrator.outcomes import CELL_STAGES
 from orchestrator.run.cell import CellPaths
 from orchestrator.run.commands import runner_command
 from orchestrator.run.file_ends import read_back, with_framed
-from orchestrator.run.frames import CONTROL_LIMIT, FrameReader, emit, new_token
+from orchestrator.run.frames import (
+    CONTROL_LIMIT,
+    HIDDEN_TOKEN,
+    READ_TOKEN,
+    FrameReader,
+    emit,
+    new_token,
+    token_input,
+)
 from orchestrator.run.node_limits import forkless, out_of_processes, unless_forkless
 from orchestrator.run.resident import ResidentRunner
 from orchestrator.run.snapshot import NodeSnapshot
@@ -95,15 +103,15 @@ class CellTrips:
         on_output = self._release if trip.release else None
         if self.t.streams_output:
             token = new_token()
-            sends = [emit(token, tag, path, limit, tag in trip.ends) for tag, path, limit, _ in trip.files]
+            # the shell's frames name the token it read from its stdin (frames.READ_TOKEN), never its words
+            sends = [emit(HIDDEN_TOKEN, tag, path, limit, tag in trip.ends) for tag, path, limit, _ in trip.files]
             tail = [self.paths.remove_run_dir() + " || true"] if trip.clean_up else []
             reader = FrameReader(token, {tag: sink for tag, _, _, sink in trip.files}, self.t.name, on_output)
             if self.python is not None and trip.spec is not None:
                 outcome = self._run_plan(token, [trip], False, trip.timeout, reader.feed)
             else:
-                outcome = self.t.run_streamed(
-                    "; ".join([self._wrap(trip.shell()), *sends, *tail]), timeout=trip.timeout, sink=reader.feed
-                )
+                script = READ_TOKEN + "; ".join([self._wrap(trip.shell()), *sends, *tail])
+                outcome = self.t.run_streamed(script, timeout=trip.timeout, sink=reader.feed, stdin=token_input(token))
             control = reader.finish()
             self._check_files(trip, reader, outcome)
             self.cleaned = self.cleaned or trip.clean_up
@@ -244,12 +252,15 @@ class CellTrips:
                 # the cell's processes are gone before the last line: the run reaps its own after the
                 # kernel; a cell that stopped before its run has its build's and inspect's reaped here
                 swept = self._reap_cell("swept")
-                script = together_script(trips, token, self._wrap, swept, self.paths, self.variant.instructions)
-                outcome = self.t.run_streamed(script, timeout=deadline, sink=feed)
+                script = together_script(trips, HIDDEN_TOKEN, self._wrap, swept, self.paths, self.variant.instructions)
+                outcome = self.t.run_streamed(
+                    READ_TOKEN + script, timeout=deadline, sink=feed, stdin=token_input(token)
+                )
             control = reader.finish()
         except InfraError as err:  # a file cut short: by a node out of processes, maybe (node_limits.py)
             error, control = unless_forkless(err, self.t.name, "cell's script", outcome.stderr), reader.control
-        said = last_match(_RAN, control)
+        # the shell's last line names its token (together_script), the runner's is its own stream's
+        said = last_match(_RAN if by_runner else _RAN.replace("ran(", f"ran {token}(", 1), control)
         if error is None and said is None:
             error = InfraError(
                 f"node {self.t.name!r}: the cell's command never said which stages it ran "

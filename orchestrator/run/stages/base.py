@@ -28,6 +28,14 @@ from orchestrator.transport.base import reap
 _BINARY_ALTERED = re.compile(r"^@@farm binary-altered (\S+)", re.M)
 _GPU_WAIT_FAILED = re.compile(r"^@@farm gpu-wait-failed", re.M)
 
+
+def stopped_line(text: str) -> str:
+    """The last line a stage's shell script printed before its shell's last `@@farm end` (trips._wrap):
+    where a line that stops the script (`echo ...; exit 0`) is the farm's own, not one written mid-run."""
+    end = last_match(r"^@@farm end \d+$", text)
+    return (text[: end.start()] if end else text).rstrip("\n").rsplit("\n", 1)[-1]
+
+
 QUEUE_SLACK = 10  # seconds a run may wait on its GPU's lock beyond the limits of the runs queued before it
 LOOKED = "@@farm-looked"  # the last line of the look at the node after a failed stage
 
@@ -305,14 +313,23 @@ class CellStages(CellTrips):
     def _gpu_lock(self, gpu: Gpu) -> str:
         return f"{self.snapshot.workdir}/gpu-{gpu.uuid}.lock"
 
-    def _check_started(self, text: str, gpu: Gpu | None, wait: int) -> None:
-        altered = _BINARY_ALTERED.search(text)
+    def _by_runner(self, trip: Trip) -> bool:
+        """Whether the node's python3 ran the stage (_round_trip, _send_together): its stream is its own,
+        where the shell scripts' stdout is reachable by the kernel (/proc/PID/fd/1)."""
+        return self.python is not None and trip.spec is not None and self.t.streams_output
+
+    def _check_started(self, text: str, gpu: Gpu | None, wait: int, trip: Trip) -> None:
+        # the shell scripts print either line and end (`exit 0`): a real one is the script's last before
+        # its shell's end line. A kernel wrote one into the script's stdout mid-run, and its node was
+        # infra-error, tried again and retired, its other kernels' cells skipped (red-team round 271)
+        said = text if self._by_runner(trip) else stopped_line(text)
+        altered = _BINARY_ALTERED.search(said)
         if altered:
             raise InfraError(
                 f"node {self.t.name!r}: the cell's copy of the binary changed on the node after inspection "
                 f"(sha256 {altered.group(1)[:12]}, built {str(self._built_sha)[:12]}); not run"
             )
-        if _GPU_WAIT_FAILED.search(text):
+        if _GPU_WAIT_FAILED.search(said):
             raise InfraError(
                 f"node {self.t.name!r}: {gpu.label if gpu else 'the GPU'} stayed locked for {wait} s "
                 "(another farm run on this node, or a stuck kernel): not run"

@@ -91,17 +91,22 @@ def run_files_lost(text: str) -> str:
     return before.removeprefix("@@farm files-lost ").strip() if before.startswith("@@farm files-lost ") else ""
 
 
-def undying_error(node: str, text: str) -> None:
+def undying_error(node: str, text: str, forgeable: bool = False) -> None:
     """InfraError where the node said a process of the cell outlived its kill and the wait after it
     (`@@farm undying PID CMD`, node/ended.py and transport.base.ended_sh): it may still hold the GPU
     the next cell runs on, and what the cell saw is no verdict on the kernel (a line a kernel forged
     under the shell scripts costs its own cell a verdict, never another's)."""
     said = re.findall(r"^@@farm undying (\d+ .*)$", text, re.M)
     if said:
-        raise InfraError(
+        error = InfraError(
             f"node {node!r}: a process of the cell would not die: {'; '.join(s.strip()[:200] for s in said[:3])}"
             + (f" (and {len(said) - 3} more)" if len(said) > 3 else "")
+            # FORGEABLE: the shell scripts, whose stdout the kernel reaches; its line cannot be told from
+            # the node's, and tried again it retired the node, its other kernels' cells skipped (round 271)
+            + (" (or the kernel wrote that line into the node's shell script, which it can reach)" if forgeable else "")
         )
+        error.retryable = not forgeable
+        raise error
 
 
 class RunStage(CellStages):
@@ -215,8 +220,8 @@ class RunStage(CellStages):
     def _ran(self, trip: Trip, outcome: CommandResult, text: str) -> str:
         stdout, stderr, statuses, other, gpu, wait, limit, clock = trip.state
         elapsed = self._clock[1] if self._clock else time.monotonic() - clock
-        self._check_started(text, gpu, wait)
-        undying_error(self.t.name, text)
+        self._check_started(text, gpu, wait, trip)
+        undying_error(self.t.name, text, not self._by_runner(trip))
         # the last of each status line: a kernel of the same user could have written a
         # forged one into the shell's own stdout (/proc/PPID/fd/1) before it ended,
         # but never after the farm's own, which come once it and its leftovers are gone

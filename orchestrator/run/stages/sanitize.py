@@ -14,7 +14,7 @@ from orchestrator.run.commands import CHANNEL_MARGIN, KILL_GRACE, NOW_NS, guarde
 from orchestrator.run.driver_check import MODULE_NOW_SH, module_changed
 from orchestrator.run.file_ends import FileEnds
 from orchestrator.run.stage_trip import Trip, last_match
-from orchestrator.run.stages.base import CellStages
+from orchestrator.run.stages.base import CellStages, stopped_line
 from orchestrator.run.stages.run import undying_error
 from orchestrator.run.streams import StreamScan
 from orchestrator.run.work_folder import farm_folders, modes_sh, note_folders
@@ -111,11 +111,13 @@ class SanitizeStage(CellStages):
             outcome, text = self._round_trip(trip)
         finally:
             self._release()
-        self._check_started(text, gpu, wait)
-        undying_error(self.t.name, text)  # a tool's process that outlived its kill may hold the GPU still
+        self._check_started(text, gpu, wait, trip)
+        # a tool's process that outlived its kill may hold the GPU still
+        undying_error(self.t.name, text, not self._by_runner(trip))
         ev = self.result.evidence
         note_folders(ev, "sanitize", text)  # the farm's folders the kernel changed under a tool (work_folder.py)
-        missing = re.search(r"^@@farm no-sanitizer (.*)$", text, re.M)
+        # as the lines _check_started reads: the shell script's, its last before its end (red-team 271)
+        missing = re.search(r"^@@farm no-sanitizer (.*)$", text if self._by_runner(trip) else stopped_line(text), re.M)
         if missing:
             error = InfraError(
                 f"node {self.t.name!r}: no compute-sanitizer (looked at {missing.group(1) or 'PATH'}); "
