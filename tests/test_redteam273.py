@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from nodes import SshNode
+
+from orchestrator.run import canary
 from test_redteam262 import BEGUN, _verify, mounted, node, tenant  # noqa: F401 (fixtures)
 
 from orchestrator.run.stages.room import lowest_room
@@ -108,4 +110,95 @@ def test_a_disk_another_tenant_filled_beside_the_builds_own_files_stays_the_node
         row, done = _verify(node, tmp_path / "farm", mounted / "work", MIXED, runner)
     assert row["outcome"] == "infra-error", (row, done.stdout[-3000:])
     assert "while its build ran" in row["reason"], row["reason"]
+    assert done.returncode == 4, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("command", "compilers", "args"),
+    [
+        # nvcc's host compiler from its variable, prefixed, exported, through env, or in its flags' variables
+        ("NVCC_CCBIN=clang++ nvcc -o a k.cu", [("nvcc", "nvcc")], ["-ccbin", "clang++"]),
+        ("export NVCC_CCBIN=/opt/c/bin/clang++; nvcc -o a k.cu", [("nvcc", "nvcc")], ["-ccbin", "/opt/c/bin/clang++"]),
+        ("env NVCC_CCBIN=g++-12 nvcc -o a k.cu", [("nvcc", "nvcc")], ["-ccbin", "g++-12"]),
+        ("NVCC_APPEND_FLAGS='-ccbin clang++' nvcc -o a k.cu", [("nvcc", "nvcc")], ["-ccbin", "clang++"]),
+        ("NVCC_PREPEND_FLAGS=--compiler-bindir=g++-12 nvcc k.cu", [("nvcc", "nvcc")], ["--compiler-bindir", "g++-12"]),
+        # its -ccbin a variable the command set
+        (
+            'CXX=clang++; nvcc -ccbin "$CXX" -o a k.cu',
+            [("nvcc", "nvcc"), ("clang++", "clang++")],
+            ["-ccbin", "clang++"],
+        ),
+        # the spellings round 261 read stay read
+        ("nvcc -ccbin=g++-12 -o a k.cu", [("nvcc", "nvcc")], ["-ccbin", "g++-12"]),
+        ("nvcc --compiler-bindir /opt/g12/bin/g++ k.cu", [("nvcc", "nvcc")], ["--compiler-bindir", "/opt/g12/bin/g++"]),
+        # a host compiler named as the build's C++ compiler, not g++ itself
+        ("CXX=clang++ make", [("clang++", "clang++")], []),
+        ("make CXX=/usr/bin/clang++-15 -j4", [("clang++-15", "/usr/bin/clang++-15")], []),
+        ("g++-12 -O2 -o a k.cpp", [("g++-12", "g++-12")], []),
+        ("g++ -o a k.cpp", [("g++", "g++")], []),
+        ("make", [], []),
+    ],
+)
+def test_the_canary_builds_with_the_host_compiler_the_build_chose(
+    command: str, compilers: list[tuple[str, str]], args: list[str]
+) -> None:
+    """Before: the canary after a failed build read only `-ccbin X`, `-ccbin=X`, `--compiler-bindir X` and
+    a `g++` word: a build choosing its host compiler by NVCC_CCBIN (prefixed, exported, through `env`), by
+    NVCC_APPEND_FLAGS/NVCC_PREPEND_FLAGS, by a variable (`-ccbin "$CXX"`, canaried with the literal `$CXX`,
+    which fails: every failure of that job the node's infra-error), or a `CXX=clang++ make`, `g++-12`, was
+    canaried with the node's default g++ or not at all: a broken clang++ on the node was the kernel's
+    build-fail, and a kernel's own error on a node whose default g++ nvcc refuses the node's. Figure: the
+    canary builds with the compiler the build chose, read from the command's words as config/shell.py
+    lexes them (the command never run)."""
+    assert canary.plan(command, "nvcc") == (compilers, args)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["nvcc -ccbin $(which clang++) k.cu", 'NVCC_CCBIN="$HOME/cc" nvcc k.cu', "nvcc -ccbin `cat cc` k.cu"],
+)
+def test_a_host_compiler_the_farm_cannot_read_is_no_canary(command: str) -> None:
+    """Before: `-ccbin $(which clang++)` canaried nvcc with `-ccbin '$(which'` (a failure whatever the node:
+    the job's every build-fail the node's infra-error), NVCC_CCBIN="$HOME/cc" with the default g++. Figure:
+    where the build's host compiler is an expansion the farm cannot read without running the job's
+    command, nvcc is not canaried (the kernel's failure stays its own, as before round 260)."""
+    assert canary.plan(command, "nvcc") == ([], [])
+
+
+def test_a_host_compiler_run_by_its_path_is_canaried_by_it() -> None:
+    """Figure: `/usr/bin/g++-12 k.cpp` is canaried with /usr/bin/g++-12, not a g++-12 the PATH finds."""
+    assert canary.plan("/usr/bin/g++-12 -o a k.cpp", "nvcc") == ([("g++-12", "/usr/bin/g++-12")], [])
+
+
+# a clang++ that cannot compile anything (a broken install), first on the node's PATH
+BROKEN_CLANG = (
+    '#!/bin/sh\necho "clang++: error: unable to execute command: Segmentation fault (core dumped)" >&2\nexit 1\n'
+)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        "NVCC_CCBIN=clang++ {nvcc} -arch=sm_75 -o {binary} {sources}",
+        "{nvcc} -arch=sm_75 -ccbin clang++ -o {binary} {sources}",
+        "CXX=clang++; $CXX -x c++ -o {binary} {sources}",
+    ],
+    ids=["NVCC_CCBIN", "ccbin", "CXX"],
+)
+def test_a_broken_clang_the_build_chose_is_the_nodes(
+    node: SshNode,  # noqa: F811
+    tmp_path: Path,
+    build: str,
+) -> None:
+    """The node's clang++ is broken (it fails whatever it compiles); the job's build chooses it as nvcc's
+    host compiler by NVCC_CCBIN, or runs it as $CXX. Before: NVCC_CCBIN's and $CXX's builds `build-fail`,
+    exit 1 (the canary built with the node's sound default g++, or with no compiler at all), the
+    node's broken compiler blamed on the kernel. Figure: infra-error naming the canary's failure with
+    that compiler, exit 4, as `-ccbin clang++` already was."""
+    clang = node.node_bin / "clang++"
+    clang.write_text(BROKEN_CLANG)
+    clang.chmod(0o755)
+    row, done = _verify(node, tmp_path / "farm", tmp_path / "work", build, "auto")
+    assert row["outcome"] == "infra-error", (row, done.stdout[-3000:])
+    assert "farm's own one-line program" in row["reason"] and "Segmentation fault" in row["reason"], row["reason"]
     assert done.returncode == 4, done.stdout[-2000:]

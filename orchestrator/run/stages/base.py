@@ -126,8 +126,8 @@ class CellStages(CellTrips):
             asked = denied_files.candidates(self.result.build_log, self.paths.build_dir, own, dirs)
             command += f"; {denied_files.denied_sh(asked)}" if asked else ""
             # the farm's own program built by the build's compilers: the log's words are the kernel's (round 260)
-            compilers = canary.tools(self.result.build_command or "", self.snapshot.nvcc_path)
-            ccbin = canary.host_compiler(self.result.build_command or "")  # the build's own host compiler
+            # with the host compiler the build chose, however it spelled it (round 273)
+            compilers, ccbin = canary.plan(self.result.build_command or "", self.snapshot.nvcc_path)
             command += f"; {canary.canary_sh(compilers, self.snapshot.workdir, ccbin)}" if compilers else ""
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
