@@ -10,6 +10,12 @@ room, the room as the build began and the size of the build's own folder (its $T
 at the lowest; where the build's own files were most of the room lost and, without them, the
 node had what the farm promises (snapshot.MIN_FREE), the failure is the kernel's build-fail, its
 reason saying so. A disk another tenant filled stays infra-error (test_redteam262).
+
+And round 260's canary (the farm's own one-line program, built after a failed build with the build's
+compilers) read the build's host compiler only as `-ccbin X`/`--compiler-bindir X` and a `g++` word:
+a build choosing it by NVCC_CCBIN, NVCC_APPEND_FLAGS, a variable or `CXX=clang++ make` was canaried
+with another compiler, or none. It now reads them from the command's words as config/shell.py lexes
+them (never running the command); one it cannot read (`-ccbin $(which clang++)`) is no nvcc canary.
 """
 
 from __future__ import annotations
@@ -18,10 +24,9 @@ from pathlib import Path
 
 import pytest
 from nodes import SshNode
-
-from orchestrator.run import canary
 from test_redteam262 import BEGUN, _verify, mounted, node, tenant  # noqa: F401 (fixtures)
 
+from orchestrator.run import canary
 from orchestrator.run.stages.room import lowest_room
 
 # fills the build folder's file system with the build's own file, holds it past the samplers'

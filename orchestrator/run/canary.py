@@ -8,7 +8,8 @@ build on it, and each was stored as the kernel's `build-fail` (red-team round 26
 the kernel's to write into (a `#warning`, an `#error`, a `#line` file name, the job's own `echo`), so
 its words decide nothing here: the farm's own build of its own source, with the node's toolchain and
 outside the cell's folders, does. One that fails too is the node's trouble, named by its first error
-line; one that builds leaves the kernel's failure its own.
+line; one that builds leaves the kernel's failure its own. The compilers are the ones the build chose, read
+from its command's words (`plan`: -ccbin, NVCC_CCBIN, NVCC_*_FLAGS, CXX=; red-team round 273).
 """
 
 from __future__ import annotations
