@@ -13,7 +13,10 @@ the words with plenty of room stays its `build-fail`.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +28,40 @@ from nodes import CARDS, SshNode, query, running_node
 from orchestrator.run.stages.base import CellStages
 from orchestrator.run.stages.room import lowest_room
 
-# fills the build folder's file system (dd's own "No space left on device"), holds it past the
-# samplers' interval, frees it, and fails as nvcc would
+# says it began (a file BEGUN in its folder), waits while another tenant (`tenant`) fills its folder's
+# file system outside the build's folders and frees it, and fails as nvcc would. A build that filled
+# the disk with its own files (dd's in its folder) is its own build-fail since round 273
+BEGUN = "farm-rt262-begun"
 FILLS = (
-    "test -e {sources} -o -e {binary}; dd if=/dev/zero of=fill bs=1M; sleep 1; rm -f fill; "
+    f"test -e {{sources}} -o -e {{binary}}; touch {BEGUN}; sleep 4; "
     "echo 'nvcc fatal   : Could not write to file: No space left on device'; exit 1"
 )
+
+
+@contextlib.contextmanager
+def tenant(disk: Path) -> Iterator[None]:
+    """Another tenant of DISK: once a build there has begun (BEGUN), fills DISK outside the farm's
+    work folder until it is full, holds it past the samplers' interval (1.5 s), and frees it."""
+
+    def fill() -> None:
+        deadline = time.monotonic() + 240
+        while not any(disk.rglob(BEGUN)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(OSError), open(disk / "tenant-fill", "wb") as out:
+            while True:
+                out.write(bytes(1 << 20))
+                out.flush()
+        time.sleep(1.5)
+        (disk / "tenant-fill").unlink(missing_ok=True)
+
+    thread = threading.Thread(target=fill, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(timeout=10)
+
+
 # the words alone, with the disk's room untouched
 SAYS = "test -e {sources} -o -e {binary}; echo 'fatal error: writing /tmp/ccX.s: No space left on device'; exit 1"
 
@@ -82,8 +113,10 @@ def test_a_disk_filled_and_freed_during_the_build_is_the_nodes(
 ) -> None:
     """Before: `build-fail` naming "No space left on device", exit 1 (the look found the room back).
     Figure: infra-error saying the node ran short of room while the build ran, no verdict on the
-    kernel, exit 4, under the shell runner and the python one alike."""
-    row, done = _verify(node, tmp_path / "farm", mounted / "work", FILLS, runner)
+    kernel, exit 4, under the shell runner and the python one alike. Since round 273 the fill is another
+    tenant's (the test's, outside the farm's work folder): one of the build's own is its build-fail."""
+    with tenant(mounted):
+        row, done = _verify(node, tmp_path / "farm", mounted / "work", FILLS, runner)
     assert row["outcome"] == "infra-error", (row, done.stdout[-3000:])
     assert "while its build ran" in row["reason"] and "MiB free" in row["reason"], row["reason"]
     assert done.returncode == 4, done.stdout[-2000:]

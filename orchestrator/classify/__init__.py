@@ -97,6 +97,7 @@ def _raw_verdict(ev: Evidence, exp: Expectation) -> Verdict:
         return Verdict(Outcome.NOT_RUN, "build", "the build never finished")
     if ev.build_exit != 0:
         denied = f" ({CONFINED_BUILD})" if ev.build_denied else ""
+        denied += f" ({ev.build_filled})" if ev.build_filled else ""  # its own files filled the disk (round 273)
         return Verdict(Outcome.BUILD_FAIL, "build", f"the build {exit_words(ev.build_exit)}{ev.build_err}{denied}")
     if ev.build_no_binary:  # the job's mistake (its build writes no {binary}), not the node's
         return Verdict(Outcome.BUILD_FAIL, "build", "the build exited 0 but wrote no binary where the job says")

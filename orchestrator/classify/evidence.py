@@ -96,6 +96,8 @@ class Evidence:
     # cell's folders) can no longer be read by the node's user who owns it (run/denied_files.py), or why
     # the build's compilers cannot build even the farm's own one-line program (run/canary.py), else ""
     build_unreadable: str = ""
+    # once its build had failed short of room: why the build's own files, not another tenant's, took it (own_fill.py)
+    build_filled: str = ""
     gpu_unfit: str = ""
     gpu_slowed: str = ""  # the card's own slowdown after a confirmed slow run (base._gpu_slowed), else ""
     build_unsupported: str = ""  # the target its nvcc cannot build for ("sm_70 (nvcc 13.0.88)": blame.unsupported_arch)

@@ -86,7 +86,8 @@ def build_holding_lock(out, spec, env, ahead):
         return
     log = open_or_none(os.path.join(bdir, "build.log"))
     # the build folder's and the login's temporary folder's room at their lowest while it ran (room.py)
-    watch_room = RoomWatch((bdir, env.get("TMPDIR") or "/tmp"))
+    # and the build folder's own size where either ran short: its own files' fill is its own (round 273)
+    watch_room = RoomWatch((bdir, env.get("TMPDIR") or "/tmp"), bdir, spec.get("room_need") or (0, 0))
     env, tmp = own_tmp(env, spec["tmp"])
     # its writes only in its build folder and its own $TMPDIR (and /dev, /proc, as a run's), its
     # signals within its own tree: a build of one job could swap another cell's copy of its binary

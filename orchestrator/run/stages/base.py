@@ -12,7 +12,7 @@ from datetime import datetime
 from orchestrator.config.job_spec import VariantSpec
 from orchestrator.config.jobs import Job
 from orchestrator.errors import InfraError
-from orchestrator.run import canary, denied_files, driver_check, gpu_state, probe, snapshot, work_folder
+from orchestrator.run import canary, denied_files, driver_check, gpu_state, own_fill, probe, snapshot, work_folder
 from orchestrator.run.bundle import Placed
 from orchestrator.run.cell import CellPaths, CellResult
 from orchestrator.run.commands import KILL_GRACE, NOW_NS
@@ -119,20 +119,23 @@ class CellStages(CellTrips):
         node cannot say."""
         q = shlex.quote
         inodes = probe.free_inodes_sh('"$d"')  # its free inodes too: one out of them fails as one out of room
+        ev = self.result.evidence
+        failed_build = ev.build_exit not in (None, 0)
+        # and a failed build's folder's size on each, before the canary writes: its own files (own_fill.py)
+        own = own_fill.own_size_sh(q(self.paths.build_dir)) if failed_build else ("", "")
         command = (
-            f'for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
-            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes})"; done; '
+            f'{own[0]}for d in {q(self.snapshot.workdir)} "${{TMPDIR:-/tmp}}"; do '
+            f'echo "$(df -Pk "$d" 2>/dev/null | awk \'NR==2 {{print $4}}\') $({inodes}){own[1]}"; done; '
             + work_folder.unwritable_sh(q(self.snapshot.workdir))
         )
-        ev = self.result.evidence
-        if ev.build_exit not in (None, 0):  # the files its log says were refused: of the node's own? (round 244)
+        if failed_build:  # the files its log says were refused: of the node's own? (round 244)
             own = (self.paths.build_dir, self.paths.run_dir)
             dirs = denied_files.tool_dirs(self.snapshot.compilers, self.snapshot.nvcc_path)
             asked = denied_files.candidates(self.result.build_log, self.paths.build_dir, own, dirs)
             command += f"; {denied_files.denied_sh(asked)}" if asked else ""
             # the farm's own program built by the build's compilers: the log's words are the kernel's (round 260)
-            compilers = canary.tools(self.result.build_command or "", self.snapshot.nvcc_path)
-            ccbin = canary.host_compiler(self.result.build_command or "")  # the build's own host compiler
+            # with the host compiler the build chose, however it spelled it (round 273)
+            compilers, ccbin = canary.plan(self.result.build_command or "", self.snapshot.nvcc_path)
             command += f"; {canary.canary_sh(compilers, self.snapshot.workdir, ccbin)}" if compilers else ""
         # the card of the failing stage: the run's, else the sanitizer runs' (a card lost while the
         # tool ran a pass again had the kernel judged sanitizer-error: a red-team finding)
@@ -167,11 +170,17 @@ class CellStages(CellTrips):
             unfit = driver_check.row_driver_changed(self.snapshot.driver, gpu.uuid, answer)
         room_lines = room.splitlines()
         short = self._short_of_room(room_lines)
+        # a failed build whose own files took the room, still there or gone since: its own build-fail,
+        # not the node's (own_fill.py, red-team round 273); a canary built without that room says nothing
+        filled = failed_build and short and own_fill.own_fill(own_fill.at_look(room_lines, self._build_room))
+        if filled:
+            short, ev.build_filled = "", filled
         # or short while the build ran, the farm's own samples: a disk filled and freed since failed
         # nvcc with "No space left on device", stored as the kernel's build-fail (red-team round 262)
-        if not short and ev.build_exit not in (None, 0) and (low := self._short_of_room(self._build_room)):
-            short = f"while its build ran, {low.removeprefix('its ')}"
-        ev.build_unreadable = denied_files.denied(room_lines) or canary.broken(room_lines)
+        if not short and failed_build and (low := self._short_of_room(self._build_room)):
+            ev.build_filled = ev.build_filled or own_fill.own_fill(self._build_room)
+            short = "" if ev.build_filled else f"while its build ran, {low.removeprefix('its ')}"
+        ev.build_unreadable = denied_files.denied(room_lines) or ("" if filled else canary.broken(room_lines))
         ev.build_denied = ev.build_denied and not ev.build_unreadable  # a read refused, not a write
         folders = f"the node ran out of room during the cell ({short})" if short else ""
         return folders or work_folder.unwritable(room_lines, self.snapshot.workdir), lost, unfit

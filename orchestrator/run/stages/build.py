@@ -28,7 +28,7 @@ from orchestrator.run.stages.build_links import library_search, linked_sh
 from orchestrator.run.stages.build_reads import NO_LIST, READ_LIST, named_files, reads_env, stale_check, write_list
 from orchestrator.run.stages.build_tools import toolchain_checks, toolchain_script
 from orchestrator.run.stages.failure_words import first_error
-from orchestrator.run.stages.room import lowest_room, watch_sh
+from orchestrator.run.stages.room import ROOM_NEED, lowest_room, watch_sh
 from orchestrator.run.work_folder import COPY_BLOCKED_SH, copy_blocked, farm_folders, modes_sh, note_folders
 from orchestrator.transport import CommandResult
 
@@ -135,6 +135,7 @@ class BuildStage(CellStages):
                 "linked": library_search(command, self.snapshot),  # and where it looks for its -l
                 "limit": limit,
                 "tmp": self.paths.build_tmp,
+                "room_need": list(ROOM_NEED),  # under which the room watch sizes its folder (node/room.py)
                 "inputs": [[name, placed.folder, placed.digest] for name, placed in input_checks(self.paths)],
                 "tools": self._toolchain,  # checked after the build, as the shell's toolchain_script does
                 "unreadable": self.unreadable,  # the farm's secrets, on its own machine (farm_secrets.py)
