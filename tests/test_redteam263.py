@@ -47,9 +47,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
         nodes.stop()
 
 
-def _run(fleet: Fleet, make_farm, tmp_path: Path, variants: dict, runner: str) -> dict:
-    entry = fleet["t4san"].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)
-    farm = load_farm(make_farm(tmp_path, {"t4san": entry}, [standin_job("standin", variants)]))
+def _run(fleet: Fleet, make_farm, tmp_path: Path, variants: dict, runner: str, node: str = "t4san") -> dict:
+    """The results, by variant, of a run of a stand-in job of VARIANTS on NODE of the fleet, by RUNNER."""
+    entry = fleet[node].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)
+    farm = load_farm(make_farm(tmp_path, {node: entry}, [standin_job("standin", variants)]))
     store = Store(farm.database_url)
     try:
         summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")

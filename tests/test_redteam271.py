@@ -18,12 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes import CARDS, Fleet, query, standin_job, standin_variant
-
-from orchestrator.config.farm import load_farm
-from orchestrator.plan import plan_cells
-from orchestrator.run.scheduler import run_cells
-from orchestrator.store.database import Store
+import test_redteam263
+from nodes import CARDS, Fleet, query, standin_variant
 
 MIN75 = {"min": "7.5"}
 FORGERS = Path(__file__).parent / "forgers"
@@ -40,15 +36,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def _run(fleet: Fleet, make_farm, tmp_path: Path, variants: dict, runner: str) -> dict:
-    entry = fleet["t4"].farm_entry(tmp_path / "work", build_jobs=1, runner=runner)
-    farm = load_farm(make_farm(tmp_path, {"t4": entry}, [standin_job("standin", variants)]))
-    store = Store(farm.database_url)
-    try:
-        summary = run_cells(farm, store, plan_cells(farm), cache_dir=tmp_path / "archives")
-    finally:
-        store.close()
-    rows = query(tmp_path / "results.db", "SELECT * FROM results WHERE run_id = ?", summary.run_id)
-    return {r["variant"]: r for r in rows}
+    return test_redteam263._run(fleet, make_farm, tmp_path, variants, runner, node="t4")
 
 
 def _tries(tmp_path: Path, row: dict) -> int:
